@@ -1,0 +1,59 @@
+"""The event shell: SimPy turns the scheduler's iteration costs into simulated time.
+
+One SimPy process runs the engine loop, one timeout per iteration (never one per token); between
+iterations it sleeps until the next arrival. The only module that imports simpy.
+"""
+from __future__ import annotations
+
+import simpy
+
+from sim.invariants import check_invariants
+from sim.scheduler import Scheduler
+
+
+class Engine:
+    def __init__(self, scheduler: Scheduler, debug: bool = False, progress=None) -> None:
+        self.sched = scheduler
+        self.debug = debug
+        self.progress = progress
+        self.gpu_byte_seconds = 0.0   # integral of GPU KV occupancy over time
+        self.start_s: float | None = None
+        self.end_s = 0.0
+
+    def run(self) -> None:
+        env = simpy.Environment()
+        env.process(self._loop(env))
+        env.run()
+
+    def _loop(self, env: simpy.Environment):
+        sched = self.sched
+        reported = 0
+        while True:
+            sched.release(env.now)
+            step = sched.plan(env.now)
+            used = sched.mem.used[0]
+            if step is None:
+                nxt = sched.next_arrival_s()
+                if nxt is None:
+                    if sched.waiting:
+                        head = sched.waiting[0]
+                        raise AssertionError(f"deadlock at t={env.now:.3f}s: {head.sess.session_id} "
+                                             f"turn {head.k} waits with nothing running")
+                    break
+                if self.start_s is not None:
+                    self.gpu_byte_seconds += used * (nxt - env.now)
+                yield env.timeout(nxt - env.now)
+                continue
+            if self.start_s is None:
+                self.start_s = env.now
+            self.gpu_byte_seconds += used * step.duration_s
+            yield env.timeout(step.duration_s)
+            sched.finish(step, env.now)
+            self.end_s = env.now
+            if self.debug:
+                check_invariants(sched)
+            if self.progress is not None and sched.completed - reported >= 256:
+                self.progress(sched.completed - reported)
+                reported = sched.completed
+        if self.progress is not None and sched.completed > reported:
+            self.progress(sched.completed - reported)

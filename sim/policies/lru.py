@@ -1,0 +1,38 @@
+"""LRU: evict the unit whose last use is oldest.
+
+An OrderedDict is an intrusive doubly linked list in C: O(1) append, removal from the middle and
+peek of the oldest (vLLM v1's free-block queue does the same). Units are appended when they become
+candidates, i.e. when their turn releases them, so insertion order is last-use order. Demotions into
+the CPU tier arrive in last-use order too (the GPU instance hands them over oldest first).
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+
+from sim.policies.base import EvictionPolicy
+from sim.policies.registry import register
+
+
+@register("lru")
+class LRU(EvictionPolicy):
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        self._order: OrderedDict[int, object] = OrderedDict()
+
+    def _add(self, unit, now: float) -> None:
+        self._order[unit.key] = unit
+        self._order.move_to_end(unit.key)
+
+    def _discard(self, unit) -> None:
+        self._order.pop(unit.key, None)
+
+    def victim(self, now: float):
+        for unit in self._order.values():
+            return unit
+        return None
+
+    def __len__(self) -> int:
+        return len(self._order)
+
+    def __contains__(self, unit) -> bool:
+        return unit.key in self._order

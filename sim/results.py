@@ -1,0 +1,68 @@
+"""Typed results of one simulation: the per-turn ledger and engine-wide statistics.
+
+The ledger is the single source of every metric (DESIGN.md section 3); ``sim.metrics`` turns it into
+the summary row. Token counts g/c/d split each turn's history H = g + c + d exactly.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+# Per-turn ledger columns, in order. Times are simulated seconds.
+TURN_COLUMNS: tuple[str, ...] = (
+    "session_id",        # str
+    "turn",              # int, 0-based index within the session
+    "priority",          # int, QoS class (0 = default)
+    "arrival_s",         # when the turn entered the queue
+    "admit_s",           # start of the iteration that first ran its prefill
+    "first_token_s",     # end of that iteration (first output token)
+    "finish_s",          # end of the iteration that produced its last token
+    "prompt_tokens",     # p_k
+    "output_tokens",     # o_k
+    "history_tokens",    # H_k = g + c + d
+    "gpu_hit_tokens",    # g_k: history tokens already on the GPU
+    "cpu_hit_tokens",    # c_k: history tokens swapped in from the CPU tier
+    "recomputed_tokens", # d_k: history tokens recomputed in the prefill (re-prefill)
+    "swap_in_bytes",     # host-to-device bytes to admit this turn (whole pages)
+    "preemptions",       # times this turn was preempted during decode
+    "preempt_recompute_tokens",  # tokens recomputed because of those preemptions
+    "ttft_s",            # first_token_s - arrival_s
+    "ttft_ideal_s",      # TTFT with the whole history on the GPU and an empty queue
+    "tbt_mean_s",        # (finish_s - first_token_s) / (output_tokens - 1); NaN if o_k == 1
+    "e2e_s",             # finish_s - arrival_s
+    "queue_s",           # admit_s - arrival_s
+)
+
+
+@dataclass(frozen=True, slots=True)
+class EngineStats:
+    """Engine-wide figures that are not per turn."""
+
+    sim_time_s: float            # simulated time from the first arrival to the last completion
+    steps: int                   # engine iterations
+    output_tokens: int           # tokens generated (throughput numerator)
+    gpu_capacity_bytes: int
+    cpu_capacity_bytes: int
+    gpu_util: float              # time-weighted GPU KV occupancy / capacity
+    gpu_peak_bytes: int          # highest GPU KV occupancy (with infinite memory: the peak demand)
+    swap_in_bytes: int           # host-to-device, all turns
+    swap_out_bytes: int          # device-to-host demotions
+    dropped_bytes: int           # bytes dropped from the CPU tier (or from the GPU when no CPU room)
+    preemptions: int
+    preempt_recompute_tokens: int
+    evict_us: np.ndarray         # wall-clock microseconds of every victim-selection call
+    step_s: np.ndarray           # duration of each iteration that decoded something
+    step_decode_seqs: np.ndarray # sequences decoded in that iteration (weights for TBT percentiles)
+    rejected_turns: int = 0      # turns longer than the whole GPU KV (and the rest of their session)
+    wall_s: float = 0.0          # wall-clock time the simulation took
+
+
+@dataclass(frozen=True, slots=True)
+class SimResult:
+    """What ``sim.simulate`` returns: the ledger, the engine statistics, and the run's labels."""
+
+    turns: pd.DataFrame          # TURN_COLUMNS, one row per completed turn
+    stats: EngineStats
+    labels: dict = field(default_factory=dict)  # policy, capacities, seed ... (summary columns)

@@ -1,0 +1,47 @@
+"""``simulate``: one trace, one memory configuration, one policy -> a SimResult."""
+from __future__ import annotations
+
+import math
+import time
+from typing import Callable, Sequence
+
+import numpy as np
+import pandas as pd
+
+from costmodels import CostModel
+from sim.config import EngineConfig, MemoryConfig
+from sim.engine import Engine
+from sim.results import TURN_COLUMNS, EngineStats, SimResult
+from sim.scheduler import Scheduler
+from traces.records import Session
+
+
+def simulate(sessions: Sequence[Session], cost: CostModel, memory: MemoryConfig,
+             engine: EngineConfig | None = None, policy: str = "lru", seed: int = 0,
+             debug: bool = False, progress: Callable[[int], None] | None = None) -> SimResult:
+    """Replay ``sessions`` through the engine. ``progress(n)`` hears of every n turns completed."""
+    engine = engine or EngineConfig()
+    wall0 = time.perf_counter()
+    sched = Scheduler(list(sessions), cost, memory, engine, policy, seed)
+    shell = Engine(sched, debug=debug, progress=progress)
+    shell.run()
+    start = shell.start_s or 0.0
+    sim_time = max(0.0, shell.end_s - start)
+    gpu_cap = sched.mem.capacity[0]
+    util = shell.gpu_byte_seconds / (gpu_cap * sim_time) if sim_time > 0 and not math.isinf(gpu_cap) \
+        else math.nan
+    stats = EngineStats(
+        sim_time_s=sim_time, steps=sched.step, output_tokens=sched.output_tokens,
+        gpu_capacity_bytes=gpu_cap, cpu_capacity_bytes=sched.mem.capacity[1], gpu_util=util,
+        gpu_peak_bytes=sched.mem.peak_gpu_bytes,
+        swap_in_bytes=sched.swap_in_bytes, swap_out_bytes=sched.mem.swap_out_bytes,
+        dropped_bytes=sched.mem.dropped_bytes, preemptions=sched.preemptions,
+        preempt_recompute_tokens=sched.preempt_recompute_tokens,
+        evict_us=np.asarray(sched.mem.evict_ns, dtype=np.float64) / 1e3,
+        step_s=np.asarray(sched.step_s), step_decode_seqs=np.asarray(sched.step_decode),
+        rejected_turns=sched.rejected_turns, wall_s=time.perf_counter() - wall0)
+    turns = pd.DataFrame.from_records(sched.ledger, columns=list(TURN_COLUMNS))
+    turns = turns.sort_values(["session_id", "turn"], kind="stable").reset_index(drop=True)
+    labels = dict(policy=policy, gpu_kv_gb=memory.gpu_kv_gb, cpu_kv_gb=memory.cpu_kv_gb,
+                  block_tokens=memory.block_tokens, evict_unit=memory.evict_unit, seed=seed)
+    return SimResult(turns=turns, stats=stats, labels=labels)

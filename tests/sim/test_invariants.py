@@ -1,0 +1,51 @@
+"""The invariant checker on random traces and capacities, for every registered policy (hypothesis)."""
+from __future__ import annotations
+
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from costmodels import cost_model
+from sim import EngineConfig, MemoryConfig, available_policies, simulate
+from sim.config import GIB
+from traces.records import Session, Turn
+
+COST = cost_model("llama-3-8b", "h100-sxm")
+PAGE16 = 16 * COST.kv_bytes_per_token
+
+
+@st.composite
+def traces(draw):
+    n = draw(st.integers(1, 6))
+    sessions = []
+    for i in range(n):
+        turns = []
+        for k in range(draw(st.integers(1, 4))):
+            p, o = draw(st.integers(0, 300)), draw(st.integers(1, 120))
+            if k == 0:
+                turns.append(Turn(p, o, arrival_s=draw(st.floats(0, 5))))
+            else:
+                turns.append(Turn(p, o, think_s=draw(st.floats(0, 3))))
+        sessions.append(Session(f"s{i}", tuple(turns)))
+    return sessions
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(sessions=traces(), gpu_pages=st.integers(8, 200), cpu_pages=st.sampled_from([0, 10, 60]),
+       block=st.sampled_from([8, 16, 32]), unit=st.sampled_from(["session", "block"]),
+       policy=st.sampled_from(available_policies()), max_running=st.integers(1, 8),
+       pipelining=st.booleans())
+def test_invariants_hold_every_step(sessions, gpu_pages, cpu_pages, block, unit, policy,
+                                    max_running, pipelining):
+    page = block * COST.kv_bytes_per_token
+    mem = MemoryConfig(gpu_kv_gb=gpu_pages * page / GIB, cpu_kv_gb=cpu_pages * page / GIB,
+                       block_tokens=block, evict_unit=unit)
+    eng = EngineConfig(max_batch_tokens=512, max_running=max_running, pipelining=pipelining)
+    res = simulate(sessions, COST, mem, eng, policy=policy, debug=True)
+    t = res.turns
+    total_turns = sum(len(s.turns) for s in sessions)
+    assert len(t) + res.stats.rejected_turns == total_turns
+    assert (t.gpu_hit_tokens + t.cpu_hit_tokens + t.recomputed_tokens == t.history_tokens).all()
+    assert (t.first_token_s >= t.admit_s).all() and (t.finish_s >= t.first_token_s).all()
+    assert (t.admit_s >= t.arrival_s).all()
+    if cpu_pages == 0:
+        assert t.cpu_hit_tokens.sum() == 0 and res.stats.swap_out_bytes == 0
+    assert res.stats.output_tokens == int(t.output_tokens.sum())

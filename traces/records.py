@@ -1,0 +1,99 @@
+"""The canonical trace records every loader and generator yields (DESIGN.md section 3).
+
+A session is an ordered tuple of turns. Turn 0 carries the session's start in ``arrival_s``; a later
+turn carries ``think_s`` (closed-loop replay: it arrives think_s after the previous turn completes)
+and/or an absolute ``arrival_s`` (open-loop replay). The replay mode picks which one counts.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+class TraceError(ValueError):
+    """A trace record is malformed; the message names the file and line (or record) where known."""
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    """One user turn: the new prompt tokens p_k and the reply's o_k tokens, plus its timing."""
+
+    prompt_tokens: int
+    output_tokens: int
+    arrival_s: float | None = None
+    think_s: float | None = None
+    priority: int = 0
+    prefix_hashes: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Session:
+    """A conversation: turns in order. ``block_tokens`` is the page size of ``prefix_hashes``."""
+
+    session_id: str
+    turns: tuple[Turn, ...]
+    block_tokens: int | None = None
+    meta: dict = field(default_factory=dict, compare=False, hash=False)
+
+    @property
+    def start_s(self) -> float:
+        return self.turns[0].arrival_s or 0.0
+
+    def history_tokens(self, k: int) -> int:
+        """H_k = sum over j<k of (p_j + o_j): the context turn k finds from earlier turns."""
+        return sum(t.prompt_tokens + t.output_tokens for t in self.turns[:k])
+
+
+def validate_session(session: Session, where: str = "") -> Session:
+    """Raise TraceError naming ``where`` (file:line or record id) if the session breaks the format."""
+    prefix = f"{where}: " if where else ""
+    if not session.turns:
+        raise TraceError(f"{prefix}session {session.session_id!r} has no turns")
+    if session.turns[0].arrival_s is None:
+        raise TraceError(f"{prefix}session {session.session_id!r}: turn 0 needs arrival_s")
+    for k, t in enumerate(session.turns):
+        label = f"{prefix}session {session.session_id!r} turn {k}"
+        if t.prompt_tokens < 0 or t.output_tokens < 1:
+            raise TraceError(f"{label}: need prompt_tokens >= 0 and output_tokens >= 1, "
+                             f"got {t.prompt_tokens} and {t.output_tokens}")
+        if t.think_s is not None and t.think_s < 0:
+            raise TraceError(f"{label}: think_s must be >= 0, got {t.think_s}")
+        if k > 0 and t.think_s is None and t.arrival_s is None:
+            raise TraceError(f"{label}: a later turn needs think_s or arrival_s")
+    return session
+
+
+# --- helpers shared by every loader (added with the loaders; the record fields above are unchanged) ---
+
+ON_ERROR_CHOICES = ("raise", "skip")
+
+
+def check_on_error(on_error: str) -> str:
+    """Every loader takes on_error="raise" (stop at the first bad record) or "skip" (drop and count)."""
+    if on_error not in ON_ERROR_CHOICES:
+        raise TraceError(f"on_error must be one of {ON_ERROR_CHOICES}, got {on_error!r}")
+    return on_error
+
+
+def sort_sessions(sessions) -> tuple[Session, ...]:
+    """The one order every loader returns: start time, then session id (a deterministic tie-break)."""
+    return tuple(sorted(sessions, key=lambda s: (s.start_s, s.session_id)))
+
+
+@dataclass(frozen=True)
+class TraceLoad:
+    """What every loader and generator returns.
+
+    ``sessions`` are sorted by start time then id. ``skipped`` counts sessions dropped because one of
+    their records was malformed (on_error="skip"); a malformed record that names no session counts as
+    one. ``source`` names where the trace came from (a path or a generator config). ``info`` holds
+    loader-specific counts (merged messages, clamped outputs, reconstructed continuations, ...).
+    """
+
+    sessions: tuple[Session, ...]
+    skipped: int = 0
+    source: str = ""
+    info: dict = field(default_factory=dict, compare=False)
+
+    @property
+    def n_turns(self) -> int:
+        return sum(len(s.turns) for s in self.sessions)
