@@ -1,0 +1,36 @@
+"""kvsim cost models: pure functions from batch shapes and copy volumes to seconds.
+
+    >>> from costmodels import cost_model, BatchShape
+    >>> cm = cost_model("llama-3-8b", "h100-sxm")          # analytic (Level-0) H100 profile
+    >>> cm.iteration(BatchShape.decode(64, 64 * 2000)).total_s   # doctest: +SKIP
+
+Imports only the standard library and pyyaml; nothing else of the project (DESIGN.md 2).
+"""
+from __future__ import annotations
+
+import os
+
+from .analytic import LEVEL0, analytic_profile
+from .cost import (BatchShape, CostModel, IterationCost, PensieveConstants, attention_pairs)
+from .hardware import HardwareSpec, available_hardware, get_hardware
+from .models import ModelSpec, available_models, get_model
+from .pipeline import pipelined_time, pipelined_time_uniform
+from .profile import (CopyTerm, DecodeAttnTerm, LinearTerm, OverlapTerm, PrefillAttnTerm, Profile,
+                      ProfileMeta, TermValidation, available_profiles, load_profile, save_profile)
+
+
+def cost_model(model: str | os.PathLike[str] | ModelSpec,
+               hardware_or_profile: str | os.PathLike[str] | Profile) -> CostModel:
+    """``CostModel`` from a model name/alias/spec path and a GPU name (analytic profile), a committed
+    profile name, or a profile YAML path."""
+    return CostModel(get_model(model), load_profile(hardware_or_profile))
+
+
+__all__ = [
+    "ModelSpec", "HardwareSpec", "Profile", "BatchShape", "IterationCost", "CostModel",
+    "PensieveConstants", "attention_pairs", "pipelined_time", "pipelined_time_uniform",
+    "get_model", "get_hardware", "load_profile", "save_profile", "analytic_profile",
+    "available_models", "available_hardware", "available_profiles", "cost_model",
+    "LinearTerm", "PrefillAttnTerm", "DecodeAttnTerm", "CopyTerm", "OverlapTerm", "ProfileMeta",
+    "TermValidation", "LEVEL0",
+]

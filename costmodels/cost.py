@@ -1,0 +1,269 @@
+"""Per-iteration cost: batch shape and copy volume in, seconds out.
+
+Assembly (calibration-notes s2.4, DESIGN.md 3), all per GPU:
+    layer   = linear(N) + elementwise(N) + prefill_attn(pairs, seqs) + decode_attn(B, C)
+              with N = prefill tokens + decoding sequences (one new token each)
+    compute = L * layer + lm_head(rows) + step_overhead
+    H2D     = copies * latency + bytes / bw, spread evenly over the L layers and pipelined with
+              them (``costmodels.pipeline``) or, without pipelining, finished before layer 0
+    D2H     = on its own copy engine, concurrent with everything: total = max(compute path, D2H)
+
+Model-specific numbers (bytes, params, FLOPs per pair) come from ``ModelSpec``; rates and fixed
+costs from ``Profile``. Every method is a pure function of its arguments.
+
+Known simplifications (a calibrated profile absorbs part of them): prefill attention is priced by
+FLOPs only, so a very short append (n_new below ~the GQA-scaled ridge, tens of tokens) misses its
+KV-read floor; decode attention is linear in total context (split-KV kernels; wave quantisation
+steps of ~10 % are not modelled, PROVENANCE s2.4); tensor parallelism is not modelled.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .models import ModelSpec
+from .pipeline import pipelined_time_uniform, serial_time_uniform
+from .profile import Profile
+
+
+def attention_pairs(n_new: int, n_ctx: int) -> float:
+    """(query, key) pairs of a causal run of n_new tokens after n_ctx cached ones: n_new*(n_ctx + n_new/2).
+
+    FlashInfer's ``attention_flops`` counts (2*kv - q)*q/2 pairs with kv = n_ctx + n_new (notes s1.3).
+    """
+    if n_new < 0 or n_ctx < 0:
+        raise ValueError(f"attention_pairs needs n_new, n_ctx >= 0, got {n_new}, {n_ctx}")
+    return n_new * (n_ctx + n_new / 2.0)
+
+
+@dataclass(frozen=True, slots=True)
+class BatchShape:
+    """The work of one engine iteration (one forward pass over the batch)."""
+
+    prefill_tokens: int = 0      # new tokens computed this step (prompt + recomputed history)
+    prefill_pairs: float = 0.0   # sum of attention_pairs(n_new, n_ctx) over prefilling runs
+    prefill_seqs: int = 0        # sequences with prefill tokens this step
+    decode_seqs: int = 0         # sequences decoding one token each
+    decode_ctx_tokens: int = 0   # total context (KV) tokens the decoding sequences attend to
+
+    def __post_init__(self) -> None:
+        if min(self.prefill_tokens, self.prefill_pairs, self.prefill_seqs, self.decode_seqs,
+               self.decode_ctx_tokens) < 0:
+            raise ValueError(f"BatchShape fields must be >= 0: {self}")
+        if (self.prefill_tokens > 0) != (self.prefill_seqs > 0):
+            raise ValueError(f"prefill_tokens and prefill_seqs must be both zero or both positive: {self}")
+        if self.prefill_pairs > 0 and self.prefill_tokens == 0:
+            raise ValueError(f"prefill_pairs without prefill_tokens: {self}")
+        if self.decode_ctx_tokens > 0 and self.decode_seqs == 0:
+            raise ValueError(f"decode_ctx_tokens without decode_seqs: {self}")
+
+    @classmethod
+    def prefill(cls, n_new: int, n_ctx: int = 0) -> "BatchShape":
+        """One sequence computing n_new tokens after n_ctx tokens whose KV is resident."""
+        if n_new <= 0:
+            return cls()
+        return cls(prefill_tokens=n_new, prefill_pairs=attention_pairs(n_new, n_ctx), prefill_seqs=1)
+
+    @classmethod
+    def decode(cls, seqs: int, ctx_tokens: int) -> "BatchShape":
+        """``seqs`` sequences decoding one token each, attending to ``ctx_tokens`` in total."""
+        return cls(decode_seqs=seqs, decode_ctx_tokens=ctx_tokens)
+
+    def __add__(self, other: "BatchShape") -> "BatchShape":
+        """Two groups of sequences in the same iteration."""
+        return BatchShape(self.prefill_tokens + other.prefill_tokens,
+                          self.prefill_pairs + other.prefill_pairs,
+                          self.prefill_seqs + other.prefill_seqs,
+                          self.decode_seqs + other.decode_seqs,
+                          self.decode_ctx_tokens + other.decode_ctx_tokens)
+
+    @property
+    def tokens(self) -> int:
+        """Rows through the token-level ops (GEMMs): every prefill token and one per decoder."""
+        return self.prefill_tokens + self.decode_seqs
+
+    @property
+    def rows(self) -> int:
+        """Rows through the LM head: one sampled token per sequence in the batch."""
+        return self.prefill_seqs + self.decode_seqs
+
+    @property
+    def is_empty(self) -> bool:
+        return self.tokens == 0
+
+
+@dataclass(frozen=True, slots=True)
+class IterationCost:
+    total_s: float      # wall time of the iteration
+    compute_s: float    # L * layer compute + LM head + step overhead: the time with no copies
+    h2d_s: float        # total host-to-device copy time (copy stream busy time)
+    d2h_s: float        # total device-to-host copy time
+    stall_s: float      # total_s - compute_s: copy time the compute could not hide (incl. slowdown)
+
+
+@dataclass(frozen=True, slots=True)
+class PensieveConstants:
+    """Pensieve's per-layer form for one sequence with ``n_new`` new tokens:
+    t_layer(ctx) = alpha * ctx + beta + non_attention."""
+
+    n_new: int
+    alpha: float          # seconds per context token per layer (attention)
+    beta: float           # seconds per layer, attention's fixed part at this n_new
+    non_attention: float  # seconds per layer: GEMMs + elementwise at N = n_new
+
+    def layer_s(self, ctx_tokens: float) -> float:
+        return self.alpha * ctx_tokens + self.beta + self.non_attention
+
+
+class CostModel:
+    """Seconds for one model on one profile (GPU x backend x dtype)."""
+
+    __slots__ = ("model", "profile", "kv_bytes_per_token", "_L", "_w_floor_s", "_gemm_s_per_tok",
+                 "_ew_s_per_tok", "_pf_s_per_pair", "_dec_s_per_ctx", "_head_floor_s",
+                 "_head_s_per_row", "_slowdown", "_layerwise")
+
+    def __init__(self, model: ModelSpec, profile: Profile) -> None:
+        if not isinstance(model, ModelSpec) or not isinstance(profile, Profile):
+            raise TypeError("CostModel(model: ModelSpec, profile: Profile)")
+        self.model = model
+        self.profile = profile
+        self.kv_bytes_per_token: int = model.kv_bytes_per_token
+        lin, pf, dec = profile.linear, profile.prefill_attn, profile.decode_attn
+        p = model.linear_params_per_layer
+        # Precomputed per-unit costs: the simulator calls iteration() once per engine step.
+        self._L = model.num_layers
+        self._w_floor_s = p * model.dtype_bytes / lin.weight_bw_Bps     # memory-bound floor
+        self._gemm_s_per_tok = 2.0 * p / lin.flops                       # compute-bound slope
+        self._ew_s_per_tok = model.elementwise_bytes_per_token_layer / lin.elementwise_bw_Bps
+        self._pf_s_per_pair = 4.0 * model.num_heads * model.head_dim / pf.flops  # QK^T + PV
+        self._dec_s_per_ctx = model.kv_bytes_per_token_layer / dec.kv_bw_Bps
+        self._head_floor_s = model.lm_head_params * model.dtype_bytes / lin.weight_bw_Bps
+        self._head_s_per_row = 2.0 * model.lm_head_params / lin.flops
+        self._slowdown = profile.overlap.compute_slowdown
+        self._layerwise = profile.overlap.layerwise_h2d
+
+    def __repr__(self) -> str:
+        return f"CostModel({self.model.name!r}, {self.profile.name!r})"
+
+    # --- one layer's terms ----------------------------------------------------------------------
+    def linear_s(self, tokens: int) -> float:
+        """The four GEMMs of one layer at N tokens, plus the layer's fixed cost tau."""
+        if tokens <= 0:
+            return 0.0
+        return self.profile.linear.tau_s + max(self._w_floor_s, tokens * self._gemm_s_per_tok)
+
+    def elementwise_s(self, tokens: int) -> float:
+        """Norms, RoPE, residual adds, activation and KV write of one layer (memory-bound)."""
+        return max(tokens, 0) * self._ew_s_per_tok
+
+    def prefill_attn_s(self, pairs: float, seqs: int) -> float:
+        """Causal prefill/append attention of one layer (FLOP-priced; see module notes)."""
+        if pairs <= 0 and seqs <= 0:
+            return 0.0
+        pf = self.profile.prefill_attn
+        return pf.tau_s + pf.per_seq_s * seqs + pairs * self._pf_s_per_pair
+
+    def decode_attn_s(self, seqs: int, ctx_tokens: int) -> float:
+        """Paged decode attention of one layer over ``ctx_tokens`` context tokens in total."""
+        if seqs <= 0:
+            return 0.0
+        dec = self.profile.decode_attn
+        return dec.tau_s + dec.per_seq_s * seqs + ctx_tokens * self._dec_s_per_ctx
+
+    def layer_s(self, shape: BatchShape) -> float:
+        """One decoder layer's compute for the whole batch (no copies)."""
+        n = shape.prefill_tokens + shape.decode_seqs
+        if n == 0:
+            return 0.0
+        t = self.linear_s(n) + n * self._ew_s_per_tok
+        if shape.prefill_tokens:
+            t += self.prefill_attn_s(shape.prefill_pairs, shape.prefill_seqs)
+        if shape.decode_seqs:
+            t += self.decode_attn_s(shape.decode_seqs, shape.decode_ctx_tokens)
+        return t
+
+    def lm_head_s(self, rows: int) -> float:
+        """Final projection of the rows sampled this step: a GEMM with the same floor/slope form.
+
+        No tau: one kernel, whose weight read (~0.4 ms for a 128k vocab at 8B) dwarfs a launch.
+        """
+        if rows <= 0:
+            return 0.0
+        return max(self._head_floor_s, rows * self._head_s_per_row)
+
+    def copy_s(self, direction: str, nbytes: float, copies: float) -> float:
+        """Time of ``copies`` host<->device copies moving ``nbytes`` in total, on one copy engine."""
+        if direction == "h2d":
+            term = self.profile.h2d
+        elif direction == "d2h":
+            term = self.profile.d2h
+        else:
+            raise ValueError(f"direction must be 'h2d' or 'd2h', got {direction!r}")
+        if nbytes < 0 or copies < 0:
+            raise ValueError(f"copy_s needs nbytes, copies >= 0, got {nbytes}, {copies}")
+        return copies * term.latency_s + nbytes / term.bw_Bps
+
+    # --- one iteration ---------------------------------------------------------------------------
+    def iteration(self, shape: BatchShape, h2d_bytes: int = 0, h2d_copies: int = 0,
+                  d2h_bytes: int = 0, d2h_copies: int = 0, pipelining: bool = True) -> IterationCost:
+        """Wall time of one engine iteration with its swap-ins (H2D) and demotions (D2H).
+
+        Copies are counted as issued: with per-layer KV tensors (vLLM/FlashInfer paging) one page of
+        all layers is L copies, one page of one layer (``layer_block``) is 1 copy. H2D bytes and
+        copies are spread evenly over the L layers (layer l carries h2d_bytes/L and h2d_copies/L),
+        so layer l's copy takes t_x = copy_s("h2d", h2d_bytes, h2d_copies) / L.
+
+        pipelining (and ``profile.overlap.layerwise_h2d``): layer l computes once its bytes are in
+        (``pipelined_time_uniform``), compute slowed by (1+epsilon) while the copy stream is busy.
+        Otherwise all H2D copies finish before layer 0: L*t_x + L*t_c.
+        D2H (demotion of victims) runs on the other copy engine from the start of the iteration and
+        does not slow compute (a simplification); the iteration ends when both are done.
+        An iteration with nothing to compute pays no LM head and no step overhead; with no copies
+        either it costs 0.
+        """
+        layers = self._L
+        t_c = self.layer_s(shape)
+        if shape.is_empty:
+            head = overhead = 0.0
+        else:
+            head = self.lm_head_s(shape.rows)
+            overhead = self.profile.step_overhead_s
+        compute = layers * t_c + head + overhead
+        h2d = self.copy_s("h2d", h2d_bytes, h2d_copies) if (h2d_bytes or h2d_copies) else 0.0
+        d2h = self.copy_s("d2h", d2h_bytes, d2h_copies) if (d2h_bytes or d2h_copies) else 0.0
+        if h2d == 0.0:
+            body = layers * t_c
+        elif pipelining and self._layerwise:
+            body = pipelined_time_uniform(layers, h2d / layers, t_c, self._slowdown)
+        else:
+            body = serial_time_uniform(layers, h2d / layers, t_c)
+        total = max(body + head + overhead, d2h)
+        return IterationCost(total_s=total, compute_s=compute, h2d_s=h2d, d2h_s=d2h,
+                             stall_s=total - compute)
+
+    def prefill_s(self, n_new: int, n_ctx: int = 0) -> float:
+        """A lone prefill iteration (TTFT with the whole history resident and an empty queue)."""
+        return self.iteration(BatchShape.prefill(n_new, n_ctx)).total_s
+
+    def decode_step_s(self, seqs: int, ctx_tokens: int) -> float:
+        """A decode-only iteration of ``seqs`` sequences over ``ctx_tokens`` total context."""
+        return self.iteration(BatchShape.decode(seqs, ctx_tokens)).total_s
+
+    def pensieve_constants(self, n_new: int = 1) -> PensieveConstants:
+        """Pensieve's t_layer = alpha*ctx + beta + non_attention for one sequence with n_new tokens.
+
+        n_new = 1 is a decode step (paged decode kernel, memory-bound): alpha = KV bytes per token
+        per layer / kv_bw. n_new > 1 is a prefill/append: alpha = 4*Hq*d*n_new / flops_attn and beta
+        carries the n_new^2/2 causal part. Equals ``layer_s(BatchShape.decode(1, ctx))`` for n_new = 1
+        and ``layer_s(BatchShape.prefill(n_new, ctx))`` otherwise.
+        """
+        if n_new < 1:
+            raise ValueError(f"n_new must be >= 1, got {n_new}")
+        if n_new == 1:
+            dec = self.profile.decode_attn
+            alpha, beta = self._dec_s_per_ctx, dec.tau_s + dec.per_seq_s
+        else:
+            pf = self.profile.prefill_attn
+            alpha = n_new * self._pf_s_per_pair
+            beta = pf.tau_s + pf.per_seq_s + (n_new * n_new / 2.0) * self._pf_s_per_pair
+        non_attention = self.linear_s(n_new) + self.elementwise_s(n_new)
+        return PensieveConstants(n_new=n_new, alpha=alpha, beta=beta, non_attention=non_attention)

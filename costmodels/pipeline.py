@@ -1,0 +1,63 @@
+"""Layer-wise pipelining of host-to-device copies with layer compute (DESIGN.md 3, notes s2.6).
+
+Copies run back to back on one H2D stream in layer order; layer l computes once its bytes are in:
+    X_l = X_(l-1) + t_copy(l),   C_l = max(C_(l-1), X_l) + t_compute(l),   result C_(L-1).
+Both streams start at 0 (the previous iteration's prefetch of layer 0 is not modelled).
+
+Copy/compute interference (epsilon): compute runs (1 + epsilon) slower *while the copy stream is
+busy*, i.e. before X_(L-1), and at full speed after. Why by time and not "every layer": a single
+tiny copy must not slow a whole iteration by epsilon (that would make the cost jump, not grow, with
+the first swapped byte). With epsilon = 0 this is exactly the recurrence above.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+def pipelined_time(copy_s: Sequence[float], compute_s: Sequence[float],
+                   compute_slowdown: float = 0.0) -> float:
+    """End of the last layer's compute, C_(L-1), for per-layer copy and compute times."""
+    if len(copy_s) != len(compute_s):
+        raise ValueError(f"copy_s has {len(copy_s)} layers, compute_s {len(compute_s)}")
+    if compute_slowdown < 0:
+        raise ValueError(f"compute_slowdown must be >= 0, got {compute_slowdown}")
+    slow = 1.0 + compute_slowdown
+    copies_end = float(sum(copy_s))
+    arrived = 0.0   # X_l
+    done = 0.0      # C_l
+    for t_x, t_c in zip(copy_s, compute_s):
+        if t_x < 0 or t_c < 0:
+            raise ValueError(f"negative layer time: copy {t_x}, compute {t_c}")
+        arrived += t_x
+        start = max(done, arrived)
+        if start >= copies_end or compute_slowdown == 0.0:
+            done = start + t_c
+        elif start + t_c * slow <= copies_end:   # wholly under the copy stream
+            done = start + t_c * slow
+        else:                                    # straddles the end of the copies
+            done = copies_end + (t_c - (copies_end - start) / slow)
+    return done
+
+
+def pipelined_time_uniform(num_layers: int, t_copy: float, t_compute: float,
+                           compute_slowdown: float = 0.0) -> float:
+    """Closed form of ``pipelined_time`` for L identical layers.
+
+    Copy-bound (t_x >= t_c(1+eps)): L*t_x + t_c (the last layer runs after all copies, unslowed).
+    Compute-bound: t_x + L*t_c + (L-1)*t_x*eps/(1+eps) (compute runs from t_x without waiting; the
+    (L-1)*t_x it shares with the copy stream run slow). With eps = 0: t_x + L*t_c, as in DESIGN 3.
+    """
+    if num_layers < 0 or t_copy < 0 or t_compute < 0 or compute_slowdown < 0:
+        raise ValueError(f"need non-negative inputs, got L={num_layers}, t_x={t_copy}, "
+                         f"t_c={t_compute}, eps={compute_slowdown}")
+    if num_layers == 0:
+        return 0.0
+    slow = 1.0 + compute_slowdown
+    if t_copy >= t_compute * slow:
+        return num_layers * t_copy + t_compute
+    return t_copy + num_layers * t_compute + (num_layers - 1) * t_copy * compute_slowdown / slow
+
+
+def serial_time_uniform(num_layers: int, t_copy: float, t_compute: float) -> float:
+    """Without pipelining every copy finishes before layer 0 starts: L*t_x + L*t_c."""
+    return num_layers * (t_copy + t_compute)

@@ -1,0 +1,305 @@
+"""Profiles: the fitted constants of each cost term, in model-independent physical form.
+
+A profile says how fast *this GPU with this backend* runs each kind of work (an effective FLOP/s,
+an effective bandwidth, a fixed cost), never how long *a given model* takes. The model config turns
+the work into bytes and FLOPs (``costmodels.cost``), so one profile serves every model
+(calibration-notes s2, "Two-level model"; do not key constants by model name as Vidur does).
+
+All constants are per GPU and, where they say so, per decoder layer. The YAML form is what
+``to_dict`` writes; ``costmodels/profiles/README.md`` documents it for humans.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from . import _strict as S
+
+FORMAT_VERSION = 1
+PROFILES_DIR = Path(__file__).with_name("profiles")
+
+
+# --- the cost terms ------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class LinearTerm:
+    """Token-level work of one layer: the four GEMMs (QKV, O, gate/up, down) and the elementwise ops.
+
+    t(N) = tau_s + max(weight_bytes / weight_bw_Bps, 2 * N * P / flops) + N * ew_bytes / elementwise_bw_Bps
+    with P the layer's linear params and ew_bytes ``ModelSpec.elementwise_bytes_per_token_layer``.
+    """
+
+    tau_s: float                # fixed per-layer cost of the token-level kernels (launch, tails)
+    weight_bw_Bps: float        # effective weight-read bandwidth: the floor at small N (memory-bound)
+    flops: float                # effective dense FLOP/s: the slope at large N (compute-bound)
+    elementwise_bw_Bps: float   # effective bandwidth of norms, RoPE, residual adds, activation, KV write
+
+
+@dataclass(frozen=True, slots=True)
+class PrefillAttnTerm:
+    """Causal attention of the new tokens of prefilling sequences, in one layer.
+
+    t = tau_s + per_seq_s * seqs + 4 * H_q * d * pairs / flops, pairs = sum n_new*(n_ctx + n_new/2)
+    (FlashInfer's ``attention_flops``, calibration-notes s1.3).
+    """
+
+    tau_s: float
+    flops: float        # effective attention FLOP/s
+    per_seq_s: float    # per prefilling sequence (tile tails, plan entries)
+
+
+@dataclass(frozen=True, slots=True)
+class DecodeAttnTerm:
+    """Paged decode attention, memory-bound, in one layer.
+
+    t = tau_s + per_seq_s * B + C * kv_bytes_per_token_layer / kv_bw_Bps, C = total context tokens.
+    """
+
+    tau_s: float
+    per_seq_s: float
+    kv_bw_Bps: float    # effective KV-read bandwidth
+
+
+@dataclass(frozen=True, slots=True)
+class CopyTerm:
+    """One host<->device direction: t = copies * latency_s + bytes / bw_Bps."""
+
+    latency_s: float
+    bw_Bps: float
+
+
+@dataclass(frozen=True, slots=True)
+class OverlapTerm:
+    """How copies and compute share the GPU."""
+
+    compute_slowdown: float  # epsilon: compute runs (1 + epsilon) slower while an H2D copy is in flight
+    layerwise_h2d: bool      # whether the backend can pipeline H2D per layer (copy l+1 during layer l)
+
+
+@dataclass(frozen=True, slots=True)
+class TermValidation:
+    """Held-out error of one fitted term (calibration-notes s5)."""
+
+    mape: float     # mean absolute percentage error, as a fraction (0.05 = 5 %)
+    max_ape: float  # worst absolute percentage error, as a fraction
+    n: int          # held-out shapes
+    split: str      # how the held-out set was chosen, e.g. "random 80/20 by shape"
+
+
+@dataclass(frozen=True, slots=True)
+class ProfileMeta:
+    """Where and how the constants were obtained; refuse to mix backends (notes s5)."""
+
+    gpu: str
+    backend: str
+    dtype: str
+    source: str                      # "analytic: ..." or "fit: <data>"
+    driver: str | None = None
+    cuda: str | None = None
+    torch: str | None = None
+    flashinfer: str | None = None
+    page_size: int | None = None
+    date: str | None = None          # ISO date of the measurement
+    notes: str | None = None
+
+
+TERMS = ("linear", "prefill_attn", "decode_attn", "h2d", "d2h", "overlap", "step_overhead_s")
+# Terms a validation entry may be reported for (the fitted terms plus composite checks).
+VALIDATION_KEYS = ("linear", "elementwise", "lm_head", "prefill_attn", "decode_attn", "h2d", "d2h",
+                   "overlap", "pipeline", "step_overhead", "layer", "iteration", "end_to_end")
+
+
+@dataclass(frozen=True)
+class Profile:
+    """Every constant the cost model needs for one (GPU, backend, dtype)."""
+
+    name: str
+    linear: LinearTerm
+    prefill_attn: PrefillAttnTerm
+    decode_attn: DecodeAttnTerm
+    h2d: CopyTerm
+    d2h: CopyTerm
+    overlap: OverlapTerm
+    step_overhead_s: float   # fixed CPU/launch cost per engine iteration (scheduler, input prep, sampler)
+    meta: ProfileMeta
+    validation: dict[str, TermValidation] = field(default_factory=dict, compare=False)
+
+    def __post_init__(self) -> None:
+        # Also built in code (dataclasses.replace, analytic_profile): hold those to the file rules.
+        ctx = S.Ctx(f"<Profile {self.name!r}>")
+        for term, cls in _TERM_CLASSES.items():
+            obj = getattr(self, term)
+            if not isinstance(obj, cls):
+                raise ctx.child(term).error(f"expected {cls.__name__}, got {type(obj).__name__}")
+            _checked_fields(cls, lambda k, o=obj: getattr(o, k), ctx.child(term))
+        S.number(self.step_overhead_s, ctx.child("step_overhead_s"))
+        if not isinstance(self.meta, ProfileMeta):
+            raise ctx.child("meta").error(f"expected ProfileMeta, got {type(self.meta).__name__}")
+        for k, v in self.validation.items():
+            if k not in VALIDATION_KEYS or not isinstance(v, TermValidation):
+                raise ctx.child(f"validation.{k}").error("expected a known term -> TermValidation")
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data in the YAML layout (insertion-ordered)."""
+        return _to_dict(self)
+
+    @classmethod
+    def from_dict(cls, data: Any, source: str = "<dict>") -> "Profile":
+        """Strictly validated; ``source`` names the file (or origin) in error messages."""
+        return _from_dict(data, S.Ctx(source))
+
+
+# --- dict <-> dataclasses ------------------------------------------------------------------------
+_TERM_CLASSES = {
+    "linear": LinearTerm,
+    "prefill_attn": PrefillAttnTerm,
+    "decode_attn": DecodeAttnTerm,
+    "h2d": CopyTerm,
+    "d2h": CopyTerm,
+    "overlap": OverlapTerm,
+}
+# Rates divide, so they must be > 0; fixed costs and the slowdown may be 0.
+_POSITIVE_SUFFIXES = ("_Bps", "flops")
+
+
+def _to_dict(p: Profile) -> dict[str, Any]:
+    out: dict[str, Any] = {"format_version": FORMAT_VERSION, "name": p.name}
+    for term in _TERM_CLASSES:
+        obj = getattr(p, term)
+        out[term] = {f.name: getattr(obj, f.name) for f in fields(obj)}
+    out["step_overhead_s"] = p.step_overhead_s
+    out["meta"] = {f.name: getattr(p.meta, f.name) for f in fields(ProfileMeta)}
+    out["validation"] = {k: {f.name: getattr(v, f.name) for f in fields(TermValidation)}
+                         for k, v in p.validation.items()}
+    return out
+
+
+def _checked_fields(cls: type, get: Any, ctx: S.Ctx) -> dict[str, Any]:
+    """Type and range of every field of a term class: rates > 0, costs >= 0, flags bool."""
+    values: dict[str, Any] = {}
+    for f in fields(cls):
+        c = ctx.child(f.name)
+        if f.type in ("bool", bool):
+            values[f.name] = S.boolean(get(f.name), c)
+        else:
+            values[f.name] = S.number(get(f.name), c, positive=f.name.endswith(_POSITIVE_SUFFIXES))
+    return values
+
+
+def _term_from(obj: Any, cls: type, ctx: S.Ctx) -> Any:
+    m = S.mapping(obj, ctx)
+    S.check_keys(m, ctx, required=[f.name for f in fields(cls)])
+    return cls(**_checked_fields(cls, m.__getitem__, ctx))
+
+
+def _meta_from(obj: Any, ctx: S.Ctx) -> ProfileMeta:
+    m = S.mapping(obj, ctx)
+    required = ("gpu", "backend", "dtype", "source")
+    S.check_keys(m, ctx, required=required, optional=[f.name for f in fields(ProfileMeta)])
+    values: dict[str, Any] = {k: S.string(m[k], ctx.child(k)) for k in required}
+    for f in fields(ProfileMeta):
+        if f.name in required or f.name not in m:
+            continue
+        if f.name == "page_size":
+            v = m[f.name]
+            values[f.name] = None if v is None else S.integer(v, ctx.child(f.name), minimum=1)
+        else:
+            values[f.name] = S.optional_string(m[f.name], ctx.child(f.name))
+    return ProfileMeta(**values)
+
+
+def _validation_from(obj: Any, ctx: S.Ctx) -> dict[str, TermValidation]:
+    if obj is None:
+        return {}
+    m = S.mapping(obj, ctx)
+    out: dict[str, TermValidation] = {}
+    for term, entry in m.items():
+        c = ctx.child(term)
+        if term not in VALIDATION_KEYS:
+            raise c.error(f"unknown term (allowed: {', '.join(VALIDATION_KEYS)})")
+        e = S.mapping(entry, c)
+        S.check_keys(e, c, required=("mape", "max_ape", "n", "split"))
+        out[term] = TermValidation(
+            mape=S.number(e["mape"], c.child("mape")),
+            max_ape=S.number(e["max_ape"], c.child("max_ape")),
+            n=S.integer(e["n"], c.child("n"), minimum=1),
+            split=S.string(e["split"], c.child("split")),
+        )
+    return out
+
+
+def _from_dict(data: Any, ctx: S.Ctx) -> Profile:
+    m = S.mapping(data, ctx)
+    S.check_keys(m, ctx, required=("name", *TERMS, "meta"), optional=("format_version", "validation"))
+    if "format_version" in m:
+        v = S.integer(m["format_version"], ctx.child("format_version"), minimum=1)
+        if v != FORMAT_VERSION:
+            raise ctx.child("format_version").error(f"unsupported version {v} (this code reads {FORMAT_VERSION})")
+    terms = {t: _term_from(m[t], cls, ctx.child(t)) for t, cls in _TERM_CLASSES.items()}
+    return Profile(
+        name=S.string(m["name"], ctx.child("name")),
+        **terms,
+        step_overhead_s=S.number(m["step_overhead_s"], ctx.child("step_overhead_s")),
+        meta=_meta_from(m["meta"], ctx.child("meta")),
+        validation=_validation_from(m.get("validation"), ctx.child("validation")),
+    )
+
+
+# --- files and names ------------------------------------------------------------------------------
+def read_profile_file(path: str | os.PathLike[str]) -> Profile:
+    """Load one profile YAML, strictly: errors name the key and the file."""
+    return _from_dict(S.read_yaml(path), S.Ctx(str(path)))
+
+
+def save_profile(profile: Profile, path: str | os.PathLike[str]) -> Path:
+    """Write ``profile`` as YAML (the layout ``read_profile_file`` reads); returns the path."""
+    p = Path(path)
+    S.dump_yaml(profile.to_dict(), p, header=(
+        f"kvsim cost-model profile '{profile.name}' (format {FORMAT_VERSION}).\n"
+        "Units: seconds, bytes/s, FLOP/s; per GPU, per decoder layer where a term says so.\n"
+        "Layout and meaning of every key: costmodels/profiles/README.md"))
+    return p
+
+
+def committed_profiles() -> dict[str, Path]:
+    """Profile YAMLs committed under costmodels/profiles/, by file stem."""
+    if not PROFILES_DIR.is_dir():
+        return {}
+    return {p.stem: p for p in sorted(PROFILES_DIR.glob("*.y*ml"))}
+
+
+def load_profile(name_or_path: str | os.PathLike[str] | Profile) -> Profile:
+    """Resolve a profile: a GPU name gives its analytic Level-0 profile, else a committed profile's
+    name (file stem under costmodels/profiles/), else a path to a profile YAML.
+
+    ``load_profile("h100-sxm")`` (or "h100", or "analytic-h100-sxm") is the analytic H100 profile.
+    """
+    if isinstance(name_or_path, Profile):
+        return name_or_path
+    # Imported here because analytic builds Profiles (it imports this module).
+    from .analytic import analytic_profile
+    from .hardware import find_hardware
+
+    text = os.fspath(name_or_path)
+    key = text.strip()
+    lowered = key.lower()
+    hw = find_hardware(lowered.removeprefix("analytic-"))
+    if hw is not None:
+        return analytic_profile(hw)
+    committed = committed_profiles()
+    if key in committed:
+        return read_profile_file(committed[key])
+    if S.is_yaml_path(text):
+        if not Path(text).is_file():
+            raise ValueError(f"{text}: profile file not found")
+        return read_profile_file(text)
+    raise ValueError(f"unknown profile {text!r}: give a GPU name for its analytic profile "
+                     f"({', '.join(available_profiles())}), a committed profile name, or a path to a profile YAML")
+
+
+def available_profiles() -> list[str]:
+    """Names ``load_profile`` accepts without a path: analytic GPU names and committed profiles."""
+    from .hardware import available_hardware
+
+    return sorted(available_hardware()) + sorted(committed_profiles())

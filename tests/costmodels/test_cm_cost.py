@@ -1,0 +1,223 @@
+"""Cost terms and iteration assembly, against figures worked by hand from the specs."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from costmodels import (BatchShape, CostModel, IterationCost, attention_pairs, cost_model,
+                        get_model, load_profile, pipelined_time)
+
+# Analytic H100 constants, from the datasheet figures and the stated Level-0 efficiencies.
+H100_BW, H100_F = 3.35e12, 989.4e12
+W_BW, GEMM_F, ATTN_F, KV_BW, EW_BW = 0.8 * H100_BW, 0.7 * H100_F, 0.4 * H100_F, 0.75 * H100_BW, 0.5 * H100_BW
+TAU = 10e-6
+
+# Llama-3-8B, from its config: h=4096, 32 q heads, 8 kv heads, d=128, I=14336, L=32
+P_L3 = 4096 * 4096 + 2 * 4096 * 8 * 128 + 4096 * 4096 + 3 * 4096 * 14336
+
+
+@pytest.fixture(scope="module")
+def cm() -> CostModel:
+    return cost_model("llama-3-8b", "h100-sxm")
+
+
+def test_gemm_floor_at_one_token(cm) -> None:
+    floor = P_L3 * 2 / W_BW            # 436 MB of bf16 weights at 2.68 TB/s = 162.8 us
+    assert floor == pytest.approx(162.76e-6, rel=1e-3)
+    assert cm.linear_s(1) == pytest.approx(TAU + floor, rel=1e-12)
+    # Flat below the knee N* = F_eff * b / (2 * BW_eff) = 258 tokens: memory-bound.
+    assert cm.linear_s(200) == cm.linear_s(1)
+    assert cm.linear_s(300) > cm.linear_s(1)
+
+
+def test_gemm_compute_slope(cm) -> None:
+    slope = 2 * P_L3 / GEMM_F          # 0.63 us per token per layer
+    assert cm.linear_s(8192) - cm.linear_s(4096) == pytest.approx(4096 * slope, rel=1e-9)
+    assert cm.linear_s(4096) == pytest.approx(TAU + 4096 * slope, rel=1e-12)
+
+
+def test_elementwise(cm) -> None:
+    assert cm.elementwise_s(1000) == pytest.approx(1000 * 196_608 / EW_BW, rel=1e-12)
+    assert cm.elementwise_s(0) == 0.0
+
+
+def test_prefill_attention_quadratic_in_new_linear_in_ctx(cm) -> None:
+    per_pair = 4 * 32 * 128 / ATTN_F
+    t = lambda n, c: cm.prefill_attn_s(attention_pairs(n, c), 1) - TAU  # noqa: E731
+    assert t(1000, 0) == pytest.approx(1000 * 500 * per_pair, rel=1e-12)
+    # quadratic in n_new at n_ctx = 0
+    assert t(2000, 0) == pytest.approx(4 * t(1000, 0), rel=1e-12)
+    # linear in n_ctx at fixed n_new, slope 4*Hq*d*n_new/F
+    assert t(256, 8000) - t(256, 4000) == pytest.approx(t(256, 4000) - t(256, 0), rel=1e-9)
+    assert t(256, 4000) - t(256, 0) == pytest.approx(4 * 32 * 128 * 256 * 4000 / ATTN_F, rel=1e-9)
+
+
+def test_decode_attention_linear_in_total_context(cm) -> None:
+    per_tok = 4096 / KV_BW             # 4 KiB per token-layer at 2.51 TB/s = 1.63 ns
+    assert cm.decode_attn_s(64, 128_000) == pytest.approx(TAU + 128_000 * per_tok, rel=1e-12)
+    d = lambda b, c: cm.decode_attn_s(b, c) - TAU  # noqa: E731
+    assert d(64, 256_000) == pytest.approx(2 * d(64, 128_000), rel=1e-12)
+    assert cm.decode_attn_s(0, 0) == 0.0
+
+
+def test_per_sequence_terms() -> None:
+    base = load_profile("h100")
+    prof = dataclasses.replace(
+        base, name="per-seq",
+        prefill_attn=dataclasses.replace(base.prefill_attn, per_seq_s=3e-6),
+        decode_attn=dataclasses.replace(base.decode_attn, per_seq_s=1e-7))
+    cm2 = CostModel(get_model("llama-3-8b"), prof)
+    cm1 = CostModel(get_model("llama-3-8b"), base)
+    assert cm2.decode_attn_s(64, 1000) - cm1.decode_attn_s(64, 1000) == pytest.approx(64 * 1e-7)
+    pairs = 2 * attention_pairs(100, 0)
+    assert cm2.prefill_attn_s(pairs, 2) - cm1.prefill_attn_s(pairs, 2) == pytest.approx(2 * 3e-6)
+
+
+def test_layer_is_the_sum_of_its_terms(cm) -> None:
+    shape = BatchShape.prefill(500, 3000) + BatchShape.decode(32, 32 * 1500)
+    n = 500 + 32
+    expected = (cm.linear_s(n) + cm.elementwise_s(n) + cm.prefill_attn_s(attention_pairs(500, 3000), 1)
+                + cm.decode_attn_s(32, 48_000))
+    assert cm.layer_s(shape) == pytest.approx(expected, rel=1e-12)
+    assert cm.layer_s(BatchShape()) == 0.0
+
+
+def test_lm_head(cm) -> None:
+    head = 4096 * 128256
+    assert cm.lm_head_s(1) == pytest.approx(head * 2 / W_BW, rel=1e-12)       # 392 us floor
+    assert cm.lm_head_s(4096) == pytest.approx(4096 * 2 * head / GEMM_F, rel=1e-12)
+    assert cm.lm_head_s(0) == 0.0
+
+
+def test_copy_time(cm) -> None:
+    gib = 2**30
+    # One page-layer copy per (16-token page, layer): 1 GiB of Llama-3-8B KV = 512 pages x 32 layers.
+    copies = gib // (16 * 131072) * 32
+    assert copies == 16384
+    assert cm.copy_s("h2d", gib, copies) == pytest.approx(copies * 5e-6 + gib / 55.63e9, rel=1e-12)
+    assert cm.copy_s("d2h", gib, 1) == pytest.approx(5e-6 + gib / (0.8 * 64e9), rel=1e-12)
+    assert cm.copy_s("h2d", 0, 0) == 0.0
+    with pytest.raises(ValueError, match="direction"):
+        cm.copy_s("p2p", 1, 1)
+    with pytest.raises(ValueError):
+        cm.copy_s("h2d", -1, 0)
+
+
+def test_empty_iteration_costs_nothing(cm) -> None:
+    assert cm.iteration(BatchShape()) == IterationCost(0.0, 0.0, 0.0, 0.0, 0.0)
+
+
+def test_iteration_without_copies(cm) -> None:
+    shape = BatchShape.decode(64, 64 * 2000)
+    it = cm.iteration(shape)
+    expected = 32 * cm.layer_s(shape) + cm.lm_head_s(64) + 0.5e-3
+    assert it.total_s == it.compute_s == pytest.approx(expected, rel=1e-12)
+    assert it.stall_s == 0.0 and it.h2d_s == 0.0 and it.d2h_s == 0.0
+
+
+def test_iteration_pipelined_follows_the_layer_recurrence(cm) -> None:
+    shape = BatchShape.prefill(2000, 0)
+    t_c = cm.layer_s(shape)
+    eps = cm.profile.overlap.compute_slowdown
+    for h2d_bytes, copies in [(10 * 2**20, 320), (2 * 2**30, 32 * 1024)]:   # compute-bound, copy-bound
+        it = cm.iteration(shape, h2d_bytes=h2d_bytes, h2d_copies=copies)
+        assert it.h2d_s == pytest.approx(copies * 5e-6 + h2d_bytes / 55.63e9, rel=1e-12)
+        t_x = it.h2d_s / 32
+        body = pipelined_time([t_x] * 32, [t_c] * 32, compute_slowdown=eps)
+        assert it.total_s == pytest.approx(body + cm.lm_head_s(1) + 0.5e-3, rel=1e-9)
+        assert it.compute_s == pytest.approx(32 * t_c + cm.lm_head_s(1) + 0.5e-3, rel=1e-12)
+        assert it.stall_s == pytest.approx(it.total_s - it.compute_s, rel=1e-12)
+        assert it.stall_s > 0
+    # Copy-bound by hand: every layer waits for its copy, the last layer's compute sticks out.
+    it = cm.iteration(shape, h2d_bytes=2 * 2**30, h2d_copies=32 * 1024)
+    assert it.total_s == pytest.approx(it.h2d_s + t_c + cm.lm_head_s(1) + 0.5e-3, rel=1e-12)
+
+
+def test_iteration_without_pipelining(cm) -> None:
+    shape = BatchShape.decode(16, 16 * 4000)
+    it = cm.iteration(shape, h2d_bytes=64 * 2**20, h2d_copies=512, pipelining=False)
+    assert it.total_s == pytest.approx(it.h2d_s + it.compute_s, rel=1e-12)
+    assert it.stall_s == pytest.approx(it.h2d_s, rel=1e-9)
+    # A backend that cannot pipeline per layer ignores pipelining=True.
+    prof = dataclasses.replace(cm.profile, name="no-layerwise",
+                               overlap=dataclasses.replace(cm.profile.overlap, layerwise_h2d=False))
+    cm2 = CostModel(cm.model, prof)
+    assert cm2.iteration(shape, h2d_bytes=64 * 2**20, h2d_copies=512).total_s == it.total_s
+
+
+def test_d2h_runs_concurrently(cm) -> None:
+    shape = BatchShape.decode(8, 8000)
+    plain = cm.iteration(shape)
+    small = cm.iteration(shape, d2h_bytes=2**20, d2h_copies=16)
+    assert small.total_s == plain.total_s and small.d2h_s > 0 and small.stall_s == 0.0
+    big = cm.iteration(shape, d2h_bytes=4 * 2**30, d2h_copies=1024)
+    assert big.total_s == pytest.approx(big.d2h_s, rel=1e-12) and big.d2h_s > plain.total_s
+
+
+def test_copy_only_iteration(cm) -> None:
+    it = cm.iteration(BatchShape(), h2d_bytes=2**30, h2d_copies=100)
+    assert it.compute_s == 0.0
+    assert it.total_s == pytest.approx(it.h2d_s, rel=1e-12) == pytest.approx(it.stall_s, rel=1e-12)
+
+
+shapes = st.builds(
+    lambda n, c, b, k: BatchShape.prefill(n, c) + BatchShape.decode(b, b * k),
+    st.integers(0, 8192), st.integers(0, 32768), st.integers(0, 256), st.integers(1, 8192))
+
+
+@settings(max_examples=200, deadline=None)
+@given(shape=shapes, nbytes=st.integers(0, 8 * 2**30), copies=st.integers(0, 100_000))
+def test_pipelining_never_worse_and_copies_never_free(shape, nbytes, copies) -> None:
+    cm = cost_model("llama-3-8b", "h100")
+    pipe = cm.iteration(shape, h2d_bytes=nbytes, h2d_copies=copies)
+    serial = cm.iteration(shape, h2d_bytes=nbytes, h2d_copies=copies, pipelining=False)
+    base = cm.iteration(shape)
+    assert serial.total_s >= pipe.total_s - 1e-12
+    assert pipe.total_s >= base.total_s - 1e-12
+    assert pipe.total_s >= pipe.h2d_s - 1e-12
+    assert pipe.stall_s >= -1e-12
+
+
+def test_prefill_s_is_a_lone_prefill(cm) -> None:
+    expected = 32 * cm.layer_s(BatchShape.prefill(1000, 0)) + cm.lm_head_s(1) + 0.5e-3
+    assert cm.prefill_s(1000) == pytest.approx(expected, rel=1e-12)
+    assert cm.prefill_s(100, 5000) > cm.prefill_s(100, 0)   # a resident history is attended to
+
+
+def test_pensieve_constants(cm) -> None:
+    dec = cm.pensieve_constants()
+    assert dec.alpha == pytest.approx(4096 / KV_BW, rel=1e-12)
+    assert dec.beta == pytest.approx(TAU, rel=1e-12)
+    assert dec.non_attention == pytest.approx(cm.linear_s(1) + cm.elementwise_s(1), rel=1e-12)
+    pf = cm.pensieve_constants(128)
+    assert pf.alpha == pytest.approx(4 * 32 * 128 * 128 / ATTN_F, rel=1e-12)
+    for ctx in (0, 100, 5000, 100_000):
+        assert dec.layer_s(ctx) == pytest.approx(cm.layer_s(BatchShape.decode(1, ctx)), rel=1e-12)
+        assert pf.layer_s(ctx) == pytest.approx(cm.layer_s(BatchShape.prefill(128, ctx)), rel=1e-12)
+    with pytest.raises(ValueError):
+        cm.pensieve_constants(0)
+
+
+def test_constants_transfer_across_models() -> None:
+    # One profile, two models: the memory-bound floor scales with the weight bytes exactly.
+    a, b = cost_model("llama-3-8b", "h100"), cost_model("llama-3-70b", "h100")
+    ratio = get_model("llama-3-70b").linear_params_per_layer / get_model("llama-3-8b").linear_params_per_layer
+    assert (b.linear_s(1) - TAU) / (a.linear_s(1) - TAU) == pytest.approx(ratio, rel=1e-12)
+    assert b.kv_bytes_per_token == 327680
+
+
+def test_batch_shape_rules() -> None:
+    assert attention_pairs(10, 5) == 10 * (5 + 5)
+    assert BatchShape.prefill(0, 100) == BatchShape()
+    s = BatchShape.prefill(10, 5) + BatchShape.prefill(4, 0) + BatchShape.decode(3, 300)
+    assert s == BatchShape(14, 108.0, 2, 3, 300)
+    assert s.tokens == 17 and s.rows == 5
+    for bad in (dict(prefill_tokens=-1), dict(prefill_tokens=5), dict(prefill_seqs=1),
+                dict(decode_ctx_tokens=10), dict(prefill_pairs=3.0)):
+        with pytest.raises(ValueError):
+            BatchShape(**bad)
+    with pytest.raises(ValueError):
+        attention_pairs(-1, 0)
