@@ -39,6 +39,9 @@ class TieredMemory:
         old = unit.tier
         if old == tier:
             return
+        pages = unit.session.tier_pages
+        pages[old] -= unit.pages
+        pages[tier] += unit.pages
         if old != DROPPED:
             self.policy[old].remove(unit)
             self.used[old] -= unit.size
@@ -59,11 +62,12 @@ class TieredMemory:
                 self.evictable[tier] += unit.size
             self.policy[tier].insert(unit, now)
 
-    def resize(self, unit: Unit, size: int) -> None:
+    def resize(self, unit: Unit, pages: int, size: int) -> None:
         """A pinned GPU unit grows (session granularity); the caller made room."""
         assert unit.pinned and unit.tier == GPU, "only pinned GPU units grow"
         self.used[GPU] += size - unit.size
-        unit.size = size
+        unit.session.tier_pages[GPU] += pages - unit.pages
+        unit.size, unit.pages = size, pages
         self.peak_gpu_bytes = max(self.peak_gpu_bytes, self.used[GPU])
 
     def pin(self, unit: Unit) -> None:

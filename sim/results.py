@@ -46,7 +46,8 @@ class EngineStats:
     gpu_capacity_bytes: int
     cpu_capacity_bytes: int
     gpu_util: float              # time-weighted GPU KV occupancy / capacity
-    gpu_peak_bytes: int          # highest GPU KV occupancy (with infinite memory: the peak demand)
+    gpu_peak_bytes: int          # highest GPU KV occupancy
+    peak_demand_bytes: int       # highest KV of sessions not yet finished, in whole pages, any tier
     swap_in_bytes: int           # host-to-device, all turns
     swap_out_bytes: int          # device-to-host demotions
     dropped_bytes: int           # bytes dropped from the CPU tier (or from the GPU when no CPU room)

@@ -63,16 +63,6 @@ class Step:
     index: int
 
 
-@dataclass(slots=True)
-class _Plan:
-    """Read-only classification of a session's units before admitting a turn."""
-
-    gpu: list[Unit] = field(default_factory=list)
-    cpu: list[Unit] = field(default_factory=list)
-    dropped: list[Unit] = field(default_factory=list)
-    fetch_bytes: int = 0         # bytes to bring onto the GPU (swap-in + recompute + new pages)
-
-
 class Scheduler:
     def __init__(self, sessions: list[Session], cost: CostModel, memory: MemoryConfig,
                  engine: EngineConfig, policy: str, seed: int = 0) -> None:
@@ -101,6 +91,8 @@ class Scheduler:
         self.dec_seqs = 0                                   # sequences decoding in the next step
         self.dec_ctx = 0                                    # their total context tokens
         self._next_key = 0
+        self.live_pages = 0                                 # pages of sessions not yet finished
+        self.peak_live_pages = 0                            # the trace's peak KV demand
         self.ledger: list[tuple] = []
         self.rejected_turns = 0
         self.preemptions = 0
@@ -188,76 +180,64 @@ class Scheduler:
         h2d_bytes = h2d_pages = 0
         admitted: list[TurnRun] = []
         budget = self.cfg.max_batch_tokens - self.dec_seqs
+        bt, pb = self.bt, self.page_bytes
         while self.waiting and len(self.running) < self.cfg.max_running:
             run = self.waiting[0]
+            sess = run.sess
             target = run.history + run.turn.prompt_tokens + run.generated + 1
-            plan = self._classify(run.sess, target)
+            # O(1) checks from the session's per-tier page counts (it is not running: all unpinned).
             # A fully cached prompt still computes its last token for the logits (as vLLM does).
-            new_tokens = max(1, sum(u.tokens(run.sess.tokens, self.bt) for u in plan.dropped)
-                             + (target - 1 - run.sess.tokens))
+            new_tokens = max(1, sess.tokens_in(DROPPED, bt) + (target - 1 - sess.tokens))
             if new_tokens > budget and (admitted or self.dec_seqs):
                 break  # head-of-line blocking, as vLLM's FCFS scheduler
-            own_gpu = sum(u.size for u in plan.gpu if not u.pinned)
-            if self.mem.reclaimable(GPU) - own_gpu < plan.fetch_bytes:
+            pages = sess.tier_pages
+            fetch = (pages[CPU] + pages[DROPPED] + self._pages(target) - sum(pages)) * pb
+            if self.mem.reclaimable(GPU) - pages[GPU] * pb < fetch:
                 break  # no room now; it waits at the head of the queue
             self.waiting.popleft()
-            pairs, swapped = self._make_resident(run, plan, target, now)
+            pairs, swapped, swapped_pages = self._make_resident(run, target, fetch, now)
             shape.prefill_tokens += new_tokens
             shape.prefill_pairs += pairs
             shape.prefill_seqs += 1
             h2d_bytes += swapped
-            h2d_pages += sum(u.pages for u in plan.cpu)
+            h2d_pages += swapped_pages
             budget -= new_tokens
             admitted.append(run)
         return admitted, shape, h2d_bytes, h2d_pages
 
-    def _classify(self, sess: SessionKV, target: int) -> _Plan:
-        plan = _Plan()
-        for u in sess.units:
-            (plan.gpu if u.tier == GPU else plan.cpu if u.tier == CPU else plan.dropped).append(u)
-        plan.fetch_bytes = sum(u.size for u in plan.cpu) + sum(u.size for u in plan.dropped)
-        if self.per_session_unit:
-            grow = (self._pages(target) - self._pages(sess.tokens)) * self.page_bytes
-        else:
-            grow = (self._pages(target) - len(sess.units)) * self.page_bytes
-        plan.fetch_bytes += grow
-        return plan
-
-    def _make_resident(self, run: TurnRun, plan: _Plan, target: int, now: float) -> tuple[float, int]:
+    def _make_resident(self, run: TurnRun, target: int, fetch: int, now: float):
         """Pin the session's units, reclaim room, swap in, recompute, and add the new pages."""
-        sess, mem = run.sess, self.mem
+        sess, mem, bt = run.sess, self.mem, self.bt
         old_tokens = sess.tokens
+        split = [sess.tokens_in(tier, bt) for tier in (GPU, CPU, DROPPED)]
         for u in sess.units:
             mem.pin(u)
-        if not mem.make_room(plan.fetch_bytes, now):
+        if not mem.make_room(fetch, now):
             raise AssertionError(f"admission of {sess.session_id} turn {run.k}: room was checked "
-                                 f"but {plan.fetch_bytes} bytes could not be reclaimed")
-        swapped = 0
-        for u in plan.cpu:
-            mem.place(u, GPU, now)
-            swapped += u.size
-        for u in plan.dropped:
-            mem.place(u, GPU, now)
-            u.created_s = now
+                                 f"but {fetch} bytes could not be reclaimed")
+        swapped = swapped_pages = 0
+        pairs = 0.0
         for u in sess.units:
+            if u.tier == CPU:
+                swapped += u.size
+                swapped_pages += u.pages
+                mem.place(u, GPU, now)
+            elif u.tier == DROPPED:
+                # Recomputed in this prefill, after the tokens before it (DESIGN.md 3 physics).
+                pairs += attention_pairs(u.tokens(old_tokens, bt), u.first_page * bt)
+                mem.place(u, GPU, now)
+                u.created_s = now
             u.last_access_s = now
             u.hits += 1
-        # Recompute runs over dropped units (in position order), then the new tokens.
-        pairs = 0.0
-        for u in plan.dropped:
-            n = u.tokens(old_tokens, self.bt)
-            pairs += attention_pairs(n, u.first_page * self.bt)
         pairs += attention_pairs(max(1, target - 1 - old_tokens), old_tokens)
         self._extend(sess, target, now)
-        hist = run.history
         if not run.admitted_once:
-            run.gpu_hit = sum(u.tokens(hist, self.bt) for u in plan.gpu)
-            run.cpu_hit = sum(u.tokens(hist, self.bt) for u in plan.cpu)
-            run.recomputed = sum(u.tokens(hist, self.bt) for u in plan.dropped)
+            # First admission: the session holds exactly the history, H = g + c + d.
+            run.gpu_hit, run.cpu_hit, run.recomputed = split
             run.admit_s = now
             run.admitted_once = True
         else:
-            redo = sum(u.tokens(old_tokens, self.bt) for u in plan.dropped) + (target - 1 - old_tokens)
+            redo = split[DROPPED] + (target - 1 - old_tokens)
             run.preempt_recompute += redo
             self.preempt_recompute_tokens += redo
         run.swap_in_bytes += swapped
@@ -265,18 +245,19 @@ class Scheduler:
         self._admit_seq += 1
         run.admit_seq = self._admit_seq
         self.running[run.admit_seq] = run
-        return pairs, swapped
+        return pairs, swapped, swapped_pages
 
     def _extend(self, sess: SessionKV, tokens: int, now: float) -> None:
         """Grow the session's KV to ``tokens``, placing new pages pinned on the GPU (room was made)."""
         pages = self._pages(tokens)
+        self.live_pages += pages - self._pages(sess.tokens)
+        self.peak_live_pages = max(self.peak_live_pages, self.live_pages)
         if self.per_session_unit:
             if not sess.units:
                 sess.units.append(self._new_unit(sess, 0, 0, now))
             unit = sess.units[0]
             if pages != unit.pages:
-                self.mem.resize(unit, pages * self.page_bytes)
-                unit.pages = pages
+                self.mem.resize(unit, pages, pages * self.page_bytes)
         else:
             while len(sess.units) < pages:
                 unit = self._new_unit(sess, len(sess.units), self.page_bytes, now)
@@ -287,6 +268,7 @@ class Scheduler:
         self._next_key += 1
         unit = Unit(self._next_key, sess, page, 1 if size else 0, size, pinned=True,
                     created_s=now, last_access_s=now, hits=1)
+        sess.tier_pages[DROPPED] += unit.pages  # born DROPPED (nothing computed), placed at once
         self.mem.place(unit, GPU, now)
         return unit
 
@@ -357,6 +339,7 @@ class Scheduler:
             self._schedule(sess.index, next_s)
         else:
             sess.done = True
+            self.live_pages -= self._pages(tokens)
         for u in sess.units:
             u.last_access_s = now
             u.next_access_s = next_s

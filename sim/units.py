@@ -50,8 +50,16 @@ class SessionKV:
     priority: int
     tokens: int = 0               # tokens whose KV exists (in some tier, or dropped)
     units: list[Unit] = field(default_factory=list)
+    tier_pages: list[int] = field(default_factory=lambda: [0, 0, 0])  # pages per Tier
     next_turn: int = 0            # index of the next turn to arrive
     done: bool = False            # all turns finished (its KV may still be cached)
 
     def pages(self, block_tokens: int) -> int:
         return -(-self.tokens // block_tokens)
+
+    def tokens_in(self, tier: Tier, block_tokens: int) -> int:
+        """Tokens held in ``tier``: whole pages, less the unfilled tail of the last page."""
+        n = self.tier_pages[tier] * block_tokens
+        if self.units and self.units[-1].tier == tier:
+            n -= sum(self.tier_pages) * block_tokens - self.tokens
+        return n
