@@ -70,6 +70,11 @@ class TieredMemory:
         unit.size, unit.pages = size, pages
         self.peak_gpu_bytes = max(self.peak_gpu_bytes, self.used[GPU])
 
+    def access(self, unit: Unit, now: float) -> None:
+        """A turn uses ``unit`` where it is (a hit in its tier), before it is pinned."""
+        if unit.tier != DROPPED:
+            self.policy[unit.tier].access(unit, now)
+
     def pin(self, unit: Unit) -> None:
         if unit.pinned:
             raise AssertionError(f"unit {unit.key} pinned twice")

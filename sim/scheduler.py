@@ -211,6 +211,7 @@ class Scheduler:
         old_tokens = sess.tokens
         split = [sess.tokens_in(tier, bt) for tier in (GPU, CPU, DROPPED)]
         for u in sess.units:
+            mem.access(u, now)
             mem.pin(u)
         if not mem.make_room(fetch, now):
             raise AssertionError(f"admission of {sess.session_id} turn {run.k}: room was checked "

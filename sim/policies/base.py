@@ -2,9 +2,11 @@
 
 A policy instance orders the *evictable* (unpinned) units of one tier; the engine keeps one
 instance per tier. It never sees pinned units as candidates, so "pinned is never evicted" holds by
-construction. The engine reports every membership change through four calls and asks for victims
-through ``victim``, which only peeks (libCacheSim's split of "peek victim" from "evict"): the unit
-leaves only when the engine then calls ``remove``.
+construction. The engine reports a miss as ``insert``, a hit as ``access``, a use by a running turn
+as ``pin``/``unpin``, and a departure as ``remove``; it asks for victims through ``victim``, which
+only peeks (libCacheSim's split of "peek victim" from "evict"): the unit leaves only when the engine
+then calls ``remove``. ``kvsim cachesim`` drives the same calls without pins: insert on a miss,
+access on a hit.
 
 Time is passed in (``now``); policies never read a clock. Unit metadata the engine maintains
 (``last_access_s``, ``tier_since_s``, ``tier_seq``, ``hits``, ``next_access_s``) is there to key on.
@@ -38,6 +40,9 @@ class EvictionPolicy(ABC):
         """``unit`` entered this tier; it is a candidate unless ``unit.pinned``."""
         if not unit.pinned:
             self._add(unit, now)
+
+    def access(self, unit, now: float) -> None:
+        """A hit: ``unit`` is in this tier and is used now (the engine pins it right after)."""
 
     def remove(self, unit) -> None:
         """``unit`` left this tier (evicted, moved, or dropped), pinned or not."""

@@ -2,7 +2,8 @@
 
 An OrderedDict is an intrusive doubly linked list in C: O(1) append, removal from the middle and
 peek of the oldest (vLLM v1's free-block queue does the same). Units are appended when they become
-candidates, i.e. when their turn releases them, so insertion order is last-use order. Demotions into
+candidates, i.e. when their turn releases them, and moved to the end on a hit, so the order is
+last-use order. Demotions into
 the CPU tier arrive in last-use order too (the GPU instance hands them over oldest first).
 """
 from __future__ import annotations
@@ -22,6 +23,10 @@ class LRU(EvictionPolicy):
     def _add(self, unit, now: float) -> None:
         self._order[unit.key] = unit
         self._order.move_to_end(unit.key)
+
+    def access(self, unit, now: float) -> None:
+        if unit.key in self._order:
+            self._order.move_to_end(unit.key)
 
     def _discard(self, unit) -> None:
         self._order.pop(unit.key, None)

@@ -1,0 +1,37 @@
+"""`kvsim bench`: how fast the simulator replays a large synthetic trace (prints figures)."""
+from __future__ import annotations
+
+import argparse
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    p = subparsers.add_parser(
+        "bench", help="time the simulator on a large synthetic trace",
+        description="Replay N synthetic sessions under memory pressure (GPU KV a fraction of the "
+                    "trace's peak live demand) and print wall time, simulated turns per second and "
+                    "peak RSS as min/median/max over repeats, then the time ratio at 2N sessions.")
+    p.add_argument("--sessions", type=int, default=10_000, help="sessions (default 10000)")
+    p.add_argument("--repeats", type=int, default=3, help="timed repeats (default 3)")
+    p.add_argument("--policy", default="lru", help="eviction policy (default lru)")
+    p.add_argument("--gpu-fraction", type=float, default=0.10,
+                   help="GPU KV as a share of peak demand (default 0.10)")
+    p.add_argument("--cpu-kv-gb", type=float, default=0.0, help="CPU tier in GiB (default 0)")
+    p.add_argument("--evict-unit", default="block", choices=("session", "block"))
+    p.add_argument("--model", default="llama-3-8b")
+    p.add_argument("--hardware", default="h100-sxm")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--no-scaling", action="store_true", help="skip the 2N-session run")
+    return p
+
+
+def main(args: argparse.Namespace) -> int:
+    from experiments.bench import BenchConfig, run_bench
+
+    if args.sessions < 1 or args.repeats < 1 or not 0 < args.gpu_fraction:
+        raise ValueError("--sessions and --repeats must be >= 1 and --gpu-fraction > 0")
+    cfg = BenchConfig(sessions=args.sessions, repeats=args.repeats, policy=args.policy,
+                      gpu_fraction=args.gpu_fraction, cpu_kv_gb=args.cpu_kv_gb, model=args.model,
+                      hardware=args.hardware, evict_unit=args.evict_unit, seed=args.seed,
+                      scaling=not args.no_scaling)
+    run_bench(cfg)
+    return 0
