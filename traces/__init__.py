@@ -1,0 +1,69 @@
+"""Trace loaders and generators; everything yields the canonical Session/Turn records.
+
+``load_trace({"kind": ..., **options})`` is the one entry point experiments use:
+
+    {kind: synthetic, sessions: 200, seed: 7}            # SyntheticConfig fields
+    {kind: sharegpt, path: ..., tokenizer: chars, max_sessions: 500, seed: 0, arrival_rate: 1.0,
+     think: {median_s: 30, sigma: 1.0}}
+    {kind: mooncake, path: ..., seed: 0, jitter: true}
+    {kind: azure, path: ...}
+    {kind: jsonl, path: ...}
+
+This package imports nothing else of the project (DESIGN.md section 2).
+"""
+from __future__ import annotations
+
+import inspect
+from typing import Any, Callable, Mapping
+
+from traces.azure import load_azure
+from traces.dists import LogNormalMix, ThinkTime
+from traces.jsonl import read_jsonl, write_jsonl
+from traces.mooncake import load_mooncake
+from traces.records import Session, TraceError, TraceLoad, Turn, validate_session
+from traces.sharegpt import load_sharegpt
+from traces.synthetic import SyntheticConfig, generate_synthetic
+from traces.tokenize import CharEstimate, HFTokenizer, Tokenizer, make_tokenizer
+
+__all__ = [
+    "Turn", "Session", "TraceError", "TraceLoad", "validate_session",
+    "read_jsonl", "write_jsonl", "load_sharegpt", "load_mooncake", "load_azure",
+    "SyntheticConfig", "generate_synthetic", "LogNormalMix", "ThinkTime",
+    "Tokenizer", "CharEstimate", "HFTokenizer", "make_tokenizer",
+    "load_trace", "TRACE_KINDS",
+]
+
+_FILE_LOADERS: dict[str, Callable[..., TraceLoad]] = {
+    "sharegpt": load_sharegpt,
+    "mooncake": load_mooncake,
+    "azure": load_azure,
+    "jsonl": read_jsonl,
+}
+TRACE_KINDS = ("synthetic", *_FILE_LOADERS)
+
+
+def load_trace(spec: Mapping[str, Any]) -> TraceLoad:
+    """Dispatch on spec["kind"]; the other keys are that loader's options (see module docstring)."""
+    if not isinstance(spec, Mapping):
+        raise TraceError(f"trace spec must be a mapping, got {type(spec).__name__}")
+    if "kind" not in spec:
+        raise TraceError(f"trace spec needs 'kind' (one of {', '.join(TRACE_KINDS)})")
+    kind, opts = spec["kind"], {k: v for k, v in spec.items() if k != "kind"}
+    if kind == "synthetic":
+        return generate_synthetic(SyntheticConfig.from_dict(opts, where="trace"))
+    if kind not in _FILE_LOADERS:
+        raise TraceError(f"trace: unknown kind {kind!r}; expected one of {', '.join(TRACE_KINDS)}")
+    loader = _FILE_LOADERS[kind]
+    allowed = list(inspect.signature(loader).parameters)
+    unknown = sorted(set(opts) - set(allowed))
+    if unknown:
+        raise TraceError(f"trace (kind {kind}): unknown option(s) {', '.join(map(repr, unknown))}; "
+                         f"allowed: {', '.join(allowed)}")
+    if "path" not in opts:
+        raise TraceError(f"trace (kind {kind}): missing 'path'")
+    if kind == "sharegpt" and isinstance(opts.get("think"), Mapping):
+        opts["think"] = ThinkTime.from_dict(opts["think"], where="trace.think")
+    try:
+        return loader(**opts)
+    except TypeError as e:  # e.g. a string where a number belongs: report it as a trace error
+        raise TraceError(f"trace (kind {kind}): bad option value: {e}") from e

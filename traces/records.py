@@ -7,6 +7,7 @@ and/or an absolute ``arrival_s`` (open-loop replay). The replay mode picks which
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Iterable
 
 
 class TraceError(ValueError):
@@ -74,7 +75,7 @@ def check_on_error(on_error: str) -> str:
     return on_error
 
 
-def sort_sessions(sessions) -> tuple[Session, ...]:
+def sort_sessions(sessions: Iterable[Session]) -> tuple[Session, ...]:
     """The one order every loader returns: start time, then session id (a deterministic tie-break)."""
     return tuple(sorted(sessions, key=lambda s: (s.start_s, s.session_id)))
 

@@ -1,0 +1,197 @@
+"""The canonical JSON Lines trace format (DESIGN.md section 3): one turn per line.
+
+    {"session_id": "s1", "turn": 0, "arrival_s": 0.0, "prompt_tokens": 120, "output_tokens": 300}
+    {"session_id": "s1", "turn": 1, "think_s": 12.5, "prompt_tokens": 40, "output_tokens": 210}
+
+Optional keys: ``arrival_s`` on later turns, ``think_s``, ``priority`` (int), ``prefix_hashes`` (list
+of int block hashes), ``block_tokens`` (page size of those hashes; the same on every line of a session).
+Lines of different sessions may interleave (a file sorted by time does), but within a session the
+turn indices must appear as 0, 1, 2, ... in file order. Every error names ``file:line``.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable
+
+from traces.records import (Session, TraceError, TraceLoad, Turn, check_on_error, sort_sessions,
+                            validate_session)
+
+REQUIRED_KEYS = ("session_id", "turn", "prompt_tokens", "output_tokens")
+OPTIONAL_KEYS = ("arrival_s", "think_s", "priority", "prefix_hashes", "block_tokens")
+ALL_KEYS = frozenset(REQUIRED_KEYS + OPTIONAL_KEYS)
+
+
+@dataclass(slots=True)
+class _Pending:
+    """A session being assembled: its turns so far and where they came from (for error messages)."""
+
+    first_line: int
+    turns: list[Turn] = field(default_factory=list)
+    lines: list[int] = field(default_factory=list)
+    block_tokens: int | None = None
+    hashes_line: int | None = None  # first line that carries prefix_hashes
+
+
+def _is_int(v: object) -> bool:
+    # bool is an int subclass in Python; true/false in a token count is a type error, not 1/0.
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _int(obj: dict, key: str, minimum: int) -> int:
+    v = obj[key]
+    if not _is_int(v):
+        raise ValueError(f"{key!r} must be an integer, got {type(v).__name__} {v!r}")
+    if v < minimum:
+        raise ValueError(f"{key!r} must be >= {minimum}, got {v}")
+    return v
+
+
+def _seconds(obj: dict, key: str) -> float | None:
+    if key not in obj or obj[key] is None:
+        return None
+    v = obj[key]
+    if not (_is_int(v) or isinstance(v, float)):
+        raise ValueError(f"{key!r} must be a number, got {type(v).__name__} {v!r}")
+    if not math.isfinite(v) or v < 0:
+        raise ValueError(f"{key!r} must be finite and >= 0, got {v}")
+    return float(v)
+
+
+def _parse_line(obj: object) -> tuple[str, int, Turn, int | None]:
+    """Check one decoded line; return (session_id, turn index, Turn, block_tokens). Raises ValueError."""
+    if not isinstance(obj, dict):
+        raise ValueError(f"expected a JSON object, got {type(obj).__name__}")
+    unknown = sorted(set(obj) - ALL_KEYS)
+    if unknown:
+        raise ValueError(f"unknown key(s) {', '.join(map(repr, unknown))}; "
+                         f"allowed: {', '.join(REQUIRED_KEYS + OPTIONAL_KEYS)}")
+    missing = [k for k in REQUIRED_KEYS if k not in obj]
+    if missing:
+        raise ValueError(f"missing key(s) {', '.join(map(repr, missing))}")
+    sid = obj["session_id"]
+    if not isinstance(sid, str) or not sid:
+        raise ValueError(f"'session_id' must be a non-empty string, got {sid!r}")
+    k = _int(obj, "turn", 0)
+    hashes = obj.get("prefix_hashes", [])
+    if not isinstance(hashes, list) or not all(_is_int(h) for h in hashes):
+        raise ValueError("'prefix_hashes' must be a list of integers")
+    block_tokens = _int(obj, "block_tokens", 1) if obj.get("block_tokens") is not None else None
+    turn = Turn(prompt_tokens=_int(obj, "prompt_tokens", 0),
+                output_tokens=_int(obj, "output_tokens", 1),
+                arrival_s=_seconds(obj, "arrival_s"),
+                think_s=_seconds(obj, "think_s"),
+                priority=_int(obj, "priority", -2**63) if obj.get("priority") is not None else 0,
+                prefix_hashes=tuple(hashes))
+    if k == 0 and turn.arrival_s is None:
+        raise ValueError("turn 0 needs 'arrival_s' (the session's start)")
+    if k > 0 and turn.arrival_s is None and turn.think_s is None:
+        raise ValueError(f"turn {k} needs 'think_s' or 'arrival_s'")
+    return sid, k, turn, block_tokens
+
+
+def _add(p: _Pending, sid: str, k: int, turn: Turn, block_tokens: int | None, line: int) -> None:
+    """Append a parsed line to its session; raise ValueError if it breaks the session's order."""
+    if k != len(p.turns):
+        raise ValueError(f"session {sid!r}: expected turn {len(p.turns)} (turns must appear in "
+                         f"order 0, 1, 2, ...), got turn {k}")
+    prev = p.turns[-1] if p.turns else None
+    if prev is not None and turn.arrival_s is not None and prev.arrival_s is not None \
+            and turn.arrival_s < prev.arrival_s:
+        raise ValueError(f"session {sid!r} turn {k}: arrival_s {turn.arrival_s} is before "
+                         f"turn {k - 1}'s arrival_s {prev.arrival_s}")
+    if block_tokens is not None:
+        if p.block_tokens is not None and block_tokens != p.block_tokens:
+            raise ValueError(f"session {sid!r}: block_tokens {block_tokens} differs from "
+                             f"{p.block_tokens} on an earlier line")
+        p.block_tokens = block_tokens
+    if turn.prefix_hashes and p.hashes_line is None:
+        p.hashes_line = line
+    p.turns.append(turn)
+    p.lines.append(line)
+
+
+def read_jsonl(path: str | Path, on_error: str = "raise") -> TraceLoad:
+    """Read a canonical trace. on_error="skip" drops every session with a bad line and counts it."""
+    check_on_error(on_error)
+    path = Path(path)
+    name = path.name
+    pending: dict[str, _Pending] = {}
+    bad_sessions: set[str] = set()
+    orphans = 0  # bad lines that name no session (bad JSON, not an object, no session_id)
+
+    def fail(line: int, msg: str, sid: object) -> None:
+        nonlocal orphans
+        if on_error == "raise":
+            raise TraceError(f"{name}:{line}: {msg}")
+        if isinstance(sid, str) and sid:
+            bad_sessions.add(sid)
+        else:
+            orphans += 1
+
+    try:
+        fh = path.open(encoding="utf-8")
+    except OSError as e:
+        raise TraceError(f"{path}: cannot open trace: {e.strerror}") from e
+    with fh:
+        for line_no, text in enumerate(fh, start=1):
+            if not text.strip():
+                continue  # blank lines (e.g. a trailing newline) carry no record
+            try:
+                obj = json.loads(text)
+            except json.JSONDecodeError as e:
+                fail(line_no, f"invalid JSON: {e.msg} (column {e.colno})", None)
+                continue
+            sid_hint = obj.get("session_id") if isinstance(obj, dict) else None
+            if sid_hint in bad_sessions:
+                continue
+            try:
+                sid, k, turn, block_tokens = _parse_line(obj)
+                p = pending.setdefault(sid, _Pending(first_line=line_no))
+                _add(p, sid, k, turn, block_tokens, line_no)
+            except ValueError as e:
+                fail(line_no, str(e), sid_hint)
+
+    sessions = []
+    for sid, p in pending.items():
+        if sid in bad_sessions:
+            continue
+        if p.hashes_line is not None and p.block_tokens is None:
+            fail(p.hashes_line, f"session {sid!r} has prefix_hashes but no block_tokens", sid)
+            continue
+        s = Session(session_id=sid, turns=tuple(p.turns), block_tokens=p.block_tokens)
+        # A backstop: the line checks above already enforce these rules with precise line numbers.
+        sessions.append(validate_session(s, where=f"{name}:{p.first_line}"))
+    return TraceLoad(sessions=sort_sessions(sessions), skipped=len(bad_sessions) + orphans,
+                     source=str(path), info={"bad_lines_without_session": orphans})
+
+
+def _line(s: Session, k: int, t: Turn) -> dict:
+    obj: dict = {"session_id": s.session_id, "turn": k}
+    if t.arrival_s is not None:
+        obj["arrival_s"] = t.arrival_s
+    if t.think_s is not None:
+        obj["think_s"] = t.think_s
+    obj["prompt_tokens"] = t.prompt_tokens
+    obj["output_tokens"] = t.output_tokens
+    if t.priority:
+        obj["priority"] = t.priority
+    if t.prefix_hashes:
+        obj["prefix_hashes"] = list(t.prefix_hashes)
+    if s.block_tokens is not None:
+        obj["block_tokens"] = s.block_tokens  # on every line: each line stands alone
+    return obj
+
+
+def write_jsonl(sessions: Iterable[Session], path: str | Path) -> int:
+    """Write sessions in the given order, one turn per line; return the number of lines written."""
+    n = 0
+    with Path(path).open("w", encoding="utf-8") as fh:
+        for s in sessions:
+            validate_session(s, where=str(path))
+            for k, t in enumerate(s.turns):
+                fh.write(json.dumps(_line(s, k, t)) + "\n")
+                n += 1
+    return n
