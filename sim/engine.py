@@ -28,6 +28,7 @@ class Engine:
     def _loop(self, env: simpy.Environment):
         sched = self.sched
         reported = 0
+        idle_area = 0.0  # occupancy while idle, counted once a later iteration runs
         while True:
             sched.release(env.now)
             step = sched.plan(env.now)
@@ -41,12 +42,15 @@ class Engine:
                                              f"turn {head.k} waits with nothing running")
                     break
                 if self.start_s is not None:
-                    self.gpu_byte_seconds += used * (nxt - env.now)
+                    idle_area += used * (nxt - env.now)
                 yield env.timeout(nxt - env.now)
                 continue
             if self.start_s is None:
                 self.start_s = env.now
-            self.gpu_byte_seconds += used * step.duration_s
+            # Simulated time runs from the first iteration to the last completion: idle spans
+            # after it (arrivals that are all rejected) are not part of it.
+            self.gpu_byte_seconds += idle_area + used * step.duration_s
+            idle_area = 0.0
             yield env.timeout(step.duration_s)
             sched.finish(step, env.now)
             self.end_s = env.now

@@ -143,3 +143,14 @@ def test_turn_longer_than_gpu_is_rejected_with_its_session():
     res = run(sessions, gib(100 * PAGE))
     assert res.stats.rejected_turns == 2
     assert list(res.turns.session_id) == ["ok"]
+
+
+def test_gpu_util_is_occupancy_over_time_and_at_most_one():
+    # A lone session on a GPU of exactly its final pages, then a rejected late arrival: the util
+    # stays a time average within [0, 1] and the rejected arrival does not stretch simulated time.
+    s = session("S", 0.0, TURNS)
+    late = session("late", 10_000.0, [(5000, 10)])
+    res = run([s, late], gib(pages(FINAL_TOKENS) * PAGE))
+    assert res.stats.rejected_turns == 1
+    assert res.stats.sim_time_s == pytest.approx(res.turns.finish_s.max())
+    assert 0 < res.stats.gpu_util <= 1

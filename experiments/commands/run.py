@@ -1,0 +1,58 @@
+"""`kvsim run CONFIG`: run an experiment grid and write its results folder."""
+from __future__ import annotations
+
+import argparse
+
+
+def _positive_int(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {n}")
+    return n
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    p = subparsers.add_parser(
+        "run", help="run an experiment YAML and write its results folder",
+        description="Run every point of an experiment grid and write summary.csv, turns.parquet, "
+                    "sessions.parquet, config.resolved.yaml and plots/ into the results folder.")
+    p.add_argument("config", help="experiment YAML file (e.g. experiments/quickstart.yaml)")
+    p.add_argument("--out", metavar="DIR", help="results folder (default: results/<name>)")
+    p.add_argument("--workers", type=_positive_int, metavar="N",
+                   help="worker processes (overrides executor.workers)")
+    p.add_argument("--force", action="store_true", help="replace an existing results folder")
+    p.add_argument("--debug", action="store_true",
+                   help="check simulator invariants as it runs; show tracebacks")
+    p.add_argument("--quiet", action="store_true", help="no progress bar and no summary table")
+    return p
+
+
+def main(args: argparse.Namespace) -> int:
+    from experiments.report import summary_table
+    from experiments.runner import default_out_dir, run_experiment
+    from experiments.schema import load_experiment
+
+    exp = load_experiment(args.config)
+    updates = {}
+    if args.workers is not None:
+        updates["executor"] = exp.executor.model_copy(update={"workers": args.workers})
+    if args.debug:
+        updates["debug"] = True
+    if updates:
+        exp = exp.with_overrides(**updates)
+    out = args.out if args.out is not None else default_out_dir(exp)
+    outcome = run_experiment(exp, out, force=args.force, show_progress=not args.quiet)
+    w = outcome.written
+    print(f"results: {w.out_dir}/ ({len(outcome.summary)} grid points; "
+          f"{', '.join(str(f) for f in w.files if f.parent.name != 'plots')}, "
+          f"{len(w.plots)} plots in plots/)")
+    if not args.quiet:
+        print(summary_table(outcome.summary))
+    rejected = outcome.summary.get("rejected_turns")
+    if rejected is not None and (rejected > 0).any():
+        print(f"note: {int((rejected > 0).sum())} grid point(s) rejected turns whose context does "
+              f"not fit in the GPU KV at all (column rejected_turns); their metrics cover fewer turns")
+    return 0

@@ -1,0 +1,255 @@
+"""Run grid points: in this process, in local worker processes, or on Ray.
+
+Every point is independent and seeded, so results do not depend on the executor or the number of
+workers; they come back in grid order. Traces and cost models are loaded once per process (cached by
+spec). Traces are first loaded here, in the calling process, to count the turns the progress bar
+runs over -- which also reports a bad trace (as a ConfigError naming the experiment file and the
+trace's key) before any worker starts. An error while simulating a point is re-raised as
+``PointError`` naming the point.
+
+Local workers are started with the "spawn" method (no fork of a process that holds threads), so a
+script that calls ``run_experiment`` with workers > 1 needs the usual ``if __name__ == "__main__":``
+guard; the `kvsim` command and notebooks need nothing.
+"""
+from __future__ import annotations
+
+import multiprocessing
+import queue as queue_mod
+import sys
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+from tqdm.auto import tqdm
+
+from experiments.schema import ConfigError, ExecutorSpec, GridPoint, TraceSpec
+
+_FLUSH_S = 0.25  # a worker reports progress at most this often
+
+
+class PointError(RuntimeError):
+    """Simulating one grid point failed; the message names the point and the original error."""
+
+
+@dataclass(frozen=True)
+class PointResult:
+    """What one grid point yields: its labels, summary row, and ledgers with the labels added."""
+
+    index: int                 # position in the list of points run
+    point: GridPoint
+    labels: dict[str, Any]     # GridPoint.labels(): the grid columns
+    summary: dict[str, Any]    # sim.metrics.summarize() row (no labels)
+    turns: pd.DataFrame        # per-turn ledger, label columns first
+    sessions: pd.DataFrame     # sim.metrics.session_table(), label columns first
+
+
+# ---------------------------------------------------------------------------------------------
+# Per-process caches
+
+_TRACES: dict[str, Any] = {}   # TraceSpec.key -> traces.TraceLoad
+_COSTS: dict[tuple[str, str], Any] = {}
+
+
+@dataclass(frozen=True)
+class TraceInfo:
+    """What a trace spec loaded to (recorded in config.resolved.yaml)."""
+
+    where: str       # key path in the experiment YAML
+    label: str
+    source: str      # the loader's description of where the trace came from
+    sessions: int
+    turns: int
+    skipped: int     # sessions the loader dropped as malformed
+
+
+def _load(spec: TraceSpec) -> Any:
+    if spec.key not in _TRACES:
+        import traces
+        _TRACES[spec.key] = traces.load_trace(spec.to_dict())
+    return _TRACES[spec.key]
+
+
+def load_sessions(spec: TraceSpec) -> tuple:
+    """The sessions of a trace spec, loaded once per process."""
+    return tuple(_load(spec).sessions)
+
+
+def trace_info(spec: TraceSpec) -> TraceInfo:
+    load = _load(spec)
+    sessions = tuple(load.sessions)
+    return TraceInfo(where=spec.where, label=spec.label, source=str(getattr(load, "source", "")),
+                     sessions=len(sessions), turns=sum(len(s.turns) for s in sessions),
+                     skipped=int(getattr(load, "skipped", 0)))
+
+
+def _cost_model(model: str, hardware: str) -> Any:
+    if (model, hardware) not in _COSTS:
+        import costmodels
+        _COSTS[(model, hardware)] = costmodels.cost_model(model, hardware)
+    return _COSTS[(model, hardware)]
+
+
+def _count_turns(spec: TraceSpec, source: str) -> int:
+    from traces import TraceError
+    try:
+        return sum(len(s.turns) for s in load_sessions(spec))
+    except TraceError as exc:
+        msg = str(exc).removeprefix("trace: ")  # the loader may name the section itself
+        raise ConfigError(f"{source}: {spec.where}: {msg}", file=source, key=spec.where) from exc
+
+
+# ---------------------------------------------------------------------------------------------
+# One point
+
+def run_point(index: int, point: GridPoint, debug: bool = False,
+              progress: Callable[[int], None] | None = None) -> PointResult:
+    """Simulate one grid point in this process. Any failure becomes a PointError naming it."""
+    try:
+        import sim
+        from sim.metrics import session_table, summarize
+
+        sessions = load_sessions(point.trace)
+        cost = _cost_model(point.model, point.hardware)
+        result = sim.simulate(sessions, cost, point.memory, point.engine, policy=point.policy,
+                              seed=point.seed, debug=debug, progress=progress)
+        labels = point.labels()
+        return PointResult(index=index, point=point, labels=labels, summary=summarize(result),
+                           turns=_with_labels(result.turns, labels),
+                           sessions=_with_labels(session_table(result), labels))
+    except Exception as exc:
+        raise PointError(f"grid point {index} ({point.describe()}) failed: "
+                         f"{type(exc).__name__}: {exc}") from exc
+
+
+def _with_labels(df: pd.DataFrame, labels: dict[str, Any]) -> pd.DataFrame:
+    lab = pd.DataFrame({k: [v] * len(df) for k, v in labels.items()}, index=df.index)
+    return pd.concat([lab, df], axis=1)
+
+
+# ---------------------------------------------------------------------------------------------
+# Executors
+
+def run_points(points: Sequence[GridPoint], executor: ExecutorSpec, *, debug: bool = False,
+               show_progress: bool = True, source: str = "<experiment>") -> list[PointResult]:
+    """Run every point and return results in the order of ``points``. A trace that fails to load
+    raises ConfigError naming ``source`` and the trace's key before anything runs."""
+    expected = [_count_turns(p.trace, source) for p in points]
+    bar = tqdm(total=sum(expected), unit="turn", desc="simulating", disable=not show_progress,
+               dynamic_ncols=True, mininterval=0.1 if sys.stderr.isatty() else 5.0)
+    try:
+        if executor.kind == "ray":
+            return _run_ray(points, executor, debug, bar, expected, source)
+        if executor.workers == 1 or len(points) == 1:
+            return _run_inline(points, debug, bar, expected)
+        return _run_pool(points, executor.workers, debug, bar, expected)
+    finally:
+        bar.close()
+
+
+def _run_inline(points, debug, bar, expected) -> list[PointResult]:
+    out = []
+    for i, p in enumerate(points):
+        reported = [0]
+
+        def progress(n: int, reported=reported) -> None:
+            reported[0] += n
+            bar.update(n)
+
+        out.append(run_point(i, p, debug, progress))
+        bar.update(max(0, expected[i] - reported[0]))  # rejected turns are never reported
+    return out
+
+
+class _QueueProgress:
+    """Progress callback for a worker process: batches counts onto a Manager queue."""
+
+    def __init__(self, index: int, q: Any) -> None:
+        self.index, self.q, self.pending, self.last = index, q, 0, time.monotonic()
+
+    def __call__(self, n: int) -> None:
+        self.pending += n
+        now = time.monotonic()
+        if now - self.last >= _FLUSH_S:
+            self.flush()
+            self.last = now
+
+    def flush(self) -> None:
+        if self.pending:
+            self.q.put((self.index, self.pending))
+            self.pending = 0
+
+
+def _pool_task(index: int, point: GridPoint, debug: bool, q: Any) -> PointResult:
+    progress = _QueueProgress(index, q)
+    try:
+        return run_point(index, point, debug, progress)
+    finally:
+        progress.flush()
+
+
+def _run_pool(points, workers, debug, bar, expected) -> list[PointResult]:
+    results: list[PointResult | None] = [None] * len(points)
+    reported = [0] * len(points)
+    ctx = multiprocessing.get_context("spawn")  # no fork of a process with threads (tqdm, Manager)
+    with ctx.Manager() as manager:
+        q = manager.Queue()
+
+        def drain() -> None:
+            while True:
+                try:
+                    i, n = q.get_nowait()
+                except queue_mod.Empty:
+                    return
+                reported[i] += n
+                bar.update(n)
+
+        with ProcessPoolExecutor(max_workers=min(workers, len(points)), mp_context=ctx) as pool:
+            futures: dict[Future, int] = {pool.submit(_pool_task, i, p, debug, q): i
+                                          for i, p in enumerate(points)}
+            pending = set(futures)
+            try:
+                while pending:
+                    done, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
+                    drain()
+                    for f in sorted(done, key=futures.__getitem__):
+                        i = futures[f]
+                        results[i] = f.result()
+                        bar.update(max(0, expected[i] - reported[i]))
+                        reported[i] = expected[i]
+            except BaseException:
+                pool.shutdown(wait=True, cancel_futures=True)
+                raise
+    return results  # type: ignore[return-value]
+
+
+def _ray_task(index: int, point: GridPoint, debug: bool) -> PointResult:
+    return run_point(index, point, debug)
+
+
+def _run_ray(points, executor: ExecutorSpec, debug, bar, expected, source) -> list[PointResult]:
+    try:
+        import ray
+    except ImportError:
+        raise ConfigError(f"{source}: executor.kind: ray requires `pip install ray`",
+                          file=source, key="executor.kind") from None
+    if not ray.is_initialized():
+        ray.init(address=executor.address, ignore_reinit_error=True)
+    task = ray.remote(_ray_task)
+    refs = [task.remote(i, p, debug) for i, p in enumerate(points)]
+    where = {ref: i for i, ref in enumerate(refs)}
+    results: list[PointResult | None] = [None] * len(points)
+    pending = list(refs)
+    while pending:
+        done, pending = ray.wait(pending, num_returns=1)
+        i = where[done[0]]
+        try:
+            results[i] = ray.get(done[0])
+        except Exception as exc:  # RayTaskError wraps the PointError
+            cause = getattr(exc, "cause", None)
+            raise (cause if isinstance(cause, PointError) else
+                   PointError(f"grid point {i} ({points[i].describe()}) failed: {exc}")) from exc
+        bar.update(expected[i])
+    return results  # type: ignore[return-value]

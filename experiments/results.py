@@ -1,0 +1,155 @@
+"""Collect point results into tables and write the results folder atomically.
+
+The folder is built in a temporary sibling (``.<name>.tmp-*``) and renamed into place only once
+every file is written, so ``--out`` either holds a complete run or does not exist. An existing
+``--out`` is refused unless ``force``, which replaces it (the old folder is removed only after the
+new one is in place).
+
+Files: summary.csv (one row per grid point: grid labels, every ``sim.metrics.summarize`` column,
+``throughput_impact`` when an infinite-memory baseline ran, then ``pass_*`` target columns),
+turns.parquet and sessions.parquet (ledgers with the grid labels), config.resolved.yaml, plots/*.png.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import shutil
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import yaml
+
+from experiments.executor import PointResult, TraceInfo
+from experiments.schema import LABEL_COLUMNS, Experiment
+from experiments.version import kvsim_version
+from sim.metrics import SUMMARY_COLUMNS, targets
+
+SUMMARY_FILE = "summary.csv"
+TURNS_FILE = "turns.parquet"
+SESSIONS_FILE = "sessions.parquet"
+CONFIG_FILE = "config.resolved.yaml"
+PLOTS_DIR = "plots"
+
+
+@dataclass(frozen=True)
+class ResultTables:
+    """Everything a run produced, as tables."""
+
+    summary: pd.DataFrame   # one row per grid point
+    turns: pd.DataFrame     # all per-turn ledgers, label columns first
+    sessions: pd.DataFrame  # all session tables, label columns first
+
+
+@dataclass(frozen=True)
+class WrittenResults:
+    out_dir: Path
+    files: list[Path] = field(default_factory=list)   # relative to out_dir
+    plots: list[Path] = field(default_factory=list)   # relative to out_dir
+
+
+def collect(results: Sequence[PointResult]) -> ResultTables:
+    """Build the summary table (with throughput impact against gpu_kv_gb = inf rows, when there are
+    any, and the pass_* targets) and concatenate the ledgers, in the order of ``results``."""
+    rows = [{**r.labels, **r.summary} for r in results]
+    _add_throughput_impact(rows)
+    for row in rows:
+        row.update({f"pass_{k}": v for k, v in targets(row).items()})
+    summary = pd.DataFrame(rows, columns=_summary_columns(rows))
+    turns = pd.concat([r.turns for r in results], ignore_index=True) if results else pd.DataFrame()
+    sessions = (pd.concat([r.sessions for r in results], ignore_index=True)
+                if results else pd.DataFrame())
+    return ResultTables(summary=summary, turns=turns, sessions=sessions)
+
+
+def _baseline_key(row: dict[str, Any]) -> tuple:
+    return tuple(row[k] for k in LABEL_COLUMNS if k != "gpu_kv_gb")
+
+
+def _add_throughput_impact(rows: list[dict[str, Any]]) -> None:
+    """throughput_impact = 1 - throughput / throughput with gpu_kv_gb = inf and otherwise the same
+    labels. Added to every row when the run holds such baseline rows (0 on the baselines)."""
+    base = {_baseline_key(r): r["throughput_tok_s"] for r in rows if math.isinf(r["gpu_kv_gb"])}
+    if not base:
+        return
+    for r in rows:
+        ref = base.get(_baseline_key(r), math.nan)
+        r["throughput_impact"] = (1.0 - r["throughput_tok_s"] / ref
+                                  if ref and not math.isnan(ref) else math.nan)
+
+
+def _summary_columns(rows: list[dict[str, Any]]) -> list[str]:
+    """Labels, SUMMARY_COLUMNS, extra metric columns (per-class Jain) in first-seen order, then
+    throughput_impact and the pass_* columns."""
+    fixed = list(LABEL_COLUMNS) + list(SUMMARY_COLUMNS)
+    extra: list[str] = []
+    passes: list[str] = []
+    for row in rows:
+        for k in row:
+            if k in fixed or k in extra or k in passes or k == "throughput_impact":
+                continue
+            (passes if k.startswith("pass_") else extra).append(k)
+    tail = ["throughput_impact"] if any("throughput_impact" in r for r in rows) else []
+    return fixed + extra + tail + passes
+
+
+# ---------------------------------------------------------------------------------------------
+# Writing
+
+def check_out_dir(out: str | os.PathLike, force: bool) -> Path:
+    """Refuse an existing ``out`` unless ``force`` (call before spending time on a run)."""
+    out = Path(out)
+    if out.exists() and not force:
+        raise FileExistsError(f"{out} exists; pass --force to replace it")
+    return out
+
+
+def write_results(out: str | os.PathLike, experiment: Experiment, tables: ResultTables, *,
+                  force: bool = False, traces: Sequence[TraceInfo] = ()) -> WrittenResults:
+    """Write the results folder atomically; return what was written. ``traces`` (what each trace
+    spec loaded to) is recorded in config.resolved.yaml under ``traces_loaded``."""
+    from experiments.plots import make_plots  # matplotlib is only needed here
+
+    out = check_out_dir(out, force)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    try:
+        tables.summary.to_csv(tmp / SUMMARY_FILE, index=False)
+        tables.turns.to_parquet(tmp / TURNS_FILE, index=False)
+        tables.sessions.to_parquet(tmp / SESSIONS_FILE, index=False)
+        resolved = {"kvsim_version": kvsim_version(), **experiment.resolved()}
+        if traces:
+            resolved["traces_loaded"] = [dataclasses.asdict(t) for t in traces]
+        (tmp / CONFIG_FILE).write_text(yaml.safe_dump(resolved, sort_keys=False), encoding="utf-8")
+        (tmp / PLOTS_DIR).mkdir()
+        plots = [p.relative_to(tmp) for p in make_plots(tables.summary, tables.turns, tmp / PLOTS_DIR)]
+        files = sorted(p.relative_to(tmp) for p in tmp.rglob("*") if p.is_file())
+        _move_into_place(tmp, out, force)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return WrittenResults(out_dir=out, files=files, plots=plots)
+
+
+def _move_into_place(tmp: Path, out: Path, force: bool) -> None:
+    if not out.exists() and not out.is_symlink():
+        os.rename(tmp, out)
+        return
+    if not force:
+        raise FileExistsError(f"{out} exists; pass --force to replace it")
+    old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
+    old.rmdir()
+    os.rename(out, old)
+    try:
+        os.rename(tmp, out)
+    except BaseException:
+        os.rename(old, out)  # put the previous results back
+        raise
+    if old.is_dir() and not old.is_symlink():
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        old.unlink()

@@ -1,0 +1,424 @@
+"""The experiment YAML (DESIGN.md 4): validation with pydantic and expansion into a grid of runs.
+
+Any list-valued field under ``memory``, and ``policies``, ``seeds``, ``model``, ``hardware`` and
+``trace`` (a list of trace mappings) is a grid axis; a scalar is a one-value axis. Every error is a
+``ConfigError`` whose lines read ``FILE: KEY.PATH[i]: message``.
+
+Grid order (deterministic, lists in the order written): trace, model, hardware, evict_unit,
+block_tokens, cpu_kv_gb, policy, gpu_kv_gb, seed -- the last one varies fastest.
+
+Relative paths (``trace.path``, a model or hardware given as a file) resolve against the YAML
+file's folder first, then the current directory; the resolved experiment holds absolute paths.
+"""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import itertools
+import json
+import math
+import os
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, StrictBool,
+                      StrictInt, StrictStr, ValidationError, ValidationInfo, field_validator)
+
+from sim.config import EVICT_UNITS, REPLAY_MODES, EngineConfig, MemoryConfig
+
+TRACE_KINDS = ("synthetic", "sharegpt", "mooncake", "azure", "jsonl")
+FILE_TRACE_KINDS = ("sharegpt", "mooncake", "azure", "jsonl")  # need trace.path
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+_ENGINE_DEFAULTS = {f.name: f.default for f in dataclasses.fields(EngineConfig)}
+
+
+class ConfigError(ValueError):
+    """An invalid experiment file. ``str(err)`` holds one ``FILE: KEY: message`` line per problem."""
+
+    def __init__(self, message: str, file: str | None = None, key: str | None = None) -> None:
+        super().__init__(message)
+        self.file = file
+        self.key = key
+
+
+# ---------------------------------------------------------------------------------------------
+# Field checks. Each raises ValueError; pydantic attaches the key path.
+
+def _as_list(v: Any) -> Any:
+    return v if isinstance(v, list) else [v]
+
+
+def _no_duplicates(v: list) -> list:
+    seen: list = []
+    for x in v:
+        if x in seen:
+            raise ValueError(f"duplicate value {x!r} (each grid value once)")
+        seen.append(x)
+    return v
+
+
+def _looks_like_path(value: str) -> bool:
+    return value.endswith((".yaml", ".yml", ".json")) or "/" in value or os.sep in value
+
+
+def _resolve_file(value: str, info: ValidationInfo) -> str:
+    """Absolute path of ``value``: as given if absolute, else the YAML's folder, then the CWD."""
+    p = Path(value).expanduser()
+    base = (info.context or {}).get("base_dir")
+    candidates = [p] if p.is_absolute() else ([Path(base) / p] if base else []) + [Path.cwd() / p]
+    for c in candidates:
+        if c.is_file():
+            return str(c.resolve())
+    where = " or ".join(str(c.parent) for c in candidates)
+    raise ValueError(f"file not found: {value!r} (looked in {where})")
+
+
+def _check_model(value: str, info: ValidationInfo) -> str:
+    """A registered model name or alias (costmodels.get_model), or a model spec YAML file."""
+    import costmodels
+    if _looks_like_path(value):
+        value = _resolve_file(value, info)
+    costmodels.get_model(value)  # ValueError names the registered models
+    return value
+
+
+def _check_hardware(value: str, info: ValidationInfo) -> str:
+    """A GPU name (its analytic profile), a committed profile name, or a profile YAML file
+    (costmodels.load_profile)."""
+    import costmodels
+    if _looks_like_path(value):
+        value = _resolve_file(value, info)
+    costmodels.load_profile(value)  # ValueError names what it accepts
+    return value
+
+
+def _check_policy(value: str) -> str:
+    from sim.policies import policy_class  # ValueError names the policy and the registered ones
+    policy_class(value)
+    return value
+
+
+# ---------------------------------------------------------------------------------------------
+# Schema
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class TraceSpecModel(BaseModel):
+    """A trace: ``kind`` plus options passed to ``traces.load_trace`` unchanged (``path`` resolved)."""
+
+    model_config = ConfigDict(extra="allow", strict=True, frozen=True)
+    kind: Literal[TRACE_KINDS] = Field(description="synthetic | sharegpt | mooncake | azure | jsonl")
+    path: StrictStr | None = Field(None, validate_default=True,
+                                   description="trace file; needed by every kind but synthetic")
+
+    @field_validator("path")
+    @classmethod
+    def _path(cls, v: str | None, info: ValidationInfo) -> str | None:
+        kind = info.data.get("kind")
+        if v is None:
+            if kind in FILE_TRACE_KINDS:
+                raise ValueError(f"required for kind {kind!r}")
+            return None
+        return _resolve_file(v, info)
+
+
+PosFloat = Annotated[float, Field(gt=0)]
+NonNegFloat = Annotated[float, Field(ge=0)]
+PosInt = Annotated[StrictInt, Field(ge=1)]
+
+
+class MemorySpec(_Strict):
+    """KV tiers. Each key may be a list: one grid axis per list."""
+
+    gpu_kv_gb: Annotated[list[PosFloat], Field(min_length=1), AfterValidator(_no_duplicates)] = Field(
+        description="GPU KV capacity in GiB (.inf: unbounded)")
+    cpu_kv_gb: Annotated[list[NonNegFloat], Field(min_length=1), AfterValidator(_no_duplicates)] = Field(
+        default=[0.0], description="CPU swap tier in GiB (0: evictions drop)")
+    block_tokens: Annotated[list[PosInt], Field(min_length=1), AfterValidator(_no_duplicates)] = Field(
+        default=[16], description="page size in tokens")
+    evict_unit: Annotated[list[Literal[EVICT_UNITS]], Field(min_length=1),
+                          AfterValidator(_no_duplicates)] = Field(
+        default=["block"], description="session | block | layer_block")
+
+    wrap_lists = field_validator("gpu_kv_gb", "cpu_kv_gb", "block_tokens", "evict_unit",
+                            mode="before")(_as_list)
+
+
+class EngineSpec(_Strict):
+    """Engine behaviour (scalars only: not a grid axis)."""
+
+    max_batch_tokens: PosInt = _ENGINE_DEFAULTS["max_batch_tokens"]
+    max_running: PosInt = _ENGINE_DEFAULTS["max_running"]
+    replay: Literal[REPLAY_MODES] = _ENGINE_DEFAULTS["replay"]
+    pipelining: StrictBool = _ENGINE_DEFAULTS["pipelining"]
+
+
+class ExecutorSpec(_Strict):
+    """Where grid points run: local processes (workers=1: in this process) or a Ray cluster."""
+
+    kind: Literal["local", "ray"] = "local"
+    workers: PosInt = 1
+    address: StrictStr | None = Field(None, description="ray only: cluster address (e.g. auto)")
+
+
+class Experiment(_Strict):
+    """A validated experiment. Build it with ``load_experiment``; expand it with ``grid()``."""
+
+    name: StrictStr = Field(description="names the results folder (results/<name>)")
+    trace: Annotated[list[TraceSpecModel], Field(min_length=1)]
+    model: Annotated[list[Annotated[StrictStr, AfterValidator(_check_model)]], Field(min_length=1),
+                     AfterValidator(_no_duplicates)]
+    hardware: Annotated[list[Annotated[StrictStr, AfterValidator(_check_hardware)]],
+                        Field(min_length=1), AfterValidator(_no_duplicates)]
+    memory: MemorySpec
+    engine: EngineSpec = EngineSpec()
+    policies: Annotated[list[Annotated[StrictStr, AfterValidator(_check_policy)]],
+                        Field(min_length=1), AfterValidator(_no_duplicates)]
+    seeds: Annotated[list[StrictInt], Field(min_length=1), AfterValidator(_no_duplicates)] = [0]
+    executor: ExecutorSpec = ExecutorSpec()
+    baseline_infinite: StrictBool = Field(False, description="also run every point with "
+                                          "gpu_kv_gb=inf to measure the throughput impact")
+    debug: StrictBool = False
+
+    _source: str = PrivateAttr(default="<memory>")
+    wrap_lists = field_validator("trace", "model", "hardware", "policies", "seeds", mode="before")(_as_list)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not _NAME_RE.match(v):
+            raise ValueError(f"{v!r}: use letters, digits, '.', '_' or '-' (it names the results folder)")
+        return v
+
+    @property
+    def source(self) -> str:
+        """The YAML file this experiment came from (for error messages)."""
+        return self._source
+
+    def with_overrides(self, **updates: Any) -> Experiment:
+        """A copy with top-level fields replaced (e.g. executor, debug), keeping the source."""
+        new = self.model_copy(update=updates)
+        new._source = self._source
+        return new
+
+    def resolved(self) -> dict[str, Any]:
+        """The experiment with defaults filled in and paths resolved (plain data, YAML-dumpable)."""
+        return self.model_dump(mode="python", exclude_none=True)
+
+    def trace_specs(self) -> list[TraceSpec]:
+        labels = [t.kind + (f":{Path(t.path).name}" if t.path else "") for t in self.trace]
+        if len(set(labels)) < len(labels):
+            labels = [f"{lab}[{i}]" for i, lab in enumerate(labels)]
+        wheres = ["trace"] if len(self.trace) == 1 else [f"trace[{i}]" for i in range(len(self.trace))]
+        return [TraceSpec.from_model(t, lab, w) for t, lab, w in zip(self.trace, labels, wheres)]
+
+    def grid(self) -> list[GridPoint]:
+        """Every run of the experiment, in the module's documented order."""
+        engine = EngineConfig(**self.engine.model_dump())
+        m = self.memory
+        points = []
+        for trace, model, hw, unit, bt, cpu, policy, gpu, seed in itertools.product(
+                self.trace_specs(), self.model, self.hardware, m.evict_unit, m.block_tokens,
+                m.cpu_kv_gb, self.policies, m.gpu_kv_gb, self.seeds):
+            mem = MemoryConfig(gpu_kv_gb=gpu, cpu_kv_gb=cpu, block_tokens=bt, evict_unit=unit)
+            points.append(GridPoint(self.name, trace, model, hw, mem, engine, policy, seed))
+        return points
+
+    def baseline_points(self) -> list[GridPoint]:
+        """With ``baseline_infinite``: each grid point with gpu_kv_gb = inf, once, unless the grid
+        already holds it. Empty otherwise."""
+        if not self.baseline_infinite:
+            return []
+        grid = self.grid()
+        out: list[GridPoint] = []
+        for p in grid:
+            b = p.infinite_baseline()
+            if b not in grid and b not in out:
+                out.append(b)
+        return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Grid points
+
+@dataclass(frozen=True, slots=True)
+class TraceSpec:
+    """One trace of the grid: what ``traces.load_trace`` gets (``to_dict()``) and a short label."""
+
+    kind: str
+    options_json: str  # every option but kind, as canonical JSON (hashable, picklable)
+    label: str
+    where: str = dataclasses.field(default="trace", compare=False)  # key path in the YAML
+
+    @classmethod
+    def from_model(cls, t: TraceSpecModel, label: str, where: str = "trace") -> TraceSpec:
+        opts = {k: v for k, v in t.model_dump().items() if k != "kind" and v is not None}
+        return cls(t.kind, json.dumps(opts, sort_keys=True, default=str), label, where)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, **json.loads(self.options_json)}
+
+    @property
+    def key(self) -> str:
+        """Cache key: equal for equal specs."""
+        return f"{self.kind}:{self.options_json}"
+
+
+LABEL_COLUMNS: tuple[str, ...] = ("name", "policy", "model", "hardware", "trace", "gpu_kv_gb",
+                                  "cpu_kv_gb", "block_tokens", "evict_unit", "seed")
+
+
+@dataclass(frozen=True, slots=True)
+class GridPoint:
+    """One simulation run. ``model`` and ``hardware`` are names or absolute file paths."""
+
+    name: str
+    trace: TraceSpec
+    model: str
+    hardware: str
+    memory: MemoryConfig
+    engine: EngineConfig
+    policy: str
+    seed: int
+
+    def labels(self) -> dict[str, Any]:
+        """The grid columns of this point (LABEL_COLUMNS order) for summary.csv and the ledgers."""
+        return {"name": self.name, "policy": self.policy, "model": _short(self.model),
+                "hardware": _short(self.hardware), "trace": self.trace.label,
+                "gpu_kv_gb": float(self.memory.gpu_kv_gb), "cpu_kv_gb": float(self.memory.cpu_kv_gb),
+                "block_tokens": self.memory.block_tokens, "evict_unit": self.memory.evict_unit,
+                "seed": self.seed}
+
+    def describe(self) -> str:
+        return " ".join(f"{k}={v}" for k, v in self.labels().items() if k != "name")
+
+    def infinite_baseline(self) -> GridPoint:
+        return dataclasses.replace(self, memory=dataclasses.replace(self.memory, gpu_kv_gb=math.inf))
+
+
+def _short(name_or_path: str) -> str:
+    return Path(name_or_path).stem if os.path.isabs(name_or_path) else name_or_path
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """SafeLoader that rejects a key written twice in one mapping (PyYAML keeps the last)."""
+
+
+def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
+    seen: set = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        if key in seen:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"duplicate key {key!r}", key_node.start_mark)
+        seen.add(key)
+    return loader.construct_mapping(node, deep)
+
+
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+def read_yaml(path: str | os.PathLike) -> Any:
+    """Parse a YAML file; syntax errors become ConfigError with the line and column."""
+    shown = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{shown}: no such file", file=shown) from None
+    except OSError as exc:
+        raise ConfigError(f"{shown}: cannot read: {exc.strerror}", file=shown) from None
+    try:
+        return yaml.load(text, Loader=_UniqueKeyLoader)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ConfigError(f"{shown}: {where}YAML syntax error: {problem}", file=shown) from None
+
+
+def parse_experiment(data: Any, source: str = "<memory>", base_dir: str | os.PathLike | None = None
+                     ) -> Experiment:
+    """Validate already-parsed YAML data. ``source`` names the file in errors."""
+    if not isinstance(data, dict):
+        got = "an empty file" if data is None else f"a {type(data).__name__}"
+        raise ConfigError(f"{source}: the experiment must be a mapping of keys, got {got}", file=source)
+    try:
+        exp = Experiment.model_validate(data, context={"base_dir": str(base_dir) if base_dir else None})
+    except ValidationError as exc:
+        lines, keys = [], []
+        for err in exc.errors(include_url=False):
+            key = format_loc(err["loc"], data)
+            keys.append(key)
+            lines.append(f"{source}: {key}: {_message(err)}")
+        raise ConfigError("\n".join(lines), file=source, key=keys[0] if keys else None) from None
+    exp._source = source
+    return exp
+
+
+def load_experiment(path: str | os.PathLike) -> Experiment:
+    """Read and validate an experiment YAML file; raise ConfigError naming the file and the key."""
+    data = read_yaml(path)
+    return parse_experiment(data, source=str(path), base_dir=Path(path).resolve().parent)
+
+
+# ---------------------------------------------------------------------------------------------
+# Error messages
+
+def format_loc(loc: Sequence[str | int], data: Any) -> str:
+    """pydantic's loc tuple as a key path: ``memory.gpu_kv_gb[2]``. An index into a value the user
+    wrote as a scalar (wrapped into a one-value list) is left out."""
+    out = ""
+    node = data
+    for seg in loc:
+        if isinstance(seg, int):
+            if isinstance(node, list):
+                out += f"[{seg}]"
+                node = node[seg] if 0 <= seg < len(node) else None
+            continue
+        out += f".{seg}" if out else str(seg)
+        node = node.get(seg) if isinstance(node, dict) else None
+    return out or "(top level)"
+
+
+_TYPE_WORDS = {"float_type": "a number", "int_type": "an integer", "bool_type": "true or false",
+               "string_type": "a string", "list_type": "a list", "model_type": "a mapping",
+               "dict_type": "a mapping", "model_attributes_type": "a mapping",
+               "int_from_float": "an integer", "float_parsing": "a number", "int_parsing": "an integer"}
+
+_SECTIONS: dict[tuple[str, ...], type[BaseModel]] = {
+    (): Experiment, ("memory",): MemorySpec, ("engine",): EngineSpec, ("executor",): ExecutorSpec}
+
+
+def _message(err: dict) -> str:
+    kind, ctx, value = err["type"], err.get("ctx") or {}, err.get("input")
+    if kind == "extra_forbidden":
+        parent = tuple(s for s in err["loc"][:-1] if isinstance(s, str))
+        allowed = sorted(_SECTIONS[parent].model_fields) if parent in _SECTIONS else []
+        hint = difflib.get_close_matches(str(err["loc"][-1]), allowed, n=1)
+        return ("unknown key" + (f" (did you mean {hint[0]!r}?)" if hint else "")
+                + (f"; allowed: {', '.join(allowed)}" if allowed else ""))
+    if kind == "missing":
+        return "required key is missing"
+    if kind in _TYPE_WORDS:
+        return f"expected {_TYPE_WORDS[kind]}, got {type(value).__name__} {value!r}"
+    if kind == "literal_error":
+        return f"must be one of {ctx.get('expected', '?').replace(' or ', ', ')}; got {value!r}"
+    bounds = {"greater_than": ">", "greater_than_equal": ">=", "less_than": "<",
+              "less_than_equal": "<="}
+    if kind in bounds:
+        bound = next(iter(ctx.values()))
+        return f"must be {bounds[kind]} {bound:g}, got {value!r}"
+    if kind == "too_short":
+        return "must not be empty"
+    if kind in ("value_error", "assertion_error"):
+        return str(ctx.get("error", err["msg"]))
+    return str(err["msg"])

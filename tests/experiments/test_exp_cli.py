@@ -1,0 +1,112 @@
+"""The `kvsim` command line: subcommand discovery, `run` (fake simulator), `list`, exit codes."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from experiments.cli import build_parser, main
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_help_lists_the_commands(capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["--help"])
+    assert info.value.code == 0
+    out = capsys.readouterr().out
+    assert "run" in out and "list" in out
+
+
+def test_commands_register_themselves():
+    parser = build_parser()
+    args = parser.parse_args(["run", "x.yaml", "--workers", "3", "--force", "--quiet"])
+    assert args.command == "run" and args.workers == 3 and args.force and args.quiet
+    assert callable(args._command_main)
+
+
+def test_bad_config_exits_2_with_one_line(write_yaml, capsys):
+    path = write_yaml("name: t\nmemory: {gpu_kv_gb: -1}\n", "bad.yaml")
+    assert main(["run", str(path), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"kvsim: error: {path}: ")
+    assert "memory.gpu_kv_gb: must be > 0" in err and "Traceback" not in err
+
+
+def test_missing_config_exits_2(tmp_path, capsys):
+    assert main(["run", str(tmp_path / "nope.yaml")]) == 2
+    assert capsys.readouterr().err.strip() == f"kvsim: error: {tmp_path / 'nope.yaml'}: no such file"
+
+
+def test_bad_workers_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["run", "x.yaml", "--workers", "0"])
+    assert info.value.code == 2
+    assert "must be >= 1" in capsys.readouterr().err
+
+
+def test_subprocess_exit_code_and_no_traceback(write_yaml):
+    path = write_yaml("name: t\nmemory: {gpu_kv_gb: [1, 2}\n", "broken.yaml")
+    proc = subprocess.run([sys.executable, "-m", "experiments", "run", str(path)], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert "line 2" in proc.stderr and "YAML syntax error" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_run_writes_results_and_prints_table(fake_backend, tiny_yaml, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main(["run", str(tiny_yaml), "--out", str(out), "--quiet"]) == 0
+    printed = capsys.readouterr().out
+    assert f"results: {out}/" in printed and "12 grid points" in printed
+    assert (out / "summary.csv").is_file() and (out / "plots" / "ttft_cdf.png").is_file()
+    assert len(pd.read_csv(out / "summary.csv")) == 12
+
+    # The folder exists now: refused without --force (one line, status 2), replaced with it.
+    assert main(["run", str(tiny_yaml), "--out", str(out), "--quiet"]) == 2
+    assert "exists; pass --force" in capsys.readouterr().err
+    assert main(["run", str(tiny_yaml), "--out", str(out), "--force"]) == 0
+    table = capsys.readouterr().out
+    header = table.splitlines()[1].split()
+    assert header[:4] == ["policy", "gpu_kv_gb", "cpu_kv_gb", "reprefill"]
+    assert "jain>=0.8" in header and "util>=90%" in header
+    assert len(table.strip().splitlines()) == 2 + 12  # results line, header, one row per point
+
+
+def test_default_out_is_results_name(fake_backend, tiny_yaml, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", str(tiny_yaml), "--quiet"]) == 0
+    assert (tmp_path / "results" / "tiny" / "summary.csv").is_file()
+
+
+def test_list(capsys):
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    lines = {line.split(":")[0]: line for line in out.splitlines()}
+    assert set(lines) == {"models", "hardware", "profiles", "policies"}
+    assert "Llama-3-8B" in lines["models"] and "h100-sxm" in lines["hardware"]
+    assert "lru" in lines["policies"] and "fifo" in lines["policies"]
+    assert main(["list", "policies"]) == 0
+    assert "lru" in capsys.readouterr().out.split()
+
+
+def test_bad_trace_file_exits_2_naming_the_trace_key(write_yaml, tmp_path, capsys):
+    data = tmp_path / "t.jsonl"
+    data.write_text('{"session_id": "s1", "turn": 0, "arrival_s": 0.0, "prompt_tokens": 12}\n')
+    cfg = write_yaml("""
+        name: badtrace
+        trace: [{kind: synthetic, sessions: 2}, {kind: jsonl, path: t.jsonl}]
+        model: llama-3-8b
+        hardware: h100-sxm
+        memory: {gpu_kv_gb: 1}
+        policies: [lru]
+    """)
+    out = tmp_path / "out"
+    assert main(["run", str(cfg), "--out", str(out), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"kvsim: error: {cfg}: trace[1]: ") and "t.jsonl" in err
+    assert len(err.strip().splitlines()) == 1 and not out.exists()

@@ -1,0 +1,174 @@
+"""Hand-computed checks of every metric in sim.metrics on tiny hand-built ledgers."""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from sim.config import GIB
+from sim.metrics import (SUMMARY_COLUMNS, jain_index, session_table, summarize, targets,
+                         weighted_percentile)
+from sim.results import TURN_COLUMNS, EngineStats, SimResult
+
+
+def turn(sid, k, *, H=0, g=0, c=0, d=0, ttft=0.1, ideal=0.1, e2e=1.0, prio=0, p=10, o=5):
+    assert g + c + d == H
+    return dict(session_id=sid, turn=k, priority=prio, arrival_s=0.0, admit_s=0.0,
+                first_token_s=ttft, finish_s=e2e, prompt_tokens=p, output_tokens=o,
+                history_tokens=H, gpu_hit_tokens=g, cpu_hit_tokens=c, recomputed_tokens=d,
+                swap_in_bytes=0, preemptions=0, preempt_recompute_tokens=0, ttft_s=ttft,
+                ttft_ideal_s=ideal, tbt_mean_s=0.01, e2e_s=e2e, queue_s=0.0)
+
+
+def stats(**kw):
+    base = dict(sim_time_s=10.0, steps=3, output_tokens=1000, gpu_capacity_bytes=GIB,
+                cpu_capacity_bytes=0, gpu_util=0.5, swap_in_bytes=0, swap_out_bytes=0,
+                dropped_bytes=0, gpu_peak_bytes=GIB // 4, preemptions=0, preempt_recompute_tokens=0,
+                evict_us=np.array([]), step_s=np.array([0.01, 0.02, 0.05]),
+                step_decode_seqs=np.array([3, 1, 0]), wall_s=0.5)
+    base.update(kw)
+    for f in dataclasses.fields(EngineStats):  # fields added to the contract later: 0
+        if f.name not in base and f.default is dataclasses.MISSING:
+            base[f.name] = 0
+    return EngineStats(**base)
+
+
+def result(rows, **kw):
+    df = pd.DataFrame(rows, columns=list(TURN_COLUMNS))
+    return SimResult(turns=df, stats=stats(**kw))
+
+
+# Session A: 3 turns, slowdowns 2, 3, 1 (mean 2 -> x = 0.5), hit (60+20+200)/300.
+# Session B: 2 turns, slowdowns 1, 1 (x = 1), hit 0/100. Session C: 1 turn (left out of Jain).
+LEDGER = [
+    turn("A", 0, ttft=0.2, e2e=1.0),
+    turn("A", 1, H=100, g=60, c=20, d=20, ttft=0.3, e2e=2.0),
+    turn("A", 2, H=200, g=200, ttft=0.1, e2e=3.0),
+    turn("B", 0, ttft=0.1, e2e=4.0),
+    turn("B", 1, H=100, d=100, ttft=0.1, e2e=5.0),
+    turn("C", 0, ttft=0.5, ideal=0.25, e2e=6.0),
+]
+
+
+def test_jain_index_known_values():
+    assert jain_index([3, 3, 3, 3]) == pytest.approx(1.0)
+    assert jain_index([1, 0, 0, 0]) == pytest.approx(0.25)
+    assert jain_index([1, 0, 0, 0, 0]) == pytest.approx(0.2)
+    assert jain_index([1, 2, 3]) == pytest.approx(36 / 42)
+    assert jain_index([0.5, 1.0]) == pytest.approx(0.9)
+    assert math.isnan(jain_index([]))
+    assert jain_index([0, 0]) == 1.0
+    assert jain_index([1.0, np.nan, 1.0]) == pytest.approx(1.0)  # non-finite left out
+
+
+def test_weighted_percentile_hand_values():
+    assert weighted_percentile([0.01, 0.02, 0.05], [3, 1, 0], 50) == 0.01
+    assert weighted_percentile([0.01, 0.02, 0.05], [3, 1, 0], 75) == 0.01
+    assert weighted_percentile([0.01, 0.02, 0.05], [3, 1, 0], 76) == 0.02
+    assert weighted_percentile([0.01, 0.02, 0.05], [3, 1, 0], 99) == 0.02
+    assert weighted_percentile([5.0, 1.0], [1, 1], 0) == 1.0
+    assert weighted_percentile([5.0, 1.0], [1, 1], 100) == 5.0
+    assert math.isnan(weighted_percentile([1.0], [0], 50))
+    with pytest.raises(ValueError):
+        weighted_percentile([1.0, 2.0], [1], 50)
+
+
+def test_weighted_percentile_matches_repeated_values():
+    rng = np.random.default_rng(3)
+    v = rng.random(40)
+    w = rng.integers(0, 5, 40)
+    expanded = np.repeat(v, w)
+    for q in (1, 10, 50, 90, 99, 100):
+        assert weighted_percentile(v, w, q) == np.percentile(expanded, q, method="inverted_cdf")
+
+
+def test_token_ratios_and_reprefill_share():
+    s = summarize(result(LEDGER))
+    assert s["turns"] == 6 and s["sessions"] == 3
+    assert s["reprefill_rate"] == pytest.approx(120 / 400)
+    assert s["gpu_hit_rate"] == pytest.approx(260 / 400)
+    assert s["cpu_hit_rate"] == pytest.approx(20 / 400)
+    assert s["reprefill_rate"] + s["gpu_hit_rate"] + s["cpu_hit_rate"] == pytest.approx(1.0)
+    assert s["turns_with_reprefill"] == pytest.approx(2 / 3)  # A1 and B1 of A1, A2, B1
+    assert s["recompute_tokens"] == 120
+
+
+def test_jain_service_and_hit():
+    s = summarize(result(LEDGER))
+    assert s["jain_service"] == pytest.approx(0.9)      # x = (0.5, 1)
+    assert s["jain_hit"] == pytest.approx(0.5)          # (280/300, 0): one takes all of n = 2
+    assert "jain_service_p0" not in s                   # one class only
+
+
+def test_jain_per_priority_class():
+    rows = [dict(r, priority=1) if r["session_id"] == "B" else r for r in LEDGER]
+    s = summarize(result(rows))
+    assert s["jain_service_p0"] == pytest.approx(1.0) and s["jain_service_p1"] == pytest.approx(1.0)
+    assert s["jain_hit_p1"] == pytest.approx(1.0)       # a single session
+    assert s["jain_service"] == pytest.approx(0.9)      # the overall index is unchanged
+
+
+def test_latency_percentiles_throughput_and_engine_figures():
+    s = summarize(result(LEDGER, swap_in_bytes=2 * GIB, swap_out_bytes=GIB // 2, preemptions=4,
+                         preempt_recompute_tokens=77, evict_us=np.array([10.0, 20.0, 30.0]),
+                         gpu_util=0.93))
+    ttft = [0.2, 0.3, 0.1, 0.1, 0.1, 0.5]
+    for q in (50, 90, 99):
+        assert s[f"ttft_p{q}_s"] == pytest.approx(np.percentile(ttft, q))
+        assert s[f"e2e_p{q}_s"] == pytest.approx(np.percentile([1, 2, 3, 4, 5, 6], q))
+    assert s["tbt_p50_s"] == 0.01 and s["tbt_p99_s"] == 0.02
+    assert s["throughput_tok_s"] == pytest.approx(100.0)
+    assert s["evict_calls"] == 3 and s["evict_us_p50"] == 20.0
+    assert s["evict_us_p99"] == pytest.approx(np.percentile([10, 20, 30], 99))
+    assert s["swap_in_gb"] == 2.0 and s["swap_out_gb"] == 0.5
+    assert s["preemptions"] == 4 and s["preempt_recompute_tokens"] == 77
+    assert s["gpu_peak_gb"] == 0.25
+    assert s["gpu_util"] == 0.93 and s["sim_time_s"] == 10.0 and s["wall_s"] == 0.5
+    assert list(s)[: len(SUMMARY_COLUMNS)] == list(SUMMARY_COLUMNS)
+
+
+def test_no_history_gives_zero_ratios_and_nan_jain():
+    s = summarize(result([turn("A", 0), turn("B", 0)]))
+    assert s["reprefill_rate"] == 0.0 and s["gpu_hit_rate"] == 0.0
+    assert s["turns_with_reprefill"] == 0.0
+    assert math.isnan(s["jain_service"]) and math.isnan(s["jain_hit"])
+    assert s["evict_calls"] == 0 and math.isnan(s["evict_us_p50"])
+
+
+def test_empty_ledger():
+    s = summarize(result([], step_s=np.array([]), step_decode_seqs=np.array([]), sim_time_s=0.0))
+    assert s["turns"] == 0 and s["sessions"] == 0
+    assert math.isnan(s["ttft_p50_s"]) and math.isnan(s["tbt_p50_s"])
+    assert math.isnan(s["throughput_tok_s"])
+    assert set(SUMMARY_COLUMNS) <= set(s)
+
+
+def test_session_table():
+    tab = session_table(result(LEDGER)).set_index("session_id")
+    assert list(tab.index) == ["A", "B", "C"]
+    assert tab.loc["A", "turns"] == 3 and tab.loc["A", "history_tokens"] == 300
+    assert tab.loc["A", "gpu_hit_tokens"] == 260 and tab.loc["A", "cpu_hit_tokens"] == 20
+    assert tab.loc["A", "recomputed_tokens"] == 20
+    assert tab.loc["A", "hit_fraction"] == pytest.approx(280 / 300)
+    assert tab.loc["A", "mean_slowdown"] == pytest.approx(2.0)
+    assert tab.loc["A", "ttft_mean_s"] == pytest.approx(0.2)
+    assert tab.loc["B", "hit_fraction"] == 0.0
+    assert math.isnan(tab.loc["C", "hit_fraction"])      # no history
+    assert tab.loc["C", "mean_slowdown"] == pytest.approx(2.0)
+
+
+def test_targets_boundaries():
+    good = dict(evict_calls=5, evict_us_p50=99.0, reprefill_rate=0.19, jain_service=0.8,
+                gpu_util=0.9)
+    assert targets(good) == dict(evict_us=True, reprefill=True, jain=True, gpu_util=True)
+    bad = dict(evict_calls=5, evict_us_p50=100.0, reprefill_rate=0.2, jain_service=0.79,
+               gpu_util=0.89, throughput_impact=0.05)
+    assert targets(bad) == dict(evict_us=False, reprefill=False, jain=False, gpu_util=False,
+                                throughput_impact=False)
+    assert targets(dict(good, throughput_impact=0.049))["throughput_impact"] is True
+    # No eviction call at all: nothing slow was decided. NaN metrics fail.
+    assert targets(dict(good, evict_calls=0, evict_us_p50=math.nan))["evict_us"] is True
+    assert targets(dict(good, jain_service=math.nan))["jain"] is False
