@@ -53,14 +53,14 @@ class HFTokenizer:
     """
 
     def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        if not self.path.is_file():  # a wrong path is the user's first error, library or not
+            raise TraceError(f"{self.path}: tokenizer file not found")
         try:
             from tokenizers import Tokenizer as _HF  # lazy: optional dependency
         except ImportError as e:
             raise TraceError("HFTokenizer needs the optional 'tokenizers' package "
                              "(pip install tokenizers, or pip install -e '.[tokenizers]')") from e
-        self.path = Path(path)
-        if not self.path.is_file():
-            raise TraceError(f"{self.path}: tokenizer file not found")
         try:
             self._tok = _HF.from_file(str(self.path))
         except Exception as e:  # the library raises its own exception type for a bad file

@@ -34,6 +34,7 @@ def test_make_tokenizer_specs(tmp_path):
 
 def test_hf_tokenizer_missing_library_is_a_clear_error(monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "tokenizers", None)  # makes `import tokenizers` fail
+    (tmp_path / "tokenizer.json").write_text("{}")
     with pytest.raises(TraceError, match="optional 'tokenizers' package"):
         HFTokenizer(tmp_path / "tokenizer.json")
 
