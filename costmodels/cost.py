@@ -245,8 +245,17 @@ class CostModel:
         return self.iteration(BatchShape.prefill(n_new, n_ctx)).total_s
 
     def decode_step_s(self, seqs: int, ctx_tokens: int) -> float:
-        """A decode-only iteration of ``seqs`` sequences over ``ctx_tokens`` total context."""
-        return self.iteration(BatchShape.decode(seqs, ctx_tokens)).total_s
+        """A decode-only iteration of ``seqs`` sequences over ``ctx_tokens`` total context.
+
+        Equals ``iteration(BatchShape.decode(seqs, ctx_tokens)).total_s`` to the last bit (same
+        operations in the same order) without building the shape: the simulator prices every
+        decode iteration through here.
+        """
+        if seqs <= 0:
+            return 0.0
+        t = self.linear_s(seqs) + seqs * self._ew_s_per_tok
+        t += self.decode_attn_s(seqs, ctx_tokens)
+        return self._L * t + self.lm_head_s(seqs) + self.profile.step_overhead_s
 
     def pensieve_constants(self, n_new: int = 1) -> PensieveConstants:
         """Pensieve's t_layer = alpha*ctx + beta + non_attention for one sequence with n_new tokens.

@@ -1,7 +1,9 @@
 """The event shell: SimPy turns the scheduler's iteration costs into simulated time.
 
-One SimPy process runs the engine loop, one timeout per iteration (never one per token); between
-iterations it sleeps until the next arrival. The only module that imports simpy.
+One SimPy process runs the engine loop: one timeout per iteration (never one per token), or one per
+run of decode-only iterations between two events (``Scheduler.decode_span``: each iteration still
+priced and recorded); between iterations it sleeps until the next arrival. The only module that
+imports simpy.
 """
 from __future__ import annotations
 
@@ -12,8 +14,10 @@ from sim.scheduler import Scheduler
 
 
 class Engine:
-    def __init__(self, scheduler: Scheduler, debug: bool = False, progress=None) -> None:
+    def __init__(self, scheduler: Scheduler, debug: bool = False, progress=None,
+                 decode_spans: bool = True) -> None:
         self.sched = scheduler
+        self.decode_spans = decode_spans  # False: strictly one event per iteration (for checks)
         self.debug = debug
         self.progress = progress
         self.gpu_byte_seconds = 0.0   # integral of GPU KV occupancy over time
@@ -53,9 +57,18 @@ class Engine:
             idle_area = 0.0
             yield env.timeout(step.duration_s)
             sched.finish(step, env.now)
-            self.end_s = env.now
             if self.debug:
                 check_invariants(sched)
+            if not self.decode_spans:
+                self.end_s = env.now
+                continue
+            span = sched.decode_span(env.now, sched.next_arrival_s())
+            if span.steps:
+                self.gpu_byte_seconds += span.gpu_byte_seconds
+                yield env.timeout(span.duration_s)
+                if self.debug:
+                    check_invariants(sched)
+            self.end_s = env.now
             if self.progress is not None and sched.completed - reported >= 256:
                 self.progress(sched.completed - reported)
                 reported = sched.completed

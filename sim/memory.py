@@ -39,27 +39,29 @@ class TieredMemory:
         old = unit.tier
         if old == tier:
             return
+        size, pinned = unit.size, unit.pinned
         pages = unit.session.tier_pages
         pages[old] -= unit.pages
         pages[tier] += unit.pages
+        used = self.used
         if old != DROPPED:
             self.policy[old].remove(unit)
-            self.used[old] -= unit.size
-            if not unit.pinned:
-                self.evictable[old] -= unit.size
+            used[old] -= size
+            if not pinned:
+                self.evictable[old] -= size
         unit.tier = tier
         unit.tier_since_s = now
         self._seq += 1
         unit.tier_seq = self._seq
         if tier != DROPPED:
-            if self.used[tier] + unit.size > self.capacity[tier]:
+            used[tier] += size
+            if used[tier] > self.capacity[tier]:
                 raise AssertionError(f"{tier.name} over capacity placing unit {unit.key}: "
-                                     f"{self.used[tier]} + {unit.size} > {self.capacity[tier]}")
-            self.used[tier] += unit.size
-            if tier == GPU and self.used[GPU] > self.peak_gpu_bytes:
-                self.peak_gpu_bytes = self.used[GPU]
-            if not unit.pinned:
-                self.evictable[tier] += unit.size
+                                     f"{used[tier]} > {self.capacity[tier]}")
+            if tier == GPU and used[GPU] > self.peak_gpu_bytes:
+                self.peak_gpu_bytes = used[GPU]
+            if not pinned:
+                self.evictable[tier] += size
             self.policy[tier].insert(unit, now)
 
     def resize(self, unit: Unit, pages: int, size: int) -> None:
@@ -70,49 +72,66 @@ class TieredMemory:
         unit.size, unit.pages = size, pages
         self.peak_gpu_bytes = max(self.peak_gpu_bytes, self.used[GPU])
 
-    def access(self, unit: Unit, now: float) -> None:
-        """A turn uses ``unit`` where it is (a hit in its tier), before it is pinned."""
-        if unit.tier != DROPPED:
-            self.policy[unit.tier].access(unit, now)
+    def acquire(self, units: list[Unit], now: float) -> None:
+        """A turn uses all these units where they are: a hit in their tier, then pinned."""
+        held = ([], [])
+        for u in units:
+            if u.pinned:
+                raise AssertionError(f"unit {u.key} pinned twice")
+            if u.tier != DROPPED:
+                held[u.tier].append(u)
+        for tier in (GPU, CPU):
+            if held[tier]:
+                self.policy[tier].acquire(held[tier], now)
+                self.evictable[tier] -= sum(u.size for u in held[tier])
+        for u in units:
+            u.pinned = True
 
-    def pin(self, unit: Unit) -> None:
-        if unit.pinned:
-            raise AssertionError(f"unit {unit.key} pinned twice")
-        if unit.tier != DROPPED:
-            self.policy[unit.tier].pin(unit)
-            self.evictable[unit.tier] -= unit.size
-        unit.pinned = True
-
-    def unpin(self, unit: Unit, now: float) -> None:
-        if not unit.pinned:
-            raise AssertionError(f"unit {unit.key} unpinned but not pinned")
-        unit.pinned = False
-        if unit.tier != DROPPED:
-            self.evictable[unit.tier] += unit.size
-            self.policy[unit.tier].unpin(unit, now)
+    def release(self, units: list[Unit], now: float) -> None:
+        """The turn using these units finished: they are candidates again, in page order."""
+        held = ([], [])
+        for u in units:
+            if not u.pinned:
+                raise AssertionError(f"unit {u.key} unpinned but not pinned")
+            u.pinned = False
+            if u.tier != DROPPED:
+                held[u.tier].append(u)
+        for tier in (GPU, CPU):
+            if held[tier]:
+                self.evictable[tier] += sum(u.size for u in held[tier])
+                self.policy[tier].release(held[tier], now)
 
     # -- reclaiming room -------------------------------------------------------------------------
     def make_room(self, nbytes: int, now: float) -> bool:
         """Evict GPU victims until ``nbytes`` are free. False (and no change) if that is impossible."""
         if self.reclaimable(GPU) < nbytes:
             return False
-        while self.free(GPU) < nbytes:
-            self._demote(self._victim(GPU, now), now)
+        used, cap, policy = self.used, self.capacity[GPU], self.policy[GPU]
+        clock, record = time.perf_counter_ns, self.evict_ns.append
+        while cap - used[GPU] < nbytes:
+            t0 = clock()
+            unit = policy.victim(now)
+            record(clock() - t0)
+            self._check_victim(unit, GPU)
+            self._demote(unit, now)
         return True
 
     def _victim(self, tier: Tier, now: float) -> Unit:
         t0 = time.perf_counter_ns()
         unit = self.policy[tier].victim(now)
         self.evict_ns.append(time.perf_counter_ns() - t0)
+        self._check_victim(unit, tier)
+        return unit
+
+    def _check_victim(self, unit: Unit | None, tier: Tier) -> None:
         if unit is None or unit.pinned or unit.tier != tier:
             raise AssertionError(f"{type(self.policy[tier]).__name__} returned {unit!r} as a {tier.name} "
                                  f"victim with {self.evictable[tier]} evictable bytes")
-        return unit
 
     def _demote(self, unit: Unit, now: float) -> None:
         size = unit.size
         if self.capacity[CPU] >= size and self.reclaimable(CPU) >= size:
-            while self.free(CPU) < size:
+            while self.capacity[CPU] - self.used[CPU] < size:
                 self.drop(self._victim(CPU, now), now)
             self.place(unit, CPU, now)
             self.swap_out_bytes += size

@@ -14,6 +14,10 @@ Definitions follow DESIGN.md section 3. Conventions where the design is silent:
 * Jain's index is NaN over an empty set (no session with >= 2 completed turns) and 1.0 when every
   value is 0 (equal treatment). Sessions whose value is not finite are left out.
 * ``evict_us_*`` are NaN when the engine made no victim-selection call (``evict_calls`` = 0).
+* ``turns`` counts completed turns (the ledger); ``rejected_turns`` (EngineStats) those the engine
+  refused because their context cannot fit in the GPU KV at all -- every other metric covers only
+  the completed turns. ``evict_calls`` is the number of victim-selection calls timed;
+  ``gpu_peak_gb`` the highest GPU KV occupancy (with infinite memory: the peak demand).
 * Per-priority-class Jain indices (``jain_service_p<class>``, ``jain_hit_p<class>``) appear only
   when the ledger holds more than one class. A session's class is the priority of its first turn.
 """

@@ -36,6 +36,14 @@ TURN_COLUMNS: tuple[str, ...] = (
 )
 
 
+_INT_COLUMNS = {"turn", "priority", "prompt_tokens", "output_tokens", "history_tokens", "gpu_hit_tokens",
+                "cpu_hit_tokens", "recomputed_tokens", "swap_in_bytes", "preemptions",
+                "preempt_recompute_tokens"}
+# dtypes of the ledger, so an empty ledger (every turn rejected) has the same schema as a full one
+TURN_DTYPES: dict[str, str] = {c: "object" if c == "session_id" else "int64" if c in _INT_COLUMNS
+                               else "float64" for c in TURN_COLUMNS}
+
+
 @dataclass(frozen=True, slots=True)
 class EngineStats:
     """Engine-wide figures that are not per turn."""

@@ -11,19 +11,24 @@ import pandas as pd
 from costmodels import CostModel
 from sim.config import EngineConfig, MemoryConfig
 from sim.engine import Engine
-from sim.results import TURN_COLUMNS, EngineStats, SimResult
+from sim.results import TURN_COLUMNS, TURN_DTYPES, EngineStats, SimResult
 from sim.scheduler import Scheduler
 from traces.records import Session
 
 
 def simulate(sessions: Sequence[Session], cost: CostModel, memory: MemoryConfig,
              engine: EngineConfig | None = None, policy: str = "lru", seed: int = 0,
-             debug: bool = False, progress: Callable[[int], None] | None = None) -> SimResult:
-    """Replay ``sessions`` through the engine. ``progress(n)`` hears of every n turns completed."""
+             debug: bool = False, progress: Callable[[int], None] | None = None,
+             decode_spans: bool = True) -> SimResult:
+    """Replay ``sessions`` through the engine. ``progress(n)`` hears of every n turns completed.
+
+    ``decode_spans=False`` runs strictly one SimPy event per iteration; the default runs the
+    decode-only iterations between two events in one (same ledger, far fewer events).
+    """
     engine = engine or EngineConfig()
     wall0 = time.perf_counter()
     sched = Scheduler(list(sessions), cost, memory, engine, policy, seed)
-    shell = Engine(sched, debug=debug, progress=progress)
+    shell = Engine(sched, debug=debug, progress=progress, decode_spans=decode_spans)
     shell.run()
     start = shell.start_s or 0.0
     sim_time = max(0.0, shell.end_s - start)
@@ -41,7 +46,7 @@ def simulate(sessions: Sequence[Session], cost: CostModel, memory: MemoryConfig,
         evict_us=np.asarray(sched.mem.evict_ns, dtype=np.float64) / 1e3,
         step_s=np.asarray(sched.step_s), step_decode_seqs=np.asarray(sched.step_decode),
         rejected_turns=sched.rejected_turns, wall_s=time.perf_counter() - wall0)
-    turns = pd.DataFrame.from_records(sched.ledger, columns=list(TURN_COLUMNS))
+    turns = pd.DataFrame.from_records(sched.ledger, columns=list(TURN_COLUMNS)).astype(TURN_DTYPES)
     turns = turns.sort_values(["session_id", "turn"], kind="stable").reset_index(drop=True)
     labels = dict(policy=policy, gpu_kv_gb=memory.gpu_kv_gb, cpu_kv_gb=memory.cpu_kv_gb,
                   block_tokens=memory.block_tokens, evict_unit=memory.evict_unit, seed=seed)

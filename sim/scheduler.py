@@ -88,6 +88,7 @@ class Scheduler:
         self.step = 0
         self._page_due: dict[int, list[tuple[TurnRun, int]]] = defaultdict(list)
         self._finish_due: dict[int, list[tuple[TurnRun, int]]] = defaultdict(list)
+        self._finish_steps: list[int] = []                  # heap of the keys of _finish_due
         self.dec_seqs = 0                                   # sequences decoding in the next step
         self.dec_ctx = 0                                    # their total context tokens
         self._next_key = 0
@@ -156,13 +157,21 @@ class Scheduler:
 
     _d2h_mark = 0
 
-    def _grow_decodes(self, now: float) -> None:
-        """Give every decoding sequence that starts a new page this step its page, or preempt."""
-        due = self._page_due.pop(self.step, None)
+    def _grow_decodes(self, now: float, preempt: bool = True) -> bool:
+        """Give every decoding sequence that starts a new page this step its page, or preempt.
+
+        With ``preempt=False`` nothing changes (and False is returned) unless every page fits.
+        """
+        due = self._page_due.get(self.step)
         if not due:
-            return
-        due.sort(key=lambda e: e[0].admit_seq)  # oldest first: the newest is preempted first
-        for run, epoch in due:
+            return True
+        live = [(run, epoch) for run, epoch in due
+                if run.epoch == epoch and run.admit_seq in self.running]
+        if not preempt and not self.mem.reclaimable(GPU) >= len(live) * self.page_bytes:
+            return False
+        del self._page_due[self.step]
+        live.sort(key=lambda e: e[0].admit_seq)  # oldest first: the newest is preempted first
+        for run, epoch in live:
             if run.epoch != epoch or run.admit_seq not in self.running:
                 continue
             while not self.mem.make_room(self.page_bytes, now):
@@ -174,25 +183,19 @@ class Scheduler:
                 tokens = run.tokens_at(self.step)
                 self._extend(run.sess, tokens + 1, now)
                 self._page_due[self.step + self.bt].append((run, epoch))
+        return True
 
     def _admit(self, now: float):
         shape = _Shape()
         h2d_bytes = h2d_pages = 0
         admitted: list[TurnRun] = []
         budget = self.cfg.max_batch_tokens - self.dec_seqs
-        bt, pb = self.bt, self.page_bytes
         while self.waiting and len(self.running) < self.cfg.max_running:
             run = self.waiting[0]
-            sess = run.sess
-            target = run.history + run.turn.prompt_tokens + run.generated + 1
-            # O(1) checks from the session's per-tier page counts (it is not running: all unpinned).
-            # A fully cached prompt still computes its last token for the logits (as vLLM does).
-            new_tokens = max(1, sess.tokens_in(DROPPED, bt) + (target - 1 - sess.tokens))
+            target, new_tokens, fetch = self._need(run)
             if new_tokens > budget and (admitted or self.dec_seqs):
                 break  # head-of-line blocking, as vLLM's FCFS scheduler
-            pages = sess.tier_pages
-            fetch = (pages[CPU] + pages[DROPPED] + self._pages(target) - sum(pages)) * pb
-            if self.mem.reclaimable(GPU) - pages[GPU] * pb < fetch:
+            if not self._room_for(run, fetch):
                 break  # no room now; it waits at the head of the queue
             self.waiting.popleft()
             pairs, swapped, swapped_pages = self._make_resident(run, target, fetch, now)
@@ -210,9 +213,7 @@ class Scheduler:
         sess, mem, bt = run.sess, self.mem, self.bt
         old_tokens = sess.tokens
         split = [sess.tokens_in(tier, bt) for tier in (GPU, CPU, DROPPED)]
-        for u in sess.units:
-            mem.access(u, now)
-            mem.pin(u)
+        mem.acquire(sess.units, now)
         if not mem.make_room(fetch, now):
             raise AssertionError(f"admission of {sess.session_id} turn {run.k}: room was checked "
                                  f"but {fetch} bytes could not be reclaimed")
@@ -224,8 +225,11 @@ class Scheduler:
                 swapped_pages += u.pages
                 mem.place(u, GPU, now)
             elif u.tier == DROPPED:
-                # Recomputed in this prefill, after the tokens before it (DESIGN.md 3 physics).
-                pairs += attention_pairs(u.tokens(old_tokens, bt), u.first_page * bt)
+                # Recomputed in this prefill, after the tokens before it (DESIGN.md 3 physics):
+                # n tokens starting at position a attend to n*(a + n/2) keys.
+                a = u.first_page * bt
+                n = min(old_tokens, a + u.pages * bt) - a
+                pairs += n * (a + n / 2.0)
                 mem.place(u, GPU, now)
                 u.created_s = now
             u.last_access_s = now
@@ -290,8 +294,8 @@ class Scheduler:
         self.preemptions += 1
         sess.tokens = tokens
         boundary_page = run.history // self.bt
+        mem.release(sess.units, now)
         for u in sess.units:
-            mem.unpin(u, now)
             if u.first_page + u.pages > boundary_page and u.tier != DROPPED:
                 mem.drop(u, now)
         self.waiting.appendleft(run)
@@ -323,11 +327,89 @@ class Scheduler:
             run.base_tokens, run.base_step = tokens, self.step + 1
             self.dec_seqs += 1
             self.dec_ctx += tokens
-            self._finish_due[self.step + remaining].append((run, run.epoch))
+            self._due_finish(self.step + remaining, run)
             first_page_step = self.step + 1 + (-tokens) % self.bt
             if first_page_step <= self.step + remaining:
                 self._page_due[first_page_step].append((run, run.epoch))
         self.step += 1
+
+    def _due_finish(self, step: int, run: TurnRun) -> None:
+        if step not in self._finish_due:
+            heapq.heappush(self._finish_steps, step)
+        self._finish_due[step].append((run, run.epoch))
+
+    def _next_finish_step(self) -> int:
+        heap = self._finish_steps
+        while heap and heap[0] not in self._finish_due:
+            heapq.heappop(heap)
+        return heap[0] if heap else 1 << 62
+
+    # -- runs of decode-only iterations ----------------------------------------------------------
+    def decode_span(self, now: float, next_arrival_s: float | None) -> DecodeSpan:
+        """Run the decode-only iterations that follow ``now`` up to the next event, in one go.
+
+        Between an arrival, a completion and a preemption nothing the scheduler decides can
+        change: the batch is the same sequences, the head of the queue stays blocked (memory only
+        gets scarcer, the token budget and max_running stay), so ``plan`` would admit nothing. Each
+        iteration is still priced (its context grows by one token per sequence) and recorded, and
+        its page allocations and evictions happen at its own start time; the span stops before an
+        iteration that would need a preemption, complete a turn, or start at or after the next
+        arrival. The ledger is the one that iteration-by-iteration replay gives.
+        """
+        span = DecodeSpan()
+        if self.dec_seqs == 0 or (self.waiting and self._admissible(self.waiting[0])):
+            return span
+        horizon = math.inf if next_arrival_s is None else next_arrival_s
+        stop = self._next_finish_step()
+        t, used_gpu = now, self.mem.used
+        cost, pipelining, layers = self.cost, self.cfg.pipelining, self.cost.model.num_layers
+        while self.step < stop and t < horizon:
+            if self.step in self._page_due and not self._grow_decodes(t, preempt=False):
+                break
+            d2h = self.mem.swap_out_bytes - self._d2h_mark
+            if d2h:
+                self._d2h_mark = self.mem.swap_out_bytes
+                d = cost.iteration(BatchShape.decode(self.dec_seqs, self.dec_ctx), d2h_bytes=d2h,
+                                   d2h_copies=d2h // self.page_bytes * layers,
+                                   pipelining=pipelining).total_s
+            else:
+                d = cost.decode_step_s(self.dec_seqs, self.dec_ctx)
+            span.gpu_byte_seconds += used_gpu[GPU] * d
+            t += d
+            span.steps += 1
+            self.step_s.append(d)
+            self.step_decode.append(self.dec_seqs)
+            self.output_tokens += self.dec_seqs
+            self.dec_ctx += self.dec_seqs
+            self.step += 1
+        span.duration_s = t - now
+        return span
+
+    def _admissible(self, run: TurnRun) -> bool:
+        """Would ``_admit`` take this head-of-queue turn now (given room and limits)?"""
+        if len(self.running) >= self.cfg.max_running:
+            return False
+        _, new_tokens, fetch = self._need(run)
+        if new_tokens > self.cfg.max_batch_tokens - self.dec_seqs and self.dec_seqs:
+            return False
+        return self._room_for(run, fetch)
+
+    def _need(self, run: TurnRun) -> tuple[int, int, int]:
+        """(context tokens after the prefill, prefill tokens, GPU bytes to fetch) to admit ``run``.
+
+        O(1) from the session's per-tier page counts. A fully cached prompt still computes its last
+        token for the logits (as vLLM does).
+        """
+        sess = run.sess
+        target = run.history + run.turn.prompt_tokens + run.generated + 1
+        new_tokens = max(1, sess.tokens_in(DROPPED, self.bt) + (target - 1 - sess.tokens))
+        pages = sess.tier_pages
+        fetch = (pages[CPU] + pages[DROPPED] + self._pages(target) - sum(pages)) * self.page_bytes
+        return target, new_tokens, fetch
+
+    def _room_for(self, run: TurnRun, fetch: int) -> bool:
+        """Can the GPU make ``fetch`` bytes of room without the session's own (soon pinned) units?"""
+        return self.mem.reclaimable(GPU) - run.sess.tier_pages[GPU] * self.page_bytes >= fetch
 
     def _complete(self, run: TurnRun, tokens: int, now: float) -> None:
         sess, session = run.sess, self.sessions[run.sess.index]
@@ -344,7 +426,7 @@ class Scheduler:
         for u in sess.units:
             u.last_access_s = now
             u.next_access_s = next_s
-            self.mem.unpin(u, now)
+        self.mem.release(sess.units, now)
         self.completed += 1
         t = run.turn
         o = t.output_tokens
@@ -366,6 +448,15 @@ class Scheduler:
             return now + nxt.think_s
         # Closed loop on a trace with only absolute times: the recorded gap stands in for think time.
         return now + max(0.0, nxt.arrival_s - (prev.arrival_s or 0.0))
+
+
+@dataclass(slots=True)
+class DecodeSpan:
+    """Decode-only iterations run back to back (``Scheduler.decode_span``)."""
+
+    duration_s: float = 0.0
+    steps: int = 0
+    gpu_byte_seconds: float = 0.0
 
 
 @dataclass(slots=True)

@@ -57,6 +57,18 @@ class EvictionPolicy(ABC):
         """The turn using ``unit`` finished: it is a candidate again (called after the flag is cleared)."""
         self._add(unit, now)
 
+    # -- batches: a turn uses and releases all of a session's units at once -----------------------
+    def acquire(self, units, now: float) -> None:
+        """A turn uses these units of this tier: ``access`` then ``pin`` each (flags not yet set)."""
+        for unit in units:
+            self.access(unit, now)
+            self.pin(unit)
+
+    def release(self, units, now: float) -> None:
+        """The turn finished: ``unpin`` each (flags already cleared), in page order."""
+        for unit in units:
+            self.unpin(unit, now)
+
     # -- the ordering, supplied by each policy ----------------------------------------------------
     @abstractmethod
     def _add(self, unit, now: float) -> None: ...

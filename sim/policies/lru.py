@@ -28,6 +28,17 @@ class LRU(EvictionPolicy):
         if unit.key in self._order:
             self._order.move_to_end(unit.key)
 
+    def acquire(self, units, now: float) -> None:
+        # access (move to the end) then pin (remove) is just a removal
+        pop = self._order.pop
+        for unit in units:
+            pop(unit.key, None)
+
+    def release(self, units, now: float) -> None:
+        order = self._order
+        for unit in units:
+            order[unit.key] = unit  # absent while pinned, so this appends at the MRU end
+
     def _discard(self, unit) -> None:
         self._order.pop(unit.key, None)
 

@@ -221,3 +221,15 @@ def test_batch_shape_rules() -> None:
             BatchShape(**bad)
     with pytest.raises(ValueError):
         attention_pairs(-1, 0)
+
+
+def test_decode_step_s_equals_iteration_to_the_last_bit():
+    import random
+    from costmodels import BatchShape, cost_model
+    rng = random.Random(5)
+    for model, hw in (("llama-3-8b", "h100-sxm"), ("llama-2-13b", "a100-sxm"), ("qwen2.5-7b", "h200")):
+        cm = cost_model(model, hw)
+        for _ in range(200):
+            b = rng.randint(1, 512)
+            c = rng.randint(0, 4_000_000)
+            assert cm.decode_step_s(b, c) == cm.iteration(BatchShape.decode(b, c)).total_s

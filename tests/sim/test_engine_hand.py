@@ -154,3 +154,9 @@ def test_gpu_util_is_occupancy_over_time_and_at_most_one():
     assert res.stats.rejected_turns == 1
     assert res.stats.sim_time_s == pytest.approx(res.turns.finish_s.max())
     assert 0 < res.stats.gpu_util <= 1
+
+
+def test_ledger_schema_is_the_same_when_every_turn_is_rejected():
+    full = run([session("ok", 0.0, [(100, 10)])], gib(100 * PAGE)).turns
+    empty = run([session("big", 0.0, [(5000, 10)])], gib(100 * PAGE)).turns
+    assert len(empty) == 0 and list(empty.dtypes) == list(full.dtypes)

@@ -1,6 +1,8 @@
 """The invariant checker on random traces and capacities, for every registered policy (hypothesis)."""
 from __future__ import annotations
 
+import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from costmodels import cost_model
@@ -49,3 +51,24 @@ def test_invariants_hold_every_step(sessions, gpu_pages, cpu_pages, block, unit,
     if cpu_pages == 0:
         assert t.cpu_hit_tokens.sum() == 0 and res.stats.swap_out_bytes == 0
     assert res.stats.output_tokens == int(t.output_tokens.sum())
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(sessions=traces(), gpu_pages=st.integers(8, 200), cpu_pages=st.sampled_from([0, 10, 60]),
+       unit=st.sampled_from(["session", "block"]), policy=st.sampled_from(available_policies()),
+       max_running=st.integers(1, 8))
+def test_decode_spans_give_the_ledger_of_one_event_per_iteration(sessions, gpu_pages, cpu_pages,
+                                                                unit, policy, max_running):
+    mem = MemoryConfig(gpu_kv_gb=gpu_pages * PAGE16 / GIB, cpu_kv_gb=cpu_pages * PAGE16 / GIB,
+                       block_tokens=16, evict_unit=unit)
+    eng = EngineConfig(max_batch_tokens=512, max_running=max_running)
+    fast = simulate(sessions, COST, mem, eng, policy=policy, debug=True)
+    slow = simulate(sessions, COST, mem, eng, policy=policy, debug=True, decode_spans=False)
+    exact = ["session_id", "turn", "history_tokens", "gpu_hit_tokens", "cpu_hit_tokens",
+             "recomputed_tokens", "swap_in_bytes", "preemptions", "preempt_recompute_tokens"]
+    assert fast.turns[exact].equals(slow.turns[exact])
+    for col in ("arrival_s", "admit_s", "first_token_s", "finish_s"):
+        assert np.allclose(fast.turns[col], slow.turns[col], rtol=1e-9, atol=1e-9)
+    assert fast.stats.steps == slow.stats.steps
+    assert np.allclose(fast.stats.step_s, slow.stats.step_s, rtol=1e-12)
+    assert fast.stats.gpu_util == pytest.approx(slow.stats.gpu_util, rel=1e-9, nan_ok=True)
