@@ -21,6 +21,9 @@ class TieredMemory:
         self.used = [0, 0]
         self.evictable = [0, 0]          # bytes of unpinned units per tier
         self.policy = [gpu_policy, cpu_policy]
+        for tier in (GPU, CPU):
+            if math.isfinite(self.capacity[tier]):
+                self.policy[tier].set_capacity(int(self.capacity[tier]))
         self.peak_gpu_bytes = 0          # highest GPU occupancy seen
         self.swap_out_bytes = 0
         self.dropped_bytes = 0

@@ -65,6 +65,7 @@ class EngineStats:
     step_s: np.ndarray           # duration of each iteration that decoded something
     step_decode_seqs: np.ndarray # sequences decoded in that iteration (weights for TBT percentiles)
     rejected_turns: int = 0      # turns longer than the whole GPU KV (and the rest of their session)
+    policy_metrics: tuple = ()   # EvictionPolicy.metrics() of the GPU and the CPU instance
     wall_s: float = 0.0          # wall-clock time the simulation took
 
 

@@ -45,7 +45,8 @@ def simulate(sessions: Sequence[Session], cost: CostModel, memory: MemoryConfig,
         preempt_recompute_tokens=sched.preempt_recompute_tokens,
         evict_us=np.asarray(sched.mem.evict_ns, dtype=np.float64) / 1e3,
         step_s=np.asarray(sched.step_s), step_decode_seqs=np.asarray(sched.step_decode),
-        rejected_turns=sched.rejected_turns, wall_s=time.perf_counter() - wall0)
+        rejected_turns=sched.rejected_turns,
+        policy_metrics=tuple(p.metrics() for p in sched.mem.policy), wall_s=time.perf_counter() - wall0)
     turns = pd.DataFrame.from_records(sched.ledger, columns=list(TURN_COLUMNS)).astype(TURN_DTYPES)
     turns = turns.sort_values(["session_id", "turn"], kind="stable").reset_index(drop=True)
     labels = dict(policy=policy, gpu_kv_gb=memory.gpu_kv_gb, cpu_kv_gb=memory.cpu_kv_gb,

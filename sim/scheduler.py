@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from costmodels import BatchShape, CostModel, attention_pairs
 from sim.config import EngineConfig, MemoryConfig
 from sim.memory import CPU, DROPPED, GPU, TieredMemory
-from sim.policies import PolicyContext, make_policy
+from sim.lifetime import fit_lifetime
+from sim.policies import PolicyContext, make_policy, policy_class
 from sim.units import SessionKV, Unit
 from traces.records import Session, Turn
 
@@ -73,7 +74,11 @@ class Scheduler:
         self.bt = memory.block_tokens
         self.page_bytes = self.bt * cost.kv_bytes_per_token
         self.per_session_unit = memory.evict_unit == "session"
-        ctx = dict(block_tokens=self.bt, num_layers=cost.model.num_layers, seed=seed, cost=cost)
+        predictor = None
+        if getattr(policy_class(policy), "needs_predictor", False):
+            predictor = fit_lifetime(sessions)  # fitted on the trace's training split
+        ctx = dict(block_tokens=self.bt, num_layers=cost.model.num_layers, seed=seed, cost=cost,
+                   cpu_kv_bytes=MemoryConfig.capacity_bytes(memory.cpu_kv_gb), predictor=predictor)
         self.mem = TieredMemory(
             MemoryConfig.capacity_bytes(memory.gpu_kv_gb), MemoryConfig.capacity_bytes(memory.cpu_kv_gb),
             make_policy(policy, PolicyContext(tier=GPU, **ctx)),
@@ -212,7 +217,9 @@ class Scheduler:
         """Pin the session's units, reclaim room, swap in, recompute, and add the new pages."""
         sess, mem, bt = run.sess, self.mem, self.bt
         old_tokens = sess.tokens
-        split = [sess.tokens_in(tier, bt) for tier in (GPU, CPU, DROPPED)]
+        split = (sess.tokens_in(GPU, bt), sess.tokens_in(CPU, bt), sess.tokens_in(DROPPED, bt))
+        for policy in mem.policy:
+            policy.on_admit(sess, split, now)
         mem.acquire(sess.units, now)
         if not mem.make_room(fetch, now):
             raise AssertionError(f"admission of {sess.session_id} turn {run.k}: room was checked "

@@ -27,6 +27,8 @@ class PolicyContext:
     num_layers: int
     seed: int = 0
     cost: Any = None          # costmodels.CostModel, for cost-aware policies
+    cpu_kv_bytes: float | None = None  # CPU tier capacity: decides demote (swap) vs drop (recompute)
+    predictor: Any = None     # sim.lifetime predictor, fitted on a training split of the trace
 
 
 class EvictionPolicy(ABC):
@@ -34,6 +36,18 @@ class EvictionPolicy(ABC):
 
     def __init__(self, ctx: PolicyContext) -> None:
         self.ctx = ctx
+
+    def set_capacity(self, capacity: int) -> None:
+        """The tier's capacity in bytes, told once when finite (ARC, S3-FIFO, SLRU, 2Q size their
+        queues by it)."""
+
+    def on_admit(self, session, split: tuple[int, int, int], now: float) -> None:
+        """A turn of ``session`` is being admitted with its history split (gpu, cpu, recomputed)
+        tokens; called before its units are acquired (QoS counts priority inversions here)."""
+
+    def metrics(self):
+        """Policy-specific figures for the run (a dataclass), or None."""
+        return None
 
     # -- membership, reported by the engine ------------------------------------------------------
     def insert(self, unit, now: float) -> None:

@@ -23,16 +23,16 @@ def available_policies() -> list[str]:
 
 
 def policy_class(name: str) -> type[EvictionPolicy]:
-    """A registered name, or ``package.module:Class`` for a user's EvictionPolicy subclass."""
+    """A registered name, or ``package.module:Class`` for a user's EvictionPolicy subclass or a
+    sequence-level policy class (wrapped by ``sim.adapters``)."""
     if ":" in name:
         module_name, _, attr = name.partition(":")
         try:
             cls = getattr(importlib.import_module(module_name), attr)
         except (ImportError, AttributeError) as exc:
             raise ValueError(f"policy {name!r}: cannot import {attr} from {module_name}: {exc}") from exc
-        if not (isinstance(cls, type) and issubclass(cls, EvictionPolicy)):
-            raise ValueError(f"policy {name!r} is not a subclass of sim.policies.EvictionPolicy")
-        return cls
+        from sim.adapters import resolve_policy_class  # here: adapters imports this package
+        return resolve_policy_class(cls, name)
     try:
         return _POLICIES[name]
     except KeyError:

@@ -1,0 +1,216 @@
+"""ARC (Megiddo & Modha, FAST'03) in the byte-aware form of libCacheSim's ARC.c.
+
+Four LRU lists, sized in bytes: T1 (seen once recently) and T2 (seen at least twice) hold units;
+the ghosts B1 and B2 hold only the keys and sizes of units evicted from T1 and T2. A target p for
+T1's bytes adapts: a miss found in B1 raises p by max(|B2|/|B1|, 1), one found in B2 lowers it by
+max(|B1|/|B2|, 1) (bytes, float division, p kept in [0, c]; libCacheSim's float form).
+
+- A hit moves the unit to the MRU end of T2 (from T1 or T2).
+- A miss found in a ghost leaves the ghost and enters T2; any other miss enters T1.
+- Victims (the REPLACE of the paper): the LRU of T1 if T1 is non-empty and holds more than p bytes
+  (or exactly p when the incoming key was found in B2), or if T2 is empty; else the LRU of T2.
+  Its key enters B1 or B2 (MRU end).
+- On a miss found in no list (case IV), before REPLACE: if T1 + B1 + incoming size > c, the LRU of
+  B1 is dropped, or, with B1 empty, the LRU of T1 is evicted without a ghost; otherwise, if the
+  four lists together hold >= 2c bytes, the LRU of B2 is dropped (when B2 is non-empty).
+
+The incoming key and size come from the ``admitting`` hook (cachesim, as libCacheSim's ``find``);
+the engine does not call it, so there ghost lookups happen at ``insert`` and the victim choice sees
+an incoming size of 0. ``remove`` of the unit ``victim`` names applies that choice's ghost updates;
+any other removal (the engine moving or dropping a unit) forgets the unit without a ghost entry.
+c is the capacity given to ``set_capacity``, or else the high-water mark of the bytes the tier has
+held (the engine fills a tier before it evicts).
+
+Pins: a pinned unit leaves T1/T2 and remembers which; a hit while pinned marks it for T2. On unpin
+it returns to the MRU end of T2 if it was in T2 or was accessed, else of T1 (the engine calls
+``access`` before ``pin``, so a unit a turn used returns to T2). A unit inserted pinned (a miss,
+placed for a running turn) joins T1, or T2 if its key was in a ghost, when it is released.
+
+Differences from libCacheSim: none on cachesim streams with positive sizes (tested request by
+request, unit and variable sizes). libCacheSim keeps ghost entries in its hash table; here they live
+in B1/B2 only.
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+
+from sim.policies.base import EvictionPolicy
+from sim.policies.registry import register
+
+
+@register("arc")
+class ARC(EvictionPolicy):
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        self._t1: OrderedDict[int, object] = OrderedDict()   # key -> unit, LRU first
+        self._t2: OrderedDict[int, object] = OrderedDict()
+        self._b1: OrderedDict[int, int] = OrderedDict()      # key -> size, LRU first
+        self._b2: OrderedDict[int, int] = OrderedDict()
+        self._t1b = self._t2b = self._b1b = self._b2b = 0
+        self._size: dict[int, int] = {}      # bytes of every member (T1, T2 and pinned)
+        self._home: dict[int, int] = {}      # pinned member -> 1 or 2
+        self.p = 0.0
+        self._capacity: int | None = None
+        self._hwm = 0
+        self._resident = 0
+        self._incoming: tuple[int, int, int] | None = None  # (key, size, ghost list 0/1/2)
+
+    # -- capacity and the incoming request -------------------------------------------------------
+    def set_capacity(self, capacity: int) -> None:
+        self._capacity = int(capacity)
+
+    def _c(self) -> int:
+        return self._capacity if self._capacity is not None else self._hwm
+
+    def admitting(self, unit, now: float) -> None:
+        self._incoming = (unit.key, unit.size, self._ghost_hit(unit.key))
+
+    def _ghost_hit(self, key: int) -> int:
+        """Cases II and III of the paper: adapt p and take the key out of its ghost."""
+        if key in self._b1:
+            delta = max(self._b2b / self._b1b, 1) if self._b1b > 0 else 1
+            self.p = min(self.p + delta, self._c())
+            self._b1b -= self._b1.pop(key)
+            return 1
+        if key in self._b2:
+            delta = max(self._b1b / self._b2b, 1) if self._b2b > 0 else 1
+            self.p = max(self.p - delta, 0)
+            self._b2b -= self._b2.pop(key)
+            return 2
+        return 0
+
+    # -- membership ------------------------------------------------------------------------------
+    def insert(self, unit, now: float) -> None:
+        key, size = unit.key, unit.size
+        inc = self._incoming
+        ghost = inc[2] if inc is not None and inc[0] == key else self._ghost_hit(key)
+        self._incoming = None
+        lst = 2 if ghost else 1
+        self._resident += size
+        if self._resident > self._hwm:
+            self._hwm = self._resident
+        self._size[key] = size
+        if unit.pinned:
+            self._home[key] = lst
+        else:
+            self._link(unit, lst, size)
+
+    def _link(self, unit, lst: int, size: int) -> None:
+        if lst == 1:
+            self._t1[unit.key] = unit
+            self._t1b += size
+        else:
+            self._t2[unit.key] = unit
+            self._t2b += size
+
+    def _unlink(self, key: int) -> int:
+        """Take a candidate out of T1/T2; returns the list it was in (0: not a candidate)."""
+        if self._t1.pop(key, None) is not None:
+            self._t1b -= self._size[key]
+            return 1
+        if self._t2.pop(key, None) is not None:
+            self._t2b -= self._size[key]
+            return 2
+        return 0
+
+    def access(self, unit, now: float) -> None:
+        key = unit.key
+        self._incoming = None
+        if key in self._t2:
+            self._t2.move_to_end(key)
+        elif key in self._t1:
+            del self._t1[key]
+            size = self._size[key]
+            self._t1b -= size
+            self._t2[key] = unit
+            self._t2b += size
+        elif key in self._home:
+            self._home[key] = 2
+
+    def pin(self, unit) -> None:
+        lst = self._unlink(unit.key)
+        if lst:
+            self._home[unit.key] = lst
+
+    def unpin(self, unit, now: float) -> None:
+        key = unit.key
+        lst = self._home.pop(key, None)
+        if lst is None:
+            self.insert(unit, now)
+            return
+        size = unit.size                      # a pinned unit may have grown
+        self._resident += size - self._size[key]
+        if self._resident > self._hwm:
+            self._hwm = self._resident
+        self._size[key] = size
+        self._link(unit, lst, size)
+
+    def remove(self, unit) -> None:
+        key = unit.key
+        if self._home.pop(key, None) is None:
+            plan = self._plan()
+            if plan is not None and plan[0] is unit:
+                _, lst, trim_b1, trim_b2, ghost = plan
+                if trim_b1:
+                    self._b1b -= self._b1.popitem(last=False)[1]
+                if trim_b2:
+                    self._b2b -= self._b2.popitem(last=False)[1]
+                self._unlink(key)
+                if ghost:
+                    size = self._size[key]
+                    if lst == 1:
+                        self._b1[key] = size
+                        self._b1b += size
+                    else:
+                        self._b2[key] = size
+                        self._b2b += size
+            elif not self._unlink(key):
+                return                        # not a member
+        self._resident -= self._size.pop(key)
+
+    def _add(self, unit, now: float) -> None:
+        self.insert(unit, now)
+
+    def _discard(self, unit) -> None:
+        self.remove(unit)
+
+    # -- eviction --------------------------------------------------------------------------------
+    def _replace_list(self, ghost: int) -> int:
+        """REPLACE: which data list gives the victim (1: T1, 2: T2, 0: both empty)."""
+        t1b = self._t1b
+        use_t1 = (t1b > 0 and (t1b > self.p or (t1b == self.p and ghost == 2))) or self._t2b == 0
+        if not self._t1:
+            return 2 if self._t2 else 0
+        if not self._t2:
+            return 1
+        return 1 if use_t1 else 2
+
+    def _plan(self):
+        """(victim, its list, drop B1's LRU, drop B2's LRU, victim's key to a ghost) or None."""
+        inc = self._incoming
+        size, ghost = (inc[1], inc[2]) if inc is not None else (0, 0)
+        c = self._c()
+        trim_b1 = trim_b2 = False
+        if not ghost:                                       # case IV
+            if self._t1b + self._b1b + size > c:
+                if self._b1b > 0:
+                    trim_b1 = True
+                elif self._t1:                              # T1 >= c: evict from T1, no ghost
+                    return (next(iter(self._t1.values())), 1, False, False, False)
+            elif (self._t1b + self._b1b + self._t2b + self._b2b >= 2 * c) and self._b2b > 0:
+                trim_b2 = True
+        lst = self._replace_list(ghost)
+        if lst == 0:
+            return None
+        unit = next(iter((self._t1 if lst == 1 else self._t2).values()))
+        return (unit, lst, trim_b1, trim_b2, True)
+
+    def victim(self, now: float):
+        plan = self._plan()
+        return plan[0] if plan is not None else None
+
+    def __len__(self) -> int:
+        return len(self._t1) + len(self._t2)
+
+    def __contains__(self, unit) -> bool:
+        return unit.key in self._t1 or unit.key in self._t2

@@ -1,0 +1,117 @@
+"""LFU: evict the unit used least often; ties go to the least recently used (libCacheSim's LFU.c).
+
+A unit's count is 1 when it enters the tier and grows by one per hit (``access``); it is forgotten
+when the unit leaves the tier, so a unit that comes back starts again at 1 ("counts reset on
+eviction"; in the engine each tier's instance counts its own residency: a unit demoted to CPU
+starts at 1 there).
+
+Structure: one ordered dict per count (a frequency bucket), units in the order they reached that
+count, i.e. in order of their last use, so the first unit of the lowest non-empty bucket is the
+victim: least frequent, then least recent. A hit moves a unit to the end of the next bucket, O(1).
+The lowest count in use comes from a heap of counts with lazy deletion (O(log F), F distinct counts;
+a heap rather than a linked list of buckets because a unit rejoining after a pin may bring back a
+count lower than every bucket in use).
+
+libCacheSim's LFU.c breaks ties the same way (it evicts the head of the lowest frequency's list,
+the unit that reached that count first), so the two agree request by request (tested).
+
+Pins: a pinned unit leaves its bucket but keeps its count (and hits while pinned still count); on
+unpin it rejoins its count's bucket at the most recent end, its release being its last use.
+"""
+from __future__ import annotations
+
+import heapq
+from collections import OrderedDict
+
+from sim.policies.base import EvictionPolicy
+from sim.policies.registry import register
+
+
+@register("lfu")
+class LFU(EvictionPolicy):
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        self._count: dict[int, int] = {}                       # every member, pinned or not
+        self._buckets: dict[int, OrderedDict[int, object]] = {}  # count -> candidates
+        self._heap: list[int] = []                             # counts that may have a bucket
+        self._in_heap: set[int] = set()
+        self._n = 0
+
+    def _bucket_add(self, unit, count: int) -> None:
+        b = self._buckets.get(count)
+        if b is None:
+            b = self._buckets[count] = OrderedDict()
+            if count not in self._in_heap:
+                self._in_heap.add(count)
+                heapq.heappush(self._heap, count)
+        b[unit.key] = unit
+
+    def _bucket_del(self, key: int, count: int) -> bool:
+        b = self._buckets.get(count)
+        if b is None or key not in b:
+            return False
+        del b[key]
+        if not b:
+            del self._buckets[count]
+        return True
+
+    def insert(self, unit, now: float) -> None:
+        self._count[unit.key] = 1
+        if not unit.pinned:
+            self._bucket_add(unit, 1)
+            self._n += 1
+
+    def access(self, unit, now: float) -> None:
+        key = unit.key
+        c = self._count.get(key)
+        if c is None:
+            return
+        self._count[key] = c + 1
+        if self._bucket_del(key, c):
+            self._bucket_add(unit, c + 1)
+
+    def pin(self, unit) -> None:
+        c = self._count.get(unit.key)
+        if c is not None and self._bucket_del(unit.key, c):
+            self._n -= 1
+
+    def unpin(self, unit, now: float) -> None:
+        c = self._count.get(unit.key)
+        if c is None:
+            self.insert(unit, now)
+            return
+        self._bucket_add(unit, c)
+        self._n += 1
+
+    def remove(self, unit) -> None:
+        c = self._count.pop(unit.key, None)
+        if c is not None and self._bucket_del(unit.key, c):
+            self._n -= 1
+
+    def _add(self, unit, now: float) -> None:
+        self.insert(unit, now)
+
+    def _discard(self, unit) -> None:
+        self.remove(unit)
+
+    def victim(self, now: float):
+        heap, buckets = self._heap, self._buckets
+        while heap:
+            b = buckets.get(heap[0])
+            if b:
+                for unit in b.values():
+                    return unit
+            self._in_heap.discard(heapq.heappop(heap))
+        return None
+
+    def count(self, unit) -> int:
+        """The unit's current use count in this tier (0 if it is not a member)."""
+        return self._count.get(unit.key, 0)
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __contains__(self, unit) -> bool:
+        c = self._count.get(unit.key)
+        b = self._buckets.get(c) if c is not None else None
+        return b is not None and unit.key in b

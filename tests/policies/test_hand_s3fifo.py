@@ -1,0 +1,49 @@
+"""S3-FIFO by hand (SOSP'23): one-hit wonders leave from the small queue, ghosts come back to main."""
+from __future__ import annotations
+
+from sim.cachesim import CacheObject, CacheSim
+from sim.policies import PolicyContext, make_policy
+from sim.policies.s3fifo import MAIN, SMALL
+from sim.units import Tier
+
+
+def test_one_hit_wonders_leave_from_small_and_hot_objects_stay():
+    sim = CacheSim("s3fifo", 100)                        # small queue 10, main 90, ghost 90
+    hot = list(range(50))
+    for _ in range(3):
+        for k in hot:
+            sim.get(k)
+    pol = sim.policy
+    for k in range(1000, 1300):                          # 300 objects seen once
+        sim.get(k)
+    assert all(sim.get(k) for k in hot)                  # the hot set never left
+    assert all(k in pol._q[MAIN] for k in hot)
+    ghosts = set(pol._ghost)
+    assert ghosts and ghosts <= set(range(1000, 1300))   # the one-hit wonders went to the ghost
+    # once the cache has evicted, a new object enters S and, seen once, never reaches M
+    # (before the first eviction, libCacheSim's version fills M directly once S is full)
+    assert all(k not in pol._q[MAIN] for k in range(1100, 1300))
+
+
+def test_ghost_hit_enters_main():
+    sim = CacheSim("s3fifo", 100)
+    for k in range(200):
+        sim.get(k)                                       # k < ~100 left S for the ghost
+    pol = sim.policy
+    g = next(iter(pol._ghost))
+    assert not sim.get(g)                                # a miss ...
+    assert g in pol._q[MAIN] and g not in pol._ghost     # ... that goes straight to main
+
+
+def test_main_reinsertion_caps_the_counter_at_3():
+    pol = make_policy("s3fifo", PolicyContext(tier=Tier.GPU, block_tokens=16, num_layers=32))
+    pol.set_capacity(10)                                 # small 1, main 9
+    a, b = CacheObject(1, 5), CacheObject(2, 5)
+    for seq, u in enumerate((a, b)):
+        pol.insert(u, 0)
+        pol._q[SMALL].discard(u.key)
+        pol._q[MAIN].push(u, seq, 5)                     # both in M, a the oldest: 10 > 9 bytes
+    for t in range(10):
+        pol.access(a, t)
+    v = pol.victim(2)                                    # from M: a is reinserted, b goes
+    assert v is b and pol._freq[1] == 2                  # a's counter: min(10, 3) - 1
