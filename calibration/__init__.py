@@ -1,0 +1,30 @@
+"""Calibration: measure one decoder layer's kernels on a device, fit the cost model's constants, validate
+them on held-out shapes, and write a ``costmodels.Profile`` (issue 4; calibration-notes s4-s5).
+
+    kvsim calibrate --device cuda --model llama-3-8b --out costmodels/profiles/my-h100.yaml
+    kvsim calibrate --device cpu --model llama-3-8b --out /tmp/cpu.yaml --quick
+    kvsim calibrate fit                       # the public GPU tables in ../shared/data
+    kvsim cost --profile h100-public --model llama-3-8b --decode-batch 32 --decode-ctx 2000
+
+One job per module:
+  samples          typed records (Timing, Shape, Sample) and TP shards of a model
+  timing           CUDA-event / perf_counter timers: warm-up by time, cold L2, median + p20/p80
+  grids            the shapes a sweep measures (quick and full)
+  measure_gemm     GEMMs, elementwise ops and LM head of one layer
+  measure_attention  prefill/append and paged decode attention (torch SDPA; FlashInfer on a GPU)
+  measure_copy     pinned H2D/D2H copies by size and count; copy/compute overlap and the pipeline
+  measure          a whole sweep -> Measurements
+  fit              the cost model's forms, fitted in relative error with non-negative constants
+  validate         random and extrapolation held-out splits, error statistics, the table
+  local            Measurements -> fits -> validation -> Profile
+  public_tables    readers for the Vidur and LLMServingSim tables
+  public_profiles  fits of those tables and the committed a100-vidur / h100-public profiles
+  proposed_forms   candidate prefill forms scored on the same splits (not in the cost model)
+  profile_writer   fitted terms -> Profile, validation block, notes (Pensieve constants)
+  validate_forward replay simulated batch shapes as real one-layer forwards
+  samples_io       raw samples to/from CSV
+
+torch (and FlashInfer) are imported lazily inside the measuring modules: importing this package,
+fitting and validating need only numpy and scipy. Imports ``costmodels`` and nothing else of the
+project (DESIGN.md 2).
+"""

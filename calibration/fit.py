@@ -1,0 +1,277 @@
+"""Fit the cost model's functional forms to samples, in relative error, with non-negative constants.
+
+The forms are exactly those of ``costmodels.cost`` (calibration-notes s2), per decoder layer:
+
+    gemm          tau + max(P*b / weight_bw, 2*N*P / flops)           (linear with a floor)
+    elementwise   tau_ew + N * ew_bytes / elementwise_bw
+    prefill_attn  tau + per_seq * S + 4*H_q*d * pairs / flops,         pairs = S * n_new*(n_ctx + n_new/2)
+    decode_attn   tau + per_seq * B + C * kv_bytes_per_token_layer / kv_bw,   C = total context
+    h2d / d2h     copies * latency + bytes / bw
+
+Features come from the sample's model shard, so the constants are physical (bytes/s, FLOP/s,
+seconds) and transfer across models. Why relative error: times span four orders of magnitude and
+an absolute fit would ignore every small shape (notes s5). Why bounds at 0: a negative intercept or
+rate fits the grid and breaks on extrapolation. The linear forms are solved by bounded least
+squares on rows scaled by 1/y (``scipy.optimize.lsq_linear``); the max() floor by
+``least_squares`` with bounds from several starts (the max makes the problem non-smooth).
+A constant the data cannot separate (e.g. per_seq when every shape has one sequence) is fixed at 0
+and said so in ``TermFit.notes``.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from costmodels import CopyTerm, DecodeAttnTerm, PrefillAttnTerm
+
+from .samples import Sample
+
+# A rate whose inverse the fit drove to 0 (the data never made that resource the bottleneck) is
+# written as this cap so the profile stays valid (rates must be finite and > 0).
+RATE_CAP = 1e30
+FITTED_TERMS = ("gemm", "elementwise", "prefill_attn", "decode_attn", "h2d", "d2h")
+
+
+@dataclass(frozen=True, slots=True)
+class GemmFit:
+    """The four GEMMs of a layer: tau_s + max(weight_bytes / weight_bw_Bps, 2*N*P / flops)."""
+
+    tau_s: float
+    weight_bw_Bps: float
+    flops: float
+
+
+@dataclass(frozen=True, slots=True)
+class ElementwiseFit:
+    """Norms, RoPE, activation, adds, KV write: tau_s + N * ew_bytes / bw_Bps."""
+
+    tau_s: float
+    bw_Bps: float
+
+
+Params = GemmFit | ElementwiseFit | PrefillAttnTerm | DecodeAttnTerm | CopyTerm
+
+
+@dataclass(frozen=True, slots=True)
+class RateLimits:
+    """Physical ceilings for fitted rates (datasheet peaks). A fit may not exceed them: e.g. a table
+    measured without an L2 flush lets small weight shards (TP8) hit in L2 and would read as a weight
+    bandwidth above HBM, which then transfers to no real model."""
+
+    hbm_Bps: float | None = None    # bounds weight_bw, elementwise bw, kv_bw
+    flops: float | None = None      # bounds the GEMM and attention FLOP rates
+
+    @classmethod
+    def of_gpu(cls, name: str) -> "RateLimits":
+        from costmodels.hardware import find_hardware
+        hw = find_hardware(name)
+        return cls(hw.hbm_bw_Bps, hw.dense_bf16_flops) if hw else cls()
+
+
+@dataclass(frozen=True, slots=True)
+class TermFit:
+    term: str
+    params: Params
+    n: int                      # samples fitted
+    notes: tuple[str, ...] = ()  # constants fixed or capped, and why
+
+
+# --- features (one row per sample) ------------------------------------------------------------------
+def _times(samples: Sequence[Sample]) -> np.ndarray:
+    return np.array([s.time.median_s for s in samples], dtype=float)
+
+
+def _gemm_features(samples: Sequence[Sample]) -> tuple[np.ndarray, np.ndarray]:
+    """(weight bytes, FLOPs) of each sample's four GEMMs."""
+    w = np.array([s.model.linear_weight_bytes_per_layer for s in samples], dtype=float)
+    f = np.array([2.0 * s.shape.tokens * s.model.linear_params_per_layer for s in samples], dtype=float)
+    return w, f
+
+
+def _design(term: str, samples: Sequence[Sample]) -> tuple[np.ndarray, tuple[str, ...]]:
+    """Columns of the linear forms; coefficient j multiplies column j (names say what it becomes)."""
+    rows = []
+    for s in samples:
+        m, sh = s.model, s.shape
+        if term == "elementwise":
+            rows.append((1.0, sh.tokens * m.elementwise_bytes_per_token_layer))
+        elif term == "prefill_attn":
+            rows.append((1.0, sh.seqs, 4.0 * m.num_heads * m.head_dim * sh.pairs))
+        elif term == "decode_attn":
+            rows.append((1.0, sh.seqs, sh.ctx_tokens * m.kv_bytes_per_token_layer))
+        elif term in ("h2d", "d2h"):
+            rows.append((sh.copies, sh.nbytes))
+        else:
+            raise ValueError(f"no linear design for term {term!r}")
+    names = {"elementwise": ("tau_s", "1/bw_Bps"),
+             "prefill_attn": ("tau_s", "per_seq_s", "1/flops"),
+             "decode_attn": ("tau_s", "per_seq_s", "1/kv_bw_Bps"),
+             "h2d": ("latency_s", "1/bw_Bps"), "d2h": ("latency_s", "1/bw_Bps")}[term]
+    return np.array(rows, dtype=float).reshape(len(samples), len(names)), names
+
+
+# --- predictions (the cost model's formulas, vectorised) ---------------------------------------------
+def predict(term: str, params: Params, samples: Sequence[Sample]) -> np.ndarray:
+    """Seconds the form with ``params`` gives for each sample of ``term``."""
+    if not samples:
+        return np.zeros(0)
+    if term == "gemm":
+        w, f = _gemm_features(samples)
+        return params.tau_s + np.maximum(w / params.weight_bw_Bps, f / params.flops)
+    if term == "lm_head":
+        # CostModel.lm_head_s: the GEMM form over h x vocab, with no tau (one kernel).
+        p = np.array([s.model.lm_head_params for s in samples], dtype=float)
+        b = np.array([s.model.dtype_bytes for s in samples], dtype=float)
+        rows = np.array([s.shape.tokens for s in samples], dtype=float)
+        return np.maximum(p * b / params.weight_bw_Bps, 2.0 * rows * p / params.flops)
+    a, _ = _design(term, samples)
+    if term == "elementwise":
+        coef = (params.tau_s, 1.0 / params.bw_Bps)
+    elif term == "prefill_attn":
+        coef = (params.tau_s, params.per_seq_s, 1.0 / params.flops)
+    elif term == "decode_attn":
+        coef = (params.tau_s, params.per_seq_s, 1.0 / params.kv_bw_Bps)
+    else:
+        coef = (params.latency_s, 1.0 / params.bw_Bps)
+    return a @ np.asarray(coef, dtype=float)
+
+
+def predict_linear(gemm: GemmFit, ew: ElementwiseFit, samples: Sequence[Sample]) -> np.ndarray:
+    """GEMMs + elementwise of a layer (the profile's linear term; its tau is the sum of both taus)."""
+    return predict("gemm", gemm, samples) + predict("elementwise", ew, samples)
+
+
+# --- fitting ------------------------------------------------------------------------------------------
+def _nonneg_rel_lstsq(a: np.ndarray, y: np.ndarray, lower: np.ndarray | None = None) -> np.ndarray:
+    """argmin sum(((a x - y) / y)^2) subject to x >= lower (default 0)."""
+    from scipy.optimize import lsq_linear
+
+    w = a / y[:, None]
+    scale = np.abs(w).max(axis=0)
+    scale[scale == 0] = 1.0
+    lo = np.zeros(a.shape[1]) if lower is None else np.asarray(lower, dtype=float) * scale
+    res = lsq_linear(w / scale, np.ones_like(y), bounds=(lo, np.full(a.shape[1], np.inf)), method="bvls")
+    return res.x / scale
+
+
+def _identifiable(col: np.ndarray, intercept: np.ndarray | None) -> bool:
+    """False when a column is constant zero or a constant multiple of the intercept column."""
+    if not np.any(col):
+        return False
+    if intercept is None:
+        return True
+    return bool(np.ptp(col / intercept) > 0)
+
+
+def _rate(inv: float, what: str, notes: list[str]) -> float:
+    if inv <= 1.0 / RATE_CAP:
+        notes.append(f"{what}: the data never made this rate the bottleneck (coefficient 0); "
+                     f"written as {RATE_CAP:g}")
+        return RATE_CAP
+    return 1.0 / inv
+
+
+# Which limit bounds the inverse-rate column of each linear form.
+_LIMIT_OF = {"elementwise": "hbm_Bps", "prefill_attn": "flops", "decode_attn": "hbm_Bps"}
+
+
+def _bound_note(rate: float, cap: float | None, what: str, notes: list[str]) -> None:
+    if cap is not None and rate >= cap * (1 - 1e-6):
+        notes.append(f"{what} held at its physical ceiling {cap:.4g} (the unbounded fit went above it)")
+
+
+def _fit_linear_form(term: str, samples: Sequence[Sample], limits: RateLimits) -> TermFit:
+    a, names = _design(term, samples)
+    y = _times(samples)
+    has_intercept = names[0] == "tau_s"
+    keep = []
+    notes: list[str] = []
+    for j, name in enumerate(names):
+        if j == 0 and has_intercept:
+            keep.append(j)
+            continue
+        if _identifiable(a[:, j], a[:, 0] if has_intercept else None) or j == len(names) - 1:
+            keep.append(j)
+        else:
+            notes.append(f"{name} not separable from tau_s by these shapes "
+                         f"(all have {a[0, j]:g}): fixed at 0")
+    x = np.zeros(len(names))
+    cap = getattr(limits, _LIMIT_OF[term]) if term in _LIMIT_OF else None
+    lower = np.zeros(len(keep))
+    if cap:
+        lower[-1] = 1.0 / cap          # the last column is always the inverse rate
+    x[keep] = _nonneg_rel_lstsq(a[:, keep], y, lower)
+    if term == "elementwise":
+        params: Params = ElementwiseFit(tau_s=x[0], bw_Bps=_rate(x[1], "elementwise bw", notes))
+        _bound_note(params.bw_Bps, cap, "elementwise bw_Bps", notes)
+    elif term == "prefill_attn":
+        params = PrefillAttnTerm(tau_s=x[0], flops=_rate(x[2], "prefill flops", notes), per_seq_s=x[1])
+        _bound_note(params.flops, cap, "prefill flops", notes)
+    elif term == "decode_attn":
+        params = DecodeAttnTerm(tau_s=x[0], per_seq_s=x[1], kv_bw_Bps=_rate(x[2], "kv bw", notes))
+        _bound_note(params.kv_bw_Bps, cap, "decode kv_bw_Bps", notes)
+    else:
+        params = CopyTerm(latency_s=x[0], bw_Bps=_rate(x[1], f"{term} bw", notes))
+    return TermFit(term, params, len(samples), tuple(notes))
+
+
+def _fit_gemm(samples: Sequence[Sample], limits: RateLimits) -> TermFit:
+    """tau + max(W/bw, F/flops): bounded non-linear least squares in relative error.
+
+    Unknowns are scaled to O(1) (us, s/TB, s/PFLOP). When every sample has the same weight bytes
+    (one model shard), tau and W/bw are one number to the data: tau is then fixed at 0 and the
+    whole floor is read as weight traffic (the physical part that scales with model size).
+    """
+    from scipy.optimize import least_squares
+
+    w, f = _gemm_features(samples)
+    y = _times(samples)
+    notes: list[str] = []
+    vary_tau = np.ptp(w) > 0
+    if not vary_tau:
+        notes.append("tau_s not separable from weight_bytes/weight_bw_Bps (one weight size): fixed at 0")
+    ws, fs = w * 1e-12, f * 1e-15   # -> x[1] in s/TB, x[2] in s/PFLOP
+
+    def model(x: np.ndarray) -> np.ndarray:
+        tau = x[0] * 1e-6 if vary_tau else 0.0
+        return tau + np.maximum(ws * x[1], fs * x[2])
+
+    # Starts: the floor from the smallest shapes, the slope from the largest (both seen as bounds).
+    small, big = np.argsort(f)[: max(1, len(f) // 10)], np.argsort(f)[-max(1, len(f) // 4):]
+    floor = float(np.median(y[small]))
+    slope = float(np.median(y[big] / fs[big]))
+    # Ceilings on the rates are floors on their inverses (s/TB, s/PFLOP).
+    lo = np.array([0.0, 1e12 / limits.hbm_Bps if limits.hbm_Bps else 0.0,
+                   1e15 / limits.flops if limits.flops else 0.0])
+    best = None
+    for tau_frac in (0.0, 0.1, 0.3, 0.6):
+        x0 = np.array([tau_frac * floor * 1e6, (1 - tau_frac) * floor / float(np.median(ws)), slope])
+        x0 = np.maximum(np.maximum(x0, 1e-9), lo * (1 + 1e-3))
+        res = least_squares(lambda x: (model(x) - y) / y, x0, bounds=(lo, np.inf),
+                            x_scale=np.maximum(np.abs(x0), 1e-6))
+        if best is None or res.cost < best.cost:
+            best = res
+    x = best.x
+    params = GemmFit(tau_s=(x[0] * 1e-6) if vary_tau else 0.0,
+                     weight_bw_Bps=_rate(x[1] * 1e-12, "weight bw", notes),
+                     flops=_rate(x[2] * 1e-15, "gemm flops", notes))
+    _bound_note(params.weight_bw_Bps, limits.hbm_Bps, "gemm weight_bw_Bps", notes)
+    _bound_note(params.flops, limits.flops, "gemm flops", notes)
+    return TermFit("gemm", params, len(samples), tuple(notes))
+
+
+def fit_term(term: str, samples: Sequence[Sample], limits: RateLimits | None = None) -> TermFit:
+    """Fit one term's form to its samples (all must be of ``term``); rates stay under ``limits``."""
+    limits = limits or RateLimits()
+    if term not in FITTED_TERMS:
+        raise ValueError(f"cannot fit {term!r}: fitted terms are {', '.join(FITTED_TERMS)}")
+    if not samples:
+        raise ValueError(f"no samples to fit {term}")
+    wrong = {s.term for s in samples} - {term}
+    if wrong:
+        raise ValueError(f"fit_term({term!r}) got samples of {sorted(wrong)}")
+    if term == "gemm":
+        return _fit_gemm(samples, limits)
+    return _fit_linear_form(term, samples, limits)

@@ -1,0 +1,184 @@
+"""Replay the batch shapes a simulation produced as real forwards of one decoder layer, and compare
+the measured time with the profile's prediction (``CostModel.layer_s``).
+
+Meant for a GPU (run it on the machine the profile was calibrated on, `kvsim calibrate forward
+--device cuda ...`); it also runs on a CPU with a small model, which is how the tests exercise it.
+
+Shapes: ``RecordingCostModel`` is a ``CostModel`` that remembers every ``BatchShape`` it prices;
+pass it to ``sim.simulate`` and read ``.shapes`` afterwards (the iteration shapes, plus the lone
+prefills the scheduler prices for its ideal-TTFT baseline). A ``BatchShape`` keeps only sums, so a
+replay rebuilds a batch that has them exactly: the prefill tokens split as evenly as possible over
+the prefilling sequences with one common cached context solved from the pair count, the decode
+context split as evenly as possible over the decoding sequences (``replay_batch``).
+
+One replayed layer = the GEMMs and elementwise ops at N = prefill tokens + decoding sequences, the
+prefill attention of each group of equal (n_new, n_ctx), and the paged decode attention of each
+group of equal context, back to back on one stream, timed as one closure. With FlashInfer on a GPU
+the attention goes through its paged wrappers (plan outside the timed region).
+"""
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from costmodels import BatchShape, CostModel, ModelSpec, Profile
+
+from .measure_attention import (AttentionBackend, flashinfer_decode_closure, flashinfer_prefill_closure,
+                                gather_decode_closure, sdpa_decode_closure, sdpa_prefill_closure)
+from .measure_gemm import LayerWeights, elementwise_closure, gemm_closure
+from .validate import ErrorStats
+
+
+class RecordingCostModel(CostModel):
+    """A CostModel that records the shape of every iteration it prices (a hook for the simulator)."""
+
+    def __init__(self, model: ModelSpec, profile: Profile) -> None:
+        super().__init__(model, profile)
+        self.shapes: list[BatchShape] = []
+
+    def iteration(self, shape: BatchShape, *args, **kwargs):
+        self.shapes.append(shape)
+        return super().iteration(shape, *args, **kwargs)
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayBatch:
+    """Per-sequence lengths with the sums of one BatchShape."""
+
+    prefill: tuple[tuple[int, int, int], ...]   # (n_new, n_ctx, count)
+    decode: tuple[tuple[int, int], ...]         # (ctx per sequence, count)
+
+    @property
+    def tokens(self) -> int:
+        return sum(n * c for n, _, c in self.prefill) + sum(c for _, c in self.decode)
+
+
+def _split(total: int, parts: int) -> list[tuple[int, int]]:
+    """``total`` over ``parts`` as evenly as possible: [(value, count), ...]."""
+    q, r = divmod(total, parts)
+    return [(v, c) for v, c in ((q + 1, r), (q, parts - r)) if c > 0]
+
+
+def replay_batch(shape: BatchShape) -> ReplayBatch:
+    prefill: list[tuple[int, int, int]] = []
+    if shape.prefill_seqs:
+        split = _split(shape.prefill_tokens, shape.prefill_seqs)
+        # Common cached context c: pairs = sum_i n_i * (c + n_i / 2)  =>  c = (pairs - sum n_i^2/2) / T.
+        sq = sum(n * n * c for n, c in split) / 2.0
+        ctx = max(0, round((shape.prefill_pairs - sq) / shape.prefill_tokens))
+        prefill = [(n, ctx, c) for n, c in split if n > 0]
+    decode = _split(shape.decode_ctx_tokens, shape.decode_seqs) if shape.decode_seqs else []
+    return ReplayBatch(tuple(prefill), tuple(decode))
+
+
+@dataclass(frozen=True, slots=True)
+class ForwardPoint:
+    shape: BatchShape
+    kind: str              # "prefill" | "decode" | "mixed"
+    measured_s: float
+    predicted_s: float
+
+    @property
+    def ape(self) -> float:
+        return abs(self.predicted_s - self.measured_s) / self.measured_s
+
+
+@dataclass(frozen=True, slots=True)
+class ForwardReport:
+    points: tuple[ForwardPoint, ...]
+    overall: ErrorStats
+    by_kind: tuple[tuple[str, ErrorStats], ...]
+    backend: str
+    device: str
+    skipped: int           # recorded shapes left out (over the size caps, or duplicates)
+
+
+def select_shapes(shapes: Sequence[BatchShape], n: int, max_tokens: int, max_kv_tokens: int) -> tuple[list[BatchShape], int]:
+    """Up to ``n`` distinct shapes within the caps, spread evenly over the sorted recorded shapes."""
+    distinct = sorted({s for s in shapes if not s.is_empty}, key=lambda s: (s.tokens, s.decode_ctx_tokens,
+                                                                           s.prefill_pairs, s.prefill_seqs))
+    ok = [s for s in distinct if s.tokens <= max_tokens
+          and s.decode_ctx_tokens + s.prefill_tokens + _ctx(s) <= max_kv_tokens]
+    if len(ok) > n:
+        idx = np.unique(np.linspace(0, len(ok) - 1, n).round().astype(int))
+        ok = [ok[i] for i in idx]
+    return ok, len(shapes) - len(ok)
+
+
+def _ctx(s: BatchShape) -> int:
+    rb = replay_batch(s)
+    return sum(ctx * c for _, ctx, c in rb.prefill)
+
+
+def _kind(s: BatchShape) -> str:
+    if s.prefill_seqs and s.decode_seqs:
+        return "mixed"
+    return "prefill" if s.prefill_seqs else "decode"
+
+
+def layer_closure(model: ModelSpec, lw: LayerWeights, shape: BatchShape, be: AttentionBackend, device: str,
+                  dtype: str) -> Callable[[], object]:
+    rb = replay_batch(shape)
+    parts = [gemm_closure(lw, shape.tokens), elementwise_closure(lw, shape.tokens, be.page_size)]
+    for n_new, n_ctx, count in rb.prefill:
+        if be.name == "flashinfer":  # GPU-only
+            parts.append(flashinfer_prefill_closure(model, n_new, n_ctx, count, be, device, dtype))
+        else:
+            parts.append(sdpa_prefill_closure(model, n_new, n_ctx, count, device, dtype))
+    for ctx, count in rb.decode:
+        if ctx == 0:
+            continue
+        if be.name == "flashinfer":  # GPU-only
+            parts.append(flashinfer_decode_closure(model, count, ctx, be, device, dtype))
+        elif be.decode_impl == "gather":
+            parts.append(gather_decode_closure(model, count, ctx, be.page_size, device, dtype))
+        else:
+            parts.append(sdpa_decode_closure(model, count, ctx, device, dtype))
+
+    def run():
+        for p in parts:
+            p()
+    return run
+
+
+def replay(shapes: Sequence[BatchShape], model: ModelSpec, profile: Profile, device: str, dtype: str,
+           timer, be: AttentionBackend, n: int = 60, max_tokens: int = 8192,
+           max_kv_tokens: int = 1 << 20, log: Callable[[str], None] = lambda _: None) -> ForwardReport:
+    """Measure up to ``n`` recorded shapes as one-layer forwards; predicted = CostModel.layer_s."""
+    import torch
+
+    chosen, skipped = select_shapes(shapes, n, max_tokens, max_kv_tokens)
+    if not chosen:
+        raise ValueError("no recorded shape fits the size caps; raise max_tokens / max_kv_tokens")
+    cm = CostModel(model, profile)
+    lw = LayerWeights(model, device, dtype)
+    points = []
+    with torch.inference_mode():
+        for i, s in enumerate(chosen):
+            t = timer.measure(layer_closure(model, lw, s, be, device, dtype))
+            points.append(ForwardPoint(s, _kind(s), t.median_s, cm.layer_s(s)))
+            if (i + 1) % 10 == 0:
+                log(f"  replayed {i + 1}/{len(chosen)} shapes")
+    meas = np.array([p.measured_s for p in points])
+    pred = np.array([p.predicted_s for p in points])
+    kinds = Counter(p.kind for p in points)
+    by_kind = tuple((k, ErrorStats.of(pred[[p.kind == k for p in points]], meas[[p.kind == k for p in points]]))
+                    for k in sorted(kinds))
+    return ForwardReport(tuple(points), ErrorStats.of(pred, meas), by_kind, be.describe(), device, skipped)
+
+
+def format_report(r: ForwardReport, rows: int = 15) -> str:
+    lines = [f"one-layer forwards on {r.device} ({r.backend}): {r.overall.n} shapes, MAPE {r.overall.mape:.1%}, "
+             f"p95 {r.overall.p95_ape:.1%}, max {r.overall.max_ape:.1%} ({r.skipped} recorded shapes not replayed)"]
+    for k, e in r.by_kind:
+        lines.append(f"  {k:<8} n={e.n:<4} MAPE {e.mape:.1%}  max {e.max_ape:.1%}")
+    lines.append(f"  {'tokens':>7} {'pf seqs':>7} {'dec seqs':>8} {'dec ctx':>9} {'measured':>10} {'predicted':>10} {'APE':>7}")
+    pts = sorted(r.points, key=lambda p: -p.ape)[:rows]
+    for p in pts:
+        s = p.shape
+        lines.append(f"  {s.tokens:>7} {s.prefill_seqs:>7} {s.decode_seqs:>8} {s.decode_ctx_tokens:>9} "
+                     f"{p.measured_s * 1e6:>8.1f}us {p.predicted_s * 1e6:>8.1f}us {p.ape:>6.1%}")
+    return "\n".join(lines)

@@ -1,0 +1,135 @@
+"""The cost model fitted to the public GPU tables (../shared/data): held-out MAPE per term and
+source, against issue 4's targets (GEMM/linear and prefill attention < 5 %, decode < 10 %).
+
+Where a term meets its target, the test asserts the target. Where it misses, the test asserts the
+figure documented in calibration/README.md as a regression bound (it may improve, never worsen),
+so a miss is never loosened silently. The committed profiles must equal what the fit produces.
+"""
+from __future__ import annotations
+
+import pytest
+
+from cal_helpers import DATA, needs_data
+
+pytestmark = [pytest.mark.data, needs_data]
+
+# (source, term, split) -> held-out MAPE documented in calibration/README.md (seed 0).
+DOCUMENTED = {
+    ("a100-vidur-mlp", "gemm", "random"): 0.0505,
+    ("a100-vidur-mlp", "gemm", "extrapolation"): 0.0333,
+    ("a100-vidur-mlp", "elementwise", "random"): 0.1155,
+    ("a100-vidur-mlp", "linear", "random"): 0.0481,
+    ("a100-vidur-mlp", "linear", "extrapolation"): 0.0213,
+    ("a100-vidur-mlp [test Llama-2-7B]", "linear", "leave-out"): 0.0639,
+    ("a100-vidur-mlp [test Llama-3-8B]", "linear", "leave-out"): 0.0463,
+    ("a100-vidur-flashinfer", "prefill_attn", "random"): 0.1347,
+    ("a100-vidur-flashinfer", "prefill_attn", "extrapolation"): 0.1992,
+    ("a100-vidur-flashinfer", "decode_attn", "random"): 0.0785,
+    ("a100-vidur-flashinfer", "decode_attn", "extrapolation"): 0.0725,
+    ("a100-vidur-fa-70b-tp2", "prefill_attn", "random"): 0.1870,
+    ("a100-vidur-fa-70b-tp2", "decode_attn", "random"): 0.1134,
+    ("a100-vidur-fa-70b-tp2", "decode_attn", "extrapolation"): 0.0818,
+    ("h100-vidur-mlp", "gemm", "random"): 0.0805,
+    ("h100-vidur-mlp", "gemm", "extrapolation"): 0.1084,
+    ("h100-vidur-mlp", "linear", "random"): 0.0630,
+    ("h100-vidur-mlp", "linear", "extrapolation"): 0.0585,
+    ("h100-lss-8b-layers", "prefill_attn", "random"): 0.1408,
+    ("h100-lss-8b-layers", "prefill_attn", "extrapolation"): 0.1971,
+    ("h100-lss-70b-tp4", "prefill_attn", "random"): 0.4281,
+    ("h100-lss-70b-tp4", "decode_attn", "random"): 0.1529,
+    ("a6000-lss-8b", "prefill_attn", "random"): 0.3512,
+    ("a6000-lss-8b", "decode_attn", "random"): 0.1454,
+    ("h100-lss-8b-layers", "linear", "transfer"): 0.1858,
+    ("h100-lss-8b-layers", "lm_head", "transfer"): 0.1047,
+    ("h100-lss-8b-layers", "layer", "transfer"): 0.1759,
+    # Candidate forms (not in the cost model): the physical wave term fixes the no-split-KV kernels.
+    ("h100-lss-70b-tp4 [+waves]", "prefill_attn", "random"): 0.0186,
+    ("h100-lss-70b-tp4 [+waves]", "prefill_attn", "extrapolation"): 0.0102,
+    ("a6000-lss-8b [+waves]", "prefill_attn", "random"): 0.0245,
+    ("h100-lss-8b-layers [+tokens]", "prefill_attn", "random"): 0.0752,
+}
+TARGET = {"gemm": 0.05, "linear": 0.05, "prefill_attn": 0.05, "decode_attn": 0.10}
+MET = [k for k, v in DOCUMENTED.items() if k[1] in TARGET and v < TARGET[k[1]]]
+
+
+@pytest.fixture(scope="module")
+def public():
+    from calibration.public_profiles import fit_public
+    return fit_public(DATA, seed=0, proposed=True)
+
+
+def _report(res, key):
+    source, term, split = key
+    for r in res.reports() + res.proposed:
+        if (r.source, r.term, r.split.name) == key:
+            return r
+    raise KeyError(key)
+
+
+@pytest.mark.parametrize("key", list(DOCUMENTED), ids=lambda k: "/".join(k))
+def test_held_out_mape_is_the_documented_figure(public, key) -> None:
+    r = _report(public, key)
+    assert r.test.n > 0
+    # A regression bound: the documented figure (4 decimals) may improve, never worsen.
+    assert r.test.mape <= DOCUMENTED[key] + 5e-5, f"{key}: {r.test.mape:.4f} > documented {DOCUMENTED[key]}"
+
+
+@pytest.mark.parametrize("key", MET, ids=lambda k: "/".join(k))
+def test_targets_that_are_met(public, key) -> None:
+    assert _report(public, key).test.mape < TARGET[key[1]]
+
+
+def test_every_prefill_source_misses_five_percent_with_the_current_form(public) -> None:
+    # Stated in the README: no public prefill table meets 5 % with tau + pairs/flops (see there why).
+    for r in public.reports():
+        if r.term == "prefill_attn" and r.split.name == "random":
+            assert r.test.mape > 0.05, r.source
+
+
+def test_fitted_constants_are_physical(public) -> None:
+    from costmodels import get_hardware
+    for spec_name, gpu in (("a100-vidur", "a100-sxm"), ("h100-public", "h100-sxm")):
+        p = next(p for p in public.profiles if p.name == spec_name)
+        hw = get_hardware(gpu)
+        for bw in (p.linear.weight_bw_Bps, p.linear.elementwise_bw_Bps, p.decode_attn.kv_bw_Bps):
+            assert 0.3 * hw.hbm_bw_Bps < bw <= hw.hbm_bw_Bps * (1 + 1e-9)
+        for f in (p.linear.flops, p.prefill_attn.flops):
+            assert 0.05 * hw.dense_bf16_flops < f <= hw.dense_bf16_flops
+        assert 0 < p.linear.tau_s < 100e-6 and 0 < p.decode_attn.tau_s < 30e-6
+
+
+def test_committed_profiles_equal_the_fit(public) -> None:
+    from costmodels import load_profile
+    for fitted in public.profiles:
+        committed = load_profile(fitted.name)           # by name: costmodels/profiles/<name>.yaml
+        for term in ("linear", "prefill_attn", "decode_attn", "h2d", "d2h", "overlap"):
+            a, b = getattr(committed, term), getattr(fitted, term)
+            for f in a.__dataclass_fields__:
+                assert getattr(a, f) == pytest.approx(getattr(b, f), rel=1e-5), (fitted.name, term, f)
+        assert committed.validation == fitted.validation
+        assert committed.meta.source == fitted.meta.source
+
+
+def test_h100_decode_is_transferred_not_fitted(public) -> None:
+    a100 = next(p for p in public.profiles if p.name == "a100-vidur")
+    h100 = next(p for p in public.profiles if p.name == "h100-public")
+    assert h100.decode_attn.kv_bw_Bps == pytest.approx(a100.decode_attn.kv_bw_Bps * 3.35 / 2.039, rel=1e-4)
+    assert "decode_attn" not in h100.validation
+    assert "NOT fitted on this GPU" in h100.meta.notes
+
+
+def test_lss_decode_rows_with_no_context_are_dropped() -> None:
+    from calibration.public_tables import load_lss_attention
+    from costmodels import get_model
+    dropped: list[int] = []
+    s = load_lss_attention("lss-a6000-llama31-8b-attn", get_model("llama-3-8b"), DATA, dropped)
+    assert dropped == [283] and all(x.shape.n_ctx >= 1 for x in s if x.term == "decode_attn")
+    # kv_cache_size is the batch total: per-sequence context = total // batch.
+    assert any(x.shape.seqs == 8 and x.shape.n_ctx == 10240 // 8 for x in s if x.term == "decode_attn")
+
+
+def test_cli_fit_prints_the_table(capsys) -> None:
+    from experiments.cli import main
+    assert main(["calibrate", "fit", "--data", str(DATA), "--source", "a100-vidur-flashinfer"]) == 0
+    out = capsys.readouterr().out
+    assert "a100-vidur-flashinfer" in out and "decode_attn" in out and "<10% met" in out
