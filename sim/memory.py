@@ -116,8 +116,50 @@ class TieredMemory:
             unit = policy.victim(now)
             record(clock() - t0)
             self._check_victim(unit, GPU)
-            self._demote(unit, now)
+            size = unit.size
+            if self.capacity[CPU] >= size and self.reclaimable(CPU) >= size:
+                self._demote(unit, now)
+            else:
+                self._drop_unpinned_gpu(unit, now)
         return True
+
+    def _drop_unpinned_gpu(self, unit: Unit, now: float) -> None:
+        """``drop`` for the hottest case, an unpinned GPU victim, without the general ``place``."""
+        size = unit.size
+        pages = unit.session.tier_pages
+        pages[GPU] -= unit.pages
+        pages[DROPPED] += unit.pages
+        self.policy[GPU].remove(unit)
+        self.used[GPU] -= size
+        self.evictable[GPU] -= size
+        self._seq += 1
+        unit.tier, unit.tier_since_s, unit.tier_seq, unit.hits = DROPPED, now, self._seq, 0
+        self.dropped_bytes += size
+
+    def recompute_on_gpu(self, units: list[Unit], now: float) -> None:
+        """Place one session's pinned DROPPED units on the GPU (the caller made room): its prefill
+        recomputes them. ``place`` for each, with the shared accounting done once."""
+        insert = self.policy[GPU].insert
+        seq = self._seq
+        size = pages = 0
+        for u in units:
+            if u.tier != DROPPED or not u.pinned:
+                raise AssertionError(f"unit {u.key} is not a pinned dropped unit")
+            seq += 1
+            u.tier, u.tier_since_s, u.tier_seq, u.created_s = GPU, now, seq, now
+            size += u.size
+            pages += u.pages
+            insert(u, now)
+        self._seq = seq
+        if units:
+            tier_pages = units[0].session.tier_pages
+            tier_pages[DROPPED] -= pages
+            tier_pages[GPU] += pages
+        self.used[GPU] += size
+        if self.used[GPU] > self.capacity[GPU]:
+            raise AssertionError(f"GPU over capacity recomputing {len(units)} units: "
+                                 f"{self.used[GPU]} > {self.capacity[GPU]}")
+        self.peak_gpu_bytes = max(self.peak_gpu_bytes, self.used[GPU])
 
     def _victim(self, tier: Tier, now: float) -> Unit:
         t0 = time.perf_counter_ns()

@@ -226,10 +226,14 @@ class Scheduler:
                                  f"but {fetch} bytes could not be reclaimed")
         swapped = swapped_pages = 0
         pairs = 0.0
+        dropped = []
         for u in sess.units:
             if u.tier == CPU:
                 swapped += u.size
                 swapped_pages += u.pages
+                if dropped:  # keep tier entries in page order (FIFO order, tie-breaks)
+                    mem.recompute_on_gpu(dropped, now)
+                    dropped = []
                 mem.place(u, GPU, now)
             elif u.tier == DROPPED:
                 # Recomputed in this prefill, after the tokens before it (DESIGN.md 3 physics):
@@ -237,10 +241,10 @@ class Scheduler:
                 a = u.first_page * bt
                 n = min(old_tokens, a + u.pages * bt) - a
                 pairs += n * (a + n / 2.0)
-                mem.place(u, GPU, now)
-                u.created_s = now
+                dropped.append(u)
             u.last_access_s = now
             u.hits += 1
+        mem.recompute_on_gpu(dropped, now)
         pairs += attention_pairs(max(1, target - 1 - old_tokens), old_tokens)
         self._extend(sess, target, now)
         if not run.admitted_once:
