@@ -61,7 +61,6 @@ class Step:
     duration_s: float
     admitted: list[TurnRun]
     decode_seqs: int
-    index: int
 
 
 class Scheduler:
@@ -70,7 +69,7 @@ class Scheduler:
         if memory.evict_unit == "layer_block":
             raise ValueError("memory.evict_unit: layer_block (the per-layer checkerboard) is not "
                              "implemented yet; use session or block")
-        self.cost, self.cfg, self.mem_cfg = cost, engine, memory
+        self.cost, self.cfg = cost, engine
         self.bt = memory.block_tokens
         self.page_bytes = self.bt * cost.kv_bytes_per_token
         self.per_session_unit = memory.evict_unit == "session"
@@ -97,6 +96,7 @@ class Scheduler:
         self.dec_seqs = 0                                   # sequences decoding in the next step
         self.dec_ctx = 0                                    # their total context tokens
         self._next_key = 0
+        self._d2h_mark = 0                                  # swap-out bytes already priced
         self.live_pages = 0                                 # pages of sessions not yet finished
         self.peak_live_pages = 0                            # the trace's peak KV demand
         self.ledger: list[tuple] = []
@@ -158,9 +158,7 @@ class Scheduler:
             d2h_copies=(self.mem.swap_out_bytes - self._d2h_mark) // self.page_bytes * layers,
             pipelining=self.cfg.pipelining)
         self._d2h_mark = self.mem.swap_out_bytes
-        return Step(cost.total_s, admitted, self.dec_seqs, self.step)
-
-    _d2h_mark = 0
+        return Step(cost.total_s, admitted, self.dec_seqs)
 
     def _grow_decodes(self, now: float, preempt: bool = True) -> bool:
         """Give every decoding sequence that starts a new page this step its page, or preempt.
