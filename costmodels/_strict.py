@@ -157,3 +157,26 @@ def string_list(obj: Any, ctx: Ctx) -> tuple[str, ...]:
 def is_yaml_path(text: str) -> bool:
     """Whether a name-or-path argument should be read as a file (checked after the registry)."""
     return text.lower().endswith((".yaml", ".yml")) or Path(text).is_file()
+
+
+def lookup(text: str, registry: tuple[Mapping[str, Any], Mapping[str, str]], load_file,
+           kind: str, unknown) -> Any:
+    """A registered spec by name or alias (case-insensitive), else a spec YAML by path.
+
+    ``registry`` is (name -> spec, lower-case alias -> name); ``unknown()`` builds the message for a
+    name that is neither (the file-not-found message names ``kind``).
+    """
+    specs, index = registry
+    key = text.strip().lower()
+    if key in index:
+        return specs[index[key]]
+    if is_yaml_path(text):
+        if not Path(text).is_file():
+            raise ValueError(f"{text}: {kind} spec file not found")
+        return load_file(text)
+    raise ValueError(unknown())
+
+
+def aliases_of(canonical: str, index: Mapping[str, str]) -> list[str]:
+    """Every lower-case key of ``index`` that resolves to ``canonical``."""
+    return sorted(k for k, v in index.items() if v == canonical)

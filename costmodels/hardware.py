@@ -100,15 +100,9 @@ def get_hardware(name_or_path: str | os.PathLike[str] | HardwareSpec) -> Hardwar
     if isinstance(name_or_path, HardwareSpec):
         return name_or_path
     text = os.fspath(name_or_path)
-    found = find_hardware(text)
-    if found is not None:
-        return found
-    if S.is_yaml_path(text):
-        if not Path(text).is_file():
-            raise ValueError(f"{text}: hardware spec file not found")
-        return load_hardware_file(text)
-    raise ValueError(f"unknown hardware {text!r}: registered GPUs are "
-                     f"{', '.join(available_hardware())} (aliases accepted, case-insensitive)")
+    return S.lookup(text, _registry(), load_hardware_file, "hardware",
+                    lambda: f"unknown hardware {text!r}: registered GPUs are "
+                    f"{', '.join(available_hardware())} (aliases accepted, case-insensitive)")
 
 
 def available_hardware() -> list[str]:
@@ -117,5 +111,4 @@ def available_hardware() -> list[str]:
 
 
 def hardware_aliases(name: str) -> list[str]:
-    canonical = get_hardware(name).name
-    return sorted(k for k, v in _registry()[1].items() if v == canonical)
+    return S.aliases_of(get_hardware(name).name, _registry()[1])

@@ -151,16 +151,9 @@ def get_model(name_or_path: str | os.PathLike[str] | ModelSpec) -> ModelSpec:
     if isinstance(name_or_path, ModelSpec):
         return name_or_path
     text = os.fspath(name_or_path)
-    specs, index = _registry()
-    key = text.strip().lower()
-    if key in index:
-        return specs[index[key]]
-    if S.is_yaml_path(text):
-        if not Path(text).is_file():
-            raise ValueError(f"{text}: model spec file not found")
-        return load_model_file(text)
-    raise ValueError(f"unknown model {text!r}: registered models are {', '.join(available_models())} "
-                     f"(aliases accepted, case-insensitive), or give a path to a model spec YAML")
+    return S.lookup(text, _registry(), load_model_file, "model",
+                    lambda: f"unknown model {text!r}: registered models are {', '.join(available_models())} "
+                    f"(aliases accepted, case-insensitive), or give a path to a model spec YAML")
 
 
 def available_models() -> list[str]:
@@ -170,5 +163,4 @@ def available_models() -> list[str]:
 
 def model_aliases(name: str) -> list[str]:
     """Every lower-case key that resolves to the registered model ``name``."""
-    canonical = get_model(name).name
-    return sorted(k for k, v in _registry()[1].items() if v == canonical)
+    return S.aliases_of(get_model(name).name, _registry()[1])
