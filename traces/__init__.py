@@ -9,6 +9,9 @@
     {kind: azure, path: ...}
     {kind: jsonl, path: ...}
 
+Every kind also takes ``time_scale`` (default 1.0): arrival and think times are multiplied by it,
+so ``time_scale: 20`` replays a cluster trace at 1/20 of its request rate on one simulated GPU.
+
 This package imports nothing else of the project (DESIGN.md section 2).
 """
 from __future__ import annotations
@@ -20,7 +23,7 @@ from traces.azure import load_azure
 from traces.dists import LogNormalMix, ThinkTime
 from traces.jsonl import read_jsonl, write_jsonl
 from traces.mooncake import load_mooncake
-from traces.records import Session, TraceError, TraceLoad, Turn, validate_session
+from traces.records import Session, TraceError, TraceLoad, Turn, scale_time, validate_session
 from traces.sharegpt import load_sharegpt
 from traces.synthetic import SyntheticConfig, generate_synthetic
 from traces.tokenize import CharEstimate, HFTokenizer, Tokenizer, make_tokenizer
@@ -48,7 +51,14 @@ def load_trace(spec: Mapping[str, Any]) -> TraceLoad:
         raise TraceError(f"trace spec must be a mapping, got {type(spec).__name__}")
     if "kind" not in spec:
         raise TraceError(f"trace spec needs 'kind' (one of {', '.join(TRACE_KINDS)})")
-    kind, opts = spec["kind"], {k: v for k, v in spec.items() if k != "kind"}
+    kind, opts = spec["kind"], {k: v for k, v in spec.items() if k not in ("kind", "time_scale")}
+    factor = spec.get("time_scale", 1.0)
+    if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not factor > 0:
+        raise TraceError(f"trace.time_scale: must be a number > 0, got {factor!r}")
+    return scale_time(_load(kind, opts), float(factor))
+
+
+def _load(kind: Any, opts: dict[str, Any]) -> TraceLoad:
     if kind == "synthetic":
         return generate_synthetic(SyntheticConfig.from_dict(opts, where="trace"))
     if kind not in _FILE_LOADERS:

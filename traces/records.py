@@ -6,7 +6,7 @@ and/or an absolute ``arrival_s`` (open-loop replay). The replay mode picks which
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Iterable
 
 
@@ -98,3 +98,20 @@ class TraceLoad:
     @property
     def n_turns(self) -> int:
         return sum(len(s.turns) for s in self.sessions)
+
+
+def scale_time(load: TraceLoad, factor: float) -> TraceLoad:
+    """Stretch every arrival and think time by ``factor`` (2.0: half the request rate).
+
+    Real traces were served by clusters: replaying one on a single simulated GPU needs their
+    arrivals slowed down, or the queue, not the KV policy, decides every latency.
+    """
+    if factor == 1.0:
+        return load
+
+    def turn(t: Turn) -> Turn:
+        return replace(t, arrival_s=None if t.arrival_s is None else t.arrival_s * factor,
+                       think_s=None if t.think_s is None else t.think_s * factor)
+
+    sessions = tuple(replace(s, turns=tuple(turn(t) for t in s.turns)) for s in load.sessions)
+    return replace(load, sessions=sessions, info={**load.info, "time_scale": factor})
