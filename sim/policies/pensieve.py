@@ -130,11 +130,10 @@ def _cross_time(p1: float, p2: float, den: float, t: float,
     return _exact_cross(num, d, t)
 
 
-# "since" mode (Pensieve): value = m / (t - tau), tau <= t; smaller value is evicted first.
-def _since_before(g: _Group, h: _Group, t: float) -> bool:
-    gm, hm = g.m, h.m
-    x = gm * (t - h.tau)
-    y = hm * (t - g.tau)
+def _certified_less(x: float, y: float, exact) -> bool | None:
+    """x < y for two non-negative products m * (time difference): decided in floats when their gap
+    exceeds the rounding bound, else from ``exact()`` (the same two values as Fractions).
+    None when they are exactly equal (the caller breaks the tie)."""
     s = x + y
     if s > _TINY:
         d = x - y
@@ -143,11 +142,17 @@ def _since_before(g: _Group, h: _Group, t: float) -> bool:
             return True
         if d > tol:
             return False
-    ft = Fraction(t)
-    xe = Fraction(gm) * (ft - Fraction(h.tau))
-    ye = Fraction(hm) * (ft - Fraction(g.tau))
-    if xe != ye:
-        return xe < ye
+    xe, ye = exact()
+    return None if xe == ye else xe < ye
+
+
+# "since" mode (Pensieve): value = m / (t - tau), tau <= t; smaller value is evicted first.
+def _since_before(g: _Group, h: _Group, t: float) -> bool:
+    gm, hm = g.m, h.m
+    less = _certified_less(gm * (t - h.tau), hm * (t - g.tau), lambda: (
+        Fraction(gm) * (Fraction(t) - Fraction(h.tau)), Fraction(hm) * (Fraction(t) - Fraction(g.tau))))
+    if less is not None:
+        return less
     return gm < hm or (gm == hm and g.tau < h.tau)
 
 
@@ -179,21 +184,10 @@ def _until_before(g: _Group, h: _Group, t: float) -> bool:
             return _until_tie(g, h)
         return g0
     gm, hm = g.m, h.m
-    x = gm * (ht - t)
-    y = hm * (gt - t)
-    s = x + y
-    if s > _TINY:
-        d = x - y
-        tol = _REL * s
-        if d < -tol:
-            return True
-        if d > tol:
-            return False
-    ft = Fraction(t)
-    xe = Fraction(gm) * (Fraction(ht) - ft)
-    ye = Fraction(hm) * (Fraction(gt) - ft)
-    if xe != ye:
-        return xe < ye
+    less = _certified_less(gm * (ht - t), hm * (gt - t), lambda: (
+        Fraction(gm) * (Fraction(ht) - Fraction(t)), Fraction(hm) * (Fraction(gt) - Fraction(t))))
+    if less is not None:
+        return less
     return _until_tie(g, h)
 
 
