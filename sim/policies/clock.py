@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import heapq
 
+from sim.policies._lazy_heap import first_live
 from sim.policies.base import EvictionPolicy
 from sim.policies.registry import register
 
@@ -56,14 +57,7 @@ class SeqQueue:
 
     def oldest(self):
         """The unit with the smallest sequence number, or None."""
-        heap, live = self._heap, self._live
-        while heap:
-            seq, tok, unit = heap[0]
-            e = live.get(unit.key)
-            if e is not None and e[1] == tok:
-                return unit
-            heapq.heappop(heap)
-        return None
+        return first_live(self._heap, self._live)
 
     def seq_of(self, key: int) -> int:
         return self._live[key][0]

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import heapq
 
+from sim.policies._lazy_heap import first_live
 from sim.policies.base import EvictionPolicy
 from sim.policies.registry import register
 
@@ -115,14 +116,7 @@ class Sieve(EvictionPolicy):
         self._hand = -1
 
     def _top(self):
-        heap, live = self._ahead, self._live
-        while heap:
-            seq, tok, unit = heap[0]
-            e = live.get(unit.key)
-            if e is not None and e[1] == tok:
-                return unit
-            heapq.heappop(heap)
-        return None
+        return first_live(self._ahead, self._live)
 
     def _compact(self) -> None:
         ahead, behind = [], []
