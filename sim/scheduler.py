@@ -13,7 +13,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections import defaultdict, deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from costmodels import BatchShape, CostModel, attention_pairs
 from sim.config import EngineConfig, MemoryConfig
@@ -144,15 +144,12 @@ class Scheduler:
     def plan(self, now: float) -> Step | None:
         """Prepare the next iteration; None when there is nothing to run."""
         self._grow_decodes(now)
-        admitted, shape, h2d_bytes, h2d_pages = self._admit(now)
+        admitted, prefill, h2d_bytes, h2d_pages = self._admit(now)
         if not admitted and self.dec_seqs == 0:
             return None
-        shape.decode_seqs = self.dec_seqs
-        shape.decode_ctx_tokens = self.dec_ctx
         layers = self.cost.model.num_layers
         cost = self.cost.iteration(
-            BatchShape(shape.prefill_tokens, shape.prefill_pairs, shape.prefill_seqs,
-                       shape.decode_seqs, shape.decode_ctx_tokens),
+            prefill + BatchShape.decode(self.dec_seqs, self.dec_ctx),
             h2d_bytes=h2d_bytes, h2d_copies=h2d_pages * layers,
             d2h_bytes=self.mem.swap_out_bytes - self._d2h_mark,
             d2h_copies=(self.mem.swap_out_bytes - self._d2h_mark) // self.page_bytes * layers,
@@ -188,9 +185,9 @@ class Scheduler:
                 self._page_due[self.step + self.bt].append((run, epoch))
         return True
 
-    def _admit(self, now: float):
-        shape = _Shape()
-        h2d_bytes = h2d_pages = 0
+    def _admit(self, now: float) -> tuple[list[TurnRun], BatchShape, int, int]:
+        """Admit waiting turns FCFS: (admitted, their prefill shape, H2D bytes, H2D pages)."""
+        tokens, pairs, h2d_bytes, h2d_pages = 0, 0.0, 0, 0
         admitted: list[TurnRun] = []
         budget = self.cfg.max_batch_tokens - self.dec_seqs
         while self.waiting and len(self.running) < self.cfg.max_running:
@@ -201,15 +198,15 @@ class Scheduler:
             if not self._room_for(run, fetch):
                 break  # no room now; it waits at the head of the queue
             self.waiting.popleft()
-            pairs, swapped, swapped_pages = self._make_resident(run, target, fetch, now)
-            shape.prefill_tokens += new_tokens
-            shape.prefill_pairs += pairs
-            shape.prefill_seqs += 1
+            run_pairs, swapped, swapped_pages = self._make_resident(run, target, fetch, now)
+            tokens += new_tokens
+            pairs += run_pairs
             h2d_bytes += swapped
             h2d_pages += swapped_pages
             budget -= new_tokens
             admitted.append(run)
-        return admitted, shape, h2d_bytes, h2d_pages
+        prefill = BatchShape(prefill_tokens=tokens, prefill_pairs=pairs, prefill_seqs=len(admitted))
+        return admitted, prefill, h2d_bytes, h2d_pages
 
     def _make_resident(self, run: TurnRun, target: int, fetch: int, now: float):
         """Pin the session's units, reclaim room, swap in, recompute, and add the new pages."""
@@ -466,12 +463,3 @@ class DecodeSpan:
     duration_s: float = 0.0
     steps: int = 0
     gpu_byte_seconds: float = 0.0
-
-
-@dataclass(slots=True)
-class _Shape:
-    prefill_tokens: int = 0
-    prefill_pairs: float = 0.0
-    prefill_seqs: int = 0
-    decode_seqs: int = 0
-    decode_ctx_tokens: int = 0
