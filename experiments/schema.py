@@ -25,15 +25,31 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, StrictBool,
-                      StrictInt, StrictStr, ValidationError, ValidationInfo, field_validator)
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    StrictBool,
+    StrictInt,
+    StrictStr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 
-from sim.config import EVICT_UNITS, REPLAY_MODES, EngineConfig, MemoryConfig
+from sim.config import EVICT_UNITS, GIB, REPLAY_MODES, EngineConfig, MemoryConfig
 
 TRACE_KINDS = ("synthetic", "sharegpt", "mooncake", "azure", "jsonl")
 FILE_TRACE_KINDS = ("sharegpt", "mooncake", "azure", "jsonl")  # need trace.path
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _ENGINE_DEFAULTS = {f.name: f.default for f in dataclasses.fields(EngineConfig)}
+# The eviction units the simulator runs today. sim.config.EVICT_UNITS also names layer_block (the
+# per-layer checkerboard), which the scheduler refuses; the schema refuses it at load instead, so a
+# run does not fail after minutes of work.
+AVAILABLE_EVICT_UNITS = ("session", "block")
 
 
 class ConfigError(ValueError):
@@ -96,8 +112,19 @@ def _check_hardware(value: str, info: ValidationInfo) -> str:
     return value
 
 
+def _evict_unit_available(value: Any) -> Any:
+    """Runs before the Literal check, so a unit the simulator names but cannot run yet gets its own
+    message."""
+    if isinstance(value, str) and value in EVICT_UNITS and value not in AVAILABLE_EVICT_UNITS:
+        raise ValueError(f"{value} is not available yet; use "
+                         f"{' or '.join(AVAILABLE_EVICT_UNITS)}")
+    return value
+
+
 def _check_policy(value: str) -> str:
-    from sim.policies import policy_class  # ValueError names the policy and the registered ones
+    from sim.policies import (
+        policy_class,  # ValueError names the policy and the registered ones
+    )
     policy_class(value)
     return value
 
@@ -142,9 +169,10 @@ class MemorySpec(_Strict):
         default=[0.0], description="CPU swap tier in GiB (0: evictions drop)")
     block_tokens: Annotated[list[PosInt], Field(min_length=1), AfterValidator(_no_duplicates)] = Field(
         default=[16], description="page size in tokens")
-    evict_unit: Annotated[list[Literal[EVICT_UNITS]], Field(min_length=1),
-                          AfterValidator(_no_duplicates)] = Field(
-        default=["block"], description="session | block | layer_block")
+    evict_unit: Annotated[list[Annotated[Literal[AVAILABLE_EVICT_UNITS],
+                                         BeforeValidator(_evict_unit_available)]],
+                          Field(min_length=1), AfterValidator(_no_duplicates)] = Field(
+        default=["block"], description="session | block (layer_block is not available yet)")
 
     wrap_lists = field_validator("gpu_kv_gb", "cpu_kv_gb", "block_tokens", "evict_unit",
                             mode="before")(_as_list)
@@ -360,14 +388,54 @@ def parse_experiment(data: Any, source: str = "<memory>", base_dir: str | os.Pat
             keys.append(key)
             lines.append(f"{source}: {key}: {_message(err)}")
         raise ConfigError("\n".join(lines), file=source, key=keys[0] if keys else None) from None
+    problems = _impossible_combinations(exp)
+    if problems:
+        keys = [format_loc(loc, data) for loc, _ in problems]
+        raise ConfigError("\n".join(f"{source}: {k}: {msg}" for k, (_, msg) in zip(keys, problems)),
+                          file=source, key=keys[0])
     exp._source = source
     return exp
+
+
+def _impossible_combinations(exp: Experiment) -> list[tuple[tuple[str | int, ...], str]]:
+    """Values valid one by one that no run can use together: (pydantic-style loc, message).
+
+    * A GPU (or non-zero CPU) KV capacity smaller than one page of some model and page size holds
+      nothing: every turn would be rejected (or the CPU tier would silently do nothing).
+    * ``engine.max_batch_tokens`` below ``engine.max_running``: every running sequence decodes one
+      token per iteration, so the batch could not hold them (vLLM refuses this too).
+    """
+    import costmodels
+    out: list[tuple[tuple[str | int, ...], str]] = []
+    m = exp.memory
+    page_bytes = [(costmodels.get_model(model).kv_bytes_per_token * bt, bt, model)
+                  for model in exp.model for bt in m.block_tokens]
+    biggest, bt, model = max(page_bytes)
+    page = f"one page of {bt} tokens of {_short(model)} takes {_size(biggest)}"
+    for field_name, values in (("gpu_kv_gb", m.gpu_kv_gb), ("cpu_kv_gb", m.cpu_kv_gb)):
+        for i, gb in enumerate(values):
+            if gb == 0 or math.isinf(gb) or MemoryConfig.capacity_bytes(gb) >= biggest:
+                continue
+            hint = ("; use 0 for no CPU tier" if field_name == "cpu_kv_gb"
+                    else "; every turn would be rejected")
+            out.append((("memory", field_name, i),
+                        f"{gb:g} GiB holds no page: {page}{hint}"))
+    e = exp.engine
+    if e.max_batch_tokens < e.max_running:
+        msg = (f"must be >= engine.max_running ({e.max_running}), got {e.max_batch_tokens}: "
+               "each running sequence decodes one token per iteration")
+        out.append((("engine", "max_batch_tokens"), msg))
+    return out
 
 
 def load_experiment(path: str | os.PathLike) -> Experiment:
     """Read and validate an experiment YAML file; raise ConfigError naming the file and the key."""
     data = read_yaml(path)
     return parse_experiment(data, source=str(path), base_dir=Path(path).resolve().parent)
+
+
+def _size(nbytes: float) -> str:
+    return f"{nbytes / GIB:.3g} GiB" if nbytes >= GIB else f"{nbytes / 2**20:.3g} MiB"
 
 
 # ---------------------------------------------------------------------------------------------

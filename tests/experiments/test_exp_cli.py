@@ -51,7 +51,7 @@ def test_bad_workers_is_a_usage_error(capsys):
 def test_subprocess_exit_code_and_no_traceback(write_yaml):
     path = write_yaml("name: t\nmemory: {gpu_kv_gb: [1, 2}\n", "broken.yaml")
     proc = subprocess.run([sys.executable, "-m", "experiments", "run", str(path)], cwd=REPO,
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 2
     assert "line 2" in proc.stderr and "YAML syntax error" in proc.stderr
     assert "Traceback" not in proc.stderr
@@ -110,3 +110,23 @@ def test_bad_trace_file_exits_2_naming_the_trace_key(write_yaml, tmp_path, capsy
     err = capsys.readouterr().err
     assert err.startswith(f"kvsim: error: {cfg}: trace[1]: ") and "t.jsonl" in err
     assert len(err.strip().splitlines()) == 1 and not out.exists()
+
+
+@pytest.mark.parametrize("old,new,key", [
+    ("evict_unit: block", "evict_unit: layer_block", "memory.evict_unit"),
+    ("gpu_kv_gb: [0.5, 1, 2]", "gpu_kv_gb: [0.5, 0.0001]", "memory.gpu_kv_gb[1]"),
+    ("seeds: [1]", "seeds: [1]\nengine: {max_running: 512, max_batch_tokens: 256}",
+     "engine.max_batch_tokens"),
+])
+def test_impossible_config_exits_2_before_any_work(fake_backend, write_yaml, tmp_path, capsys,
+                                                   old, new, key):
+    from exp_fakes import TINY
+    assert old in TINY
+    cfg = write_yaml(TINY.replace(old, new), "bad.yaml")
+    out = tmp_path / "out"
+    assert main(["run", str(cfg), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"kvsim: error: {cfg}: {key}: "), err
+    assert len(err.strip().splitlines()) == 1
+    assert fake_backend == {"load_trace": 0, "simulate": 0}  # no trace loaded, nothing simulated
+    assert not out.exists()

@@ -60,15 +60,34 @@ def test_brief_example_message_exactly(write_yaml):
     ("block_tokens: 16", "block_tokens: 0", "memory.block_tokens", "must be >= 1"),
     ("seeds: [1]", "seeds: [1]\nengine: {max_running: 0}", "engine.max_running", "must be >= 1"),
     ("evict_unit: block", "evict_unit: [block, page]", "memory.evict_unit[1]",
-     "must be one of 'session', 'block', 'layer_block'; got 'page'"),
+     "must be one of 'session', 'block'; got 'page'"),
+    ("evict_unit: block", "evict_unit: layer_block", "memory.evict_unit",
+     "layer_block is not available yet; use session or block"),
+    ("evict_unit: block", "evict_unit: [session, layer_block]", "memory.evict_unit[1]",
+     "layer_block is not available yet"),
+    ("gpu_kv_gb: [1, 2]", "gpu_kv_gb: [1, 0.001]", "memory.gpu_kv_gb[1]",
+     "0.001 GiB holds no page: one page of 16 tokens of llama-3-8b takes 2 MiB"),
+    ("block_tokens: 16", "block_tokens: [16, 10000]", "memory.gpu_kv_gb[0]",
+     "1 GiB holds no page: one page of 10000 tokens of llama-3-8b takes 1.22 GiB"),
+    ("cpu_kv_gb: 0", "cpu_kv_gb: 0.001", "memory.cpu_kv_gb", "use 0 for no CPU tier"),
+    ("seeds: [1]", "seeds: [1]\nengine: {max_batch_tokens: 100}", "engine.max_batch_tokens",
+     "must be >= engine.max_running (256), got 100"),
+    ("seeds: [1]", "seeds: [1]\nengine: {max_batch_tokens: 0}", "engine.max_batch_tokens",
+     "must be >= 1"),
     ("seeds: [1]", "seeds: [1]\nengine: {replay: open}", "engine.replay", "closed-loop"),
     ("policies: [lru, fifo]", "policies: [lru, nosuch]", "policies[1]", "unknown policy 'nosuch'"),
     ("policies: [lru, fifo]", "policies: [lru, 'os:path']", "policies[1]", "EvictionPolicy"),
+    ("policies: [lru, fifo]", "policies: ['nosuchmodule:Policy']", "policies[0]",
+     "cannot import Policy from nosuchmodule"),
+    ("policies: [lru, fifo]", "policies: ['experiments.schema:NoSuchClass']", "policies[0]",
+     "cannot import NoSuchClass from experiments.schema"),
     ("policies: [lru, fifo]", "policies: []", "policies", "must not be empty"),
     ("policies: [lru, fifo]", "policies: [lru, lru]", "policies", "duplicate value 'lru'"),
     ("model: llama-3-8b", "model: llama-9-zz", "model", "unknown model 'llama-9-zz'"),
     ("hardware: h100-sxm", "hardware: [h100-sxm, tpu-v9]", "hardware[1]", "unknown profile 'tpu-v9'"),
     ("model: llama-3-8b", "model: specs/none.yaml", "model", "file not found: 'specs/none.yaml'"),
+    ("hardware: h100-sxm", "hardware: profiles/none.yaml", "hardware",
+     "file not found: 'profiles/none.yaml'"),
     ("trace: {kind: synthetic, sessions: 5, seed: 1}", "trace: {kind: jsonl}", "trace.path",
      "required for kind 'jsonl'"),
     ("trace: {kind: synthetic, sessions: 5, seed: 1}",
@@ -156,12 +175,13 @@ def test_relative_trace_path_resolves_against_yaml_folder_then_cwd(tmp_path, wri
 
 
 def test_model_and_hardware_files_resolve(tmp_path, write_yaml):
-    import costmodels
     import yaml
+
+    import costmodels
     (tmp_path / "specs").mkdir()
-    spec = dict(name="tiny-model", num_layers=2, hidden_size=256, num_heads=4, num_kv_heads=2,
-                head_dim=64, intermediate_size=512, vocab_size=1000, dtype_bytes=2,
-                gated_mlp=True, source="test")
+    spec = {"name": "tiny-model", "num_layers": 2, "hidden_size": 256, "num_heads": 4,
+            "num_kv_heads": 2, "head_dim": 64, "intermediate_size": 512, "vocab_size": 1000,
+            "dtype_bytes": 2, "gated_mlp": True, "source": "test"}
     (tmp_path / "specs" / "tiny-model.yaml").write_text(yaml.safe_dump(spec))
     costmodels.save_profile(costmodels.load_profile("h100-sxm"), tmp_path / "specs" / "my-gpu.yaml")
     text = (BASE.replace("model: llama-3-8b", "model: [llama-3-8b, specs/tiny-model.yaml]")
