@@ -93,12 +93,21 @@ def _cost_model(model: str, hardware: str) -> Any:
 
 
 def _count_turns(spec: TraceSpec, source: str) -> int:
+    """Turns of the trace; a trace that fails to load or holds no turn is a ConfigError."""
     from traces import TraceError
     try:
-        return sum(len(s.turns) for s in load_sessions(spec))
+        load = _load(spec)
     except TraceError as exc:
         msg = str(exc).removeprefix("trace: ")  # the loader may name the section itself
         raise ConfigError(f"{source}: {spec.where}: {msg}", file=source, key=spec.where) from exc
+    turns = sum(len(s.turns) for s in load.sessions)
+    if turns == 0:
+        skipped = int(getattr(load, "skipped", 0))
+        why = (f"; {skipped} session(s) were skipped as malformed" if skipped else "")
+        raise ConfigError(f"{source}: {spec.where}: the trace holds no turns "
+                          f"({len(load.sessions)} sessions from {spec.label}{why}); nothing to "
+                          f"simulate", file=source, key=spec.where)
+    return turns
 
 
 # ---------------------------------------------------------------------------------------------
@@ -136,7 +145,9 @@ def run_points(points: Sequence[GridPoint], executor: ExecutorSpec, *, debug: bo
                show_progress: bool = True, source: str = "<experiment>") -> list[PointResult]:
     """Run every point and return results in the order of ``points``. A trace that fails to load
     raises ConfigError naming ``source`` and the trace's key before anything runs."""
-    expected = [_count_turns(p.trace, source) for p in points]
+    counts = {spec.key: _count_turns(spec, source)
+              for spec in dict.fromkeys(p.trace for p in points)}  # each trace once, in grid order
+    expected = [counts[p.trace.key] for p in points]
     bar = tqdm(total=sum(expected), unit="turn", desc="simulating", disable=not show_progress,
                dynamic_ncols=True, mininterval=0.1 if sys.stderr.isatty() else 5.0)
     try:

@@ -10,6 +10,11 @@ Every figure has one panel per combination of the other grid dimensions that var
 hardware, evict_unit, block_tokens, cpu_kv_gb); seeds are averaged (lines show the mean and a band
 from the lowest to the highest seed). Rows with gpu_kv_gb = inf (the infinite-memory baseline) are
 left out of the capacity axes.
+
+What the data cannot support is skipped or marked, never an error: a figure whose metric is undefined
+at every point (e.g. Jain's index when no session has a second turn, re-prefill with no history) is
+not written, a panel without data says so in the panel, and each such case adds one line to
+``notes`` for the caller to print.
 """
 from __future__ import annotations
 
@@ -31,11 +36,15 @@ _UNITS = {"cpu_kv_gb": " GiB", "block_tokens": " tok"}
 _DPI = 120
 
 
-def make_plots(summary: pd.DataFrame, turns: pd.DataFrame, out_dir: str | Path) -> list[Path]:
-    """Write every figure that the data supports into ``out_dir``; return their paths."""
+def make_plots(summary: pd.DataFrame, turns: pd.DataFrame, out_dir: str | Path,
+               notes: list[str] | None = None) -> list[Path]:
+    """Write every figure that the data supports into ``out_dir``; return their paths. A line per
+    figure skipped or panel left empty is appended to ``notes`` (when given)."""
     out_dir = Path(out_dir)
+    notes = [] if notes is None else notes
     finite = summary[np.isfinite(summary["gpu_kv_gb"].astype(float))] if len(summary) else summary
     if finite.empty:
+        notes.append("plots: no grid point with a finite GPU capacity; no figures drawn")
         return []
     facets = _facets(finite)
     policies = list(dict.fromkeys(finite["policy"]))
@@ -43,18 +52,17 @@ def make_plots(summary: pd.DataFrame, turns: pd.DataFrame, out_dir: str | Path) 
         _line_plot(finite, facets, policies, "reprefill_rate",
                    "Re-prefill rate vs GPU KV capacity",
                    "re-prefill rate (% of history tokens)", out_dir / "reprefill_vs_capacity.png",
-                   target=(0.2, "target < 20 %"), percent=True),
+                   notes, target=(0.2, "target < 20 %"), percent=True,
+                   why="no turn had history tokens"),
         _line_plot(finite, facets, policies, "jain_service",
                    "Fairness of service (Jain's index) vs GPU KV capacity",
                    "Jain's index of 1 / mean TTFT slowdown", out_dir / "jain_vs_capacity.png",
-                   target=(0.8, "target >= 0.8"), ylim=(0.0, 1.03)),
+                   notes, target=(0.8, "target >= 0.8"), ylim=(0.0, 1.03),
+                   why="no session completed two or more turns"),
         _tier_bars(finite, facets, policies, out_dir / "hit_rate_by_tier.png"),
+        _ttft_cdf(turns, facets, policies, out_dir / "ttft_cdf.png", notes),
     ]
-    if len(turns):
-        cdf = _ttft_cdf(turns, facets, policies, out_dir / "ttft_cdf.png")
-        if cdf is not None:
-            written.append(cdf)
-    return written
+    return [w for w in written if w is not None]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -111,6 +119,9 @@ def _grid(n: int, panel_w: float = 5.2, panel_h: float = 3.8, max_cols: int = 3
 
 def _capacity_axis(ax, caps: Sequence[float]) -> None:
     ax.set_xscale("log", base=2)
+    # Limits from the capacities, not from the data: a panel with nothing drawn has no data limits,
+    # and a log axis cannot autoscale from none.
+    ax.set_xlim(min(caps) / 1.25, max(caps) * 1.25)
     ax.set_xticks(list(caps))
     ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:g}"))
     ax.xaxis.set_minor_formatter(FuncFormatter(lambda x, _: ""))
@@ -130,9 +141,20 @@ def _save(fig: Figure, title: str, path: Path, legend_handles: list, legend_labe
     return path
 
 
+def _no_data(ax, text: str) -> None:
+    """Say in an empty panel why it is empty."""
+    ax.text(0.5, 0.5, text, transform=ax.transAxes, ha="center", va="center", fontsize=9,
+            color="0.35", wrap=True)
+
+
 def _line_plot(df: pd.DataFrame, facets, policies, metric: str, title: str, ylabel: str,
-               path: Path, target: tuple[float, str] | None = None, percent: bool = False,
-               ylim: tuple[float, float] | None = None) -> Path:
+               path: Path, notes: list[str], target: tuple[float, str] | None = None,
+               percent: bool = False, ylim: tuple[float, float] | None = None, why: str = ""
+               ) -> Path | None:
+    if not np.isfinite(df[metric].to_numpy(dtype=float)).any():
+        notes.append(f"plots: {path.name} not drawn: {metric} is undefined at every grid point"
+                     + (f" ({why})" if why else ""))
+        return None
     fig, axes, _, _ = _grid(len(facets))
     handles: dict[str, object] = {}
     caps = sorted(df["gpu_kv_gb"].unique())
@@ -142,10 +164,12 @@ def _line_plot(df: pd.DataFrame, facets, policies, metric: str, title: str, ylab
         ylim = (0.0, top * 1.08 if top > 0 else 1.0)
     for ax, (ftitle, where) in zip(axes, facets):
         sub = _select(df, where)
+        drawn = False
         for i, pol in enumerate(policies):
             g = sub[sub["policy"] == pol].groupby("gpu_kv_gb")[metric].agg(["mean", "min", "max"])
-            if g.empty:
+            if g.empty or g["mean"].isna().all():
                 continue
+            drawn = True
             color = f"C{i % 10}"
             (line,) = ax.plot(g.index, g["mean"], color=color, label=pol, **_line_style(i))
             if (g["max"] > g["min"]).any():
@@ -161,6 +185,9 @@ def _line_plot(df: pd.DataFrame, facets, policies, metric: str, title: str, ylab
         ax.set_ylim(*ylim)
         if ftitle:
             ax.set_title(ftitle, fontsize=10)
+        if not drawn:
+            _no_data(ax, f"no data: {metric} is undefined" + (f"\n({why})" if why else ""))
+            notes.append(f"plots: {path.name}: panel {ftitle or '(only panel)'} has no data")
     return _save(fig, title, path, list(handles.values()), list(handles.keys()))
 
 
@@ -198,16 +225,24 @@ def _tier_bars(df: pd.DataFrame, facets, policies, path: Path) -> Path:
                  list(handles.values()), list(handles.keys()))
 
 
-def _ttft_cdf(turns: pd.DataFrame, facets, policies, path: Path) -> Path | None:
+def _ttft_cdf(turns: pd.DataFrame, facets, policies, path: Path, notes: list[str]) -> Path | None:
+    if turns.empty:
+        notes.append(f"plots: {path.name} not drawn: no turn completed at a finite GPU capacity")
+        return None
     finite = turns[np.isfinite(turns["gpu_kv_gb"].astype(float))]
     finite = finite[finite["ttft_s"] > 0]
     if finite.empty:
+        notes.append(f"plots: {path.name} not drawn: no turn completed at a finite GPU capacity")
         return None
     fig, axes, _, _ = _grid(len(facets))
     handles: dict[str, object] = {}
     for ax, (ftitle, where) in zip(axes, facets):
         sub = _select(finite, where)
         if sub.empty:
+            _no_data(ax, "no data: no turn completed")
+            if ftitle:
+                ax.set_title(ftitle, fontsize=10)
+            notes.append(f"plots: {path.name}: panel {ftitle or '(only panel)'} has no data")
             continue
         cap = float(sub["gpu_kv_gb"].min())
         sub = sub[sub["gpu_kv_gb"] == cap]

@@ -50,6 +50,7 @@ class WrittenResults:
     out_dir: Path
     files: list[Path] = field(default_factory=list)   # relative to out_dir
     plots: list[Path] = field(default_factory=list)   # relative to out_dir
+    notes: list[str] = field(default_factory=list)    # figures or panels the data could not support
 
 
 def collect(results: Sequence[PointResult]) -> ResultTables:
@@ -126,13 +127,15 @@ def write_results(out: str | os.PathLike, experiment: Experiment, tables: Result
             resolved["traces_loaded"] = [dataclasses.asdict(t) for t in traces]
         (tmp / CONFIG_FILE).write_text(yaml.safe_dump(resolved, sort_keys=False), encoding="utf-8")
         (tmp / PLOTS_DIR).mkdir()
-        plots = [p.relative_to(tmp) for p in make_plots(tables.summary, tables.turns, tmp / PLOTS_DIR)]
+        notes: list[str] = []
+        plots = [p.relative_to(tmp)
+                 for p in make_plots(tables.summary, tables.turns, tmp / PLOTS_DIR, notes)]
         files = sorted(p.relative_to(tmp) for p in tmp.rglob("*") if p.is_file())
         _move_into_place(tmp, out, force)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return WrittenResults(out_dir=out, files=files, plots=plots)
+    return WrittenResults(out_dir=out, files=files, plots=plots, notes=notes)
 
 
 def _move_into_place(tmp: Path, out: Path, force: bool) -> None:

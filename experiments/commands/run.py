@@ -49,6 +49,8 @@ def main(args: argparse.Namespace) -> int:
     print(f"results: {w.out_dir}/ ({len(outcome.summary)} grid points; "
           f"{', '.join(str(f) for f in w.files if f.parent.name != 'plots')}, "
           f"{len(w.plots)} plots in plots/)")
+    for note in w.notes:
+        print(f"note: {note}")
     if not args.quiet:
         print(summary_table(outcome.summary))
     rejected = outcome.summary.get("rejected_turns")

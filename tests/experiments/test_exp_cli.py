@@ -130,3 +130,39 @@ def test_impossible_config_exits_2_before_any_work(fake_backend, write_yaml, tmp
     assert len(err.strip().splitlines()) == 1
     assert fake_backend == {"load_trace": 0, "simulate": 0}  # no trace loaded, nothing simulated
     assert not out.exists()
+
+
+def test_empty_synthetic_trace_exits_2_before_simulating(fake_backend, write_yaml, tmp_path,
+                                                         capsys):
+    from exp_fakes import TINY
+    cfg = write_yaml(TINY.replace("sessions: 6", "sessions: 0"), "empty.yaml")
+    out = tmp_path / "out"
+    assert main(["run", str(cfg), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == (f"kvsim: error: {cfg}: trace: the trace holds no turns (0 sessions "
+                           f"from synthetic); nothing to simulate")
+    assert fake_backend["simulate"] == 0 and not out.exists()
+
+
+@pytest.mark.parametrize("lines,words", [
+    ("", "(0 sessions from jsonl:t.jsonl)"),
+    (('{"session_id": "s1", "turn": 0, "prompt_tokens": -5, "output_tokens": 3}\n'
+     '{"session_id": "s2", "turn": 0, "prompt_tokens": 4}\n'),
+     "(0 sessions from jsonl:t.jsonl; 2 session(s) were skipped as malformed)"),
+])
+def test_empty_jsonl_trace_exits_2_naming_the_trace(write_yaml, tmp_path, capsys, lines, words):
+    """A JSONL file with no turns, or whose every turn is skipped as malformed, is an input error."""
+    (tmp_path / "t.jsonl").write_text(lines)
+    cfg = write_yaml("""
+        name: emptytrace
+        trace: [{kind: synthetic, sessions: 2}, {kind: jsonl, path: t.jsonl, on_error: skip}]
+        model: llama-3-8b
+        hardware: h100-sxm
+        memory: {gpu_kv_gb: 1}
+        policies: [lru]
+    """)
+    out = tmp_path / "out"
+    assert main(["run", str(cfg), "--out", str(out), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"kvsim: error: {cfg}: trace[1]: the trace holds no turns ")
+    assert words in err and len(err.strip().splitlines()) == 1 and not out.exists()

@@ -14,10 +14,10 @@ import math
 import pandas as pd
 import pytest
 import yaml
+from test_exp_results import DESIGN_SUMMARY_COLUMNS
 
 from experiments.cli import main
 from sim.metrics import WALL_CLOCK_COLUMNS
-from test_exp_results import DESIGN_SUMMARY_COLUMNS
 
 E2E = """
 name: e2e
@@ -131,3 +131,23 @@ def test_worker_failure_names_the_point_and_leaves_no_results(tmp_path, monkeypa
     assert not out.exists()
     assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith("__")) == [
         "boom.yaml", "boom_policy.py"]
+
+
+def test_single_turn_sessions_at_finite_memory_finish_with_a_note(tmp_path, capsys):
+    """No session has a second turn, so Jain's index is undefined at every point: the run still
+    writes its results, without that figure, and says why."""
+    (tmp_path / "one.jsonl").write_text(
+        '{"session_id": "s1", "turn": 0, "arrival_s": 0.0, "prompt_tokens": 120, '
+        '"output_tokens": 30}\n'
+        '{"session_id": "s2", "turn": 0, "arrival_s": 0.5, "prompt_tokens": 80, '
+        '"output_tokens": 20}\n')
+    cfg = tmp_path / "one.yaml"
+    cfg.write_text(E2E.replace("{kind: synthetic, sessions: 10, seed: 3}",
+                               "{kind: jsonl, path: one.jsonl}").replace("WORKERS", "1"))
+    out = tmp_path / "out"
+    assert main(["run", str(cfg), "--out", str(out), "--quiet"]) == 0
+    printed = capsys.readouterr().out
+    assert "note: plots: jain_vs_capacity.png not drawn: jain_service is undefined" in printed
+    assert sorted(p.name for p in (out / "plots").iterdir()) == [
+        "hit_rate_by_tier.png", "reprefill_vs_capacity.png", "ttft_cdf.png"]
+    assert pd.read_csv(out / "summary.csv")["jain_service"].isna().all()

@@ -6,20 +6,17 @@ import math
 import pandas as pd
 import pytest
 import yaml
+from exp_fakes import TINY
 
 from experiments import plots, results
 from experiments.executor import run_points
 from experiments.results import collect, write_results
 from experiments.runner import run_experiment
 from experiments.schema import LABEL_COLUMNS, load_experiment
-from exp_fakes import TINY
 from sim.metrics import SUMMARY_COLUMNS
 
 # DESIGN.md section 4: summary.csv has at least these columns.
-DESIGN_SUMMARY_COLUMNS = """name policy gpu_kv_gb cpu_kv_gb block_tokens evict_unit seed turns
-reprefill_rate turns_with_reprefill gpu_hit_rate cpu_hit_rate jain_service jain_hit ttft_p50_s
-ttft_p99_s tbt_p50_s throughput_tok_s evict_us_p50 evict_us_p99 gpu_util swap_in_gb swap_out_gb
-recompute_tokens preemptions""".split()
+DESIGN_SUMMARY_COLUMNS = ["name", "policy", "gpu_kv_gb", "cpu_kv_gb", "block_tokens", "evict_unit", "seed", "turns", "reprefill_rate", "turns_with_reprefill", "gpu_hit_rate", "cpu_hit_rate", "jain_service", "jain_hit", "ttft_p50_s", "ttft_p99_s", "tbt_p50_s", "throughput_tok_s", "evict_us_p50", "evict_us_p99", "gpu_util", "swap_in_gb", "swap_out_gb", "recompute_tokens", "preemptions"]
 FILES = {"summary.csv", "turns.parquet", "sessions.parquet", "config.resolved.yaml"}
 
 
@@ -130,3 +127,43 @@ def test_forced_replacement_that_fails_keeps_the_old_results(fake_backend, tiny_
         run_experiment(load_experiment(tiny_yaml), out, force=True, show_progress=False)
     assert (out / "keep.txt").read_text() == "old"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["exp.yaml", "out"]
+
+
+def _summary_rows(jain_b: float) -> pd.DataFrame:
+    rows = [{"trace": trace, "policy": pol, "gpu_kv_gb": cap, "reprefill_rate": 0.1 * cap,
+             "jain_service": 0.9 if trace == "a" else jain_b, "gpu_hit_rate": 0.5,
+             "cpu_hit_rate": 0.1}
+            for trace in ("a", "b") for pol in ("lru", "fifo") for cap in (1.0, 2.0)]
+    return pd.DataFrame(rows)
+
+
+def test_plots_mark_a_panel_without_data(tmp_path):
+    """Trace b's Jain index is undefined (single-turn sessions): its panel says so, no crash."""
+    turns = pd.DataFrame([{"trace": "a", "policy": "lru", "gpu_kv_gb": 1.0, "ttft_s": 0.1}])
+    notes: list[str] = []
+    written = plots.make_plots(_summary_rows(math.nan), turns, tmp_path, notes)
+    assert sorted(p.name for p in written) == ["hit_rate_by_tier.png", "jain_vs_capacity.png",
+                                               "reprefill_vs_capacity.png", "ttft_cdf.png"]
+    assert notes == ["plots: jain_vs_capacity.png: panel trace = b has no data",
+                     "plots: ttft_cdf.png: panel trace = b has no data"]
+
+
+def test_plots_skip_what_is_undefined_everywhere(tmp_path):
+    """Jain undefined at every point and no completed turn: those figures are skipped, noted."""
+    summary = _summary_rows(math.nan)
+    summary["jain_service"] = math.nan
+    summary["reprefill_rate"] = math.nan
+    notes: list[str] = []
+    written = plots.make_plots(summary, pd.DataFrame(), tmp_path, notes)
+    assert [p.name for p in written] == ["hit_rate_by_tier.png"]
+    assert len(notes) == 3 and all(n.startswith("plots: ") and " not drawn: " in n for n in notes)
+    assert "jain_service is undefined at every grid point" in " ".join(notes)
+    assert "ttft_cdf.png not drawn: no turn completed" in " ".join(notes)
+
+
+def test_plots_with_only_infinite_capacity_draw_nothing(tmp_path):
+    summary = _summary_rows(0.9)
+    summary["gpu_kv_gb"] = math.inf
+    notes: list[str] = []
+    assert plots.make_plots(summary.iloc[:1], pd.DataFrame(), tmp_path, notes) == []
+    assert notes == ["plots: no grid point with a finite GPU capacity; no figures drawn"]
