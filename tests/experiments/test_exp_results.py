@@ -16,7 +16,11 @@ from experiments.schema import LABEL_COLUMNS, load_experiment
 from sim.metrics import SUMMARY_COLUMNS
 
 # DESIGN.md section 4: summary.csv has at least these columns.
-DESIGN_SUMMARY_COLUMNS = ["name", "policy", "gpu_kv_gb", "cpu_kv_gb", "block_tokens", "evict_unit", "seed", "turns", "reprefill_rate", "turns_with_reprefill", "gpu_hit_rate", "cpu_hit_rate", "jain_service", "jain_hit", "ttft_p50_s", "ttft_p99_s", "tbt_p50_s", "throughput_tok_s", "evict_us_p50", "evict_us_p99", "gpu_util", "swap_in_gb", "swap_out_gb", "recompute_tokens", "preemptions"]
+DESIGN_SUMMARY_COLUMNS = ["name", "policy", "gpu_kv_gb", "cpu_kv_gb", "block_tokens",
+    "evict_unit", "seed", "turns", "reprefill_rate", "turns_with_reprefill", "gpu_hit_rate",
+    "cpu_hit_rate", "jain_service", "jain_hit", "ttft_p50_s", "ttft_p99_s", "tbt_p50_s",
+    "throughput_tok_s", "evict_us_p50", "evict_us_p99", "gpu_util", "swap_in_gb", "swap_out_gb",
+    "recompute_tokens", "preemptions"]
 FILES = {"summary.csv", "turns.parquet", "sessions.parquet", "config.resolved.yaml"}
 
 
