@@ -79,7 +79,12 @@ def timed_runs(cfg: BenchConfig, n: int, gpu_gb: float) -> tuple[list[Sample], f
         q = ctx.Queue()
         p = ctx.Process(target=_one_run, args=(cfg, n, gpu_gb, q))
         p.start()
-        wall, turns, rss, reprefill = q.get()
+        try:
+            wall, turns, rss, reprefill = q.get()
+        except BaseException:
+            p.terminate()  # interrupted (Ctrl-C, SIGTERM): stop the timed run too
+            p.join()
+            raise
         p.join()
         if p.exitcode != 0:
             raise RuntimeError(f"benchmark process exited with {p.exitcode}")
@@ -105,9 +110,9 @@ def run_bench(cfg: BenchConfig, echo=print) -> dict:
         echo(f"  wall s          min/median/max: {_mmm(walls, '.2f')}")
         echo(f"  turns/s         min/median/max: {_mmm([s.turns_per_s for s in samples], ',.0f')}")
         echo(f"  peak RSS MiB    min/median/max: {_mmm([s.peak_rss_mib for s in samples], ',.0f')}")
-        figures[n] = dict(median_wall_s=statistics.median(walls), turns=samples[0].turns,
-                          turns_per_s=samples[0].turns / statistics.median(walls),
-                          peak_demand_gb=demand, gpu_kv_gb=gpu_gb, reprefill_rate=reprefill)
+        figures[n] = {"median_wall_s": statistics.median(walls), "turns": samples[0].turns,
+                      "turns_per_s": samples[0].turns / statistics.median(walls),
+                      "peak_demand_gb": demand, "gpu_kv_gb": gpu_gb, "reprefill_rate": reprefill}
     if cfg.scaling:
         ratio = figures[sizes[1]]["median_wall_s"] / figures[sizes[0]]["median_wall_s"]
         echo(f"doubling the sessions: {ratio:.2f}x the median wall time (target <= 2.2x)")

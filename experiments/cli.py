@@ -4,18 +4,32 @@ A command module defines ``add_parser(subparsers) -> argparse.ArgumentParser`` (
 return it) and ``main(args) -> int``; nothing here needs editing to add one. Input errors
 (ConfigError, TraceError, ValueError, an existing --out) print one line and exit with status 2;
 pass --debug to a command that has it to see the traceback instead.
+
+SIGTERM is handled as Ctrl-C is: it raises ``Terminated`` (a KeyboardInterrupt) in the main thread,
+so worker processes are stopped and half-written results are removed on the way out; the command
+then prints one line and exits with status 143 (128 + SIGTERM), or 130 after Ctrl-C.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import pkgutil
+import signal
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
 
 from experiments.version import kvsim_version
 
 EXIT_INPUT_ERROR = 2
+EXIT_INTERRUPTED = 128 + signal.SIGINT   # 130
+EXIT_TERMINATED = 128 + signal.SIGTERM   # 143
+
+
+class Terminated(KeyboardInterrupt):
+    """Raised in the main thread when the process receives SIGTERM. A KeyboardInterrupt, so every
+    clean-up path that handles Ctrl-C handles it too."""
 
 
 def _command_modules() -> list[tuple[str, object]]:
@@ -26,7 +40,7 @@ def _command_modules() -> list[tuple[str, object]]:
             continue
         try:
             found.append((info.name, importlib.import_module(f"{pkg.__name__}.{info.name}")))
-        except Exception as exc:  # a broken command must not take the others down
+        except ImportError as exc:  # a missing extra must not take the other commands down
             found.append((info.name, exc))
     return found
 
@@ -38,7 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"kvsim {kvsim_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, mod in _command_modules():
-        if isinstance(mod, Exception):
+        if isinstance(mod, ImportError):
             p = sub.add_parser(name.replace("_", "-"), help=f"(unavailable: {mod})")
             p.set_defaults(_command_main=_unavailable(name, mod))
             continue
@@ -47,7 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _unavailable(name: str, exc: Exception):
+def _unavailable(name: str, exc: ImportError):
     def main(args: argparse.Namespace) -> int:
         print(f"kvsim: error: command {name!r} could not be loaded: {type(exc).__name__}: {exc}",
               file=sys.stderr)
@@ -65,18 +79,44 @@ def _input_errors() -> tuple[type[BaseException], ...]:
     return tuple(errors)
 
 
+@contextlib.contextmanager
+def sigterm_raises() -> Iterator[None]:
+    """While active (main thread only), the first SIGTERM raises Terminated; later ones are ignored
+    so that the clean-up it starts is not cut short. The previous handler is restored after."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    fired = []
+
+    def handler(signum: int, frame: object) -> None:
+        if not fired:
+            fired.append(signum)
+            raise Terminated
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return int(args._command_main(args) or 0)
+        with sigterm_raises():
+            return int(args._command_main(args) or 0)
     except _input_errors() as exc:
         if getattr(args, "debug", False):
             raise
         print(f"kvsim: error: {exc}", file=sys.stderr)
         return EXIT_INPUT_ERROR
+    except Terminated:
+        print("kvsim: terminated (SIGTERM); worker processes stopped, no partial results left",
+              file=sys.stderr)
+        return EXIT_TERMINATED
     except KeyboardInterrupt:
         print("kvsim: interrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

@@ -9,12 +9,15 @@ trace's key) before any worker starts. An error while simulating a point is re-r
 
 Local workers are started with the "spawn" method (no fork of a process that holds threads), so a
 script that calls ``run_experiment`` with workers > 1 needs the usual ``if __name__ == "__main__":``
-guard; the `kvsim` command and notebooks need nothing.
+guard; the `kvsim` command and notebooks need nothing. Workers ignore SIGINT: on Ctrl-C (or SIGTERM,
+which the `kvsim` command turns into a KeyboardInterrupt) or any failure, the calling process
+terminates them at once rather than waiting for their grid points to finish.
 """
 from __future__ import annotations
 
 import multiprocessing
 import queue as queue_mod
+import signal
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -201,6 +204,25 @@ def _pool_task(index: int, point: GridPoint, debug: bool, q: Any) -> PointResult
         progress.flush()
 
 
+def _worker_init() -> None:
+    """Leave Ctrl-C to the calling process (a terminal sends SIGINT to the whole process group):
+    it stops the workers itself."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _stop_workers(pool: ProcessPoolExecutor) -> None:
+    """Cancel what has not started and terminate the worker processes now."""
+    procs = list((getattr(pool, "_processes", None) or {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for proc in procs:
+        proc.terminate()
+    for proc in procs:
+        proc.join(timeout=10)
+        if proc.is_alive():
+            proc.kill()
+            proc.join()
+
+
 def _run_pool(points, workers, debug, bar, expected) -> list[PointResult]:
     results: list[PointResult | None] = [None] * len(points)
     reported = [0] * len(points)
@@ -217,7 +239,8 @@ def _run_pool(points, workers, debug, bar, expected) -> list[PointResult]:
                 reported[i] += n
                 bar.update(n)
 
-        with ProcessPoolExecutor(max_workers=min(workers, len(points)), mp_context=ctx) as pool:
+        with ProcessPoolExecutor(max_workers=min(workers, len(points)), mp_context=ctx,
+                                 initializer=_worker_init) as pool:
             futures: dict[Future, int] = {pool.submit(_pool_task, i, p, debug, q): i
                                           for i, p in enumerate(points)}
             pending = set(futures)
@@ -231,7 +254,7 @@ def _run_pool(points, workers, debug, bar, expected) -> list[PointResult]:
                         bar.update(max(0, expected[i] - reported[i]))
                         reported[i] = expected[i]
             except BaseException:
-                pool.shutdown(wait=True, cancel_futures=True)
+                _stop_workers(pool)
                 raise
     return results  # type: ignore[return-value]
 

@@ -1,0 +1,80 @@
+"""SIGTERM stops `kvsim run` as Ctrl-C does: workers stopped, no results folder, status 143
+(130 after SIGINT)."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+SLOW = """
+name: slow
+trace: {kind: synthetic, sessions: 400, seed: 3}
+model: llama-3-8b
+hardware: h100-sxm
+memory: {gpu_kv_gb: [0.5, 1], cpu_kv_gb: 0, block_tokens: 16, evict_unit: block}
+policies: [lru, fifo]
+seeds: [1]
+executor: {kind: local, workers: 2}
+"""  # about 10 s on 2 cores
+
+
+def _session_members(sid: int) -> list[tuple[int, str]]:
+    """(pid, state) of every live (non-zombie) process in session ``sid``, from /proc."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:  # exited while we looked
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()  # state ppid pgrp session ...
+        if int(fields[3]) == sid and fields[0] != "Z":
+            out.append((int(entry.name), fields[0]))
+    return out
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc")
+@pytest.mark.parametrize("signum,status,words", [
+    (signal.SIGTERM, 143, "kvsim: terminated (SIGTERM)"),
+    (signal.SIGINT, 130, "kvsim: interrupted"),
+])
+def test_signal_stops_workers_and_leaves_no_results(tmp_path, signum, status, words):
+    cfg = tmp_path / "slow.yaml"
+    cfg.write_text(SLOW)
+    out = tmp_path / "results" / "slow"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.Popen([sys.executable, "-m", "experiments", "run", str(cfg), "--out", str(out)],
+                            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)  # its own session: find its children
+    try:
+        # Wait for the parent, the Manager and the spawned workers (and the resource tracker).
+        deadline = time.monotonic() + 60
+        while len(_session_members(proc.pid)) < 4 and proc.poll() is None:
+            assert time.monotonic() < deadline, _session_members(proc.pid)
+            time.sleep(0.1)
+        time.sleep(1.5)  # the workers are simulating now
+        assert proc.poll() is None, "the run finished before it could be stopped"
+        proc.send_signal(signum)  # to the parent only, as `kill PID` does
+        assert proc.wait(timeout=30) == status
+        deadline = time.monotonic() + 10  # the resource tracker exits once its last client is gone
+        while _session_members(proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _session_members(proc.pid) == []  # no worker, Manager or tracker left behind
+        _, err = proc.communicate(timeout=10)
+    finally:
+        if _session_members(proc.pid):
+            os.killpg(proc.pid, signal.SIGKILL)
+        if proc.poll() is None:
+            proc.wait()
+    assert words in err and "Traceback" not in err, err
+    assert not out.exists()
+    results = tmp_path / "results"
+    assert not results.exists() or list(results.iterdir()) == []  # no .slow.tmp-* folder either
