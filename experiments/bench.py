@@ -4,17 +4,29 @@ Replays N synthetic sessions (Llama-3-8B on H100, block units, LRU by default) w
 a fraction of the trace's peak demand, which an unbounded-memory run measures first. Each timed
 repeat runs in a fresh process so its peak RSS is its own. Prints wall time, simulated turns per
 second and peak memory as min/median/max, then the same at 2N sessions and the time ratio.
+
+Progress goes to stderr: first the expected duration, from a short calibration run (the same
+procedure on at most CALIBRATION_SESSIONS sessions, in this process, timed per turn), then a bar of
+simulated turns done out of the total of every run (the unbounded run and the repeats, at each
+size), with the elapsed and remaining time. The timed repeats report their turns through a shared
+counter the engine updates every 256 turns, which costs nothing measurable.
 """
 from __future__ import annotations
 
 import math
 import multiprocessing as mp
+import queue
 import resource
 import statistics
+import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from sim.config import GIB
+
+CALIBRATION_SESSIONS = 300
+SPAWN_S = 2.0  # rough cost of starting one timed process (spawn and imports), for the estimate
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,17 +59,55 @@ def _trace(n: int, seed: int):
     return load_trace({"kind": "synthetic", "sessions": n, "seed": seed}).sessions
 
 
-def peak_demand_gb(cfg: BenchConfig, n: int) -> float:
+def peak_demand_gb(cfg: BenchConfig, n: int, progress: Callable[[int], None] | None = None
+                   ) -> float:
     """Peak KV of the sessions still in progress, replayed with unbounded GPU memory."""
     from costmodels import cost_model
     from sim import MemoryConfig, simulate
     res = simulate(_trace(n, cfg.seed), cost_model(cfg.model, cfg.hardware),
                    MemoryConfig(gpu_kv_gb=math.inf, block_tokens=16, evict_unit=cfg.evict_unit),
-                   policy=cfg.policy, seed=cfg.seed)
+                   policy=cfg.policy, seed=cfg.seed, progress=progress)
     return res.stats.peak_demand_bytes / GIB
 
 
-def _one_run(cfg: BenchConfig, n: int, gpu_gb: float, out: mp.Queue) -> None:
+def trace_turns(n: int, seed: int) -> int:
+    return sum(len(s.turns) for s in _trace(n, seed))
+
+
+def estimate_s(cfg: BenchConfig) -> tuple[float, dict[int, int], float]:
+    """(expected seconds for the whole benchmark, turns per size, calibration turns/s): the same
+    procedure, one unbounded and one bounded run, on at most CALIBRATION_SESSIONS sessions."""
+    from costmodels import cost_model
+    from sim import MemoryConfig, simulate
+    sizes = [cfg.sessions, 2 * cfg.sessions] if cfg.scaling else [cfg.sessions]
+    turns = {n: trace_turns(n, cfg.seed) for n in sizes}
+    small = min(cfg.sessions, CALIBRATION_SESSIONS)
+    t0 = time.perf_counter()
+    demand = peak_demand_gb(cfg, small)
+    t1 = time.perf_counter()
+    mem = MemoryConfig(gpu_kv_gb=max(cfg.gpu_fraction * demand, 1e-3), cpu_kv_gb=cfg.cpu_kv_gb,
+                       block_tokens=16, evict_unit=cfg.evict_unit)
+    simulate(_trace(small, cfg.seed), cost_model(cfg.model, cfg.hardware), mem, policy=cfg.policy,
+             seed=cfg.seed)
+    t2 = time.perf_counter()
+    small_turns = trace_turns(small, cfg.seed)
+    per_turn_unbounded, per_turn_bounded = (t1 - t0) / small_turns, (t2 - t1) / small_turns
+    total = sum(t * (per_turn_unbounded + cfg.repeats * per_turn_bounded) + cfg.repeats * SPAWN_S
+                for t in turns.values())
+    return total, turns, small_turns / max(t2 - t1, 1e-9)
+
+
+class _Counter:
+    """Progress callback in a timed process: adds to a shared counter the parent polls."""
+
+    def __init__(self, shared) -> None:
+        self.shared = shared
+
+    def __call__(self, n: int) -> None:
+        self.shared.value += n  # one writer per counter: no lock needed
+
+
+def _one_run(cfg: BenchConfig, n: int, gpu_gb: float, out: mp.Queue, done=None) -> None:
     from costmodels import cost_model
     from sim import MemoryConfig, simulate
     sessions = _trace(n, cfg.seed)
@@ -65,22 +115,40 @@ def _one_run(cfg: BenchConfig, n: int, gpu_gb: float, out: mp.Queue) -> None:
     mem = MemoryConfig(gpu_kv_gb=gpu_gb, cpu_kv_gb=cfg.cpu_kv_gb, block_tokens=16,
                        evict_unit=cfg.evict_unit)
     t0 = time.perf_counter()
-    res = simulate(sessions, cost, mem, policy=cfg.policy, seed=cfg.seed)
+    res = simulate(sessions, cost, mem, policy=cfg.policy, seed=cfg.seed,
+                   progress=_Counter(done) if done is not None else None)
     wall = time.perf_counter() - t0
     rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
     reprefill = float(res.turns.recomputed_tokens.sum() / max(1, res.turns.history_tokens.sum()))
     out.put((wall, len(res.turns), rss_mib, reprefill))
 
 
-def timed_runs(cfg: BenchConfig, n: int, gpu_gb: float) -> tuple[list[Sample], float]:
+def timed_runs(cfg: BenchConfig, n: int, gpu_gb: float,
+               progress: Callable[[int], None] | None = None) -> tuple[list[Sample], float]:
+    """``cfg.repeats`` timed runs, each in a fresh process; ``progress(n)`` gets the turns each
+    simulates (about every half second)."""
     ctx = mp.get_context("spawn")
     samples, reprefill = [], math.nan
     for _ in range(cfg.repeats):
         q = ctx.Queue()
-        p = ctx.Process(target=_one_run, args=(cfg, n, gpu_gb, q))
+        done = ctx.RawValue("q", 0)
+        p = ctx.Process(target=_one_run, args=(cfg, n, gpu_gb, q, done))
         p.start()
+        seen = 0
         try:
-            wall, turns, rss, reprefill = q.get()
+            while True:
+                try:
+                    wall, turns, rss, reprefill = q.get(timeout=0.5)
+                    break
+                except queue.Empty:
+                    if not p.is_alive():
+                        raise RuntimeError(f"benchmark process exited with {p.exitcode}") from None
+                now = done.value
+                if progress is not None and now > seen:
+                    progress(now - seen)
+                seen = now
+            if progress is not None and turns > seen:
+                progress(turns - seen)
         except BaseException:
             p.terminate()  # interrupted (Ctrl-C, SIGTERM): stop the timed run too
             p.join()
@@ -96,25 +164,55 @@ def _mmm(values: list[float], fmt: str) -> str:
     return " / ".join(format(v, fmt) for v in (min(values), statistics.median(values), max(values)))
 
 
-def run_bench(cfg: BenchConfig, echo=print) -> dict:
+def _hms(seconds: float) -> str:
+    m, s = divmod(round(seconds), 60)
+    return f"{m // 60}:{m % 60:02d}:{s:02d}" if m >= 60 else f"{m}:{s:02d}"
+
+
+def run_bench(cfg: BenchConfig, echo=print, show_progress: bool = True) -> dict:
+    """Run the benchmark; the figures go to ``echo``, progress (when shown) to stderr."""
+    from tqdm.auto import tqdm
+
     figures = {}
     sizes = [cfg.sessions, 2 * cfg.sessions] if cfg.scaling else [cfg.sessions]
-    for n in sizes:
-        demand = peak_demand_gb(cfg, n)
-        gpu_gb = cfg.gpu_fraction * demand
-        samples, reprefill = timed_runs(cfg, n, gpu_gb)
-        walls = [s.wall_s for s in samples]
+    if show_progress:
+        expected, turns, rate = estimate_s(cfg)
+        runs = " + ".join(f"{turns[n]:,} turns x {1 + cfg.repeats} runs" for n in sizes)
+        print(f"bench: {runs}; expected about {_hms(expected)} (calibration: "
+              f"{rate:,.0f} turns/s on {min(cfg.sessions, CALIBRATION_SESSIONS)} sessions)",
+              file=sys.stderr, flush=True)
+        total = sum(turns[n] * (1 + cfg.repeats) for n in sizes)
+    else:
+        total = 0
+    bar = tqdm(total=total, unit="turn", desc="bench", disable=not show_progress,
+               file=sys.stderr, dynamic_ncols=True, mininterval=0.5 if sys.stderr.isatty() else 10.0)
+    try:
+        for n in sizes:
+            figures[n] = _one_size(cfg, n, echo, bar)
+    finally:
+        bar.close()
+    if cfg.scaling:
+        ratio = figures[sizes[1]]["median_wall_s"] / figures[sizes[0]]["median_wall_s"]
+        echo(f"doubling the sessions: {ratio:.2f}x the median wall time (target <= 2.2x)")
+        figures["doubling_ratio"] = ratio
+    return figures
+
+
+def _one_size(cfg: BenchConfig, n: int, echo, bar) -> dict:
+    start = bar.n
+    demand = peak_demand_gb(cfg, n, progress=bar.update)
+    gpu_gb = cfg.gpu_fraction * demand
+    samples, reprefill = timed_runs(cfg, n, gpu_gb, progress=bar.update)
+    if not bar.disable:  # turns rejected as too long for the GPU KV are never reported
+        bar.update(max(0, start + trace_turns(n, cfg.seed) * (1 + cfg.repeats) - bar.n))
+    walls = [s.wall_s for s in samples]
+    with bar.external_write_mode():
         echo(f"{n} sessions, {samples[0].turns} turns, {cfg.model} on {cfg.hardware}, "
              f"{cfg.evict_unit} units, {cfg.policy}: peak demand {demand:.2f} GiB, "
              f"GPU KV {gpu_gb:.2f} GiB ({cfg.gpu_fraction:.0%}), reprefill_rate {reprefill:.3f}")
         echo(f"  wall s          min/median/max: {_mmm(walls, '.2f')}")
         echo(f"  turns/s         min/median/max: {_mmm([s.turns_per_s for s in samples], ',.0f')}")
         echo(f"  peak RSS MiB    min/median/max: {_mmm([s.peak_rss_mib for s in samples], ',.0f')}")
-        figures[n] = {"median_wall_s": statistics.median(walls), "turns": samples[0].turns,
-                      "turns_per_s": samples[0].turns / statistics.median(walls),
-                      "peak_demand_gb": demand, "gpu_kv_gb": gpu_gb, "reprefill_rate": reprefill}
-    if cfg.scaling:
-        ratio = figures[sizes[1]]["median_wall_s"] / figures[sizes[0]]["median_wall_s"]
-        echo(f"doubling the sessions: {ratio:.2f}x the median wall time (target <= 2.2x)")
-        figures["doubling_ratio"] = ratio
-    return figures
+    return {"median_wall_s": statistics.median(walls), "turns": samples[0].turns,
+            "turns_per_s": samples[0].turns / statistics.median(walls),
+            "peak_demand_gb": demand, "gpu_kv_gb": gpu_gb, "reprefill_rate": reprefill}

@@ -9,7 +9,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "bench", help="time the simulator on a large synthetic trace",
         description="Replay N synthetic sessions under memory pressure (GPU KV a fraction of the "
                     "trace's peak live demand) and print wall time, simulated turns per second and "
-                    "peak RSS as min/median/max over repeats, then the time ratio at 2N sessions.")
+                    "peak RSS as min/median/max over repeats, then the time ratio at 2N sessions. "
+                    "Before it starts, stderr shows the expected duration (from a short "
+                    "calibration run), then a progress bar of simulated turns.")
     p.add_argument("--sessions", type=int, default=10_000, help="sessions (default 10000)")
     p.add_argument("--repeats", type=int, default=3, help="timed repeats (default 3)")
     p.add_argument("--policy", default="lru", help="eviction policy (default lru)")
@@ -21,6 +23,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--hardware", default="h100-sxm")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--no-scaling", action="store_true", help="skip the 2N-session run")
+    p.add_argument("--quiet", action="store_true",
+                   help="no expected duration and no progress bar on stderr (figures still print)")
     return p
 
 
@@ -33,5 +37,5 @@ def main(args: argparse.Namespace) -> int:
                       gpu_fraction=args.gpu_fraction, cpu_kv_gb=args.cpu_kv_gb, model=args.model,
                       hardware=args.hardware, evict_unit=args.evict_unit, seed=args.seed,
                       scaling=not args.no_scaling)
-    run_bench(cfg)
+    run_bench(cfg, show_progress=not args.quiet)
     return 0

@@ -1,0 +1,34 @@
+"""`kvsim bench` progress: the expected duration and a turn count on stderr; figures on stdout."""
+from __future__ import annotations
+
+import re
+
+from experiments.cli import main
+
+ARGS = ["bench", "--sessions", "40", "--repeats", "1", "--no-scaling"]
+
+
+def test_bench_shows_expected_duration_and_progress_on_stderr(capsys):
+    assert main(ARGS) == 0
+    out, err = capsys.readouterr()
+    first = err.strip().splitlines()[0]
+    m = re.fullmatch(r"bench: ([\d,]+) turns x 2 runs; expected about \d+:\d\d "
+                     r"\(calibration: [\d,]+ turns/s on 40 sessions\)", first)
+    assert m, first
+    total = int(m.group(1).replace(",", "")) * 2
+    bars = re.findall(r"bench: +(\d+)%\|.*?\| (\d+)/(\d+) \[", err)
+    assert bars and all(int(t) == total for _, _, t in bars), err
+    assert bars[-1][:2] == ("100", str(total))  # every turn of both runs counted
+    # The figures are unchanged and stay on stdout.
+    lines = out.strip().splitlines()
+    assert re.match(r"40 sessions, \d+ turns, llama-3-8b on h100-sxm, block units, lru: ", lines[0])
+    assert [line.split(":")[0].strip() for line in lines[1:]] == [
+        "wall s          min/median/max", "turns/s         min/median/max",
+        "peak RSS MiB    min/median/max"]
+
+
+def test_bench_quiet_prints_figures_only(capsys):
+    assert main([*ARGS, "--quiet"]) == 0
+    out, err = capsys.readouterr()
+    assert err == ""
+    assert len(out.strip().splitlines()) == 4
