@@ -26,7 +26,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true", help="replace an existing results folder")
     p.add_argument("--debug", action="store_true",
                    help="check simulator invariants as it runs; show tracebacks")
-    p.add_argument("--quiet", action="store_true", help="no progress bar and no summary table")
+    p.add_argument("--quiet", action="store_true",
+                   help="no progress bar and no summary table (the results folder line, and notes, "
+                        "still print)")
     return p
 
 

@@ -166,3 +166,23 @@ def test_empty_jsonl_trace_exits_2_naming_the_trace(write_yaml, tmp_path, capsys
     err = capsys.readouterr().err
     assert err.startswith(f"kvsim: error: {cfg}: trace[1]: the trace holds no turns ")
     assert words in err and len(err.strip().splitlines()) == 1 and not out.exists()
+
+
+def test_quiet_still_prints_where_the_results_went(write_yaml, tmp_path):
+    """--quiet hides the progress bar and the table, never the results path (real subprocess)."""
+    cfg = write_yaml("""
+        name: q
+        trace: {kind: synthetic, sessions: 4, seed: 1}
+        model: llama-3-8b
+        hardware: h100-sxm
+        memory: {gpu_kv_gb: 1}
+        policies: [lru]
+    """)
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, "-m", "experiments", "run", str(cfg), "--out", str(out),
+                           "--quiet"], cwd=REPO, capture_output=True, text=True, timeout=120,
+                          check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""
+    assert proc.stdout.startswith(f"results: {out}/ (1 grid points; ")
+    assert "policy" not in proc.stdout  # no summary table
