@@ -4,19 +4,37 @@
     >>> cm = cost_model("llama-3-8b", "h100-sxm")          # analytic (Level-0) H100 profile
     >>> cm.iteration(BatchShape.decode(64, 64 * 2000)).total_s   # doctest: +SKIP
 
-Imports only the standard library and pyyaml; nothing else of the project (DESIGN.md 2).
+Imports only the standard library, numpy and pyyaml; nothing else of the project.
 """
 from __future__ import annotations
 
 import os
 
 from .analytic import LEVEL0, analytic_profile
-from .cost import (BatchShape, CostModel, IterationCost, PensieveConstants, attention_pairs)
+from .cost import (
+    BatchShape,
+    CostModel,
+    IterationCost,
+    PensieveConstants,
+    attention_pairs,
+)
 from .hardware import HardwareSpec, available_hardware, get_hardware
 from .models import ModelSpec, available_models, get_model
 from .pipeline import pipelined_time, pipelined_time_uniform
-from .profile import (CopyTerm, DecodeAttnTerm, LinearTerm, OverlapTerm, PrefillAttnTerm, Profile,
-                      ProfileMeta, TermValidation, available_profiles, load_profile, save_profile)
+from .profile import (
+    CopyTerm,
+    DecodeAttnTerm,
+    LinearTerm,
+    OverlapTerm,
+    PrefillAttnTerm,
+    Profile,
+    ProfileMeta,
+    TermValidation,
+    available_profiles,
+    load_profile,
+    save_profile,
+)
+from .recovery import recompute_s, recovery_s, swap_in_s
 
 
 def cost_model(model: str | os.PathLike[str] | ModelSpec,
@@ -27,10 +45,34 @@ def cost_model(model: str | os.PathLike[str] | ModelSpec,
 
 
 __all__ = [
-    "ModelSpec", "HardwareSpec", "Profile", "BatchShape", "IterationCost", "CostModel",
-    "PensieveConstants", "attention_pairs", "pipelined_time", "pipelined_time_uniform",
-    "get_model", "get_hardware", "load_profile", "save_profile", "analytic_profile",
-    "available_models", "available_hardware", "available_profiles", "cost_model",
-    "LinearTerm", "PrefillAttnTerm", "DecodeAttnTerm", "CopyTerm", "OverlapTerm", "ProfileMeta",
-    "TermValidation", "LEVEL0",
+    "LEVEL0",
+    "BatchShape",
+    "CopyTerm",
+    "CostModel",
+    "DecodeAttnTerm",
+    "HardwareSpec",
+    "IterationCost",
+    "LinearTerm",
+    "ModelSpec",
+    "OverlapTerm",
+    "PensieveConstants",
+    "PrefillAttnTerm",
+    "Profile",
+    "ProfileMeta",
+    "TermValidation",
+    "analytic_profile",
+    "attention_pairs",
+    "available_hardware",
+    "available_models",
+    "available_profiles",
+    "cost_model",
+    "get_hardware",
+    "get_model",
+    "load_profile",
+    "pipelined_time",
+    "pipelined_time_uniform",
+    "recompute_s",
+    "recovery_s",
+    "save_profile",
+    "swap_in_s",
 ]

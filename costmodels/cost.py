@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from .models import ModelSpec
 from .pipeline import pipelined_time_uniform, serial_time_uniform
 from .profile import Profile
@@ -255,6 +257,30 @@ class CostModel:
             return 0.0
         t = self.linear_s(seqs) + seqs * self._ew_s_per_tok
         t += self.decode_attn_s(seqs, ctx_tokens)
+        return self._L * t + self.lm_head_s(seqs) + self.profile.step_overhead_s
+
+    def decode_pricer(self, seqs: int):
+        """``decode_step_s(seqs, .)`` as a function of the context alone, with the batch's terms
+        computed once (the same operations in the same order: bit-identical)."""
+        if seqs <= 0:
+            return lambda ctx_tokens: 0.0
+        dec = self.profile.decode_attn
+        a = self.linear_s(seqs) + seqs * self._ew_s_per_tok
+        b = dec.tau_s + dec.per_seq_s * seqs
+        c, layers = self._dec_s_per_ctx, self._L
+        head, overhead = self.lm_head_s(seqs), self.profile.step_overhead_s
+        return lambda ctx_tokens: layers * (a + (b + ctx_tokens * c)) + head + overhead
+
+    def decode_steps_s(self, seqs: int, ctx_tokens: np.ndarray) -> np.ndarray:
+        """``decode_step_s(seqs, c)`` for every c in ``ctx_tokens`` at once, to the last bit (the
+        same operations in the same order, elementwise): a run of decode-only iterations of an
+        unchanged batch, priced in closed form."""
+        ctx = np.asarray(ctx_tokens, dtype=np.int64)
+        if seqs <= 0:
+            return np.zeros(len(ctx))
+        dec = self.profile.decode_attn
+        t = self.linear_s(seqs) + seqs * self._ew_s_per_tok
+        t = t + ((dec.tau_s + dec.per_seq_s * seqs) + ctx * self._dec_s_per_ctx)
         return self._L * t + self.lm_head_s(seqs) + self.profile.step_overhead_s
 
     def pensieve_constants(self, n_new: int = 1) -> PensieveConstants:
