@@ -13,21 +13,24 @@ or from Python::
 
 What a policy must do (``sim.policies.base.EvictionPolicy``): keep the *candidates* of one tier (the
 engine builds one instance per tier and only unpinned units are candidates) and answer
-``victim(now)`` with the one to evict next, without removing it -- the engine calls ``remove`` after.
-Override ``_add`` (a unit became a candidate), ``_discard`` (it stopped being one), ``victim``,
-``__len__`` and ``__contains__``; optionally ``access`` (a hit). Never read a clock: use ``now``.
+``peek(now)`` with the one to evict next, without changing anything; the base class's ``evict``
+takes that unit out through ``_discard``. Units are integer ids (uids); read what you need about one
+through ``self.view`` (``session(uid)``, ``first_page(uid)``, ``layer(uid)``, ``size(uid)``,
+``last_access_s(uid)``). Override ``_add`` (a unit became a candidate), ``_discard`` (it stopped
+being one), ``peek``, ``__len__`` and ``__contains__``; optionally ``access`` (a hit). Never read a
+clock: use ``now``.
 
 This one evicts from the session holding the most context first (``SessionKV.tokens``: a long
 conversation frees the most room per decision), its last page first; ties go to the session that
-came first in the trace. The key cannot change while a unit is a candidate (a session's tokens
-only grow while it runs, and then all its units are pinned), so a heap with lazy deletion is exact:
-O(log n) per operation.
+came first in the trace, then to the unit that became a candidate first. The key cannot change while
+a unit is a candidate (a session's tokens only grow while it runs, and then all its units are
+pinned), so a heap with lazy deletion (``sim.policies.structures.LazyHeap``) is exact: O(log n) per
+operation.
 """
 from __future__ import annotations
 
-import heapq
-
 from sim.policies import EvictionPolicy
+from sim.policies.structures import LazyHeap
 
 
 class LargestSessionFirst(EvictionPolicy):
@@ -35,34 +38,22 @@ class LargestSessionFirst(EvictionPolicy):
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
-        self._heap: list[tuple] = []          # (-session tokens, session index, -page, seq, unit)
-        self._live: dict[int, tuple] = {}     # unit key -> its current heap entry
-        self._seq = 0                         # unique per entry: tuples never compare two units
+        self._heap = LazyHeap()     # uid keyed (-session tokens, session index, -page, seq)
+        self._seq = 0               # order of becoming a candidate: the last tie-break
 
-    def _add(self, unit, now: float) -> None:
-        s = unit.session
+    def _add(self, uid: int, now: float) -> None:
+        s = self.view.session(uid)
         self._seq += 1
-        entry = (-s.tokens, s.index, -unit.first_page, self._seq, unit)
-        self._live[unit.key] = entry
-        heapq.heappush(self._heap, entry)
-        if len(self._heap) > 2 * len(self._live) + 64:  # drop stale entries now and then
-            self._heap = list(self._live.values())
-            heapq.heapify(self._heap)
+        self._heap.push(uid, (-s.tokens, s.index, -self.view.first_page(uid), self._seq))
 
-    def _discard(self, unit) -> None:
-        self._live.pop(unit.key, None)
+    def _discard(self, uid: int) -> None:
+        self._heap.discard(uid)
 
-    def victim(self, now: float):
-        heap = self._heap
-        while heap:
-            entry = heap[0]
-            if self._live.get(entry[4].key) is entry:
-                return entry[4]
-            heapq.heappop(heap)  # stale: the unit left, or re-entered with a new entry
-        return None
+    def peek(self, now: float) -> int | None:
+        return self._heap.min()
 
     def __len__(self) -> int:
-        return len(self._live)
+        return len(self._heap)
 
-    def __contains__(self, unit) -> bool:
-        return unit.key in self._live
+    def __contains__(self, uid: int) -> bool:
+        return uid in self._heap

@@ -15,38 +15,43 @@ build ``MyPolicy(**kwargs)``.
 
 Mapping (a *sequence* is a kvsim session, its id ``SessionKV.session_id``):
 
-* ``victim(now)``: if no plan is pending, the adapter offers every sequence with candidate units in
-  this tier as an ``EvictionCandidate`` and calls ``select_victims(candidates, required_blocks=1)``
-  (kvsim asks for one unit at a time and asks again while it is short, so "at least one block" is the
-  exact requirement of each call). The returned ids form the plan: their units are handed out one by
-  one, tail page first, until the plan is used up. Any other change of the candidate set or of
-  recency (a unit added, hit, pinned or removed, other than the victim just handed out) drops the plan,
-  so the user's policy always decides on the current candidates.
+* ``peek(now)`` / ``evict(now)``: if no plan is pending, the adapter offers every sequence with
+  candidate units in this tier as an ``EvictionCandidate`` and calls
+  ``select_victims(candidates, required_blocks=1)`` (kvsim evicts one unit at a time and asks again
+  while it is short, so "at least one block" is the exact requirement of each call). The returned ids
+  form the plan: ``evict`` hands their units out one by one, tail page first, until the plan is used
+  up. A ``peek`` only looks: it asks the user's policy when no plan is pending and keeps the answer
+  for the next ``evict`` (so a peek then an evict asks once, like an evict alone). Any other change
+  of the candidate set or of recency (a unit added, hit, pinned or removed, other than by ``evict``)
+  drops the plan, so the user's policy always decides on the current candidates.
 * ``update_access(seq)`` is called when a sequence is used or enters this tier's candidates: on a hit
   (``access``) and whenever one of its units becomes a candidate (released by its turn, demoted into
   the tier, inserted by a miss) -- exactly the events that move a unit to the back of kvsim's LRU.
   Repeated calls for the same sequence at the same time (its units arriving together) are sent once.
 * ``metrics()`` returns ``get_metrics()``.
 
-``EvictionCandidate`` fields: ``block_ids`` the keys of the sequence's candidate units in this tier,
-``last_access_time`` their latest last use, ``access_count`` their highest use count (``Unit.hits``:
-uses since it was last brought in), ``priority`` ``SessionKV.priority``, ``is_pinned`` always False
-(pinned sequences are never offered), ``estimated_lifetime`` the predictor's expected remaining idle
-time (``mean_residual_s``) when the context carries a predictor, else None, ``sequence_length``
-``SessionKV.tokens``, ``max_length`` the same (kvsim does not know a request's max_tokens). A
-``kvsim cachesim`` object (no session) is a sequence of its own, ``obj<key>``, of length its size.
+``EvictionCandidate`` fields: ``block_ids`` the uids of the sequence's candidate units in this tier
+(``sim.units``: ``session index << 24 | unit index``), ``last_access_time`` their latest last use,
+``access_count`` their highest use count (uses since the unit entered this tier, its entry included:
+the adapter counts them, and forgets a unit's count when it leaves the tier), ``priority``
+``SessionKV.priority``, ``is_pinned`` always False (pinned sequences are never offered),
+``estimated_lifetime`` the predictor's expected remaining idle time (``mean_residual_s``) when the
+context carries a predictor, else None, ``sequence_length`` ``SessionKV.tokens``, ``max_length`` the
+same (kvsim does not know a request's max_tokens). A ``kvsim cachesim`` object (no session) is a
+sequence of its own, ``obj<id>``, of length its size.
 
 Cost: a selection round builds one candidate per sequence, O(S) -- inherent to an interface that
 takes the whole candidate list. Within a plan each further victim is O(log u).
 """
 from __future__ import annotations
 
-import heapq
 from collections import deque
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, ClassVar, Mapping, Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from sim.policies.base import EvictionPolicy
+from sim.policies.structures import LazyHeap
 
 
 @dataclass(slots=True)
@@ -80,13 +85,12 @@ def is_sequence_policy(obj: Any) -> bool:
 
 
 class _Seq:
-    __slots__ = ("sid", "session", "units", "heap", "last_access")
+    __slots__ = ("last_access", "session", "sid", "units")
 
     def __init__(self, sid: str, session) -> None:
         self.sid = sid
-        self.session = session                                    # None for a cachesim object
-        self.units: dict[int, tuple[int, object]] = {}            # unit key -> (seq of its entry, unit)
-        self.heap: list[tuple[int, int, int, int, object]] = []   # (-first_page, -layer, -key, seq, unit)
+        self.session = session                 # None for a cachesim object
+        self.units = LazyHeap()                # candidate uids keyed (-first_page, -layer, -uid)
         self.last_access = -float("inf")
 
 
@@ -107,53 +111,63 @@ class SequencePolicyAdapter(EvictionPolicy):
             raise TypeError(f"{type(user).__name__} lacks one of {', '.join(_METHODS)}")
         self.user = user
         self._seqs: dict[str, _Seq] = {}
-        self._where: dict[int, _Seq] = {}     # unit key -> its sequence
+        self._where: dict[int, _Seq] = {}     # candidate uid -> its sequence
+        self._hits: dict[int, int] = {}       # uid in this tier (pinned or not) -> uses since entry
         self._plan: deque[str] = deque()
-        self._handed = None                   # the unit the last victim() returned
         self._notified: tuple[str, float] | None = None
-        self._n = 0
 
     # -- membership ------------------------------------------------------------------------------
-    def _add(self, unit, now: float) -> None:
-        if unit.key in self._where:
-            self._drop(unit)
-        sid = _sid(unit)
+    def insert(self, uid: int, now: float, pinned: bool = False) -> None:
+        self._hits[uid] = 1                   # entering the tier is its first use
+        if not pinned:
+            self._add(uid, now)
+
+    def remove(self, uid: int, pinned: bool = False) -> None:
+        self._hits.pop(uid, None)
+        if not pinned:
+            self._discard(uid)
+
+    def _add(self, uid: int, now: float) -> None:
+        if uid in self._where:
+            self._drop(uid)
+        if uid not in self._hits:             # a candidate the adapter never saw enter
+            self._hits[uid] = 1
+        view = self.view
+        sid = self._sid(uid)
         s = self._seqs.get(sid)
         if s is None:
-            s = self._seqs[sid] = _Seq(sid, unit.session)
-        self._n += 1
-        s.units[unit.key] = (self._n, unit)
-        heapq.heappush(s.heap, (-unit.first_page, -unit.layer, -unit.key, self._n, unit))
-        a = unit.last_access_s
-        s.last_access = max(s.last_access, a if a < now else now)
-        self._where[unit.key] = s
+            s = self._seqs[sid] = _Seq(sid, view.session(uid))
+        s.units.push(uid, (-view.first_page(uid), -view.layer(uid), -uid))
+        a = view.last_access_s(uid)
+        s.last_access = max(s.last_access, min(now, a))
+        self._where[uid] = s
         self._plan.clear()
         self._notify(sid, now)
 
-    def access(self, unit, now: float) -> None:
-        s = self._where.get(unit.key)
+    def access(self, uid: int, now: float) -> None:
+        if uid in self._hits:
+            self._hits[uid] += 1
+        s = self._where.get(uid)
         if s is not None:
             s.last_access = max(s.last_access, now)
             self._plan.clear()
-        self._notify(_sid(unit), now)
+        self._notify(self._sid(uid), now)
 
-    def _discard(self, unit) -> None:
-        if self._drop(unit):
-            if unit is self._handed:
-                self._handed = None
-            else:
-                self._plan.clear()
+    def _discard(self, uid: int) -> None:
+        if self._drop(uid):
+            self._plan.clear()
 
-    def _drop(self, unit) -> bool:
-        s = self._where.pop(unit.key, None)
+    def _evicted(self, uid: int) -> None:
+        self._hits.pop(uid, None)
+        self._drop(uid)                       # the plan's own victim: the plan stays
+
+    def _drop(self, uid: int) -> bool:
+        s = self._where.pop(uid, None)
         if s is None:
             return False
-        del s.units[unit.key]
+        s.units.discard(uid)
         if not s.units:
             del self._seqs[s.sid]
-        elif len(s.heap) > 2 * len(s.units) + 16:
-            s.heap = [e for e in s.heap if s.units.get(-e[2], (None,))[0] == e[3]]
-            heapq.heapify(s.heap)
         return True
 
     def _notify(self, sid: str, now: float) -> None:
@@ -161,30 +175,24 @@ class SequencePolicyAdapter(EvictionPolicy):
             self._notified = (sid, now)
             self.user.update_access(sid)
 
+    def _sid(self, uid: int) -> str:
+        sess = self.view.session(uid)
+        return sess.session_id if sess is not None else f"obj{uid}"
+
     # -- victims ---------------------------------------------------------------------------------
-    def victim(self, now: float):
+    def peek(self, now: float) -> int | None:
         if not self._where:
             return None
+        plan = self._plan
         for _ in range(2):
-            while self._plan:
-                s = self._seqs.get(self._plan[0])
-                if s is None:
-                    self._plan.popleft()
+            while plan:
+                s = self._seqs.get(plan[0])
+                if s is None:                 # used up: the sequence has no candidate left
+                    plan.popleft()
                     continue
-                unit = self._tail(s)
-                self._handed = unit
-                return unit
-            self._plan.extend(self._select(now))
+                return s.units.min()
+            plan.extend(self._select(now))    # the user's answer for the current candidates
         raise AssertionError("unreachable: a non-empty plan of live sequences was just made")
-
-    def _tail(self, s: _Seq):
-        heap = s.heap
-        while heap:
-            _, _, negkey, seq, unit = heap[0]
-            if s.units.get(-negkey, (None,))[0] == seq:
-                return unit
-            heapq.heappop(heap)
-        raise AssertionError(f"sequence {s.sid} has units but no live heap entry")
 
     def _select(self, now: float) -> list[str]:
         cands = [self._candidate(s, now) for s in self._seqs.values()]
@@ -204,16 +212,18 @@ class SequencePolicyAdapter(EvictionPolicy):
 
     def _candidate(self, s: _Seq, now: float) -> EvictionCandidate:
         sess = s.session
-        units = [u for _, u in s.units.values()]
+        uids = sorted(s.units)
         if sess is None:  # a cachesim object: its size stands for its length
-            priority, completed, length = 0, 1, sum(u.size for u in units)
+            size = self.view.size
+            priority, completed, length = 0, 1, sum(size(u) for u in uids)
         else:
             priority, completed, length = sess.priority, sess.next_turn, sess.tokens
         pred = getattr(self.ctx, "predictor", None)
         lifetime = None if pred is None else pred.mean_residual_s(completed, now - s.last_access)
+        hits = self._hits
         return EvictionCandidate(
-            sequence_id=s.sid, block_ids=sorted(s.units), last_access_time=s.last_access,
-            access_count=max(u.hits for u in units), priority=priority, is_pinned=False,
+            sequence_id=s.sid, block_ids=uids, last_access_time=s.last_access,
+            access_count=max(hits[u] for u in uids), priority=priority, is_pinned=False,
             estimated_lifetime=lifetime, sequence_length=length, max_length=length)
 
     def metrics(self) -> Mapping[str, Any]:
@@ -222,12 +232,8 @@ class SequencePolicyAdapter(EvictionPolicy):
     def __len__(self) -> int:
         return len(self._where)
 
-    def __contains__(self, unit) -> bool:
-        return unit.key in self._where
-
-
-def _sid(unit) -> str:
-    return unit.session.session_id if unit.session is not None else f"obj{unit.key}"
+    def __contains__(self, uid: int) -> bool:
+        return uid in self._where
 
 
 def adapt(user_cls: Callable[..., Any], name: str | None = None,

@@ -1,11 +1,11 @@
-"""``kvsim cachesim``: replay an object request stream through one eviction policy (DESIGN.md 4).
+"""``kvsim cachesim``: replay an object request stream through one eviction policy.
 
 A synchronous, libCacheSim-compatible cache simulation, so that kvsim's policies can be compared
 with libCacheSim request by request:
 
 - the first request to an object is a miss; a hit calls the policy's ``access``;
-- a miss admits the object: the policy's victims are removed (``victim`` then ``remove``) until the
-  object fits, then it is ``insert``-ed;
+- a miss admits the object: the policy evicts (``evict``) until the object fits, then it is
+  ``insert``-ed;
 - an object larger than the capacity is not admitted (the request is a miss and nothing changes);
 - an object keeps the size it was admitted with while it is cached (libCacheSim does not resize an
   object on a hit); byte counts use each request's own size, as libCacheSim's ``process_trace`` does;
@@ -20,23 +20,24 @@ them), mirroring what a libCacheSim policy sees of the incoming request:
     target and directory, S3-FIFO's queues, SLRU's segments, 2Q's queues) use it; without it they
     size themselves from the high-water mark of the bytes they have held (the engine fills a tier
     before it evicts, so the mark reaches the capacity by the first eviction).
-``admitting(unit, now)``
+``admitting(uid, now)``
     Called on every miss before anything else, as libCacheSim's ``find`` sees the request: ghost
     lookups and adaptation (ARC's target p, S3-FIFO's and 2Q's ghost FIFOs) happen here, and the
     incoming object's size is known to the victim choice (ARC's case IV).
-``admit(unit) -> bool``
+``admit(uid) -> bool``
     libCacheSim's per-policy ``can_insert``: False refuses the object without evicting anything
     (S3-FIFO and 2Q do not take an object larger than their small queue, SLRU one larger than a
     segment).
 
-Offline policies (a class attribute ``offline = True``, e.g. belady) get ``unit.next_access_s`` set to
+Objects are units whose uid is the object id; policies read sizes and times through ``ObjectView``.
+Offline policies (a class attribute ``offline = True``, e.g. belady) read ``view.next_access_s(uid)``:
 the index of the object's next request (``inf`` if none), computed with numpy from the whole stream.
 Time (``now``) is the request index, or the trace's ``time`` column when it has one.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -52,24 +53,43 @@ class CacheTraceError(ValueError):
     """A request-stream file that cannot be read; the message names the file (and line)."""
 
 
-@dataclass(slots=True, eq=False)
-class CacheObject:
-    """A cached object: the unit fields policies read, without the engine's session bookkeeping."""
+class ObjectView:
+    """The unit view of a cache of objects: each object is one unit, its uid the object id.
 
-    key: int
-    size: int
-    pinned: bool = False
-    tier: Tier = Tier.GPU
-    tier_seq: int = 0             # order of entries into the cache (FIFO order)
-    tier_since_s: float = 0.0
-    created_s: float = 0.0
-    last_access_s: float = 0.0
-    hits: int = 0                 # uses since it was last admitted (1 on admission)
-    next_access_s: float = math.inf
-    layer: int = -1
-    first_page: int = 0
-    pages: int = 1
-    session: Any = None
+    Sizes vary per object (``unit_bytes`` is None unless the replay says they are all equal); the
+    replay keeps each cached object's size, last request time and next request index here.
+    """
+
+    per_session = True
+    layers = 1
+
+    def __init__(self, unit_bytes: int | None = None) -> None:
+        self.sizes: dict[int, int] = {}
+        self.last: dict[int, float] = {}
+        self.next: dict[int, float] = {}
+        self.unit_bytes = unit_bytes
+        self.page_bytes = unit_bytes or 1
+
+    def size(self, uid: int) -> int:
+        return self.sizes[uid]
+
+    def session(self, uid: int):
+        return None
+
+    def first_page(self, uid: int) -> int:
+        return 0
+
+    def pages(self, uid: int) -> int:
+        return 1
+
+    def layer(self, uid: int) -> int:
+        return -1
+
+    def last_access_s(self, uid: int) -> float:
+        return self.last.get(uid, 0.0)
+
+    def next_access_s(self, uid: int) -> float:
+        return self.next.get(uid, math.inf)
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,7 +129,7 @@ class CacheSimResult:
         return self.byte_hits / self.byte_requests if self.byte_requests else 0.0
 
     def summary(self) -> dict[str, Any]:
-        """The figures ``kvsim cachesim --json`` prints (DESIGN.md 4), exactly these keys."""
+        """The figures ``kvsim cachesim --json`` prints, exactly these keys."""
         return {"policy": self.policy, "capacity": self.capacity, "requests": self.requests,
                 "hits": self.hits, "misses": self.misses, "byte_requests": self.byte_requests,
                 "byte_hits": self.byte_hits}
@@ -198,15 +218,16 @@ def next_access(obj_ids: np.ndarray) -> np.ndarray:
 
 
 # -- the replay ------------------------------------------------------------------------------------
-def _make_policy(policy: str | type[EvictionPolicy], capacity, seed: int,
-                 ctx: PolicyContext | None) -> tuple[str, type[EvictionPolicy], EvictionPolicy, int]:
+def _make_policy(policy: str | type[EvictionPolicy], capacity, ctx: PolicyContext | None,
+                 view: ObjectView) -> tuple[str, type[EvictionPolicy], EvictionPolicy, int]:
     cls = policy_class(policy) if isinstance(policy, str) else policy
     name = policy if isinstance(policy, str) else (cls.name or cls.__name__)
     if isinstance(capacity, bool) or not isinstance(capacity, (int, np.integer)) or capacity < 1:
         raise ValueError(f"capacity must be a positive integer, got {capacity!r}")
-    pol = cls(ctx or PolicyContext(tier=Tier.GPU, block_tokens=1, num_layers=1, seed=seed))
-    if hasattr(pol, "set_capacity"):
-        pol.set_capacity(int(capacity))
+    ctx = replace(ctx, view=view) if ctx is not None else \
+        PolicyContext(tier=Tier.GPU, block_tokens=1, num_layers=1, view=view)
+    pol = cls(ctx)
+    pol.set_capacity(int(capacity))
     return name, cls, pol, int(capacity)
 
 
@@ -216,126 +237,170 @@ class CacheSim:
     ``simulate_cache`` is the fast path for a whole stream; both give the same hits (tested).
     """
 
-    def __init__(self, policy: str | type[EvictionPolicy], capacity: int, *, seed: int = 0,
+    def __init__(self, policy: str | type[EvictionPolicy], capacity: int, *,
                  ctx: PolicyContext | None = None) -> None:
-        self.name, self.cls, self.policy, self.capacity = _make_policy(policy, capacity, seed, ctx)
+        self.view = ObjectView()
+        self.name, self.cls, self.policy, self.capacity = _make_policy(policy, capacity, ctx, self.view)
         self.used = 0
-        self.cached: dict[int, CacheObject] = {}
-        self._known: dict[int, CacheObject] = {}
-        self._seq = 0
+        self.cached: set[int] = set()
         self._n = 0
 
     def get(self, obj_id: int, size: int = 1, next_access_s: float = math.inf,
             now: float | None = None) -> bool:
         """One request: True on a hit. ``next_access_s`` matters to offline policies only."""
-        pol = self.policy
+        pol, view = self.policy, self.view
         now = float(self._n) if now is None else now
         self._n += 1
-        obj = self.cached.get(obj_id)
-        if obj is not None:
-            obj.last_access_s = now
-            obj.hits += 1
-            obj.next_access_s = next_access_s
-            pol.access(obj, now)
+        view.last[obj_id] = now
+        view.next[obj_id] = next_access_s
+        if obj_id in self.cached:
+            pol.access(obj_id, now)
             return True
-        obj = self._known.get(obj_id)
-        if obj is None:
-            obj = self._known[obj_id] = CacheObject(obj_id, size, created_s=now)
-        obj.size = size
-        obj.last_access_s = obj.tier_since_s = now
-        obj.hits = 1
-        obj.next_access_s = next_access_s
+        view.sizes[obj_id] = size
         if hasattr(pol, "admitting"):
-            pol.admitting(obj, now)
-        if size > self.capacity or (hasattr(pol, "admit") and not pol.admit(obj)):
+            pol.admitting(obj_id, now)
+        if size > self.capacity or (hasattr(pol, "admit") and not pol.admit(obj_id)):
             return False
         while self.used + size > self.capacity:
-            v = pol.victim(now)
-            if v is None or v.key not in self.cached or v.pinned:
+            v = pol.evict(now)
+            if v is None or v not in self.cached:
                 raise AssertionError(f"{self.name}: victim {v!r} with {self.used} of "
                                      f"{self.capacity} used")
-            pol.remove(v)
-            del self.cached[v.key]
-            self.used -= v.size
-        self._seq += 1
-        obj.tier_seq = self._seq
-        pol.insert(obj, now)
-        self.cached[obj_id] = obj
+            self.cached.discard(v)
+            self.used -= view.sizes[v]
+        pol.insert(obj_id, now)
+        self.cached.add(obj_id)
         self.used += size
         return False
 
 
 def simulate_cache(stream: RequestStream, policy: str | type[EvictionPolicy], capacity: int,
-                   *, seed: int = 0, ctx: PolicyContext | None = None) -> CacheSimResult:
+                   *, ctx: PolicyContext | None = None) -> CacheSimResult:
     """Replay ``stream`` through a fresh ``policy`` of ``capacity`` (in the units of ``size``)."""
-    name, cls, pol, capacity = _make_policy(policy, capacity, seed, ctx)
+    view = ObjectView()
+    name, cls, pol, capacity = _make_policy(policy, capacity, ctx, view)
     n = len(stream)
     ids = stream.obj_ids.tolist()
     sizes = stream.sizes.tolist()
-    nows = (stream.times if stream.times is not None else np.arange(n, dtype=np.float64)).tolist()
-    if getattr(cls, "offline", False):
+    if cls.offline:
         nxt_idx = next_access(stream.obj_ids)
         nxt = np.where(nxt_idx < n, nxt_idx.astype(np.float64), np.inf).tolist()
     else:
         nxt = None
+    needs_last = getattr(cls, "reads_last_access", True)
 
-    # In a replay nothing is pinned, so the base class's insert/remove are just _add/_discard,
-    # and a policy that keeps the base class's no-op access needs no call on a hit.
+    # In a replay nothing is pinned, so the base class's insert is just _add, and a policy that
+    # keeps the base class's no-op access needs no call on a hit.
     insert = pol._add if type(pol).insert is EvictionPolicy.insert else pol.insert
-    remove = pol._discard if type(pol).remove is EvictionPolicy.remove else pol.remove
     access = None if type(pol).access is EvictionPolicy.access else pol.access
-    victim = pol.victim
+    evict = pol.evict
     admitting = getattr(pol, "admitting", None)
     admit = getattr(pol, "admit", None)
 
     flags = bytearray(b"\x01") * n           # a hit unless the request misses
-    cached: dict[int, CacheObject] = {}     # resident objects
-    known: dict[int, CacheObject] = {}      # every object seen (reused on re-admission)
-    cached_get, known_get = cached.get, known.get
+    hooks = pol.replay_hooks()
+    if hooks is not None and not cls.offline and not needs_last and admitting is None and admit is None:
+        uniform = n > 0 and int(stream.sizes.min()) == int(stream.sizes.max())
+        _replay_direct(hooks, ids, sizes, capacity, flags, view.sizes, name, uniform)
+        return _result(name, capacity, stream, flags)
+    nows = (stream.times if stream.times is not None else np.arange(n, dtype=np.float64)).tolist()
+
+    obj_size = view.sizes                    # size of every object seen (kept while cached)
+    last, nxt_of = view.last, view.next
+    cached: set[int] = set()
     used = 0
-    seq = 0
     for i, oid in enumerate(ids):
-        obj = cached_get(oid)
-        if obj is not None:                 # hit
-            now = nows[i]
-            obj.last_access_s = now
-            obj.hits += 1
-            if nxt is not None:
-                obj.next_access_s = nxt[i]
+        now = nows[i]
+        if needs_last:
+            last[oid] = now
+        if nxt is not None:
+            nxt_of[oid] = nxt[i]
+        if oid in cached:                    # hit
             if access is not None:
-                access(obj, now)
+                access(oid, now)
             continue
         flags[i] = 0
         size = sizes[i]
-        now = nows[i]
-        obj = known_get(oid)
-        if obj is None:
-            obj = known[oid] = CacheObject(oid, size, created_s=now)
-        else:
-            obj.size = size
-        obj.last_access_s = obj.tier_since_s = now
-        obj.hits = 1
-        if nxt is not None:
-            obj.next_access_s = nxt[i]
+        obj_size[oid] = size
         if admitting is not None:
-            admitting(obj, now)
-        if size > capacity or (admit is not None and not admit(obj)):
+            admitting(oid, now)
+        if size > capacity or (admit is not None and not admit(oid)):
             continue
         while used + size > capacity:
-            v = victim(now)
+            v = evict(now)
             if v is None:
                 raise AssertionError(f"{name}: no victim with {used} of {capacity} used and "
                                      f"{len(cached)} objects cached")
-            remove(v)
-            if cached.pop(v.key, None) is None:
+            if v not in cached:
                 raise AssertionError(f"{name}: victim {v!r} is not cached")
-            used -= v.size
-        seq += 1
-        obj.tier_seq = seq
-        insert(obj, now)
-        cached[oid] = obj
+            cached.discard(v)
+            used -= obj_size[v]
+        insert(oid, now)
+        cached.add(oid)
         used += size
 
+    return _result(name, capacity, stream, flags)
+
+
+def _replay_direct(hooks, ids: list[int], sizes: list[int], capacity: int, flags: bytearray,
+                   obj_size: dict[int, int], name: str, uniform: bool) -> None:
+    """The replay loop of ``simulate_cache`` on a policy's own structure (``replay_hooks``): the
+    same requests, hits and victims, with no method dispatch on a hit (nor a size table when all
+    sizes are equal)."""
+    members, on_hit, insert, evict = hooks
+    used = 0
+    try:
+        if uniform and sizes:
+            size = sizes[0]
+            if size > capacity:
+                flags[:] = bytes(len(flags))
+                return
+            slots = capacity // size              # objects that fit
+            if on_hit is None:                    # a hit changes nothing (FIFO)
+                for i, oid in enumerate(ids):
+                    if oid not in members:
+                        flags[i] = 0
+                        if used == slots:
+                            evict()
+                        else:
+                            used += 1
+                        insert(oid)
+                return
+            for i, oid in enumerate(ids):
+                if oid in members:                # hit
+                    on_hit(oid)
+                    continue
+                flags[i] = 0
+                if used == slots:
+                    evict()
+                else:
+                    used += 1
+                insert(oid)
+            return
+        on_hit = on_hit or _no_op
+        for i, oid in enumerate(ids):
+            if oid in members:                    # hit
+                on_hit(oid)
+                continue
+            flags[i] = 0
+            size = sizes[i]
+            if size > capacity:
+                continue
+            while used + size > capacity:
+                used -= obj_size[evict()[0]]
+            obj_size[oid] = size
+            insert(oid)
+            used += size
+    except KeyError:
+        raise AssertionError(f"{name}: no victim with {used} of {capacity} used") from None
+
+
+def _no_op(uid: int) -> None:
+    return None
+
+
+def _result(name: str, capacity: int, stream: RequestStream, flags: bytearray) -> CacheSimResult:
+    n = len(stream)
     hit = np.frombuffer(bytes(flags), dtype=np.uint8).astype(bool)
     size_arr = stream.sizes
     hits = int(hit.sum())

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-GIB = 2**30  # capacities are GiB, as vLLM's swap/offload sizes are (DESIGN.md 3)
+GIB = 2**30  # capacities are GiB (2^30 bytes), as vLLM's swap/offload sizes are
 EVICT_UNITS = ("session", "block", "layer_block")
 REPLAY_MODES = ("closed-loop", "open-loop")
 

@@ -1,52 +1,61 @@
 """Debug-mode invariant checks, run after every iteration (``simulate(debug=True)``).
 
-Every token of every session is in exactly one unit, every unit in exactly one state; no tier over
-capacity and its byte count equal to the sum of its units; pinned units belong to running turns and
-sit on the GPU; the policies' candidate sets are exactly the unpinned units of their tier.
+Every unit is in exactly one state (its byte in the session's array), the per-session page counts
+agree with the arrays, enough units cover every token, no tier is over capacity and its byte count
+equals the sum of its units; pinned sessions are exactly those of running turns and sit wholly on
+the GPU; shared units with holders are never candidates; the policies' candidate sets are exactly
+the unpinned, unheld units of their tier.
 """
 from __future__ import annotations
 
-from sim.units import Tier
+from sim.units import Tier, uid_of
 
 
 def check_invariants(sched) -> None:
     mem, bt = sched.mem, sched.bt
+    view = mem.view
     used = [0, 0]
     evictable = [0, 0]
-    running = {run.sess.index: run for run in sched.running.values()}
     candidates = [0, 0]
+    running = {run.sess.index: run for run in sched.running.values()}
     for sess in sched.kv:
         run = running.get(sess.index)
         tokens = run.tokens_at(sched.step) if run is not None else sess.tokens
         where = f"session {sess.session_id}"
-        pages = 0
-        for u in sess.units:
-            if u.first_page != pages:
-                raise AssertionError(f"{where}: unit {u.key} starts at page {u.first_page}, expected {pages}")
-            pages += u.pages
-            if u.tier == Tier.DROPPED:
-                if u.pinned and run is None:
-                    raise AssertionError(f"{where}: dropped unit {u.key} is pinned")
+        if sess.pinned != (run is not None):
+            raise AssertionError(f"{where}: pinned={sess.pinned} but running={run is not None}")
+        size = mem.unit_size(sess)
+        ppu = sess.unit_pages if view.per_session else 1
+        counts = [0, 0, 0]
+        for idx, t in enumerate(sess.tier):
+            if t not in (Tier.GPU, Tier.CPU, Tier.DROPPED):
+                raise AssertionError(f"{where}: unit {idx} has no tier ({t})")
+            counts[t] += ppu
+            if t == Tier.DROPPED:
                 continue
-            used[u.tier] += u.size
-            in_policy = u in mem.policy[u.tier]
-            if u.pinned:
-                if run is None:
-                    raise AssertionError(f"{where}: unit {u.key} pinned with no running turn")
-                if u.tier != Tier.GPU:
-                    raise AssertionError(f"{where}: pinned unit {u.key} is on {u.tier.name}")
+            uid = uid_of(sess.index, idx)
+            in_policy = uid in mem.policy[t]
+            used[t] += size
+            if sess.refs is not None and sess.refs[idx]:
                 if in_policy:
-                    raise AssertionError(f"{where}: pinned unit {u.key} is an eviction candidate")
+                    raise AssertionError(f"{where}: shared unit {idx} held {sess.refs[idx]} times is a candidate")
+            elif sess.pinned:
+                if t != Tier.GPU:
+                    raise AssertionError(f"{where}: pinned unit {idx} is on {Tier(t).name}")
+                if in_policy:
+                    raise AssertionError(f"{where}: pinned unit {idx} is an eviction candidate")
             else:
-                evictable[u.tier] += u.size
-                candidates[u.tier] += 1
+                evictable[t] += size
+                candidates[t] += 1
                 if not in_policy:
-                    raise AssertionError(f"{where}: unpinned {u.tier.name} unit {u.key} is not a candidate")
-            if run is not None and not u.pinned:
-                raise AssertionError(f"{where}: unit {u.key} of a running turn is not pinned")
+                    raise AssertionError(f"{where}: unpinned {Tier(t).name} unit {idx} is not a candidate")
+        if counts != sess.tier_pages:
+            raise AssertionError(f"{where}: units hold pages {counts} per tier, counted {sess.tier_pages}")
         need = -(-tokens // bt)
-        if pages < need:
-            raise AssertionError(f"{where}: {tokens} tokens need {need} pages, units cover {pages}")
+        if sess.done and not sess.tier:
+            continue                     # finished, nothing left in any tier: its array was freed
+        if sum(counts) < need:
+            raise AssertionError(f"{where}: {tokens} tokens need {need} pages, units cover {sum(counts)}")
     for tier in (Tier.GPU, Tier.CPU):
         if used[tier] != mem.used[tier]:
             raise AssertionError(f"{tier.name}: units hold {used[tier]} bytes, accounting says {mem.used[tier]}")

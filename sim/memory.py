@@ -1,34 +1,52 @@
-"""Tiered KV memory: GPU, CPU, DROPPED, with exact byte accounting.
+"""Tiered KV memory: GPU, CPU, DROPPED, with exact byte accounting, over integer units.
 
-Plain synchronous code (no event loop): the scheduler drives it and tests drive it directly.
-Reclaiming GPU room demotes victims GPU->CPU while the CPU tier has room (after dropping CPU victims
-that the CPU policy picks), else drops them. Expected shortage returns False; a broken invariant
-raises.
+Plain synchronous code (no event loop, no clock of its own): the scheduler drives it and tests
+drive it directly. Units are uids (``sim.units``); each session's byte array holds the tier of its
+units. Reclaiming GPU room (``make_room``, "free N bytes" in one call) asks the GPU policy for its
+victims in one batch, then demotes each GPU->CPU while the CPU tier has room for it (after the CPU
+policy's victims are dropped to make that room), else drops it. Expected shortage returns False; a
+broken invariant raises with a diagnosis.
+
+``evict_ns`` holds one sample per make-room call that evicted: the wall-clock nanoseconds spent in
+the policies' victim selection (the GPU batch and any CPU victims it forced). The clock is passed
+in (``clock``), so tests can drive this class without reading the wall clock.
 """
 from __future__ import annotations
 
 import math
-import time
+from array import array
+from collections.abc import Callable
+from itertools import chain, starmap
 
-from sim.units import Tier, Unit
+import numpy as np
+
+from sim.units import UNIT_BITS, UNIT_MASK, SessionKV, Tier, UnitView, uid_of
 
 GPU, CPU, DROPPED = Tier.GPU, Tier.CPU, Tier.DROPPED
+_GPU_BYTE = bytes([GPU])
+_TIER_BYTES = (b"\x00", b"\x01", b"\x02")
+
+
+def _no_clock() -> int:
+    return 0
 
 
 class TieredMemory:
-    def __init__(self, gpu_bytes: float, cpu_bytes: float, gpu_policy, cpu_policy) -> None:
+    def __init__(self, gpu_bytes: float, cpu_bytes: float, gpu_policy, cpu_policy, view: UnitView,
+                 clock: Callable[[], int] = _no_clock) -> None:
         self.capacity = [gpu_bytes, cpu_bytes]
         self.used = [0, 0]
         self.evictable = [0, 0]          # bytes of unpinned units per tier
         self.policy = [gpu_policy, cpu_policy]
+        self.view = view
+        self.clock = clock
         for tier in (GPU, CPU):
             if math.isfinite(self.capacity[tier]):
                 self.policy[tier].set_capacity(int(self.capacity[tier]))
         self.peak_gpu_bytes = 0          # highest GPU occupancy seen
         self.swap_out_bytes = 0
         self.dropped_bytes = 0
-        self.evict_ns: list[int] = []    # wall clock of each victim-selection call
-        self._seq = 0
+        self.evict_ns: list[int] = []    # victim-selection time of each make-room call that evicted
 
     def free(self, tier: Tier) -> float:
         return self.capacity[tier] - self.used[tier]
@@ -36,158 +54,302 @@ class TieredMemory:
     def reclaimable(self, tier: Tier) -> float:
         return self.free(tier) + self.evictable[tier]
 
-    # -- moving one unit -------------------------------------------------------------------------
-    def place(self, unit: Unit, tier: Tier, now: float) -> None:
-        """Move ``unit`` to ``tier`` (the caller made room), keeping policies and bytes in step."""
-        old = unit.tier
-        if old == tier:
+    def unit_size(self, sess: SessionKV) -> int:
+        return sess.unit_pages * self.view.page_bytes if self.view.per_session else self.view.page_bytes
+
+    def _grew(self, tier: Tier) -> None:
+        if self.used[tier] > self.capacity[tier]:
+            raise AssertionError(f"{tier.name} over capacity: {self.used[tier]} > {self.capacity[tier]}")
+        if tier == GPU and self.used[GPU] > self.peak_gpu_bytes:
+            self.peak_gpu_bytes = self.used[GPU]
+
+    # -- a session's units -----------------------------------------------------------------------
+    def add_units(self, sess: SessionKV, count: int, now: float, insert: bool = True) -> None:
+        """``count`` new pages (block units) of a running turn, pinned on the GPU (room was made).
+        ``insert=False``: the caller tells the GPU policy itself (a batch across sessions)."""
+        if count <= 0:
             return
-        size, pinned = unit.size, unit.pinned
-        pages = unit.session.tier_pages
-        pages[old] -= unit.pages
-        pages[tier] += unit.pages
-        used = self.used
-        if old != DROPPED:
-            self.policy[old].remove(unit)
-            used[old] -= size
-            if not pinned:
-                self.evictable[old] -= size
-        unit.tier = tier
-        unit.tier_since_s = now
-        self._seq += 1
-        unit.tier_seq = self._seq
-        if tier != DROPPED:
-            used[tier] += size
-            if used[tier] > self.capacity[tier]:
-                raise AssertionError(f"{tier.name} over capacity placing unit {unit.key}: "
-                                     f"{used[tier]} > {self.capacity[tier]}")
-            if tier == GPU and used[GPU] > self.peak_gpu_bytes:
-                self.peak_gpu_bytes = used[GPU]
-            if not pinned:
-                self.evictable[tier] += size
-            self.policy[tier].insert(unit, now)
+        base = uid_of(sess.index, len(sess.tier))
+        sess.tier.extend(_GPU_BYTE * count)
+        sess.tier_pages[GPU] += count
+        self.used[GPU] += count * self.view.page_bytes
+        self._grew(GPU)
+        if insert:
+            self.policy[GPU].insert_many(range(base, base + count), now, True)
 
-    def resize(self, unit: Unit, pages: int, size: int) -> None:
-        """A pinned GPU unit grows (session granularity); the caller made room."""
-        assert unit.pinned and unit.tier == GPU, "only pinned GPU units grow"
-        self.used[GPU] += size - unit.size
-        unit.session.tier_pages[GPU] += pages - unit.pages
-        unit.size, unit.pages = size, pages
-        self.peak_gpu_bytes = max(self.peak_gpu_bytes, self.used[GPU])
+    def grow_session_unit(self, sess: SessionKV, pages: int, now: float) -> None:
+        """Session granularity: the session's one pinned GPU unit now spans ``pages`` pages."""
+        if not sess.tier:
+            # The unit enters empty (the policy sees its size at insert as 0), then grows pinned;
+            # the policy reads its size again when it is released.
+            sess.tier.extend(_GPU_BYTE)
+            sess.unit_pages = 0
+            self.policy[GPU].insert(uid_of(sess.index, 0), now, True)
+        if not sess.pinned or sess.tier[0] != GPU:
+            raise AssertionError(f"session {sess.session_id}: only a pinned GPU unit grows")
+        self.used[GPU] += (pages - sess.unit_pages) * self.view.page_bytes
+        sess.tier_pages[GPU] += pages - sess.unit_pages
+        sess.unit_pages = pages
+        self._grew(GPU)
 
-    def acquire(self, units: list[Unit], now: float) -> None:
-        """A turn uses all these units where they are: a hit in their tier, then pinned."""
-        held = ([], [])
-        for u in units:
-            if u.pinned:
-                raise AssertionError(f"unit {u.key} pinned twice")
-            if u.tier != DROPPED:
-                held[u.tier].append(u)
+    def acquire(self, sess: SessionKV, now: float) -> None:
+        """A turn uses all the session's units where they are: a hit in their tier, then pinned."""
+        if sess.pinned:
+            raise AssertionError(f"session {sess.session_id} pinned twice")
+        size = self.unit_size(sess)
         for tier in (GPU, CPU):
-            if held[tier]:
-                self.policy[tier].acquire(held[tier], now)
-                self.evictable[tier] -= sum(u.size for u in held[tier])
-        for u in units:
-            u.pinned = True
+            uids = sess.uids(tier)
+            if uids:
+                self.policy[tier].acquire(uids, now)
+                self.evictable[tier] -= len(uids) * size
+        sess.pinned = True
 
-    def release(self, units: list[Unit], now: float) -> None:
-        """The turn using these units finished: they are candidates again, in page order."""
-        held = ([], [])
-        for u in units:
-            if not u.pinned:
-                raise AssertionError(f"unit {u.key} unpinned but not pinned")
-            u.pinned = False
-            if u.tier != DROPPED:
-                held[u.tier].append(u)
+    def release(self, sess: SessionKV, now: float) -> None:
+        """The turn using the session's units finished: they are candidates again, in page order."""
+        if not sess.pinned:
+            raise AssertionError(f"session {sess.session_id} released but not pinned")
+        sess.pinned = False
+        size = self.unit_size(sess)
         for tier in (GPU, CPU):
-            if held[tier]:
-                self.evictable[tier] += sum(u.size for u in held[tier])
-                self.policy[tier].release(held[tier], now)
+            uids = sess.uids(tier)
+            if uids:
+                self.evictable[tier] += len(uids) * size
+                self.policy[tier].release(uids, now)
+
+    def bring_to_gpu(self, sess: SessionKV, now: float) -> tuple[int, int, list[int]]:
+        """Make every unit of the pinned session GPU-resident (the caller made room): CPU units are
+        swapped in, dropped ones recomputed. The GPU policy hears of them in page order.
+
+        Returns (swapped-in bytes, swapped-in pages, unit indices recomputed).
+        """
+        if not sess.pinned:
+            raise AssertionError(f"session {sess.session_id} is not pinned")
+        tier, base = sess.tier, sess.index << UNIT_BITS
+        n_cpu, n_dropped = sess.tier_pages[CPU], sess.tier_pages[DROPPED]
+        if not n_cpu and not n_dropped:
+            return 0, 0, []
+        size = self.unit_size(sess)
+        ppu = sess.unit_pages if self.view.per_session else 1       # pages per unit
+        codes = np.frombuffer(tier, dtype=np.uint8)
+        moved = np.flatnonzero(codes)                                 # not on the GPU, page order
+        was = codes[moved]
+        recomputed = moved[was == 2].tolist()
+        swapped = (moved[was == 1] + base).tolist()
+        del codes
+        tier[moved[0]:] = tier[moved[0]:].replace(b"\x01", b"\x00").replace(b"\x02", b"\x00")
+        self.policy[CPU].remove_many(swapped, True)
+        self.policy[GPU].insert_many((moved + base).tolist(), now, True)
+        n_swapped = len(swapped)
+        pages = sess.tier_pages
+        pages[CPU] -= n_swapped * ppu
+        pages[DROPPED] -= len(recomputed) * ppu
+        pages[GPU] += len(moved) * ppu
+        self.used[CPU] -= n_swapped * size
+        self.used[GPU] += len(moved) * size
+        self._grew(GPU)
+        return n_swapped * size, n_swapped * ppu, recomputed
+
+    def drop_from(self, sess: SessionKV, first_unit: int, now: float) -> None:
+        """Drop the session's unpinned units from ``first_unit`` on (preemption discards them)."""
+        if sess.pinned:
+            raise AssertionError(f"session {sess.session_id}: cannot drop pinned units")
+        tier, base = sess.tier, sess.index << UNIT_BITS
+        size = self.unit_size(sess)
+        ppu = sess.unit_pages if self.view.per_session else 1
+        for idx in range(first_unit, len(tier)):
+            t = tier[idx]
+            if t == DROPPED:
+                continue
+            self.policy[t].remove(base | idx)
+            tier[idx] = DROPPED
+            sess.tier_pages[t] -= ppu
+            sess.tier_pages[DROPPED] += ppu
+            self.used[t] -= size
+            self.evictable[t] -= size
+            self.dropped_bytes += size
+
+    # -- shared pages: a pool whose units are held one by one ------------------------------------
+    def add_shared_units(self, pool: SessionKV, count: int, now: float) -> list[int]:
+        """``count`` new pages of a shared pool, on the GPU and held once by the turn that computed
+        them (room was made). Returns their unit indices."""
+        if pool.refs is None:
+            pool.refs = array("I")
+        first = len(pool.tier)
+        pool.tier.extend(_GPU_BYTE * count)
+        pool.refs.extend([1] * count)
+        pool.tier_pages[GPU] += count
+        self.used[GPU] += count * self.view.page_bytes
+        self._grew(GPU)
+        base = uid_of(pool.index, first)
+        self.policy[GPU].insert_many(range(base, base + count), now, True)
+        return list(range(first, first + count))
+
+    def hold(self, pool: SessionKV, units: list[int], now: float) -> None:
+        """A running turn uses these shared units: a hit, and they stop being candidates while any
+        turn holds them (reference counts)."""
+        refs, base, size = pool.refs, pool.index << UNIT_BITS, self.view.page_bytes
+        for idx in units:
+            r = refs[idx]
+            t = pool.tier[idx]
+            if r == 0 and t != DROPPED:
+                self.policy[t].access(base | idx, now)
+                self.policy[t].pin(base | idx)
+                self.evictable[t] -= size
+            refs[idx] = r + 1
+
+    def unhold(self, pool: SessionKV, units: list[int], now: float) -> None:
+        """A turn that held these shared units finished; the last holder makes each a candidate."""
+        refs, base, size = pool.refs, pool.index << UNIT_BITS, self.view.page_bytes
+        for idx in units:
+            r = refs[idx]
+            if r == 0:
+                raise AssertionError(f"shared unit {idx} of {pool.session_id} released but not held")
+            refs[idx] = r - 1
+            t = pool.tier[idx]
+            if r == 1 and t != DROPPED:
+                self.evictable[t] += size
+                self.policy[t].unpin(base | idx, now)
 
     # -- reclaiming room -------------------------------------------------------------------------
     def make_room(self, nbytes: int, now: float) -> bool:
         """Evict GPU victims until ``nbytes`` are free. False (and no change) if that is impossible."""
         if self.reclaimable(GPU) < nbytes:
             return False
-        used, cap, policy = self.used, self.capacity[GPU], self.policy[GPU]
-        clock, record = time.perf_counter_ns, self.evict_ns.append
-        while cap - used[GPU] < nbytes:
+        need = nbytes - (self.capacity[GPU] - self.used[GPU])
+        if need <= 0:
+            return True
+        clock = self.clock
+        view = self.view
+        size = view.unit_bytes
+        if size:                                     # equal sizes: one decision for the batch
             t0 = clock()
-            unit = policy.victim(now)
-            record(clock() - t0)
-            self._check_victim(unit, GPU)
-            size = unit.size
+            extents = self.policy[GPU].evict_extents(need, now)
+            spent = clock() - t0
+            k = sum(b - a for a, b in extents)
+            if k * size < need:
+                raise AssertionError(f"{type(self.policy[GPU]).__name__} freed {k * size} of {need} "
+                                     f"bytes with {self.evictable[GPU]} evictable")
+            self.used[GPU] -= k * size
+            self.evictable[GPU] -= k * size
+            # Demotion keeps the CPU's reclaimable bytes constant, so either all go or none.
             if self.capacity[CPU] >= size and self.reclaimable(CPU) >= size:
-                self._demote(unit, now)
+                self._move_extents(extents, GPU, CPU)
+                victims = list(chain.from_iterable(starmap(range, extents)))
+                t1 = clock()
+                dropped = self.policy[CPU].take_in(victims, self.capacity[CPU] - self.used[CPU], now)
+                spent += clock() - t1
+                self._move(dropped, CPU, DROPPED, policy=CPU)
+                net = (k - len(dropped)) * size
+                self.used[CPU] += net
+                self.evictable[CPU] += net
+                self._grew(CPU)
+                self.swap_out_bytes += k * size
+                self.dropped_bytes += len(dropped) * size
             else:
-                self._drop_unpinned_gpu(unit, now)
+                self._move_extents(extents, GPU, DROPPED)
+                self.dropped_bytes += k * size
+            self.evict_ns.append(spent)
+            return True
+        t0 = clock()
+        victims = self.policy[GPU].evict_bytes(need, now)
+        spent = clock() - t0
+        sessions, cpu_cap, freed = view.sessions, self.capacity[CPU], 0
+        for uid in victims:                          # sizes vary (session units): one at a time
+            sess = sessions[uid >> UNIT_BITS]
+            idx = uid & UNIT_MASK
+            if idx >= len(sess.tier) or sess.tier[idx] != GPU or sess.held(idx):
+                raise AssertionError(f"{type(self.policy[GPU]).__name__} returned unit {uid} of session "
+                                     f"{sess.session_id} as a GPU victim, but it is pinned or not on the GPU")
+            size = view.size(uid)
+            ppu = sess.unit_pages
+            freed += size
+            if cpu_cap >= size and self.reclaimable(CPU) >= size:
+                while self.capacity[CPU] - self.used[CPU] < size:
+                    t1 = clock()
+                    cpu_victim = self.policy[CPU].evict(now)
+                    spent += clock() - t1
+                    self._drop_cpu_victim(cpu_victim)
+                sess.tier[idx] = CPU
+                self.used[CPU] += size
+                self.evictable[CPU] += size
+                self._grew(CPU)
+                self.policy[CPU].insert(uid, now)
+                self.swap_out_bytes += size
+                sess.tier_pages[CPU] += ppu
+            else:
+                sess.tier[idx] = DROPPED
+                self.dropped_bytes += size
+                sess.tier_pages[DROPPED] += ppu
+                self._forget_if_gone(sess)
+            sess.tier_pages[GPU] -= ppu
+        self.used[GPU] -= freed
+        self.evictable[GPU] -= freed
+        self.evict_ns.append(spent)
+        if freed < need:
+            raise AssertionError(f"{type(self.policy[GPU]).__name__} freed {freed} of {need} bytes with "
+                                 f"{self.evictable[GPU] + freed} evictable")
         return True
 
-    def _drop_unpinned_gpu(self, unit: Unit, now: float) -> None:
-        """``drop`` for the hottest case, an unpinned GPU victim, without the general ``place``."""
-        size = unit.size
-        pages = unit.session.tier_pages
-        pages[GPU] -= unit.pages
-        pages[DROPPED] += unit.pages
-        self.policy[GPU].remove(unit)
-        self.used[GPU] -= size
-        self.evictable[GPU] -= size
-        self._seq += 1
-        unit.tier, unit.tier_since_s, unit.tier_seq, unit.hits = DROPPED, now, self._seq, 0
+    def _move(self, uids: list[int], frm: Tier, to: Tier, policy: Tier = GPU) -> None:
+        """``_move_extents`` for a list of uids (consecutive ones make one extent)."""
+        extents: list[tuple[int, int]] = []
+        for uid in uids:
+            if extents and extents[-1][1] == uid:
+                extents[-1] = (extents[-1][0], uid + 1)
+            else:
+                extents.append((uid, uid + 1))
+        self._move_extents(extents, frm, to, policy)
+
+    def _move_extents(self, extents: list[tuple[int, int]], frm: Tier, to: Tier,
+                      policy: Tier = GPU) -> None:
+        """Set equal-sized units' tier from ``frm`` to ``to``, an extent (consecutive uids of one
+        session) at a time, with byte-string operations; checks that each unit is in ``frm`` and
+        held by no running turn. Per-session page counts are kept; byte totals are the caller's."""
+        f, t = int(frm), int(to)
+        sessions = self.view.sessions
+        to_bytes = _TIER_BYTES[t]
+        for a, b in extents:
+            sess = sessions[a >> UNIT_BITS]
+            i = a & UNIT_MASK
+            j = i + (b - a)
+            tier = sess.tier
+            if (b - 1) >> UNIT_BITS != a >> UNIT_BITS or j > len(tier) or sess.pinned \
+                    or tier.count(f, i, j) != j - i \
+                    or (sess.refs is not None and any(sess.refs[i:j])):
+                self._bad_victim(policy, list(range(a, b)), sess, frm)
+            tier[i:j] = to_bytes * (j - i)
+            sess.tier_pages[f] -= j - i
+            sess.tier_pages[t] += j - i
+            if t == 2:
+                self._forget_if_gone(sess)
+
+    def _bad_victim(self, tier: Tier, units: list[int], sess: SessionKV, frm: Tier):
+        raise AssertionError(f"{type(self.policy[tier]).__name__} returned units {units} of session "
+                             f"{sess.session_id} as victims, but one is pinned or not on {Tier(frm).name}")
+
+    def _drop_cpu_victim(self, uid: int | None) -> None:
+        if uid is None:
+            raise AssertionError(f"{type(self.policy[CPU]).__name__} named no CPU victim with "
+                                 f"{self.evictable[CPU]} evictable bytes")
+        sess = self.view.sessions[uid >> UNIT_BITS]
+        idx = uid & UNIT_MASK
+        if idx >= len(sess.tier) or sess.tier[idx] != CPU or sess.held(idx):
+            raise AssertionError(f"{type(self.policy[CPU]).__name__} returned unit {uid} of session "
+                                 f"{sess.session_id} as a CPU victim, but it is pinned or not on the CPU")
+        size = self.view.size(uid)
+        ppu = sess.unit_pages if self.view.per_session else 1
+        sess.tier[idx] = DROPPED
+        sess.tier_pages[CPU] -= ppu
+        sess.tier_pages[DROPPED] += ppu
+        self.used[CPU] -= size
+        self.evictable[CPU] -= size
         self.dropped_bytes += size
+        self._forget_if_gone(sess)
 
-    def recompute_on_gpu(self, units: list[Unit], now: float) -> None:
-        """Place one session's pinned DROPPED units on the GPU (the caller made room): its prefill
-        recomputes them. ``place`` for each, with the shared accounting done once."""
-        insert = self.policy[GPU].insert
-        seq = self._seq
-        size = pages = 0
-        for u in units:
-            if u.tier != DROPPED or not u.pinned:
-                raise AssertionError(f"unit {u.key} is not a pinned dropped unit")
-            seq += 1
-            u.tier, u.tier_since_s, u.tier_seq, u.created_s = GPU, now, seq, now
-            size += u.size
-            pages += u.pages
-            insert(u, now)
-        self._seq = seq
-        if units:
-            tier_pages = units[0].session.tier_pages
-            tier_pages[DROPPED] -= pages
-            tier_pages[GPU] += pages
-        self.used[GPU] += size
-        if self.used[GPU] > self.capacity[GPU]:
-            raise AssertionError(f"GPU over capacity recomputing {len(units)} units: "
-                                 f"{self.used[GPU]} > {self.capacity[GPU]}")
-        self.peak_gpu_bytes = max(self.peak_gpu_bytes, self.used[GPU])
-
-    def _victim(self, tier: Tier, now: float) -> Unit:
-        t0 = time.perf_counter_ns()
-        unit = self.policy[tier].victim(now)
-        self.evict_ns.append(time.perf_counter_ns() - t0)
-        self._check_victim(unit, tier)
-        return unit
-
-    def _check_victim(self, unit: Unit | None, tier: Tier) -> None:
-        if unit is None or unit.pinned or unit.tier != tier:
-            raise AssertionError(f"{type(self.policy[tier]).__name__} returned {unit!r} as a {tier.name} "
-                                 f"victim with {self.evictable[tier]} evictable bytes")
-
-    def _demote(self, unit: Unit, now: float) -> None:
-        size = unit.size
-        if self.capacity[CPU] >= size and self.reclaimable(CPU) >= size:
-            while self.capacity[CPU] - self.used[CPU] < size:
-                self.drop(self._victim(CPU, now), now)
-            self.place(unit, CPU, now)
-            self.swap_out_bytes += size
-        else:
-            self.drop(unit, now)
-
-    def drop(self, unit: Unit, now: float) -> None:
-        self.dropped_bytes += unit.size
-        self.place(unit, DROPPED, now)
-        unit.hits = 0  # counts reset on eviction (LFU)
-
-    @property
-    def gpu_capacity_finite(self) -> bool:
-        return not math.isinf(self.capacity[GPU])
+    @staticmethod
+    def _forget_if_gone(sess: SessionKV) -> None:
+        """A finished session with nothing left in any tier frees its array: memory follows the
+        live state (its uids stay valid names for ghost lists)."""
+        if sess.done and not sess.tier_pages[GPU] and not sess.tier_pages[CPU] and sess.tier:
+            sess.tier = bytearray()
+            sess.tier_pages[DROPPED] = 0

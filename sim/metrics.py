@@ -1,6 +1,6 @@
 """Metrics of one simulation: pure functions from the ledger (``SimResult``) to figures.
 
-Definitions follow DESIGN.md section 3. Conventions where the design is silent:
+Definitions as in docs/semantics.md (Metrics). Conventions worth stating:
 
 * Ratios over history tokens (``reprefill_rate``, ``gpu_hit_rate``, ``cpu_hit_rate``) are token
   weighted over turns with H > 0 and are 0.0 when the ledger holds no history at all (sum H = 0:
@@ -13,10 +13,11 @@ Definitions follow DESIGN.md section 3. Conventions where the design is silent:
   ceil(q * N) in the sorted multiset, i.e. ``np.percentile(np.repeat(v, w), q, method="inverted_cdf")``.
 * Jain's index is NaN over an empty set (no session with >= 2 completed turns) and 1.0 when every
   value is 0 (equal treatment). Sessions whose value is not finite are left out.
-* ``evict_us_*`` are NaN when the engine made no victim-selection call (``evict_calls`` = 0).
+* ``evict_us_*`` are NaN when no make-room call had to evict (``evict_calls`` = 0).
 * ``turns`` counts completed turns (the ledger); ``rejected_turns`` (EngineStats) those the engine
   refused because their context cannot fit in the GPU KV at all -- every other metric covers only
-  the completed turns. ``evict_calls`` is the number of victim-selection calls timed;
+  the completed turns. ``evict_calls`` is the number of make-room calls that evicted (each timed once, however many
+  victims it chose);
   ``gpu_peak_gb`` the highest GPU KV occupancy (with infinite memory: the peak demand).
 * Per-priority-class Jain indices (``jain_service_p<class>``, ``jain_hit_p<class>``) appear only
   when the ledger holds more than one class. A session's class is the priority of its first turn.
@@ -51,7 +52,7 @@ SUMMARY_COLUMNS: tuple[str, ...] = (
 # Columns that depend on the wall clock and so differ between identical runs.
 WALL_CLOCK_COLUMNS: tuple[str, ...] = ("wall_s", "evict_us_p50", "evict_us_p99")
 
-# Pass/fail targets of DESIGN.md 3. The eviction target is judged on the p50 of the measured
+# Pass/fail targets (docs/semantics.md, Targets). The eviction target is judged on the p50 of the measured
 # victim-selection wall-clock: the p99 of a Python-level timer is dominated by interpreter and OS
 # noise (GC pauses, scheduling), so it says more about the machine than about the policy.
 EVICT_US_TARGET = 100.0
@@ -196,7 +197,7 @@ def summarize(result: SimResult) -> dict[str, Any]:
 
 
 def targets(summary: Mapping[str, Any]) -> dict[str, bool]:
-    """Pass/fail of the DESIGN.md 3 targets for one summary row (keys without the ``pass_`` prefix).
+    """Pass/fail of the targets for one summary row (keys without the ``pass_`` prefix).
 
     * ``evict_us``: evict_us_p50 < 100 us (p50, not p99: see EVICT_US_TARGET); passes when the
       engine made no eviction call at all.

@@ -1,39 +1,51 @@
 """Typed results of one simulation: the per-turn ledger and engine-wide statistics.
 
-The ledger is the single source of every metric (DESIGN.md section 3); ``sim.metrics`` turns it into
-the summary row. Token counts g/c/d split each turn's history H = g + c + d exactly.
+The ledger is the single source of every metric (see docs/semantics.md); ``sim.metrics`` turns it
+into the summary row. Token counts g/c/d split each turn's history H = g + c + d exactly.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 import pandas as pd
 
-# Per-turn ledger columns, in order. Times are simulated seconds.
-TURN_COLUMNS: tuple[str, ...] = (
-    "session_id",        # str
-    "turn",              # int, 0-based index within the session
-    "priority",          # int, QoS class (0 = default)
-    "arrival_s",         # when the turn entered the queue
-    "admit_s",           # start of the iteration that first ran its prefill
-    "first_token_s",     # end of that iteration (first output token)
-    "finish_s",          # end of the iteration that produced its last token
-    "prompt_tokens",     # p_k
-    "output_tokens",     # o_k
-    "history_tokens",    # H_k = g + c + d
-    "gpu_hit_tokens",    # g_k: history tokens already on the GPU
-    "cpu_hit_tokens",    # c_k: history tokens swapped in from the CPU tier
-    "recomputed_tokens", # d_k: history tokens recomputed in the prefill (re-prefill)
-    "swap_in_bytes",     # host-to-device bytes to admit this turn (whole pages)
-    "preemptions",       # times this turn was preempted during decode
-    "preempt_recompute_tokens",  # tokens recomputed because of those preemptions
-    "ttft_s",            # first_token_s - arrival_s
-    "ttft_ideal_s",      # TTFT with the whole history on the GPU and an empty queue
-    "tbt_mean_s",        # (finish_s - first_token_s) / (output_tokens - 1); NaN if o_k == 1
-    "e2e_s",             # finish_s - arrival_s
-    "queue_s",           # admit_s - arrival_s
-)
+
+@dataclass(frozen=True, slots=True)
+class TurnRecord:
+    """One completed turn: a row of the ledger. Times are simulated seconds."""
+
+    session_id: str
+    turn: int                    # 0-based index within the session
+    priority: int                # QoS class (0 = default)
+    arrival_s: float             # when the turn entered the queue
+    admit_s: float               # start of the iteration that first ran its prefill
+    first_token_s: float         # end of that iteration (first output token)
+    finish_s: float              # end of the iteration that produced its last token
+    prompt_tokens: int           # p_k
+    output_tokens: int           # o_k
+    history_tokens: int          # H_k = g + c + d
+    gpu_hit_tokens: int          # g_k: history tokens already on the GPU
+    cpu_hit_tokens: int          # c_k: history tokens swapped in from the CPU tier
+    recomputed_tokens: int       # d_k: history tokens recomputed in the prefill (re-prefill)
+    swap_in_bytes: int           # host-to-device bytes to admit this turn (whole pages)
+    preemptions: int             # times this turn was preempted during decode
+    preempt_recompute_tokens: int  # tokens recomputed because of those preemptions
+    ttft_s: float                # first_token_s - arrival_s
+    ttft_ideal_s: float          # TTFT with the whole history on the GPU and an empty queue
+    tbt_mean_s: float            # (finish_s - first_token_s) / (output_tokens - 1); NaN if o_k == 1
+    e2e_s: float                 # finish_s - arrival_s
+    queue_s: float               # admit_s - arrival_s
+
+
+# Per-turn ledger columns, in order: the fields of TurnRecord.
+TURN_COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(TurnRecord))
+
+
+def ledger_frame(records: list[TurnRecord]) -> pd.DataFrame:
+    """The ledger as a DataFrame with the schema of TURN_DTYPES (also when empty)."""
+    cols = {c: [getattr(r, c) for r in records] for c in TURN_COLUMNS}
+    return pd.DataFrame(cols, columns=list(TURN_COLUMNS)).astype(TURN_DTYPES)
 
 
 _INT_COLUMNS = {"turn", "priority", "prompt_tokens", "output_tokens", "history_tokens", "gpu_hit_tokens",
@@ -61,7 +73,7 @@ class EngineStats:
     dropped_bytes: int           # bytes dropped from the CPU tier (or from the GPU when no CPU room)
     preemptions: int
     preempt_recompute_tokens: int
-    evict_us: np.ndarray         # wall-clock microseconds of every victim-selection call
+    evict_us: np.ndarray         # wall-clock microseconds of victim selection, per make-room call that evicted
     step_s: np.ndarray           # duration of each iteration that decoded something
     step_decode_seqs: np.ndarray # sequences decoded in that iteration (weights for TBT percentiles)
     rejected_turns: int = 0      # turns longer than the whole GPU KV (and the rest of their session)

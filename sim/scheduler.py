@@ -1,9 +1,12 @@
-"""The synchronous core of the engine: one iteration of a continuous batch at a time.
+"""The synchronous core of the engine: admission, decode growth, preemption and completion.
 
 ``plan`` prepares an iteration at time ``now`` (memory for decodes, then FCFS admission of waiting
 turns, each made wholly GPU-resident: GPU hits, CPU swap-ins, recompute of dropped units) and prices
-it with the cost model; ``finish`` applies it at its end time (tokens out, completions, the next
-turns' arrivals). The SimPy shell in ``sim.engine`` only turns ``Step.duration_s`` into timeouts.
+it; ``finish`` applies it at its end time (tokens out, completions, the next turns' arrivals);
+``decode_span`` runs the decode-only iterations up to the next event in one go. The jobs around it
+live in their own modules: the KV memory and its evictions (``sim.memory``), arrivals and replay
+(``sim.arrivals``), iteration pricing (``sim.pricing``), the ledger record (``sim.results``). The
+SimPy shell in ``sim.engine`` only turns durations into timeouts.
 
 Work per iteration is O(turns admitted, completed or growing a page), never O(batch): decoding
 sequences are kept as running sums, and due dates (next page, completion) sit in step buckets.
@@ -12,15 +15,22 @@ from __future__ import annotations
 
 import heapq
 import math
+from array import array
 from collections import defaultdict, deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from costmodels import BatchShape, CostModel, attention_pairs
+import numpy as np
+
+from costmodels import BatchShape, CostModel
+from sim.arrivals import Arrivals, next_arrival_s
 from sim.config import EngineConfig, MemoryConfig
-from sim.memory import CPU, DROPPED, GPU, TieredMemory
 from sim.lifetime import fit_lifetime
-from sim.policies import PolicyContext, make_policy, policy_class
-from sim.units import SessionKV, Unit
+from sim.memory import CPU, DROPPED, GPU, TieredMemory
+from sim.policies import EvictionPolicy, PolicyContext, make_policy, policy_class
+from sim.pricing import Pricer
+from sim.results import TurnRecord
+from sim.units import SessionKV, UnitView, uid_of
 from traces.records import Session, Turn
 
 
@@ -65,7 +75,8 @@ class Step:
 
 class Scheduler:
     def __init__(self, sessions: list[Session], cost: CostModel, memory: MemoryConfig,
-                 engine: EngineConfig, policy: str, seed: int = 0) -> None:
+                 engine: EngineConfig, policy: str, seed: int = 0,
+                 clock: Callable[[], int] | None = None) -> None:
         if memory.evict_unit == "layer_block":
             raise ValueError("memory.evict_unit: layer_block (the per-layer checkerboard) is not "
                              "implemented yet; use session or block")
@@ -76,16 +87,21 @@ class Scheduler:
         predictor = None
         if getattr(policy_class(policy), "needs_predictor", False):
             predictor = fit_lifetime(sessions)  # fitted on the trace's training split
-        ctx = dict(block_tokens=self.bt, num_layers=cost.model.num_layers, seed=seed, cost=cost,
+        self.sessions = sessions
+        self.kv = [SessionKV(i, s.session_id, s.turns[0].priority) for i, s in enumerate(sessions)]
+        view = UnitView(self.kv, self.page_bytes, per_session=self.per_session_unit)
+        ctx = dict(block_tokens=self.bt, num_layers=cost.model.num_layers, view=view, cost=cost,
                    cpu_kv_bytes=MemoryConfig.capacity_bytes(memory.cpu_kv_gb), predictor=predictor)
         self.mem = TieredMemory(
             MemoryConfig.capacity_bytes(memory.gpu_kv_gb), MemoryConfig.capacity_bytes(memory.cpu_kv_gb),
             make_policy(policy, PolicyContext(tier=GPU, **ctx)),
-            make_policy(policy, PolicyContext(tier=CPU, **ctx)))
-        self.sessions = sessions
-        self.kv = [SessionKV(i, s.session_id, s.turns[0].priority) for i, s in enumerate(sessions)]
-        self._arrivals: list[tuple[float, int, int]] = []   # (time, order, session index)
-        self._order = 0
+            make_policy(policy, PolicyContext(tier=CPU, **ctx)), view,
+            clock=clock or (lambda: 0))
+        self.pricer = Pricer(cost, self.page_bytes, engine.pipelining)
+        # Decode spans allocate their pages in one batch when that cannot change a decision.
+        self._bulk = (type(self.mem.policy[GPU]).grows_in_bulk and not self.per_session_unit
+                      and self.mem.capacity[CPU] < self.page_bytes)
+        self.arrivals = Arrivals()
         self.waiting: deque[TurnRun] = deque()
         self.running: dict[int, TurnRun] = {}                # admit_seq -> run, in admission order
         self._admit_seq = 0
@@ -93,36 +109,31 @@ class Scheduler:
         self._page_due: dict[int, list[tuple[TurnRun, int]]] = defaultdict(list)
         self._finish_due: dict[int, list[tuple[TurnRun, int]]] = defaultdict(list)
         self._finish_steps: list[int] = []                  # heap of the keys of _finish_due
+        self._page_steps: list[int] = []                    # heap of the keys of _page_due
         self.dec_seqs = 0                                   # sequences decoding in the next step
         self.dec_ctx = 0                                    # their total context tokens
-        self._next_key = 0
         self._d2h_mark = 0                                  # swap-out bytes already priced
         self.live_pages = 0                                 # pages of sessions not yet finished
         self.peak_live_pages = 0                            # the trace's peak KV demand
-        self.ledger: list[tuple] = []
+        self.ledger: list[TurnRecord] = []
         self.rejected_turns = 0
         self.preemptions = 0
         self.preempt_recompute_tokens = 0
         self.output_tokens = 0
         self.swap_in_bytes = 0
         self.completed = 0
-        self.step_s: list[float] = []
-        self.step_decode: list[int] = []
+        self.step_s = array("d")                            # compact: one entry per decode step
+        self.step_decode = array("l")
         for i, s in enumerate(sessions):
-            self._schedule(i, s.turns[0].arrival_s or 0.0)
+            self.arrivals.schedule(i, s.turns[0].arrival_s or 0.0)
 
     # -- arrivals --------------------------------------------------------------------------------
-    def _schedule(self, index: int, t: float) -> None:
-        heapq.heappush(self._arrivals, (t, self._order, index))
-        self._order += 1
-
     def next_arrival_s(self) -> float | None:
-        return self._arrivals[0][0] if self._arrivals else None
+        return self.arrivals.next_s()
 
     def release(self, now: float) -> None:
         """Move every turn that has arrived by ``now`` into the waiting queue."""
-        while self._arrivals and self._arrivals[0][0] <= now:
-            t, order, i = heapq.heappop(self._arrivals)
+        for t, order, i in self.arrivals.pop_due(now):
             kv, session = self.kv[i], self.sessions[i]
             k = kv.next_turn
             turn = session.turns[k]
@@ -135,10 +146,7 @@ class Scheduler:
                 kv.done = True
                 continue
             self.waiting.append(TurnRun(kv, k, turn, history, t, order,
-                                        self._ideal_ttft(turn.prompt_tokens, history)))
-
-    def _ideal_ttft(self, prompt: int, history: int) -> float:
-        return self.cost.iteration(BatchShape.prefill(max(prompt, 1), history)).total_s
+                                        self.pricer.ideal_ttft_s(turn.prompt_tokens, history)))
 
     # -- planning one iteration ------------------------------------------------------------------
     def plan(self, now: float) -> Step | None:
@@ -147,15 +155,15 @@ class Scheduler:
         admitted, prefill, h2d_bytes, h2d_pages = self._admit(now)
         if not admitted and self.dec_seqs == 0:
             return None
-        layers = self.cost.model.num_layers
-        cost = self.cost.iteration(
-            prefill + BatchShape.decode(self.dec_seqs, self.dec_ctx),
-            h2d_bytes=h2d_bytes, h2d_copies=h2d_pages * layers,
-            d2h_bytes=self.mem.swap_out_bytes - self._d2h_mark,
-            d2h_copies=(self.mem.swap_out_bytes - self._d2h_mark) // self.page_bytes * layers,
-            pipelining=self.cfg.pipelining)
+        duration = self.pricer.iteration_s(prefill, self.dec_seqs, self.dec_ctx, h2d_bytes, h2d_pages,
+                                           self._take_d2h())
+        return Step(duration, admitted, self.dec_seqs)
+
+    def _take_d2h(self) -> int:
+        """Swap-out bytes not yet priced: the next iteration carries them (its D2H stream)."""
+        d2h = self.mem.swap_out_bytes - self._d2h_mark
         self._d2h_mark = self.mem.swap_out_bytes
-        return Step(cost.total_s, admitted, self.dec_seqs)
+        return d2h
 
     def _grow_decodes(self, now: float, preempt: bool = True) -> bool:
         """Give every decoding sequence that starts a new page this step its page, or preempt.
@@ -182,7 +190,7 @@ class Scheduler:
             else:
                 tokens = run.tokens_at(self.step)
                 self._extend(run.sess, tokens + 1, now)
-                self._page_due[self.step + self.bt].append((run, epoch))
+                self._due_page(self.step + self.bt, run, epoch)
         return True
 
     def _admit(self, now: float) -> tuple[list[TurnRun], BatchShape, int, int]:
@@ -215,32 +223,14 @@ class Scheduler:
         split = (sess.tokens_in(GPU, bt), sess.tokens_in(CPU, bt), sess.tokens_in(DROPPED, bt))
         for policy in mem.policy:
             policy.on_admit(sess, split, now)
-        mem.acquire(sess.units, now)
+        mem.acquire(sess, now)
         if not mem.make_room(fetch, now):
             raise AssertionError(f"admission of {sess.session_id} turn {run.k}: room was checked "
                                  f"but {fetch} bytes could not be reclaimed")
-        swapped = swapped_pages = 0
-        pairs = 0.0
-        dropped = []
-        for u in sess.units:
-            if u.tier == CPU:
-                swapped += u.size
-                swapped_pages += u.pages
-                if dropped:  # keep tier entries in page order (FIFO order, tie-breaks)
-                    mem.recompute_on_gpu(dropped, now)
-                    dropped = []
-                mem.place(u, GPU, now)
-            elif u.tier == DROPPED:
-                # Recomputed in this prefill, after the tokens before it (DESIGN.md 3 physics):
-                # n tokens starting at position a attend to n*(a + n/2) keys.
-                a = u.first_page * bt
-                n = min(old_tokens, a + u.pages * bt) - a
-                pairs += n * (a + n / 2.0)
-                dropped.append(u)
-            u.last_access_s = now
-            u.hits += 1
-        mem.recompute_on_gpu(dropped, now)
-        pairs += attention_pairs(max(1, target - 1 - old_tokens), old_tokens)
+        swapped, swapped_pages, recomputed = mem.bring_to_gpu(sess, now)
+        sess.last_access_s = now
+        pairs = self.pricer.prefill_pairs(recomputed, sess.unit_pages if self.per_session_unit else 1,
+                                          bt, old_tokens, max(1, target - 1 - old_tokens))
         self._extend(sess, target, now)
         if not run.admitted_once:
             # First admission: the session holds exactly the history, H = g + c + d.
@@ -264,24 +254,11 @@ class Scheduler:
         self.live_pages += pages - self._pages(sess.tokens)
         self.peak_live_pages = max(self.peak_live_pages, self.live_pages)
         if self.per_session_unit:
-            if not sess.units:
-                sess.units.append(self._new_unit(sess, 0, 0, now))
-            unit = sess.units[0]
-            if pages != unit.pages:
-                self.mem.resize(unit, pages, pages * self.page_bytes)
-        else:
-            while len(sess.units) < pages:
-                unit = self._new_unit(sess, len(sess.units), self.page_bytes, now)
-                sess.units.append(unit)
+            if pages != sess.unit_pages or not sess.tier:
+                self.mem.grow_session_unit(sess, pages, now)
+        elif pages > len(sess.tier):
+            self.mem.add_units(sess, pages - len(sess.tier), now)
         sess.tokens = tokens
-
-    def _new_unit(self, sess: SessionKV, page: int, size: int, now: float) -> Unit:
-        self._next_key += 1
-        unit = Unit(self._next_key, sess, page, 1 if size else 0, size, pinned=True,
-                    created_s=now, last_access_s=now, hits=1)
-        sess.tier_pages[DROPPED] += unit.pages  # born DROPPED (nothing computed), placed at once
-        self.mem.place(unit, GPU, now)
-        return unit
 
     def _pages(self, tokens: int) -> int:
         return -(-tokens // self.bt)
@@ -300,10 +277,12 @@ class Scheduler:
         self.preemptions += 1
         sess.tokens = tokens
         boundary_page = run.history // self.bt
-        mem.release(sess.units, now)
-        for u in sess.units:
-            if u.first_page + u.pages > boundary_page and u.tier != DROPPED:
-                mem.drop(u, now)
+        mem.release(sess, now)
+        # units reaching past the history boundary hold this turn's own tokens: dropped
+        if not self.per_session_unit:
+            mem.drop_from(sess, boundary_page, now)
+        elif sess.unit_pages > boundary_page:
+            mem.drop_from(sess, 0, now)
         self.waiting.appendleft(run)
 
     # -- applying one iteration ------------------------------------------------------------------
@@ -336,8 +315,13 @@ class Scheduler:
             self._due_finish(self.step + remaining, run)
             first_page_step = self.step + 1 + (-tokens) % self.bt
             if first_page_step <= self.step + remaining:
-                self._page_due[first_page_step].append((run, run.epoch))
+                self._due_page(first_page_step, run, run.epoch)
         self.step += 1
+
+    def _due_page(self, step: int, run: TurnRun, epoch: int) -> None:
+        if step not in self._page_due:
+            heapq.heappush(self._page_steps, step)
+        self._page_due[step].append((run, epoch))
 
     def _due_finish(self, step: int, run: TurnRun) -> None:
         if step not in self._finish_due:
@@ -367,29 +351,115 @@ class Scheduler:
             return span
         horizon = math.inf if next_arrival_s is None else next_arrival_s
         stop = self._next_finish_step()
-        t, used_gpu = now, self.mem.used
-        cost, pipelining, layers = self.cost, self.cfg.pipelining, self.cost.model.num_layers
+        if self._bulk and self._decode_span_bulk(span, now, horizon, stop):
+            return span
+        t, used_gpu, pricer, seqs = now, self.mem.used, self.pricer, self.dec_seqs
         while self.step < stop and t < horizon:
             if self.step in self._page_due and not self._grow_decodes(t, preempt=False):
                 break
-            d2h = self.mem.swap_out_bytes - self._d2h_mark
-            if d2h:
-                self._d2h_mark = self.mem.swap_out_bytes
-                d = cost.iteration(BatchShape.decode(self.dec_seqs, self.dec_ctx), d2h_bytes=d2h,
-                                   d2h_copies=d2h // self.page_bytes * layers,
-                                   pipelining=pipelining).total_s
+            d2h = self._take_d2h()
+            if d2h:                       # a demotion's copy: this step is priced on its own
+                d = pricer.iteration_s(BatchShape(), seqs, self.dec_ctx, d2h_bytes=d2h)
+                span.gpu_byte_seconds += used_gpu[GPU] * d
+                self.step_s.append(d)
+                n, t = 1, t + d
             else:
-                d = cost.decode_step_s(self.dec_seqs, self.dec_ctx)
-            span.gpu_byte_seconds += used_gpu[GPU] * d
-            t += d
-            span.steps += 1
-            self.step_s.append(d)
-            self.step_decode.append(self.dec_seqs)
-            self.output_tokens += self.dec_seqs
-            self.dec_ctx += self.dec_seqs
-            self.step += 1
+                # Up to the next page allocation only the context changes: one closed-form run.
+                run = pricer.decode_run(seqs, self.dec_ctx,
+                                        min(stop, self._next_page_step(self.step + 1)) - self.step,
+                                        t, horizon, used_gpu[GPU], span.gpu_byte_seconds)
+                self.step_s.extend(run.durations)
+                n, t, span.gpu_byte_seconds = run.steps, run.end_s, run.gpu_byte_seconds
+            span.steps += n
+            self.step_decode.extend([seqs] * n)
+            self.output_tokens += seqs * n
+            self.dec_ctx += seqs * n
+            self.step += n
         span.duration_s = t - now
         return span
+
+    def _decode_span_bulk(self, span: DecodeSpan, now: float, horizon: float, stop: int) -> bool:
+        """The whole span at once, when its page allocations can be made in one batch: the GPU
+        policy's victims do not depend on pinned inserts (``grows_in_bulk``), no CPU tier turns
+        evictions into copies that reprice a step, and the GPU can give every page the span needs
+        without a preemption. Same ledger, memory and policy state as ``decode_span``'s loop
+        (which runs instead, returning False here, when a condition fails)."""
+        seqs, step0, mem, bt = self.dec_seqs, self.step, self.mem, self.bt
+        if stop <= step0 or now >= horizon:
+            return False                          # no step to run: the loop does nothing
+        # Price the steps up to the horizon: a first guess of 64, doubled while it falls short.
+        want = min(64, stop - step0)
+        while True:
+            d = self.cost.decode_steps_s(seqs, self.dec_ctx + seqs * np.arange(want))
+            starts = np.cumsum(np.concatenate(([now], d)))
+            if starts[-1] >= horizon or want == stop - step0:
+                break
+            want = min(2 * want, stop - step0)
+        n = max(1, int(np.searchsorted(starts[:-1], horizon, side="left")))
+        end = step0 + n
+        # Every page the span allocates: each live run's due steps below ``end``, one page each.
+        growing, touched, total = [], [], 0
+        for key in sorted(k for k in self._page_due if k < end):
+            touched.append(key)
+            for run, epoch in self._page_due[key]:
+                if run.epoch == epoch and run.admit_seq in self.running:
+                    count = (end - 1 - key) // bt + 1
+                    growing.append((run, key, count))
+                    total += count
+        page = self.page_bytes
+        if total * page > mem.reclaimable(GPU):
+            return False                          # some step would preempt: step by step
+        free = mem.free(GPU)
+        free_pages = total if math.isinf(free) else int(free // page)
+        if total > free_pages:
+            mem.make_room(total * page, now)      # the victims of every single-page make_room
+        for key in touched:
+            del self._page_due[key]
+        gpu_policy = mem.policy[GPU]
+        ordered = type(gpu_policy).insert is not EvictionPolicy.insert
+        steps, order, uids = [], [], []
+        for run, key, count in growing:
+            sess = run.sess
+            if ordered or free_pages:
+                steps.extend(range(key, key + count * bt, bt))
+            if ordered:                           # the policy hears of the pages in the loop's order
+                order.extend([run.admit_seq] * count)
+                first = uid_of(sess.index, len(sess.tier))
+                uids.extend(range(first, first + count))
+            mem.add_units(sess, count, now, insert=False)
+            last_step = key + (count - 1) * bt
+            sess.tokens = run.tokens_at(last_step) + 1
+            self._due_page(last_step + bt, run, run.epoch)
+        if ordered and uids:
+            rank = np.lexsort((np.asarray(order), np.asarray(steps)))
+            gpu_policy.insert_many(np.asarray(uids)[rank].tolist(), now, True)
+        self.live_pages += total
+        self.peak_live_pages = max(self.peak_live_pages, self.live_pages)
+        # GPU occupancy per step: each allocation that found free room adds a page from its step.
+        grown = np.zeros(n, dtype=np.int64)
+        if total and free_pages:
+            firsts = np.sort(np.asarray(steps, dtype=np.int64))[:free_pages] - step0
+            grown = np.cumsum(np.bincount(firsts, minlength=n)[:n])
+        used = (mem.used[GPU] - page * int(grown[-1] if len(grown) else 0)) + page * grown
+        gbs = np.cumsum(np.concatenate(([span.gpu_byte_seconds], used * d[:n])))
+        span.gpu_byte_seconds = float(gbs[-1])
+        self.step_s.extend(d[:n].tolist())
+        span.steps = n
+        self.step_decode.extend([seqs] * n)
+        self.output_tokens += seqs * n
+        self.dec_ctx += seqs * n
+        self.step = end
+        span.duration_s = float(starts[n]) - now
+        return True
+
+    def _next_page_step(self, after: int) -> int:
+        """The first step >= ``after`` at which a decoding sequence needs a new page."""
+        heap = self._page_steps
+        while heap and heap[0] not in self._page_due:   # handled steps leave _page_due
+            heapq.heappop(heap)
+        if heap and heap[0] < after:
+            raise AssertionError(f"page allocation of step {heap[0]} was not handled by step {after}")
+        return heap[0] if heap else 1 << 62
 
     def _admissible(self, run: TurnRun) -> bool:
         """Would ``_admit`` take this head-of-queue turn now (given room and limits)?"""
@@ -424,36 +494,25 @@ class Scheduler:
         sess.next_turn = run.k + 1
         next_s = math.inf
         if sess.next_turn < len(session.turns):
-            next_s = self._next_arrival(session.turns[run.k], session.turns[sess.next_turn], now)
-            self._schedule(sess.index, next_s)
+            next_s = next_arrival_s(session.turns[run.k], session.turns[sess.next_turn], now,
+                                    self.cfg.replay)
+            self.arrivals.schedule(sess.index, next_s)
         else:
             sess.done = True
             self.live_pages -= self._pages(tokens)
-        for u in sess.units:
-            u.last_access_s = now
-            u.next_access_s = next_s
-        self.mem.release(sess.units, now)
+        sess.last_access_s = now
+        sess.next_access_s = next_s
+        self.mem.release(sess, now)
         self.completed += 1
         t = run.turn
         o = t.output_tokens
-        self.ledger.append((
+        self.ledger.append(TurnRecord(
             sess.session_id, run.k, t.priority, run.arrival_s, run.admit_s, run.first_token_s, now,
             t.prompt_tokens, o, run.history, run.gpu_hit, run.cpu_hit, run.recomputed,
             run.swap_in_bytes, run.preemptions, run.preempt_recompute,
             run.first_token_s - run.arrival_s, run.ttft_ideal_s,
             (now - run.first_token_s) / (o - 1) if o > 1 else math.nan,
             now - run.arrival_s, run.admit_s - run.arrival_s))
-
-    def _next_arrival(self, prev: Turn, nxt: Turn, now: float) -> float:
-        """When the next turn arrives, given the replay mode (DESIGN.md 3)."""
-        if self.cfg.replay == "open-loop":
-            if nxt.arrival_s is not None:
-                return max(nxt.arrival_s, now)  # never before its predecessor completes
-            return now + (nxt.think_s or 0.0)
-        if nxt.think_s is not None:
-            return now + nxt.think_s
-        # Closed loop on a trace with only absolute times: the recorded gap stands in for think time.
-        return now + max(0.0, nxt.arrival_s - (prev.arrival_s or 0.0))
 
 
 @dataclass(slots=True)

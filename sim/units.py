@@ -1,14 +1,23 @@
-"""KV units: the things that live in exactly one tier and that policies evict.
+"""KV units as integers: per-session residency arrays, and the view policies read them through.
 
-A unit is a span of a session's pages, of all layers or of one layer. With ``evict_unit=session`` a
-session has one unit that grows with it; with ``block`` one unit per page; ``layer_block`` (one page
-of one layer) is the checkerboard a later issue adds. Units are never re-created: a dropped unit
-stays in its session's list as DROPPED, so its key is a stable identity for policies (ghost lists).
+A unit is one span of a session's KV that lives in exactly one tier. With ``evict_unit=session`` a
+session has one unit that grows with it; with ``block`` one unit per page (all layers); with
+``layer_block`` one unit per page and layer (unit index ``page * layers + layer``). A unit is named
+by an integer id, ``uid = session_index << UNIT_BITS | unit_index``: stable for the whole run (a
+dropped unit keeps its id, so ghost lists can remember it), and never backed by an object. Each
+session holds the tier of each of its units in one byte array; the arrays are freed when a
+finished session has nothing left in any tier, so memory follows the live state.
 """
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass, field
 from enum import IntEnum
+
+import numpy as np
+
+UNIT_BITS = 24                     # up to 16.7M units per session (128k pages x 128 layers)
+UNIT_MASK = (1 << UNIT_BITS) - 1
 
 
 class Tier(IntEnum):
@@ -17,42 +26,39 @@ class Tier(IntEnum):
     DROPPED = 2
 
 
-@dataclass(slots=True, eq=False)
-class Unit:
-    key: int                      # stable, unique within a run
-    session: "SessionKV"
-    first_page: int               # pages [first_page, first_page + pages)
-    pages: int
-    size: int                     # bytes held in its tier (whole pages: fragmentation is real)
-    tier: Tier = Tier.DROPPED
-    pinned: bool = False          # used by a running turn: never evicted
-    layer: int = -1               # -1: all layers
-    created_s: float = 0.0        # when first computed
-    tier_since_s: float = 0.0     # when it entered its current tier
-    tier_seq: int = 0             # global order of entries into a tier (FIFO order, tie-breaks)
-    last_access_s: float = 0.0    # last use by a turn (LRU order)
-    hits: int = 0                 # uses since it was last brought in (LFU)
-    next_access_s: float = float("inf")  # the session's next use, when known (Belady)
-
-    def tokens(self, context_tokens: int, block_tokens: int) -> int:
-        """Tokens of the first ``context_tokens`` of the session that this unit holds."""
-        lo = self.first_page * block_tokens
-        hi = min(context_tokens, (self.first_page + self.pages) * block_tokens)
-        return max(0, hi - lo)
+def uid_of(session_index: int, unit_index: int) -> int:
+    return (session_index << UNIT_BITS) | unit_index
 
 
 @dataclass(slots=True, eq=False)
 class SessionKV:
-    """The KV state of one session: its tokens and the units that hold them, in page order."""
+    """The KV state of one session: its tokens and the tier of each of its units, in page order.
 
-    index: int                    # position in the trace (deterministic tie-break)
+    ``tier[i]`` is unit i's Tier; ``tier_pages`` counts pages per tier (a ``session`` unit counts
+    all its pages). ``pinned``: a running turn holds every unit of the session.
+    """
+
+    index: int                    # position in the trace (deterministic tie-break, uid prefix)
     session_id: str
     priority: int
     tokens: int = 0               # tokens whose KV exists (in some tier, or dropped)
-    units: list[Unit] = field(default_factory=list)
+    tier: bytearray = field(default_factory=bytearray)
+    unit_pages: int = 0           # session granularity: pages of its one unit
     tier_pages: list[int] = field(default_factory=lambda: [0, 0, 0])  # pages per Tier
+    pinned: bool = False
     next_turn: int = 0            # index of the next turn to arrive
     done: bool = False            # all turns finished (its KV may still be cached)
+    last_access_s: float = 0.0    # last use by a turn: admission and completion (LRU keys)
+    next_access_s: float = float("inf")  # the next turn's arrival, when known (Belady)
+    refs: array | None = None     # a pool of shared pages: running turns holding each unit
+
+    @property
+    def units(self) -> int:
+        return len(self.tier)
+
+    def held(self, idx: int) -> bool:
+        """Is unit ``idx`` held by a running turn (the session's own, or a shared page's holder)?"""
+        return self.pinned or (self.refs is not None and self.refs[idx] > 0)
 
     def pages(self, block_tokens: int) -> int:
         return -(-self.tokens // block_tokens)
@@ -60,6 +66,64 @@ class SessionKV:
     def tokens_in(self, tier: Tier, block_tokens: int) -> int:
         """Tokens held in ``tier``: whole pages, less the unfilled tail of the last page."""
         n = self.tier_pages[tier] * block_tokens
-        if self.units and self.units[-1].tier == tier:
+        if self.tier and self.tier[-1] == tier:
             n -= sum(self.tier_pages) * block_tokens - self.tokens
         return n
+
+    def uids(self, tier: Tier | None = None) -> list[int] | range:
+        """The uids of the units in ``tier`` (all units when None), in page order: a range when
+        they are all of the session's units."""
+        base = self.index << UNIT_BITS
+        n = len(self.tier)
+        if tier is None:
+            return range(base, base + n)
+        count = self.tier.count(int(tier))        # C speed; a whole session is the common case
+        if count == n:
+            return range(base, base + n)
+        if count == 0:
+            return []
+        codes = np.frombuffer(self.tier, dtype=np.uint8)
+        return (np.flatnonzero(codes == int(tier)) + base).tolist()
+
+
+class UnitView:
+    """What a policy may read about a unit (by uid) and its session; the engine keeps it current.
+
+    Policies never hold unit objects: they key their own structures by uid and read sizes,
+    positions and the session's timing here.
+    """
+
+    __slots__ = ("layers", "page_bytes", "per_session", "sessions", "unit_bytes")
+
+    def __init__(self, sessions: list[SessionKV], page_bytes: int, layers: int = 1,
+                 per_session: bool = False) -> None:
+        self.sessions = sessions
+        self.page_bytes = page_bytes      # bytes of one page of the units' layers
+        self.layers = layers              # units per page: 1, or the model's layers (layer_block)
+        self.per_session = per_session
+        # every unit's size when they are all equal (block, layer_block); None when they vary
+        self.unit_bytes: int | None = None if per_session else page_bytes
+
+    def session(self, uid: int) -> SessionKV:
+        return self.sessions[uid >> UNIT_BITS]
+
+    def size(self, uid: int) -> int:
+        if self.per_session:
+            return self.sessions[uid >> UNIT_BITS].unit_pages * self.page_bytes
+        return self.page_bytes
+
+    def first_page(self, uid: int) -> int:
+        return 0 if self.per_session else (uid & UNIT_MASK) // self.layers
+
+    def pages(self, uid: int) -> int:
+        return self.sessions[uid >> UNIT_BITS].unit_pages if self.per_session else 1
+
+    def layer(self, uid: int) -> int:
+        """The unit's layer, or -1 for a unit of all layers."""
+        return (uid & UNIT_MASK) % self.layers if self.layers > 1 else -1
+
+    def last_access_s(self, uid: int) -> float:
+        return self.sessions[uid >> UNIT_BITS].last_access_s
+
+    def next_access_s(self, uid: int) -> float:
+        return self.sessions[uid >> UNIT_BITS].next_access_s

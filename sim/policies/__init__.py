@@ -7,7 +7,12 @@ import importlib
 import pkgutil
 
 from sim.policies.base import EvictionPolicy, PolicyContext
-from sim.policies.registry import available_policies, make_policy, policy_class, register
+from sim.policies.registry import (
+    available_policies,
+    make_policy,
+    policy_class,
+    register,
+)
 
 for _info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
     if _info.name not in ("base", "registry") and not _info.name.startswith("_"):

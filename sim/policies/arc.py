@@ -16,10 +16,9 @@ max(|B1|/|B2|, 1) (bytes, float division, p kept in [0, c]; libCacheSim's float 
 
 The incoming key and size come from the ``admitting`` hook (cachesim, as libCacheSim's ``find``);
 the engine does not call it, so there ghost lookups happen at ``insert`` and the victim choice sees
-an incoming size of 0. ``remove`` of the unit ``victim`` names applies that choice's ghost updates;
-any other removal (the engine moving or dropping a unit) forgets the unit without a ghost entry.
-c is the capacity given to ``set_capacity``, or else the high-water mark of the bytes the tier has
-held (the engine fills a tier before it evicts).
+an incoming size of 0. ``evict`` applies the choice's ghost updates; a unit the engine ``remove``s
+is forgotten without a ghost entry. c is the capacity given to ``set_capacity``, or else the
+high-water mark of the bytes the tier has held (the engine fills a tier before it evicts).
 
 Pins: a pinned unit leaves T1/T2 and remembers which; a hit while pinned marks it for T2. On unpin
 it returns to the MRU end of T2 if it was in T2 or was accessed, else of T1 (the engine calls
@@ -36,143 +35,122 @@ from collections import OrderedDict
 
 from sim.policies.base import EvictionPolicy
 from sim.policies.registry import register
+from sim.policies.structures import ByteBudget, GhostFIFO
 
 
 @register("arc")
 class ARC(EvictionPolicy):
+    reads_last_access = False
+
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
-        self._t1: OrderedDict[int, object] = OrderedDict()   # key -> unit, LRU first
-        self._t2: OrderedDict[int, object] = OrderedDict()
-        self._b1: OrderedDict[int, int] = OrderedDict()      # key -> size, LRU first
-        self._b2: OrderedDict[int, int] = OrderedDict()
-        self._t1b = self._t2b = self._b1b = self._b2b = 0
+        self._t1: OrderedDict[int, None] = OrderedDict()     # uid, LRU first
+        self._t2: OrderedDict[int, None] = OrderedDict()
+        self._b1 = GhostFIFO()                               # ghosts: entries leave by a hit or
+        self._b2 = GhostFIFO()                               # from the old end, so FIFO = LRU
+        self._t1b = self._t2b = 0
         self._size: dict[int, int] = {}      # bytes of every member (T1, T2 and pinned)
         self._home: dict[int, int] = {}      # pinned member -> 1 or 2
         self.p = 0.0
-        self._capacity: int | None = None
-        self._hwm = 0
-        self._resident = 0
-        self._incoming: tuple[int, int, int] | None = None  # (key, size, ghost list 0/1/2)
+        self._budget = ByteBudget()
+        self._incoming: tuple[int, int, int] | None = None  # (uid, size, ghost list 0/1/2)
 
     # -- capacity and the incoming request -------------------------------------------------------
     def set_capacity(self, capacity: int) -> None:
-        self._capacity = int(capacity)
+        self._budget.set(capacity)
 
     def _c(self) -> int:
-        return self._capacity if self._capacity is not None else self._hwm
+        return self._budget.c
 
-    def admitting(self, unit, now: float) -> None:
-        self._incoming = (unit.key, unit.size, self._ghost_hit(unit.key))
+    def admitting(self, uid: int, now: float) -> None:
+        self._incoming = (uid, self.view.size(uid), self._ghost_hit(uid))
 
-    def _ghost_hit(self, key: int) -> int:
+    def _ghost_hit(self, uid: int) -> int:
         """Cases II and III of the paper: adapt p and take the key out of its ghost."""
-        if key in self._b1:
-            delta = max(self._b2b / self._b1b, 1) if self._b1b > 0 else 1
+        if uid in self._b1:
+            delta = max(self._b2.bytes / self._b1.bytes, 1) if self._b1.bytes > 0 else 1
             self.p = min(self.p + delta, self._c())
-            self._b1b -= self._b1.pop(key)
+            self._b1.take(uid)
             return 1
-        if key in self._b2:
-            delta = max(self._b1b / self._b2b, 1) if self._b2b > 0 else 1
+        if uid in self._b2:
+            delta = max(self._b1.bytes / self._b2.bytes, 1) if self._b2.bytes > 0 else 1
             self.p = max(self.p - delta, 0)
-            self._b2b -= self._b2.pop(key)
+            self._b2.take(uid)
             return 2
         return 0
 
     # -- membership ------------------------------------------------------------------------------
-    def insert(self, unit, now: float) -> None:
-        key, size = unit.key, unit.size
+    def insert(self, uid: int, now: float, pinned: bool = False) -> None:
+        size = self.view.size(uid)
         inc = self._incoming
-        ghost = inc[2] if inc is not None and inc[0] == key else self._ghost_hit(key)
+        ghost = inc[2] if inc is not None and inc[0] == uid else self._ghost_hit(uid)
         self._incoming = None
         lst = 2 if ghost else 1
-        self._resident += size
-        if self._resident > self._hwm:
-            self._hwm = self._resident
-        self._size[key] = size
-        if unit.pinned:
-            self._home[key] = lst
+        self._budget.grow(size)
+        self._size[uid] = size
+        if pinned:
+            self._home[uid] = lst
         else:
-            self._link(unit, lst, size)
+            self._link(uid, lst, size)
 
-    def _link(self, unit, lst: int, size: int) -> None:
+    def _link(self, uid: int, lst: int, size: int) -> None:
         if lst == 1:
-            self._t1[unit.key] = unit
+            self._t1[uid] = None
             self._t1b += size
         else:
-            self._t2[unit.key] = unit
+            self._t2[uid] = None
             self._t2b += size
 
-    def _unlink(self, key: int) -> int:
+    def _unlink(self, uid: int) -> int:
         """Take a candidate out of T1/T2; returns the list it was in (0: not a candidate)."""
-        if self._t1.pop(key, None) is not None:
-            self._t1b -= self._size[key]
+        if uid in self._t1:
+            del self._t1[uid]
+            self._t1b -= self._size[uid]
             return 1
-        if self._t2.pop(key, None) is not None:
-            self._t2b -= self._size[key]
+        if uid in self._t2:
+            del self._t2[uid]
+            self._t2b -= self._size[uid]
             return 2
         return 0
 
-    def access(self, unit, now: float) -> None:
-        key = unit.key
+    def access(self, uid: int, now: float) -> None:
         self._incoming = None
-        if key in self._t2:
-            self._t2.move_to_end(key)
-        elif key in self._t1:
-            del self._t1[key]
-            size = self._size[key]
+        if uid in self._t2:
+            self._t2.move_to_end(uid)
+        elif uid in self._t1:
+            del self._t1[uid]
+            size = self._size[uid]
             self._t1b -= size
-            self._t2[key] = unit
+            self._t2[uid] = None
             self._t2b += size
-        elif key in self._home:
-            self._home[key] = 2
+        elif uid in self._home:
+            self._home[uid] = 2
 
-    def pin(self, unit) -> None:
-        lst = self._unlink(unit.key)
+    def pin(self, uid: int) -> None:
+        lst = self._unlink(uid)
         if lst:
-            self._home[unit.key] = lst
+            self._home[uid] = lst
 
-    def unpin(self, unit, now: float) -> None:
-        key = unit.key
-        lst = self._home.pop(key, None)
+    def unpin(self, uid: int, now: float) -> None:
+        lst = self._home.pop(uid, None)
         if lst is None:
-            self.insert(unit, now)
+            self.insert(uid, now)
             return
-        size = unit.size                      # a pinned unit may have grown
-        self._resident += size - self._size[key]
-        if self._resident > self._hwm:
-            self._hwm = self._resident
-        self._size[key] = size
-        self._link(unit, lst, size)
+        size = self.view.size(uid)                   # a pinned unit may have grown
+        self._budget.grow(size - self._size[uid])
+        self._size[uid] = size
+        self._link(uid, lst, size)
 
-    def remove(self, unit) -> None:
-        key = unit.key
-        if self._home.pop(key, None) is None:
-            plan = self._plan()
-            if plan is not None and plan[0] is unit:
-                _, lst, trim_b1, trim_b2, ghost = plan
-                if trim_b1:
-                    self._b1b -= self._b1.popitem(last=False)[1]
-                if trim_b2:
-                    self._b2b -= self._b2.popitem(last=False)[1]
-                self._unlink(key)
-                if ghost:
-                    size = self._size[key]
-                    if lst == 1:
-                        self._b1[key] = size
-                        self._b1b += size
-                    else:
-                        self._b2[key] = size
-                        self._b2b += size
-            elif not self._unlink(key):
-                return                        # not a member
-        self._resident -= self._size.pop(key)
+    def remove(self, uid: int, pinned: bool = False) -> None:
+        if self._home.pop(uid, None) is None and not self._unlink(uid):
+            return                                   # not a member
+        self._budget.shrink(self._size.pop(uid))
 
-    def _add(self, unit, now: float) -> None:
-        self.insert(unit, now)
+    def _add(self, uid: int, now: float) -> None:
+        self.insert(uid, now)
 
-    def _discard(self, unit) -> None:
-        self.remove(unit)
+    def _discard(self, uid: int) -> None:
+        self.remove(uid)
 
     # -- eviction --------------------------------------------------------------------------------
     def _replace_list(self, ghost: int) -> int:
@@ -192,25 +170,40 @@ class ARC(EvictionPolicy):
         c = self._c()
         trim_b1 = trim_b2 = False
         if not ghost:                                       # case IV
-            if self._t1b + self._b1b + size > c:
-                if self._b1b > 0:
+            if self._t1b + self._b1.bytes + size > c:
+                if self._b1.bytes > 0:
                     trim_b1 = True
                 elif self._t1:                              # T1 >= c: evict from T1, no ghost
-                    return (next(iter(self._t1.values())), 1, False, False, False)
-            elif (self._t1b + self._b1b + self._t2b + self._b2b >= 2 * c) and self._b2b > 0:
+                    return (next(iter(self._t1)), 1, False, False, False)
+            elif (self._t1b + self._b1.bytes + self._t2b + self._b2.bytes >= 2 * c) and self._b2.bytes > 0:
                 trim_b2 = True
         lst = self._replace_list(ghost)
         if lst == 0:
             return None
-        unit = next(iter((self._t1 if lst == 1 else self._t2).values()))
-        return (unit, lst, trim_b1, trim_b2, True)
+        uid = next(iter(self._t1 if lst == 1 else self._t2))
+        return (uid, lst, trim_b1, trim_b2, True)
 
-    def victim(self, now: float):
+    def peek(self, now: float) -> int | None:
         plan = self._plan()
         return plan[0] if plan is not None else None
+
+    def evict(self, now: float) -> int | None:
+        plan = self._plan()
+        if plan is None:
+            return None
+        uid, lst, trim_b1, trim_b2, ghost = plan
+        if trim_b1:
+            self._b1.pop_oldest()
+        if trim_b2:
+            self._b2.pop_oldest()
+        size = self._size[uid]
+        self.remove(uid)
+        if ghost:
+            (self._b1 if lst == 1 else self._b2).add(uid, size)
+        return uid
 
     def __len__(self) -> int:
         return len(self._t1) + len(self._t2)
 
-    def __contains__(self, unit) -> bool:
-        return unit.key in self._t1 or unit.key in self._t2
+    def __contains__(self, uid: int) -> bool:
+        return uid in self._t1 or uid in self._t2

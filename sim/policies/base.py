@@ -1,21 +1,33 @@
 """The one base class every eviction policy derives from.
 
-A policy instance orders the *evictable* (unpinned) units of one tier; the engine keeps one
-instance per tier. It never sees pinned units as candidates, so "pinned is never evicted" holds by
-construction. The engine reports a miss as ``insert``, a hit as ``access``, a use by a running turn
-as ``pin``/``unpin``, and a departure as ``remove``; it asks for victims through ``victim``, which
-only peeks (libCacheSim's split of "peek victim" from "evict"): the unit leaves only when the engine
-then calls ``remove``. ``kvsim cachesim`` drives the same calls without pins: insert on a miss,
-access on a hit.
+A policy orders the *evictable* (unpinned) units of one tier; the engine keeps one instance per
+tier. Units are integer ids (``sim.units``); what a policy may know about a unit (size, page, layer,
+its session's timing) it reads through ``self.view``, and it keys its own structures by uid.
 
-Time is passed in (``now``); policies never read a clock. Unit metadata the engine maintains
-(``last_access_s``, ``tier_since_s``, ``tier_seq``, ``hits``, ``next_access_s``) is there to key on.
+The engine reports:
+- ``insert(uid, now, pinned)``: the unit entered this tier (a miss); a candidate unless pinned;
+- ``access(uid, now)``: a hit;
+- ``pin`` / ``unpin`` (and their batches ``acquire`` / ``release``): a running turn holds it;
+- ``remove(uid, pinned)``: the engine takes the unit away for its own reasons (moved, dropped,
+  session gone). A removal is never an eviction: ghost lists do not hear of it.
+
+The policy chooses:
+- ``peek(now)``: the unit it would evict now. Pure: a peek changes nothing.
+- ``evict(now)``: choose that unit and let it go (ghost lists record it here).
+- ``evict_bytes(nbytes, now)``: victims, in order, until ``nbytes`` are freed ("free N bytes" in
+  one call); policies may override it with a batch path that gives the same victims.
+
+Time is passed in; policies never read a clock. Most policies are a priority key over the
+candidates plus these hooks; the shared structures (lazy-deletion heap, ghost FIFO, byte budget)
+live in ``sim.policies.structures``.
 """
 from __future__ import annotations
 
+import copy
 from abc import ABC, abstractmethod
+from collections.abc import Callable, Container
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,17 +37,37 @@ class PolicyContext:
     tier: int                 # sim.units.Tier of the instance
     block_tokens: int
     num_layers: int
-    seed: int = 0
+    view: Any = None          # sim.units.UnitView (engine) or the cachesim's object view
     cost: Any = None          # costmodels.CostModel, for cost-aware policies
     cpu_kv_bytes: float | None = None  # CPU tier capacity: decides demote (swap) vs drop (recompute)
     predictor: Any = None     # sim.lifetime predictor, fitted on a training split of the trace
 
 
+class ReplayHooks(NamedTuple):
+    """A policy's own structure, exposed for an unpinned replay of requests (``kvsim cachesim``):
+    membership, the hit hook, insert and evict as direct (C-level where possible) calls, so the
+    replay loop reaches the policy's structure without a method dispatch per request. Same
+    decisions as the hooks above; the policy is in replay form afterwards (only these calls)."""
+
+    members: Container[int]                       # the cached uids
+    on_hit: Callable[[int], object] | None        # a hit on a member, or None if a hit is a no-op
+    insert: Callable[[int], object]               # a miss admitted (unpinned)
+    evict: Callable[[], tuple]                    # let the victim go: (uid, anything); KeyError
+    #                                               when there is none
+
+
 class EvictionPolicy(ABC):
     name: ClassVar[str] = ""
+    offline: ClassVar[bool] = False     # needs next-access times (Belady-style bounds)
+    reads_last_access: ClassVar[bool] = True  # reads view.last_access_s (cachesim keeps it then)
+    # True when a pinned insert never changes the next victims, time plays no part in the choice,
+    # and consecutive evict_bytes calls equal one call for their sum: the engine may then give a
+    # decode span's new pages in one batch.
+    grows_in_bulk: ClassVar[bool] = False
 
     def __init__(self, ctx: PolicyContext) -> None:
         self.ctx = ctx
+        self.view = ctx.view
 
     def set_capacity(self, capacity: int) -> None:
         """The tier's capacity in bytes, told once when finite (ARC, S3-FIFO, SLRU, 2Q size their
@@ -47,55 +79,135 @@ class EvictionPolicy(ABC):
 
     def metrics(self):
         """Policy-specific figures for the run (a dataclass), or None."""
-        return None
+        return
 
     # -- membership, reported by the engine ------------------------------------------------------
-    def insert(self, unit, now: float) -> None:
-        """``unit`` entered this tier; it is a candidate unless ``unit.pinned``."""
-        if not unit.pinned:
-            self._add(unit, now)
+    def insert(self, uid: int, now: float, pinned: bool = False) -> None:
+        """``uid`` entered this tier; it is a candidate unless ``pinned``."""
+        if not pinned:
+            self._add(uid, now)
 
-    def access(self, unit, now: float) -> None:
-        """A hit: ``unit`` is in this tier and is used now (the engine pins it right after)."""
+    def access(self, uid: int, now: float) -> None:
+        """A hit: ``uid`` is in this tier and is used now (the engine pins it right after)."""
 
-    def remove(self, unit) -> None:
-        """``unit`` left this tier (evicted, moved, or dropped), pinned or not."""
-        if not unit.pinned:
-            self._discard(unit)
+    def remove(self, uid: int, pinned: bool = False) -> None:
+        """The engine takes ``uid`` out of this tier (moved, dropped); not an eviction."""
+        if not pinned:
+            self._discard(uid)
 
-    def pin(self, unit) -> None:
-        """``unit`` is used by a running turn: no longer a candidate (called before the flag is set)."""
-        self._discard(unit)
+    def pin(self, uid: int) -> None:
+        """``uid`` is used by a running turn: no longer a candidate."""
+        self._discard(uid)
 
-    def unpin(self, unit, now: float) -> None:
-        """The turn using ``unit`` finished: it is a candidate again (called after the flag is cleared)."""
-        self._add(unit, now)
+    def unpin(self, uid: int, now: float) -> None:
+        """The turn using ``uid`` finished: it is a candidate again."""
+        self._add(uid, now)
 
     # -- batches: a turn uses and releases all of a session's units at once -----------------------
-    def acquire(self, units, now: float) -> None:
-        """A turn uses these units of this tier: ``access`` then ``pin`` each (flags not yet set)."""
-        for unit in units:
-            self.access(unit, now)
-            self.pin(unit)
+    def acquire(self, uids, now: float) -> None:
+        """A turn uses these units of this tier: ``access`` then ``pin`` each."""
+        for uid in uids:
+            self.access(uid, now)
+            self.pin(uid)
 
-    def release(self, units, now: float) -> None:
-        """The turn finished: ``unpin`` each (flags already cleared), in page order."""
-        for unit in units:
-            self.unpin(unit, now)
+    def release(self, uids, now: float) -> None:
+        """The turn finished: ``unpin`` each, in page order."""
+        for uid in uids:
+            self.unpin(uid, now)
+
+    def insert_many(self, uids, now: float, pinned: bool = False) -> None:
+        """``insert`` each, in order (new pages of a running turn, a session swapped in)."""
+        if pinned and type(self).insert is EvictionPolicy.insert:
+            return                             # a pinned unit is nothing to a plain ordering
+        for uid in uids:
+            self.insert(uid, now, pinned)
+
+    def remove_many(self, uids, pinned: bool = False) -> None:
+        """``remove`` each, in order."""
+        if pinned and type(self).remove is EvictionPolicy.remove:
+            return
+        for uid in uids:
+            self.remove(uid, pinned)
+
+    # -- the choice ------------------------------------------------------------------------------
+    @abstractmethod
+    def peek(self, now: float) -> int | None:
+        """The unit this policy would evict now, or None when there is no candidate. Pure."""
+
+    def evict(self, now: float) -> int | None:
+        """Choose a victim and let it go; None when there is no candidate."""
+        uid = self.peek(now)
+        if uid is not None:
+            self._evicted(uid)
+        return uid
+
+    def evict_bytes(self, nbytes: int, now: float) -> list[int]:
+        """Victims, in eviction order, until their sizes add up to ``nbytes`` (fewer only when the
+        candidates run out)."""
+        out: list[int] = []
+        size = self.view.size
+        while nbytes > 0:
+            uid = self.evict(now)
+            if uid is None:
+                break
+            out.append(uid)
+            nbytes -= size(uid)
+        return out
+
+    def take_in(self, uids, free_bytes: int, now: float) -> list[int]:
+        """Insert these unpinned units in order, evicting whenever the next one does not fit in
+        ``free_bytes`` (a demotion batch into a full tier). Returns the evicted uids, in order; a
+        unit inserted here may itself be evicted by a later one. Queue-like policies override it
+        with a batch that gives the same victims."""
+        out: list[int] = []
+        size = self.view.size
+        for uid in uids:
+            need = size(uid)
+            while free_bytes < need:
+                victim = self.evict(now)
+                if victim is None:
+                    raise AssertionError(f"{type(self).__name__}: no victim to make room for {uid}")
+                out.append(victim)
+                free_bytes += size(victim)
+            self.insert(uid, now)
+            free_bytes -= need
+        return out
+
+    def _peek_by_dry_run(self, now: float) -> int | None:
+        """A pure peek for a policy whose choice is a walk that reorders as it goes (S-3FIFO's
+        moves to main, SIEVE's hand): ``evict`` on a copy of the policy, which leaves this one as it
+        was. O(n) per peek; the engine and cachesim call ``evict``, which walks once."""
+        memo = {id(self.view): self.view, id(self.ctx): self.ctx}
+        return copy.deepcopy(self, memo).evict(now)
+
+    def replay_hooks(self) -> ReplayHooks | None:
+        """Direct calls for an unpinned replay, or None to be driven through the hooks above."""
+        return None
+
+    def evict_extents(self, nbytes: int, now: float) -> list[tuple[int, int]]:
+        """``evict_bytes`` as extents: (first, stop) ranges of consecutive uids, in eviction order.
+        Policies that keep runs (LRU) hand them over without listing their pages."""
+        out: list[tuple[int, int]] = []
+        for uid in self.evict_bytes(nbytes, now):
+            if out and out[-1][1] == uid:
+                out[-1] = (out[-1][0], uid + 1)
+            else:
+                out.append((uid, uid + 1))
+        return out
+
+    def _evicted(self, uid: int) -> None:
+        """``uid`` was chosen and leaves: policies with ghost lists record it here."""
+        self._discard(uid)
 
     # -- the ordering, supplied by each policy ----------------------------------------------------
     @abstractmethod
-    def _add(self, unit, now: float) -> None: ...
+    def _add(self, uid: int, now: float) -> None: ...
 
     @abstractmethod
-    def _discard(self, unit) -> None: ...
-
-    @abstractmethod
-    def victim(self, now: float):
-        """The unit to evict next, without evicting it; None when there is no candidate."""
+    def _discard(self, uid: int) -> None: ...
 
     @abstractmethod
     def __len__(self) -> int: ...
 
     @abstractmethod
-    def __contains__(self, unit) -> bool: ...
+    def __contains__(self, uid: int) -> bool: ...

@@ -10,37 +10,38 @@ evict the candidate with the lowest
 i.e. cheap to lose and needed late. ``next_access_s`` is the session's next turn arrival under the
 current schedule, which the engine writes at each completion (offline knowledge: this policy is an
 upper-bound reference, never deployable). ``recovery_cost`` is the cost model's price of undoing the
-eviction from this tier (``pensieve.recovery_cost_s``: recompute time for a unit that is dropped,
+eviction from this tier (``pensieve.recovery_cost_s``, priced by ``costmodels.recovery``: recompute time for a unit that is dropped,
 pipelined swap-in time for a GPU unit demoted to a CPU tier that can hold it).
 
 Order, exactly: a unit never used again (next_access = inf) has value 0; a unit whose next turn has
 already arrived (next_access <= now, its turn waits in the queue) has value +inf; otherwise u goes
 before v iff cost_u * (next_v - now) < cost_v * (next_u - now) in exact arithmetic. Ties: lower cost,
-then the later next access, then the lower unit key. The value is time-dependent, so the candidates
+then the later next access, then the lower uid. The value is time-dependent, so the candidates
 sit in the same kinetic tournament as Pensieve's (``KineticMin`` in ``UNTIL`` mode, grouped by
 next_access; all units of a session share it): O(log n) updates, O(1 + E log n) per decision for
 the E certificates expired since the previous one.
 """
 from __future__ import annotations
 
-from sim.policies.pensieve import UNTIL, KineticPolicy, _need_cost, recovery_cost_s
+from sim.policies.kinetic import UNTIL, KineticPolicy
+from sim.policies.pensieve import _need_cost, recovery_cost_s
 from sim.policies.registry import register
 
 
 @register("cost-belady")
 class CostBelady(KineticPolicy):
-    offline = True  # reads unit.next_access_s (the future)
+    offline = True  # reads view.next_access_s (the future)
     mode = UNTIL
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
         _need_cost(ctx, self.name)
 
-    def unit_cost(self, unit) -> float:
-        return recovery_cost_s(self.ctx, unit)
+    def unit_cost(self, uid: int) -> float:
+        return recovery_cost_s(self.ctx, uid)
 
-    def unit_time(self, unit, now: float) -> float:
-        return unit.next_access_s
+    def unit_time(self, uid: int, now: float) -> float:
+        return self.view.next_access_s(uid)
 
-    def hit_time(self, unit, now: float) -> float:
-        return unit.next_access_s  # cachesim sets the next access before the hit
+    def hit_time(self, uid: int, now: float) -> float:
+        return self.view.next_access_s(uid)  # cachesim sets the next access before the hit

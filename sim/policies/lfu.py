@@ -29,89 +29,94 @@ from sim.policies.registry import register
 
 @register("lfu")
 class LFU(EvictionPolicy):
+    reads_last_access = False
+
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
         self._count: dict[int, int] = {}                       # every member, pinned or not
-        self._buckets: dict[int, OrderedDict[int, object]] = {}  # count -> candidates
+        self._buckets: dict[int, OrderedDict[int, None]] = {}  # count -> candidates
         self._heap: list[int] = []                             # counts that may have a bucket
         self._in_heap: set[int] = set()
         self._n = 0
 
-    def _bucket_add(self, unit, count: int) -> None:
+    def _bucket_add(self, uid: int, count: int) -> None:
         b = self._buckets.get(count)
         if b is None:
             b = self._buckets[count] = OrderedDict()
             if count not in self._in_heap:
                 self._in_heap.add(count)
                 heapq.heappush(self._heap, count)
-        b[unit.key] = unit
+        b[uid] = None
 
-    def _bucket_del(self, key: int, count: int) -> bool:
+    def _bucket_del(self, uid: int, count: int) -> bool:
         b = self._buckets.get(count)
-        if b is None or key not in b:
+        if b is None or uid not in b:
             return False
-        del b[key]
+        del b[uid]
         if not b:
             del self._buckets[count]
         return True
 
-    def insert(self, unit, now: float) -> None:
-        self._count[unit.key] = 1
-        if not unit.pinned:
-            self._bucket_add(unit, 1)
+    def insert(self, uid: int, now: float, pinned: bool = False) -> None:
+        self._count[uid] = 1
+        if not pinned:
+            self._bucket_add(uid, 1)
             self._n += 1
 
-    def access(self, unit, now: float) -> None:
-        key = unit.key
-        c = self._count.get(key)
+    def access(self, uid: int, now: float) -> None:
+        c = self._count.get(uid)
         if c is None:
             return
-        self._count[key] = c + 1
-        if self._bucket_del(key, c):
-            self._bucket_add(unit, c + 1)
+        self._count[uid] = c + 1
+        if self._bucket_del(uid, c):
+            self._bucket_add(uid, c + 1)
 
-    def pin(self, unit) -> None:
-        c = self._count.get(unit.key)
-        if c is not None and self._bucket_del(unit.key, c):
+    def pin(self, uid: int) -> None:
+        c = self._count.get(uid)
+        if c is not None and self._bucket_del(uid, c):
             self._n -= 1
 
-    def unpin(self, unit, now: float) -> None:
-        c = self._count.get(unit.key)
+    def unpin(self, uid: int, now: float) -> None:
+        c = self._count.get(uid)
         if c is None:
-            self.insert(unit, now)
+            self.insert(uid, now)
             return
-        self._bucket_add(unit, c)
+        self._bucket_add(uid, c)
         self._n += 1
 
-    def remove(self, unit) -> None:
-        c = self._count.pop(unit.key, None)
-        if c is not None and self._bucket_del(unit.key, c):
+    def remove(self, uid: int, pinned: bool = False) -> None:
+        c = self._count.pop(uid, None)
+        if c is not None and self._bucket_del(uid, c):
             self._n -= 1
 
-    def _add(self, unit, now: float) -> None:
-        self.insert(unit, now)
+    def _add(self, uid: int, now: float) -> None:
+        self.insert(uid, now)
 
-    def _discard(self, unit) -> None:
-        self.remove(unit)
+    def _discard(self, uid: int) -> None:
+        self.remove(uid)
 
-    def victim(self, now: float):
+    def _evicted(self, uid: int) -> None:
+        self.remove(uid)                       # counts reset on eviction
+
+    def peek(self, now: float) -> int | None:
+        """The first unit of the lowest non-empty count (the heap's empty counts are dropped on
+        the way: cleaning, not a decision)."""
         heap, buckets = self._heap, self._buckets
         while heap:
             b = buckets.get(heap[0])
             if b:
-                for unit in b.values():
-                    return unit
+                return next(iter(b))
             self._in_heap.discard(heapq.heappop(heap))
         return None
 
-    def count(self, unit) -> int:
+    def count(self, uid: int) -> int:
         """The unit's current use count in this tier (0 if it is not a member)."""
-        return self._count.get(unit.key, 0)
+        return self._count.get(uid, 0)
 
     def __len__(self) -> int:
         return self._n
 
-    def __contains__(self, unit) -> bool:
-        c = self._count.get(unit.key)
+    def __contains__(self, uid: int) -> bool:
+        c = self._count.get(uid)
         b = self._buckets.get(c) if c is not None else None
-        return b is not None and unit.key in b
+        return b is not None and uid in b

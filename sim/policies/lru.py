@@ -1,54 +1,79 @@
 """LRU: evict the unit whose last use is oldest.
 
-An OrderedDict is an intrusive doubly linked list in C: O(1) append, removal from the middle and
-peek of the oldest (vLLM v1's free-block queue does the same). Units are appended when they become
-candidates, i.e. when their turn releases them, and moved to the end on a hit, so the order is
-last-use order. Demotions into
-the CPU tier arrive in last-use order too (the GPU instance hands them over oldest first).
+Units are appended when they become candidates, i.e. when their turn releases them, and moved to
+the end on a hit, so the order is last-use order. The order is a ``RunQueue``: a session's pages
+released together are one run, so a release, an eviction of many pages and a whole session's pin
+are O(runs), not O(pages) (vLLM v1's free-block queue is the per-block form of the same list).
+Demotions into the CPU tier arrive in last-use order too (the GPU instance hands them over oldest
+first).
 """
 from __future__ import annotations
 
-from collections import OrderedDict
-
-from sim.policies.base import EvictionPolicy
+from sim.policies.base import EvictionPolicy, ReplayHooks
 from sim.policies.registry import register
+from sim.policies.structures import RunQueue
 
 
 @register("lru")
 class LRU(EvictionPolicy):
+    reads_last_access = False
+    grows_in_bulk = True
+
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
-        self._order: OrderedDict[int, object] = OrderedDict()
+        self._q = RunQueue()
 
-    def _add(self, unit, now: float) -> None:
-        self._order[unit.key] = unit
-        self._order.move_to_end(unit.key)
+    def _add(self, uid: int, now: float) -> None:
+        self._q.push(uid)
 
-    def access(self, unit, now: float) -> None:
-        if unit.key in self._order:
-            self._order.move_to_end(unit.key)
+    def access(self, uid: int, now: float) -> None:
+        if self._q.discard(uid):
+            self._q.push(uid)
 
-    def acquire(self, units, now: float) -> None:
+    def acquire(self, uids, now: float) -> None:
         # access (move to the end) then pin (remove) is just a removal
-        pop = self._order.pop
-        for unit in units:
-            pop(unit.key, None)
+        q = self._q
+        if isinstance(uids, range) and len(uids) > 1 and q.holds_exactly(uids):
+            q.discard_bucket(q.bucket(uids.start))   # a whole session: its runs, not its pages
+            return
+        for uid in uids:
+            q.discard(uid)
 
-    def release(self, units, now: float) -> None:
-        order = self._order
-        for unit in units:
-            order[unit.key] = unit  # absent while pinned, so this appends at the MRU end
+    def release(self, uids, now: float) -> None:
+        self._q.extend(uids)                          # absent while pinned: appended at the end
 
-    def _discard(self, unit) -> None:
-        self._order.pop(unit.key, None)
+    def _discard(self, uid: int) -> None:
+        self._q.discard(uid)
 
-    def victim(self, now: float):
-        for unit in self._order.values():
-            return unit
-        return None
+    def peek(self, now: float) -> int | None:
+        return self._q.first()
+
+    def evict_bytes(self, nbytes: int, now: float) -> list[int]:
+        unit_bytes = self.view.unit_bytes
+        if unit_bytes:                                # equal sizes: one count, runs at a time
+            return self._q.pop(-(-nbytes // unit_bytes))
+        return super().evict_bytes(nbytes, now)
+
+    def evict_extents(self, nbytes: int, now: float) -> list[tuple[int, int]]:
+        unit_bytes = self.view.unit_bytes
+        if unit_bytes:
+            return self._q.pop_runs(-(-nbytes // unit_bytes))
+        return super().evict_extents(nbytes, now)
+
+    def take_in(self, uids, free_bytes: int, now: float) -> list[int]:
+        unit_bytes = self.view.unit_bytes
+        if not unit_bytes:
+            return super().take_in(uids, free_bytes, now)
+        # Appending all, then popping the oldest, is the interleaved evict/insert of a queue.
+        self._q.extend(uids)
+        return self._q.pop(max(0, len(uids) - free_bytes // unit_bytes))
+
+    def replay_hooks(self) -> ReplayHooks:
+        members, move_to_newest, push, pop_oldest = self._q.replay_view()
+        return ReplayHooks(members=members, on_hit=move_to_newest, insert=push, evict=pop_oldest)
 
     def __len__(self) -> int:
-        return len(self._order)
+        return len(self._q)
 
-    def __contains__(self, unit) -> bool:
-        return unit.key in self._order
+    def __contains__(self, uid: int) -> bool:
+        return uid in self._q

@@ -1,4 +1,4 @@
-"""Policies registered by name; ``module:Class`` names a user's class (DESIGN.md 5)."""
+"""Policies registered by name; ``module:Class`` names a user's class."""
 from __future__ import annotations
 
 import importlib
@@ -31,7 +31,9 @@ def policy_class(name: str) -> type[EvictionPolicy]:
             cls = getattr(importlib.import_module(module_name), attr)
         except (ImportError, AttributeError) as exc:
             raise ValueError(f"policy {name!r}: cannot import {attr} from {module_name}: {exc}") from exc
-        from sim.adapters import resolve_policy_class  # here: adapters imports this package
+        from sim.adapters import (
+            resolve_policy_class,  # here: adapters imports this package
+        )
         return resolve_policy_class(cls, name)
     try:
         return _POLICIES[name]

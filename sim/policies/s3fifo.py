@@ -18,10 +18,9 @@ of c - int(0.1 c), and a ghost G of int(0.9 c) bytes that remembers only keys an
   documented difference (tested in tests/policies/test_differential_libcachesim.py); the engine
   never calls ``admit``.
 
-``victim`` performs the moves (S to M, M reinsertions) that libCacheSim's eviction does on its way to
-the victim, and caches its answer until the next change, so asking twice names the same unit.
-``remove`` of that victim puts an S victim's key in G; any other removal (the engine moving or
-dropping a unit) forgets the key.
+``evict`` performs the moves (S to M, M reinsertions) that libCacheSim's eviction does on its way to
+the victim, and puts an S victim's key in G; a unit the engine ``remove``s is forgotten. ``peek``
+is that walk on a copy (pure, O(n): only tests and users peek; the engine evicts).
 
 Pins: a pinned unit leaves its queue but keeps its queue, place and counter; on unpin it returns to
 its place. A queue's byte count is that of its candidates. Without ``set_capacity`` (the engine),
@@ -29,11 +28,9 @@ c is the high-water mark of the bytes the tier has held.
 """
 from __future__ import annotations
 
-from collections import OrderedDict
-
 from sim.policies.base import EvictionPolicy
-from sim.policies.clock import SeqQueue
 from sim.policies.registry import register
+from sim.policies.structures import ByteBudget, GhostFIFO, SeqQueue
 
 SMALL, MAIN = 0, 1
 
@@ -44,70 +41,53 @@ class S3FIFO(EvictionPolicy):
     ghost_size_ratio = 0.9
     move_to_main_threshold = 2
     max_freq = 3
+    reads_last_access = False
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
         self._q = (SeqQueue(), SeqQueue())
-        self._ghost: OrderedDict[int, int] = OrderedDict()   # key -> size, oldest first
-        self._ghost_bytes = 0
+        self._ghost = GhostFIFO()
         self._freq: dict[int, int] = {}
-        self._pinned: dict[int, tuple[int, int, int]] = {}   # key -> (queue, seq, size)
-        self._capacity: int | None = None
-        self._hwm = 0
-        self._resident = 0
+        self._pinned: dict[int, tuple[int, int, int]] = {}   # uid -> (queue, seq, size)
+        self._budget = ByteBudget()
         self._has_evicted = False
-        self._incoming: tuple[int, bool] | None = None       # (key, ghost hit) from admitting
+        self._incoming: tuple[int, bool] | None = None       # (uid, ghost hit) from admitting
         self._seq = 0
-        self._version = 0
-        self._plan = None                                    # (unit, queue) named by victim
-        self._plan_version = -1
 
     # -- sizes -----------------------------------------------------------------------------------
     def set_capacity(self, capacity: int) -> None:
-        self._capacity = int(capacity)
+        self._budget.set(capacity)
 
     def _sizes(self) -> tuple[int, int, int]:
-        c = self._capacity if self._capacity is not None else self._hwm
+        c = self._budget.c
         small = int(c * self.small_size_ratio)
         return small, c - small, int(c * self.ghost_size_ratio)
 
     # -- cachesim hooks --------------------------------------------------------------------------
-    def admitting(self, unit, now: float) -> None:
-        self._incoming = (unit.key, self._ghost_take(unit.key))
+    def admitting(self, uid: int, now: float) -> None:
+        self._incoming = (uid, self._ghost.take(uid) is not None)
 
-    def admit(self, unit) -> bool:
+    def admit(self, uid: int) -> bool:
         small = self._sizes()[0]
-        hit = self._incoming is not None and self._incoming[0] == unit.key and self._incoming[1]
-        return unit.size < small or (hit and unit.size <= small)
+        hit = self._incoming is not None and self._incoming[0] == uid and self._incoming[1]
+        size = self.view.size(uid)
+        return size < small or (hit and size <= small)
 
-    def _ghost_take(self, key: int) -> bool:
-        size = self._ghost.pop(key, None)
-        if size is None:
-            return False
-        self._ghost_bytes -= size
-        return True
-
-    def _ghost_put(self, key: int, size: int) -> None:
+    def _ghost_put(self, uid: int, size: int) -> None:
         cap = self._sizes()[2]
-        if key in self._ghost or size > cap:
+        if uid in self._ghost or size > cap:
             return
-        ghost = self._ghost
-        while self._ghost_bytes + size > cap:
-            self._ghost_bytes -= ghost.popitem(last=False)[1]
-        ghost[key] = size
-        self._ghost_bytes += size
+        self._ghost.trim(cap - size)
+        self._ghost.add(uid, size)
 
     # -- membership ------------------------------------------------------------------------------
-    def insert(self, unit, now: float) -> None:
-        key, size = unit.key, unit.size
+    def insert(self, uid: int, now: float, pinned: bool = False) -> None:
+        size = self.view.size(uid)
         inc = self._incoming
-        hit = inc[1] if inc is not None and inc[0] == key else self._ghost_take(key)
+        hit = inc[1] if inc is not None and inc[0] == uid else self._ghost.take(uid) is not None
         self._incoming = None
-        self._version += 1
-        self._freq[key] = 0
-        self._resident += size
-        if self._resident > self._hwm:
-            self._hwm = self._resident
+        self._freq[uid] = 0
+        self._budget.grow(size)
         if hit:
             q = MAIN
         elif not self._has_evicted and self._q[SMALL].nbytes >= self._sizes()[0]:
@@ -115,104 +95,95 @@ class S3FIFO(EvictionPolicy):
         else:
             q = SMALL
         self._seq += 1
-        if unit.pinned:
-            self._pinned[key] = (q, self._seq, size)
+        if pinned:
+            self._pinned[uid] = (q, self._seq, size)
         else:
-            self._q[q].push(unit, self._seq, size)
+            self._q[q].push(uid, self._seq, size)
 
-    def access(self, unit, now: float) -> None:
-        f = self._freq.get(unit.key)
+    def access(self, uid: int, now: float) -> None:
+        f = self._freq.get(uid)
         if f is not None:
-            self._freq[unit.key] = f + 1
-            self._version += 1
+            self._freq[uid] = f + 1
         self._incoming = None
 
-    def pin(self, unit) -> None:
+    def pin(self, uid: int) -> None:
         for qid in (SMALL, MAIN):
-            e = self._q[qid].discard(unit.key)
+            e = self._q[qid].discard(uid)
             if e is not None:
-                self._pinned[unit.key] = (qid, e[0], e[3])
-                self._version += 1
+                self._pinned[uid] = (qid, e[0], e[1])
                 return
 
-    def unpin(self, unit, now: float) -> None:
-        p = self._pinned.pop(unit.key, None)
+    def unpin(self, uid: int, now: float) -> None:
+        p = self._pinned.pop(uid, None)
         if p is None:
-            self.insert(unit, now)
+            self.insert(uid, now)
             return
         qid, seq, size = p
-        self._resident += unit.size - size
-        if self._resident > self._hwm:
-            self._hwm = self._resident
-        self._q[qid].push(unit, seq, unit.size)
-        self._version += 1
+        new = self.view.size(uid)                    # a pinned unit may have grown
+        self._budget.grow(new - size)
+        self._q[qid].push(uid, seq, new)
 
-    def remove(self, unit) -> None:
-        key = unit.key
-        p = self._pinned.pop(key, None)
+    def remove(self, uid: int, pinned: bool = False) -> None:
+        p = self._pinned.pop(uid, None)
         if p is not None:
             size = p[2]
         else:
-            plan = self._plan if self._plan_version == self._version else None
-            e = self._q[SMALL].discard(key) or self._q[MAIN].discard(key)
+            e = self._q[SMALL].discard(uid) or self._q[MAIN].discard(uid)
             if e is None:
-                self._freq.pop(key, None)
+                self._freq.pop(uid, None)
                 return
-            size = e[3]
-            if plan is not None and plan[0] is unit and plan[1] == SMALL:
-                self._ghost_put(key, size)      # a one-hit wonder leaves S for the ghost
-        self._freq.pop(key, None)
-        self._resident -= size
-        self._version += 1
+            size = e[1]
+        self._freq.pop(uid, None)
+        self._budget.shrink(size)
 
-    def _add(self, unit, now: float) -> None:
-        self.insert(unit, now)
+    def _add(self, uid: int, now: float) -> None:
+        self.insert(uid, now)
 
-    def _discard(self, unit) -> None:
-        self.remove(unit)
+    def _discard(self, uid: int) -> None:
+        self.remove(uid)
 
     # -- eviction --------------------------------------------------------------------------------
-    def victim(self, now: float):
-        if self._plan_version == self._version:
-            return self._plan[0] if self._plan is not None else None
+    def peek(self, now: float) -> int | None:
+        return self._peek_by_dry_run(now)
+
+    def evict(self, now: float) -> int | None:
         self._has_evicted = True
         small_q, main_q = self._q
         freq = self._freq
         _, main_size, _ = self._sizes()
-        plan = None
-        while plan is None:
+        while True:
             if main_q.nbytes > main_size or not small_q:
-                unit = main_q.oldest()
-                if unit is None:
+                uid = main_q.oldest()
+                if uid is None:
                     if not small_q:
-                        break                        # nothing to evict
+                        return None                  # nothing to evict
                 else:
-                    f = freq[unit.key]
+                    f = freq[uid]
                     if f >= 1:                       # reinsert at the newest end of M
-                        freq[unit.key] = min(f, self.max_freq) - 1
-                        size = main_q.discard(unit.key)[3]
+                        freq[uid] = min(f, self.max_freq) - 1
+                        size = main_q.discard(uid)[1]
                         self._seq += 1
-                        main_q.push(unit, self._seq, size)
+                        main_q.push(uid, self._seq, size)
                     else:
-                        plan = (unit, MAIN)
+                        self.remove(uid)
+                        return uid
                     continue
-            unit = small_q.oldest()
-            while unit is not None:
-                if freq[unit.key] >= self.move_to_main_threshold:   # S -> M, counter cleared
-                    freq[unit.key] = 0
-                    size = small_q.discard(unit.key)[3]
+            uid = small_q.oldest()
+            while uid is not None:
+                if freq[uid] >= self.move_to_main_threshold:   # S -> M, counter cleared
+                    freq[uid] = 0
+                    size = small_q.discard(uid)[1]
                     self._seq += 1
-                    main_q.push(unit, self._seq, size)
-                    unit = small_q.oldest()
+                    main_q.push(uid, self._seq, size)
+                    uid = small_q.oldest()
                 else:
-                    plan = (unit, SMALL)
-                    break
-        self._plan = plan
-        self._plan_version = self._version
-        return plan[0] if plan is not None else None
+                    size = small_q.size_of(uid)
+                    self.remove(uid)
+                    self._ghost_put(uid, size)       # a one-hit wonder leaves S for the ghost
+                    return uid
 
     def __len__(self) -> int:
         return len(self._q[SMALL]) + len(self._q[MAIN])
 
-    def __contains__(self, unit) -> bool:
-        return unit.key in self._q[SMALL] or unit.key in self._q[MAIN]
+    def __contains__(self, uid: int) -> bool:
+        return uid in self._q[SMALL] or uid in self._q[MAIN]

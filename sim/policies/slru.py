@@ -29,71 +29,67 @@ from collections import OrderedDict
 
 from sim.policies.base import EvictionPolicy
 from sim.policies.registry import register
+from sim.policies.structures import ByteBudget
 
 
 @register("slru")
 class SLRU(EvictionPolicy):
     n_seg = 4
+    reads_last_access = False
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
-        self._segs: list[OrderedDict[int, object]] = [OrderedDict() for _ in range(self.n_seg)]
+        self._segs: list[OrderedDict[int, None]] = [OrderedDict() for _ in range(self.n_seg)]
         self._bytes = [0] * self.n_seg
         self._seg: dict[int, int] = {}        # every member -> its segment
         self._size: dict[int, int] = {}       # every member -> bytes accounted
         self._pinned: set[int] = set()
-        self._capacity: int | None = None
-        self._hwm = 0
-        self._resident = 0
+        self._budget = ByteBudget()
 
     def set_capacity(self, capacity: int) -> None:
-        self._capacity = int(capacity)
+        self._budget.set(capacity)
 
     def _seg_cap(self) -> int:
-        c = self._capacity if self._capacity is not None else self._hwm
-        return c // self.n_seg
+        return self._budget.c // self.n_seg
 
-    def admit(self, unit) -> bool:
-        return unit.size <= self._seg_cap()
+    def admit(self, uid: int) -> bool:
+        return self.view.size(uid) <= self._seg_cap()
 
     # -- membership ------------------------------------------------------------------------------
-    def insert(self, unit, now: float) -> None:
-        key, size = unit.key, unit.size
-        self._resident += size
-        if self._resident > self._hwm:
-            self._hwm = self._resident
+    def insert(self, uid: int, now: float, pinned: bool = False) -> None:
+        size = self.view.size(uid)
+        self._budget.grow(size)
         cap = self._seg_cap()
         seg = 0
         for i in range(self.n_seg):
             if self._bytes[i] + size <= cap:
                 seg = i
                 break
-        self._seg[key] = seg
-        self._size[key] = size
-        if unit.pinned:
-            self._pinned.add(key)
+        self._seg[uid] = seg
+        self._size[uid] = size
+        if pinned:
+            self._pinned.add(uid)
         else:
-            self._segs[seg][key] = unit
+            self._segs[seg][uid] = None
             self._bytes[seg] += size
 
-    def access(self, unit, now: float) -> None:
-        key = unit.key
-        seg = self._seg.get(key)
+    def access(self, uid: int, now: float) -> None:
+        seg = self._seg.get(uid)
         if seg is None:
             return
         top = self.n_seg - 1
-        if key in self._pinned:
-            self._seg[key] = min(seg + 1, top)
+        if uid in self._pinned:
+            self._seg[uid] = min(seg + 1, top)
             return
         if seg == top:
-            self._segs[top].move_to_end(key)
+            self._segs[top].move_to_end(uid)
             return
-        size = self._size[key]
-        del self._segs[seg][key]
+        size = self._size[uid]
+        del self._segs[seg][uid]
         self._bytes[seg] -= size
-        self._segs[seg + 1][key] = unit
+        self._segs[seg + 1][uid] = None
         self._bytes[seg + 1] += size
-        self._seg[key] = seg + 1
+        self._seg[uid] = seg + 1
         self._cool_from(seg + 1)
 
     def _cool_from(self, i: int) -> None:
@@ -101,71 +97,66 @@ class SLRU(EvictionPolicy):
         cap = self._seg_cap()
         segs, nbytes = self._segs, self._bytes
         while i > 0 and nbytes[i] > cap:
-            key, unit = segs[i].popitem(last=False)
-            size = self._size[key]
+            uid, _ = segs[i].popitem(last=False)
+            size = self._size[uid]
             nbytes[i] -= size
-            segs[i - 1][key] = unit
+            segs[i - 1][uid] = None
             nbytes[i - 1] += size
-            self._seg[key] = i - 1
+            self._seg[uid] = i - 1
             if nbytes[i - 1] > cap:
                 self._cool_from(i - 1)
 
-    def pin(self, unit) -> None:
-        key = unit.key
-        seg = self._seg.get(key)
-        if seg is None or key in self._pinned:
+    def pin(self, uid: int) -> None:
+        seg = self._seg.get(uid)
+        if seg is None or uid in self._pinned:
             return
-        del self._segs[seg][key]
-        self._bytes[seg] -= self._size[key]
-        self._pinned.add(key)
+        del self._segs[seg][uid]
+        self._bytes[seg] -= self._size[uid]
+        self._pinned.add(uid)
 
-    def unpin(self, unit, now: float) -> None:
-        key = unit.key
-        if key not in self._pinned:
-            self.insert(unit, now)
+    def unpin(self, uid: int, now: float) -> None:
+        if uid not in self._pinned:
+            self.insert(uid, now)
             return
-        self._pinned.discard(key)
-        size = unit.size
-        self._resident += size - self._size[key]
-        if self._resident > self._hwm:
-            self._hwm = self._resident
-        self._size[key] = size
-        seg = self._seg[key]
-        self._segs[seg][key] = unit
+        self._pinned.discard(uid)
+        size = self.view.size(uid)                   # a pinned unit may have grown
+        self._budget.grow(size - self._size[uid])
+        self._size[uid] = size
+        seg = self._seg[uid]
+        self._segs[seg][uid] = None
         self._bytes[seg] += size
         self._cool_from(seg)
 
-    def remove(self, unit) -> None:
-        key = unit.key
-        seg = self._seg.pop(key, None)
+    def remove(self, uid: int, pinned: bool = False) -> None:
+        seg = self._seg.pop(uid, None)
         if seg is None:
             return
-        size = self._size.pop(key)
-        self._resident -= size
-        if key in self._pinned:
-            self._pinned.discard(key)
+        size = self._size.pop(uid)
+        self._budget.shrink(size)
+        if uid in self._pinned:
+            self._pinned.discard(uid)
         else:
-            del self._segs[seg][key]
+            del self._segs[seg][uid]
             self._bytes[seg] -= size
 
-    def _add(self, unit, now: float) -> None:
-        self.insert(unit, now)
+    def _add(self, uid: int, now: float) -> None:
+        self.insert(uid, now)
 
-    def _discard(self, unit) -> None:
-        self.remove(unit)
+    def _discard(self, uid: int) -> None:
+        self.remove(uid)
 
-    def victim(self, now: float):
+    def peek(self, now: float) -> int | None:
         for seg in self._segs:
-            for unit in seg.values():
-                return unit
+            for uid in seg:
+                return uid
         return None
 
-    def segment(self, unit) -> int | None:
+    def segment(self, uid: int) -> int | None:
         """The segment (0 = probation) the unit belongs to, or None."""
-        return self._seg.get(unit.key)
+        return self._seg.get(uid)
 
     def __len__(self) -> int:
         return len(self._seg) - len(self._pinned)
 
-    def __contains__(self, unit) -> bool:
-        return unit.key in self._seg and unit.key not in self._pinned
+    def __contains__(self, uid: int) -> bool:
+        return uid in self._seg and uid not in self._pinned

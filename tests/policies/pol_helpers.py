@@ -107,3 +107,23 @@ def lcs_hit_flags(policy: str, s: RequestStream, capacity: int) -> np.ndarray:
 def first_difference(a: np.ndarray, b: np.ndarray) -> int | None:
     d = np.flatnonzero(a != b)
     return int(d[0]) if len(d) else None
+
+
+def hand_policy(name: str, sizes: dict[int, int] | None = None, **next_access):
+    """A policy driven by hand on objects (uids) of the given sizes (default 1), with their next
+    access times where given (``next_access={uid: t}``); returns (policy, view)."""
+    from sim.cachesim import ObjectView
+    from sim.policies import PolicyContext, make_policy
+    from sim.units import Tier
+
+    view = ObjectView()
+    view.sizes.update(sizes or {})
+    view.next.update(next_access.get("next_access", {}))
+    pol = make_policy(name, PolicyContext(tier=Tier.GPU, block_tokens=16, num_layers=32, view=view))
+    return pol, view
+
+
+def obj(view, uid: int, size: int = 1) -> int:
+    """Register object ``uid`` of ``size`` in a hand-driven policy's view."""
+    view.sizes[uid] = size
+    return uid

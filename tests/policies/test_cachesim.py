@@ -95,7 +95,7 @@ def test_stepping_equals_replay_and_capacity_holds(policy):
     flags = []
     for i, (o, z) in enumerate(zip(s.obj_ids.tolist(), s.sizes.tolist())):
         flags.append(sim.get(o, z, float(nxt[i]) if nxt[i] < len(s) else float("inf")))
-        assert sim.used <= 600 and sim.used == sum(x.size for x in sim.cached.values())
+        assert sim.used <= 600 and sim.used == sum(sim.view.sizes[x] for x in sim.cached)
     assert flags == r.hit_flags.tolist()
 
 

@@ -1,9 +1,8 @@
 """ARC by hand (FAST'03): scan resistance, ghost hits and the target p, case IV, pins."""
 from __future__ import annotations
 
-from sim.cachesim import CacheObject, CacheSim
-from sim.policies import PolicyContext, make_policy
-from sim.units import Tier
+from pol_helpers import hand_policy, obj
+from sim.cachesim import CacheSim
 
 
 def test_scan_resistant_where_lru_is_not():
@@ -42,14 +41,14 @@ def test_case_iv_with_empty_b1_evicts_t1_without_ghost():
 
 
 def test_pinned_unit_returns_to_t2_only_if_it_was_accessed():
-    pol = make_policy("arc", PolicyContext(tier=Tier.GPU, block_tokens=16, num_layers=32))
-    a, b = CacheObject(1, 1), CacheObject(2, 1)
+    pol, view = hand_policy("arc")
+    a, b = obj(view, 1), obj(view, 2)
     pol.insert(a, 0)
     pol.insert(b, 0)
     pol.pin(a)                                # pinned without a use: back to T1
     pol.access(b, 1)
     pol.pin(b)                                # used (the engine calls access then pin): T2
-    assert len(pol) == 0 and pol.victim(2) is None
+    assert len(pol) == 0 and pol.peek(2) is None
     pol.unpin(a, 3)
     pol.unpin(b, 3)
     assert 1 in pol._t1 and 2 in pol._t2
@@ -59,13 +58,14 @@ def test_pinned_unit_returns_to_t2_only_if_it_was_accessed():
     assert 1 in pol._t2
 
 
-def test_remove_of_a_non_victim_leaves_no_ghost():
-    pol = make_policy("arc", PolicyContext(tier=Tier.GPU, block_tokens=16, num_layers=32))
-    a, b = CacheObject(1, 1), CacheObject(2, 1)
-    pol.insert(a, 0)
-    pol.insert(b, 0)
-    pol.remove(b)                             # the engine dropping a unit it chose itself
-    assert 2 not in pol._b1 and 2 not in pol._b2
-    v = pol.victim(1)
-    pol.remove(v)                             # an eviction: T1's LRU goes to B1
-    assert v is a and 1 in pol._b1
+def test_an_engine_removal_leaves_no_ghost_even_of_the_next_victim():
+    pol, view = hand_policy("arc")
+    a, b, c = obj(view, 1), obj(view, 2), obj(view, 3)
+    for u in (a, b, c):
+        pol.insert(u, 0)
+    pol.remove(b)                             # the engine dropping a unit for its own reasons
+    assert pol.peek(1) == a
+    pol.remove(a)                             # ... even the one ARC would evict next
+    assert 1 not in pol._b1 and 2 not in pol._b1 and not pol._b2
+    assert pol.evict(1) == c                  # an eviction: T1's LRU goes to B1
+    assert 3 in pol._b1

@@ -1,9 +1,8 @@
 """CLOCK by hand: a referenced unit gets a second chance at the newest end, FIFO does not."""
 from __future__ import annotations
 
-from sim.cachesim import CacheObject, CacheSim
-from sim.policies import PolicyContext, make_policy
-from sim.units import Tier
+from pol_helpers import hand_policy, obj
+from sim.cachesim import CacheSim
 
 
 def test_second_chance_order():
@@ -19,13 +18,15 @@ def test_second_chance_order():
 
 
 def test_pinned_unit_keeps_its_place_and_bit():
-    pol = make_policy("clock", PolicyContext(tier=Tier.GPU, block_tokens=16, num_layers=32))
-    a, b, c = (CacheObject(i, 1) for i in range(3))
+    pol, view = hand_policy("clock")
+    a, b, c = (obj(view, i) for i in range(3))
     for u in (a, b, c):
         pol.insert(u, 0)
     pol.access(a, 1)
     pol.pin(a)
-    assert pol.victim(2) is b
-    pol.remove(b)
+    assert pol.peek(2) == b
+    assert pol.evict(2) == b
     pol.unpin(a, 3)                       # back at the oldest place, bit still set
-    assert pol.victim(4) is c             # a got its second chance, c is next
+    assert pol.peek(4) == c               # a will get its second chance, c is next ...
+    assert 0 in pol._q and pol._freq[a] == 1   # ... and a peek gave it none yet
+    assert pol.evict(4) == c and pol._freq[a] == 0

@@ -1,10 +1,9 @@
 """S3-FIFO by hand (SOSP'23): one-hit wonders leave from the small queue, ghosts come back to main."""
 from __future__ import annotations
 
-from sim.cachesim import CacheObject, CacheSim
-from sim.policies import PolicyContext, make_policy
+from pol_helpers import hand_policy
+from sim.cachesim import CacheSim
 from sim.policies.s3fifo import MAIN, SMALL
-from sim.units import Tier
 
 
 def test_one_hit_wonders_leave_from_small_and_hot_objects_stay():
@@ -36,14 +35,15 @@ def test_ghost_hit_enters_main():
 
 
 def test_main_reinsertion_caps_the_counter_at_3():
-    pol = make_policy("s3fifo", PolicyContext(tier=Tier.GPU, block_tokens=16, num_layers=32))
+    pol, view = hand_policy("s3fifo", sizes={1: 5, 2: 5})
     pol.set_capacity(10)                                 # small 1, main 9
-    a, b = CacheObject(1, 5), CacheObject(2, 5)
+    a, b = 1, 2
     for seq, u in enumerate((a, b)):
         pol.insert(u, 0)
-        pol._q[SMALL].discard(u.key)
+        pol._q[SMALL].discard(u)
         pol._q[MAIN].push(u, seq, 5)                     # both in M, a the oldest: 10 > 9 bytes
     for t in range(10):
         pol.access(a, t)
-    v = pol.victim(2)                                    # from M: a is reinserted, b goes
-    assert v is b and pol._freq[1] == 2                  # a's counter: min(10, 3) - 1
+    assert pol.peek(2) == b and pol._freq[a] == 10       # a peek moves nothing ...
+    v = pol.evict(2)                                     # ... the eviction reinserts a; b goes
+    assert v == b and pol._freq[a] == 2                  # a's counter: min(10, 3) - 1

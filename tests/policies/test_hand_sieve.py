@@ -1,9 +1,8 @@
 """SIEVE by hand (NSDI'24): the visited bit, a hand that stays, objects that never move."""
 from __future__ import annotations
 
-from sim.cachesim import CacheObject, CacheSim
-from sim.policies import PolicyContext, make_policy
-from sim.units import Tier
+from pol_helpers import hand_policy, obj
+from sim.cachesim import CacheSim
 
 
 def test_visited_object_stays_put_and_survives():
@@ -20,26 +19,27 @@ def test_visited_object_stays_put_and_survives():
 
 
 def test_hand_wraps_to_the_oldest_and_bits_are_cleared_once():
-    pol = make_policy("sieve", PolicyContext(tier=Tier.GPU, block_tokens=16, num_layers=32))
-    units = [CacheObject(i, 1) for i in range(4)]
+    pol, view = hand_policy("sieve")
+    units = [obj(view, i) for i in range(4)]
     for u in units:
         pol.insert(u, 0)
     for u in units:
         pol.access(u, 1)                  # all visited: one full sweep clears every bit
-    assert pol.victim(2) is units[0]      # wrapped back to the oldest, now unvisited
-    assert pol.victim(2) is units[0]      # peeking twice changes nothing
-    pol.remove(units[0])
-    late = CacheObject(9, 1)
+    assert pol.peek(2) == units[0]        # wrapped back to the oldest, now unvisited
+    assert pol.peek(2) == units[0]        # peeking twice changes nothing ...
+    assert all(pol._visited[u] for u in units)   # ... and clears no bit
+    assert pol.evict(2) == units[0]       # the sweep itself clears them
+    late = obj(view, 9)
     pol.insert(late, 3)                   # enters at the newest end, behind the hand
-    assert pol.victim(4) is units[1]
+    assert pol.evict(4) == units[1]
 
 
 def test_pinned_unit_returns_to_its_place():
-    pol = make_policy("sieve", PolicyContext(tier=Tier.GPU, block_tokens=16, num_layers=32))
-    a, b, c = (CacheObject(i, 1) for i in range(3))
+    pol, view = hand_policy("sieve")
+    a, b, c = (obj(view, i) for i in range(3))
     for u in (a, b, c):
         pol.insert(u, 0)
     pol.pin(a)
-    assert pol.victim(1) is b
+    assert pol.peek(1) == b
     pol.unpin(a, 2)                       # a is still the oldest and the hand has not passed it
-    assert pol.victim(3) is a
+    assert pol.peek(3) == a

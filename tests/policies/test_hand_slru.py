@@ -1,26 +1,25 @@
 """SLRU by hand: 4 segments of c/4, promotion by one segment per hit, cooling down, S0 first."""
 from __future__ import annotations
 
-from sim.cachesim import CacheObject, CacheSim
-from sim.policies import PolicyContext, make_policy
-from sim.units import Tier
+from pol_helpers import hand_policy, obj
+from sim.cachesim import CacheSim
 
 
 def _slru(cap):
-    pol = make_policy("slru", PolicyContext(tier=Tier.GPU, block_tokens=16, num_layers=32))
+    pol, view = hand_policy("slru")
     pol.set_capacity(cap)
-    return pol
+    return pol, view
 
 
 def test_fill_promote_and_cool():
-    pol = _slru(8)                                       # 4 segments of 2
-    u = [CacheObject(i, 1) for i in range(8)]
+    pol, view = _slru(8)                                 # 4 segments of 2
+    u = [obj(view, i) for i in range(8)]
     for x in u:
         pol.insert(x, 0)
     assert [pol.segment(x) for x in u] == [0, 0, 1, 1, 2, 2, 3, 3]   # lowest segment with room
     pol.access(u[0], 1)                                  # S0 -> S1, S1 over: its LRU (u2) cools to S0
     assert pol.segment(u[0]) == 1 and pol.segment(u[2]) == 0
-    assert pol.victim(2) is u[1]                         # S0's LRU
+    assert pol.peek(2) == u[1]                           # S0's LRU
     pol.access(u[6], 3)                                  # S3 hit: MRU of S3, no cooling
     assert pol.segment(u[6]) == 3
 
@@ -39,11 +38,11 @@ def test_protected_set_survives_a_scan():
 
 
 def test_hit_while_pinned_promotes_on_unpin():
-    pol = _slru(8)
-    a = CacheObject(1, 1)
+    pol, view = _slru(8)
+    a = obj(view, 1)
     pol.insert(a, 0)
     pol.pin(a)
     pol.access(a, 1)
-    assert a not in pol and pol.victim(2) is None
+    assert a not in pol and pol.peek(2) is None
     pol.unpin(a, 3)
-    assert pol.segment(a) == 1 and pol.victim(4) is a
+    assert pol.segment(a) == 1 and pol.peek(4) == a

@@ -1,34 +1,74 @@
-"""Shared helpers for the KV-policy tests: hand-built units, a random driver with a brute-force
-reference, a sequence-level LRU written against the adapter's interface, and stand-in contexts."""
+"""Shared helpers for the KV-policy tests: a hand-built unit view, a random driver with a
+brute-force reference, a sequence-level LRU written against the adapter's interface, and contexts."""
 from __future__ import annotations
 
 import math
 import random
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any, Callable
+from typing import Any
 
 from costmodels import PensieveConstants
 from sim.adapters import adapt
-from sim.units import SessionKV, Tier, Unit
+from sim.policies import PolicyContext
+from sim.units import SessionKV, Tier
 
 BT = 16
 PAGE = 1 << 20
 
 
-@dataclass(frozen=True)
-class Ctx:
-    """A PolicyContext stand-in that also carries the fields proposed for the engine to fill
-    (``cpu_kv_bytes``, ``predictor``): the policies read those with getattr."""
+class HandView:
+    """A unit view over hand-placed units: each uid has a session, a page span, a layer, a size, and
+    its own last and next access (tests set them per unit)."""
 
-    tier: int = Tier.GPU
-    block_tokens: int = BT
-    num_layers: int = 4
-    seed: int = 0
-    cost: Any = None
-    cpu_kv_bytes: float | None = None
-    predictor: Any = None
+    per_session = True
+    unit_bytes = None
+
+    def __init__(self) -> None:
+        self.units: dict[int, tuple[SessionKV, int, int, int, int]] = {}
+        self.last: dict[int, float] = {}
+        self.next: dict[int, float] = {}
+        self.by_session: dict[int, list[int]] = {}     # session index -> its uids, in placement order
+
+    def unit(self, uid: int, sess: SessionKV, page: int, last_access: float = 0.0, layer: int = -1,
+             pages: int = 1, size: int = PAGE, next_access: float = math.inf) -> int:
+        self.units[uid] = (sess, page, pages, layer, size)
+        self.last[uid] = last_access
+        self.next[uid] = next_access
+        self.by_session.setdefault(sess.index, []).append(uid)
+        return uid
+
+    def session(self, uid: int) -> SessionKV:
+        return self.units[uid][0]
+
+    def first_page(self, uid: int) -> int:
+        return self.units[uid][1]
+
+    def pages(self, uid: int) -> int:
+        return self.units[uid][2]
+
+    def layer(self, uid: int) -> int:
+        return self.units[uid][3]
+
+    def size(self, uid: int) -> int:
+        return self.units[uid][4]
+
+    def last_access_s(self, uid: int) -> float:
+        return self.last[uid]
+
+    def next_access_s(self, uid: int) -> float:
+        return self.next[uid]
+
+
+def Ctx(view: HandView | None = None, tier: int = Tier.GPU, block_tokens: int = BT,
+        num_layers: int = 4, cost: Any = None, cpu_kv_bytes: float | None = None,
+        predictor: Any = None) -> PolicyContext:
+    """A PolicyContext over ``view`` (a fresh HandView when None: ``policy.view``)."""
+    return PolicyContext(tier=tier, block_tokens=block_tokens, num_layers=num_layers,
+                         view=view if view is not None else HandView(), cost=cost,
+                         cpu_kv_bytes=cpu_kv_bytes, predictor=predictor)
 
 
 class FakeCost:
@@ -50,35 +90,29 @@ def session(index: int, tokens: int, priority: int = 0, next_turn: int = 1) -> S
     return s
 
 
-def unit(key: int, sess: SessionKV, page: int, last_access: float = 0.0, layer: int = -1,
-         pages: int = 1, size: int = PAGE, next_access: float = math.inf) -> Unit:
-    u = Unit(key, sess, page, pages, size, tier=Tier.GPU, layer=layer, last_access_s=last_access,
-             next_access_s=next_access)
-    sess.units.append(u)
-    return u
-
-
 def drain(policy, now: float) -> list[int]:
-    """Evict everything at ``now`` the way the engine does (peek, then remove): the keys in order."""
+    """Evict everything at ``now`` the way the engine does: the uids in order."""
     out = []
-    while (v := policy.victim(now)) is not None:
-        out.append(v.key)
-        policy.remove(v)
+    while (v := policy.evict(now)) is not None:
+        out.append(v)
     return out
 
 
 # -- the random driver ---------------------------------------------------------------------------
 @dataclass
 class Rec:
-    a: float          # last use as the policy defines it (min(last_access_s, now) at add; now on a hit)
+    a: float          # last use as the policy defines it (min(last access, now) at add; now on a hit)
     seq: int          # order of becoming a candidate / last hit (LRU order)
     completed: int    # SessionKV.next_turn when it became a candidate
     priority: int
     cost: float
+    next: float = math.inf   # next access when it became a candidate
 
 
-def random_world(rng: random.Random, n_sessions: int = 10, max_pages: int = 6, layers: bool = False):
-    sessions, units, key = [], [], 0
+def random_world(rng: random.Random, view: HandView, n_sessions: int = 10, max_pages: int = 6,
+                 layers: bool = False) -> tuple[list[SessionKV], list[int]]:
+    """Sessions of random length, their units placed in ``view``: (sessions, all uids)."""
+    sessions, uids, uid = [], [], 0
     for i in range(n_sessions):
         pages = rng.randint(1, max_pages)
         s = session(i, rng.randint((pages - 1) * BT + 1, pages * BT), rng.choice([-1, 0, 0, 1]),
@@ -86,21 +120,22 @@ def random_world(rng: random.Random, n_sessions: int = 10, max_pages: int = 6, l
         sessions.append(s)
         for p in range(pages):
             for layer in (range(4) if layers else (-1,)):
-                key += 1
-                units.append(unit(key, s, p, layer=layer, size=PAGE // (4 if layers else 1)))
-    return sessions, units
+                uid += 1
+                uids.append(view.unit(uid, s, p, layer=layer, size=PAGE // (4 if layers else 1)))
+    return sessions, uids
 
 
 def run_random(policy, ref_key: Callable[..., Any], seed: int, steps: int = 1500,
                integer_times: bool = False, layers: bool = False, cost_of=None,
                max_pages: int = 6) -> int:
-    """Random insert/pin/unpin/hit/remove/victim traffic; every victim must be the minimum of
-    ``ref_key(unit, its Rec, now, all Recs by key)`` over the candidates. Returns the number of
-    victims checked."""
+    """Random insert/pin/hit/remove/evict traffic on ``policy`` (whose view is a fresh HandView);
+    every victim must be the minimum of ``ref_key(uid, its Rec, now, all Recs by uid)`` over the
+    candidates, and ``peek`` must name it without changing anything. Returns the number of victims
+    checked."""
     rng = random.Random(seed)
-    sessions, units = random_world(rng, max_pages=max_pages, layers=layers)
-    cand: dict[int, Unit] = {}
-    rec: dict[int, Rec] = {}
+    view: HandView = policy.view
+    sessions, every = random_world(rng, view, max_pages=max_pages, layers=layers)
+    rec: dict[int, Rec] = {}                     # the candidates
     seq = 0
     now = 0.0
     checked = 0
@@ -111,79 +146,75 @@ def run_random(policy, ref_key: Callable[..., Any], seed: int, steps: int = 1500
             now += rng.choice([0.0, rng.expovariate(0.5), rng.random() * 1e-3])
         op = rng.random()
         s = rng.choice(sessions)
+        uids = view.by_session[s.index]
         if op < 0.3:  # release a session's units (a turn completes, or a demotion arrives)
             old = rng.random() < 0.2
             nxt = math.inf if rng.random() < 0.2 else now + (rng.choice([1, 3, 8]) if integer_times
                                                            else rng.expovariate(0.1))
-            for u in s.units:
-                if u.key in cand:
+            for uid in uids:
+                if uid in rec:
                     continue
                 if not old:
-                    u.last_access_s = now
-                u.next_access_s = nxt
+                    view.last[uid] = now
+                view.next[uid] = nxt
                 seq += 1
-                policy.insert(u, now)
-                cand[u.key] = u
-                c = cost_of(u) if cost_of else 0.0
-                rec[u.key] = Rec(min(u.last_access_s, now), seq, s.next_turn, s.priority, c)
+                policy.insert(uid, now)
+                c = cost_of(uid) if cost_of else 0.0
+                rec[uid] = Rec(min(view.last[uid], now), seq, s.next_turn, s.priority, c, nxt)
         elif op < 0.45:  # admission: hit then pin every candidate unit of the session
-            for u in s.units:
-                if u.key in cand:
-                    policy.access(u, now)
-                    policy.pin(u)
-                    u.pinned = True
-                    del cand[u.key], rec[u.key]
-            for u in s.units:  # ...and the turn finishes at once, keeping its old last_access
-                if u.pinned:
-                    u.pinned = False
-            s.next_turn += 1
-        elif op < 0.55 and cand:  # a hit on one candidate (cachesim-style)
-            u = cand[rng.choice(sorted(cand))]
-            policy.access(u, now)
+            for uid in uids:
+                if uid in rec:
+                    policy.access(uid, now)
+                    policy.pin(uid)
+                    del rec[uid]
+            s.next_turn += 1     # ...and the turn finishes at once, keeping its old last access
+        elif op < 0.55 and rec:  # a hit on one candidate (cachesim-style)
+            uid = rng.choice(sorted(rec))
+            policy.access(uid, now)
             seq += 1
-            r = rec[u.key]
+            r = rec[uid]
             r.a, r.seq = now, seq
-        elif op < 0.62 and cand:  # a candidate leaves for another reason
-            u = cand.pop(rng.choice(sorted(cand)))
-            del rec[u.key]
-            policy.remove(u)
+        elif op < 0.62 and rec:  # a candidate leaves for another reason
+            uid = rng.choice(sorted(rec))
+            del rec[uid]
+            policy.remove(uid)
         else:  # the engine needs room
             for _ in range(rng.randint(1, 3)):
-                v = policy.victim(now)
-                if not cand:
-                    assert v is None
+                v = policy.peek(now)
+                if not rec:
+                    assert v is None and policy.evict(now) is None
                     break
-                best = min(cand.values(), key=lambda u: ref_key(u, rec[u.key], now, rec))
-                assert v is best, (f"t={now}: policy chose {v.key}, reference {best.key}: "
-                                   f"{ref_key(v, rec[v.key], now, rec)} vs "
-                                   f"{ref_key(best, rec[best.key], now, rec)}")
+                best = min(rec, key=lambda u: ref_key(u, rec[u], now, rec))
+                assert v == best, (f"t={now}: policy chose {v}, reference {best}: "
+                                   f"{ref_key(v, rec[v], now, rec)} vs "
+                                   f"{ref_key(best, rec[best], now, rec)}")
+                assert policy.peek(now) == v and policy.evict(now) == v
                 checked += 1
-                policy.remove(v)
-                del cand[v.key], rec[v.key]
-        assert len(policy) == len(cand)
-        for u in units:
-            assert (u in policy) == (u.key in cand)
+                del rec[v]
+        assert len(policy) == len(rec)
+        for uid in every:
+            assert (uid in policy) == (uid in rec)
     return checked
 
 
-def since_key(u: Unit, r: Rec, now: float, recs=None):
-    """Pensieve's exact order: value cost/(now - a) (idle 0: +inf), then cost, then a, then key."""
+def since_key(uid: int, r: Rec, now: float, recs=None):
+    """Pensieve's exact order: value cost/(now - a) (idle 0: +inf), then cost, then a, then uid."""
     idle = Fraction(now) - Fraction(r.a)
     value = (1, Fraction(0)) if idle == 0 else (0, Fraction(r.cost) / idle)
-    return value, r.cost, r.a, u.key
+    return value, r.cost, r.a, uid
 
 
-def until_key(u: Unit, r: Rec, now: float, recs=None):
+def until_key(uid: int, r: Rec, now: float, recs=None):
     """cost-belady's exact order: value cost/(next - now) (never: 0, due: +inf), then cost, then
-    the later next access, then key."""
-    n = u.next_access_s
+    the later next access, then uid."""
+    n = r.next
     if n == math.inf:
         value = (0, Fraction(0))
     elif n <= now:
         value = (1, Fraction(0))
     else:
         value = (0, Fraction(r.cost) / (Fraction(n) - Fraction(now)))
-    return value, r.cost, -n, u.key
+    return value, r.cost, -n, uid
 
 
 # -- a sequence-level policy written against the adapter's interface ------------------------------

@@ -4,16 +4,21 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
+from kv_helpers import AdaptedSeqLRU, Ctx, HandView, SeqLRU, drain, run_random, session
 
 import traces
 from costmodels import cost_model
-from kv_helpers import AdaptedSeqLRU, Ctx, SeqLRU, drain, run_random, session, unit
 from sim import MemoryConfig, simulate
-from sim.adapters import (EvictionCandidate, SequencePolicyAdapter, adapt, is_sequence_policy,
-                          resolve_policy_class)
+from sim.adapters import (
+    EvictionCandidate,
+    SequencePolicyAdapter,
+    adapt,
+    is_sequence_policy,
+    resolve_policy_class,
+)
+from sim.lifetime import LifetimePredictor
 from sim.policies import EvictionPolicy, policy_class
 from sim.policies.lru import LRU
-from sim.lifetime import LifetimePredictor
 
 COST = cost_model("llama-3-8b", "h100-sxm")
 SESSIONS = traces.load_trace({"kind": "synthetic", "sessions": 30, "seed": 3}).sessions
@@ -47,19 +52,20 @@ def test_registry_detection_helper():
 
 
 def test_adapter_hands_out_a_plan_tail_first_and_reasks_on_change():
-    pol = AdaptedSeqLRU(Ctx(predictor=LifetimePredictor.prior()))
+    view = HandView()
+    pol = AdaptedSeqLRU(Ctx(view, predictor=LifetimePredictor.prior()))
     a, b = session(0, 48), session(1, 32)
-    ua = [unit(i + 1, a, i, last_access=1.0) for i in range(3)]
-    ub = [unit(i + 10, b, i, last_access=2.0) for i in range(2)]
+    ua = [view.unit(i + 1, a, i, last_access=1.0) for i in range(3)]
+    ub = [view.unit(i + 10, b, i, last_access=2.0) for i in range(2)]
     for x in (*ua, *ub):
         pol.insert(x, 2.0)
     # the user's LRU picks sequence s0 (accessed first); its units go tail first, user asked once
-    assert [pol.victim(3.0).key for _ in range(2)] == [3, 3]   # victim() only peeks
-    pol.remove(ua[2])
-    assert pol.victim(3.0) is ua[1]
+    assert [pol.peek(3.0) for _ in range(2)] == [3, 3]   # peek only looks
+    assert pol.evict(3.0) == ua[2]
+    assert pol.peek(3.0) == ua[1]
     assert pol.user.selections == 1
-    pol.insert(unit(20, session(2, 16), 0, last_access=3.0), 3.0)   # the candidate set changed
-    assert pol.victim(3.0) is ua[1]
+    pol.insert(view.unit(20, session(2, 16), 0, last_access=3.0), 3.0)   # the candidate set changed
+    assert pol.peek(3.0) == ua[1]
     assert pol.user.selections == 2
     assert pol.metrics() == {"selections": 2}
 
@@ -73,13 +79,17 @@ def test_adapter_candidates_describe_sequences():
             assert required_blocks == 1
             return super().select_victims(candidates, required_blocks)
 
-    pol = adapt(Spy)(Ctx(predictor=LifetimePredictor.prior()))
+    view = HandView()
+    pol = adapt(Spy)(Ctx(view, predictor=LifetimePredictor.prior()))
     s = session(0, 40, priority=2, next_turn=3)
-    us = [unit(k, s, k - 1, last_access=5.0) for k in (1, 2, 3)]
-    us[1].hits = 4
+    us = [view.unit(k, s, k - 1, last_access=5.0) for k in (1, 2, 3)]
     for x in us:
-        pol.insert(x, 6.0)
-    pol.victim(10.0)
+        pol.insert(x, 5.0, pinned=True)        # computed by a running turn: one use each
+    for _ in range(3):                         # three more turns use page 1: four uses in all
+        pol.release([us[1]], 5.0)
+        pol.acquire([us[1]], 5.0)
+    pol.release(us, 6.0)
+    pol.peek(10.0)
     (c,) = seen[0]
     assert (c.sequence_id, c.block_ids, c.last_access_time, c.access_count, c.priority, c.is_pinned,
             c.sequence_length) == ("s0", [1, 2, 3], 5.0, 4, 2, False, 40)
@@ -91,17 +101,18 @@ def test_adapter_rejects_a_broken_answer():
         def select_victims(self, candidates, required_blocks):
             return ["nobody"]
 
-    pol = adapt(Bad)(Ctx())
-    pol.insert(unit(1, session(0, 16), 0), 0.0)
+    view = HandView()
+    pol = adapt(Bad)(Ctx(view))
+    pol.insert(view.unit(1, session(0, 16), 0), 0.0)
     with pytest.raises(ValueError, match="not a candidate"):
-        pol.victim(0.0)
+        pol.evict(0.0)
 
 
 def test_adapter_random_traffic_matches_sequence_lru():
     # With one unit per sequence the adapted LRU is kvsim's LRU: order of becoming a candidate / hit.
     pol = AdaptedSeqLRU(Ctx())
 
-    assert run_random(pol, lambda u, r, now, recs: r.seq, seed=9, max_pages=1) > 100
+    assert run_random(pol, lambda uid, r, now, recs: r.seq, seed=9, max_pages=1) > 100
 
 
 # -- a user's EvictionPolicy named module:Class ---------------------------------------------------
@@ -110,10 +121,11 @@ CUSTOM = "notebooks.custom_policy_example:LargestSessionFirst"
 
 def test_custom_policy_order():
     cls = policy_class(CUSTOM)
-    pol = cls(Ctx())
+    view = HandView()
+    pol = cls(Ctx(view))
     small, big = session(0, 20), session(1, 70)
     for key, (s, page) in enumerate(((small, 0), (small, 1), (big, 0), (big, 4)), start=1):
-        pol.insert(unit(key, s, page), 0.0)
+        pol.insert(view.unit(key, s, page), 0.0)
     assert drain(pol, 0.0) == [4, 3, 2, 1]   # the 70-token session first, last page first
 
 
@@ -126,5 +138,7 @@ def test_custom_policy_runs_through_simulate():
 
 def test_custom_policy_random_traffic_matches_brute_force():
     pol = policy_class(CUSTOM)(Ctx())
-    key = lambda u, r, now, recs: (-u.session.tokens, u.session.index, -u.first_page)  # noqa: E731
+    view = pol.view
+    key = lambda uid, r, now, recs: (-view.session(uid).tokens, view.session(uid).index,
+                                     -view.first_page(uid))
     assert run_random(pol, key, seed=13) > 100

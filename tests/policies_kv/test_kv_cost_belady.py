@@ -6,9 +6,9 @@ import math
 import pytest
 
 from costmodels import cost_model
-from kv_helpers import Ctx, drain, run_random, session, unit, until_key
+from costmodels import recompute_s, swap_in_s
+from kv_helpers import Ctx, HandView, drain, run_random, session, until_key
 from sim.policies.cost_belady import CostBelady
-from sim.policies.pensieve import recompute_s, swap_in_s
 from sim.units import Tier
 
 COST = cost_model("llama-3-8b", "h100-sxm")
@@ -20,8 +20,8 @@ class GivenCosts(CostBelady):
 
     costs: dict[int, float] = {}
 
-    def unit_cost(self, unit):
-        return self.costs[unit.key]
+    def unit_cost(self, uid):
+        return self.costs[uid]
 
 
 def hand_policy():
@@ -31,9 +31,10 @@ def hand_policy():
     #  B3   5.0   inf   (never used again: value 0)
     #  B4   0.5    1
     GivenCosts.costs = {1: 2.0, 2: 1.0, 3: 5.0, 4: 0.5}
-    pol = GivenCosts(Ctx(tier=Tier.CPU, cost=COST))
+    view = HandView()
+    pol = GivenCosts(Ctx(view, tier=Tier.CPU, cost=COST))
     s = session(0, 100)
-    u = {k: unit(k, s, k - 1, next_access=n) for k, n in ((1, 10.0), (2, 7.0), (3, INF), (4, 1.0))}
+    u = {k: view.unit(k, s, k - 1, next_access=n) for k, n in ((1, 10.0), (2, 7.0), (3, INF), (4, 1.0))}
     for x in u.values():
         pol.insert(x, 0.0)
     return pol, u
@@ -47,26 +48,26 @@ def test_hand_order_at_time_zero():
 
 def test_hand_order_over_time():
     pol, u = hand_policy()
-    assert pol.victim(0.0) is u[3]
-    pol.remove(u[3])
-    assert pol.victim(0.5) is u[2]   # B2 1/6.5 = 0.154 < B1 2/9.5 = 0.211 < B4 0.5/0.5 = 1
-    assert pol.victim(2.0) is u[2]   # B4 is due (next 1 <= 2): +inf; B2 1/5 = 0.2 < B1 2/8 = 0.25
+    assert pol.evict(0.0) == u[3]
+    assert pol.peek(0.5) == u[2]     # B2 1/6.5 = 0.154 < B1 2/9.5 = 0.211 < B4 0.5/0.5 = 1
+    assert pol.peek(2.0) == u[2]     # B4 is due (next 1 <= 2): +inf; B2 1/5 = 0.2 < B1 2/8 = 0.25
     # B1 and B2 cross where 2 (7 - t) = 10 - t, t = 4: equal values 1/3, the cheaper (B2) first
-    assert pol.victim(4.0) is u[2]
-    assert pol.victim(4.5) is u[1]   # B1 2/5.5 = 0.364 < B2 1/2.5 = 0.4
-    assert pol.victim(8.0) is u[1]   # B2 due at 7: +inf; B1 2/2 = 1
+    assert pol.peek(4.0) == u[2]
+    assert pol.peek(4.5) == u[1]     # B1 2/5.5 = 0.364 < B2 1/2.5 = 0.4
+    assert pol.peek(8.0) == u[1]     # B2 due at 7: +inf; B1 2/2 = 1
     # t = 10: all due (+inf): lower cost first
     assert drain(pol, 10.0) == [4, 2, 1]
 
 
 def test_recovery_cost_is_tier_aware():
     size = 16 * COST.kv_bytes_per_token
+    view = HandView()
     s = session(0, 160)
-    x = unit(1, s, 9, size=size, next_access=5.0)
-    gpu = CostBelady(Ctx(tier=Tier.GPU, num_layers=32, cost=COST, cpu_kv_bytes=size))
-    cpu = CostBelady(Ctx(tier=Tier.CPU, num_layers=32, cost=COST))
-    assert gpu.unit_cost(x) == swap_in_s(COST, x, 16)
-    assert cpu.unit_cost(x) == recompute_s(COST, x, 16)
+    x = view.unit(1, s, 9, size=size, next_access=5.0)      # page 9: tokens 144..159
+    gpu = CostBelady(Ctx(view, tier=Tier.GPU, num_layers=32, cost=COST, cpu_kv_bytes=size))
+    cpu = CostBelady(Ctx(view, tier=Tier.CPU, num_layers=32, cost=COST))
+    assert gpu.unit_cost(x) == swap_in_s(COST, size, 1, 160, 16)   # demoted: a swap-in undoes it
+    assert cpu.unit_cost(x) == recompute_s(COST, 16, 144)          # dropped: a recompute
 
 
 @pytest.mark.parametrize("seed,integer", [(1, False), (2, True)])

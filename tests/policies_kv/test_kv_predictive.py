@@ -1,13 +1,20 @@
 """The lifetime predictor (fit recovers known parameters; the split) and the predictive policy."""
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
 import pytest
+from kv_helpers import Ctx, HandView, drain, run_random, session
 
-from kv_helpers import Ctx, drain, run_random, session, unit
-from sim.lifetime import BucketFit, LifetimePredictor, fit_buckets, fit_lifetime, train_split
+from sim.lifetime import (
+    BucketFit,
+    LifetimePredictor,
+    fit_buckets,
+    fit_lifetime,
+    train_split,
+)
 from sim.policies.predictive import Predictive
 from traces.records import Session, Turn
 
@@ -79,7 +86,7 @@ def test_quantities_match_the_formulas():
     assert 0 < pred.mean_residual_s(1, 100.0) < math.inf
     e = np.linspace(0.0, 500.0, 2001)
     r = [pred.p_return(1, x) for x in e]
-    assert all(a >= b for a, b in zip(r, r[1:]))   # non-increasing in idle time
+    assert all(a >= b for a, b in itertools.pairwise(r))   # non-increasing in idle time
 
 
 def test_prior_is_usable_without_data():
@@ -101,23 +108,26 @@ def test_hand_order():
     #   P3    1          10    Q(ln(10/30)/1)      = 0.8640  0.9*0.8640/(0.1+0.9*0.8640) = 0.8861
     #   P4    0         100    (mid-turn-0, preempted)       1
     # -> P2, P1, P3, P4. LRU would evict P4 first and P2 last.
-    pol = Predictive(Ctx(predictor=HAND))
-    u = {1: unit(1, session(1, 50, next_turn=1), 0, last_access=40.0),
-         2: unit(2, session(2, 50, next_turn=2), 0, last_access=95.0),
-         3: unit(3, session(3, 50, next_turn=1), 0, last_access=90.0),
-         4: unit(4, session(4, 50, next_turn=0), 0, last_access=0.0)}
+    view = HandView()
+    pol = Predictive(Ctx(view, predictor=HAND))
+    u = {1: view.unit(1, session(1, 50, next_turn=1), 0, last_access=40.0),
+         2: view.unit(2, session(2, 50, next_turn=2), 0, last_access=95.0),
+         3: view.unit(3, session(3, 50, next_turn=1), 0, last_access=90.0),
+         4: view.unit(4, session(4, 50, next_turn=0), 0, last_access=0.0)}
     for x in u.values():
         pol.insert(x, 100.0)
     assert drain(pol, 100.0) == [2, 1, 3, 4]
 
 
 def test_same_bucket_is_oldest_first_and_hits_refresh():
-    pol = Predictive(Ctx(predictor=HAND))
+    view = HandView()
+    pol = Predictive(Ctx(view, predictor=HAND))
     s = session(1, 50, next_turn=1)
-    a, b = unit(1, s, 0, last_access=10.0), unit(2, session(2, 50, next_turn=1), 0, last_access=20.0)
+    a = view.unit(1, s, 0, last_access=10.0)
+    b = view.unit(2, session(2, 50, next_turn=1), 0, last_access=20.0)
     pol.insert(a, 30.0)
     pol.insert(b, 30.0)
-    assert pol.victim(30.0) is a
+    assert pol.peek(30.0) == a
     pol.access(a, 31.0)
     assert drain(pol, 31.0) == [2, 1]
 
@@ -133,7 +143,7 @@ def test_random_traffic_matches_brute_force(seed):
     pred = LifetimePredictor(tuple(BucketFit(c, 0, 0, p, 0, math.log(m), s) for c, p, m, s in laws))
     pol = Predictive(Ctx(predictor=pred))
 
-    def ref(u, r, now, recs):
+    def ref(uid, r, now, recs):
         return pred.p_return(r.completed, now - r.a), r.a, r.seq
 
     assert run_random(pol, ref, seed) > 100

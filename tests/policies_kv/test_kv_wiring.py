@@ -1,14 +1,11 @@
 """The engine wires what the KV policies need: CPU capacity, the lifetime predictor, on_admit."""
 from __future__ import annotations
 
-import math
-
 from costmodels import cost_model
 from sim import MemoryConfig, simulate
-from sim.metrics import summarize
-from sim.policies import PolicyContext, make_policy
-from sim.scheduler import Scheduler
 from sim.config import EngineConfig
+from sim.metrics import summarize
+from sim.scheduler import Scheduler
 from traces import load_trace
 from traces.records import Session, Turn
 

@@ -1,0 +1,499 @@
+"""The structures policies share: a lazy-deletion heap, a ghost FIFO, and a byte budget.
+
+Each is written once here; every policy that needs an ordered set with removal from the middle, a
+memory of evicted keys, or a capacity in bytes uses these.
+"""
+from __future__ import annotations
+
+import heapq
+from collections import OrderedDict
+from functools import partial
+
+
+class LazyHeap:
+    """A min-heap of candidates ``uid`` ordered by a key, with O(log n) push and O(1) discard.
+
+    ``discard`` only forgets the uid's live key; stale heap entries are skipped (and popped) when
+    the minimum is read. That cleaning changes no decision, so ``min`` is a pure peek as far as the
+    policy's choices go. A uid re-added with the key it had keeps its old entry (no duplicate), and
+    the heap is rebuilt when stale entries outnumber live ones, so memory follows the live set.
+    Keys must be totally ordered; equal keys fall back to the uid (deterministic ties).
+    """
+
+    __slots__ = ("_heap", "_heaped", "_live")
+
+    def __init__(self) -> None:
+        self._heap: list[tuple] = []            # (key, uid)
+        self._live: dict[int, object] = {}      # uid -> key of candidates
+        self._heaped: dict[int, object] = {}    # uid -> key of its entry in the heap
+
+    def push(self, uid: int, key) -> None:
+        self._live[uid] = key
+        if self._heaped.get(uid) != key:
+            self._heaped[uid] = key
+            heapq.heappush(self._heap, (key, uid))
+            if len(self._heap) > 2 * len(self._live) + 64:
+                self._compact()
+
+    def push_many(self, items) -> None:
+        """``push`` each (uid, key); a large batch is merged with one heapify (O(n), in C)."""
+        items = list(items)
+        if len(items) * 8 < len(self._heap):
+            for uid, key in items:
+                self.push(uid, key)
+            return
+        live, heaped, heap = self._live, self._heaped, self._heap
+        for uid, key in items:
+            live[uid] = key
+            if heaped.get(uid) != key:
+                heaped[uid] = key
+                heap.append((key, uid))
+        heapq.heapify(heap)
+        if len(heap) > 2 * len(live) + 64:
+            self._compact()
+
+    def discard(self, uid: int) -> bool:
+        return self._live.pop(uid, None) is not None
+
+    def key(self, uid: int):
+        return self._live.get(uid)
+
+    def min(self) -> int | None:
+        """The uid with the smallest live key, or None."""
+        heap, live = self._heap, self._live
+        while heap:
+            key, uid = heap[0]
+            if live.get(uid, heap) == key:
+                return uid
+            heapq.heappop(heap)
+            if self._heaped.get(uid) == key:
+                del self._heaped[uid]
+        return None
+
+    def pop(self) -> int | None:
+        uid = self.min()
+        if uid is not None:
+            del self._live[uid]
+        return uid
+
+    def _compact(self) -> None:
+        self._heap = [(k, u) for u, k in self._live.items()]
+        heapq.heapify(self._heap)
+        self._heaped = dict(self._live)
+
+    def __len__(self) -> int:
+        return len(self._live)
+
+    def __contains__(self, uid: int) -> bool:
+        return uid in self._live
+
+    def __iter__(self):
+        return iter(self._live)
+
+
+class EntryOrder:
+    """Candidates in the order they entered a tier, with O(1) removal from the middle and a pinned
+    unit's return to its old place.
+
+    A unit that has stayed a candidate since it entered sits in an ordered dict, in entry order:
+    O(1) throughout (a replay without pins never leaves it). A unit that left for a while (pinned)
+    and came back keeps its entry number and waits in a LazyHeap. The first in order is the
+    earlier of the two heads. Entry numbers must grow with every ``push_new``.
+    """
+
+    __slots__ = ("_fresh", "_back")
+
+    def __init__(self) -> None:
+        self._fresh: OrderedDict[int, int] = OrderedDict()   # uid -> entry number, in order
+        self._back = LazyHeap()
+
+    def push_new(self, uid: int, seq: int) -> None:
+        self._fresh[uid] = seq
+
+    def push_back(self, uid: int, seq: int) -> None:
+        self._back.push(uid, seq)
+
+    def push_back_many(self, items) -> None:
+        self._back.push_many(items)
+
+    def discard(self, uid: int) -> bool:
+        return self._fresh.pop(uid, None) is not None or self._back.discard(uid)
+
+    def min(self) -> int | None:
+        back = self._back.min()
+        if not self._fresh:
+            return back
+        uid = next(iter(self._fresh))
+        if back is not None and self._back.key(back) < self._fresh[uid]:
+            return back
+        return uid
+
+    def replay_view(self):
+        """(members, push, pop-oldest) as C-level calls, for a replay without pins onto an empty
+        order (``kvsim cachesim``): every unit stays in the entry-ordered dict, which alone is then
+        the queue. pop-oldest returns (uid, entry) and raises KeyError when empty. The order is in
+        that form for good (entry numbers are no longer kept)."""
+        if self._fresh or self._back:
+            raise ValueError("replay_view needs an empty order")
+        fresh = self._fresh
+        return fresh, fresh.setdefault, partial(fresh.popitem, last=False)
+
+    def pop_first(self) -> int | None:
+        """Take out and return the first in order (``min``), or None."""
+        if not self._back:
+            return self._fresh.popitem(last=False)[0] if self._fresh else None
+        uid = self.min()
+        self.discard(uid)
+        return uid
+
+    def __len__(self) -> int:
+        return len(self._fresh) + len(self._back)
+
+    def __contains__(self, uid: int) -> bool:
+        return uid in self._fresh or uid in self._back
+
+
+class RunQueue:
+    """A queue of uids kept as runs (extents) of consecutive uids, oldest first: a session's pages
+    that leave or return together are one entry, not one per page.
+
+    A run is ``[first, stop)`` less a set of holes (uids taken out of its middle); taking a uid off
+    either end moves ``first`` or ``stop``. Runs are keyed by the uid they started at (a fresh
+    negative key if that uid starts another run already), and grouped by ``bucket(uid)`` so the
+    runs holding a uid are found without a scan of the queue (the engine's buckets are sessions:
+    ``uid >> 24``); a run never spans two buckets. Appending a run, popping n uids from the head
+    and dropping a bucket are O(runs touched); taking one uid out is O(runs of its bucket).
+    """
+
+    __slots__ = ("_runs", "_in", "_long", "_n", "_spare")
+
+    def __init__(self) -> None:
+        self._runs: OrderedDict[int, list] = OrderedDict()   # key -> [first, stop, holes, bucket]
+        self._in: dict[int, set[int]] = {}                    # bucket -> keys of its runs
+        self._long: dict[int, set[int]] = {}                  # bucket -> keys of runs that may
+        #                                                       hold a uid other than their key
+        self._n = 0                                           # uids in the queue
+        self._spare = 0                                       # last negative key handed out
+
+    @staticmethod
+    def bucket(uid: int) -> int:
+        return uid >> 24
+
+    # -- adding ----------------------------------------------------------------------------------
+    def push_run(self, start: int, stop: int) -> None:
+        """Append uids ``start .. stop-1`` (none of them in the queue) at the newest end."""
+        while start < stop:
+            b = start >> 24
+            end = min(stop, (b + 1) << 24)
+            key = start
+            if key in self._runs:                    # that run moved on from start: a fresh key
+                self._spare -= 1
+                key = self._spare
+            self._runs[key] = [start, end, None, b]
+            keys = self._in.get(b)
+            if keys is None:
+                self._in[b] = {key}
+            else:
+                keys.add(key)
+            if end - start > 1 or key != start:
+                longs = self._long.get(b)
+                if longs is None:
+                    self._long[b] = {key}
+                else:
+                    longs.add(key)
+            self._n += end - start
+            start = end
+
+    def push(self, uid: int) -> None:
+        self.push_run(uid, uid + 1)
+
+    def extend(self, uids) -> None:
+        """Append uids in order; consecutive ones become one run (a ``range`` is one run)."""
+        if isinstance(uids, range) and uids.step == 1:
+            if len(uids):
+                self.push_run(uids.start, uids.stop)
+            return
+        start = prev = None
+        for uid in uids:
+            if start is not None and uid == prev + 1:
+                prev = uid
+                continue
+            if start is not None:
+                self.push_run(start, prev + 1)
+            start = prev = uid
+        if start is not None:
+            self.push_run(start, prev + 1)
+
+    # -- finding and taking out ------------------------------------------------------------------
+    def _run_of(self, uid: int) -> int | None:
+        """The key of the run holding ``uid`` (not as a hole), or None."""
+        runs = self._runs
+        run = runs.get(uid)
+        if run is not None:
+            first, stop, holes, _ = run
+            if first <= uid < stop and (holes is None or uid not in holes):
+                return uid
+        keys = self._long.get(uid >> 24)
+        if not keys:
+            return None
+        for key in keys:
+            first, stop, holes, _ = runs[key]
+            if first <= uid < stop and (holes is None or uid not in holes):
+                return key
+        return None
+
+    def __contains__(self, uid: int) -> bool:
+        return self._run_of(uid) is not None
+
+    def discard(self, uid: int) -> bool:
+        key = self._run_of(uid)
+        if key is None:
+            return False
+        run = self._runs[key]
+        self._n -= 1
+        if uid == run[0] or uid == run[1] - 1:       # off an end
+            if uid == run[0]:
+                run[0] += 1
+            else:
+                run[1] -= 1
+            holes = run[2]
+            while holes and run[0] in holes:
+                holes.discard(run[0])
+                run[0] += 1
+            while holes and run[1] - 1 in holes:
+                holes.discard(run[1] - 1)
+                run[1] -= 1
+            if run[0] >= run[1]:
+                self._drop(key)
+            return True
+        if run[2] is None:
+            run[2] = set()
+        run[2].add(uid)
+        return True
+
+    def holds_exactly(self, uids: range) -> bool:
+        """Are the queue's uids of ``uids``'s bucket exactly ``uids`` (then ``discard_bucket`` is
+        the removal of ``uids``)? O(runs of the bucket)."""
+        b = uids.start >> 24
+        if (uids.stop - 1) >> 24 != b:
+            return False
+        keys = self._in.get(b)
+        if not keys:
+            return len(uids) == 0
+        count = 0
+        for key in keys:
+            first, stop, holes, _ = self._runs[key]
+            if first < uids.start or stop > uids.stop:
+                return False
+            count += stop - first - (len(holes) if holes else 0)
+        return count == len(uids)
+
+    def discard_bucket(self, bucket: int) -> int:
+        """Take out every run of one bucket (a whole session); returns how many uids left."""
+        keys = self._in.pop(bucket, None)
+        self._long.pop(bucket, None)
+        if not keys:
+            return 0
+        gone = 0
+        runs = self._runs
+        for key in keys:
+            first, stop, holes, _ = runs.pop(key)
+            gone += stop - first - (len(holes) if holes else 0)
+        self._n -= gone
+        return gone
+
+    def _drop(self, key: int) -> None:
+        b = self._runs.pop(key)[3]
+        keys = self._in[b]
+        keys.discard(key)
+        if not keys:
+            del self._in[b]
+        longs = self._long.get(b)
+        if longs is not None:
+            longs.discard(key)
+            if not longs:
+                del self._long[b]
+
+    def first(self) -> int | None:
+        """The oldest uid, or None (runs never start or end on a hole)."""
+        for first, _, _, _ in self._runs.values():
+            return first
+        return None
+
+    def pop(self, n: int) -> list[int]:
+        """Take out the ``n`` oldest uids (fewer if the queue is shorter), oldest first."""
+        out: list[int] = []
+        for a, b in self.pop_runs(n):
+            out.extend(range(a, b))
+        return out
+
+    def pop_runs(self, n: int) -> list[tuple[int, int]]:
+        """``pop(n)`` as extents: (first, stop) ranges of consecutive uids, oldest first."""
+        out: list[tuple[int, int]] = []
+        runs = self._runs
+        while n > 0 and runs:
+            key, run = next(iter(runs.items()))
+            first, stop, holes, _ = run
+            if holes is None:
+                end = min(stop, first + n)
+                out.append((first, end))
+                n -= end - first
+                self._n -= end - first
+            else:
+                end = a = first
+                while end < stop and n > 0:
+                    if end in holes:                 # a hole ends the current extent
+                        holes.discard(end)
+                        if a < end:
+                            out.append((a, end))
+                        a = end + 1
+                    else:
+                        n -= 1
+                        self._n -= 1
+                    end += 1
+                if a < end:
+                    out.append((a, end))
+                while holes and end in holes:
+                    holes.discard(end)
+                    end += 1
+            if end >= stop:
+                self._drop(key)
+            else:
+                run[0] = end                         # the rest stays at the head
+        return out
+
+    def replay_view(self):
+        """(members, move-to-newest, push, pop-oldest) as C-level calls, for a replay that only
+        ever pushes single uids onto an empty queue (``kvsim cachesim``): each uid is then its own
+        run, so the run table alone is the queue. pop-oldest returns (uid, run) and raises
+        KeyError when empty. The queue is in that form for good: only the four calls apply
+        afterwards (the bucket look-ups raise)."""
+        if self._runs:
+            raise ValueError("replay_view needs an empty queue")
+        runs = self._runs
+        self._in = self._long = None
+        return runs, runs.move_to_end, runs.setdefault, partial(runs.popitem, last=False)
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __iter__(self):
+        for first, stop, holes, _ in list(self._runs.values()):
+            for uid in range(first, stop):
+                if holes is None or uid not in holes:
+                    yield uid
+
+
+class SeqQueue:
+    """Units ordered by a sequence number, oldest first, with their sizes and total bytes: a
+    ``LazyHeap`` on the number. ``push`` with the number a unit had before puts it back in its old
+    place (a pinned unit returning)."""
+
+    __slots__ = ("_heap", "_size", "nbytes")
+
+    def __init__(self) -> None:
+        self._heap = LazyHeap()
+        self._size: dict[int, int] = {}
+        self.nbytes = 0
+
+    def push(self, uid: int, seq: int, size: int) -> None:
+        self._heap.push(uid, seq)
+        self._size[uid] = size
+        self.nbytes += size
+
+    def discard(self, uid: int) -> tuple[int, int] | None:
+        """Take ``uid`` out; returns its (seq, size) or None."""
+        seq = self._heap.key(uid)
+        if seq is None:
+            return None
+        self._heap.discard(uid)
+        size = self._size.pop(uid)
+        self.nbytes -= size
+        return seq, size
+
+    def oldest(self) -> int | None:
+        return self._heap.min()
+
+    def seq_of(self, uid: int) -> int:
+        return self._heap.key(uid)
+
+    def size_of(self, uid: int) -> int:
+        return self._size[uid]
+
+    def __len__(self) -> int:
+        return len(self._heap)
+
+    def __contains__(self, uid: int) -> bool:
+        return uid in self._heap
+
+
+class GhostFIFO:
+    """Keys (and sizes) of evicted units, oldest first, with their total bytes."""
+
+    __slots__ = ("_q", "bytes")
+
+    def __init__(self) -> None:
+        self._q: OrderedDict[int, int] = OrderedDict()
+        self.bytes = 0
+
+    def add(self, uid: int, size: int) -> None:
+        if uid in self._q:
+            self.bytes -= self._q.pop(uid)
+        self._q[uid] = size
+        self.bytes += size
+
+    def take(self, uid: int) -> int | None:
+        """Forget ``uid`` (a ghost hit); its size, or None if it was not remembered."""
+        size = self._q.pop(uid, None)
+        if size is not None:
+            self.bytes -= size
+        return size
+
+    def pop_oldest(self) -> tuple[int, int]:
+        uid, size = self._q.popitem(last=False)
+        self.bytes -= size
+        return uid, size
+
+    def trim(self, max_bytes: float) -> None:
+        """Forget the oldest keys until at most ``max_bytes`` are remembered."""
+        while self.bytes > max_bytes and self._q:
+            self.pop_oldest()
+
+    def __len__(self) -> int:
+        return len(self._q)
+
+    def __contains__(self, uid: int) -> bool:
+        return uid in self._q
+
+    def __iter__(self):
+        return iter(self._q)                    # oldest first
+
+    def __bool__(self) -> bool:
+        return bool(self._q)
+
+
+class ByteBudget:
+    """A tier's capacity in bytes: the one given to ``set_capacity``, or else the high-water mark
+    of the bytes held (the engine fills a tier before it evicts, so the mark reaches the capacity
+    by the first eviction)."""
+
+    __slots__ = ("capacity", "hwm", "resident")
+
+    def __init__(self) -> None:
+        self.capacity: int | None = None
+        self.hwm = 0
+        self.resident = 0
+
+    def set(self, capacity: int) -> None:
+        self.capacity = int(capacity)
+
+    def grow(self, nbytes: int) -> None:
+        self.resident += nbytes
+        self.hwm = max(self.hwm, self.resident)
+
+    def shrink(self, nbytes: int) -> None:
+        self.resident -= nbytes
+
+    @property
+    def c(self) -> int:
+        return self.capacity if self.capacity is not None else self.hwm

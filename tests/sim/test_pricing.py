@@ -1,0 +1,55 @@
+"""Iteration pricing: closed-form decode runs equal pricing the steps one by one, to the bit."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from costmodels import BatchShape, cost_model
+from sim.pricing import Pricer, recompute_pairs
+
+COST = cost_model("llama-3-8b", "h100-sxm")
+PAGE = 16 * COST.kv_bytes_per_token
+
+
+@settings(max_examples=200, deadline=None)
+@given(seqs=st.integers(1, 300), ctx=st.integers(0, 2_000_000), steps=st.integers(1, 200),
+       horizon=st.one_of(st.just(math.inf), st.floats(0.0, 5.0)), used=st.integers(0, 10**11),
+       gbs=st.floats(0.0, 1e9))
+def test_decode_run_equals_stepping(seqs, ctx, steps, horizon, used, gbs):
+    start = 1.25
+    pricer = Pricer(COST, PAGE, pipelining=True)
+    run = pricer.decode_run(seqs, ctx, steps, start, horizon, used, gbs)
+    # the definition: one iteration at a time, each priced as a whole iteration of the batch
+    t, acc, durations = start, gbs, []
+    for k in range(steps):
+        if k and t >= horizon:
+            break
+        d = COST.iteration(BatchShape.decode(seqs, ctx + k * seqs)).total_s
+        durations.append(d)
+        acc += used * d
+        t += d
+    assert run.steps == len(durations)
+    assert run.durations == durations          # bit for bit
+    assert run.end_s == t and run.gpu_byte_seconds == acc
+
+
+def test_vector_and_scalar_decode_prices_are_the_iteration_price():
+    ctx = np.arange(0, 3_000_000, 7919)
+    for seqs in (1, 2, 31, 256):
+        price = COST.decode_pricer(seqs)
+        vec = COST.decode_steps_s(seqs, ctx)
+        for c, v in zip(ctx.tolist(), vec.tolist()):
+            assert price(c) == v == COST.iteration(BatchShape.decode(seqs, c)).total_s
+
+
+def test_recompute_pairs_by_hand():
+    # pages of 16 tokens; the session held 40 tokens; pages 0 and 2 are recomputed:
+    # page 0: 16 tokens at 0 -> 16 * (0 + 8) = 128; page 2: 8 tokens at 32 -> 8 * (32 + 4) = 288
+    assert recompute_pairs([0, 2], 1, 16, 40) == 128 + 288
+    many = list(range(0, 200, 3))               # the numpy path adds in the same order
+    assert recompute_pairs(many, 1, 16, 5000) == sum(
+        (min(5000, 16 * i + 16) - 16 * i) * (16 * i + (min(5000, 16 * i + 16) - 16 * i) / 2.0)
+        for i in many)
