@@ -26,6 +26,10 @@ from dataclasses import dataclass
 from sim.config import GIB
 
 CALIBRATION_SESSIONS = 300
+# What the figures are held against (printed beside them; a benchmark judges nothing itself).
+TURNS_PER_S_TARGET = 4_000          # block units, LRU, 10,000 sessions at 10 % of peak demand
+DOUBLING_TARGET = 2.1               # wall time at 2N sessions over N
+KIB_PER_SESSION_TARGET = 40         # peak RSS over sessions
 SPAWN_S = 2.0  # rough cost of starting one timed process (spawn and imports), for the estimate
 
 
@@ -193,7 +197,7 @@ def run_bench(cfg: BenchConfig, echo=print, show_progress: bool = True) -> dict:
         bar.close()
     if cfg.scaling:
         ratio = figures[sizes[1]]["median_wall_s"] / figures[sizes[0]]["median_wall_s"]
-        echo(f"doubling the sessions: {ratio:.2f}x the median wall time (target <= 2.2x)")
+        echo(f"doubling the sessions: {ratio:.2f}x the median wall time (target <= {DOUBLING_TARGET}x)")
         figures["doubling_ratio"] = ratio
     return figures
 
@@ -213,6 +217,11 @@ def _one_size(cfg: BenchConfig, n: int, echo, bar) -> dict:
         echo(f"  wall s          min/median/max: {_mmm(walls, '.2f')}")
         echo(f"  turns/s         min/median/max: {_mmm([s.turns_per_s for s in samples], ',.0f')}")
         echo(f"  peak RSS MiB    min/median/max: {_mmm([s.peak_rss_mib for s in samples], ',.0f')}")
+        echo(f"  KiB per session min/median/max: "
+             f"{_mmm([s.peak_rss_mib * 1024 / n for s in samples], ',.1f')}  (peak RSS / sessions; "
+             f"target <= {KIB_PER_SESSION_TARGET})")
+        median_rate = statistics.median(s.turns_per_s for s in samples)
+        echo(f"  median {median_rate:,.0f} turns/s against a target of >= {TURNS_PER_S_TARGET:,}")
     return {"median_wall_s": statistics.median(walls), "turns": samples[0].turns,
             "turns_per_s": samples[0].turns / statistics.median(walls),
             "peak_demand_gb": demand, "gpu_kv_gb": gpu_gb, "reprefill_rate": reprefill}

@@ -3,11 +3,11 @@
 A benchmark, not a test: it prints figures.
 
 1. Eviction decision latency, for every online registered policy (offline ones, ``offline = True``,
-   are skipped): ``resident`` engine units (``sim.units.Unit``, 16-page sessions, the Llama-3-8B/H100
-   cost model in the context) are inserted into one policy instance and warmed with Zipf hits; then
-   each timed cycle is ``victim`` + ``remove`` + ``insert`` of a new unit (the engine's eviction
-   path; one untimed hit between cycles keeps the mix). Reported: p50 and p99 in microseconds,
-   against the DESIGN.md targets (p50 < 100 us, p99 < 1 ms).
+   are skipped): ``resident`` engine units (uids of 16-page sessions, read through a
+   ``sim.units.UnitView`` as in the engine; the Llama-3-8B/H100 cost model in the context) are
+   inserted into one policy instance and warmed with Zipf hits; then each timed cycle is ``evict`` +
+   ``insert`` of a new unit (the engine's eviction path; one untimed hit between cycles keeps the
+   mix). Reported: p50 and p99 in microseconds, against the targets p50 < 100 us, p99 < 1 ms.
 2. cachesim throughput on a Zipf stream of ``requests`` requests (unit sizes), for lru and fifo,
    side by side with libCacheSim on the same stream: natively (``process_trace`` over an
    oracleGeneral binary trace: C reader and C loop) and stepped from Python (``cache.get`` per
@@ -30,8 +30,8 @@ import numpy as np
 
 @dataclass(frozen=True, slots=True)
 class PolicyBenchConfig:
-    resident: int = 100_000          # units resident in the policy during the latency benchmark
-    cycles: int = 20_000             # timed victim+remove+insert cycles per policy
+    resident: int = 1_000_000        # units resident in the policy during the latency benchmark
+    cycles: int = 20_000             # timed evict+insert cycles per policy
     requests: int = 1_000_000        # cachesim stream length
     objects: int = 100_000           # Zipf universe of the stream
     alpha: float = 1.0               # Zipf exponent
@@ -64,70 +64,69 @@ def online_policies() -> list[str]:
 def decision_latency(policy: str, cfg: PolicyBenchConfig) -> Latency:
     from costmodels import cost_model
     from sim.policies import PolicyContext, make_policy
-    from sim.units import SessionKV, Tier, Unit
+    from sim.units import UNIT_BITS, UNIT_MASK, SessionKV, Tier, UnitView, uid_of
 
     cost = cost_model("llama-3-8b", "h100-sxm")
     page = 16 * cost.kv_bytes_per_token
     rng = np.random.default_rng(cfg.seed)
-    pol = make_policy(policy, PolicyContext(tier=Tier.GPU, block_tokens=16,
-                                            num_layers=cost.model.num_layers, seed=cfg.seed, cost=cost))
-    if hasattr(pol, "set_capacity"):
-        pol.set_capacity(cfg.resident * page)
     n_new = cfg.cycles
     total = cfg.resident + n_new
     n_sess = -(-total // 16)
     sessions = [SessionKV(i, f"s{i}", i % 3) for i in range(n_sess)]
     think = rng.exponential(30.0, n_sess)
-    units = []
-    for k in range(total):
-        sess = sessions[k // 16]
-        u = Unit(k + 1, sess, k % 16, 1, page, tier=Tier.GPU, hits=1,
-                 next_access_s=float(think[k // 16]))
-        sess.units.append(u)
-        sess.tokens += 16
-        units.append(u)
+    for i, sess in enumerate(sessions):
+        n = min(16, total - 16 * i)
+        sess.tier.extend(bytes([Tier.DROPPED]) * n)   # placed in the tier when it enters
+        sess.tier_pages[Tier.DROPPED] = n
+        sess.tokens = 16 * n
+        sess.next_access_s = float(think[i])
+    units = [uid_of(k // 16, k % 16) for k in range(total)]
+    view = UnitView(sessions, page)
+    pol = make_policy(policy, PolicyContext(tier=Tier.GPU, block_tokens=16,
+                                            num_layers=cost.model.num_layers, view=view, cost=cost))
+    pol.set_capacity(cfg.resident * page)
+
+    def place(uid: int, tier: Tier) -> None:
+        sess = sessions[uid >> UNIT_BITS]
+        old = sess.tier[uid & UNIT_MASK]
+        sess.tier[uid & UNIT_MASK] = tier
+        sess.tier_pages[old] -= 1
+        sess.tier_pages[tier] += 1
+
     now = 0.0
-    seq = 0
-
-    def enter(u, t):
-        nonlocal seq
-        seq += 1
-        u.tier_seq, u.tier_since_s, u.last_access_s, u.created_s = seq, t, t, t
-        pol.insert(u, t)
-
-    for u in units[:cfg.resident]:
+    for uid in units[:cfg.resident]:
         now += 1e-3
-        enter(u, now)
+        place(uid, Tier.GPU)
+        sessions[uid >> UNIT_BITS].last_access_s = now
+        pol.insert(uid, now)
     resident = list(units[:cfg.resident])
-    pos = {u.key: i for i, u in enumerate(resident)}
+    pos = {uid: i for i, uid in enumerate(resident)}
     p = 1.0 / np.arange(1, cfg.resident + 1) ** 0.9
     warm = rng.choice(cfg.resident, size=cfg.resident, p=p / p.sum()).tolist()
     for i in warm:                                   # warm-up hits (untimed)
         now += 1e-3
-        u = resident[i]
-        u.last_access_s = now
-        u.hits += 1
-        pol.access(u, now)
+        uid = resident[i]
+        sessions[uid >> UNIT_BITS].last_access_s = now
+        pol.access(uid, now)
     hits_between = rng.integers(0, cfg.resident, n_new).tolist()
     samples = np.empty(n_new, dtype=np.int64)
     clock = time.perf_counter_ns
     for c in range(n_new):
         now += 1e-3
         new = units[cfg.resident + c]
-        seq += 1
-        new.tier_seq, new.tier_since_s, new.last_access_s, new.created_s = seq, now, now, now
+        place(new, Tier.GPU)
+        sessions[new >> UNIT_BITS].last_access_s = now
         t0 = clock()
-        v = pol.victim(now)
-        pol.remove(v)
+        v = pol.evict(now)
         pol.insert(new, now)
         samples[c] = clock() - t0
-        i = pos.pop(v.key)                           # bookkeeping (untimed)
+        place(v, Tier.DROPPED)                       # bookkeeping (untimed)
+        i = pos.pop(v)
         resident[i] = new
-        pos[new.key] = i
-        u = resident[hits_between[c]]
-        u.last_access_s = now
-        u.hits += 1
-        pol.access(u, now)
+        pos[new] = i
+        uid = resident[hits_between[c]]
+        sessions[uid >> UNIT_BITS].last_access_s = now
+        pol.access(uid, now)
     us = samples / 1e3
     return Latency(policy, float(np.percentile(us, 50)), float(np.percentile(us, 99)),
                    float(us.max()), n_new)
@@ -248,14 +247,14 @@ def run_policy_bench(cfg: PolicyBenchConfig, echo=print) -> dict:
     echo(f"machine: {os.cpu_count()} CPUs, load average {load:.2f}; a bare Python dict-lookup loop "
          f"runs {_python_loop_mreq_s():.2f} M iterations/s")
     policies = list(cfg.policies) or online_policies()
-    echo(f"eviction decision latency (victim + remove + insert), {cfg.resident:,} resident units, "
+    echo(f"eviction decision latency (evict + insert), {cfg.resident:,} resident units, "
          f"{cfg.cycles:,} cycles; targets p50 < 100 us, p99 < 1000 us")
     echo(f"  {'policy':<18}{'p50 us':>10}{'p99 us':>10}{'max us':>10}  targets")
     lat = {}
     for p in policies:
         try:
             r = decision_latency(p, cfg)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - a broken policy is reported, the others still run
             echo(f"  {p:<18} failed: {type(exc).__name__}: {exc}")
             continue
         ok = "pass" if r.p50_us < 100 and r.p99_us < 1000 else "FAIL"

@@ -7,12 +7,12 @@ import argparse
 def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
         "bench-policies", help="time eviction decisions and cachesim replay speed",
-        description="Eviction decision latency (victim + remove + insert) with N resident units for "
+        description="Eviction decision latency (evict + insert) with N resident units for "
                     "every online registered policy (p50/p99 in microseconds), then cachesim "
                     "throughput on a Zipf stream for lru and fifo next to libCacheSim's on the same "
                     "stream (min/median/max over repeats, and the ratio). A benchmark: it prints "
                     "figures, it asserts nothing.")
-    p.add_argument("--resident", type=int, default=100_000, help="resident units (default 100000)")
+    p.add_argument("--resident", type=int, default=1_000_000, help="resident units (default 1000000)")
     p.add_argument("--cycles", type=int, default=20_000, help="timed cycles per policy (default 20000)")
     p.add_argument("--requests", type=int, default=1_000_000, help="cachesim stream length (default 1e6)")
     p.add_argument("--objects", type=int, default=100_000, help="Zipf universe (default 100000)")

@@ -19,16 +19,18 @@ def test_bench_shows_expected_duration_and_progress_on_stderr(capsys):
     bars = re.findall(r"bench: +(\d+)%\|.*?\| (\d+)/(\d+) \[", err)
     assert bars and all(int(t) == total for _, _, t in bars), err
     assert bars[-1][:2] == ("100", str(total))  # every turn of both runs counted
-    # The figures are unchanged and stay on stdout.
+    # The figures stay on stdout.
     lines = out.strip().splitlines()
     assert re.match(r"40 sessions, \d+ turns, llama-3-8b on h100-sxm, block units, lru: ", lines[0])
-    assert [line.split(":")[0].strip() for line in lines[1:]] == [
+    assert [line.split(":")[0].strip() for line in lines[1:4]] == [
         "wall s          min/median/max", "turns/s         min/median/max",
         "peak RSS MiB    min/median/max"]
+    assert lines[4].strip().startswith("KiB per session min/median/max:") and "target <= 40" in lines[4]
+    assert re.fullmatch(r"median [\d,]+ turns/s against a target of >= 4,000", lines[5].strip())
 
 
 def test_bench_quiet_prints_figures_only(capsys):
     assert main([*ARGS, "--quiet"]) == 0
     out, err = capsys.readouterr()
     assert err == ""
-    assert len(out.strip().splitlines()) == 4
+    assert len(out.strip().splitlines()) == 6
