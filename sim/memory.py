@@ -120,7 +120,7 @@ class TieredMemory:
         """Make every unit of the pinned session GPU-resident (the caller made room): CPU units are
         swapped in, dropped ones recomputed. The GPU policy hears of them in page order.
 
-        Returns (swapped-in bytes, swapped-in pages, unit indices recomputed).
+        Returns (swapped-in bytes, swapped-in pages, unit indices recomputed, as an array).
         """
         if not sess.pinned:
             raise AssertionError(f"session {sess.session_id} is not pinned")
@@ -133,7 +133,7 @@ class TieredMemory:
         codes = np.frombuffer(tier, dtype=np.uint8)
         moved = np.flatnonzero(codes)                                 # not on the GPU, page order
         was = codes[moved]
-        recomputed = moved[was == 2].tolist()
+        recomputed = moved[was == 2]                                  # an index array
         swapped = (moved[was == 1] + base).tolist()
         del codes
         tier[moved[0]:] = tier[moved[0]:].replace(b"\x01", b"\x00").replace(b"\x02", b"\x00")

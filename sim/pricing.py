@@ -16,7 +16,16 @@ from costmodels import BatchShape, CostModel, attention_pairs
 _SCALAR_RUN = 16      # runs shorter than this are priced in a loop: numpy's call overhead loses
 
 
-def recompute_pairs(units: list[int], pages_per_unit: int, block_tokens: int, old_tokens: int) -> float:
+def running_sum(first: float, values: np.ndarray) -> np.ndarray:
+    """[first, first + v0, first + v0 + v1, ...]: the sums a loop adding in order gives (cumsum adds
+    in order), without building a concatenated array through numpy's Python wrappers."""
+    out = np.empty(len(values) + 1)
+    out[0] = first
+    out[1:] = values
+    return out.cumsum(out=out)
+
+
+def recompute_pairs(units, pages_per_unit: int, block_tokens: int, old_tokens: int) -> float:
     """Query-key pairs of recomputing these units (indices, in page order) of a session that held
     ``old_tokens``: each unit's n tokens starting at position a attend to the n*(a + n/2) keys
     before and among them (every earlier token is resident or recomputed first in the same pass).
@@ -25,13 +34,13 @@ def recompute_pairs(units: list[int], pages_per_unit: int, block_tokens: int, ol
     if len(units) < 32:
         pairs = 0.0
         for i in units:
-            a = i * span
+            a = int(i) * span
             n = min(old_tokens, a + span) - a
             pairs += n * (a + n / 2.0)
         return pairs
     a = np.asarray(units, dtype=np.int64) * span
     n = np.minimum(old_tokens, a + span) - a
-    return float(np.cumsum(n * (a + n / 2.0))[-1])
+    return float((n * (a + n / 2.0)).cumsum()[-1])
 
 
 @dataclass(slots=True)
@@ -62,11 +71,18 @@ class Pricer:
             h2d_copies=h2d_pages * self.layers, d2h_bytes=d2h_bytes,
             d2h_copies=d2h_bytes // self.page_bytes * self.layers, pipelining=self.pipelining).total_s
 
+    def decode_with_d2h_s(self, seqs: int, ctx: int, d2h_bytes: int) -> float:
+        """A decode-only iteration that also carries a demotion's device-to-host copy on its own
+        stream: ``iteration_s`` of that shape, to the bit, without building shapes (the iteration
+        ends when both the compute and the copy are done)."""
+        copy = self.cost.copy_s("d2h", d2h_bytes, d2h_bytes // self.page_bytes * self.layers)
+        return max(self.cost.decode_step_s(seqs, ctx), copy)
+
     def ideal_ttft_s(self, prompt: int, history: int) -> float:
         """TTFT with the whole history on the GPU and an empty queue."""
         return self.cost.iteration(BatchShape.prefill(max(prompt, 1), history)).total_s
 
-    def prefill_pairs(self, recomputed: list[int], pages_per_unit: int, block_tokens: int,
+    def prefill_pairs(self, recomputed, pages_per_unit: int, block_tokens: int,
                       old_tokens: int, new_tokens: int) -> float:
         """Attention pairs of one admission: recomputed units first, then the new tokens over the
         whole context before them."""
@@ -91,7 +107,7 @@ class Pricer:
                 n += 1
             return DecodeRun(n, durations, t, gbs)
         d_all = self.cost.decode_steps_s(seqs, ctx + seqs * np.arange(steps))
-        starts = np.cumsum(np.concatenate(([start_s], d_all)))
+        starts = running_sum(start_s, d_all)
         n = max(1, int(np.searchsorted(starts[:steps], horizon_s, side="left")))
-        gbs = np.cumsum(np.concatenate(([gpu_byte_seconds], used_bytes * d_all[:n])))
+        gbs = running_sum(gpu_byte_seconds, used_bytes * d_all[:n])
         return DecodeRun(n, d_all[:n].tolist(), float(starts[n]), float(gbs[-1]))

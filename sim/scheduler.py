@@ -28,7 +28,7 @@ from sim.config import EngineConfig, MemoryConfig
 from sim.lifetime import fit_lifetime
 from sim.memory import CPU, DROPPED, GPU, TieredMemory
 from sim.policies import EvictionPolicy, PolicyContext, make_policy, policy_class
-from sim.pricing import Pricer
+from sim.pricing import Pricer, running_sum
 from sim.results import TurnRecord
 from sim.units import SessionKV, UnitView, uid_of
 from traces.records import Session, Turn
@@ -99,8 +99,7 @@ class Scheduler:
             clock=clock or (lambda: 0))
         self.pricer = Pricer(cost, self.page_bytes, engine.pipelining)
         # Decode spans allocate their pages in one batch when that cannot change a decision.
-        self._bulk = (type(self.mem.policy[GPU]).grows_in_bulk and not self.per_session_unit
-                      and self.mem.capacity[CPU] < self.page_bytes)
+        self._bulk = type(self.mem.policy[GPU]).grows_in_bulk and not self.per_session_unit
         self.arrivals = Arrivals()
         self.waiting: deque[TurnRun] = deque()
         self.running: dict[int, TurnRun] = {}                # admit_seq -> run, in admission order
@@ -359,7 +358,7 @@ class Scheduler:
                 break
             d2h = self._take_d2h()
             if d2h:                       # a demotion's copy: this step is priced on its own
-                d = pricer.iteration_s(BatchShape(), seqs, self.dec_ctx, d2h_bytes=d2h)
+                d = pricer.decode_with_d2h_s(seqs, self.dec_ctx, d2h)
                 span.gpu_byte_seconds += used_gpu[GPU] * d
                 self.step_s.append(d)
                 n, t = 1, t + d
@@ -380,9 +379,9 @@ class Scheduler:
 
     def _decode_span_bulk(self, span: DecodeSpan, now: float, horizon: float, stop: int) -> bool:
         """The whole span at once, when its page allocations can be made in one batch: the GPU
-        policy's victims do not depend on pinned inserts (``grows_in_bulk``), no CPU tier turns
-        evictions into copies that reprice a step, and the GPU can give every page the span needs
-        without a preemption. Same ledger, memory and policy state as ``decode_span``'s loop
+        policy's victims do not depend on pinned inserts and its demotions batch exactly
+        (``grows_in_bulk``), every demotion's copy hides behind its step's compute, and the GPU can
+        give every page the span needs without a preemption. Same ledger, memory and policy state as ``decode_span``'s loop
         (which runs instead, returning False here, when a condition fails)."""
         seqs, step0, mem, bt = self.dec_seqs, self.step, self.mem, self.bt
         if stop <= step0 or now >= horizon:
@@ -391,7 +390,7 @@ class Scheduler:
         want = min(64, stop - step0)
         while True:
             d = self.cost.decode_steps_s(seqs, self.dec_ctx + seqs * np.arange(want))
-            starts = np.cumsum(np.concatenate(([now], d)))
+            starts = running_sum(now, d)
             if starts[-1] >= horizon or want == stop - step0:
                 break
             want = min(2 * want, stop - step0)
@@ -411,8 +410,18 @@ class Scheduler:
             return False                          # some step would preempt: step by step
         free = mem.free(GPU)
         free_pages = total if math.isinf(free) else int(free // page)
+        if total > free_pages and mem.capacity[CPU] >= page and mem.reclaimable(CPU) >= page:
+            # Each allocation past the free room demotes one page, whose copy rides on its own
+            # step: step by step unless every such copy hides behind its step's compute.
+            due = sorted(k for run, key, count in growing for k in range(key, key + count * bt, bt))
+            per_step = np.bincount(np.asarray(due[free_pages:]) - step0, minlength=n)
+            for k in np.flatnonzero(per_step).tolist():
+                nbytes = int(per_step[k]) * page
+                if self.cost.copy_s("d2h", nbytes, nbytes // page * self.cost.model.num_layers) > d[k]:
+                    return False
         if total > free_pages:
             mem.make_room(total * page, now)      # the victims of every single-page make_room
+            self._d2h_mark = mem.swap_out_bytes   # their copies were priced in their own steps
         for key in touched:
             del self._page_due[key]
         gpu_policy = mem.policy[GPU]
@@ -441,7 +450,7 @@ class Scheduler:
             firsts = np.sort(np.asarray(steps, dtype=np.int64))[:free_pages] - step0
             grown = np.cumsum(np.bincount(firsts, minlength=n)[:n])
         used = (mem.used[GPU] - page * int(grown[-1] if len(grown) else 0)) + page * grown
-        gbs = np.cumsum(np.concatenate(([span.gpu_byte_seconds], used * d[:n])))
+        gbs = running_sum(span.gpu_byte_seconds, used * d[:n])
         span.gpu_byte_seconds = float(gbs[-1])
         self.step_s.extend(d[:n].tolist())
         span.steps = n

@@ -61,8 +61,9 @@ class EvictionPolicy(ABC):
     offline: ClassVar[bool] = False     # needs next-access times (Belady-style bounds)
     reads_last_access: ClassVar[bool] = True  # reads view.last_access_s (cachesim keeps it then)
     # True when a pinned insert never changes the next victims, time plays no part in the choice,
-    # and consecutive evict_bytes calls equal one call for their sum: the engine may then give a
-    # decode span's new pages in one batch.
+    # consecutive evict_bytes calls equal one call for their sum, and take_in of a batch equals
+    # taking its units in one at a time (a queue): the engine may then give a decode span's new
+    # pages, and demote their victims, in one batch.
     grows_in_bulk: ClassVar[bool] = False
 
     def __init__(self, ctx: PolicyContext) -> None:

@@ -7,10 +7,11 @@ import random
 from fractions import Fraction
 
 import pytest
+from kv_helpers import PAGE, FakeCost, HandView, drain
+from kv_helpers import session as kv_session
 
 from costmodels import (
     BatchShape,
-    PensieveConstants,
     attention_pairs,
     cost_model,
     pipelined_time_uniform,
@@ -24,78 +25,16 @@ from sim.units import SessionKV, Tier
 
 COST = cost_model("llama-3-8b", "h100-sxm")
 BT = 16
-PAGE = 1 << 20
 
 
-# -- hand-built units ----------------------------------------------------------------------------
-class HandView:
-    """A unit view over hand-placed units: each uid has a session, a page span, a layer, a size
-    and its own last access."""
-
-    per_session = True
-    unit_bytes = None
-
-    def __init__(self) -> None:
-        self.units: dict[int, tuple[SessionKV, int, int, int, int]] = {}
-        self.last: dict[int, float] = {}
-
-    def unit(self, uid: int, sess: SessionKV, page: int, last_access: float = 0.0, layer: int = -1,
-             pages: int = 1, size: int = PAGE) -> int:
-        self.units[uid] = (sess, page, pages, layer, size)
-        self.last[uid] = last_access
-        return uid
-
-    def session(self, uid: int) -> SessionKV:
-        return self.units[uid][0]
-
-    def first_page(self, uid: int) -> int:
-        return self.units[uid][1]
-
-    def pages(self, uid: int) -> int:
-        return self.units[uid][2]
-
-    def layer(self, uid: int) -> int:
-        return self.units[uid][3]
-
-    def size(self, uid: int) -> int:
-        return self.units[uid][4]
-
-    def last_access_s(self, uid: int) -> float:
-        return self.last[uid]
-
-    def next_access_s(self, uid: int) -> float:
-        return math.inf
-
-
-class FakeCost:
-    """Only what the Pensieve formula reads: pensieve_constants(n_new)."""
-
-    def __init__(self, alpha: float, beta: float, non_attention: float) -> None:
-        self.k = (alpha, beta, non_attention)
-        self.asked: list[int] = []
-
-    def pensieve_constants(self, n_new: int = 1) -> PensieveConstants:
-        self.asked.append(n_new)
-        return PensieveConstants(n_new, *self.k)
-
-
+# -- hand-built units: kv_helpers' view, cost stand-in and drain ---------------------------------
 def session(index: int, tokens: int) -> SessionKV:
-    s = SessionKV(index, f"s{index}", 0)
-    s.tokens = tokens
-    return s
+    return kv_session(index, tokens)
 
 
 def ctx(view, tier=Tier.GPU, block_tokens=BT, num_layers=4, cost=None, cpu_kv_bytes=None):
     return PolicyContext(tier=tier, block_tokens=block_tokens, num_layers=num_layers, view=view,
                          cost=cost, cpu_kv_bytes=cpu_kv_bytes)
-
-
-def drain(policy, now: float) -> list[int]:
-    """Evict everything at ``now``: the uids in order."""
-    out = []
-    while (v := policy.evict(now)) is not None:
-        out.append(v)
-    return out
 
 
 # -- the worked example --------------------------------------------------------------------------

@@ -94,7 +94,7 @@ def test_bring_to_gpu_swaps_in_cpu_pages_and_recomputes_dropped_ones():
     assert mem.make_room(3 * PAGE, now=4.0)    # three pages are free already: nothing moves
     assert tiers(b) == "G"
     swapped, swapped_pages, recomputed = mem.bring_to_gpu(a, 4.0)
-    assert (swapped, swapped_pages, recomputed) == (PAGE, 1, [0, 1])
+    assert (swapped, swapped_pages, list(recomputed)) == (PAGE, 1, [0, 1])
     assert tiers(a) == "GGG" and a.tier_pages == [3, 0, 0] and mem.used == [4 * PAGE, 0]
 
 

@@ -53,3 +53,13 @@ def test_recompute_pairs_by_hand():
     assert recompute_pairs(many, 1, 16, 5000) == sum(
         (min(5000, 16 * i + 16) - 16 * i) * (16 * i + (min(5000, 16 * i + 16) - 16 * i) / 2.0)
         for i in many)
+
+
+@settings(max_examples=200, deadline=None)
+@given(seqs=st.integers(1, 300), ctx=st.integers(0, 2_000_000), pages=st.integers(1, 4000))
+def test_a_decode_step_with_a_demotion_is_the_iteration_price(seqs, ctx, pages):
+    pricer = Pricer(COST, PAGE, pipelining=True)
+    shape = BatchShape.decode(seqs, ctx)
+    d2h = pages * PAGE
+    expect = COST.iteration(shape, d2h_bytes=d2h, d2h_copies=pages * COST.model.num_layers).total_s
+    assert pricer.decode_with_d2h_s(seqs, ctx, d2h) == expect
