@@ -5,12 +5,20 @@ import json
 
 import numpy as np
 import pytest
-
-from experiments.cli import main
 from pol_helpers import CLASSIC, stream
-from sim.cachesim import (CacheSim, CacheTraceError, next_access, read_trace, simulate_cache,
-                          stream_from_arrays)
-from sim.policies import available_policies
+
+from costmodels import cost_model
+from experiments.cli import main
+from sim.cachesim import (
+    CacheSim,
+    CacheTraceError,
+    next_access,
+    read_trace,
+    simulate_cache,
+    stream_from_arrays,
+)
+from sim.policies import PolicyContext, available_policies
+from sim.units import Tier
 
 
 def _csv(tmp_path, text, name="s.csv"):
@@ -99,16 +107,30 @@ def test_stepping_equals_replay_and_capacity_holds(policy):
     assert flags == r.hit_flags.tolist()
 
 
+# Policies that price recovery with a cost model: in a replay they need one in the context.
+NEEDS_COST = ("cost-belady", "pensieve", "pensieve-flat", "pensieve-physics")
+COST_CTX = PolicyContext(tier=Tier.GPU, block_tokens=16, num_layers=32,
+                         cost=cost_model("llama-3-8b", "h100-sxm"))
+
+
 @pytest.mark.parametrize("policy", available_policies())
-def test_every_policy_either_replays_or_says_why(policy):
-    """Cost- or session-aware policies may need the engine's context; the others must replay."""
+def test_every_policy_replays(policy):
+    """Every registered policy replays an object stream; the cost-aware ones given a cost model."""
     s = stream("zipf", 2000, sized=False, seed=1)
-    try:
-        r = simulate_cache(s, policy, 100)
-    except (ValueError, AttributeError, TypeError):
-        assert policy not in CLASSIC
-        return
-    assert 0 <= r.hits <= r.requests == 2000
+    ctx = COST_CTX if policy in NEEDS_COST else None
+    r = simulate_cache(s, policy, 100, ctx=ctx)
+    assert 0 < r.hits < r.requests == 2000
+    assert r.hits + r.misses == 2000
+
+
+@pytest.mark.parametrize("policy", available_policies())
+def test_only_cost_aware_policies_need_a_cost_model(policy):
+    s = stream("zipf", 200, sized=False, seed=1)
+    if policy in NEEDS_COST:
+        with pytest.raises(ValueError, match=f"policy '{policy}' needs PolicyContext.cost"):
+            simulate_cache(s, policy, 100)
+    else:
+        assert simulate_cache(s, policy, 100).requests == 200
 
 
 def test_invalid_capacity():
