@@ -63,3 +63,32 @@ def test_memory_blocks_the_head_and_nothing_behind_it_jumps_ahead():
     assert t.loc["s1"].admit_s >= t.loc["s0"].finish_s
     assert t.loc["s2"].admit_s >= t.loc["s1"].admit_s
     assert t.loc["s2"].queue_s > 0.0
+
+
+def test_the_token_budget_leaves_one_token_per_decoding_sequence():
+    # s0 decodes from its first iteration on; beside it the budget is 100 - 1 = 99 tokens. A 99-token
+    # prompt joins at the next iteration; a 100-token one waits until s0 has finished.
+    def admitted_beside_s0(prompt: int) -> bool:
+        t = run([single("s0", 0.0, 10, 200), single("s1", 0.0001, prompt, 5)], max_batch_tokens=100)
+        s0, s1 = t.loc["s0"], t.loc["s1"]
+        assert s0.admit_s == 0.0 and s1.arrival_s < s0.first_token_s
+        if s1.admit_s == s0.first_token_s:    # the iteration right after s0's prefill
+            return True
+        assert s1.admit_s >= s0.finish_s
+        return False
+
+    assert admitted_beside_s0(99)
+    assert not admitted_beside_s0(100)
+
+
+def test_prefills_admitted_together_share_the_token_budget():
+    # z's 100-token prefill fills the budget of 100 alone. a, b, c (40 tokens each) arrive during it;
+    # the trace lists them in reverse, the queue follows their arrival times. After it, z decodes
+    # (99 tokens left): a and b start together (80), c (40 > 19 left) waits for the next iteration.
+    sessions = [single("z", 0.0, 100, 50), single("c", 0.0003, 40, 50),
+                single("b", 0.0002, 40, 50), single("a", 0.0001, 40, 50)]
+    t = run(sessions, max_batch_tokens=100)
+    z, a, b, c = (t.loc[k] for k in "zabc")
+    assert z.admit_s == 0.0 and c.arrival_s < z.first_token_s
+    assert a.admit_s == b.admit_s == z.first_token_s
+    assert c.admit_s == a.first_token_s                     # the very next iteration
