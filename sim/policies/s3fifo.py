@@ -88,9 +88,8 @@ class S3FIFO(EvictionPolicy):
         self._incoming = None
         self._freq[uid] = 0
         self._budget.grow(size)
-        if hit:
-            q = MAIN
-        elif not self._has_evicted and self._q[SMALL].nbytes >= self._sizes()[0]:
+        # a ghost hit enters M; so does any miss while S is full before the first eviction
+        if hit or (not self._has_evicted and self._q[SMALL].nbytes >= self._sizes()[0]):
             q = MAIN
         else:
             q = SMALL
