@@ -1,5 +1,5 @@
 """Calibration: measure one decoder layer's kernels on a device, fit the cost model's constants, validate
-them on held-out shapes, and write a ``costmodels.Profile`` (issue 4; calibration-notes s4-s5).
+them on held-out shapes, and write a ``costmodels.Profile``.
 
     kvsim calibrate --device cuda --model llama-3-8b --out costmodels/profiles/my-h100.yaml
     kvsim calibrate --device cpu --model llama-3-8b --out /tmp/cpu.yaml --quick
@@ -26,5 +26,5 @@ One job per module:
 
 torch (and FlashInfer) are imported lazily inside the measuring modules: importing this package,
 fitting and validating need only numpy and scipy. Imports ``costmodels`` and nothing else of the
-project (DESIGN.md 2).
+project.
 """

@@ -17,7 +17,7 @@ class EnvInfo:
     flashinfer: str | None
     date: str                 # ISO date
     threads: int | None = None
-    clocks: str | None = None  # nvidia-smi clocks/power at the start (notes s4), when available
+    clocks: str | None = None  # nvidia-smi clocks/power at the start, when available
 
 
 def _cpu_name() -> str:

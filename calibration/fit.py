@@ -1,6 +1,6 @@
 """Fit the cost model's functional forms to samples, in relative error, with non-negative constants.
 
-The forms are exactly those of ``costmodels.cost`` (calibration-notes s2), per decoder layer:
+The forms are exactly those of ``costmodels.cost``, per decoder layer:
 
     gemm          tau + max(P*b / weight_bw, 2*N*P / flops)           (linear with a floor)
     elementwise   tau_ew + N * ew_bytes / elementwise_bw
@@ -10,7 +10,7 @@ The forms are exactly those of ``costmodels.cost`` (calibration-notes s2), per d
 
 Features come from the sample's model shard, so the constants are physical (bytes/s, FLOP/s,
 seconds) and transfer across models. Why relative error: times span four orders of magnitude and
-an absolute fit would ignore every small shape (notes s5). Why bounds at 0: a negative intercept or
+an absolute fit would ignore every small shape. Why bounds at 0: a negative intercept or
 rate fits the grid and breaks on extrapolation. The linear forms are solved by bounded least
 squares on rows scaled by 1/y (``scipy.optimize.lsq_linear``); the max() floor by
 ``least_squares`` with bounds from several starts (the max makes the problem non-smooth).

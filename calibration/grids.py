@@ -1,4 +1,4 @@
-"""The shapes a calibration sweep measures (calibration-notes s4 "What to sweep", Vidur-like steps).
+"""The shapes a calibration sweep measures (Vidur-like steps, vidur/profiling/utils/__init__.py).
 
 Token counts are dense near small sizes, where launch costs and the weight-read floor meet, and
 geometric beyond. Besides the model's own layer, GEMMs are also measured on narrower shards of it
@@ -71,7 +71,7 @@ def quick_grid() -> Grid:
 
 
 def shuffled(items, seed: int) -> list:
-    """Seeded shuffle of a sweep's shapes (notes s4: randomise order so drift is not a shape effect)."""
+    """Seeded shuffle of a sweep's shapes (randomise order so drift is not a shape effect)."""
     out = list(items)
     random.Random(seed).shuffle(out)
     return out

@@ -12,7 +12,7 @@ Backends (the one used is recorded in every sample's ``kernel`` and in the profi
         pages are gathered, then SDPA. Exercises paging but moves each byte ~3 times.
   * FlashInfer (GPU-only, when installed): ``BatchPrefillWithPagedKVCacheWrapper`` and
     ``BatchDecodeWithPagedKVCacheWrapper`` with ``plan`` outside the timed closure (plan runs on the
-    CPU once per batch composition; it belongs to the step overhead, calibration-notes s4), page size
+    CPU once per batch composition; it belongs to the step overhead, see flashinfer/decode.py), page size
     and NHD/HND layout recorded, tensor-core decode for GQA groups >= 4 (FlashInfer's advice).
 torch and flashinfer are imported lazily.
 """

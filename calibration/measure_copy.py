@@ -1,7 +1,8 @@
 """Host<->device copies by size and by number of copies, and copy/compute overlap.
 
 GPU (GPU-only code, needs CUDA): host buffers pinned once at allocation (pinning on the fly is up to
-2x slower, notes s3), ``dst.copy_(src, non_blocking=True)`` on a dedicated stream per direction,
+2x slower: PyTorch tutorial "A guide on good usage of non_blocking and pin_memory()"),
+``dst.copy_(src, non_blocking=True)`` on a dedicated stream per direction,
 timed with events recorded on that stream. A measurement of ``copies`` copies moving ``nbytes``
 in total splits one buffer into equal contiguous chunks: fitting copies*latency + bytes/bw on the
 (size, count) grid separates the per-copy latency from the bandwidth.
@@ -12,7 +13,7 @@ memcpy, not PCIe, and the profile says so.
 
 Overlap (GPU-only): compute (the layer's GEMMs) alone t_c, an H2D copy alone t_x, both on two
 streams t_both; compute timed while a longer copy runs gives the slowdown epsilon; the overlap
-efficiency eta = (t_c + t_x - t_both) / min(t_c, t_x) (notes s4). Then the L-layer pipeline the
+efficiency eta = (t_c + t_x - t_both) / min(t_c, t_x). Then the L-layer pipeline the
 simulator assumes (the copy stream loads layer l and records ev[l]; the compute stream waits on
 ev[l], runs layer l) is timed at several t_x/t_c ratios and compared with
 ``costmodels.pipelined_time_uniform``.

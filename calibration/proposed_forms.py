@@ -5,7 +5,7 @@ They exist so the gain of a form change can be judged with numbers before anyone
 
   +tokens  c_tok * S * n_new * H_q * d: work per new query row that does not depend on the context
            (loading Q, writing O, the softmax epilogue, the partly masked diagonal tile). DistServe's
-           prefill model has the same b * sum(len) term (calibration-notes s1.2).
+           prefill model has the same b * sum(len) term (simdistserve/estimators/time_estimator.py).
   +waves   c_kv * waves * (n_ctx + n_new) * d, waves = ceil(S * ceil(n_new / 128) * H_q / SMs):
            kernels that give one CTA to each (128-row query tile, head) and do not split the keys
            stream a sequence's keys serially inside the CTA, so while the grid fits in one wave

@@ -30,7 +30,7 @@ from .samples import Sample
 from .validate import (TermReport, evaluate, leave_out_split, score, transfer_check,
                        validate_term)
 
-# Targets of issue 4 (held-out MAPE): a term over its target is reported as missed, never hidden.
+# Calibration targets (held-out MAPE): a term over its target is reported as missed, never hidden.
 TARGETS = {"gemm": 0.05, "linear": 0.05, "prefill_attn": 0.05, "decode_attn": 0.10}
 
 
@@ -102,7 +102,7 @@ def _fit_source(src: PublicSource, samples: list[Sample], seed: int) -> SourceRe
             fits.append(fit_term(term, [s for s in samples if s.term == term], limits))
     models = sorted({s.model.name.split("/")[0] for s in samples if s.term == "gemm"})
     if len(models) > 1:
-        # notes s5 protocol 3: leave one model config out -- the constants must transfer.
+        # Leave one model config out: the constants must transfer, as the features come from the config.
         for held in models:
             split = leave_out_split([s for s in samples if s.term == "linear"],
                                     lambda s, h=held: s.model.name.split("/")[0] == h,

@@ -2,7 +2,7 @@
 
 Every reader returns ``Sample`` records per decoder layer, per GPU, in seconds, on the per-GPU
 model shard (``samples.shard``), so the fitter treats them like our own measurements. The raw
-tables are never copied into the repository; only constants fitted from them are (DESIGN.md 4).
+tables are never copied into the repository; only constants fitted from them are.
 
 Units and caveats (PROVENANCE s2.1-2.3):
   * Vidur tables are in **ms**; LLMServingSim's layers.csv in **ns**, its attention.csv in ms.

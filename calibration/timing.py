@@ -1,7 +1,9 @@
-"""Timers for microbenchmarks: CUDA events on a GPU, perf_counter on a CPU (calibration-notes s4).
+"""Timers for microbenchmarks: CUDA events on a GPU, perf_counter on a CPU.
 
-Both warm up by time, not count (the first calls pay JIT, cuBLAS heuristics and allocator growth),
-then time each repetition separately and report the median with p20/p80 (Triton ``do_bench``).
+Both warm up by time, not count (the first calls pay JIT, cuBLAS heuristics and allocator growth;
+Triton's ``do_bench`` in triton/testing.py and FlashInfer's ``bench_gpu_time`` in
+flashinfer/testing/utils.py do the same), then time each repetition separately and report the
+median with p20/p80 (Triton ``do_bench``).
 
 GPU (``CudaTimer``, needs CUDA): start/end events recorded on the current stream around every
 repetition, one synchronise at the end; before every repetition a 256 MB buffer is zeroed (outside

@@ -1,4 +1,4 @@
-"""Held-out validation of the fitted forms (calibration-notes s5).
+"""Held-out validation of the fitted forms.
 
 Two splits per term, both by whole shapes (every repeat of a shape, and the GEMM/elementwise/linear
 samples of one table row, fall in the same fold):
@@ -80,7 +80,7 @@ def random_split(samples: Sequence[Sample], frac: float = 0.2, seed: int = 0) ->
                  frozenset(keys) - test, test)
 
 
-# Nominal extrapolation thresholds (notes s5: "train on kv <= 16k and batch <= 64, test beyond").
+# Nominal extrapolation thresholds (train on kv <= 16k and batch <= 64, test beyond).
 _SIZE: dict[str, tuple[str, Callable[[Sample], float], float]] = {
     "gemm": ("tokens", lambda s: s.shape.tokens, 2048),
     "elementwise": ("tokens", lambda s: s.shape.tokens, 2048),

@@ -1,8 +1,8 @@
 """Strict reading of this package's YAML files: every error names the key and the file.
 
 One loader and a handful of checkers shared by the model, hardware and profile files, so the
-three report mistakes the same way (DESIGN.md 4: "unknown keys, wrong types and impossible values
-are errors that name the key and the file").
+three report mistakes the same way: unknown keys, wrong types and impossible values are errors
+that name the key and the file.
 """
 from __future__ import annotations
 

@@ -1,8 +1,14 @@
 """Level-0 (no GPU) profiles: datasheet peaks times default efficiencies.
 
 Every efficiency and fixed cost used below is stated once, in ``LEVEL0``, with its reason and
-source (calibration-notes s2 "Two-level model", s1.3, s3; data fits in data/PROVENANCE.md s2.4).
-A calibrated profile (Level 1) replaces all of them with fitted values.
+source (fits to public profiles: ../shared/data/PROVENANCE.md s2.4). A calibrated profile
+(Level 1) replaces all of them with fitted values.
+
+Citation keys: [R2] cli99/llm-analysis README; [R3] llm-analysis constants FLOPS_EFFICIENCY and
+HBM_MEMORY_EFFICIENCY; [P3] FlashAttention-3 (arXiv 2407.08608); [X4] kernelbench-hard-problems
+03_paged_attention/problem.yaml (third-party, weak); [F7] flashinfer.ai blog "Accelerating
+Self-Attentions for LLM Serving with FlashInfer"; [N4] github.com/ZaidQureshi/bam/issues/54;
+[X3] CachedAttention/AttentionStore (ATC'24, arXiv 2403.19708).
 """
 from __future__ import annotations
 
@@ -23,14 +29,16 @@ LEVEL0: dict[str, Assumption] = {
     # --- fractions of a datasheet peak ---
     "gemm_flops_eff": Assumption(0.70, (
         "GEMMs reach 70-86 % of dense BF16 at N=4096 on H100 (Vidur mlp.csv, Llama-2-7B; "
-        "calibration-notes s1.3); llm-analysis suggests <= 0.7 for inference [R2]; notes s2 Level 0")),
+        "microsoft/vidur data/profiling/compute/h100/meta-llama/Llama-2-7b-hf/mlp.csv); "
+        "llm-analysis suggests <= 0.7 for inference [R2, R3]")),
     "weight_bw_eff": Assumption(0.80, (
-        "GEMMs at N=1 read weights at 63-84 % of HBM peak on H100 (notes s1.3); notes s2 Level 0")),
+        "GEMMs at N=1 read weights at 63-84 % of HBM peak on H100 (the same Vidur mlp.csv); "
+        "llm-analysis' aggressive memory-efficiency target is 0.9 [R2, R3]")),
     "elementwise_bw_eff": Assumption(0.50, (
         "our reading of Vidur H100 Llama-2-7B mlp.csv at N=4096: norms + RoPE + activation + adds move "
         "~0.74 GB in ~0.42 ms = 1.8 TB/s = 53 % of 3.35 TB/s (A100 Llama-3-8B: 30-50 %)")),
     "prefill_attn_flops_eff": Assumption(0.40, (
-        "FlashAttention-2 reaches ~35 % of H100 peak [P3], 50-73 % on A100 (recalled, notes s3); "
+        "FlashAttention-2 reaches ~35 % of H100 peak [P3], 50-73 % on A100 (recalled, FA2 paper); "
         "quadratic-term fits give 27 % (H100, LLMServingSim Llama-3.1-8B) and 62 % (A100, Vidur "
         "FlashInfer Llama-3-8B) (PROVENANCE s2.4); 0.4 is one middle value for FA2-class kernels")),
     "decode_kv_bw_eff": Assumption(0.75, (
@@ -38,39 +46,40 @@ LEVEL0: dict[str, Assumption] = {
         "sequences [F7]); A100 FlashInfer fit alpha = 2.62 ns per 4 KiB token-layer = 1.56 TB/s = "
         "77 % of 2.039 TB/s (PROVENANCE s2.4)")),
     "host_link_eff": Assumption(0.80, (
-        "notes s2 Level 0: B_pcie_eff = 0.8 x link per direction (A100: 25 measured / 32 nominal = 0.78 "
+        "judgment: B_pcie_eff = 0.8 x link per direction (A100: 25 measured / 32 nominal = 0.78 "
         "[N4]); used only for a direction with no measured figure in the hardware spec")),
     # --- fixed costs (seconds) ---
     "linear_tau_s": Assumption(10e-6, (
-        "judgment (notes s2 Level 0: beta = 10 us): per-layer tails/launches of ~10 token-level "
+        "judgment (beta = 10 us): per-layer tails/launches of ~10 token-level "
         "kernels under CUDA graphs; H100 Llama-3.1-8B GEMMs at N=1 sum to 173 us (LLMServingSim) "
         "against a 163 us weight-read floor at 0.8 x 3.35 TB/s")),
     "prefill_attn_tau_s": Assumption(10e-6, (
-        "judgment (notes s2 beta = 10 us); the H100 quadratic prefill fit has intercept 12 us "
+        "judgment (beta = 10 us); the H100 quadratic prefill fit has intercept 12 us "
         "(LLMServingSim, PROVENANCE s2.4)")),
     "prefill_attn_per_seq_s": Assumption(0.0, (
         "no Level-0 basis: the public fits are single-sequence; a calibrated profile fits it")),
     "decode_attn_tau_s": Assumption(10e-6, (
-        "notes s3 expect beta_dec ~ 5-15 us; A100 FlashInfer decode fit beta = 13.5 us (PROVENANCE s2.4)")),
+        "judgment: fixed costs dominate short decodes, beta_dec ~ 5-15 us; A100 FlashInfer decode fit "
+        "beta = 13.5 us (PROVENANCE s2.4)")),
     "decode_attn_per_seq_s": Assumption(0.0, (
         "A100 FlashInfer decode fit with a batch term gives b ~ 0 (PROVENANCE s2.4)")),
     "step_overhead_s": Assumption(0.5e-3, (
         "judgment: scheduler + input preparation + sampler per iteration, partly hidden by CUDA graphs "
         "and async scheduling; synchronous engine loops are reported at 1-5 ms per step and vLLM's "
         "scheduling overhead can exceed half the time for small models (mlsys.wuklab.io "
-        "scheduling_overhead); calibrate by wall clock (notes s2.4 t_cpu)")),
+        "scheduling_overhead); calibrate by wall clock")),
 }
 # Not a fraction of a peak, so stated here rather than in LEVEL0: the copy-compute slowdown.
 EPSILON_WHY = (
     "epsilon = (H2D rate) / (HBM bandwidth): a DMA writing HBM at the link rate takes at most that share "
-    "of HBM bandwidth from memory-bound kernels (judgment; to be measured, notes s4 'Copy/compute overlap')")
+    "of HBM bandwidth from memory-bound kernels (judgment; to be measured by the calibration run)")
 
 
 def _notes() -> str:
     lines = [f"{k} = {a.value:g}: {a.why}" for k, a in LEVEL0.items()]
     lines.append(f"compute_slowdown: {EPSILON_WHY}")
     lines.append("copy latency: HardwareSpec.copy_latency_s (see its source); layerwise_h2d: true "
-                 "(layer-wise pre-loading, CachedAttention [X3], notes s2.6)")
+                 "(layer-wise pre-loading, CachedAttention [X3])")
     return "\n".join(lines)
 
 

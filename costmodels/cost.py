@@ -1,6 +1,6 @@
 """Per-iteration cost: batch shape and copy volume in, seconds out.
 
-Assembly (calibration-notes s2.4, DESIGN.md 3), all per GPU:
+Assembly (docs/semantics.md, section 5 "What the simulated GPU charges"), all per GPU:
     layer   = linear(N) + elementwise(N) + prefill_attn(pairs, seqs) + decode_attn(B, C)
               with N = prefill tokens + decoding sequences (one new token each)
     compute = L * layer + lm_head(rows) + step_overhead
@@ -30,7 +30,8 @@ from .profile import Profile
 def attention_pairs(n_new: int, n_ctx: int) -> float:
     """(query, key) pairs of a causal run of n_new tokens after n_ctx cached ones: n_new*(n_ctx + n_new/2).
 
-    FlashInfer's ``attention_flops`` counts (2*kv - q)*q/2 pairs with kv = n_ctx + n_new (notes s1.3).
+    FlashInfer's ``attention_flops`` (flashinfer/testing/utils.py) counts (2*kv - q)*q/2 pairs with
+    kv = n_ctx + n_new.
     """
     if n_new < 0 or n_ctx < 0:
         raise ValueError(f"attention_pairs needs n_new, n_ctx >= 0, got {n_new}, {n_ctx}")

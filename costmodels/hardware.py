@@ -1,6 +1,6 @@
 """GPU specifications: datasheet peaks and measured host-link figures, each with its source.
 
-Registered GPUs live in ``data/hardware.yaml`` (from calibration-notes section 3). These are
+Registered GPUs live in ``data/hardware.yaml`` (each number with its public source). These are
 physical limits, not achieved rates: ``costmodels.analytic`` turns them into a Level-0 profile.
 """
 from __future__ import annotations
@@ -32,7 +32,7 @@ class HardwareSpec:
 
     @property
     def ridge_flop_per_byte(self) -> float:
-        """Roofline ridge: dense FLOP/s over HBM bandwidth (notes s3: A100 ~153, H100 ~295)."""
+        """Roofline ridge: dense FLOP/s over HBM bandwidth (A100 ~153, H100 ~295 FLOP/byte)."""
         return self.dense_bf16_flops / self.hbm_bw_Bps
 
 

@@ -1,7 +1,7 @@
 """Model configurations: the shapes that set the bytes and FLOPs of one decoder layer.
 
 Registered models live in ``data/models.yaml`` (each with its source); ``get_model`` also reads a
-user's spec YAML with the same fields. Formulas follow calibration-notes section 2 and 6.
+user's spec YAML with the same fields. KV bytes follow docs/semantics.md section 2.
 """
 from __future__ import annotations
 
@@ -52,7 +52,7 @@ class ModelSpec:
 
     @property
     def kv_bytes_per_token(self) -> int:
-        """All layers: 2 * L * K * d * b (DESIGN.md 3)."""
+        """All layers: 2 * L * K * d * b (docs/semantics.md section 2)."""
         return self.num_layers * self.kv_bytes_per_token_layer
 
     @property

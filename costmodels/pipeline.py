@@ -1,4 +1,4 @@
-"""Layer-wise pipelining of host-to-device copies with layer compute (DESIGN.md 3, notes s2.6).
+"""Layer-wise pipelining of host-to-device copies with layer compute (docs/semantics.md section 5).
 
 Copies run back to back on one H2D stream in layer order; layer l computes once its bytes are in:
     X_l = X_(l-1) + t_copy(l),   C_l = max(C_(l-1), X_l) + t_compute(l),   result C_(L-1).
@@ -45,7 +45,8 @@ def pipelined_time_uniform(num_layers: int, t_copy: float, t_compute: float,
 
     Copy-bound (t_x >= t_c(1+eps)): L*t_x + t_c (the last layer runs after all copies, unslowed).
     Compute-bound: t_x + L*t_c + (L-1)*t_x*eps/(1+eps) (compute runs from t_x without waiting; the
-    (L-1)*t_x it shares with the copy stream run slow). With eps = 0: t_x + L*t_c, as in DESIGN 3.
+    (L-1)*t_x it shares with the copy stream run slow). With eps = 0: t_x + L*t_c, the recurrence's
+    value.
     """
     if num_layers < 0 or t_copy < 0 or t_compute < 0 or compute_slowdown < 0:
         raise ValueError(f"need non-negative inputs, got L={num_layers}, t_x={t_copy}, "

@@ -3,7 +3,7 @@
 A profile says how fast *this GPU with this backend* runs each kind of work (an effective FLOP/s,
 an effective bandwidth, a fixed cost), never how long *a given model* takes. The model config turns
 the work into bytes and FLOPs (``costmodels.cost``), so one profile serves every model
-(calibration-notes s2, "Two-level model"; do not key constants by model name as Vidur does).
+(do not key constants by model name as Vidur does: that forces a re-profile per model).
 
 All constants are per GPU and, where they say so, per decoder layer. The YAML form is what
 ``to_dict`` writes; ``costmodels/profiles/README.md`` documents it for humans.
@@ -41,7 +41,7 @@ class PrefillAttnTerm:
     """Causal attention of the new tokens of prefilling sequences, in one layer.
 
     t = tau_s + per_seq_s * seqs + 4 * H_q * d * pairs / flops, pairs = sum n_new*(n_ctx + n_new/2)
-    (FlashInfer's ``attention_flops``, calibration-notes s1.3).
+    (FlashInfer's ``attention_flops``, flashinfer/testing/utils.py).
     """
 
     tau_s: float
@@ -79,7 +79,7 @@ class OverlapTerm:
 
 @dataclass(frozen=True, slots=True)
 class TermValidation:
-    """Held-out error of one fitted term (calibration-notes s5)."""
+    """Held-out error of one fitted term."""
 
     mape: float     # mean absolute percentage error, as a fraction (0.05 = 5 %)
     max_ape: float  # worst absolute percentage error, as a fraction
@@ -89,7 +89,7 @@ class TermValidation:
 
 @dataclass(frozen=True, slots=True)
 class ProfileMeta:
-    """Where and how the constants were obtained; refuse to mix backends (notes s5)."""
+    """Where and how the constants were obtained; refuse to mix backends."""
 
     gpu: str
     backend: str

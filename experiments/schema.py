@@ -1,4 +1,4 @@
-"""The experiment YAML (DESIGN.md 4): validation with pydantic and expansion into a grid of runs.
+"""The experiment YAML: validation with pydantic and expansion into a grid of runs.
 
 Any list-valued field under ``memory``, and ``policies``, ``seeds``, ``model``, ``hardware`` and
 ``trace`` (a list of trace mappings) is a grid axis; a scalar is a one-value axis. Every error is a

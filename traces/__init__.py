@@ -12,7 +12,7 @@
 Every kind also takes ``time_scale`` (default 1.0): arrival and think times are multiplied by it,
 so ``time_scale: 20`` replays a cluster trace at 1/20 of its request rate on one simulated GPU.
 
-This package imports nothing else of the project (DESIGN.md section 2).
+This package imports nothing else of the project.
 """
 from __future__ import annotations
 

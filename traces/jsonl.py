@@ -1,4 +1,4 @@
-"""The canonical JSON Lines trace format (DESIGN.md section 3): one turn per line.
+"""The canonical JSON Lines trace format (docs/semantics.md section 1): one turn per line.
 
     {"session_id": "s1", "turn": 0, "arrival_s": 0.0, "prompt_tokens": 120, "output_tokens": 300}
     {"session_id": "s1", "turn": 1, "think_s": 12.5, "prompt_tokens": 40, "output_tokens": 210}

@@ -1,4 +1,4 @@
-"""The canonical trace records every loader and generator yields (DESIGN.md section 3).
+"""The canonical trace records every loader and generator yields (docs/semantics.md section 1).
 
 A session is an ordered tuple of turns. Turn 0 carries the session's start in ``arrival_s``; a later
 turn carries ``think_s`` (closed-loop replay: it arrives think_s after the previous turn completes)

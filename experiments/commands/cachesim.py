@@ -1,4 +1,7 @@
-"""`kvsim cachesim`: replay an object request stream through a policy, libCacheSim-style (DESIGN.md 4)."""
+"""`kvsim cachesim`: replay an object request stream through a policy, libCacheSim-style.
+
+Semantics: docs/semantics.md section 4 ("Object streams").
+"""
 from __future__ import annotations
 
 import argparse

@@ -119,7 +119,7 @@ def _measure(args: argparse.Namespace) -> int:
            + (" --quick" if args.quick else "") + f" --attention {args.attention} --seed {args.seed}")
     res = calibrate(meas, args.name or out.stem, seed=args.seed,
                     source=f"fit: {cmd} ({grid.name} grid, {len(meas.samples)} samples, {meas.wall_s:.0f} s)")
-    # Issue 4's targets are for GPU kernels; a CPU run shows its errors without verdicts.
+    # The calibration targets are for GPU kernels; a CPU run shows its errors without verdicts.
     print(format_table(res.reports, TARGETS if args.device != "cpu" else None))
     for line in (res.profile.meta.notes or "").splitlines():
         if line.startswith("pensieve "):

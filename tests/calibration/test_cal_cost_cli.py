@@ -20,7 +20,7 @@ step_overhead_s: 0.5e-3
 meta: {gpu: hand, backend: hand, dtype: bf16, source: "hand-written for a test"}
 """
 
-# Llama-3-8B, per layer (calibration-notes s2 formulas, numbers from its config):
+# Llama-3-8B, per layer (the formulas of costmodels.cost, numbers from its config):
 P = 4096 * 4096 + 2 * 4096 * 8 * 128 + 4096 * 4096 + 3 * 4096 * 14336   # 218,103,808 linear params
 EW = (10 * 4096 + 2 * (32 + 8) * 128 + 3 * 14336 + 4 * 8 * 128) * 2      # 196,608 elementwise bytes/token
 KVL = 2 * 8 * 128 * 2                                                    # 4096 KV bytes/token/layer

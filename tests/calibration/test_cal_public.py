@@ -1,5 +1,5 @@
 """The cost model fitted to the public GPU tables (../shared/data): held-out MAPE per term and
-source, against issue 4's targets (GEMM/linear and prefill attention < 5 %, decode < 10 %).
+source, against the calibration targets (GEMM/linear and prefill attention < 5 %, decode < 10 %).
 
 Where a term meets its target, the test asserts the target. Where it misses, the test asserts the
 figure documented in calibration/README.md as a regression bound (it may improve, never worsen),

@@ -1,4 +1,4 @@
-"""Hardware specs: the notes' section 3 figures, aliases, a source for every number."""
+"""Hardware specs: datasheet and measured figures, aliases, a source for every number."""
 from __future__ import annotations
 
 import pytest
@@ -20,7 +20,8 @@ def test_available() -> None:
     assert "h100" in hardware_aliases("h100-sxm")
 
 
-# calibration-notes s3, transcribed: (HBM bytes, HBM B/s, dense BF16, link/direction, H2D measured, D2H measured)
+# Public figures (sources in costmodels/data/hardware.yaml), transcribed:
+# (HBM bytes, HBM B/s, dense BF16, link/direction, H2D measured, D2H measured)
 NOTES_S3 = {
     "a100-sxm": (80e9, 2.039e12, 312e12, 32e9, 25e9, None),
     "h100-sxm": (80e9, 3.35e12, 989.4e12, 64e9, 55.63e9, None),
@@ -46,7 +47,7 @@ def test_every_number_has_a_source(name: str) -> None:
 
 
 def test_ridge_points_match_notes() -> None:
-    # notes s3: A100 ~153, H100 ~295, H200 ~206 FLOP/byte
+    # dense BF16 / HBM bandwidth: A100 ~153, H100 ~295, H200 ~206 FLOP/byte
     assert get_hardware("a100").ridge_flop_per_byte == pytest.approx(153, abs=1)
     assert get_hardware("h100").ridge_flop_per_byte == pytest.approx(295, abs=1)
     assert get_hardware("h200").ridge_flop_per_byte == pytest.approx(206, abs=1)

@@ -8,7 +8,8 @@ import pytest
 from costmodels import ModelSpec, available_models, get_model
 from costmodels.models import model_aliases
 
-# calibration-notes s6, transcribed: (L, h, Hq, K, d, I, vocab, params_b, kv_bytes_bf16, gated)
+# Published configs (sources in costmodels/data/models.yaml), transcribed:
+# (L, h, Hq, K, d, I, vocab, params_b, kv_bytes_bf16, gated)
 NOTES_S6 = {
     "Llama-3-8B": (32, 4096, 32, 8, 128, 14336, 128256, 8.03, 131072, True),
     "Llama-3-70B": (80, 8192, 64, 8, 128, 28672, 128256, 70.55, 327680, True),
@@ -18,7 +19,7 @@ NOTES_S6 = {
     "Llama-2-70B": (80, 8192, 64, 8, 128, 28672, 32000, 68.98, 327680, True),
     "OPT-13B": (40, 5120, 40, 40, 128, 20480, 50272, 12.85, 819200, False),
     "OPT-66B": (64, 9216, 72, 72, 128, 36864, 50272, 65.72, 2359296, False),
-    # Not in the notes' table: HF config.json; 6.74 B is Meta's published size.
+    # HF meta-llama/Llama-2-7b-hf config.json; 6.74 B is Meta's published size.
     "Llama-2-7B": (32, 4096, 32, 32, 128, 11008, 32000, 6.74, 524288, True),
 }
 
@@ -47,7 +48,7 @@ def test_kv_bytes_by_hand() -> None:
     assert get_model("Llama-3-8B").kv_bytes_per_token == 2 * 32 * 8 * 128 * 2 == 131072
     assert get_model("Llama-2-13B").kv_bytes_per_token == 2 * 40 * 40 * 128 * 2 == 819200
     assert get_model("Qwen2.5-7B").kv_bytes_per_token == 2 * 28 * 4 * 128 * 2 == 57344
-    assert get_model("Llama-3-8B").kv_bytes_per_token_layer == 4096  # 4 KiB (notes s6)
+    assert get_model("Llama-3-8B").kv_bytes_per_token_layer == 4096  # 4 KiB
     assert get_model("Qwen2.5-7B").kv_bytes_per_token_layer == 2048
     assert get_model("OPT-66B").kv_bytes_per_token_layer == 36 * 1024
 

@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_imported_from_this_repository() -> None:
-    # PyPI has an unrelated `costmodels`-like namespace risk (DESIGN.md 2): make sure it is ours.
+    # PyPI has an unrelated `costmodels`-like namespace risk: make sure it is ours.
     assert Path(costmodels.__file__).resolve().parent == ROOT / "costmodels"
 
 

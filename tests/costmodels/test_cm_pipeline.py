@@ -10,7 +10,10 @@ from costmodels.pipeline import serial_time_uniform
 
 
 def design_recurrence(copy_s, compute_s) -> float:
-    """DESIGN.md 3, written out independently: X_l = X_(l-1) + t_copy(l); C_l = max(C_(l-1), X_l) + t_compute(l)."""
+    """docs/semantics.md section 5, written out independently:
+
+    X_l = X_(l-1) + t_copy(l); C_l = max(C_(l-1), X_l) + t_compute(l).
+    """
     x = c = 0.0
     for tx, tc in zip(copy_s, compute_s):
         x += tx

@@ -1,6 +1,6 @@
 """Differential checks of the analytic (Level-0) profiles against published GPU measurements.
 
-Two layers: figures transcribed in calibration-notes / PROVENANCE (always run), and the raw public
+Two layers: published figures transcribed below, each with its source (always run), and the raw public
 CSVs in ../shared/data (marked ``data``, skipped when the folder is absent). The analytic profiles
 are not fitted to any of these, so agreement is evidence, not tautology.
 """
@@ -22,7 +22,8 @@ needs_data = pytest.mark.skipif(not VIDUR.is_dir(), reason="../shared/data not p
 
 
 def test_h100_llama2_7b_gemms_at_4096_tokens() -> None:
-    # calibration-notes s1.3 (Vidur H100 mlp.csv): QKV 0.593 + O 0.195 + gate/up 0.999 + down 0.435 ms
+    # microsoft/vidur data/profiling/compute/h100/meta-llama/Llama-2-7b-hf/mlp.csv at 4096 tokens:
+    # QKV 0.593 + O 0.195 + gate/up 0.999 + down 0.435 ms
     measured = (0.593 + 0.195 + 0.999 + 0.435) * 1e-3
     predicted = cost_model("llama-2-7b", "h100").linear_s(4096)
     assert predicted == pytest.approx(measured, rel=0.30)
@@ -69,8 +70,9 @@ def test_a100_full_prefill_attention_matches_vidur_fit() -> None:
 
 
 def test_notes_swap_vs_recompute_table() -> None:
-    # calibration-notes s2.8 (H100, 50 GB/s, 700 TFLOP/s, GEMM part only): Llama-3-8B swap 2.6 us/token,
-    # recompute 19.9 us/token. Our analytic H100 uses 55.63 GB/s and 692.6 TFLOP/s.
+    # Worked by hand (H100, 50 GB/s, 700 TFLOP/s, GEMM part only): Llama-3-8B swap 2.6 us/token
+    # (131072 B / 50 GB/s), recompute 19.9 us/token (2 * 32 layers * 218.1M params / 700 TFLOP/s).
+    # Our analytic H100 uses 55.63 GB/s and 692.6 TFLOP/s.
     cm = cost_model("llama-3-8b", "h100")
     swap = cm.copy_s("h2d", cm.kv_bytes_per_token, 0)
     recompute = 32 * 2 * cm.model.linear_params_per_layer / cm.profile.linear.flops

@@ -15,7 +15,7 @@ from experiments.runner import run_experiment
 from experiments.schema import LABEL_COLUMNS, load_experiment
 from sim.metrics import SUMMARY_COLUMNS
 
-# DESIGN.md section 4: summary.csv has at least these columns.
+# summary.csv has at least these columns.
 DESIGN_SUMMARY_COLUMNS = ["name", "policy", "gpu_kv_gb", "cpu_kv_gb", "block_tokens",
     "evict_unit", "seed", "turns", "reprefill_rate", "turns_with_reprefill", "gpu_hit_rate",
     "cpu_hit_rate", "jain_service", "jain_hit", "ttft_p50_s", "ttft_p99_s", "tbt_p50_s",

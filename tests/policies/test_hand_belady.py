@@ -3,12 +3,11 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import pytest
-
 from pol_helpers import hand_policy, mooncake_blocks, obj, stream
-from sim.cachesim import simulate_cache, stream_from_arrays
+
 from costmodels import cost_model
+from sim.cachesim import simulate_cache, stream_from_arrays
 from sim.policies import PolicyContext, available_policies, policy_class
 from sim.units import Tier
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from pol_helpers import hand_policy, obj
+
 from sim.cachesim import CacheSim
 
 

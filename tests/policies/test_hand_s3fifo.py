@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from pol_helpers import hand_policy
+
 from sim.cachesim import CacheSim
 from sim.policies.s3fifo import MAIN, SMALL
 
@@ -35,7 +36,7 @@ def test_ghost_hit_enters_main():
 
 
 def test_main_reinsertion_caps_the_counter_at_3():
-    pol, view = hand_policy("s3fifo", sizes={1: 5, 2: 5})
+    pol, _ = hand_policy("s3fifo", sizes={1: 5, 2: 5})
     pol.set_capacity(10)                                 # small 1, main 9
     a, b = 1, 2
     for seq, u in enumerate((a, b)):

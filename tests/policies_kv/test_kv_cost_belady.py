@@ -2,12 +2,12 @@
 from __future__ import annotations
 
 import math
+from typing import ClassVar
 
 import pytest
-
-from costmodels import cost_model
-from costmodels import recompute_s, swap_in_s
 from kv_helpers import Ctx, HandView, drain, run_random, session, until_key
+
+from costmodels import cost_model, recompute_s, swap_in_s
 from sim.policies.cost_belady import CostBelady
 from sim.units import Tier
 
@@ -18,7 +18,7 @@ INF = math.inf
 class GivenCosts(CostBelady):
     """cost-belady with the recovery cost of each unit given by hand (the ordering under test)."""
 
-    costs: dict[int, float] = {}
+    costs: ClassVar[dict[int, float]] = {}
 
     def unit_cost(self, uid):
         return self.costs[uid]

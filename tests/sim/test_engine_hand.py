@@ -1,4 +1,4 @@
-"""Hand-computed cases with exact expected ledgers (issue 2, "Tests that must exist")."""
+"""Hand-computed cases with exact expected ledgers."""
 from __future__ import annotations
 
 import math

@@ -157,7 +157,7 @@ def test_round_trip_hand_built(tmp_path):
     assert write_jsonl(sessions, path) == 5
     first = json.loads(path.read_text().splitlines()[0])
     assert first == {"session_id": "s1", "turn": 0, "arrival_s": 0.0, "prompt_tokens": 120,
-                     "output_tokens": 300}  # the DESIGN.md example line, byte for byte in meaning
+                     "output_tokens": 300}  # traces/jsonl.py's example line, byte for byte in meaning
     assert read_jsonl(path).sessions == sessions
 
 
