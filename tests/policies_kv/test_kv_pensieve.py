@@ -48,7 +48,7 @@ def ctx(view, tier=Tier.GPU, block_tokens=BT, num_layers=4, cost=None, cpu_kv_by
 #   U4    C (500, 5)                2     all    (4+1)/8 = 0.625 3/5     0.55   0.20625   40    0.00515625
 #
 # The numbers give U4 < U2 < U3 < U1. (Ordering by cost alone would give U3, U2, U4, U1 and by idle
-# time alone U4, U1/U2, U3: neither is Pensieve.) The source design's worked example lists an order
+# time alone U4, U1/U2, U3: neither is Pensieve.) The prose that came with this example lists an order
 # contradicting its own numbers; this test follows the numbers.
 A_CTX = {"alpha": 0.001, "beta": 0.02, "non_attention": 0.03}
 
