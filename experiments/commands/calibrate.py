@@ -52,6 +52,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     m.add_argument("--sessions", type=int, default=40, help="forward: synthetic sessions to simulate")
     m.add_argument("--gpu-kv-gb", type=float, default=2.0, help="forward: simulated GPU KV GiB")
     m.add_argument("--max-tokens", type=int, default=8192, help="forward: largest batch replayed")
+    m.add_argument("--points", metavar="CSV", help="forward: also write every replayed shape (measured, "
+                                                    "predicted and its terms) to this CSV")
     f = p.add_argument_group("fit")
     f.add_argument("--data", metavar="DIR", help="public data folder (default ../shared/data)")
     f.add_argument("--source", action="append", metavar="NAME", help="only this public source (repeatable)")
@@ -174,7 +176,7 @@ def _forward(args: argparse.Namespace) -> int:
     from calibration.measure_attention import AttentionBackend
     from calibration.env import flashinfer_version
     from calibration.timing import TimingConfig, make_timer
-    from calibration.validate_forward import RecordingCostModel, format_report, replay
+    from calibration.validate_forward import RecordingCostModel, format_report, replay, write_points_csv
     from costmodels import get_model, load_profile
     from sim import EngineConfig, MemoryConfig, simulate
     from traces import SyntheticConfig, generate_synthetic
@@ -205,4 +207,7 @@ def _forward(args: argparse.Namespace) -> int:
     rep = replay(rec.shapes, measured_model, profile, args.device, dtype, timer, be, n=args.shapes,
                  max_tokens=args.max_tokens, log=print)
     print(format_report(rep))
+    if args.points:
+        write_points_csv(rep, profile, measured_model, args.points)
+        print(f"replayed shapes: {args.points}")
     return 0
