@@ -10,8 +10,9 @@ By default (``cuda_graph``) the closure is captured once into a CUDA graph after
 each repetition replays the graph. Why: a closure of many small kernels (the ~30 eager
 elementwise ops of a layer, a whole replayed layer) launched from Python is bound by the host's
 launch rate, not by the GPU. Measured on an H100 with eager launches: the elementwise ops of one
-Llama-3-8B layer took 95-215 us at N = 1..1024 whatever the shard width (noise of the host, not
-kernel time), and one-layer forwards came out 1.3-2.4x the sum of their separately timed parts.
+Llama-3-8B layer took 90-260 us at N = 1..1024 in no order of the shard width (the host, not the
+kernels; 45-65 us at N <= 64 as graph replays), and one-layer forwards took a median 1.58x the sum
+of their separately timed parts (0.98x as graph replays); calibration/measured/README.md.
 Serving engines replay decode steps as CUDA graphs and keep the host's work apart
 (``step_overhead_s``), so the per-layer terms are fitted to graph replays. A closure that cannot be
 captured is timed eagerly and counted in ``CudaTimer.eager_fallbacks``; copies and the overlap
