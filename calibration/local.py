@@ -116,7 +116,8 @@ def calibrate(m: Measurements, name: str, seed: int = 0, source: str = "") -> Ca
     env = m.env
     meta = ProfileMeta(
         gpu=("cpu: " + env.device_name) if on_cpu else env.device_name,
-        backend=f"torch {env.torch} matmul GEMMs, eager elementwise ops; attention: {m.backend.describe()}",
+        backend=f"torch {env.torch} matmul GEMMs, eager elementwise ops; attention: {m.backend.describe()}"
+                + (f"; timing: {m.timing}" if m.timing else ""),
         dtype=m.dtype, source=source or f"fit: kvsim calibrate --device {env.device} ({m.grid} grid, "
                                          f"{len(samples)} samples, {m.wall_s:.0f} s)",
         driver=env.driver, cuda=env.cuda, torch=env.torch, flashinfer=env.flashinfer,

@@ -50,6 +50,7 @@ class Measurements:
     overlap: OverlapResult | None
     skipped: tuple[str, ...]         # what was not measured, and why
     wall_s: float
+    timing: str = ""                 # how kernels were timed (CudaTimer/CpuTimer.describe())
 
 
 def _backend(cfg: MeasureConfig, skipped: list[str]) -> AttentionBackend:
@@ -134,8 +135,11 @@ def run_measurements(cfg: MeasureConfig, log: Callable[[str], None] = print) -> 
                 bw = _h2d_bw(samples) or 25e9
                 lw = LayerWeights(model, device, cfg.dtype, cfg.seed)
                 overlap = measure_overlap(gemm_closure(lw, 512), bw, timer, device)
+    if timer.eager_fallbacks:  # GPU-only
+        skipped.append(f"CUDA graph capture failed for {len(timer.eager_fallbacks)} closures, timed with "
+                       f"eager launches instead (first: {timer.eager_fallbacks[0]})")
     return Measurements(tuple(samples), model, cfg.dtype, env, be, g.name, overlap, tuple(skipped),
-                        time.perf_counter() - t0)
+                        time.perf_counter() - t0, timer.describe())
 
 
 def _probe_flashinfer(cfg: MeasureConfig, be: AttentionBackend) -> str | None:  # GPU-only

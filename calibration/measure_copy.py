@@ -11,6 +11,9 @@ CPU stand-in: there is no device, so "h2d" and "d2h" are host memcpy between two
 (``copy_`` of uint8 buffers). This exercises the whole pipeline and its fit; the constants describe
 memcpy, not PCIe, and the profile says so.
 
+Copies and overlap are timed with eager launches (``graph=False``): a copy's per-call latency is
+part of what is measured, and the overlap runs several streams.
+
 Overlap (GPU-only): compute (the layer's GEMMs) alone t_c, an H2D copy alone t_x, both on two
 streams t_both; compute timed while a longer copy runs gives the slowdown epsilon; the overlap
 efficiency eta = (t_c + t_x - t_both) / min(t_c, t_x). Then the L-layer pipeline the
@@ -90,7 +93,7 @@ def measure_copy(direction: str, nbytes: int, copies: int, timer, device: str, m
         import torch
         stream = torch.cuda.Stream(device=device)
         with torch.cuda.stream(stream):
-            t = timer.measure(fn)
+            t = timer.measure(fn, graph=False)
         kernel = "cudaMemcpyAsync pinned, dedicated stream"
     # The bytes do not depend on the model; it rides along so every sample has one.
     total = (nbytes // copies) * copies
@@ -104,11 +107,11 @@ def measure_overlap(compute: Callable[[], object], bw_Bps: float, timer, device:
     cs = torch.cuda.Stream(device=device)
     xs = torch.cuda.Stream(device=device)
     with torch.cuda.stream(cs):
-        t_c = timer.measure(compute).median_s
+        t_c = timer.measure(compute, graph=False).median_s
     nbytes = max(4096, int(t_c * bw_Bps))
     copy = copy_closure("h2d", nbytes, 1, device)
     with torch.cuda.stream(xs):
-        t_x = timer.measure(copy).median_s
+        t_x = timer.measure(copy, graph=False).median_s
 
     def both():
         xs.wait_stream(cs)          # both start together
@@ -117,7 +120,7 @@ def measure_overlap(compute: Callable[[], object], bw_Bps: float, timer, device:
         compute()
         cs.wait_stream(xs)          # the end event (on cs) waits for the copy too
     with torch.cuda.stream(cs):
-        t_both = timer.measure(both).median_s
+        t_both = timer.measure(both, graph=False).median_s
     # Compute while a copy ~3x longer is in flight: events on the compute stream only.
     long_copy = copy_closure("h2d", 3 * nbytes, 1, device)
     during = []
@@ -153,9 +156,9 @@ def measure_overlap(compute: Callable[[], object], bw_Bps: float, timer, device:
                 cs.wait_event(evs[i])
                 compute()
         with torch.cuda.stream(cs):
-            measured = timer.measure(pipeline).median_s
+            measured = timer.measure(pipeline, graph=False).median_s
         with torch.cuda.stream(xs):
-            t_xl = timer.measure(lambda: ds[0].copy_(hs[0], non_blocking=True)).median_s
+            t_xl = timer.measure(lambda: ds[0].copy_(hs[0], non_blocking=True), graph=False).median_s
         points.append(PipelinePoint(layers, t_xl, t_c, measured,
                                     pipelined_time_uniform(layers, t_xl, t_c, eps)))
     return OverlapResult(t_c, t_x, t_both, t_during, eta, eps, tuple(points))

@@ -18,9 +18,11 @@ the attention goes through its paged wrappers (plan outside the timed region).
 """
 from __future__ import annotations
 
+import csv
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -168,6 +170,30 @@ def replay(shapes: Sequence[BatchShape], model: ModelSpec, profile: Profile, dev
     by_kind = tuple((k, ErrorStats.of(pred[[p.kind == k for p in points]], meas[[p.kind == k for p in points]]))
                     for k in sorted(kinds))
     return ForwardReport(tuple(points), ErrorStats.of(pred, meas), by_kind, be.describe(), device, skipped)
+
+
+POINT_COLUMNS = ("kind", "tokens", "prefill_tokens", "prefill_seqs", "prefill_pairs", "decode_seqs",
+                 "decode_ctx_tokens", "measured_s", "predicted_s", "pred_linear_s", "pred_elementwise_s",
+                 "pred_prefill_attn_s", "pred_decode_attn_s", "ape")
+
+
+def write_points_csv(r: ForwardReport, profile: Profile, model: ModelSpec, path: str | Path) -> Path:
+    """One row per replayed shape: the shape's sums, measured and predicted time, and the prediction
+    split into the cost model's terms (they add up to ``predicted_s``)."""
+    cm = CostModel(model, profile)
+    p = Path(path)
+    with open(p, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(POINT_COLUMNS)
+        for pt in sorted(r.points, key=lambda q: (q.kind, q.shape.tokens, q.shape.decode_ctx_tokens)):
+            s = pt.shape
+            parts = (cm.linear_s(s.tokens), cm.elementwise_s(s.tokens),
+                     cm.prefill_attn_s(s.prefill_pairs, s.prefill_seqs) if s.prefill_tokens else 0.0,
+                     cm.decode_attn_s(s.decode_seqs, s.decode_ctx_tokens))
+            w.writerow([pt.kind, s.tokens, s.prefill_tokens, s.prefill_seqs, repr(float(s.prefill_pairs)),
+                        s.decode_seqs, s.decode_ctx_tokens, f"{pt.measured_s:.6e}", f"{pt.predicted_s:.6e}"]
+                       + [f"{x:.6e}" for x in parts] + [f"{pt.ape:.4f}"])
+    return p
 
 
 def format_report(r: ForwardReport, rows: int = 15) -> str:

@@ -43,6 +43,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="torch decode: SDPA over per-sequence KV, or a gather from a paged cache")
     m.add_argument("--kv-layout", default="NHD", choices=("NHD", "HND"), help="FlashInfer paged layout")
     m.add_argument("--page-size", type=int, default=16, help="KV page size in tokens (default 16)")
+    m.add_argument("--no-cuda-graphs", dest="cuda_graphs", action="store_false",
+                   help="GPU: time eager launches instead of CUDA-graph replays (see calibration/timing.py)")
     m.add_argument("--threads", type=int, default=1, help="CPU: torch threads (default 1, see README)")
     m.add_argument("--cpu-flush-mb", type=int, default=64, metavar="MB",
                    help="CPU: rewrite an MB-sized buffer before every repetition, the stand-in for the GPU's "
@@ -52,6 +54,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     m.add_argument("--sessions", type=int, default=40, help="forward: synthetic sessions to simulate")
     m.add_argument("--gpu-kv-gb", type=float, default=2.0, help="forward: simulated GPU KV GiB")
     m.add_argument("--max-tokens", type=int, default=8192, help="forward: largest batch replayed")
+    m.add_argument("--points", metavar="CSV", help="forward: also write every replayed shape (measured, "
+                                                    "predicted and its terms) to this CSV")
     f = p.add_argument_group("fit")
     f.add_argument("--data", metavar="DIR", help="public data folder (default ../shared/data)")
     f.add_argument("--source", action="append", metavar="NAME", help="only this public source (repeatable)")
@@ -107,7 +111,8 @@ def _measure(args: argparse.Namespace) -> int:
     grid = dataclasses.replace(quick_grid() if args.quick else full_grid(), page_size=args.page_size)
     cfg = MeasureConfig(device=args.device, model=model, dtype=dtype, grid=grid,
                         timing=dataclasses.replace(TimingConfig.quick() if args.quick else TimingConfig(),
-                                                   cpu_flush_bytes=args.cpu_flush_mb << 20), seed=args.seed,
+                                                   cpu_flush_bytes=args.cpu_flush_mb << 20,
+                                                   cuda_graph=args.cuda_graphs), seed=args.seed,
                         attention=args.attention, decode_impl=args.decode_impl, kv_layout=args.kv_layout,
                         cpu_threads=args.threads)
     print(f"calibrating {model.name} ({dtype}) on {args.device}, {grid.name} grid")
@@ -174,7 +179,7 @@ def _forward(args: argparse.Namespace) -> int:
     from calibration.measure_attention import AttentionBackend
     from calibration.env import flashinfer_version
     from calibration.timing import TimingConfig, make_timer
-    from calibration.validate_forward import RecordingCostModel, format_report, replay
+    from calibration.validate_forward import RecordingCostModel, format_report, replay, write_points_csv
     from costmodels import get_model, load_profile
     from sim import EngineConfig, MemoryConfig, simulate
     from traces import SyntheticConfig, generate_synthetic
@@ -201,8 +206,16 @@ def _forward(args: argparse.Namespace) -> int:
     be = AttentionBackend("flashinfer" if use_fi else "sdpa", decode_impl=args.decode_impl,
                           page_size=args.page_size, kv_layout=args.kv_layout)
     timer = make_timer(args.device, dataclasses.replace(TimingConfig.quick() if args.quick else TimingConfig(),
-                                                        cpu_flush_bytes=args.cpu_flush_mb << 20))
+                                                        cpu_flush_bytes=args.cpu_flush_mb << 20,
+                                                        cuda_graph=args.cuda_graphs))
     rep = replay(rec.shapes, measured_model, profile, args.device, dtype, timer, be, n=args.shapes,
                  max_tokens=args.max_tokens, log=print)
     print(format_report(rep))
+    print(f"timing: {timer.describe()}")
+    if timer.eager_fallbacks:  # GPU-only
+        print(f"  CUDA graph capture failed for {len(timer.eager_fallbacks)} shapes, timed eagerly "
+              f"(first: {timer.eager_fallbacks[0]})")
+    if args.points:
+        write_points_csv(rep, profile, measured_model, args.points)
+        print(f"replayed shapes: {args.points}")
     return 0

@@ -18,6 +18,7 @@ def test_quick_cpu_calibration_writes_a_valid_profile(cpu_calibration, tiny_mode
     assert p.name == "cpu-tiny"
     assert p.meta.gpu.startswith("cpu: ") and p.meta.dtype == "fp32" and p.meta.torch
     assert "torch SDPA" in p.meta.backend and "per-sequence" in p.meta.backend
+    assert "timing: perf_counter, 64 MB flush" in p.meta.backend and "CUDA-graph" not in p.meta.backend
     assert p.meta.date and p.meta.page_size == 16
     # Every measured term is fitted (no constant left at the analytic default) and validated.
     assert {"linear", "elementwise", "prefill_attn", "decode_attn", "h2d", "d2h"} <= set(p.validation)

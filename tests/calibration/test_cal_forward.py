@@ -43,11 +43,11 @@ def test_recording_cost_model_sees_simulated_iterations(tiny_model_path) -> None
     assert 50 <= len(chosen) <= 60 and skipped == len(shapes) - len(chosen)
 
 
-def test_forward_replay_on_cpu(cpu_calibration, tiny_model_path) -> None:
+def test_forward_replay_on_cpu(cpu_calibration, tiny_model_path, tmp_path) -> None:
     pytest.importorskip("torch")
     from calibration.measure_attention import AttentionBackend
     from calibration.timing import TimingConfig, make_timer
-    from calibration.validate_forward import format_report, replay
+    from calibration.validate_forward import format_report, replay, write_points_csv
     import dataclasses
     _, path, _, _ = cpu_calibration
     profile = load_profile(str(path))
@@ -64,3 +64,12 @@ def test_forward_replay_on_cpu(cpu_calibration, tiny_model_path) -> None:
     assert math.isfinite(rep.overall.mape) and rep.overall.mape < 1.0
     text = format_report(rep)
     assert "one-layer forwards on cpu" in text and "MAPE" in text
+    # The per-shape CSV: one row per replayed shape, the predicted terms add up to the prediction.
+    import pandas as pd
+    df = pd.read_csv(write_points_csv(rep, profile, model, tmp_path / "points.csv"))
+    assert len(df) == rep.overall.n
+    terms = df[["pred_linear_s", "pred_elementwise_s", "pred_prefill_attn_s", "pred_decode_attn_s"]].sum(axis=1)
+    assert (terms / df["predicted_s"]).sub(1).abs().max() < 1e-4
+    assert (df["pred_decode_attn_s"] > 0).eq(df["decode_seqs"] > 0).all()
+    ape = (df["predicted_s"] - df["measured_s"]).abs() / df["measured_s"]
+    assert abs(ape.mean() - rep.overall.mape) < 1e-3

@@ -18,6 +18,38 @@ def test_cuda_timer_and_l2_flush() -> None:
     assert 0 < r.p20_s <= r.median_s <= r.p80_s and r.reps >= 5
 
 
+def test_cuda_graph_replays_remove_launch_gaps() -> None:
+    """Many tiny kernels: eager timing is bound by the host's launch rate, graph replays are not,
+    and the replays really run the kernels."""
+    import dataclasses
+
+    from calibration.timing import CudaTimer, TimingConfig
+    x = torch.zeros(1, device="cuda")
+
+    def many():
+        for _ in range(200):
+            x.add_(1.0)
+    cfg = TimingConfig.quick()
+    eager = CudaTimer(dataclasses.replace(cfg, cuda_graph=False)).measure(many)
+    before = float(x)
+    t = CudaTimer(cfg)
+    graph = t.measure(many)
+    assert t.eager_fallbacks == []
+    done = float(x) - before
+    assert done > 0 and done % 200 == 0
+    assert graph.median_s < 0.7 * eager.median_s, (graph, eager)
+
+
+def test_uncapturable_closure_is_timed_eagerly() -> None:
+    from calibration.timing import CudaTimer, TimingConfig
+    x = torch.randn(1024, device="cuda")
+    t = CudaTimer(TimingConfig.quick())
+    r = t.measure(lambda: (x * 2).sum().item())     # a host sync cannot be captured
+    assert len(t.eager_fallbacks) == 1 and r.median_s > 0
+    r2 = t.measure(lambda: x * 2)                   # the next closure is captured again
+    assert len(t.eager_fallbacks) == 1 and r2.median_s > 0
+
+
 def test_pinned_copies_and_overlap() -> None:
     from calibration.measure_copy import measure_copy, measure_overlap
     from calibration.measure_gemm import LayerWeights, gemm_closure
@@ -42,6 +74,7 @@ def test_quick_cuda_calibration(tmp_path) -> None:
     p = load_profile(str(out))
     assert p.meta.cuda and p.meta.torch and p.meta.date
     assert {"linear", "prefill_attn", "decode_attn", "h2d", "d2h", "pipeline"} <= set(p.validation)
+    assert "CUDA-graph replays" in p.meta.backend and "capture failed" not in p.meta.notes
 
 
 def test_forward_replay_on_gpu(tmp_path) -> None:
