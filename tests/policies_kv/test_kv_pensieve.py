@@ -7,7 +7,7 @@ import random
 from fractions import Fraction
 
 import pytest
-from kv_helpers import PAGE, FakeCost, HandView, drain
+from kv_helpers import FakeCost, HandView, drain, run_random, since_key
 from kv_helpers import session as kv_session
 
 from costmodels import (
@@ -198,94 +198,13 @@ def test_physics_order_prefers_cheap_head_pages_when_dropping():
 
 
 # -- exactness against brute force ---------------------------------------------------------------
-def random_world(rng: random.Random, view: HandView, n_sessions: int = 10, max_pages: int = 6,
-                 layers: bool = False) -> dict[int, list[int]]:
-    """Sessions of random length, their units placed in ``view``: the uids of each session."""
-    units: dict[int, list[int]] = {}
-    uid = 0
-    for i in range(n_sessions):
-        pages = rng.randint(1, max_pages)
-        s = session(i, rng.randint((pages - 1) * BT + 1, pages * BT))
-        units[i] = []
-        for p in range(pages):
-            for layer in (range(4) if layers else (-1,)):
-                uid += 1
-                units[i].append(view.unit(uid, s, p, layer=layer, size=PAGE // (4 if layers else 1)))
-    return units
-
-
-def run_random(policy, view: HandView, seed: int, steps: int = 1500, integer_times: bool = False,
-               layers: bool = False) -> int:
-    """Random insert/pin/hit/remove/evict traffic; every victim must be the minimum of Pensieve's
-    exact order (value cost/(now - a), idle 0: +inf; then cost, then a, then uid) over the
-    candidates. Returns the number of victims checked."""
-    rng = random.Random(seed)
-    units = random_world(rng, view, layers=layers)
-    every = [uid for uids in units.values() for uid in uids]
-    cand: dict[int, tuple[float, float]] = {}   # uid -> (a: its last use as the policy sees it, cost)
-    now = 0.0
-    checked = 0
-
-    def ref(uid):
-        a, c = cand[uid]
-        idle = Fraction(now) - Fraction(a)
-        value = (1, Fraction(0)) if idle == 0 else (0, Fraction(c) / idle)
-        return value, c, a, uid
-
-    for _ in range(steps):
-        if integer_times:
-            now += rng.choice([0, 0, 1, 2, 5])
-        else:
-            now += rng.choice([0.0, rng.expovariate(0.5), rng.random() * 1e-3])
-        op = rng.random()
-        uids = units[rng.randrange(len(units))]
-        if op < 0.3:  # release a session's units (a turn completes, or a demotion arrives)
-            old = rng.random() < 0.2
-            for uid in uids:
-                if uid in cand:
-                    continue
-                if not old:
-                    view.last[uid] = now
-                policy.insert(uid, now)
-                cand[uid] = (min(view.last[uid], now), policy.unit_cost(uid))
-        elif op < 0.45:  # admission: hit then pin every candidate unit of the session
-            for uid in uids:
-                if uid in cand:
-                    policy.access(uid, now)
-                    policy.pin(uid)
-                    del cand[uid]
-        elif op < 0.55 and cand:  # a hit on one candidate (cachesim-style)
-            uid = rng.choice(sorted(cand))
-            policy.access(uid, now)
-            cand[uid] = (now, cand[uid][1])
-        elif op < 0.62 and cand:  # a candidate leaves for another reason
-            uid = rng.choice(sorted(cand))
-            del cand[uid]
-            policy.remove(uid)
-        else:  # the engine needs room
-            for _ in range(rng.randint(1, 3)):
-                v = policy.peek(now)
-                if not cand:
-                    assert v is None
-                    break
-                best = min(cand, key=ref)
-                assert v == best, f"t={now}: policy chose {v}, reference {best}: {ref(v)} vs {ref(best)}"
-                assert policy.evict(now) == v
-                checked += 1
-                del cand[v]
-        assert len(policy) == len(cand)
-        for uid in every:
-            assert (uid in policy) == (uid in cand)
-    return checked
-
-
 @pytest.mark.parametrize("cls", [Pensieve, PensieveFlat, PensievePhysics])
 @pytest.mark.parametrize("seed", [1, 2])
 def test_random_traffic_matches_brute_force(cls, seed):
     view = HandView()
     pol = cls(ctx(view, num_layers=4, cost=COST if cls is PensievePhysics else FakeCost(1e-3, 0.02, 0.03),
                   cpu_kv_bytes=4 << 20))
-    assert run_random(pol, view, seed, layers=seed == 2) > 100
+    assert run_random(pol, since_key, seed, layers=seed == 2, cost_of=pol.unit_cost) > 100
 
 
 @pytest.mark.parametrize("seed", [3, 4, 5])
@@ -294,7 +213,8 @@ def test_exact_ties_and_crossings_on_integer_times(seed):
     # and cross exactly at representable times; the order must still be the exact one.
     view = HandView()
     pol = Pensieve(ctx(view, num_layers=4, cost=FakeCost(1.0, 0.0, 0.0)))
-    assert run_random(pol, view, seed, integer_times=True, layers=True) > 100
+    assert run_random(pol, since_key, seed, integer_times=True, layers=True,
+                      cost_of=pol.unit_cost) > 100
 
 
 def _exact_key(mode: str, uid: int, c: float, tau: float, now: float):
