@@ -23,8 +23,8 @@ import numpy as np
 from sim.units import UNIT_BITS, UNIT_MASK, SessionKV, Tier, UnitView, uid_of
 
 GPU, CPU, DROPPED = Tier.GPU, Tier.CPU, Tier.DROPPED
-_GPU_BYTE = bytes([GPU])
-_TIER_BYTES = (b"\x00", b"\x01", b"\x02")
+_TIER_BYTES = (b"\x00", b"\x01", b"\x02")      # one unit's state byte, by Tier
+_GPU_BYTE = _TIER_BYTES[GPU]
 
 
 def _no_clock() -> int:

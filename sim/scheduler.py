@@ -410,11 +410,17 @@ class Scheduler:
             return False                          # some step would preempt: step by step
         free = mem.free(GPU)
         free_pages = total if math.isinf(free) else int(free // page)
-        if total > free_pages and mem.capacity[CPU] >= page and mem.reclaimable(CPU) >= page:
+        demotes = total > free_pages and mem.capacity[CPU] >= page and mem.reclaimable(CPU) >= page
+        gpu_policy = mem.policy[GPU]
+        ordered = type(gpu_policy).insert is not EvictionPolicy.insert
+        # The step of every allocation, in the loop's order of runs, when anything needs it.
+        steps = [k for _, key, count in growing for k in range(key, key + count * bt, bt)] \
+            if ordered or free_pages or demotes else []
+        due = np.sort(np.asarray(steps, dtype=np.int64)) - step0     # relative, in step order
+        if demotes:
             # Each allocation past the free room demotes one page, whose copy rides on its own
             # step: step by step unless every such copy hides behind its step's compute.
-            due = sorted(k for run, key, count in growing for k in range(key, key + count * bt, bt))
-            per_step = np.bincount(np.asarray(due[free_pages:]) - step0, minlength=n)
+            per_step = np.bincount(due[free_pages:], minlength=n)
             for k in np.flatnonzero(per_step).tolist():
                 nbytes = int(per_step[k]) * page
                 if self.cost.copy_s("d2h", nbytes, nbytes // page * self.cost.model.num_layers) > d[k]:
@@ -424,13 +430,9 @@ class Scheduler:
             self._d2h_mark = mem.swap_out_bytes   # their copies were priced in their own steps
         for key in touched:
             del self._page_due[key]
-        gpu_policy = mem.policy[GPU]
-        ordered = type(gpu_policy).insert is not EvictionPolicy.insert
-        steps, order, uids = [], [], []
+        order, uids = [], []
         for run, key, count in growing:
             sess = run.sess
-            if ordered or free_pages:
-                steps.extend(range(key, key + count * bt, bt))
             if ordered:                           # the policy hears of the pages in the loop's order
                 order.extend([run.admit_seq] * count)
                 first = uid_of(sess.index, len(sess.tier))
@@ -447,8 +449,7 @@ class Scheduler:
         # GPU occupancy per step: each allocation that found free room adds a page from its step.
         grown = np.zeros(n, dtype=np.int64)
         if total and free_pages:
-            firsts = np.sort(np.asarray(steps, dtype=np.int64))[:free_pages] - step0
-            grown = np.cumsum(np.bincount(firsts, minlength=n)[:n])
+            grown = np.cumsum(np.bincount(due[:free_pages], minlength=n)[:n])
         used = (mem.used[GPU] - page * int(grown[-1] if len(grown) else 0)) + page * grown
         gbs = running_sum(span.gpu_byte_seconds, used * d[:n])
         span.gpu_byte_seconds = float(gbs[-1])

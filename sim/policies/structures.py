@@ -414,9 +414,6 @@ class SeqQueue:
     def oldest(self) -> int | None:
         return self._heap.min()
 
-    def seq_of(self, uid: int) -> int:
-        return self._heap.key(uid)
-
     def size_of(self, uid: int) -> int:
         return self._size[uid]
 
