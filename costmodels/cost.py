@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .models import ModelSpec
-from .pipeline import pipelined_time_uniform, serial_time_uniform
+from .pipeline import pipelined_time, pipelined_time_uniform, serial_time, serial_time_uniform
 from .profile import Profile
 
 
@@ -207,7 +207,8 @@ class CostModel:
 
     # --- one iteration ---------------------------------------------------------------------------
     def iteration(self, shape: BatchShape, h2d_bytes: int = 0, h2d_copies: int = 0,
-                  d2h_bytes: int = 0, d2h_copies: int = 0, pipelining: bool = True) -> IterationCost:
+                  d2h_bytes: int = 0, d2h_copies: int = 0, pipelining: bool = True,
+                  async_save: bool = True) -> IterationCost:
         """Wall time of one engine iteration with its swap-ins (H2D) and demotions (D2H).
 
         Copies are counted as issued: with per-layer KV tensors (vLLM/FlashInfer paging) one page of
@@ -219,7 +220,8 @@ class CostModel:
         (``pipelined_time_uniform``), compute slowed by (1+epsilon) while the copy stream is busy.
         Otherwise all H2D copies finish before layer 0: L*t_x + L*t_c.
         D2H (demotion of victims) runs on the other copy engine from the start of the iteration and
-        does not slow compute (a simplification); the iteration ends when both are done.
+        does not slow compute (a simplification); the iteration ends when both are done. With
+        ``async_save=False`` the saves finish before the iteration computes (D2H + the rest).
         An iteration with nothing to compute pays no LM head and no step overhead; with no copies
         either it costs 0.
         """
@@ -239,7 +241,36 @@ class CostModel:
             body = pipelined_time_uniform(layers, h2d / layers, t_c, self._slowdown)
         else:
             body = serial_time_uniform(layers, h2d / layers, t_c)
-        total = max(body + head + overhead, d2h)
+        total = max(body + head + overhead, d2h) if async_save else d2h + (body + head + overhead)
+        return IterationCost(total_s=total, compute_s=compute, h2d_s=h2d, d2h_s=d2h,
+                             stall_s=total - compute)
+
+    def layered_iteration(self, layer_compute_s, rows: int, h2d_copy_s, d2h_bytes: int = 0,
+                          d2h_copies: int = 0, pipelining: bool = True, async_save: bool = True,
+                          copy_start_s: float = 0.0, compute_start_s: float = 0.0) -> IterationCost:
+        """One iteration whose layers differ: ``layer_compute_s[l]`` (``layer_s`` of layer l's own
+        shape: recomputed pages join the layers they are recomputed through) and
+        ``h2d_copy_s[l]`` (the copy of the units of layer l, as ``copy_s('h2d', ...)``), run through
+        the layer recurrence (``pipelined_time``) or, without pipelining, copies first; ``rows``
+        rows through the LM head. ``copy_start_s``: the H2D stream is busy until then (earlier
+        copies in flight); ``compute_start_s``: layer 0 may not start before (its data in flight).
+        D2H as in ``iteration``. With uniform layers and zero starts it equals ``iteration``."""
+        layers = self._L
+        if len(layer_compute_s) != layers or len(h2d_copy_s) != layers:
+            raise ValueError(f"need {layers} layers, got {len(layer_compute_s)} compute and "
+                             f"{len(h2d_copy_s)} copy times")
+        head = overhead = 0.0
+        if rows > 0:
+            head, overhead = self.lm_head_s(rows), self.profile.step_overhead_s
+        compute = float(sum(layer_compute_s)) + head + overhead
+        h2d = float(sum(h2d_copy_s))
+        d2h = self.copy_s("d2h", d2h_bytes, d2h_copies) if (d2h_bytes or d2h_copies) else 0.0
+        if pipelining and self._layerwise:
+            body = pipelined_time(h2d_copy_s, layer_compute_s, self._slowdown, copy_start_s,
+                                  compute_start_s)
+        else:
+            body = serial_time(h2d_copy_s, layer_compute_s, copy_start_s, compute_start_s)
+        total = max(body + head + overhead, d2h) if async_save else d2h + (body + head + overhead)
         return IterationCost(total_s=total, compute_s=compute, h2d_s=h2d, d2h_s=d2h,
                              stall_s=total - compute)
 

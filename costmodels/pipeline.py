@@ -2,7 +2,9 @@
 
 Copies run back to back on one H2D stream in layer order; layer l computes once its bytes are in:
     X_l = X_(l-1) + t_copy(l),   C_l = max(C_(l-1), X_l) + t_compute(l),   result C_(L-1).
-Both streams start at 0 (the previous iteration's prefetch of layer 0 is not modelled).
+Both streams start at 0 unless told otherwise: ``copy_start`` is when the H2D stream is free (copies
+issued earlier, such as an ahead-of-time swap-in, still in flight), ``compute_start`` the earliest
+time layer 0 may compute (data it needs still in flight): X_(-1) = copy_start, C_(-1) = compute_start.
 
 Copy/compute interference (epsilon): compute runs (1 + epsilon) slower *while the copy stream is
 busy*, i.e. before X_(L-1), and at full speed after. Why by time and not "every layer": a single
@@ -15,16 +17,21 @@ from collections.abc import Sequence
 
 
 def pipelined_time(copy_s: Sequence[float], compute_s: Sequence[float],
-                   compute_slowdown: float = 0.0) -> float:
+                   compute_slowdown: float = 0.0, copy_start: float = 0.0,
+                   compute_start: float = 0.0) -> float:
     """End of the last layer's compute, C_(L-1), for per-layer copy and compute times."""
     if len(copy_s) != len(compute_s):
         raise ValueError(f"copy_s has {len(copy_s)} layers, compute_s {len(compute_s)}")
     if compute_slowdown < 0:
         raise ValueError(f"compute_slowdown must be >= 0, got {compute_slowdown}")
+    if copy_start < 0 or compute_start < 0:
+        raise ValueError(f"negative start: copy {copy_start}, compute {compute_start}")
     slow = 1.0 + compute_slowdown
-    copies_end = float(sum(copy_s))
-    arrived = 0.0   # X_l
-    done = 0.0      # C_l
+    if not any(copy_s):    # nothing to wait for: a busy copy stream does not hold compute back
+        copy_start = 0.0
+    copies_end = copy_start + float(sum(copy_s))
+    arrived = copy_start   # X_l
+    done = compute_start   # C_l
     for t_x, t_c in zip(copy_s, compute_s):
         if t_x < 0 or t_c < 0:
             raise ValueError(f"negative layer time: copy {t_x}, compute {t_c}")
@@ -57,6 +64,20 @@ def pipelined_time_uniform(num_layers: int, t_copy: float, t_compute: float,
     if t_copy >= t_compute * slow:
         return num_layers * t_copy + t_compute
     return t_copy + num_layers * t_compute + (num_layers - 1) * t_copy * compute_slowdown / slow
+
+
+def serial_time(copy_s: Sequence[float], compute_s: Sequence[float], copy_start: float = 0.0,
+                compute_start: float = 0.0) -> float:
+    """Without pipelining: every copy is in (the stream free at ``copy_start``) before layer 0."""
+    if len(copy_s) != len(compute_s):
+        raise ValueError(f"copy_s has {len(copy_s)} layers, compute_s {len(compute_s)}")
+    if copy_start < 0 or compute_start < 0:
+        raise ValueError(f"negative start: copy {copy_start}, compute {compute_start}")
+    if any(t < 0 for t in copy_s) or any(t < 0 for t in compute_s):
+        raise ValueError("negative layer time")
+    copies = float(sum(copy_s))
+    start = max(compute_start, copy_start + copies) if copies else compute_start
+    return start + float(sum(compute_s))
 
 
 def serial_time_uniform(num_layers: int, t_copy: float, t_compute: float) -> float:
