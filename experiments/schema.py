@@ -28,7 +28,6 @@ import yaml
 from pydantic import (
     AfterValidator,
     BaseModel,
-    BeforeValidator,
     ConfigDict,
     Field,
     PrivateAttr,
@@ -46,10 +45,6 @@ TRACE_KINDS = ("synthetic", "sharegpt", "mooncake", "azure", "jsonl")
 FILE_TRACE_KINDS = ("sharegpt", "mooncake", "azure", "jsonl")  # need trace.path
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _ENGINE_DEFAULTS = {f.name: f.default for f in dataclasses.fields(EngineConfig)}
-# The eviction units the simulator runs today. sim.config.EVICT_UNITS also names layer_block (the
-# per-layer checkerboard), which the scheduler refuses; the schema refuses it at load instead, so a
-# run does not fail after minutes of work.
-AVAILABLE_EVICT_UNITS = ("session", "block")
 
 
 class ConfigError(ValueError):
@@ -112,15 +107,6 @@ def _check_hardware(value: str, info: ValidationInfo) -> str:
     return value
 
 
-def _evict_unit_available(value: Any) -> Any:
-    """Runs before the Literal check, so a unit the simulator names but cannot run yet gets its own
-    message."""
-    if isinstance(value, str) and value in EVICT_UNITS and value not in AVAILABLE_EVICT_UNITS:
-        raise ValueError(f"{value} is not available yet; use "
-                         f"{' or '.join(AVAILABLE_EVICT_UNITS)}")
-    return value
-
-
 def _check_policy(value: str) -> str:
     from sim.policies import (
         policy_class,  # ValueError names the policy and the registered ones
@@ -169,10 +155,9 @@ class MemorySpec(_Strict):
         default=[0.0], description="CPU swap tier in GiB (0: evictions drop)")
     block_tokens: Annotated[list[PosInt], Field(min_length=1), AfterValidator(_no_duplicates)] = Field(
         default=[16], description="page size in tokens")
-    evict_unit: Annotated[list[Annotated[Literal[AVAILABLE_EVICT_UNITS],
-                                         BeforeValidator(_evict_unit_available)]],
+    evict_unit: Annotated[list[Literal[EVICT_UNITS]],
                           Field(min_length=1), AfterValidator(_no_duplicates)] = Field(
-        default=["block"], description="session | block (layer_block is not available yet)")
+        default=["block"], description="session | block | layer_block (one page of one layer)")
 
     wrap_lists = field_validator("gpu_kv_gb", "cpu_kv_gb", "block_tokens", "evict_unit",
                             mode="before")(_as_list)
@@ -185,6 +170,9 @@ class EngineSpec(_Strict):
     max_running: PosInt = _ENGINE_DEFAULTS["max_running"]
     replay: Literal[REPLAY_MODES] = _ENGINE_DEFAULTS["replay"]
     pipelining: StrictBool = _ENGINE_DEFAULTS["pipelining"]
+    async_save: StrictBool = _ENGINE_DEFAULTS["async_save"]
+    fused_recompute: StrictBool = _ENGINE_DEFAULTS["fused_recompute"]
+    prefetch: StrictBool = _ENGINE_DEFAULTS["prefetch"]
 
 
 class ExecutorSpec(_Strict):

@@ -40,6 +40,9 @@ class EngineConfig:
     max_running: int = 256           # sequences in the continuous batch
     replay: str = "closed-loop"      # closed-loop: turn k+1 arrives think_s after turn k ends
     pipelining: bool = True          # layer-wise overlap of swap-in copies with compute
+    async_save: bool = True          # demotion copies (D2H) overlap compute on their own stream
+    fused_recompute: bool = True     # dropped history recomputed in the same prefill as the prompt
+    prefetch: bool = False           # swap a predictable next turn's CPU units in ahead of time
 
     def __post_init__(self) -> None:
         if self.max_batch_tokens < 1:

@@ -1,7 +1,7 @@
 """Debug-mode invariant checks, run after every iteration (``simulate(debug=True)``).
 
 Every unit is in exactly one state (its byte in the session's array), the per-session page counts
-agree with the arrays, enough units cover every token, no tier is over capacity and its byte count
+agree with the arrays, enough units cover every token (every layer of it at ``layer_block``), no tier is over capacity and its byte count
 equals the sum of its units; pinned sessions are exactly those of running turns and sit wholly on
 the GPU; shared units with holders are never candidates; the policies' candidate sets are exactly
 the unpinned, unheld units of their tier.
@@ -51,11 +51,15 @@ def check_invariants(sched) -> None:
                     raise AssertionError(f"{where}: unpinned {Tier(t).name} unit {idx} is not a candidate")
         if counts != sess.tier_pages:
             raise AssertionError(f"{where}: units hold pages {counts} per tier, counted {sess.tier_pages}")
-        need = -(-tokens // bt)
+        if len(sess.tier) % view.layers:
+            raise AssertionError(f"{where}: {len(sess.tier)} units are not whole pages of "
+                                 f"{view.layers} layers")
+        need = -(-tokens // bt) * view.layers          # unit pages: page-layers at layer_block
         if sess.done and not sess.tier:
             continue                     # finished, nothing left in any tier: its array was freed
         if sum(counts) < need:
-            raise AssertionError(f"{where}: {tokens} tokens need {need} pages, units cover {sum(counts)}")
+            raise AssertionError(f"{where}: {tokens} tokens need {need} unit pages, units cover "
+                                 f"{sum(counts)}")
     for tier in (Tier.GPU, Tier.CPU):
         if used[tier] != mem.used[tier]:
             raise AssertionError(f"{tier.name}: units hold {used[tier]} bytes, accounting says {mem.used[tier]}")

@@ -16,11 +16,20 @@ from __future__ import annotations
 import math
 from array import array
 from collections.abc import Callable
+from dataclasses import dataclass
 from itertools import chain, starmap
 
 import numpy as np
 
-from sim.units import UNIT_BITS, UNIT_MASK, SessionKV, Tier, UnitView, uid_of
+from sim.units import (
+    UNIT_BITS,
+    UNIT_MASK,
+    SessionKV,
+    Tier,
+    UnitView,
+    layer_codes,
+    uid_of,
+)
 
 GPU, CPU, DROPPED = Tier.GPU, Tier.CPU, Tier.DROPPED
 _TIER_BYTES = (b"\x00", b"\x01", b"\x02")      # one unit's state byte, by Tier
@@ -29,6 +38,21 @@ _GPU_BYTE = _TIER_BYTES[GPU]
 
 def _no_clock() -> int:
     return 0
+
+
+@dataclass(slots=True)
+class LayerFetch:
+    """What ``bring_layers_to_gpu`` did: the units swapped in per layer, the pages recomputed and
+    the deepest layer each is recomputed through, and the CPU units the recompute regenerated."""
+
+    swapped_per_layer: np.ndarray    # int, one entry per layer
+    recomputed_pages: np.ndarray     # page indices, in order
+    depth: np.ndarray                # deepest dropped layer of each recomputed page
+    regenerated: int                 # CPU units at or above a recomputed page's depth
+
+    @property
+    def swapped_units(self) -> int:
+        return int(self.swapped_per_layer.sum())
 
 
 class TieredMemory:
@@ -64,11 +88,13 @@ class TieredMemory:
             self.peak_gpu_bytes = self.used[GPU]
 
     # -- a session's units -----------------------------------------------------------------------
-    def add_units(self, sess: SessionKV, count: int, now: float, insert: bool = True) -> None:
-        """``count`` new pages (block units) of a running turn, pinned on the GPU (room was made).
-        ``insert=False``: the caller tells the GPU policy itself (a batch across sessions)."""
-        if count <= 0:
+    def add_units(self, sess: SessionKV, pages: int, now: float, insert: bool = True) -> None:
+        """``pages`` new pages of a running turn (one unit each, or one per layer at
+        ``layer_block``), pinned on the GPU (room was made). ``insert=False``: the caller tells the
+        GPU policy itself (a batch across sessions)."""
+        if pages <= 0:
             return
+        count = pages * self.view.layers
         base = uid_of(sess.index, len(sess.tier))
         sess.tier.extend(_GPU_BYTE * count)
         sess.tier_pages[GPU] += count
@@ -148,6 +174,42 @@ class TieredMemory:
         self.used[GPU] += len(moved) * size
         self._grew(GPU)
         return n_swapped * size, n_swapped * ppu, recomputed
+
+    def bring_layers_to_gpu(self, sess: SessionKV, now: float) -> LayerFetch | None:
+        """``bring_to_gpu`` for per-layer units: a page with a dropped layer is recomputed through
+        its deepest dropped layer, which also regenerates its CPU units of the layers up to that
+        depth (no copy); every other CPU unit is swapped in. None when all are on the GPU."""
+        if not sess.pinned:
+            raise AssertionError(f"session {sess.session_id} is not pinned")
+        n_cpu, n_dropped = sess.tier_pages[CPU], sess.tier_pages[DROPPED]
+        if not n_cpu and not n_dropped:
+            return None
+        layers, base, tier = self.view.layers, sess.index << UNIT_BITS, sess.tier
+        codes = layer_codes(sess, layers)                         # (pages, layer)
+        dropped = codes == 2
+        pages = np.flatnonzero(dropped.any(axis=1))               # pages to recompute, in order
+        depth = layers - 1 - np.argmax(dropped[pages, ::-1], axis=1)   # deepest dropped layer
+        on_cpu = codes == 1
+        regen = np.zeros_like(on_cpu)
+        regen[pages] = on_cpu[pages] & (np.arange(layers) <= depth[:, None])
+        copied = on_cpu & ~regen
+        per_layer = copied.sum(axis=0)                            # swapped-in units of layer l
+        flat = np.frombuffer(tier, dtype=np.uint8)
+        moved = np.flatnonzero(flat)
+        from_cpu = (moved[flat[moved] == 1] + base).tolist()
+        del codes, dropped, on_cpu, flat
+        tier[moved[0]:] = tier[moved[0]:].replace(b"\x01", b"\x00").replace(b"\x02", b"\x00")
+        self.policy[CPU].remove_many(from_cpu, True)
+        self.policy[GPU].insert_many((moved + base).tolist(), now, True)
+        size = self.view.page_bytes
+        counts = sess.tier_pages
+        counts[CPU] -= n_cpu
+        counts[DROPPED] -= n_dropped
+        counts[GPU] += n_cpu + n_dropped
+        self.used[CPU] -= n_cpu * size
+        self.used[GPU] += (n_cpu + n_dropped) * size
+        self._grew(GPU)
+        return LayerFetch(per_layer, pages, depth, int(regen.sum()))
 
     def drop_from(self, sess: SessionKV, first_unit: int, now: float) -> None:
         """Drop the session's unpinned units from ``first_unit`` on (preemption discards them)."""

@@ -43,6 +43,40 @@ def recompute_pairs(units, pages_per_unit: int, block_tokens: int, old_tokens: i
     return float((n * (a + n / 2.0)).cumsum()[-1])
 
 
+@dataclass(slots=True, eq=False)
+class Prefill:
+    """The prefill work and swap-ins of one iteration's admissions.
+
+    ``tokens``/``pairs`` run through every layer: the new tokens, and recomputed pages of all
+    layers; ``recompute_*`` is the recomputed part of them. At ``layer_block`` a recomputed page
+    runs only through its deepest dropped layer: ``deep_tokens[l]``/``deep_pairs[l]`` hold the
+    pages recomputed through layers 0..l, and ``h2d_units[l]`` the units of layer l swapped in.
+    ``ready_s``: layer 0 may not start before (an admitted turn's ahead-of-time swap-in still in
+    flight), relative to the iteration's start.
+    """
+
+    tokens: int = 0
+    pairs: float = 0.0
+    seqs: int = 0
+    h2d_bytes: int = 0
+    h2d_pages: int = 0             # pages of all layers swapped in (block, session)
+    recompute_tokens: int = 0
+    recompute_pairs: float = 0.0
+    recompute_seqs: int = 0
+    deep_tokens: np.ndarray | None = None
+    deep_pairs: np.ndarray | None = None
+    h2d_units: np.ndarray | None = None
+    ready_s: float = 0.0
+
+    @property
+    def shape(self) -> BatchShape:
+        return BatchShape(prefill_tokens=self.tokens, prefill_pairs=self.pairs, prefill_seqs=self.seqs)
+
+    @property
+    def layered(self) -> bool:
+        return self.deep_tokens is not None
+
+
 @dataclass(slots=True)
 class DecodeRun:
     """Decode-only steps priced together: their count, durations, end time and the running
@@ -55,27 +89,99 @@ class DecodeRun:
 
 
 class Pricer:
-    """Prices the scheduler's iterations for one cost model, page size and pipelining choice."""
+    """Prices the scheduler's iterations for one cost model, page size and engine options.
 
-    def __init__(self, cost: CostModel, page_bytes: int, pipelining: bool) -> None:
+    KV tensors are per layer (vLLM, FlashInfer): a page of all layers is L copies, a page of one
+    layer one copy, so a copy of n bytes is n / (page_bytes / L) copies in either case.
+    """
+
+    def __init__(self, cost: CostModel, page_bytes: int, pipelining: bool,
+                 async_save: bool = True, fused_recompute: bool = True) -> None:
         self.cost = cost
         self.page_bytes = page_bytes
         self.layers = cost.model.num_layers
+        self.layer_page_bytes = page_bytes // self.layers
         self.pipelining = pipelining
+        self.async_save = async_save
+        self.fused_recompute = fused_recompute
 
     def iteration_s(self, prefill: BatchShape, dec_seqs: int, dec_ctx: int, h2d_bytes: int = 0,
                     h2d_pages: int = 0, d2h_bytes: int = 0) -> float:
-        """One mixed iteration; with per-layer KV tensors a page of all layers is L copies."""
+        """One mixed iteration whose layers are alike."""
         return self.cost.iteration(
             prefill + BatchShape.decode(dec_seqs, dec_ctx), h2d_bytes=h2d_bytes,
             h2d_copies=h2d_pages * self.layers, d2h_bytes=d2h_bytes,
-            d2h_copies=d2h_bytes // self.page_bytes * self.layers, pipelining=self.pipelining).total_s
+            d2h_copies=d2h_bytes // self.layer_page_bytes, pipelining=self.pipelining,
+            async_save=self.async_save).total_s
+
+    def admission_s(self, pf: Prefill, dec_seqs: int, dec_ctx: int, d2h_bytes: int = 0,
+                    copy_start_s: float = 0.0) -> tuple[float, float]:
+        """(duration, copy stall) of an iteration with admissions. ``copy_start_s``: the H2D stream
+        is busy with earlier copies until then. Without the engine's fused recompute, the dropped
+        history is recomputed in a pass of its own (no LM head) before the iteration."""
+        head_pass = 0.0
+        if not self.fused_recompute and pf.recompute_seqs:
+            head_pass = self._recompute_pass_s(pf)
+            pf = Prefill(pf.tokens - pf.recompute_tokens, pf.pairs - pf.recompute_pairs, pf.seqs,
+                         pf.h2d_bytes, pf.h2d_pages, h2d_units=pf.h2d_units, ready_s=pf.ready_s)
+        decode = BatchShape.decode(dec_seqs, dec_ctx)
+        if not pf.layered and pf.h2d_units is None and not copy_start_s and not pf.ready_s:
+            it = self.cost.iteration(pf.shape + decode, h2d_bytes=pf.h2d_bytes,
+                                     h2d_copies=pf.h2d_pages * self.layers, d2h_bytes=d2h_bytes,
+                                     d2h_copies=d2h_bytes // self.layer_page_bytes,
+                                     pipelining=self.pipelining, async_save=self.async_save)
+            return head_pass + it.total_s, it.stall_s
+        it = self.cost.layered_iteration(
+            self._layer_compute(pf.shape + decode, pf), pf.seqs + dec_seqs, self._layer_copies(pf),
+            d2h_bytes, d2h_bytes // self.layer_page_bytes, self.pipelining, self.async_save,
+            copy_start_s, pf.ready_s)
+        return head_pass + it.total_s, it.stall_s
+
+    def _layer_compute(self, base: BatchShape, pf: Prefill) -> list[float]:
+        """Each layer's compute: the base shape plus the pages recomputed through that layer."""
+        layer_s, L = self.cost.layer_s, self.layers
+        if pf.deep_tokens is None:
+            return [layer_s(base)] * L
+        out = [0.0] * L
+        tokens, pairs, t = 0, 0.0, None
+        for layer in range(L - 1, -1, -1):          # suffix sums: pages recomputed through >= l
+            dt = int(pf.deep_tokens[layer])
+            if dt or t is None:
+                tokens += dt
+                pairs += float(pf.deep_pairs[layer])
+                t = layer_s(BatchShape(base.prefill_tokens + tokens, base.prefill_pairs + pairs,
+                                       base.prefill_seqs, base.decode_seqs, base.decode_ctx_tokens))
+            out[layer] = t
+        return out
+
+    def _layer_copies(self, pf: Prefill) -> list[float]:
+        copy_s = self.cost.copy_s
+        if pf.h2d_units is None:
+            per = copy_s("h2d", pf.h2d_bytes, pf.h2d_pages * self.layers) / self.layers \
+                if pf.h2d_bytes else 0.0
+            return [per] * self.layers
+        unit = self.layer_page_bytes
+        return [copy_s("h2d", int(n) * unit, int(n)) if n else 0.0 for n in pf.h2d_units]
+
+    def _recompute_pass_s(self, pf: Prefill) -> float:
+        """A forward pass of the recomputed history alone (its KV only: no LM head)."""
+        layer_s = self.cost.layer_s
+        tokens, pairs, total = pf.recompute_tokens, pf.recompute_pairs, 0.0
+        for layer in range(self.layers - 1, -1, -1):
+            if pf.deep_tokens is not None:
+                tokens += int(pf.deep_tokens[layer])
+                pairs += float(pf.deep_pairs[layer])
+            if tokens:
+                total += layer_s(BatchShape(tokens, pairs, pf.recompute_seqs))
+        return total + self.cost.profile.step_overhead_s
 
     def decode_with_d2h_s(self, seqs: int, ctx: int, d2h_bytes: int) -> float:
         """A decode-only iteration that also carries a demotion's device-to-host copy on its own
         stream: ``iteration_s`` of that shape, to the bit, without building shapes (the iteration
-        ends when both the compute and the copy are done)."""
-        copy = self.cost.copy_s("d2h", d2h_bytes, d2h_bytes // self.page_bytes * self.layers)
+        ends when both the compute and the copy are done; without async saves, the copy first)."""
+        copy = self.cost.copy_s("d2h", d2h_bytes, d2h_bytes // self.layer_page_bytes)
+        if not self.async_save:
+            return copy + self.cost.decode_step_s(seqs, ctx)
         return max(self.cost.decode_step_s(seqs, ctx), copy)
 
     def ideal_ttft_s(self, prompt: int, history: int) -> float:

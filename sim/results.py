@@ -28,7 +28,11 @@ class TurnRecord:
     gpu_hit_tokens: int          # g_k: history tokens already on the GPU
     cpu_hit_tokens: int          # c_k: history tokens swapped in from the CPU tier
     recomputed_tokens: int       # d_k: history tokens recomputed in the prefill (re-prefill)
+    gpu_layer_units: int         # the history's (page, layer) pairs on the GPU at admission
+    cpu_layer_units: int         # ... on the CPU
+    dropped_layer_units: int     # ... DROPPED
     swap_in_bytes: int           # host-to-device bytes to admit this turn (whole pages)
+    copy_stall_s: float          # swap-in copy time its admission iteration could not hide
     preemptions: int             # times this turn was preempted during decode
     preempt_recompute_tokens: int  # tokens recomputed because of those preemptions
     ttft_s: float                # first_token_s - arrival_s
@@ -49,7 +53,8 @@ def ledger_frame(records: list[TurnRecord]) -> pd.DataFrame:
 
 
 _INT_COLUMNS = {"turn", "priority", "prompt_tokens", "output_tokens", "history_tokens", "gpu_hit_tokens",
-                "cpu_hit_tokens", "recomputed_tokens", "swap_in_bytes", "preemptions",
+                "cpu_hit_tokens", "recomputed_tokens", "gpu_layer_units", "cpu_layer_units",
+                "dropped_layer_units", "swap_in_bytes", "preemptions",
                 "preempt_recompute_tokens"}
 # dtypes of the ledger, so an empty ledger (every turn rejected) has the same schema as a full one
 TURN_DTYPES: dict[str, str] = {c: "object" if c == "session_id" else "int64" if c in _INT_COLUMNS

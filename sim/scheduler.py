@@ -22,15 +22,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from costmodels import BatchShape, CostModel
+from costmodels import BatchShape, CostModel, attention_pairs
 from sim.arrivals import Arrivals, next_arrival_s
 from sim.config import EngineConfig, MemoryConfig
 from sim.lifetime import fit_lifetime
 from sim.memory import CPU, DROPPED, GPU, TieredMemory
 from sim.policies import EvictionPolicy, PolicyContext, make_policy, policy_class
-from sim.pricing import Pricer, running_sum
+from sim.pricing import Prefill, Pricer, recompute_pairs, running_sum
 from sim.results import TurnRecord
-from sim.units import SessionKV, UnitView, uid_of
+from sim.units import SessionKV, UnitView, layer_codes, layer_split, uid_of
 from traces.records import Session, Turn
 
 
@@ -55,6 +55,8 @@ class TurnRun:
     gpu_hit: int = 0
     cpu_hit: int = 0
     recomputed: int = 0
+    layer_units: tuple[int, int, int] = (0, 0, 0)   # the history's (page, layer) pairs per tier
+    copy_stall_s: float = 0.0    # copy time its admission iteration could not hide
     swap_in_bytes: int = 0
     preemptions: int = 0
     preempt_recompute: int = 0
@@ -77,19 +79,19 @@ class Scheduler:
     def __init__(self, sessions: list[Session], cost: CostModel, memory: MemoryConfig,
                  engine: EngineConfig, policy: str, seed: int = 0,
                  clock: Callable[[], int] | None = None) -> None:
-        if memory.evict_unit == "layer_block":
-            raise ValueError("memory.evict_unit: layer_block (the per-layer checkerboard) is not "
-                             "implemented yet; use session or block")
         self.cost, self.cfg = cost, engine
         self.bt = memory.block_tokens
         self.page_bytes = self.bt * cost.kv_bytes_per_token
         self.per_session_unit = memory.evict_unit == "session"
+        self.layers = cost.model.num_layers
+        self.upp = self.layers if memory.evict_unit == "layer_block" else 1   # units per page
+        self.unit_bytes = self.page_bytes // self.upp      # one page of one unit's layers
         predictor = None
         if getattr(policy_class(policy), "needs_predictor", False):
             predictor = fit_lifetime(sessions)  # fitted on the trace's training split
         self.sessions = sessions
         self.kv = [SessionKV(i, s.session_id, s.turns[0].priority) for i, s in enumerate(sessions)]
-        view = UnitView(self.kv, self.page_bytes, per_session=self.per_session_unit)
+        view = UnitView(self.kv, self.unit_bytes, layers=self.upp, per_session=self.per_session_unit)
         ctx = dict(block_tokens=self.bt, num_layers=cost.model.num_layers, view=view, cost=cost,
                    cpu_kv_bytes=MemoryConfig.capacity_bytes(memory.cpu_kv_gb), predictor=predictor)
         self.mem = TieredMemory(
@@ -97,7 +99,8 @@ class Scheduler:
             make_policy(policy, PolicyContext(tier=GPU, **ctx)),
             make_policy(policy, PolicyContext(tier=CPU, **ctx)), view,
             clock=clock or (lambda: 0))
-        self.pricer = Pricer(cost, self.page_bytes, engine.pipelining)
+        self.pricer = Pricer(cost, self.page_bytes, engine.pipelining, engine.async_save,
+                             engine.fused_recompute)
         # Decode spans allocate their pages in one batch when that cannot change a decision.
         self._bulk = type(self.mem.policy[GPU]).grows_in_bulk and not self.per_session_unit
         self.arrivals = Arrivals()
@@ -151,11 +154,18 @@ class Scheduler:
     def plan(self, now: float) -> Step | None:
         """Prepare the next iteration; None when there is nothing to run."""
         self._grow_decodes(now)
-        admitted, prefill, h2d_bytes, h2d_pages = self._admit(now)
+        admitted, prefill = self._admit(now)
         if not admitted and self.dec_seqs == 0:
             return None
-        duration = self.pricer.iteration_s(prefill, self.dec_seqs, self.dec_ctx, h2d_bytes, h2d_pages,
-                                           self._take_d2h())
+        if not admitted:
+            duration = self.pricer.iteration_s(BatchShape(), self.dec_seqs, self.dec_ctx,
+                                               d2h_bytes=self._take_d2h())
+            return Step(duration, admitted, self.dec_seqs)
+        duration, stall = self.pricer.admission_s(prefill, self.dec_seqs, self.dec_ctx,
+                                                  self._take_d2h())
+        for run in admitted:
+            if run.admit_s == now:           # first admission (this iteration)
+                run.copy_stall_s = stall
         return Step(duration, admitted, self.dec_seqs)
 
     def _take_d2h(self) -> int:
@@ -192,9 +202,13 @@ class Scheduler:
                 self._due_page(self.step + self.bt, run, epoch)
         return True
 
-    def _admit(self, now: float) -> tuple[list[TurnRun], BatchShape, int, int]:
-        """Admit waiting turns FCFS: (admitted, their prefill shape, H2D bytes, H2D pages)."""
-        tokens, pairs, h2d_bytes, h2d_pages = 0, 0.0, 0, 0
+    def _admit(self, now: float) -> tuple[list[TurnRun], Prefill]:
+        """Admit waiting turns FCFS: (admitted, their prefill work and swap-ins)."""
+        pf = Prefill()
+        if self.upp > 1:
+            pf.deep_tokens = np.zeros(self.layers, dtype=np.int64)
+            pf.deep_pairs = np.zeros(self.layers)
+            pf.h2d_units = np.zeros(self.layers, dtype=np.int64)
         admitted: list[TurnRun] = []
         budget = self.cfg.max_batch_tokens - self.dec_seqs
         while self.waiting and len(self.running) < self.cfg.max_running:
@@ -205,35 +219,68 @@ class Scheduler:
             if not self._room_for(run, fetch):
                 break  # no room now; it waits at the head of the queue
             self.waiting.popleft()
-            run_pairs, swapped, swapped_pages = self._make_resident(run, target, fetch, now)
-            tokens += new_tokens
-            pairs += run_pairs
-            h2d_bytes += swapped
-            h2d_pages += swapped_pages
+            self._make_resident(run, target, fetch, now, pf)
             budget -= new_tokens
             admitted.append(run)
-        prefill = BatchShape(prefill_tokens=tokens, prefill_pairs=pairs, prefill_seqs=len(admitted))
-        return admitted, prefill, h2d_bytes, h2d_pages
+        pf.seqs = len(admitted)
+        return admitted, pf
 
-    def _make_resident(self, run: TurnRun, target: int, fetch: int, now: float):
-        """Pin the session's units, reclaim room, swap in, recompute, and add the new pages."""
+    def _split(self, sess: SessionKV) -> tuple[int, int, int]:
+        """The session's tokens by where they are: (GPU hits, to swap in, to recompute)."""
+        bt = self.bt
+        if self.upp > 1:
+            return layer_split(layer_codes(sess, self.layers), sess.tokens, bt)
+        return sess.tokens_in(GPU, bt), sess.tokens_in(CPU, bt), sess.tokens_in(DROPPED, bt)
+
+    def _make_resident(self, run: TurnRun, target: int, fetch: int, now: float,
+                       pf: Prefill) -> None:
+        """Pin the session's units, reclaim room, swap in, recompute, and add the new pages; the
+        work goes into ``pf``."""
         sess, mem, bt = run.sess, self.mem, self.bt
         old_tokens = sess.tokens
-        split = (sess.tokens_in(GPU, bt), sess.tokens_in(CPU, bt), sess.tokens_in(DROPPED, bt))
+        split = self._split(sess)
+        per_unit = self.layers // self.upp
+        layer_units = tuple(n * per_unit for n in sess.tier_pages)
         for policy in mem.policy:
             policy.on_admit(sess, split, now)
         mem.acquire(sess, now)
         if not mem.make_room(fetch, now):
             raise AssertionError(f"admission of {sess.session_id} turn {run.k}: room was checked "
                                  f"but {fetch} bytes could not be reclaimed")
-        swapped, swapped_pages, recomputed = mem.bring_to_gpu(sess, now)
+        new = max(1, target - 1 - old_tokens)
+        new_pairs = attention_pairs(new, old_tokens)
+        if self.upp > 1:
+            got = mem.bring_layers_to_gpu(sess, now)
+            swapped = 0
+            if got is not None:
+                swapped = got.swapped_units * self.unit_bytes
+                pf.h2d_units += got.swapped_per_layer
+                if len(got.recomputed_pages):
+                    a = got.recomputed_pages * bt
+                    n = np.minimum(old_tokens, a + bt) - a
+                    np.add.at(pf.deep_tokens, got.depth, n)
+                    np.add.at(pf.deep_pairs, got.depth, n * (a + n / 2.0))
+                    pf.recompute_seqs += 1
+            pf.tokens += new
+            pf.pairs += new_pairs
+        else:
+            swapped, swapped_pages, recomputed = mem.bring_to_gpu(sess, now)
+            redo = recompute_pairs(recomputed, sess.unit_pages if self.per_session_unit else 1,
+                                   bt, old_tokens)
+            pf.tokens += split[DROPPED] + new
+            pf.pairs += redo + new_pairs
+            pf.h2d_pages += swapped_pages
+            if split[DROPPED]:
+                pf.recompute_tokens += split[DROPPED]
+                pf.recompute_pairs += redo
+                pf.recompute_seqs += 1
+        pf.h2d_bytes += swapped
         sess.last_access_s = now
-        pairs = self.pricer.prefill_pairs(recomputed, sess.unit_pages if self.per_session_unit else 1,
-                                          bt, old_tokens, max(1, target - 1 - old_tokens))
         self._extend(sess, target, now)
         if not run.admitted_once:
             # First admission: the session holds exactly the history, H = g + c + d.
             run.gpu_hit, run.cpu_hit, run.recomputed = split
+            run.layer_units = layer_units
             run.admit_s = now
             run.admitted_once = True
         else:
@@ -245,7 +292,6 @@ class Scheduler:
         self._admit_seq += 1
         run.admit_seq = self._admit_seq
         self.running[run.admit_seq] = run
-        return pairs, swapped, swapped_pages
 
     def _extend(self, sess: SessionKV, tokens: int, now: float) -> None:
         """Grow the session's KV to ``tokens``, placing new pages pinned on the GPU (room was made)."""
@@ -255,8 +301,8 @@ class Scheduler:
         if self.per_session_unit:
             if pages != sess.unit_pages or not sess.tier:
                 self.mem.grow_session_unit(sess, pages, now)
-        elif pages > len(sess.tier):
-            self.mem.add_units(sess, pages - len(sess.tier), now)
+        elif pages * self.upp > len(sess.tier):
+            self.mem.add_units(sess, pages - len(sess.tier) // self.upp, now)
         sess.tokens = tokens
 
     def _pages(self, tokens: int) -> int:
@@ -279,7 +325,7 @@ class Scheduler:
         mem.release(sess, now)
         # units reaching past the history boundary hold this turn's own tokens: dropped
         if not self.per_session_unit:
-            mem.drop_from(sess, boundary_page, now)
+            mem.drop_from(sess, boundary_page * self.upp, now)
         elif sess.unit_pages > boundary_page:
             mem.drop_from(sess, 0, now)
         self.waiting.appendleft(run)
@@ -405,27 +451,34 @@ class Scheduler:
                     count = (end - 1 - key) // bt + 1
                     growing.append((run, key, count))
                     total += count
-        page = self.page_bytes
+        page, unit, upp = self.page_bytes, self.unit_bytes, self.upp
         if total * page > mem.reclaimable(GPU):
             return False                          # some step would preempt: step by step
+        # Allocation k (1-based, in step order) of ``upp`` units evicts what the free room lacks:
+        # max(0, k*upp - free) - max(0, (k-1)*upp - free) units (victims are whole units).
         free = mem.free(GPU)
-        free_pages = total if math.isinf(free) else int(free // page)
-        demotes = total > free_pages and mem.capacity[CPU] >= page and mem.reclaimable(CPU) >= page
+        free_units = total * upp if math.isinf(free) else int(free // unit)
+        k = np.arange(1, total + 1, dtype=np.int64) * upp
+        evicted = np.maximum(k - free_units, 0) - np.maximum(k - upp - free_units, 0)
+        evicts = total * upp > free_units
+        demotes = evicts and mem.capacity[CPU] >= unit
         gpu_policy = mem.policy[GPU]
         ordered = type(gpu_policy).insert is not EvictionPolicy.insert
-        # The step of every allocation, in the loop's order of runs, when anything needs it.
-        steps = [k for _, key, count in growing for k in range(key, key + count * bt, bt)] \
-            if ordered or free_pages or demotes else []
+        # The step of every allocation, in the loop's order of runs.
+        steps = [k for _, key, count in growing for k in range(key, key + count * bt, bt)]
         due = np.sort(np.asarray(steps, dtype=np.int64)) - step0     # relative, in step order
         if demotes:
-            # Each allocation past the free room demotes one page, whose copy rides on its own
-            # step: step by step unless every such copy hides behind its step's compute.
-            per_step = np.bincount(due[free_pages:], minlength=n)
-            for k in np.flatnonzero(per_step).tolist():
-                nbytes = int(per_step[k]) * page
-                if self.cost.copy_s("d2h", nbytes, nbytes // page * self.cost.model.num_layers) > d[k]:
+            # Each demotion's copy rides on its allocation's step: step by step unless every such
+            # copy hides behind its step's compute (never, when saves are synchronous).
+            if not self.cfg.async_save:
+                return False
+            per_step = np.bincount(due, weights=evicted, minlength=n).astype(np.int64)
+            layer_page = self.pricer.layer_page_bytes
+            for j in np.flatnonzero(per_step).tolist():
+                nbytes = int(per_step[j]) * unit
+                if self.cost.copy_s("d2h", nbytes, nbytes // layer_page) > d[j]:
                     return False
-        if total > free_pages:
+        if evicts:
             mem.make_room(total * page, now)      # the victims of every single-page make_room
             self._d2h_mark = mem.swap_out_bytes   # their copies were priced in their own steps
         for key in touched:
@@ -433,24 +486,23 @@ class Scheduler:
         order, uids = [], []
         for run, key, count in growing:
             sess = run.sess
-            if ordered:                           # the policy hears of the pages in the loop's order
-                order.extend([run.admit_seq] * count)
+            if ordered:                           # the policy hears of the units in the loop's order
+                order.extend([run.admit_seq] * (count * upp))
                 first = uid_of(sess.index, len(sess.tier))
-                uids.extend(range(first, first + count))
+                uids.extend(range(first, first + count * upp))
             mem.add_units(sess, count, now, insert=False)
             last_step = key + (count - 1) * bt
             sess.tokens = run.tokens_at(last_step) + 1
             self._due_page(last_step + bt, run, run.epoch)
         if ordered and uids:
-            rank = np.lexsort((np.asarray(order), np.asarray(steps)))
+            unit_steps = np.repeat(np.asarray(steps, dtype=np.int64), upp)
+            rank = np.lexsort((np.asarray(order), unit_steps))
             gpu_policy.insert_many(np.asarray(uids)[rank].tolist(), now, True)
         self.live_pages += total
         self.peak_live_pages = max(self.peak_live_pages, self.live_pages)
-        # GPU occupancy per step: each allocation that found free room adds a page from its step.
-        grown = np.zeros(n, dtype=np.int64)
-        if total and free_pages:
-            grown = np.cumsum(np.bincount(due[:free_pages], minlength=n)[:n])
-        used = (mem.used[GPU] - page * int(grown[-1] if len(grown) else 0)) + page * grown
+        # GPU occupancy per step: each allocation adds its units less those it evicted.
+        grown = np.cumsum(np.bincount(due, weights=upp - evicted, minlength=n)[:n]).astype(np.int64)
+        used = (mem.used[GPU] - unit * int(grown[-1])) + unit * grown
         gbs = running_sum(span.gpu_byte_seconds, used * d[:n])
         span.gpu_byte_seconds = float(gbs[-1])
         self.step_s.extend(d[:n].tolist())
@@ -488,14 +540,18 @@ class Scheduler:
         """
         sess = run.sess
         target = run.history + run.turn.prompt_tokens + run.generated + 1
-        new_tokens = max(1, sess.tokens_in(DROPPED, self.bt) + (target - 1 - sess.tokens))
-        pages = sess.tier_pages
-        fetch = (pages[CPU] + pages[DROPPED] + self._pages(target) - sum(pages)) * self.page_bytes
+        units = sess.tier_pages
+        dropped = 0
+        if units[DROPPED]:
+            dropped = self._split(sess)[DROPPED] if self.upp > 1 else sess.tokens_in(DROPPED, self.bt)
+        new_tokens = max(1, dropped + (target - 1 - sess.tokens))
+        fetch = (units[CPU] + units[DROPPED] + self._pages(target) * self.upp - sum(units)) \
+            * self.unit_bytes
         return target, new_tokens, fetch
 
     def _room_for(self, run: TurnRun, fetch: int) -> bool:
         """Can the GPU make ``fetch`` bytes of room without the session's own (soon pinned) units?"""
-        return self.mem.reclaimable(GPU) - run.sess.tier_pages[GPU] * self.page_bytes >= fetch
+        return self.mem.reclaimable(GPU) - run.sess.tier_pages[GPU] * self.unit_bytes >= fetch
 
     def _complete(self, run: TurnRun, tokens: int, now: float) -> None:
         sess, session = run.sess, self.sessions[run.sess.index]
@@ -519,7 +575,8 @@ class Scheduler:
         self.ledger.append(TurnRecord(
             sess.session_id, run.k, t.priority, run.arrival_s, run.admit_s, run.first_token_s, now,
             t.prompt_tokens, o, run.history, run.gpu_hit, run.cpu_hit, run.recomputed,
-            run.swap_in_bytes, run.preemptions, run.preempt_recompute,
+            *run.layer_units, run.swap_in_bytes, run.copy_stall_s, run.preemptions,
+            run.preempt_recompute,
             run.first_token_s - run.arrival_s, run.ttft_ideal_s,
             (now - run.first_token_s) / (o - 1) if o > 1 else math.nan,
             now - run.arrival_s, run.admit_s - run.arrival_s))

@@ -2,7 +2,9 @@
 
 A unit is one span of a session's KV that lives in exactly one tier. With ``evict_unit=session`` a
 session has one unit that grows with it; with ``block`` one unit per page (all layers); with
-``layer_block`` one unit per page and layer (unit index ``page * layers + layer``). A unit is named
+``layer_block`` one unit per page and layer (unit index ``page * layers + (layers - 1 - layer)``:
+within a page the last layer comes first, so uid order is the documented tie-break of policies that
+know nothing of layers, and a page's units stay one extent). A unit is named
 by an integer id, ``uid = session_index << UNIT_BITS | unit_index``: stable for the whole run (a
 dropped unit keeps its id, so ghost lists can remember it), and never backed by an object. Each
 session holds the tier of each of its units in one byte array; the arrays are freed when a
@@ -34,8 +36,10 @@ def uid_of(session_index: int, unit_index: int) -> int:
 class SessionKV:
     """The KV state of one session: its tokens and the tier of each of its units, in page order.
 
-    ``tier[i]`` is unit i's Tier; ``tier_pages`` counts pages per tier (a ``session`` unit counts
-    all its pages). ``pinned``: a running turn holds every unit of the session.
+    ``tier[i]`` is unit i's Tier; ``tier_pages`` counts unit pages per tier: pages for ``block``
+    (a ``session`` unit counts all its pages), page-layers for ``layer_block`` (so bytes per tier are
+    always ``tier_pages * view.page_bytes``). ``pinned``: a running turn holds every unit of the
+    session.
     """
 
     index: int                    # position in the trace (deterministic tie-break, uid prefix)
@@ -64,7 +68,8 @@ class SessionKV:
         return -(-self.tokens // block_tokens)
 
     def tokens_in(self, tier: Tier, block_tokens: int) -> int:
-        """Tokens held in ``tier``: whole pages, less the unfilled tail of the last page."""
+        """Tokens held in ``tier``: whole pages, less the unfilled tail of the last page (units of
+        all layers; ``layer_split`` classifies the pages of per-layer units)."""
         n = self.tier_pages[tier] * block_tokens
         if self.tier and self.tier[-1] == tier:
             n -= sum(self.tier_pages) * block_tokens - self.tokens
@@ -86,6 +91,28 @@ class SessionKV:
         return (np.flatnonzero(codes == int(tier)) + base).tolist()
 
 
+def layer_codes(sess: SessionKV, layers: int) -> np.ndarray:
+    """The tiers of a ``layer_block`` session's units as a (pages, layers) array indexed by layer
+    (column l is layer l): a read-only view of the session's byte array, columns reversed."""
+    return np.frombuffer(sess.tier, dtype=np.uint8).reshape(-1, layers)[:, ::-1]
+
+
+def layer_split(codes: np.ndarray, tokens: int, block_tokens: int) -> tuple[int, int, int]:
+    """(g, c, d) tokens of pages of per-layer units: a page is recomputed (d) if any of its layers
+    is DROPPED, else swapped in (c) if any is on the CPU, else a GPU hit (g). The last page counts
+    only the tokens it holds."""
+    pages = len(codes)
+    if pages == 0:
+        return 0, 0, 0
+    dropped = (codes == 2).any(axis=1)
+    on_cpu = (codes == 1).any(axis=1) & ~dropped
+    per_page = np.full(pages, block_tokens, dtype=np.int64)
+    per_page[-1] = tokens - (pages - 1) * block_tokens
+    d = int(per_page[dropped].sum())
+    c = int(per_page[on_cpu].sum())
+    return tokens - c - d, c, d
+
+
 class UnitView:
     """What a policy may read about a unit (by uid) and its session; the engine keeps it current.
 
@@ -98,7 +125,7 @@ class UnitView:
     def __init__(self, sessions: list[SessionKV], page_bytes: int, layers: int = 1,
                  per_session: bool = False) -> None:
         self.sessions = sessions
-        self.page_bytes = page_bytes      # bytes of one page of the units' layers
+        self.page_bytes = page_bytes      # bytes of one page of the units' layers (one unit)
         self.layers = layers              # units per page: 1, or the model's layers (layer_block)
         self.per_session = per_session
         # every unit's size when they are all equal (block, layer_block); None when they vary
@@ -119,8 +146,8 @@ class UnitView:
         return self.sessions[uid >> UNIT_BITS].unit_pages if self.per_session else 1
 
     def layer(self, uid: int) -> int:
-        """The unit's layer, or -1 for a unit of all layers."""
-        return (uid & UNIT_MASK) % self.layers if self.layers > 1 else -1
+        """The unit's layer, or -1 for a unit of all layers (the last layer comes first in a page)."""
+        return self.layers - 1 - (uid & UNIT_MASK) % self.layers if self.layers > 1 else -1
 
     def last_access_s(self, uid: int) -> float:
         return self.sessions[uid >> UNIT_BITS].last_access_s

@@ -113,7 +113,7 @@ def test_bad_trace_file_exits_2_naming_the_trace_key(write_yaml, tmp_path, capsy
 
 
 @pytest.mark.parametrize("old,new,key", [
-    ("evict_unit: block", "evict_unit: layer_block", "memory.evict_unit"),
+    ("evict_unit: block", "evict_unit: chunk", "memory.evict_unit"),
     ("gpu_kv_gb: [0.5, 1, 2]", "gpu_kv_gb: [0.5, 0.0001]", "memory.gpu_kv_gb[1]"),
     ("seeds: [1]", "seeds: [1]\nengine: {max_running: 512, max_batch_tokens: 256}",
      "engine.max_batch_tokens"),
