@@ -9,7 +9,9 @@ the unit's last use (``view.last_access_s(uid)`` when it became a candidate; ``n
     base_cost = alpha * context_length + beta + non_attention, with (alpha, beta, non_attention) =
     ``ctx.cost.pensieve_constants(n_new=block_tokens)`` (recomputing a chunk is an append of one
     page of new tokens; with the default n_new = 1 the constants would price a decode step) and
-    context_length = the session's tokens (``SessionKV.tokens``);
+    context_length = the tokens before the unit's (last) chunk, ``chunk * block_tokens`` capped at
+    the session's tokens: recomputing chunk c attends to the c chunks before it, so leading chunks
+    are cheap to recompute and trailing ones dear;
     layer_weight = (L - l) / L for a unit of layer l; a unit of all layers (layer = -1) takes the mean
     over l = 0..L-1, i.e. (L + 1) / (2L);
     position_weight = (chunk + 1) / total_chunks, chunk = the unit's page index in its session (for a
@@ -27,6 +29,12 @@ the unit's last use (``view.last_access_s(uid)`` when it became a candidate; ``n
     victims are priced as drops). Transient exception the policy cannot see: during an admission the
     admitted session's own CPU pages are pinned, so a GPU victim may then be dropped although the rule
     says "demoted".
+
+Worked example (2 layers, 2 chunks of 32 tokens, alpha = 0.001, beta = 0.01, non_attention = 0.005):
+base = 0.015 for chunk 0 (context 0), 0.047 for chunk 1 (context 32); costs (chunk, layer) =
+(0, 0): 0.015 * 1 * 1/2 = 0.0075, (0, 1): 0.015 * 1/2 * 1/2 = 0.00375, (1, 0): 0.047,
+(1, 1): 0.0235. With equal idle times the back layer of the leading chunk goes first, then
+(0, 0), (1, 1), (1, 0).
 
 A unit without a session (a ``kvsim cachesim`` object) has context 0 and position weight 1 (and no
 tokens to recompute), so the formula variants rank such objects by idle time alone (LRU).
@@ -111,8 +119,13 @@ class _PensieveFormula(_Retention):
         self._mean_layer_weight = (L + 1) / (2 * L)
 
     def base_cost(self, uid: int) -> float:
-        sess = self.view.session(uid)
-        return self._alpha * (sess.tokens if sess is not None else 0) + self._beta0
+        view = self.view
+        sess = view.session(uid)
+        context = 0
+        if sess is not None:
+            chunk = view.first_page(uid) + max(view.pages(uid), 1) - 1
+            context = min(sess.tokens, chunk * self.ctx.block_tokens)
+        return self._alpha * context + self._beta0
 
     def layer_weight(self, uid: int) -> float:
         layer = self.view.layer(uid)

@@ -39,17 +39,16 @@ def ctx(view, tier=Tier.GPU, block_tokens=BT, num_layers=4, cost=None, cpu_kv_by
 
 # -- the worked example --------------------------------------------------------------------------
 # L = 4 layers, block_tokens = 100; alpha = 0.001 s/token, beta = 0.02 s, non_attention = 0.03 s, so
-# base_cost = 0.001 * context + 0.05. now = 100.
+# base_cost = 0.001 * context + 0.05 with context = the tokens before the unit's chunk. now = 100.
 #
-#   unit  session (context, pages)  page  layer  layer_w         pos_w   base   cost      idle  value
-#   U1    A (1000, 10)              9     0      (4-0)/4 = 1     10/10   1.05   1.05      10    0.105
-#   U2    A (1000, 10)              0     0      1               1/10    1.05   0.105     10    0.0105
-#   U3    B (200, 2)                1     3      (4-3)/4 = 0.25  2/2     0.25   0.0625    2     0.03125
-#   U4    C (500, 5)                2     all    (4+1)/8 = 0.625 3/5     0.55   0.20625   40    0.00515625
+#   unit  session (tokens, pages)  page  context  layer  layer_w         pos_w  base  cost     idle  value
+#   U1    A (1000, 10)             9     900      0      (4-0)/4 = 1     10/10  0.95  0.95     10    0.095
+#   U2    A (1000, 10)             0     0        0      1               1/10   0.05  0.005    10    0.0005
+#   U3    B (200, 2)               1     100      3      (4-3)/4 = 0.25  2/2    0.15  0.0375   2     0.01875
+#   U4    C (500, 5)               2     200      all    (4+1)/8 = 0.625 3/5    0.25  0.09375  40    0.00234375
 #
-# The numbers give U4 < U2 < U3 < U1. (Ordering by cost alone would give U3, U2, U4, U1 and by idle
-# time alone U4, U1/U2, U3: neither is Pensieve.) The prose that came with this example lists an order
-# contradicting its own numbers; this test follows the numbers.
+# The numbers give U2 < U4 < U3 < U1. (Ordering by cost alone would give U2, U3, U4, U1 and by idle
+# time alone U4, U1/U2, U3: neither is Pensieve.)
 A_CTX = {"alpha": 0.001, "beta": 0.02, "non_attention": 0.03}
 
 
@@ -70,8 +69,8 @@ def worked_example(cls=Pensieve):
 def test_worked_example_values_follow_the_formula():
     pol, _, cost = worked_example()
     assert cost.asked == [100]  # a recomputed chunk is an append of block_tokens new tokens
-    expected_cost = {1: 1.05, 2: 0.105, 3: 0.0625, 4: 0.20625}
-    expected_value = {1: 0.105, 2: 0.0105, 3: 0.03125, 4: 0.00515625}
+    expected_cost = {1: 0.95, 2: 0.005, 3: 0.0375, 4: 0.09375}
+    expected_value = {1: 0.095, 2: 0.0005, 3: 0.01875, 4: 0.00234375}
     for k, c in expected_cost.items():
         assert pol.unit_cost(k) == pytest.approx(c, rel=1e-12)
         assert pol.value(k, 100.0) == pytest.approx(expected_value[k], rel=1e-12)
@@ -79,35 +78,50 @@ def test_worked_example_values_follow_the_formula():
 
 def test_worked_example_order_follows_the_numbers():
     pol, _, _ = worked_example()
-    assert drain(pol, 100.0) == [4, 2, 3, 1]
+    assert drain(pol, 100.0) == [2, 4, 3, 1]
 
 
 def test_order_changes_with_time():
-    # Without U4: U2 = 0.105/(t-90) and U3 = 0.0625/(t-98) cross where 0.105(t-98) = 0.0625(t-90),
-    # t = 4.665/0.0425 = 109.7647...: at t=109 U2 (0.005526) < U3 (0.005682); at t=110.5
-    # U3 (0.0625/12.5 = 0.005) < U2 (0.105/20.5 = 0.005122).
+    # U4 = 0.09375/(t-60) and U3 = 0.0375/(t-98) cross where 0.09375(t-98) = 0.0375(t-60),
+    # t = 6.9375/0.05625 = 123.33...: at t=120 U4 (0.0015625) < U3 (0.0017045); at t=130
+    # U3 (0.0375/32 = 0.0011719) < U4 (0.09375/70 = 0.0013393).
     pol, _, _ = worked_example()
-    assert pol.evict(100.0) == 4
-    assert pol.peek(100.0) == 2
-    assert pol.peek(109.0) == 2
-    assert pol.peek(110.5) == 3
-    assert pol.evict(110.5) == 3
-    assert drain(pol, 110.5) == [2, 1]
+    assert pol.evict(100.0) == 2
+    assert pol.peek(100.0) == 4
+    assert pol.peek(120.0) == 4
+    assert pol.peek(130.0) == 3
+    assert pol.evict(130.0) == 3
+    assert drain(pol, 130.0) == [4, 1]
 
 
 def test_flat_variant_drops_the_weights():
-    # costs = base: U1 = U2 = 1.05, U3 = 0.25, U4 = 0.55; values at 100: U1 = U2 = 0.105,
-    # U3 = 0.125, U4 = 0.01375 -> U4, then U1/U2 tie (equal cost and age: lower uid), then U3.
+    # costs = base: U1 = 0.95, U2 = 0.05, U3 = 0.15, U4 = 0.25; values at 100: U1 = 0.095,
+    # U2 = 0.005, U3 = 0.075, U4 = 0.00625 -> U2, U4, U3, U1.
     pol, _, _ = worked_example(PensieveFlat)
-    assert drain(pol, 100.0) == [4, 1, 2, 3]
+    assert drain(pol, 100.0) == [2, 4, 3, 1]
+
+
+def test_flat_and_weighted_differ_where_the_weights_matter():
+    # Two units of one chunk, layers 0 and 3: flat prices them alike (tie: lower uid first),
+    # weighted sends the back layer first.
+    cost = FakeCost(**A_CTX)
+    for cls, order in ((PensieveFlat, [1, 2]), (Pensieve, [2, 1])):
+        view = HandView()
+        pol = cls(ctx(view, block_tokens=100, num_layers=4, cost=cost))
+        s = session(0, 300)
+        view.unit(1, s, 1, last_access=0.0, layer=0)
+        view.unit(2, s, 1, last_access=0.0, layer=3)
+        pol.insert(1, 10.0)
+        pol.insert(2, 10.0)
+        assert drain(pol, 10.0) == order, cls.name
 
 
 def test_idle_zero_is_infinite_value_ordered_by_cost():
     pol, view, _ = worked_example()
-    late = view.unit(9, session(5, 50), 0, last_access=100.0, layer=0)  # cost 1 * 1 * 0.1, idle 0
+    late = view.unit(9, session(5, 50), 0, last_access=100.0, layer=0)  # cost 1 * 1 * 0.05, idle 0
     pol.insert(late, 100.0)
     assert pol.value(late, 100.0) == math.inf
-    assert drain(pol, 100.0) == [4, 2, 3, 1, 9]
+    assert drain(pol, 100.0) == [2, 4, 3, 1, 9]
 
 
 def test_hit_makes_a_unit_fresh():
@@ -133,8 +147,8 @@ def test_registered_and_built_from_the_real_cost_model():
     pol = make_policy("pensieve", ctx(view, num_layers=32, cost=COST))
     k = COST.pensieve_constants(BT)
     x = view.unit(1, session(0, 100), 6)   # the last of 7 pages, all layers: weight (33/64) * 1
-    pol.insert(x, 0.0)
-    assert pol.unit_cost(x) == pytest.approx((33 / 64) * (k.alpha * 100 + k.beta + k.non_attention))
+    pol.insert(x, 0.0)                     # 6 pages of 16 tokens before it: context 96
+    assert pol.unit_cost(x) == pytest.approx((33 / 64) * (k.alpha * 96 + k.beta + k.non_attention))
 
 
 # -- pensieve-physics ----------------------------------------------------------------------------
@@ -209,10 +223,12 @@ def test_random_traffic_matches_brute_force(cls, seed):
 
 @pytest.mark.parametrize("seed", [3, 4, 5])
 def test_exact_ties_and_crossings_on_integer_times(seed):
-    # alpha = 1, beta = non_attention = 0: costs are small rationals, times integers, so values tie
-    # and cross exactly at representable times; the order must still be the exact one.
+    # alpha = beta = 1, non_attention = 0: costs are small rationals, times integers, so values tie
+    # and cross exactly at representable times; the order must still be the exact one. (beta > 0
+    # as in every real profile: a leading chunk has context 0, and a cost of 0 at idle 0 would be
+    # 0/0.)
     view = HandView()
-    pol = Pensieve(ctx(view, num_layers=4, cost=FakeCost(1.0, 0.0, 0.0)))
+    pol = Pensieve(ctx(view, num_layers=4, cost=FakeCost(1.0, 1.0, 0.0)))
     assert run_random(pol, since_key, seed, integer_times=True, layers=True,
                       cost_of=pol.unit_cost) > 100
 
