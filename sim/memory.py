@@ -17,7 +17,6 @@ import math
 from array import array
 from collections.abc import Callable
 from dataclasses import dataclass
-from itertools import chain, starmap
 
 import numpy as np
 
@@ -296,17 +295,18 @@ class TieredMemory:
             # Demotion keeps the CPU's reclaimable bytes constant, so either all go or none.
             if self.capacity[CPU] >= size and self.reclaimable(CPU) >= size:
                 self._move_extents(extents, GPU, CPU)
-                victims = list(chain.from_iterable(starmap(range, extents)))
                 t1 = clock()
-                dropped = self.policy[CPU].take_in(victims, self.capacity[CPU] - self.used[CPU], now)
+                dropped = self.policy[CPU].take_in_extents(extents, self.capacity[CPU] - self.used[CPU],
+                                                           now)
                 spent += clock() - t1
-                self._move(dropped, CPU, DROPPED, policy=CPU)
-                net = (k - len(dropped)) * size
+                self._move_extents(dropped, CPU, DROPPED, policy=CPU)
+                n_dropped = sum(b - a for a, b in dropped)
+                net = (k - n_dropped) * size
                 self.used[CPU] += net
                 self.evictable[CPU] += net
                 self._grew(CPU)
                 self.swap_out_bytes += k * size
-                self.dropped_bytes += len(dropped) * size
+                self.dropped_bytes += n_dropped * size
             else:
                 self._move_extents(extents, GPU, DROPPED)
                 self.dropped_bytes += k * size
@@ -351,16 +351,6 @@ class TieredMemory:
             raise AssertionError(f"{type(self.policy[GPU]).__name__} freed {freed} of {need} bytes with "
                                  f"{self.evictable[GPU] + freed} evictable")
         return True
-
-    def _move(self, uids: list[int], frm: Tier, to: Tier, policy: Tier = GPU) -> None:
-        """``_move_extents`` for a list of uids (consecutive ones make one extent)."""
-        extents: list[tuple[int, int]] = []
-        for uid in uids:
-            if extents and extents[-1][1] == uid:
-                extents[-1] = (extents[-1][0], uid + 1)
-            else:
-                extents.append((uid, uid + 1))
-        self._move_extents(extents, frm, to, policy)
 
     def _move_extents(self, extents: list[tuple[int, int]], frm: Tier, to: Tier,
                       policy: Tier = GPU) -> None:

@@ -91,6 +91,17 @@ class SessionKV:
         return (np.flatnonzero(codes == int(tier)) + base).tolist()
 
 
+def extents_of(uids) -> list[tuple[int, int]]:
+    """Increasing-run extents (first, stop) of a list of uids, in order: consecutive uids share one."""
+    if not len(uids):
+        return []
+    a = np.asarray(uids, dtype=np.int64)
+    breaks = np.flatnonzero(np.diff(a) != 1) + 1
+    starts = a[np.r_[0, breaks]]
+    stops = a[np.r_[breaks - 1, len(a) - 1]] + 1
+    return list(zip(starts.tolist(), stops.tolist(), strict=True))
+
+
 def layer_codes(sess: SessionKV, layers: int) -> np.ndarray:
     """The tiers of a ``layer_block`` session's units as a (pages, layers) array indexed by layer
     (column l is layer l): a read-only view of the session's byte array, columns reversed."""

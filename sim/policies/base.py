@@ -27,7 +27,10 @@ import copy
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Container
 from dataclasses import dataclass
+from itertools import chain, starmap
 from typing import Any, ClassVar, NamedTuple
+
+from sim.units import extents_of
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,13 +191,14 @@ class EvictionPolicy(ABC):
     def evict_extents(self, nbytes: int, now: float) -> list[tuple[int, int]]:
         """``evict_bytes`` as extents: (first, stop) ranges of consecutive uids, in eviction order.
         Policies that keep runs (LRU) hand them over without listing their pages."""
-        out: list[tuple[int, int]] = []
-        for uid in self.evict_bytes(nbytes, now):
-            if out and out[-1][1] == uid:
-                out[-1] = (out[-1][0], uid + 1)
-            else:
-                out.append((uid, uid + 1))
-        return out
+        return extents_of(self.evict_bytes(nbytes, now))
+
+    def take_in_extents(self, extents: list[tuple[int, int]], free_bytes: int,
+                        now: float) -> list[tuple[int, int]]:
+        """``take_in`` of the uids of ``extents``, its victims as extents. Policies that keep runs
+        (LRU) take and give runs without listing their pages."""
+        return extents_of(self.take_in(list(chain.from_iterable(starmap(range, extents))),
+                                       free_bytes, now))
 
     def _evicted(self, uid: int) -> None:
         """``uid`` was chosen and leaves: policies with ghost lists record it here."""

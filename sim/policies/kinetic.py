@@ -214,6 +214,83 @@ class KineticMin:
             g.m, g.mkey = cost, uid
             self._set_leaf(g.slot, g)
 
+    def add_many(self, uids: list[int], costs: list[float], tau: float, now: float) -> None:
+        """``add`` each (uid, cost) with one time ``tau`` (a session's units released together):
+        one group, one heap merge, one leaf-to-root update."""
+        if not uids:
+            return
+        if len(uids) != len(costs):
+            raise ValueError(f"{len(uids)} uids but {len(costs)} costs")
+        for uid, cost in zip(uids, costs, strict=True):
+            if not (0.0 <= cost < INF):
+                raise ValueError(f"unit {uid}: cost must be finite and >= 0, got {cost!r}")
+        if math.isnan(tau):
+            raise ValueError(f"units {uids[0]}..: their time (last or next access) is NaN")
+        self._t = max(self._t, now)
+        where = self._where
+        if not where.keys().isdisjoint(uids):
+            self.discard_many(uids)
+        g = self._groups.get(tau)
+        if g is None:
+            if not self._free:
+                self._grow()
+            g = self._groups[tau] = _Group(tau, self._free.pop())
+        g.heap.push_many(zip(uids, costs, strict=True))
+        where.update(dict.fromkeys(uids, g))
+        g.settle()
+        self._set_leaf(g.slot, g)
+
+    def pop_many(self, n: int, now: float) -> list[int]:
+        """The ``n`` successive minima at ``now`` (fewer if it runs out), taken out: what ``n``
+        rounds of ``peek`` and ``discard`` give. The winning group keeps yielding while its next
+        entry still beats the best other group (the best of the winner's siblings along its
+        leaf-to-root path), so a run of victims from one group costs one tree update."""
+        out: list[int] = []
+        where, win, before = self._where, self._win, self._before
+        while len(out) < n:
+            g = win[1] if self.peek(now) is not None else None
+            if g is None:
+                break
+            runner, i = None, self._cap + g.slot
+            while i > 1:
+                sib = win[i ^ 1]
+                if sib is not None and (runner is None or before(sib, runner, now)):
+                    runner = sib
+                i >>= 1
+            heap = g.heap
+            while len(out) < n:
+                uid = g.mkey
+                out.append(uid)
+                del where[uid]
+                heap.discard(uid)
+                g.settle()
+                if not heap or (runner is not None and not before(g, runner, now)):
+                    break
+            if not heap:
+                del self._groups[g.tau]
+                self._free.append(g.slot)
+                self._set_leaf(g.slot, None)
+            else:
+                self._set_leaf(g.slot, g)
+        return out
+
+    def discard_many(self, uids) -> None:
+        """``discard`` each; every group touched is settled once."""
+        where, touched = self._where, {}
+        for uid in uids:
+            g = where.pop(uid, None)
+            if g is not None:
+                g.heap.discard(uid)
+                touched[g.slot] = g
+        for g in touched.values():
+            if not g.heap:
+                del self._groups[g.tau]
+                self._free.append(g.slot)
+                self._set_leaf(g.slot, None)
+            else:
+                g.settle()
+                self._set_leaf(g.slot, g)
+
     def discard(self, uid: int) -> bool:
         g = self._where.pop(uid, None)
         if g is None:
@@ -322,8 +399,32 @@ class KineticPolicy(EvictionPolicy):
         """Its time after a hit at ``now`` (cachesim hits a candidate; the engine pins right after)."""
         raise NotImplementedError
 
+    def unit_costs(self, uids: list[int]) -> list[float]:
+        """``unit_cost`` of each (subclasses compute a session's units at once)."""
+        return [self.unit_cost(uid) for uid in uids]
+
     def _add(self, uid: int, now: float) -> None:
         self._kin.add(uid, self.unit_cost(uid), self.unit_time(uid, now), now)
+
+    def release(self, uids, now: float) -> None:
+        # A session's units share their time: one batch into one group.
+        uids = list(uids)
+        times = {self.unit_time(uid, now) for uid in uids}
+        if len(times) != 1:
+            for uid in uids:
+                self._add(uid, now)
+            return
+        self._kin.add_many(uids, self.unit_costs(uids), times.pop(), now)
+
+    def evict_bytes(self, nbytes: int, now: float) -> list[int]:
+        unit_bytes = self.view.unit_bytes
+        if not unit_bytes or type(self)._evicted is not EvictionPolicy._evicted:
+            return super().evict_bytes(nbytes, now)
+        return self._kin.pop_many(-(-nbytes // unit_bytes), now)   # equal sizes: a count
+
+    def remove_many(self, uids, pinned: bool = False) -> None:
+        if not pinned:
+            self._kin.discard_many(uids)
 
     def access(self, uid: int, now: float) -> None:
         kin = self._kin
@@ -335,9 +436,7 @@ class KineticPolicy(EvictionPolicy):
 
     def acquire(self, uids, now: float) -> None:
         # a hit then a pin leaves nothing behind: the units simply stop being candidates
-        discard = self._kin.discard
-        for uid in uids:
-            discard(uid)
+        self._kin.discard_many(uids)
 
     def peek(self, now: float) -> int | None:
         return self._kin.peek(now)

@@ -33,8 +33,8 @@ class LRU(EvictionPolicy):
     def acquire(self, uids, now: float) -> None:
         # access (move to the end) then pin (remove) is just a removal
         q = self._q
-        if isinstance(uids, range) and len(uids) > 1 and q.holds_exactly(uids):
-            q.discard_bucket(q.bucket(uids.start))   # a whole session: its runs, not its pages
+        if len(uids) > 1 and q.holds_exactly(uids):
+            q.discard_bucket(q.bucket(uids[0]))   # a whole session: its runs, not its pages
             return
         for uid in uids:
             q.discard(uid)
@@ -67,6 +67,16 @@ class LRU(EvictionPolicy):
         # Appending all, then popping the oldest, is the interleaved evict/insert of a queue.
         self._q.extend(uids)
         return self._q.pop(max(0, len(uids) - free_bytes // unit_bytes))
+
+    def take_in_extents(self, extents, free_bytes: int, now: float) -> list[tuple[int, int]]:
+        unit_bytes = self.view.unit_bytes
+        if not unit_bytes:
+            return super().take_in_extents(extents, free_bytes, now)
+        q, n = self._q, 0
+        for a, b in extents:
+            q.push_run(a, b)
+            n += b - a
+        return q.pop_runs(max(0, n - free_bytes // unit_bytes))
 
     def replay_hooks(self) -> ReplayHooks:
         members, move_to_newest, push, pop_oldest = self._q.replay_view()

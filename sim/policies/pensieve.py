@@ -52,6 +52,8 @@ access, and its session (``tokens`` and ``pages``; None in ``kvsim cachesim``).
 """
 from __future__ import annotations
 
+import numpy as np
+
 from costmodels import recovery_s
 from sim.policies.kinetic import (
     INF,
@@ -59,7 +61,7 @@ from sim.policies.kinetic import (
     KineticPolicy,
 )
 from sim.policies.registry import register
-from sim.units import Tier
+from sim.units import UNIT_BITS, UNIT_MASK, Tier, UnitView
 
 
 def recovery_cost_s(ctx, uid: int) -> float:
@@ -145,6 +147,29 @@ class _PensieveFormula(_Retention):
         if not self.weighted:
             return base
         return self.layer_weight(uid) * self.position_weight(uid) * base
+
+    def unit_costs(self, uids: list[int]) -> list[float]:
+        """``unit_cost`` of one session's page or page-layer units at once: the same float
+        operations, in the same order, on arrays."""
+        view = self.view
+        if view.per_session or not isinstance(view, UnitView) or not uids \
+                or uids[0] >> UNIT_BITS != uids[-1] >> UNIT_BITS:
+            return super().unit_costs(uids)
+        bt, per_page = self.ctx.block_tokens, view.layers
+        sess = view.sessions[uids[0] >> UNIT_BITS]
+        idx = np.asarray(uids, dtype=np.int64) & UNIT_MASK
+        page = idx // per_page
+        base = self._alpha * np.minimum(sess.tokens, page * bt) + self._beta0
+        if not self.weighted:
+            return base.tolist()
+        last = page + 1
+        position = last / np.maximum(last, max(sess.pages(bt), 1))
+        if per_page > 1:
+            layer = per_page - 1 - idx % per_page
+            weight = (self._L - layer) / self._L * position
+        else:
+            weight = self._mean_layer_weight * position
+        return (weight * base).tolist()
 
 
 @register("pensieve")

@@ -6,8 +6,23 @@ memory of evicted keys, or a capacity in bytes uses these.
 from __future__ import annotations
 
 import heapq
+from bisect import bisect_left
 from collections import OrderedDict
 from functools import partial
+
+
+def _run_within(uids: list[int], first: int, stop: int, holes: set[int] | None) -> bool:
+    """Are the members of run [first, stop) less ``holes`` all in the increasing list ``uids``?"""
+    i = bisect_left(uids, first)
+    if not holes:                 # consecutive members: a stretch of consecutive entries
+        j = i + (stop - first) - 1
+        return j < len(uids) and uids[i] == first and uids[j] == stop - 1
+    for u in range(first, stop):
+        if u not in holes:
+            k = bisect_left(uids, u)
+            if k == len(uids) or uids[k] != u:
+                return False
+    return True
 
 
 class LazyHeap:
@@ -271,21 +286,28 @@ class RunQueue:
         run[2].add(uid)
         return True
 
-    def holds_exactly(self, uids: range) -> bool:
-        """Are the queue's uids of ``uids``'s bucket exactly ``uids`` (then ``discard_bucket`` is
-        the removal of ``uids``)? O(runs of the bucket)."""
-        b = uids.start >> 24
-        if (uids.stop - 1) >> 24 != b:
+    def holds_exactly(self, uids) -> bool:
+        """Are the queue's uids of ``uids``'s bucket exactly ``uids`` (a range, or an increasing
+        list; then ``discard_bucket`` is the removal of ``uids``)? O(runs of the bucket), times
+        log(len(uids)) for a list."""
+        if not len(uids):
+            return False
+        lo, hi = uids[0], uids[-1]
+        b = lo >> 24
+        if hi >> 24 != b:
             return False
         keys = self._in.get(b)
         if not keys:
-            return len(uids) == 0
+            return False
+        ranged = isinstance(uids, range)
         count = 0
         for key in keys:
             first, stop, holes, _ = self._runs[key]
-            if first < uids.start or stop > uids.stop:
+            if first < lo or stop > hi + 1:
                 return False
             count += stop - first - (len(holes) if holes else 0)
+            if not ranged and not _run_within(uids, first, stop, holes):
+                return False
         return count == len(uids)
 
     def discard_bucket(self, bucket: int) -> int:

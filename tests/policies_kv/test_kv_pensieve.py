@@ -273,3 +273,42 @@ def test_kinetic_min_many_groups(mode):
             best = min(live, key=lambda uid, t=now: _exact_key(mode, uid, *live[uid], t))
             assert kin.peek(now) == best, f"step {step} t={now}"
         assert len(kin) == len(live)
+
+
+@pytest.mark.parametrize("mode", ["since", "until"])
+@pytest.mark.parametrize("seed", [1, 2])
+def test_kinetic_batches_match_one_at_a_time(mode, seed):
+    # add_many / discard_many / pop_many against brute force in exact arithmetic: batches of one
+    # time (a session's units) with repeated and distinct costs, batch removals, and runs of
+    # minima taken at once.
+    rng = random.Random(seed)
+    kin = KineticMin(SINCE if mode == "since" else UNTIL)
+    live: dict[int, tuple[float, float]] = {}
+    now, key = 0.0, 0
+    for step in range(600):
+        now += rng.choice([0.0, 0.5, 1.0, rng.random()])
+        op = rng.random()
+        if op < 0.45 or not live:
+            tau = (now - rng.choice([0, 1, 2, rng.random() * 20]) if mode == "since"
+                   else rng.choice([math.inf, now + rng.choice([1, 4]), now + rng.random() * 30]))
+            n = rng.randint(1, 40)
+            uids = list(range(key + 1, key + n + 1))
+            key += n
+            costs = [rng.choice([0.25, 1.0, 3.0, rng.random()]) for _ in uids]
+            kin.add_many(uids, costs, tau, now)
+            live.update({u: (c, tau) for u, c in zip(uids, costs)})
+        elif op < 0.6:
+            gone = rng.sample(sorted(live), min(len(live), rng.randint(1, 30)))
+            kin.discard_many(gone)
+            for u in gone:
+                del live[u]
+        else:
+            n = rng.randint(1, 60)
+            got = kin.pop_many(n, now)
+            want = []
+            for _ in range(min(n, len(live))):
+                best = min(live, key=lambda uid, t=now: _exact_key(mode, uid, *live[uid], t))
+                want.append(best)
+                del live[best]
+            assert got == want, f"step {step} t={now}"
+        assert len(kin) == len(live)
