@@ -247,13 +247,15 @@ class CostModel:
 
     def layered_iteration(self, layer_compute_s, rows: int, h2d_copy_s, d2h_bytes: int = 0,
                           d2h_copies: int = 0, pipelining: bool = True, async_save: bool = True,
-                          copy_start_s: float = 0.0, compute_start_s: float = 0.0) -> IterationCost:
+                          copy_start_s: float = 0.0, compute_start_s: float = 0.0,
+                          layer_ready_s=None) -> IterationCost:
         """One iteration whose layers differ: ``layer_compute_s[l]`` (``layer_s`` of layer l's own
         shape: recomputed pages join the layers they are recomputed through) and
         ``h2d_copy_s[l]`` (the copy of the units of layer l, as ``copy_s('h2d', ...)``), run through
         the layer recurrence (``pipelined_time``) or, without pipelining, copies first; ``rows``
         rows through the LM head. ``copy_start_s``: the H2D stream is busy until then (earlier
-        copies in flight); ``compute_start_s``: layer 0 may not start before (its data in flight).
+        copies in flight); ``compute_start_s``: layer 0 may not start before (its data in flight);
+        ``layer_ready_s[l]``: layer l may not start before (earlier copies of its data in flight).
         D2H as in ``iteration``. With uniform layers and zero starts it equals ``iteration``."""
         layers = self._L
         if len(layer_compute_s) != layers or len(h2d_copy_s) != layers:
@@ -267,9 +269,10 @@ class CostModel:
         d2h = self.copy_s("d2h", d2h_bytes, d2h_copies) if (d2h_bytes or d2h_copies) else 0.0
         if pipelining and self._layerwise:
             body = pipelined_time(h2d_copy_s, layer_compute_s, self._slowdown, copy_start_s,
-                                  compute_start_s)
+                                  compute_start_s, layer_ready_s)
         else:
-            body = serial_time(h2d_copy_s, layer_compute_s, copy_start_s, compute_start_s)
+            body = serial_time(h2d_copy_s, layer_compute_s, copy_start_s, compute_start_s,
+                               layer_ready_s)
         total = max(body + head + overhead, d2h) if async_save else d2h + (body + head + overhead)
         return IterationCost(total_s=total, compute_s=compute, h2d_s=h2d, d2h_s=d2h,
                              stall_s=total - compute)

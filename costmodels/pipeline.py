@@ -4,7 +4,9 @@ Copies run back to back on one H2D stream in layer order; layer l computes once 
     X_l = X_(l-1) + t_copy(l),   C_l = max(C_(l-1), X_l) + t_compute(l),   result C_(L-1).
 Both streams start at 0 unless told otherwise: ``copy_start`` is when the H2D stream is free (copies
 issued earlier, such as an ahead-of-time swap-in, still in flight), ``compute_start`` the earliest
-time layer 0 may compute (data it needs still in flight): X_(-1) = copy_start, C_(-1) = compute_start.
+time layer 0 may compute: X_(-1) = copy_start, C_(-1) = compute_start. ``ready`` (optional, per
+layer) is when data layer l needs, copied earlier on the same stream, is in (an ahead-of-time
+swap-in still in flight): C_l = max(C_(l-1), X_l, ready_l) + t_compute(l).
 
 Copy/compute interference (epsilon): compute runs (1 + epsilon) slower *while the copy stream is
 busy*, i.e. before X_(L-1), and at full speed after. Why by time and not "every layer": a single
@@ -18,8 +20,9 @@ from collections.abc import Sequence
 
 def pipelined_time(copy_s: Sequence[float], compute_s: Sequence[float],
                    compute_slowdown: float = 0.0, copy_start: float = 0.0,
-                   compute_start: float = 0.0) -> float:
+                   compute_start: float = 0.0, ready: Sequence[float] | None = None) -> float:
     """End of the last layer's compute, C_(L-1), for per-layer copy and compute times."""
+    ready = _check_ready(ready, len(compute_s))
     if len(copy_s) != len(compute_s):
         raise ValueError(f"copy_s has {len(copy_s)} layers, compute_s {len(compute_s)}")
     if compute_slowdown < 0:
@@ -32,11 +35,11 @@ def pipelined_time(copy_s: Sequence[float], compute_s: Sequence[float],
     copies_end = copy_start + float(sum(copy_s))
     arrived = copy_start   # X_l
     done = compute_start   # C_l
-    for t_x, t_c in zip(copy_s, compute_s):
+    for t_x, t_c, r in zip(copy_s, compute_s, ready):
         if t_x < 0 or t_c < 0:
             raise ValueError(f"negative layer time: copy {t_x}, compute {t_c}")
         arrived += t_x
-        start = max(done, arrived)
+        start = max(done, arrived, r)
         if start >= copies_end or compute_slowdown == 0.0:
             done = start + t_c
         elif start + t_c * slow <= copies_end:   # wholly under the copy stream
@@ -66,15 +69,26 @@ def pipelined_time_uniform(num_layers: int, t_copy: float, t_compute: float,
     return t_copy + num_layers * t_compute + (num_layers - 1) * t_copy * compute_slowdown / slow
 
 
+def _check_ready(ready: Sequence[float] | None, layers: int) -> Sequence[float]:
+    if ready is None:
+        return [0.0] * layers
+    if len(ready) != layers or any(r < 0 for r in ready):
+        raise ValueError(f"ready needs {layers} non-negative times, got {list(ready)}")
+    return ready
+
+
 def serial_time(copy_s: Sequence[float], compute_s: Sequence[float], copy_start: float = 0.0,
-                compute_start: float = 0.0) -> float:
-    """Without pipelining: every copy is in (the stream free at ``copy_start``) before layer 0."""
+                compute_start: float = 0.0, ready: Sequence[float] | None = None) -> float:
+    """Without pipelining: every copy is in (the stream free at ``copy_start``, earlier copies
+    ``ready``) before layer 0."""
+    ready = _check_ready(ready, len(compute_s))
     if len(copy_s) != len(compute_s):
         raise ValueError(f"copy_s has {len(copy_s)} layers, compute_s {len(compute_s)}")
     if copy_start < 0 or compute_start < 0:
         raise ValueError(f"negative start: copy {copy_start}, compute {compute_start}")
     if any(t < 0 for t in copy_s) or any(t < 0 for t in compute_s):
         raise ValueError("negative layer time")
+    compute_start = max(compute_start, max(ready, default=0.0))
     copies = float(sum(copy_s))
     start = max(compute_start, copy_start + copies) if copies else compute_start
     return start + float(sum(compute_s))

@@ -39,7 +39,14 @@ from pydantic import (
     field_validator,
 )
 
-from sim.config import EVICT_UNITS, GIB, REPLAY_MODES, EngineConfig, MemoryConfig
+from sim.config import (
+    EVICT_UNITS,
+    GIB,
+    PREFETCH_MODES,
+    REPLAY_MODES,
+    EngineConfig,
+    MemoryConfig,
+)
 
 TRACE_KINDS = ("synthetic", "sharegpt", "mooncake", "azure", "jsonl")
 FILE_TRACE_KINDS = ("sharegpt", "mooncake", "azure", "jsonl")  # need trace.path
@@ -172,7 +179,7 @@ class EngineSpec(_Strict):
     pipelining: StrictBool = _ENGINE_DEFAULTS["pipelining"]
     async_save: StrictBool = _ENGINE_DEFAULTS["async_save"]
     fused_recompute: StrictBool = _ENGINE_DEFAULTS["fused_recompute"]
-    prefetch: StrictBool = _ENGINE_DEFAULTS["prefetch"]
+    prefetch: Literal[PREFETCH_MODES] = _ENGINE_DEFAULTS["prefetch"]
 
 
 class ExecutorSpec(_Strict):

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 GIB = 2**30  # capacities are GiB (2^30 bytes), as vLLM's swap/offload sizes are
 EVICT_UNITS = ("session", "block", "layer_block")
 REPLAY_MODES = ("closed-loop", "open-loop")
+PREFETCH_MODES = ("off", "queue", "think")   # ahead-of-time swap-in (docs/semantics.md)
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,12 +43,14 @@ class EngineConfig:
     pipelining: bool = True          # layer-wise overlap of swap-in copies with compute
     async_save: bool = True          # demotion copies (D2H) overlap compute on their own stream
     fused_recompute: bool = True     # dropped history recomputed in the same prefill as the prompt
-    prefetch: bool = False           # swap a predictable next turn's CPU units in ahead of time
+    prefetch: str = "off"            # swap a turn's CPU units in ahead: off | queue | think
 
     def __post_init__(self) -> None:
         if self.max_batch_tokens < 1:
             raise ValueError(f"engine.max_batch_tokens must be >= 1, got {self.max_batch_tokens}")
         if self.max_running < 1:
             raise ValueError(f"engine.max_running must be >= 1, got {self.max_running}")
+        if self.prefetch not in PREFETCH_MODES:
+            raise ValueError(f"engine.prefetch must be one of {PREFETCH_MODES}, got {self.prefetch!r}")
         if self.replay not in REPLAY_MODES:
             raise ValueError(f"engine.replay must be one of {REPLAY_MODES}, got {self.replay!r}")

@@ -26,6 +26,7 @@ from sim.units import (
     SessionKV,
     Tier,
     UnitView,
+    extents_of,
     layer_codes,
     uid_of,
 )
@@ -209,6 +210,28 @@ class TieredMemory:
         self.used[GPU] += (n_cpu + n_dropped) * size
         self._grew(GPU)
         return LayerFetch(per_layer, pages, depth, int(regen.sum()))
+
+    def swap_in_cpu_units(self, sess: SessionKV, now: float) -> np.ndarray:
+        """Swap the pinned session's CPU units in (the caller made room); dropped units stay
+        dropped. Returns their unit indices (an ahead-of-time swap-in)."""
+        if not sess.pinned:
+            raise AssertionError(f"session {sess.session_id} is not pinned")
+        idx = np.flatnonzero(np.frombuffer(sess.tier, dtype=np.uint8) == 1)
+        if not len(idx):
+            return idx
+        uids = (idx + (sess.index << UNIT_BITS)).tolist()
+        self.policy[CPU].remove_many(uids, True)
+        self.policy[GPU].insert_many(uids, now, True)
+        for a, b in extents_of(idx):
+            sess.tier[a:b] = _GPU_BYTE * (b - a)
+        n, size = len(idx), self.unit_size(sess)
+        ppu = sess.unit_pages if self.view.per_session else 1
+        sess.tier_pages[CPU] -= n * ppu
+        sess.tier_pages[GPU] += n * ppu
+        self.used[CPU] -= n * size
+        self.used[GPU] += n * size
+        self._grew(GPU)
+        return idx
 
     def drop_from(self, sess: SessionKV, first_unit: int, now: float) -> None:
         """Drop the session's unpinned units from ``first_unit`` on (preemption discards them)."""

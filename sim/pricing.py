@@ -51,8 +51,8 @@ class Prefill:
     layers; ``recompute_*`` is the recomputed part of them. At ``layer_block`` a recomputed page
     runs only through its deepest dropped layer: ``deep_tokens[l]``/``deep_pairs[l]`` hold the
     pages recomputed through layers 0..l, and ``h2d_units[l]`` the units of layer l swapped in.
-    ``ready_s``: layer 0 may not start before (an admitted turn's ahead-of-time swap-in still in
-    flight), relative to the iteration's start.
+    ``ready_s[l]``: layer l may not start before (an admitted turn's ahead-of-time swap-in still in
+    flight: it copies layer by layer), relative to the iteration's start; None when none is.
     """
 
     tokens: int = 0
@@ -66,7 +66,7 @@ class Prefill:
     deep_tokens: np.ndarray | None = None
     deep_pairs: np.ndarray | None = None
     h2d_units: np.ndarray | None = None
-    ready_s: float = 0.0
+    ready_s: np.ndarray | None = None   # per layer: when an in-flight prefetch has it in
 
     @property
     def shape(self) -> BatchShape:
@@ -125,7 +125,7 @@ class Pricer:
             pf = Prefill(pf.tokens - pf.recompute_tokens, pf.pairs - pf.recompute_pairs, pf.seqs,
                          pf.h2d_bytes, pf.h2d_pages, h2d_units=pf.h2d_units, ready_s=pf.ready_s)
         decode = BatchShape.decode(dec_seqs, dec_ctx)
-        if not pf.layered and pf.h2d_units is None and not copy_start_s and not pf.ready_s:
+        if not pf.layered and pf.h2d_units is None and not copy_start_s and pf.ready_s is None:
             it = self.cost.iteration(pf.shape + decode, h2d_bytes=pf.h2d_bytes,
                                      h2d_copies=pf.h2d_pages * self.layers, d2h_bytes=d2h_bytes,
                                      d2h_copies=d2h_bytes // self.layer_page_bytes,
@@ -134,7 +134,7 @@ class Pricer:
         it = self.cost.layered_iteration(
             self._layer_compute(pf.shape + decode, pf), pf.seqs + dec_seqs, self._layer_copies(pf),
             d2h_bytes, d2h_bytes // self.layer_page_bytes, self.pipelining, self.async_save,
-            copy_start_s, pf.ready_s)
+            copy_start_s, 0.0, None if pf.ready_s is None else pf.ready_s.tolist())
         return head_pass + it.total_s, it.stall_s
 
     def _layer_compute(self, base: BatchShape, pf: Prefill) -> list[float]:

@@ -33,6 +33,7 @@ class TurnRecord:
     dropped_layer_units: int     # ... DROPPED
     swap_in_bytes: int           # host-to-device bytes to admit this turn (whole pages)
     copy_stall_s: float          # swap-in copy time its admission iteration could not hide
+    prefetched_bytes: int        # of swap_in_bytes, copied ahead of admission (engine.prefetch)
     preemptions: int             # times this turn was preempted during decode
     preempt_recompute_tokens: int  # tokens recomputed because of those preemptions
     ttft_s: float                # first_token_s - arrival_s
@@ -54,7 +55,7 @@ def ledger_frame(records: list[TurnRecord]) -> pd.DataFrame:
 
 _INT_COLUMNS = {"turn", "priority", "prompt_tokens", "output_tokens", "history_tokens", "gpu_hit_tokens",
                 "cpu_hit_tokens", "recomputed_tokens", "gpu_layer_units", "cpu_layer_units",
-                "dropped_layer_units", "swap_in_bytes", "preemptions",
+                "dropped_layer_units", "swap_in_bytes", "prefetched_bytes", "preemptions",
                 "preempt_recompute_tokens"}
 # dtypes of the ledger, so an empty ledger (every turn rejected) has the same schema as a full one
 TURN_DTYPES: dict[str, str] = {c: "object" if c == "session_id" else "int64" if c in _INT_COLUMNS

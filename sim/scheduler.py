@@ -58,6 +58,7 @@ class TurnRun:
     layer_units: tuple[int, int, int] = (0, 0, 0)   # the history's (page, layer) pairs per tier
     copy_stall_s: float = 0.0    # copy time its admission iteration could not hide
     swap_in_bytes: int = 0
+    prefetched_bytes: int = 0    # of swap_in_bytes, copied ahead of admission
     preemptions: int = 0
     preempt_recompute: int = 0
     admitted_once: bool = False
@@ -124,6 +125,13 @@ class Scheduler:
         self.output_tokens = 0
         self.swap_in_bytes = 0
         self.completed = 0
+        # Ahead-of-time swap-ins (engine.prefetch): due times, what each session got and when its
+        # copy ends, and when the host-to-device stream is free of them.
+        self._prefetch_due: list[tuple[float, int, int]] = []   # heap of (time, order, session)
+        self._prefetch_order = 0
+        self._prefetched: dict[int, tuple[np.ndarray, float]] = {}
+        self.h2d_busy_until = 0.0
+        self.prefetch_bytes = 0
         self.step_s = array("d")                            # compact: one entry per decode step
         self.step_decode = array("l")
         for i, s in enumerate(sessions):
@@ -131,7 +139,12 @@ class Scheduler:
 
     # -- arrivals --------------------------------------------------------------------------------
     def next_arrival_s(self) -> float | None:
-        return self.arrivals.next_s()
+        """The next arrival or ahead-of-time swap-in: the next event that can change a decision."""
+        nxt = self.arrivals.next_s()
+        if self._prefetch_due:
+            t = self._prefetch_due[0][0]
+            nxt = t if nxt is None else min(nxt, t)
+        return nxt
 
     def release(self, now: float) -> None:
         """Move every turn that has arrived by ``now`` into the waiting queue."""
@@ -149,10 +162,14 @@ class Scheduler:
                 continue
             self.waiting.append(TurnRun(kv, k, turn, history, t, order,
                                         self.pricer.ideal_ttft_s(turn.prompt_tokens, history)))
+            if self.cfg.prefetch != "off":
+                self._schedule_prefetch(i, t)    # swap in while it waits in the queue
 
     # -- planning one iteration ------------------------------------------------------------------
     def plan(self, now: float) -> Step | None:
         """Prepare the next iteration; None when there is nothing to run."""
+        if self._prefetch_due:
+            self._run_prefetches(now)
         self._grow_decodes(now)
         admitted, prefill = self._admit(now)
         if not admitted and self.dec_seqs == 0:
@@ -162,11 +179,46 @@ class Scheduler:
                                                d2h_bytes=self._take_d2h())
             return Step(duration, admitted, self.dec_seqs)
         duration, stall = self.pricer.admission_s(prefill, self.dec_seqs, self.dec_ctx,
-                                                  self._take_d2h())
+                                                  self._take_d2h(),
+                                                  max(0.0, self.h2d_busy_until - now))
         for run in admitted:
             if run.admit_s == now:           # first admission (this iteration)
                 run.copy_stall_s = stall
         return Step(duration, admitted, self.dec_seqs)
+
+    # -- ahead-of-time swap-in -------------------------------------------------------------------
+    def _schedule_prefetch(self, index: int, at: float) -> None:
+        self._prefetch_order += 1
+        heapq.heappush(self._prefetch_due, (at, self._prefetch_order, index))
+
+    def _run_prefetches(self, now: float) -> None:
+        """Swap in the CPU units of every session whose prefetch is due, all of a session's or
+        none (when the GPU cannot make room without its own units); victims follow the policy.
+        The copies queue on the host-to-device stream from ``now``."""
+        due, mem = self._prefetch_due, self.mem
+        while due and due[0][0] <= now:
+            _, _, i = heapq.heappop(due)
+            sess = self.kv[i]
+            need = sess.tier_pages[CPU] * self.unit_bytes
+            if sess.pinned or sess.done or not need \
+                    or mem.reclaimable(GPU) - sess.tier_pages[GPU] * self.unit_bytes < need:
+                continue
+            mem.acquire(sess, now)
+            if not mem.make_room(need, now):
+                raise AssertionError(f"prefetch of {sess.session_id}: room was checked but "
+                                     f"{need} bytes could not be reclaimed")
+            idx = mem.swap_in_cpu_units(sess, now)
+            mem.release(sess, now)
+            nbytes = len(idx) * mem.unit_size(sess)
+            copy = self.cost.copy_s("h2d", nbytes, nbytes // self.pricer.layer_page_bytes)
+            start = max(now, self.h2d_busy_until)
+            self.h2d_busy_until = start + copy
+            prev = self._prefetched.get(i)
+            if prev is not None:
+                idx = np.union1d(prev[0], idx)
+            self._prefetched[i] = (idx, start, self.h2d_busy_until)
+            self.prefetch_bytes += nbytes
+            self.swap_in_bytes += nbytes
 
     def _take_d2h(self) -> int:
         """Swap-out bytes not yet priced: the next iteration carries them (its D2H stream)."""
@@ -225,9 +277,16 @@ class Scheduler:
         pf.seqs = len(admitted)
         return admitted, pf
 
-    def _split(self, sess: SessionKV) -> tuple[int, int, int]:
-        """The session's tokens by where they are: (GPU hits, to swap in, to recompute)."""
+    def _split(self, sess: SessionKV, as_cpu: np.ndarray | None = None) -> tuple[int, int, int]:
+        """The session's tokens by where they are: (GPU hits, to swap in, to recompute). Units in
+        ``as_cpu`` (prefetched: copied from the CPU ahead of admission) count as on the CPU."""
         bt = self.bt
+        if as_cpu is not None and len(as_cpu):
+            if self.per_session_unit:
+                return 0, sess.tokens, 0
+            codes = np.frombuffer(sess.tier, dtype=np.uint8).copy()
+            codes[as_cpu] = 1
+            return layer_split(codes.reshape(-1, self.upp)[:, ::-1], sess.tokens, bt)
         if self.upp > 1:
             return layer_split(layer_codes(sess, self.layers), sess.tokens, bt)
         return sess.tokens_in(GPU, bt), sess.tokens_in(CPU, bt), sess.tokens_in(DROPPED, bt)
@@ -238,9 +297,28 @@ class Scheduler:
         work goes into ``pf``."""
         sess, mem, bt = run.sess, self.mem, self.bt
         old_tokens = sess.tokens
-        split = self._split(sess)
+        ahead, prefetched = None, 0
+        if self._prefetched:
+            got = self._prefetched.pop(sess.index, None)
+            if got is not None:
+                idx, start_s, done_s = got
+                ahead = idx[np.frombuffer(sess.tier, dtype=np.uint8)[idx] == 0]   # still there
+                if len(ahead):
+                    prefetched = len(ahead) * mem.unit_size(sess)
+                if len(ahead) and done_s > now:
+                    # Its copy is in flight, layer by layer: layer l is in at start + (l+1)/L.
+                    L = self.layers
+                    ready = start_s + (done_s - start_s) * np.arange(1, L + 1) / L - now
+                    ready = np.maximum(ready, 0.0)
+                    pf.ready_s = ready if pf.ready_s is None else np.maximum(pf.ready_s, ready)
+        split = self._split(sess, ahead)
         per_unit = self.layers // self.upp
-        layer_units = tuple(n * per_unit for n in sess.tier_pages)
+        tiers = list(sess.tier_pages)
+        if prefetched:                         # its pages count where they came from
+            moved = len(ahead) * (sess.unit_pages if self.per_session_unit else 1)
+            tiers[GPU] -= moved
+            tiers[CPU] += moved
+        layer_units = tuple(n * per_unit for n in tiers)
         for policy in mem.policy:
             policy.on_admit(sess, split, now)
         mem.acquire(sess, now)
@@ -281,6 +359,8 @@ class Scheduler:
             # First admission: the session holds exactly the history, H = g + c + d.
             run.gpu_hit, run.cpu_hit, run.recomputed = split
             run.layer_units = layer_units
+            run.prefetched_bytes = prefetched
+            run.swap_in_bytes += prefetched
             run.admit_s = now
             run.admitted_once = True
         else:
@@ -569,13 +649,20 @@ class Scheduler:
         sess.last_access_s = now
         sess.next_access_s = next_s
         self.mem.release(sess, now)
+        if self.cfg.prefetch == "think" and next_s < math.inf:
+            # The next turn's arrival is known (closed-loop think time, or the trace's timestamp):
+            # start early enough to copy the whole session before it arrives.
+            nbytes = self._pages(tokens) * self.page_bytes
+            lead = self.cost.copy_s("h2d", nbytes, nbytes // self.pricer.layer_page_bytes)
+            self._schedule_prefetch(sess.index, max(now, next_s - lead))
         self.completed += 1
         t = run.turn
         o = t.output_tokens
         self.ledger.append(TurnRecord(
             sess.session_id, run.k, t.priority, run.arrival_s, run.admit_s, run.first_token_s, now,
             t.prompt_tokens, o, run.history, run.gpu_hit, run.cpu_hit, run.recomputed,
-            *run.layer_units, run.swap_in_bytes, run.copy_stall_s, run.preemptions,
+            *run.layer_units, run.swap_in_bytes, run.copy_stall_s, run.prefetched_bytes,
+            run.preemptions,
             run.preempt_recompute,
             run.first_token_s - run.arrival_s, run.ttft_ideal_s,
             (now - run.first_token_s) / (o - 1) if o > 1 else math.nan,

@@ -236,3 +236,15 @@ def test_negative_starts_raise(pipelining, layerwise) -> None:
     for kw in ({"copy_start_s": -MS}, {"compute_start_s": -MS}):
         with pytest.raises(ValueError, match="negative"):
             cm.layered_iteration(ms([1, 1, 1]), 1, ms([1, 1, 1]), pipelining=pipelining, **kw)
+
+
+def test_ready_times_hold_back_each_layer() -> None:
+    # Two layers, no copies of its own, compute 1 s each; layer 1's data (an earlier copy) is in
+    # at 3 s: C_0 = 1, C_1 = max(1, 3) + 1 = 4. Copies first (no pipelining): all data in at 3,
+    # then both layers: 5.
+    from costmodels.pipeline import pipelined_time, serial_time
+    assert pipelined_time([0.0, 0.0], [1.0, 1.0], ready=[0.0, 3.0]) == 4.0
+    assert serial_time([0.0, 0.0], [1.0, 1.0], ready=[0.0, 3.0]) == 5.0
+    assert pipelined_time([0.0, 0.0], [1.0, 1.0], ready=[0.5, 1.0]) == 2.5   # only layer 0 waits
+    with pytest.raises(ValueError, match="ready"):
+        pipelined_time([0.0], [1.0], ready=[-1.0])
