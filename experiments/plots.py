@@ -28,8 +28,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, PercentFormatter
 
-FACET_DIMS: tuple[str, ...] = ("trace", "model", "hardware", "evict_unit", "block_tokens",
-                               "cpu_kv_gb")
+FACET_DIMS: tuple[str, ...] = ("trace", "model", "hardware", "evict_unit", "pipelining",
+                               "block_tokens", "cpu_kv_gb")
 MAX_FACETS = 12
 TIER_COLORS = {"GPU hit": "#2b8a3e", "CPU hit (swapped in)": "#1971c2", "recomputed": "#e03131"}
 _UNITS = {"cpu_kv_gb": " GiB", "block_tokens": " tok"}

@@ -1,11 +1,12 @@
 """The experiment YAML: validation with pydantic and expansion into a grid of runs.
 
-Any list-valued field under ``memory``, and ``policies``, ``seeds``, ``model``, ``hardware`` and
-``trace`` (a list of trace mappings) is a grid axis; a scalar is a one-value axis. Every error is a
+Any list-valued field under ``memory``, ``engine.pipelining``, and ``policies``, ``seeds``,
+``model``, ``hardware`` and ``trace`` (a list of trace mappings) is a grid axis; a scalar is a
+one-value axis. Every error is a
 ``ConfigError`` whose lines read ``FILE: KEY.PATH[i]: message``.
 
 Grid order (deterministic, lists in the order written): trace, model, hardware, evict_unit,
-block_tokens, cpu_kv_gb, policy, gpu_kv_gb, seed -- the last one varies fastest.
+pipelining, block_tokens, cpu_kv_gb, policy, gpu_kv_gb, seed -- the last one varies fastest.
 
 Relative paths (``trace.path``, a model or hardware given as a file) resolve against the YAML
 file's folder first, then the current directory; the resolved experiment holds absolute paths.
@@ -171,15 +172,18 @@ class MemorySpec(_Strict):
 
 
 class EngineSpec(_Strict):
-    """Engine behaviour (scalars only: not a grid axis)."""
+    """Engine behaviour: scalars, but ``pipelining`` may be a list (a grid axis: on against off)."""
 
     max_batch_tokens: PosInt = _ENGINE_DEFAULTS["max_batch_tokens"]
     max_running: PosInt = _ENGINE_DEFAULTS["max_running"]
     replay: Literal[REPLAY_MODES] = _ENGINE_DEFAULTS["replay"]
-    pipelining: StrictBool = _ENGINE_DEFAULTS["pipelining"]
+    pipelining: Annotated[list[StrictBool], Field(min_length=1), AfterValidator(_no_duplicates)] = \
+        Field(default=[_ENGINE_DEFAULTS["pipelining"]])
     async_save: StrictBool = _ENGINE_DEFAULTS["async_save"]
     fused_recompute: StrictBool = _ENGINE_DEFAULTS["fused_recompute"]
     prefetch: Literal[PREFETCH_MODES] = _ENGINE_DEFAULTS["prefetch"]
+
+    wrap_lists = field_validator("pipelining", mode="before")(_as_list)
 
 
 class ExecutorSpec(_Strict):
@@ -243,13 +247,15 @@ class Experiment(_Strict):
 
     def grid(self) -> list[GridPoint]:
         """Every run of the experiment, in the module's documented order."""
-        engine = EngineConfig(**self.engine.model_dump())
+        opts = self.engine.model_dump()
+        pipelining = opts.pop("pipelining")
         m = self.memory
         points = []
-        for trace, model, hw, unit, bt, cpu, policy, gpu, seed in itertools.product(
-                self.trace_specs(), self.model, self.hardware, m.evict_unit, m.block_tokens,
-                m.cpu_kv_gb, self.policies, m.gpu_kv_gb, self.seeds):
+        for trace, model, hw, unit, pipe, bt, cpu, policy, gpu, seed in itertools.product(
+                self.trace_specs(), self.model, self.hardware, m.evict_unit, pipelining,
+                m.block_tokens, m.cpu_kv_gb, self.policies, m.gpu_kv_gb, self.seeds):
             mem = MemoryConfig(gpu_kv_gb=gpu, cpu_kv_gb=cpu, block_tokens=bt, evict_unit=unit)
+            engine = EngineConfig(**opts, pipelining=pipe)
             points.append(GridPoint(self.name, trace, model, hw, mem, engine, policy, seed))
         return points
 
@@ -294,7 +300,7 @@ class TraceSpec:
 
 
 LABEL_COLUMNS: tuple[str, ...] = ("name", "policy", "model", "hardware", "trace", "gpu_kv_gb",
-                                  "cpu_kv_gb", "block_tokens", "evict_unit", "seed")
+                                  "cpu_kv_gb", "block_tokens", "evict_unit", "pipelining", "seed")
 
 
 @dataclass(frozen=True, slots=True)
@@ -316,7 +322,7 @@ class GridPoint:
                 "hardware": _short(self.hardware), "trace": self.trace.label,
                 "gpu_kv_gb": float(self.memory.gpu_kv_gb), "cpu_kv_gb": float(self.memory.cpu_kv_gb),
                 "block_tokens": self.memory.block_tokens, "evict_unit": self.memory.evict_unit,
-                "seed": self.seed}
+                "pipelining": self.engine.pipelining, "seed": self.seed}
 
     def describe(self) -> str:
         return " ".join(f"{k}={v}" for k, v in self.labels().items() if k != "name")

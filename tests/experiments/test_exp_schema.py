@@ -200,8 +200,18 @@ def test_resolved_config_round_trips(write_yaml, tmp_path):
     import yaml
     exp = load_experiment(write_yaml(BASE))
     resolved = exp.resolved()
-    assert resolved["engine"] == dataclasses.asdict(EngineConfig())
+    # pipelining is a grid axis: a one-value list, like every memory axis
+    assert resolved["engine"] == {**dataclasses.asdict(EngineConfig()), "pipelining": [True]}
     assert resolved["memory"]["evict_unit"] == ["block"]
     again = tmp_path / "again.yaml"
     again.write_text(yaml.safe_dump(resolved))
     assert load_experiment(again).grid() == exp.grid()
+
+
+def test_pipelining_list_is_a_grid_axis(write_yaml):
+    exp = load_experiment(write_yaml(BASE + "\nengine: {pipelining: [true, false]}\n"))
+    grid = exp.grid()
+    base = load_experiment(write_yaml(BASE, "base.yaml")).grid()
+    assert len(grid) == 2 * len(base)
+    # after evict_unit, before block_tokens: policy x gpu_kv_gb (4 points) with it on, then off
+    assert [p.labels()["pipelining"] for p in grid] == [True] * 4 + [False] * 4
