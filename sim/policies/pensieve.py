@@ -66,13 +66,17 @@ from sim.units import UNIT_BITS, UNIT_MASK, Tier, UnitView
 
 def recovery_cost_s(ctx, uid: int) -> float:
     """What evicting ``uid`` from ``ctx.tier`` costs to undo (see the module docstring)."""
+    return recovery_s(ctx.cost, **_recovery_args(ctx, uid))
+
+
+def _recovery_args(ctx, uid: int) -> dict:
     view = ctx.view
     size = view.size(uid)
     sess = view.session(uid)
-    return recovery_s(ctx.cost, dropped=_dropped_from(ctx, size), first_page=view.first_page(uid),
-                      pages=view.pages(uid), layer=view.layer(uid), nbytes=size,
-                      context_tokens=sess.tokens if sess is not None else 0,
-                      block_tokens=ctx.block_tokens)
+    return {"dropped": _dropped_from(ctx, size), "first_page": view.first_page(uid),
+            "pages": view.pages(uid), "layer": view.layer(uid), "nbytes": size,
+            "context_tokens": sess.tokens if sess is not None else 0,
+            "block_tokens": ctx.block_tokens}
 
 
 def _dropped_from(ctx, size: int) -> bool:
@@ -87,6 +91,9 @@ def _need_cost(ctx, name: str):
     if ctx.cost is None:
         raise ValueError(f"policy {name!r} needs PolicyContext.cost (a costmodels.CostModel)")
     return ctx.cost
+
+
+_MEMO_LIMIT = 1 << 20      # distinct recovery inputs remembered per instance
 
 
 # -- the policies --------------------------------------------------------------------------------
@@ -187,6 +194,21 @@ class PensievePhysics(_Retention):
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
         _need_cost(ctx, self.name)
+        self._memo: dict[tuple, float] = {}
 
     def unit_cost(self, uid: int) -> float:
-        return recovery_cost_s(self.ctx, uid)
+        # Many units share their recovery's inputs (a session's pages, layer by layer, turn after
+        # turn): the cost model is asked once per distinct input, the same number either way.
+        args = _recovery_args(self.ctx, uid)
+        if args["dropped"]:      # recompute: the tokens it holds and those before them
+            lo = args["first_page"] * args["block_tokens"]
+            key = (True, lo, min(args["context_tokens"], lo + args["pages"] * args["block_tokens"]),
+                   args["layer"])
+        else:                    # swap-in: its bytes and the turn that brings it back
+            key = (False, args["nbytes"], args["pages"], args["context_tokens"], args["layer"])
+        cost = self._memo.get(key)
+        if cost is None:
+            if len(self._memo) >= _MEMO_LIMIT:
+                self._memo.clear()
+            cost = self._memo[key] = recovery_s(self.ctx.cost, **args)
+        return cost

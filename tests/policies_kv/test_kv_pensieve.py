@@ -312,3 +312,23 @@ def test_kinetic_batches_match_one_at_a_time(mode, seed):
                 del live[best]
             assert got == want, f"step {step} t={now}"
         assert len(kin) == len(live)
+
+
+@pytest.mark.parametrize("tier", [Tier.GPU, Tier.CPU])
+def test_physics_memo_gives_the_cost_models_answer_for_every_unit(tier):
+    # Units that share and units that differ in every input the recovery reads; each asked
+    # twice (the second answer comes from the memo) must equal a fresh recovery_cost_s.
+    from sim.policies.pensieve import recovery_cost_s
+    view = HandView()
+    size = BT * COST.kv_bytes_per_token
+    pol = PensievePhysics(ctx(view, tier=tier, num_layers=32, cost=COST, cpu_kv_bytes=100 * size))
+    uid = 0
+    for tokens in (5 * BT, 5 * BT - 3, 9 * BT):
+        s = session(tokens, tokens)
+        for page in range(tokens // BT):
+            for layer in (-1, 0, 7, 31):
+                uid += 1
+                view.unit(uid, s, page, layer=layer, size=size if layer < 0 else size // 32)
+    for _ in range(2):
+        for u in view.units:
+            assert pol.unit_cost(u) == recovery_cost_s(pol.ctx, u), u
