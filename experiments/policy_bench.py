@@ -40,6 +40,8 @@ class PolicyBenchConfig:
     seed: int = 1
     policies: tuple[str, ...] = ()   # latency benchmark: () = every online registered policy
     throughput_policies: tuple[str, ...] = ("lru", "fifo")
+    layers: int = 1                  # units per page: 1 (block), or the layers of layer_block
+    throughput: bool = True          # also run the cachesim throughput part
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,24 +69,26 @@ def decision_latency(policy: str, cfg: PolicyBenchConfig) -> Latency:
     from sim.units import UNIT_BITS, UNIT_MASK, SessionKV, Tier, UnitView, uid_of
 
     cost = cost_model("llama-3-8b", "h100-sxm")
-    page = 16 * cost.kv_bytes_per_token
+    layers = cfg.layers
+    unit = 16 * cost.kv_bytes_per_token // layers      # one page of all layers, or of one layer
+    per_sess = 16 * layers                             # 16 pages a session
     rng = np.random.default_rng(cfg.seed)
     n_new = cfg.cycles
     total = cfg.resident + n_new
-    n_sess = -(-total // 16)
+    n_sess = -(-total // per_sess)
     sessions = [SessionKV(i, f"s{i}", i % 3) for i in range(n_sess)]
     think = rng.exponential(30.0, n_sess)
     for i, sess in enumerate(sessions):
-        n = min(16, total - 16 * i)
+        n = min(per_sess, total - per_sess * i)
         sess.tier.extend(bytes([Tier.DROPPED]) * n)   # placed in the tier when it enters
         sess.tier_pages[Tier.DROPPED] = n
-        sess.tokens = 16 * n
+        sess.tokens = 16 * -(-n // layers)
         sess.next_access_s = float(think[i])
-    units = [uid_of(k // 16, k % 16) for k in range(total)]
-    view = UnitView(sessions, page)
+    units = [uid_of(k // per_sess, k % per_sess) for k in range(total)]
+    view = UnitView(sessions, unit, layers=layers)
     pol = make_policy(policy, PolicyContext(tier=Tier.GPU, block_tokens=16,
                                             num_layers=cost.model.num_layers, view=view, cost=cost))
-    pol.set_capacity(cfg.resident * page)
+    pol.set_capacity(cfg.resident * unit)
 
     def place(uid: int, tier: Tier) -> None:
         sess = sessions[uid >> UNIT_BITS]
@@ -247,7 +251,8 @@ def run_policy_bench(cfg: PolicyBenchConfig, echo=print) -> dict:
     echo(f"machine: {os.cpu_count()} CPUs, load average {load:.2f}; a bare Python dict-lookup loop "
          f"runs {_python_loop_mreq_s():.2f} M iterations/s")
     policies = list(cfg.policies) or online_policies()
-    echo(f"eviction decision latency (evict + insert), {cfg.resident:,} resident units, "
+    kind = "page units" if cfg.layers == 1 else f"layer units ({cfg.layers} per page)"
+    echo(f"eviction decision latency (evict + insert), {cfg.resident:,} resident {kind}, "
          f"{cfg.cycles:,} cycles; targets p50 < 100 us, p99 < 1000 us")
     echo(f"  {'policy':<18}{'p50 us':>10}{'p99 us':>10}{'max us':>10}  targets")
     lat = {}
@@ -260,4 +265,4 @@ def run_policy_bench(cfg: PolicyBenchConfig, echo=print) -> dict:
         ok = "pass" if r.p50_us < 100 and r.p99_us < 1000 else "FAIL"
         echo(f"  {p:<18}{r.p50_us:>10.2f}{r.p99_us:>10.2f}{r.max_us:>10.0f}  {ok}")
         lat[p] = r
-    return {"latency": lat, "throughput": throughput(cfg, echo)}
+    return {"latency": lat, "throughput": throughput(cfg, echo) if cfg.throughput else None}

@@ -18,7 +18,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--gpu-fraction", type=float, default=0.10,
                    help="GPU KV as a share of peak demand (default 0.10)")
     p.add_argument("--cpu-kv-gb", type=float, default=0.0, help="CPU tier in GiB (default 0)")
-    p.add_argument("--evict-unit", default="block", choices=("session", "block"))
+    p.add_argument("--evict-unit", default="block", choices=("session", "block", "layer_block"))
     p.add_argument("--model", default="llama-3-8b")
     p.add_argument("--hardware", default="h100-sxm")
     p.add_argument("--seed", type=int, default=1)

@@ -21,6 +21,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--repeats", type=int, default=3, help="throughput repeats (default 3)")
     p.add_argument("--policy", action="append", default=[],
                    help="latency benchmark for this policy only (repeatable; default: all online)")
+    p.add_argument("--layers", type=int, default=1,
+                   help="units per page: 1 (block, default) or a model's layers (layer_block units)")
+    p.add_argument("--no-throughput", action="store_true", help="skip the cachesim throughput part")
     p.add_argument("--seed", type=int, default=1)
     return p
 
@@ -28,11 +31,12 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 def main(args: argparse.Namespace) -> int:
     from experiments.policy_bench import PolicyBenchConfig, run_policy_bench
 
-    for name in ("resident", "cycles", "requests", "objects", "capacity", "repeats"):
+    for name in ("resident", "cycles", "requests", "objects", "capacity", "repeats", "layers"):
         if getattr(args, name) < 1:
             raise ValueError(f"--{name} must be >= 1")
     cfg = PolicyBenchConfig(resident=args.resident, cycles=args.cycles, requests=args.requests,
                             objects=args.objects, alpha=args.alpha, capacity=args.capacity,
-                            repeats=args.repeats, seed=args.seed, policies=tuple(args.policy))
+                            repeats=args.repeats, seed=args.seed, policies=tuple(args.policy),
+                            layers=args.layers, throughput=not args.no_throughput)
     run_policy_bench(cfg)
     return 0
