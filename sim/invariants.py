@@ -60,6 +60,12 @@ def check_invariants(sched) -> None:
         if sum(counts) < need:
             raise AssertionError(f"{where}: {tokens} tokens need {need} unit pages, units cover "
                                  f"{sum(counts)}")
+    for index, (key, tokens) in getattr(sched, "_dropped_memo", {}).items():
+        sess = sched.kv[index]
+        if key == (sess.tier_pages[Tier.DROPPED], sess.tokens) \
+                and tokens != sched._split(sess)[Tier.DROPPED]:
+            raise AssertionError(f"session {sess.session_id}: remembered {tokens} dropped tokens, "
+                                 f"has {sched._split(sess)[Tier.DROPPED]}")
     for tier in (Tier.GPU, Tier.CPU):
         if used[tier] != mem.used[tier]:
             raise AssertionError(f"{tier.name}: units hold {used[tier]} bytes, accounting says {mem.used[tier]}")

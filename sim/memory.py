@@ -189,18 +189,21 @@ class TieredMemory:
         dropped = codes == 2
         pages = np.flatnonzero(dropped.any(axis=1))               # pages to recompute, in order
         depth = layers - 1 - np.argmax(dropped[pages, ::-1], axis=1)   # deepest dropped layer
-        on_cpu = codes == 1
-        regen = np.zeros_like(on_cpu)
-        regen[pages] = on_cpu[pages] & (np.arange(layers) <= depth[:, None])
-        copied = on_cpu & ~regen
-        per_layer = copied.sum(axis=0)                            # swapped-in units of layer l
+        n_regen, per_layer = 0, np.zeros(layers, dtype=np.int64)
+        if n_cpu:
+            on_cpu = codes == 1
+            regen = np.zeros_like(on_cpu)
+            regen[pages] = on_cpu[pages] & (np.arange(layers) <= depth[:, None])
+            per_layer = (on_cpu & ~regen).sum(axis=0)             # swapped-in units of layer l
+            n_regen = int(regen.sum())
         flat = np.frombuffer(tier, dtype=np.uint8)
         moved = np.flatnonzero(flat)
-        from_cpu = (moved[flat[moved] == 1] + base).tolist()
-        del codes, dropped, on_cpu, flat
+        from_cpu = (moved[flat[moved] == 1] + base).tolist() if n_cpu else []
+        del codes, dropped, flat
         tier[moved[0]:] = tier[moved[0]:].replace(b"\x01", b"\x00").replace(b"\x02", b"\x00")
         self.policy[CPU].remove_many(from_cpu, True)
-        self.policy[GPU].insert_many((moved + base).tolist(), now, True)
+        if self.policy[GPU].hears_pinned():
+            self.policy[GPU].insert_many((moved + base).tolist(), now, True)
         size = self.view.page_bytes
         counts = sess.tier_pages
         counts[CPU] -= n_cpu
@@ -209,7 +212,7 @@ class TieredMemory:
         self.used[CPU] -= n_cpu * size
         self.used[GPU] += (n_cpu + n_dropped) * size
         self._grew(GPU)
-        return LayerFetch(per_layer, pages, depth, int(regen.sum()))
+        return LayerFetch(per_layer, pages, depth, n_regen)
 
     def swap_in_cpu_units(self, sess: SessionKV, now: float) -> np.ndarray:
         """Swap the pinned session's CPU units in (the caller made room); dropped units stay

@@ -131,6 +131,7 @@ class Scheduler:
         self._prefetch_order = 0
         self._prefetched: dict[int, tuple[np.ndarray, float]] = {}
         self.h2d_busy_until = 0.0
+        self._dropped_memo: dict[int, tuple[tuple[int, int], int]] = {}   # see _dropped_tokens
         self.prefetch_bytes = 0
         self.step_s = array("d")                            # compact: one entry per decode step
         self.step_decode = array("l")
@@ -319,6 +320,7 @@ class Scheduler:
             tiers[GPU] -= moved
             tiers[CPU] += moved
         layer_units = tuple(n * per_unit for n in tiers)
+        self._dropped_memo.pop(sess.index, None)     # recovery brings dropped units back
         for policy in mem.policy:
             policy.on_admit(sess, split, now)
         mem.acquire(sess, now)
@@ -623,11 +625,23 @@ class Scheduler:
         units = sess.tier_pages
         dropped = 0
         if units[DROPPED]:
-            dropped = self._split(sess)[DROPPED] if self.upp > 1 else sess.tokens_in(DROPPED, self.bt)
+            dropped = self._dropped_tokens(sess) if self.upp > 1 \
+                else sess.tokens_in(DROPPED, self.bt)
         new_tokens = max(1, dropped + (target - 1 - sess.tokens))
         fetch = (units[CPU] + units[DROPPED] + self._pages(target) * self.upp - sum(units)) \
             * self.unit_bytes
         return target, new_tokens, fetch
+
+    def _dropped_tokens(self, sess: SessionKV) -> int:
+        """Tokens of pages with a dropped layer. The head of the queue is asked every iteration;
+        until its admission a session's dropped units only grow (eviction never brings one back),
+        so an unchanged count of dropped units is an unchanged set: the answer is remembered by
+        that count (and the tokens) until the session is admitted."""
+        key = (sess.tier_pages[DROPPED], sess.tokens)
+        got = self._dropped_memo.get(sess.index)
+        if got is None or got[0] != key:
+            got = self._dropped_memo[sess.index] = (key, self._split(sess)[DROPPED])
+        return got[1]
 
     def _room_for(self, run: TurnRun, fetch: int) -> bool:
         """Can the GPU make ``fetch`` bytes of room without the session's own (soon pinned) units?"""

@@ -119,9 +119,14 @@ class EvictionPolicy(ABC):
         for uid in uids:
             self.unpin(uid, now)
 
+    def hears_pinned(self) -> bool:
+        """Does the policy track units that enter pinned (``insert(pinned=True)``)? A plain
+        ordering does not: the caller may then skip listing them."""
+        return type(self).insert is not EvictionPolicy.insert
+
     def insert_many(self, uids, now: float, pinned: bool = False) -> None:
         """``insert`` each, in order (new pages of a running turn, a session swapped in)."""
-        if pinned and type(self).insert is EvictionPolicy.insert:
+        if pinned and not self.hears_pinned():
             return                             # a pinned unit is nothing to a plain ordering
         for uid in uids:
             self.insert(uid, now, pinned)
