@@ -193,6 +193,7 @@ class KineticMin:
         self._free: list[int] = list(range(self._cap - 1, -1, -1))
         self._where: dict[int, _Group] = {}  # uid -> its group
         self._t = -INF                       # the latest time seen: nodes are valid from here on
+        self._batch: set[int] | None = None  # leaves changed in a batch at one time (see batch)
 
     # -- membership ------------------------------------------------------------------------------
     def add(self, uid: int, cost: float, tau: float, now: float) -> None:
@@ -242,37 +243,52 @@ class KineticMin:
 
     def pop_many(self, n: int, now: float) -> list[int]:
         """The ``n`` successive minima at ``now`` (fewer if it runs out), taken out: what ``n``
-        rounds of ``peek`` and ``discard`` give. The winning group keeps yielding while its next
-        entry still beats the best other group (the best of the winner's siblings along its
-        leaf-to-root path), so a run of victims from one group costs one tree update."""
+        rounds of ``peek`` and ``discard`` give, in one batch (``begin_batch``)."""
         out: list[int] = []
-        where, win, before = self._where, self._win, self._before
-        while len(out) < n:
-            g = win[1] if self.peek(now) is not None else None
-            if g is None:
-                break
-            runner, i = None, self._cap + g.slot
-            while i > 1:
-                sib = win[i ^ 1]
-                if sib is not None and (runner is None or before(sib, runner, now)):
-                    runner = sib
-                i >>= 1
-            heap = g.heap
+        self.begin_batch(now)
+        try:
+            where, win = self._where, self._win
             while len(out) < n:
+                g = win[1]
+                if g is None:
+                    break
                 uid = g.mkey
                 out.append(uid)
                 del where[uid]
-                heap.discard(uid)
-                g.settle()
-                if not heap or (runner is not None and not before(g, runner, now)):
-                    break
-            if not heap:
-                del self._groups[g.tau]
-                self._free.append(g.slot)
-                self._set_leaf(g.slot, None)
-            else:
-                self._set_leaf(g.slot, g)
+                g.heap.discard(uid)
+                if not g.heap:
+                    del self._groups[g.tau]
+                    self._free.append(g.slot)
+                    self._set_leaf(g.slot, None)
+                else:
+                    g.settle()
+                    self._set_leaf(g.slot, g)
+        finally:
+            self.end_batch()
         return out
+
+    def begin_batch(self, now: float) -> None:
+        """Changes at one time ``now``, many of them: until ``end_batch`` a changed leaf updates
+        only the winners on its path (exact comparisons at ``now``), and the certificates of every
+        changed path are computed once, at the end. The minimum stays exact throughout."""
+        if self._batch is not None:
+            raise AssertionError("batches do not nest")
+        self.peek(now)                       # every winner exact at now
+        self._batch = set()
+
+    def end_batch(self) -> None:
+        dirty, self._batch = self._batch, None
+        if not dirty:
+            return
+        nodes: set[int] = set()
+        for i in dirty:
+            i >>= 1
+            while i and i not in nodes:
+                nodes.add(i)
+                i >>= 1
+        t = self._t
+        for i in sorted(nodes, reverse=True):  # children before parents
+            self._node(i, t)
 
     def discard_many(self, uids) -> None:
         """``discard`` each; every group touched is settled once."""
@@ -310,9 +326,13 @@ class KineticMin:
         if now < self._t:
             raise ValueError(f"time went backwards: peek(now={now!r}) after {self._t!r}; "
                              "one policy instance follows one simulated clock")
-        self._t = now
-        if self._smin[1] <= now:
-            self._fix(1, now)
+        if self._batch is not None:          # winners are kept exact at _t; certificates wait
+            if now != self._t:
+                raise ValueError(f"peek(now={now!r}) inside a batch at {self._t!r}")
+        else:
+            self._t = now
+            if self._smin[1] <= now:
+                self._fix(1, now)
         g = self._win[1]
         return None if g is None else g.mkey
 
@@ -347,8 +367,18 @@ class KineticMin:
 
     def _set_leaf(self, slot: int, g: _Group | None) -> None:
         i = self._cap + slot
-        self._win[i] = g
+        win = self._win
+        win[i] = g
         t = self._t
+        if self._batch is not None:
+            self._batch.add(i)
+            before = self._before
+            i >>= 1
+            while i:
+                a, b = win[2 * i], win[2 * i + 1]
+                win[i] = a if b is None else b if a is None else a if before(a, b, t) else b
+                i >>= 1
+            return
         i >>= 1
         while i:
             self._node(i, t)
@@ -365,6 +395,11 @@ class KineticMin:
             self._node(i, now)
 
     def _grow(self) -> None:
+        if self._batch is not None:          # leaf indices move: no batch across a growth
+            self._batch = None
+            self._grow()
+            self._batch = set()
+            return
         old = self._cap
         cap = 2 * old
         leaves = self._win[old:2 * old]
@@ -415,6 +450,14 @@ class KineticPolicy(EvictionPolicy):
                 self._add(uid, now)
             return
         self._kin.add_many(uids, self.unit_costs(uids), times.pop(), now)
+
+    def take_in(self, uids, free_bytes: int, now: float) -> list[int]:
+        # one time: the inserts and evictions of a demotion batch as one tournament batch
+        self._kin.begin_batch(now)
+        try:
+            return super().take_in(uids, free_bytes, now)
+        finally:
+            self._kin.end_batch()
 
     def evict_bytes(self, nbytes: int, now: float) -> list[int]:
         unit_bytes = self.view.unit_bytes

@@ -332,3 +332,36 @@ def test_physics_memo_gives_the_cost_models_answer_for_every_unit(tier):
     for _ in range(2):
         for u in view.units:
             assert pol.unit_cost(u) == recovery_cost_s(pol.ctx, u), u
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_take_in_batch_matches_one_unit_at_a_time(seed):
+    # A demotion batch into a full CPU tier: each unit evicts what it lacks room for, then enters.
+    # The batched tournament must name the victims the unbatched base implementation names.
+    from sim.policies.base import EvictionPolicy
+    rng = random.Random(seed)
+    view = HandView()
+    cost = FakeCost(**A_CTX)
+    a = Pensieve(ctx(view, tier=Tier.CPU, block_tokens=100, num_layers=4, cost=cost))
+    b = Pensieve(ctx(view, tier=Tier.CPU, block_tokens=100, num_layers=4, cost=cost))
+    uid, now = 0, 10.0
+    resident = []
+    for s in range(12):
+        sess = session(s, rng.randint(100, 900))
+        for page in range(-(-sess.tokens // 100)):
+            for layer in range(4):
+                uid += 1
+                view.unit(uid, sess, page, last_access=rng.choice([0.0, 2.0, 5.0, 9.0]),
+                          layer=layer)
+                resident.append(uid)
+    cut = len(resident) // 2
+    for u in resident[:cut]:
+        a.insert(u, now)
+        b.insert(u, now)
+    incoming = resident[cut:]
+    rng.shuffle(incoming)
+    free = rng.randint(0, 20) * view.size(incoming[0])
+    got = a.take_in(incoming, free, 12.0)
+    want = EvictionPolicy.take_in(b, incoming, free, 12.0)
+    assert got == want and len(got) == len(incoming) - free // view.size(incoming[0])
+    assert drain(a, 13.0) == drain(b, 13.0)
