@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from costmodels import BatchShape, CostModel, attention_pairs
+from costmodels import BatchShape, CostModel
 
 _SCALAR_RUN = 16      # runs shorter than this are priced in a loop: numpy's call overhead loses
 
@@ -187,13 +187,6 @@ class Pricer:
     def ideal_ttft_s(self, prompt: int, history: int) -> float:
         """TTFT with the whole history on the GPU and an empty queue."""
         return self.cost.iteration(BatchShape.prefill(max(prompt, 1), history)).total_s
-
-    def prefill_pairs(self, recomputed, pages_per_unit: int, block_tokens: int,
-                      old_tokens: int, new_tokens: int) -> float:
-        """Attention pairs of one admission: recomputed units first, then the new tokens over the
-        whole context before them."""
-        pairs = recompute_pairs(recomputed, pages_per_unit, block_tokens, old_tokens)
-        return pairs + attention_pairs(new_tokens, old_tokens)
 
     def decode_run(self, seqs: int, ctx: int, steps: int, start_s: float, horizon_s: float,
                    used_bytes: float, gpu_byte_seconds: float) -> DecodeRun:

@@ -27,7 +27,7 @@ from sim.arrivals import Arrivals, next_arrival_s
 from sim.config import EngineConfig, MemoryConfig
 from sim.lifetime import fit_lifetime
 from sim.memory import CPU, DROPPED, GPU, TieredMemory
-from sim.policies import EvictionPolicy, PolicyContext, make_policy, policy_class
+from sim.policies import PolicyContext, make_policy, policy_class
 from sim.pricing import Prefill, Pricer, recompute_pairs, running_sum
 from sim.results import TurnRecord
 from sim.units import SessionKV, UnitView, layer_codes, layer_split, uid_of
@@ -545,7 +545,7 @@ class Scheduler:
         evicts = total * upp > free_units
         demotes = evicts and mem.capacity[CPU] >= unit
         gpu_policy = mem.policy[GPU]
-        ordered = type(gpu_policy).insert is not EvictionPolicy.insert
+        ordered = gpu_policy.hears_pinned()
         # The step of every allocation, in the loop's order of runs.
         steps = [k for _, key, count in growing for k in range(key, key + count * bt, bt)]
         due = np.sort(np.asarray(steps, dtype=np.int64)) - step0     # relative, in step order

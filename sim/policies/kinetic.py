@@ -247,22 +247,10 @@ class KineticMin:
         out: list[int] = []
         self.begin_batch(now)
         try:
-            where, win = self._where, self._win
-            while len(out) < n:
-                g = win[1]
-                if g is None:
-                    break
-                uid = g.mkey
-                out.append(uid)
-                del where[uid]
-                g.heap.discard(uid)
-                if not g.heap:
-                    del self._groups[g.tau]
-                    self._free.append(g.slot)
-                    self._set_leaf(g.slot, None)
-                else:
-                    g.settle()
-                    self._set_leaf(g.slot, g)
+            win = self._win
+            while len(out) < n and win[1] is not None:
+                out.append(win[1].mkey)
+                self.discard(out[-1])
         finally:
             self.end_batch()
         return out
@@ -299,27 +287,27 @@ class KineticMin:
                 g.heap.discard(uid)
                 touched[g.slot] = g
         for g in touched.values():
-            if not g.heap:
-                del self._groups[g.tau]
-                self._free.append(g.slot)
-                self._set_leaf(g.slot, None)
-            else:
-                g.settle()
-                self._set_leaf(g.slot, g)
+            self._changed(g)
 
     def discard(self, uid: int) -> bool:
         g = self._where.pop(uid, None)
         if g is None:
             return False
         g.heap.discard(uid)
+        if not g.heap or uid == g.mkey:
+            self._changed(g)
+        return True
+
+    def _changed(self, g: _Group) -> None:
+        """``g`` lost members: free its slot when it is empty, else settle its minimum; its leaf
+        follows."""
         if not g.heap:
             del self._groups[g.tau]
             self._free.append(g.slot)
             self._set_leaf(g.slot, None)
-        elif uid == g.mkey:
+        else:
             g.settle()
             self._set_leaf(g.slot, g)
-        return True
 
     def peek(self, now: float) -> int | None:
         """The minimum at ``now``; re-evaluates expired certificates only (no decision changes)."""
