@@ -7,17 +7,23 @@ imports simpy.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import simpy
 
 from sim.invariants import check_invariants
-from sim.scheduler import Scheduler
+from sim.scheduler import Scheduler, Step
 
 
 class Engine:
     def __init__(self, scheduler: Scheduler, debug: bool = False, progress=None,
-                 decode_spans: bool = True) -> None:
+                 decode_spans: bool = True,
+                 on_iteration: Callable[[Scheduler, Step, float], None] | None = None) -> None:
         self.sched = scheduler
-        self.decode_spans = decode_spans  # False: strictly one event per iteration (for checks)
+        # False: strictly one event per iteration (for checks). ``on_iteration(scheduler, step,
+        # now)`` hears of every iteration right after it is planned, so it turns decode spans off.
+        self.decode_spans = decode_spans and on_iteration is None
+        self.on_iteration = on_iteration
         self.debug = debug
         self.progress = progress
         self.gpu_byte_seconds = 0.0   # integral of GPU KV occupancy over time
@@ -36,6 +42,8 @@ class Engine:
         while True:
             sched.release(env.now)
             step = sched.plan(env.now)
+            if step is not None and self.on_iteration is not None:
+                self.on_iteration(sched, step, env.now)
             used = sched.mem.used[0]
             if step is None:
                 nxt = sched.next_arrival_s()
