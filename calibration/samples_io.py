@@ -11,7 +11,7 @@ from costmodels import ModelSpec
 
 from .samples import Sample, Shape, Timing
 
-_MODEL = [f.name for f in fields(ModelSpec) if f.name != "source"]
+_MODEL = [f.name for f in fields(ModelSpec) if f.name not in ("source", "max_context_tokens")]
 _SHAPE = [f.name for f in fields(Shape)]
 COLUMNS = ["term", "group", "kernel", "median_s", "p20_s", "p80_s", "reps"] + \
     [f"shape_{k}" for k in _SHAPE] + [f"model_{k}" for k in _MODEL]

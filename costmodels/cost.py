@@ -18,6 +18,7 @@ steps of ~10 % are not modelled, PROVENANCE s2.4); tensor parallelism is not mod
 """
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 
 import numpy as np
@@ -172,6 +173,14 @@ class CostModel:
         dec = self.profile.decode_attn
         return dec.tau_s + dec.per_seq_s * seqs + ctx_tokens * self._dec_s_per_ctx
 
+    def decode_attn_many_s(self, seqs: int, ctx_tokens: np.ndarray) -> np.ndarray:
+        """``decode_attn_s(seqs, c)`` for every c in ``ctx_tokens``, to the last bit."""
+        ctx = np.asarray(ctx_tokens, dtype=np.int64)
+        if seqs <= 0:
+            return np.zeros(len(ctx))
+        dec = self.profile.decode_attn
+        return (dec.tau_s + dec.per_seq_s * seqs) + ctx * self._dec_s_per_ctx
+
     def layer_s(self, shape: BatchShape) -> float:
         """One decoder layer's compute for the whole batch (no copies)."""
         n = shape.prefill_tokens + shape.decode_seqs
@@ -276,6 +285,19 @@ class CostModel:
         total = max(body + head + overhead, d2h) if async_save else d2h + (body + head + overhead)
         return IterationCost(total_s=total, compute_s=compute, h2d_s=h2d, d2h_s=d2h,
                              stall_s=total - compute)
+
+    def with_token_scoring(self, s_per_token_layer: float | None = None) -> CostModel:
+        """This cost model plus a learned token scorer (token budgets) run on every new token at
+        every layer, beside the layer's elementwise work, so every priced iteration pays it.
+        ``s_per_token_layer``: a measured cost; by default the scorer's FLOPs for each KV head at
+        the profile's GEMM rate (``costmodels.token_scoring``)."""
+        from costmodels.token_scoring import scoring_s_per_token_layer
+        extra = scoring_s_per_token_layer(self) if s_per_token_layer is None else s_per_token_layer
+        if not extra >= 0:
+            raise ValueError(f"scoring cost must be >= 0 s per token and layer, got {extra}")
+        new = copy.copy(self)
+        new._ew_s_per_tok = self._ew_s_per_tok + extra
+        return new
 
     def prefill_s(self, n_new: int, n_ctx: int = 0) -> float:
         """A lone prefill iteration (TTFT with the whole history resident and an empty queue)."""

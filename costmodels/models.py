@@ -31,6 +31,7 @@ class ModelSpec:
     dtype_bytes: int         # bytes per element of weights and KV: 2 for bf16/fp16
     gated_mlp: bool          # SwiGLU (3 matrices: gate, up, down) vs plain FFN (2: up, down; OPT)
     source: str              # where the numbers come from
+    max_context_tokens: int | None = None   # the context window (max_position_embeddings); None: unknown
 
     def __post_init__(self) -> None:
         for f in ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim",
@@ -38,6 +39,11 @@ class ModelSpec:
             v = getattr(self, f)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"ModelSpec {self.name!r}: {f} must be a positive integer, got {v!r}")
+        if self.max_context_tokens is not None and (isinstance(self.max_context_tokens, bool) or
+                                                    not isinstance(self.max_context_tokens, int)
+                                                    or self.max_context_tokens < 1):
+            raise ValueError(f"ModelSpec {self.name!r}: max_context_tokens must be a positive "
+                             f"integer, got {self.max_context_tokens!r}")
         if not isinstance(self.gated_mlp, bool):
             raise ValueError(f"ModelSpec {self.name!r}: gated_mlp must be a bool, got {self.gated_mlp!r}")
         if self.num_heads % self.num_kv_heads:
@@ -101,18 +107,23 @@ _FIELDS = tuple(f.name for f in fields(ModelSpec))
 _INT_FIELDS = ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim",
                "intermediate_size", "vocab_size", "dtype_bytes")
 _EXTRA_KEYS = ("aliases", "notes")  # documentation only
+_OPTIONAL_FIELDS = ("max_context_tokens",)
 
 
 def _spec_from_mapping(obj: Any, ctx: S.Ctx, name: str | None) -> tuple[ModelSpec, tuple[str, ...]]:
     """Validate one entry; ``name`` is given for registry entries (the key), else read from the file."""
     m = S.mapping(obj, ctx)
-    required = [f for f in _FIELDS if not (name is not None and f == "name")]
-    S.check_keys(m, ctx, required=required, optional=_EXTRA_KEYS)
+    required = [f for f in _FIELDS if not (name is not None and f == "name")
+                and f not in _OPTIONAL_FIELDS]
+    S.check_keys(m, ctx, required=required, optional=_EXTRA_KEYS + _OPTIONAL_FIELDS)
     values: dict[str, Any] = {"name": name if name is not None else S.string(m["name"], ctx.child("name"))}
     for f in _INT_FIELDS:
         values[f] = S.integer(m[f], ctx.child(f), minimum=1)
     values["gated_mlp"] = S.boolean(m["gated_mlp"], ctx.child("gated_mlp"))
     values["source"] = S.string(m["source"], ctx.child("source"))
+    if "max_context_tokens" in m:
+        values["max_context_tokens"] = S.integer(m["max_context_tokens"],
+                                                 ctx.child("max_context_tokens"), minimum=1)
     aliases = S.string_list(m.get("aliases", []), ctx.child("aliases"))
     if "notes" in m:
         S.optional_string(m["notes"], ctx.child("notes"))

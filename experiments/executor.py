@@ -126,7 +126,8 @@ def run_point(index: int, point: GridPoint, debug: bool = False,
         sessions = load_sessions(point.trace)
         cost = _cost_model(point.model, point.hardware)
         result = sim.simulate(sessions, cost, point.memory, point.engine, policy=point.policy,
-                              seed=point.seed, debug=debug, progress=progress)
+                              seed=point.seed, debug=debug, progress=progress, budget=point.budget,
+                              sparse=point.sparse)
         labels = point.labels()
         return PointResult(index=index, point=point, labels=labels, summary=summarize(result),
                            turns=_with_labels(result.turns, labels),

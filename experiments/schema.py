@@ -6,7 +6,9 @@ one-value axis. Every error is a
 ``ConfigError`` whose lines read ``FILE: KEY.PATH[i]: message``.
 
 Grid order (deterministic, lists in the order written): trace, model, hardware, evict_unit,
-pipelining, block_tokens, cpu_kv_gb, policy, gpu_kv_gb, seed -- the last one varies fastest.
+pipelining, budgets, sparse, block_tokens, cpu_kv_gb, policy, gpu_kv_gb, seed -- the last one
+varies fastest. ``budgets`` is a list of token-budget mappings (``kind``: full | streamingllm |
+smartkv); ``sparse`` a list of CPU-offload decode mappings (``kind``: off | quest | full).
 
 Relative paths (``trace.path``, a model or hardware given as a file) resolve against the YAML
 file's folder first, then the current directory; the resolved experiment holds absolute paths.
@@ -41,12 +43,17 @@ from pydantic import (
 )
 
 from sim.config import (
+    BUDGET_KINDS,
+    BUDGET_SCORERS,
     EVICT_UNITS,
     GIB,
     PREFETCH_MODES,
     REPLAY_MODES,
+    SPARSE_KINDS,
+    BudgetConfig,
     EngineConfig,
     MemoryConfig,
+    SparseConfig,
 )
 
 TRACE_KINDS = ("synthetic", "sharegpt", "mooncake", "azure", "jsonl")
@@ -186,6 +193,55 @@ class EngineSpec(_Strict):
     wrap_lists = field_validator("pipelining", mode="before")(_as_list)
 
 
+NonNegInt = Annotated[StrictInt, Field(ge=0)]
+
+
+class BudgetSpec(_Strict):
+    """A per-layer token budget (one value of the ``budgets`` axis): full KV, StreamingLLM's sink +
+    window, or SmartKV's sink + window + the best-scored ``budget`` tokens."""
+
+    kind: Literal[BUDGET_KINDS] = "full"
+    sink: NonNegInt = 0
+    window: NonNegInt = 0
+    budget: NonNegInt = 0
+    scorer: Literal[BUDGET_SCORERS] = "random"
+    lifespans: StrictStr | None = Field(None, description="CSV lifespan_tokens,probability of the "
+                                        "relevance model (default: the built-in one)")
+    quality_sample: PosInt = 200
+
+    @field_validator("lifespans")
+    @classmethod
+    def _lifespans(cls, v: str | None, info: ValidationInfo) -> str | None:
+        return None if v is None else _resolve_file(v, info)
+
+    def config(self) -> BudgetConfig:
+        return BudgetConfig(**self.model_dump())
+
+
+def _check_budget(spec: BudgetSpec) -> BudgetSpec:
+    spec.config()          # ValueError names the key (budget.window, ...)
+    return spec
+
+
+class SparseSpec(_Strict):
+    """Decode served from CPU memory (one value of the ``sparse`` axis): ``off``, ``quest`` (the
+    top ``k`` pages per layer) or ``full`` (every page), through ``ring_slots`` GPU page slots."""
+
+    kind: Literal[SPARSE_KINDS] = "off"
+    k: PosInt | None = None
+    scorer: StrictStr = "recency"
+    ring_slots: PosInt = 16
+    phases: Annotated[list[Literal["prefill", "decode"]], Field(min_length=1)] = ["decode"]
+
+    def config(self) -> SparseConfig:
+        return SparseConfig(**{**self.model_dump(), "phases": tuple(self.phases)})
+
+
+def _check_sparse(spec: SparseSpec) -> SparseSpec:
+    spec.config()          # ValueError names the key (sparse.k, sparse.phases, ...)
+    return spec
+
+
 class ExecutorSpec(_Strict):
     """Where grid points run: local processes (workers=1: in this process) or a Ray cluster."""
 
@@ -208,13 +264,18 @@ class Experiment(_Strict):
     policies: Annotated[list[Annotated[StrictStr, AfterValidator(_check_policy)]],
                         Field(min_length=1), AfterValidator(_no_duplicates)]
     seeds: Annotated[list[StrictInt], Field(min_length=1), AfterValidator(_no_duplicates)] = [0]
+    budgets: Annotated[list[Annotated[BudgetSpec, AfterValidator(_check_budget)]],
+                       Field(min_length=1), AfterValidator(_no_duplicates)] = [BudgetSpec()]
+    sparse: Annotated[list[Annotated[SparseSpec, AfterValidator(_check_sparse)]],
+                      Field(min_length=1), AfterValidator(_no_duplicates)] = [SparseSpec()]
     executor: ExecutorSpec = ExecutorSpec()
     baseline_infinite: StrictBool = Field(False, description="also run every point with "
                                           "gpu_kv_gb=inf to measure the throughput impact")
     debug: StrictBool = False
 
     _source: str = PrivateAttr(default="<memory>")
-    wrap_lists = field_validator("trace", "model", "hardware", "policies", "seeds", mode="before")(_as_list)
+    wrap_lists = field_validator("trace", "model", "hardware", "policies", "seeds", "budgets",
+                                 "sparse", mode="before")(_as_list)
 
     @field_validator("name")
     @classmethod
@@ -251,12 +312,14 @@ class Experiment(_Strict):
         pipelining = opts.pop("pipelining")
         m = self.memory
         points = []
-        for trace, model, hw, unit, pipe, bt, cpu, policy, gpu, seed in itertools.product(
-                self.trace_specs(), self.model, self.hardware, m.evict_unit, pipelining,
-                m.block_tokens, m.cpu_kv_gb, self.policies, m.gpu_kv_gb, self.seeds):
+        for trace, model, hw, unit, pipe, budget, sparse, bt, cpu, policy, gpu, seed in \
+                itertools.product(self.trace_specs(), self.model, self.hardware, m.evict_unit,
+                                  pipelining, self.budgets, self.sparse, m.block_tokens,
+                                  m.cpu_kv_gb, self.policies, m.gpu_kv_gb, self.seeds):
             mem = MemoryConfig(gpu_kv_gb=gpu, cpu_kv_gb=cpu, block_tokens=bt, evict_unit=unit)
             engine = EngineConfig(**opts, pipelining=pipe)
-            points.append(GridPoint(self.name, trace, model, hw, mem, engine, policy, seed))
+            points.append(GridPoint(self.name, trace, model, hw, mem, engine, policy, seed,
+                                    budget.config(), sparse.config()))
         return points
 
     def baseline_points(self) -> list[GridPoint]:
@@ -300,7 +363,8 @@ class TraceSpec:
 
 
 LABEL_COLUMNS: tuple[str, ...] = ("name", "policy", "model", "hardware", "trace", "gpu_kv_gb",
-                                  "cpu_kv_gb", "block_tokens", "evict_unit", "pipelining", "seed")
+                                  "cpu_kv_gb", "block_tokens", "evict_unit", "pipelining", "budget",
+                                  "sparse", "seed")
 
 
 @dataclass(frozen=True, slots=True)
@@ -315,6 +379,8 @@ class GridPoint:
     engine: EngineConfig
     policy: str
     seed: int
+    budget: BudgetConfig = dataclasses.field(default_factory=BudgetConfig)
+    sparse: SparseConfig = dataclasses.field(default_factory=SparseConfig)
 
     def labels(self) -> dict[str, Any]:
         """The grid columns of this point (LABEL_COLUMNS order) for summary.csv and the ledgers."""
@@ -322,7 +388,8 @@ class GridPoint:
                 "hardware": _short(self.hardware), "trace": self.trace.label,
                 "gpu_kv_gb": float(self.memory.gpu_kv_gb), "cpu_kv_gb": float(self.memory.cpu_kv_gb),
                 "block_tokens": self.memory.block_tokens, "evict_unit": self.memory.evict_unit,
-                "pipelining": self.engine.pipelining, "seed": self.seed}
+                "pipelining": self.engine.pipelining, "budget": self.budget.label,
+                "sparse": self.sparse.label, "seed": self.seed}
 
     def describe(self) -> str:
         return " ".join(f"{k}={v}" for k, v in self.labels().items() if k != "name")
@@ -421,6 +488,26 @@ def _impossible_combinations(exp: Experiment) -> list[tuple[tuple[str | int, ...
                     else "; every turn would be rejected")
             out.append((("memory", field_name, i),
                         f"{gb:g} GiB holds no page: {page}{hint}"))
+    for i, b in enumerate(exp.budgets):
+        cap = b.config().capacity
+        for model in exp.model:
+            window = costmodels.get_model(model).max_context_tokens
+            if cap is not None and window is not None and cap > window:
+                msg = (f"keeps sink + window + budget = {cap} tokens per layer, more than the "
+                       f"context window of {_short(model)} ({window})")
+                out.append((("budgets", i), msg))
+    for i, sp in enumerate(exp.sparse):
+        if sp.kind == "off":
+            continue
+        if "session" in m.evict_unit:
+            out.append((("sparse", i), "moves a session's pages one by one: memory.evict_unit "
+                        "must not include session"))
+        if 0.0 in m.cpu_kv_gb:
+            out.append((("sparse", i), "serves decode from CPU memory: memory.cpu_kv_gb must not "
+                        "include 0"))
+        if any(b.kind != "full" for b in exp.budgets):
+            out.append((("sparse", i), "token budgets and sparse offload together are not "
+                        "modelled: give budgets only kind full"))
     e = exp.engine
     if e.max_batch_tokens < e.max_running:
         msg = (f"must be >= engine.max_running ({e.max_running}), got {e.max_batch_tokens}: "
@@ -464,7 +551,8 @@ _TYPE_WORDS = {"float_type": "a number", "int_type": "an integer", "bool_type": 
                "int_from_float": "an integer", "float_parsing": "a number", "int_parsing": "an integer"}
 
 _SECTIONS: dict[tuple[str, ...], type[BaseModel]] = {
-    (): Experiment, ("memory",): MemorySpec, ("engine",): EngineSpec, ("executor",): ExecutorSpec}
+    (): Experiment, ("memory",): MemorySpec, ("engine",): EngineSpec, ("executor",): ExecutorSpec,
+    ("budgets",): BudgetSpec, ("sparse",): SparseSpec}
 
 
 def _message(err: dict) -> str:

@@ -54,3 +54,112 @@ class EngineConfig:
             raise ValueError(f"engine.prefetch must be one of {PREFETCH_MODES}, got {self.prefetch!r}")
         if self.replay not in REPLAY_MODES:
             raise ValueError(f"engine.replay must be one of {REPLAY_MODES}, got {self.replay!r}")
+
+
+BUDGET_KINDS = ("full", "streamingllm", "smartkv")
+BUDGET_SCORERS = ("random", "recency", "lifespan")
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetConfig:
+    """Per-layer token budgets (docs/semantics.md, "Token budgets"): every layer of a session keeps
+    ``sink`` first tokens, a ``window`` of the most recent and the ``budget`` highest-scoring
+    others; the rest are pruned for good. ``full`` keeps everything; ``streamingllm`` is sink +
+    window (no scored budget, no scorer to run); ``smartkv`` scores every new token at every layer
+    with a learned scorer whose cost is charged."""
+
+    kind: str = "full"
+    sink: int = 0
+    window: int = 0
+    budget: int = 0
+    scorer: str = "random"          # what the quality report assumes the scores are (smartkv)
+    lifespans: str | None = None    # CSV of the relevance model's lifespan histogram (None: built-in)
+    quality_sample: int = 200       # sessions the quality report evaluates (a seeded sample)
+
+    def __post_init__(self) -> None:
+        if self.kind not in BUDGET_KINDS:
+            raise ValueError(f"budget.kind must be one of {BUDGET_KINDS}, got {self.kind!r}")
+        for key in ("sink", "window", "budget"):
+            if getattr(self, key) < 0:
+                raise ValueError(f"budget.{key} must be >= 0, got {getattr(self, key)}")
+        if self.scorer not in BUDGET_SCORERS:
+            raise ValueError(f"budget.scorer must be one of {BUDGET_SCORERS}, got {self.scorer!r}")
+        if self.quality_sample < 1:
+            raise ValueError(f"budget.quality_sample must be >= 1, got {self.quality_sample}")
+        if self.kind == "full" and (self.sink or self.window or self.budget):
+            raise ValueError("budget.kind 'full' keeps every token: leave sink, window and budget at 0")
+        if self.kind == "streamingllm" and self.budget:
+            raise ValueError(f"budget.kind 'streamingllm' keeps sink + window only: budget.budget "
+                             f"must be 0, got {self.budget}")
+        if self.kind != "full" and self.capacity < 1:
+            raise ValueError(f"budget.kind {self.kind!r} keeps sink + window + budget tokens per "
+                             f"layer: their sum must be >= 1")
+
+    @property
+    def capacity(self) -> int | None:
+        """Tokens a session keeps per layer (S + W + B); None when nothing is pruned."""
+        return None if self.kind == "full" else self.sink + self.window + self.budget
+
+    @property
+    def scores_tokens(self) -> bool:
+        """Does every new token pass through a learned scorer (whose cost is charged)?"""
+        return self.kind == "smartkv"
+
+    @property
+    def label(self) -> str:
+        """A short name for results: the kind and its shape."""
+        if self.kind == "full":
+            return "full"
+        if self.kind == "streamingllm":
+            return f"streamingllm-{self.sink}+{self.window}"
+        return f"smartkv-{self.sink}+{self.window}+{self.budget}-{self.scorer}"
+
+
+SPARSE_KINDS = ("off", "quest", "full")
+
+
+@dataclass(frozen=True, slots=True)
+class SparseConfig:
+    """Serving decode from CPU memory (docs/semantics.md, "Sparse attention with CPU offload"):
+    after its prefill a session's full pages move to the CPU; every decode step streams the pages
+    a selector picks (``quest``: the top ``k`` per layer; ``full``: all) through a ring buffer of
+    ``ring_slots`` page slots on the GPU. ``off``: decode from GPU memory (no offload)."""
+
+    kind: str = "off"
+    k: int | None = None             # quest: pages read per layer and step
+    scorer: str = "recency"          # quest: how pages are ranked (a stand-in for query-key bounds)
+    ring_slots: int = 16
+    phases: tuple[str, ...] = ("decode",)   # where the selector runs; prefill is always dense
+
+    def __post_init__(self) -> None:
+        from sim.sparse import check_phase, make_selector, validate_sparse
+        if self.kind not in SPARSE_KINDS:
+            raise ValueError(f"sparse.kind must be one of {SPARSE_KINDS}, got {self.kind!r}")
+        if self.ring_slots < 1:
+            raise ValueError(f"sparse.ring_slots must be >= 1, got {self.ring_slots}")
+        if self.kind == "off":
+            return
+        if self.kind == "full" and self.k is not None:
+            raise ValueError("sparse.k is for kind 'quest'; kind 'full' reads every page")
+        selector = make_selector(self.kind, k=self.k, scorer=self.scorer)
+        validate_sparse(self.k, self.ring_slots)
+        for phase in self.phases:
+            check_phase(selector, phase)
+
+    def selector(self):
+        from sim.sparse import make_selector
+        if self.kind == "off":
+            return None
+        return make_selector(self.kind, k=self.k, scorer=self.scorer)
+
+    @property
+    def enabled(self) -> bool:
+        return self.kind != "off"
+
+    @property
+    def label(self) -> str:
+        if self.kind == "off":
+            return "off"
+        if self.kind == "full":
+            return f"cpu-full-r{self.ring_slots}"
+        return f"quest-k{self.k}-r{self.ring_slots}"

@@ -18,6 +18,7 @@ def check_invariants(sched) -> None:
     evictable = [0, 0]
     candidates = [0, 0]
     running = {run.sess.index: run for run in sched.running.values()}
+    offload = getattr(sched, "offload", None)
     for sess in sched.kv:
         run = running.get(sess.index)
         tokens = run.tokens_at(sched.step) if run is not None else sess.tokens
@@ -40,7 +41,7 @@ def check_invariants(sched) -> None:
                 if in_policy:
                     raise AssertionError(f"{where}: shared unit {idx} held {sess.refs[idx]} times is a candidate")
             elif sess.pinned:
-                if t != Tier.GPU:
+                if t != Tier.GPU and not (offload is not None and t == Tier.CPU):
                     raise AssertionError(f"{where}: pinned unit {idx} is on {Tier(t).name}")
                 if in_policy:
                     raise AssertionError(f"{where}: pinned unit {idx} is an eviction candidate")
@@ -60,12 +61,48 @@ def check_invariants(sched) -> None:
         if sum(counts) < need:
             raise AssertionError(f"{where}: {tokens} tokens need {need} unit pages, units cover "
                                  f"{sum(counts)}")
+    decoding = list(sched.running.values())     # checked after an iteration: all decode
+    ctx = sum(run.tokens_at(sched.step) for run in decoding)
+    if ctx != sched.dec_ctx or len(decoding) != sched.dec_seqs:
+        raise AssertionError(f"decode batch: {len(decoding)} runs over {ctx} tokens, counted "
+                             f"{sched.dec_seqs} over {sched.dec_ctx}")
+    growing = sum(run.tokens_at(sched.step) < run.cap for run in decoding)
+    if growing != sched.dec_grow or any(r.growing != (r.tokens_at(sched.step) < r.cap)
+                                        for r in decoding):
+        raise AssertionError(f"{growing} decoding runs are below their cap, counted {sched.dec_grow}")
+    cap = getattr(sched, "cap", 1 << 62)
+    for sess in sched.kv:
+        # A token budget's footprint: no session holds more than the pages of its cap.
+        if len(sess.tier) > -(-cap // bt) * view.layers and not view.per_session:
+            raise AssertionError(f"session {sess.session_id}: {len(sess.tier)} units exceed the "
+                                 f"budget of {cap} tokens")
+        if view.per_session and sess.unit_pages > -(-cap // bt):
+            raise AssertionError(f"session {sess.session_id}: {sess.unit_pages} pages exceed the "
+                                 f"budget of {cap} tokens")
     for index, (key, tokens) in getattr(sched, "_dropped_memo", {}).items():
         sess = sched.kv[index]
         if key == (sess.tier_pages[Tier.DROPPED], sess.tokens) \
                 and tokens != sched._split(sess)[Tier.DROPPED]:
             raise AssertionError(f"session {sess.session_id}: remembered {tokens} dropped tokens, "
                                  f"has {sched._split(sess)[Tier.DROPPED]}")
+    used[Tier.GPU] += mem.reserved          # rings and metadata of sparse offload
+    if offload is not None:
+        off = [run for run in sched.running.values() if run.cpu_pages >= 0]
+        for run in off:
+            cpu = run.sess.tier_pages[Tier.CPU] // view.layers
+            first = run.sess.tier[: run.cpu_pages * view.layers]
+            if cpu != run.cpu_pages or first.count(Tier.CPU) != len(first):
+                raise AssertionError(f"session {run.sess.session_id}: offloaded {run.cpu_pages} "
+                                     f"pages, holds {cpu} on the CPU")
+        if sum(r.cpu_pages for r in off) != offload.cpu_pages \
+                or sum(offload.by_selected.values()) != len(off):
+            raise AssertionError(f"offload counts {offload.cpu_pages} CPU pages of "
+                                 f"{sum(offload.by_selected.values())} sequences, running hold "
+                                 f"{sum(r.cpu_pages for r in off)} of {len(off)}")
+        if mem.reserved != sum(offload.reserve_bytes(r.cpu_pages) for r in off):
+            raise AssertionError(f"reserved {mem.reserved} GPU bytes for rings and metadata")
+    elif mem.reserved:
+        raise AssertionError(f"{mem.reserved} GPU bytes reserved without offload")
     for tier in (Tier.GPU, Tier.CPU):
         if used[tier] != mem.used[tier]:
             raise AssertionError(f"{tier.name}: units hold {used[tier]} bytes, accounting says {mem.used[tier]}")

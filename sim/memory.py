@@ -68,6 +68,8 @@ class TieredMemory:
             if math.isfinite(self.capacity[tier]):
                 self.policy[tier].set_capacity(int(self.capacity[tier]))
         self.peak_gpu_bytes = 0          # highest GPU occupancy seen
+        self.reserved = 0                # GPU bytes held outside KV pages (``reserve``)
+        self.peak_reserved = 0
         self.swap_out_bytes = 0
         self.dropped_bytes = 0
         self.evict_ns: list[int] = []    # victim-selection time of each make-room call that evicted
@@ -117,6 +119,69 @@ class TieredMemory:
         sess.tier_pages[GPU] += pages - sess.unit_pages
         sess.unit_pages = pages
         self._grew(GPU)
+
+    def truncate(self, sess: SessionKV, pages: int, now: float) -> None:
+        """A running session keeps only its first ``pages`` pages: a token budget pruned the rest
+        for good (they leave every tier: not dropped, never recomputed). Its KV is compacted, so
+        page i is the i-th page of what it keeps."""
+        if not sess.pinned:
+            raise AssertionError(f"session {sess.session_id}: only a running turn's KV is pruned")
+        if self.view.per_session:
+            if pages < sess.unit_pages:
+                self.grow_session_unit(sess, pages, now)
+            return
+        keep = pages * self.view.layers
+        count = len(sess.tier) - keep
+        if count <= 0:
+            return
+        base = uid_of(sess.index, keep)
+        self.policy[GPU].remove_many(range(base, base + count), pinned=True)
+        del sess.tier[keep:]
+        sess.tier_pages[GPU] -= count
+        self.used[GPU] -= count * self.view.page_bytes
+
+    def offload_pinned(self, sess: SessionKV, first: int, stop: int, now: float) -> bool:
+        """Move a running session's GPU units ``first..stop-1`` to the CPU, still held by its turn
+        (sparse decode reads them there): CPU candidates are dropped to make room, the copy is a
+        device-to-host save. False, and nothing moves, when the CPU cannot hold them."""
+        count = stop - first
+        if count <= 0:
+            return True
+        size = self.view.page_bytes
+        need = count * size
+        if not sess.pinned or sess.tier.count(GPU, first, stop) != count:
+            raise AssertionError(f"session {sess.session_id}: offload of units {first}..{stop} "
+                                 f"that are not its pinned GPU units")
+        if self.reclaimable(CPU) < need:
+            return False
+        while self.capacity[CPU] - self.used[CPU] < need:
+            self._drop_cpu_victim(self.policy[CPU].evict(now))
+        sess.tier[first:stop] = _TIER_BYTES[CPU] * count
+        sess.tier_pages[GPU] -= count
+        sess.tier_pages[CPU] += count
+        self.used[GPU] -= need
+        self.used[CPU] += need
+        self._grew(CPU)
+        self.swap_out_bytes += need
+        base = uid_of(sess.index, first)
+        self.policy[GPU].remove_many(range(base, base + count), pinned=True)
+        self.policy[CPU].insert_many(range(base, base + count), now, True)
+        return True
+
+    def reserve(self, nbytes: int, now: float) -> bool:
+        """Hold ``nbytes`` of GPU memory outside the KV pages (ring buffers, page metadata),
+        evicting to make room; False (and no change) when it cannot be made."""
+        if nbytes <= 0:
+            self.used[GPU] += nbytes
+            self.reserved += nbytes
+            return True
+        if not self.make_room(nbytes, now):
+            return False
+        self.used[GPU] += nbytes
+        self.reserved += nbytes
+        self.peak_reserved = max(self.peak_reserved, self.reserved)
+        self._grew(GPU)
+        return True
 
     def acquire(self, sess: SessionKV, now: float) -> None:
         """A turn uses all the session's units where they are: a hit in their tier, then pinned."""

@@ -37,7 +37,7 @@ from sim.results import SimResult
 # Summary columns summarize() always produces, in order (per-class Jain columns follow them).
 SUMMARY_COLUMNS: tuple[str, ...] = (
     "turns", "sessions", "rejected_turns",
-    "reprefill_rate", "turns_with_reprefill", "gpu_hit_rate", "cpu_hit_rate",
+    "reprefill_rate", "turns_with_reprefill", "gpu_hit_rate", "cpu_hit_rate", "pruned_share",
     "jain_service", "jain_hit",
     "ttft_p50_s", "ttft_p90_s", "ttft_p99_s",
     "tbt_p50_s", "tbt_p99_s",
@@ -161,6 +161,7 @@ def summarize(result: SimResult) -> dict[str, Any]:
         "turns_with_reprefill": _ratio((later["recomputed_tokens"] > 0).sum(), len(later)),
         "gpu_hit_rate": _ratio(hist["gpu_hit_tokens"].sum(), sum_h),
         "cpu_hit_rate": _ratio(hist["cpu_hit_tokens"].sum(), sum_h),
+        "pruned_share": _ratio(hist["pruned_tokens"].sum(), sum_h),   # what a token budget saves
         **_jain_columns(sessions),
         "ttft_p50_s": _percentile(t["ttft_s"], 50),
         "ttft_p90_s": _percentile(t["ttft_s"], 90),

@@ -219,6 +219,9 @@ class LayoutExporter:
         ``finish``, before the next ``plan``) or after a plan that admitted nothing.
         """
         sched = scheduler
+        if getattr(sched, "offload", None) is not None:
+            raise ValueError("sparse offload decodes from pages on the CPU (streamed through a "
+                             "ring buffer): the paged layout covers GPU-resident batches only")
         bt = sched.bt
         seq_lens, qo_lens, tables = self._batch(sched, step)
         counts = np.fromiter((len(t) for t in tables), dtype=np.int64, count=len(tables))

@@ -188,12 +188,24 @@ class Pricer:
         """TTFT with the whole history on the GPU and an empty queue."""
         return self.cost.iteration(BatchShape.prefill(max(prompt, 1), history)).total_s
 
+    def with_d2h_s(self, compute_s: float, d2h_bytes: int) -> float:
+        """An iteration of ``compute_s`` that also carries a device-to-host save on its own stream
+        (after it, without async saves)."""
+        if not d2h_bytes:
+            return compute_s
+        copy = self.cost.copy_s("d2h", d2h_bytes, d2h_bytes // self.layer_page_bytes)
+        return max(compute_s, copy) if self.async_save else copy + compute_s
+
     def decode_run(self, seqs: int, ctx: int, steps: int, start_s: float, horizon_s: float,
-                   used_bytes: float, gpu_byte_seconds: float) -> DecodeRun:
+                   used_bytes: float, gpu_byte_seconds: float, growth: int | None = None,
+                   steps_s=None) -> DecodeRun:
         """Up to ``steps`` decode-only iterations of ``seqs`` sequences from total context ``ctx``
-        (growing by ``seqs`` a step), starting at ``start_s``: the first always runs, later ones
-        only if they start before ``horizon_s``. GPU occupancy is ``used_bytes`` throughout."""
-        if steps < _SCALAR_RUN:
+        (growing by ``growth`` a step: ``seqs`` unless token budgets cap some), starting at
+        ``start_s``: the first always runs, later ones only if they start before ``horizon_s``.
+        GPU occupancy is ``used_bytes`` throughout. ``steps_s(seqs, contexts)`` prices the steps
+        (default: dense decode, ``CostModel.decode_steps_s``)."""
+        growth = seqs if growth is None else growth
+        if steps < _SCALAR_RUN and steps_s is None:
             price = self.cost.decode_pricer(seqs)
             t, gbs, n = start_s, gpu_byte_seconds, 0
             durations: list[float] = []
@@ -202,10 +214,10 @@ class Pricer:
                 gbs += used_bytes * d
                 t += d
                 durations.append(d)
-                ctx += seqs
+                ctx += growth
                 n += 1
             return DecodeRun(n, durations, t, gbs)
-        d_all = self.cost.decode_steps_s(seqs, ctx + seqs * np.arange(steps))
+        d_all = (steps_s or self.cost.decode_steps_s)(seqs, ctx + growth * np.arange(steps))
         starts = running_sum(start_s, d_all)
         n = max(1, int(np.searchsorted(starts[:steps], horizon_s, side="left")))
         gbs = running_sum(gpu_byte_seconds, used_bytes * d_all[:n])

@@ -24,10 +24,11 @@ class TurnRecord:
     finish_s: float              # end of the iteration that produced its last token
     prompt_tokens: int           # p_k
     output_tokens: int           # o_k
-    history_tokens: int          # H_k = g + c + d
+    history_tokens: int          # H_k = g + c + d + pruned
     gpu_hit_tokens: int          # g_k: history tokens already on the GPU
     cpu_hit_tokens: int          # c_k: history tokens swapped in from the CPU tier
     recomputed_tokens: int       # d_k: history tokens recomputed in the prefill (re-prefill)
+    pruned_tokens: int           # history tokens a token budget pruned for good (0: full KV)
     gpu_layer_units: int         # the history's (page, layer) pairs on the GPU at admission
     cpu_layer_units: int         # ... on the CPU
     dropped_layer_units: int     # ... DROPPED
@@ -54,7 +55,7 @@ def ledger_frame(records: list[TurnRecord]) -> pd.DataFrame:
 
 
 _INT_COLUMNS = {"turn", "priority", "prompt_tokens", "output_tokens", "history_tokens", "gpu_hit_tokens",
-                "cpu_hit_tokens", "recomputed_tokens", "gpu_layer_units", "cpu_layer_units",
+                "cpu_hit_tokens", "recomputed_tokens", "pruned_tokens", "gpu_layer_units", "cpu_layer_units",
                 "dropped_layer_units", "swap_in_bytes", "prefetched_bytes", "preemptions",
                 "preempt_recompute_tokens"}
 # dtypes of the ledger, so an empty ledger (every turn rejected) has the same schema as a full one
@@ -85,6 +86,8 @@ class EngineStats:
     rejected_turns: int = 0      # turns longer than the whole GPU KV (and the rest of their session)
     policy_metrics: tuple = ()   # EvictionPolicy.metrics() of the GPU and the CPU instance
     wall_s: float = 0.0          # wall-clock time the simulation took
+    decode_h2d_bytes: float = 0.0  # sparse offload: pages decode steps read from the CPU
+    gpu_reserved_peak_bytes: int = 0  # sparse offload: most GPU bytes held by rings and metadata
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,26 +10,36 @@ from contextlib import contextmanager
 import numpy as np
 
 from costmodels import CostModel
-from sim.config import EngineConfig, MemoryConfig
+from sim.config import BudgetConfig, EngineConfig, MemoryConfig, SparseConfig
 from sim.engine import Engine
 from sim.results import EngineStats, SimResult, ledger_frame
-from sim.scheduler import Scheduler
+from sim.scheduler import Scheduler, Step
 from traces.records import Session
 
 
 def simulate(sessions: Sequence[Session], cost: CostModel, memory: MemoryConfig,
              engine: EngineConfig | None = None, policy: str = "lru", seed: int = 0,
              debug: bool = False, progress: Callable[[int], None] | None = None,
-             decode_spans: bool = True) -> SimResult:
+             decode_spans: bool = True, budget: BudgetConfig | None = None,
+             sparse: SparseConfig | None = None,
+             on_iteration: Callable[[Scheduler, Step, float], None] | None = None) -> SimResult:
     """Replay ``sessions`` through the engine. ``progress(n)`` hears of every n turns completed.
 
     ``decode_spans=False`` runs strictly one SimPy event per iteration; the default runs the
     decode-only iterations between two events in one (same ledger, far fewer events).
+    ``on_iteration(scheduler, step, now)`` is called after every iteration is planned (e.g. a
+    ``sim.paged_layout.LayoutExporter``); it implies ``decode_spans=False``, since a span runs its
+    decode-only iterations without planning them one by one.
     """
     engine = engine or EngineConfig()
+    budget = budget or BudgetConfig()
     wall0 = time.perf_counter()
-    sched = Scheduler(list(sessions), cost, memory, engine, policy, seed, clock=time.perf_counter_ns)
-    shell = Engine(sched, debug=debug, progress=progress, decode_spans=decode_spans)
+    if budget.scores_tokens:
+        cost = cost.with_token_scoring()     # the scorer runs on every new token at every layer
+    sched = Scheduler(list(sessions), cost, memory, engine, policy, seed, clock=time.perf_counter_ns,
+                      budget=budget, sparse=sparse)
+    shell = Engine(sched, debug=debug, progress=progress, decode_spans=decode_spans,
+                   on_iteration=on_iteration)
     with _gc_paused():
         shell.run()
     start = shell.start_s or 0.0
@@ -49,6 +59,8 @@ def simulate(sessions: Sequence[Session], cost: CostModel, memory: MemoryConfig,
         step_s=np.frombuffer(sched.step_s, dtype=np.float64).copy(),
         step_decode_seqs=np.frombuffer(sched.step_decode, dtype=np.int64).copy(),
         rejected_turns=sched.rejected_turns,
+        decode_h2d_bytes=sched.offload.h2d_bytes if sched.offload is not None else 0.0,
+        gpu_reserved_peak_bytes=sched.mem.peak_reserved,
         policy_metrics=tuple(p.metrics() for p in sched.mem.policy), wall_s=time.perf_counter() - wall0)
     turns = ledger_frame(sched.ledger)
     turns = turns.sort_values(["session_id", "turn"], kind="stable").reset_index(drop=True)

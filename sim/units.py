@@ -46,6 +46,7 @@ class SessionKV:
     session_id: str
     priority: int
     tokens: int = 0               # tokens whose KV exists (in some tier, or dropped)
+    pruned: int = 0               # tokens pruned for good by a token budget (not in ``tokens``)
     tier: bytearray = field(default_factory=bytearray)
     unit_pages: int = 0           # session granularity: pages of its one unit
     tier_pages: list[int] = field(default_factory=lambda: [0, 0, 0])  # pages per Tier

@@ -73,12 +73,11 @@ def main(args: argparse.Namespace) -> int:
             exporter(sched, step, now)
 
     # The point's simulation as experiments.executor.run_point runs it, plus the hook.
-    options = {"budget": point.budget} if getattr(point, "budget", None) is not None else {}
     try:
         cost = costmodels.cost_model(point.model, point.hardware)
         result = sim.simulate(load_sessions(point.trace), cost, point.memory, point.engine,
                               policy=point.policy, seed=point.seed, on_iteration=on_iteration,
-                              **options)
+                              budget=point.budget, sparse=point.sparse)
     except _AllFound:
         result = None
     if result is not None:

@@ -55,7 +55,8 @@ def fake_cost_model(model: str, hardware: str) -> str:
 
 
 def fake_simulate(sessions, cost, memory: MemoryConfig, engine: EngineConfig | None = None,
-                  policy: str = "lru", seed: int = 0, debug: bool = False, progress=None) -> SimResult:
+                  policy: str = "lru", seed: int = 0, debug: bool = False, progress=None,
+                  budget=None, sparse=None) -> SimResult:
     """A deterministic ledger: less GPU memory -> more re-prefill; fifo worse than lru."""
     CALLS["simulate"] += 1
     if policy == "boom":
@@ -76,7 +77,8 @@ def fake_simulate(sessions, cost, memory: MemoryConfig, engine: EngineConfig | N
                              first_token_s=t + ttft, finish_s=t + e2e,
                              prompt_tokens=turn.prompt_tokens, output_tokens=turn.output_tokens,
                              history_tokens=hist, gpu_hit_tokens=hist - d - c, cpu_hit_tokens=c,
-                             recomputed_tokens=d, swap_in_bytes=c * 1024, preemptions=0,
+                             recomputed_tokens=d, pruned_tokens=0, swap_in_bytes=c * 1024,
+                             preemptions=0,
                              preempt_recompute_tokens=0, ttft_s=ttft, ttft_ideal_s=ideal,
                              tbt_mean_s=0.02, e2e_s=e2e, queue_s=0.0))
             out_tokens += turn.output_tokens
