@@ -123,7 +123,7 @@ class CostModel:
 
     __slots__ = ("model", "profile", "kv_bytes_per_token", "_L", "_w_floor_s", "_gemm_s_per_tok",
                  "_ew_s_per_tok", "_pf_s_per_pair", "_dec_s_per_ctx", "_head_floor_s",
-                 "_head_s_per_row", "_slowdown", "_layerwise")
+                 "_head_s_per_row", "_slowdown", "_layerwise", "_score_tau_s")
 
     def __init__(self, model: ModelSpec, profile: Profile) -> None:
         if not isinstance(model, ModelSpec) or not isinstance(profile, Profile):
@@ -144,6 +144,7 @@ class CostModel:
         self._head_s_per_row = 2.0 * model.lm_head_params / lin.flops
         self._slowdown = profile.overlap.compute_slowdown
         self._layerwise = profile.overlap.layerwise_h2d
+        self._score_tau_s = 0.0     # a token scorer's fixed cost per layer (``with_token_scoring``)
 
     def __repr__(self) -> str:
         return f"CostModel({self.model.name!r}, {self.profile.name!r})"
@@ -153,7 +154,8 @@ class CostModel:
         """The four GEMMs of one layer at N tokens, plus the layer's fixed cost tau."""
         if tokens <= 0:
             return 0.0
-        return self.profile.linear.tau_s + max(self._w_floor_s, tokens * self._gemm_s_per_tok)
+        return (self.profile.linear.tau_s + self._score_tau_s
+                + max(self._w_floor_s, tokens * self._gemm_s_per_tok))
 
     def elementwise_s(self, tokens: int) -> float:
         """Norms, RoPE, residual adds, activation and KV write of one layer (memory-bound)."""
@@ -286,17 +288,22 @@ class CostModel:
         return IterationCost(total_s=total, compute_s=compute, h2d_s=h2d, d2h_s=d2h,
                              stall_s=total - compute)
 
-    def with_token_scoring(self, s_per_token_layer: float | None = None) -> CostModel:
+    def with_token_scoring(self, s_per_token_layer: float | None = None,
+                           launch_s: float | None = None) -> CostModel:
         """This cost model plus a learned token scorer (token budgets) run on every new token at
         every layer, beside the layer's elementwise work, so every priced iteration pays it.
         ``s_per_token_layer``: a measured cost; by default the scorer's FLOPs for each KV head at
-        the profile's GEMM rate (``costmodels.token_scoring``)."""
+        the profile's GEMM rate (``costmodels.token_scoring``). ``launch_s``: its fixed cost per
+        layer and iteration (its small GEMMs' launches); by default the profile's GEMM tau."""
         from costmodels.token_scoring import scoring_s_per_token_layer
         extra = scoring_s_per_token_layer(self) if s_per_token_layer is None else s_per_token_layer
-        if not extra >= 0:
-            raise ValueError(f"scoring cost must be >= 0 s per token and layer, got {extra}")
+        launch = self.profile.linear.tau_s if launch_s is None else launch_s
+        if not (extra >= 0 and launch >= 0):
+            raise ValueError(f"scoring cost must be >= 0 s per token and layer and per launch, "
+                             f"got {extra} and {launch}")
         new = copy.copy(self)
         new._ew_s_per_tok = self._ew_s_per_tok + extra
+        new._score_tau_s = self._score_tau_s + launch
         return new
 
     def prefill_s(self, n_new: int, n_ctx: int = 0) -> float:

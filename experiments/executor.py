@@ -120,8 +120,10 @@ def run_point(index: int, point: GridPoint, debug: bool = False,
               progress: Callable[[int], None] | None = None) -> PointResult:
     """Simulate one grid point in this process. Any failure becomes a PointError naming it."""
     try:
+        import costmodels
         import sim
         from sim.metrics import session_table, summarize
+        from sim.quality import budget_quality
 
         sessions = load_sessions(point.trace)
         cost = _cost_model(point.model, point.hardware)
@@ -129,7 +131,12 @@ def run_point(index: int, point: GridPoint, debug: bool = False,
                               seed=point.seed, debug=debug, progress=progress, budget=point.budget,
                               sparse=point.sparse)
         labels = point.labels()
-        return PointResult(index=index, point=point, labels=labels, summary=summarize(result),
+        summary = summarize(result)
+        layers = costmodels.get_model(point.model).num_layers
+        summary.update(budget_quality(result, point.budget, layers, point.seed))
+        summary["decode_h2d_gb"] = result.stats.decode_h2d_bytes / 2**30
+        summary["gpu_reserved_peak_gb"] = result.stats.gpu_reserved_peak_bytes / 2**30
+        return PointResult(index=index, point=point, labels=labels, summary=summary,
                            turns=_with_labels(result.turns, labels),
                            sessions=_with_labels(session_table(result), labels))
     except Exception as exc:

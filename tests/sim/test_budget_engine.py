@@ -49,13 +49,16 @@ def test_a_run_grows_to_its_cap_then_holds(policy):
     assert res.stats.gpu_peak_bytes == 4 * PAGE       # 64 tokens: the decode never passes 4 pages
 
 
-def test_scoring_is_charged_per_token_per_layer():
-    extra = 1e-6
-    scored = COST.with_token_scoring(extra)
+def test_scoring_is_charged_per_token_per_layer_plus_a_launch_per_layer():
+    extra, launch = 1e-6, 3e-6
+    scored = COST.with_token_scoring(extra, launch)
     for seqs, ctx in [(1, 100), (8, 4000)]:
         got = scored.decode_step_s(seqs, ctx) - COST.decode_step_s(seqs, ctx)
-        assert got == pytest.approx(COST.model.num_layers * seqs * extra, rel=1e-9)
-    assert scored.prefill_s(512) - COST.prefill_s(512) == pytest.approx(32 * 512 * extra, rel=1e-9)
+        assert got == pytest.approx(32 * (seqs * extra + launch), rel=1e-9)
+        many = scored.decode_steps_s(seqs, np.array([ctx]))[0] - COST.decode_steps_s(seqs, [ctx])[0]
+        assert many == pytest.approx(got, rel=1e-9)
+    got = scored.prefill_s(512) - COST.prefill_s(512)
+    assert got == pytest.approx(32 * (512 * extra + launch), rel=1e-9)
     with pytest.raises(ValueError, match="scoring cost"):
         COST.with_token_scoring(-1.0)
 
@@ -65,6 +68,7 @@ def test_the_default_scoring_cost_counts_the_scorer_flops():
     per = scorer_flops_per_key() * COST.model.num_kv_heads / COST.profile.linear.flops
     scored = COST.with_token_scoring()
     assert scored.elementwise_s(1000) - COST.elementwise_s(1000) == pytest.approx(1000 * per)
+    assert scored.linear_s(1000) - COST.linear_s(1000) == pytest.approx(COST.profile.linear.tau_s)
 
 
 def test_full_kv_is_unchanged_by_the_budget_machinery():
