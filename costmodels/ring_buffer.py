@@ -1,6 +1,6 @@
 """A ring buffer of page slots on the GPU, fed by host-to-device copies: one layer's timeline.
 
-Sparse attention with CPU offload (docs/sparse_offload.md) streams the selected pages of one layer
+Sparse attention with CPU offload (docs/semantics.md, section 9) streams the selected pages of one layer
 through ``slots`` GPU slots. Page j is copied into a slot, attended to, and its slot is free again
 once that attention ends. With X_j / A_j the end of page j's copy / attention:
     copy_start(j) = max(X_(j-1), A_(j-slots))      (one H2D stream; page j-slots' slot must be free)

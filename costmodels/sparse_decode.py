@@ -1,4 +1,4 @@
-"""One decode iteration under sparse attention with CPU offload (docs/sparse_offload.md).
+"""One decode iteration under sparse attention with CPU offload (docs/semantics.md, section 9).
 
 A session's pages live in CPU memory; each decode step, in every layer, a selector picks some of
 them, and the picked pages stream into a GPU ring buffer (``costmodels.ring_buffer``) while the

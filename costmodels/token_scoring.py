@@ -1,6 +1,6 @@
 """What a learned token scorer costs: a small MLP run on every new key, per layer, per KV head.
 
-The scorer of a learned token budget (docs/token_budgets.md) is an MLP over one key vector:
+The scorer of a learned token budget (docs/semantics.md, section 8) is an MLP over one key vector:
 key_dim -> hidden -> ... -> hidden -> 1, ``depth`` linear layers, ReLU between them, no
 activation on the score. FLOPs per key, counted exactly (depth >= 2):
     matmuls  2 * (key_dim*hidden + (depth-2)*hidden*hidden + hidden)   (2 FLOPs per MAC)

@@ -21,9 +21,9 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from sim.config import GIB
+from sim.config import GIB, BudgetConfig, SparseConfig
 
 CALIBRATION_SESSIONS = 300
 # What the figures are held against (printed beside them; a benchmark judges nothing itself).
@@ -45,6 +45,8 @@ class BenchConfig:
     evict_unit: str = "block"
     seed: int = 1
     scaling: bool = True            # also run 2N sessions and report the time ratio
+    budget: BudgetConfig = field(default_factory=BudgetConfig)   # token budgets (default: full KV)
+    sparse: SparseConfig = field(default_factory=SparseConfig)   # decode from CPU (default: off)
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,7 +94,7 @@ def estimate_s(cfg: BenchConfig) -> tuple[float, dict[int, int], float]:
     mem = MemoryConfig(gpu_kv_gb=max(cfg.gpu_fraction * demand, 1e-3), cpu_kv_gb=cfg.cpu_kv_gb,
                        block_tokens=16, evict_unit=cfg.evict_unit)
     simulate(_trace(small, cfg.seed), cost_model(cfg.model, cfg.hardware), mem, policy=cfg.policy,
-             seed=cfg.seed)
+             seed=cfg.seed, budget=cfg.budget, sparse=cfg.sparse)
     t2 = time.perf_counter()
     small_turns = trace_turns(small, cfg.seed)
     per_turn_unbounded, per_turn_bounded = (t1 - t0) / small_turns, (t2 - t1) / small_turns
@@ -120,7 +122,8 @@ def _one_run(cfg: BenchConfig, n: int, gpu_gb: float, out: mp.Queue, done=None) 
                        evict_unit=cfg.evict_unit)
     t0 = time.perf_counter()
     res = simulate(sessions, cost, mem, policy=cfg.policy, seed=cfg.seed,
-                   progress=_Counter(done) if done is not None else None)
+                   progress=_Counter(done) if done is not None else None, budget=cfg.budget,
+                   sparse=cfg.sparse)
     wall = time.perf_counter() - t0
     rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
     reprefill = float(res.turns.recomputed_tokens.sum() / max(1, res.turns.history_tokens.sum()))
@@ -212,7 +215,8 @@ def _one_size(cfg: BenchConfig, n: int, echo, bar) -> dict:
     walls = [s.wall_s for s in samples]
     with bar.external_write_mode():
         echo(f"{n} sessions, {samples[0].turns} turns, {cfg.model} on {cfg.hardware}, "
-             f"{cfg.evict_unit} units, {cfg.policy}: peak demand {demand:.2f} GiB, "
+             f"{cfg.evict_unit} units, {cfg.policy}, budget {cfg.budget.label}, "
+             f"sparse {cfg.sparse.label}: peak demand {demand:.2f} GiB, "
              f"GPU KV {gpu_gb:.2f} GiB ({cfg.gpu_fraction:.0%}), reprefill_rate {reprefill:.3f}")
         echo(f"  wall s          min/median/max: {_mmm(walls, '.2f')}")
         echo(f"  turns/s         min/median/max: {_mmm([s.turns_per_s for s in samples], ',.0f')}")

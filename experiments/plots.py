@@ -28,8 +28,10 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, PercentFormatter
 
+from experiments.design_plots import budget_figure, offload_figure
+
 FACET_DIMS: tuple[str, ...] = ("trace", "model", "hardware", "evict_unit", "pipelining",
-                               "block_tokens", "cpu_kv_gb")
+                               "budget", "sparse", "block_tokens", "cpu_kv_gb")
 MAX_FACETS = 12
 TIER_COLORS = {"GPU hit": "#2b8a3e", "CPU hit (swapped in)": "#1971c2", "recomputed": "#e03131"}
 _UNITS = {"cpu_kv_gb": " GiB", "block_tokens": " tok"}
@@ -61,6 +63,8 @@ def make_plots(summary: pd.DataFrame, turns: pd.DataFrame, out_dir: str | Path,
                    why="no session completed two or more turns"),
         _tier_bars(finite, facets, policies, out_dir / "hit_rate_by_tier.png"),
         _ttft_cdf(turns, facets, policies, out_dir / "ttft_cdf.png", notes),
+        budget_figure(finite, out_dir / "budget_tradeoff.png"),
+        offload_figure(finite, out_dir / "offload_vs_capacity.png"),
     ]
     return [w for w in written if w is not None]
 

@@ -8,7 +8,9 @@ one-value axis. Every error is a
 Grid order (deterministic, lists in the order written): trace, model, hardware, evict_unit,
 pipelining, budgets, sparse, block_tokens, cpu_kv_gb, policy, gpu_kv_gb, seed -- the last one
 varies fastest. ``budgets`` is a list of token-budget mappings (``kind``: full | streamingllm |
-smartkv); ``sparse`` a list of CPU-offload decode mappings (``kind``: off | quest | full).
+smartkv); ``sparse`` a list of CPU-offload decode mappings (``kind``: off | quest | full). A
+sparse mode with ``cpu_kv_gb = 0`` cannot run: those combinations are left out of the grid (so
+one grid holds recompute, swap-in and offload).
 
 Relative paths (``trace.path``, a model or hardware given as a file) resolve against the YAML
 file's folder first, then the current directory; the resolved experiment holds absolute paths.
@@ -316,6 +318,8 @@ class Experiment(_Strict):
                 itertools.product(self.trace_specs(), self.model, self.hardware, m.evict_unit,
                                   pipelining, self.budgets, self.sparse, m.block_tokens,
                                   m.cpu_kv_gb, self.policies, m.gpu_kv_gb, self.seeds):
+            if sparse.kind != "off" and cpu == 0:
+                continue        # decode from CPU memory needs a CPU tier: no such run
             mem = MemoryConfig(gpu_kv_gb=gpu, cpu_kv_gb=cpu, block_tokens=bt, evict_unit=unit)
             engine = EngineConfig(**opts, pipelining=pipe)
             points.append(GridPoint(self.name, trace, model, hw, mem, engine, policy, seed,
@@ -502,9 +506,9 @@ def _impossible_combinations(exp: Experiment) -> list[tuple[tuple[str | int, ...
         if "session" in m.evict_unit:
             out.append((("sparse", i), "moves a session's pages one by one: memory.evict_unit "
                         "must not include session"))
-        if 0.0 in m.cpu_kv_gb:
-            out.append((("sparse", i), "serves decode from CPU memory: memory.cpu_kv_gb must not "
-                        "include 0"))
+        if not any(c > 0 for c in m.cpu_kv_gb):
+            out.append((("sparse", i), "serves decode from CPU memory: memory.cpu_kv_gb needs a "
+                        "value > 0"))
         if any(b.kind != "full" for b in exp.budgets):
             out.append((("sparse", i), "token budgets and sparse offload together are not "
                         "modelled: give budgets only kind full"))

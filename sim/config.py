@@ -62,7 +62,7 @@ BUDGET_SCORERS = ("random", "recency", "lifespan")
 
 @dataclass(frozen=True, slots=True)
 class BudgetConfig:
-    """Per-layer token budgets (docs/semantics.md, "Token budgets"): every layer of a session keeps
+    """Per-layer token budgets (docs/semantics.md, section 8): every layer of a session keeps
     ``sink`` first tokens, a ``window`` of the most recent and the ``budget`` highest-scoring
     others; the rest are pruned for good. ``full`` keeps everything; ``streamingllm`` is sink +
     window (no scored budget, no scorer to run); ``smartkv`` scores every new token at every layer
@@ -120,7 +120,7 @@ SPARSE_KINDS = ("off", "quest", "full")
 
 @dataclass(frozen=True, slots=True)
 class SparseConfig:
-    """Serving decode from CPU memory (docs/semantics.md, "Sparse attention with CPU offload"):
+    """Serving decode from CPU memory (docs/semantics.md, section 9):
     after its prefill a session's full pages move to the CPU; every decode step streams the pages
     a selector picks (``quest``: the top ``k`` per layer; ``full``: all) through a ring buffer of
     ``ring_slots`` page slots on the GPU. ``off``: decode from GPU memory (no offload)."""

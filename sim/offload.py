@@ -1,5 +1,5 @@
 """Sparse decode from CPU memory: which decoding sequences read pages from the CPU, and the price
-of a decode step that does (docs/semantics.md, "Sparse attention with CPU offload").
+of a decode step that does (docs/semantics.md, section 9).
 
 The scheduler offloads a session's full pages after its prefill and each page that fills during
 decode; this module keeps what the price needs as running totals, never per step per sequence:
@@ -40,6 +40,7 @@ class SparseOffload:
         self.selected_pages = 0        # pages read per layer per step, all sequences
         self.h2d_bytes = 0.0           # decode-time page loads, the whole run
         self._ring: dict[tuple[int, ...], tuple[float, float]] = {}
+        self._ab: tuple[float, float] | None = None   # the current round shape's (a, b)
 
     # -- the decoding sequences that read from the CPU -------------------------------------------
     def add(self, pages: int) -> None:
@@ -47,6 +48,7 @@ class SparseOffload:
         self.by_selected[k] += 1
         self.cpu_pages += pages
         self.selected_pages += k
+        self._ab = None
 
     def remove(self, pages: int) -> None:
         k = self.selector.count(pages)
@@ -55,9 +57,13 @@ class SparseOffload:
             del self.by_selected[k]
         self.cpu_pages -= pages
         self.selected_pages -= k
+        self._ab = None
 
     def grow(self, pages: int) -> None:
         """A sequence with ``pages`` CPU pages offloads one more."""
+        if self.selector.count(pages + 1) == self.selector.count(pages):   # top-K already full
+            self.cpu_pages += 1
+            return
         self.remove(pages)
         self.add(pages + 1)
 
@@ -78,6 +84,8 @@ class SparseOffload:
         return tuple(c for c in out if c)
 
     def _ring_ab(self) -> tuple[float, float]:
+        if self._ab is not None:
+            return self._ab
         rounds = self._rounds()
         got = self._ring.get(rounds)
         if got is None:
@@ -95,6 +103,7 @@ class SparseOffload:
                 free = ring_buffer_timeline(copies, attns, slots, compute_start_s=0.0).end_s
                 got = (late, free)
             self._ring[rounds] = got
+        self._ab = got
         return got
 
     def extra_s(self, seqs: int, local_ctx: int) -> float:
@@ -107,6 +116,17 @@ class SparseOffload:
         local = self.cost.decode_attn_s(seqs, local_ctx)
         per_layer = self.cpu_pages * self._scan_s_per_page + max(local + a, b) - local
         return self.layers * per_layer
+
+    def step_s(self, seqs: int, ctx: int) -> float:
+        """``steps_s`` of one step, to the last bit (the same operations in the same order)."""
+        local = ctx - self.bt * self.cpu_pages
+        dense = self.cost.decode_step_s(seqs, local)
+        if not self.by_selected:
+            return dense
+        a, b = self._ring_ab()
+        local_s = self.cost.decode_attn_s(seqs, local)
+        per_layer = self.cpu_pages * self._scan_s_per_page + max(local_s + a, b) - local_s
+        return dense + self.layers * per_layer
 
     def steps_s(self, seqs: int, ctx: np.ndarray) -> np.ndarray:
         """Decode-only steps of ``seqs`` sequences over total contexts ``ctx``, pages unchanged."""

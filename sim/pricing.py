@@ -198,15 +198,16 @@ class Pricer:
 
     def decode_run(self, seqs: int, ctx: int, steps: int, start_s: float, horizon_s: float,
                    used_bytes: float, gpu_byte_seconds: float, growth: int | None = None,
-                   steps_s=None) -> DecodeRun:
+                   sparse=None) -> DecodeRun:
         """Up to ``steps`` decode-only iterations of ``seqs`` sequences from total context ``ctx``
         (growing by ``growth`` a step: ``seqs`` unless token budgets cap some), starting at
         ``start_s``: the first always runs, later ones only if they start before ``horizon_s``.
-        GPU occupancy is ``used_bytes`` throughout. ``steps_s(seqs, contexts)`` prices the steps
-        (default: dense decode, ``CostModel.decode_steps_s``)."""
+        GPU occupancy is ``used_bytes`` throughout. ``sparse`` (a ``sim.offload.SparseOffload``)
+        prices the steps of decode from CPU memory instead of dense decode."""
         growth = seqs if growth is None else growth
-        if steps < _SCALAR_RUN and steps_s is None:
-            price = self.cost.decode_pricer(seqs)
+        if steps < _SCALAR_RUN:
+            price = self.cost.decode_pricer(seqs) if sparse is None \
+                else (lambda c: sparse.step_s(seqs, c))
             t, gbs, n = start_s, gpu_byte_seconds, 0
             durations: list[float] = []
             while n < steps and (n == 0 or t < horizon_s):
@@ -217,7 +218,8 @@ class Pricer:
                 ctx += growth
                 n += 1
             return DecodeRun(n, durations, t, gbs)
-        d_all = (steps_s or self.cost.decode_steps_s)(seqs, ctx + growth * np.arange(steps))
+        many = self.cost.decode_steps_s if sparse is None else sparse.steps_s
+        d_all = many(seqs, ctx + growth * np.arange(steps))
         starts = running_sum(start_s, d_all)
         n = max(1, int(np.searchsorted(starts[:steps], horizon_s, side="left")))
         gbs = running_sum(gpu_byte_seconds, used_bytes * d_all[:n])

@@ -216,8 +216,8 @@ class Scheduler:
         if not admitted:
             if off is not None:
                 off.h2d_bytes += off.loaded_bytes(1)
-                duration = self.pricer.with_d2h_s(
-                    float(off.steps_s(self.dec_seqs, [self.dec_ctx])[0]), self._take_d2h())
+                duration = self.pricer.with_d2h_s(off.step_s(self.dec_seqs, self.dec_ctx),
+                                                  self._take_d2h())
                 return Step(duration, admitted, self.dec_seqs)
             duration = self.pricer.iteration_s(BatchShape(), self.dec_seqs, self.dec_ctx,
                                                d2h_bytes=self._take_d2h())
@@ -633,9 +633,11 @@ class Scheduler:
             off = self.offload
             if off is not None:           # sparse decode: its own price, step by step to a page
                 n = min(stop, self._next_page_step(self.step + 1)) - self.step
+                if d2h and self.cfg.async_save and pricer.with_d2h_s(0.0, d2h) \
+                        <= off.step_s(seqs, self.dec_ctx):
+                    d2h = 0                   # the save hides behind the step: a plain run
                 run = pricer.decode_run(seqs, self.dec_ctx, 1 if d2h else n, t, horizon,
-                                        used_gpu[GPU], span.gpu_byte_seconds, grow,
-                                        steps_s=off.steps_s)
+                                        used_gpu[GPU], span.gpu_byte_seconds, grow, sparse=off)
                 if d2h:
                     run.durations[0] = pricer.with_d2h_s(run.durations[0], d2h)
                     run.end_s = t + run.durations[0]

@@ -1,4 +1,4 @@
-"""Block selectors of sparse attention with CPU offload (docs/sparse_offload.md).
+"""Block selectors of sparse attention with CPU offload (docs/semantics.md, section 9).
 
 Each decode step, in every layer, a selector picks which of a sequence's CPU-held pages the
 attention reads; those pages stream to the GPU (``costmodels.sparse_decode``). The time depends on

@@ -12,7 +12,7 @@ Ties: on equal score the newer token is kept (the order is by (score, index)).
 The simulator models no accuracy. The relevance model below only makes the quality risk visible:
 each (layer, token) has a lifespan in tokens and is attention-relevant while the position of the
 attending query is < its position + lifespan; ``quality_report`` estimates the share of relevant
-tokens a budget prunes, under that model's and the scorer's assumptions (docs/token_budgets.md).
+tokens a budget prunes, under that model's and the scorer's assumptions (docs/semantics.md, section 8).
 """
 from __future__ import annotations
 

@@ -23,6 +23,16 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--hardware", default="h100-sxm")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--no-scaling", action="store_true", help="skip the 2N-session run")
+    p.add_argument("--budget", default="full", choices=("full", "streamingllm", "smartkv"),
+                   help="token budget (default full); sizes from --sink/--window/--budget-tokens")
+    p.add_argument("--sink", type=int, default=4, help="budget: sink tokens (default 4)")
+    p.add_argument("--window", type=int, default=256, help="budget: window tokens (default 256)")
+    p.add_argument("--budget-tokens", type=int, default=764,
+                   help="smartkv: best-scored tokens kept (default 764)")
+    p.add_argument("--sparse", default="off", choices=("off", "quest", "full"),
+                   help="decode from CPU memory (default off; needs --cpu-kv-gb)")
+    p.add_argument("--k", type=int, default=8, help="quest: pages per layer and step (default 8)")
+    p.add_argument("--ring-slots", type=int, default=16, help="sparse: GPU ring slots (default 16)")
     p.add_argument("--quiet", action="store_true",
                    help="no expected duration and no progress bar on stderr (figures still print)")
     return p
@@ -36,6 +46,20 @@ def main(args: argparse.Namespace) -> int:
     cfg = BenchConfig(sessions=args.sessions, repeats=args.repeats, policy=args.policy,
                       gpu_fraction=args.gpu_fraction, cpu_kv_gb=args.cpu_kv_gb, model=args.model,
                       hardware=args.hardware, evict_unit=args.evict_unit, seed=args.seed,
-                      scaling=not args.no_scaling)
+                      scaling=not args.no_scaling, budget=_budget(args), sparse=_sparse(args))
     run_bench(cfg, show_progress=not args.quiet)
     return 0
+
+
+def _budget(args: argparse.Namespace):
+    from sim.config import BudgetConfig
+    if args.budget == "full":
+        return BudgetConfig()
+    budget = args.budget_tokens if args.budget == "smartkv" else 0
+    return BudgetConfig(args.budget, sink=args.sink, window=args.window, budget=budget)
+
+
+def _sparse(args: argparse.Namespace):
+    from sim.config import SparseConfig
+    k = args.k if args.sparse == "quest" else None
+    return SparseConfig(args.sparse, k=k, ring_slots=args.ring_slots)
