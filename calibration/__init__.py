@@ -23,8 +23,10 @@ One job per module:
   profile_writer   fitted terms -> Profile, validation block, notes (Pensieve constants)
   validate_forward replay simulated batch shapes as real one-layer forwards
   samples_io       raw samples to/from CSV
+  measure_scorer   a token-budget scorer (4-layer MLP over a key): seconds per key
+  replay_layout    replay exported paged-layout iterations (FlashInfer or torch) against the model
 
 torch (and FlashInfer) are imported lazily inside the measuring modules: importing this package,
 fitting and validating need only numpy and scipy. Imports ``costmodels`` and nothing else of the
-project.
+project, except ``replay_layout``'s command line, which reads layouts with ``sim.paged_layout``.
 """

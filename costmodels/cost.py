@@ -175,6 +175,11 @@ class CostModel:
         dec = self.profile.decode_attn
         return dec.tau_s + dec.per_seq_s * seqs + ctx_tokens * self._dec_s_per_ctx
 
+    @property
+    def decode_attn_s_per_ctx(self) -> float:
+        """Decode attention's seconds per context token of one layer (its slope)."""
+        return self._dec_s_per_ctx
+
     def decode_attn_many_s(self, seqs: int, ctx_tokens: np.ndarray) -> np.ndarray:
         """``decode_attn_s(seqs, c)`` for every c in ``ctx_tokens``, to the last bit."""
         ctx = np.asarray(ctx_tokens, dtype=np.int64)

@@ -52,13 +52,7 @@ def budget_figure(summary: pd.DataFrame, path: Path) -> Path | None:
     right.set_ylabel("re-prefill rate (% of history tokens)")
     right.yaxis.set_major_formatter(PercentFormatter(1.0))
     right.grid(alpha=0.3)
-    handles, labels = left.get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=min(4, len(labels)), fontsize=9)
-    fig.suptitle("Token budgets: memory saved against relevant tokens pruned")
-    fig.tight_layout(rect=(0, 0.1, 1, 0.95))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=_DPI)
-    return path
+    return _save(fig, left, "Token budgets: memory saved against relevant tokens pruned", path, 4)
 
 
 def offload_figure(summary: pd.DataFrame, path: Path) -> Path | None:
@@ -83,9 +77,15 @@ def offload_figure(summary: pd.DataFrame, path: Path) -> Path | None:
         ax.set_xlabel("GPU KV capacity (GiB)")
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3, which="both")
-    handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=min(6, len(labels)), fontsize=9)
-    fig.suptitle("Decode from CPU memory (top-K pages through a ring buffer) vs swap-in and recompute")
+    return _save(fig, axes[0], "Decode from CPU memory (top-K pages through a ring buffer) vs "
+                 "swap-in and recompute", path, 6)
+
+
+def _save(fig: Figure, legend_from, title: str, path: Path, ncol: int) -> Path:
+    """One legend under the panels (from one panel's series), the title, and the file."""
+    handles, labels = legend_from.get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=min(ncol, len(labels)), fontsize=9)
+    fig.suptitle(title)
     fig.tight_layout(rect=(0, 0.1, 1, 0.95))
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=_DPI)

@@ -154,8 +154,14 @@ class TieredMemory:
                                  f"that are not its pinned GPU units")
         if self.reclaimable(CPU) < need:
             return False
-        while self.capacity[CPU] - self.used[CPU] < need:
-            self._drop_cpu_victim(self.policy[CPU].evict(now))
+        short = need - (self.capacity[CPU] - self.used[CPU])
+        if short > 0:                  # the CPU policy's victims, dropped in one batch
+            extents = self.policy[CPU].evict_extents(short, now)
+            dropped = sum(b - a for a, b in extents) * size
+            self._move_extents(extents, CPU, DROPPED, policy=CPU)
+            self.used[CPU] -= dropped
+            self.evictable[CPU] -= dropped
+            self.dropped_bytes += dropped
         sess.tier[first:stop] = _TIER_BYTES[CPU] * count
         sess.tier_pages[GPU] -= count
         sess.tier_pages[CPU] += count
@@ -175,7 +181,7 @@ class TieredMemory:
             self.used[GPU] += nbytes
             self.reserved += nbytes
             return True
-        if not self.make_room(nbytes, now):
+        if self.capacity[GPU] - self.used[GPU] < nbytes and not self.make_room(nbytes, now):
             return False
         self.used[GPU] += nbytes
         self.reserved += nbytes

@@ -41,6 +41,7 @@ class SparseOffload:
         self.h2d_bytes = 0.0           # decode-time page loads, the whole run
         self._ring: dict[tuple[int, ...], tuple[float, float]] = {}
         self._ab: tuple[float, float] | None = None   # the current round shape's (a, b)
+        self._per_seqs: dict[int, tuple] = {}          # batch size -> its dense pricer, attn base
 
     # -- the decoding sequences that read from the CPU -------------------------------------------
     def add(self, pages: int) -> None:
@@ -120,11 +121,18 @@ class SparseOffload:
     def step_s(self, seqs: int, ctx: int) -> float:
         """``steps_s`` of one step, to the last bit (the same operations in the same order)."""
         local = ctx - self.bt * self.cpu_pages
-        dense = self.cost.decode_step_s(seqs, local)
+        got = self._per_seqs.get(seqs)
+        if got is None:        # decode_step_s and decode_attn_s with the batch's terms done once
+            dec = self.cost.profile.decode_attn
+            got = self._per_seqs[seqs] = (self.cost.decode_pricer(seqs),
+                                          dec.tau_s + dec.per_seq_s * seqs,
+                                          self.cost.decode_attn_s_per_ctx)
+        dense_of, attn_base, per_ctx = got
+        dense = dense_of(local)
         if not self.by_selected:
             return dense
         a, b = self._ring_ab()
-        local_s = self.cost.decode_attn_s(seqs, local)
+        local_s = attn_base + local * per_ctx
         per_layer = self.cpu_pages * self._scan_s_per_page + max(local_s + a, b) - local_s
         return dense + self.layers * per_layer
 

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from trace_strategies import traces
 
 from costmodels import cost_model
 from sim import EngineConfig, MemoryConfig, available_policies, simulate
@@ -89,19 +90,6 @@ def test_full_kv_is_unchanged_by_the_budget_machinery():
 def test_bad_budgets_name_the_key(kwargs, key):
     with pytest.raises(ValueError, match=key):
         BudgetConfig(**kwargs)
-
-
-@st.composite
-def traces(draw):
-    sessions = []
-    for i in range(draw(st.integers(1, 6))):
-        turns = []
-        for k in range(draw(st.integers(1, 4))):
-            p, o = draw(st.integers(0, 300)), draw(st.integers(1, 120))
-            turns.append(Turn(p, o, arrival_s=draw(st.floats(0, 5))) if k == 0
-                         else Turn(p, o, think_s=draw(st.floats(0, 3))))
-        sessions.append(Session(f"s{i}", tuple(turns)))
-    return sessions
 
 
 BUDGETS = [BudgetConfig("streamingllm", sink=4, window=60),

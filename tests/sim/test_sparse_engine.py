@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from trace_strategies import traces
 
 from costmodels import cost_model
 from sim import EngineConfig, MemoryConfig, available_policies, simulate
@@ -88,19 +90,6 @@ def test_bad_combinations_name_the_key(memory, sparse, budget, key):
 def test_bad_sparse_settings_name_the_key(kwargs, key):
     with pytest.raises(ValueError, match=key):
         SparseConfig(**kwargs)
-
-
-@st.composite
-def traces(draw):
-    sessions = []
-    for i in range(draw(st.integers(1, 6))):
-        turns = []
-        for k in range(draw(st.integers(1, 4))):
-            p, o = draw(st.integers(0, 300)), draw(st.integers(1, 120))
-            turns.append(Turn(p, o, arrival_s=draw(st.floats(0, 5))) if k == 0
-                         else Turn(p, o, think_s=draw(st.floats(0, 3))))
-        sessions.append(Session(f"s{i}", tuple(turns)))
-    return sessions
 
 
 @settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
