@@ -215,8 +215,7 @@ def _one_size(cfg: BenchConfig, n: int, echo, bar) -> dict:
     walls = [s.wall_s for s in samples]
     with bar.external_write_mode():
         echo(f"{n} sessions, {samples[0].turns} turns, {cfg.model} on {cfg.hardware}, "
-             f"{cfg.evict_unit} units, {cfg.policy}, budget {cfg.budget.label}, "
-             f"sparse {cfg.sparse.label}: peak demand {demand:.2f} GiB, "
+             f"{cfg.evict_unit} units, {cfg.policy}{_design(cfg)}: peak demand {demand:.2f} GiB, "
              f"GPU KV {gpu_gb:.2f} GiB ({cfg.gpu_fraction:.0%}), reprefill_rate {reprefill:.3f}")
         echo(f"  wall s          min/median/max: {_mmm(walls, '.2f')}")
         echo(f"  turns/s         min/median/max: {_mmm([s.turns_per_s for s in samples], ',.0f')}")
@@ -229,3 +228,9 @@ def _one_size(cfg: BenchConfig, n: int, echo, bar) -> dict:
     return {"median_wall_s": statistics.median(walls), "turns": samples[0].turns,
             "turns_per_s": samples[0].turns / statistics.median(walls),
             "peak_demand_gb": demand, "gpu_kv_gb": gpu_gb, "reprefill_rate": reprefill}
+
+
+def _design(cfg: BenchConfig) -> str:
+    """The token budget and sparse mode, when they are not the default (full KV, no offload)."""
+    out = "" if cfg.budget.kind == "full" else f", budget {cfg.budget.label}"
+    return out + ("" if not cfg.sparse.enabled else f", sparse {cfg.sparse.label}")
