@@ -131,6 +131,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{keys:>8} {t.median_s * 1e6:>10.2f} {fit.predict(keys) * 1e6:>10.2f}")
     print(f"s_per_key={fit.s_per_key:.4g} intercept_s={fit.intercept_s:.4g} "
           f"({a.device}, {a.dtype}, {a.key_dim}->{a.hidden}x{a.depth - 1}->1)")
+    print(f"for an experiment: budgets: [{{kind: smartkv, ..., scorer_s_per_key: "
+          f"{fit.s_per_key:.4g}, scorer_launch_s: {fit.intercept_s:.4g}}}]")
     return 0
 
 

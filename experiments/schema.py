@@ -210,6 +210,9 @@ class BudgetSpec(_Strict):
     lifespans: StrictStr | None = Field(None, description="CSV lifespan_tokens,probability of the "
                                         "relevance model (default: the built-in one)")
     quality_sample: PosInt = 200
+    scorer_s_per_key: NonNegFloat | None = Field(None, description="measured scorer seconds per "
+                                                 "key (python -m calibration.measure_scorer)")
+    scorer_launch_s: NonNegFloat | None = None
 
     @field_validator("lifespans")
     @classmethod

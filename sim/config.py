@@ -75,6 +75,8 @@ class BudgetConfig:
     scorer: str = "random"          # what the quality report assumes the scores are (smartkv)
     lifespans: str | None = None    # CSV of the relevance model's lifespan histogram (None: built-in)
     quality_sample: int = 200       # sessions the quality report evaluates (a seeded sample)
+    scorer_s_per_key: float | None = None   # measured scorer cost per key (None: its FLOPs)
+    scorer_launch_s: float | None = None    # measured fixed cost per layer (None: the GEMM tau)
 
     def __post_init__(self) -> None:
         if self.kind not in BUDGET_KINDS:
@@ -84,6 +86,10 @@ class BudgetConfig:
                 raise ValueError(f"budget.{key} must be >= 0, got {getattr(self, key)}")
         if self.scorer not in BUDGET_SCORERS:
             raise ValueError(f"budget.scorer must be one of {BUDGET_SCORERS}, got {self.scorer!r}")
+        for key in ("scorer_s_per_key", "scorer_launch_s"):
+            v = getattr(self, key)
+            if v is not None and not v >= 0:
+                raise ValueError(f"budget.{key} must be >= 0 seconds, got {v}")
         if self.quality_sample < 1:
             raise ValueError(f"budget.quality_sample must be >= 1, got {self.quality_sample}")
         if self.kind == "full" and (self.sink or self.window or self.budget):

@@ -34,8 +34,10 @@ def simulate(sessions: Sequence[Session], cost: CostModel, memory: MemoryConfig,
     engine = engine or EngineConfig()
     budget = budget or BudgetConfig()
     wall0 = time.perf_counter()
-    if budget.scores_tokens:
-        cost = cost.with_token_scoring()     # the scorer runs on every new token at every layer
+    if budget.scores_tokens:                 # the scorer runs on every new token at every layer
+        per_key = budget.scorer_s_per_key
+        cost = cost.with_token_scoring(
+            None if per_key is None else per_key * cost.model.num_kv_heads, budget.scorer_launch_s)
     sched = Scheduler(list(sessions), cost, memory, engine, policy, seed, clock=time.perf_counter_ns,
                       budget=budget, sparse=sparse)
     shell = Engine(sched, debug=debug, progress=progress, decode_spans=decode_spans,

@@ -120,3 +120,14 @@ def test_budgets_keep_the_invariants_and_the_ledger_of_strict_replay(
              "recomputed_tokens", "pruned_tokens", "preemptions", "preempt_recompute_tokens"]
     assert t[exact].equals(slow.turns[exact])
     assert np.allclose(fast.stats.step_s, slow.stats.step_s, rtol=1e-12)
+
+
+def test_a_measured_scorer_cost_reaches_every_decode_step():
+    # 1 us per key, no launch: each decode token pays 32 layers x 8 KV heads x 1 us more than
+    # StreamingLLM at the same cap (20 tokens either way).
+    measured = BudgetConfig("smartkv", sink=4, window=8, budget=8, scorer_s_per_key=1e-6,
+                            scorer_launch_s=0.0)
+    plain = BudgetConfig("streamingllm", sink=4, window=16)
+    a = simulate(_one(100, 20), COST, ROOMY, budget=measured)
+    b = simulate(_one(100, 20), COST, ROOMY, budget=plain)
+    assert a.stats.step_s - b.stats.step_s == pytest.approx([32 * 8 * 1e-6] * 19, rel=1e-9)
