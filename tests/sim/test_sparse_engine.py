@@ -114,3 +114,22 @@ def test_offload_keeps_the_invariants_and_the_ledger_of_strict_replay(
     assert t[timeless].equals(slow.turns[timeless])
     assert np.allclose(fast.stats.step_s, slow.stats.step_s, rtol=1e-12)
     assert fast.stats.decode_h2d_bytes == pytest.approx(slow.stats.decode_h2d_bytes)
+
+
+@settings(max_examples=40, deadline=None)
+@given(pages=st.lists(st.integers(0, 40), min_size=1, max_size=12), k=st.integers(1, 8),
+       slots=st.integers(8, 16), local=st.integers(1, 15))
+def test_the_engine_step_price_equals_the_batch_price_of_the_cost_model(pages, k, slots, local):
+    # Two implementations: the engine's running totals with the ring's (a, b) per round shape,
+    # and costmodels.sparse_decode's whole-batch recurrence (one gather copy per round).
+    from costmodels.sparse_decode import sparse_decode_cost
+    from sim.offload import SparseOffload
+    off = SparseOffload(SparseConfig("quest", k=k, ring_slots=slots), COST, 16)
+    for p in pages:
+        off.add(p)
+    seqs = len(pages)
+    ctx = sum(16 * p + local for p in pages)
+    want = sparse_decode_cost(COST, 16, np.minimum(pages, k), np.full(seqs, local),
+                              sum(pages), slots, gather=True).total_s
+    assert off.step_s(seqs, ctx) == pytest.approx(want, rel=1e-12)
+    assert off.steps_s(seqs, np.array([ctx]))[0] == off.step_s(seqs, ctx)
