@@ -523,8 +523,30 @@ def _impossible_combinations(exp: Experiment) -> list[tuple[tuple[str | int, ...
     return out
 
 
+def bundled_experiments() -> list[str]:
+    """The experiments that ship with kvsim (``experiments/*.yaml``), by name."""
+    return sorted(p.stem for p in Path(__file__).parent.glob("*.yaml"))
+
+
+def resolve_config(path: str | os.PathLike) -> Path:
+    """A YAML file as given, or the name of a bundled experiment (``quickstart``, ``budgets``, ...),
+    so an installed kvsim runs them from any directory."""
+    p = Path(path)
+    if p.is_file():
+        return p
+    name = p.name[:-5] if p.name.endswith(".yaml") else p.name
+    bundled = Path(__file__).parent / f"{name}.yaml"
+    # "quickstart", or the README's "experiments/quickstart.yaml" run outside a checkout
+    if p.parent in (Path("."), Path("experiments")) and bundled.is_file():
+        return bundled
+    raise ConfigError(f"{path}: no such file, and not a bundled experiment "
+                      f"({', '.join(bundled_experiments())})", file=str(path))
+
+
 def load_experiment(path: str | os.PathLike) -> Experiment:
-    """Read and validate an experiment YAML file; raise ConfigError naming the file and the key."""
+    """Read and validate an experiment YAML file (or a bundled one, by name); raise ConfigError
+    naming the file and the key."""
+    path = resolve_config(path)
     data = read_yaml(path)
     return parse_experiment(data, source=str(path), base_dir=Path(path).resolve().parent)
 
