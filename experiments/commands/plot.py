@@ -1,0 +1,47 @@
+"""`kvsim plot DIR`: draw every figure of a results folder again from its tables."""
+from __future__ import annotations
+
+import argparse
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    p = subparsers.add_parser("plot", help="re-render the plots of a results folder",
+                              description="Draw every figure of a results folder again from its "
+                                          "summary.csv and turns.parquet (after a kvsim upgrade, "
+                                          "or after editing the tables). The new plots/ replaces "
+                                          "the old one only once every figure is drawn.")
+    p.add_argument("dir", help="a results folder written by kvsim run")
+    return p
+
+
+def main(args: argparse.Namespace) -> int:
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    import pandas as pd
+
+    from experiments.plots import make_plots
+    from experiments.results import PLOTS_DIR, SUMMARY_FILE, TURNS_FILE
+
+    out = Path(args.dir)
+    for name in (SUMMARY_FILE, TURNS_FILE):
+        if not (out / name).is_file():
+            raise ValueError(f"{out / name}: no such file (is {out} a results folder of kvsim run?)")
+    summary = pd.read_csv(out / SUMMARY_FILE)
+    turns = pd.read_parquet(out / TURNS_FILE)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{PLOTS_DIR}.tmp-", dir=out))
+    try:
+        notes: list[str] = []
+        drawn = make_plots(summary, turns, tmp, notes)
+        old = out / PLOTS_DIR
+        if old.exists():
+            shutil.rmtree(old)
+        tmp.rename(old)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    print(f"{out / PLOTS_DIR}/: {', '.join(p.name for p in drawn) or 'no figures'}")
+    for note in notes:
+        print(f"note: {note}")
+    return 0
