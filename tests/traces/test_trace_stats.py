@@ -105,3 +105,16 @@ def test_the_command_prints_the_report_and_guesses_the_kind(tmp_path, capsys):
     assert "prefix reuse bound     25.0% of 4 block references" in out
     assert main(["trace", "stats", str(tmp_path / "nope.csv")]) == 2
     assert "nope.csv: no such file" in capsys.readouterr().err
+
+
+def test_convert_writes_canonical_jsonl_that_reads_back_the_same(tmp_path, capsys):
+    src = tmp_path / "t.csv"
+    src.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n"
+                   "2023-11-16 18:15:46.6805900,374,44\n2023-11-16 18:15:50.9951690,396,109\n")
+    out = tmp_path / "out" / "t.jsonl"
+    assert main(["trace", "convert", str(src), "--out", str(out)]) == 0
+    assert load_trace({"kind": "jsonl", "path": str(out)}).sessions == \
+        load_trace({"kind": "azure", "path": str(src)}).sessions
+    assert main(["trace", "convert", str(src), "--out", str(out)]) == 2     # exists: refused
+    assert "exists" in capsys.readouterr().err
+    assert [p.name for p in out.parent.iterdir()] == ["t.jsonl"]           # no temporary left
