@@ -58,8 +58,8 @@ from sim.config import (
     SparseConfig,
 )
 
-TRACE_KINDS = ("synthetic", "sharegpt", "mooncake", "azure", "jsonl")
-FILE_TRACE_KINDS = ("sharegpt", "mooncake", "azure", "jsonl")  # need trace.path
+TRACE_KINDS = ("synthetic", "sharegpt", "mooncake", "azure", "burstgpt", "jsonl")
+FILE_TRACE_KINDS = ("sharegpt", "mooncake", "azure", "burstgpt", "jsonl")  # need trace.path
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _ENGINE_DEFAULTS = {f.name: f.default for f in dataclasses.fields(EngineConfig)}
 
@@ -143,7 +143,7 @@ class TraceSpecModel(BaseModel):
     """A trace: ``kind`` plus options passed to ``traces.load_trace`` unchanged (``path`` resolved)."""
 
     model_config = ConfigDict(extra="allow", strict=True, frozen=True)
-    kind: Literal[TRACE_KINDS] = Field(description="synthetic | sharegpt | mooncake | azure | jsonl")
+    kind: Literal[TRACE_KINDS] = Field(description="synthetic | sharegpt | mooncake | azure | burstgpt | jsonl")
     path: StrictStr | None = Field(None, validate_default=True,
                                    description="trace file; needed by every kind but synthetic")
 

@@ -7,6 +7,7 @@
      think: {median_s: 30, sigma: 1.0}}
     {kind: mooncake, path: ..., seed: 0, jitter: true}
     {kind: azure, path: ...}
+    {kind: burstgpt, path: ..., log_type: all}           # all | conversation | api
     {kind: jsonl, path: ...}
 
 Every kind also takes ``time_scale`` (default 1.0): arrival and think times are multiplied by it,
@@ -20,6 +21,7 @@ import inspect
 from typing import Any, Callable, Mapping
 
 from traces.azure import load_azure
+from traces.burstgpt import load_burstgpt
 from traces.dists import LogNormalMix, ThinkTime
 from traces.jsonl import read_jsonl, write_jsonl
 from traces.mooncake import load_mooncake
@@ -30,7 +32,7 @@ from traces.tokenize import CharEstimate, HFTokenizer, Tokenizer, make_tokenizer
 
 __all__ = [
     "Turn", "Session", "TraceError", "TraceLoad", "validate_session",
-    "read_jsonl", "write_jsonl", "load_sharegpt", "load_mooncake", "load_azure",
+    "read_jsonl", "write_jsonl", "load_sharegpt", "load_mooncake", "load_azure", "load_burstgpt",
     "SyntheticConfig", "generate_synthetic", "LogNormalMix", "ThinkTime",
     "Tokenizer", "CharEstimate", "HFTokenizer", "make_tokenizer",
     "load_trace", "TRACE_KINDS",
@@ -40,6 +42,7 @@ _FILE_LOADERS: dict[str, Callable[..., TraceLoad]] = {
     "sharegpt": load_sharegpt,
     "mooncake": load_mooncake,
     "azure": load_azure,
+    "burstgpt": load_burstgpt,
     "jsonl": read_jsonl,
 }
 TRACE_KINDS = ("synthetic", *_FILE_LOADERS)

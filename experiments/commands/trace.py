@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-KINDS = ("sharegpt", "mooncake", "azure", "jsonl")
+KINDS = ("sharegpt", "mooncake", "azure", "burstgpt", "jsonl")
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -17,8 +17,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                                    "prefill by turn index, and the prefix-reuse upper bound.")
     s.add_argument("file", help="a trace file")
     s.add_argument("--kind", choices=KINDS,
-                   help="its format (default: from the file: .csv azure, .json sharegpt, .jsonl "
-                        "mooncake when its first line has hash_ids, else kvsim's own JSONL)")
+                   help="its format (default: from the file: .csv BurstGPT by its header, else "
+                        "Azure; .json sharegpt; .jsonl mooncake when its first line has hash_ids, "
+                        "else kvsim's own JSONL)")
     c = sub.add_parser("convert", help="write a trace as kvsim's canonical JSONL",
                        description="Read a trace in any supported format and write it as "
                                    "kvsim's own JSONL (one turn per line), atomically.")
@@ -34,7 +35,9 @@ def guess_kind(path: str) -> str:
     import json
 
     if path.endswith(".csv"):
-        return "azure"
+        with open(path, encoding="utf-8") as f:
+            header = f.readline()
+        return "burstgpt" if header.startswith("Timestamp,Model") else "azure"
     if path.endswith(".json"):
         return "sharegpt"
     with open(path, encoding="utf-8") as f:
