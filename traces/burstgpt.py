@@ -25,7 +25,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from traces.records import Session, TraceError, TraceLoad, Turn, check_on_error, sort_sessions
+from traces.records import (
+    Session,
+    TraceError,
+    TraceLoad,
+    Turn,
+    check_on_error,
+    sort_sessions,
+)
 
 COLUMNS = ("Timestamp", "Model", "Request tokens", "Response tokens", "Total tokens", "Log Type")
 SESSION_COLUMN = "Session ID"

@@ -152,7 +152,8 @@ def test_top_level_must_be_mapping(write_yaml, text, words):
 
 def test_missing_file(tmp_path):
     path = tmp_path / "absent.yaml"
-    assert error_of(path) == f"{path}: no such file"
+    assert error_of(path).startswith(f"{path}: no such file, and not a bundled experiment (")
+    assert "quickstart" in error_of(path)
 
 
 def test_relative_trace_path_resolves_against_yaml_folder_then_cwd(tmp_path, write_yaml,

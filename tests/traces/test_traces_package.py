@@ -55,12 +55,16 @@ def test_dispatch_every_kind(tmp_path):
     mc.write_text('{"timestamp": 0, "input_length": 10, "output_length": 2, "hash_ids": [0]}\n')
     az = tmp_path / "az.csv"
     az.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6805900,374,44\n")
+    bg = tmp_path / "bg.csv"
+    bg.write_text("Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+                  "5,ChatGPT,472,18,490,Conversation log\n")
     loads = {
         "synthetic": load_trace({"kind": "synthetic", "sessions": 4, "seed": 1}),
         "sharegpt": load_trace({"kind": "sharegpt", "path": str(sg), "tokenizer": "chars:1",
                                 "think": {"median_s": 7, "sigma": 0}, "seed": 2}),
         "mooncake": load_trace({"kind": "mooncake", "path": str(mc), "jitter": False}),
         "azure": load_trace({"kind": "azure", "path": str(az)}),
+        "burstgpt": load_trace({"kind": "burstgpt", "path": str(bg)}),
         "jsonl": load_trace({"kind": "jsonl", "path": str(_jsonl(tmp_path)), "on_error": "skip"}),
     }
     assert set(loads) == set(traces.TRACE_KINDS)
@@ -72,7 +76,7 @@ def test_dispatch_every_kind(tmp_path):
 
 @pytest.mark.parametrize("spec, words", [
     ({}, "needs 'kind'"),
-    ({"kind": "burstgpt", "path": "x"}, "unknown kind 'burstgpt'"),
+    ({"kind": "vidur", "path": "x"}, "unknown kind 'vidur'"),
     ({"kind": "jsonl"}, "missing 'path'"),
     ({"kind": "jsonl", "path": "x", "seed": 1}, "unknown option(s) 'seed'"),
     ({"kind": "mooncake", "path": "x", "jiter": True}, "unknown option(s) 'jiter'"),
