@@ -153,9 +153,12 @@ def _with_labels(df: pd.DataFrame, labels: dict[str, Any]) -> pd.DataFrame:
 # Executors
 
 def run_points(points: Sequence[GridPoint], executor: ExecutorSpec, *, debug: bool = False,
-               show_progress: bool = True, source: str = "<experiment>") -> list[PointResult]:
+               show_progress: bool = True, source: str = "<experiment>",
+               on_result: Callable[[PointResult], None] | None = None) -> list[PointResult]:
     """Run every point and return results in the order of ``points``. A trace that fails to load
-    raises ConfigError naming ``source`` and the trace's key before anything runs."""
+    raises ConfigError naming ``source`` and the trace's key before anything runs. ``on_result``
+    hears of each point as soon as it is done (a checkpoint), whatever the executor."""
+    done = on_result or (lambda result: None)
     counts = {spec.key: _count_turns(spec, source)
               for spec in dict.fromkeys(p.trace for p in points)}  # each trace once, in grid order
     expected = [counts[p.trace.key] for p in points]
@@ -163,15 +166,15 @@ def run_points(points: Sequence[GridPoint], executor: ExecutorSpec, *, debug: bo
                dynamic_ncols=True, mininterval=0.1 if sys.stderr.isatty() else 5.0)
     try:
         if executor.kind == "ray":
-            return _run_ray(points, executor, debug, bar, expected, source)
+            return _run_ray(points, executor, debug, bar, expected, source, done)
         if executor.workers == 1 or len(points) == 1:
-            return _run_inline(points, debug, bar, expected)
-        return _run_pool(points, executor.workers, debug, bar, expected)
+            return _run_inline(points, debug, bar, expected, done)
+        return _run_pool(points, executor.workers, debug, bar, expected, done)
     finally:
         bar.close()
 
 
-def _run_inline(points, debug, bar, expected) -> list[PointResult]:
+def _run_inline(points, debug, bar, expected, done) -> list[PointResult]:
     out = []
     for i, p in enumerate(points):
         reported = [0]
@@ -181,6 +184,7 @@ def _run_inline(points, debug, bar, expected) -> list[PointResult]:
             bar.update(n)
 
         out.append(run_point(i, p, debug, progress))
+        done(out[-1])
         bar.update(max(0, expected[i] - reported[0]))  # rejected turns are never reported
     return out
 
@@ -231,7 +235,7 @@ def _stop_workers(pool: ProcessPoolExecutor) -> None:
             proc.join()
 
 
-def _run_pool(points, workers, debug, bar, expected) -> list[PointResult]:
+def _run_pool(points, workers, debug, bar, expected, done_hook) -> list[PointResult]:
     results: list[PointResult | None] = [None] * len(points)
     reported = [0] * len(points)
     ctx = multiprocessing.get_context("spawn")  # no fork of a process with threads (tqdm, Manager)
@@ -259,6 +263,7 @@ def _run_pool(points, workers, debug, bar, expected) -> list[PointResult]:
                     for f in sorted(done, key=futures.__getitem__):
                         i = futures[f]
                         results[i] = f.result()
+                        done_hook(results[i])
                         bar.update(max(0, expected[i] - reported[i]))
                         reported[i] = expected[i]
             except BaseException:
@@ -271,7 +276,8 @@ def _ray_task(index: int, point: GridPoint, debug: bool) -> PointResult:
     return run_point(index, point, debug)
 
 
-def _run_ray(points, executor: ExecutorSpec, debug, bar, expected, source) -> list[PointResult]:
+def _run_ray(points, executor: ExecutorSpec, debug, bar, expected, source,
+             done_hook) -> list[PointResult]:
     try:
         import ray
     except ImportError:
@@ -293,5 +299,6 @@ def _run_ray(points, executor: ExecutorSpec, debug, bar, expected, source) -> li
             cause = getattr(exc, "cause", None)
             raise (cause if isinstance(cause, PointError) else
                    PointError(f"grid point {i} ({points[i].describe()}) failed: {exc}")) from exc
+        done_hook(results[i])
         bar.update(expected[i])
     return results  # type: ignore[return-value]

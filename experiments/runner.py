@@ -1,12 +1,15 @@
 """Run a whole experiment: grid -> executor -> tables -> results folder (the API behind `kvsim run`)."""
 from __future__ import annotations
 
+import dataclasses
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
+from experiments.checkpoint import Checkpoints
 from experiments.executor import run_points, trace_info
 from experiments.results import WrittenResults, check_out_dir, collect, write_results
 from experiments.schema import Experiment
@@ -16,6 +19,7 @@ from experiments.schema import Experiment
 class RunOutcome:
     summary: pd.DataFrame     # summary.csv as a table
     written: WrittenResults   # where it all went
+    resumed: int = 0          # grid points an interrupted run of the same config had finished
 
 
 def default_out_dir(experiment: Experiment) -> Path:
@@ -23,14 +27,29 @@ def default_out_dir(experiment: Experiment) -> Path:
 
 
 def run_experiment(experiment: Experiment, out: str | os.PathLike | None = None, *,
-                   force: bool = False, show_progress: bool = True) -> RunOutcome:
+                   force: bool = False, show_progress: bool = True,
+                   fresh: bool = False) -> RunOutcome:
     """Run every grid point (plus the infinite-memory baselines when asked for) and write the
-    results folder. An existing ``out`` is refused up front unless ``force``."""
+    results folder. An existing ``out`` is refused up front unless ``force``. Each finished point
+    is checkpointed (``experiments.checkpoint``): a rerun after an interruption runs only the
+    points not yet done, unless ``fresh``."""
     out = check_out_dir(out if out is not None else default_out_dir(experiment), force)
     points = experiment.grid() + experiment.baseline_points()
-    results = run_points(points, experiment.executor, debug=experiment.debug,
-                         show_progress=show_progress, source=experiment.source)
+    ckpt = Checkpoints(out, experiment.debug)
+    if fresh:
+        ckpt.clear()
+    have = {i: r for i, p in enumerate(points) if (r := ckpt.load(p)) is not None}
+    todo = [p for i, p in enumerate(points) if i not in have]
+    if have and show_progress:
+        print(f"resuming: {len(have)} of {len(points)} grid points were done ({ckpt.dir})",
+              file=sys.stderr)
+    new = iter(run_points(todo, experiment.executor, debug=experiment.debug,
+                          show_progress=show_progress, source=experiment.source,
+                          on_result=ckpt.save) if todo else [])
+    results = [dataclasses.replace(have[i] if i in have else next(new), index=i)
+               for i in range(len(points))]
     tables = collect(results)
     infos = [trace_info(spec) for spec in experiment.trace_specs()]
     written = write_results(out, experiment, tables, force=force, traces=infos)
-    return RunOutcome(summary=tables.summary, written=written)
+    ckpt.clear()
+    return RunOutcome(summary=tables.summary, written=written, resumed=len(have))

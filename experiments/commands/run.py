@@ -24,6 +24,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--workers", type=_positive_int, metavar="N",
                    help="worker processes (overrides executor.workers)")
     p.add_argument("--force", action="store_true", help="replace an existing results folder")
+    p.add_argument("--fresh", action="store_true",
+                   help="start over: forget the grid points an interrupted run finished "
+                        "(kept in <out>.partial/ and otherwise reused)")
     p.add_argument("--debug", action="store_true",
                    help="check simulator invariants as it runs; show tracebacks")
     p.add_argument("--quiet", action="store_true",
@@ -46,9 +49,11 @@ def main(args: argparse.Namespace) -> int:
     if updates:
         exp = exp.with_overrides(**updates)
     out = args.out if args.out is not None else default_out_dir(exp)
-    outcome = run_experiment(exp, out, force=args.force, show_progress=not args.quiet)
+    outcome = run_experiment(exp, out, force=args.force, show_progress=not args.quiet,
+                             fresh=args.fresh)
     w = outcome.written
-    print(f"results: {w.out_dir}/ ({len(outcome.summary)} grid points; "
+    resumed = f", {outcome.resumed} resumed" if outcome.resumed else ""
+    print(f"results: {w.out_dir}/ ({len(outcome.summary)} grid points{resumed}; "
           f"{', '.join(str(f) for f in w.files if f.parent.name != 'plots')}, "
           f"{len(w.plots)} plots in plots/)")
     for note in w.notes:

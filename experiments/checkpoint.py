@@ -1,0 +1,58 @@
+"""Finished grid points of a sweep, kept on disk as each one completes, so that an interrupted
+sweep (Ctrl-C, SIGTERM, a killed worker, a crash) loses nothing it finished: the rerun of the
+same config takes them from here and runs only the rest.
+
+They live beside the results folder, in ``<out>.partial/``, one pickle per point named by a digest
+of everything that decides its result (the grid point itself, the debug flag, the kvsim version):
+a changed config or kvsim never reuses a stale point. Each file is written to a temporary name and
+renamed, so a point is either whole or absent. The folder goes once the results are written.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import pickle
+import shutil
+import tempfile
+from pathlib import Path
+
+from experiments.executor import PointResult
+from experiments.schema import GridPoint
+from experiments.version import kvsim_version
+
+
+def partial_dir(out: str | os.PathLike) -> Path:
+    out = Path(out)
+    return out.with_name(out.name + ".partial")
+
+
+class Checkpoints:
+    def __init__(self, out: str | os.PathLike, debug: bool = False) -> None:
+        self.dir = partial_dir(out)
+        self.debug = debug
+
+    def key(self, point: GridPoint) -> str:
+        text = repr((point, self.debug, kvsim_version()))
+        return hashlib.sha256(text.encode()).hexdigest()[:24]
+
+    def load(self, point: GridPoint) -> PointResult | None:
+        path = self.dir / f"{self.key(point)}.pkl"
+        if not path.is_file():
+            return None
+        with path.open("rb") as f:
+            got = pickle.load(f)
+        return got if isinstance(got, PointResult) and got.point == point else None
+
+    def save(self, result: PointResult) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".point-", dir=self.dir)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                pickle.dump(result, f, protocol=pickle.HIGHEST_PROTOCOL)
+            os.replace(tmp, self.dir / f"{self.key(result.point)}.pkl")
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+    def clear(self) -> None:
+        shutil.rmtree(self.dir, ignore_errors=True)
