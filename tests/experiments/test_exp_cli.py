@@ -38,7 +38,9 @@ def test_bad_config_exits_2_with_one_line(write_yaml, capsys):
 
 def test_missing_config_exits_2(tmp_path, capsys):
     assert main(["run", str(tmp_path / "nope.yaml")]) == 2
-    assert capsys.readouterr().err.strip() == f"kvsim: error: {tmp_path / 'nope.yaml'}: no such file"
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"kvsim: error: {tmp_path / 'nope.yaml'}: no such file, and not a bundled")
+    assert "\n" not in err and "quickstart" in err
 
 
 def test_bad_workers_is_a_usage_error(capsys):

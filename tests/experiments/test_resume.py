@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-import experiments.executor as executor
+from experiments import executor
 from experiments.checkpoint import partial_dir
 from experiments.runner import run_experiment
 from experiments.schema import parse_experiment
