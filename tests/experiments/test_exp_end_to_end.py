@@ -129,8 +129,9 @@ def test_worker_failure_names_the_point_and_leaves_no_results(tmp_path, monkeypa
                                          r"RuntimeError: boom policy cannot be built"):
         run_experiment(load_experiment(cfg), out, show_progress=False)
     assert not out.exists()
-    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith("__")) == [
-        "boom.yaml", "boom_policy.py"]
+    # no results folder; the points that finished (lru's) wait in out.partial for a rerun
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith("__")) in (
+        ["boom.yaml", "boom_policy.py"], ["boom.yaml", "boom_policy.py", "out.partial"])
 
 
 def test_single_turn_sessions_at_finite_memory_finish_with_a_note(tmp_path, capsys):

@@ -95,7 +95,9 @@ def test_failure_while_writing_leaves_no_out_folder(fake_backend, tiny_yaml, tmp
     with pytest.raises(RuntimeError, match="plotting failed"):
         run_experiment(load_experiment(tiny_yaml), out, show_progress=False)
     assert not out.exists()
-    assert [p.name for p in tmp_path.iterdir()] == ["exp.yaml"]  # the temporary folder is gone
+    # the temporary folder is gone; the finished points wait in out.partial for a rerun
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["exp.yaml", "out.partial"]
+    assert all(p.suffix == ".pkl" for p in (tmp_path / "out.partial").iterdir())
 
 
 def test_failure_while_simulating_leaves_no_out_folder(fake_backend, write_yaml, tmp_path):
@@ -130,7 +132,7 @@ def test_forced_replacement_that_fails_keeps_the_old_results(fake_backend, tiny_
     with pytest.raises(OSError, match="disk full"):
         run_experiment(load_experiment(tiny_yaml), out, force=True, show_progress=False)
     assert (out / "keep.txt").read_text() == "old"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["exp.yaml", "out"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["exp.yaml", "out", "out.partial"]
 
 
 def _summary_rows(jain_b: float) -> pd.DataFrame:
