@@ -7,8 +7,8 @@
 * ``ttft_cdf.png``: TTFT CDF per policy at the smallest GPU capacity (log x).
 
 Every figure has one panel per combination of the other grid dimensions that vary (trace, model,
-hardware, evict_unit, block_tokens, cpu_kv_gb); seeds are averaged (lines show the mean and a band
-from the lowest to the highest seed). Rows with gpu_kv_gb = inf (the infinite-memory baseline) are
+hardware, evict_unit, block_tokens, cpu_kv_gb); seeds are averaged (lines show the mean and a band:
+the 95 % confidence interval of the mean over seeds, ``seed_interval``). Rows with gpu_kv_gb = inf (the infinite-memory baseline) are
 left out of the capacity axes.
 
 What the data cannot support is skipped or marked, never an error: a figure whose metric is undefined
@@ -70,6 +70,26 @@ def make_plots(summary: pd.DataFrame, turns: pd.DataFrame, out_dir: str | Path,
 
 
 # ---------------------------------------------------------------------------------------------
+
+# Student's t, 97.5 % quantile, for 1..30 degrees of freedom (beyond: the normal's 1.96).
+_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
+         2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
+         2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+
+
+def seed_interval(values) -> tuple[float, float]:
+    """The 95 % confidence interval of the mean over seeds (Student's t); the value itself when
+    there is one seed. NaNs (undefined metrics) are left out."""
+    v = np.asarray(values, dtype=float)
+    v = v[np.isfinite(v)]
+    if v.size == 0:
+        return math.nan, math.nan
+    if v.size == 1:
+        return float(v[0]), float(v[0])
+    t = _T975[v.size - 2] if v.size - 1 <= len(_T975) else 1.96
+    half = t * float(v.std(ddof=1)) / math.sqrt(v.size)
+    return float(v.mean()) - half, float(v.mean()) + half
+
 
 def _facets(df: pd.DataFrame) -> list[tuple[str, dict]]:
     """(title, {dim: value}) per combination of the varying non-capacity dimensions."""
@@ -170,14 +190,15 @@ def _line_plot(df: pd.DataFrame, facets, policies, metric: str, title: str, ylab
         sub = _select(df, where)
         drawn = False
         for i, pol in enumerate(policies):
-            g = sub[sub["policy"] == pol].groupby("gpu_kv_gb")[metric].agg(["mean", "min", "max"])
+            g = sub[sub["policy"] == pol].groupby("gpu_kv_gb")[metric].agg(
+                ["mean", ("lo", lambda v: seed_interval(v)[0]), ("hi", lambda v: seed_interval(v)[1])])
             if g.empty or g["mean"].isna().all():
                 continue
             drawn = True
             color = f"C{i % 10}"
             (line,) = ax.plot(g.index, g["mean"], color=color, label=pol, **_line_style(i))
-            if (g["max"] > g["min"]).any():
-                ax.fill_between(g.index, g["min"], g["max"], color=color, alpha=0.15)
+            if (g["hi"] > g["lo"]).any():       # seeds: the 95 % confidence interval of the mean
+                ax.fill_between(g.index, g["lo"], g["hi"], color=color, alpha=0.15)
             handles.setdefault(pol, line)
         if target is not None:
             t = ax.axhline(target[0], color="0.35", ls="--", lw=1)
