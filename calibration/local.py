@@ -13,12 +13,26 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from costmodels import (CostModel, OverlapTerm, Profile, ProfileMeta, TermValidation, analytic_profile,
-                        get_hardware)
+from costmodels import (
+    CostModel,
+    OverlapTerm,
+    Profile,
+    ProfileMeta,
+    TermValidation,
+    analytic_profile,
+    get_hardware,
+)
 
 from .fit import RateLimits, TermFit, fit_term
 from .measure import Measurements
-from .profile_writer import ProfileFits, build_profile, model_note, pensieve_lines, report_lines, validation_entry
+from .profile_writer import (
+    ProfileFits,
+    build_profile,
+    model_note,
+    pensieve_lines,
+    report_lines,
+    validation_entry,
+)
 from .samples import Sample
 from .validate import TermReport, transfer_check, validate_term
 

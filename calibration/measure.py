@@ -16,7 +16,13 @@ from .env import EnvInfo, collect, flashinfer_version
 from .grids import Grid, shuffled
 from .measure_attention import AttentionBackend, measure_decode, measure_prefill
 from .measure_copy import OverlapResult, measure_copy, measure_overlap
-from .measure_gemm import LayerWeights, dtype_bytes, gemm_closure, lm_head_closure, measure_token_level
+from .measure_gemm import (
+    LayerWeights,
+    dtype_bytes,
+    gemm_closure,
+    lm_head_closure,
+    measure_token_level,
+)
 from .samples import Sample, Shape, shard, with_dtype_bytes
 from .timing import TimingConfig, make_timer
 

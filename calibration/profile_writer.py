@@ -12,8 +12,18 @@ import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from costmodels import (CopyTerm, CostModel, DecodeAttnTerm, LinearTerm, ModelSpec, OverlapTerm,
-                        PrefillAttnTerm, Profile, ProfileMeta, TermValidation)
+from costmodels import (
+    CopyTerm,
+    CostModel,
+    DecodeAttnTerm,
+    LinearTerm,
+    ModelSpec,
+    OverlapTerm,
+    PrefillAttnTerm,
+    Profile,
+    ProfileMeta,
+    TermValidation,
+)
 
 from .fit import ElementwiseFit, GemmFit
 from .validate import TermReport

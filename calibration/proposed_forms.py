@@ -26,7 +26,7 @@ import numpy as np
 
 from .fit import TermFit, _nonneg_rel_lstsq
 from .samples import Sample
-from .validate import (ErrorStats, Split, TermReport, extrapolation_split, random_split)
+from .validate import ErrorStats, Split, TermReport, extrapolation_split, random_split
 
 SM_COUNT = {"a100-sxm": 108, "h100-sxm": 132, "h200": 132, "a6000": 84}
 Q_TILE = 128

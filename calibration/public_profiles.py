@@ -20,15 +20,29 @@ from pathlib import Path
 
 import numpy as np
 
-from costmodels import (BatchShape, CostModel, DecodeAttnTerm, Profile, ProfileMeta, TermValidation,
-                        analytic_profile, get_hardware, get_model)
+from costmodels import (
+    BatchShape,
+    CostModel,
+    DecodeAttnTerm,
+    Profile,
+    ProfileMeta,
+    TermValidation,
+    analytic_profile,
+    get_hardware,
+    get_model,
+)
 
 from .fit import RateLimits, TermFit, fit_term
-from .profile_writer import ProfileFits, build_profile, pensieve_lines, report_lines, validation_entry
+from .profile_writer import (
+    ProfileFits,
+    build_profile,
+    pensieve_lines,
+    report_lines,
+    validation_entry,
+)
 from .public_tables import FILES, SOURCES, PublicSource, default_data_dir
 from .samples import Sample
-from .validate import (TermReport, evaluate, leave_out_split, score, transfer_check,
-                       validate_term)
+from .validate import TermReport, evaluate, leave_out_split, score, transfer_check, validate_term
 
 # Calibration targets (held-out MAPE): a term over its target is reported as missed, never hidden.
 TARGETS = {"gemm": 0.05, "linear": 0.05, "prefill_attn": 0.05, "decode_attn": 0.10}

@@ -28,8 +28,14 @@ import numpy as np
 
 from costmodels import BatchShape, CostModel, ModelSpec, Profile
 
-from .measure_attention import (AttentionBackend, flashinfer_decode_closure, flashinfer_prefill_closure,
-                                gather_decode_closure, sdpa_decode_closure, sdpa_prefill_closure)
+from .measure_attention import (
+    AttentionBackend,
+    flashinfer_decode_closure,
+    flashinfer_prefill_closure,
+    gather_decode_closure,
+    sdpa_decode_closure,
+    sdpa_prefill_closure,
+)
 from .measure_gemm import LayerWeights, elementwise_closure, gemm_closure
 from .validate import ErrorStats
 

@@ -15,8 +15,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .hardware import HardwareSpec
-from .profile import (CopyTerm, DecodeAttnTerm, LinearTerm, OverlapTerm, PrefillAttnTerm, Profile,
-                      ProfileMeta)
+from .profile import (
+    CopyTerm,
+    DecodeAttnTerm,
+    LinearTerm,
+    OverlapTerm,
+    PrefillAttnTerm,
+    Profile,
+    ProfileMeta,
+)
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,10 +3,10 @@ and pyproject's explicit package list names every package folder we ship."""
 from __future__ import annotations
 
 import importlib
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
 TOP = ("sim", "costmodels", "traces", "calibration", "experiments")

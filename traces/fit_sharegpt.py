@@ -31,8 +31,15 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from traces.conversation import (Message, PairStats, TurnTokens, join_pieces, pair_turns,
-                                 role_kind, split_record_id)
+from traces.conversation import (
+    Message,
+    PairStats,
+    TurnTokens,
+    join_pieces,
+    pair_turns,
+    role_kind,
+    split_record_id,
+)
 from traces.dists import LogNormalMix
 from traces.records import TraceError
 

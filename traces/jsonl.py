@@ -16,8 +16,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
 
-from traces.records import (Session, TraceError, TraceLoad, Turn, check_on_error, sort_sessions,
-                            validate_session)
+from traces.records import (
+    Session,
+    TraceError,
+    TraceLoad,
+    Turn,
+    check_on_error,
+    sort_sessions,
+    validate_session,
+)
 
 REQUIRED_KEYS = ("session_id", "turn", "prompt_tokens", "output_tokens")
 OPTIONAL_KEYS = ("arrival_s", "think_s", "priority", "prefix_hashes", "block_tokens")

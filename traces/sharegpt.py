@@ -22,8 +22,15 @@ from pathlib import Path
 
 import numpy as np
 
-from traces.conversation import KNOWN_ROLES, Message, PairStats, join_pieces, pair_turns, role_kind, \
-    split_record_id
+from traces.conversation import (
+    KNOWN_ROLES,
+    Message,
+    PairStats,
+    join_pieces,
+    pair_turns,
+    role_kind,
+    split_record_id,
+)
 from traces.dists import ThinkTime
 from traces.records import Session, TraceError, TraceLoad, Turn, check_on_error, sort_sessions
 from traces.synthetic import SyntheticConfig, poisson_starts

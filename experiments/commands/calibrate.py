@@ -176,15 +176,20 @@ def _fit(args: argparse.Namespace) -> int:
 def _forward(args: argparse.Namespace) -> int:
     import dataclasses
 
-    from calibration.measure_attention import AttentionBackend
+    import torch
+
     from calibration.env import flashinfer_version
+    from calibration.measure_attention import AttentionBackend
     from calibration.timing import TimingConfig, make_timer
-    from calibration.validate_forward import RecordingCostModel, format_report, replay, write_points_csv
+    from calibration.validate_forward import (
+        RecordingCostModel,
+        format_report,
+        replay,
+        write_points_csv,
+    )
     from costmodels import get_model, load_profile
     from sim import EngineConfig, MemoryConfig, simulate
     from traces import SyntheticConfig, generate_synthetic
-
-    import torch
 
     if not args.profile:
         raise ValueError("calibrate forward needs --profile")

@@ -7,12 +7,30 @@ import math
 import numpy as np
 import pytest
 
-from calibration.fit import RATE_CAP, ElementwiseFit, GemmFit, RateLimits, fit_term, predict, predict_linear
+from calibration.fit import (
+    RATE_CAP,
+    ElementwiseFit,
+    GemmFit,
+    RateLimits,
+    fit_term,
+    predict,
+    predict_linear,
+)
 from calibration.profile_writer import ProfileFits, build_profile
 from calibration.samples import Sample, Shape, Timing, shard
-from calibration.validate import (ErrorStats, extrapolation_split, random_split, validate_term)
-from costmodels import (BatchShape, CopyTerm, CostModel, DecodeAttnTerm, PrefillAttnTerm, ProfileMeta,
-                        analytic_profile, attention_pairs, get_hardware, get_model)
+from calibration.validate import ErrorStats, extrapolation_split, random_split, validate_term
+from costmodels import (
+    BatchShape,
+    CopyTerm,
+    CostModel,
+    DecodeAttnTerm,
+    PrefillAttnTerm,
+    ProfileMeta,
+    analytic_profile,
+    attention_pairs,
+    get_hardware,
+    get_model,
+)
 
 LLAMA = get_model("llama-3-8b")
 NOISE = 0.02   # 2 % lognormal noise on every synthetic median

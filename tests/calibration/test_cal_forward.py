@@ -45,10 +45,11 @@ def test_recording_cost_model_sees_simulated_iterations(tiny_model_path) -> None
 
 def test_forward_replay_on_cpu(cpu_calibration, tiny_model_path, tmp_path) -> None:
     pytest.importorskip("torch")
+    import dataclasses
+
     from calibration.measure_attention import AttentionBackend
     from calibration.timing import TimingConfig, make_timer
     from calibration.validate_forward import format_report, replay, write_points_csv
-    import dataclasses
     _, path, _, _ = cpu_calibration
     profile = load_profile(str(path))
     model = dataclasses.replace(get_model(str(tiny_model_path)), dtype_bytes=4)   # measured in fp32

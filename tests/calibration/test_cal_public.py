@@ -8,7 +8,6 @@ so a miss is never loosened silently. The committed profiles must equal what the
 from __future__ import annotations
 
 import pytest
-
 from cal_helpers import DATA, needs_data
 
 pytestmark = [pytest.mark.data, needs_data]

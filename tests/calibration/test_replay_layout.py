@@ -15,7 +15,7 @@ from sim.paged_layout import PagedLayout
 
 torch = pytest.importorskip("torch")
 
-from calibration.replay_layout import (
+from calibration.replay_layout import (  # noqa: E402  (after the torch skip)
     compare,
     main,
     predicted,

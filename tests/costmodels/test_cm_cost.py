@@ -7,8 +7,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from costmodels import (BatchShape, CostModel, IterationCost, attention_pairs, cost_model,
-                        get_model, load_profile, pipelined_time)
+from costmodels import (
+    BatchShape,
+    CostModel,
+    IterationCost,
+    attention_pairs,
+    cost_model,
+    get_model,
+    load_profile,
+    pipelined_time,
+)
 
 # Analytic H100 constants, from the datasheet figures and the stated Level-0 efficiencies.
 H100_BW, H100_F = 3.35e12, 989.4e12
@@ -225,6 +233,7 @@ def test_batch_shape_rules() -> None:
 
 def test_decode_step_s_equals_iteration_to_the_last_bit():
     import random
+
     from costmodels import BatchShape, cost_model
     rng = random.Random(5)
     for model, hw in (("llama-3-8b", "h100-sxm"), ("llama-2-13b", "a100-sxm"), ("qwen2.5-7b", "h200")):

@@ -7,8 +7,14 @@ import pytest
 import yaml
 
 import costmodels.profile as profile_mod
-from costmodels import (Profile, TermValidation, analytic_profile, get_hardware, load_profile,
-                        save_profile)
+from costmodels import (
+    Profile,
+    TermValidation,
+    analytic_profile,
+    get_hardware,
+    load_profile,
+    save_profile,
+)
 
 
 @pytest.mark.parametrize("name", ["h100-sxm", "h100", "H100", "analytic-h100-sxm"])

@@ -4,9 +4,8 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
-import pytest
-
 import exp_fakes
+import pytest
 from exp_fakes import TINY
 
 

@@ -7,7 +7,7 @@ import pytest
 
 from experiments import executor
 from experiments.executor import PointError, run_point, run_points
-from experiments.schema import ConfigError, ExecutorSpec, LABEL_COLUMNS, load_experiment
+from experiments.schema import LABEL_COLUMNS, ConfigError, ExecutorSpec, load_experiment
 from sim.metrics import SUMMARY_COLUMNS
 from sim.results import TURN_COLUMNS
 

@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from pol_helpers import CLASSIC, first_difference, lcs_cache, lcs_hit_flags, mooncake_blocks, stream
 
-from pol_helpers import (CLASSIC, first_difference, lcs_cache, lcs_hit_flags, mooncake_blocks,
-                         stream)
 from sim.cachesim import CacheSim, simulate_cache, stream_from_arrays
 
 pytest.importorskip("libcachesim")

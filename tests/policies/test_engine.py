@@ -3,9 +3,9 @@ pressure, session and block units, and the same result twice (the policies are d
 from __future__ import annotations
 
 import pytest
+from pol_helpers import CLASSIC
 
 from costmodels import cost_model
-from pol_helpers import CLASSIC
 from sim import EngineConfig, MemoryConfig, simulate
 from sim.config import GIB
 from traces import load_trace

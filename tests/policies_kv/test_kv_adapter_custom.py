@@ -139,6 +139,7 @@ def test_custom_policy_runs_through_simulate():
 def test_custom_policy_random_traffic_matches_brute_force():
     pol = policy_class(CUSTOM)(Ctx())
     view = pol.view
-    key = lambda uid, r, now, recs: (-view.session(uid).tokens, view.session(uid).index,
-                                     -view.first_page(uid))
+    def key(uid, r, now, recs):
+        return -view.session(uid).tokens, view.session(uid).index, -view.first_page(uid)
+
     assert run_random(pol, key, seed=13) > 100

@@ -9,8 +9,14 @@ import pandas as pd
 import pytest
 
 from sim.config import GIB
-from sim.metrics import (SUMMARY_COLUMNS, jain_index, session_table, summarize, targets,
-                         weighted_percentile)
+from sim.metrics import (
+    SUMMARY_COLUMNS,
+    jain_index,
+    session_table,
+    summarize,
+    targets,
+    weighted_percentile,
+)
 from sim.results import TURN_COLUMNS, EngineStats, SimResult
 
 

@@ -6,8 +6,15 @@ import dataclasses
 import numpy as np
 import pytest
 
-from traces import LogNormalMix, SyntheticConfig, ThinkTime, TraceError, generate_synthetic, load_trace
-from traces import validate_session
+from traces import (
+    LogNormalMix,
+    SyntheticConfig,
+    ThinkTime,
+    TraceError,
+    generate_synthetic,
+    load_trace,
+    validate_session,
+)
 from traces.synthetic import load_fit
 
 
