@@ -13,7 +13,15 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from traces.records import Session, TraceError, TraceLoad, Turn, check_on_error, sort_sessions
+from traces.records import (
+    Session,
+    TraceLoad,
+    Turn,
+    check_on_error,
+    raise_first_problem,
+    read_csv_columns,
+    sort_sessions,
+)
 
 COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 
@@ -37,18 +45,11 @@ def load_azure(path: str | Path, on_error: str = "raise", max_rows: int | None =
     """Load an Azure 2023 CSV as one single-turn session per request."""
     check_on_error(on_error)
     path = Path(path)
-    try:
-        df = pd.read_csv(path, dtype=str, keep_default_na=False, nrows=max_rows)
-    except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError) as e:
-        raise TraceError(f"{path}: cannot read CSV: {e}") from e
-    missing = [c for c in COLUMNS if c not in df.columns]
-    if missing:
-        raise TraceError(f"{path.name}:1: missing column(s) {missing}; expected {list(COLUMNS)}")
+    df = read_csv_columns(path, COLUMNS, max_rows)
     ts, ctx, gen, problem = _row_problems(df)
     bad = problem != ""
-    if bad.any() and on_error == "raise":
-        i = int(np.flatnonzero(bad.to_numpy())[0])
-        raise TraceError(f"{path.name}:{i + 2}: {problem.iloc[i]}")  # +2: header line, 1-based
+    if on_error == "raise":
+        raise_first_problem(path, problem)
     good = ~bad
     ts, ctx, gen = ts[good], ctx[good].astype(np.int64), gen[good].astype(np.int64)
     t0 = ts.min() if len(ts) else None

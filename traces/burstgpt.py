@@ -31,6 +31,8 @@ from traces.records import (
     TraceLoad,
     Turn,
     check_on_error,
+    raise_first_problem,
+    read_csv_columns,
     sort_sessions,
 )
 
@@ -68,19 +70,11 @@ def load_burstgpt(path: str | Path, on_error: str = "raise", log_type: str = "al
     if log_type not in LOG_TYPES:
         raise TraceError(f"trace.log_type must be one of {', '.join(LOG_TYPES)}, got {log_type!r}")
     path = Path(path)
-    try:
-        df = pd.read_csv(path, dtype=str, keep_default_na=False, nrows=max_rows)
-    except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError) as e:
-        raise TraceError(f"{path}: cannot read CSV: {e}") from e
-    missing = [c for c in COLUMNS if c not in df.columns]
-    if missing:
-        raise TraceError(f"{path.name}:1: missing column(s) {missing}; expected {list(COLUMNS)}"
-                         f" (and optionally {SESSION_COLUMN!r})")
+    df = read_csv_columns(path, COLUMNS, max_rows, also=f"and optionally {SESSION_COLUMN!r}")
     ts, ints, problem = _problems(df)
     bad = problem != ""
-    if bad.any() and on_error == "raise":
-        i = int(np.flatnonzero(bad.to_numpy())[0])
-        raise TraceError(f"{path.name}:{i + 2}: {problem.iloc[i]}")   # +2: header, 1-based
+    if on_error == "raise":
+        raise_first_problem(path, problem)
     keep = ~bad
     failed = keep & (ints["Response tokens"] == 0)
     keep &= ~failed

@@ -6,7 +6,9 @@ and/or an absolute ``arrival_s`` (open-loop replay). The replay mode picks which
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Iterable
 
 
@@ -115,3 +117,29 @@ def scale_time(load: TraceLoad, factor: float) -> TraceLoad:
 
     sessions = tuple(replace(s, turns=tuple(turn(t) for t in s.turns)) for s in load.sessions)
     return replace(load, sessions=sessions, info={**load.info, "time_scale": factor})
+
+
+def read_csv_columns(path: Path, columns: Sequence[str], max_rows: int | None = None,
+                     also: str = ""):
+    """A CSV read as strings (the loader parses and checks each column), or a TraceError naming
+    the file: unreadable, or missing one of ``columns`` (``also``: what else it may hold)."""
+    import pandas as pd
+
+    try:
+        df = pd.read_csv(path, dtype=str, keep_default_na=False, nrows=max_rows)
+    except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError) as e:
+        raise TraceError(f"{path}: cannot read CSV: {e}") from e
+    missing = [c for c in columns if c not in df.columns]
+    if missing:
+        raise TraceError(f"{path.name}:1: missing column(s) {missing}; expected {list(columns)}"
+                         + (f" ({also})" if also else ""))
+    return df
+
+
+def raise_first_problem(path: Path, problem) -> None:
+    """With on_error="raise": the first row whose problem (a Series of messages, '' for a good
+    row) is not empty, as a TraceError naming the file and line (header is line 1)."""
+    bad = (problem != "").to_numpy()
+    if bad.any():
+        i = int(bad.argmax())
+        raise TraceError(f"{path.name}:{i + 2}: {problem.iloc[i]}")
