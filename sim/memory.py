@@ -174,13 +174,16 @@ class TieredMemory:
         self.policy[CPU].insert_many(range(base, base + count), now, True)
         return True
 
+    def unreserve(self, nbytes: int) -> None:
+        """Give back ``nbytes`` that ``reserve`` held."""
+        if not 0 <= nbytes <= self.reserved:
+            raise AssertionError(f"unreserve of {nbytes} bytes with {self.reserved} reserved")
+        self.used[GPU] -= nbytes
+        self.reserved -= nbytes
+
     def reserve(self, nbytes: int, now: float) -> bool:
         """Hold ``nbytes`` of GPU memory outside the KV pages (ring buffers, page metadata),
         evicting to make room; False (and no change) when it cannot be made."""
-        if nbytes <= 0:
-            self.used[GPU] += nbytes
-            self.reserved += nbytes
-            return True
         if self.capacity[GPU] - self.used[GPU] < nbytes and not self.make_room(nbytes, now):
             return False
         self.used[GPU] += nbytes

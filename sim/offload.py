@@ -20,7 +20,13 @@ import numpy as np
 
 from costmodels import CostModel
 from costmodels.ring_buffer import ring_buffer_timeline
-from costmodels.sparse_decode import layer_page_bytes, metadata_bytes_per_page_layer
+from costmodels.sparse_decode import (
+    layer_page_bytes,
+    metadata_bytes,
+    metadata_bytes_per_page_layer,
+    ring_buffer_bytes,
+    round_counts,
+)
 from sim.config import SparseConfig
 
 
@@ -31,8 +37,8 @@ class SparseOffload:
         model = cost.model
         self.layers = model.num_layers
         self.layer_page = layer_page_bytes(model, block_tokens)
-        self.meta_page = self.layers * metadata_bytes_per_page_layer(model)  # GPU bytes per CPU page
-        self.ring_bytes = cfg.ring_slots * self.layer_page                    # per decoding sequence
+        self.meta_page = metadata_bytes(model, 1)                           # GPU bytes per CPU page
+        self.ring_bytes = ring_buffer_bytes(model, block_tokens, cfg.ring_slots, 1)  # per sequence
         self._scan_s_per_page = (metadata_bytes_per_page_layer(model)
                                  / cost.profile.decode_attn.kv_bw_Bps)
         self.by_selected: Counter[int] = Counter()   # selected pages -> decoding sequences
@@ -76,13 +82,9 @@ class SparseOffload:
     # -- prices ----------------------------------------------------------------------------------
     def _rounds(self) -> tuple[int, ...]:
         """Sequences in round j: those that select more than j pages."""
-        out, alive = [], sum(self.by_selected.values())
-        prev = 0
-        for k in sorted(self.by_selected):
-            out.extend([alive] * (k - prev))
-            alive -= self.by_selected[k]
-            prev = k
-        return tuple(c for c in out if c)
+        selected = np.repeat(np.fromiter(self.by_selected, dtype=np.int64),
+                             np.fromiter(self.by_selected.values(), dtype=np.int64))
+        return tuple(round_counts(selected).tolist())
 
     def _ring_ab(self) -> tuple[float, float]:
         if self._ab is not None:

@@ -512,7 +512,8 @@ class Scheduler:
                 run.growing = True
                 self.dec_grow += 1
                 if run.cap - tokens < remaining:     # it reaches the cap before it completes
-                    self._due(self._cap_due, self._cap_steps, self.step + run.cap - tokens, run)
+                    self._due(self._cap_due, self._cap_steps, self.step + run.cap - tokens, run,
+                              run.epoch)
             first_page_step = self.step + 1 + (-tokens) % self.bt
             if first_page_step <= self.step + remaining and \
                     run.tokens_at(first_page_step) < run.cap:
@@ -561,7 +562,7 @@ class Scheduler:
     def _end_offload(self, run: TurnRun) -> None:
         if run.cpu_pages >= 0:
             self.offload.remove(run.cpu_pages)
-            self.mem.reserve(-self.offload.reserve_bytes(run.cpu_pages), 0.0)
+            self.mem.unreserve(self.offload.reserve_bytes(run.cpu_pages))
             run.cpu_pages = -1
 
     def _stop_growing(self, run: TurnRun) -> None:
@@ -582,20 +583,17 @@ class Scheduler:
         return heap[0] if heap else 1 << 62
 
     @staticmethod
-    def _due(buckets: dict, heap: list[int], step: int, run: TurnRun) -> None:
+    def _due(buckets: dict, heap: list[int], step: int, run: TurnRun, epoch: int) -> None:
+        """File ``run`` (as of ``epoch``: a preemption makes it stale) under ``step``."""
         if step not in buckets:
             heapq.heappush(heap, step)
-        buckets[step].append((run, run.epoch))
+        buckets[step].append((run, epoch))
 
     def _due_page(self, step: int, run: TurnRun, epoch: int) -> None:
-        if step not in self._page_due:
-            heapq.heappush(self._page_steps, step)
-        self._page_due[step].append((run, epoch))
+        self._due(self._page_due, self._page_steps, step, run, epoch)
 
     def _due_finish(self, step: int, run: TurnRun) -> None:
-        if step not in self._finish_due:
-            heapq.heappush(self._finish_steps, step)
-        self._finish_due[step].append((run, run.epoch))
+        self._due(self._finish_due, self._finish_steps, step, run, run.epoch)
 
     def _next_finish_step(self) -> int:
         heap = self._finish_steps
