@@ -134,8 +134,6 @@ def run_point(index: int, point: GridPoint, debug: bool = False,
         summary = summarize(result)
         layers = costmodels.get_model(point.model).num_layers
         summary.update(budget_quality(result, point.budget, layers, point.seed))
-        summary["decode_h2d_gb"] = result.stats.decode_h2d_bytes / 2**30
-        summary["gpu_reserved_peak_gb"] = result.stats.gpu_reserved_peak_bytes / 2**30
         return PointResult(index=index, point=point, labels=labels, summary=summary,
                            turns=_with_labels(result.turns, labels),
                            sessions=_with_labels(session_table(result), labels))

@@ -44,7 +44,7 @@ SUMMARY_COLUMNS: tuple[str, ...] = (
     "e2e_p50_s", "e2e_p90_s", "e2e_p99_s",
     "throughput_tok_s",
     "evict_calls", "evict_us_p50", "evict_us_p99",
-    "gpu_util", "gpu_peak_gb", "swap_in_gb", "swap_out_gb",
+    "gpu_util", "gpu_peak_gb", "swap_in_gb", "swap_out_gb", "decode_h2d_gb", "gpu_reserved_peak_gb",
     "recompute_tokens", "preemptions", "preempt_recompute_tokens",
     "sim_time_s", "wall_s",
 )
@@ -179,6 +179,8 @@ def summarize(result: SimResult) -> dict[str, Any]:
         "gpu_peak_gb": float(getattr(s, "gpu_peak_bytes", math.nan)) / GIB,
         "swap_in_gb": s.swap_in_bytes / GIB,
         "swap_out_gb": s.swap_out_bytes / GIB,
+        "decode_h2d_gb": getattr(s, "decode_h2d_bytes", 0.0) / GIB,          # decode from CPU
+        "gpu_reserved_peak_gb": getattr(s, "gpu_reserved_peak_bytes", 0) / GIB,  # its ring, metadata
         "recompute_tokens": int(t["recomputed_tokens"].sum()),
         "preemptions": int(s.preemptions),
         "preempt_recompute_tokens": int(s.preempt_recompute_tokens),
