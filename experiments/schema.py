@@ -175,6 +175,8 @@ class MemorySpec(_Strict):
     evict_unit: Annotated[list[Literal[EVICT_UNITS]],
                           Field(min_length=1), AfterValidator(_no_duplicates)] = Field(
         default=["block"], description="session | block | layer_block (one page of one layer)")
+    prefix_sharing: StrictBool = Field(
+        default=True, description="equal prefix hashes of a trace share one KV across sessions")
 
     wrap_lists = field_validator("gpu_kv_gb", "cpu_kv_gb", "block_tokens", "evict_unit",
                             mode="before")(_as_list)
@@ -323,7 +325,8 @@ class Experiment(_Strict):
                                   m.cpu_kv_gb, self.policies, m.gpu_kv_gb, self.seeds):
             if sparse.kind != "off" and cpu == 0:
                 continue        # decode from CPU memory needs a CPU tier: no such run
-            mem = MemoryConfig(gpu_kv_gb=gpu, cpu_kv_gb=cpu, block_tokens=bt, evict_unit=unit)
+            mem = MemoryConfig(gpu_kv_gb=gpu, cpu_kv_gb=cpu, block_tokens=bt, evict_unit=unit,
+                               prefix_sharing=m.prefix_sharing)
             engine = EngineConfig(**opts, pipelining=pipe)
             points.append(GridPoint(self.name, trace, model, hw, mem, engine, policy, seed,
                                     budget.config(), sparse.config()))

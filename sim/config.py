@@ -19,6 +19,7 @@ class MemoryConfig:
     cpu_kv_gb: float = 0.0           # CPU swap tier in GiB (0: no CPU tier, evictions drop)
     block_tokens: int = 16           # page size in tokens; a session's last page counts whole
     evict_unit: str = "block"        # session | block | layer_block (the eviction granularity)
+    prefix_sharing: bool = True      # equal prefix hashes of a trace share one KV (``sim.prefix``)
 
     def __post_init__(self) -> None:
         if not (self.gpu_kv_gb > 0):

@@ -27,12 +27,12 @@ def check_invariants(sched) -> None:
             raise AssertionError(f"{where}: pinned={sess.pinned} but running={run is not None}")
         size = mem.unit_size(sess)
         ppu = sess.unit_pages if view.per_session else 1
-        counts = [0, 0, 0]
+        counts = [0, 0, 0, 0]
         for idx, t in enumerate(sess.tier):
-            if t not in (Tier.GPU, Tier.CPU, Tier.DROPPED):
+            if t not in (Tier.GPU, Tier.CPU, Tier.DROPPED, Tier.SHARED):
                 raise AssertionError(f"{where}: unit {idx} has no tier ({t})")
             counts[t] += ppu
-            if t == Tier.DROPPED:
+            if t == Tier.DROPPED or t == Tier.SHARED:     # a SHARED page's bytes are the pool's
                 continue
             uid = uid_of(sess.index, idx)
             in_policy = uid in mem.policy[t]
@@ -61,6 +61,9 @@ def check_invariants(sched) -> None:
         if sum(counts) < need:
             raise AssertionError(f"{where}: {tokens} tokens need {need} unit pages, units cover "
                                  f"{sum(counts)}")
+    share = getattr(sched, "share", None)
+    if share is not None:
+        _check_shared(share, running)
     decoding = list(sched.running.values())     # checked after an iteration: all decode
     ctx = sum(run.tokens_at(sched.step) for run in decoding)
     if ctx != sched.dec_ctx or len(decoding) != sched.dec_seqs:
@@ -113,3 +116,26 @@ def check_invariants(sched) -> None:
         if candidates[tier] != len(mem.policy[tier]):
             raise AssertionError(f"{tier.name} policy holds {len(mem.policy[tier])} candidates, "
                                  f"expected {candidates[tier]}")
+
+
+def _check_shared(share, running: dict) -> None:
+    """Each pool page is held exactly by the running turns whose prefix names it, and a held page
+    is on the GPU; each session's placeholders are its prefix pages, leading its array."""
+    pool = share.pool
+    holders = [0] * len(pool.tier)
+    for index, units in share.units.items():
+        if index in running:
+            for u in units.tolist():
+                holders[u] += 1
+    for idx, t in enumerate(pool.tier):
+        if pool.refs[idx] != holders[idx]:
+            raise AssertionError(f"shared page {idx}: {pool.refs[idx]} holds, {holders[idx]} "
+                                 f"running turns name it")
+        if holders[idx] and t != Tier.GPU:
+            raise AssertionError(f"shared page {idx} is held but on {Tier(t).name}")
+    for index, run in running.items():
+        sess = run.sess
+        pages = sess.tier_pages[Tier.SHARED]
+        if pages != share.pages(index) or sess.tier[:pages].count(Tier.SHARED) != pages:
+            raise AssertionError(f"session {sess.session_id}: {pages} placeholders, prefix of "
+                                 f"{share.pages(index)} pages")

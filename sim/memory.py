@@ -31,7 +31,7 @@ from sim.units import (
     uid_of,
 )
 
-GPU, CPU, DROPPED = Tier.GPU, Tier.CPU, Tier.DROPPED
+GPU, CPU, DROPPED, SHARED = Tier.GPU, Tier.CPU, Tier.DROPPED, Tier.SHARED
 _TIER_BYTES = (b"\x00", b"\x01", b"\x02")      # one unit's state byte, by Tier
 _GPU_BYTE = _TIER_BYTES[GPU]
 
@@ -231,7 +231,10 @@ class TieredMemory:
         size = self.unit_size(sess)
         ppu = sess.unit_pages if self.view.per_session else 1       # pages per unit
         codes = np.frombuffer(tier, dtype=np.uint8)
-        moved = np.flatnonzero(codes)                                 # not on the GPU, page order
+        if sess.tier_pages[SHARED]:                                   # the pool's pages stay put
+            moved = np.flatnonzero((codes == CPU) | (codes == DROPPED))
+        else:
+            moved = np.flatnonzero(codes)                             # not on the GPU, page order
         was = codes[moved]
         recomputed = moved[was == 2]                                  # an index array
         swapped = (moved[was == 1] + base).tolist()
@@ -319,7 +322,7 @@ class TieredMemory:
         ppu = sess.unit_pages if self.view.per_session else 1
         for idx in range(first_unit, len(tier)):
             t = tier[idx]
-            if t == DROPPED:
+            if t == DROPPED or t == SHARED:      # the pool's pages are released, not dropped
                 continue
             self.policy[t].remove(base | idx)
             tier[idx] = DROPPED
@@ -344,6 +347,42 @@ class TieredMemory:
         base = uid_of(pool.index, first)
         self.policy[GPU].insert_many(range(base, base + count), now, True)
         return list(range(first, first + count))
+
+    def new_shared_units(self, pool: SessionKV, count: int) -> int:
+        """``count`` pages of a shared pool that no turn has computed yet: DROPPED (they take no
+        memory until a turn computes them), held by no one. Returns the first one's index."""
+        if pool.refs is None:
+            pool.refs = array("I")
+        first = len(pool.tier)
+        pool.tier.extend(_TIER_BYTES[DROPPED] * count)
+        pool.refs.extend([0] * count)
+        pool.tier_pages[DROPPED] += count
+        return first
+
+    def bring_shared_to_gpu(self, pool: SessionKV, units: np.ndarray, now: float) -> np.ndarray:
+        """Make held shared units GPU-resident (the caller made room): CPU ones are swapped in,
+        dropped ones computed. Returns the positions in ``units`` of those swapped in."""
+        codes = np.frombuffer(pool.tier, dtype=np.uint8)[units]
+        moved = np.flatnonzero(codes != GPU)
+        if not len(moved):
+            return moved
+        if any(pool.refs[i] == 0 for i in units[moved].tolist()):
+            raise AssertionError(f"shared units of {pool.session_id} fetched but not held")
+        swapped = moved[codes[moved] == CPU]
+        base = pool.index << UNIT_BITS
+        uids = (units[swapped] + base).tolist()
+        self.policy[CPU].remove_many(uids, True)
+        self.policy[GPU].insert_many((units[moved] + base).tolist(), now, True)
+        for idx in units[moved].tolist():
+            pool.tier[idx] = GPU
+        n_cpu, size = len(swapped), self.view.page_bytes
+        pool.tier_pages[CPU] -= n_cpu
+        pool.tier_pages[DROPPED] -= len(moved) - n_cpu
+        pool.tier_pages[GPU] += len(moved)
+        self.used[CPU] -= n_cpu * size
+        self.used[GPU] += len(moved) * size
+        self._grew(GPU)
+        return swapped
 
     def hold(self, pool: SessionKV, units: list[int], now: float) -> None:
         """A running turn uses these shared units: a hit, and they stop being candidates while any
@@ -504,4 +543,4 @@ class TieredMemory:
         live state (its uids stay valid names for ghost lists)."""
         if sess.done and not sess.tier_pages[GPU] and not sess.tier_pages[CPU] and sess.tier:
             sess.tier = bytearray()
-            sess.tier_pages[DROPPED] = 0
+            sess.tier_pages[DROPPED] = sess.tier_pages[SHARED] = 0

@@ -38,6 +38,7 @@ from sim.results import SimResult
 SUMMARY_COLUMNS: tuple[str, ...] = (
     "turns", "sessions", "rejected_turns",
     "reprefill_rate", "turns_with_reprefill", "gpu_hit_rate", "cpu_hit_rate", "pruned_share",
+    "shared_hit_rate",
     "jain_service", "jain_hit",
     "ttft_p50_s", "ttft_p90_s", "ttft_p99_s",
     "tbt_p50_s", "tbt_p99_s",
@@ -162,6 +163,8 @@ def summarize(result: SimResult) -> dict[str, Any]:
         "gpu_hit_rate": _ratio(hist["gpu_hit_tokens"].sum(), sum_h),
         "cpu_hit_rate": _ratio(hist["cpu_hit_tokens"].sum(), sum_h),
         "pruned_share": _ratio(hist["pruned_tokens"].sum(), sum_h),   # what a token budget saves
+        # prompt tokens whose KV another turn left on the GPU (equal prefix hashes)
+        "shared_hit_rate": _ratio(t["shared_hit_tokens"].sum(), t["prompt_tokens"].sum()),
         **_jain_columns(sessions),
         "ttft_p50_s": _percentile(t["ttft_s"], 50),
         "ttft_p90_s": _percentile(t["ttft_s"], 90),

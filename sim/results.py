@@ -29,6 +29,8 @@ class TurnRecord:
     cpu_hit_tokens: int          # c_k: history tokens swapped in from the CPU tier
     recomputed_tokens: int       # d_k: history tokens recomputed in the prefill (re-prefill)
     pruned_tokens: int           # history tokens a token budget pruned for good (0: full KV)
+    shared_hit_tokens: int       # prompt tokens whose KV another turn left on the GPU (shared prefix)
+    shared_cpu_tokens: int       # ... left on the CPU (swapped in)
     gpu_layer_units: int         # the history's (page, layer) pairs on the GPU at admission
     cpu_layer_units: int         # ... on the CPU
     dropped_layer_units: int     # ... DROPPED
@@ -55,7 +57,8 @@ def ledger_frame(records: list[TurnRecord]) -> pd.DataFrame:
 
 
 _INT_COLUMNS = {"turn", "priority", "prompt_tokens", "output_tokens", "history_tokens", "gpu_hit_tokens",
-                "cpu_hit_tokens", "recomputed_tokens", "pruned_tokens", "gpu_layer_units", "cpu_layer_units",
+                "cpu_hit_tokens", "recomputed_tokens", "pruned_tokens", "shared_hit_tokens",
+                "shared_cpu_tokens", "gpu_layer_units", "cpu_layer_units",
                 "dropped_layer_units", "swap_in_bytes", "prefetched_bytes", "preemptions",
                 "preempt_recompute_tokens"}
 # dtypes of the ledger, so an empty ledger (every turn rejected) has the same schema as a full one

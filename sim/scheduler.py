@@ -26,9 +26,10 @@ from costmodels import BatchShape, CostModel, attention_pairs
 from sim.arrivals import Arrivals, next_arrival_s
 from sim.config import BudgetConfig, EngineConfig, MemoryConfig, SparseConfig
 from sim.lifetime import fit_lifetime
-from sim.memory import CPU, DROPPED, GPU, TieredMemory
+from sim.memory import CPU, DROPPED, GPU, SHARED, TieredMemory
 from sim.offload import SparseOffload
 from sim.policies import PolicyContext, make_policy, policy_class
+from sim.prefix import SharedPrefixes, prefix_keys
 from sim.pricing import Prefill, Pricer, recompute_pairs, running_sum
 from sim.results import TurnRecord
 from sim.units import SessionKV, UnitView, layer_codes, layer_split, uid_of
@@ -67,6 +68,8 @@ class TurnRun:
     cap: int = 1 << 62           # tokens its KV may hold (a token budget's S + W + B)
     growing: bool = False        # decoding and below its cap: its KV grows a token a step
     cpu_pages: int = -1          # sparse offload: its pages decode reads from the CPU (-1: none)
+    shared_hit: int = 0          # prompt tokens found on the GPU in the shared-prefix pool
+    shared_cpu: int = 0          # ... found there on the CPU (swapped in)
 
     def tokens_at(self, step: int) -> int:
         return min(self.cap, self.base_tokens + (step - self.base_step))
@@ -118,6 +121,17 @@ class Scheduler:
         # Decode spans allocate their pages in one batch when that cannot change a decision.
         self._bulk = type(self.mem.policy[GPU]).grows_in_bulk and not self.per_session_unit
         self.sparse = sparse or SparseConfig()
+        self.share: SharedPrefixes | None = None
+        if memory.prefix_sharing and any(s.turns[0].prefix_hashes and s.block_tokens
+                                         for s in sessions):
+            if memory.evict_unit != "block":
+                raise ValueError("memory.prefix_sharing shares whole pages across sessions: "
+                                 "memory.evict_unit must be block (or set prefix_sharing: false)")
+            if self.budget.capacity is not None or self.sparse.enabled:
+                raise ValueError("prefix sharing with token budgets or sparse offload is not "
+                                 "modelled: set memory.prefix_sharing: false")
+            self.share = SharedPrefixes(self.mem, len(self.kv))
+            self.kv.append(self.share.pool)         # policies read its units through the view
         self.offload: SparseOffload | None = None
         if self.sparse.enabled:
             if self.per_session_unit:
@@ -194,8 +208,21 @@ class Scheduler:
             self.waiting.append(TurnRun(kv, k, turn, history, t, order,
                                         self.pricer.ideal_ttft_s(turn.prompt_tokens, history),
                                         true_history=history + kv.pruned, cap=self.cap))
+            if k == 0 and self.share is not None:
+                self._place_prefix(kv, session)
             if self.cfg.prefetch != "off":
                 self._schedule_prefetch(i, t)    # swap in while it waits in the queue
+
+    def _place_prefix(self, sess: SessionKV, session: Session) -> None:
+        """A session's shared prefix, at its first turn's arrival: SHARED placeholders lead its
+        array, so its pages keep the positions of its whole context."""
+        pages = self.share.register(sess.index, prefix_keys(session, self.bt))
+        if pages:
+            sess.tier.extend(bytes([SHARED]) * pages)
+            sess.tier_pages[SHARED] = pages
+            sess.tokens = pages * self.bt
+            self.live_pages += pages
+            self.peak_live_pages = max(self.peak_live_pages, self.live_pages)
 
     def _peak_tokens(self, history: int, turn: Turn) -> int:
         """The most KV tokens the turn holds: its unpruned prefill (with the first output token),
@@ -372,7 +399,13 @@ class Scheduler:
                     pf.ready_s = ready if pf.ready_s is None else np.maximum(pf.ready_s, ready)
         split = self._split(sess, ahead)
         per_unit = self.layers // self.upp
-        tiers = list(sess.tier_pages)
+        tiers = sess.tier_pages[:3]
+        share = self.share if self.share is not None and sess.tier_pages[SHARED] else None
+        if share is not None:
+            found = share.counts(sess.index)[:3]      # the prefix, by its pages' tiers
+            if run.k > 0:                             # it is history: g, c, d as the own pages
+                split = tuple(a + n * bt for a, n in zip(split, found, strict=True))
+                tiers = [a + n for a, n in zip(tiers, found, strict=True)]
         if prefetched:                         # its pages count where they came from
             moved = len(ahead) * (sess.unit_pages if self.per_session_unit else 1)
             tiers[GPU] -= moved
@@ -382,11 +415,14 @@ class Scheduler:
         for policy in mem.policy:
             policy.on_admit(sess, split, now)
         mem.acquire(sess, now)
+        if share is not None:
+            share.hold(sess.index, now)               # before room is made: no eviction takes it
         if not mem.make_room(fetch, now):
             raise AssertionError(f"admission of {sess.session_id} turn {run.k}: room was checked "
                                  f"but {fetch} bytes could not be reclaimed")
         new = max(1, target - 1 - old_tokens)
         new_pairs = attention_pairs(new, old_tokens)
+        prompt_redo = 0                 # prompt tokens of the shared prefix computed now
         if self.upp > 1:
             got = mem.bring_layers_to_gpu(sess, now)
             swapped = 0
@@ -405,8 +441,21 @@ class Scheduler:
             swapped, swapped_pages, recomputed = mem.bring_to_gpu(sess, now)
             redo = recompute_pairs(recomputed, sess.unit_pages if self.per_session_unit else 1,
                                    bt, old_tokens)
-            pf.tokens += split[DROPPED] + new
-            pf.pairs += redo + new_pairs
+            prompt_pairs = 0.0
+            if share is not None:
+                # The prefix's pages from the CPU are swapped in; dropped ones (or never computed)
+                # are computed: history at a later turn, prompt at the first.
+                p_swapped, computed = share.fetch(sess.index, now)
+                swapped += p_swapped * self.page_bytes
+                swapped_pages += p_swapped
+                if len(computed):
+                    pairs = recompute_pairs(computed, 1, bt, old_tokens)
+                    if run.k > 0:
+                        redo += pairs
+                    else:
+                        prompt_redo, prompt_pairs = len(computed) * bt, pairs
+            pf.tokens += split[DROPPED] + new + prompt_redo
+            pf.pairs += redo + new_pairs + prompt_pairs
             pf.h2d_pages += swapped_pages
             if split[DROPPED]:
                 pf.recompute_tokens += split[DROPPED]
@@ -418,13 +467,15 @@ class Scheduler:
         if not run.admitted_once:
             # First admission: the session holds exactly the history, H = g + c + d.
             run.gpu_hit, run.cpu_hit, run.recomputed = split
+            if share is not None and run.k == 0:
+                run.shared_hit, run.shared_cpu = found[GPU] * bt, found[CPU] * bt
             run.layer_units = layer_units
             run.prefetched_bytes = prefetched
             run.swap_in_bytes += prefetched
             run.admit_s = now
             run.admitted_once = True
         else:
-            redo = split[DROPPED] + (target - 1 - old_tokens)
+            redo = split[DROPPED] + (target - 1 - old_tokens) + prompt_redo
             run.preempt_recompute += redo
             self.preempt_recompute_tokens += redo
         run.swap_in_bytes += swapped
@@ -464,6 +515,8 @@ class Scheduler:
         self.preemptions += 1
         sess.tokens = tokens
         boundary_page = run.history // self.bt
+        if sess.tier_pages[SHARED]:               # in page order: the prefix, then its own
+            self.share.release(sess.index, now)
         mem.release(sess, now)
         # units reaching past the history boundary hold this turn's own tokens: dropped
         if not self.per_session_unit:
@@ -790,9 +843,13 @@ class Scheduler:
         if units[DROPPED]:
             dropped = self._dropped_tokens(sess) if self.upp > 1 \
                 else sess.tokens_in(DROPPED, self.bt)
-        new_tokens = max(1, dropped + (target - 1 - sess.tokens))
         fetch = (units[CPU] + units[DROPPED] + self._pages(target) * self.upp - sum(units)) \
             * self.unit_bytes
+        if units[SHARED]:                 # the prefix's pages not on the GPU come in too
+            _, on_cpu, gone, _ = self.share.counts(sess.index)
+            dropped += gone * self.bt
+            fetch += (on_cpu + gone) * self.page_bytes
+        new_tokens = max(1, dropped + (target - 1 - sess.tokens))
         return target, new_tokens, fetch
 
     def _dropped_tokens(self, sess: SessionKV) -> int:
@@ -808,7 +865,11 @@ class Scheduler:
 
     def _room_for(self, run: TurnRun, fetch: int) -> bool:
         """Can the GPU make ``fetch`` bytes of room without the session's own (soon pinned) units?"""
-        return self.mem.reclaimable(GPU) - run.sess.tier_pages[GPU] * self.unit_bytes >= fetch
+        sess = run.sess
+        held = sess.tier_pages[GPU] * self.unit_bytes
+        if sess.tier_pages[SHARED]:       # its prefix's GPU pages no other turn holds, too
+            held += self.share.counts(sess.index)[3] * self.page_bytes
+        return self.mem.reclaimable(GPU) - held >= fetch
 
     def _complete(self, run: TurnRun, tokens: int, generated: int, now: float) -> None:
         sess, session = run.sess, self.sessions[run.sess.index]
@@ -827,6 +888,8 @@ class Scheduler:
             self.live_pages -= self._pages(tokens)
         sess.last_access_s = now
         sess.next_access_s = next_s
+        if sess.tier_pages[SHARED]:               # in page order: the prefix, then its own
+            self.share.release(sess.index, now)
         self.mem.release(sess, now)
         if self.cfg.prefetch == "think" and next_s < math.inf:
             # The next turn's arrival is known (closed-loop think time, or the trace's timestamp):
@@ -840,7 +903,7 @@ class Scheduler:
         self.ledger.append(TurnRecord(
             sess.session_id, run.k, t.priority, run.arrival_s, run.admit_s, run.first_token_s, now,
             t.prompt_tokens, o, run.true_history, run.gpu_hit, run.cpu_hit, run.recomputed,
-            run.true_history - run.history,
+            run.true_history - run.history, run.shared_hit, run.shared_cpu,
             *run.layer_units, run.swap_in_bytes, run.copy_stall_s, run.prefetched_bytes,
             run.preemptions,
             run.preempt_recompute,

@@ -26,6 +26,7 @@ class Tier(IntEnum):
     GPU = 0
     CPU = 1
     DROPPED = 2
+    SHARED = 3      # a session's page that lives in the shared-prefix pool (``sim.prefix``)
 
 
 def uid_of(session_index: int, unit_index: int) -> int:
@@ -39,7 +40,8 @@ class SessionKV:
     ``tier[i]`` is unit i's Tier; ``tier_pages`` counts unit pages per tier: pages for ``block``
     (a ``session`` unit counts all its pages), page-layers for ``layer_block`` (so bytes per tier are
     always ``tier_pages * view.page_bytes``). ``pinned``: a running turn holds every unit of the
-    session.
+    session. A SHARED unit is a placeholder: the page lives in the shared-prefix pool, which
+    counts its bytes; the session's own units follow its shared pages.
     """
 
     index: int                    # position in the trace (deterministic tie-break, uid prefix)
@@ -49,7 +51,7 @@ class SessionKV:
     pruned: int = 0               # tokens pruned for good by a token budget (not in ``tokens``)
     tier: bytearray = field(default_factory=bytearray)
     unit_pages: int = 0           # session granularity: pages of its one unit
-    tier_pages: list[int] = field(default_factory=lambda: [0, 0, 0])  # pages per Tier
+    tier_pages: list[int] = field(default_factory=lambda: [0, 0, 0, 0])  # pages per Tier
     pinned: bool = False
     next_turn: int = 0            # index of the next turn to arrive
     done: bool = False            # all turns finished (its KV may still be cached)

@@ -5,7 +5,7 @@
     {kind: synthetic, sessions: 200, seed: 7}            # SyntheticConfig fields
     {kind: sharegpt, path: ..., tokenizer: chars, max_sessions: 500, seed: 0, arrival_rate: 1.0,
      think: {median_s: 30, sigma: 1.0}}
-    {kind: mooncake, path: ..., seed: 0, jitter: true}
+    {kind: mooncake, path: ..., seed: 0, jitter: true, chain: true}
     {kind: azure, path: ...}
     {kind: burstgpt, path: ..., log_type: all}           # all | conversation | api
     {kind: jsonl, path: ...}

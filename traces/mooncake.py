@@ -25,6 +25,7 @@ the prefix-chained hashes of its input's 512-token blocks (block i's id identifi
   (open-loop); later turns also get think_s = the gap between arrivals, an UPPER BOUND on think time
   (it includes the previous turn's unknown service time).
 - prefix_hashes = the request's hash_ids (covering its whole input); block_tokens = 512.
+- ``chain: false`` skips the rebuilding: each request is a one-turn session.
 """
 from __future__ import annotations
 
@@ -105,8 +106,10 @@ def estimate_bucket_s(t_ms: np.ndarray) -> float:
 
 
 def load_mooncake(path: str | Path, seed: int = 0, jitter: bool = True, on_error: str = "raise",
-                  bucket_s: float | None = None) -> TraceLoad:
-    """Rebuild multi-turn sessions from a Mooncake trace (rules in the module docstring)."""
+                  bucket_s: float | None = None, chain: bool = True) -> TraceLoad:
+    """Rebuild multi-turn sessions from a Mooncake trace (rules in the module docstring);
+    ``chain=False`` makes every request a one-turn session of its whole input (its reuse then
+    comes from prefix sharing alone)."""
     check_on_error(on_error)
     path = Path(path)
     rows, skipped = _read(path, on_error)
@@ -127,7 +130,7 @@ def load_mooncake(path: str | Path, seed: int = 0, jitter: bool = True, on_error
     prompt: list[int] = []
     for i, r in enumerate(rows):
         parent = None
-        for n in range(len(r.hashes), MIN_CHAIN_BLOCKS - 1, -1):  # longest prefix first
+        for n in range(len(r.hashes) if chain else 0, MIN_CHAIN_BLOCKS - 1, -1):  # longest first
             parent = by_prefix.get(r.hashes[:n])
             if parent is not None:
                 break

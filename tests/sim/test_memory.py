@@ -48,7 +48,7 @@ def test_make_room_drops_the_oldest_pages_first_without_a_cpu_tier():
     assert mem.make_room(2 * PAGE, now=3.0)
     assert tiers(a) == "DDG" and tiers(b) == "GG"      # a's released first: its head pages go
     assert mem.used[GPU] == 3 * PAGE and mem.dropped_bytes == 2 * PAGE
-    assert a.tier_pages == [1, 0, 2]
+    assert a.tier_pages == [1, 0, 2, 0]
 
 
 def test_make_room_that_cannot_succeed_changes_nothing():
@@ -95,7 +95,7 @@ def test_bring_to_gpu_swaps_in_cpu_pages_and_recomputes_dropped_ones():
     assert tiers(b) == "G"
     swapped, swapped_pages, recomputed = mem.bring_to_gpu(a, 4.0)
     assert (swapped, swapped_pages, list(recomputed)) == (PAGE, 1, [0, 1])
-    assert tiers(a) == "GGG" and a.tier_pages == [3, 0, 0] and mem.used == [4 * PAGE, 0]
+    assert tiers(a) == "GGG" and a.tier_pages == [3, 0, 0, 0] and mem.used == [4 * PAGE, 0]
 
 
 def test_pinned_sessions_are_never_victims_and_release_restores_them():
@@ -142,7 +142,7 @@ def test_a_finished_session_with_nothing_left_frees_its_array():
     assert mem.make_room(2 * PAGE, now=2.0)
     assert len(a.tier) == 3                   # one page still cached
     assert mem.make_room(3 * PAGE, now=3.0)
-    assert len(a.tier) == 0 and a.tier_pages == [0, 0, 0]
+    assert len(a.tier) == 0 and a.tier_pages == [0, 0, 0, 0]
 
 
 @settings(max_examples=200, deadline=None)
