@@ -1,0 +1,207 @@
+"""One self-contained HTML page for a results folder (the page behind `kvsim report DIR`).
+
+Pure functions: they take what the folder holds (summary.csv as a table, the config text, the plot
+files' bytes) and return HTML text; reading the folder and writing the page is the command's job
+(``experiments.commands.report``). The page needs nothing else: plots are embedded as base64
+``data:`` URIs, the style is inline, there is no JavaScript, and a Content-Security-Policy forbids
+any fetch, so it opens the same offline, from a mail attachment or from a CI artifact.
+
+Every piece of text from the folder (column names, cell values, the YAML, file names) goes through
+``html.escape``. The pass/FAIL judgements are the ``pass_*`` columns that ``kvsim run`` wrote
+(``sim.metrics.targets``); the target thresholds shown in the headers are sim.metrics' constants.
+"""
+from __future__ import annotations
+
+import base64
+import html
+import math
+from collections.abc import Sequence
+from pathlib import PurePath
+
+import pandas as pd
+
+from sim import metrics
+
+# Embedded image types, by file suffix (lower case).
+IMAGE_TYPES = {".png": "image/png", ".svg": "image/svg+xml", ".jpg": "image/jpeg",
+               ".jpeg": "image/jpeg", ".gif": "image/gif", ".webp": "image/webp"}
+
+# Header of each pass_<target> column: the rule of sim.metrics.targets, with its constant.
+TARGET_RULES = {
+    "evict_us": f"evict_us_p50 < {metrics.EVICT_US_TARGET:g} us",
+    "reprefill": f"reprefill_rate < {metrics.REPREFILL_TARGET:g}",
+    "jain": f"jain_service \u2265 {metrics.JAIN_TARGET:g}",
+    "gpu_util": f"gpu_util \u2265 {metrics.GPU_UTIL_TARGET:g}",
+    "throughput_impact": f"throughput_impact < {metrics.THROUGHPUT_IMPACT_TARGET:g}",
+}
+
+_CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
+_STYLE = """
+body { font-family: system-ui, sans-serif; margin: 1.5em; color: #222; }
+h1 { font-size: 1.5em; } h2 { font-size: 1.2em; margin-top: 2em; }
+table { border-collapse: collapse; font-size: 0.85em; }
+th, td { border: 1px solid #ccc; padding: 0.2em 0.5em; text-align: right; white-space: nowrap; }
+th { background: #f2f2f2; position: sticky; top: 0; }
+td.text { text-align: left; }
+td.pass, td.fail, td.na { text-align: center; }
+td.pass { background: #e6f4e6; color: #1b5e20; }
+td.fail { background: #fde8e8; color: #b71c1c; font-weight: bold; }
+td.na { color: #888; }
+.scroll { overflow-x: auto; max-width: 100%; }
+figure { display: inline-block; margin: 0 1em 1em 0; vertical-align: top; }
+figure img { max-width: 640px; width: 100%; border: 1px solid #ddd; }
+figcaption { font-family: monospace; font-size: 0.85em; }
+pre { background: #f7f7f7; border: 1px solid #ddd; padding: 0.8em; overflow-x: auto; }
+.muted { color: #666; }
+"""
+
+
+def e(value: object) -> str:
+    """Text for HTML content or a quoted attribute."""
+    return html.escape(str(value), quote=True)
+
+
+def data_uri(name: str, data: bytes) -> str:
+    """``data:<type>;base64,...`` for an image file called ``name``."""
+    suffix = PurePath(name).suffix.lower()
+    if suffix not in IMAGE_TYPES:
+        raise ValueError(f"{name}: not an image type the report embeds ({', '.join(IMAGE_TYPES)})")
+    return f"data:{IMAGE_TYPES[suffix]};base64,{base64.b64encode(data).decode('ascii')}"
+
+
+def _missing(v: object) -> bool:
+    try:
+        return v is None or (isinstance(v, float) and math.isnan(v)) or bool(pd.isna(v))
+    except (TypeError, ValueError):
+        return False
+
+
+def _cell_text(v: object) -> str:
+    if _missing(v):
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.6g}"
+    return str(v)
+
+
+def _passed(v: object) -> bool | None:
+    """A pass_* cell as True / False, or None when the cell is empty."""
+    if _missing(v):
+        return None
+    if isinstance(v, str):
+        return v.strip().lower() in ("true", "1", "pass")
+    return bool(v)
+
+
+def _verdict_cell(ok: bool | None, text: str | None = None) -> str:
+    if ok is None:
+        return '<td class="na">-</td>'
+    label = text if text is not None else ("pass" if ok else "FAIL")
+    return f'<td class="{"pass" if ok else "fail"}">{e(label)}</td>'
+
+
+def target_columns(summary: pd.DataFrame) -> list[str]:
+    """The pass_* columns of ``summary``, in their order."""
+    return [c for c in summary.columns if str(c).startswith("pass_")]
+
+
+def target_header(column: str) -> str:
+    name = column[len("pass_"):]
+    return TARGET_RULES.get(name, name)
+
+
+def summary_html(summary: pd.DataFrame) -> str:
+    """Every row and column of summary.csv; pass_* cells as pass / FAIL."""
+    if summary.empty:
+        return '<p class="muted">summary.csv holds no grid points.</p>'
+    passes = set(target_columns(summary))
+    head = "".join(f"<th>{e(c)}</th>" for c in summary.columns)
+    rows = []
+    for record in summary.itertuples(index=False, name=None):
+        cells = []
+        for col, v in zip(summary.columns, record):
+            if col in passes:
+                cells.append(_verdict_cell(_passed(v)))
+            else:
+                cls = "text" if isinstance(v, str) else "num"
+                cells.append(f'<td class="{cls}">{e(_cell_text(v))}</td>')
+        rows.append(f"<tr>{''.join(cells)}</tr>")
+    return (f'<div class="scroll"><table id="summary"><thead><tr>{head}</tr></thead>'
+            f"<tbody>{''.join(rows)}</tbody></table></div>")
+
+
+def targets_html(summary: pd.DataFrame) -> str:
+    """One row per policy (first-seen order), one column per target: pass when every grid point of
+    the policy passes it, else FAIL with how many points failed; then all targets together."""
+    cols = target_columns(summary)
+    if summary.empty:
+        return '<p class="muted">summary.csv holds no grid points.</p>'
+    if "policy" not in summary.columns:
+        raise ValueError("summary.csv has no policy column")
+    if not cols:
+        return '<p class="muted">summary.csv has no pass_* columns.</p>'
+    head = "<th>policy</th><th>grid points</th>" + "".join(
+        f"<th>{e(target_header(c))}</th>" for c in cols) + "<th>all targets</th>"
+    rows = []
+    for policy, group in summary.groupby("policy", sort=False, dropna=False):
+        cells, all_ok = [], True
+        for col in cols:
+            verdicts = [p for p in map(_passed, group[col]) if p is not None]
+            if not verdicts:
+                cells.append(_verdict_cell(None))
+                continue
+            failed = verdicts.count(False)
+            all_ok = all_ok and not failed
+            cells.append(_verdict_cell(not failed, "pass" if not failed
+                                       else f"FAIL ({failed} of {len(verdicts)})"))
+        rows.append(f'<tr><td class="text">{e(_cell_text(policy))}</td><td>{len(group)}</td>'
+                    f"{''.join(cells)}{_verdict_cell(all_ok)}</tr>")
+    return (f'<div class="scroll"><table id="targets"><thead><tr>{head}</tr></thead>'
+            f"<tbody>{''.join(rows)}</tbody></table></div>")
+
+
+def plots_html(plots: Sequence[tuple[str, bytes]]) -> str:
+    """Each (file name, bytes) as an embedded image with its name as caption."""
+    if not plots:
+        return '<p class="muted">plots/ holds no figures.</p>'
+    figures = [f'<figure><img src="{data_uri(name, data)}" alt="{e(name)}" data-file="{e(name)}">'
+               f"<figcaption>{e(name)}</figcaption></figure>" for name, data in plots]
+    return f'<div id="plots">{"".join(figures)}</div>'
+
+
+def config_html(config_text: str) -> str:
+    return f'<pre id="config">{e(config_text)}</pre>'
+
+
+def render_report(summary: pd.DataFrame, config_text: str, plots: Sequence[tuple[str, bytes]], *,
+                  title: str, source: str = "") -> str:
+    """The whole page: targets per policy, plots, the summary table and the config."""
+    n_policies = summary["policy"].nunique() if "policy" in summary.columns else 0
+    about = f"{len(summary)} grid points, {n_policies} policies, {len(plots)} plots"
+    if source:
+        about = f"{e(source)}: {about}"
+    return f"""<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta http-equiv="Content-Security-Policy" content="{e(_CSP)}">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{e(title)} - kvsim report</title>
+<style>{_STYLE}</style>
+</head>
+<body>
+<h1>{e(title)}</h1>
+<p class="muted">{about}</p>
+<h2>Targets per policy</h2>
+<p class="muted">pass: every grid point of the policy meets the target (pass_* columns of
+summary.csv).</p>
+{targets_html(summary)}
+<h2>Plots</h2>
+{plots_html(plots)}
+<h2>Summary (summary.csv)</h2>
+{summary_html(summary)}
+<h2>Experiment config (config.resolved.yaml)</h2>
+{config_html(config_text)}
+</body>
+</html>
+"""
