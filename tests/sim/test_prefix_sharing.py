@@ -11,8 +11,8 @@ from costmodels import attention_pairs, cost_model
 from sim import EngineConfig, MemoryConfig, simulate
 from sim.config import GIB
 from sim.metrics import summarize
-from sim.pricing import Prefill, Pricer, recompute_pairs
 from sim.prefix import prefix_keys
+from sim.pricing import Prefill, Pricer, recompute_pairs
 from traces import load_mooncake
 from traces.records import Session, Turn
 
