@@ -281,22 +281,40 @@ def _run_ray(points, executor: ExecutorSpec, debug, bar, expected, source,
     except ImportError:
         raise ConfigError(f"{source}: executor.kind: ray requires `pip install ray`",
                           file=source, key="executor.kind") from None
-    if not ray.is_initialized():
-        ray.init(address=executor.address, ignore_reinit_error=True)
+    if not ray.is_initialized():  # else: the Ray this process already joined (ray.init by hand)
+        try:
+            ray.init(address=executor.address, ignore_reinit_error=True)
+        except ConnectionError as exc:  # address: auto with no cluster running, or unreachable
+            raise ConfigError(f"{source}: executor.address: {executor.address}: {exc} (address: "
+                              f"local starts a new Ray on this machine)", file=source,
+                              key="executor.address") from exc
     task = ray.remote(_ray_task)
     refs = [task.remote(i, p, debug) for i, p in enumerate(points)]
     where = {ref: i for i, ref in enumerate(refs)}
     results: list[PointResult | None] = [None] * len(points)
     pending = list(refs)
-    while pending:
-        done, pending = ray.wait(pending, num_returns=1)
-        i = where[done[0]]
-        try:
-            results[i] = ray.get(done[0])
-        except Exception as exc:  # RayTaskError wraps the PointError
-            cause = getattr(exc, "cause", None)
-            raise (cause if isinstance(cause, PointError) else
-                   PointError(f"grid point {i} ({points[i].describe()}) failed: {exc}")) from exc
-        done_hook(results[i])
-        bar.update(expected[i])
+    try:
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1)
+            i = where[done[0]]
+            try:
+                results[i] = ray.get(done[0])
+            except Exception as exc:  # RayTaskError wraps the PointError
+                cause = getattr(exc, "cause", None)
+                raise (cause if isinstance(cause, PointError) else
+                       PointError(f"grid point {i} ({points[i].describe()}) failed: {exc}")) from exc
+            done_hook(results[i])  # checkpoint each point as it completes, in completion order
+            bar.update(expected[i])
+    except BaseException:
+        _cancel_ray(ray, pending)  # as with local workers: stop what is left, now
+        raise
     return results  # type: ignore[return-value]
+
+
+def _cancel_ray(ray: Any, refs: Sequence[Any]) -> None:
+    """Cancel the grid points still queued or running on the cluster (best effort)."""
+    for ref in refs:
+        try:
+            ray.cancel(ref, force=True)
+        except Exception:  # already finished, or the cluster is gone
+            pass

@@ -254,7 +254,10 @@ class ExecutorSpec(_Strict):
 
     kind: Literal["local", "ray"] = "local"
     workers: PosInt = 1
-    address: StrictStr | None = Field(None, description="ray only: cluster address (e.g. auto)")
+    address: StrictStr | None = Field(
+        None, description="ray only: passed to ray.init -- auto: a running cluster (an error if "
+        "none); local: a new Ray on this machine; host:port or ray://...: that cluster; unset: "
+        "RAY_ADDRESS, else the latest cluster started here, else a new local one")
 
 
 class Experiment(_Strict):

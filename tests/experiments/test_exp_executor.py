@@ -7,7 +7,7 @@ import pytest
 
 from experiments import executor
 from experiments.executor import PointError, run_point, run_points
-from experiments.schema import LABEL_COLUMNS, ConfigError, ExecutorSpec, load_experiment
+from experiments.schema import LABEL_COLUMNS, load_experiment
 from sim.metrics import SUMMARY_COLUMNS
 from sim.results import TURN_COLUMNS
 
@@ -56,14 +56,3 @@ def test_failure_names_the_grid_point(fake_backend, tiny_yaml):
     msg = str(info.value)
     assert msg.startswith("grid point 7 (policy=boom ") and "gpu_kv_gb=1.0" in msg
     assert "RuntimeError: the fake simulator exploded" in msg
-
-
-def test_ray_missing_is_a_clear_config_error(fake_backend, tiny_yaml):
-    try:  # ray is not a dependency; this checks the message when it is absent
-        import ray  # noqa: F401
-        pytest.skip("ray is installed")
-    except ImportError:
-        pass
-    exp = load_experiment(tiny_yaml)
-    with pytest.raises(ConfigError, match=r"executor\.kind: ray requires `pip install ray`"):
-        run_points(exp.grid(), ExecutorSpec(kind="ray"), show_progress=False, source="x.yaml")

@@ -1,0 +1,185 @@
+"""The Ray executor on a new local Ray (2 CPUs, no dashboard) started here: the same results as the
+local executor, checkpointed points as they complete (a resumed sweep), a failing point named, and
+the clear error when ray is not installed or no cluster can be reached (no real Ray needed).
+
+The tests on a real Ray are `slow` (starting Ray and its workers takes 10-20 s on 2 cores): run them
+with `python -m pytest tests/experiments/test_exp_ray.py -m ""`."""
+from __future__ import annotations
+
+import dataclasses
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from experiments.checkpoint import Checkpoints, partial_dir
+from experiments.executor import PointError, run_points
+from experiments.results import SESSIONS_FILE, SUMMARY_FILE, TURNS_FILE
+from experiments.runner import run_experiment
+from experiments.schema import ConfigError, ExecutorSpec, load_experiment, parse_experiment
+from sim.metrics import WALL_CLOCK_COLUMNS
+
+REPO = Path(__file__).resolve().parents[2]
+# 2 policies x 3 GPU capacities = 6 points on a tiny synthetic trace (a second or so each)
+GRID = {"name": "ray-sweep", "trace": {"kind": "synthetic", "sessions": 8, "seed": 3},
+        "model": "llama-3-8b", "hardware": "h100-sxm",
+        "memory": {"gpu_kv_gb": [0.5, 1.0, 2.0], "cpu_kv_gb": 0}, "policies": ["lru", "fifo"]}
+RAY = {"kind": "ray", "address": "local"}  # unused while the fixture's Ray runs (the executor joins it)
+# the wall-clock columns, and the target judged on one of them, differ between identical runs
+SKIP = (*WALL_CLOCK_COLUMNS, "pass_evict_us")
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    """A new Ray instance on this machine for this module's tests: address="local" never joins a
+    cluster that is already running (RAY_ADDRESS, `ray start`)."""
+    ray = pytest.importorskip("ray")
+    assert not ray.is_initialized()
+    mp = pytest.MonkeyPatch()
+    mp.chdir(REPO)  # Ray's workers import kvsim from the driver's working directory
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
+             object_store_memory=256 * 2**20)
+    try:
+        yield ray
+    finally:
+        ray.shutdown()
+        mp.undo()
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """The grid run by the local executor (in this process): the results folder."""
+    out = tmp_path_factory.mktemp("reference") / "local"
+    run_experiment(parse_experiment(GRID), out, show_progress=False)
+    return out
+
+
+def _same_summary(a: pd.DataFrame, b: pd.DataFrame) -> None:
+    cols = [c for c in a.columns if c not in SKIP]
+    assert list(a.columns) == list(b.columns)
+    pd.testing.assert_frame_equal(a[cols].reset_index(drop=True), b[cols].reset_index(drop=True))
+
+
+def _same_folder(a: Path, b: Path) -> None:
+    _same_summary(pd.read_csv(a / SUMMARY_FILE), pd.read_csv(b / SUMMARY_FILE))
+    for name in (TURNS_FILE, SESSIONS_FILE):
+        pd.testing.assert_frame_equal(pd.read_parquet(a / name), pd.read_parquet(b / name))
+
+
+@pytest.mark.slow
+def test_ray_gives_the_local_executors_results(local_ray, reference, tmp_path):
+    remote = run_experiment(parse_experiment({**GRID, "executor": RAY}), tmp_path / "ray",
+                            show_progress=False)
+    assert len(remote.summary) == 6 and remote.resumed == 0
+    local = pd.read_csv(reference / SUMMARY_FILE)
+    assert local["policy"].tolist() == remote.summary["policy"].tolist()  # grid order
+    assert local["gpu_kv_gb"].tolist() == remote.summary["gpu_kv_gb"].tolist()
+    _same_folder(reference, tmp_path / "ray")
+    assert not partial_dir(tmp_path / "ray").exists()
+
+
+@pytest.mark.slow
+def test_an_interrupted_ray_sweep_resumes(local_ray, reference, tmp_path, monkeypatch):
+    exp = parse_experiment({**GRID, "executor": RAY})
+    real_save, saved, stop_at = Checkpoints.save, [], [2]
+
+    def save_then_stop(self, result):
+        real_save(self, result)              # _run_ray's on_result: each point as it completes
+        saved.append(result.point)
+        if len(saved) == stop_at[0]:
+            raise KeyboardInterrupt          # Ctrl-C after the second finished point
+
+    monkeypatch.setattr(Checkpoints, "save", save_then_stop)
+    out = tmp_path / "out"
+    with pytest.raises(KeyboardInterrupt):
+        run_experiment(exp, out, show_progress=False)
+    assert not out.exists()
+    assert len(list(partial_dir(out).glob("*.pkl"))) == 2
+    first = list(saved)
+    saved.clear()
+    stop_at[0] = None
+    outcome = run_experiment(exp, out, show_progress=False)
+    assert outcome.resumed == 2 and len(saved) == 4          # only the rest ran, on Ray
+    assert not set(first) & set(saved)
+    _same_summary(outcome.summary, pd.read_csv(reference / SUMMARY_FILE))
+    _same_folder(reference, out)
+    assert not partial_dir(out).exists()
+
+
+@pytest.mark.slow
+def test_a_failing_point_on_ray_is_named(local_ray):
+    grid = parse_experiment(GRID).grid()
+    bad = dataclasses.replace(grid[1], policy="no-such-policy")
+    with pytest.raises(PointError, match=r"^grid point 1 \(policy=no-such-policy ") as info:
+        run_points([grid[0], bad], ExecutorSpec(**RAY), show_progress=False)
+    assert type(info.value) is PointError   # the worker's error itself, not Ray's wrapper
+
+
+# --- without a real Ray ----------------------------------------------------------------------
+
+def test_ray_not_installed_is_a_clear_config_error(fake_backend, tiny_yaml, monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)   # `import ray` raises ImportError
+    exp = load_experiment(tiny_yaml)
+    with pytest.raises(ConfigError, match=r"x\.yaml: executor\.kind: ray requires `pip install ray`"
+                       ) as info:
+        run_points(exp.grid(), ExecutorSpec(kind="ray"), show_progress=False, source="x.yaml")
+    assert info.value.key == "executor.kind"
+
+
+class _FakeRay:
+    """Just enough of ray's API to run the executor in this process."""
+
+    def __init__(self, fail_init: Exception | None = None) -> None:
+        self.inits: list[dict] = []
+        self.fail_init = fail_init
+
+    def is_initialized(self) -> bool:
+        return bool(self.inits)
+
+    def init(self, **kw) -> None:
+        if self.fail_init:
+            raise self.fail_init
+        self.inits.append(kw)
+
+    def remote(self, fn):
+        class Ref:                      # hashable, like an ObjectRef
+            def __init__(self, value):
+                self.value = value
+
+        class Task:
+            @staticmethod
+            def remote(*args):
+                return Ref(fn(*args))
+        return Task
+
+    @staticmethod
+    def wait(pending, num_returns=1):
+        return pending[:num_returns], pending[num_returns:]
+
+    @staticmethod
+    def get(ref):
+        return ref.value
+
+    @staticmethod
+    def cancel(ref, force=False):
+        pass
+
+
+def test_the_executor_starts_ray_at_the_configured_address(fake_backend, tiny_yaml, monkeypatch):
+    fake = _FakeRay()
+    monkeypatch.setitem(sys.modules, "ray", fake)
+    exp = load_experiment(tiny_yaml)
+    got = run_points(exp.grid(), ExecutorSpec(kind="ray", address="local"), show_progress=False)
+    assert [r.index for r in got] == list(range(len(exp.grid())))
+    assert fake.inits == [{"address": "local", "ignore_reinit_error": True}]
+
+
+def test_no_ray_cluster_to_join_is_a_config_error(fake_backend, tiny_yaml, monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", _FakeRay(fail_init=ConnectionError(
+        "Could not find any running Ray instance.")))
+    exp = load_experiment(tiny_yaml)
+    with pytest.raises(ConfigError, match=r"x\.yaml: executor\.address: auto: Could not find any "
+                       r"running Ray instance\..*address: local"):
+        run_points(exp.grid(), ExecutorSpec(kind="ray", address="auto"), show_progress=False,
+                   source="x.yaml")
