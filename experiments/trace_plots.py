@@ -1,0 +1,125 @@
+"""The headline figure of each real-trace experiment (``experiments/sharegpt.yaml``,
+``mooncake.yaml``, ``azure.yaml``): one metric against the GPU KV capacity, one line per policy,
+one panel per CPU tier, drawn from the results folder's ``summary.csv``.
+
+    python -m experiments.trace_plots [RESULTS] [--out docs/img] [--only sharegpt,mooncake]
+
+RESULTS holds the folders ``kvsim run`` wrote (default ``results``: ``results/sharegpt/``, ...);
+each one present becomes ``<out>/<name>_headline.png``. A config that lists its trace more than once
+(ShareGPT: the same conversations under two seeds of arrivals and think times) has its draws
+pooled with the grid's seeds: the line is their mean, the band the 95 % confidence interval of the
+mean (``plots.seed_interval``). The metric is the re-prefill rate, except on Azure, whose requests
+have no history (re-prefill is 0 by construction): there it is TTFT p90, on a log axis.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from matplotlib.ticker import FuncFormatter, PercentFormatter
+
+from experiments.plots import _capacity_axis, _grid, _line_style, _minor_label, _save, seed_interval
+
+
+@dataclass(frozen=True)
+class Headline:
+    metric: str
+    ylabel: str
+    title: str
+    percent: bool = False
+    log: bool = False
+    note: str | None = None     # a summary column whose range each panel states (a percentage)
+    note_label: str = ""
+
+
+HEADLINES: dict[str, Headline] = {
+    "sharegpt": Headline("reprefill_rate", "re-prefill rate (% of history tokens)",
+                         "ShareGPT, 200 conversations, Llama-3.1-8B on H100: re-prefill vs GPU KV",
+                         percent=True),
+    "mooncake": Headline("reprefill_rate", "re-prefill rate (% of history tokens)",
+                         "Mooncake, 12,031 requests (time x 20), prefix sharing: re-prefill vs GPU KV",
+                         percent=True, note="shared_hit_rate",
+                         note_label="shared-prefix GPU hits: {} of new prompt tokens"),
+    "azure": Headline("ttft_p90_s", "TTFT p90 (s)",
+                      "Azure conv, 2,000 one-turn requests: TTFT p90 vs GPU KV (re-prefill is 0)",
+                      log=True),
+}
+
+
+def _cpu_title(gb: float) -> str:
+    return "no CPU tier (evicted KV is dropped)" if gb == 0 else f"CPU tier {gb:g} GiB"
+
+
+def headline_figure(summary: pd.DataFrame, spec: Headline, path: Path) -> Path:
+    """Draw ``spec.metric`` against gpu_kv_gb per policy, one panel per cpu_kv_gb, into ``path``.
+    Rows that differ only in trace (the same trace under other seeds) or seed are replicates."""
+    df = summary[np.isfinite(summary["gpu_kv_gb"].astype(float))]
+    policies = list(dict.fromkeys(df["policy"]))
+    cpus = sorted(df["cpu_kv_gb"].unique())
+    caps = sorted(df["gpu_kv_gb"].unique())
+    fig, axes, _, _ = _grid(len(cpus), panel_w=5.6, panel_h=4.0)
+    values = df[spec.metric].to_numpy(dtype=float)
+    handles: dict[str, object] = {}
+    for ax, cpu in zip(axes, cpus):
+        sub = df[df["cpu_kv_gb"] == cpu]
+        for i, pol in enumerate(policies):
+            g = sub[sub["policy"] == pol].groupby("gpu_kv_gb")[spec.metric].agg(
+                ["mean", ("lo", lambda v: seed_interval(v)[0]), ("hi", lambda v: seed_interval(v)[1])])
+            color = f"C{i % 10}"
+            (line,) = ax.plot(g.index, g["mean"], color=color, label=pol, **_line_style(i))
+            if (g["hi"] > g["lo"]).any():       # replicates: 95 % confidence interval of the mean
+                ax.fill_between(g.index, g["lo"], g["hi"], color=color, alpha=0.15)
+            handles.setdefault(pol, line)
+        _capacity_axis(ax, caps)
+        ax.set_ylabel(spec.ylabel)
+        ax.set_title(_cpu_title(float(cpu)), fontsize=10)
+        if spec.log:
+            ax.set_yscale("log")
+            ax.set_ylim(np.nanmin(values) / 1.5, np.nanmax(values) * 1.5)
+            ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+            ax.yaxis.set_minor_formatter(FuncFormatter(_minor_label))
+        else:       # one y range for every panel, so the panels compare at a glance
+            ax.set_ylim(0.0, max(float(np.nanmax(values)), 1e-9) * 1.08)
+        if spec.percent:
+            ax.yaxis.set_major_formatter(PercentFormatter(1.0))
+        if spec.note is not None:
+            lo, hi = sub[spec.note].min(), sub[spec.note].max()
+            span = f"{100 * lo:.1f} %" if round(100 * lo, 1) == round(100 * hi, 1) \
+                else f"{100 * lo:.1f}-{100 * hi:.1f} %"
+            ax.text(0.03, 0.04, spec.note_label.format(span), transform=ax.transAxes, fontsize=9,
+                    color="0.3")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return _save(fig, spec.title, path, list(handles.values()), list(handles.keys()))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m experiments.trace_plots",
+                                 description=__doc__.split("\n\n")[0])
+    ap.add_argument("results", nargs="?", default="results",
+                    help="folder holding the results folders sharegpt/, mooncake/, azure/")
+    ap.add_argument("--out", default="docs/img", help="where <name>_headline.png goes")
+    ap.add_argument("--only", default=",".join(HEADLINES), help="comma-separated experiment names")
+    args = ap.parse_args(argv)
+    names = [n for n in args.only.split(",") if n]
+    unknown = [n for n in names if n not in HEADLINES]
+    if unknown:
+        ap.error(f"unknown experiment(s) {', '.join(unknown)}; known: {', '.join(HEADLINES)}")
+    drawn = 0
+    for name in names:
+        summary = Path(args.results) / name / "summary.csv"
+        if not summary.is_file():
+            print(f"{summary}: not found, skipped (kvsim run experiments/{name}.yaml)")
+            continue
+        path = headline_figure(pd.read_csv(summary), HEADLINES[name],
+                               Path(args.out) / f"{name}_headline.png")
+        print(path)
+        drawn += 1
+    return 0 if drawn else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
