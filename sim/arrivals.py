@@ -1,6 +1,7 @@
 """Arrivals and replay: when each turn of each session enters the queue.
 
-A heap of (time, order, session index); ties go to the earlier-scheduled session. ``next_arrival_s``
+A heap of (time, order, session index); ties go to the earlier-scheduled session (first turns
+before later ones, in trace order: see ``Scheduler``). ``next_arrival_s``
 applies the replay rule for a session's next turn once its previous turn completes.
 """
 from __future__ import annotations
@@ -15,9 +16,14 @@ class Arrivals:
         self._heap: list[tuple[float, int, int]] = []   # (time, order, session index)
         self._order = 0
 
-    def schedule(self, session_index: int, t: float) -> None:
-        heapq.heappush(self._heap, (t, self._order, session_index))
-        self._order += 1
+    def schedule(self, session_index: int, t: float, order: int | None = None) -> None:
+        """Session ``session_index``'s next turn arrives at ``t``. ``order`` (the tie-break among
+        arrivals at one time) defaults to the scheduling order; a stream gives its first turns a
+        key of their own (``sim.scheduler``), since it schedules them as it goes."""
+        if order is None:
+            order = self._order
+            self._order += 1
+        heapq.heappush(self._heap, (t, order, session_index))
 
     def next_s(self) -> float | None:
         return self._heap[0][0] if self._heap else None

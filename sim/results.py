@@ -5,6 +5,8 @@ into the summary row. Token counts g/c/d split each turn's history H = g + c + d
 """
 from __future__ import annotations
 
+from array import array
+from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
 
 import numpy as np
@@ -49,13 +51,6 @@ class TurnRecord:
 # Per-turn ledger columns, in order: the fields of TurnRecord.
 TURN_COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(TurnRecord))
 
-
-def ledger_frame(records: list[TurnRecord]) -> pd.DataFrame:
-    """The ledger as a DataFrame with the schema of TURN_DTYPES (also when empty)."""
-    cols = {c: [getattr(r, c) for r in records] for c in TURN_COLUMNS}
-    return pd.DataFrame(cols, columns=list(TURN_COLUMNS)).astype(TURN_DTYPES)
-
-
 _INT_COLUMNS = {"turn", "priority", "prompt_tokens", "output_tokens", "history_tokens", "gpu_hit_tokens",
                 "cpu_hit_tokens", "recomputed_tokens", "pruned_tokens", "shared_hit_tokens",
                 "shared_cpu_tokens", "gpu_layer_units", "cpu_layer_units",
@@ -64,6 +59,104 @@ _INT_COLUMNS = {"turn", "priority", "prompt_tokens", "output_tokens", "history_t
 # dtypes of the ledger, so an empty ledger (every turn rejected) has the same schema as a full one
 TURN_DTYPES: dict[str, str] = {c: "object" if c == "session_id" else "int64" if c in _INT_COLUMNS
                                else "float64" for c in TURN_COLUMNS}
+
+
+class Ledger:
+    """The ledger while a run fills it: one column per field of TurnRecord, in completion order.
+
+    Numeric columns are ``array('q')`` (int64) and ``array('d')`` (float64), ``session_id`` a list
+    of the sessions' own id strings: a turn costs 8 bytes a column, not a Python object, so a run of
+    millions of turns holds no per-turn objects. ``append`` takes the values of one TurnRecord, in
+    field order; ``records()`` gives them back as TurnRecords.
+    """
+
+    __slots__ = ("columns", "_appends")
+
+    def __init__(self) -> None:
+        self.columns: dict[str, list | array] = {
+            c: [] if c == "session_id" else array("q" if c in _INT_COLUMNS else "d")
+            for c in TURN_COLUMNS}
+        self._appends = tuple(col.append for col in self.columns.values())
+
+    def append(self, *values) -> None:
+        """One completed turn: the values of a TurnRecord, in TURN_COLUMNS order."""
+        if len(values) != len(self._appends):
+            raise ValueError(f"a ledger row has {len(self._appends)} values, got {len(values)}")
+        for add, v in zip(self._appends, values):
+            add(v)
+
+    def __len__(self) -> int:
+        return len(self.columns["session_id"])
+
+    def records(self):
+        """The rows as TurnRecords (one object per turn: for small ledgers and tests)."""
+        cols = [self.columns[c] for c in TURN_COLUMNS]
+        return [TurnRecord(*row) for row in zip(*cols)]
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """Each column as a numpy array (numeric ones share the arrays' memory)."""
+        return {c: self._array(c) for c in TURN_COLUMNS}
+
+    def _array(self, c: str) -> np.ndarray:
+        col = self.columns[c]
+        if c == "session_id":
+            a = np.empty(len(col), dtype=object)
+            a[:] = col
+            return a
+        return np.frombuffer(col, dtype=np.int64 if col.typecode == "q" else np.float64)
+
+    def clear(self) -> None:
+        """Empty every column (their memory is given back)."""
+        self.__init__()
+
+
+def ledger_frame(records: Ledger | Iterable[TurnRecord], sort: bool = False,
+                 release: bool = False) -> pd.DataFrame:
+    """The ledger as a DataFrame with the schema of TURN_DTYPES (also when empty). ``records``: a
+    ``Ledger`` (columns) or TurnRecords. ``sort``: rows by (session_id, turn), index 0..n-1 (what
+    ``simulate`` returns), each column reordered once, without an intermediate frame.
+    ``release`` (a Ledger): the ledger is emptied, its columns handed to the frame, or with
+    ``sort`` freed one by one once reordered, so two copies of the ledger never coexist
+    (``simulate``: the run is over). Without it the frame copies, and the ledger can grow on."""
+    if isinstance(records, Ledger):
+        ledger = records
+        get = ledger._array
+    else:
+        rows = list(records)
+        ledger, release = None, False
+        values = {c: [getattr(r, c) for r in rows] for c in TURN_COLUMNS}
+
+        def get(c: str) -> np.ndarray:
+            if c == "session_id":
+                a = np.empty(len(rows), dtype=object)
+                a[:] = values[c]
+                return a
+            return np.asarray(values[c], dtype=TURN_DTYPES[c]) if rows \
+                else np.empty(0, dtype=TURN_DTYPES[c])
+    order = None
+    if release:
+        ledger._appends = ()                      # they would keep the columns alive
+    if sort:
+        # (session_id, turn) is unique: any sort gives the one order. Session ids by rank, so the
+        # strings are compared once per distinct id, not per turn.
+        ranks = pd.factorize(get("session_id"), sort=True)[0]
+        order = np.lexsort((get("turn"), ranks))
+        del ranks
+    cols: dict[str, pd.Series | np.ndarray] = {}
+    for c in TURN_COLUMNS:
+        a = get(c)
+        if order is not None:
+            a = a[order]
+            if release:
+                ledger.columns[c] = None          # the array's memory goes now, not at the end
+        elif ledger is not None and not release:
+            a = a.copy()                          # a view would stop the ledger from growing
+        # object, not inferred: a string dtype would copy every id into new string objects
+        cols[c] = pd.Series(a, dtype=object, copy=False) if c == "session_id" else a
+    if release and ledger is not None:
+        ledger.clear()
+    frame = pd.DataFrame(cols, columns=list(TURN_COLUMNS), copy=False)
+    return frame.astype(TURN_DTYPES)
 
 
 @dataclass(frozen=True, slots=True)

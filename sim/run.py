@@ -1,10 +1,17 @@
-"""``simulate``: one trace, one memory configuration, one policy -> a SimResult."""
+"""``simulate``: one trace, one memory configuration, one policy -> a SimResult.
+
+The trace is a list of sessions, or a stream of them (``traces.jsonl.iter_jsonl``, any iterator
+in order of first arrival): a stream is read as the simulation reaches each session's start and a
+finished session's records are let go, so a long trace runs in memory that follows the live
+sessions, plus the ledger and the per-step statistics (docs/semantics.md, section 1, "Streaming a
+trace"). Both give the same result.
+"""
 from __future__ import annotations
 
 import gc
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from contextlib import contextmanager
 
 import numpy as np
@@ -17,13 +24,20 @@ from sim.scheduler import Scheduler, Step
 from traces.records import Session
 
 
-def simulate(sessions: Sequence[Session], cost: CostModel, memory: MemoryConfig,
+def simulate(sessions: Sequence[Session] | Iterable[Session], cost: CostModel, memory: MemoryConfig,
              engine: EngineConfig | None = None, policy: str = "lru", seed: int = 0,
              debug: bool = False, progress: Callable[[int], None] | None = None,
              decode_spans: bool = True, budget: BudgetConfig | None = None,
              sparse: SparseConfig | None = None,
              on_iteration: Callable[[Scheduler, Step, float], None] | None = None) -> SimResult:
     """Replay ``sessions`` through the engine. ``progress(n)`` hears of every n turns completed.
+
+    ``sessions``: a list (any Sequence) of the whole trace, or a stream (any other iterable, e.g.
+    ``traces.jsonl.iter_jsonl(path)``) in order of first arrival, each session with turn 0's
+    ``arrival_s``; the stream is pulled one session at a time, as the run reaches its start, and
+    gives the ledger the list gives. Policies fitted on the whole trace up front (``predictive``,
+    KV adapters that need a lifetime predictor) raise ValueError on a stream. The ledger is kept
+    as columns (``sim.results.Ledger``), not one object per turn.
 
     ``decode_spans=False`` runs strictly one SimPy event per iteration; the default runs the
     decode-only iterations between two events in one (same ledger, far fewer events).
@@ -38,7 +52,9 @@ def simulate(sessions: Sequence[Session], cost: CostModel, memory: MemoryConfig,
         per_key = budget.scorer_s_per_key
         cost = cost.with_token_scoring(
             None if per_key is None else per_key * cost.model.num_kv_heads, budget.scorer_launch_s)
-    sched = Scheduler(list(sessions), cost, memory, engine, policy, seed, clock=time.perf_counter_ns,
+    if isinstance(sessions, Sequence):
+        sessions = list(sessions)
+    sched = Scheduler(sessions, cost, memory, engine, policy, seed, clock=time.perf_counter_ns,
                       budget=budget, sparse=sparse)
     shell = Engine(sched, debug=debug, progress=progress, decode_spans=decode_spans,
                    on_iteration=on_iteration)
@@ -58,14 +74,15 @@ def simulate(sessions: Sequence[Session], cost: CostModel, memory: MemoryConfig,
         dropped_bytes=sched.mem.dropped_bytes, preemptions=sched.preemptions,
         preempt_recompute_tokens=sched.preempt_recompute_tokens,
         evict_us=np.asarray(sched.mem.evict_ns, dtype=np.float64) / 1e3,
-        step_s=np.frombuffer(sched.step_s, dtype=np.float64).copy(),
-        step_decode_seqs=np.frombuffer(sched.step_decode, dtype=np.int64).copy(),
+        # The run is over: the per-step arrays are handed on, not copied (16 bytes a decode step,
+        # the largest thing a long run holds).
+        step_s=np.frombuffer(sched.step_s, dtype=np.float64),
+        step_decode_seqs=np.frombuffer(sched.step_decode, dtype=np.int64),
         rejected_turns=sched.rejected_turns,
         decode_h2d_bytes=sched.offload.h2d_bytes if sched.offload is not None else 0.0,
         gpu_reserved_peak_bytes=sched.mem.peak_reserved,
         policy_metrics=tuple(p.metrics() for p in sched.mem.policy), wall_s=time.perf_counter() - wall0)
-    turns = ledger_frame(sched.ledger)
-    turns = turns.sort_values(["session_id", "turn"], kind="stable").reset_index(drop=True)
+    turns = ledger_frame(sched.ledger, sort=True, release=True)   # by (session_id, turn)
     labels = dict(policy=policy, gpu_kv_gb=memory.gpu_kv_gb, cpu_kv_gb=memory.cpu_kv_gb,
                   block_tokens=memory.block_tokens, evict_unit=memory.evict_unit, seed=seed)
     return SimResult(turns=turns, stats=stats, labels=labels)

@@ -17,7 +17,7 @@ import heapq
 import math
 from array import array
 from collections import defaultdict, deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -31,7 +31,7 @@ from sim.offload import SparseOffload
 from sim.policies import PolicyContext, make_policy, policy_class
 from sim.prefix import SharedPrefixes, prefix_keys
 from sim.pricing import Prefill, Pricer, recompute_pairs, running_sum
-from sim.results import TurnRecord
+from sim.results import Ledger
 from sim.units import SessionKV, UnitView, layer_codes, layer_split, uid_of
 from traces.records import Session, Turn
 
@@ -88,12 +88,38 @@ class Step:
     decode_seqs: int
 
 
+# The shared-prefix pool's session index: above every trace session's (as a pool after the last
+# session would be), and fixed, so a stream of unknown length cannot reach it. uid = index << 24 |
+# unit stays below 2**63.
+POOL_INDEX = (1 << 32) - 1
+# Arrivals' tie-break for first turns: before every later turn's arrival at the same time, in trace
+# order (what scheduling every first arrival up front, as a list of sessions does, gives).
+_FIRST_ORDER = -(1 << 62)
+
+
+class SessionTable(dict):
+    """Session index -> SessionKV: the scheduler's ``kv`` and the view's ``sessions``. Indexed like
+    the list it stands for (``table[uid >> UNIT_BITS]``), iterated over its SessionKVs; the sessions
+    in trace order, the shared-prefix pool at ``POOL_INDEX``."""
+
+    __slots__ = ()
+
+    def __iter__(self) -> Iterator[SessionKV]:
+        return iter(self.values())
+
+
 class Scheduler:
-    def __init__(self, sessions: list[Session], cost: CostModel, memory: MemoryConfig,
-                 engine: EngineConfig, policy: str, seed: int = 0,
+    def __init__(self, sessions: Sequence[Session] | Iterable[Session], cost: CostModel,
+                 memory: MemoryConfig, engine: EngineConfig, policy: str, seed: int = 0,
                  clock: Callable[[], int] | None = None, budget: BudgetConfig | None = None,
                  sparse: SparseConfig | None = None) -> None:
+        """``sessions``: a list (any Sequence) of the whole trace, or a stream (any other iterable)
+        of sessions in order of first arrival, each with turn 0's ``arrival_s``. A stream is pulled
+        one session at a time, when the simulation reaches the pulled session's first arrival: one
+        session not yet arrived is held at a time, and a session's records are let go when it
+        finishes (docs/semantics.md, section 1). Either way session i is the i-th of the trace."""
         self.cost, self.cfg = cost, engine
+        self.streaming = not isinstance(sessions, Sequence)
         # A token budget caps every session's KV at S + W + B tokens (no cap: full KV).
         self.budget = budget or BudgetConfig()
         self.cap = self.budget.capacity or (1 << 62)
@@ -105,10 +131,18 @@ class Scheduler:
         self.unit_bytes = self.page_bytes // self.upp      # one page of one unit's layers
         predictor = None
         if getattr(policy_class(policy), "needs_predictor", False):
+            if self.streaming:
+                raise ValueError(f"policy {policy!r} fits its lifetime predictor on the whole "
+                                 f"trace before the run: it needs a list of sessions, not a "
+                                 f"stream (read the trace whole, e.g. with traces.read_jsonl)")
             predictor = fit_lifetime(sessions)  # fitted on the trace's training split
-        self.sessions = sessions
-        self.kv = [SessionKV(i, s.session_id, s.turns[0].priority) for i, s in enumerate(sessions)]
+        # The sessions' records by index; a finished session's entry is set to None.
+        self.sessions: list[Session | None] = [] if self.streaming else list(sessions)
+        self.kv = SessionTable()
+        for i, s in enumerate(self.sessions):
+            self.kv[i] = SessionKV(i, s.session_id, s.turns[0].priority)
         view = UnitView(self.kv, self.unit_bytes, layers=self.upp, per_session=self.per_session_unit)
+        self._memory = memory
         ctx = dict(block_tokens=self.bt, num_layers=cost.model.num_layers, view=view, cost=cost,
                    cpu_kv_bytes=MemoryConfig.capacity_bytes(memory.cpu_kv_gb), predictor=predictor)
         self.mem = TieredMemory(
@@ -122,16 +156,8 @@ class Scheduler:
         self._bulk = type(self.mem.policy[GPU]).grows_in_bulk and not self.per_session_unit
         self.sparse = sparse or SparseConfig()
         self.share: SharedPrefixes | None = None
-        if memory.prefix_sharing and any(s.turns[0].prefix_hashes and s.block_tokens
-                                         for s in sessions):
-            if memory.evict_unit != "block":
-                raise ValueError("memory.prefix_sharing shares whole pages across sessions: "
-                                 "memory.evict_unit must be block (or set prefix_sharing: false)")
-            if self.budget.capacity is not None or self.sparse.enabled:
-                raise ValueError("prefix sharing with token budgets or sparse offload is not "
-                                 "modelled: set memory.prefix_sharing: false")
-            self.share = SharedPrefixes(self.mem, len(self.kv))
-            self.kv.append(self.share.pool)         # policies read its units through the view
+        if any(map(self._hashed, self.sessions)):
+            self._start_sharing()
         self.offload: SparseOffload | None = None
         if self.sparse.enabled:
             if self.per_session_unit:
@@ -162,7 +188,7 @@ class Scheduler:
         self._d2h_mark = 0                                  # swap-out bytes already priced
         self.live_pages = 0                                 # pages of sessions not yet finished
         self.peak_live_pages = 0                            # the trace's peak KV demand
-        self.ledger: list[TurnRecord] = []
+        self.ledger = Ledger()
         self.rejected_turns = 0
         self.preemptions = 0
         self.preempt_recompute_tokens = 0
@@ -179,8 +205,66 @@ class Scheduler:
         self.prefetch_bytes = 0
         self.step_s = array("d")                            # compact: one entry per decode step
         self.step_decode = array("l")
-        for i, s in enumerate(sessions):
-            self.arrivals.schedule(i, s.turns[0].arrival_s or 0.0)
+        self._stream: Iterator[Session] | None = None
+        self._stream_head = -1            # index of the pulled session whose first turn is due
+        self._stream_start = -math.inf    # its first arrival (a stream's order is checked)
+        if self.streaming:
+            self._stream = iter(sessions)
+            self._pull()
+        else:
+            for i, s in enumerate(self.sessions):
+                self.arrivals.schedule(i, s.turns[0].arrival_s or 0.0)
+
+    # -- intake ----------------------------------------------------------------------------------
+    def _hashed(self, session: Session) -> bool:
+        """Does the session share a prefix (sharing on, and its first turn names hashed blocks)?"""
+        return bool(self._memory.prefix_sharing and session.turns[0].prefix_hashes
+                    and session.block_tokens)
+
+    def _start_sharing(self) -> None:
+        """The shared-prefix pool, at POOL_INDEX of the table (policies read its units through
+        the view). A list of sessions starts it up front, a stream at its first hashed session."""
+        if self._memory.evict_unit != "block":
+            raise ValueError("memory.prefix_sharing shares whole pages across sessions: "
+                             "memory.evict_unit must be block (or set prefix_sharing: false)")
+        if self.budget.capacity is not None or self.sparse.enabled:
+            raise ValueError("prefix sharing with token budgets or sparse offload is not "
+                             "modelled: set memory.prefix_sharing: false")
+        self.share = SharedPrefixes(self.mem, POOL_INDEX)
+        self.kv[POOL_INDEX] = self.share.pool
+
+    def _pull(self) -> None:
+        """Take the stream's next session and schedule its first arrival (none: the stream ends)."""
+        s = next(self._stream, None)
+        if s is None:
+            self._stream = None
+            return
+        i = len(self.sessions)
+        start = s.turns[0].arrival_s if s.turns else None
+        if start is None:
+            raise ValueError(f"session stream: session {s.session_id!r} (#{i}) has no first "
+                             f"turn with arrival_s: a stream needs every session's start")
+        if start < self._stream_start:
+            prev = self.sessions[i - 1]
+            raise ValueError(f"session stream out of order: session {s.session_id!r} (#{i}) "
+                             f"starts at {start}, before the previous session "
+                             f"{prev.session_id if prev is not None else f'#{i - 1}'!r} "
+                             f"({self._stream_start}); a stream must come in order of first "
+                             f"arrival")
+        if i >= POOL_INDEX:
+            raise ValueError(f"session stream: more than {POOL_INDEX} sessions")
+        if self.share is None and self._hashed(s):
+            self._start_sharing()
+        self.sessions.append(s)
+        self.kv[i] = SessionKV(i, s.session_id, s.turns[0].priority)
+        self.arrivals.schedule(i, start, order=_FIRST_ORDER + i)
+        self._stream_head, self._stream_start = i, start
+
+    def _finished(self, i: int) -> None:
+        """Session i has no turn left: let go of its records (its KV stays until evicted)."""
+        self.sessions[i] = None
+        if self.share is not None:
+            self.share.units.pop(i, None)
 
     # -- arrivals --------------------------------------------------------------------------------
     def next_arrival_s(self) -> float | None:
@@ -194,6 +278,8 @@ class Scheduler:
     def release(self, now: float) -> None:
         """Move every turn that has arrived by ``now`` into the waiting queue."""
         for t, order, i in self.arrivals.pop_due(now):
+            if i == self._stream_head and self._stream is not None:
+                self._pull()          # the next session's first arrival (popped here if due)
             kv, session = self.kv[i], self.sessions[i]
             k = kv.next_turn
             turn = session.turns[k]
@@ -204,6 +290,7 @@ class Scheduler:
                 # with the rest of its session.
                 self.rejected_turns += len(session.turns) - k
                 kv.done = True
+                self._finished(i)
                 continue
             self.waiting.append(TurnRun(kv, k, turn, history, t, order,
                                         self.pricer.ideal_ttft_s(turn.prompt_tokens, history),
@@ -890,6 +977,8 @@ class Scheduler:
         sess.next_access_s = next_s
         if sess.tier_pages[SHARED]:               # in page order: the prefix, then its own
             self.share.release(sess.index, now)
+        if sess.done:
+            self._finished(sess.index)
         self.mem.release(sess, now)
         if self.cfg.prefetch == "think" and next_s < math.inf:
             # The next turn's arrival is known (closed-loop think time, or the trace's timestamp):
@@ -900,7 +989,7 @@ class Scheduler:
         self.completed += 1
         t = run.turn
         o = t.output_tokens
-        self.ledger.append(TurnRecord(
+        self.ledger.append(
             sess.session_id, run.k, t.priority, run.arrival_s, run.admit_s, run.first_token_s, now,
             t.prompt_tokens, o, run.true_history, run.gpu_hit, run.cpu_hit, run.recomputed,
             run.true_history - run.history, run.shared_hit, run.shared_cpu,
@@ -909,7 +998,7 @@ class Scheduler:
             run.preempt_recompute,
             run.first_token_s - run.arrival_s, run.ttft_ideal_s,
             (now - run.first_token_s) / (o - 1) if o > 1 else math.nan,
-            now - run.arrival_s, run.admit_s - run.arrival_s))
+            now - run.arrival_s, run.admit_s - run.arrival_s)
 
 
 @dataclass(slots=True)

@@ -23,7 +23,7 @@ from typing import Any, Callable, Mapping
 from traces.azure import load_azure
 from traces.burstgpt import load_burstgpt
 from traces.dists import LogNormalMix, ThinkTime
-from traces.jsonl import read_jsonl, write_jsonl
+from traces.jsonl import iter_jsonl, read_jsonl, write_jsonl
 from traces.mooncake import load_mooncake
 from traces.records import Session, TraceError, TraceLoad, Turn, scale_time, validate_session
 from traces.sharegpt import load_sharegpt
@@ -32,7 +32,7 @@ from traces.tokenize import CharEstimate, HFTokenizer, Tokenizer, make_tokenizer
 
 __all__ = [
     "Turn", "Session", "TraceError", "TraceLoad", "validate_session",
-    "read_jsonl", "write_jsonl", "load_sharegpt", "load_mooncake", "load_azure", "load_burstgpt",
+    "iter_jsonl", "read_jsonl", "write_jsonl", "load_sharegpt", "load_mooncake", "load_azure", "load_burstgpt",
     "SyntheticConfig", "generate_synthetic", "LogNormalMix", "ThinkTime",
     "Tokenizer", "CharEstimate", "HFTokenizer", "make_tokenizer",
     "load_trace", "TRACE_KINDS",

@@ -7,6 +7,12 @@ Optional keys: ``arrival_s`` on later turns, ``think_s``, ``priority`` (int), ``
 of int block hashes), ``block_tokens`` (page size of those hashes; the same on every line of a session).
 Lines of different sessions may interleave (a file sorted by time does), but within a session the
 turn indices must appear as 0, 1, 2, ... in file order. Every error names ``file:line``.
+
+``read_jsonl`` reads a whole file. ``iter_jsonl`` streams one: it yields one session at a time and
+holds only the session being read, so it needs each session's lines together and the sessions in
+order of first arrival, then session_id (the loaders' order: what ``write_jsonl`` writes from any
+loader's or generator's sessions); a file that breaks either rule is an error naming the line. Both
+check every line alike and give the same sessions in the same order.
 """
 from __future__ import annotations
 
@@ -14,7 +20,7 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Iterator
 
 from traces.records import (
     Session,
@@ -120,6 +126,38 @@ def _add(p: _Pending, sid: str, k: int, turn: Turn, block_tokens: int | None, li
     p.lines.append(line)
 
 
+class _LineError(ValueError):
+    """A problem found at the end of a session, reported at one of its lines."""
+
+    def __init__(self, line: int, msg: str) -> None:
+        super().__init__(msg)
+        self.line, self.msg = line, msg
+
+
+def _decode(text: str) -> tuple[object, str | None]:
+    """One line's JSON value, or (None, the error message)."""
+    try:
+        return json.loads(text), None
+    except json.JSONDecodeError as e:
+        return None, f"invalid JSON: {e.msg} (column {e.colno})"
+
+
+def _finish(sid: str, p: _Pending, name: str) -> Session:
+    """The session its lines make; ``_LineError`` at the line of a session-level problem."""
+    if p.hashes_line is not None and p.block_tokens is None:
+        raise _LineError(p.hashes_line, f"session {sid!r} has prefix_hashes but no block_tokens")
+    s = Session(session_id=sid, turns=tuple(p.turns), block_tokens=p.block_tokens)
+    # A backstop: the line checks already enforce these rules with precise line numbers.
+    return validate_session(s, where=f"{name}:{p.first_line}")
+
+
+def _open(path: Path):
+    try:
+        return path.open(encoding="utf-8")
+    except OSError as e:
+        raise TraceError(f"{path}: cannot open trace: {e.strerror}") from e
+
+
 def read_jsonl(path: str | Path, on_error: str = "raise") -> TraceLoad:
     """Read a canonical trace. on_error="skip" drops every session with a bad line and counts it."""
     check_on_error(on_error)
@@ -138,18 +176,13 @@ def read_jsonl(path: str | Path, on_error: str = "raise") -> TraceLoad:
         else:
             orphans += 1
 
-    try:
-        fh = path.open(encoding="utf-8")
-    except OSError as e:
-        raise TraceError(f"{path}: cannot open trace: {e.strerror}") from e
-    with fh:
+    with _open(path) as fh:
         for line_no, text in enumerate(fh, start=1):
             if not text.strip():
                 continue  # blank lines (e.g. a trailing newline) carry no record
-            try:
-                obj = json.loads(text)
-            except json.JSONDecodeError as e:
-                fail(line_no, f"invalid JSON: {e.msg} (column {e.colno})", None)
+            obj, err = _decode(text)
+            if err is not None:
+                fail(line_no, err, None)
                 continue
             sid_hint = obj.get("session_id") if isinstance(obj, dict) else None
             if sid_hint in bad_sessions:
@@ -165,14 +198,137 @@ def read_jsonl(path: str | Path, on_error: str = "raise") -> TraceLoad:
     for sid, p in pending.items():
         if sid in bad_sessions:
             continue
-        if p.hashes_line is not None and p.block_tokens is None:
-            fail(p.hashes_line, f"session {sid!r} has prefix_hashes but no block_tokens", sid)
-            continue
-        s = Session(session_id=sid, turns=tuple(p.turns), block_tokens=p.block_tokens)
-        # A backstop: the line checks above already enforce these rules with precise line numbers.
-        sessions.append(validate_session(s, where=f"{name}:{p.first_line}"))
+        try:
+            sessions.append(_finish(sid, p, name))
+        except _LineError as e:
+            fail(e.line, e.msg, sid)
     return TraceLoad(sessions=sort_sessions(sessions), skipped=len(bad_sessions) + orphans,
                      source=str(path), info={"bad_lines_without_session": orphans})
+
+
+class SessionStream:
+    """The sessions of a canonical JSONL file, one at a time, in file order (``iter_jsonl``).
+
+    An iterator (one pass). Every line is checked as ``read_jsonl`` checks it, with the same
+    messages; on top, a session's lines must be contiguous and sessions must come in order of
+    first arrival, then session_id: a break of either raises TraceError naming the line, whatever
+    ``on_error`` says (the stream cannot reorder what it has already handed on). Held in memory:
+    the session being read, and the ids of the sessions seen (to tell a session that comes back).
+    ``skipped``, ``sessions`` and ``turns`` count what has been read so far (as TraceLoad's
+    ``skipped``: sessions dropped under on_error="skip", and bad lines that name no session).
+    """
+
+    def __init__(self, path: str | Path, on_error: str = "raise") -> None:
+        check_on_error(on_error)
+        self.path = Path(path)
+        self.source = str(self.path)
+        self.on_error = on_error
+        self.skipped = 0
+        self.sessions = 0
+        self.turns = 0
+        self.info = {"bad_lines_without_session": 0}
+        self._fh = _open(self.path)        # a missing file fails here, as read_jsonl would
+        self._it = self._read()
+
+    def __iter__(self) -> Iterator[Session]:
+        return self
+
+    def __next__(self) -> Session:
+        return next(self._it)
+
+    def close(self) -> None:
+        self._it.close()
+        self._fh.close()
+
+    def __enter__(self) -> SessionStream:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _fail(self, line: int, msg: str, counts: bool) -> None:
+        """A bad record: raise, or (on_error="skip") count it; ``counts``: it is the first of its
+        session's problems, or a bad line that names no session."""
+        if self.on_error == "raise":
+            raise TraceError(f"{self.path.name}:{line}: {msg}")
+        self.skipped += counts
+
+    def _read(self) -> Iterator[Session]:
+        name = self.path.name
+        seen: set[str] = set()              # every session id met so far
+        sid: str | None = None              # the session being read
+        p: _Pending | None = None
+        bad = False                         # it had a bad line (on_error="skip": dropped)
+        last: tuple[float, str, int] | None = None   # (start, id, line) of the latest session
+        with self._fh as fh:
+            for line_no, text in enumerate(fh, start=1):
+                if not text.strip():
+                    continue
+                obj, err = _decode(text)
+                if err is not None:
+                    self.info["bad_lines_without_session"] += 1
+                    self._fail(line_no, err, True)
+                    continue
+                hint = obj.get("session_id") if isinstance(obj, dict) else None
+                if isinstance(hint, str) and hint and hint != sid:
+                    if p is not None and not bad:          # the session before it is complete
+                        done = self._finish(sid, p, name)
+                        if done is not None:
+                            yield done
+                    if hint in seen:
+                        raise TraceError(
+                            f"{name}:{line_no}: session {hint!r} continues after other sessions: "
+                            f"streaming (iter_jsonl) needs each session's lines together; "
+                            f"read_jsonl reads interleaved files")
+                    seen.add(hint)
+                    sid, p, bad = hint, None, False
+                elif hint == sid and bad:
+                    continue                 # as read_jsonl: the rest of a bad session is skipped
+                try:
+                    line_sid, k, turn, block_tokens = _parse_line(obj)
+                    if p is None:
+                        p = _Pending(first_line=line_no)
+                    _add(p, line_sid, k, turn, block_tokens, line_no)
+                except ValueError as e:
+                    named = isinstance(hint, str) and bool(hint)
+                    if not named:
+                        self.info["bad_lines_without_session"] += 1
+                    self._fail(line_no, str(e), True)
+                    if named:
+                        bad = True
+                    continue
+                if k == 0:
+                    key = (turn.arrival_s, line_sid)
+                    if last is not None and key < last[:2]:
+                        raise TraceError(
+                            f"{name}:{line_no}: session {line_sid!r} starts at {turn.arrival_s} s, "
+                            f"before session {last[1]!r} (line {last[2]}, {last[0]} s): streaming "
+                            f"(iter_jsonl) needs sessions in order of first arrival, then "
+                            f"session_id; read_jsonl reads any order (and write_jsonl of its "
+                            f"sessions writes this one)")
+                    last = (*key, line_no)
+            if p is not None and not bad:
+                done = self._finish(sid, p, name)
+                if done is not None:
+                    yield done
+
+    def _finish(self, sid: str, p: _Pending, name: str) -> Session | None:
+        try:
+            s = _finish(sid, p, name)
+        except _LineError as e:
+            self._fail(e.line, e.msg, True)
+            return None
+        self.sessions += 1
+        self.turns += len(s.turns)
+        return s
+
+
+def iter_jsonl(path: str | Path, on_error: str = "raise") -> SessionStream:
+    """Stream a canonical trace: its sessions one at a time, each checked as ``read_jsonl`` checks
+    it. The file must hold each session's lines together, the sessions in order of first arrival
+    then session_id (what ``write_jsonl`` writes from a loader's sessions); see SessionStream.
+    ``sim.simulate(iter_jsonl(path), ...)`` replays it without holding the trace in memory."""
+    return SessionStream(path, on_error)
 
 
 def _line(s: Session, k: int, t: Turn) -> dict:
@@ -193,7 +349,9 @@ def _line(s: Session, k: int, t: Turn) -> dict:
 
 
 def write_jsonl(sessions: Iterable[Session], path: str | Path) -> int:
-    """Write sessions in the given order, one turn per line; return the number of lines written."""
+    """Write sessions in the given order, one turn per line (each session's lines together);
+    return the number of lines written. Sessions in order of first arrival, then session_id (every
+    loader's and generator's order) make a file ``iter_jsonl`` can stream."""
     n = 0
     with Path(path).open("w", encoding="utf-8") as fh:
         for s in sessions:
