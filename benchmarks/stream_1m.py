@@ -23,6 +23,7 @@ the eviction timings (a list of Python ints in sim.memory), and one SessionKV pe
     python benchmarks/stream_1m.py --turns 100000        # a tenth
     python benchmarks/stream_1m.py --list-run            # also simulate the list (slower)
 """
+
 from __future__ import annotations
 
 import argparse
@@ -59,10 +60,12 @@ def _hwm_mib() -> float:
 
 # -- the child processes ---------------------------------------------------------------------------
 
+
 def child_write(path: str, turns: int, chunk: int, rate: float, seed: int) -> dict:
     from traces.jsonl import write_jsonl
     from traces.records import Session
     from traces.synthetic import SyntheticConfig, generate_synthetic
+
     import_mib = _peak_mib()
     t0 = time.perf_counter()
     out, part = Path(path), Path(path).with_suffix(".part")
@@ -70,8 +73,9 @@ def child_write(path: str, turns: int, chunk: int, rate: float, seed: int) -> di
     offset = 0.0
     with out.open("wb") as fh:
         while written < turns:
-            load = generate_synthetic(SyntheticConfig(sessions=chunk, seed=seed + c,
-                                                      arrival_rate_per_s=rate))
+            load = generate_synthetic(
+                SyntheticConfig(sessions=chunk, seed=seed + c, arrival_rate_per_s=rate)
+            )
             batch = []
             for s in load.sessions:
                 keep = min(len(s.turns), turns - written)
@@ -81,19 +85,27 @@ def child_write(path: str, turns: int, chunk: int, rate: float, seed: int) -> di
                 batch.append(Session(f"syn{sessions:08d}", (first, *s.turns[1:keep])))
                 sessions += 1
                 written += keep
-            offset = batch[-1].turns[0].arrival_s + 1.0 / rate      # the next chunk follows
+            offset = batch[-1].turns[0].arrival_s + 1.0 / rate  # the next chunk follows
             write_jsonl(batch, part)
             with part.open("rb") as src:
                 shutil.copyfileobj(src, fh)
             c += 1
     part.unlink()
-    return dict(wall_s=time.perf_counter() - t0, sessions=sessions, turns=written, chunks=c,
-                bytes=out.stat().st_size, import_mib=import_mib, peak_mib=_peak_mib(),
-                hwm_mib=_hwm_mib())
+    return dict(
+        wall_s=time.perf_counter() - t0,
+        sessions=sessions,
+        turns=written,
+        chunks=c,
+        bytes=out.stat().st_size,
+        import_mib=import_mib,
+        peak_mib=_peak_mib(),
+        hwm_mib=_hwm_mib(),
+    )
 
 
 def _memory(gpu_kv_gb: float):
     from sim import MemoryConfig
+
     return MemoryConfig(gpu_kv_gb=gpu_kv_gb, cpu_kv_gb=0.0, block_tokens=16, evict_unit="block")
 
 
@@ -105,56 +117,87 @@ def _progress(total: int):
         if done[0] - mark[0] >= total // 10:
             mark[0] = done[0]
             el = time.perf_counter() - t0
-            print(f"    {done[0]:>10,} turns  {el:7.0f} s  {done[0] / el:7.0f} turns/s",
-                  file=sys.stderr, flush=True)
+            print(
+                f"    {done[0]:>10,} turns  {el:7.0f} s  {done[0] / el:7.0f} turns/s",
+                file=sys.stderr,
+                flush=True,
+            )
+
     return report
 
 
 def _run_figures(res, wall: float) -> dict:
     st = res.stats
-    return dict(wall_s=wall, turns=len(res.turns), rejected_turns=st.rejected_turns,
-                sim_time_s=st.sim_time_s, steps=st.steps, decode_steps=len(st.step_s),
-                evict_calls=len(st.evict_us), dropped_gib=st.dropped_bytes / 2**30,
-                preemptions=st.preemptions, gpu_util=st.gpu_util,
-                ledger_mib=res.turns.memory_usage(deep=False).sum() / MIB)
+    return dict(
+        wall_s=wall,
+        turns=len(res.turns),
+        rejected_turns=st.rejected_turns,
+        sim_time_s=st.sim_time_s,
+        steps=st.steps,
+        decode_steps=len(st.step_s),
+        evict_calls=len(st.evict_us),
+        dropped_gib=st.dropped_bytes / 2**30,
+        preemptions=st.preemptions,
+        gpu_util=st.gpu_util,
+        ledger_mib=res.turns.memory_usage(deep=False).sum() / MIB,
+    )
 
 
 def child_stream(path: str, gpu_kv_gb: float, total: int) -> dict:
     from costmodels import cost_model
     from sim import simulate
     from traces.jsonl import iter_jsonl
+
     cost = cost_model("llama-3-8b", "h100-sxm")
     import_mib = _peak_mib()
     t0 = time.perf_counter()
     stream = iter_jsonl(path)
     res = simulate(stream, cost, _memory(gpu_kv_gb), policy="lru", progress=_progress(total))
     wall = time.perf_counter() - t0
-    return dict(_run_figures(res, wall), sessions=stream.sessions, import_mib=import_mib,
-                peak_mib=_peak_mib(), hwm_mib=_hwm_mib())
+    return dict(
+        _run_figures(res, wall),
+        sessions=stream.sessions,
+        import_mib=import_mib,
+        peak_mib=_peak_mib(),
+        hwm_mib=_hwm_mib(),
+    )
 
 
 def child_load(path: str) -> dict:
     from traces.jsonl import read_jsonl
+
     import_mib = _peak_mib()
     t0 = time.perf_counter()
     load = read_jsonl(path)
     wall = time.perf_counter() - t0
-    return dict(wall_s=wall, sessions=len(load.sessions), turns=load.n_turns,
-                import_mib=import_mib, peak_mib=_peak_mib(), hwm_mib=_hwm_mib())
+    return dict(
+        wall_s=wall,
+        sessions=len(load.sessions),
+        turns=load.n_turns,
+        import_mib=import_mib,
+        peak_mib=_peak_mib(),
+        hwm_mib=_hwm_mib(),
+    )
 
 
 def child_list(path: str, gpu_kv_gb: float, total: int) -> dict:
     from costmodels import cost_model
     from sim import simulate
     from traces.jsonl import read_jsonl
+
     cost = cost_model("llama-3-8b", "h100-sxm")
     import_mib = _peak_mib()
     t0 = time.perf_counter()
     sessions = read_jsonl(path).sessions
     res = simulate(sessions, cost, _memory(gpu_kv_gb), policy="lru", progress=_progress(total))
     wall = time.perf_counter() - t0
-    return dict(_run_figures(res, wall), sessions=len(sessions), import_mib=import_mib,
-                peak_mib=_peak_mib(), hwm_mib=_hwm_mib())
+    return dict(
+        _run_figures(res, wall),
+        sessions=len(sessions),
+        import_mib=import_mib,
+        peak_mib=_peak_mib(),
+        hwm_mib=_hwm_mib(),
+    )
 
 
 CHILDREN = {"write": child_write, "stream": child_stream, "load": child_load, "list": child_list}
@@ -175,13 +218,18 @@ def _spawn(kind: str, *args) -> dict:
 
 # -- the driver ------------------------------------------------------------------------------------
 
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--turns", type=int, default=1_000_000)
     ap.add_argument("--chunk", type=int, default=10_000, help="sessions generated at a time")
-    ap.add_argument("--rate", type=float, default=0.1,
-                    help="session starts per simulated second (0.1: the queue stays bounded on "
-                         "one simulated H100 at 8 GiB of KV; at 1.0 it grows without end)")
+    ap.add_argument(
+        "--rate",
+        type=float,
+        default=0.1,
+        help="session starts per simulated second (0.1: the queue stays bounded on "
+        "one simulated H100 at 8 GiB of KV; at 1.0 it grows without end)",
+    )
     ap.add_argument("--gpu-kv-gb", type=float, default=8.0)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--list-run", action="store_true", help="also read_jsonl + simulate")
@@ -191,8 +239,12 @@ def main(argv=None) -> None:
     if args.child:
         kind, *rest = args.child
         fn = CHILDREN[kind]
-        conv = {"write": (str, int, int, float, int), "stream": (str, float, int),
-                "load": (str,), "list": (str, float, int)}[kind]
+        conv = {
+            "write": (str, int, int, float, int),
+            "stream": (str, float, int),
+            "load": (str,),
+            "list": (str, float, int),
+        }[kind]
         print(json.dumps(fn(*(c(v) for c, v in zip(conv, rest, strict=True)))))
         return
 
@@ -206,8 +258,11 @@ def main(argv=None) -> None:
     try:
         print(f"writing {args.turns:,} turns to {path} ...", file=sys.stderr, flush=True)
         w = _spawn("write", path, args.turns, args.chunk, args.rate, args.seed)
-        print(f"  {w['sessions']:,} sessions, {w['bytes'] / MIB:,.0f} MiB, {w['wall_s']:.0f} s",
-              file=sys.stderr, flush=True)
+        print(
+            f"  {w['sessions']:,} sessions, {w['bytes'] / MIB:,.0f} MiB, {w['wall_s']:.0f} s",
+            file=sys.stderr,
+            flush=True,
+        )
         print("streamed run (simulate(iter_jsonl(path))) ...", file=sys.stderr, flush=True)
         load0 = os.getloadavg()[0]
         s = _spawn("stream", path, args.gpu_kv_gb, w["turns"])
@@ -225,39 +280,53 @@ def main(argv=None) -> None:
 
 
 def report(args, w: dict, s: dict, ld: dict, lst: dict | None) -> None:
-    print(f"\nTrace: {w['turns']:,} turns in {w['sessions']:,} sessions, canonical JSONL "
-          f"({w['bytes'] / MIB:,.0f} MiB); synthetic, {args.rate} session starts/s, written "
-          f"{args.chunk:,} sessions at a time in {w['wall_s']:.0f} s, writer peak RSS "
-          f"{w['peak_mib']:,.0f} MiB.")
-    print(f"Run: lru, block units of 16 tokens, GPU KV {args.gpu_kv_gb} GiB, no CPU tier, "
-          f"llama-3-8b on h100-sxm.\n")
+    print(
+        f"\nTrace: {w['turns']:,} turns in {w['sessions']:,} sessions, canonical JSONL "
+        f"({w['bytes'] / MIB:,.0f} MiB); synthetic, {args.rate} session starts/s, written "
+        f"{args.chunk:,} sessions at a time in {w['wall_s']:.0f} s, writer peak RSS "
+        f"{w['peak_mib']:,.0f} MiB."
+    )
+    print(
+        f"Run: lru, block units of 16 tokens, GPU KV {args.gpu_kv_gb} GiB, no CPU tier, "
+        f"llama-3-8b on h100-sxm.\n"
+    )
     rows = [("streamed: simulate(iter_jsonl)", s), ("loaded whole: read_jsonl only", ld)]
     if lst is not None:
         rows.append(("list: read_jsonl + simulate", lst))
-    head = f"{'':34} {'wall s':>8} {'turns':>11} {'turns/s':>8} {'peak RSS MiB':>13} " \
-           f"{'after imports':>14}"
+    head = (
+        f"{'':34} {'wall s':>8} {'turns':>11} {'turns/s':>8} {'peak RSS MiB':>13} "
+        f"{'after imports':>14}"
+    )
     print(head)
     print("-" * len(head))
     for name, r in rows:
         simulated = r.get("steps") is not None
         turns = f"{r['turns']:,}"
         rate = f"{r['turns'] / r['wall_s']:,.0f}" if simulated else "-"
-        print(f"{name:34} {r['wall_s']:8.0f} {turns:>11} {rate:>8} {r['peak_mib']:13,.0f} "
-              f"{r['import_mib']:14,.0f}")
+        print(
+            f"{name:34} {r['wall_s']:8.0f} {turns:>11} {rate:>8} {r['peak_mib']:13,.0f} "
+            f"{r['import_mib']:14,.0f}"
+        )
     n = s["turns"]
     step_mib = s["decode_steps"] * 16 / MIB
-    print(f"\nThe streamed run's own sizes: ledger {s['ledger_mib']:,.0f} MiB "
-          f"({s['ledger_mib'] * MIB / max(n, 1):.0f} B/turn, the result DataFrame); "
-          f"{s['decode_steps']:,} decode steps ({s['decode_steps'] / max(n, 1):.0f}/turn) -> "
-          f"step_s + step_decode_seqs {step_mib:,.0f} MiB; {s['evict_calls']:,} eviction timings "
-          f"(a list of ints in sim.memory, ~{s['evict_calls'] * 36 / MIB:,.0f} MiB); "
-          f"{s['sessions']:,} SessionKVs (~340 B each, ~{s['sessions'] * 340 / MIB:,.0f} MiB).")
-    print(f"Simulated {s['sim_time_s']:,.0f} s; {s['rejected_turns']:,} turns rejected; "
-          f"{s['dropped_gib']:,.0f} GiB of KV dropped; {s['preemptions']:,} preemptions; "
-          f"GPU KV utilisation {s['gpu_util']:.3f}. VmHWM: streamed {s['hwm_mib']:,.0f} MiB, "
-          f"loaded {ld['hwm_mib']:,.0f} MiB.")
-    print(f"Machine: {os.cpu_count()} cores, 1-min load average {s['loadavg'][0]:.1f} before the "
-          f"streamed run, {s['loadavg'][1]:.1f} after it (wall times move with it).")
+    print(
+        f"\nThe streamed run's own sizes: ledger {s['ledger_mib']:,.0f} MiB "
+        f"({s['ledger_mib'] * MIB / max(n, 1):.0f} B/turn, the result DataFrame); "
+        f"{s['decode_steps']:,} decode steps ({s['decode_steps'] / max(n, 1):.0f}/turn) -> "
+        f"step_s + step_decode_seqs {step_mib:,.0f} MiB; {s['evict_calls']:,} eviction timings "
+        f"(a list of ints in sim.memory, ~{s['evict_calls'] * 36 / MIB:,.0f} MiB); "
+        f"{s['sessions']:,} SessionKVs (~340 B each, ~{s['sessions'] * 340 / MIB:,.0f} MiB)."
+    )
+    print(
+        f"Simulated {s['sim_time_s']:,.0f} s; {s['rejected_turns']:,} turns rejected; "
+        f"{s['dropped_gib']:,.0f} GiB of KV dropped; {s['preemptions']:,} preemptions; "
+        f"GPU KV utilisation {s['gpu_util']:.3f}. VmHWM: streamed {s['hwm_mib']:,.0f} MiB, "
+        f"loaded {ld['hwm_mib']:,.0f} MiB."
+    )
+    print(
+        f"Machine: {os.cpu_count()} cores, 1-min load average {s['loadavg'][0]:.1f} before the "
+        f"streamed run, {s['loadavg'][1]:.1f} after it (wall times move with it)."
+    )
 
 
 if __name__ == "__main__":

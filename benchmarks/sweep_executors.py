@@ -19,6 +19,7 @@ a temporary folder that is removed afterwards. Per run it prints:
 Ray needs `pip install -e '.[ray]'`. It is started with address="local" (a new instance, never a
 running cluster), num_cpus = --ray-cpus (default: every core), no dashboard, worker logs not echoed.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,16 +35,21 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_CONFIG = REPO / "benchmarks" / "sweep_200.yaml"
-RUNS = {"local1": {"kind": "local", "workers": 1},
-        "local2": {"kind": "local", "workers": 2},
-        "ray": {"kind": "ray", "address": "local"}}
+RUNS = {
+    "local1": {"kind": "local", "workers": 1},
+    "local2": {"kind": "local", "workers": 2},
+    "ray": {"kind": "ray", "address": "local"},
+}
 
 
 def _cut(raw: dict, args: argparse.Namespace) -> dict:
     """The config with the first --policies / --gpu / --seeds entries of those axes."""
     raw = {**raw, "memory": dict(raw["memory"])}
-    for key, n, where in (("policies", args.policies, raw), ("seeds", args.seeds, raw),
-                          ("gpu_kv_gb", args.gpu, raw["memory"])):
+    for key, n, where in (
+        ("policies", args.policies, raw),
+        ("seeds", args.seeds, raw),
+        ("gpu_kv_gb", args.gpu, raw["memory"]),
+    ):
         if n is not None:
             values = where[key] if isinstance(where[key], list) else [where[key]]
             where[key] = values[:n]
@@ -52,6 +58,7 @@ def _cut(raw: dict, args: argparse.Namespace) -> dict:
 
 # ---------------------------------------------------------------------------------------------
 # The child: one run
+
 
 def _child(args: argparse.Namespace) -> None:
     import yaml
@@ -65,9 +72,11 @@ def _child(args: argparse.Namespace) -> None:
     ray_init_s = 0.0
     if args.child == "ray":
         import ray
+
         t = time.perf_counter()
-        ray.init(address="local", num_cpus=args.ray_cpus, include_dashboard=False,
-                 log_to_driver=False)
+        ray.init(
+            address="local", num_cpus=args.ray_cpus, include_dashboard=False, log_to_driver=False
+        )
         ray_init_s = time.perf_counter() - t
     t = time.perf_counter()
     outcome = run_experiment(exp, Path(args.out) / args.child, show_progress=not args.quiet)
@@ -75,14 +84,19 @@ def _child(args: argparse.Namespace) -> None:
     if args.child == "ray":
         ray.shutdown()
     # ru_maxrss is in KiB on Linux
-    row = {"points": len(outcome.summary), "sweep_s": sweep_s, "ray_init_s": ray_init_s,
-           "self_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-           "child_mib": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}
+    row = {
+        "points": len(outcome.summary),
+        "sweep_s": sweep_s,
+        "ray_init_s": ray_init_s,
+        "self_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "child_mib": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,
+    }
     Path(args.report).write_text(json.dumps(row), encoding="utf-8")
 
 
 # ---------------------------------------------------------------------------------------------
 # The parent: run each in a fresh process, sample its process tree
+
 
 def _tree_rss_mib(root: int) -> float | None:
     """Sum of RSS over ``root`` and its descendants, from /proc; None where there is no /proc."""
@@ -117,8 +131,20 @@ def _tree_rss_mib(root: int) -> float | None:
 
 def _run(name: str, args: argparse.Namespace, tmp: Path) -> dict:
     report = tmp / f"{name}.json"
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", name, "--out", str(tmp),
-           "--report", str(report), "--config", str(args.config), "--ray-cpus", str(args.ray_cpus)]
+    cmd = [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--child",
+        name,
+        "--out",
+        str(tmp),
+        "--report",
+        str(report),
+        "--config",
+        str(args.config),
+        "--ray-cpus",
+        str(args.ray_cpus),
+    ]
     for flag in ("policies", "gpu", "seeds"):
         if getattr(args, flag) is not None:
             cmd += [f"--{flag}", str(getattr(args, flag))]
@@ -151,8 +177,13 @@ def _run(name: str, args: argparse.Namespace, tmp: Path) -> dict:
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     ap.add_argument("--config", default=str(DEFAULT_CONFIG))
-    ap.add_argument("--only", nargs="+", choices=list(RUNS), default=list(RUNS),
-                    help="which runs, in this order (default: all)")
+    ap.add_argument(
+        "--only",
+        nargs="+",
+        choices=list(RUNS),
+        default=list(RUNS),
+        help="which runs, in this order (default: all)",
+    )
     ap.add_argument("--policies", type=int, help="keep the first N policies")
     ap.add_argument("--gpu", type=int, help="keep the first N GPU capacities")
     ap.add_argument("--seeds", type=int, help="keep the first N seeds")
@@ -171,8 +202,11 @@ def main(argv: list[str] | None = None) -> None:
             print(f"--- {name}: {RUNS[name]}", file=sys.stderr, flush=True)
             rows.append(_run(name, args, Path(tmp)))
             r = rows[-1]
-            print(f"{name}: {r['points']} points, wall {r['wall_s']:.1f} s", file=sys.stderr,
-                  flush=True)
+            print(
+                f"{name}: {r['points']} points, wall {r['wall_s']:.1f} s",
+                file=sys.stderr,
+                flush=True,
+            )
     figures = ("wall_s", "sweep_s", "ray_init_s", "self_mib", "child_mib", "tree_mib")
     print(f"{'run':<8} {'points':>6} " + " ".join(f"{k:>10}" for k in figures))
     for r in rows:

@@ -17,6 +17,7 @@ squares on rows scaled by 1/y (``scipy.optimize.lsq_linear``); the max() floor b
 A constant the data cannot separate (e.g. per_seq when every shape has one sequence) is fixed at 0
 and said so in ``TermFit.notes``.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -60,12 +61,13 @@ class RateLimits:
     measured without an L2 flush lets small weight shards (TP8) hit in L2 and would read as a weight
     bandwidth above HBM, which then transfers to no real model."""
 
-    hbm_Bps: float | None = None    # bounds weight_bw, elementwise bw, kv_bw
-    flops: float | None = None      # bounds the GEMM and attention FLOP rates
+    hbm_Bps: float | None = None  # bounds weight_bw, elementwise bw, kv_bw
+    flops: float | None = None  # bounds the GEMM and attention FLOP rates
 
     @classmethod
     def of_gpu(cls, name: str) -> "RateLimits":
         from costmodels.hardware import find_hardware
+
         hw = find_hardware(name)
         return cls(hw.hbm_bw_Bps, hw.dense_bf16_flops) if hw else cls()
 
@@ -74,7 +76,7 @@ class RateLimits:
 class TermFit:
     term: str
     params: Params
-    n: int                      # samples fitted
+    n: int  # samples fitted
     notes: tuple[str, ...] = ()  # constants fixed or capped, and why
 
 
@@ -86,7 +88,9 @@ def _times(samples: Sequence[Sample]) -> np.ndarray:
 def _gemm_features(samples: Sequence[Sample]) -> tuple[np.ndarray, np.ndarray]:
     """(weight bytes, FLOPs) of each sample's four GEMMs."""
     w = np.array([s.model.linear_weight_bytes_per_layer for s in samples], dtype=float)
-    f = np.array([2.0 * s.shape.tokens * s.model.linear_params_per_layer for s in samples], dtype=float)
+    f = np.array(
+        [2.0 * s.shape.tokens * s.model.linear_params_per_layer for s in samples], dtype=float
+    )
     return w, f
 
 
@@ -105,10 +109,13 @@ def _design(term: str, samples: Sequence[Sample]) -> tuple[np.ndarray, tuple[str
             rows.append((sh.copies, sh.nbytes))
         else:
             raise ValueError(f"no linear design for term {term!r}")
-    names = {"elementwise": ("tau_s", "1/bw_Bps"),
-             "prefill_attn": ("tau_s", "per_seq_s", "1/flops"),
-             "decode_attn": ("tau_s", "per_seq_s", "1/kv_bw_Bps"),
-             "h2d": ("latency_s", "1/bw_Bps"), "d2h": ("latency_s", "1/bw_Bps")}[term]
+    names = {
+        "elementwise": ("tau_s", "1/bw_Bps"),
+        "prefill_attn": ("tau_s", "per_seq_s", "1/flops"),
+        "decode_attn": ("tau_s", "per_seq_s", "1/kv_bw_Bps"),
+        "h2d": ("latency_s", "1/bw_Bps"),
+        "d2h": ("latency_s", "1/bw_Bps"),
+    }[term]
     return np.array(rows, dtype=float).reshape(len(samples), len(names)), names
 
 
@@ -152,7 +159,9 @@ def _nonneg_rel_lstsq(a: np.ndarray, y: np.ndarray, lower: np.ndarray | None = N
     scale = np.abs(w).max(axis=0)
     scale[scale == 0] = 1.0
     lo = np.zeros(a.shape[1]) if lower is None else np.asarray(lower, dtype=float) * scale
-    res = lsq_linear(w / scale, np.ones_like(y), bounds=(lo, np.full(a.shape[1], np.inf)), method="bvls")
+    res = lsq_linear(
+        w / scale, np.ones_like(y), bounds=(lo, np.full(a.shape[1], np.inf)), method="bvls"
+    )
     return res.x / scale
 
 
@@ -167,8 +176,10 @@ def _identifiable(col: np.ndarray, intercept: np.ndarray | None) -> bool:
 
 def _rate(inv: float, what: str, notes: list[str]) -> float:
     if inv <= 1.0 / RATE_CAP:
-        notes.append(f"{what}: the data never made this rate the bottleneck (coefficient 0); "
-                     f"written as {RATE_CAP:g}")
+        notes.append(
+            f"{what}: the data never made this rate the bottleneck (coefficient 0); "
+            f"written as {RATE_CAP:g}"
+        )
         return RATE_CAP
     return 1.0 / inv
 
@@ -179,7 +190,9 @@ _LIMIT_OF = {"elementwise": "hbm_Bps", "prefill_attn": "flops", "decode_attn": "
 
 def _bound_note(rate: float, cap: float | None, what: str, notes: list[str]) -> None:
     if cap is not None and rate >= cap * (1 - 1e-6):
-        notes.append(f"{what} held at its physical ceiling {cap:.4g} (the unbounded fit went above it)")
+        notes.append(
+            f"{what} held at its physical ceiling {cap:.4g} (the unbounded fit went above it)"
+        )
 
 
 def _fit_linear_form(term: str, samples: Sequence[Sample], limits: RateLimits) -> TermFit:
@@ -195,19 +208,23 @@ def _fit_linear_form(term: str, samples: Sequence[Sample], limits: RateLimits) -
         if _identifiable(a[:, j], a[:, 0] if has_intercept else None) or j == len(names) - 1:
             keep.append(j)
         else:
-            notes.append(f"{name} not separable from tau_s by these shapes "
-                         f"(all have {a[0, j]:g}): fixed at 0")
+            notes.append(
+                f"{name} not separable from tau_s by these shapes "
+                f"(all have {a[0, j]:g}): fixed at 0"
+            )
     x = np.zeros(len(names))
     cap = getattr(limits, _LIMIT_OF[term]) if term in _LIMIT_OF else None
     lower = np.zeros(len(keep))
     if cap:
-        lower[-1] = 1.0 / cap          # the last column is always the inverse rate
+        lower[-1] = 1.0 / cap  # the last column is always the inverse rate
     x[keep] = _nonneg_rel_lstsq(a[:, keep], y, lower)
     if term == "elementwise":
         params: Params = ElementwiseFit(tau_s=x[0], bw_Bps=_rate(x[1], "elementwise bw", notes))
         _bound_note(params.bw_Bps, cap, "elementwise bw_Bps", notes)
     elif term == "prefill_attn":
-        params = PrefillAttnTerm(tau_s=x[0], flops=_rate(x[2], "prefill flops", notes), per_seq_s=x[1])
+        params = PrefillAttnTerm(
+            tau_s=x[0], flops=_rate(x[2], "prefill flops", notes), per_seq_s=x[1]
+        )
         _bound_note(params.flops, cap, "prefill flops", notes)
     elif term == "decode_attn":
         params = DecodeAttnTerm(tau_s=x[0], per_seq_s=x[1], kv_bw_Bps=_rate(x[2], "kv bw", notes))
@@ -231,32 +248,47 @@ def _fit_gemm(samples: Sequence[Sample], limits: RateLimits) -> TermFit:
     notes: list[str] = []
     vary_tau = np.ptp(w) > 0
     if not vary_tau:
-        notes.append("tau_s not separable from weight_bytes/weight_bw_Bps (one weight size): fixed at 0")
-    ws, fs = w * 1e-12, f * 1e-15   # -> x[1] in s/TB, x[2] in s/PFLOP
+        notes.append(
+            "tau_s not separable from weight_bytes/weight_bw_Bps (one weight size): fixed at 0"
+        )
+    ws, fs = w * 1e-12, f * 1e-15  # -> x[1] in s/TB, x[2] in s/PFLOP
 
     def model(x: np.ndarray) -> np.ndarray:
         tau = x[0] * 1e-6 if vary_tau else 0.0
         return tau + np.maximum(ws * x[1], fs * x[2])
 
     # Starts: the floor from the smallest shapes, the slope from the largest (both seen as bounds).
-    small, big = np.argsort(f)[: max(1, len(f) // 10)], np.argsort(f)[-max(1, len(f) // 4):]
+    small, big = np.argsort(f)[: max(1, len(f) // 10)], np.argsort(f)[-max(1, len(f) // 4) :]
     floor = float(np.median(y[small]))
     slope = float(np.median(y[big] / fs[big]))
     # Ceilings on the rates are floors on their inverses (s/TB, s/PFLOP).
-    lo = np.array([0.0, 1e12 / limits.hbm_Bps if limits.hbm_Bps else 0.0,
-                   1e15 / limits.flops if limits.flops else 0.0])
+    lo = np.array(
+        [
+            0.0,
+            1e12 / limits.hbm_Bps if limits.hbm_Bps else 0.0,
+            1e15 / limits.flops if limits.flops else 0.0,
+        ]
+    )
     best = None
     for tau_frac in (0.0, 0.1, 0.3, 0.6):
-        x0 = np.array([tau_frac * floor * 1e6, (1 - tau_frac) * floor / float(np.median(ws)), slope])
+        x0 = np.array(
+            [tau_frac * floor * 1e6, (1 - tau_frac) * floor / float(np.median(ws)), slope]
+        )
         x0 = np.maximum(np.maximum(x0, 1e-9), lo * (1 + 1e-3))
-        res = least_squares(lambda x: (model(x) - y) / y, x0, bounds=(lo, np.inf),
-                            x_scale=np.maximum(np.abs(x0), 1e-6))
+        res = least_squares(
+            lambda x: (model(x) - y) / y,
+            x0,
+            bounds=(lo, np.inf),
+            x_scale=np.maximum(np.abs(x0), 1e-6),
+        )
         if best is None or res.cost < best.cost:
             best = res
     x = best.x
-    params = GemmFit(tau_s=(x[0] * 1e-6) if vary_tau else 0.0,
-                     weight_bw_Bps=_rate(x[1] * 1e-12, "weight bw", notes),
-                     flops=_rate(x[2] * 1e-15, "gemm flops", notes))
+    params = GemmFit(
+        tau_s=(x[0] * 1e-6) if vary_tau else 0.0,
+        weight_bw_Bps=_rate(x[1] * 1e-12, "weight bw", notes),
+        flops=_rate(x[2] * 1e-15, "gemm flops", notes),
+    )
     _bound_note(params.weight_bw_Bps, limits.hbm_Bps, "gemm weight_bw_Bps", notes)
     _bound_note(params.flops, limits.flops, "gemm flops", notes)
     return TermFit("gemm", params, len(samples), tuple(notes))

@@ -7,6 +7,7 @@ the fixed cost tau from the weight-read time, which a single layer size cannot (
 in N). Prefill shapes include batches of several sequences so the per-sequence cost is separable
 from the fixed one. The order is shuffled (seeded) so clock drift is not read as a shape effect.
 """
+
 from __future__ import annotations
 
 import random
@@ -17,14 +18,14 @@ from dataclasses import dataclass, replace
 class Grid:
     name: str
     gemm_tokens: tuple[int, ...]
-    gemm_shards: tuple[int, ...]              # 1 = the full layer; k = heads and MLP width / k
+    gemm_shards: tuple[int, ...]  # 1 = the full layer; k = heads and MLP width / k
     lm_head_rows: tuple[int, ...]
     prefill: tuple[tuple[int, int, int], ...]  # (n_new, n_ctx, seqs)
-    decode: tuple[tuple[int, int], ...]        # (seqs, context per sequence)
-    copy_sizes: tuple[int, ...]                # bytes per measurement (all copies together)
-    copy_counts: tuple[int, ...]               # number of equal copies the bytes are split into
+    decode: tuple[tuple[int, int], ...]  # (seqs, context per sequence)
+    copy_sizes: tuple[int, ...]  # bytes per measurement (all copies together)
+    copy_counts: tuple[int, ...]  # number of equal copies the bytes are split into
     page_size: int = 16
-    max_kv_tokens: int = 1 << 20               # cap on batch * keys per attention call (memory)
+    max_kv_tokens: int = 1 << 20  # cap on batch * keys per attention call (memory)
 
     def filtered(self) -> "Grid":
         """Drop attention shapes above ``max_kv_tokens`` and copy splits below 4 KiB per copy."""
@@ -39,8 +40,13 @@ class Grid:
 
 def _tokens(limit: int) -> tuple[int, ...]:
     """1, 2, 4, then steps of 8 to 128, 32 to 1024, 128 to 4096, 512 beyond (Vidur-like)."""
-    out = [1, 2, 4] + list(range(8, 129, 8)) + list(range(160, 1025, 32)) + list(range(1152, 4097, 128)) \
+    out = (
+        [1, 2, 4]
+        + list(range(8, 129, 8))
+        + list(range(160, 1025, 32))
+        + list(range(1152, 4097, 128))
         + list(range(4608, 16385, 512))
+    )
     return tuple(n for n in out if n <= limit)
 
 
@@ -52,22 +58,47 @@ def full_grid(max_tokens: int = 8192) -> Grid:
     batch = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256)
     ctx = (64, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072)
     return Grid(
-        name="full", gemm_tokens=_tokens(max_tokens), gemm_shards=(1, 2, 4, 8),
+        name="full",
+        gemm_tokens=_tokens(max_tokens),
+        gemm_shards=(1, 2, 4, 8),
         lm_head_rows=(1, 8, 32, 128, 512),
-        prefill=prefill, decode=tuple((b, c) for b in batch for c in ctx),
-        copy_sizes=tuple(4096 * 4**k for k in range(0, 10)),          # 4 KiB .. 1 GiB
-        copy_counts=(1, 16, 256), max_kv_tokens=4 << 20).filtered()
+        prefill=prefill,
+        decode=tuple((b, c) for b in batch for c in ctx),
+        copy_sizes=tuple(4096 * 4**k for k in range(0, 10)),  # 4 KiB .. 1 GiB
+        copy_counts=(1, 16, 256),
+        max_kv_tokens=4 << 20,
+    ).filtered()
 
 
 def quick_grid() -> Grid:
     """A small sweep that runs the whole pipeline in seconds (CPU tests, smoke runs on a GPU)."""
-    prefill = ((16, 0, 1), (64, 0, 1), (128, 0, 1), (256, 0, 1), (512, 0, 1), (64, 256, 1), (64, 1024, 1),
-               (128, 512, 1), (256, 768, 1), (32, 0, 4), (64, 128, 2), (128, 128, 4), (16, 512, 4))
+    prefill = (
+        (16, 0, 1),
+        (64, 0, 1),
+        (128, 0, 1),
+        (256, 0, 1),
+        (512, 0, 1),
+        (64, 256, 1),
+        (64, 1024, 1),
+        (128, 512, 1),
+        (256, 768, 1),
+        (32, 0, 4),
+        (64, 128, 2),
+        (128, 128, 4),
+        (16, 512, 4),
+    )
     decode = tuple((b, c) for b in (1, 4, 16, 32) for c in (64, 256, 1024))
     return Grid(
-        name="quick", gemm_tokens=(1, 8, 32, 64, 128, 256, 512), gemm_shards=(1, 2, 4),
-        lm_head_rows=(1, 16, 64), prefill=prefill, decode=decode,
-        copy_sizes=(64 << 10, 1 << 20, 8 << 20), copy_counts=(1, 8), max_kv_tokens=1 << 16).filtered()
+        name="quick",
+        gemm_tokens=(1, 8, 32, 64, 128, 256, 512),
+        gemm_shards=(1, 2, 4),
+        lm_head_rows=(1, 16, 64),
+        prefill=prefill,
+        decode=decode,
+        copy_sizes=(64 << 10, 1 << 20, 8 << 20),
+        copy_counts=(1, 8),
+        max_kv_tokens=1 << 16,
+    ).filtered()
 
 
 def shuffled(items, seed: int) -> list:

@@ -7,6 +7,7 @@ measure are filled in explicitly and named in the profile's notes:
   * CPU: overlap is not measurable (no copy engine, no streams): compute_slowdown 0 and
     layerwise_h2d false (copies and compute share the cores); step overhead 0.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
@@ -66,9 +67,15 @@ def _overlap_validation(m: Measurements) -> dict[str, TermValidation]:
         return {}
     pts = m.overlap.pipeline
     ape = np.array([abs(p.predicted_s - p.measured_s) / p.measured_s for p in pts])
-    return {"pipeline": TermValidation(mape=round(float(ape.mean()), 4), max_ape=round(float(ape.max()), 4),
-                                       n=len(pts), split="layer-wise pipeline at t_x/t_c ratios "
-                                       + ", ".join(f"{p.t_copy_layer_s / p.t_compute_layer_s:.2g}" for p in pts))}
+    return {
+        "pipeline": TermValidation(
+            mape=round(float(ape.mean()), 4),
+            max_ape=round(float(ape.max()), 4),
+            n=len(pts),
+            split="layer-wise pipeline at t_x/t_c ratios "
+            + ", ".join(f"{p.t_copy_layer_s / p.t_compute_layer_s:.2g}" for p in pts),
+        )
+    }
 
 
 def calibrate(m: Measurements, name: str, seed: int = 0, source: str = "") -> CalibrationResult:
@@ -92,8 +99,15 @@ def calibrate(m: Measurements, name: str, seed: int = 0, source: str = "") -> Ca
     if "gemm" in fits and "elementwise" in fits and by_term.get("linear"):
         reports += validate_term(src, "linear", samples, seed=seed, limits=limits)
     if "gemm" in fits and by_term.get("lm_head"):
-        reports.append(transfer_check(src, "lm_head", samples, fits["gemm"].params,
-                                      note="transfer: the layer-GEMM constants on the LM head"))
+        reports.append(
+            transfer_check(
+                src,
+                "lm_head",
+                samples,
+                fits["gemm"].params,
+                note="transfer: the layer-GEMM constants on the LM head",
+            )
+        )
 
     base = gpu_base(m.env.device_name) if not on_cpu else analytic_profile(get_hardware("h100-sxm"))
     overlap = None
@@ -102,17 +116,23 @@ def calibrate(m: Measurements, name: str, seed: int = 0, source: str = "") -> Ca
     if on_cpu:
         overlap = OverlapTerm(compute_slowdown=0.0, layerwise_h2d=False)
         step = 0.0
-        notes.append("CPU profile: copies are host memcpy (a stand-in for PCIe); overlap not measurable "
-                     "(no copy engine or streams): compute_slowdown 0, layerwise_h2d false; "
-                     "step_overhead_s 0 (not measured: it needs an engine loop)")
+        notes.append(
+            "CPU profile: copies are host memcpy (a stand-in for PCIe); overlap not measurable "
+            "(no copy engine or streams): compute_slowdown 0, layerwise_h2d false; "
+            "step_overhead_s 0 (not measured: it needs an engine loop)"
+        )
     elif hw is None:
-        notes.append(f"GPU {m.env.device_name!r} not in costmodels/data/hardware.yaml: no datasheet ceilings "
-                     f"on the fitted rates; unmeasured terms from {base.name}")
+        notes.append(
+            f"GPU {m.env.device_name!r} not in costmodels/data/hardware.yaml: no datasheet ceilings "
+            f"on the fitted rates; unmeasured terms from {base.name}"
+        )
     if not on_cpu and m.overlap is not None:
         overlap = OverlapTerm(compute_slowdown=m.overlap.epsilon, layerwise_h2d=True)
-        notes.append(f"overlap: eta={m.overlap.eta:.3f}, epsilon={m.overlap.epsilon:.4f} "
-                     f"(t_c={m.overlap.t_compute_s:.3g}s, t_x={m.overlap.t_copy_s:.3g}s, "
-                     f"t_both={m.overlap.t_both_s:.3g}s)")
+        notes.append(
+            f"overlap: eta={m.overlap.eta:.3f}, epsilon={m.overlap.epsilon:.4f} "
+            f"(t_c={m.overlap.t_compute_s:.3g}s, t_x={m.overlap.t_copy_s:.3g}s, "
+            f"t_both={m.overlap.t_both_s:.3g}s)"
+        )
     pf = ProfileFits(
         gemm=fits["gemm"].params if "gemm" in fits else None,
         elementwise=fits["elementwise"].params if "elementwise" in fits else None,
@@ -120,22 +140,35 @@ def calibrate(m: Measurements, name: str, seed: int = 0, source: str = "") -> Ca
         decode_attn=fits["decode_attn"].params if "decode_attn" in fits else None,
         h2d=fits["h2d"].params if "h2d" in fits else None,
         d2h=fits["d2h"].params if "d2h" in fits else None,
-        overlap=overlap, step_overhead_s=step)
+        overlap=overlap,
+        step_overhead_s=step,
+    )
     validation: dict[str, TermValidation] = {}
     for r in reports:
-        if r.term in ("linear", "elementwise", "prefill_attn", "decode_attn", "h2d", "d2h", "lm_head") \
-                and r.split.name in ("random", "transfer") and r.test.n > 0:
+        if (
+            r.term
+            in ("linear", "elementwise", "prefill_attn", "decode_attn", "h2d", "d2h", "lm_head")
+            and r.split.name in ("random", "transfer")
+            and r.test.n > 0
+        ):
             validation[r.term] = validation_entry(r)
     validation.update(_overlap_validation(m))
     env = m.env
     meta = ProfileMeta(
         gpu=("cpu: " + env.device_name) if on_cpu else env.device_name,
         backend=f"torch {env.torch} matmul GEMMs, eager elementwise ops; attention: {m.backend.describe()}"
-                + (f"; timing: {m.timing}" if m.timing else ""),
-        dtype=m.dtype, source=source or f"fit: kvsim calibrate --device {env.device} ({m.grid} grid, "
-                                         f"{len(samples)} samples, {m.wall_s:.0f} s)",
-        driver=env.driver, cuda=env.cuda, torch=env.torch, flashinfer=env.flashinfer,
-        page_size=m.backend.page_size, date=env.date)
+        + (f"; timing: {m.timing}" if m.timing else ""),
+        dtype=m.dtype,
+        source=source
+        or f"fit: kvsim calibrate --device {env.device} ({m.grid} grid, "
+        f"{len(samples)} samples, {m.wall_s:.0f} s)",
+        driver=env.driver,
+        cuda=env.cuda,
+        torch=env.torch,
+        flashinfer=env.flashinfer,
+        page_size=m.backend.page_size,
+        date=env.date,
+    )
     profile, from_base = build_profile(name, pf, base, meta, validation)
     notes.append("measured model: " + model_note(m.model))
     if from_base:
@@ -144,7 +177,9 @@ def calibrate(m: Measurements, name: str, seed: int = 0, source: str = "") -> Ca
     notes += [f"note [{f.term}]: {n}" for f in fits.values() for n in f.notes]
     notes += ["held-out: " + line for line in report_lines(reports)]
     if env.clocks:
-        notes.append(f"nvidia-smi clocks.sm,clocks.max.sm,power.draw,temperature.gpu at start: {env.clocks}")
+        notes.append(
+            f"nvidia-smi clocks.sm,clocks.max.sm,power.draw,temperature.gpu at start: {env.clocks}"
+        )
     if env.threads:
         notes.append(f"torch threads: {env.threads}")
     notes += pensieve_lines(CostModel(m.model, profile), (1, 128))

@@ -4,6 +4,7 @@ Returns typed ``Measurements`` (samples, overlap, environment, what was skipped 
 device-specific parts live in measure_gemm / measure_attention / measure_copy; this module only
 orders the shapes (shuffled), picks the backend and records reasons for anything left out.
 """
+
 from __future__ import annotations
 
 import time
@@ -27,36 +28,36 @@ from .samples import Sample, Shape, shard, with_dtype_bytes
 from .timing import TimingConfig, make_timer
 
 TERMS = ("linear", "prefill_attn", "decode_attn", "h2d", "d2h", "lm_head", "overlap")
-CPU_LM_HEAD_LIMIT = 1 << 30   # bytes: a bigger LM head is left out on a CPU (minutes per shape)
+CPU_LM_HEAD_LIMIT = 1 << 30  # bytes: a bigger LM head is left out on a CPU (minutes per shape)
 
 
 @dataclass(frozen=True, slots=True)
 class MeasureConfig:
-    device: str                      # "cpu" | "cuda" | "cuda:N"
+    device: str  # "cpu" | "cuda" | "cuda:N"
     model: ModelSpec
-    dtype: str                       # "bf16" | "fp16" | "fp32"
+    dtype: str  # "bf16" | "fp16" | "fp32"
     grid: Grid
     timing: TimingConfig = field(default_factory=TimingConfig)
     seed: int = 0
-    attention: str = "auto"          # "auto" (FlashInfer when installed on CUDA) | "sdpa" | "flashinfer"
-    decode_impl: str = "sdpa"        # torch decode: "sdpa" | "gather"
+    attention: str = "auto"  # "auto" (FlashInfer when installed on CUDA) | "sdpa" | "flashinfer"
+    decode_impl: str = "sdpa"  # torch decode: "sdpa" | "gather"
     kv_layout: str = "NHD"
     terms: tuple[str, ...] = TERMS
-    cpu_threads: int = 1             # CPU: torch intra-op threads (see run_measurements)
+    cpu_threads: int = 1  # CPU: torch intra-op threads (see run_measurements)
 
 
 @dataclass(frozen=True, slots=True)
 class Measurements:
     samples: tuple[Sample, ...]
-    model: ModelSpec                 # the measured model, bytes per element as measured
+    model: ModelSpec  # the measured model, bytes per element as measured
     dtype: str
     env: EnvInfo
     backend: AttentionBackend
     grid: str
     overlap: OverlapResult | None
-    skipped: tuple[str, ...]         # what was not measured, and why
+    skipped: tuple[str, ...]  # what was not measured, and why
     wall_s: float
-    timing: str = ""                 # how kernels were timed (CudaTimer/CpuTimer.describe())
+    timing: str = ""  # how kernels were timed (CudaTimer/CpuTimer.describe())
 
 
 def _backend(cfg: MeasureConfig, skipped: list[str]) -> AttentionBackend:
@@ -72,7 +73,9 @@ def _backend(cfg: MeasureConfig, skipped: list[str]) -> AttentionBackend:
             return be
         if want == "flashinfer":
             raise ValueError(f"flashinfer {fi} failed a probe call: {problem}")
-        skipped.append(f"FlashInfer {fi} failed a probe call ({problem}): attention measured with torch SDPA")
+        skipped.append(
+            f"FlashInfer {fi} failed a probe call ({problem}): attention measured with torch SDPA"
+        )
     if want == "auto" and on_gpu:
         skipped.append("FlashInfer not installed: attention measured with torch SDPA")
     return AttentionBackend("sdpa", decode_impl=cfg.decode_impl, page_size=cfg.grid.page_size)
@@ -85,8 +88,10 @@ def run_measurements(cfg: MeasureConfig, log: Callable[[str], None] = print) -> 
     skipped: list[str] = []
     device = cfg.device
     if device.startswith("cuda") and not torch.cuda.is_available():
-        raise ValueError(f"--device {device}: torch.cuda.is_available() is False "
-                         f"(torch {torch.__version__}); use --device cpu")
+        raise ValueError(
+            f"--device {device}: torch.cuda.is_available() is False "
+            f"(torch {torch.__version__}); use --device cpu"
+        )
     if device == "cpu" and cfg.cpu_threads > 0:
         # Why one thread by default: on a shared or oversubscribed host, OpenMP barriers between
         # threads turn microsecond kernels into scheduler quanta (milliseconds); one thread
@@ -103,8 +108,11 @@ def run_measurements(cfg: MeasureConfig, log: Callable[[str], None] = print) -> 
     with torch.inference_mode():
         if "linear" in cfg.terms:
             shards = [k for k in g.gemm_shards if _divisible(model, k)]
-            skipped += [f"gemm shard /{k}: heads or MLP width not divisible" for k in g.gemm_shards
-                        if k not in shards]
+            skipped += [
+                f"gemm shard /{k}: heads or MLP width not divisible"
+                for k in g.gemm_shards
+                if k not in shards
+            ]
             jobs = shuffled([(k, n) for k in shards for n in g.gemm_tokens], cfg.seed)
             layers = {k: LayerWeights(shard(model, k), device, cfg.dtype, cfg.seed) for k in shards}
             log(f"token-level ops: {len(jobs)} shapes over shards {shards}")
@@ -113,15 +121,21 @@ def run_measurements(cfg: MeasureConfig, log: Callable[[str], None] = print) -> 
         if "lm_head" in cfg.terms and g.lm_head_rows:
             head_bytes = model.lm_head_params * model.dtype_bytes
             if device == "cpu" and head_bytes > CPU_LM_HEAD_LIMIT:
-                skipped.append(f"lm_head: {head_bytes / 2**30:.1f} GiB of weights is too slow on a CPU")
+                skipped.append(
+                    f"lm_head: {head_bytes / 2**30:.1f} GiB of weights is too slow on a CPU"
+                )
             else:
                 for rows in g.lm_head_rows:
                     t = timer.measure(lm_head_closure(model, rows, device, cfg.dtype, cfg.seed))
-                    samples.append(Sample("lm_head", Shape(tokens=rows), t, model, "", "torch.matmul"))
+                    samples.append(
+                        Sample("lm_head", Shape(tokens=rows), t, model, "", "torch.matmul")
+                    )
         if "prefill_attn" in cfg.terms:
             log(f"prefill attention: {len(g.prefill)} shapes ({be.describe()})")
             for n_new, n_ctx, seqs in shuffled(g.prefill, cfg.seed):
-                samples.append(measure_prefill(model, n_new, n_ctx, seqs, be, timer, device, cfg.dtype))
+                samples.append(
+                    measure_prefill(model, n_new, n_ctx, seqs, be, timer, device, cfg.dtype)
+                )
         if "decode_attn" in cfg.terms:
             log(f"decode attention: {len(g.decode)} shapes")
             for seqs, ctx in shuffled(g.decode, cfg.seed):
@@ -135,22 +149,37 @@ def run_measurements(cfg: MeasureConfig, log: Callable[[str], None] = print) -> 
         overlap = None
         if "overlap" in cfg.terms:
             if device == "cpu":
-                skipped.append("overlap: no copy engine or streams on a CPU (host memcpy and compute share "
-                               "the cores); compute_slowdown and layerwise_h2d are not measured")
+                skipped.append(
+                    "overlap: no copy engine or streams on a CPU (host memcpy and compute share "
+                    "the cores); compute_slowdown and layerwise_h2d are not measured"
+                )
             else:  # GPU-only
                 bw = _h2d_bw(samples) or 25e9
                 lw = LayerWeights(model, device, cfg.dtype, cfg.seed)
                 overlap = measure_overlap(gemm_closure(lw, 512), bw, timer, device)
     if timer.eager_fallbacks:  # GPU-only
-        skipped.append(f"CUDA graph capture failed for {len(timer.eager_fallbacks)} closures, timed with "
-                       f"eager launches instead (first: {timer.eager_fallbacks[0]})")
-    return Measurements(tuple(samples), model, cfg.dtype, env, be, g.name, overlap, tuple(skipped),
-                        time.perf_counter() - t0, timer.describe())
+        skipped.append(
+            f"CUDA graph capture failed for {len(timer.eager_fallbacks)} closures, timed with "
+            f"eager launches instead (first: {timer.eager_fallbacks[0]})"
+        )
+    return Measurements(
+        tuple(samples),
+        model,
+        cfg.dtype,
+        env,
+        be,
+        g.name,
+        overlap,
+        tuple(skipped),
+        time.perf_counter() - t0,
+        timer.describe(),
+    )
 
 
 def _probe_flashinfer(cfg: MeasureConfig, be: AttentionBackend) -> str | None:  # GPU-only
     """Run one tiny prefill and decode through FlashInfer; the error text if its API differs."""
     from .measure_attention import flashinfer_decode_closure, flashinfer_prefill_closure
+
     try:
         flashinfer_prefill_closure(cfg.model, 16, 16, 1, be, cfg.device, cfg.dtype)()
         flashinfer_decode_closure(cfg.model, 2, 32, be, cfg.device, cfg.dtype)()
@@ -160,8 +189,11 @@ def _probe_flashinfer(cfg: MeasureConfig, be: AttentionBackend) -> str | None:  
 
 
 def _divisible(model: ModelSpec, k: int) -> bool:
-    return k == 1 or (model.num_heads % k == 0 and model.num_kv_heads % k == 0
-                      and model.intermediate_size % k == 0)
+    return k == 1 or (
+        model.num_heads % k == 0
+        and model.num_kv_heads % k == 0
+        and model.intermediate_size % k == 0
+    )
 
 
 def _h2d_bw(samples: list[Sample]) -> float | None:

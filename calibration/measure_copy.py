@@ -21,6 +21,7 @@ simulator assumes (the copy stream loads layer l and records ev[l]; the compute 
 ev[l], runs layer l) is timed at several t_x/t_c ratios and compared with
 ``costmodels.pipelined_time_uniform``.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -39,7 +40,7 @@ class PipelinePoint:
     t_copy_layer_s: float
     t_compute_layer_s: float
     measured_s: float
-    predicted_s: float        # pipelined_time_uniform(layers, t_copy, t_compute, epsilon)
+    predicted_s: float  # pipelined_time_uniform(layers, t_copy, t_compute, epsilon)
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,19 +49,20 @@ class OverlapResult:
     t_copy_s: float
     t_both_s: float
     t_compute_during_copy_s: float
-    eta: float                # 1 = the shorter of the two fully hidden
-    epsilon: float            # compute slowdown while a copy is in flight
+    eta: float  # 1 = the shorter of the two fully hidden
+    epsilon: float  # compute slowdown while a copy is in flight
     pipeline: tuple[PipelinePoint, ...]
 
 
 def _chunks(buf, copies: int):
     n = buf.numel() // copies
-    return [buf[i * n:(i + 1) * n] for i in range(copies)]
+    return [buf[i * n : (i + 1) * n] for i in range(copies)]
 
 
 def copy_closure(direction: str, nbytes: int, copies: int, device: str) -> Callable[[], object]:
     """The copies of one measurement; on CUDA they go on the current stream (the caller's copy stream)."""
     import torch
+
     if direction not in ("h2d", "d2h"):
         raise ValueError(f"direction must be h2d or d2h, got {direction!r}")
     if device == "cpu":
@@ -71,6 +73,7 @@ def copy_closure(direction: str, nbytes: int, copies: int, device: str) -> Calla
         def run_cpu():
             for d_, s_ in pairs:
                 d_.copy_(s_)
+
         return run_cpu
     # GPU-only
     host = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True).fill_(1)
@@ -81,16 +84,20 @@ def copy_closure(direction: str, nbytes: int, copies: int, device: str) -> Calla
     def run_gpu():
         for d_, s_ in pairs:
             d_.copy_(s_, non_blocking=True)
+
     return run_gpu
 
 
-def measure_copy(direction: str, nbytes: int, copies: int, timer, device: str, model: ModelSpec) -> Sample:
+def measure_copy(
+    direction: str, nbytes: int, copies: int, timer, device: str, model: ModelSpec
+) -> Sample:
     fn = copy_closure(direction, nbytes, copies, device)
     if device == "cpu":
         t = timer.measure(fn)
         kernel = "host memcpy (CPU stand-in for PCIe)"
     else:  # GPU-only: a dedicated stream per direction, events recorded on it
         import torch
+
         stream = torch.cuda.Stream(device=device)
         with torch.cuda.stream(stream):
             t = timer.measure(fn, graph=False)
@@ -100,10 +107,17 @@ def measure_copy(direction: str, nbytes: int, copies: int, timer, device: str, m
     return Sample(direction, Shape(nbytes=total, copies=copies), t, model, f"x{copies}", kernel)
 
 
-def measure_overlap(compute: Callable[[], object], bw_Bps: float, timer, device: str,
-                    layers: int = 8, ratios: tuple[float, ...] = (0.25, 1.0, 4.0)) -> OverlapResult:
+def measure_overlap(
+    compute: Callable[[], object],
+    bw_Bps: float,
+    timer,
+    device: str,
+    layers: int = 8,
+    ratios: tuple[float, ...] = (0.25, 1.0, 4.0),
+) -> OverlapResult:
     """GPU-only: eta, epsilon and the layer-wise pipeline against the simulator's formula."""
     import torch
+
     cs = torch.cuda.Stream(device=device)
     xs = torch.cuda.Stream(device=device)
     with torch.cuda.stream(cs):
@@ -114,11 +128,12 @@ def measure_overlap(compute: Callable[[], object], bw_Bps: float, timer, device:
         t_x = timer.measure(copy, graph=False).median_s
 
     def both():
-        xs.wait_stream(cs)          # both start together
+        xs.wait_stream(cs)  # both start together
         with torch.cuda.stream(xs):
             copy()
         compute()
-        cs.wait_stream(xs)          # the end event (on cs) waits for the copy too
+        cs.wait_stream(xs)  # the end event (on cs) waits for the copy too
+
     with torch.cuda.stream(cs):
         t_both = timer.measure(both, graph=False).median_s
     # Compute while a copy ~3x longer is in flight: events on the compute stream only.
@@ -155,10 +170,16 @@ def measure_overlap(compute: Callable[[], object], bw_Bps: float, timer, device:
                     evs[i].record(xs)
                 cs.wait_event(evs[i])
                 compute()
+
         with torch.cuda.stream(cs):
             measured = timer.measure(pipeline, graph=False).median_s
         with torch.cuda.stream(xs):
-            t_xl = timer.measure(lambda: ds[0].copy_(hs[0], non_blocking=True), graph=False).median_s
-        points.append(PipelinePoint(layers, t_xl, t_c, measured,
-                                    pipelined_time_uniform(layers, t_xl, t_c, eps)))
+            t_xl = timer.measure(
+                lambda: ds[0].copy_(hs[0], non_blocking=True), graph=False
+            ).median_s
+        points.append(
+            PipelinePoint(
+                layers, t_xl, t_c, measured, pipelined_time_uniform(layers, t_xl, t_c, eps)
+            )
+        )
     return OverlapResult(t_c, t_x, t_both, t_during, eta, eps, tuple(points))

@@ -10,6 +10,7 @@ Per token count N (and per narrower shard of the layer, see ``grids``):
 Inputs are built once per shape, outside the timed closure, so only the kernels are timed.
 torch is imported lazily.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -21,6 +22,7 @@ from .samples import Sample, Shape, Timing
 
 def torch_dtype(name: str):
     import torch
+
     table = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
     if name not in table:
         raise ValueError(f"dtype must be one of {', '.join(table)}, got {name!r}")
@@ -36,13 +38,19 @@ class LayerWeights:
 
     def __init__(self, model: ModelSpec, device: str, dtype: str, seed: int = 0) -> None:
         import torch
+
         g = torch.Generator(device="cpu").manual_seed(seed)
         dt = torch_dtype(dtype)
-        h, d, hq, k, i = (model.hidden_size, model.head_dim, model.num_heads, model.num_kv_heads,
-                          model.intermediate_size)
+        h, d, hq, k, i = (
+            model.hidden_size,
+            model.head_dim,
+            model.num_heads,
+            model.num_kv_heads,
+            model.intermediate_size,
+        )
 
         def w(rows: int, cols: int):
-            return (torch.randn(rows, cols, generator=g) * rows ** -0.5).to(device=device, dtype=dt)
+            return (torch.randn(rows, cols, generator=g) * rows**-0.5).to(device=device, dtype=dt)
 
         self.model, self.device, self.dtype = model, device, dt
         self.w_qkv = w(h, (hq + 2 * k) * d)
@@ -54,6 +62,7 @@ class LayerWeights:
 
 def gemm_closure(lw: LayerWeights, tokens: int) -> Callable[[], object]:
     import torch
+
     m = lw.model
     x = torch.randn(tokens, m.hidden_size, device=lw.device, dtype=lw.dtype)
     attn = torch.randn(tokens, m.num_heads * m.head_dim, device=lw.device, dtype=lw.dtype)
@@ -64,12 +73,14 @@ def gemm_closure(lw: LayerWeights, tokens: int) -> Callable[[], object]:
         torch.matmul(attn, lw.w_o)
         torch.matmul(x, lw.w_up)
         return torch.matmul(act, lw.w_down)
+
     return run
 
 
 def elementwise_closure(lw: LayerWeights, tokens: int, page_size: int = 16) -> Callable[[], object]:
     import torch
     import torch.nn.functional as F
+
     m = lw.model
     dev, dt = lw.device, lw.dtype
     h, d, hq, k, i = m.hidden_size, m.head_dim, m.num_heads, m.num_kv_heads, m.intermediate_size
@@ -89,10 +100,12 @@ def elementwise_closure(lw: LayerWeights, tokens: int, page_size: int = 16) -> C
     cache_k = torch.zeros(pages * page_size, k, d, device=dev, dtype=dt)
     cache_v = torch.zeros_like(cache_k)
     order = torch.randperm(pages)[: -(-tokens // page_size)]
-    slots = (order[:, None] * page_size + torch.arange(page_size)[None, :]).flatten()[:tokens].to(dev)
+    slots = (
+        (order[:, None] * page_size + torch.arange(page_size)[None, :]).flatten()[:tokens].to(dev)
+    )
 
     def rope(t):
-        t1, t2 = t[..., : d // 2], t[..., d // 2:]
+        t1, t2 = t[..., : d // 2], t[..., d // 2 :]
         return t * cos + torch.cat([-t2, t1], dim=-1) * sin
 
     def norm(t):
@@ -112,11 +125,15 @@ def elementwise_closure(lw: LayerWeights, tokens: int, page_size: int = 16) -> C
         else:
             F.relu(up)
         return r + a
+
     return run
 
 
-def lm_head_closure(model: ModelSpec, rows: int, device: str, dtype: str, seed: int = 0) -> Callable[[], object]:
+def lm_head_closure(
+    model: ModelSpec, rows: int, device: str, dtype: str, seed: int = 0
+) -> Callable[[], object]:
     import torch
+
     dt = torch_dtype(dtype)
     w = torch.randn(model.hidden_size, model.vocab_size, device=device, dtype=dt)
     x = torch.randn(rows, model.hidden_size, device=device, dtype=dt)
@@ -125,15 +142,25 @@ def lm_head_closure(model: ModelSpec, rows: int, device: str, dtype: str, seed: 
 
 def add_timings(a: Timing, b: Timing) -> Timing:
     """Two kernels run back to back: medians and percentiles add (an approximation for the spread)."""
-    return Timing(a.median_s + b.median_s, a.p20_s + b.p20_s, a.p80_s + b.p80_s, min(a.reps, b.reps))
+    return Timing(
+        a.median_s + b.median_s, a.p20_s + b.p20_s, a.p80_s + b.p80_s, min(a.reps, b.reps)
+    )
 
 
-def measure_token_level(lw: LayerWeights, tokens: int, timer, group: str, page_size: int = 16,
-                        kernel: str = "torch.matmul") -> list[Sample]:
+def measure_token_level(
+    lw: LayerWeights,
+    tokens: int,
+    timer,
+    group: str,
+    page_size: int = 16,
+    kernel: str = "torch.matmul",
+) -> list[Sample]:
     """gemm, elementwise and linear samples of one layer shard at N = ``tokens``."""
     g = timer.measure(gemm_closure(lw, tokens))
     e = timer.measure(elementwise_closure(lw, tokens, page_size))
     shape = Shape(tokens=tokens)
-    return [Sample("gemm", shape, g, lw.model, group, kernel),
-            Sample("elementwise", shape, e, lw.model, group, "torch eager ops"),
-            Sample("linear", shape, add_timings(g, e), lw.model, group, kernel + " + eager ops")]
+    return [
+        Sample("gemm", shape, g, lw.model, group, kernel),
+        Sample("elementwise", shape, e, lw.model, group, "torch eager ops"),
+        Sample("linear", shape, add_timings(g, e), lw.model, group, kernel + " + eager ops"),
+    ]

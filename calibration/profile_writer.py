@@ -6,6 +6,7 @@ profile's notes name every such term. The validation block holds the random-spli
 of each term; extrapolation-split errors and fit notes go into ``meta.notes`` (the block has one
 entry per term).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -49,21 +50,36 @@ def _f(x: float) -> float:
 
 
 def _round_term(obj):
-    return dataclasses.replace(obj, **{f.name: _f(getattr(obj, f.name)) for f in dataclasses.fields(obj)
-                                       if isinstance(getattr(obj, f.name), float)
-                                       and not isinstance(getattr(obj, f.name), bool)})
+    return dataclasses.replace(
+        obj,
+        **{
+            f.name: _f(getattr(obj, f.name))
+            for f in dataclasses.fields(obj)
+            if isinstance(getattr(obj, f.name), float)
+            and not isinstance(getattr(obj, f.name), bool)
+        },
+    )
 
 
-def build_profile(name: str, fits: ProfileFits, base: Profile, meta: ProfileMeta,
-                  validation: dict[str, TermValidation] | None = None) -> tuple[Profile, tuple[str, ...]]:
+def build_profile(
+    name: str,
+    fits: ProfileFits,
+    base: Profile,
+    meta: ProfileMeta,
+    validation: dict[str, TermValidation] | None = None,
+) -> tuple[Profile, tuple[str, ...]]:
     """The profile, and the names of the terms taken from ``base`` (not measured)."""
     from_base: list[str] = []
     if fits.gemm is not None:
         ew_bw = fits.elementwise.bw_Bps if fits.elementwise else base.linear.elementwise_bw_Bps
         ew_tau = fits.elementwise.tau_s if fits.elementwise else 0.0
         # The profile's linear term carries one fixed cost for all token-level kernels of a layer.
-        linear = LinearTerm(tau_s=fits.gemm.tau_s + ew_tau, weight_bw_Bps=fits.gemm.weight_bw_Bps,
-                            flops=fits.gemm.flops, elementwise_bw_Bps=ew_bw)
+        linear = LinearTerm(
+            tau_s=fits.gemm.tau_s + ew_tau,
+            weight_bw_Bps=fits.gemm.weight_bw_Bps,
+            flops=fits.gemm.flops,
+            elementwise_bw_Bps=ew_bw,
+        )
         if fits.elementwise is None:
             from_base.append("linear.elementwise_bw_Bps")
     else:
@@ -80,17 +96,28 @@ def build_profile(name: str, fits: ProfileFits, base: Profile, meta: ProfileMeta
         from_base.append("step_overhead_s")
         step = base.step_overhead_s
     profile = Profile(
-        name=name, linear=_round_term(linear),
-        prefill_attn=_round_term(terms["prefill_attn"]), decode_attn=_round_term(terms["decode_attn"]),
-        h2d=_round_term(terms["h2d"]), d2h=_round_term(terms["d2h"]), overlap=_round_term(terms["overlap"]),
-        step_overhead_s=_f(step), meta=meta, validation=dict(validation or {}))
+        name=name,
+        linear=_round_term(linear),
+        prefill_attn=_round_term(terms["prefill_attn"]),
+        decode_attn=_round_term(terms["decode_attn"]),
+        h2d=_round_term(terms["h2d"]),
+        d2h=_round_term(terms["d2h"]),
+        overlap=_round_term(terms["overlap"]),
+        step_overhead_s=_f(step),
+        meta=meta,
+        validation=dict(validation or {}),
+    )
     return profile, tuple(from_base)
 
 
 def validation_entry(report: TermReport) -> TermValidation:
     t = report.test
-    return TermValidation(mape=round(t.mape, 4), max_ape=round(t.max_ape, 4), n=t.n,
-                          split=f"{report.source}: {report.split.description}")
+    return TermValidation(
+        mape=round(t.mape, 4),
+        max_ape=round(t.max_ape, 4),
+        n=t.n,
+        split=f"{report.source}: {report.split.description}",
+    )
 
 
 def pensieve_lines(cm: CostModel, n_news: Sequence[int] = (1, 128, 2048)) -> list[str]:
@@ -98,8 +125,10 @@ def pensieve_lines(cm: CostModel, n_news: Sequence[int] = (1, 128, 2048)) -> lis
     lines = []
     for n in n_news:
         c = cm.pensieve_constants(n)
-        lines.append(f"pensieve {cm.model.name} n_new={n}: alpha={c.alpha:.4g} s/ctx-token/layer, "
-                     f"beta={c.beta:.4g} s/layer, non_attention={c.non_attention:.4g} s/layer")
+        lines.append(
+            f"pensieve {cm.model.name} n_new={n}: alpha={c.alpha:.4g} s/ctx-token/layer, "
+            f"beta={c.beta:.4g} s/layer, non_attention={c.non_attention:.4g} s/layer"
+        )
     return lines
 
 
@@ -108,11 +137,15 @@ def report_lines(reports: Sequence[TermReport]) -> list[str]:
     out = []
     for r in reports:
         t = r.test
-        out.append(f"{r.term} [{r.source}; {r.split.description}]: MAPE {t.mape:.1%}, p95 {t.p95_ape:.1%}, "
-                   f"max {t.max_ape:.1%}, n={t.n}")
+        out.append(
+            f"{r.term} [{r.source}; {r.split.description}]: MAPE {t.mape:.1%}, p95 {t.p95_ape:.1%}, "
+            f"max {t.max_ape:.1%}, n={t.n}"
+        )
     return out
 
 
 def model_note(model: ModelSpec) -> str:
-    return (f"{model.name}: L={model.num_layers} h={model.hidden_size} Hq={model.num_heads} "
-            f"K={model.num_kv_heads} d={model.head_dim} I={model.intermediate_size} b={model.dtype_bytes}")
+    return (
+        f"{model.name}: L={model.num_layers} h={model.hidden_size} Hq={model.num_heads} "
+        f"K={model.num_kv_heads} d={model.head_dim} I={model.intermediate_size} b={model.dtype_bytes}"
+    )

@@ -16,6 +16,7 @@ They exist so the gain of a form change can be judged with numbers before anyone
 The cost model's ``BatchShape`` keeps only sums over sequences, so +waves would need per-sequence
 lengths (or a mean-length approximation) to be used in the simulator.
 """
+
 from __future__ import annotations
 
 import math
@@ -59,7 +60,9 @@ def _design(form: str, samples: Sequence[Sample], sms: int) -> tuple[np.ndarray,
     return np.array(rows, dtype=float), tuple(cols)
 
 
-def _evaluate(source: str, form: str, samples: Sequence[Sample], split: Split, sms: int) -> TermReport:
+def _evaluate(
+    source: str, form: str, samples: Sequence[Sample], split: Split, sms: int
+) -> TermReport:
     train = [s for s in samples if s.key in split.train]
     test = [s for s in samples if s.key in split.test]
     a, cols = _design(form, train, sms)
@@ -69,11 +72,17 @@ def _evaluate(source: str, form: str, samples: Sequence[Sample], split: Split, s
     at, _ = _design(form, test, sms)
     pred = at @ coef
     y = np.array([s.time.median_s for s in test])
-    fit = TermFit("prefill_attn", ProposedFit(form, cols, tuple(float(c) for c in coef)), len(train))  # type: ignore[arg-type]
-    return TermReport(f"{source} [{form}]", "prefill_attn", split, (fit,), len(train), ErrorStats.of(pred, y))
+    fit = TermFit(
+        "prefill_attn", ProposedFit(form, cols, tuple(float(c) for c in coef)), len(train)
+    )  # type: ignore[arg-type]
+    return TermReport(
+        f"{source} [{form}]", "prefill_attn", split, (fit,), len(train), ErrorStats.of(pred, y)
+    )
 
 
-def evaluate_proposed(source: str, gpu: str, samples: Sequence[Sample], seed: int = 0) -> tuple[TermReport, ...]:
+def evaluate_proposed(
+    source: str, gpu: str, samples: Sequence[Sample], seed: int = 0
+) -> tuple[TermReport, ...]:
     rows = [s for s in samples if s.term == "prefill_attn"]
     if not rows or gpu not in SM_COUNT:
         return ()
@@ -81,4 +90,6 @@ def evaluate_proposed(source: str, gpu: str, samples: Sequence[Sample], seed: in
     ex = extrapolation_split("prefill_attn", rows)
     if ex is not None:
         splits.append(ex)
-    return tuple(_evaluate(source, form, rows, sp, SM_COUNT[gpu]) for form in FORMS for sp in splits)
+    return tuple(
+        _evaluate(source, form, rows, sp, SM_COUNT[gpu]) for form in FORMS for sp in splits
+    )

@@ -11,6 +11,7 @@ The H100 has no public split-KV decode table (the only H100 decode table is LLMS
 FlashAttention path without split-KV, which the linear form does not describe), so its decode term
 is the A100 FlashInfer fit with the bandwidth scaled by the HBM ratio, marked as such.
 """
+
 from __future__ import annotations
 
 import datetime as _dt
@@ -52,28 +53,40 @@ TARGETS = {"gemm": 0.05, "linear": 0.05, "prefill_attn": 0.05, "decode_attn": 0.
 class SourceResult:
     source: PublicSource
     n_samples: int
-    fits: tuple[TermFit, ...]           # in-sample fits (all shapes): what a profile commits
-    reports: tuple[TermReport, ...]     # held-out and transfer reports
+    fits: tuple[TermFit, ...]  # in-sample fits (all shapes): what a profile commits
+    reports: tuple[TermReport, ...]  # held-out and transfer reports
 
 
 @dataclass(frozen=True, slots=True)
 class ProfileSpec:
     name: str
     gpu: str
-    linear: str                # source of gemm + elementwise
+    linear: str  # source of gemm + elementwise
     prefill_attn: str
-    decode_attn: str | None    # None: transferred (see module notes)
+    decode_attn: str | None  # None: transferred (see module notes)
     backend: str
 
 
 PROFILE_SPECS: tuple[ProfileSpec, ...] = (
-    ProfileSpec("a100-vidur", "a100-sxm", "a100-vidur-mlp", "a100-vidur-flashinfer", "a100-vidur-flashinfer",
-                "token-level ops: Vidur model ops (cuBLAS GEMMs, unfused elementwise); attention: "
-                "FlashInfer paged, page 16 (Vidur profiler)"),
-    ProfileSpec("h100-public", "h100-sxm", "h100-vidur-mlp", "h100-lss-8b-layers", None,
-                "token-level ops: Vidur model ops (cuBLAS GEMMs); prefill attention: LLMServingSim "
-                "FlashAttention (no cache); decode attention: NOT measured on H100 (A100 FlashInfer fit "
-                "scaled by HBM bandwidth)"),
+    ProfileSpec(
+        "a100-vidur",
+        "a100-sxm",
+        "a100-vidur-mlp",
+        "a100-vidur-flashinfer",
+        "a100-vidur-flashinfer",
+        "token-level ops: Vidur model ops (cuBLAS GEMMs, unfused elementwise); attention: "
+        "FlashInfer paged, page 16 (Vidur profiler)",
+    ),
+    ProfileSpec(
+        "h100-public",
+        "h100-sxm",
+        "h100-vidur-mlp",
+        "h100-lss-8b-layers",
+        None,
+        "token-level ops: Vidur model ops (cuBLAS GEMMs); prefill attention: LLMServingSim "
+        "FlashAttention (no cache); decode attention: NOT measured on H100 (A100 FlashInfer fit "
+        "scaled by HBM bandwidth)",
+    ),
 )
 
 
@@ -82,7 +95,7 @@ class PublicFitResult:
     sources: tuple[SourceResult, ...]
     transfer: tuple[TermReport, ...]
     profiles: tuple[Profile, ...]
-    proposed: tuple[TermReport, ...] = ()   # candidate forms not in the cost model (proposed_forms)
+    proposed: tuple[TermReport, ...] = ()  # candidate forms not in the cost model (proposed_forms)
 
     def reports(self) -> tuple[TermReport, ...]:
         return tuple(r for s in self.sources for r in s.reports) + self.transfer
@@ -111,16 +124,21 @@ def _fit_source(src: PublicSource, samples: list[Sample], seed: int) -> SourceRe
     for term in src.terms:
         reports += validate_term(src.name, term, samples, seed=seed, limits=limits)
         if term == "linear":
-            fits += [fit_term(t, [s for s in samples if s.term == t], limits) for t in ("gemm", "elementwise")]
+            fits += [
+                fit_term(t, [s for s in samples if s.term == t], limits)
+                for t in ("gemm", "elementwise")
+            ]
         elif term not in ("gemm", "elementwise"):
             fits.append(fit_term(term, [s for s in samples if s.term == term], limits))
     models = sorted({s.model.name.split("/")[0] for s in samples if s.term == "gemm"})
     if len(models) > 1:
         # Leave one model config out: the constants must transfer, as the features come from the config.
         for held in models:
-            split = leave_out_split([s for s in samples if s.term == "linear"],
-                                    lambda s, h=held: s.model.name.split("/")[0] == h,
-                                    f"leave-one-model-out: fit the other model, test {held} (all TP shards)")
+            split = leave_out_split(
+                [s for s in samples if s.term == "linear"],
+                lambda s, h=held: s.model.name.split("/")[0] == h,
+                f"leave-one-model-out: fit the other model, test {held} (all TP shards)",
+            )
             reports.append(evaluate(f"{src.name} [test {held}]", "linear", samples, split, limits))
     return SourceResult(src, len(samples), tuple(fits), tuple(reports))
 
@@ -136,7 +154,9 @@ def _source_note(name: str) -> str:
     return "; ".join(f"{FILES[k].path} ({FILES[k].source})" for k in src.files)
 
 
-def _build(spec: ProfileSpec, by_source: dict[str, SourceResult], extra: Sequence[TermReport]) -> Profile:
+def _build(
+    spec: ProfileSpec, by_source: dict[str, SourceResult], extra: Sequence[TermReport]
+) -> Profile:
     lin = _fits_by_term(by_source[spec.linear].fits)
     pf = _fits_by_term(by_source[spec.prefill_attn].fits)["prefill_attn"]
     notes: list[str] = []
@@ -147,15 +167,25 @@ def _build(spec: ProfileSpec, by_source: dict[str, SourceResult], extra: Sequenc
         a100 = _fits_by_term(by_source["a100-vidur-flashinfer"].fits)["decode_attn"].params
         dec = _decode_transferred(a100, spec.gpu)
         dec_src = None
-        notes.append("decode_attn NOT fitted on this GPU: a100-vidur-flashinfer fit with kv_bw scaled by "
-                     f"the HBM ratio ({get_hardware(spec.gpu).hbm_bw_Bps:.3g}/{get_hardware('a100-sxm').hbm_bw_Bps:.3g}); "
-                     "the only public H100 decode table (LLMServingSim 70B-TP4, FlashAttention without split-KV) "
-                     "is not described by the linear form (see h100-lss-70b-tp4 in calibration/README.md)")
-    fits = ProfileFits(gemm=lin["gemm"].params, elementwise=lin["elementwise"].params,
-                       prefill_attn=pf.params, decode_attn=dec)
+        notes.append(
+            "decode_attn NOT fitted on this GPU: a100-vidur-flashinfer fit with kv_bw scaled by "
+            f"the HBM ratio ({get_hardware(spec.gpu).hbm_bw_Bps:.3g}/{get_hardware('a100-sxm').hbm_bw_Bps:.3g}); "
+            "the only public H100 decode table (LLMServingSim 70B-TP4, FlashAttention without split-KV) "
+            "is not described by the linear form (see h100-lss-70b-tp4 in calibration/README.md)"
+        )
+    fits = ProfileFits(
+        gemm=lin["gemm"].params,
+        elementwise=lin["elementwise"].params,
+        prefill_attn=pf.params,
+        decode_attn=dec,
+    )
     # The validation block: the random-split held-out error of each term of this profile.
     validation: dict[str, TermValidation] = {}
-    used = [(spec.linear, "linear"), (spec.linear, "elementwise"), (spec.prefill_attn, "prefill_attn")]
+    used = [
+        (spec.linear, "linear"),
+        (spec.linear, "elementwise"),
+        (spec.prefill_attn, "prefill_attn"),
+    ]
     if dec_src:
         used.append((dec_src, "decode_attn"))
     held_out: list[TermReport] = []
@@ -170,28 +200,46 @@ def _build(spec: ProfileSpec, by_source: dict[str, SourceResult], extra: Sequenc
             validation[r.term] = validation_entry(r)
             held_out.append(r)
     base = analytic_profile(get_hardware(spec.gpu))
-    meta = ProfileMeta(gpu=spec.gpu, backend=spec.backend, dtype="16-bit (fp16/bf16 as each source ran it)",
-                       source="fit: public tables in ../shared/data: linear <- " + _source_note(spec.linear)
-                              + " | prefill_attn <- " + _source_note(spec.prefill_attn)
-                              + " | decode_attn <- " + (_source_note(dec_src) if dec_src else "transferred"),
-                       page_size=16 if spec.name == "a100-vidur" else None,
-                       notes=None)
+    meta = ProfileMeta(
+        gpu=spec.gpu,
+        backend=spec.backend,
+        dtype="16-bit (fp16/bf16 as each source ran it)",
+        source="fit: public tables in ../shared/data: linear <- "
+        + _source_note(spec.linear)
+        + " | prefill_attn <- "
+        + _source_note(spec.prefill_attn)
+        + " | decode_attn <- "
+        + (_source_note(dec_src) if dec_src else "transferred"),
+        page_size=16 if spec.name == "a100-vidur" else None,
+        notes=None,
+    )
     profile, from_base = build_profile(spec.name, fits, base, meta, validation)
     cm = CostModel(get_model("llama-3-8b"), profile)
-    notes += [f"fitted by `kvsim calibrate fit` on {_dt.date.today().isoformat()}; constants are the in-sample "
-              "fit over every shape of each source; the validation block is the random 20% held-out split",
-              "not in any public table, taken from the analytic Level-0 profile of this GPU: "
-              + ", ".join(from_base)]
-    notes += [f"note [{f.term}]: {n}" for f in (lin["gemm"], lin["elementwise"], pf) for n in f.notes]
+    notes += [
+        f"fitted by `kvsim calibrate fit` on {_dt.date.today().isoformat()}; constants are the in-sample "
+        "fit over every shape of each source; the validation block is the random 20% held-out split",
+        "not in any public table, taken from the analytic Level-0 profile of this GPU: "
+        + ", ".join(from_base),
+    ]
+    notes += [
+        f"note [{f.term}]: {n}" for f in (lin["gemm"], lin["elementwise"], pf) for n in f.notes
+    ]
     notes += ["held-out: " + line for line in report_lines(held_out)]
-    notes += [f"target missed: {r.term} [{r.source}, {r.split.name}] MAPE {r.test.mape:.1%} > {TARGETS[r.term]:.0%}"
-              for r in held_out if r.term in TARGETS and r.split.name == "random" and r.test.mape >= TARGETS[r.term]]
+    notes += [
+        f"target missed: {r.term} [{r.source}, {r.split.name}] MAPE {r.test.mape:.1%} > {TARGETS[r.term]:.0%}"
+        for r in held_out
+        if r.term in TARGETS and r.split.name == "random" and r.test.mape >= TARGETS[r.term]
+    ]
     notes += pensieve_lines(cm)
     return replace(profile, meta=replace(profile.meta, notes="\n".join(notes)))
 
 
-def fit_public(data_dir: Path | None = None, seed: int = 0, sources: Sequence[str] | None = None,
-               proposed: bool = False) -> PublicFitResult:
+def fit_public(
+    data_dir: Path | None = None,
+    seed: int = 0,
+    sources: Sequence[str] | None = None,
+    proposed: bool = False,
+) -> PublicFitResult:
     """Fit and validate every public source; build the committed profiles when all their sources ran.
 
     ``proposed``: also score the candidate prefill forms of ``proposed_forms`` on every source.
@@ -200,12 +248,15 @@ def fit_public(data_dir: Path | None = None, seed: int = 0, sources: Sequence[st
     names = list(sources) if sources else list(SOURCES)
     unknown = [n for n in names if n not in SOURCES]
     if unknown:
-        raise ValueError(f"unknown public source(s) {', '.join(unknown)}; known: {', '.join(SOURCES)}")
+        raise ValueError(
+            f"unknown public source(s) {', '.join(unknown)}; known: {', '.join(SOURCES)}"
+        )
     loaded = {n: SOURCES[n].load(data_dir) for n in names}
     results = {n: _fit_source(SOURCES[n], loaded[n], seed) for n in names}
     extra: list[TermReport] = []
     if proposed:
         from .proposed_forms import evaluate_proposed
+
         for n in names:
             if "prefill_attn" in SOURCES[n].terms:
                 extra += evaluate_proposed(n, SOURCES[n].gpu, loaded[n], seed)
@@ -214,9 +265,14 @@ def fit_public(data_dir: Path | None = None, seed: int = 0, sources: Sequence[st
         lss = loaded["h100-lss-8b-layers"]
         v = _fits_by_term(results["h100-vidur-mlp"].fits)
         note = "transfer: h100-vidur-mlp constants (Llama-2-7B shards) on LLMServingSim Llama-3.1-8B ops"
-        transfer.append(transfer_check("h100-lss-8b-layers", "linear", lss, v["gemm"].params,
-                                       v["elementwise"].params, note))
-        transfer.append(transfer_check("h100-lss-8b-layers", "lm_head", lss, v["gemm"].params, note=note))
+        transfer.append(
+            transfer_check(
+                "h100-lss-8b-layers", "linear", lss, v["gemm"].params, v["elementwise"].params, note
+            )
+        )
+        transfer.append(
+            transfer_check("h100-lss-8b-layers", "lm_head", lss, v["gemm"].params, note=note)
+        )
     profiles = []
     for spec in PROFILE_SPECS:
         needed = {spec.linear, spec.prefill_attn, spec.decode_attn or "a100-vidur-flashinfer"}
@@ -227,9 +283,16 @@ def fit_public(data_dir: Path | None = None, seed: int = 0, sources: Sequence[st
                 lss = [s for s in loaded["h100-lss-8b-layers"] if s.term == "layer"]
                 cm = CostModel(get_model("llama-3-8b"), p)
                 pred = np.array([cm.layer_s(BatchShape.prefill(s.shape.tokens, 0)) for s in lss])
-                transfer.append(score("h100-lss-8b-layers", "layer", lss, pred,
-                                      "whole decoder layer (12 ops, prefill without cache), every N, against "
-                                      "the assembled h100-public profile (linear from Vidur, attention "
-                                      "fitted on this table's attn op)"))
+                transfer.append(
+                    score(
+                        "h100-lss-8b-layers",
+                        "layer",
+                        lss,
+                        pred,
+                        "whole decoder layer (12 ops, prefill without cache), every N, against "
+                        "the assembled h100-public profile (linear from Vidur, attention "
+                        "fitted on this table's attn op)",
+                    )
+                )
             profiles.append(_build(spec, results, transfer))
     return PublicFitResult(tuple(results.values()), tuple(transfer), tuple(profiles), tuple(extra))

@@ -16,6 +16,7 @@ Units and caveats (PROVENANCE s2.1-2.3):
   * The transcribed A100 Llama-3-8B attention sample is hand-read medians (465 rows); 24 decode rows at
     kv=16128 come from a second, unverified copy and carry the group "unverified-copy".
 """
+
 from __future__ import annotations
 
 import csv
@@ -43,49 +44,84 @@ def default_data_dir() -> Path:
 @dataclass(frozen=True, slots=True)
 class TableFile:
     key: str
-    gpu: str            # registered hardware name, or a plain label for GPUs we have no spec of
-    path: str           # relative to the data directory
-    source: str         # repository@snapshot, and the commit that last touched the file
-    kernel: str         # backend as the table states it
+    gpu: str  # registered hardware name, or a plain label for GPUs we have no spec of
+    path: str  # relative to the data directory
+    source: str  # repository@snapshot, and the commit that last touched the file
+    kernel: str  # backend as the table states it
     note: str = ""
 
 
-FILES: dict[str, TableFile] = {f.key: f for f in (
-    TableFile("vidur-h100-llama2-7b-mlp", "h100-sxm",
-              "vidur/profiling/compute/h100/meta-llama/Llama-2-7b-hf/mlp.csv",
-              f"{VIDUR_SNAPSHOT}, file commit e26eb8f7 (PROVENANCE s2.2)", "vidur model ops, CUDA events",
-              "TP 1/2/4/8, N=1..4096"),
-    TableFile("vidur-a100-llama2-7b-mlp", "a100-sxm",
-              "vidur/profiling/compute/a100/meta-llama/Llama-2-7b-hf/mlp.csv",
-              f"{VIDUR_SNAPSHOT}, file commit bee57daf (PROVENANCE s2.2)", "vidur model ops, CUDA events",
-              "TP 1/2/4/8, N=1..4096"),
-    TableFile("vidur-a100-llama3-8b-mlp", "a100-sxm",
-              "vidur/profiling/compute/a100/meta-llama/Meta-Llama-3-8B/mlp.csv",
-              f"{VIDUR_SNAPSHOT}, file commit 2bb7a086 (PROVENANCE s2.2)", "vidur model ops, CUDA events",
-              "TP 1/2/4/8, N=1..32768"),
-    TableFile("vidur-a100-llama3-8b-attn-transcribed", "a100-sxm",
-              "vidur/profiling/compute/a100/meta-llama/Meta-Llama-3-8B/attention-sample-transcribed.csv",
-              "TRANSCRIBED from sw5sh/cs378-assignment3@7ac2fe9fb6cea9d4630659a10c5cccfc9fbdd776 (verbatim copy "
-              f"of {VIDUR_SNAPSHOT} data/profiling/compute/a100/meta-llama/Meta-Llama-3-8B/attention.csv, LFS); "
-              "kv=16128 rows from adi-anirudh/vidur_hbf_hbm_backend (unverified)",
-              "FlashInfer paged, page 16", "TP1, 32 q / 8 kv heads, 465 hand-read medians"),
-    TableFile("vidur-a100-llama2-70b-tp2-attn", "a100-sxm",
-              "vidur/profiling/a100/attention.csv",
-              "microsoft/vidur history commit e2d00e9afba96cec9f0e7ea560bbfc4a539fae6a (pre-release file)",
-              "FlashAttention (vLLM paged decode), Kineto", "Llama-2-70B TP2: 32 q / 4 kv heads per GPU"),
-    TableFile("lss-h100-llama31-8b-layers", "h100-sxm",
-              "llmservingsim/perf_models/H100/meta-llama/Llama-3.1-8B/tp1/layers.csv",
-              f"{LSS_SNAPSHOT}, file commit 3012eb18 (PROVENANCE s2.3)", "HF-style unfused ops (q/k/v apart)",
-              "TP1, N=1..2048, latency in ns, attn = prefill without cache"),
-    TableFile("lss-h100-llama31-70b-tp4-attn", "h100-sxm",
-              "llmservingsim/perf_models/H100/meta-llama/Llama-3.1-70B/tp4/attention.csv",
-              f"{LSS_SNAPSHOT}, file commit 3012eb18 (PROVENANCE s2.3)", "FlashAttention (no split-KV decode)",
-              "TP4: 16 q / 2 kv heads per GPU; kv_cache_size is the batch total"),
-    TableFile("lss-a6000-llama31-8b-attn", "a6000",
-              "llmservingsim/perf_models/A6000/meta-llama/Llama-3.1-8B/tp1/attention.csv",
-              f"{LSS_SNAPSHOT}, file commit 3012eb18 (PROVENANCE s2.3)", "FlashAttention (no split-KV decode)",
-              "TP1; kv_cache_size is the batch total"),
-)}
+FILES: dict[str, TableFile] = {
+    f.key: f
+    for f in (
+        TableFile(
+            "vidur-h100-llama2-7b-mlp",
+            "h100-sxm",
+            "vidur/profiling/compute/h100/meta-llama/Llama-2-7b-hf/mlp.csv",
+            f"{VIDUR_SNAPSHOT}, file commit e26eb8f7 (PROVENANCE s2.2)",
+            "vidur model ops, CUDA events",
+            "TP 1/2/4/8, N=1..4096",
+        ),
+        TableFile(
+            "vidur-a100-llama2-7b-mlp",
+            "a100-sxm",
+            "vidur/profiling/compute/a100/meta-llama/Llama-2-7b-hf/mlp.csv",
+            f"{VIDUR_SNAPSHOT}, file commit bee57daf (PROVENANCE s2.2)",
+            "vidur model ops, CUDA events",
+            "TP 1/2/4/8, N=1..4096",
+        ),
+        TableFile(
+            "vidur-a100-llama3-8b-mlp",
+            "a100-sxm",
+            "vidur/profiling/compute/a100/meta-llama/Meta-Llama-3-8B/mlp.csv",
+            f"{VIDUR_SNAPSHOT}, file commit 2bb7a086 (PROVENANCE s2.2)",
+            "vidur model ops, CUDA events",
+            "TP 1/2/4/8, N=1..32768",
+        ),
+        TableFile(
+            "vidur-a100-llama3-8b-attn-transcribed",
+            "a100-sxm",
+            "vidur/profiling/compute/a100/meta-llama/Meta-Llama-3-8B/attention-sample-transcribed.csv",
+            "TRANSCRIBED from sw5sh/cs378-assignment3@7ac2fe9fb6cea9d4630659a10c5cccfc9fbdd776 (verbatim copy "
+            f"of {VIDUR_SNAPSHOT} data/profiling/compute/a100/meta-llama/Meta-Llama-3-8B/attention.csv, LFS); "
+            "kv=16128 rows from adi-anirudh/vidur_hbf_hbm_backend (unverified)",
+            "FlashInfer paged, page 16",
+            "TP1, 32 q / 8 kv heads, 465 hand-read medians",
+        ),
+        TableFile(
+            "vidur-a100-llama2-70b-tp2-attn",
+            "a100-sxm",
+            "vidur/profiling/a100/attention.csv",
+            "microsoft/vidur history commit e2d00e9afba96cec9f0e7ea560bbfc4a539fae6a (pre-release file)",
+            "FlashAttention (vLLM paged decode), Kineto",
+            "Llama-2-70B TP2: 32 q / 4 kv heads per GPU",
+        ),
+        TableFile(
+            "lss-h100-llama31-8b-layers",
+            "h100-sxm",
+            "llmservingsim/perf_models/H100/meta-llama/Llama-3.1-8B/tp1/layers.csv",
+            f"{LSS_SNAPSHOT}, file commit 3012eb18 (PROVENANCE s2.3)",
+            "HF-style unfused ops (q/k/v apart)",
+            "TP1, N=1..2048, latency in ns, attn = prefill without cache",
+        ),
+        TableFile(
+            "lss-h100-llama31-70b-tp4-attn",
+            "h100-sxm",
+            "llmservingsim/perf_models/H100/meta-llama/Llama-3.1-70B/tp4/attention.csv",
+            f"{LSS_SNAPSHOT}, file commit 3012eb18 (PROVENANCE s2.3)",
+            "FlashAttention (no split-KV decode)",
+            "TP4: 16 q / 2 kv heads per GPU; kv_cache_size is the batch total",
+        ),
+        TableFile(
+            "lss-a6000-llama31-8b-attn",
+            "a6000",
+            "llmservingsim/perf_models/A6000/meta-llama/Llama-3.1-8B/tp1/attention.csv",
+            f"{LSS_SNAPSHOT}, file commit 3012eb18 (PROVENANCE s2.3)",
+            "FlashAttention (no split-KV decode)",
+            "TP1; kv_cache_size is the batch total",
+        ),
+    )
+}
 
 
 def _rows(path: Path) -> Iterator[dict[str, str]]:
@@ -100,7 +136,9 @@ def _ms(v: str) -> float:
 def _path(key: str, data_dir: Path | None) -> Path:
     p = (data_dir or default_data_dir()) / FILES[key].path
     if not p.is_file():
-        raise FileNotFoundError(f"{p}: public table {key!r} not found (is ../shared/data beside the checkout?)")
+        raise FileNotFoundError(
+            f"{p}: public table {key!r} not found (is ../shared/data beside the checkout?)"
+        )
     return p
 
 
@@ -111,8 +149,9 @@ VIDUR_GEMMS = ("attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj"
 VIDUR_ELEMENTWISE = ("input_layernorm", "attn_rope", "post_attention_layernorm", "mlp_act", "add")
 
 
-def load_vidur_mlp(key: str, model: str, tps: tuple[int, ...] = (1, 2, 4, 8),
-                   data_dir: Path | None = None) -> list[Sample]:
+def load_vidur_mlp(
+    key: str, model: str, tps: tuple[int, ...] = (1, 2, 4, 8), data_dir: Path | None = None
+) -> list[Sample]:
     """gemm, elementwise and linear samples from a Vidur mlp.csv, one shard per TP degree."""
     spec = get_model(model)
     out: list[Sample] = []
@@ -138,17 +177,36 @@ def load_vidur_attention(key: str, model: ModelSpec, data_dir: Path | None = Non
         b, chunk, kv = int(r["batch_size"]), int(r["prefill_chunk_size"]), int(r["kv_cache_size"])
         if r["is_prefill"] == "True":
             shape = Shape(n_new=chunk, n_ctx=kv, seqs=b)
-            out.append(Sample("prefill_attn", shape, Timing.published(_ms(r["time_stats.attn_prefill.median"])),
-                              model, "append" if kv else "full", kern))
+            out.append(
+                Sample(
+                    "prefill_attn",
+                    shape,
+                    Timing.published(_ms(r["time_stats.attn_prefill.median"])),
+                    model,
+                    "append" if kv else "full",
+                    kern,
+                )
+            )
         else:
             shape = Shape(n_ctx=kv, seqs=b)
-            out.append(Sample("decode_attn", shape, Timing.published(_ms(r["time_stats.attn_decode.median"])),
-                              model, "", kern))
+            out.append(
+                Sample(
+                    "decode_attn",
+                    shape,
+                    Timing.published(_ms(r["time_stats.attn_decode.median"])),
+                    model,
+                    "",
+                    kern,
+                )
+            )
     return out
 
 
-def load_vidur_transcribed(key: str = "vidur-a100-llama3-8b-attn-transcribed", include_unverified: bool = True,
-                           data_dir: Path | None = None) -> list[Sample]:
+def load_vidur_transcribed(
+    key: str = "vidur-a100-llama3-8b-attn-transcribed",
+    include_unverified: bool = True,
+    data_dir: Path | None = None,
+) -> list[Sample]:
     model = get_model("llama-3-8b")
     kern = FILES[key].kernel
     out: list[Sample] = []
@@ -159,12 +217,28 @@ def load_vidur_transcribed(key: str = "vidur-a100-llama3-8b-attn-transcribed", i
         b, chunk, kv = int(r["batch_size"]), int(r["prefill_chunk_size"]), int(r["kv_cache_size"])
         if r["is_prefill"] == "True":
             t = _ms(r["attn_prefill_median_ms"])
-            out.append(Sample("prefill_attn", Shape(n_new=chunk, n_ctx=kv, seqs=b), Timing.published(t), model,
-                              "append" if kv else "full", kern))
+            out.append(
+                Sample(
+                    "prefill_attn",
+                    Shape(n_new=chunk, n_ctx=kv, seqs=b),
+                    Timing.published(t),
+                    model,
+                    "append" if kv else "full",
+                    kern,
+                )
+            )
         else:
             t = _ms(r["attn_decode_median_ms"])
-            out.append(Sample("decode_attn", Shape(n_ctx=kv, seqs=b), Timing.published(t), model,
-                              "verified" if verified else "unverified-copy", kern))
+            out.append(
+                Sample(
+                    "decode_attn",
+                    Shape(n_ctx=kv, seqs=b),
+                    Timing.published(t),
+                    model,
+                    "verified" if verified else "unverified-copy",
+                    kern,
+                )
+            )
     return out
 
 
@@ -174,7 +248,9 @@ LSS_ELEMENTWISE = ("input_layernorm", "rope", "post_layernorm", "act_fn")
 LSS_LAYER = LSS_GEMMS + LSS_ELEMENTWISE + ("attn",)
 
 
-def load_lss_layers(key: str = "lss-h100-llama31-8b-layers", data_dir: Path | None = None) -> list[Sample]:
+def load_lss_layers(
+    key: str = "lss-h100-llama31-8b-layers", data_dir: Path | None = None
+) -> list[Sample]:
     """gemm, elementwise, linear, prefill_attn (no cache), lm_head and whole-layer samples (ns)."""
     model = get_model("llama-3.1-8b")
     kern = FILES[key].kernel
@@ -191,16 +267,30 @@ def load_lss_layers(key: str = "lss-h100-llama31-8b-layers", data_dir: Path | No
         e = sum(ops[op] for op in LSS_ELEMENTWISE)
         tok = Shape(tokens=n)
         rows: list[tuple[str, Shape, float]] = [
-            ("gemm", tok, g), ("elementwise", tok, e), ("linear", tok, g + e),
-            ("lm_head", tok, ops["lm_head"]), ("layer", tok, sum(ops[op] for op in LSS_LAYER)),
-            ("prefill_attn", Shape(n_new=n, n_ctx=0, seqs=1), ops["attn"])]
-        out += [Sample(term, shape, Timing.published(t), model, "full" if term == "prefill_attn" else "", kern)
-                for term, shape, t in rows]
+            ("gemm", tok, g),
+            ("elementwise", tok, e),
+            ("linear", tok, g + e),
+            ("lm_head", tok, ops["lm_head"]),
+            ("layer", tok, sum(ops[op] for op in LSS_LAYER)),
+            ("prefill_attn", Shape(n_new=n, n_ctx=0, seqs=1), ops["attn"]),
+        ]
+        out += [
+            Sample(
+                term,
+                shape,
+                Timing.published(t),
+                model,
+                "full" if term == "prefill_attn" else "",
+                kern,
+            )
+            for term, shape, t in rows
+        ]
     return out
 
 
-def load_lss_attention(key: str, model: ModelSpec, data_dir: Path | None = None,
-                       dropped: list[int] | None = None) -> list[Sample]:
+def load_lss_attention(
+    key: str, model: ModelSpec, data_dir: Path | None = None, dropped: list[int] | None = None
+) -> list[Sample]:
     """prefill_attn and decode_attn samples; kv_cache_size is the batch total (see module notes)."""
     kern = FILES[key].kernel
     out: list[Sample] = []
@@ -209,15 +299,31 @@ def load_lss_attention(key: str, model: ModelSpec, data_dir: Path | None = None,
         b, chunk, kv = int(r["batch_size"]), int(r["prefill_chunk_size"]), int(r["kv_cache_size"])
         if r["is_prefill"] == "True":
             shape = Shape(n_new=chunk, n_ctx=kv - chunk, seqs=b)
-            out.append(Sample("prefill_attn", shape, Timing.published(_ms(r["time_stats.attn_prefill.median"])),
-                              model, "append" if kv > chunk else "full", kern))
+            out.append(
+                Sample(
+                    "prefill_attn",
+                    shape,
+                    Timing.published(_ms(r["time_stats.attn_prefill.median"])),
+                    model,
+                    "append" if kv > chunk else "full",
+                    kern,
+                )
+            )
         else:
             per_seq = kv // b
             if per_seq < 1:
                 n_drop += 1
                 continue
-            out.append(Sample("decode_attn", Shape(n_ctx=per_seq, seqs=b),
-                              Timing.published(_ms(r["time_stats.attn_decode.median"])), model, "", kern))
+            out.append(
+                Sample(
+                    "decode_attn",
+                    Shape(n_ctx=per_seq, seqs=b),
+                    Timing.published(_ms(r["time_stats.attn_decode.median"])),
+                    model,
+                    "",
+                    kern,
+                )
+            )
     if dropped is not None:
         dropped.append(n_drop)
     return out
@@ -229,42 +335,82 @@ class PublicSource:
     name: str
     gpu: str
     files: tuple[str, ...]
-    terms: tuple[str, ...]            # terms fitted and validated on this source
+    terms: tuple[str, ...]  # terms fitted and validated on this source
     load: Callable[[Path | None], list[Sample]]
     description: str
 
 
 def _vidur_a100_mlp(d: Path | None) -> list[Sample]:
-    return (load_vidur_mlp("vidur-a100-llama2-7b-mlp", "llama-2-7b", data_dir=d)
-            + load_vidur_mlp("vidur-a100-llama3-8b-mlp", "llama-3-8b", data_dir=d))
+    return load_vidur_mlp("vidur-a100-llama2-7b-mlp", "llama-2-7b", data_dir=d) + load_vidur_mlp(
+        "vidur-a100-llama3-8b-mlp", "llama-3-8b", data_dir=d
+    )
 
 
-SOURCES: dict[str, PublicSource] = {s.name: s for s in (
-    PublicSource("a100-vidur-mlp", "a100-sxm", ("vidur-a100-llama2-7b-mlp", "vidur-a100-llama3-8b-mlp"),
-                 ("gemm", "elementwise", "linear"), _vidur_a100_mlp,
-                 "Vidur A100 Llama-2-7B + Llama-3-8B token-level ops, TP 1/2/4/8 shards fitted jointly"),
-    PublicSource("a100-vidur-flashinfer", "a100-sxm", ("vidur-a100-llama3-8b-attn-transcribed",),
-                 ("prefill_attn", "decode_attn"), lambda d: load_vidur_transcribed(data_dir=d),
-                 "Vidur A100 Llama-3-8B FlashInfer attention, transcribed sample"),
-    PublicSource("a100-vidur-fa-70b-tp2", "a100-sxm", ("vidur-a100-llama2-70b-tp2-attn",),
-                 ("prefill_attn", "decode_attn"),
-                 lambda d: load_vidur_attention("vidur-a100-llama2-70b-tp2-attn",
-                                                shard(get_model("llama-2-70b"), 2), d),
-                 "Vidur's pre-release A100 Llama-2-70B TP2 FlashAttention file"),
-    PublicSource("h100-vidur-mlp", "h100-sxm", ("vidur-h100-llama2-7b-mlp",), ("gemm", "elementwise", "linear"),
-                 lambda d: load_vidur_mlp("vidur-h100-llama2-7b-mlp", "llama-2-7b", data_dir=d),
-                 "Vidur H100 Llama-2-7B token-level ops, TP 1/2/4/8 shards fitted jointly"),
-    PublicSource("h100-lss-8b-layers", "h100-sxm", ("lss-h100-llama31-8b-layers",),
-                 ("prefill_attn",), lambda d: load_lss_layers(data_dir=d),
-                 "LLMServingSim H100 Llama-3.1-8B per-op latencies (attn: prefill with no cache)"),
-    PublicSource("h100-lss-70b-tp4", "h100-sxm", ("lss-h100-llama31-70b-tp4-attn",),
-                 ("prefill_attn", "decode_attn"),
-                 lambda d: load_lss_attention("lss-h100-llama31-70b-tp4-attn", shard(get_model("llama-3-70b"), 4), d),
-                 "LLMServingSim H100 Llama-3.1-70B TP4 attention (FlashAttention, no split-KV decode)"),
-    PublicSource("a6000-lss-8b", "a6000", ("lss-a6000-llama31-8b-attn",), ("prefill_attn", "decode_attn"),
-                 lambda d: load_lss_attention("lss-a6000-llama31-8b-attn", get_model("llama-3-8b"), d),
-                 "LLMServingSim A6000 Llama-3.1-8B attention (FlashAttention, no split-KV decode)"),
-)}
+SOURCES: dict[str, PublicSource] = {
+    s.name: s
+    for s in (
+        PublicSource(
+            "a100-vidur-mlp",
+            "a100-sxm",
+            ("vidur-a100-llama2-7b-mlp", "vidur-a100-llama3-8b-mlp"),
+            ("gemm", "elementwise", "linear"),
+            _vidur_a100_mlp,
+            "Vidur A100 Llama-2-7B + Llama-3-8B token-level ops, TP 1/2/4/8 shards fitted jointly",
+        ),
+        PublicSource(
+            "a100-vidur-flashinfer",
+            "a100-sxm",
+            ("vidur-a100-llama3-8b-attn-transcribed",),
+            ("prefill_attn", "decode_attn"),
+            lambda d: load_vidur_transcribed(data_dir=d),
+            "Vidur A100 Llama-3-8B FlashInfer attention, transcribed sample",
+        ),
+        PublicSource(
+            "a100-vidur-fa-70b-tp2",
+            "a100-sxm",
+            ("vidur-a100-llama2-70b-tp2-attn",),
+            ("prefill_attn", "decode_attn"),
+            lambda d: load_vidur_attention(
+                "vidur-a100-llama2-70b-tp2-attn", shard(get_model("llama-2-70b"), 2), d
+            ),
+            "Vidur's pre-release A100 Llama-2-70B TP2 FlashAttention file",
+        ),
+        PublicSource(
+            "h100-vidur-mlp",
+            "h100-sxm",
+            ("vidur-h100-llama2-7b-mlp",),
+            ("gemm", "elementwise", "linear"),
+            lambda d: load_vidur_mlp("vidur-h100-llama2-7b-mlp", "llama-2-7b", data_dir=d),
+            "Vidur H100 Llama-2-7B token-level ops, TP 1/2/4/8 shards fitted jointly",
+        ),
+        PublicSource(
+            "h100-lss-8b-layers",
+            "h100-sxm",
+            ("lss-h100-llama31-8b-layers",),
+            ("prefill_attn",),
+            lambda d: load_lss_layers(data_dir=d),
+            "LLMServingSim H100 Llama-3.1-8B per-op latencies (attn: prefill with no cache)",
+        ),
+        PublicSource(
+            "h100-lss-70b-tp4",
+            "h100-sxm",
+            ("lss-h100-llama31-70b-tp4-attn",),
+            ("prefill_attn", "decode_attn"),
+            lambda d: load_lss_attention(
+                "lss-h100-llama31-70b-tp4-attn", shard(get_model("llama-3-70b"), 4), d
+            ),
+            "LLMServingSim H100 Llama-3.1-70B TP4 attention (FlashAttention, no split-KV decode)",
+        ),
+        PublicSource(
+            "a6000-lss-8b",
+            "a6000",
+            ("lss-a6000-llama31-8b-attn",),
+            ("prefill_attn", "decode_attn"),
+            lambda d: load_lss_attention("lss-a6000-llama31-8b-attn", get_model("llama-3-8b"), d),
+            "LLMServingSim A6000 Llama-3.1-8B attention (FlashAttention, no split-KV decode)",
+        ),
+    )
+}
 
 
 def available(data_dir: Path | None = None) -> bool:

@@ -15,6 +15,7 @@ A one-token append (a fully cached prompt) counts as a decode here; the simulato
 the prefill term. torch and flashinfer are imported lazily; a layout is any object with the
 ``PagedLayout`` attributes (this module imports ``sim`` only to read files).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,7 +32,7 @@ from costmodels import CostModel, ModelSpec, attention_pairs
 
 from .timing import TimingConfig, make_timer
 
-WORKSPACE_BYTES = 128 * 2**20   # FlashInfer's recommended float workspace
+WORKSPACE_BYTES = 128 * 2**20  # FlashInfer's recommended float workspace
 BACKENDS = ("auto", "torch", "flashinfer")
 
 
@@ -40,10 +41,10 @@ class ReplayResult:
     """One layer's attention over the batch: outputs packed as the queries are, and the time of
     each group (None when the batch has none of it)."""
 
-    output: Any                 # torch tensor [total query tokens, num_heads, head_dim]
-    decode_s: float | None      # median seconds, requests with one query token
-    prefill_s: float | None     # median seconds, requests with more
-    backend: str                # "flashinfer" | "torch"
+    output: Any  # torch tensor [total query tokens, num_heads, head_dim]
+    decode_s: float | None  # median seconds, requests with one query token
+    prefill_s: float | None  # median seconds, requests with more
+    backend: str  # "flashinfer" | "torch"
     device: str
 
 
@@ -66,6 +67,7 @@ class Comparison:
 # --- inputs ------------------------------------------------------------------------------------------
 def _dtype(device: str):
     import torch
+
     return torch.float32 if device == "cpu" else torch.float16
 
 
@@ -79,6 +81,7 @@ def _queries(layout) -> np.ndarray:
 def random_inputs(layout, model: ModelSpec, device: str = "cpu", seed: int = 0):
     """(q [total query tokens, num_heads, head_dim], pool of ``layout.pool_shape``), random."""
     import torch
+
     _check_model(layout, model)
     g = torch.Generator(device="cpu").manual_seed(seed)
     dt = _dtype(device)
@@ -90,18 +93,23 @@ def random_inputs(layout, model: ModelSpec, device: str = "cpu", seed: int = 0):
 
 def _check_model(layout, model: ModelSpec) -> None:
     if (model.num_kv_heads, model.head_dim) != (layout.num_kv_heads, layout.head_dim):
-        raise ValueError(f"model {model.name!r} has {model.num_kv_heads} KV heads of {model.head_dim}; "
-                         f"the layout's pool has {layout.num_kv_heads} of {layout.head_dim}")
+        raise ValueError(
+            f"model {model.name!r} has {model.num_kv_heads} KV heads of {model.head_dim}; "
+            f"the layout's pool has {layout.num_kv_heads} of {layout.head_dim}"
+        )
 
 
 # --- the torch reference -----------------------------------------------------------------------------
 def request_kv(layout, pool, i: int):
     """Request i's K and V, contiguous: two tensors [num_kv_heads, seq_len, head_dim]."""
     import torch
+
     a, b = int(layout.kv_indptr[i]), int(layout.kv_indptr[i + 1])
-    idx = torch.as_tensor(np.asarray(layout.kv_page_indices[a:b], dtype=np.int64), device=pool.device)
+    idx = torch.as_tensor(
+        np.asarray(layout.kv_page_indices[a:b], dtype=np.int64), device=pool.device
+    )
     seq = int(layout.page_size * (b - a - 1) + layout.kv_last_page_len[i])
-    pages = pool[idx]                          # [n, 2, P, K, d] (NHD) or [n, 2, K, P, d] (HND)
+    pages = pool[idx]  # [n, 2, P, K, d] (NHD) or [n, 2, K, P, d] (HND)
     n, k, d = b - a, layout.num_kv_heads, layout.head_dim
     if layout.kv_layout == "NHD":
         kv = pages.permute(1, 3, 0, 2, 4).reshape(2, k, n * layout.page_size, d)
@@ -123,11 +131,12 @@ def reference_attention(layout, q, pool, requests=None):
     outs = []
     for i in rows:
         k, v = request_kv(layout, pool, i)
-        qi = q[int(qo[i]):int(qo[i + 1])].transpose(0, 1).unsqueeze(0)    # [1, Hq, n_q, d]
+        qi = q[int(qo[i]) : int(qo[i + 1])].transpose(0, 1).unsqueeze(0)  # [1, Hq, n_q, d]
         n_q, seq = qi.shape[2], k.shape[1]
         mask = None if n_q == 1 else causal_lower_right(n_q, seq)
-        o = F.scaled_dot_product_attention(qi, k.unsqueeze(0), v.unsqueeze(0), attn_mask=mask,
-                                           enable_gqa=True)
+        o = F.scaled_dot_product_attention(
+            qi, k.unsqueeze(0), v.unsqueeze(0), attn_mask=mask, enable_gqa=True
+        )
         outs.append(o[0].transpose(0, 1))
     if not outs:
         return q.new_zeros((0,) + tuple(q.shape[1:]))
@@ -158,11 +167,18 @@ def _flashinfer_closure(layout, q, pool, model: ModelSpec, prefill: bool) -> Cal
     heads = (model.num_heads, layout.num_kv_heads, layout.head_dim, layout.page_size)
     if prefill:
         w = flashinfer.BatchPrefillWithPagedKVCacheWrapper(ws, kv_layout=layout.kv_layout)
-        w.plan(i32(_queries(layout)), *args, *heads, causal=True, q_data_type=q.dtype,
-               kv_data_type=pool.dtype)
+        w.plan(
+            i32(_queries(layout)),
+            *args,
+            *heads,
+            causal=True,
+            q_data_type=q.dtype,
+            kv_data_type=pool.dtype,
+        )
     else:
-        w = flashinfer.BatchDecodeWithPagedKVCacheWrapper(ws, kv_layout=layout.kv_layout,
-                                                          use_tensor_cores=model.gqa_group >= 4)
+        w = flashinfer.BatchDecodeWithPagedKVCacheWrapper(
+            ws, kv_layout=layout.kv_layout, use_tensor_cores=model.gqa_group >= 4
+        )
         w.plan(*args, *heads, q_data_type=q.dtype, kv_data_type=pool.dtype)
     return lambda: w.run(q, pool)
 
@@ -193,8 +209,16 @@ def _query_rows(layout, requests: np.ndarray) -> np.ndarray:
     return np.concatenate([np.arange(qo[i], qo[i + 1]) for i in requests])
 
 
-def replay(layout, model: ModelSpec, device: str = "cpu", backend: str = "auto",
-           repeats: int = 20, seed: int = 0, q=None, pool=None) -> ReplayResult:
+def replay(
+    layout,
+    model: ModelSpec,
+    device: str = "cpu",
+    backend: str = "auto",
+    repeats: int = 20,
+    seed: int = 0,
+    q=None,
+    pool=None,
+) -> ReplayResult:
     """Run and time one layer's attention for the batch (random q and pool unless given: fp16 on
     CUDA, fp32 on a CPU). ``repeats`` timed runs per group, after a short warm-up."""
     import torch
@@ -204,8 +228,9 @@ def replay(layout, model: ModelSpec, device: str = "cpu", backend: str = "auto",
     backend = _backend(backend, device)
     if q is None or pool is None:
         q, pool = random_inputs(layout, model, device, seed)
-    timer = make_timer(device, TimingConfig(warmup_s=0.01, rep_s=0.0, min_reps=repeats,
-                                            max_reps=repeats))
+    timer = make_timer(
+        device, TimingConfig(warmup_s=0.01, rep_s=0.0, min_reps=repeats, max_reps=repeats)
+    )
     output = q.new_empty(q.shape)
     times: list[float | None] = []
     for prefill, requests in zip((False, True), groups(layout)):
@@ -221,6 +246,7 @@ def replay(layout, model: ModelSpec, device: str = "cpu", backend: str = "auto",
 
             def fn(requests=requests, sub_q=sub_q):
                 return reference_attention(layout, sub_q, pool, requests)
+
         output[rows] = fn().to(output.dtype)
         times.append(timer.measure(fn).median_s)
     return ReplayResult(output, times[0], times[1], backend, device)
@@ -237,20 +263,34 @@ def predicted(layout, cost: CostModel) -> Comparison:
     ctx = int(seq[dec].sum())
     pairs = float(sum(attention_pairs(int(qo[i]), int(seq[i] - qo[i])) for i in pre))
     return Comparison(
-        decode_requests=len(dec), decode_ctx_tokens=ctx, prefill_requests=len(pre),
-        prefill_tokens=int(qo[pre].sum()), prefill_pairs=pairs,
+        decode_requests=len(dec),
+        decode_ctx_tokens=ctx,
+        prefill_requests=len(pre),
+        prefill_tokens=int(qo[pre].sum()),
+        prefill_pairs=pairs,
         predicted_decode_s=cost.decode_attn_s(len(dec), ctx),
-        predicted_prefill_s=cost.prefill_attn_s(pairs, len(pre)) if len(pre) else 0.0)
+        predicted_prefill_s=cost.prefill_attn_s(pairs, len(pre)) if len(pre) else 0.0,
+    )
 
 
-def compare(layout, cost_model: CostModel, measured: ReplayResult | None = None,
-            device: str = "cpu", backend: str = "auto", repeats: int = 20) -> Comparison:
+def compare(
+    layout,
+    cost_model: CostModel,
+    measured: ReplayResult | None = None,
+    device: str = "cpu",
+    backend: str = "auto",
+    repeats: int = 20,
+) -> Comparison:
     """``predicted`` next to a measurement (``measured``, or a ``replay`` run now)."""
     if measured is None:
         measured = replay(layout, cost_model.model, device, backend, repeats)
     pred = predicted(layout, cost_model)
-    return dataclasses.replace(pred, measured_decode_s=measured.decode_s,
-                               measured_prefill_s=measured.prefill_s, backend=measured.backend)
+    return dataclasses.replace(
+        pred,
+        measured_decode_s=measured.decode_s,
+        measured_prefill_s=measured.prefill_s,
+        backend=measured.backend,
+    )
 
 
 # --- command line ------------------------------------------------------------------------------------
@@ -263,18 +303,45 @@ def _ratio(measured: float | None, pred: float) -> str:
 
 
 def format_table(rows: list[tuple[str, Comparison]]) -> str:
-    header = ("layout", "dec", "ctx", "pred_dec_ms", "meas_dec_ms", "x", "pre", "q_tok",
-              "pred_pre_ms", "meas_pre_ms", "x")
-    body = [(name, str(c.decode_requests), str(c.decode_ctx_tokens), _ms(c.predicted_decode_s),
-             _ms(c.measured_decode_s), _ratio(c.measured_decode_s, c.predicted_decode_s),
-             str(c.prefill_requests), str(c.prefill_tokens), _ms(c.predicted_prefill_s),
-             _ms(c.measured_prefill_s), _ratio(c.measured_prefill_s, c.predicted_prefill_s))
-            for name, c in rows]
-    widths = [max(len(h), *(len(r[i]) for r in body)) if body else len(h)
-              for i, h in enumerate(header)]
-    lines = ["  ".join(h.rjust(w) if i else h.ljust(w) for i, (h, w) in enumerate(zip(header, widths)))]
-    lines += ["  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths)))
-              for r in body]
+    header = (
+        "layout",
+        "dec",
+        "ctx",
+        "pred_dec_ms",
+        "meas_dec_ms",
+        "x",
+        "pre",
+        "q_tok",
+        "pred_pre_ms",
+        "meas_pre_ms",
+        "x",
+    )
+    body = [
+        (
+            name,
+            str(c.decode_requests),
+            str(c.decode_ctx_tokens),
+            _ms(c.predicted_decode_s),
+            _ms(c.measured_decode_s),
+            _ratio(c.measured_decode_s, c.predicted_decode_s),
+            str(c.prefill_requests),
+            str(c.prefill_tokens),
+            _ms(c.predicted_prefill_s),
+            _ms(c.measured_prefill_s),
+            _ratio(c.measured_prefill_s, c.predicted_prefill_s),
+        )
+        for name, c in rows
+    ]
+    widths = [
+        max(len(h), *(len(r[i]) for r in body)) if body else len(h) for i, h in enumerate(header)
+    ]
+    lines = [
+        "  ".join(h.rjust(w) if i else h.ljust(w) for i, (h, w) in enumerate(zip(header, widths)))
+    ]
+    lines += [
+        "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths)))
+        for r in body
+    ]
     return "\n".join(lines)
 
 
@@ -282,8 +349,11 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m calibration.replay_layout",
         description="Replay exported paged layouts (iter-*.npz, or one file) through one layer's "
-                    "attention and print the cost model's prediction next to the measured time.")
-    p.add_argument("path", help="a folder of iter-<n>.npz files (`kvsim export-layout`), or one file")
+        "attention and print the cost model's prediction next to the measured time.",
+    )
+    p.add_argument(
+        "path", help="a folder of iter-<n>.npz files (`kvsim export-layout`), or one file"
+    )
     p.add_argument("--model", default="llama-3-8b", help="model of the exported run")
     p.add_argument("--hardware", default="h100-sxm", help="GPU name or profile of the cost model")
     p.add_argument("--device", default="cpu", help="cpu or cuda[:N]")
@@ -295,8 +365,11 @@ def main(argv: list[str] | None = None) -> int:
     from sim.paged_layout import PagedLayout
 
     path = Path(args.path)
-    files = sorted(path.glob("iter-*.npz"), key=lambda f: int(f.stem.split("-")[1])) \
-        if path.is_dir() else [path]
+    files = (
+        sorted(path.glob("iter-*.npz"), key=lambda f: int(f.stem.split("-")[1]))
+        if path.is_dir()
+        else [path]
+    )
     if not files:
         print(f"replay_layout: no iter-*.npz files in {path}", file=sys.stderr)
         return 2
@@ -304,10 +377,18 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for f in files:
         layout = PagedLayout.load(f)
-        rows.append((f.name, compare(layout, cost, device=args.device, backend=args.backend,
-                                     repeats=args.repeats)))
-    print(f"one layer's attention, {cost!r}, measured on {args.device} ({rows[0][1].backend}); "
-          f"x = measured / predicted")
+        rows.append(
+            (
+                f.name,
+                compare(
+                    layout, cost, device=args.device, backend=args.backend, repeats=args.repeats
+                ),
+            )
+        )
+    print(
+        f"one layer's attention, {cost!r}, measured on {args.device} ({rows[0][1].backend}); "
+        f"x = measured / predicted"
+    )
     print(format_table(rows))
     return 0
 

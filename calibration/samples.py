@@ -4,6 +4,7 @@ A ``Sample`` is one measured shape of one cost term on one per-GPU model shard: 
 one decoder layer's kernels for that shape (per layer, per GPU, as the profile's constants are).
 Our own sweeps and the public tables produce the same records, so one fitter serves both.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -15,8 +16,17 @@ from costmodels import ModelSpec, attention_pairs
 # RoPE, activation, residual adds and KV write; "linear" is their sum (the profile's ``linear``
 # term, priced by ``CostModel.linear_s + elementwise_s``). "lm_head" and "layer" are never fitted:
 # they check that the fitted constants transfer to work they were not fitted on.
-SAMPLE_TERMS = ("gemm", "elementwise", "linear", "prefill_attn", "decode_attn", "h2d", "d2h",
-                "lm_head", "layer")
+SAMPLE_TERMS = (
+    "gemm",
+    "elementwise",
+    "linear",
+    "prefill_attn",
+    "decode_attn",
+    "h2d",
+    "d2h",
+    "lm_head",
+    "layer",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,7 +36,7 @@ class Timing:
     median_s: float
     p20_s: float
     p80_s: float
-    reps: int          # timed repetitions behind the median (1 for a published median we only read)
+    reps: int  # timed repetitions behind the median (1 for a published median we only read)
 
     def __post_init__(self) -> None:
         if not (self.median_s > 0):
@@ -42,12 +52,12 @@ class Timing:
 class Shape:
     """The work of one measured call; fields unused by a term stay 0."""
 
-    tokens: int = 0    # gemm / elementwise / lm_head / layer: rows through the layer
-    n_new: int = 0     # prefill: new tokens per sequence
-    n_ctx: int = 0     # prefill: cached tokens before them, per sequence; decode: context per sequence
-    seqs: int = 0      # prefill / decode: sequences in the batch (uniform lengths)
-    nbytes: int = 0    # copies: bytes moved in total
-    copies: int = 0    # copies: number of copy calls
+    tokens: int = 0  # gemm / elementwise / lm_head / layer: rows through the layer
+    n_new: int = 0  # prefill: new tokens per sequence
+    n_ctx: int = 0  # prefill: cached tokens before them, per sequence; decode: context per sequence
+    seqs: int = 0  # prefill / decode: sequences in the batch (uniform lengths)
+    nbytes: int = 0  # copies: bytes moved in total
+    copies: int = 0  # copies: number of copy calls
 
     @property
     def pairs(self) -> float:
@@ -70,13 +80,15 @@ class Sample:
     term: str
     shape: Shape
     time: Timing
-    model: ModelSpec   # the per-GPU shard whose bytes and FLOPs the shape moves
-    group: str = ""    # sub-population for per-group errors, e.g. "tp2" or "llama-3-8b/tp1"
-    kernel: str = ""   # what ran, e.g. "sdpa", "flashinfer-paged", "paged-gather+sdpa"
+    model: ModelSpec  # the per-GPU shard whose bytes and FLOPs the shape moves
+    group: str = ""  # sub-population for per-group errors, e.g. "tp2" or "llama-3-8b/tp1"
+    kernel: str = ""  # what ran, e.g. "sdpa", "flashinfer-paged", "paged-gather+sdpa"
 
     def __post_init__(self) -> None:
         if self.term not in SAMPLE_TERMS:
-            raise ValueError(f"unknown sample term {self.term!r} (known: {', '.join(SAMPLE_TERMS)})")
+            raise ValueError(
+                f"unknown sample term {self.term!r} (known: {', '.join(SAMPLE_TERMS)})"
+            )
 
     @property
     def key(self) -> tuple:
@@ -95,9 +107,13 @@ def shard(model: ModelSpec, tp: int) -> ModelSpec:
         return model
     if model.num_heads % tp or model.num_kv_heads % tp or model.intermediate_size % tp:
         raise ValueError(f"{model.name}: heads/kv heads/intermediate not divisible by tp={tp}")
-    return dataclasses.replace(model, name=f"{model.name}/tp{tp}", num_heads=model.num_heads // tp,
-                               num_kv_heads=model.num_kv_heads // tp,
-                               intermediate_size=model.intermediate_size // tp)
+    return dataclasses.replace(
+        model,
+        name=f"{model.name}/tp{tp}",
+        num_heads=model.num_heads // tp,
+        num_kv_heads=model.num_kv_heads // tp,
+        intermediate_size=model.intermediate_size // tp,
+    )
 
 
 def with_dtype_bytes(model: ModelSpec, dtype_bytes: int) -> ModelSpec:

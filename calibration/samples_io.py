@@ -1,5 +1,6 @@
 """Raw samples to and from CSV (`kvsim calibrate --raw FILE`): one row per measured shape, with the
 model shard it ran on, so a sweep can be inspected or refitted without measuring again."""
+
 from __future__ import annotations
 
 import csv
@@ -13,8 +14,11 @@ from .samples import Sample, Shape, Timing
 
 _MODEL = [f.name for f in fields(ModelSpec) if f.name not in ("source", "max_context_tokens")]
 _SHAPE = [f.name for f in fields(Shape)]
-COLUMNS = ["term", "group", "kernel", "median_s", "p20_s", "p80_s", "reps"] + \
-    [f"shape_{k}" for k in _SHAPE] + [f"model_{k}" for k in _MODEL]
+COLUMNS = (
+    ["term", "group", "kernel", "median_s", "p20_s", "p80_s", "reps"]
+    + [f"shape_{k}" for k in _SHAPE]
+    + [f"model_{k}" for k in _MODEL]
+)
 
 
 def write_samples_csv(samples: Sequence[Sample], path: str | Path) -> Path:
@@ -23,9 +27,19 @@ def write_samples_csv(samples: Sequence[Sample], path: str | Path) -> Path:
         w = csv.writer(f)
         w.writerow(COLUMNS)
         for s in samples:
-            w.writerow([s.term, s.group, s.kernel, repr(s.time.median_s), repr(s.time.p20_s),
-                        repr(s.time.p80_s), s.time.reps]
-                       + [getattr(s.shape, k) for k in _SHAPE] + [getattr(s.model, k) for k in _MODEL])
+            w.writerow(
+                [
+                    s.term,
+                    s.group,
+                    s.kernel,
+                    repr(s.time.median_s),
+                    repr(s.time.p20_s),
+                    repr(s.time.p80_s),
+                    s.time.reps,
+                ]
+                + [getattr(s.shape, k) for k in _SHAPE]
+                + [getattr(s.model, k) for k in _MODEL]
+            )
     return p
 
 
@@ -36,8 +50,16 @@ def read_samples_csv(path: str | Path) -> list[Sample]:
         for r in csv.DictReader(f):
             vals = tuple(r[f"model_{k}"] for k in _MODEL)
             if vals not in models:
-                kw = {k: (r[f"model_{k}"] if k == "name" else
-                          r[f"model_{k}"] == "True" if k == "gated_mlp" else int(r[f"model_{k}"])) for k in _MODEL}
+                kw = {
+                    k: (
+                        r[f"model_{k}"]
+                        if k == "name"
+                        else r[f"model_{k}"] == "True"
+                        if k == "gated_mlp"
+                        else int(r[f"model_{k}"])
+                    )
+                    for k in _MODEL
+                }
                 models[vals] = ModelSpec(**kw, source=f"raw samples {path}")
             shape = Shape(**{k: int(r[f"shape_{k}"]) for k in _SHAPE})
             t = Timing(float(r["median_s"]), float(r["p20_s"]), float(r["p80_s"]), int(r["reps"]))

@@ -29,6 +29,7 @@ the profile instead of 9 % with it (tiny model, this repository's CPU, see calib
 
 torch is imported lazily: ``import calibration`` must work without it.
 """
+
 from __future__ import annotations
 
 import time
@@ -39,18 +40,18 @@ import numpy as np
 
 from .samples import Timing
 
-L2_FLUSH_BYTES = 256 * 2**20   # Triton's cache-clear buffer; > 2x the L2 of A100/H100/H200
+L2_FLUSH_BYTES = 256 * 2**20  # Triton's cache-clear buffer; > 2x the L2 of A100/H100/H200
 
 
 @dataclass(frozen=True, slots=True)
 class TimingConfig:
-    warmup_s: float = 0.025        # Triton/FlashInfer: 25 ms of warm-up
-    rep_s: float = 0.1             # and ~100 ms of timed repetitions
+    warmup_s: float = 0.025  # Triton/FlashInfer: 25 ms of warm-up
+    rep_s: float = 0.1  # and ~100 ms of timed repetitions
     min_reps: int = 5
     max_reps: int = 200
-    flush_l2: bool = True          # GPU: zero a 256 MB buffer before every repetition
-    cpu_flush_bytes: int = 0       # CPU: bytes rewritten before each repetition (0 = no stand-in)
-    cuda_graph: bool = True        # GPU: time replays of a CUDA graph of the closure (see above)
+    flush_l2: bool = True  # GPU: zero a 256 MB buffer before every repetition
+    cpu_flush_bytes: int = 0  # CPU: bytes rewritten before each repetition (0 = no stand-in)
+    cuda_graph: bool = True  # GPU: time replays of a CUDA graph of the closure (see above)
 
     @classmethod
     def quick(cls) -> "TimingConfig":
@@ -72,17 +73,22 @@ class CpuTimer:
     eager_fallbacks: tuple[str, ...] = ()
 
     def describe(self) -> str:
-        return "perf_counter" + (f", {self.cfg.cpu_flush_bytes >> 20} MB flush" if self.cfg.cpu_flush_bytes else "")
+        return "perf_counter" + (
+            f", {self.cfg.cpu_flush_bytes >> 20} MB flush" if self.cfg.cpu_flush_bytes else ""
+        )
 
     def __init__(self, cfg: TimingConfig) -> None:
         self.cfg = cfg
         self._flush = None
         if cfg.cpu_flush_bytes > 0:
             import torch
+
             self._flush = torch.empty(cfg.cpu_flush_bytes // 4, dtype=torch.float32)
 
     def _reps(self, one_s: float) -> int:
-        return int(min(self.cfg.max_reps, max(self.cfg.min_reps, self.cfg.rep_s / max(one_s, 1e-9))))
+        return int(
+            min(self.cfg.max_reps, max(self.cfg.min_reps, self.cfg.rep_s / max(one_s, 1e-9)))
+        )
 
     def measure(self, fn: Callable[[], object], graph: bool | None = None) -> Timing:
         # ``graph`` is accepted for the CudaTimer interface; a CPU has no graphs.
@@ -108,17 +114,23 @@ class CudaTimer:  # GPU-only: needs torch with CUDA (skipped cleanly without it)
 
     def __init__(self, cfg: TimingConfig, device: str = "cuda") -> None:
         import torch
+
         if not torch.cuda.is_available():
             raise RuntimeError("CudaTimer needs CUDA (torch.cuda.is_available() is False)")
         self.cfg = cfg
         self.torch = torch
         self.device = torch.device(device)
-        self._flush = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.int32, device=self.device) \
-            if cfg.flush_l2 else None
-        self.eager_fallbacks: list[str] = []   # closures that could not be captured, and why
+        self._flush = (
+            torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.int32, device=self.device)
+            if cfg.flush_l2
+            else None
+        )
+        self.eager_fallbacks: list[str] = []  # closures that could not be captured, and why
 
     def describe(self) -> str:
-        return "CUDA events, cold L2" + (", CUDA-graph replays" if self.cfg.cuda_graph else ", eager launches")
+        return "CUDA events, cold L2" + (
+            ", CUDA-graph replays" if self.cfg.cuda_graph else ", eager launches"
+        )
 
     def _capture(self, fn: Callable[[], object]):
         """``fn`` as a CUDA graph, or None (and the reason kept) when it cannot be captured."""
@@ -147,7 +159,7 @@ class CudaTimer:  # GPU-only: needs torch with CUDA (skipped cleanly without it)
             g = self._capture(fn)
             if g is not None:
                 run = g.replay
-                for _ in range(3):       # the first replays upload the graph
+                for _ in range(3):  # the first replays upload the graph
                     run()
                 torch.cuda.synchronize(self.device)
         # One timed call sizes the repetition count for ~rep_s of measurement.
@@ -162,7 +174,7 @@ class CudaTimer:  # GPU-only: needs torch with CUDA (skipped cleanly without it)
         ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
         for i in range(reps):
             if self._flush is not None:
-                self._flush.zero_()          # cold L2, outside the timed span
+                self._flush.zero_()  # cold L2, outside the timed span
             starts[i].record()
             run()
             ends[i].record()

@@ -9,6 +9,7 @@ samples of one table row, fall in the same fold):
     percentile of the distinct sizes, and the split's description says which was used.
 Errors are absolute percentage errors of the median time: MAPE, p95, max, and R^2 of log t.
 """
+
 from __future__ import annotations
 
 import math
@@ -24,10 +25,10 @@ from .samples import Sample
 @dataclass(frozen=True, slots=True)
 class ErrorStats:
     n: int
-    mape: float       # fractions: 0.05 = 5 %
+    mape: float  # fractions: 0.05 = 5 %
     p95_ape: float
     max_ape: float
-    r2_log: float     # R^2 of log(time): how much of the spread across shapes the form explains
+    r2_log: float  # R^2 of log(time): how much of the spread across shapes the form explains
 
     @classmethod
     def of(cls, predicted: np.ndarray, measured: np.ndarray) -> "ErrorStats":
@@ -39,15 +40,16 @@ class ErrorStats:
         ly, lp = np.log(measured), np.log(np.maximum(predicted, 1e-30))
         ss = float(np.sum((ly - ly.mean()) ** 2))
         r2 = 1.0 - float(np.sum((ly - lp) ** 2)) / ss if ss > 0 else math.nan
-        return cls(len(measured), float(ape.mean()), float(np.percentile(ape, 95)),
-                   float(ape.max()), r2)
+        return cls(
+            len(measured), float(ape.mean()), float(np.percentile(ape, 95)), float(ape.max()), r2
+        )
 
 
 @dataclass(frozen=True, slots=True)
 class Split:
-    name: str                 # "random" | "extrapolation" | "in-sample"
-    description: str          # what was left out, with the thresholds used
-    train: frozenset          # sample keys (Sample.key) in the training fold
+    name: str  # "random" | "extrapolation" | "in-sample"
+    description: str  # what was left out, with the thresholds used
+    train: frozenset  # sample keys (Sample.key) in the training fold
     test: frozenset
 
 
@@ -56,7 +58,7 @@ class TermReport:
     source: str
     term: str
     split: Split
-    fits: tuple[TermFit, ...]           # the fits behind the prediction (two for "linear")
+    fits: tuple[TermFit, ...]  # the fits behind the prediction (two for "linear")
     train_n: int
     test: ErrorStats
     by_group: tuple[tuple[str, ErrorStats], ...] = ()
@@ -76,8 +78,12 @@ def random_split(samples: Sequence[Sample], frac: float = 0.2, seed: int = 0) ->
     order = rng.permutation(len(keys))
     n_test = max(1, int(round(frac * len(keys))))
     test = frozenset(keys[i] for i in order[:n_test])
-    return Split("random", f"random {frac:.0%} of {len(keys)} shapes held out (seed {seed})",
-                 frozenset(keys) - test, test)
+    return Split(
+        "random",
+        f"random {frac:.0%} of {len(keys)} shapes held out (seed {seed})",
+        frozenset(keys) - test,
+        test,
+    )
 
 
 # Nominal extrapolation thresholds (train on kv <= 16k and batch <= 64, test beyond).
@@ -104,9 +110,15 @@ def extrapolation_split(term: str, samples: Sequence[Sample]) -> Split | None:
     if sizes.max() > nominal and (sizes <= nominal).sum() >= 3:
         thr, how = nominal, "nominal"
     else:
-        thr, how = float(np.percentile(sizes, 70)), "70th percentile: the data never exceeds the nominal"
-    return _threshold_split(samples, lambda s: size(s) <= thr,
-                            f"extrapolation: train {label} <= {thr:g}, test above ({how})")
+        thr, how = (
+            float(np.percentile(sizes, 70)),
+            "70th percentile: the data never exceeds the nominal",
+        )
+    return _threshold_split(
+        samples,
+        lambda s: size(s) <= thr,
+        f"extrapolation: train {label} <= {thr:g}, test above ({how})",
+    )
 
 
 def _decode_extrapolation(samples: Sequence[Sample]) -> Split | None:
@@ -120,16 +132,23 @@ def _decode_extrapolation(samples: Sequence[Sample]) -> Split | None:
         # Small tables: split on the total context instead (train small batches x short contexts).
         tot = np.array(sorted({s.shape.ctx_tokens for s in samples}), dtype=float)
         thr = float(np.percentile(tot, 70))
-        return _threshold_split(samples, lambda s: s.shape.ctx_tokens <= thr,
-                                f"extrapolation: train total context <= {thr:g}, test above "
-                                "(70th percentile: per-sequence kv never > 16384 and batch never > 64)")
-    return _threshold_split(samples, lambda s: s.shape.n_ctx <= kv_thr and s.shape.seqs <= b_thr,
-                            f"extrapolation: train per-sequence kv <= {kv_thr:g} and batch <= "
-                            f"{b_thr:g}, test the rest ({how})")
+        return _threshold_split(
+            samples,
+            lambda s: s.shape.ctx_tokens <= thr,
+            f"extrapolation: train total context <= {thr:g}, test above "
+            "(70th percentile: per-sequence kv never > 16384 and batch never > 64)",
+        )
+    return _threshold_split(
+        samples,
+        lambda s: s.shape.n_ctx <= kv_thr and s.shape.seqs <= b_thr,
+        f"extrapolation: train per-sequence kv <= {kv_thr:g} and batch <= "
+        f"{b_thr:g}, test the rest ({how})",
+    )
 
 
-def _threshold_split(samples: Sequence[Sample], is_train: Callable[[Sample], bool],
-                     description: str) -> Split | None:
+def _threshold_split(
+    samples: Sequence[Sample], is_train: Callable[[Sample], bool], description: str
+) -> Split | None:
     train = frozenset(s.key for s in samples if is_train(s))
     test = frozenset(s.key for s in samples if not is_train(s)) - train
     if not train or not test:
@@ -159,8 +178,13 @@ def _pick(samples: Sequence[Sample], term: str, keys: frozenset) -> list[Sample]
     return [s for s in samples if s.term == term and s.key in keys]
 
 
-def evaluate(source: str, term: str, samples: Sequence[Sample], split: Split,
-             limits: RateLimits | None = None) -> TermReport:
+def evaluate(
+    source: str,
+    term: str,
+    samples: Sequence[Sample],
+    split: Split,
+    limits: RateLimits | None = None,
+) -> TermReport:
     """Fit ``term`` on the training fold of ``samples`` and score the held-out fold.
 
     "linear" fits "gemm" and "elementwise" on the training rows and scores their sum.
@@ -179,21 +203,42 @@ def evaluate(source: str, term: str, samples: Sequence[Sample], split: Split,
         pred = predict(term, f.params, test)
         fits, train_n = (f,), len(train)
     y = np.array([s.time.median_s for s in test])
-    return TermReport(source, term, split, fits, train_n, ErrorStats.of(pred, y), _by_group(test, pred))
+    return TermReport(
+        source, term, split, fits, train_n, ErrorStats.of(pred, y), _by_group(test, pred)
+    )
 
 
-def score(source: str, term: str, test: Sequence[Sample], predicted: np.ndarray, description: str,
-          split_name: str = "transfer") -> TermReport:
+def score(
+    source: str,
+    term: str,
+    test: Sequence[Sample],
+    predicted: np.ndarray,
+    description: str,
+    split_name: str = "transfer",
+) -> TermReport:
     """A report for predictions made elsewhere (constants fitted on other data, or a whole profile)."""
     keys = frozenset(s.key for s in test)
     y = np.array([s.time.median_s for s in test])
     pred = np.asarray(predicted, dtype=float)
-    return TermReport(source, term, Split(split_name, description, frozenset(), keys), (), 0,
-                      ErrorStats.of(pred, y), _by_group(test, pred))
+    return TermReport(
+        source,
+        term,
+        Split(split_name, description, frozenset(), keys),
+        (),
+        0,
+        ErrorStats.of(pred, y),
+        _by_group(test, pred),
+    )
 
 
-def transfer_check(source: str, term: str, samples: Sequence[Sample], gemm: GemmFit,
-                   ew: ElementwiseFit | None = None, note: str = "") -> TermReport:
+def transfer_check(
+    source: str,
+    term: str,
+    samples: Sequence[Sample],
+    gemm: GemmFit,
+    ew: ElementwiseFit | None = None,
+    note: str = "",
+) -> TermReport:
     """Score constants fitted elsewhere on samples they never saw (lm_head, another table's GEMMs)."""
     test = [s for s in samples if s.term == term]
     if term in ("lm_head", "gemm"):
@@ -204,10 +249,14 @@ def transfer_check(source: str, term: str, samples: Sequence[Sample], gemm: Gemm
         pred = predict_linear(gemm, ew, test)
     else:
         raise ValueError(f"no transfer check for {term!r}")
-    return score(source, term, test, pred, note or "constants fitted on other data, every shape scored")
+    return score(
+        source, term, test, pred, note or "constants fitted on other data, every shape scored"
+    )
 
 
-def leave_out_split(samples: Sequence[Sample], is_test: Callable[[Sample], bool], description: str) -> Split:
+def leave_out_split(
+    samples: Sequence[Sample], is_test: Callable[[Sample], bool], description: str
+) -> Split:
     """Leave a whole sub-population out (e.g. one model's shards: do the constants transfer?)."""
     test = frozenset(s.key for s in samples if is_test(s))
     train = frozenset(s.key for s in samples if not is_test(s)) - test
@@ -216,8 +265,14 @@ def leave_out_split(samples: Sequence[Sample], is_test: Callable[[Sample], bool]
     return Split("leave-out", description, train, test)
 
 
-def validate_term(source: str, term: str, samples: Sequence[Sample], seed: int = 0,
-                  frac: float = 0.2, limits: RateLimits | None = None) -> tuple[TermReport, ...]:
+def validate_term(
+    source: str,
+    term: str,
+    samples: Sequence[Sample],
+    seed: int = 0,
+    frac: float = 0.2,
+    limits: RateLimits | None = None,
+) -> tuple[TermReport, ...]:
     """The random and (where the sizes allow) the extrapolation report of one term."""
     rows = [s for s in samples if s.term == term]
     reports = [evaluate(source, term, samples, random_split(rows, frac, seed), limits)]
@@ -231,13 +286,17 @@ def validate_term(source: str, term: str, samples: Sequence[Sample], seed: int =
 def format_table(reports: Sequence[TermReport], targets: dict[str, float] | None = None) -> str:
     """A fixed-width table: source, term, split, n train/test, MAPE, p95, max, R^2(log), target."""
     targets = targets or {}
-    head = (f"{'source':<34} {'term':<13} {'split':<13} {'train':>6} {'test':>6} {'MAPE':>7} "
-            f"{'p95':>7} {'max':>7} {'R2log':>6}  target")
+    head = (
+        f"{'source':<34} {'term':<13} {'split':<13} {'train':>6} {'test':>6} {'MAPE':>7} "
+        f"{'p95':>7} {'max':>7} {'R2log':>6}  target"
+    )
     lines = [head, "-" * len(head)]
     for r in reports:
         t = r.test
         tgt = targets.get(r.term)
         verdict = "" if tgt is None else (f"<{tgt:.0%} " + ("met" if t.mape < tgt else "MISSED"))
-        lines.append(f"{r.source:<34} {r.term:<13} {r.split.name:<13} {r.train_n:>6} {t.n:>6} "
-                     f"{t.mape:>6.1%} {t.p95_ape:>6.1%} {t.max_ape:>6.1%} {t.r2_log:>6.3f}  {verdict}")
+        lines.append(
+            f"{r.source:<34} {r.term:<13} {r.split.name:<13} {r.train_n:>6} {t.n:>6} "
+            f"{t.mape:>6.1%} {t.p95_ape:>6.1%} {t.max_ape:>6.1%} {t.r2_log:>6.3f}  {verdict}"
+        )
     return "\n".join(lines)

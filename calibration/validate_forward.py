@@ -16,6 +16,7 @@ prefill attention of each group of equal (n_new, n_ctx), and the paged decode at
 group of equal context, back to back on one stream, timed as one closure. With FlashInfer on a GPU
 the attention goes through its paged wrappers (plan outside the timed region).
 """
+
 from __future__ import annotations
 
 import csv
@@ -56,8 +57,8 @@ class RecordingCostModel(CostModel):
 class ReplayBatch:
     """Per-sequence lengths with the sums of one BatchShape."""
 
-    prefill: tuple[tuple[int, int, int], ...]   # (n_new, n_ctx, count)
-    decode: tuple[tuple[int, int], ...]         # (ctx per sequence, count)
+    prefill: tuple[tuple[int, int, int], ...]  # (n_new, n_ctx, count)
+    decode: tuple[tuple[int, int], ...]  # (ctx per sequence, count)
 
     @property
     def tokens(self) -> int:
@@ -85,7 +86,7 @@ def replay_batch(shape: BatchShape) -> ReplayBatch:
 @dataclass(frozen=True, slots=True)
 class ForwardPoint:
     shape: BatchShape
-    kind: str              # "prefill" | "decode" | "mixed"
+    kind: str  # "prefill" | "decode" | "mixed"
     measured_s: float
     predicted_s: float
 
@@ -101,15 +102,23 @@ class ForwardReport:
     by_kind: tuple[tuple[str, ErrorStats], ...]
     backend: str
     device: str
-    skipped: int           # recorded shapes left out (over the size caps, or duplicates)
+    skipped: int  # recorded shapes left out (over the size caps, or duplicates)
 
 
-def select_shapes(shapes: Sequence[BatchShape], n: int, max_tokens: int, max_kv_tokens: int) -> tuple[list[BatchShape], int]:
+def select_shapes(
+    shapes: Sequence[BatchShape], n: int, max_tokens: int, max_kv_tokens: int
+) -> tuple[list[BatchShape], int]:
     """Up to ``n`` distinct shapes within the caps, spread evenly over the sorted recorded shapes."""
-    distinct = sorted({s for s in shapes if not s.is_empty}, key=lambda s: (s.tokens, s.decode_ctx_tokens,
-                                                                           s.prefill_pairs, s.prefill_seqs))
-    ok = [s for s in distinct if s.tokens <= max_tokens
-          and s.decode_ctx_tokens + s.prefill_tokens + _ctx(s) <= max_kv_tokens]
+    distinct = sorted(
+        {s for s in shapes if not s.is_empty},
+        key=lambda s: (s.tokens, s.decode_ctx_tokens, s.prefill_pairs, s.prefill_seqs),
+    )
+    ok = [
+        s
+        for s in distinct
+        if s.tokens <= max_tokens
+        and s.decode_ctx_tokens + s.prefill_tokens + _ctx(s) <= max_kv_tokens
+    ]
     if len(ok) > n:
         idx = np.unique(np.linspace(0, len(ok) - 1, n).round().astype(int))
         ok = [ok[i] for i in idx]
@@ -127,8 +136,14 @@ def _kind(s: BatchShape) -> str:
     return "prefill" if s.prefill_seqs else "decode"
 
 
-def layer_closure(model: ModelSpec, lw: LayerWeights, shape: BatchShape, be: AttentionBackend, device: str,
-                  dtype: str) -> Callable[[], object]:
+def layer_closure(
+    model: ModelSpec,
+    lw: LayerWeights,
+    shape: BatchShape,
+    be: AttentionBackend,
+    device: str,
+    dtype: str,
+) -> Callable[[], object]:
     rb = replay_batch(shape)
     parts = [gemm_closure(lw, shape.tokens), elementwise_closure(lw, shape.tokens, be.page_size)]
     for n_new, n_ctx, count in rb.prefill:
@@ -149,12 +164,23 @@ def layer_closure(model: ModelSpec, lw: LayerWeights, shape: BatchShape, be: Att
     def run():
         for p in parts:
             p()
+
     return run
 
 
-def replay(shapes: Sequence[BatchShape], model: ModelSpec, profile: Profile, device: str, dtype: str,
-           timer, be: AttentionBackend, n: int = 60, max_tokens: int = 8192,
-           max_kv_tokens: int = 1 << 20, log: Callable[[str], None] = lambda _: None) -> ForwardReport:
+def replay(
+    shapes: Sequence[BatchShape],
+    model: ModelSpec,
+    profile: Profile,
+    device: str,
+    dtype: str,
+    timer,
+    be: AttentionBackend,
+    n: int = 60,
+    max_tokens: int = 8192,
+    max_kv_tokens: int = 1 << 20,
+    log: Callable[[str], None] = lambda _: None,
+) -> ForwardReport:
     """Measure up to ``n`` recorded shapes as one-layer forwards; predicted = CostModel.layer_s."""
     import torch
 
@@ -173,17 +199,36 @@ def replay(shapes: Sequence[BatchShape], model: ModelSpec, profile: Profile, dev
     meas = np.array([p.measured_s for p in points])
     pred = np.array([p.predicted_s for p in points])
     kinds = Counter(p.kind for p in points)
-    by_kind = tuple((k, ErrorStats.of(pred[[p.kind == k for p in points]], meas[[p.kind == k for p in points]]))
-                    for k in sorted(kinds))
-    return ForwardReport(tuple(points), ErrorStats.of(pred, meas), by_kind, be.describe(), device, skipped)
+    by_kind = tuple(
+        (k, ErrorStats.of(pred[[p.kind == k for p in points]], meas[[p.kind == k for p in points]]))
+        for k in sorted(kinds)
+    )
+    return ForwardReport(
+        tuple(points), ErrorStats.of(pred, meas), by_kind, be.describe(), device, skipped
+    )
 
 
-POINT_COLUMNS = ("kind", "tokens", "prefill_tokens", "prefill_seqs", "prefill_pairs", "decode_seqs",
-                 "decode_ctx_tokens", "measured_s", "predicted_s", "pred_linear_s", "pred_elementwise_s",
-                 "pred_prefill_attn_s", "pred_decode_attn_s", "ape")
+POINT_COLUMNS = (
+    "kind",
+    "tokens",
+    "prefill_tokens",
+    "prefill_seqs",
+    "prefill_pairs",
+    "decode_seqs",
+    "decode_ctx_tokens",
+    "measured_s",
+    "predicted_s",
+    "pred_linear_s",
+    "pred_elementwise_s",
+    "pred_prefill_attn_s",
+    "pred_decode_attn_s",
+    "ape",
+)
 
 
-def write_points_csv(r: ForwardReport, profile: Profile, model: ModelSpec, path: str | Path) -> Path:
+def write_points_csv(
+    r: ForwardReport, profile: Profile, model: ModelSpec, path: str | Path
+) -> Path:
     """One row per replayed shape: the shape's sums, measured and predicted time, and the prediction
     split into the cost model's terms (they add up to ``predicted_s``)."""
     cm = CostModel(model, profile)
@@ -191,26 +236,49 @@ def write_points_csv(r: ForwardReport, profile: Profile, model: ModelSpec, path:
     with open(p, "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(POINT_COLUMNS)
-        for pt in sorted(r.points, key=lambda q: (q.kind, q.shape.tokens, q.shape.decode_ctx_tokens)):
+        for pt in sorted(
+            r.points, key=lambda q: (q.kind, q.shape.tokens, q.shape.decode_ctx_tokens)
+        ):
             s = pt.shape
-            parts = (cm.linear_s(s.tokens), cm.elementwise_s(s.tokens),
-                     cm.prefill_attn_s(s.prefill_pairs, s.prefill_seqs) if s.prefill_tokens else 0.0,
-                     cm.decode_attn_s(s.decode_seqs, s.decode_ctx_tokens))
-            w.writerow([pt.kind, s.tokens, s.prefill_tokens, s.prefill_seqs, repr(float(s.prefill_pairs)),
-                        s.decode_seqs, s.decode_ctx_tokens, f"{pt.measured_s:.6e}", f"{pt.predicted_s:.6e}"]
-                       + [f"{x:.6e}" for x in parts] + [f"{pt.ape:.4f}"])
+            parts = (
+                cm.linear_s(s.tokens),
+                cm.elementwise_s(s.tokens),
+                cm.prefill_attn_s(s.prefill_pairs, s.prefill_seqs) if s.prefill_tokens else 0.0,
+                cm.decode_attn_s(s.decode_seqs, s.decode_ctx_tokens),
+            )
+            w.writerow(
+                [
+                    pt.kind,
+                    s.tokens,
+                    s.prefill_tokens,
+                    s.prefill_seqs,
+                    repr(float(s.prefill_pairs)),
+                    s.decode_seqs,
+                    s.decode_ctx_tokens,
+                    f"{pt.measured_s:.6e}",
+                    f"{pt.predicted_s:.6e}",
+                ]
+                + [f"{x:.6e}" for x in parts]
+                + [f"{pt.ape:.4f}"]
+            )
     return p
 
 
 def format_report(r: ForwardReport, rows: int = 15) -> str:
-    lines = [f"one-layer forwards on {r.device} ({r.backend}): {r.overall.n} shapes, MAPE {r.overall.mape:.1%}, "
-             f"p95 {r.overall.p95_ape:.1%}, max {r.overall.max_ape:.1%} ({r.skipped} recorded shapes not replayed)"]
+    lines = [
+        f"one-layer forwards on {r.device} ({r.backend}): {r.overall.n} shapes, MAPE {r.overall.mape:.1%}, "
+        f"p95 {r.overall.p95_ape:.1%}, max {r.overall.max_ape:.1%} ({r.skipped} recorded shapes not replayed)"
+    ]
     for k, e in r.by_kind:
         lines.append(f"  {k:<8} n={e.n:<4} MAPE {e.mape:.1%}  max {e.max_ape:.1%}")
-    lines.append(f"  {'tokens':>7} {'pf seqs':>7} {'dec seqs':>8} {'dec ctx':>9} {'measured':>10} {'predicted':>10} {'APE':>7}")
+    lines.append(
+        f"  {'tokens':>7} {'pf seqs':>7} {'dec seqs':>8} {'dec ctx':>9} {'measured':>10} {'predicted':>10} {'APE':>7}"
+    )
     pts = sorted(r.points, key=lambda p: -p.ape)[:rows]
     for p in pts:
         s = p.shape
-        lines.append(f"  {s.tokens:>7} {s.prefill_seqs:>7} {s.decode_seqs:>8} {s.decode_ctx_tokens:>9} "
-                     f"{p.measured_s * 1e6:>8.1f}us {p.predicted_s * 1e6:>8.1f}us {p.ape:>6.1%}")
+        lines.append(
+            f"  {s.tokens:>7} {s.prefill_seqs:>7} {s.decode_seqs:>8} {s.decode_ctx_tokens:>9} "
+            f"{p.measured_s * 1e6:>8.1f}us {p.predicted_s * 1e6:>8.1f}us {p.ape:>6.1%}"
+        )
     return "\n".join(lines)

@@ -6,6 +6,7 @@
 
 Imports only the standard library, numpy and pyyaml; nothing else of the project.
 """
+
 from __future__ import annotations
 
 import os
@@ -37,8 +38,9 @@ from .profile import (
 from .recovery import recompute_s, recovery_s, swap_in_s
 
 
-def cost_model(model: str | os.PathLike[str] | ModelSpec,
-               hardware_or_profile: str | os.PathLike[str] | Profile) -> CostModel:
+def cost_model(
+    model: str | os.PathLike[str] | ModelSpec, hardware_or_profile: str | os.PathLike[str] | Profile
+) -> CostModel:
     """``CostModel`` from a model name/alias/spec path and a GPU name (analytic profile), a committed
     profile name, or a profile YAML path."""
     return CostModel(get_model(model), load_profile(hardware_or_profile))

@@ -4,6 +4,7 @@ One loader and a handful of checkers shared by the model, hardware and profile f
 three report mistakes the same way: unknown keys, wrong types and impossible values are errors
 that name the key and the file.
 """
+
 from __future__ import annotations
 
 import datetime as _dt
@@ -159,8 +160,9 @@ def is_yaml_path(text: str) -> bool:
     return text.lower().endswith((".yaml", ".yml")) or Path(text).is_file()
 
 
-def lookup(text: str, registry: tuple[Mapping[str, Any], Mapping[str, str]], load_file,
-           kind: str, unknown) -> Any:
+def lookup(
+    text: str, registry: tuple[Mapping[str, Any], Mapping[str, str]], load_file, kind: str, unknown
+) -> Any:
     """A registered spec by name or alias (case-insensitive), else a spec YAML by path.
 
     ``registry`` is (name -> spec, lower-case alias -> name); ``unknown()`` builds the message for a

@@ -16,6 +16,7 @@ FLOPs only, so a very short append (n_new below ~the GQA-scaled ridge, tens of t
 KV-read floor; decode attention is linear in total context (split-KV kernels; wave quantisation
 steps of ~10 % are not modelled, PROVENANCE s2.4); tensor parallelism is not modelled.
 """
+
 from __future__ import annotations
 
 import copy
@@ -43,18 +44,28 @@ def attention_pairs(n_new: int, n_ctx: int) -> float:
 class BatchShape:
     """The work of one engine iteration (one forward pass over the batch)."""
 
-    prefill_tokens: int = 0      # new tokens computed this step (prompt + recomputed history)
-    prefill_pairs: float = 0.0   # sum of attention_pairs(n_new, n_ctx) over prefilling runs
-    prefill_seqs: int = 0        # sequences with prefill tokens this step
-    decode_seqs: int = 0         # sequences decoding one token each
-    decode_ctx_tokens: int = 0   # total context (KV) tokens the decoding sequences attend to
+    prefill_tokens: int = 0  # new tokens computed this step (prompt + recomputed history)
+    prefill_pairs: float = 0.0  # sum of attention_pairs(n_new, n_ctx) over prefilling runs
+    prefill_seqs: int = 0  # sequences with prefill tokens this step
+    decode_seqs: int = 0  # sequences decoding one token each
+    decode_ctx_tokens: int = 0  # total context (KV) tokens the decoding sequences attend to
 
     def __post_init__(self) -> None:
-        if min(self.prefill_tokens, self.prefill_pairs, self.prefill_seqs, self.decode_seqs,
-               self.decode_ctx_tokens) < 0:
+        if (
+            min(
+                self.prefill_tokens,
+                self.prefill_pairs,
+                self.prefill_seqs,
+                self.decode_seqs,
+                self.decode_ctx_tokens,
+            )
+            < 0
+        ):
             raise ValueError(f"BatchShape fields must be >= 0: {self}")
         if (self.prefill_tokens > 0) != (self.prefill_seqs > 0):
-            raise ValueError(f"prefill_tokens and prefill_seqs must be both zero or both positive: {self}")
+            raise ValueError(
+                f"prefill_tokens and prefill_seqs must be both zero or both positive: {self}"
+            )
         if self.prefill_pairs > 0 and self.prefill_tokens == 0:
             raise ValueError(f"prefill_pairs without prefill_tokens: {self}")
         if self.decode_ctx_tokens > 0 and self.decode_seqs == 0:
@@ -65,7 +76,9 @@ class BatchShape:
         """One sequence computing n_new tokens after n_ctx tokens whose KV is resident."""
         if n_new <= 0:
             return cls()
-        return cls(prefill_tokens=n_new, prefill_pairs=attention_pairs(n_new, n_ctx), prefill_seqs=1)
+        return cls(
+            prefill_tokens=n_new, prefill_pairs=attention_pairs(n_new, n_ctx), prefill_seqs=1
+        )
 
     @classmethod
     def decode(cls, seqs: int, ctx_tokens: int) -> "BatchShape":
@@ -74,11 +87,13 @@ class BatchShape:
 
     def __add__(self, other: "BatchShape") -> "BatchShape":
         """Two groups of sequences in the same iteration."""
-        return BatchShape(self.prefill_tokens + other.prefill_tokens,
-                          self.prefill_pairs + other.prefill_pairs,
-                          self.prefill_seqs + other.prefill_seqs,
-                          self.decode_seqs + other.decode_seqs,
-                          self.decode_ctx_tokens + other.decode_ctx_tokens)
+        return BatchShape(
+            self.prefill_tokens + other.prefill_tokens,
+            self.prefill_pairs + other.prefill_pairs,
+            self.prefill_seqs + other.prefill_seqs,
+            self.decode_seqs + other.decode_seqs,
+            self.decode_ctx_tokens + other.decode_ctx_tokens,
+        )
 
     @property
     def tokens(self) -> int:
@@ -97,11 +112,11 @@ class BatchShape:
 
 @dataclass(frozen=True, slots=True)
 class IterationCost:
-    total_s: float      # wall time of the iteration
-    compute_s: float    # L * layer compute + LM head + step overhead: the time with no copies
-    h2d_s: float        # total host-to-device copy time (copy stream busy time)
-    d2h_s: float        # total device-to-host copy time
-    stall_s: float      # total_s - compute_s: copy time the compute could not hide (incl. slowdown)
+    total_s: float  # wall time of the iteration
+    compute_s: float  # L * layer compute + LM head + step overhead: the time with no copies
+    h2d_s: float  # total host-to-device copy time (copy stream busy time)
+    d2h_s: float  # total device-to-host copy time
+    stall_s: float  # total_s - compute_s: copy time the compute could not hide (incl. slowdown)
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,8 +125,8 @@ class PensieveConstants:
     t_layer(ctx) = alpha * ctx + beta + non_attention."""
 
     n_new: int
-    alpha: float          # seconds per context token per layer (attention)
-    beta: float           # seconds per layer, attention's fixed part at this n_new
+    alpha: float  # seconds per context token per layer (attention)
+    beta: float  # seconds per layer, attention's fixed part at this n_new
     non_attention: float  # seconds per layer: GEMMs + elementwise at N = n_new
 
     def layer_s(self, ctx_tokens: float) -> float:
@@ -121,9 +136,22 @@ class PensieveConstants:
 class CostModel:
     """Seconds for one model on one profile (GPU x backend x dtype)."""
 
-    __slots__ = ("model", "profile", "kv_bytes_per_token", "_L", "_w_floor_s", "_gemm_s_per_tok",
-                 "_ew_s_per_tok", "_pf_s_per_pair", "_dec_s_per_ctx", "_head_floor_s",
-                 "_head_s_per_row", "_slowdown", "_layerwise", "_score_tau_s")
+    __slots__ = (
+        "model",
+        "profile",
+        "kv_bytes_per_token",
+        "_L",
+        "_w_floor_s",
+        "_gemm_s_per_tok",
+        "_ew_s_per_tok",
+        "_pf_s_per_pair",
+        "_dec_s_per_ctx",
+        "_head_floor_s",
+        "_head_s_per_row",
+        "_slowdown",
+        "_layerwise",
+        "_score_tau_s",
+    )
 
     def __init__(self, model: ModelSpec, profile: Profile) -> None:
         if not isinstance(model, ModelSpec) or not isinstance(profile, Profile):
@@ -135,8 +163,8 @@ class CostModel:
         p = model.linear_params_per_layer
         # Precomputed per-unit costs: the simulator calls iteration() once per engine step.
         self._L = model.num_layers
-        self._w_floor_s = p * model.dtype_bytes / lin.weight_bw_Bps     # memory-bound floor
-        self._gemm_s_per_tok = 2.0 * p / lin.flops                       # compute-bound slope
+        self._w_floor_s = p * model.dtype_bytes / lin.weight_bw_Bps  # memory-bound floor
+        self._gemm_s_per_tok = 2.0 * p / lin.flops  # compute-bound slope
         self._ew_s_per_tok = model.elementwise_bytes_per_token_layer / lin.elementwise_bw_Bps
         self._pf_s_per_pair = 4.0 * model.num_heads * model.head_dim / pf.flops  # QK^T + PV
         self._dec_s_per_ctx = model.kv_bytes_per_token_layer / dec.kv_bw_Bps
@@ -144,7 +172,7 @@ class CostModel:
         self._head_s_per_row = 2.0 * model.lm_head_params / lin.flops
         self._slowdown = profile.overlap.compute_slowdown
         self._layerwise = profile.overlap.layerwise_h2d
-        self._score_tau_s = 0.0     # a token scorer's fixed cost per layer (``with_token_scoring``)
+        self._score_tau_s = 0.0  # a token scorer's fixed cost per layer (``with_token_scoring``)
 
     def __repr__(self) -> str:
         return f"CostModel({self.model.name!r}, {self.profile.name!r})"
@@ -154,8 +182,11 @@ class CostModel:
         """The four GEMMs of one layer at N tokens, plus the layer's fixed cost tau."""
         if tokens <= 0:
             return 0.0
-        return (self.profile.linear.tau_s + self._score_tau_s
-                + max(self._w_floor_s, tokens * self._gemm_s_per_tok))
+        return (
+            self.profile.linear.tau_s
+            + self._score_tau_s
+            + max(self._w_floor_s, tokens * self._gemm_s_per_tok)
+        )
 
     def elementwise_s(self, tokens: int) -> float:
         """Norms, RoPE, residual adds, activation and KV write of one layer (memory-bound)."""
@@ -222,9 +253,16 @@ class CostModel:
         return copies * term.latency_s + nbytes / term.bw_Bps
 
     # --- one iteration ---------------------------------------------------------------------------
-    def iteration(self, shape: BatchShape, h2d_bytes: int = 0, h2d_copies: int = 0,
-                  d2h_bytes: int = 0, d2h_copies: int = 0, pipelining: bool = True,
-                  async_save: bool = True) -> IterationCost:
+    def iteration(
+        self,
+        shape: BatchShape,
+        h2d_bytes: int = 0,
+        h2d_copies: int = 0,
+        d2h_bytes: int = 0,
+        d2h_copies: int = 0,
+        pipelining: bool = True,
+        async_save: bool = True,
+    ) -> IterationCost:
         """Wall time of one engine iteration with its swap-ins (H2D) and demotions (D2H).
 
         Copies are counted as issued: with per-layer KV tensors (vLLM/FlashInfer paging) one page of
@@ -258,13 +296,23 @@ class CostModel:
         else:
             body = serial_time_uniform(layers, h2d / layers, t_c)
         total = max(body + head + overhead, d2h) if async_save else d2h + (body + head + overhead)
-        return IterationCost(total_s=total, compute_s=compute, h2d_s=h2d, d2h_s=d2h,
-                             stall_s=total - compute)
+        return IterationCost(
+            total_s=total, compute_s=compute, h2d_s=h2d, d2h_s=d2h, stall_s=total - compute
+        )
 
-    def layered_iteration(self, layer_compute_s, rows: int, h2d_copy_s, d2h_bytes: int = 0,
-                          d2h_copies: int = 0, pipelining: bool = True, async_save: bool = True,
-                          copy_start_s: float = 0.0, compute_start_s: float = 0.0,
-                          layer_ready_s=None) -> IterationCost:
+    def layered_iteration(
+        self,
+        layer_compute_s,
+        rows: int,
+        h2d_copy_s,
+        d2h_bytes: int = 0,
+        d2h_copies: int = 0,
+        pipelining: bool = True,
+        async_save: bool = True,
+        copy_start_s: float = 0.0,
+        compute_start_s: float = 0.0,
+        layer_ready_s=None,
+    ) -> IterationCost:
         """One iteration whose layers differ: ``layer_compute_s[l]`` (``layer_s`` of layer l's own
         shape: recomputed pages join the layers they are recomputed through) and
         ``h2d_copy_s[l]`` (the copy of the units of layer l, as ``copy_s('h2d', ...)``), run through
@@ -275,8 +323,10 @@ class CostModel:
         D2H as in ``iteration``. With uniform layers and zero starts it equals ``iteration``."""
         layers = self._L
         if len(layer_compute_s) != layers or len(h2d_copy_s) != layers:
-            raise ValueError(f"need {layers} layers, got {len(layer_compute_s)} compute and "
-                             f"{len(h2d_copy_s)} copy times")
+            raise ValueError(
+                f"need {layers} layers, got {len(layer_compute_s)} compute and "
+                f"{len(h2d_copy_s)} copy times"
+            )
         head = overhead = 0.0
         if rows > 0:
             head, overhead = self.lm_head_s(rows), self.profile.step_overhead_s
@@ -284,28 +334,40 @@ class CostModel:
         h2d = float(sum(h2d_copy_s))
         d2h = self.copy_s("d2h", d2h_bytes, d2h_copies) if (d2h_bytes or d2h_copies) else 0.0
         if pipelining and self._layerwise:
-            body = pipelined_time(h2d_copy_s, layer_compute_s, self._slowdown, copy_start_s,
-                                  compute_start_s, layer_ready_s)
+            body = pipelined_time(
+                h2d_copy_s,
+                layer_compute_s,
+                self._slowdown,
+                copy_start_s,
+                compute_start_s,
+                layer_ready_s,
+            )
         else:
-            body = serial_time(h2d_copy_s, layer_compute_s, copy_start_s, compute_start_s,
-                               layer_ready_s)
+            body = serial_time(
+                h2d_copy_s, layer_compute_s, copy_start_s, compute_start_s, layer_ready_s
+            )
         total = max(body + head + overhead, d2h) if async_save else d2h + (body + head + overhead)
-        return IterationCost(total_s=total, compute_s=compute, h2d_s=h2d, d2h_s=d2h,
-                             stall_s=total - compute)
+        return IterationCost(
+            total_s=total, compute_s=compute, h2d_s=h2d, d2h_s=d2h, stall_s=total - compute
+        )
 
-    def with_token_scoring(self, s_per_token_layer: float | None = None,
-                           launch_s: float | None = None) -> CostModel:
+    def with_token_scoring(
+        self, s_per_token_layer: float | None = None, launch_s: float | None = None
+    ) -> CostModel:
         """This cost model plus a learned token scorer (token budgets) run on every new token at
         every layer, beside the layer's elementwise work, so every priced iteration pays it.
         ``s_per_token_layer``: a measured cost; by default the scorer's FLOPs for each KV head at
         the profile's GEMM rate (``costmodels.token_scoring``). ``launch_s``: its fixed cost per
         layer and iteration (its small GEMMs' launches); by default the profile's GEMM tau."""
         from costmodels.token_scoring import scoring_s_per_token_layer
+
         extra = scoring_s_per_token_layer(self) if s_per_token_layer is None else s_per_token_layer
         launch = self.profile.linear.tau_s if launch_s is None else launch_s
         if not (extra >= 0 and launch >= 0):
-            raise ValueError(f"scoring cost must be >= 0 s per token and layer and per launch, "
-                             f"got {extra} and {launch}")
+            raise ValueError(
+                f"scoring cost must be >= 0 s per token and layer and per launch, "
+                f"got {extra} and {launch}"
+            )
         new = copy.copy(self)
         new._ew_s_per_tok = self._ew_s_per_tok + extra
         new._score_tau_s = self._score_tau_s + launch

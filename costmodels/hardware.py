@@ -3,6 +3,7 @@
 Registered GPUs live in ``data/hardware.yaml`` (each number with its public source). These are
 physical limits, not achieved rates: ``costmodels.analytic`` turns them into a Level-0 profile.
 """
+
 from __future__ import annotations
 
 import os
@@ -24,10 +25,10 @@ class HardwareSpec:
     hbm_bytes: float
     hbm_bw_Bps: float
     dense_bf16_flops: float
-    host_link_Bps: float              # nominal per-direction link rate
-    h2d_measured_Bps: float | None    # measured pinned copy-engine rate, if known
+    host_link_Bps: float  # nominal per-direction link rate
+    h2d_measured_Bps: float | None  # measured pinned copy-engine rate, if known
     d2h_measured_Bps: float | None
-    copy_latency_s: float             # fixed cost per cudaMemcpyAsync-like copy
+    copy_latency_s: float  # fixed cost per cudaMemcpyAsync-like copy
     sources: dict[str, str] = field(default_factory=dict, compare=False)  # field -> citation
 
     @property
@@ -41,11 +42,15 @@ _OPTIONAL = ("h2d_measured_Bps", "d2h_measured_Bps")
 _ALL = ("name", *_NUMERIC, *_OPTIONAL, "sources")
 
 
-def _spec_from_mapping(obj: Any, ctx: S.Ctx, name: str | None) -> tuple[HardwareSpec, tuple[str, ...]]:
+def _spec_from_mapping(
+    obj: Any, ctx: S.Ctx, name: str | None
+) -> tuple[HardwareSpec, tuple[str, ...]]:
     m = S.mapping(obj, ctx)
     required = [k for k in _ALL if not (name is not None and k == "name")]
     S.check_keys(m, ctx, required=required, optional=("aliases", "notes"))
-    values: dict[str, Any] = {"name": name if name is not None else S.string(m["name"], ctx.child("name"))}
+    values: dict[str, Any] = {
+        "name": name if name is not None else S.string(m["name"], ctx.child("name"))
+    }
     for k in _NUMERIC:
         # copy latency may be 0 (an idealised link); capacities and rates may not.
         values[k] = S.number(m[k], ctx.child(k), positive=k != "copy_latency_s")
@@ -100,9 +105,16 @@ def get_hardware(name_or_path: str | os.PathLike[str] | HardwareSpec) -> Hardwar
     if isinstance(name_or_path, HardwareSpec):
         return name_or_path
     text = os.fspath(name_or_path)
-    return S.lookup(text, _registry(), load_hardware_file, "hardware",
-                    lambda: f"unknown hardware {text!r}: registered GPUs are "
-                    f"{', '.join(available_hardware())} (aliases accepted, case-insensitive)")
+    return S.lookup(
+        text,
+        _registry(),
+        load_hardware_file,
+        "hardware",
+        lambda: (
+            f"unknown hardware {text!r}: registered GPUs are "
+            f"{', '.join(available_hardware())} (aliases accepted, case-insensitive)"
+        ),
+    )
 
 
 def available_hardware() -> list[str]:

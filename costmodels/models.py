@@ -3,6 +3,7 @@
 Registered models live in ``data/models.yaml`` (each with its source); ``get_model`` also reads a
 user's spec YAML with the same fields. KV bytes follow docs/semantics.md section 2.
 """
+
 from __future__ import annotations
 
 import os
@@ -21,34 +22,54 @@ class ModelSpec:
     """A dense decoder-only transformer, as far as time and memory are concerned."""
 
     name: str
-    num_layers: int          # L
-    hidden_size: int         # h
-    num_heads: int           # H_q, query heads
-    num_kv_heads: int        # K, key/value heads (K < H_q is GQA)
-    head_dim: int            # d
-    intermediate_size: int   # I, MLP width
+    num_layers: int  # L
+    hidden_size: int  # h
+    num_heads: int  # H_q, query heads
+    num_kv_heads: int  # K, key/value heads (K < H_q is GQA)
+    head_dim: int  # d
+    intermediate_size: int  # I, MLP width
     vocab_size: int
-    dtype_bytes: int         # bytes per element of weights and KV: 2 for bf16/fp16
-    gated_mlp: bool          # SwiGLU (3 matrices: gate, up, down) vs plain FFN (2: up, down; OPT)
-    source: str              # where the numbers come from
-    max_context_tokens: int | None = None   # the context window (max_position_embeddings); None: unknown
+    dtype_bytes: int  # bytes per element of weights and KV: 2 for bf16/fp16
+    gated_mlp: bool  # SwiGLU (3 matrices: gate, up, down) vs plain FFN (2: up, down; OPT)
+    source: str  # where the numbers come from
+    max_context_tokens: int | None = (
+        None  # the context window (max_position_embeddings); None: unknown
+    )
 
     def __post_init__(self) -> None:
-        for f in ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim",
-                  "intermediate_size", "vocab_size", "dtype_bytes"):
+        for f in (
+            "num_layers",
+            "hidden_size",
+            "num_heads",
+            "num_kv_heads",
+            "head_dim",
+            "intermediate_size",
+            "vocab_size",
+            "dtype_bytes",
+        ):
             v = getattr(self, f)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"ModelSpec {self.name!r}: {f} must be a positive integer, got {v!r}")
-        if self.max_context_tokens is not None and (isinstance(self.max_context_tokens, bool) or
-                                                    not isinstance(self.max_context_tokens, int)
-                                                    or self.max_context_tokens < 1):
-            raise ValueError(f"ModelSpec {self.name!r}: max_context_tokens must be a positive "
-                             f"integer, got {self.max_context_tokens!r}")
+                raise ValueError(
+                    f"ModelSpec {self.name!r}: {f} must be a positive integer, got {v!r}"
+                )
+        if self.max_context_tokens is not None and (
+            isinstance(self.max_context_tokens, bool)
+            or not isinstance(self.max_context_tokens, int)
+            or self.max_context_tokens < 1
+        ):
+            raise ValueError(
+                f"ModelSpec {self.name!r}: max_context_tokens must be a positive "
+                f"integer, got {self.max_context_tokens!r}"
+            )
         if not isinstance(self.gated_mlp, bool):
-            raise ValueError(f"ModelSpec {self.name!r}: gated_mlp must be a bool, got {self.gated_mlp!r}")
+            raise ValueError(
+                f"ModelSpec {self.name!r}: gated_mlp must be a bool, got {self.gated_mlp!r}"
+            )
         if self.num_heads % self.num_kv_heads:
-            raise ValueError(f"ModelSpec {self.name!r}: num_heads ({self.num_heads}) must be a "
-                             f"multiple of num_kv_heads ({self.num_kv_heads})")
+            raise ValueError(
+                f"ModelSpec {self.name!r}: num_heads ({self.num_heads}) must be a "
+                f"multiple of num_kv_heads ({self.num_kv_heads})"
+            )
 
     # --- KV cache ------------------------------------------------------------------------------
     @property
@@ -97,15 +118,28 @@ class ModelSpec:
           MLP activation (gated: read 2I, write I; plain: read I, write I)  3I or 2I
           KV write to the paged cache (read + write 2Kd)                  4Kd
         """
-        h, d, hq, k, i = (self.hidden_size, self.head_dim, self.num_heads, self.num_kv_heads,
-                          self.intermediate_size)
+        h, d, hq, k, i = (
+            self.hidden_size,
+            self.head_dim,
+            self.num_heads,
+            self.num_kv_heads,
+            self.intermediate_size,
+        )
         elems = 10 * h + 2 * (hq + k) * d + (3 if self.gated_mlp else 2) * i + 4 * k * d
         return elems * self.dtype_bytes
 
 
 _FIELDS = tuple(f.name for f in fields(ModelSpec))
-_INT_FIELDS = ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim",
-               "intermediate_size", "vocab_size", "dtype_bytes")
+_INT_FIELDS = (
+    "num_layers",
+    "hidden_size",
+    "num_heads",
+    "num_kv_heads",
+    "head_dim",
+    "intermediate_size",
+    "vocab_size",
+    "dtype_bytes",
+)
 _EXTRA_KEYS = ("aliases", "notes")  # documentation only
 _OPTIONAL_FIELDS = ("max_context_tokens",)
 
@@ -113,17 +147,21 @@ _OPTIONAL_FIELDS = ("max_context_tokens",)
 def _spec_from_mapping(obj: Any, ctx: S.Ctx, name: str | None) -> tuple[ModelSpec, tuple[str, ...]]:
     """Validate one entry; ``name`` is given for registry entries (the key), else read from the file."""
     m = S.mapping(obj, ctx)
-    required = [f for f in _FIELDS if not (name is not None and f == "name")
-                and f not in _OPTIONAL_FIELDS]
+    required = [
+        f for f in _FIELDS if not (name is not None and f == "name") and f not in _OPTIONAL_FIELDS
+    ]
     S.check_keys(m, ctx, required=required, optional=_EXTRA_KEYS + _OPTIONAL_FIELDS)
-    values: dict[str, Any] = {"name": name if name is not None else S.string(m["name"], ctx.child("name"))}
+    values: dict[str, Any] = {
+        "name": name if name is not None else S.string(m["name"], ctx.child("name"))
+    }
     for f in _INT_FIELDS:
         values[f] = S.integer(m[f], ctx.child(f), minimum=1)
     values["gated_mlp"] = S.boolean(m["gated_mlp"], ctx.child("gated_mlp"))
     values["source"] = S.string(m["source"], ctx.child("source"))
     if "max_context_tokens" in m:
-        values["max_context_tokens"] = S.integer(m["max_context_tokens"],
-                                                 ctx.child("max_context_tokens"), minimum=1)
+        values["max_context_tokens"] = S.integer(
+            m["max_context_tokens"], ctx.child("max_context_tokens"), minimum=1
+        )
     aliases = S.string_list(m.get("aliases", []), ctx.child("aliases"))
     if "notes" in m:
         S.optional_string(m["notes"], ctx.child("notes"))
@@ -162,9 +200,16 @@ def get_model(name_or_path: str | os.PathLike[str] | ModelSpec) -> ModelSpec:
     if isinstance(name_or_path, ModelSpec):
         return name_or_path
     text = os.fspath(name_or_path)
-    return S.lookup(text, _registry(), load_model_file, "model",
-                    lambda: f"unknown model {text!r}: registered models are {', '.join(available_models())} "
-                    f"(aliases accepted, case-insensitive), or give a path to a model spec YAML")
+    return S.lookup(
+        text,
+        _registry(),
+        load_model_file,
+        "model",
+        lambda: (
+            f"unknown model {text!r}: registered models are {', '.join(available_models())} "
+            f"(aliases accepted, case-insensitive), or give a path to a model spec YAML"
+        ),
+    )
 
 
 def available_models() -> list[str]:

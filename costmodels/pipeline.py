@@ -13,14 +13,20 @@ busy*, i.e. before X_(L-1), and at full speed after. Why by time and not "every 
 tiny copy must not slow a whole iteration by epsilon (that would make the cost jump, not grow, with
 the first swapped byte). With epsilon = 0 this is exactly the recurrence above.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
 
 
-def pipelined_time(copy_s: Sequence[float], compute_s: Sequence[float],
-                   compute_slowdown: float = 0.0, copy_start: float = 0.0,
-                   compute_start: float = 0.0, ready: Sequence[float] | None = None) -> float:
+def pipelined_time(
+    copy_s: Sequence[float],
+    compute_s: Sequence[float],
+    compute_slowdown: float = 0.0,
+    copy_start: float = 0.0,
+    compute_start: float = 0.0,
+    ready: Sequence[float] | None = None,
+) -> float:
     """End of the last layer's compute, C_(L-1), for per-layer copy and compute times."""
     ready = _check_ready(ready, len(compute_s))
     if len(copy_s) != len(compute_s):
@@ -30,11 +36,11 @@ def pipelined_time(copy_s: Sequence[float], compute_s: Sequence[float],
     if copy_start < 0 or compute_start < 0:
         raise ValueError(f"negative start: copy {copy_start}, compute {compute_start}")
     slow = 1.0 + compute_slowdown
-    if not any(copy_s):    # nothing to wait for: a busy copy stream does not hold compute back
+    if not any(copy_s):  # nothing to wait for: a busy copy stream does not hold compute back
         copy_start = 0.0
     copies_end = copy_start + float(sum(copy_s))
-    arrived = copy_start   # X_l
-    done = compute_start   # C_l
+    arrived = copy_start  # X_l
+    done = compute_start  # C_l
     for t_x, t_c, r in zip(copy_s, compute_s, ready):
         if t_x < 0 or t_c < 0:
             raise ValueError(f"negative layer time: copy {t_x}, compute {t_c}")
@@ -42,15 +48,16 @@ def pipelined_time(copy_s: Sequence[float], compute_s: Sequence[float],
         start = max(done, arrived, r)
         if start >= copies_end or compute_slowdown == 0.0:
             done = start + t_c
-        elif start + t_c * slow <= copies_end:   # wholly under the copy stream
+        elif start + t_c * slow <= copies_end:  # wholly under the copy stream
             done = start + t_c * slow
-        else:                                    # straddles the end of the copies
+        else:  # straddles the end of the copies
             done = copies_end + (t_c - (copies_end - start) / slow)
     return done
 
 
-def pipelined_time_uniform(num_layers: int, t_copy: float, t_compute: float,
-                           compute_slowdown: float = 0.0) -> float:
+def pipelined_time_uniform(
+    num_layers: int, t_copy: float, t_compute: float, compute_slowdown: float = 0.0
+) -> float:
     """Closed form of ``pipelined_time`` for L identical layers.
 
     Copy-bound (t_x >= t_c(1+eps)): L*t_x + t_c (the last layer runs after all copies, unslowed).
@@ -59,8 +66,10 @@ def pipelined_time_uniform(num_layers: int, t_copy: float, t_compute: float,
     value.
     """
     if num_layers < 0 or t_copy < 0 or t_compute < 0 or compute_slowdown < 0:
-        raise ValueError(f"need non-negative inputs, got L={num_layers}, t_x={t_copy}, "
-                         f"t_c={t_compute}, eps={compute_slowdown}")
+        raise ValueError(
+            f"need non-negative inputs, got L={num_layers}, t_x={t_copy}, "
+            f"t_c={t_compute}, eps={compute_slowdown}"
+        )
     if num_layers == 0:
         return 0.0
     slow = 1.0 + compute_slowdown
@@ -77,8 +86,13 @@ def _check_ready(ready: Sequence[float] | None, layers: int) -> Sequence[float]:
     return ready
 
 
-def serial_time(copy_s: Sequence[float], compute_s: Sequence[float], copy_start: float = 0.0,
-                compute_start: float = 0.0, ready: Sequence[float] | None = None) -> float:
+def serial_time(
+    copy_s: Sequence[float],
+    compute_s: Sequence[float],
+    copy_start: float = 0.0,
+    compute_start: float = 0.0,
+    ready: Sequence[float] | None = None,
+) -> float:
     """Without pipelining: every copy is in (the stream free at ``copy_start``, earlier copies
     ``ready``) before layer 0."""
     ready = _check_ready(ready, len(compute_s))

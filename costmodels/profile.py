@@ -8,6 +8,7 @@ the work into bytes and FLOPs (``costmodels.cost``), so one profile serves every
 All constants are per GPU and, where they say so, per decoder layer. The YAML form is what
 ``to_dict`` writes; ``costmodels/profiles/README.md`` documents it for humans.
 """
+
 from __future__ import annotations
 
 import os
@@ -30,10 +31,12 @@ class LinearTerm:
     with P the layer's linear params and ew_bytes ``ModelSpec.elementwise_bytes_per_token_layer``.
     """
 
-    tau_s: float                # fixed per-layer cost of the token-level kernels (launch, tails)
-    weight_bw_Bps: float        # effective weight-read bandwidth: the floor at small N (memory-bound)
-    flops: float                # effective dense FLOP/s: the slope at large N (compute-bound)
-    elementwise_bw_Bps: float   # effective bandwidth of norms, RoPE, residual adds, activation, KV write
+    tau_s: float  # fixed per-layer cost of the token-level kernels (launch, tails)
+    weight_bw_Bps: float  # effective weight-read bandwidth: the floor at small N (memory-bound)
+    flops: float  # effective dense FLOP/s: the slope at large N (compute-bound)
+    elementwise_bw_Bps: (
+        float  # effective bandwidth of norms, RoPE, residual adds, activation, KV write
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,8 +48,8 @@ class PrefillAttnTerm:
     """
 
     tau_s: float
-    flops: float        # effective attention FLOP/s
-    per_seq_s: float    # per prefilling sequence (tile tails, plan entries)
+    flops: float  # effective attention FLOP/s
+    per_seq_s: float  # per prefilling sequence (tile tails, plan entries)
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,7 +61,7 @@ class DecodeAttnTerm:
 
     tau_s: float
     per_seq_s: float
-    kv_bw_Bps: float    # effective KV-read bandwidth
+    kv_bw_Bps: float  # effective KV-read bandwidth
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,18 +76,20 @@ class CopyTerm:
 class OverlapTerm:
     """How copies and compute share the GPU."""
 
-    compute_slowdown: float  # epsilon: compute runs (1 + epsilon) slower while an H2D copy is in flight
-    layerwise_h2d: bool      # whether the backend can pipeline H2D per layer (copy l+1 during layer l)
+    compute_slowdown: (
+        float  # epsilon: compute runs (1 + epsilon) slower while an H2D copy is in flight
+    )
+    layerwise_h2d: bool  # whether the backend can pipeline H2D per layer (copy l+1 during layer l)
 
 
 @dataclass(frozen=True, slots=True)
 class TermValidation:
     """Held-out error of one fitted term."""
 
-    mape: float     # mean absolute percentage error, as a fraction (0.05 = 5 %)
+    mape: float  # mean absolute percentage error, as a fraction (0.05 = 5 %)
     max_ape: float  # worst absolute percentage error, as a fraction
-    n: int          # held-out shapes
-    split: str      # how the held-out set was chosen, e.g. "random 80/20 by shape"
+    n: int  # held-out shapes
+    split: str  # how the held-out set was chosen, e.g. "random 80/20 by shape"
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,20 +99,33 @@ class ProfileMeta:
     gpu: str
     backend: str
     dtype: str
-    source: str                      # "analytic: ..." or "fit: <data>"
+    source: str  # "analytic: ..." or "fit: <data>"
     driver: str | None = None
     cuda: str | None = None
     torch: str | None = None
     flashinfer: str | None = None
     page_size: int | None = None
-    date: str | None = None          # ISO date of the measurement
+    date: str | None = None  # ISO date of the measurement
     notes: str | None = None
 
 
 TERMS = ("linear", "prefill_attn", "decode_attn", "h2d", "d2h", "overlap", "step_overhead_s")
 # Terms a validation entry may be reported for (the fitted terms plus composite checks).
-VALIDATION_KEYS = ("linear", "elementwise", "lm_head", "prefill_attn", "decode_attn", "h2d", "d2h",
-                   "overlap", "pipeline", "step_overhead", "layer", "iteration", "end_to_end")
+VALIDATION_KEYS = (
+    "linear",
+    "elementwise",
+    "lm_head",
+    "prefill_attn",
+    "decode_attn",
+    "h2d",
+    "d2h",
+    "overlap",
+    "pipeline",
+    "step_overhead",
+    "layer",
+    "iteration",
+    "end_to_end",
+)
 
 
 @dataclass(frozen=True)
@@ -121,7 +139,9 @@ class Profile:
     h2d: CopyTerm
     d2h: CopyTerm
     overlap: OverlapTerm
-    step_overhead_s: float   # fixed CPU/launch cost per engine iteration (scheduler, input prep, sampler)
+    step_overhead_s: (
+        float  # fixed CPU/launch cost per engine iteration (scheduler, input prep, sampler)
+    )
     meta: ProfileMeta
     validation: dict[str, TermValidation] = field(default_factory=dict, compare=False)
 
@@ -170,8 +190,10 @@ def _to_dict(p: Profile) -> dict[str, Any]:
         out[term] = {f.name: getattr(obj, f.name) for f in fields(obj)}
     out["step_overhead_s"] = p.step_overhead_s
     out["meta"] = {f.name: getattr(p.meta, f.name) for f in fields(ProfileMeta)}
-    out["validation"] = {k: {f.name: getattr(v, f.name) for f in fields(TermValidation)}
-                         for k, v in p.validation.items()}
+    out["validation"] = {
+        k: {f.name: getattr(v, f.name) for f in fields(TermValidation)}
+        for k, v in p.validation.items()
+    }
     return out
 
 
@@ -231,11 +253,15 @@ def _validation_from(obj: Any, ctx: S.Ctx) -> dict[str, TermValidation]:
 
 def _from_dict(data: Any, ctx: S.Ctx) -> Profile:
     m = S.mapping(data, ctx)
-    S.check_keys(m, ctx, required=("name", *TERMS, "meta"), optional=("format_version", "validation"))
+    S.check_keys(
+        m, ctx, required=("name", *TERMS, "meta"), optional=("format_version", "validation")
+    )
     if "format_version" in m:
         v = S.integer(m["format_version"], ctx.child("format_version"), minimum=1)
         if v != FORMAT_VERSION:
-            raise ctx.child("format_version").error(f"unsupported version {v} (this code reads {FORMAT_VERSION})")
+            raise ctx.child("format_version").error(
+                f"unsupported version {v} (this code reads {FORMAT_VERSION})"
+            )
     terms = {t: _term_from(m[t], cls, ctx.child(t)) for t, cls in _TERM_CLASSES.items()}
     return Profile(
         name=S.string(m["name"], ctx.child("name")),
@@ -255,10 +281,15 @@ def read_profile_file(path: str | os.PathLike[str]) -> Profile:
 def save_profile(profile: Profile, path: str | os.PathLike[str]) -> Path:
     """Write ``profile`` as YAML (the layout ``read_profile_file`` reads); returns the path."""
     p = Path(path)
-    S.dump_yaml(profile.to_dict(), p, header=(
-        f"kvsim cost-model profile '{profile.name}' (format {FORMAT_VERSION}).\n"
-        "Units: seconds, bytes/s, FLOP/s; per GPU, per decoder layer where a term says so.\n"
-        "Layout and meaning of every key: costmodels/profiles/README.md"))
+    S.dump_yaml(
+        profile.to_dict(),
+        p,
+        header=(
+            f"kvsim cost-model profile '{profile.name}' (format {FORMAT_VERSION}).\n"
+            "Units: seconds, bytes/s, FLOP/s; per GPU, per decoder layer where a term says so.\n"
+            "Layout and meaning of every key: costmodels/profiles/README.md"
+        ),
+    )
     return p
 
 
@@ -294,8 +325,10 @@ def load_profile(name_or_path: str | os.PathLike[str] | Profile) -> Profile:
         if not Path(text).is_file():
             raise ValueError(f"{text}: profile file not found")
         return read_profile_file(text)
-    raise ValueError(f"unknown profile {text!r}: give a GPU name for its analytic profile "
-                     f"({', '.join(available_profiles())}), a committed profile name, or a path to a profile YAML")
+    raise ValueError(
+        f"unknown profile {text!r}: give a GPU name for its analytic profile "
+        f"({', '.join(available_profiles())}), a committed profile name, or a path to a profile YAML"
+    )
 
 
 def available_profiles() -> list[str]:

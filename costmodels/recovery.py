@@ -5,6 +5,7 @@ session), ``layer`` (-1 for all layers, else the one layer it holds), ``nbytes``
 ``context_tokens``. A dropped span is recomputed in the prefill of the session's next turn; a span
 demoted to the host is copied back, layer-wise pipelined with that turn's compute.
 """
+
 from __future__ import annotations
 
 from .cost import BatchShape, CostModel, attention_pairs
@@ -20,16 +21,27 @@ def recompute_s(cost: CostModel, n_tokens: int, n_before: int, layer: int = -1) 
     if n_tokens <= 0:
         return 0.0
     model, prof = cost.model, cost.profile
-    per_layer = (n_tokens * 2.0 * model.linear_params_per_layer / prof.linear.flops
-                 + cost.elementwise_s(n_tokens)
-                 + attention_pairs(n_tokens, n_before)
-                 * 4.0 * model.num_heads * model.head_dim / prof.prefill_attn.flops)
+    per_layer = (
+        n_tokens * 2.0 * model.linear_params_per_layer / prof.linear.flops
+        + cost.elementwise_s(n_tokens)
+        + attention_pairs(n_tokens, n_before)
+        * 4.0
+        * model.num_heads
+        * model.head_dim
+        / prof.prefill_attn.flops
+    )
     layers = model.num_layers if layer < 0 else layer + 1
     return layers * per_layer
 
 
-def swap_in_s(cost: CostModel, nbytes: float, pages: int, context_tokens: int, block_tokens: int,
-              layer: int = -1) -> float:
+def swap_in_s(
+    cost: CostModel,
+    nbytes: float,
+    pages: int,
+    context_tokens: int,
+    block_tokens: int,
+    layer: int = -1,
+) -> float:
     """Seconds a swap-in of ``nbytes`` (``pages`` pages) adds to the iteration that brings it back:
     the pipelined stall T - L*t_c, with the copy priced by ``copy_s('h2d', nbytes, copies)`` (one
     copy per page per layer held) and t_c the per-layer compute of the smallest turn that uses it,
@@ -52,8 +64,17 @@ def swap_in_s(cost: CostModel, nbytes: float, pages: int, context_tokens: int, b
     return max(0.0, total - L * t_c)
 
 
-def recovery_s(cost: CostModel, *, dropped: bool, first_page: int, pages: int, layer: int,
-               nbytes: float, context_tokens: int, block_tokens: int) -> float:
+def recovery_s(
+    cost: CostModel,
+    *,
+    dropped: bool,
+    first_page: int,
+    pages: int,
+    layer: int,
+    nbytes: float,
+    context_tokens: int,
+    block_tokens: int,
+) -> float:
     """The recovery cost of one span of a session's KV: ``recompute_s`` of the context tokens it
     holds when it is ``dropped``, else ``swap_in_s`` of its bytes."""
     if dropped:

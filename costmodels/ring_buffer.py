@@ -12,6 +12,7 @@ slot term is absent for j < slots. The timeline ends at A_(n-1).
 It is ``costmodels.pipeline``'s layer recurrence with pages for layers plus the slot bound: with
 slots >= n the two are the same.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -28,8 +29,8 @@ class RingTimeline:
     copy_end: np.ndarray
     attn_start: np.ndarray
     attn_end: np.ndarray
-    end_s: float      # A_(n-1): the last attention's end (compute_start_s when there are no pages)
-    stall_s: float    # time the compute stream waited on copies: end_s - compute_start_s - sum(attn)
+    end_s: float  # A_(n-1): the last attention's end (compute_start_s when there are no pages)
+    stall_s: float  # time the compute stream waited on copies: end_s - compute_start_s - sum(attn)
 
     @property
     def pages(self) -> int:
@@ -38,7 +39,7 @@ class RingTimeline:
 
 def _check_time(name: str, value: float) -> float:
     v = float(value)
-    if not 0.0 <= v < float("inf"):   # also rejects NaN
+    if not 0.0 <= v < float("inf"):  # also rejects NaN
         raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
     return v
 
@@ -53,8 +54,13 @@ def _check_slots(slots: int) -> int:
     return int(slots)
 
 
-def ring_buffer_timeline(copy_s: Sequence[float], attn_s: Sequence[float], slots: int,
-                         copy_start_s: float = 0.0, compute_start_s: float = 0.0) -> RingTimeline:
+def ring_buffer_timeline(
+    copy_s: Sequence[float],
+    attn_s: Sequence[float],
+    slots: int,
+    copy_start_s: float = 0.0,
+    compute_start_s: float = 0.0,
+) -> RingTimeline:
     """The recurrence of the module docstring for pages 0..n-1 with per-page copy and attention
     durations (``copy_s[j]``, ``attn_s[j]``)."""
     slots = _check_slots(slots)

@@ -20,6 +20,7 @@ for merging that round's partial result into the running one (the merge is part 
 Layers do not overlap: the copies of layer l start after its selection, which needs layer l's
 query. iteration = L * layer + lm_head_s(B) + step_overhead_s.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -35,17 +36,17 @@ from .ring_buffer import ring_buffer_timeline
 class SparseDecodeCost:
     """One sparse decode iteration. ``*_s`` without "layer" in the comment cover the whole step."""
 
-    total_s: float          # wall time of the iteration
-    compute_s: float        # total_s if copies were free: no wait on the ring
-    h2d_s: float            # copy-stream busy time, all layers
-    stall_s: float          # total_s - compute_s: copy time the attention could not hide
-    layer_s: float          # one layer: non_attention_s + selection_s + attention_s
+    total_s: float  # wall time of the iteration
+    compute_s: float  # total_s if copies were free: no wait on the ring
+    h2d_s: float  # copy-stream busy time, all layers
+    stall_s: float  # total_s - compute_s: copy time the attention could not hide
+    layer_s: float  # one layer: non_attention_s + selection_s + attention_s
     non_attention_s: float  # one layer: GEMMs and elementwise work
-    selection_s: float      # one layer: the metadata scan
-    attention_s: float      # one layer: local attention then the ring pipeline, to its end
-    rounds: int             # ring rounds per layer: max over sequences of selected pages
-    h2d_bytes: int          # bytes copied host-to-device, all layers
-    h2d_copies: int         # copies issued, all layers (one per page per layer)
+    selection_s: float  # one layer: the metadata scan
+    attention_s: float  # one layer: local attention then the ring pipeline, to its end
+    rounds: int  # ring rounds per layer: max over sequences of selected pages
+    h2d_bytes: int  # bytes copied host-to-device, all layers
+    h2d_copies: int  # copies issued, all layers (one per page per layer)
 
 
 def layer_page_bytes(model: ModelSpec, page_tokens: int) -> int:
@@ -67,14 +68,21 @@ def ring_buffer_bytes(model: ModelSpec, page_tokens: int, slots: int, seqs: int)
 
 def metadata_bytes(model: ModelSpec, metadata_pages: int) -> int:
     """Metadata of ``metadata_pages`` pages, every layer, kept on the GPU."""
-    return _count("metadata_pages", metadata_pages) * model.num_layers * metadata_bytes_per_page_layer(model)
+    return (
+        _count("metadata_pages", metadata_pages)
+        * model.num_layers
+        * metadata_bytes_per_page_layer(model)
+    )
 
 
-def sparse_gpu_bytes(model: ModelSpec, page_tokens: int, slots: int, seqs: int,
-                     metadata_pages: int) -> int:
+def sparse_gpu_bytes(
+    model: ModelSpec, page_tokens: int, slots: int, seqs: int, metadata_pages: int
+) -> int:
     """GPU memory sparse offload takes beside the resident KV: the ring for a batch of ``seqs``
     sequences plus the metadata of ``metadata_pages`` offloaded pages."""
-    return ring_buffer_bytes(model, page_tokens, slots, seqs) + metadata_bytes(model, metadata_pages)
+    return ring_buffer_bytes(model, page_tokens, slots, seqs) + metadata_bytes(
+        model, metadata_pages
+    )
 
 
 def round_counts(selected: np.ndarray) -> np.ndarray:
@@ -82,13 +90,19 @@ def round_counts(selected: np.ndarray) -> np.ndarray:
     sel = _per_seq("selected", selected)
     if sel.size == 0 or sel.max() == 0:
         return np.zeros(0, dtype=np.int64)
-    at_most = np.cumsum(np.bincount(sel))   # at_most[j] = sequences with selected <= j
+    at_most = np.cumsum(np.bincount(sel))  # at_most[j] = sequences with selected <= j
     return len(sel) - at_most[:-1]
 
 
-def sparse_decode_cost(cost: CostModel, page_tokens: int, selected: np.ndarray,
-                       local_tokens: np.ndarray, metadata_pages: int | np.ndarray,
-                       slots: int, gather: bool = False) -> SparseDecodeCost:
+def sparse_decode_cost(
+    cost: CostModel,
+    page_tokens: int,
+    selected: np.ndarray,
+    local_tokens: np.ndarray,
+    metadata_pages: int | np.ndarray,
+    slots: int,
+    gather: bool = False,
+) -> SparseDecodeCost:
     """Price one decode iteration of a batch: ``selected[i]`` pages of sequence i come from the
     CPU through the ring of ``slots`` slots, ``local_tokens[i]`` tokens of it are on the GPU, and
     selection scans the metadata of ``metadata_pages`` pages (a count, or per-sequence counts).
@@ -105,11 +119,12 @@ def sparse_decode_cost(cost: CostModel, page_tokens: int, selected: np.ndarray,
     if seqs == 0:
         return SparseDecodeCost(0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0, 0, 0)
     non_attention = cost.linear_s(seqs) + cost.elementwise_s(seqs)
-    selection = (scanned * metadata_bytes_per_page_layer(cost.model)
-                 / cost.profile.decode_attn.kv_bw_Bps)
+    selection = (
+        scanned * metadata_bytes_per_page_layer(cost.model) / cost.profile.decode_attn.kv_bw_Bps
+    )
     local_s = cost.decode_attn_s(int(np.count_nonzero(local)), int(local.sum()))
     counts = round_counts(sel)
-    kinds, which = np.unique(counts, return_inverse=True)   # a handful of distinct round sizes
+    kinds, which = np.unique(counts, return_inverse=True)  # a handful of distinct round sizes
     copy_by = [cost.copy_s("h2d", int(c) * page_bytes, 1 if gather else int(c)) for c in kinds]
     attn_by = [cost.decode_attn_s(int(c), int(c) * page_tokens) for c in kinds]
     copies = [copy_by[k] for k in which]
@@ -119,12 +134,23 @@ def sparse_decode_cost(cost: CostModel, page_tokens: int, selected: np.ndarray,
     head, overhead = cost.lm_head_s(seqs), cost.profile.step_overhead_s
     layer = (non_attention + selection) + ring.end_s
     total = layers * layer + head + overhead
-    compute = layers * ((non_attention + selection) + (local_s + float(sum(attns)))) + head + overhead
+    compute = (
+        layers * ((non_attention + selection) + (local_s + float(sum(attns)))) + head + overhead
+    )
     pages = int(sel.sum())
     return SparseDecodeCost(
-        total_s=total, compute_s=compute, h2d_s=layers * float(sum(copies)), stall_s=total - compute,
-        layer_s=layer, non_attention_s=non_attention, selection_s=selection, attention_s=ring.end_s,
-        rounds=len(counts), h2d_bytes=layers * pages * page_bytes, h2d_copies=layers * (len(counts) if gather else pages))
+        total_s=total,
+        compute_s=compute,
+        h2d_s=layers * float(sum(copies)),
+        stall_s=total - compute,
+        layer_s=layer,
+        non_attention_s=non_attention,
+        selection_s=selection,
+        attention_s=ring.end_s,
+        rounds=len(counts),
+        h2d_bytes=layers * pages * page_bytes,
+        h2d_copies=layers * (len(counts) if gather else pages),
+    )
 
 
 # --- argument checks ------------------------------------------------------------------------------
@@ -143,7 +169,9 @@ def _count(name: str, value: int) -> int:
 def _per_seq(name: str, values: np.ndarray) -> np.ndarray:
     arr = np.asarray(values)
     if arr.ndim != 1 or not (arr.size == 0 or np.issubdtype(arr.dtype, np.integer)):
-        raise ValueError(f"{name} must be a 1-D integer array, got {arr.dtype} of shape {arr.shape}")
+        raise ValueError(
+            f"{name} must be a 1-D integer array, got {arr.dtype} of shape {arr.shape}"
+        )
     if arr.size and arr.min() < 0:
         raise ValueError(f"{name} must be >= 0 for every sequence, got {arr.min()}")
     return arr.astype(np.int64, copy=False)

@@ -16,6 +16,7 @@ model's large GEMMs; a 256-wide MLP runs at a fraction of it, so the analytic ti
 bound. ``calibration/measure_scorer.py`` measures seconds per key on real hardware; pass its fit as
 ``s_per_key`` (and ``tau_s``) to use it instead.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -51,9 +52,14 @@ def scorer_flops_per_key(key_dim: int = 128, hidden: int = 256, depth: int = 4) 
     return 2 * macs + biases + relus
 
 
-def scoring_s_per_token_layer(cost_model: CostModel, *, key_dim: int | None = None,
-                              hidden: int = 256, depth: int = 4,
-                              s_per_key: float | None = None) -> float:
+def scoring_s_per_token_layer(
+    cost_model: CostModel,
+    *,
+    key_dim: int | None = None,
+    hidden: int = 256,
+    depth: int = 4,
+    s_per_key: float | None = None,
+) -> float:
     """Marginal seconds to score one new token at one layer: num_kv_heads keys, each at
     ``s_per_key`` (measured) or FLOPs per key / profile.linear.flops (analytic). The slope of
     ``scoring_s``; what an engine adds per token and layer when the scorer rides on the layer's
@@ -64,11 +70,23 @@ def scoring_s_per_token_layer(cost_model: CostModel, *, key_dim: int | None = No
             raise ValueError(f"s_per_key must be > 0, got {s_per_key}")
         return model.num_kv_heads * s_per_key
     kd = model.head_dim if key_dim is None else key_dim
-    return model.num_kv_heads * scorer_flops_per_key(kd, hidden, depth) / cost_model.profile.linear.flops
+    return (
+        model.num_kv_heads
+        * scorer_flops_per_key(kd, hidden, depth)
+        / cost_model.profile.linear.flops
+    )
 
 
-def scoring_s(cost_model: CostModel, tokens: int, *, key_dim: int | None = None, hidden: int = 256,
-              depth: int = 4, s_per_key: float | None = None, tau_s: float | None = None) -> float:
+def scoring_s(
+    cost_model: CostModel,
+    tokens: int,
+    *,
+    key_dim: int | None = None,
+    hidden: int = 256,
+    depth: int = 4,
+    s_per_key: float | None = None,
+    tau_s: float | None = None,
+) -> float:
     """Seconds to score ``tokens`` new tokens at ONE layer as a kernel of its own:
     tokens * num_kv_heads keys.
 
@@ -84,8 +102,9 @@ def scoring_s(cost_model: CostModel, tokens: int, *, key_dim: int | None = None,
     tau = lin.tau_s if tau_s is None else tau_s
     if tau < 0:
         raise ValueError(f"tau_s must be >= 0, got {tau}")
-    slope = scoring_s_per_token_layer(cost_model, key_dim=key_dim, hidden=hidden, depth=depth,
-                                      s_per_key=s_per_key)
+    slope = scoring_s_per_token_layer(
+        cost_model, key_dim=key_dim, hidden=hidden, depth=depth, s_per_key=s_per_key
+    )
     if s_per_key is not None:
         return tau + tokens * slope
     kd = cost_model.model.head_dim if key_dim is None else key_dim

@@ -1,4 +1,5 @@
 """`python -m experiments ...` is the `kvsim` command."""
+
 import sys
 
 from experiments.cli import main

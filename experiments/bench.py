@@ -11,6 +11,7 @@ simulated turns done out of the total of every run (the unbounded run and the re
 size), with the elapsed and remaining time. The timed repeats report their turns through a shared
 counter the engine updates every 256 turns (one addition each time).
 """
+
 from __future__ import annotations
 
 import math
@@ -27,9 +28,9 @@ from sim.config import GIB, BudgetConfig, SparseConfig
 
 CALIBRATION_SESSIONS = 300
 # What the figures are held against (printed beside them; a benchmark judges nothing itself).
-TURNS_PER_S_TARGET = 4_000          # block units, LRU, 10,000 sessions at 10 % of peak demand
-DOUBLING_TARGET = 2.1               # wall time at 2N sessions over N
-KIB_PER_SESSION_TARGET = 40         # peak RSS over sessions
+TURNS_PER_S_TARGET = 4_000  # block units, LRU, 10,000 sessions at 10 % of peak demand
+DOUBLING_TARGET = 2.1  # wall time at 2N sessions over N
+KIB_PER_SESSION_TARGET = 40  # peak RSS over sessions
 SPAWN_S = 2.0  # rough cost of starting one timed process (spawn and imports), for the estimate
 
 
@@ -38,15 +39,15 @@ class BenchConfig:
     sessions: int = 10_000
     repeats: int = 3
     policy: str = "lru"
-    gpu_fraction: float = 0.10      # GPU KV as a share of the unbounded run's peak demand
+    gpu_fraction: float = 0.10  # GPU KV as a share of the unbounded run's peak demand
     cpu_kv_gb: float = 0.0
     model: str = "llama-3-8b"
     hardware: str = "h100-sxm"
     evict_unit: str = "block"
     seed: int = 1
-    scaling: bool = True            # also run 2N sessions and report the time ratio
-    budget: BudgetConfig = field(default_factory=BudgetConfig)   # token budgets (default: full KV)
-    sparse: SparseConfig = field(default_factory=SparseConfig)   # decode from CPU (default: off)
+    scaling: bool = True  # also run 2N sessions and report the time ratio
+    budget: BudgetConfig = field(default_factory=BudgetConfig)  # token budgets (default: full KV)
+    sparse: SparseConfig = field(default_factory=SparseConfig)  # decode from CPU (default: off)
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,17 +63,25 @@ class Sample:
 
 def _trace(n: int, seed: int):
     from traces import load_trace
+
     return load_trace({"kind": "synthetic", "sessions": n, "seed": seed}).sessions
 
 
-def peak_demand_gb(cfg: BenchConfig, n: int, progress: Callable[[int], None] | None = None
-                   ) -> float:
+def peak_demand_gb(
+    cfg: BenchConfig, n: int, progress: Callable[[int], None] | None = None
+) -> float:
     """Peak KV of the sessions still in progress, replayed with unbounded GPU memory."""
     from costmodels import cost_model
     from sim import MemoryConfig, simulate
-    res = simulate(_trace(n, cfg.seed), cost_model(cfg.model, cfg.hardware),
-                   MemoryConfig(gpu_kv_gb=math.inf, block_tokens=16, evict_unit=cfg.evict_unit),
-                   policy=cfg.policy, seed=cfg.seed, progress=progress)
+
+    res = simulate(
+        _trace(n, cfg.seed),
+        cost_model(cfg.model, cfg.hardware),
+        MemoryConfig(gpu_kv_gb=math.inf, block_tokens=16, evict_unit=cfg.evict_unit),
+        policy=cfg.policy,
+        seed=cfg.seed,
+        progress=progress,
+    )
     return res.stats.peak_demand_bytes / GIB
 
 
@@ -85,21 +94,35 @@ def estimate_s(cfg: BenchConfig) -> tuple[float, dict[int, int], float]:
     procedure, one unbounded and one bounded run, on at most CALIBRATION_SESSIONS sessions."""
     from costmodels import cost_model
     from sim import MemoryConfig, simulate
+
     sizes = [cfg.sessions, 2 * cfg.sessions] if cfg.scaling else [cfg.sessions]
     turns = {n: trace_turns(n, cfg.seed) for n in sizes}
     small = min(cfg.sessions, CALIBRATION_SESSIONS)
     t0 = time.perf_counter()
     demand = peak_demand_gb(cfg, small)
     t1 = time.perf_counter()
-    mem = MemoryConfig(gpu_kv_gb=max(cfg.gpu_fraction * demand, 1e-3), cpu_kv_gb=cfg.cpu_kv_gb,
-                       block_tokens=16, evict_unit=cfg.evict_unit)
-    simulate(_trace(small, cfg.seed), cost_model(cfg.model, cfg.hardware), mem, policy=cfg.policy,
-             seed=cfg.seed, budget=cfg.budget, sparse=cfg.sparse)
+    mem = MemoryConfig(
+        gpu_kv_gb=max(cfg.gpu_fraction * demand, 1e-3),
+        cpu_kv_gb=cfg.cpu_kv_gb,
+        block_tokens=16,
+        evict_unit=cfg.evict_unit,
+    )
+    simulate(
+        _trace(small, cfg.seed),
+        cost_model(cfg.model, cfg.hardware),
+        mem,
+        policy=cfg.policy,
+        seed=cfg.seed,
+        budget=cfg.budget,
+        sparse=cfg.sparse,
+    )
     t2 = time.perf_counter()
     small_turns = trace_turns(small, cfg.seed)
     per_turn_unbounded, per_turn_bounded = (t1 - t0) / small_turns, (t2 - t1) / small_turns
-    total = sum(t * (per_turn_unbounded + cfg.repeats * per_turn_bounded) + cfg.repeats * SPAWN_S
-                for t in turns.values())
+    total = sum(
+        t * (per_turn_unbounded + cfg.repeats * per_turn_bounded) + cfg.repeats * SPAWN_S
+        for t in turns.values()
+    )
     return total, turns, small_turns / max(t2 - t1, 1e-9)
 
 
@@ -116,22 +139,32 @@ class _Counter:
 def _one_run(cfg: BenchConfig, n: int, gpu_gb: float, out: mp.Queue, done=None) -> None:
     from costmodels import cost_model
     from sim import MemoryConfig, simulate
+
     sessions = _trace(n, cfg.seed)
     cost = cost_model(cfg.model, cfg.hardware)
-    mem = MemoryConfig(gpu_kv_gb=gpu_gb, cpu_kv_gb=cfg.cpu_kv_gb, block_tokens=16,
-                       evict_unit=cfg.evict_unit)
+    mem = MemoryConfig(
+        gpu_kv_gb=gpu_gb, cpu_kv_gb=cfg.cpu_kv_gb, block_tokens=16, evict_unit=cfg.evict_unit
+    )
     t0 = time.perf_counter()
-    res = simulate(sessions, cost, mem, policy=cfg.policy, seed=cfg.seed,
-                   progress=_Counter(done) if done is not None else None, budget=cfg.budget,
-                   sparse=cfg.sparse)
+    res = simulate(
+        sessions,
+        cost,
+        mem,
+        policy=cfg.policy,
+        seed=cfg.seed,
+        progress=_Counter(done) if done is not None else None,
+        budget=cfg.budget,
+        sparse=cfg.sparse,
+    )
     wall = time.perf_counter() - t0
     rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
     reprefill = float(res.turns.recomputed_tokens.sum() / max(1, res.turns.history_tokens.sum()))
     out.put((wall, len(res.turns), rss_mib, reprefill))
 
 
-def timed_runs(cfg: BenchConfig, n: int, gpu_gb: float,
-               progress: Callable[[int], None] | None = None) -> tuple[list[Sample], float]:
+def timed_runs(
+    cfg: BenchConfig, n: int, gpu_gb: float, progress: Callable[[int], None] | None = None
+) -> tuple[list[Sample], float]:
     """``cfg.repeats`` timed runs, each in a fresh process; ``progress(n)`` gets the turns each
     simulates (about every half second)."""
     ctx = mp.get_context("spawn")
@@ -185,14 +218,24 @@ def run_bench(cfg: BenchConfig, echo=print, show_progress: bool = True) -> dict:
     if show_progress:
         expected, turns, rate = estimate_s(cfg)
         runs = " + ".join(f"{turns[n]:,} turns x {1 + cfg.repeats} runs" for n in sizes)
-        print(f"bench: {runs}; expected about {_hms(expected)} (calibration: "
-              f"{rate:,.0f} turns/s on {min(cfg.sessions, CALIBRATION_SESSIONS)} sessions)",
-              file=sys.stderr, flush=True)
+        print(
+            f"bench: {runs}; expected about {_hms(expected)} (calibration: "
+            f"{rate:,.0f} turns/s on {min(cfg.sessions, CALIBRATION_SESSIONS)} sessions)",
+            file=sys.stderr,
+            flush=True,
+        )
         total = sum(turns[n] * (1 + cfg.repeats) for n in sizes)
     else:
         total = 0
-    bar = tqdm(total=total, unit="turn", desc="bench", disable=not show_progress,
-               file=sys.stderr, dynamic_ncols=True, mininterval=0.5 if sys.stderr.isatty() else 10.0)
+    bar = tqdm(
+        total=total,
+        unit="turn",
+        desc="bench",
+        disable=not show_progress,
+        file=sys.stderr,
+        dynamic_ncols=True,
+        mininterval=0.5 if sys.stderr.isatty() else 10.0,
+    )
     try:
         for n in sizes:
             figures[n] = _one_size(cfg, n, echo, bar)
@@ -200,7 +243,9 @@ def run_bench(cfg: BenchConfig, echo=print, show_progress: bool = True) -> dict:
         bar.close()
     if cfg.scaling:
         ratio = figures[sizes[1]]["median_wall_s"] / figures[sizes[0]]["median_wall_s"]
-        echo(f"doubling the sessions: {ratio:.2f}x the median wall time (target <= {DOUBLING_TARGET}x)")
+        echo(
+            f"doubling the sessions: {ratio:.2f}x the median wall time (target <= {DOUBLING_TARGET}x)"
+        )
         figures["doubling_ratio"] = ratio
     return figures
 
@@ -214,20 +259,29 @@ def _one_size(cfg: BenchConfig, n: int, echo, bar) -> dict:
         bar.update(max(0, start + trace_turns(n, cfg.seed) * (1 + cfg.repeats) - bar.n))
     walls = [s.wall_s for s in samples]
     with bar.external_write_mode():
-        echo(f"{n} sessions, {samples[0].turns} turns, {cfg.model} on {cfg.hardware}, "
-             f"{cfg.evict_unit} units, {cfg.policy}{_design(cfg)}: peak demand {demand:.2f} GiB, "
-             f"GPU KV {gpu_gb:.2f} GiB ({cfg.gpu_fraction:.0%}), reprefill_rate {reprefill:.3f}")
+        echo(
+            f"{n} sessions, {samples[0].turns} turns, {cfg.model} on {cfg.hardware}, "
+            f"{cfg.evict_unit} units, {cfg.policy}{_design(cfg)}: peak demand {demand:.2f} GiB, "
+            f"GPU KV {gpu_gb:.2f} GiB ({cfg.gpu_fraction:.0%}), reprefill_rate {reprefill:.3f}"
+        )
         echo(f"  wall s          min/median/max: {_mmm(walls, '.2f')}")
         echo(f"  turns/s         min/median/max: {_mmm([s.turns_per_s for s in samples], ',.0f')}")
         echo(f"  peak RSS MiB    min/median/max: {_mmm([s.peak_rss_mib for s in samples], ',.0f')}")
-        echo(f"  KiB per session min/median/max: "
-             f"{_mmm([s.peak_rss_mib * 1024 / n for s in samples], ',.1f')}  (peak RSS / sessions; "
-             f"target <= {KIB_PER_SESSION_TARGET})")
+        echo(
+            f"  KiB per session min/median/max: "
+            f"{_mmm([s.peak_rss_mib * 1024 / n for s in samples], ',.1f')}  (peak RSS / sessions; "
+            f"target <= {KIB_PER_SESSION_TARGET})"
+        )
         median_rate = statistics.median(s.turns_per_s for s in samples)
         echo(f"  median {median_rate:,.0f} turns/s against a target of >= {TURNS_PER_S_TARGET:,}")
-    return {"median_wall_s": statistics.median(walls), "turns": samples[0].turns,
-            "turns_per_s": samples[0].turns / statistics.median(walls),
-            "peak_demand_gb": demand, "gpu_kv_gb": gpu_gb, "reprefill_rate": reprefill}
+    return {
+        "median_wall_s": statistics.median(walls),
+        "turns": samples[0].turns,
+        "turns_per_s": samples[0].turns / statistics.median(walls),
+        "peak_demand_gb": demand,
+        "gpu_kv_gb": gpu_gb,
+        "reprefill_rate": reprefill,
+    }
 
 
 def _design(cfg: BenchConfig) -> str:

@@ -7,6 +7,7 @@ of everything that decides its result (the grid point itself, the debug flag, th
 a changed config or kvsim never reuses a stale point. Each file is written to a temporary name and
 renamed, so a point is either whole or absent. The folder goes once the results are written.
 """
+
 from __future__ import annotations
 
 import hashlib

@@ -9,6 +9,7 @@ SIGTERM is handled as Ctrl-C is: it raises ``Terminated`` (a KeyboardInterrupt) 
 so worker processes are stopped and half-written results are removed on the way out; the command
 then prints one line and exits with status 143 (128 + SIGTERM), or 130 after Ctrl-C.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -23,8 +24,8 @@ from collections.abc import Iterator, Sequence
 from experiments.version import kvsim_version
 
 EXIT_INPUT_ERROR = 2
-EXIT_INTERRUPTED = 128 + signal.SIGINT   # 130
-EXIT_TERMINATED = 128 + signal.SIGTERM   # 143
+EXIT_INTERRUPTED = 128 + signal.SIGINT  # 130
+EXIT_TERMINATED = 128 + signal.SIGTERM  # 143
 
 
 class Terminated(KeyboardInterrupt):
@@ -34,6 +35,7 @@ class Terminated(KeyboardInterrupt):
 
 def _command_modules() -> list[tuple[str, object]]:
     import experiments.commands as pkg
+
     found = []
     for info in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda m: m.name):
         if info.name.startswith("_"):
@@ -47,8 +49,9 @@ def _command_modules() -> list[tuple[str, object]]:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="kvsim", description="Trace-driven simulator of KV-cache management for multi-turn "
-                                  "LLM serving.")
+        prog="kvsim",
+        description="Trace-driven simulator of KV-cache management for multi-turn LLM serving.",
+    )
     parser.add_argument("--version", action="version", version=f"kvsim {kvsim_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, mod in _command_modules():
@@ -63,9 +66,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _unavailable(name: str, exc: ImportError):
     def main(args: argparse.Namespace) -> int:
-        print(f"kvsim: error: command {name!r} could not be loaded: {type(exc).__name__}: {exc}",
-              file=sys.stderr)
+        print(
+            f"kvsim: error: command {name!r} could not be loaded: {type(exc).__name__}: {exc}",
+            file=sys.stderr,
+        )
         return 1
+
     return main
 
 
@@ -73,6 +79,7 @@ def _input_errors() -> tuple[type[BaseException], ...]:
     errors: list[type[BaseException]] = [ValueError, FileExistsError]  # ConfigError is a ValueError
     try:
         from traces.records import TraceError  # a ValueError too; listed for clarity
+
         errors.append(TraceError)
     except ImportError:
         pass
@@ -111,8 +118,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"kvsim: error: {exc}", file=sys.stderr)
         return EXIT_INPUT_ERROR
     except Terminated:
-        print("kvsim: terminated (SIGTERM); worker processes stopped, no partial results left",
-              file=sys.stderr)
+        print(
+            "kvsim: terminated (SIGTERM); worker processes stopped, no partial results left",
+            file=sys.stderr,
+        )
         return EXIT_TERMINATED
     except KeyboardInterrupt:
         print("kvsim: interrupted", file=sys.stderr)

@@ -1,6 +1,7 @@
 """Figures that compare serving designs rather than eviction policies: token budgets (memory saved
 against the relevant tokens they prune) and decode served from CPU memory (TBT and TTFT against
 the GPU capacity, one line per design). Drawn by ``make_plots`` when a grid varies them."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -35,8 +36,14 @@ def budget_figure(summary: pd.DataFrame, path: Path) -> Path | None:
     for i, b in enumerate(budgets):
         sub = summary[summary["budget"] == b]
         color = f"C{i % 10}"
-        left.scatter(sub["relevant_pruned_share"].mean(), sub["pruned_share"].mean(), s=60,
-                     color=color, label=b, zorder=3)
+        left.scatter(
+            sub["relevant_pruned_share"].mean(),
+            sub["pruned_share"].mean(),
+            s=60,
+            color=color,
+            label=b,
+            zorder=3,
+        )
         g = sub.groupby("gpu_kv_gb")["reprefill_rate"].mean()
         right.plot(g.index, g.to_numpy(), marker="o", color=color, label=b)
     left.set_xlabel("relevant tokens pruned (share, relevance model)")
@@ -65,20 +72,33 @@ def offload_figure(summary: pd.DataFrame, path: Path) -> Path | None:
     fig = Figure(figsize=(11, 4.2))
     FigureCanvasAgg(fig)
     axes = fig.subplots(1, 2)
-    for ax, metric, ylabel in ((axes[0], "tbt_p50_s", "TBT p50 (ms)"),
-                               (axes[1], "ttft_p90_s", "TTFT p90 (s)")):
+    for ax, metric, ylabel in (
+        (axes[0], "tbt_p50_s", "TBT p50 (ms)"),
+        (axes[1], "ttft_p90_s", "TTFT p90 (s)"),
+    ):
         scale = 1e3 if metric.startswith("tbt") else 1.0
         for i, d in enumerate(designs):
             g = df[df["design"] == d].groupby("gpu_kv_gb")[metric].mean()
-            ax.plot(g.index, g.to_numpy() * scale, marker="o", color=f"C{i % 10}", label=d,
-                    ls="--" if d in ("swap-in", "recompute") else "-")
+            ax.plot(
+                g.index,
+                g.to_numpy() * scale,
+                marker="o",
+                color=f"C{i % 10}",
+                label=d,
+                ls="--" if d in ("swap-in", "recompute") else "-",
+            )
         ax.set_xscale("log", base=2)
-        ax.set_yscale("log")          # designs differ by orders of magnitude
+        ax.set_yscale("log")  # designs differ by orders of magnitude
         ax.set_xlabel("GPU KV capacity (GiB)")
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3, which="both")
-    return _save(fig, axes[0], "Decode from CPU memory (top-K pages through a ring buffer) vs "
-                 "swap-in and recompute", path, 6)
+    return _save(
+        fig,
+        axes[0],
+        "Decode from CPU memory (top-K pages through a ring buffer) vs swap-in and recompute",
+        path,
+        6,
+    )
 
 
 def _save(fig: Figure, legend_from, title: str, path: Path, ncol: int) -> Path:

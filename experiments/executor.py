@@ -13,6 +13,7 @@ guard; the `kvsim` command and notebooks need nothing. Workers ignore SIGINT: on
 which the `kvsim` command turns into a KeyboardInterrupt) or any failure, the calling process
 terminates them at once rather than waiting for their grid points to finish.
 """
+
 from __future__ import annotations
 
 import multiprocessing
@@ -41,18 +42,18 @@ class PointError(RuntimeError):
 class PointResult:
     """What one grid point yields: its labels, summary row, and ledgers with the labels added."""
 
-    index: int                 # position in the list of points run
+    index: int  # position in the list of points run
     point: GridPoint
-    labels: dict[str, Any]     # GridPoint.labels(): the grid columns
-    summary: dict[str, Any]    # sim.metrics.summarize() row (no labels)
-    turns: pd.DataFrame        # per-turn ledger, label columns first
-    sessions: pd.DataFrame     # sim.metrics.session_table(), label columns first
+    labels: dict[str, Any]  # GridPoint.labels(): the grid columns
+    summary: dict[str, Any]  # sim.metrics.summarize() row (no labels)
+    turns: pd.DataFrame  # per-turn ledger, label columns first
+    sessions: pd.DataFrame  # sim.metrics.session_table(), label columns first
 
 
 # ---------------------------------------------------------------------------------------------
 # Per-process caches
 
-_TRACES: dict[str, Any] = {}   # TraceSpec.key -> traces.TraceLoad
+_TRACES: dict[str, Any] = {}  # TraceSpec.key -> traces.TraceLoad
 _COSTS: dict[tuple[str, str], Any] = {}
 
 
@@ -60,17 +61,18 @@ _COSTS: dict[tuple[str, str], Any] = {}
 class TraceInfo:
     """What a trace spec loaded to (recorded in config.resolved.yaml)."""
 
-    where: str       # key path in the experiment YAML
+    where: str  # key path in the experiment YAML
     label: str
-    source: str      # the loader's description of where the trace came from
+    source: str  # the loader's description of where the trace came from
     sessions: int
     turns: int
-    skipped: int     # sessions the loader dropped as malformed
+    skipped: int  # sessions the loader dropped as malformed
 
 
 def _load(spec: TraceSpec) -> Any:
     if spec.key not in _TRACES:
         import traces
+
         _TRACES[spec.key] = traces.load_trace(spec.to_dict())
     return _TRACES[spec.key]
 
@@ -83,14 +85,20 @@ def load_sessions(spec: TraceSpec) -> tuple:
 def trace_info(spec: TraceSpec) -> TraceInfo:
     load = _load(spec)
     sessions = tuple(load.sessions)
-    return TraceInfo(where=spec.where, label=spec.label, source=str(getattr(load, "source", "")),
-                     sessions=len(sessions), turns=sum(len(s.turns) for s in sessions),
-                     skipped=int(getattr(load, "skipped", 0)))
+    return TraceInfo(
+        where=spec.where,
+        label=spec.label,
+        source=str(getattr(load, "source", "")),
+        sessions=len(sessions),
+        turns=sum(len(s.turns) for s in sessions),
+        skipped=int(getattr(load, "skipped", 0)),
+    )
 
 
 def _cost_model(model: str, hardware: str) -> Any:
     if (model, hardware) not in _COSTS:
         import costmodels
+
         _COSTS[(model, hardware)] = costmodels.cost_model(model, hardware)
     return _COSTS[(model, hardware)]
 
@@ -98,6 +106,7 @@ def _cost_model(model: str, hardware: str) -> Any:
 def _count_turns(spec: TraceSpec, source: str) -> int:
     """Turns of the trace; a trace that fails to load or holds no turn is a ConfigError."""
     from traces import TraceError
+
     try:
         load = _load(spec)
     except TraceError as exc:
@@ -106,18 +115,24 @@ def _count_turns(spec: TraceSpec, source: str) -> int:
     turns = sum(len(s.turns) for s in load.sessions)
     if turns == 0:
         skipped = int(getattr(load, "skipped", 0))
-        why = (f"; {skipped} session(s) were skipped as malformed" if skipped else "")
-        raise ConfigError(f"{source}: {spec.where}: the trace holds no turns "
-                          f"({len(load.sessions)} sessions from {spec.label}{why}); nothing to "
-                          f"simulate", file=source, key=spec.where)
+        why = f"; {skipped} session(s) were skipped as malformed" if skipped else ""
+        raise ConfigError(
+            f"{source}: {spec.where}: the trace holds no turns "
+            f"({len(load.sessions)} sessions from {spec.label}{why}); nothing to "
+            f"simulate",
+            file=source,
+            key=spec.where,
+        )
     return turns
 
 
 # ---------------------------------------------------------------------------------------------
 # One point
 
-def run_point(index: int, point: GridPoint, debug: bool = False,
-              progress: Callable[[int], None] | None = None) -> PointResult:
+
+def run_point(
+    index: int, point: GridPoint, debug: bool = False, progress: Callable[[int], None] | None = None
+) -> PointResult:
     """Simulate one grid point in this process. Any failure becomes a PointError naming it."""
     try:
         import costmodels
@@ -127,19 +142,34 @@ def run_point(index: int, point: GridPoint, debug: bool = False,
 
         sessions = load_sessions(point.trace)
         cost = _cost_model(point.model, point.hardware)
-        result = sim.simulate(sessions, cost, point.memory, point.engine, policy=point.policy,
-                              seed=point.seed, debug=debug, progress=progress, budget=point.budget,
-                              sparse=point.sparse)
+        result = sim.simulate(
+            sessions,
+            cost,
+            point.memory,
+            point.engine,
+            policy=point.policy,
+            seed=point.seed,
+            debug=debug,
+            progress=progress,
+            budget=point.budget,
+            sparse=point.sparse,
+        )
         labels = point.labels()
         summary = summarize(result)
         layers = costmodels.get_model(point.model).num_layers
         summary.update(budget_quality(result, point.budget, layers, point.seed))
-        return PointResult(index=index, point=point, labels=labels, summary=summary,
-                           turns=_with_labels(result.turns, labels),
-                           sessions=_with_labels(session_table(result), labels))
+        return PointResult(
+            index=index,
+            point=point,
+            labels=labels,
+            summary=summary,
+            turns=_with_labels(result.turns, labels),
+            sessions=_with_labels(session_table(result), labels),
+        )
     except Exception as exc:
-        raise PointError(f"grid point {index} ({point.describe()}) failed: "
-                         f"{type(exc).__name__}: {exc}") from exc
+        raise PointError(
+            f"grid point {index} ({point.describe()}) failed: {type(exc).__name__}: {exc}"
+        ) from exc
 
 
 def _with_labels(df: pd.DataFrame, labels: dict[str, Any]) -> pd.DataFrame:
@@ -150,18 +180,32 @@ def _with_labels(df: pd.DataFrame, labels: dict[str, Any]) -> pd.DataFrame:
 # ---------------------------------------------------------------------------------------------
 # Executors
 
-def run_points(points: Sequence[GridPoint], executor: ExecutorSpec, *, debug: bool = False,
-               show_progress: bool = True, source: str = "<experiment>",
-               on_result: Callable[[PointResult], None] | None = None) -> list[PointResult]:
+
+def run_points(
+    points: Sequence[GridPoint],
+    executor: ExecutorSpec,
+    *,
+    debug: bool = False,
+    show_progress: bool = True,
+    source: str = "<experiment>",
+    on_result: Callable[[PointResult], None] | None = None,
+) -> list[PointResult]:
     """Run every point and return results in the order of ``points``. A trace that fails to load
     raises ConfigError naming ``source`` and the trace's key before anything runs. ``on_result``
     hears of each point as soon as it is done (a checkpoint), whatever the executor."""
     done = on_result or (lambda result: None)
-    counts = {spec.key: _count_turns(spec, source)
-              for spec in dict.fromkeys(p.trace for p in points)}  # each trace once, in grid order
+    counts = {
+        spec.key: _count_turns(spec, source) for spec in dict.fromkeys(p.trace for p in points)
+    }  # each trace once, in grid order
     expected = [counts[p.trace.key] for p in points]
-    bar = tqdm(total=sum(expected), unit="turn", desc="simulating", disable=not show_progress,
-               dynamic_ncols=True, mininterval=0.1 if sys.stderr.isatty() else 5.0)
+    bar = tqdm(
+        total=sum(expected),
+        unit="turn",
+        desc="simulating",
+        disable=not show_progress,
+        dynamic_ncols=True,
+        mininterval=0.1 if sys.stderr.isatty() else 5.0,
+    )
     try:
         if executor.kind == "ray":
             return _run_ray(points, executor, debug, bar, expected, source, done)
@@ -249,10 +293,12 @@ def _run_pool(points, workers, debug, bar, expected, done_hook) -> list[PointRes
                 reported[i] += n
                 bar.update(n)
 
-        with ProcessPoolExecutor(max_workers=min(workers, len(points)), mp_context=ctx,
-                                 initializer=_worker_init) as pool:
-            futures: dict[Future, int] = {pool.submit(_pool_task, i, p, debug, q): i
-                                          for i, p in enumerate(points)}
+        with ProcessPoolExecutor(
+            max_workers=min(workers, len(points)), mp_context=ctx, initializer=_worker_init
+        ) as pool:
+            futures: dict[Future, int] = {
+                pool.submit(_pool_task, i, p, debug, q): i for i, p in enumerate(points)
+            }
             pending = set(futures)
             try:
                 while pending:
@@ -274,20 +320,27 @@ def _ray_task(index: int, point: GridPoint, debug: bool) -> PointResult:
     return run_point(index, point, debug)
 
 
-def _run_ray(points, executor: ExecutorSpec, debug, bar, expected, source,
-             done_hook) -> list[PointResult]:
+def _run_ray(
+    points, executor: ExecutorSpec, debug, bar, expected, source, done_hook
+) -> list[PointResult]:
     try:
         import ray
     except ImportError:
-        raise ConfigError(f"{source}: executor.kind: ray requires `pip install ray`",
-                          file=source, key="executor.kind") from None
+        raise ConfigError(
+            f"{source}: executor.kind: ray requires `pip install ray`",
+            file=source,
+            key="executor.kind",
+        ) from None
     if not ray.is_initialized():  # else: the Ray this process already joined (ray.init by hand)
         try:
             ray.init(address=executor.address, ignore_reinit_error=True)
         except ConnectionError as exc:  # address: auto with no cluster running, or unreachable
-            raise ConfigError(f"{source}: executor.address: {executor.address}: {exc} (address: "
-                              f"local starts a new Ray on this machine)", file=source,
-                              key="executor.address") from exc
+            raise ConfigError(
+                f"{source}: executor.address: {executor.address}: {exc} (address: "
+                f"local starts a new Ray on this machine)",
+                file=source,
+                key="executor.address",
+            ) from exc
     task = ray.remote(_ray_task)
     refs = [task.remote(i, p, debug) for i, p in enumerate(points)]
     where = {ref: i for i, ref in enumerate(refs)}
@@ -301,8 +354,11 @@ def _run_ray(points, executor: ExecutorSpec, debug, bar, expected, source,
                 results[i] = ray.get(done[0])
             except Exception as exc:  # RayTaskError wraps the PointError
                 cause = getattr(exc, "cause", None)
-                raise (cause if isinstance(cause, PointError) else
-                       PointError(f"grid point {i} ({points[i].describe()}) failed: {exc}")) from exc
+                raise (
+                    cause
+                    if isinstance(cause, PointError)
+                    else PointError(f"grid point {i} ({points[i].describe()}) failed: {exc}")
+                ) from exc
             done_hook(results[i])  # checkpoint each point as it completes, in completion order
             bar.update(expected[i])
     except BaseException:

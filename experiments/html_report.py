@@ -10,6 +10,7 @@ Every piece of text from the folder (column names, cell values, the YAML, file n
 ``html.escape``. The pass/FAIL judgements are the ``pass_*`` columns that ``kvsim run`` wrote
 (``sim.metrics.targets``); the target thresholds shown in the headers are sim.metrics' constants.
 """
+
 from __future__ import annotations
 
 import base64
@@ -23,8 +24,14 @@ import pandas as pd
 from sim import metrics
 
 # Embedded image types, by file suffix (lower case).
-IMAGE_TYPES = {".png": "image/png", ".svg": "image/svg+xml", ".jpg": "image/jpeg",
-               ".jpeg": "image/jpeg", ".gif": "image/gif", ".webp": "image/webp"}
+IMAGE_TYPES = {
+    ".png": "image/png",
+    ".svg": "image/svg+xml",
+    ".jpg": "image/jpeg",
+    ".jpeg": "image/jpeg",
+    ".gif": "image/gif",
+    ".webp": "image/webp",
+}
 
 # Header of each pass_<target> column: the rule of sim.metrics.targets, with its constant.
 TARGET_RULES = {
@@ -106,7 +113,7 @@ def target_columns(summary: pd.DataFrame) -> list[str]:
 
 
 def target_header(column: str) -> str:
-    name = column[len("pass_"):]
+    name = column[len("pass_") :]
     return TARGET_RULES.get(name, name)
 
 
@@ -126,8 +133,10 @@ def summary_html(summary: pd.DataFrame) -> str:
                 cls = "text" if isinstance(v, str) else "num"
                 cells.append(f'<td class="{cls}">{e(_cell_text(v))}</td>')
         rows.append(f"<tr>{''.join(cells)}</tr>")
-    return (f'<div class="scroll"><table id="summary"><thead><tr>{head}</tr></thead>'
-            f"<tbody>{''.join(rows)}</tbody></table></div>")
+    return (
+        f'<div class="scroll"><table id="summary"><thead><tr>{head}</tr></thead>'
+        f"<tbody>{''.join(rows)}</tbody></table></div>"
+    )
 
 
 def targets_html(summary: pd.DataFrame) -> str:
@@ -140,8 +149,11 @@ def targets_html(summary: pd.DataFrame) -> str:
         raise ValueError("summary.csv has no policy column")
     if not cols:
         return '<p class="muted">summary.csv has no pass_* columns.</p>'
-    head = "<th>policy</th><th>grid points</th>" + "".join(
-        f"<th>{e(target_header(c))}</th>" for c in cols) + "<th>all targets</th>"
+    head = (
+        "<th>policy</th><th>grid points</th>"
+        + "".join(f"<th>{e(target_header(c))}</th>" for c in cols)
+        + "<th>all targets</th>"
+    )
     rows = []
     for policy, group in summary.groupby("policy", sort=False, dropna=False):
         cells, all_ok = [], True
@@ -152,20 +164,30 @@ def targets_html(summary: pd.DataFrame) -> str:
                 continue
             failed = verdicts.count(False)
             all_ok = all_ok and not failed
-            cells.append(_verdict_cell(not failed, "pass" if not failed
-                                       else f"FAIL ({failed} of {len(verdicts)})"))
-        rows.append(f'<tr><td class="text">{e(_cell_text(policy))}</td><td>{len(group)}</td>'
-                    f"{''.join(cells)}{_verdict_cell(all_ok)}</tr>")
-    return (f'<div class="scroll"><table id="targets"><thead><tr>{head}</tr></thead>'
-            f"<tbody>{''.join(rows)}</tbody></table></div>")
+            cells.append(
+                _verdict_cell(
+                    not failed, "pass" if not failed else f"FAIL ({failed} of {len(verdicts)})"
+                )
+            )
+        rows.append(
+            f'<tr><td class="text">{e(_cell_text(policy))}</td><td>{len(group)}</td>'
+            f"{''.join(cells)}{_verdict_cell(all_ok)}</tr>"
+        )
+    return (
+        f'<div class="scroll"><table id="targets"><thead><tr>{head}</tr></thead>'
+        f"<tbody>{''.join(rows)}</tbody></table></div>"
+    )
 
 
 def plots_html(plots: Sequence[tuple[str, bytes]]) -> str:
     """Each (file name, bytes) as an embedded image with its name as caption."""
     if not plots:
         return '<p class="muted">plots/ holds no figures.</p>'
-    figures = [f'<figure><img src="{data_uri(name, data)}" alt="{e(name)}" data-file="{e(name)}">'
-               f"<figcaption>{e(name)}</figcaption></figure>" for name, data in plots]
+    figures = [
+        f'<figure><img src="{data_uri(name, data)}" alt="{e(name)}" data-file="{e(name)}">'
+        f"<figcaption>{e(name)}</figcaption></figure>"
+        for name, data in plots
+    ]
     return f'<div id="plots">{"".join(figures)}</div>'
 
 
@@ -173,8 +195,14 @@ def config_html(config_text: str) -> str:
     return f'<pre id="config">{e(config_text)}</pre>'
 
 
-def render_report(summary: pd.DataFrame, config_text: str, plots: Sequence[tuple[str, bytes]], *,
-                  title: str, source: str = "") -> str:
+def render_report(
+    summary: pd.DataFrame,
+    config_text: str,
+    plots: Sequence[tuple[str, bytes]],
+    *,
+    title: str,
+    source: str = "",
+) -> str:
     """The whole page: targets per policy, plots, the summary table and the config."""
     n_policies = summary["policy"].nunique() if "policy" in summary.columns else 0
     about = f"{len(summary)} grid points, {n_policies} policies, {len(plots)} plots"

@@ -16,6 +16,7 @@ at every point (e.g. Jain's index when no session has a second turn, re-prefill 
 not written, a panel without data says so in the panel, and each such case adds one line to
 ``notes`` for the caller to print.
 """
+
 from __future__ import annotations
 
 import math
@@ -30,16 +31,26 @@ from matplotlib.ticker import FuncFormatter, PercentFormatter
 
 from experiments.design_plots import budget_figure, offload_figure
 
-FACET_DIMS: tuple[str, ...] = ("trace", "model", "hardware", "evict_unit", "pipelining",
-                               "budget", "sparse", "block_tokens", "cpu_kv_gb")
+FACET_DIMS: tuple[str, ...] = (
+    "trace",
+    "model",
+    "hardware",
+    "evict_unit",
+    "pipelining",
+    "budget",
+    "sparse",
+    "block_tokens",
+    "cpu_kv_gb",
+)
 MAX_FACETS = 12
 TIER_COLORS = {"GPU hit": "#2b8a3e", "CPU hit (swapped in)": "#1971c2", "recomputed": "#e03131"}
 _UNITS = {"cpu_kv_gb": " GiB", "block_tokens": " tok"}
 _DPI = 120
 
 
-def make_plots(summary: pd.DataFrame, turns: pd.DataFrame, out_dir: str | Path,
-               notes: list[str] | None = None) -> list[Path]:
+def make_plots(
+    summary: pd.DataFrame, turns: pd.DataFrame, out_dir: str | Path, notes: list[str] | None = None
+) -> list[Path]:
     """Write every figure that the data supports into ``out_dir``; return their paths. A line per
     figure skipped or panel left empty is appended to ``notes`` (when given)."""
     out_dir = Path(out_dir)
@@ -51,16 +62,32 @@ def make_plots(summary: pd.DataFrame, turns: pd.DataFrame, out_dir: str | Path,
     facets = _facets(finite)
     policies = list(dict.fromkeys(finite["policy"]))
     written = [
-        _line_plot(finite, facets, policies, "reprefill_rate",
-                   "Re-prefill rate vs GPU KV capacity",
-                   "re-prefill rate (% of history tokens)", out_dir / "reprefill_vs_capacity.png",
-                   notes, target=(0.2, "target < 20 %"), percent=True,
-                   why="no turn had history tokens"),
-        _line_plot(finite, facets, policies, "jain_service",
-                   "Fairness of service (Jain's index) vs GPU KV capacity",
-                   "Jain's index of 1 / mean TTFT slowdown", out_dir / "jain_vs_capacity.png",
-                   notes, target=(0.8, "target >= 0.8"), ylim=(0.0, 1.03),
-                   why="no session completed two or more turns"),
+        _line_plot(
+            finite,
+            facets,
+            policies,
+            "reprefill_rate",
+            "Re-prefill rate vs GPU KV capacity",
+            "re-prefill rate (% of history tokens)",
+            out_dir / "reprefill_vs_capacity.png",
+            notes,
+            target=(0.2, "target < 20 %"),
+            percent=True,
+            why="no turn had history tokens",
+        ),
+        _line_plot(
+            finite,
+            facets,
+            policies,
+            "jain_service",
+            "Fairness of service (Jain's index) vs GPU KV capacity",
+            "Jain's index of 1 / mean TTFT slowdown",
+            out_dir / "jain_vs_capacity.png",
+            notes,
+            target=(0.8, "target >= 0.8"),
+            ylim=(0.0, 1.03),
+            why="no session completed two or more turns",
+        ),
         _tier_bars(finite, facets, policies, out_dir / "hit_rate_by_tier.png"),
         _ttft_cdf(turns, facets, policies, out_dir / "ttft_cdf.png", notes),
         budget_figure(finite, out_dir / "budget_tradeoff.png"),
@@ -72,9 +99,38 @@ def make_plots(summary: pd.DataFrame, turns: pd.DataFrame, out_dir: str | Path,
 # ---------------------------------------------------------------------------------------------
 
 # Student's t, 97.5 % quantile, for 1..30 degrees of freedom (beyond: the normal's 1.96).
-_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
-         2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
-         2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+_T975 = (
+    12.706,
+    4.303,
+    3.182,
+    2.776,
+    2.571,
+    2.447,
+    2.365,
+    2.306,
+    2.262,
+    2.228,
+    2.201,
+    2.179,
+    2.160,
+    2.145,
+    2.131,
+    2.120,
+    2.110,
+    2.101,
+    2.093,
+    2.086,
+    2.080,
+    2.074,
+    2.069,
+    2.064,
+    2.060,
+    2.056,
+    2.052,
+    2.048,
+    2.045,
+    2.042,
+)
 
 
 def seed_interval(values) -> tuple[float, float]:
@@ -119,8 +175,11 @@ _MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 def _line_style(i: int) -> dict:
     """Marker, size and width by series: later series are drawn smaller on top, so series that
     coincide stay visible."""
-    return {"marker": _MARKERS[i % len(_MARKERS)], "markersize": max(4.0, 9.0 - 1.2 * i),
-            "linewidth": max(1.2, 2.6 - 0.35 * i)}
+    return {
+        "marker": _MARKERS[i % len(_MARKERS)],
+        "markersize": max(4.0, 9.0 - 1.2 * i),
+        "linewidth": max(1.2, 2.6 - 0.35 * i),
+    }
 
 
 def _fmt(v: object) -> str:
@@ -129,8 +188,9 @@ def _fmt(v: object) -> str:
     return str(v)
 
 
-def _grid(n: int, panel_w: float = 5.2, panel_h: float = 3.8, max_cols: int = 3
-          ) -> tuple[Figure, list, int, int]:
+def _grid(
+    n: int, panel_w: float = 5.2, panel_h: float = 3.8, max_cols: int = 3
+) -> tuple[Figure, list, int, int]:
     cols = min(n, max_cols)
     rows = math.ceil(n / cols)
     fig = Figure(figsize=(panel_w * cols, panel_h * rows + 1.0), dpi=_DPI)
@@ -158,8 +218,15 @@ def _save(fig: Figure, title: str, path: Path, legend_handles: list, legend_labe
     h = fig.get_figheight()
     fig.suptitle(title, fontsize=13, fontweight="bold", y=1 - 0.12 / h, va="top")
     if legend_handles:
-        fig.legend(legend_handles, legend_labels, loc="upper center", ncol=min(len(legend_handles), 6),
-                   bbox_to_anchor=(0.5, 1 - 0.5 / h), fontsize=9, frameon=False)
+        fig.legend(
+            legend_handles,
+            legend_labels,
+            loc="upper center",
+            ncol=min(len(legend_handles), 6),
+            bbox_to_anchor=(0.5, 1 - 0.5 / h),
+            fontsize=9,
+            frameon=False,
+        )
     fig.tight_layout(rect=(0, 0, 1, 1 - (0.75 if legend_handles else 0.5) / h))
     fig.savefig(path)
     return path
@@ -167,37 +234,69 @@ def _save(fig: Figure, title: str, path: Path, legend_handles: list, legend_labe
 
 def _no_data(ax, text: str) -> None:
     """Say in an empty panel why it is empty."""
-    ax.text(0.5, 0.5, text, transform=ax.transAxes, ha="center", va="center", fontsize=9,
-            color="0.35", wrap=True)
+    ax.text(
+        0.5,
+        0.5,
+        text,
+        transform=ax.transAxes,
+        ha="center",
+        va="center",
+        fontsize=9,
+        color="0.35",
+        wrap=True,
+    )
 
 
-def _line_plot(df: pd.DataFrame, facets, policies, metric: str, title: str, ylabel: str,
-               path: Path, notes: list[str], target: tuple[float, str] | None = None,
-               percent: bool = False, ylim: tuple[float, float] | None = None, why: str = ""
-               ) -> Path | None:
+def _line_plot(
+    df: pd.DataFrame,
+    facets,
+    policies,
+    metric: str,
+    title: str,
+    ylabel: str,
+    path: Path,
+    notes: list[str],
+    target: tuple[float, str] | None = None,
+    percent: bool = False,
+    ylim: tuple[float, float] | None = None,
+    why: str = "",
+) -> Path | None:
     if not np.isfinite(df[metric].to_numpy(dtype=float)).any():
-        notes.append(f"plots: {path.name} not drawn: {metric} is undefined at every grid point"
-                     + (f" ({why})" if why else ""))
+        notes.append(
+            f"plots: {path.name} not drawn: {metric} is undefined at every grid point"
+            + (f" ({why})" if why else "")
+        )
         return None
     fig, axes, _, _ = _grid(len(facets))
     handles: dict[str, object] = {}
     caps = sorted(df["gpu_kv_gb"].unique())
     if ylim is None:  # one y range for every panel, so panels compare at a glance
-        top = max([float(np.nanmax(df[metric].to_numpy(dtype=float), initial=0.0))]
-                  + ([target[0]] if target else []))
+        top = max(
+            [float(np.nanmax(df[metric].to_numpy(dtype=float), initial=0.0))]
+            + ([target[0]] if target else [])
+        )
         ylim = (0.0, top * 1.08 if top > 0 else 1.0)
     for ax, (ftitle, where) in zip(axes, facets):
         sub = _select(df, where)
         drawn = False
         for i, pol in enumerate(policies):
-            g = sub[sub["policy"] == pol].groupby("gpu_kv_gb")[metric].agg(
-                ["mean", ("lo", lambda v: seed_interval(v)[0]), ("hi", lambda v: seed_interval(v)[1])])
+            g = (
+                sub[sub["policy"] == pol]
+                .groupby("gpu_kv_gb")[metric]
+                .agg(
+                    [
+                        "mean",
+                        ("lo", lambda v: seed_interval(v)[0]),
+                        ("hi", lambda v: seed_interval(v)[1]),
+                    ]
+                )
+            )
             if g.empty or g["mean"].isna().all():
                 continue
             drawn = True
             color = f"C{i % 10}"
             (line,) = ax.plot(g.index, g["mean"], color=color, label=pol, **_line_style(i))
-            if (g["hi"] > g["lo"]).any():       # seeds: the 95 % confidence interval of the mean
+            if (g["hi"] > g["lo"]).any():  # seeds: the 95 % confidence interval of the mean
                 ax.fill_between(g.index, g["lo"], g["hi"], color=color, alpha=0.15)
             handles.setdefault(pol, line)
         if target is not None:
@@ -219,8 +318,11 @@ def _line_plot(df: pd.DataFrame, facets, policies, metric: str, title: str, ylab
 def _tier_bars(df: pd.DataFrame, facets, policies, path: Path) -> Path:
     n = len(facets) * len(policies)
     fig, axes, _, _ = _grid(n, panel_w=4.6, max_cols=max(1, min(len(policies), 4)))
-    tiers = {"GPU hit": "gpu_hit_rate", "CPU hit (swapped in)": "cpu_hit_rate",
-             "recomputed": "reprefill_rate"}
+    tiers = {
+        "GPU hit": "gpu_hit_rate",
+        "CPU hit (swapped in)": "cpu_hit_rate",
+        "recomputed": "reprefill_rate",
+    }
     handles: dict[str, object] = {}
     caps = sorted(df["gpu_kv_gb"].unique())
     k = 0
@@ -235,8 +337,9 @@ def _tier_bars(df: pd.DataFrame, facets, policies, path: Path) -> Path:
             bottom = np.zeros(len(caps))
             for label, col in tiers.items():
                 vals = g[col].fillna(0.0).to_numpy()
-                bars = ax.bar(x, vals, bottom=bottom, color=TIER_COLORS[label], width=0.7,
-                              label=label)
+                bars = ax.bar(
+                    x, vals, bottom=bottom, color=TIER_COLORS[label], width=0.7, label=label
+                )
                 handles.setdefault(label, bars)
                 bottom += vals
             ax.set_xticks(x, [f"{c:g}" for c in caps])
@@ -246,8 +349,13 @@ def _tier_bars(df: pd.DataFrame, facets, policies, path: Path) -> Path:
             ax.set_ylim(0, 1.0)
             ax.set_title(f"{pol}" + (f"\n{ftitle}" if ftitle else ""), fontsize=10)
             ax.grid(True, axis="y", alpha=0.3)
-    return _save(fig, "Where history tokens came from: GPU hit, CPU hit, recomputed", path,
-                 list(handles.values()), list(handles.keys()))
+    return _save(
+        fig,
+        "Where history tokens came from: GPU hit, CPU hit, recomputed",
+        path,
+        list(handles.values()),
+        list(handles.keys()),
+    )
 
 
 def _ttft_cdf(turns: pd.DataFrame, facets, policies, path: Path, notes: list[str]) -> Path | None:
@@ -276,9 +384,15 @@ def _ttft_cdf(turns: pd.DataFrame, facets, policies, path: Path, notes: list[str
             if x.size == 0:
                 continue
             y = np.arange(1, x.size + 1) / x.size
-            (line,) = ax.step(x, y, where="post", color=f"C{i % 10}", label=pol,
-                              linewidth=_line_style(i)["linewidth"],
-                              linestyle=("-", "--", "-.", ":")[i % 4])
+            (line,) = ax.step(
+                x,
+                y,
+                where="post",
+                color=f"C{i % 10}",
+                label=pol,
+                linewidth=_line_style(i)["linewidth"],
+                linestyle=("-", "--", "-.", ":")[i % 4],
+            )
             handles.setdefault(pol, line)
         ax.set_xscale("log")
         ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
@@ -294,5 +408,10 @@ def _ttft_cdf(turns: pd.DataFrame, facets, policies, path: Path, notes: list[str
         ax.grid(True, which="major", alpha=0.35)
         ax.grid(True, which="minor", alpha=0.1)
         ax.set_title((f"{ftitle}, " if ftitle else "") + f"GPU KV = {cap:g} GiB", fontsize=10)
-    return _save(fig, "TTFT CDF per policy at the smallest GPU capacity", path,
-                 list(handles.values()), list(handles.keys()))
+    return _save(
+        fig,
+        "TTFT CDF per policy at the smallest GPU capacity",
+        path,
+        list(handles.values()),
+        list(handles.keys()),
+    )

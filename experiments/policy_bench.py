@@ -15,6 +15,7 @@ A benchmark, not a test: it prints figures.
    Requests per second, min/median/max over ``repeats`` runs, and the ratios of medians.
    The hit counts of the three are printed too (they must agree).
 """
+
 from __future__ import annotations
 
 import math
@@ -30,18 +31,18 @@ import numpy as np
 
 @dataclass(frozen=True, slots=True)
 class PolicyBenchConfig:
-    resident: int = 1_000_000        # units resident in the policy during the latency benchmark
-    cycles: int = 20_000             # timed evict+insert cycles per policy
-    requests: int = 1_000_000        # cachesim stream length
-    objects: int = 100_000           # Zipf universe of the stream
-    alpha: float = 1.0               # Zipf exponent
-    capacity: int = 10_000           # cachesim capacity (objects)
+    resident: int = 1_000_000  # units resident in the policy during the latency benchmark
+    cycles: int = 20_000  # timed evict+insert cycles per policy
+    requests: int = 1_000_000  # cachesim stream length
+    objects: int = 100_000  # Zipf universe of the stream
+    alpha: float = 1.0  # Zipf exponent
+    capacity: int = 10_000  # cachesim capacity (objects)
     repeats: int = 3
     seed: int = 1
-    policies: tuple[str, ...] = ()   # latency benchmark: () = every online registered policy
+    policies: tuple[str, ...] = ()  # latency benchmark: () = every online registered policy
     throughput_policies: tuple[str, ...] = ("lru", "fifo")
-    layers: int = 1                  # units per page: 1 (block), or the layers of layer_block
-    throughput: bool = True          # also run the cachesim throughput part
+    layers: int = 1  # units per page: 1 (block), or the layers of layer_block
+    throughput: bool = True  # also run the cachesim throughput part
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +61,7 @@ def _mmm(values, fmt: str) -> str:
 # -- 1. eviction decision latency --------------------------------------------------------------------
 def online_policies() -> list[str]:
     from sim.policies import available_policies, policy_class
+
     return [p for p in available_policies() if not getattr(policy_class(p), "offline", False)]
 
 
@@ -70,8 +72,8 @@ def decision_latency(policy: str, cfg: PolicyBenchConfig) -> Latency:
 
     cost = cost_model("llama-3-8b", "h100-sxm")
     layers = cfg.layers
-    unit = 16 * cost.kv_bytes_per_token // layers      # one page of all layers, or of one layer
-    per_sess = 16 * layers                             # 16 pages a session
+    unit = 16 * cost.kv_bytes_per_token // layers  # one page of all layers, or of one layer
+    per_sess = 16 * layers  # 16 pages a session
     rng = np.random.default_rng(cfg.seed)
     n_new = cfg.cycles
     total = cfg.resident + n_new
@@ -80,14 +82,18 @@ def decision_latency(policy: str, cfg: PolicyBenchConfig) -> Latency:
     think = rng.exponential(30.0, n_sess)
     for i, sess in enumerate(sessions):
         n = min(per_sess, total - per_sess * i)
-        sess.tier.extend(bytes([Tier.DROPPED]) * n)   # placed in the tier when it enters
+        sess.tier.extend(bytes([Tier.DROPPED]) * n)  # placed in the tier when it enters
         sess.tier_pages[Tier.DROPPED] = n
         sess.tokens = 16 * -(-n // layers)
         sess.next_access_s = float(think[i])
     units = [uid_of(k // per_sess, k % per_sess) for k in range(total)]
     view = UnitView(sessions, unit, layers=layers)
-    pol = make_policy(policy, PolicyContext(tier=Tier.GPU, block_tokens=16,
-                                            num_layers=cost.model.num_layers, view=view, cost=cost))
+    pol = make_policy(
+        policy,
+        PolicyContext(
+            tier=Tier.GPU, block_tokens=16, num_layers=cost.model.num_layers, view=view, cost=cost
+        ),
+    )
     pol.set_capacity(cfg.resident * unit)
 
     def place(uid: int, tier: Tier) -> None:
@@ -98,16 +104,16 @@ def decision_latency(policy: str, cfg: PolicyBenchConfig) -> Latency:
         sess.tier_pages[tier] += 1
 
     now = 0.0
-    for uid in units[:cfg.resident]:
+    for uid in units[: cfg.resident]:
         now += 1e-3
         place(uid, Tier.GPU)
         sessions[uid >> UNIT_BITS].last_access_s = now
         pol.insert(uid, now)
-    resident = list(units[:cfg.resident])
+    resident = list(units[: cfg.resident])
     pos = {uid: i for i, uid in enumerate(resident)}
     p = 1.0 / np.arange(1, cfg.resident + 1) ** 0.9
     warm = rng.choice(cfg.resident, size=cfg.resident, p=p / p.sum()).tolist()
-    for i in warm:                                   # warm-up hits (untimed)
+    for i in warm:  # warm-up hits (untimed)
         now += 1e-3
         uid = resident[i]
         sessions[uid >> UNIT_BITS].last_access_s = now
@@ -124,7 +130,7 @@ def decision_latency(policy: str, cfg: PolicyBenchConfig) -> Latency:
         v = pol.evict(now)
         pol.insert(new, now)
         samples[c] = clock() - t0
-        place(v, Tier.DROPPED)                       # bookkeeping (untimed)
+        place(v, Tier.DROPPED)  # bookkeeping (untimed)
         i = pos.pop(v)
         resident[i] = new
         pos[new] = i
@@ -132,13 +138,15 @@ def decision_latency(policy: str, cfg: PolicyBenchConfig) -> Latency:
         sessions[uid >> UNIT_BITS].last_access_s = now
         pol.access(uid, now)
     us = samples / 1e3
-    return Latency(policy, float(np.percentile(us, 50)), float(np.percentile(us, 99)),
-                   float(us.max()), n_new)
+    return Latency(
+        policy, float(np.percentile(us, 50)), float(np.percentile(us, 99)), float(us.max()), n_new
+    )
 
 
 # -- 2. cachesim throughput --------------------------------------------------------------------------
 def zipf_stream(cfg: PolicyBenchConfig):
     from sim.cachesim import stream_from_arrays
+
     rng = np.random.default_rng(cfg.seed)
     p = 1.0 / np.arange(1, cfg.objects + 1) ** cfg.alpha
     ranks = rng.choice(cfg.objects, size=cfg.requests, p=p / p.sum())
@@ -148,8 +156,10 @@ def zipf_stream(cfg: PolicyBenchConfig):
 def _write_oracle_general(stream, path: Path) -> None:
     """libCacheSim's oracleGeneral binary format: <u4 time, <u8 id, <u4 size, <i8 next access."""
     from sim.cachesim import next_access
-    rec = np.zeros(len(stream), dtype=np.dtype([("t", "<u4"), ("id", "<u8"), ("sz", "<u4"),
-                                                ("nxt", "<i8")]))
+
+    rec = np.zeros(
+        len(stream), dtype=np.dtype([("t", "<u4"), ("id", "<u8"), ("sz", "<u4"), ("nxt", "<i8")])
+    )
     n = len(stream)
     nxt = next_access(stream.obj_ids)
     rec["t"] = np.arange(n, dtype=np.uint32)
@@ -189,6 +199,7 @@ def _lcs_stepped(lcs, policy: str, stream, capacity: int) -> tuple[float, int]:
 
 def throughput(cfg: PolicyBenchConfig, echo=print) -> dict:
     from sim.cachesim import simulate_cache
+
     try:
         import libcachesim as lcs
     except ImportError:
@@ -214,23 +225,41 @@ def throughput(cfg: PolicyBenchConfig, echo=print) -> dict:
                     lcs_hits_native = round((1 - miss_ratio) * n)
                     wall, lcs_hits_stepped = _lcs_stepped(lcs, policy, stream, cfg.capacity)
                     stepped.append(n / wall)
-            echo(f"cachesim {policy}, {n:,} Zipf({cfg.alpha}) requests over {cfg.objects:,} objects, "
-                 f"capacity {cfg.capacity:,}: hits kvsim {hits:,}"
-                 + (f", libCacheSim native {lcs_hits_native:,}, stepped {lcs_hits_stepped:,}"
-                    if lcs is not None else ""))
-            echo(f"  kvsim cachesim          Mreq/s min/median/max: {_mmm([x / 1e6 for x in ours], '.3f')}")
+            echo(
+                f"cachesim {policy}, {n:,} Zipf({cfg.alpha}) requests over {cfg.objects:,} objects, "
+                f"capacity {cfg.capacity:,}: hits kvsim {hits:,}"
+                + (
+                    f", libCacheSim native {lcs_hits_native:,}, stepped {lcs_hits_stepped:,}"
+                    if lcs is not None
+                    else ""
+                )
+            )
+            echo(
+                f"  kvsim cachesim          Mreq/s min/median/max: {_mmm([x / 1e6 for x in ours], '.3f')}"
+            )
             fig = {"kvsim_req_s": statistics.median(ours), "hits": hits}
             if lcs is not None:
-                echo(f"  libCacheSim native      Mreq/s min/median/max: {_mmm([x / 1e6 for x in native], '.3f')}")
-                echo(f"  libCacheSim from Python Mreq/s min/median/max: {_mmm([x / 1e6 for x in stepped], '.3f')}")
+                echo(
+                    f"  libCacheSim native      Mreq/s min/median/max: {_mmm([x / 1e6 for x in native], '.3f')}"
+                )
+                echo(
+                    f"  libCacheSim from Python Mreq/s min/median/max: {_mmm([x / 1e6 for x in stepped], '.3f')}"
+                )
                 r_native = statistics.median(ours) / statistics.median(native)
                 r_stepped = statistics.median(ours) / statistics.median(stepped)
-                echo(f"  ratio kvsim / libCacheSim: {r_native:.3f} (native), {r_stepped:.3f} (stepped from Python)")
-                fig.update(lcs_native_req_s=statistics.median(native),
-                           lcs_stepped_req_s=statistics.median(stepped),
-                           ratio_native=r_native, ratio_stepped=r_stepped)
+                echo(
+                    f"  ratio kvsim / libCacheSim: {r_native:.3f} (native), {r_stepped:.3f} (stepped from Python)"
+                )
+                fig.update(
+                    lcs_native_req_s=statistics.median(native),
+                    lcs_stepped_req_s=statistics.median(stepped),
+                    ratio_native=r_native,
+                    ratio_stepped=r_stepped,
+                )
             else:
-                echo("  libcachesim is not installed (pip install libcachesim): no reference figures")
+                echo(
+                    "  libcachesim is not installed (pip install libcachesim): no reference figures"
+                )
             figures[policy] = fig
     return figures
 
@@ -248,12 +277,16 @@ def _python_loop_mreq_s() -> float:
 
 def run_policy_bench(cfg: PolicyBenchConfig, echo=print) -> dict:
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else math.nan
-    echo(f"machine: {os.cpu_count()} CPUs, load average {load:.2f}; a bare Python dict-lookup loop "
-         f"runs {_python_loop_mreq_s():.2f} M iterations/s")
+    echo(
+        f"machine: {os.cpu_count()} CPUs, load average {load:.2f}; a bare Python dict-lookup loop "
+        f"runs {_python_loop_mreq_s():.2f} M iterations/s"
+    )
     policies = list(cfg.policies) or online_policies()
     kind = "page units" if cfg.layers == 1 else f"layer units ({cfg.layers} per page)"
-    echo(f"eviction decision latency (evict + insert), {cfg.resident:,} resident {kind}, "
-         f"{cfg.cycles:,} cycles; targets p50 < 100 us, p99 < 1000 us")
+    echo(
+        f"eviction decision latency (evict + insert), {cfg.resident:,} resident {kind}, "
+        f"{cfg.cycles:,} cycles; targets p50 < 100 us, p99 < 1000 us"
+    )
     echo(f"  {'policy':<18}{'p50 us':>10}{'p99 us':>10}{'max us':>10}  targets")
     lat = {}
     for p in policies:

@@ -9,6 +9,7 @@ Files: summary.csv (one row per grid point: grid labels, every ``sim.metrics.sum
 ``throughput_impact`` when an infinite-memory baseline ran, then ``pass_*`` target columns),
 turns.parquet and sessions.parquet (ledgers with the grid labels), config.resolved.yaml, plots/*.png.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -40,17 +41,17 @@ PLOTS_DIR = "plots"
 class ResultTables:
     """Everything a run produced, as tables."""
 
-    summary: pd.DataFrame   # one row per grid point
-    turns: pd.DataFrame     # all per-turn ledgers, label columns first
+    summary: pd.DataFrame  # one row per grid point
+    turns: pd.DataFrame  # all per-turn ledgers, label columns first
     sessions: pd.DataFrame  # all session tables, label columns first
 
 
 @dataclass(frozen=True)
 class WrittenResults:
     out_dir: Path
-    files: list[Path] = field(default_factory=list)   # relative to out_dir
-    plots: list[Path] = field(default_factory=list)   # relative to out_dir
-    notes: list[str] = field(default_factory=list)    # figures or panels the data could not support
+    files: list[Path] = field(default_factory=list)  # relative to out_dir
+    plots: list[Path] = field(default_factory=list)  # relative to out_dir
+    notes: list[str] = field(default_factory=list)  # figures or panels the data could not support
 
 
 def collect(results: Sequence[PointResult]) -> ResultTables:
@@ -62,8 +63,9 @@ def collect(results: Sequence[PointResult]) -> ResultTables:
         row.update({f"pass_{k}": v for k, v in targets(row).items()})
     summary = pd.DataFrame(rows, columns=_summary_columns(rows))
     turns = pd.concat([r.turns for r in results], ignore_index=True) if results else pd.DataFrame()
-    sessions = (pd.concat([r.sessions for r in results], ignore_index=True)
-                if results else pd.DataFrame())
+    sessions = (
+        pd.concat([r.sessions for r in results], ignore_index=True) if results else pd.DataFrame()
+    )
     return ResultTables(summary=summary, turns=turns, sessions=sessions)
 
 
@@ -79,8 +81,9 @@ def _add_throughput_impact(rows: list[dict[str, Any]]) -> None:
         return
     for r in rows:
         ref = base.get(_baseline_key(r), math.nan)
-        r["throughput_impact"] = (1.0 - r["throughput_tok_s"] / ref
-                                  if ref and not math.isnan(ref) else math.nan)
+        r["throughput_impact"] = (
+            1.0 - r["throughput_tok_s"] / ref if ref and not math.isnan(ref) else math.nan
+        )
 
 
 def _summary_columns(rows: list[dict[str, Any]]) -> list[str]:
@@ -101,6 +104,7 @@ def _summary_columns(rows: list[dict[str, Any]]) -> list[str]:
 # ---------------------------------------------------------------------------------------------
 # Writing
 
+
 def check_out_dir(out: str | os.PathLike, force: bool) -> Path:
     """Refuse an existing ``out`` unless ``force`` (call before spending time on a run)."""
     out = Path(out)
@@ -109,8 +113,14 @@ def check_out_dir(out: str | os.PathLike, force: bool) -> Path:
     return out
 
 
-def write_results(out: str | os.PathLike, experiment: Experiment, tables: ResultTables, *,
-                  force: bool = False, traces: Sequence[TraceInfo] = ()) -> WrittenResults:
+def write_results(
+    out: str | os.PathLike,
+    experiment: Experiment,
+    tables: ResultTables,
+    *,
+    force: bool = False,
+    traces: Sequence[TraceInfo] = (),
+) -> WrittenResults:
     """Write the results folder atomically; return what was written. ``traces`` (what each trace
     spec loaded to) is recorded in config.resolved.yaml under ``traces_loaded``."""
     from experiments.plots import make_plots  # matplotlib is only needed here
@@ -128,8 +138,10 @@ def write_results(out: str | os.PathLike, experiment: Experiment, tables: Result
         (tmp / CONFIG_FILE).write_text(yaml.safe_dump(resolved, sort_keys=False), encoding="utf-8")
         (tmp / PLOTS_DIR).mkdir()
         notes: list[str] = []
-        plots = [p.relative_to(tmp)
-                 for p in make_plots(tables.summary, tables.turns, tmp / PLOTS_DIR, notes)]
+        plots = [
+            p.relative_to(tmp)
+            for p in make_plots(tables.summary, tables.turns, tmp / PLOTS_DIR, notes)
+        ]
         files = sorted(p.relative_to(tmp) for p in tmp.rglob("*") if p.is_file())
         _move_into_place(tmp, out, force)
     except BaseException:

@@ -1,4 +1,5 @@
 """Run a whole experiment: grid -> executor -> tables -> results folder (the API behind `kvsim run`)."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -17,18 +18,23 @@ from experiments.schema import Experiment
 
 @dataclass(frozen=True)
 class RunOutcome:
-    summary: pd.DataFrame     # summary.csv as a table
-    written: WrittenResults   # where it all went
-    resumed: int = 0          # grid points an interrupted run of the same config had finished
+    summary: pd.DataFrame  # summary.csv as a table
+    written: WrittenResults  # where it all went
+    resumed: int = 0  # grid points an interrupted run of the same config had finished
 
 
 def default_out_dir(experiment: Experiment) -> Path:
     return Path("results") / experiment.name
 
 
-def run_experiment(experiment: Experiment, out: str | os.PathLike | None = None, *,
-                   force: bool = False, show_progress: bool = True,
-                   fresh: bool = False) -> RunOutcome:
+def run_experiment(
+    experiment: Experiment,
+    out: str | os.PathLike | None = None,
+    *,
+    force: bool = False,
+    show_progress: bool = True,
+    fresh: bool = False,
+) -> RunOutcome:
     """Run every grid point (plus the infinite-memory baselines when asked for) and write the
     results folder. An existing ``out`` is refused up front unless ``force``. Each finished point
     is checkpointed (``experiments.checkpoint``): a rerun after an interruption runs only the
@@ -41,13 +47,26 @@ def run_experiment(experiment: Experiment, out: str | os.PathLike | None = None,
     have = {i: r for i, p in enumerate(points) if (r := ckpt.load(p)) is not None}
     todo = [p for i, p in enumerate(points) if i not in have]
     if have and show_progress:
-        print(f"resuming: {len(have)} of {len(points)} grid points were done ({ckpt.dir})",
-              file=sys.stderr)
-    new = iter(run_points(todo, experiment.executor, debug=experiment.debug,
-                          show_progress=show_progress, source=experiment.source,
-                          on_result=ckpt.save) if todo else [])
-    results = [dataclasses.replace(have[i] if i in have else next(new), index=i)
-               for i in range(len(points))]
+        print(
+            f"resuming: {len(have)} of {len(points)} grid points were done ({ckpt.dir})",
+            file=sys.stderr,
+        )
+    new = iter(
+        run_points(
+            todo,
+            experiment.executor,
+            debug=experiment.debug,
+            show_progress=show_progress,
+            source=experiment.source,
+            on_result=ckpt.save,
+        )
+        if todo
+        else []
+    )
+    results = [
+        dataclasses.replace(have[i] if i in have else next(new), index=i)
+        for i in range(len(points))
+    ]
     tables = collect(results)
     infos = [trace_info(spec) for spec in experiment.trace_specs()]
     written = write_results(out, experiment, tables, force=force, traces=infos)

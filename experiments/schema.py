@@ -15,6 +15,7 @@ one grid holds recompute, swap-in and offload).
 Relative paths (``trace.path``, a model or hardware given as a file) resolve against the YAML
 file's folder first, then the current directory; the resolved experiment holds absolute paths.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -76,6 +77,7 @@ class ConfigError(ValueError):
 # ---------------------------------------------------------------------------------------------
 # Field checks. Each raises ValueError; pydantic attaches the key path.
 
+
 def _as_list(v: Any) -> Any:
     return v if isinstance(v, list) else [v]
 
@@ -108,6 +110,7 @@ def _resolve_file(value: str, info: ValidationInfo) -> str:
 def _check_model(value: str, info: ValidationInfo) -> str:
     """A registered model name or alias (costmodels.get_model), or a model spec YAML file."""
     import costmodels
+
     if _looks_like_path(value):
         value = _resolve_file(value, info)
     costmodels.get_model(value)  # ValueError names the registered models
@@ -118,6 +121,7 @@ def _check_hardware(value: str, info: ValidationInfo) -> str:
     """A GPU name (its analytic profile), a committed profile name, or a profile YAML file
     (costmodels.load_profile)."""
     import costmodels
+
     if _looks_like_path(value):
         value = _resolve_file(value, info)
     costmodels.load_profile(value)  # ValueError names what it accepts
@@ -128,12 +132,14 @@ def _check_policy(value: str) -> str:
     from sim.policies import (
         policy_class,  # ValueError names the policy and the registered ones
     )
+
     policy_class(value)
     return value
 
 
 # ---------------------------------------------------------------------------------------------
 # Schema
+
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
@@ -143,9 +149,12 @@ class TraceSpecModel(BaseModel):
     """A trace: ``kind`` plus options passed to ``traces.load_trace`` unchanged (``path`` resolved)."""
 
     model_config = ConfigDict(extra="allow", strict=True, frozen=True)
-    kind: Literal[TRACE_KINDS] = Field(description="synthetic | sharegpt | mooncake | azure | burstgpt | jsonl")
-    path: StrictStr | None = Field(None, validate_default=True,
-                                   description="trace file; needed by every kind but synthetic")
+    kind: Literal[TRACE_KINDS] = Field(
+        description="synthetic | sharegpt | mooncake | azure | burstgpt | jsonl"
+    )
+    path: StrictStr | None = Field(
+        None, validate_default=True, description="trace file; needed by every kind but synthetic"
+    )
 
     @field_validator("path")
     @classmethod
@@ -166,20 +175,27 @@ PosInt = Annotated[StrictInt, Field(ge=1)]
 class MemorySpec(_Strict):
     """KV tiers. Each key may be a list: one grid axis per list."""
 
-    gpu_kv_gb: Annotated[list[PosFloat], Field(min_length=1), AfterValidator(_no_duplicates)] = Field(
-        description="GPU KV capacity in GiB (.inf: unbounded)")
-    cpu_kv_gb: Annotated[list[NonNegFloat], Field(min_length=1), AfterValidator(_no_duplicates)] = Field(
-        default=[0.0], description="CPU swap tier in GiB (0: evictions drop)")
-    block_tokens: Annotated[list[PosInt], Field(min_length=1), AfterValidator(_no_duplicates)] = Field(
-        default=[16], description="page size in tokens")
-    evict_unit: Annotated[list[Literal[EVICT_UNITS]],
-                          Field(min_length=1), AfterValidator(_no_duplicates)] = Field(
-        default=["block"], description="session | block | layer_block (one page of one layer)")
+    gpu_kv_gb: Annotated[list[PosFloat], Field(min_length=1), AfterValidator(_no_duplicates)] = (
+        Field(description="GPU KV capacity in GiB (.inf: unbounded)")
+    )
+    cpu_kv_gb: Annotated[list[NonNegFloat], Field(min_length=1), AfterValidator(_no_duplicates)] = (
+        Field(default=[0.0], description="CPU swap tier in GiB (0: evictions drop)")
+    )
+    block_tokens: Annotated[list[PosInt], Field(min_length=1), AfterValidator(_no_duplicates)] = (
+        Field(default=[16], description="page size in tokens")
+    )
+    evict_unit: Annotated[
+        list[Literal[EVICT_UNITS]], Field(min_length=1), AfterValidator(_no_duplicates)
+    ] = Field(
+        default=["block"], description="session | block | layer_block (one page of one layer)"
+    )
     prefix_sharing: StrictBool = Field(
-        default=True, description="equal prefix hashes of a trace share one KV across sessions")
+        default=True, description="equal prefix hashes of a trace share one KV across sessions"
+    )
 
-    wrap_lists = field_validator("gpu_kv_gb", "cpu_kv_gb", "block_tokens", "evict_unit",
-                            mode="before")(_as_list)
+    wrap_lists = field_validator(
+        "gpu_kv_gb", "cpu_kv_gb", "block_tokens", "evict_unit", mode="before"
+    )(_as_list)
 
 
 class EngineSpec(_Strict):
@@ -188,8 +204,9 @@ class EngineSpec(_Strict):
     max_batch_tokens: PosInt = _ENGINE_DEFAULTS["max_batch_tokens"]
     max_running: PosInt = _ENGINE_DEFAULTS["max_running"]
     replay: Literal[REPLAY_MODES] = _ENGINE_DEFAULTS["replay"]
-    pipelining: Annotated[list[StrictBool], Field(min_length=1), AfterValidator(_no_duplicates)] = \
+    pipelining: Annotated[list[StrictBool], Field(min_length=1), AfterValidator(_no_duplicates)] = (
         Field(default=[_ENGINE_DEFAULTS["pipelining"]])
+    )
     async_save: StrictBool = _ENGINE_DEFAULTS["async_save"]
     fused_recompute: StrictBool = _ENGINE_DEFAULTS["fused_recompute"]
     prefetch: Literal[PREFETCH_MODES] = _ENGINE_DEFAULTS["prefetch"]
@@ -209,11 +226,15 @@ class BudgetSpec(_Strict):
     window: NonNegInt = 0
     budget: NonNegInt = 0
     scorer: Literal[BUDGET_SCORERS] = "random"
-    lifespans: StrictStr | None = Field(None, description="CSV lifespan_tokens,probability of the "
-                                        "relevance model (default: the built-in one)")
+    lifespans: StrictStr | None = Field(
+        None,
+        description="CSV lifespan_tokens,probability of the "
+        "relevance model (default: the built-in one)",
+    )
     quality_sample: PosInt = 200
-    scorer_s_per_key: NonNegFloat | None = Field(None, description="measured scorer seconds per "
-                                                 "key (python -m calibration.measure_scorer)")
+    scorer_s_per_key: NonNegFloat | None = Field(
+        None, description="measured scorer seconds per key (python -m calibration.measure_scorer)"
+    )
     scorer_launch_s: NonNegFloat | None = None
 
     @field_validator("lifespans")
@@ -226,7 +247,7 @@ class BudgetSpec(_Strict):
 
 
 def _check_budget(spec: BudgetSpec) -> BudgetSpec:
-    spec.config()          # ValueError names the key (budget.window, ...)
+    spec.config()  # ValueError names the key (budget.window, ...)
     return spec
 
 
@@ -245,7 +266,7 @@ class SparseSpec(_Strict):
 
 
 def _check_sparse(spec: SparseSpec) -> SparseSpec:
-    spec.config()          # ValueError names the key (sparse.k, sparse.phases, ...)
+    spec.config()  # ValueError names the key (sparse.k, sparse.phases, ...)
     return spec
 
 
@@ -255,9 +276,11 @@ class ExecutorSpec(_Strict):
     kind: Literal["local", "ray"] = "local"
     workers: PosInt = 1
     address: StrictStr | None = Field(
-        None, description="ray only: passed to ray.init -- auto: a running cluster (an error if "
+        None,
+        description="ray only: passed to ray.init -- auto: a running cluster (an error if "
         "none); local: a new Ray on this machine; host:port or ray://...: that cluster; unset: "
-        "RAY_ADDRESS, else the latest cluster started here, else a new local one")
+        "RAY_ADDRESS, else the latest cluster started here, else a new local one",
+    )
 
 
 class Experiment(_Strict):
@@ -265,33 +288,53 @@ class Experiment(_Strict):
 
     name: StrictStr = Field(description="names the results folder (results/<name>)")
     trace: Annotated[list[TraceSpecModel], Field(min_length=1)]
-    model: Annotated[list[Annotated[StrictStr, AfterValidator(_check_model)]], Field(min_length=1),
-                     AfterValidator(_no_duplicates)]
-    hardware: Annotated[list[Annotated[StrictStr, AfterValidator(_check_hardware)]],
-                        Field(min_length=1), AfterValidator(_no_duplicates)]
+    model: Annotated[
+        list[Annotated[StrictStr, AfterValidator(_check_model)]],
+        Field(min_length=1),
+        AfterValidator(_no_duplicates),
+    ]
+    hardware: Annotated[
+        list[Annotated[StrictStr, AfterValidator(_check_hardware)]],
+        Field(min_length=1),
+        AfterValidator(_no_duplicates),
+    ]
     memory: MemorySpec
     engine: EngineSpec = EngineSpec()
-    policies: Annotated[list[Annotated[StrictStr, AfterValidator(_check_policy)]],
-                        Field(min_length=1), AfterValidator(_no_duplicates)]
+    policies: Annotated[
+        list[Annotated[StrictStr, AfterValidator(_check_policy)]],
+        Field(min_length=1),
+        AfterValidator(_no_duplicates),
+    ]
     seeds: Annotated[list[StrictInt], Field(min_length=1), AfterValidator(_no_duplicates)] = [0]
-    budgets: Annotated[list[Annotated[BudgetSpec, AfterValidator(_check_budget)]],
-                       Field(min_length=1), AfterValidator(_no_duplicates)] = [BudgetSpec()]
-    sparse: Annotated[list[Annotated[SparseSpec, AfterValidator(_check_sparse)]],
-                      Field(min_length=1), AfterValidator(_no_duplicates)] = [SparseSpec()]
+    budgets: Annotated[
+        list[Annotated[BudgetSpec, AfterValidator(_check_budget)]],
+        Field(min_length=1),
+        AfterValidator(_no_duplicates),
+    ] = [BudgetSpec()]
+    sparse: Annotated[
+        list[Annotated[SparseSpec, AfterValidator(_check_sparse)]],
+        Field(min_length=1),
+        AfterValidator(_no_duplicates),
+    ] = [SparseSpec()]
     executor: ExecutorSpec = ExecutorSpec()
-    baseline_infinite: StrictBool = Field(False, description="also run every point with "
-                                          "gpu_kv_gb=inf to measure the throughput impact")
+    baseline_infinite: StrictBool = Field(
+        False,
+        description="also run every point with gpu_kv_gb=inf to measure the throughput impact",
+    )
     debug: StrictBool = False
 
     _source: str = PrivateAttr(default="<memory>")
-    wrap_lists = field_validator("trace", "model", "hardware", "policies", "seeds", "budgets",
-                                 "sparse", mode="before")(_as_list)
+    wrap_lists = field_validator(
+        "trace", "model", "hardware", "policies", "seeds", "budgets", "sparse", mode="before"
+    )(_as_list)
 
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:
         if not _NAME_RE.match(v):
-            raise ValueError(f"{v!r}: use letters, digits, '.', '_' or '-' (it names the results folder)")
+            raise ValueError(
+                f"{v!r}: use letters, digits, '.', '_' or '-' (it names the results folder)"
+            )
         return v
 
     @property
@@ -313,7 +356,9 @@ class Experiment(_Strict):
         labels = [t.kind + (f":{Path(t.path).name}" if t.path else "") for t in self.trace]
         if len(set(labels)) < len(labels):
             labels = [f"{lab}[{i}]" for i, lab in enumerate(labels)]
-        wheres = ["trace"] if len(self.trace) == 1 else [f"trace[{i}]" for i in range(len(self.trace))]
+        wheres = (
+            ["trace"] if len(self.trace) == 1 else [f"trace[{i}]" for i in range(len(self.trace))]
+        )
         return [TraceSpec.from_model(t, lab, w) for t, lab, w in zip(self.trace, labels, wheres)]
 
     def grid(self) -> list[GridPoint]:
@@ -322,17 +367,57 @@ class Experiment(_Strict):
         pipelining = opts.pop("pipelining")
         m = self.memory
         points = []
-        for trace, model, hw, unit, pipe, budget, sparse, bt, cpu, policy, gpu, seed in \
-                itertools.product(self.trace_specs(), self.model, self.hardware, m.evict_unit,
-                                  pipelining, self.budgets, self.sparse, m.block_tokens,
-                                  m.cpu_kv_gb, self.policies, m.gpu_kv_gb, self.seeds):
+        for (
+            trace,
+            model,
+            hw,
+            unit,
+            pipe,
+            budget,
+            sparse,
+            bt,
+            cpu,
+            policy,
+            gpu,
+            seed,
+        ) in itertools.product(
+            self.trace_specs(),
+            self.model,
+            self.hardware,
+            m.evict_unit,
+            pipelining,
+            self.budgets,
+            self.sparse,
+            m.block_tokens,
+            m.cpu_kv_gb,
+            self.policies,
+            m.gpu_kv_gb,
+            self.seeds,
+        ):
             if sparse.kind != "off" and cpu == 0:
-                continue        # decode from CPU memory needs a CPU tier: no such run
-            mem = MemoryConfig(gpu_kv_gb=gpu, cpu_kv_gb=cpu, block_tokens=bt, evict_unit=unit,
-                               prefix_sharing=m.prefix_sharing)
+                continue  # decode from CPU memory needs a CPU tier: no such run
+            mem = MemoryConfig(
+                gpu_kv_gb=gpu,
+                cpu_kv_gb=cpu,
+                block_tokens=bt,
+                evict_unit=unit,
+                prefix_sharing=m.prefix_sharing,
+            )
             engine = EngineConfig(**opts, pipelining=pipe)
-            points.append(GridPoint(self.name, trace, model, hw, mem, engine, policy, seed,
-                                    budget.config(), sparse.config()))
+            points.append(
+                GridPoint(
+                    self.name,
+                    trace,
+                    model,
+                    hw,
+                    mem,
+                    engine,
+                    policy,
+                    seed,
+                    budget.config(),
+                    sparse.config(),
+                )
+            )
         return points
 
     def baseline_points(self) -> list[GridPoint]:
@@ -351,6 +436,7 @@ class Experiment(_Strict):
 
 # ---------------------------------------------------------------------------------------------
 # Grid points
+
 
 @dataclass(frozen=True, slots=True)
 class TraceSpec:
@@ -375,9 +461,21 @@ class TraceSpec:
         return f"{self.kind}:{self.options_json}"
 
 
-LABEL_COLUMNS: tuple[str, ...] = ("name", "policy", "model", "hardware", "trace", "gpu_kv_gb",
-                                  "cpu_kv_gb", "block_tokens", "evict_unit", "pipelining", "budget",
-                                  "sparse", "seed")
+LABEL_COLUMNS: tuple[str, ...] = (
+    "name",
+    "policy",
+    "model",
+    "hardware",
+    "trace",
+    "gpu_kv_gb",
+    "cpu_kv_gb",
+    "block_tokens",
+    "evict_unit",
+    "pipelining",
+    "budget",
+    "sparse",
+    "seed",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -397,18 +495,29 @@ class GridPoint:
 
     def labels(self) -> dict[str, Any]:
         """The grid columns of this point (LABEL_COLUMNS order) for summary.csv and the ledgers."""
-        return {"name": self.name, "policy": self.policy, "model": _short(self.model),
-                "hardware": _short(self.hardware), "trace": self.trace.label,
-                "gpu_kv_gb": float(self.memory.gpu_kv_gb), "cpu_kv_gb": float(self.memory.cpu_kv_gb),
-                "block_tokens": self.memory.block_tokens, "evict_unit": self.memory.evict_unit,
-                "pipelining": self.engine.pipelining, "budget": self.budget.label,
-                "sparse": self.sparse.label, "seed": self.seed}
+        return {
+            "name": self.name,
+            "policy": self.policy,
+            "model": _short(self.model),
+            "hardware": _short(self.hardware),
+            "trace": self.trace.label,
+            "gpu_kv_gb": float(self.memory.gpu_kv_gb),
+            "cpu_kv_gb": float(self.memory.cpu_kv_gb),
+            "block_tokens": self.memory.block_tokens,
+            "evict_unit": self.memory.evict_unit,
+            "pipelining": self.engine.pipelining,
+            "budget": self.budget.label,
+            "sparse": self.sparse.label,
+            "seed": self.seed,
+        }
 
     def describe(self) -> str:
         return " ".join(f"{k}={v}" for k, v in self.labels().items() if k != "name")
 
     def infinite_baseline(self) -> GridPoint:
-        return dataclasses.replace(self, memory=dataclasses.replace(self.memory, gpu_kv_gb=math.inf))
+        return dataclasses.replace(
+            self, memory=dataclasses.replace(self.memory, gpu_kv_gb=math.inf)
+        )
 
 
 def _short(name_or_path: str) -> str:
@@ -418,17 +527,21 @@ def _short(name_or_path: str) -> str:
 # ---------------------------------------------------------------------------------------------
 # Loading
 
+
 class _UniqueKeyLoader(yaml.SafeLoader):
     """SafeLoader that rejects a key written twice in one mapping (PyYAML keeps the last)."""
 
 
-def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
+def _construct_mapping(
+    loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False
+) -> dict:
     seen: set = set()
     for key_node, _ in node.value:
         key = loader.construct_object(key_node, deep=deep)
         if key in seen:
             raise yaml.constructor.ConstructorError(
-                None, None, f"duplicate key {key!r}", key_node.start_mark)
+                None, None, f"duplicate key {key!r}", key_node.start_mark
+            )
         seen.add(key)
     return loader.construct_mapping(node, deep)
 
@@ -454,14 +567,19 @@ def read_yaml(path: str | os.PathLike) -> Any:
         raise ConfigError(f"{shown}: {where}YAML syntax error: {problem}", file=shown) from None
 
 
-def parse_experiment(data: Any, source: str = "<memory>", base_dir: str | os.PathLike | None = None
-                     ) -> Experiment:
+def parse_experiment(
+    data: Any, source: str = "<memory>", base_dir: str | os.PathLike | None = None
+) -> Experiment:
     """Validate already-parsed YAML data. ``source`` names the file in errors."""
     if not isinstance(data, dict):
         got = "an empty file" if data is None else f"a {type(data).__name__}"
-        raise ConfigError(f"{source}: the experiment must be a mapping of keys, got {got}", file=source)
+        raise ConfigError(
+            f"{source}: the experiment must be a mapping of keys, got {got}", file=source
+        )
     try:
-        exp = Experiment.model_validate(data, context={"base_dir": str(base_dir) if base_dir else None})
+        exp = Experiment.model_validate(
+            data, context={"base_dir": str(base_dir) if base_dir else None}
+        )
     except ValidationError as exc:
         lines, keys = [], []
         for err in exc.errors(include_url=False):
@@ -472,8 +590,11 @@ def parse_experiment(data: Any, source: str = "<memory>", base_dir: str | os.Pat
     problems = _impossible_combinations(exp)
     if problems:
         keys = [format_loc(loc, data) for loc, _ in problems]
-        raise ConfigError("\n".join(f"{source}: {k}: {msg}" for k, (_, msg) in zip(keys, problems)),
-                          file=source, key=keys[0])
+        raise ConfigError(
+            "\n".join(f"{source}: {k}: {msg}" for k, (_, msg) in zip(keys, problems)),
+            file=source,
+            key=keys[0],
+        )
     exp._source = source
     return exp
 
@@ -487,44 +608,65 @@ def _impossible_combinations(exp: Experiment) -> list[tuple[tuple[str | int, ...
       token per iteration, so the batch could not hold them (vLLM refuses this too).
     """
     import costmodels
+
     out: list[tuple[tuple[str | int, ...], str]] = []
     m = exp.memory
-    page_bytes = [(costmodels.get_model(model).kv_bytes_per_token * bt, bt, model)
-                  for model in exp.model for bt in m.block_tokens]
+    page_bytes = [
+        (costmodels.get_model(model).kv_bytes_per_token * bt, bt, model)
+        for model in exp.model
+        for bt in m.block_tokens
+    ]
     biggest, bt, model = max(page_bytes)
     page = f"one page of {bt} tokens of {_short(model)} takes {_size(biggest)}"
     for field_name, values in (("gpu_kv_gb", m.gpu_kv_gb), ("cpu_kv_gb", m.cpu_kv_gb)):
         for i, gb in enumerate(values):
             if gb == 0 or math.isinf(gb) or MemoryConfig.capacity_bytes(gb) >= biggest:
                 continue
-            hint = ("; use 0 for no CPU tier" if field_name == "cpu_kv_gb"
-                    else "; every turn would be rejected")
-            out.append((("memory", field_name, i),
-                        f"{gb:g} GiB holds no page: {page}{hint}"))
+            hint = (
+                "; use 0 for no CPU tier"
+                if field_name == "cpu_kv_gb"
+                else "; every turn would be rejected"
+            )
+            out.append((("memory", field_name, i), f"{gb:g} GiB holds no page: {page}{hint}"))
     for i, b in enumerate(exp.budgets):
         cap = b.config().capacity
         for model in exp.model:
             window = costmodels.get_model(model).max_context_tokens
             if cap is not None and window is not None and cap > window:
-                msg = (f"keeps sink + window + budget = {cap} tokens per layer, more than the "
-                       f"context window of {_short(model)} ({window})")
+                msg = (
+                    f"keeps sink + window + budget = {cap} tokens per layer, more than the "
+                    f"context window of {_short(model)} ({window})"
+                )
                 out.append((("budgets", i), msg))
     for i, sp in enumerate(exp.sparse):
         if sp.kind == "off":
             continue
         if "session" in m.evict_unit:
-            out.append((("sparse", i), "moves a session's pages one by one: memory.evict_unit "
-                        "must not include session"))
+            out.append(
+                (
+                    ("sparse", i),
+                    "moves a session's pages one by one: memory.evict_unit "
+                    "must not include session",
+                )
+            )
         if not any(c > 0 for c in m.cpu_kv_gb):
-            out.append((("sparse", i), "serves decode from CPU memory: memory.cpu_kv_gb needs a "
-                        "value > 0"))
+            out.append(
+                (("sparse", i), "serves decode from CPU memory: memory.cpu_kv_gb needs a value > 0")
+            )
         if any(b.kind != "full" for b in exp.budgets):
-            out.append((("sparse", i), "token budgets and sparse offload together are not "
-                        "modelled: give budgets only kind full"))
+            out.append(
+                (
+                    ("sparse", i),
+                    "token budgets and sparse offload together are not "
+                    "modelled: give budgets only kind full",
+                )
+            )
     e = exp.engine
     if e.max_batch_tokens < e.max_running:
-        msg = (f"must be >= engine.max_running ({e.max_running}), got {e.max_batch_tokens}: "
-               "each running sequence decodes one token per iteration")
+        msg = (
+            f"must be >= engine.max_running ({e.max_running}), got {e.max_batch_tokens}: "
+            "each running sequence decodes one token per iteration"
+        )
         out.append((("engine", "max_batch_tokens"), msg))
     return out
 
@@ -545,8 +687,10 @@ def resolve_config(path: str | os.PathLike) -> Path:
     # "quickstart", or the README's "experiments/quickstart.yaml" run outside a checkout
     if p.parent in (Path("."), Path("experiments")) and bundled.is_file():
         return bundled
-    raise ConfigError(f"{path}: no such file, and not a bundled experiment "
-                      f"({', '.join(bundled_experiments())})", file=str(path))
+    raise ConfigError(
+        f"{path}: no such file, and not a bundled experiment ({', '.join(bundled_experiments())})",
+        file=str(path),
+    )
 
 
 def load_experiment(path: str | os.PathLike) -> Experiment:
@@ -564,6 +708,7 @@ def _size(nbytes: float) -> str:
 # ---------------------------------------------------------------------------------------------
 # Error messages
 
+
 def format_loc(loc: Sequence[str | int], data: Any) -> str:
     """pydantic's loc tuple as a key path: ``memory.gpu_kv_gb[2]``. An index into a value the user
     wrote as a scalar (wrapped into a one-value list) is left out."""
@@ -580,14 +725,28 @@ def format_loc(loc: Sequence[str | int], data: Any) -> str:
     return out or "(top level)"
 
 
-_TYPE_WORDS = {"float_type": "a number", "int_type": "an integer", "bool_type": "true or false",
-               "string_type": "a string", "list_type": "a list", "model_type": "a mapping",
-               "dict_type": "a mapping", "model_attributes_type": "a mapping",
-               "int_from_float": "an integer", "float_parsing": "a number", "int_parsing": "an integer"}
+_TYPE_WORDS = {
+    "float_type": "a number",
+    "int_type": "an integer",
+    "bool_type": "true or false",
+    "string_type": "a string",
+    "list_type": "a list",
+    "model_type": "a mapping",
+    "dict_type": "a mapping",
+    "model_attributes_type": "a mapping",
+    "int_from_float": "an integer",
+    "float_parsing": "a number",
+    "int_parsing": "an integer",
+}
 
 _SECTIONS: dict[tuple[str, ...], type[BaseModel]] = {
-    (): Experiment, ("memory",): MemorySpec, ("engine",): EngineSpec, ("executor",): ExecutorSpec,
-    ("budgets",): BudgetSpec, ("sparse",): SparseSpec}
+    (): Experiment,
+    ("memory",): MemorySpec,
+    ("engine",): EngineSpec,
+    ("executor",): ExecutorSpec,
+    ("budgets",): BudgetSpec,
+    ("sparse",): SparseSpec,
+}
 
 
 def _message(err: dict) -> str:
@@ -596,16 +755,23 @@ def _message(err: dict) -> str:
         parent = tuple(s for s in err["loc"][:-1] if isinstance(s, str))
         allowed = sorted(_SECTIONS[parent].model_fields) if parent in _SECTIONS else []
         hint = difflib.get_close_matches(str(err["loc"][-1]), allowed, n=1)
-        return ("unknown key" + (f" (did you mean {hint[0]!r}?)" if hint else "")
-                + (f"; allowed: {', '.join(allowed)}" if allowed else ""))
+        return (
+            "unknown key"
+            + (f" (did you mean {hint[0]!r}?)" if hint else "")
+            + (f"; allowed: {', '.join(allowed)}" if allowed else "")
+        )
     if kind == "missing":
         return "required key is missing"
     if kind in _TYPE_WORDS:
         return f"expected {_TYPE_WORDS[kind]}, got {type(value).__name__} {value!r}"
     if kind == "literal_error":
         return f"must be one of {ctx.get('expected', '?').replace(' or ', ', ')}; got {value!r}"
-    bounds = {"greater_than": ">", "greater_than_equal": ">=", "less_than": "<",
-              "less_than_equal": "<="}
+    bounds = {
+        "greater_than": ">",
+        "greater_than_equal": ">=",
+        "less_than": "<",
+        "less_than_equal": "<=",
+    }
     if kind in bounds:
         bound = next(iter(ctx.values()))
         return f"must be {bounds[kind]} {bound:g}, got {value!r}"

@@ -11,6 +11,7 @@ pooled with the grid's seeds: the line is their mean, the band the 95 % confiden
 mean (``plots.seed_interval``). The metric is the re-prefill rate, except on Azure, whose requests
 have no history (re-prefill is 0 by construction): there it is TTFT p90, on a log axis.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,21 +33,31 @@ class Headline:
     title: str
     percent: bool = False
     log: bool = False
-    note: str | None = None     # a summary column whose range each panel states (a percentage)
+    note: str | None = None  # a summary column whose range each panel states (a percentage)
     note_label: str = ""
 
 
 HEADLINES: dict[str, Headline] = {
-    "sharegpt": Headline("reprefill_rate", "re-prefill rate (% of history tokens)",
-                         "ShareGPT, 200 conversations, Llama-3.1-8B on H100: re-prefill vs GPU KV",
-                         percent=True),
-    "mooncake": Headline("reprefill_rate", "re-prefill rate (% of history tokens)",
-                         "Mooncake, 12,031 requests (time x 20), prefix sharing: re-prefill vs GPU KV",
-                         percent=True, note="shared_hit_rate",
-                         note_label="shared-prefix GPU hits: {} of new prompt tokens"),
-    "azure": Headline("ttft_p90_s", "TTFT p90 (s)",
-                      "Azure conv, 2,000 one-turn requests: TTFT p90 vs GPU KV (re-prefill is 0)",
-                      log=True),
+    "sharegpt": Headline(
+        "reprefill_rate",
+        "re-prefill rate (% of history tokens)",
+        "ShareGPT, 200 conversations, Llama-3.1-8B on H100: re-prefill vs GPU KV",
+        percent=True,
+    ),
+    "mooncake": Headline(
+        "reprefill_rate",
+        "re-prefill rate (% of history tokens)",
+        "Mooncake, 12,031 requests (time x 20), prefix sharing: re-prefill vs GPU KV",
+        percent=True,
+        note="shared_hit_rate",
+        note_label="shared-prefix GPU hits: {} of new prompt tokens",
+    ),
+    "azure": Headline(
+        "ttft_p90_s",
+        "TTFT p90 (s)",
+        "Azure conv, 2,000 one-turn requests: TTFT p90 vs GPU KV (re-prefill is 0)",
+        log=True,
+    ),
 }
 
 
@@ -67,11 +78,20 @@ def headline_figure(summary: pd.DataFrame, spec: Headline, path: Path) -> Path:
     for ax, cpu in zip(axes, cpus):
         sub = df[df["cpu_kv_gb"] == cpu]
         for i, pol in enumerate(policies):
-            g = sub[sub["policy"] == pol].groupby("gpu_kv_gb")[spec.metric].agg(
-                ["mean", ("lo", lambda v: seed_interval(v)[0]), ("hi", lambda v: seed_interval(v)[1])])
+            g = (
+                sub[sub["policy"] == pol]
+                .groupby("gpu_kv_gb")[spec.metric]
+                .agg(
+                    [
+                        "mean",
+                        ("lo", lambda v: seed_interval(v)[0]),
+                        ("hi", lambda v: seed_interval(v)[1]),
+                    ]
+                )
+            )
             color = f"C{i % 10}"
             (line,) = ax.plot(g.index, g["mean"], color=color, label=pol, **_line_style(i))
-            if (g["hi"] > g["lo"]).any():       # replicates: 95 % confidence interval of the mean
+            if (g["hi"] > g["lo"]).any():  # replicates: 95 % confidence interval of the mean
                 ax.fill_between(g.index, g["lo"], g["hi"], color=color, alpha=0.15)
             handles.setdefault(pol, line)
         _capacity_axis(ax, caps)
@@ -82,25 +102,39 @@ def headline_figure(summary: pd.DataFrame, spec: Headline, path: Path) -> Path:
             ax.set_ylim(np.nanmin(values) / 1.5, np.nanmax(values) * 1.5)
             ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
             ax.yaxis.set_minor_formatter(FuncFormatter(_minor_label))
-        else:       # one y range for every panel, so the panels compare at a glance
+        else:  # one y range for every panel, so the panels compare at a glance
             ax.set_ylim(0.0, max(float(np.nanmax(values)), 1e-9) * 1.08)
         if spec.percent:
             ax.yaxis.set_major_formatter(PercentFormatter(1.0))
         if spec.note is not None:
             lo, hi = sub[spec.note].min(), sub[spec.note].max()
-            span = f"{100 * lo:.1f} %" if round(100 * lo, 1) == round(100 * hi, 1) \
+            span = (
+                f"{100 * lo:.1f} %"
+                if round(100 * lo, 1) == round(100 * hi, 1)
                 else f"{100 * lo:.1f}-{100 * hi:.1f} %"
-            ax.text(0.03, 0.04, spec.note_label.format(span), transform=ax.transAxes, fontsize=9,
-                    color="0.3")
+            )
+            ax.text(
+                0.03,
+                0.04,
+                spec.note_label.format(span),
+                transform=ax.transAxes,
+                fontsize=9,
+                color="0.3",
+            )
     path.parent.mkdir(parents=True, exist_ok=True)
     return _save(fig, spec.title, path, list(handles.values()), list(handles.keys()))
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m experiments.trace_plots",
-                                 description=__doc__.split("\n\n")[0])
-    ap.add_argument("results", nargs="?", default="results",
-                    help="folder holding the results folders sharegpt/, mooncake/, azure/")
+    ap = argparse.ArgumentParser(
+        prog="python -m experiments.trace_plots", description=__doc__.split("\n\n")[0]
+    )
+    ap.add_argument(
+        "results",
+        nargs="?",
+        default="results",
+        help="folder holding the results folders sharegpt/, mooncake/, azure/",
+    )
     ap.add_argument("--out", default="docs/img", help="where <name>_headline.png goes")
     ap.add_argument("--only", default=",".join(HEADLINES), help="comma-separated experiment names")
     args = ap.parse_args(argv)
@@ -114,8 +148,9 @@ def main(argv: list[str] | None = None) -> int:
         if not summary.is_file():
             print(f"{summary}: not found, skipped (kvsim run experiments/{name}.yaml)")
             continue
-        path = headline_figure(pd.read_csv(summary), HEADLINES[name],
-                               Path(args.out) / f"{name}_headline.png")
+        path = headline_figure(
+            pd.read_csv(summary), HEADLINES[name], Path(args.out) / f"{name}_headline.png"
+        )
         print(path)
         drawn += 1
     return 0 if drawn else 1

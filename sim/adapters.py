@@ -43,6 +43,7 @@ sequence of its own, ``obj<id>``, of length its size.
 Cost: a selection round builds one candidate per sequence, O(S) -- inherent to an interface that
 takes the whole candidate list. Within a plan each further victim is O(log u).
 """
+
 from __future__ import annotations
 
 from collections import deque
@@ -69,7 +70,9 @@ class EvictionCandidate:
 
 @runtime_checkable
 class SequencePolicy(Protocol):
-    def select_victims(self, candidates: list[EvictionCandidate], required_blocks: int) -> list[str]: ...
+    def select_victims(
+        self, candidates: list[EvictionCandidate], required_blocks: int
+    ) -> list[str]: ...
 
     def update_access(self, sequence_id: str) -> None: ...
 
@@ -89,8 +92,8 @@ class _Seq:
 
     def __init__(self, sid: str, session) -> None:
         self.sid = sid
-        self.session = session                 # None for a cachesim object
-        self.units = LazyHeap()                # candidate uids keyed (-first_page, -layer, -uid)
+        self.session = session  # None for a cachesim object
+        self.units = LazyHeap()  # candidate uids keyed (-first_page, -layer, -uid)
         self.last_access = -float("inf")
 
 
@@ -98,27 +101,29 @@ class SequencePolicyAdapter(EvictionPolicy):
     """An ``EvictionPolicy`` driving a sequence-level policy object (module docstring)."""
 
     user_factory: ClassVar[Callable[[], Any] | None] = None
-    needs_predictor: ClassVar[bool] = True   # fills EvictionCandidate.estimated_lifetime
+    needs_predictor: ClassVar[bool] = True  # fills EvictionCandidate.estimated_lifetime
 
     def __init__(self, ctx, user: Any = None) -> None:
         super().__init__(ctx)
         if user is None:
             if self.user_factory is None:
-                raise TypeError("SequencePolicyAdapter needs a user policy object or a user_factory "
-                                "(use sim.adapters.adapt(UserClass))")
+                raise TypeError(
+                    "SequencePolicyAdapter needs a user policy object or a user_factory "
+                    "(use sim.adapters.adapt(UserClass))"
+                )
             user = type(self).user_factory()
         if not is_sequence_policy(user):
             raise TypeError(f"{type(user).__name__} lacks one of {', '.join(_METHODS)}")
         self.user = user
         self._seqs: dict[str, _Seq] = {}
-        self._where: dict[int, _Seq] = {}     # candidate uid -> its sequence
-        self._hits: dict[int, int] = {}       # uid in this tier (pinned or not) -> uses since entry
+        self._where: dict[int, _Seq] = {}  # candidate uid -> its sequence
+        self._hits: dict[int, int] = {}  # uid in this tier (pinned or not) -> uses since entry
         self._plan: deque[str] = deque()
         self._notified: tuple[str, float] | None = None
 
     # -- membership ------------------------------------------------------------------------------
     def insert(self, uid: int, now: float, pinned: bool = False) -> None:
-        self._hits[uid] = 1                   # entering the tier is its first use
+        self._hits[uid] = 1  # entering the tier is its first use
         if not pinned:
             self._add(uid, now)
 
@@ -130,7 +135,7 @@ class SequencePolicyAdapter(EvictionPolicy):
     def _add(self, uid: int, now: float) -> None:
         if uid in self._where:
             self._drop(uid)
-        if uid not in self._hits:             # a candidate the adapter never saw enter
+        if uid not in self._hits:  # a candidate the adapter never saw enter
             self._hits[uid] = 1
         view = self.view
         sid = self._sid(uid)
@@ -159,7 +164,7 @@ class SequencePolicyAdapter(EvictionPolicy):
 
     def _evicted(self, uid: int) -> None:
         self._hits.pop(uid, None)
-        self._drop(uid)                       # the plan's own victim: the plan stays
+        self._drop(uid)  # the plan's own victim: the plan stays
 
     def _drop(self, uid: int) -> bool:
         s = self._where.pop(uid, None)
@@ -187,11 +192,11 @@ class SequencePolicyAdapter(EvictionPolicy):
         for _ in range(2):
             while plan:
                 s = self._seqs.get(plan[0])
-                if s is None:                 # used up: the sequence has no candidate left
+                if s is None:  # used up: the sequence has no candidate left
                     plan.popleft()
                     continue
                 return s.units.min()
-            plan.extend(self._select(now))    # the user's answer for the current candidates
+            plan.extend(self._select(now))  # the user's answer for the current candidates
         raise AssertionError("unreachable: a non-empty plan of live sequences was just made")
 
     def _select(self, now: float) -> list[str]:
@@ -199,12 +204,16 @@ class SequencePolicyAdapter(EvictionPolicy):
         chosen = self.user.select_victims(cands, 1)
         name = type(self.user).__name__
         if not chosen:
-            raise ValueError(f"{name}.select_victims returned no victim among {len(cands)} candidates")
+            raise ValueError(
+                f"{name}.select_victims returned no victim among {len(cands)} candidates"
+            )
         plan, seen = [], set()
         for sid in chosen:
             if sid not in self._seqs:
-                raise ValueError(f"{name}.select_victims returned {sid!r}, which is not a candidate "
-                                 f"(pinned, in another tier, or unknown)")
+                raise ValueError(
+                    f"{name}.select_victims returned {sid!r}, which is not a candidate "
+                    f"(pinned, in another tier, or unknown)"
+                )
             if sid not in seen:
                 seen.add(sid)
                 plan.append(sid)
@@ -222,9 +231,16 @@ class SequencePolicyAdapter(EvictionPolicy):
         lifetime = None if pred is None else pred.mean_residual_s(completed, now - s.last_access)
         hits = self._hits
         return EvictionCandidate(
-            sequence_id=s.sid, block_ids=uids, last_access_time=s.last_access,
-            access_count=max(hits[u] for u in uids), priority=priority, is_pinned=False,
-            estimated_lifetime=lifetime, sequence_length=length, max_length=length)
+            sequence_id=s.sid,
+            block_ids=uids,
+            last_access_time=s.last_access,
+            access_count=max(hits[u] for u in uids),
+            priority=priority,
+            is_pinned=False,
+            estimated_lifetime=lifetime,
+            sequence_length=length,
+            max_length=length,
+        )
 
     def metrics(self) -> Mapping[str, Any]:
         return self.user.get_metrics()
@@ -236,17 +252,26 @@ class SequencePolicyAdapter(EvictionPolicy):
         return uid in self._where
 
 
-def adapt(user_cls: Callable[..., Any], name: str | None = None,
-          **kwargs: Any) -> type[SequencePolicyAdapter]:
+def adapt(
+    user_cls: Callable[..., Any], name: str | None = None, **kwargs: Any
+) -> type[SequencePolicyAdapter]:
     """An ``EvictionPolicy`` subclass whose instances wrap ``user_cls(**kwargs)``."""
     if not is_sequence_policy(user_cls):
-        raise TypeError(f"{getattr(user_cls, '__name__', user_cls)!r} is not a sequence-level policy: "
-                        f"it needs {', '.join(_METHODS)}")
+        raise TypeError(
+            f"{getattr(user_cls, '__name__', user_cls)!r} is not a sequence-level policy: "
+            f"it needs {', '.join(_METHODS)}"
+        )
     label = name or getattr(user_cls, "__name__", "sequence-policy")
-    return type(f"Adapted{getattr(user_cls, '__name__', 'Policy')}", (SequencePolicyAdapter,), {
-        "name": label, "user_factory": staticmethod(lambda: user_cls(**kwargs)),
-        "__module__": __name__,
-        "__doc__": f"{label} (a sequence-level policy) run through SequencePolicyAdapter."})
+    return type(
+        f"Adapted{getattr(user_cls, '__name__', 'Policy')}",
+        (SequencePolicyAdapter,),
+        {
+            "name": label,
+            "user_factory": staticmethod(lambda: user_cls(**kwargs)),
+            "__module__": __name__,
+            "__doc__": f"{label} (a sequence-level policy) run through SequencePolicyAdapter.",
+        },
+    )
 
 
 def resolve_policy_class(obj: Any, name: str = "") -> type[EvictionPolicy]:
@@ -256,5 +281,7 @@ def resolve_policy_class(obj: Any, name: str = "") -> type[EvictionPolicy]:
         return obj
     if isinstance(obj, type) and is_sequence_policy(obj):
         return adapt(obj, name=name or obj.__name__)
-    raise ValueError(f"policy {name or obj!r} is neither a sim.policies.EvictionPolicy subclass nor a "
-                     f"sequence-level policy class (select_victims, update_access, get_metrics)")
+    raise ValueError(
+        f"policy {name or obj!r} is neither a sim.policies.EvictionPolicy subclass nor a "
+        f"sequence-level policy class (select_victims, update_access, get_metrics)"
+    )

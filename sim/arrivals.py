@@ -4,6 +4,7 @@ A heap of (time, order, session index); ties go to the earlier-scheduled session
 before later ones, in trace order: see ``Scheduler``). ``next_arrival_s``
 applies the replay rule for a session's next turn once its previous turn completes.
 """
+
 from __future__ import annotations
 
 import heapq
@@ -13,7 +14,7 @@ from traces.records import Turn
 
 class Arrivals:
     def __init__(self) -> None:
-        self._heap: list[tuple[float, int, int]] = []   # (time, order, session index)
+        self._heap: list[tuple[float, int, int]] = []  # (time, order, session index)
         self._order = 0
 
     def schedule(self, session_index: int, t: float, order: int | None = None) -> None:

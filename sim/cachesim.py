@@ -34,6 +34,7 @@ Offline policies (a class attribute ``offline = True``, e.g. belady) read ``view
 the index of the object's next request (``inf`` if none), computed with numpy from the whole stream.
 Time (``now``) is the request index, or the trace's ``time`` column when it has one.
 """
+
 from __future__ import annotations
 
 import math
@@ -96,13 +97,15 @@ class ObjectView:
 class RequestStream:
     """An object request stream: parallel arrays, one entry per request."""
 
-    obj_ids: np.ndarray            # int64
-    sizes: np.ndarray              # int64, >= 1
+    obj_ids: np.ndarray  # int64
+    sizes: np.ndarray  # int64, >= 1
     times: np.ndarray | None = None  # float64, when the trace has a time column
     source: str = "<memory>"
 
     def __post_init__(self) -> None:
-        if len(self.obj_ids) != len(self.sizes) or (self.times is not None and len(self.times) != len(self.sizes)):
+        if len(self.obj_ids) != len(self.sizes) or (
+            self.times is not None and len(self.times) != len(self.sizes)
+        ):
             raise ValueError(f"{self.source}: obj_ids, sizes and times differ in length")
 
     def __len__(self) -> int:
@@ -118,7 +121,7 @@ class CacheSimResult:
     misses: int
     byte_requests: int
     byte_hits: int
-    hit_flags: np.ndarray = field(repr=False, compare=False)   # bool, one per request
+    hit_flags: np.ndarray = field(repr=False, compare=False)  # bool, one per request
 
     @property
     def hit_ratio(self) -> float:
@@ -130,9 +133,15 @@ class CacheSimResult:
 
     def summary(self) -> dict[str, Any]:
         """The figures ``kvsim cachesim --json`` prints, exactly these keys."""
-        return {"policy": self.policy, "capacity": self.capacity, "requests": self.requests,
-                "hits": self.hits, "misses": self.misses, "byte_requests": self.byte_requests,
-                "byte_hits": self.byte_hits}
+        return {
+            "policy": self.policy,
+            "capacity": self.capacity,
+            "requests": self.requests,
+            "hits": self.hits,
+            "misses": self.misses,
+            "byte_requests": self.byte_requests,
+            "byte_hits": self.byte_hits,
+        }
 
 
 # -- reading a stream ------------------------------------------------------------------------------
@@ -152,9 +161,11 @@ def read_trace(path: str | Path) -> RequestStream:
     df.columns = [str(c).strip() for c in df.columns]
     missing = [c for c in REQUIRED_COLUMNS if c not in df.columns]
     if missing:
-        raise CacheTraceError(f"{path}: missing column {', '.join(map(repr, missing))} "
-                              f"(header is {','.join(df.columns)}; expected obj_id,size[,time])")
-    lines = np.arange(len(df)) + 2                      # line 1 is the header
+        raise CacheTraceError(
+            f"{path}: missing column {', '.join(map(repr, missing))} "
+            f"(header is {','.join(df.columns)}; expected obj_id,size[,time])"
+        )
+    lines = np.arange(len(df)) + 2  # line 1 is the header
     blank = df.isna().all(axis=1).to_numpy()
     if blank.any():
         df, lines = df[~blank], lines[~blank]
@@ -175,7 +186,9 @@ def read_trace(path: str | Path) -> RequestStream:
         t = pd.to_numeric(df["time"], errors="coerce").to_numpy(dtype=np.float64)
         if np.isnan(t).any():
             i = int(np.argmax(np.isnan(t)))
-            raise CacheTraceError(f"{path}, line {lines[i]}: time {_show(df['time'].iloc[i])} is not a number")
+            raise CacheTraceError(
+                f"{path}, line {lines[i]}: time {_show(df['time'].iloc[i])} is not a number"
+            )
         times = t
     return RequestStream(obj_ids, sizes, times, str(path))
 
@@ -189,7 +202,9 @@ def _integer_column(col, name: str, path: Path, lines: np.ndarray) -> np.ndarray
     bad = np.isnan(num) | (num != np.floor(num))
     if bad.any():
         i = int(np.argmax(bad))
-        raise CacheTraceError(f"{path}, line {lines[i]}: {name} {_show(col.iloc[i])} is not an integer")
+        raise CacheTraceError(
+            f"{path}, line {lines[i]}: {name} {_show(col.iloc[i])} is not an integer"
+        )
     return num.astype(np.int64)
 
 
@@ -218,14 +233,18 @@ def next_access(obj_ids: np.ndarray) -> np.ndarray:
 
 
 # -- the replay ------------------------------------------------------------------------------------
-def _make_policy(policy: str | type[EvictionPolicy], capacity, ctx: PolicyContext | None,
-                 view: ObjectView) -> tuple[str, type[EvictionPolicy], EvictionPolicy, int]:
+def _make_policy(
+    policy: str | type[EvictionPolicy], capacity, ctx: PolicyContext | None, view: ObjectView
+) -> tuple[str, type[EvictionPolicy], EvictionPolicy, int]:
     cls = policy_class(policy) if isinstance(policy, str) else policy
     name = policy if isinstance(policy, str) else (cls.name or cls.__name__)
     if isinstance(capacity, bool) or not isinstance(capacity, (int, np.integer)) or capacity < 1:
         raise ValueError(f"capacity must be a positive integer, got {capacity!r}")
-    ctx = replace(ctx, view=view) if ctx is not None else \
-        PolicyContext(tier=Tier.GPU, block_tokens=1, num_layers=1, view=view)
+    ctx = (
+        replace(ctx, view=view)
+        if ctx is not None
+        else PolicyContext(tier=Tier.GPU, block_tokens=1, num_layers=1, view=view)
+    )
     pol = cls(ctx)
     pol.set_capacity(int(capacity))
     return name, cls, pol, int(capacity)
@@ -237,16 +256,20 @@ class CacheSim:
     ``simulate_cache`` is the fast path for a whole stream; both give the same hits (tested).
     """
 
-    def __init__(self, policy: str | type[EvictionPolicy], capacity: int, *,
-                 ctx: PolicyContext | None = None) -> None:
+    def __init__(
+        self, policy: str | type[EvictionPolicy], capacity: int, *, ctx: PolicyContext | None = None
+    ) -> None:
         self.view = ObjectView()
-        self.name, self.cls, self.policy, self.capacity = _make_policy(policy, capacity, ctx, self.view)
+        self.name, self.cls, self.policy, self.capacity = _make_policy(
+            policy, capacity, ctx, self.view
+        )
         self.used = 0
         self.cached: set[int] = set()
         self._n = 0
 
-    def get(self, obj_id: int, size: int = 1, next_access_s: float = math.inf,
-            now: float | None = None) -> bool:
+    def get(
+        self, obj_id: int, size: int = 1, next_access_s: float = math.inf, now: float | None = None
+    ) -> bool:
         """One request: True on a hit. ``next_access_s`` matters to offline policies only."""
         pol, view = self.policy, self.view
         now = float(self._n) if now is None else now
@@ -264,8 +287,9 @@ class CacheSim:
         while self.used + size > self.capacity:
             v = pol.evict(now)
             if v is None or v not in self.cached:
-                raise AssertionError(f"{self.name}: victim {v!r} with {self.used} of "
-                                     f"{self.capacity} used")
+                raise AssertionError(
+                    f"{self.name}: victim {v!r} with {self.used} of {self.capacity} used"
+                )
             self.cached.discard(v)
             self.used -= view.sizes[v]
         pol.insert(obj_id, now)
@@ -274,8 +298,13 @@ class CacheSim:
         return False
 
 
-def simulate_cache(stream: RequestStream, policy: str | type[EvictionPolicy], capacity: int,
-                   *, ctx: PolicyContext | None = None) -> CacheSimResult:
+def simulate_cache(
+    stream: RequestStream,
+    policy: str | type[EvictionPolicy],
+    capacity: int,
+    *,
+    ctx: PolicyContext | None = None,
+) -> CacheSimResult:
     """Replay ``stream`` through a fresh ``policy`` of ``capacity`` (in the units of ``size``)."""
     view = ObjectView()
     name, cls, pol, capacity = _make_policy(policy, capacity, ctx, view)
@@ -297,15 +326,21 @@ def simulate_cache(stream: RequestStream, policy: str | type[EvictionPolicy], ca
     admitting = getattr(pol, "admitting", None)
     admit = getattr(pol, "admit", None)
 
-    flags = bytearray(b"\x01") * n           # a hit unless the request misses
+    flags = bytearray(b"\x01") * n  # a hit unless the request misses
     hooks = pol.replay_hooks()
-    if hooks is not None and not cls.offline and not needs_last and admitting is None and admit is None:
+    if (
+        hooks is not None
+        and not cls.offline
+        and not needs_last
+        and admitting is None
+        and admit is None
+    ):
         uniform = n > 0 and int(stream.sizes.min()) == int(stream.sizes.max())
         _replay_direct(hooks, ids, sizes, capacity, flags, view.sizes, name, uniform)
         return _result(name, capacity, stream, flags)
     nows = (stream.times if stream.times is not None else np.arange(n, dtype=np.float64)).tolist()
 
-    obj_size = view.sizes                    # size of every object seen (kept while cached)
+    obj_size = view.sizes  # size of every object seen (kept while cached)
     last, nxt_of = view.last, view.next
     cached: set[int] = set()
     used = 0
@@ -315,7 +350,7 @@ def simulate_cache(stream: RequestStream, policy: str | type[EvictionPolicy], ca
             last[oid] = now
         if nxt is not None:
             nxt_of[oid] = nxt[i]
-        if oid in cached:                    # hit
+        if oid in cached:  # hit
             if access is not None:
                 access(oid, now)
             continue
@@ -329,8 +364,10 @@ def simulate_cache(stream: RequestStream, policy: str | type[EvictionPolicy], ca
         while used + size > capacity:
             v = evict(now)
             if v is None:
-                raise AssertionError(f"{name}: no victim with {used} of {capacity} used and "
-                                     f"{len(cached)} objects cached")
+                raise AssertionError(
+                    f"{name}: no victim with {used} of {capacity} used and "
+                    f"{len(cached)} objects cached"
+                )
             if v not in cached:
                 raise AssertionError(f"{name}: victim {v!r} is not cached")
             cached.discard(v)
@@ -342,8 +379,16 @@ def simulate_cache(stream: RequestStream, policy: str | type[EvictionPolicy], ca
     return _result(name, capacity, stream, flags)
 
 
-def _replay_direct(hooks, ids: list[int], sizes: list[int], capacity: int, flags: bytearray,
-                   obj_size: dict[int, int], name: str, uniform: bool) -> None:
+def _replay_direct(
+    hooks,
+    ids: list[int],
+    sizes: list[int],
+    capacity: int,
+    flags: bytearray,
+    obj_size: dict[int, int],
+    name: str,
+    uniform: bool,
+) -> None:
     """The replay loop of ``simulate_cache`` on a policy's own structure (``replay_hooks``): the
     same requests, hits and victims, with no method dispatch on a hit (nor a size table when all
     sizes are equal)."""
@@ -355,8 +400,8 @@ def _replay_direct(hooks, ids: list[int], sizes: list[int], capacity: int, flags
             if size > capacity:
                 flags[:] = bytes(len(flags))
                 return
-            slots = capacity // size              # objects that fit
-            if on_hit is None:                    # a hit changes nothing (FIFO)
+            slots = capacity // size  # objects that fit
+            if on_hit is None:  # a hit changes nothing (FIFO)
                 for i, oid in enumerate(ids):
                     if oid not in members:
                         flags[i] = 0
@@ -367,7 +412,7 @@ def _replay_direct(hooks, ids: list[int], sizes: list[int], capacity: int, flags
                         insert(oid)
                 return
             for i, oid in enumerate(ids):
-                if oid in members:                # hit
+                if oid in members:  # hit
                     on_hit(oid)
                     continue
                 flags[i] = 0
@@ -379,7 +424,7 @@ def _replay_direct(hooks, ids: list[int], sizes: list[int], capacity: int, flags
             return
         on_hit = on_hit or _no_op
         for i, oid in enumerate(ids):
-            if oid in members:                    # hit
+            if oid in members:  # hit
                 on_hit(oid)
                 continue
             flags[i] = 0
@@ -404,9 +449,16 @@ def _result(name: str, capacity: int, stream: RequestStream, flags: bytearray) -
     hit = np.frombuffer(bytes(flags), dtype=np.uint8).astype(bool)
     size_arr = stream.sizes
     hits = int(hit.sum())
-    return CacheSimResult(policy=name, capacity=capacity, requests=n, hits=hits, misses=n - hits,
-                          byte_requests=int(size_arr.sum()), byte_hits=int(size_arr[hit].sum()),
-                          hit_flags=hit)
+    return CacheSimResult(
+        policy=name,
+        capacity=capacity,
+        requests=n,
+        hits=hits,
+        misses=n - hits,
+        byte_requests=int(size_arr.sum()),
+        byte_hits=int(size_arr[hit].sum()),
+        hit_flags=hit,
+    )
 
 
 def stream_from_arrays(obj_ids, sizes=None, times=None) -> RequestStream:

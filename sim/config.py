@@ -2,6 +2,7 @@
 
 Plain dataclasses with help text and no side effects; experiments/ validates user YAML into these.
 """
+
 from __future__ import annotations
 
 import math
@@ -10,16 +11,16 @@ from dataclasses import dataclass
 GIB = 2**30  # capacities are GiB (2^30 bytes), as vLLM's swap/offload sizes are
 EVICT_UNITS = ("session", "block", "layer_block")
 REPLAY_MODES = ("closed-loop", "open-loop")
-PREFETCH_MODES = ("off", "queue", "think")   # ahead-of-time swap-in (docs/semantics.md)
+PREFETCH_MODES = ("off", "queue", "think")  # ahead-of-time swap-in (docs/semantics.md)
 
 
 @dataclass(frozen=True, slots=True)
 class MemoryConfig:
-    gpu_kv_gb: float                 # GPU KV capacity in GiB (math.inf: unbounded)
-    cpu_kv_gb: float = 0.0           # CPU swap tier in GiB (0: no CPU tier, evictions drop)
-    block_tokens: int = 16           # page size in tokens; a session's last page counts whole
-    evict_unit: str = "block"        # session | block | layer_block (the eviction granularity)
-    prefix_sharing: bool = True      # equal prefix hashes of a trace share one KV (``sim.prefix``)
+    gpu_kv_gb: float  # GPU KV capacity in GiB (math.inf: unbounded)
+    cpu_kv_gb: float = 0.0  # CPU swap tier in GiB (0: no CPU tier, evictions drop)
+    block_tokens: int = 16  # page size in tokens; a session's last page counts whole
+    evict_unit: str = "block"  # session | block | layer_block (the eviction granularity)
+    prefix_sharing: bool = True  # equal prefix hashes of a trace share one KV (``sim.prefix``)
 
     def __post_init__(self) -> None:
         if not (self.gpu_kv_gb > 0):
@@ -29,7 +30,9 @@ class MemoryConfig:
         if self.block_tokens < 1:
             raise ValueError(f"memory.block_tokens must be >= 1, got {self.block_tokens}")
         if self.evict_unit not in EVICT_UNITS:
-            raise ValueError(f"memory.evict_unit must be one of {EVICT_UNITS}, got {self.evict_unit!r}")
+            raise ValueError(
+                f"memory.evict_unit must be one of {EVICT_UNITS}, got {self.evict_unit!r}"
+            )
 
     @staticmethod
     def capacity_bytes(gb: float) -> float:
@@ -38,13 +41,13 @@ class MemoryConfig:
 
 @dataclass(frozen=True, slots=True)
 class EngineConfig:
-    max_batch_tokens: int = 8192     # prefill + decode tokens one iteration may compute
-    max_running: int = 256           # sequences in the continuous batch
-    replay: str = "closed-loop"      # closed-loop: turn k+1 arrives think_s after turn k ends
-    pipelining: bool = True          # layer-wise overlap of swap-in copies with compute
-    async_save: bool = True          # demotion copies (D2H) overlap compute on their own stream
-    fused_recompute: bool = True     # dropped history recomputed in the same prefill as the prompt
-    prefetch: str = "off"            # swap a turn's CPU units in ahead: off | queue | think
+    max_batch_tokens: int = 8192  # prefill + decode tokens one iteration may compute
+    max_running: int = 256  # sequences in the continuous batch
+    replay: str = "closed-loop"  # closed-loop: turn k+1 arrives think_s after turn k ends
+    pipelining: bool = True  # layer-wise overlap of swap-in copies with compute
+    async_save: bool = True  # demotion copies (D2H) overlap compute on their own stream
+    fused_recompute: bool = True  # dropped history recomputed in the same prefill as the prompt
+    prefetch: str = "off"  # swap a turn's CPU units in ahead: off | queue | think
 
     def __post_init__(self) -> None:
         if self.max_batch_tokens < 1:
@@ -52,7 +55,9 @@ class EngineConfig:
         if self.max_running < 1:
             raise ValueError(f"engine.max_running must be >= 1, got {self.max_running}")
         if self.prefetch not in PREFETCH_MODES:
-            raise ValueError(f"engine.prefetch must be one of {PREFETCH_MODES}, got {self.prefetch!r}")
+            raise ValueError(
+                f"engine.prefetch must be one of {PREFETCH_MODES}, got {self.prefetch!r}"
+            )
         if self.replay not in REPLAY_MODES:
             raise ValueError(f"engine.replay must be one of {REPLAY_MODES}, got {self.replay!r}")
 
@@ -73,11 +78,11 @@ class BudgetConfig:
     sink: int = 0
     window: int = 0
     budget: int = 0
-    scorer: str = "random"          # what the quality report assumes the scores are (smartkv)
-    lifespans: str | None = None    # CSV of the relevance model's lifespan histogram (None: built-in)
-    quality_sample: int = 200       # sessions the quality report evaluates (a seeded sample)
-    scorer_s_per_key: float | None = None   # measured scorer cost per key (None: its FLOPs)
-    scorer_launch_s: float | None = None    # measured fixed cost per layer (None: the GEMM tau)
+    scorer: str = "random"  # what the quality report assumes the scores are (smartkv)
+    lifespans: str | None = None  # CSV of the relevance model's lifespan histogram (None: built-in)
+    quality_sample: int = 200  # sessions the quality report evaluates (a seeded sample)
+    scorer_s_per_key: float | None = None  # measured scorer cost per key (None: its FLOPs)
+    scorer_launch_s: float | None = None  # measured fixed cost per layer (None: the GEMM tau)
 
     def __post_init__(self) -> None:
         if self.kind not in BUDGET_KINDS:
@@ -94,13 +99,19 @@ class BudgetConfig:
         if self.quality_sample < 1:
             raise ValueError(f"budget.quality_sample must be >= 1, got {self.quality_sample}")
         if self.kind == "full" and (self.sink or self.window or self.budget):
-            raise ValueError("budget.kind 'full' keeps every token: leave sink, window and budget at 0")
+            raise ValueError(
+                "budget.kind 'full' keeps every token: leave sink, window and budget at 0"
+            )
         if self.kind == "streamingllm" and self.budget:
-            raise ValueError(f"budget.kind 'streamingllm' keeps sink + window only: budget.budget "
-                             f"must be 0, got {self.budget}")
+            raise ValueError(
+                f"budget.kind 'streamingllm' keeps sink + window only: budget.budget "
+                f"must be 0, got {self.budget}"
+            )
         if self.kind != "full" and self.capacity < 1:
-            raise ValueError(f"budget.kind {self.kind!r} keeps sink + window + budget tokens per "
-                             f"layer: their sum must be >= 1")
+            raise ValueError(
+                f"budget.kind {self.kind!r} keeps sink + window + budget tokens per "
+                f"layer: their sum must be >= 1"
+            )
 
     @property
     def capacity(self) -> int | None:
@@ -133,13 +144,14 @@ class SparseConfig:
     ``ring_slots`` page slots on the GPU. ``off``: decode from GPU memory (no offload)."""
 
     kind: str = "off"
-    k: int | None = None             # quest: pages read per layer and step
-    scorer: str = "recency"          # quest: how pages are ranked (a stand-in for query-key bounds)
+    k: int | None = None  # quest: pages read per layer and step
+    scorer: str = "recency"  # quest: how pages are ranked (a stand-in for query-key bounds)
     ring_slots: int = 16
-    phases: tuple[str, ...] = ("decode",)   # where the selector runs; prefill is always dense
+    phases: tuple[str, ...] = ("decode",)  # where the selector runs; prefill is always dense
 
     def __post_init__(self) -> None:
         from sim.sparse import check_phase, make_selector, validate_sparse
+
         if self.kind not in SPARSE_KINDS:
             raise ValueError(f"sparse.kind must be one of {SPARSE_KINDS}, got {self.kind!r}")
         if self.ring_slots < 1:
@@ -155,6 +167,7 @@ class SparseConfig:
 
     def selector(self):
         from sim.sparse import make_selector
+
         if self.kind == "off":
             return None
         return make_selector(self.kind, k=self.k, scorer=self.scorer)

@@ -5,6 +5,7 @@ run of decode-only iterations between two events (``Scheduler.decode_span``: eac
 priced and recorded); between iterations it sleeps until the next arrival. The only module that
 imports simpy.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -16,9 +17,14 @@ from sim.scheduler import Scheduler, Step
 
 
 class Engine:
-    def __init__(self, scheduler: Scheduler, debug: bool = False, progress=None,
-                 decode_spans: bool = True,
-                 on_iteration: Callable[[Scheduler, Step, float], None] | None = None) -> None:
+    def __init__(
+        self,
+        scheduler: Scheduler,
+        debug: bool = False,
+        progress=None,
+        decode_spans: bool = True,
+        on_iteration: Callable[[Scheduler, Step, float], None] | None = None,
+    ) -> None:
         self.sched = scheduler
         # False: strictly one event per iteration (for checks). ``on_iteration(scheduler, step,
         # now)`` hears of every iteration right after it is planned, so it turns decode spans off.
@@ -26,7 +32,7 @@ class Engine:
         self.on_iteration = on_iteration
         self.debug = debug
         self.progress = progress
-        self.gpu_byte_seconds = 0.0   # integral of GPU KV occupancy over time
+        self.gpu_byte_seconds = 0.0  # integral of GPU KV occupancy over time
         self.start_s: float | None = None
         self.end_s = 0.0
 
@@ -50,8 +56,10 @@ class Engine:
                 if nxt is None:
                     if sched.waiting:
                         head = sched.waiting[0]
-                        raise AssertionError(f"deadlock at t={env.now:.3f}s: {head.sess.session_id} "
-                                             f"turn {head.k} waits with nothing running")
+                        raise AssertionError(
+                            f"deadlock at t={env.now:.3f}s: {head.sess.session_id} "
+                            f"turn {head.k} waits with nothing running"
+                        )
                     break
                 if self.start_s is not None:
                     idle_area += used * (nxt - env.now)

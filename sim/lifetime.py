@@ -31,6 +31,7 @@ Without a fitted predictor policies use ``LifetimePredictor.prior()``: continuat
 turn-count fit that drives the synthetic generator and a lognormal think time of median 30 s, sigma 1
 (the generator's documented assumption).
 """
+
 from __future__ import annotations
 
 import math
@@ -47,14 +48,14 @@ _SQRT2 = math.sqrt(2.0)
 class BucketFit:
     """The fitted law of one turn bucket."""
 
-    c: int                 # completed turns (the last bucket pools c >= this)
-    at_risk: int           # training sessions that completed c turns (observations of p)
-    continued: int         # of those, the ones with a further turn
-    p_next: float          # continuation probability
-    think_n: int           # think times observed for the turn after
-    mu: float              # mean of ln(think_s)
-    sigma: float           # population std of ln(think_s) (> 0)
-    pooled: bool = False   # the estimate borrows from other buckets (too few observations)
+    c: int  # completed turns (the last bucket pools c >= this)
+    at_risk: int  # training sessions that completed c turns (observations of p)
+    continued: int  # of those, the ones with a further turn
+    p_next: float  # continuation probability
+    think_n: int  # think times observed for the turn after
+    mu: float  # mean of ln(think_s)
+    sigma: float  # population std of ln(think_s) (> 0)
+    pooled: bool = False  # the estimate borrows from other buckets (too few observations)
 
     @property
     def expected_think_s(self) -> float:
@@ -69,7 +70,7 @@ class BucketFit:
 class LifetimePredictor:
     """P(next turn | completed turns, idle time) and think-time expectations (module docstring)."""
 
-    buckets: tuple[BucketFit, ...]   # buckets[i] is bucket c = i + 1
+    buckets: tuple[BucketFit, ...]  # buckets[i] is bucket c = i + 1
     source: str = ""
     train_ids: frozenset[str] = field(default_factory=frozenset)
 
@@ -80,7 +81,9 @@ class LifetimePredictor:
             if b.c != i + 1:
                 raise ValueError(f"bucket {i} has c = {b.c}, expected {i + 1}")
             if not (0.0 <= b.p_next <= 1.0) or not (b.sigma > 0) or not math.isfinite(b.mu):
-                raise ValueError(f"bucket c={b.c}: need 0 <= p_next <= 1, sigma > 0, finite mu; got {b}")
+                raise ValueError(
+                    f"bucket c={b.c}: need 0 <= p_next <= 1, sigma > 0, finite mu; got {b}"
+                )
 
     @property
     def num_buckets(self) -> int:
@@ -148,28 +151,36 @@ class LifetimePredictor:
 
     # -- construction -----------------------------------------------------------------------------
     @classmethod
-    def prior(cls, buckets: int = 16, median_think_s: float = 30.0,
-              sigma: float = 1.0) -> "LifetimePredictor":
+    def prior(
+        cls, buckets: int = 16, median_think_s: float = 30.0, sigma: float = 1.0
+    ) -> "LifetimePredictor":
         """The default without a fit: ShareGPT turn counts (``traces.synthetic``'s fit) and the
         synthetic generator's think-time assumption."""
         from traces.synthetic import SyntheticConfig
 
-        pmf = SyntheticConfig().turns_pmf                  # P(turns = i + 1)
+        pmf = SyntheticConfig().turns_pmf  # P(turns = i + 1)
         n = max(len(pmf), buckets) + 1
-        tail = [sum(pmf[i:]) for i in range(n)]            # tail[c] = P(turns > c)
+        tail = [sum(pmf[i:]) for i in range(n)]  # tail[c] = P(turns > c)
         fits = []
         for c in range(1, buckets + 1):
-            if c < buckets:   # P(turns > c | turns >= c)
+            if c < buckets:  # P(turns > c | turns >= c)
                 at, more = tail[c - 1], tail[c]
-            else:             # pooled over c' >= K, weighted by the at-risk mass, as a fit pools them
-                at, more = sum(tail[c - 1:n - 1]), sum(tail[c:n])
+            else:  # pooled over c' >= K, weighted by the at-risk mass, as a fit pools them
+                at, more = sum(tail[c - 1 : n - 1]), sum(tail[c:n])
             p = more / at if at > 0 else 0.0
-            fits.append(BucketFit(c, 0, 0, min(1.0, p), 0, math.log(median_think_s), sigma, pooled=True))
-        return cls(tuple(fits), source=f"prior: ShareGPT turn-count fit, lognormal think "
-                                       f"median {median_think_s} s sigma {sigma}")
+            fits.append(
+                BucketFit(c, 0, 0, min(1.0, p), 0, math.log(median_think_s), sigma, pooled=True)
+            )
+        return cls(
+            tuple(fits),
+            source=f"prior: ShareGPT turn-count fit, lognormal think "
+            f"median {median_think_s} s sigma {sigma}",
+        )
 
 
-def train_split(sessions: Iterable[Session], train_frac: float = 0.3) -> tuple[list[Session], list[Session]]:
+def train_split(
+    sessions: Iterable[Session], train_frac: float = 0.3
+) -> tuple[list[Session], list[Session]]:
     """(train, evaluate): the first ``train_frac`` of sessions by (start time, id), then the rest."""
     if not 0.0 < train_frac <= 1.0:
         raise ValueError(f"train_frac must be in (0, 1], got {train_frac}")
@@ -193,7 +204,9 @@ def think_times(session: Session) -> list[float | None]:
     return out
 
 
-def fit_buckets(sessions: Sequence[Session], buckets: int = 16, min_count: int = 10) -> tuple[BucketFit, ...]:
+def fit_buckets(
+    sessions: Sequence[Session], buckets: int = 16, min_count: int = 10
+) -> tuple[BucketFit, ...]:
     """Per-bucket continuation and lognormal think-time MLE from ``sessions`` (all of them)."""
     if buckets < 1:
         raise ValueError(f"buckets must be >= 1, got {buckets}")
@@ -243,10 +256,14 @@ def fit_buckets(sessions: Sequence[Session], buckets: int = 16, min_count: int =
     return tuple(fits)
 
 
-def fit_lifetime(sessions: Iterable[Session], train_frac: float = 0.3, buckets: int = 16,
-                 min_count: int = 10) -> LifetimePredictor:
+def fit_lifetime(
+    sessions: Iterable[Session], train_frac: float = 0.3, buckets: int = 16, min_count: int = 10
+) -> LifetimePredictor:
     """Fit on the training split of ``sessions`` (the first ``train_frac`` by start time)."""
     train, _ = train_split(sessions, train_frac)
     fits = fit_buckets(train, buckets, min_count)
-    return LifetimePredictor(fits, source=f"fit on {len(train)} sessions (first {train_frac:.0%} by start)",
-                             train_ids=frozenset(s.session_id for s in train))
+    return LifetimePredictor(
+        fits,
+        source=f"fit on {len(train)} sessions (first {train_frac:.0%} by start)",
+        train_ids=frozenset(s.session_id for s in train),
+    )

@@ -11,6 +11,7 @@ broken invariant raises with a diagnosis.
 the policies' victim selection (the GPU batch and any CPU victims it forced). The clock is passed
 in (``clock``), so tests can drive this class without reading the wall clock.
 """
+
 from __future__ import annotations
 
 import math
@@ -32,7 +33,7 @@ from sim.units import (
 )
 
 GPU, CPU, DROPPED, SHARED = Tier.GPU, Tier.CPU, Tier.DROPPED, Tier.SHARED
-_TIER_BYTES = (b"\x00", b"\x01", b"\x02")      # one unit's state byte, by Tier
+_TIER_BYTES = (b"\x00", b"\x01", b"\x02")  # one unit's state byte, by Tier
 _GPU_BYTE = _TIER_BYTES[GPU]
 
 
@@ -45,10 +46,10 @@ class LayerFetch:
     """What ``bring_layers_to_gpu`` did: the units swapped in per layer, the pages recomputed and
     the deepest layer each is recomputed through, and the CPU units the recompute regenerated."""
 
-    swapped_per_layer: np.ndarray    # int, one entry per layer
-    recomputed_pages: np.ndarray     # page indices, in order
-    depth: np.ndarray                # deepest dropped layer of each recomputed page
-    regenerated: int                 # CPU units at or above a recomputed page's depth
+    swapped_per_layer: np.ndarray  # int, one entry per layer
+    recomputed_pages: np.ndarray  # page indices, in order
+    depth: np.ndarray  # deepest dropped layer of each recomputed page
+    regenerated: int  # CPU units at or above a recomputed page's depth
 
     @property
     def swapped_units(self) -> int:
@@ -56,23 +57,30 @@ class LayerFetch:
 
 
 class TieredMemory:
-    def __init__(self, gpu_bytes: float, cpu_bytes: float, gpu_policy, cpu_policy, view: UnitView,
-                 clock: Callable[[], int] = _no_clock) -> None:
+    def __init__(
+        self,
+        gpu_bytes: float,
+        cpu_bytes: float,
+        gpu_policy,
+        cpu_policy,
+        view: UnitView,
+        clock: Callable[[], int] = _no_clock,
+    ) -> None:
         self.capacity = [gpu_bytes, cpu_bytes]
         self.used = [0, 0]
-        self.evictable = [0, 0]          # bytes of unpinned units per tier
+        self.evictable = [0, 0]  # bytes of unpinned units per tier
         self.policy = [gpu_policy, cpu_policy]
         self.view = view
         self.clock = clock
         for tier in (GPU, CPU):
             if math.isfinite(self.capacity[tier]):
                 self.policy[tier].set_capacity(int(self.capacity[tier]))
-        self.peak_gpu_bytes = 0          # highest GPU occupancy seen
-        self.reserved = 0                # GPU bytes held outside KV pages (``reserve``)
+        self.peak_gpu_bytes = 0  # highest GPU occupancy seen
+        self.reserved = 0  # GPU bytes held outside KV pages (``reserve``)
         self.peak_reserved = 0
         self.swap_out_bytes = 0
         self.dropped_bytes = 0
-        self.evict_ns: list[int] = []    # victim-selection time of each make-room call that evicted
+        self.evict_ns: list[int] = []  # victim-selection time of each make-room call that evicted
 
     def free(self, tier: Tier) -> float:
         return self.capacity[tier] - self.used[tier]
@@ -81,11 +89,17 @@ class TieredMemory:
         return self.free(tier) + self.evictable[tier]
 
     def unit_size(self, sess: SessionKV) -> int:
-        return sess.unit_pages * self.view.page_bytes if self.view.per_session else self.view.page_bytes
+        return (
+            sess.unit_pages * self.view.page_bytes
+            if self.view.per_session
+            else self.view.page_bytes
+        )
 
     def _grew(self, tier: Tier) -> None:
         if self.used[tier] > self.capacity[tier]:
-            raise AssertionError(f"{tier.name} over capacity: {self.used[tier]} > {self.capacity[tier]}")
+            raise AssertionError(
+                f"{tier.name} over capacity: {self.used[tier]} > {self.capacity[tier]}"
+            )
         if tier == GPU and self.used[GPU] > self.peak_gpu_bytes:
             self.peak_gpu_bytes = self.used[GPU]
 
@@ -150,12 +164,14 @@ class TieredMemory:
         size = self.view.page_bytes
         need = count * size
         if not sess.pinned or sess.tier.count(GPU, first, stop) != count:
-            raise AssertionError(f"session {sess.session_id}: offload of units {first}..{stop} "
-                                 f"that are not its pinned GPU units")
+            raise AssertionError(
+                f"session {sess.session_id}: offload of units {first}..{stop} "
+                f"that are not its pinned GPU units"
+            )
         if self.reclaimable(CPU) < need:
             return False
         short = need - (self.capacity[CPU] - self.used[CPU])
-        if short > 0:                  # the CPU policy's victims, dropped in one batch
+        if short > 0:  # the CPU policy's victims, dropped in one batch
             extents = self.policy[CPU].evict_extents(short, now)
             dropped = sum(b - a for a, b in extents) * size
             self._move_extents(extents, CPU, DROPPED, policy=CPU)
@@ -229,17 +245,17 @@ class TieredMemory:
         if not n_cpu and not n_dropped:
             return 0, 0, []
         size = self.unit_size(sess)
-        ppu = sess.unit_pages if self.view.per_session else 1       # pages per unit
+        ppu = sess.unit_pages if self.view.per_session else 1  # pages per unit
         codes = np.frombuffer(tier, dtype=np.uint8)
-        if sess.tier_pages[SHARED]:                                   # the pool's pages stay put
+        if sess.tier_pages[SHARED]:  # the pool's pages stay put
             moved = np.flatnonzero((codes == CPU) | (codes == DROPPED))
         else:
-            moved = np.flatnonzero(codes)                             # not on the GPU, page order
+            moved = np.flatnonzero(codes)  # not on the GPU, page order
         was = codes[moved]
-        recomputed = moved[was == 2]                                  # an index array
+        recomputed = moved[was == 2]  # an index array
         swapped = (moved[was == 1] + base).tolist()
         del codes
-        tier[moved[0]:] = tier[moved[0]:].replace(b"\x01", b"\x00").replace(b"\x02", b"\x00")
+        tier[moved[0] :] = tier[moved[0] :].replace(b"\x01", b"\x00").replace(b"\x02", b"\x00")
         self.policy[CPU].remove_many(swapped, True)
         self.policy[GPU].insert_many((moved + base).tolist(), now, True)
         n_swapped = len(swapped)
@@ -262,22 +278,22 @@ class TieredMemory:
         if not n_cpu and not n_dropped:
             return None
         layers, base, tier = self.view.layers, sess.index << UNIT_BITS, sess.tier
-        codes = layer_codes(sess, layers)                         # (pages, layer)
+        codes = layer_codes(sess, layers)  # (pages, layer)
         dropped = codes == 2
-        pages = np.flatnonzero(dropped.any(axis=1))               # pages to recompute, in order
-        depth = layers - 1 - np.argmax(dropped[pages, ::-1], axis=1)   # deepest dropped layer
+        pages = np.flatnonzero(dropped.any(axis=1))  # pages to recompute, in order
+        depth = layers - 1 - np.argmax(dropped[pages, ::-1], axis=1)  # deepest dropped layer
         n_regen, per_layer = 0, np.zeros(layers, dtype=np.int64)
         if n_cpu:
             on_cpu = codes == 1
             regen = np.zeros_like(on_cpu)
             regen[pages] = on_cpu[pages] & (np.arange(layers) <= depth[:, None])
-            per_layer = (on_cpu & ~regen).sum(axis=0)             # swapped-in units of layer l
+            per_layer = (on_cpu & ~regen).sum(axis=0)  # swapped-in units of layer l
             n_regen = int(regen.sum())
         flat = np.frombuffer(tier, dtype=np.uint8)
         moved = np.flatnonzero(flat)
         from_cpu = (moved[flat[moved] == 1] + base).tolist() if n_cpu else []
         del codes, dropped, flat
-        tier[moved[0]:] = tier[moved[0]:].replace(b"\x01", b"\x00").replace(b"\x02", b"\x00")
+        tier[moved[0] :] = tier[moved[0] :].replace(b"\x01", b"\x00").replace(b"\x02", b"\x00")
         self.policy[CPU].remove_many(from_cpu, True)
         if self.policy[GPU].hears_pinned():
             self.policy[GPU].insert_many((moved + base).tolist(), now, True)
@@ -322,7 +338,7 @@ class TieredMemory:
         ppu = sess.unit_pages if self.view.per_session else 1
         for idx in range(first_unit, len(tier)):
             t = tier[idx]
-            if t == DROPPED or t == SHARED:      # the pool's pages are released, not dropped
+            if t == DROPPED or t == SHARED:  # the pool's pages are released, not dropped
                 continue
             self.policy[t].remove(base | idx)
             tier[idx] = DROPPED
@@ -403,7 +419,9 @@ class TieredMemory:
         for idx in units:
             r = refs[idx]
             if r == 0:
-                raise AssertionError(f"shared unit {idx} of {pool.session_id} released but not held")
+                raise AssertionError(
+                    f"shared unit {idx} of {pool.session_id} released but not held"
+                )
             refs[idx] = r - 1
             t = pool.tier[idx]
             if r == 1 and t != DROPPED:
@@ -421,22 +439,25 @@ class TieredMemory:
         clock = self.clock
         view = self.view
         size = view.unit_bytes
-        if size:                                     # equal sizes: one decision for the batch
+        if size:  # equal sizes: one decision for the batch
             t0 = clock()
             extents = self.policy[GPU].evict_extents(need, now)
             spent = clock() - t0
             k = sum(b - a for a, b in extents)
             if k * size < need:
-                raise AssertionError(f"{type(self.policy[GPU]).__name__} freed {k * size} of {need} "
-                                     f"bytes with {self.evictable[GPU]} evictable")
+                raise AssertionError(
+                    f"{type(self.policy[GPU]).__name__} freed {k * size} of {need} "
+                    f"bytes with {self.evictable[GPU]} evictable"
+                )
             self.used[GPU] -= k * size
             self.evictable[GPU] -= k * size
             # Demotion keeps the CPU's reclaimable bytes constant, so either all go or none.
             if self.capacity[CPU] >= size and self.reclaimable(CPU) >= size:
                 self._move_extents(extents, GPU, CPU)
                 t1 = clock()
-                dropped = self.policy[CPU].take_in_extents(extents, self.capacity[CPU] - self.used[CPU],
-                                                           now)
+                dropped = self.policy[CPU].take_in_extents(
+                    extents, self.capacity[CPU] - self.used[CPU], now
+                )
                 spent += clock() - t1
                 self._move_extents(dropped, CPU, DROPPED, policy=CPU)
                 n_dropped = sum(b - a for a, b in dropped)
@@ -455,12 +476,14 @@ class TieredMemory:
         victims = self.policy[GPU].evict_bytes(need, now)
         spent = clock() - t0
         sessions, cpu_cap, freed = view.sessions, self.capacity[CPU], 0
-        for uid in victims:                          # sizes vary (session units): one at a time
+        for uid in victims:  # sizes vary (session units): one at a time
             sess = sessions[uid >> UNIT_BITS]
             idx = uid & UNIT_MASK
             if idx >= len(sess.tier) or sess.tier[idx] != GPU or sess.held(idx):
-                raise AssertionError(f"{type(self.policy[GPU]).__name__} returned unit {uid} of session "
-                                     f"{sess.session_id} as a GPU victim, but it is pinned or not on the GPU")
+                raise AssertionError(
+                    f"{type(self.policy[GPU]).__name__} returned unit {uid} of session "
+                    f"{sess.session_id} as a GPU victim, but it is pinned or not on the GPU"
+                )
             size = view.size(uid)
             ppu = sess.unit_pages
             freed += size
@@ -487,12 +510,15 @@ class TieredMemory:
         self.evictable[GPU] -= freed
         self.evict_ns.append(spent)
         if freed < need:
-            raise AssertionError(f"{type(self.policy[GPU]).__name__} freed {freed} of {need} bytes with "
-                                 f"{self.evictable[GPU] + freed} evictable")
+            raise AssertionError(
+                f"{type(self.policy[GPU]).__name__} freed {freed} of {need} bytes with "
+                f"{self.evictable[GPU] + freed} evictable"
+            )
         return True
 
-    def _move_extents(self, extents: list[tuple[int, int]], frm: Tier, to: Tier,
-                      policy: Tier = GPU) -> None:
+    def _move_extents(
+        self, extents: list[tuple[int, int]], frm: Tier, to: Tier, policy: Tier = GPU
+    ) -> None:
         """Set equal-sized units' tier from ``frm`` to ``to``, an extent (consecutive uids of one
         session) at a time, with byte-string operations; checks that each unit is in ``frm`` and
         held by no running turn. Per-session page counts are kept; byte totals are the caller's."""
@@ -504,9 +530,13 @@ class TieredMemory:
             i = a & UNIT_MASK
             j = i + (b - a)
             tier = sess.tier
-            if (b - 1) >> UNIT_BITS != a >> UNIT_BITS or j > len(tier) or sess.pinned \
-                    or tier.count(f, i, j) != j - i \
-                    or (sess.refs is not None and any(sess.refs[i:j])):
+            if (
+                (b - 1) >> UNIT_BITS != a >> UNIT_BITS
+                or j > len(tier)
+                or sess.pinned
+                or tier.count(f, i, j) != j - i
+                or (sess.refs is not None and any(sess.refs[i:j]))
+            ):
                 self._bad_victim(policy, list(range(a, b)), sess, frm)
             tier[i:j] = to_bytes * (j - i)
             sess.tier_pages[f] -= j - i
@@ -515,18 +545,24 @@ class TieredMemory:
                 self._forget_if_gone(sess)
 
     def _bad_victim(self, tier: Tier, units: list[int], sess: SessionKV, frm: Tier):
-        raise AssertionError(f"{type(self.policy[tier]).__name__} returned units {units} of session "
-                             f"{sess.session_id} as victims, but one is pinned or not on {Tier(frm).name}")
+        raise AssertionError(
+            f"{type(self.policy[tier]).__name__} returned units {units} of session "
+            f"{sess.session_id} as victims, but one is pinned or not on {Tier(frm).name}"
+        )
 
     def _drop_cpu_victim(self, uid: int | None) -> None:
         if uid is None:
-            raise AssertionError(f"{type(self.policy[CPU]).__name__} named no CPU victim with "
-                                 f"{self.evictable[CPU]} evictable bytes")
+            raise AssertionError(
+                f"{type(self.policy[CPU]).__name__} named no CPU victim with "
+                f"{self.evictable[CPU]} evictable bytes"
+            )
         sess = self.view.sessions[uid >> UNIT_BITS]
         idx = uid & UNIT_MASK
         if idx >= len(sess.tier) or sess.tier[idx] != CPU or sess.held(idx):
-            raise AssertionError(f"{type(self.policy[CPU]).__name__} returned unit {uid} of session "
-                                 f"{sess.session_id} as a CPU victim, but it is pinned or not on the CPU")
+            raise AssertionError(
+                f"{type(self.policy[CPU]).__name__} returned unit {uid} of session "
+                f"{sess.session_id} as a CPU victim, but it is pinned or not on the CPU"
+            )
         size = self.view.size(uid)
         ppu = sess.unit_pages if self.view.per_session else 1
         sess.tier[idx] = DROPPED

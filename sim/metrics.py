@@ -22,6 +22,7 @@ Definitions as in docs/semantics.md (Metrics). Conventions worth stating:
 * Per-priority-class Jain indices (``jain_service_p<class>``, ``jain_hit_p<class>``) appear only
   when the ledger holds more than one class. A session's class is the priority of its first turn.
 """
+
 from __future__ import annotations
 
 import math
@@ -36,18 +37,40 @@ from sim.results import SimResult
 
 # Summary columns summarize() always produces, in order (per-class Jain columns follow them).
 SUMMARY_COLUMNS: tuple[str, ...] = (
-    "turns", "sessions", "rejected_turns",
-    "reprefill_rate", "turns_with_reprefill", "gpu_hit_rate", "cpu_hit_rate", "pruned_share",
+    "turns",
+    "sessions",
+    "rejected_turns",
+    "reprefill_rate",
+    "turns_with_reprefill",
+    "gpu_hit_rate",
+    "cpu_hit_rate",
+    "pruned_share",
     "shared_hit_rate",
-    "jain_service", "jain_hit",
-    "ttft_p50_s", "ttft_p90_s", "ttft_p99_s",
-    "tbt_p50_s", "tbt_p99_s",
-    "e2e_p50_s", "e2e_p90_s", "e2e_p99_s",
+    "jain_service",
+    "jain_hit",
+    "ttft_p50_s",
+    "ttft_p90_s",
+    "ttft_p99_s",
+    "tbt_p50_s",
+    "tbt_p99_s",
+    "e2e_p50_s",
+    "e2e_p90_s",
+    "e2e_p99_s",
     "throughput_tok_s",
-    "evict_calls", "evict_us_p50", "evict_us_p99",
-    "gpu_util", "gpu_peak_gb", "swap_in_gb", "swap_out_gb", "decode_h2d_gb", "gpu_reserved_peak_gb",
-    "recompute_tokens", "preemptions", "preempt_recompute_tokens",
-    "sim_time_s", "wall_s",
+    "evict_calls",
+    "evict_us_p50",
+    "evict_us_p99",
+    "gpu_util",
+    "gpu_peak_gb",
+    "swap_in_gb",
+    "swap_out_gb",
+    "decode_h2d_gb",
+    "gpu_reserved_peak_gb",
+    "recompute_tokens",
+    "preemptions",
+    "preempt_recompute_tokens",
+    "sim_time_s",
+    "wall_s",
 )
 
 # Columns that depend on the wall clock and so differ between identical runs.
@@ -63,8 +86,16 @@ GPU_UTIL_TARGET = 0.9
 THROUGHPUT_IMPACT_TARGET = 0.05
 
 SESSION_COLUMNS: tuple[str, ...] = (
-    "session_id", "turns", "priority", "history_tokens", "gpu_hit_tokens", "cpu_hit_tokens",
-    "recomputed_tokens", "hit_fraction", "mean_slowdown", "ttft_mean_s",
+    "session_id",
+    "turns",
+    "priority",
+    "history_tokens",
+    "gpu_hit_tokens",
+    "cpu_hit_tokens",
+    "recomputed_tokens",
+    "hit_fraction",
+    "mean_slowdown",
+    "ttft_mean_s",
 )
 
 
@@ -80,8 +111,9 @@ def jain_index(values: Sequence[float] | np.ndarray) -> float:
     return float(np.sum(x) ** 2 / (x.size * sq))
 
 
-def weighted_percentile(values: Sequence[float] | np.ndarray, weights: Sequence[float] | np.ndarray,
-                        q: float) -> float:
+def weighted_percentile(
+    values: Sequence[float] | np.ndarray, weights: Sequence[float] | np.ndarray, q: float
+) -> float:
     """Inverted-CDF weighted percentile (q in [0, 100]): the smallest value whose cumulative weight
     reaches q % of the total. NaN when there is no positive weight."""
     v = np.asarray(values, dtype=float)
@@ -116,22 +148,25 @@ def session_table(result: SimResult) -> pd.DataFrame:
     hit fraction (g+c)/H, mean TTFT slowdown (ttft_s / ttft_ideal_s over all its turns), mean TTFT."""
     t = result.turns
     if t.empty:
-        return pd.DataFrame({c: pd.Series(dtype=object if c == "session_id" else float)
-                             for c in SESSION_COLUMNS})
+        return pd.DataFrame(
+            {c: pd.Series(dtype=object if c == "session_id" else float) for c in SESSION_COLUMNS}
+        )
     t = t.sort_values(["session_id", "turn"], kind="stable")
     ideal = t["ttft_ideal_s"].astype(float)
     slowdown = (t["ttft_s"].astype(float) / ideal).where(ideal > 0)
     g = t.assign(_slowdown=slowdown).groupby("session_id", sort=True)
-    out = pd.DataFrame({
-        "turns": g["turn"].size(),
-        "priority": g["priority"].first(),
-        "history_tokens": g["history_tokens"].sum(),
-        "gpu_hit_tokens": g["gpu_hit_tokens"].sum(),
-        "cpu_hit_tokens": g["cpu_hit_tokens"].sum(),
-        "recomputed_tokens": g["recomputed_tokens"].sum(),
-        "mean_slowdown": g["_slowdown"].mean(),
-        "ttft_mean_s": g["ttft_s"].mean(),
-    })
+    out = pd.DataFrame(
+        {
+            "turns": g["turn"].size(),
+            "priority": g["priority"].first(),
+            "history_tokens": g["history_tokens"].sum(),
+            "gpu_hit_tokens": g["gpu_hit_tokens"].sum(),
+            "cpu_hit_tokens": g["cpu_hit_tokens"].sum(),
+            "recomputed_tokens": g["recomputed_tokens"].sum(),
+            "mean_slowdown": g["_slowdown"].mean(),
+            "ttft_mean_s": g["ttft_s"].mean(),
+        }
+    )
     hist = out["history_tokens"].astype(float)
     out["hit_fraction"] = ((out["gpu_hit_tokens"] + out["cpu_hit_tokens"]) / hist).where(hist > 0)
     out = out.reset_index()
@@ -141,8 +176,10 @@ def session_table(result: SimResult) -> pd.DataFrame:
 def _jain_columns(sessions: pd.DataFrame, suffix: str = "") -> dict[str, float]:
     multi = sessions[sessions["turns"] >= 2]
     service = 1.0 / multi["mean_slowdown"].astype(float)
-    return {f"jain_service{suffix}": jain_index(service.to_numpy()),
-            f"jain_hit{suffix}": jain_index(multi["hit_fraction"].astype(float).to_numpy())}
+    return {
+        f"jain_service{suffix}": jain_index(service.to_numpy()),
+        f"jain_hit{suffix}": jain_index(multi["hit_fraction"].astype(float).to_numpy()),
+    }
 
 
 def summarize(result: SimResult) -> dict[str, Any]:
@@ -162,7 +199,7 @@ def summarize(result: SimResult) -> dict[str, Any]:
         "turns_with_reprefill": _ratio((later["recomputed_tokens"] > 0).sum(), len(later)),
         "gpu_hit_rate": _ratio(hist["gpu_hit_tokens"].sum(), sum_h),
         "cpu_hit_rate": _ratio(hist["cpu_hit_tokens"].sum(), sum_h),
-        "pruned_share": _ratio(hist["pruned_tokens"].sum(), sum_h),   # what a token budget saves
+        "pruned_share": _ratio(hist["pruned_tokens"].sum(), sum_h),  # what a token budget saves
         # prompt tokens whose KV another turn left on the GPU (equal prefix hashes)
         "shared_hit_rate": _ratio(t["shared_hit_tokens"].sum(), t["prompt_tokens"].sum()),
         **_jain_columns(sessions),
@@ -182,8 +219,9 @@ def summarize(result: SimResult) -> dict[str, Any]:
         "gpu_peak_gb": float(getattr(s, "gpu_peak_bytes", math.nan)) / GIB,
         "swap_in_gb": s.swap_in_bytes / GIB,
         "swap_out_gb": s.swap_out_bytes / GIB,
-        "decode_h2d_gb": getattr(s, "decode_h2d_bytes", 0.0) / GIB,          # decode from CPU
-        "gpu_reserved_peak_gb": getattr(s, "gpu_reserved_peak_bytes", 0) / GIB,  # its ring, metadata
+        "decode_h2d_gb": getattr(s, "decode_h2d_bytes", 0.0) / GIB,  # decode from CPU
+        "gpu_reserved_peak_gb": getattr(s, "gpu_reserved_peak_bytes", 0)
+        / GIB,  # its ring, metadata
         "recompute_tokens": int(t["recomputed_tokens"].sum()),
         "preemptions": int(s.preemptions),
         "preempt_recompute_tokens": int(s.preempt_recompute_tokens),
@@ -213,6 +251,7 @@ def targets(summary: Mapping[str, Any]) -> dict[str, bool]:
       throughput with infinite GPU memory, added by the experiment runner): < 0.05.
     A NaN metric fails its target (except the no-eviction case above).
     """
+
     def lt(key: str, bound: float) -> bool:
         v = summary.get(key, math.nan)
         return bool(v is not None and not _isnan(v) and v < bound)

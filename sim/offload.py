@@ -12,6 +12,7 @@ max-plus form of the ring recurrence the end is ``local_s + a`` (the longest pat
 compute stream) or ``b`` (the end the copies alone allow), with ``a`` and ``b`` fixed for a round
 shape (``_ring_ab``).
 """
+
 from __future__ import annotations
 
 from collections import Counter
@@ -37,17 +38,18 @@ class SparseOffload:
         model = cost.model
         self.layers = model.num_layers
         self.layer_page = layer_page_bytes(model, block_tokens)
-        self.meta_page = metadata_bytes(model, 1)                           # GPU bytes per CPU page
+        self.meta_page = metadata_bytes(model, 1)  # GPU bytes per CPU page
         self.ring_bytes = ring_buffer_bytes(model, block_tokens, cfg.ring_slots, 1)  # per sequence
-        self._scan_s_per_page = (metadata_bytes_per_page_layer(model)
-                                 / cost.profile.decode_attn.kv_bw_Bps)
-        self.by_selected: Counter[int] = Counter()   # selected pages -> decoding sequences
-        self.cpu_pages = 0             # CPU pages of the offloaded decoding sequences
-        self.selected_pages = 0        # pages read per layer per step, all sequences
-        self.h2d_bytes = 0.0           # decode-time page loads, the whole run
+        self._scan_s_per_page = (
+            metadata_bytes_per_page_layer(model) / cost.profile.decode_attn.kv_bw_Bps
+        )
+        self.by_selected: Counter[int] = Counter()  # selected pages -> decoding sequences
+        self.cpu_pages = 0  # CPU pages of the offloaded decoding sequences
+        self.selected_pages = 0  # pages read per layer per step, all sequences
+        self.h2d_bytes = 0.0  # decode-time page loads, the whole run
         self._ring: dict[tuple[int, ...], tuple[float, float]] = {}
-        self._ab: tuple[float, float] | None = None   # the current round shape's (a, b)
-        self._per_seqs: dict[int, tuple] = {}          # batch size -> its dense pricer, attn base
+        self._ab: tuple[float, float] | None = None  # the current round shape's (a, b)
+        self._per_seqs: dict[int, tuple] = {}  # batch size -> its dense pricer, attn base
 
     # -- the decoding sequences that read from the CPU -------------------------------------------
     def add(self, pages: int) -> None:
@@ -68,7 +70,7 @@ class SparseOffload:
 
     def grow(self, pages: int) -> None:
         """A sequence with ``pages`` CPU pages offloads one more."""
-        if self.selector.count(pages + 1) == self.selector.count(pages):   # top-K already full
+        if self.selector.count(pages + 1) == self.selector.count(pages):  # top-K already full
             self.cpu_pages += 1
             return
         self.remove(pages)
@@ -82,8 +84,10 @@ class SparseOffload:
     # -- prices ----------------------------------------------------------------------------------
     def _rounds(self) -> tuple[int, ...]:
         """Sequences in round j: those that select more than j pages."""
-        selected = np.repeat(np.fromiter(self.by_selected, dtype=np.int64),
-                             np.fromiter(self.by_selected.values(), dtype=np.int64))
+        selected = np.repeat(
+            np.fromiter(self.by_selected, dtype=np.int64),
+            np.fromiter(self.by_selected.values(), dtype=np.int64),
+        )
         return tuple(round_counts(selected).tolist())
 
     def _ring_ab(self) -> tuple[float, float]:
@@ -124,11 +128,13 @@ class SparseOffload:
         """``steps_s`` of one step, to the last bit (the same operations in the same order)."""
         local = ctx - self.bt * self.cpu_pages
         got = self._per_seqs.get(seqs)
-        if got is None:        # decode_step_s and decode_attn_s with the batch's terms done once
+        if got is None:  # decode_step_s and decode_attn_s with the batch's terms done once
             dec = self.cost.profile.decode_attn
-            got = self._per_seqs[seqs] = (self.cost.decode_pricer(seqs),
-                                          dec.tau_s + dec.per_seq_s * seqs,
-                                          self.cost.decode_attn_s_per_ctx)
+            got = self._per_seqs[seqs] = (
+                self.cost.decode_pricer(seqs),
+                dec.tau_s + dec.per_seq_s * seqs,
+                self.cost.decode_attn_s_per_ctx,
+            )
         dense_of, attn_base, per_ctx = got
         dense = dense_of(local)
         if not self.by_selected:

@@ -10,6 +10,7 @@ The simulator tracks which pages a session has and where they live, not which ph
 the GPU pool holds each one: ``LayoutExporter`` assigns slots, and keeps them stable while it
 follows a run (docs/semantics.md, "The paged layout (FlashInfer)").
 """
+
 from __future__ import annotations
 
 import heapq
@@ -102,20 +103,27 @@ class PagedLayout:
         n = self.num_requests
         indptr = self.kv_indptr
         if len(indptr) != n + 1:
-            raise ValueError(f"kv_indptr must have num_requests + 1 = {n + 1} entries, got "
-                             f"{len(indptr)}")
+            raise ValueError(
+                f"kv_indptr must have num_requests + 1 = {n + 1} entries, got {len(indptr)}"
+            )
         if indptr[0] != 0:
             raise ValueError(f"kv_indptr must start at 0, got {indptr[0]}")
         if (np.diff(indptr) < 0).any():
             raise ValueError("kv_indptr must be non-decreasing")
         if (np.diff(indptr) == 0).any():
-            raise ValueError("every request needs at least one page (kv_indptr strictly increasing)")
+            raise ValueError(
+                "every request needs at least one page (kv_indptr strictly increasing)"
+            )
         if indptr[-1] != len(self.kv_page_indices):
-            raise ValueError(f"kv_indptr must end at len(kv_page_indices) = "
-                             f"{len(self.kv_page_indices)}, got {indptr[-1]}")
+            raise ValueError(
+                f"kv_indptr must end at len(kv_page_indices) = "
+                f"{len(self.kv_page_indices)}, got {indptr[-1]}"
+            )
         pages = self.kv_page_indices
         if len(pages) and (pages.min() < 0 or pages.max() >= self.max_num_pages):
-            raise ValueError(f"kv_page_indices must lie in [0, max_num_pages = {self.max_num_pages})")
+            raise ValueError(
+                f"kv_page_indices must lie in [0, max_num_pages = {self.max_num_pages})"
+            )
         if len(np.unique(pages)) != len(pages):
             raise ValueError("kv_page_indices must not use a page twice")
         last = self.kv_last_page_len
@@ -125,28 +133,42 @@ class PagedLayout:
         if qo is None:
             return
         if len(qo) != n + 1:
-            raise ValueError(f"qo_indptr must have num_requests + 1 = {n + 1} entries, got {len(qo)}")
+            raise ValueError(
+                f"qo_indptr must have num_requests + 1 = {n + 1} entries, got {len(qo)}"
+            )
         if qo[0] != 0:
             raise ValueError(f"qo_indptr must start at 0, got {qo[0]}")
         if (np.diff(qo) < 1).any():
             raise ValueError("qo_indptr must give every request at least one query token")
         if (self.qo_lens > self.seq_lens).any():
-            raise ValueError("a request cannot have more query tokens than KV tokens "
-                             "(qo_len <= seq_len)")
+            raise ValueError(
+                "a request cannot have more query tokens than KV tokens (qo_len <= seq_len)"
+            )
 
     def select(self, requests) -> PagedLayout:
         """The sub-batch of these requests (indices, in the order given), over the same pool."""
         rows = np.asarray(requests, dtype=np.int64)
         starts, stops = self.kv_indptr[rows], self.kv_indptr[rows + 1]
         counts = (stops - starts).astype(np.int64)
-        pages = np.concatenate([self.kv_page_indices[a:b] for a, b in zip(starts, stops)]) \
-            if len(rows) else np.zeros(0, dtype=np.int32)
+        pages = (
+            np.concatenate([self.kv_page_indices[a:b] for a, b in zip(starts, stops)])
+            if len(rows)
+            else np.zeros(0, dtype=np.int32)
+        )
         qo = None
         if self.qo_indptr is not None:
             qo = _indptr(self.qo_lens[rows])
-        return PagedLayout(_indptr(counts), pages.astype(np.int32),
-                           self.kv_last_page_len[rows].astype(np.int32), self.page_size,
-                           self.num_kv_heads, self.head_dim, self.max_num_pages, self.kv_layout, qo)
+        return PagedLayout(
+            _indptr(counts),
+            pages.astype(np.int32),
+            self.kv_last_page_len[rows].astype(np.int32),
+            self.page_size,
+            self.num_kv_heads,
+            self.head_dim,
+            self.max_num_pages,
+            self.kv_layout,
+            qo,
+        )
 
     def save(self, path: str | os.PathLike) -> Path:
         """Write an .npz atomically: a temporary file in the same folder, then a rename, so a
@@ -198,10 +220,10 @@ class LayoutExporter:
         if kv_layout not in KV_LAYOUTS:
             raise ValueError(f"kv_layout must be one of {KV_LAYOUTS}, got {kv_layout!r}")
         self.kv_layout = kv_layout
-        self._slots: dict[int, np.ndarray] = {}     # session index -> slot of each page, -1: none
-        self._tiers: dict[int, tuple[bytes, int]] = {}   # session index -> its units when last seen
-        self._free: list[int] = []                  # heap of slots given back
-        self.high_water = 0                         # slots ever needed at once (0..high_water-1)
+        self._slots: dict[int, np.ndarray] = {}  # session index -> slot of each page, -1: none
+        self._tiers: dict[int, tuple[bytes, int]] = {}  # session index -> its units when last seen
+        self._free: list[int] = []  # heap of slots given back
+        self.high_water = 0  # slots ever needed at once (0..high_water-1)
         # (session, turn) -> its preempt_recompute when last seen running: a re-admission's
         # recompute is the increase (see _query_tokens)
         self._recompute_seen: dict[tuple[int, int], int] = {}
@@ -220,8 +242,10 @@ class LayoutExporter:
         """
         sched = scheduler
         if getattr(sched, "offload", None) is not None:
-            raise ValueError("sparse offload decodes from pages on the CPU (streamed through a "
-                             "ring buffer): the paged layout covers GPU-resident batches only")
+            raise ValueError(
+                "sparse offload decodes from pages on the CPU (streamed through a "
+                "ring buffer): the paged layout covers GPU-resident batches only"
+            )
         bt = sched.bt
         seq_lens, qo_lens, tables = self._batch(sched, step)
         counts = np.fromiter((len(t) for t in tables), dtype=np.int64, count=len(tables))
@@ -229,21 +253,27 @@ class LayoutExporter:
         capacity = sched.mem.capacity[GPU]
         max_pages = self.high_water if np.isinf(capacity) else int(capacity // sched.page_bytes)
         if self.high_water > max_pages:
-            raise AssertionError(f"{self.high_water} page slots in use exceed the GPU's "
-                                 f"{max_pages} pages")
+            raise AssertionError(
+                f"{self.high_water} page slots in use exceed the GPU's {max_pages} pages"
+            )
         model = sched.cost.model
         layout = PagedLayout(
             kv_indptr=_indptr(counts),
             kv_page_indices=(np.concatenate(tables) if tables else np.zeros(0)).astype(np.int32),
             kv_last_page_len=(seq - bt * (counts - 1)).astype(np.int32),
-            page_size=bt, num_kv_heads=model.num_kv_heads, head_dim=model.head_dim,
-            max_num_pages=max_pages, kv_layout=self.kv_layout,
-            qo_indptr=_indptr(np.asarray(qo_lens, dtype=np.int64)) if step is not None else None)
+            page_size=bt,
+            num_kv_heads=model.num_kv_heads,
+            head_dim=model.head_dim,
+            max_num_pages=max_pages,
+            kv_layout=self.kv_layout,
+            qo_indptr=_indptr(np.asarray(qo_lens, dtype=np.int64)) if step is not None else None,
+        )
         layout.check()
         return layout
 
-    def _batch(self, sched: Scheduler, step: Step | None
-               ) -> tuple[list[int], list[int], list[np.ndarray]]:
+    def _batch(
+        self, sched: Scheduler, step: Step | None
+    ) -> tuple[list[int], list[int], list[np.ndarray]]:
         """(KV tokens, query tokens, page slots) of every running turn, in admission order."""
         bt = sched.bt
         self._free_pages_that_left(sched)
@@ -265,8 +295,10 @@ class LayoutExporter:
                 # ahead, for the token this step samples).
                 seq_len = run.tokens_at(sched.step)
                 if run.base_tokens == 0 or seq_len < 1:
-                    raise ValueError(f"{sess.session_id} turn {run.k} was admitted in this "
-                                     f"iteration: pass the Step that plan returned")
+                    raise ValueError(
+                        f"{sess.session_id} turn {run.k} was admitted in this "
+                        f"iteration: pass the Step that plan returned"
+                    )
                 qo_lens.append(1)
             tables.append(self._table(sched, sess, -(-seq_len // bt)))
             seq_lens.append(seq_len)
@@ -302,19 +334,22 @@ class LayoutExporter:
     def _table(self, sched: Scheduler, sess: SessionKV, pages: int) -> np.ndarray:
         """The slots of the running session's first ``pages`` pages, giving slots to those without."""
         if sess.tier_pages[CPU] or sess.tier_pages[DROPPED]:
-            raise AssertionError(f"running session {sess.session_id} is not wholly on the GPU: "
-                                 f"{sess.tier_pages} pages per tier")
+            raise AssertionError(
+                f"running session {sess.session_id} is not wholly on the GPU: "
+                f"{sess.tier_pages} pages per tier"
+            )
         held = sess.unit_pages if sched.per_session_unit else len(sess.tier) // sched.upp
         if held < pages:
-            raise AssertionError(f"running session {sess.session_id}: {pages} pages attended, "
-                                 f"{held} held")
+            raise AssertionError(
+                f"running session {sess.session_id}: {pages} pages attended, {held} held"
+            )
         slots = self._slots.get(sess.index)
         if slots is None or len(slots) < pages:
             grown = np.full(pages, -1, dtype=np.int64)
             if slots is not None:
-                grown[:len(slots)] = slots
+                grown[: len(slots)] = slots
             slots = self._slots[sess.index] = grown
-            self._tiers.pop(sess.index, None)      # look at it again at the next call
+            self._tiers.pop(sess.index, None)  # look at it again at the next call
         for p in np.flatnonzero(slots[:pages] < 0).tolist():
             slots[p] = self._take()
         return slots[:pages]
@@ -330,7 +365,7 @@ class LayoutExporter:
         exporter to have seen the turn since its previous one (else: the pages its preemption
         dropped, a lower bound)."""
         seq_len = max(1, target - 1)
-        if run.preemptions == 0:                   # first admission: the session held the history
+        if run.preemptions == 0:  # first admission: the session held the history
             dropped, new = run.recomputed, target - 1 - run.history
         else:
             # A re-admission: the session holds what the preempted turn had, capped by a token
@@ -340,7 +375,7 @@ class LayoutExporter:
             before = self._recompute_seen.get((run.sess.index, run.k))
             if before is None and run.preemptions == 1:
                 before = 0
-            if before is None:     # not followed: the turn's own pages, which the preemption dropped
+            if before is None:  # not followed: the turn's own pages, which the preemption dropped
                 dropped = held - (run.history // bt) * bt
             else:
                 dropped = run.preempt_recompute - before - new
@@ -367,12 +402,13 @@ def _resident_pages(sched: Scheduler, sess: SessionKV) -> np.ndarray:
         return np.full(sess.unit_pages, sess.tier[0] == GPU)
     codes = np.frombuffer(sess.tier, dtype=np.uint8).reshape(-1, sched.upp)
     out = (codes == GPU).all(axis=1)
-    del codes                      # a live view would stop the scheduler resizing the bytearray
+    del codes  # a live view would stop the scheduler resizing the bytearray
     return out
 
 
-def layout_of(scheduler: Scheduler, step: Step | None = None,
-              kv_layout: str = "NHD") -> PagedLayout:
+def layout_of(
+    scheduler: Scheduler, step: Step | None = None, kv_layout: str = "NHD"
+) -> PagedLayout:
     """The paged layout of ``scheduler``'s current iteration, with slots numbered afresh (a new
     ``LayoutExporter``: pages take slots 0, 1, ... in batch order). Follow a whole run with one
     ``LayoutExporter`` for slots that stay put across iterations."""

@@ -18,6 +18,7 @@ policies like any other page (to the CPU, or dropped). A key first seen is a DRO
 pool until a turn computes it. A session's own array starts with SHARED placeholders for its prefix
 pages, so its page indices, token counts and positions are those of its whole context.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -49,8 +50,8 @@ class SharedPrefixes:
     def __init__(self, mem: TieredMemory, pool_index: int) -> None:
         self.mem = mem
         self.pool = SessionKV(pool_index, POOL_ID, 0)
-        self._unit: dict[tuple[int, int], int] = {}       # key -> pool unit index
-        self.units: dict[int, np.ndarray] = {}            # session index -> its prefix's pool units
+        self._unit: dict[tuple[int, int], int] = {}  # key -> pool unit index
+        self.units: dict[int, np.ndarray] = {}  # session index -> its prefix's pool units
 
     def register(self, index: int, keys: Sequence[tuple[int, int]]) -> int:
         """Session ``index`` has these prefix keys: name their pool units (a new key gets a DROPPED
@@ -61,8 +62,9 @@ class SharedPrefixes:
         if new:
             first = self.mem.new_shared_units(self.pool, len(new))
             self._unit.update(zip(new, range(first, first + len(new)), strict=True))
-        self.units[index] = np.fromiter((self._unit[k] for k in keys), dtype=np.int64,
-                                        count=len(keys))
+        self.units[index] = np.fromiter(
+            (self._unit[k] for k in keys), dtype=np.int64, count=len(keys)
+        )
         return len(keys)
 
     def pages(self, index: int) -> int:
@@ -77,8 +79,13 @@ class SharedPrefixes:
             return 0, 0, 0, 0
         codes = np.frombuffer(self.pool.tier, dtype=np.uint8)[units]
         on_gpu = codes == GPU
-        free = int(np.count_nonzero(on_gpu[np.frombuffer(self.pool.refs, dtype=np.uint32)[units]
-                                           == 0])) if on_gpu.any() else 0
+        free = (
+            int(
+                np.count_nonzero(on_gpu[np.frombuffer(self.pool.refs, dtype=np.uint32)[units] == 0])
+            )
+            if on_gpu.any()
+            else 0
+        )
         g = int(np.count_nonzero(on_gpu))
         c = int(np.count_nonzero(codes == CPU))
         return g, c, len(units) - g - c, free

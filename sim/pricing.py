@@ -5,6 +5,7 @@ decode-only iterations of an unchanged batch is priced in closed form (all steps
 bit what pricing them one by one gives: the same operations in the same order, and sums taken in
 order), and cut at a time horizon.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -13,7 +14,7 @@ import numpy as np
 
 from costmodels import BatchShape, CostModel
 
-_SCALAR_RUN = 16      # runs shorter than this are priced in a loop: numpy's call overhead loses
+_SCALAR_RUN = 16  # runs shorter than this are priced in a loop: numpy's call overhead loses
 
 
 def running_sum(first: float, values: np.ndarray) -> np.ndarray:
@@ -59,18 +60,20 @@ class Prefill:
     pairs: float = 0.0
     seqs: int = 0
     h2d_bytes: int = 0
-    h2d_pages: int = 0             # pages of all layers swapped in (block, session)
+    h2d_pages: int = 0  # pages of all layers swapped in (block, session)
     recompute_tokens: int = 0
     recompute_pairs: float = 0.0
     recompute_seqs: int = 0
     deep_tokens: np.ndarray | None = None
     deep_pairs: np.ndarray | None = None
     h2d_units: np.ndarray | None = None
-    ready_s: np.ndarray | None = None   # per layer: when an in-flight prefetch has it in
+    ready_s: np.ndarray | None = None  # per layer: when an in-flight prefetch has it in
 
     @property
     def shape(self) -> BatchShape:
-        return BatchShape(prefill_tokens=self.tokens, prefill_pairs=self.pairs, prefill_seqs=self.seqs)
+        return BatchShape(
+            prefill_tokens=self.tokens, prefill_pairs=self.pairs, prefill_seqs=self.seqs
+        )
 
     @property
     def layered(self) -> bool:
@@ -95,8 +98,14 @@ class Pricer:
     layer one copy, so a copy of n bytes is n / (page_bytes / L) copies in either case.
     """
 
-    def __init__(self, cost: CostModel, page_bytes: int, pipelining: bool,
-                 async_save: bool = True, fused_recompute: bool = True) -> None:
+    def __init__(
+        self,
+        cost: CostModel,
+        page_bytes: int,
+        pipelining: bool,
+        async_save: bool = True,
+        fused_recompute: bool = True,
+    ) -> None:
         self.cost = cost
         self.page_bytes = page_bytes
         self.layers = cost.model.num_layers
@@ -105,36 +114,73 @@ class Pricer:
         self.async_save = async_save
         self.fused_recompute = fused_recompute
 
-    def iteration_s(self, prefill: BatchShape, dec_seqs: int, dec_ctx: int, h2d_bytes: int = 0,
-                    h2d_pages: int = 0, d2h_bytes: int = 0) -> float:
+    def iteration_s(
+        self,
+        prefill: BatchShape,
+        dec_seqs: int,
+        dec_ctx: int,
+        h2d_bytes: int = 0,
+        h2d_pages: int = 0,
+        d2h_bytes: int = 0,
+    ) -> float:
         """One mixed iteration whose layers are alike."""
         return self.cost.iteration(
-            prefill + BatchShape.decode(dec_seqs, dec_ctx), h2d_bytes=h2d_bytes,
-            h2d_copies=h2d_pages * self.layers, d2h_bytes=d2h_bytes,
-            d2h_copies=d2h_bytes // self.layer_page_bytes, pipelining=self.pipelining,
-            async_save=self.async_save).total_s
+            prefill + BatchShape.decode(dec_seqs, dec_ctx),
+            h2d_bytes=h2d_bytes,
+            h2d_copies=h2d_pages * self.layers,
+            d2h_bytes=d2h_bytes,
+            d2h_copies=d2h_bytes // self.layer_page_bytes,
+            pipelining=self.pipelining,
+            async_save=self.async_save,
+        ).total_s
 
-    def admission_s(self, pf: Prefill, dec_seqs: int, dec_ctx: int, d2h_bytes: int = 0,
-                    copy_start_s: float = 0.0) -> tuple[float, float]:
+    def admission_s(
+        self,
+        pf: Prefill,
+        dec_seqs: int,
+        dec_ctx: int,
+        d2h_bytes: int = 0,
+        copy_start_s: float = 0.0,
+    ) -> tuple[float, float]:
         """(duration, copy stall) of an iteration with admissions. ``copy_start_s``: the H2D stream
         is busy with earlier copies until then. Without the engine's fused recompute, the dropped
         history is recomputed in a pass of its own (no LM head) before the iteration."""
         head_pass = 0.0
         if not self.fused_recompute and pf.recompute_seqs:
             head_pass = self._recompute_pass_s(pf)
-            pf = Prefill(pf.tokens - pf.recompute_tokens, pf.pairs - pf.recompute_pairs, pf.seqs,
-                         pf.h2d_bytes, pf.h2d_pages, h2d_units=pf.h2d_units, ready_s=pf.ready_s)
+            pf = Prefill(
+                pf.tokens - pf.recompute_tokens,
+                pf.pairs - pf.recompute_pairs,
+                pf.seqs,
+                pf.h2d_bytes,
+                pf.h2d_pages,
+                h2d_units=pf.h2d_units,
+                ready_s=pf.ready_s,
+            )
         decode = BatchShape.decode(dec_seqs, dec_ctx)
         if not pf.layered and pf.h2d_units is None and not copy_start_s and pf.ready_s is None:
-            it = self.cost.iteration(pf.shape + decode, h2d_bytes=pf.h2d_bytes,
-                                     h2d_copies=pf.h2d_pages * self.layers, d2h_bytes=d2h_bytes,
-                                     d2h_copies=d2h_bytes // self.layer_page_bytes,
-                                     pipelining=self.pipelining, async_save=self.async_save)
+            it = self.cost.iteration(
+                pf.shape + decode,
+                h2d_bytes=pf.h2d_bytes,
+                h2d_copies=pf.h2d_pages * self.layers,
+                d2h_bytes=d2h_bytes,
+                d2h_copies=d2h_bytes // self.layer_page_bytes,
+                pipelining=self.pipelining,
+                async_save=self.async_save,
+            )
             return head_pass + it.total_s, it.stall_s
         it = self.cost.layered_iteration(
-            self._layer_compute(pf.shape + decode, pf), pf.seqs + dec_seqs, self._layer_copies(pf),
-            d2h_bytes, d2h_bytes // self.layer_page_bytes, self.pipelining, self.async_save,
-            copy_start_s, 0.0, None if pf.ready_s is None else pf.ready_s.tolist())
+            self._layer_compute(pf.shape + decode, pf),
+            pf.seqs + dec_seqs,
+            self._layer_copies(pf),
+            d2h_bytes,
+            d2h_bytes // self.layer_page_bytes,
+            self.pipelining,
+            self.async_save,
+            copy_start_s,
+            0.0,
+            None if pf.ready_s is None else pf.ready_s.tolist(),
+        )
         return head_pass + it.total_s, it.stall_s
 
     def _layer_compute(self, base: BatchShape, pf: Prefill) -> list[float]:
@@ -144,21 +190,31 @@ class Pricer:
             return [layer_s(base)] * L
         out = [0.0] * L
         tokens, pairs, t = 0, 0.0, None
-        for layer in range(L - 1, -1, -1):          # suffix sums: pages recomputed through >= l
+        for layer in range(L - 1, -1, -1):  # suffix sums: pages recomputed through >= l
             dt = int(pf.deep_tokens[layer])
             if dt or t is None:
                 tokens += dt
                 pairs += float(pf.deep_pairs[layer])
-                t = layer_s(BatchShape(base.prefill_tokens + tokens, base.prefill_pairs + pairs,
-                                       base.prefill_seqs, base.decode_seqs, base.decode_ctx_tokens))
+                t = layer_s(
+                    BatchShape(
+                        base.prefill_tokens + tokens,
+                        base.prefill_pairs + pairs,
+                        base.prefill_seqs,
+                        base.decode_seqs,
+                        base.decode_ctx_tokens,
+                    )
+                )
             out[layer] = t
         return out
 
     def _layer_copies(self, pf: Prefill) -> list[float]:
         copy_s = self.cost.copy_s
         if pf.h2d_units is None:
-            per = copy_s("h2d", pf.h2d_bytes, pf.h2d_pages * self.layers) / self.layers \
-                if pf.h2d_bytes else 0.0
+            per = (
+                copy_s("h2d", pf.h2d_bytes, pf.h2d_pages * self.layers) / self.layers
+                if pf.h2d_bytes
+                else 0.0
+            )
             return [per] * self.layers
         unit = self.layer_page_bytes
         return [copy_s("h2d", int(n) * unit, int(n)) if n else 0.0 for n in pf.h2d_units]
@@ -196,9 +252,18 @@ class Pricer:
         copy = self.cost.copy_s("d2h", d2h_bytes, d2h_bytes // self.layer_page_bytes)
         return max(compute_s, copy) if self.async_save else copy + compute_s
 
-    def decode_run(self, seqs: int, ctx: int, steps: int, start_s: float, horizon_s: float,
-                   used_bytes: float, gpu_byte_seconds: float, growth: int | None = None,
-                   sparse=None) -> DecodeRun:
+    def decode_run(
+        self,
+        seqs: int,
+        ctx: int,
+        steps: int,
+        start_s: float,
+        horizon_s: float,
+        used_bytes: float,
+        gpu_byte_seconds: float,
+        growth: int | None = None,
+        sparse=None,
+    ) -> DecodeRun:
         """Up to ``steps`` decode-only iterations of ``seqs`` sequences from total context ``ctx``
         (growing by ``growth`` a step: ``seqs`` unless token budgets cap some), starting at
         ``start_s``: the first always runs, later ones only if they start before ``horizon_s``.
@@ -206,8 +271,11 @@ class Pricer:
         prices the steps of decode from CPU memory instead of dense decode."""
         growth = seqs if growth is None else growth
         if steps < _SCALAR_RUN:
-            price = self.cost.decode_pricer(seqs) if sparse is None \
+            price = (
+                self.cost.decode_pricer(seqs)
+                if sparse is None
                 else (lambda c: sparse.step_s(seqs, c))
+            )
             t, gbs, n = start_s, gpu_byte_seconds, 0
             durations: list[float] = []
             while n < steps and (n == 0 or t < horizon_s):

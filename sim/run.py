@@ -6,6 +6,7 @@ finished session's records are let go, so a long trace runs in memory that follo
 sessions, plus the ledger and the per-step statistics (docs/semantics.md, section 1, "Streaming a
 trace"). Both give the same result.
 """
+
 from __future__ import annotations
 
 import gc
@@ -24,12 +25,20 @@ from sim.scheduler import Scheduler, Step
 from traces.records import Session
 
 
-def simulate(sessions: Sequence[Session] | Iterable[Session], cost: CostModel, memory: MemoryConfig,
-             engine: EngineConfig | None = None, policy: str = "lru", seed: int = 0,
-             debug: bool = False, progress: Callable[[int], None] | None = None,
-             decode_spans: bool = True, budget: BudgetConfig | None = None,
-             sparse: SparseConfig | None = None,
-             on_iteration: Callable[[Scheduler, Step, float], None] | None = None) -> SimResult:
+def simulate(
+    sessions: Sequence[Session] | Iterable[Session],
+    cost: CostModel,
+    memory: MemoryConfig,
+    engine: EngineConfig | None = None,
+    policy: str = "lru",
+    seed: int = 0,
+    debug: bool = False,
+    progress: Callable[[int], None] | None = None,
+    decode_spans: bool = True,
+    budget: BudgetConfig | None = None,
+    sparse: SparseConfig | None = None,
+    on_iteration: Callable[[Scheduler, Step, float], None] | None = None,
+) -> SimResult:
     """Replay ``sessions`` through the engine. ``progress(n)`` hears of every n turns completed.
 
     ``sessions``: a list (any Sequence) of the whole trace, or a stream (any other iterable, e.g.
@@ -48,30 +57,50 @@ def simulate(sessions: Sequence[Session] | Iterable[Session], cost: CostModel, m
     engine = engine or EngineConfig()
     budget = budget or BudgetConfig()
     wall0 = time.perf_counter()
-    if budget.scores_tokens:                 # the scorer runs on every new token at every layer
+    if budget.scores_tokens:  # the scorer runs on every new token at every layer
         per_key = budget.scorer_s_per_key
         cost = cost.with_token_scoring(
-            None if per_key is None else per_key * cost.model.num_kv_heads, budget.scorer_launch_s)
+            None if per_key is None else per_key * cost.model.num_kv_heads, budget.scorer_launch_s
+        )
     if isinstance(sessions, Sequence):
         sessions = list(sessions)
-    sched = Scheduler(sessions, cost, memory, engine, policy, seed, clock=time.perf_counter_ns,
-                      budget=budget, sparse=sparse)
-    shell = Engine(sched, debug=debug, progress=progress, decode_spans=decode_spans,
-                   on_iteration=on_iteration)
+    sched = Scheduler(
+        sessions,
+        cost,
+        memory,
+        engine,
+        policy,
+        seed,
+        clock=time.perf_counter_ns,
+        budget=budget,
+        sparse=sparse,
+    )
+    shell = Engine(
+        sched, debug=debug, progress=progress, decode_spans=decode_spans, on_iteration=on_iteration
+    )
     with _gc_paused():
         shell.run()
     start = shell.start_s or 0.0
     sim_time = max(0.0, shell.end_s - start)
     gpu_cap = sched.mem.capacity[0]
-    util = shell.gpu_byte_seconds / (gpu_cap * sim_time) if sim_time > 0 and not math.isinf(gpu_cap) \
+    util = (
+        shell.gpu_byte_seconds / (gpu_cap * sim_time)
+        if sim_time > 0 and not math.isinf(gpu_cap)
         else math.nan
+    )
     stats = EngineStats(
-        sim_time_s=sim_time, steps=sched.step, output_tokens=sched.output_tokens,
-        gpu_capacity_bytes=gpu_cap, cpu_capacity_bytes=sched.mem.capacity[1], gpu_util=util,
+        sim_time_s=sim_time,
+        steps=sched.step,
+        output_tokens=sched.output_tokens,
+        gpu_capacity_bytes=gpu_cap,
+        cpu_capacity_bytes=sched.mem.capacity[1],
+        gpu_util=util,
         gpu_peak_bytes=sched.mem.peak_gpu_bytes,
         peak_demand_bytes=sched.peak_live_pages * sched.page_bytes,
-        swap_in_bytes=sched.swap_in_bytes, swap_out_bytes=sched.mem.swap_out_bytes,
-        dropped_bytes=sched.mem.dropped_bytes, preemptions=sched.preemptions,
+        swap_in_bytes=sched.swap_in_bytes,
+        swap_out_bytes=sched.mem.swap_out_bytes,
+        dropped_bytes=sched.mem.dropped_bytes,
+        preemptions=sched.preemptions,
         preempt_recompute_tokens=sched.preempt_recompute_tokens,
         evict_us=np.asarray(sched.mem.evict_ns, dtype=np.float64) / 1e3,
         # The run is over: the per-step arrays are handed on, not copied (16 bytes a decode step,
@@ -81,10 +110,18 @@ def simulate(sessions: Sequence[Session] | Iterable[Session], cost: CostModel, m
         rejected_turns=sched.rejected_turns,
         decode_h2d_bytes=sched.offload.h2d_bytes if sched.offload is not None else 0.0,
         gpu_reserved_peak_bytes=sched.mem.peak_reserved,
-        policy_metrics=tuple(p.metrics() for p in sched.mem.policy), wall_s=time.perf_counter() - wall0)
-    turns = ledger_frame(sched.ledger, sort=True, release=True)   # by (session_id, turn)
-    labels = dict(policy=policy, gpu_kv_gb=memory.gpu_kv_gb, cpu_kv_gb=memory.cpu_kv_gb,
-                  block_tokens=memory.block_tokens, evict_unit=memory.evict_unit, seed=seed)
+        policy_metrics=tuple(p.metrics() for p in sched.mem.policy),
+        wall_s=time.perf_counter() - wall0,
+    )
+    turns = ledger_frame(sched.ledger, sort=True, release=True)  # by (session_id, turn)
+    labels = dict(
+        policy=policy,
+        gpu_kv_gb=memory.gpu_kv_gb,
+        cpu_kv_gb=memory.cpu_kv_gb,
+        block_tokens=memory.block_tokens,
+        evict_unit=memory.evict_unit,
+        seed=seed,
+    )
     return SimResult(turns=turns, stats=stats, labels=labels)
 
 

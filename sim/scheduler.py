@@ -11,6 +11,7 @@ SimPy shell in ``sim.engine`` only turns durations into timeouts.
 Work per iteration is O(turns admitted, completed or growing a page), never O(batch): decoding
 sequences are kept as running sums, and due dates (next page, completion) sit in step buckets.
 """
+
 from __future__ import annotations
 
 import heapq
@@ -43,33 +44,33 @@ class TurnRun:
     sess: SessionKV
     k: int
     turn: Turn
-    history: int                 # tokens of history KV kept (H_k less what a budget pruned)
+    history: int  # tokens of history KV kept (H_k less what a budget pruned)
     arrival_s: float
-    order: int                   # FCFS position
+    order: int  # FCFS position
     ttft_ideal_s: float
     admit_s: float = math.nan
     first_token_s: float = math.nan
     generated: int = 0
-    base_tokens: int = 0         # session tokens at the start of step base_step (while decoding)
+    base_tokens: int = 0  # session tokens at the start of step base_step (while decoding)
     base_step: int = 0
-    epoch: int = 0               # bumped on preemption: stale bucket entries carry an older epoch
-    admit_seq: int = 0           # admission order (preemption picks the newest)
+    epoch: int = 0  # bumped on preemption: stale bucket entries carry an older epoch
+    admit_seq: int = 0  # admission order (preemption picks the newest)
     gpu_hit: int = 0
     cpu_hit: int = 0
     recomputed: int = 0
-    layer_units: tuple[int, int, int] = (0, 0, 0)   # the history's (page, layer) pairs per tier
-    copy_stall_s: float = 0.0    # copy time its admission iteration could not hide
+    layer_units: tuple[int, int, int] = (0, 0, 0)  # the history's (page, layer) pairs per tier
+    copy_stall_s: float = 0.0  # copy time its admission iteration could not hide
     swap_in_bytes: int = 0
-    prefetched_bytes: int = 0    # of swap_in_bytes, copied ahead of admission
+    prefetched_bytes: int = 0  # of swap_in_bytes, copied ahead of admission
     preemptions: int = 0
     preempt_recompute: int = 0
     admitted_once: bool = False
-    true_history: int = 0        # H_k: the session's tokens so far, pruned or not
-    cap: int = 1 << 62           # tokens its KV may hold (a token budget's S + W + B)
-    growing: bool = False        # decoding and below its cap: its KV grows a token a step
-    cpu_pages: int = -1          # sparse offload: its pages decode reads from the CPU (-1: none)
-    shared_hit: int = 0          # prompt tokens found on the GPU in the shared-prefix pool
-    shared_cpu: int = 0          # ... found there on the CPU (swapped in)
+    true_history: int = 0  # H_k: the session's tokens so far, pruned or not
+    cap: int = 1 << 62  # tokens its KV may hold (a token budget's S + W + B)
+    growing: bool = False  # decoding and below its cap: its KV grows a token a step
+    cpu_pages: int = -1  # sparse offload: its pages decode reads from the CPU (-1: none)
+    shared_hit: int = 0  # prompt tokens found on the GPU in the shared-prefix pool
+    shared_cpu: int = 0  # ... found there on the CPU (swapped in)
 
     def tokens_at(self, step: int) -> int:
         return min(self.cap, self.base_tokens + (step - self.base_step))
@@ -109,10 +110,18 @@ class SessionTable(dict):
 
 
 class Scheduler:
-    def __init__(self, sessions: Sequence[Session] | Iterable[Session], cost: CostModel,
-                 memory: MemoryConfig, engine: EngineConfig, policy: str, seed: int = 0,
-                 clock: Callable[[], int] | None = None, budget: BudgetConfig | None = None,
-                 sparse: SparseConfig | None = None) -> None:
+    def __init__(
+        self,
+        sessions: Sequence[Session] | Iterable[Session],
+        cost: CostModel,
+        memory: MemoryConfig,
+        engine: EngineConfig,
+        policy: str,
+        seed: int = 0,
+        clock: Callable[[], int] | None = None,
+        budget: BudgetConfig | None = None,
+        sparse: SparseConfig | None = None,
+    ) -> None:
         """``sessions``: a list (any Sequence) of the whole trace, or a stream (any other iterable)
         of sessions in order of first arrival, each with turn 0's ``arrival_s``. A stream is pulled
         one session at a time, when the simulation reaches the pulled session's first arrival: one
@@ -127,31 +136,45 @@ class Scheduler:
         self.page_bytes = self.bt * cost.kv_bytes_per_token
         self.per_session_unit = memory.evict_unit == "session"
         self.layers = cost.model.num_layers
-        self.upp = self.layers if memory.evict_unit == "layer_block" else 1   # units per page
-        self.unit_bytes = self.page_bytes // self.upp      # one page of one unit's layers
+        self.upp = self.layers if memory.evict_unit == "layer_block" else 1  # units per page
+        self.unit_bytes = self.page_bytes // self.upp  # one page of one unit's layers
         predictor = None
         if getattr(policy_class(policy), "needs_predictor", False):
             if self.streaming:
-                raise ValueError(f"policy {policy!r} fits its lifetime predictor on the whole "
-                                 f"trace before the run: it needs a list of sessions, not a "
-                                 f"stream (read the trace whole, e.g. with traces.read_jsonl)")
+                raise ValueError(
+                    f"policy {policy!r} fits its lifetime predictor on the whole "
+                    f"trace before the run: it needs a list of sessions, not a "
+                    f"stream (read the trace whole, e.g. with traces.read_jsonl)"
+                )
             predictor = fit_lifetime(sessions)  # fitted on the trace's training split
         # The sessions' records by index; a finished session's entry is set to None.
         self.sessions: list[Session | None] = [] if self.streaming else list(sessions)
         self.kv = SessionTable()
         for i, s in enumerate(self.sessions):
             self.kv[i] = SessionKV(i, s.session_id, s.turns[0].priority)
-        view = UnitView(self.kv, self.unit_bytes, layers=self.upp, per_session=self.per_session_unit)
+        view = UnitView(
+            self.kv, self.unit_bytes, layers=self.upp, per_session=self.per_session_unit
+        )
         self._memory = memory
-        ctx = dict(block_tokens=self.bt, num_layers=cost.model.num_layers, view=view, cost=cost,
-                   cpu_kv_bytes=MemoryConfig.capacity_bytes(memory.cpu_kv_gb), predictor=predictor)
+        ctx = dict(
+            block_tokens=self.bt,
+            num_layers=cost.model.num_layers,
+            view=view,
+            cost=cost,
+            cpu_kv_bytes=MemoryConfig.capacity_bytes(memory.cpu_kv_gb),
+            predictor=predictor,
+        )
         self.mem = TieredMemory(
-            MemoryConfig.capacity_bytes(memory.gpu_kv_gb), MemoryConfig.capacity_bytes(memory.cpu_kv_gb),
+            MemoryConfig.capacity_bytes(memory.gpu_kv_gb),
+            MemoryConfig.capacity_bytes(memory.cpu_kv_gb),
             make_policy(policy, PolicyContext(tier=GPU, **ctx)),
-            make_policy(policy, PolicyContext(tier=CPU, **ctx)), view,
-            clock=clock or (lambda: 0))
-        self.pricer = Pricer(cost, self.page_bytes, engine.pipelining, engine.async_save,
-                             engine.fused_recompute)
+            make_policy(policy, PolicyContext(tier=CPU, **ctx)),
+            view,
+            clock=clock or (lambda: 0),
+        )
+        self.pricer = Pricer(
+            cost, self.page_bytes, engine.pipelining, engine.async_save, engine.fused_recompute
+        )
         # Decode spans allocate their pages in one batch when that cannot change a decision.
         self._bulk = type(self.mem.policy[GPU]).grows_in_bulk and not self.per_session_unit
         self.sparse = sparse or SparseConfig()
@@ -161,33 +184,37 @@ class Scheduler:
         self.offload: SparseOffload | None = None
         if self.sparse.enabled:
             if self.per_session_unit:
-                raise ValueError("sparse offload moves a session's pages one by one: "
-                                 "memory.evict_unit must be block or layer_block")
+                raise ValueError(
+                    "sparse offload moves a session's pages one by one: "
+                    "memory.evict_unit must be block or layer_block"
+                )
             if not memory.cpu_kv_gb > 0:
-                raise ValueError("sparse offload serves decode from CPU memory: memory.cpu_kv_gb "
-                                 "must be > 0")
+                raise ValueError(
+                    "sparse offload serves decode from CPU memory: memory.cpu_kv_gb must be > 0"
+                )
             if self.budget.capacity is not None:
-                raise ValueError("token budgets and sparse offload together are not modelled: "
-                                 "use one of them")
+                raise ValueError(
+                    "token budgets and sparse offload together are not modelled: use one of them"
+                )
             self.offload = SparseOffload(self.sparse, cost, self.bt)
-            self._bulk = False                # every page step offloads a page: step by step
+            self._bulk = False  # every page step offloads a page: step by step
         self.arrivals = Arrivals()
         self.waiting: deque[TurnRun] = deque()
-        self.running: dict[int, TurnRun] = {}                # admit_seq -> run, in admission order
+        self.running: dict[int, TurnRun] = {}  # admit_seq -> run, in admission order
         self._admit_seq = 0
         self.step = 0
         self._page_due: dict[int, list[tuple[TurnRun, int]]] = defaultdict(list)
         self._finish_due: dict[int, list[tuple[TurnRun, int]]] = defaultdict(list)
-        self._finish_steps: list[int] = []                  # heap of the keys of _finish_due
-        self._page_steps: list[int] = []                    # heap of the keys of _page_due
-        self.dec_seqs = 0                                   # sequences decoding in the next step
-        self.dec_ctx = 0                                    # their total context tokens
-        self.dec_grow = 0                                   # of them, those below their cap
+        self._finish_steps: list[int] = []  # heap of the keys of _finish_due
+        self._page_steps: list[int] = []  # heap of the keys of _page_due
+        self.dec_seqs = 0  # sequences decoding in the next step
+        self.dec_ctx = 0  # their total context tokens
+        self.dec_grow = 0  # of them, those below their cap
         self._cap_due: dict[int, list[tuple[TurnRun, int]]] = defaultdict(list)
-        self._cap_steps: list[int] = []                     # heap of the keys of _cap_due
-        self._d2h_mark = 0                                  # swap-out bytes already priced
-        self.live_pages = 0                                 # pages of sessions not yet finished
-        self.peak_live_pages = 0                            # the trace's peak KV demand
+        self._cap_steps: list[int] = []  # heap of the keys of _cap_due
+        self._d2h_mark = 0  # swap-out bytes already priced
+        self.live_pages = 0  # pages of sessions not yet finished
+        self.peak_live_pages = 0  # the trace's peak KV demand
         self.ledger = Ledger()
         self.rejected_turns = 0
         self.preemptions = 0
@@ -197,17 +224,17 @@ class Scheduler:
         self.completed = 0
         # Ahead-of-time swap-ins (engine.prefetch): due times, what each session got and when its
         # copy ends, and when the host-to-device stream is free of them.
-        self._prefetch_due: list[tuple[float, int, int]] = []   # heap of (time, order, session)
+        self._prefetch_due: list[tuple[float, int, int]] = []  # heap of (time, order, session)
         self._prefetch_order = 0
         self._prefetched: dict[int, tuple[np.ndarray, float]] = {}
         self.h2d_busy_until = 0.0
-        self._dropped_memo: dict[int, tuple[tuple[int, int], int]] = {}   # see _dropped_tokens
+        self._dropped_memo: dict[int, tuple[tuple[int, int], int]] = {}  # see _dropped_tokens
         self.prefetch_bytes = 0
-        self.step_s = array("d")                            # compact: one entry per decode step
+        self.step_s = array("d")  # compact: one entry per decode step
         self.step_decode = array("l")
         self._stream: Iterator[Session] | None = None
-        self._stream_head = -1            # index of the pulled session whose first turn is due
-        self._stream_start = -math.inf    # its first arrival (a stream's order is checked)
+        self._stream_head = -1  # index of the pulled session whose first turn is due
+        self._stream_start = -math.inf  # its first arrival (a stream's order is checked)
         if self.streaming:
             self._stream = iter(sessions)
             self._pull()
@@ -218,18 +245,23 @@ class Scheduler:
     # -- intake ----------------------------------------------------------------------------------
     def _hashed(self, session: Session) -> bool:
         """Does the session share a prefix (sharing on, and its first turn names hashed blocks)?"""
-        return bool(self._memory.prefix_sharing and session.turns[0].prefix_hashes
-                    and session.block_tokens)
+        return bool(
+            self._memory.prefix_sharing and session.turns[0].prefix_hashes and session.block_tokens
+        )
 
     def _start_sharing(self) -> None:
         """The shared-prefix pool, at POOL_INDEX of the table (policies read its units through
         the view). A list of sessions starts it up front, a stream at its first hashed session."""
         if self._memory.evict_unit != "block":
-            raise ValueError("memory.prefix_sharing shares whole pages across sessions: "
-                             "memory.evict_unit must be block (or set prefix_sharing: false)")
+            raise ValueError(
+                "memory.prefix_sharing shares whole pages across sessions: "
+                "memory.evict_unit must be block (or set prefix_sharing: false)"
+            )
         if self.budget.capacity is not None or self.sparse.enabled:
-            raise ValueError("prefix sharing with token budgets or sparse offload is not "
-                             "modelled: set memory.prefix_sharing: false")
+            raise ValueError(
+                "prefix sharing with token budgets or sparse offload is not "
+                "modelled: set memory.prefix_sharing: false"
+            )
         self.share = SharedPrefixes(self.mem, POOL_INDEX)
         self.kv[POOL_INDEX] = self.share.pool
 
@@ -242,15 +274,19 @@ class Scheduler:
         i = len(self.sessions)
         start = s.turns[0].arrival_s if s.turns else None
         if start is None:
-            raise ValueError(f"session stream: session {s.session_id!r} (#{i}) has no first "
-                             f"turn with arrival_s: a stream needs every session's start")
+            raise ValueError(
+                f"session stream: session {s.session_id!r} (#{i}) has no first "
+                f"turn with arrival_s: a stream needs every session's start"
+            )
         if start < self._stream_start:
             prev = self.sessions[i - 1]
-            raise ValueError(f"session stream out of order: session {s.session_id!r} (#{i}) "
-                             f"starts at {start}, before the previous session "
-                             f"{prev.session_id if prev is not None else f'#{i - 1}'!r} "
-                             f"({self._stream_start}); a stream must come in order of first "
-                             f"arrival")
+            raise ValueError(
+                f"session stream out of order: session {s.session_id!r} (#{i}) "
+                f"starts at {start}, before the previous session "
+                f"{prev.session_id if prev is not None else f'#{i - 1}'!r} "
+                f"({self._stream_start}); a stream must come in order of first "
+                f"arrival"
+            )
         if i >= POOL_INDEX:
             raise ValueError(f"session stream: more than {POOL_INDEX} sessions")
         if self.share is None and self._hashed(s):
@@ -279,26 +315,38 @@ class Scheduler:
         """Move every turn that has arrived by ``now`` into the waiting queue."""
         for t, order, i in self.arrivals.pop_due(now):
             if i == self._stream_head and self._stream is not None:
-                self._pull()          # the next session's first arrival (popped here if due)
+                self._pull()  # the next session's first arrival (popped here if due)
             kv, session = self.kv[i], self.sessions[i]
             k = kv.next_turn
             turn = session.turns[k]
             history = kv.tokens
-            if self._pages(self._peak_tokens(history, turn)) * self.page_bytes \
-                    > self.mem.capacity[GPU]:
+            if (
+                self._pages(self._peak_tokens(history, turn)) * self.page_bytes
+                > self.mem.capacity[GPU]
+            ):
                 # Longer than the whole GPU KV: a server rejects it (max_model_len); so do we,
                 # with the rest of its session.
                 self.rejected_turns += len(session.turns) - k
                 kv.done = True
                 self._finished(i)
                 continue
-            self.waiting.append(TurnRun(kv, k, turn, history, t, order,
-                                        self.pricer.ideal_ttft_s(turn.prompt_tokens, history),
-                                        true_history=history + kv.pruned, cap=self.cap))
+            self.waiting.append(
+                TurnRun(
+                    kv,
+                    k,
+                    turn,
+                    history,
+                    t,
+                    order,
+                    self.pricer.ideal_ttft_s(turn.prompt_tokens, history),
+                    true_history=history + kv.pruned,
+                    cap=self.cap,
+                )
+            )
             if k == 0 and self.share is not None:
                 self._place_prefix(kv, session)
             if self.cfg.prefetch != "off":
-                self._schedule_prefetch(i, t)    # swap in while it waits in the queue
+                self._schedule_prefetch(i, t)  # swap in while it waits in the queue
 
     def _place_prefix(self, sess: SessionKV, session: Session) -> None:
         """A session's shared prefix, at its first turn's arrival: SHARED placeholders lead its
@@ -330,26 +378,34 @@ class Scheduler:
         if not admitted:
             if off is not None:
                 off.h2d_bytes += off.loaded_bytes(1)
-                duration = self.pricer.with_d2h_s(off.step_s(self.dec_seqs, self.dec_ctx),
-                                                  self._take_d2h())
+                duration = self.pricer.with_d2h_s(
+                    off.step_s(self.dec_seqs, self.dec_ctx), self._take_d2h()
+                )
                 return Step(duration, admitted, self.dec_seqs)
-            duration = self.pricer.iteration_s(BatchShape(), self.dec_seqs, self.dec_ctx,
-                                               d2h_bytes=self._take_d2h())
+            duration = self.pricer.iteration_s(
+                BatchShape(), self.dec_seqs, self.dec_ctx, d2h_bytes=self._take_d2h()
+            )
             return Step(duration, admitted, self.dec_seqs)
         if off is not None:
             # The decode part reads its GPU tokens densely and its CPU pages through the ring.
             local = self.dec_ctx - self.bt * off.cpu_pages
             off.h2d_bytes += off.loaded_bytes(1)
-            duration, stall = self.pricer.admission_s(prefill, self.dec_seqs, local, 0,
-                                                      max(0.0, self.h2d_busy_until - now))
-            duration = self.pricer.with_d2h_s(duration + off.extra_s(self.dec_seqs, local),
-                                              self._take_d2h())
+            duration, stall = self.pricer.admission_s(
+                prefill, self.dec_seqs, local, 0, max(0.0, self.h2d_busy_until - now)
+            )
+            duration = self.pricer.with_d2h_s(
+                duration + off.extra_s(self.dec_seqs, local), self._take_d2h()
+            )
         else:
-            duration, stall = self.pricer.admission_s(prefill, self.dec_seqs, self.dec_ctx,
-                                                      self._take_d2h(),
-                                                      max(0.0, self.h2d_busy_until - now))
+            duration, stall = self.pricer.admission_s(
+                prefill,
+                self.dec_seqs,
+                self.dec_ctx,
+                self._take_d2h(),
+                max(0.0, self.h2d_busy_until - now),
+            )
         for run in admitted:
-            if run.admit_s == now:           # first admission (this iteration)
+            if run.admit_s == now:  # first admission (this iteration)
                 run.copy_stall_s = stall
         return Step(duration, admitted, self.dec_seqs)
 
@@ -367,13 +423,19 @@ class Scheduler:
             _, _, i = heapq.heappop(due)
             sess = self.kv[i]
             need = sess.tier_pages[CPU] * self.unit_bytes
-            if sess.pinned or sess.done or not need \
-                    or mem.reclaimable(GPU) - sess.tier_pages[GPU] * self.unit_bytes < need:
+            if (
+                sess.pinned
+                or sess.done
+                or not need
+                or mem.reclaimable(GPU) - sess.tier_pages[GPU] * self.unit_bytes < need
+            ):
                 continue
             mem.acquire(sess, now)
             if not mem.make_room(need, now):
-                raise AssertionError(f"prefetch of {sess.session_id}: room was checked but "
-                                     f"{need} bytes could not be reclaimed")
+                raise AssertionError(
+                    f"prefetch of {sess.session_id}: room was checked but "
+                    f"{need} bytes could not be reclaimed"
+                )
             idx = mem.swap_in_cpu_units(sess, now)
             mem.release(sess, now)
             nbytes = len(idx) * mem.unit_size(sess)
@@ -401,8 +463,11 @@ class Scheduler:
         due = self._page_due.get(self.step)
         if not due:
             return True
-        live = [(run, epoch) for run, epoch in due
-                if run.epoch == epoch and run.admit_seq in self.running]
+        live = [
+            (run, epoch)
+            for run, epoch in due
+            if run.epoch == epoch and run.admit_seq in self.running
+        ]
         extra = self.offload.meta_page if self.offload is not None else 0
         if not preempt and not self.mem.reclaimable(GPU) >= len(live) * (self.page_bytes + extra):
             return False
@@ -464,8 +529,9 @@ class Scheduler:
             return layer_split(layer_codes(sess, self.layers), sess.tokens, bt)
         return sess.tokens_in(GPU, bt), sess.tokens_in(CPU, bt), sess.tokens_in(DROPPED, bt)
 
-    def _make_resident(self, run: TurnRun, target: int, fetch: int, now: float,
-                       pf: Prefill) -> None:
+    def _make_resident(
+        self, run: TurnRun, target: int, fetch: int, now: float, pf: Prefill
+    ) -> None:
         """Pin the session's units, reclaim room, swap in, recompute, and add the new pages; the
         work goes into ``pf``."""
         sess, mem, bt = run.sess, self.mem, self.bt
@@ -475,7 +541,7 @@ class Scheduler:
             got = self._prefetched.pop(sess.index, None)
             if got is not None:
                 idx, start_s, done_s = got
-                ahead = idx[np.frombuffer(sess.tier, dtype=np.uint8)[idx] == 0]   # still there
+                ahead = idx[np.frombuffer(sess.tier, dtype=np.uint8)[idx] == 0]  # still there
                 if len(ahead):
                     prefetched = len(ahead) * mem.unit_size(sess)
                 if len(ahead) and done_s > now:
@@ -489,27 +555,29 @@ class Scheduler:
         tiers = sess.tier_pages[:3]
         share = self.share if self.share is not None and sess.tier_pages[SHARED] else None
         if share is not None:
-            found = share.counts(sess.index)[:3]      # the prefix, by its pages' tiers
-            if run.k > 0:                             # it is history: g, c, d as the own pages
+            found = share.counts(sess.index)[:3]  # the prefix, by its pages' tiers
+            if run.k > 0:  # it is history: g, c, d as the own pages
                 split = tuple(a + n * bt for a, n in zip(split, found, strict=True))
                 tiers = [a + n for a, n in zip(tiers, found, strict=True)]
-        if prefetched:                         # its pages count where they came from
+        if prefetched:  # its pages count where they came from
             moved = len(ahead) * (sess.unit_pages if self.per_session_unit else 1)
             tiers[GPU] -= moved
             tiers[CPU] += moved
         layer_units = tuple(n * per_unit for n in tiers)
-        self._dropped_memo.pop(sess.index, None)     # recovery brings dropped units back
+        self._dropped_memo.pop(sess.index, None)  # recovery brings dropped units back
         for policy in mem.policy:
             policy.on_admit(sess, split, now)
         mem.acquire(sess, now)
         if share is not None:
-            share.hold(sess.index, now)               # before room is made: no eviction takes it
+            share.hold(sess.index, now)  # before room is made: no eviction takes it
         if not mem.make_room(fetch, now):
-            raise AssertionError(f"admission of {sess.session_id} turn {run.k}: room was checked "
-                                 f"but {fetch} bytes could not be reclaimed")
+            raise AssertionError(
+                f"admission of {sess.session_id} turn {run.k}: room was checked "
+                f"but {fetch} bytes could not be reclaimed"
+            )
         new = max(1, target - 1 - old_tokens)
         new_pairs = attention_pairs(new, old_tokens)
-        prompt_redo = 0                 # prompt tokens of the shared prefix computed now
+        prompt_redo = 0  # prompt tokens of the shared prefix computed now
         if self.upp > 1:
             got = mem.bring_layers_to_gpu(sess, now)
             swapped = 0
@@ -526,8 +594,9 @@ class Scheduler:
             pf.pairs += new_pairs
         else:
             swapped, swapped_pages, recomputed = mem.bring_to_gpu(sess, now)
-            redo = recompute_pairs(recomputed, sess.unit_pages if self.per_session_unit else 1,
-                                   bt, old_tokens)
+            redo = recompute_pairs(
+                recomputed, sess.unit_pages if self.per_session_unit else 1, bt, old_tokens
+            )
             prompt_pairs = 0.0
             if share is not None:
                 # The prefix's pages from the CPU are swapped in; dropped ones (or never computed)
@@ -602,7 +671,7 @@ class Scheduler:
         self.preemptions += 1
         sess.tokens = tokens
         boundary_page = run.history // self.bt
-        if sess.tier_pages[SHARED]:               # in page order: the prefix, then its own
+        if sess.tier_pages[SHARED]:  # in page order: the prefix, then its own
             self.share.release(sess.index, now)
         mem.release(sess, now)
         # units reaching past the history boundary hold this turn's own tokens: dropped
@@ -637,7 +706,7 @@ class Scheduler:
             run.generated += 1
             remaining = run.turn.output_tokens - run.generated
             if run.sess.tokens > run.cap:
-                self._prune(run.sess, run.cap, now)   # the bulk prune after prefill
+                self._prune(run.sess, run.cap, now)  # the bulk prune after prefill
             tokens = run.sess.tokens
             if remaining <= 0:
                 self._complete(run, tokens, run.generated, now)
@@ -651,12 +720,15 @@ class Scheduler:
             if tokens < run.cap:
                 run.growing = True
                 self.dec_grow += 1
-                if run.cap - tokens < remaining:     # it reaches the cap before it completes
-                    self._due(self._cap_due, self._cap_steps, self.step + run.cap - tokens, run,
-                              run.epoch)
+                if run.cap - tokens < remaining:  # it reaches the cap before it completes
+                    self._due(
+                        self._cap_due, self._cap_steps, self.step + run.cap - tokens, run, run.epoch
+                    )
             first_page_step = self.step + 1 + (-tokens) % self.bt
-            if first_page_step <= self.step + remaining and \
-                    run.tokens_at(first_page_step) < run.cap:
+            if (
+                first_page_step <= self.step + remaining
+                and run.tokens_at(first_page_step) < run.cap
+            ):
                 self._due_page(first_page_step, run, run.epoch)
         self.step += 1
 
@@ -681,8 +753,10 @@ class Scheduler:
         if not mem.offload_pinned(sess, 0, full * self.upp, now):
             return
         if not mem.reserve(reserve, now):
-            raise AssertionError(f"offload of {sess.session_id}: room was checked but the ring "
-                                 f"and metadata ({reserve} bytes) could not be reserved")
+            raise AssertionError(
+                f"offload of {sess.session_id}: room was checked but the ring "
+                f"and metadata ({reserve} bytes) could not be reserved"
+            )
         run.cpu_pages = full
         off.add(full)
 
@@ -694,8 +768,10 @@ class Scheduler:
         off = self.offload
         if self.mem.offload_pinned(run.sess, page * self.upp, (page + 1) * self.upp, now):
             if not self.mem.reserve(off.meta_page, now):
-                raise AssertionError(f"offload of {run.sess.session_id}: room for the page's "
-                                     f"metadata was made but could not be reserved")
+                raise AssertionError(
+                    f"offload of {run.sess.session_id}: room for the page's "
+                    f"metadata was made but could not be reserved"
+                )
             off.grow(run.cpu_pages)
             run.cpu_pages += 1
 
@@ -769,13 +845,25 @@ class Scheduler:
                 break
             d2h = self._take_d2h()
             off = self.offload
-            if off is not None:           # sparse decode: its own price, step by step to a page
+            if off is not None:  # sparse decode: its own price, step by step to a page
                 n = min(stop, self._next_page_step(self.step + 1)) - self.step
-                if d2h and self.cfg.async_save and pricer.with_d2h_s(0.0, d2h) \
-                        <= off.step_s(seqs, self.dec_ctx):
-                    d2h = 0                   # the save hides behind the step: a plain run
-                run = pricer.decode_run(seqs, self.dec_ctx, 1 if d2h else n, t, horizon,
-                                        used_gpu[GPU], span.gpu_byte_seconds, grow, sparse=off)
+                if (
+                    d2h
+                    and self.cfg.async_save
+                    and pricer.with_d2h_s(0.0, d2h) <= off.step_s(seqs, self.dec_ctx)
+                ):
+                    d2h = 0  # the save hides behind the step: a plain run
+                run = pricer.decode_run(
+                    seqs,
+                    self.dec_ctx,
+                    1 if d2h else n,
+                    t,
+                    horizon,
+                    used_gpu[GPU],
+                    span.gpu_byte_seconds,
+                    grow,
+                    sparse=off,
+                )
                 if d2h:
                     run.durations[0] = pricer.with_d2h_s(run.durations[0], d2h)
                     run.end_s = t + run.durations[0]
@@ -783,16 +871,23 @@ class Scheduler:
                 off.h2d_bytes += off.loaded_bytes(run.steps)
                 self.step_s.extend(run.durations)
                 n, t, span.gpu_byte_seconds = run.steps, run.end_s, run.gpu_byte_seconds
-            elif d2h:                     # a demotion's copy: this step is priced on its own
+            elif d2h:  # a demotion's copy: this step is priced on its own
                 d = pricer.decode_with_d2h_s(seqs, self.dec_ctx, d2h)
                 span.gpu_byte_seconds += used_gpu[GPU] * d
                 self.step_s.append(d)
                 n, t = 1, t + d
             else:
                 # Up to the next page allocation only the context changes: one closed-form run.
-                run = pricer.decode_run(seqs, self.dec_ctx,
-                                        min(stop, self._next_page_step(self.step + 1)) - self.step,
-                                        t, horizon, used_gpu[GPU], span.gpu_byte_seconds, grow)
+                run = pricer.decode_run(
+                    seqs,
+                    self.dec_ctx,
+                    min(stop, self._next_page_step(self.step + 1)) - self.step,
+                    t,
+                    horizon,
+                    used_gpu[GPU],
+                    span.gpu_byte_seconds,
+                    grow,
+                )
                 self.step_s.extend(run.durations)
                 n, t, span.gpu_byte_seconds = run.steps, run.end_s, run.gpu_byte_seconds
             span.steps += n
@@ -813,7 +908,7 @@ class Scheduler:
         seqs, step0, mem, bt = self.dec_seqs, self.step, self.mem, self.bt
         grow = self.dec_grow
         if stop <= step0 or now >= horizon:
-            return False                          # no step to run: the loop does nothing
+            return False  # no step to run: the loop does nothing
         # Price the steps up to the horizon: a first guess of 64, doubled while it falls short.
         want = min(64, stop - step0)
         while True:
@@ -837,7 +932,7 @@ class Scheduler:
                     total += count
         page, unit, upp = self.page_bytes, self.unit_bytes, self.upp
         if total * page > mem.reclaimable(GPU):
-            return False                          # some step would preempt: step by step
+            return False  # some step would preempt: step by step
         # Allocation k (1-based, in step order) of ``upp`` units evicts what the free room lacks:
         # max(0, k*upp - free) - max(0, (k-1)*upp - free) units (victims are whole units).
         free = mem.free(GPU)
@@ -850,7 +945,7 @@ class Scheduler:
         ordered = gpu_policy.hears_pinned()
         # The step of every allocation, in the loop's order of runs.
         steps = [k for _, key, count in growing for k in range(key, key + count * bt, bt)]
-        due = np.sort(np.asarray(steps, dtype=np.int64)) - step0     # relative, in step order
+        due = np.sort(np.asarray(steps, dtype=np.int64)) - step0  # relative, in step order
         if demotes:
             # Each demotion's copy rides on its allocation's step: step by step unless every such
             # copy hides behind its step's compute (never, when saves are synchronous).
@@ -863,14 +958,14 @@ class Scheduler:
                 if self.cost.copy_s("d2h", nbytes, nbytes // layer_page) > d[j]:
                     return False
         if evicts:
-            mem.make_room(total * page, now)      # the victims of every single-page make_room
-            self._d2h_mark = mem.swap_out_bytes   # their copies were priced in their own steps
+            mem.make_room(total * page, now)  # the victims of every single-page make_room
+            self._d2h_mark = mem.swap_out_bytes  # their copies were priced in their own steps
         for key in touched:
             del self._page_due[key]
         order, uids = [], []
         for run, key, count in growing:
             sess = run.sess
-            if ordered:                           # the policy hears of the units in the loop's order
+            if ordered:  # the policy hears of the units in the loop's order
                 order.extend([run.admit_seq] * (count * upp))
                 first = uid_of(sess.index, len(sess.tier))
                 uids.extend(range(first, first + count * upp))
@@ -902,10 +997,12 @@ class Scheduler:
     def _next_page_step(self, after: int) -> int:
         """The first step >= ``after`` at which a decoding sequence needs a new page."""
         heap = self._page_steps
-        while heap and heap[0] not in self._page_due:   # handled steps leave _page_due
+        while heap and heap[0] not in self._page_due:  # handled steps leave _page_due
             heapq.heappop(heap)
         if heap and heap[0] < after:
-            raise AssertionError(f"page allocation of step {heap[0]} was not handled by step {after}")
+            raise AssertionError(
+                f"page allocation of step {heap[0]} was not handled by step {after}"
+            )
         return heap[0] if heap else 1 << 62
 
     def _admissible(self, run: TurnRun) -> bool:
@@ -928,11 +1025,13 @@ class Scheduler:
         units = sess.tier_pages
         dropped = 0
         if units[DROPPED]:
-            dropped = self._dropped_tokens(sess) if self.upp > 1 \
-                else sess.tokens_in(DROPPED, self.bt)
-        fetch = (units[CPU] + units[DROPPED] + self._pages(target) * self.upp - sum(units)) \
-            * self.unit_bytes
-        if units[SHARED]:                 # the prefix's pages not on the GPU come in too
+            dropped = (
+                self._dropped_tokens(sess) if self.upp > 1 else sess.tokens_in(DROPPED, self.bt)
+            )
+        fetch = (
+            units[CPU] + units[DROPPED] + self._pages(target) * self.upp - sum(units)
+        ) * self.unit_bytes
+        if units[SHARED]:  # the prefix's pages not on the GPU come in too
             _, on_cpu, gone, _ = self.share.counts(sess.index)
             dropped += gone * self.bt
             fetch += (on_cpu + gone) * self.page_bytes
@@ -954,7 +1053,7 @@ class Scheduler:
         """Can the GPU make ``fetch`` bytes of room without the session's own (soon pinned) units?"""
         sess = run.sess
         held = sess.tier_pages[GPU] * self.unit_bytes
-        if sess.tier_pages[SHARED]:       # its prefix's GPU pages no other turn holds, too
+        if sess.tier_pages[SHARED]:  # its prefix's GPU pages no other turn holds, too
             held += self.share.counts(sess.index)[3] * self.page_bytes
         return self.mem.reclaimable(GPU) - held >= fetch
 
@@ -967,15 +1066,16 @@ class Scheduler:
         sess.next_turn = run.k + 1
         next_s = math.inf
         if sess.next_turn < len(session.turns):
-            next_s = next_arrival_s(session.turns[run.k], session.turns[sess.next_turn], now,
-                                    self.cfg.replay)
+            next_s = next_arrival_s(
+                session.turns[run.k], session.turns[sess.next_turn], now, self.cfg.replay
+            )
             self.arrivals.schedule(sess.index, next_s)
         else:
             sess.done = True
             self.live_pages -= self._pages(tokens)
         sess.last_access_s = now
         sess.next_access_s = next_s
-        if sess.tier_pages[SHARED]:               # in page order: the prefix, then its own
+        if sess.tier_pages[SHARED]:  # in page order: the prefix, then its own
             self.share.release(sess.index, now)
         if sess.done:
             self._finished(sess.index)
@@ -990,15 +1090,34 @@ class Scheduler:
         t = run.turn
         o = t.output_tokens
         self.ledger.append(
-            sess.session_id, run.k, t.priority, run.arrival_s, run.admit_s, run.first_token_s, now,
-            t.prompt_tokens, o, run.true_history, run.gpu_hit, run.cpu_hit, run.recomputed,
-            run.true_history - run.history, run.shared_hit, run.shared_cpu,
-            *run.layer_units, run.swap_in_bytes, run.copy_stall_s, run.prefetched_bytes,
+            sess.session_id,
+            run.k,
+            t.priority,
+            run.arrival_s,
+            run.admit_s,
+            run.first_token_s,
+            now,
+            t.prompt_tokens,
+            o,
+            run.true_history,
+            run.gpu_hit,
+            run.cpu_hit,
+            run.recomputed,
+            run.true_history - run.history,
+            run.shared_hit,
+            run.shared_cpu,
+            *run.layer_units,
+            run.swap_in_bytes,
+            run.copy_stall_s,
+            run.prefetched_bytes,
             run.preemptions,
             run.preempt_recompute,
-            run.first_token_s - run.arrival_s, run.ttft_ideal_s,
+            run.first_token_s - run.arrival_s,
+            run.ttft_ideal_s,
             (now - run.first_token_s) / (o - 1) if o > 1 else math.nan,
-            now - run.arrival_s, run.admit_s - run.arrival_s)
+            now - run.arrival_s,
+            run.admit_s - run.arrival_s,
+        )
 
 
 @dataclass(slots=True)

@@ -12,6 +12,7 @@ the scorers here are stand-ins with the same interface: ``recency``, ``random``,
 It supports decode only (a prefill's queries span the whole prompt: no single top-K exists).
 ``full`` picks every page, in either phase.
 """
+
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
@@ -29,10 +30,10 @@ PHASES = ("prefill", "decode")
 class SelectionContext:
     """What a selector may know about one selection: whose, when, where, and its random stream."""
 
-    session: int            # session index
-    step: int               # decode position (index of the token being generated)
+    session: int  # session index
+    step: int  # decode position (index of the token being generated)
     layer: int = 0
-    seed: int = 0           # the run's seed
+    seed: int = 0  # the run's seed
     phase: str = "decode"
 
     def __post_init__(self) -> None:
@@ -47,7 +48,9 @@ class SelectionContext:
     def rng(self) -> np.random.Generator:
         """Seeded by (seed, session, step, layer): a random choice does not depend on the order
         in which selections are made, and a run is reproducible."""
-        return np.random.default_rng((int(self.seed), int(self.session), int(self.step), int(self.layer)))
+        return np.random.default_rng(
+            (int(self.seed), int(self.session), int(self.step), int(self.layer))
+        )
 
 
 # --- scorers: higher score = more worth reading -----------------------------------------------------
@@ -116,8 +119,10 @@ class TopKSelector(BlockSelector):
         elif scorer in SCORERS:
             self.scorer_name, self._score = scorer, SCORERS[scorer]
         else:
-            raise ValueError(f"sparse.scorer must be one of {', '.join(map(repr, sorted(SCORERS)))} "
-                             f"(or a callable), got {scorer!r}")
+            raise ValueError(
+                f"sparse.scorer must be one of {', '.join(map(repr, sorted(SCORERS)))} "
+                f"(or a callable), got {scorer!r}"
+            )
 
     def __repr__(self) -> str:
         return f"TopKSelector(k={self.k}, scorer={self.scorer_name!r})"
@@ -129,9 +134,11 @@ class TopKSelector(BlockSelector):
             return pages.copy()
         scores = np.asarray(self._score(pages, context), dtype=np.float64)
         if scores.shape != pages.shape:
-            raise ValueError(f"scorer {self.scorer_name!r} returned {scores.shape[0] if scores.ndim else 0} "
-                             f"scores for {len(pages)} pages")
-        best = np.lexsort((-pages, -scores))[: self.k]   # by score, then by page, both descending
+            raise ValueError(
+                f"scorer {self.scorer_name!r} returned {scores.shape[0] if scores.ndim else 0} "
+                f"scores for {len(pages)} pages"
+            )
+        best = np.lexsort((-pages, -scores))[: self.k]  # by score, then by page, both descending
         return np.sort(pages[best])
 
     def count(self, available_pages: int) -> int:
@@ -172,6 +179,7 @@ def register(name: str):
         cls.name = name
         _SELECTORS[name] = cls
         return cls
+
     return deco
 
 
@@ -183,12 +191,16 @@ def available_selectors() -> list[str]:
     return sorted(_SELECTORS)
 
 
-def make_selector(name: str, k: int | None = None, scorer: str | Scorer = "recency") -> BlockSelector:
+def make_selector(
+    name: str, k: int | None = None, scorer: str | Scorer = "recency"
+) -> BlockSelector:
     """A registered selector: ``quest`` needs ``k`` (and takes ``scorer``); ``full`` ignores both."""
     cls = _SELECTORS.get(name)
     if cls is None:
-        raise ValueError(f"sparse.selector must be one of {', '.join(map(repr, available_selectors()))}, "
-                         f"got {name!r}")
+        raise ValueError(
+            f"sparse.selector must be one of {', '.join(map(repr, available_selectors()))}, "
+            f"got {name!r}"
+        )
     if issubclass(cls, TopKSelector):
         if k is None:
             raise ValueError(f"sparse.k is required by sparse selector {name!r}")
@@ -199,15 +211,21 @@ def make_selector(name: str, k: int | None = None, scorer: str | Scorer = "recen
 def validate_sparse(k: int | None, ring_slots: int) -> None:
     """Configuration check: the K pages one layer selects must fit the ring of ``ring_slots`` page
     slots (``k`` None: a full selector, which has no K)."""
-    if isinstance(ring_slots, bool) or not isinstance(ring_slots, (int, np.integer)) or ring_slots < 1:
+    if (
+        isinstance(ring_slots, bool)
+        or not isinstance(ring_slots, (int, np.integer))
+        or ring_slots < 1
+    ):
         raise ValueError(f"sparse.ring_slots must be an integer >= 1, got {ring_slots!r}")
     if k is None:
         return
     _check_k(k)
     if k > ring_slots:
-        raise ValueError(f"sparse.k ({k}) must not exceed sparse.ring_slots ({ring_slots}): a layer's "
-                         f"selected pages must fit the GPU ring buffer; lower sparse.k or raise "
-                         f"sparse.ring_slots")
+        raise ValueError(
+            f"sparse.k ({k}) must not exceed sparse.ring_slots ({ring_slots}): a layer's "
+            f"selected pages must fit the GPU ring buffer; lower sparse.k or raise "
+            f"sparse.ring_slots"
+        )
 
 
 def check_phase(selector: BlockSelector, phase: str) -> None:
@@ -218,15 +236,19 @@ def check_phase(selector: BlockSelector, phase: str) -> None:
         return
     can = [p for p in PHASES if getattr(selector, f"supports_{p}")]
     supported = f"supports only {' and '.join(can)}" if can else "supports no phase"
-    raise ValueError(f"sparse selector {selector.name!r} {supported}; it cannot run {phase} "
-                     f"(sparse.phases)")
+    raise ValueError(
+        f"sparse selector {selector.name!r} {supported}; it cannot run {phase} (sparse.phases)"
+    )
 
 
 def selected_count(selector: BlockSelector, available_pages: int) -> int:
     """How many pages ``selector`` reads of a sequence with ``available_pages`` CPU-held pages: all
     the time model needs (O(1) for the registered selectors)."""
-    if isinstance(available_pages, bool) or not isinstance(available_pages, (int, np.integer)) \
-            or available_pages < 0:
+    if (
+        isinstance(available_pages, bool)
+        or not isinstance(available_pages, (int, np.integer))
+        or available_pages < 0
+    ):
         raise ValueError(f"available_pages must be an integer >= 0, got {available_pages!r}")
     return int(selector.count(int(available_pages)))
 
@@ -234,8 +256,11 @@ def selected_count(selector: BlockSelector, available_pages: int) -> int:
 def selected_counts(selector: BlockSelector, available_pages: np.ndarray) -> np.ndarray:
     """``selected_count`` for every sequence of a batch at once."""
     pages = np.asarray(available_pages)
-    if pages.ndim != 1 or not (pages.size == 0 or np.issubdtype(pages.dtype, np.integer)) \
-            or (pages.size and pages.min() < 0):
+    if (
+        pages.ndim != 1
+        or not (pages.size == 0 or np.issubdtype(pages.dtype, np.integer))
+        or (pages.size and pages.min() < 0)
+    ):
         raise ValueError("available_pages must be a 1-D array of integers >= 0")
     return selector.counts(pages.astype(np.int64, copy=False))
 
@@ -249,8 +274,10 @@ def _check_k(k: int) -> int:
 def _check_available(available: np.ndarray) -> np.ndarray:
     pages = np.asarray(available)
     if pages.ndim != 1 or not (pages.size == 0 or np.issubdtype(pages.dtype, np.integer)):
-        raise ValueError(f"available must be a 1-D array of page indices, got {pages.dtype} of "
-                         f"shape {pages.shape}")
+        raise ValueError(
+            f"available must be a 1-D array of page indices, got {pages.dtype} of "
+            f"shape {pages.shape}"
+        )
     pages = pages.astype(np.int64, copy=False)
     if pages.size and (pages[0] < 0 or np.any(np.diff(pages) <= 0)):
         raise ValueError("available must hold distinct page indices >= 0 in ascending order")

@@ -14,6 +14,7 @@ each (layer, token) has a lifespan in tokens and is attention-relevant while the
 attending query is < its position + lifespan; ``quality_report`` estimates the share of relevant
 tokens a budget prunes, under that model's and the scorer's assumptions (docs/semantics.md, section 8).
 """
+
 from __future__ import annotations
 
 import csv
@@ -70,14 +71,14 @@ def _top_b_mask(cand: np.ndarray, b: int, scratch: np.ndarray | None = None) -> 
     work = np.empty_like(cand) if scratch is None else scratch[:, :m]
     work[...] = cand
     work.partition(m - b, axis=1)
-    thr = work[:, m - b:m - b + 1]
+    thr = work[:, m - b : m - b + 1]
     kept = cand >= thr
-    extra = np.count_nonzero(kept, axis=1) - b          # tied tokens beyond the places left
+    extra = np.count_nonzero(kept, axis=1) - b  # tied tokens beyond the places left
     if extra.any():
         # Drop the ``extra`` oldest tokens at the threshold score of each row: work on the
         # (row, column) list of tied tokens, ordered by row then column, not on whole rows.
-        r, c = np.divmod(np.flatnonzero(cand == thr), m)   # 10x faster than 2-D np.nonzero
-        rank = np.arange(len(r)) - np.searchsorted(r, r)   # position among its row's ties
+        r, c = np.divmod(np.flatnonzero(cand == thr), m)  # 10x faster than 2-D np.nonzero
+        rank = np.arange(len(r)) - np.searchsorted(r, r)  # position among its row's ties
         drop = rank < extra[r]
         kept[r[drop], c[drop]] = False
     return kept
@@ -100,7 +101,7 @@ def kept_set(scores_row: Sequence[float] | np.ndarray, n: int, tb: TokenBudget) 
     by score among tokens S..n-W-1 (the top-B fact; see the module docstring)."""
     row = _row(scores_row, n)
     s = min(tb.sink, n)
-    w0 = max(s, n - tb.window)            # first window token
+    w0 = max(s, n - tb.window)  # first window token
     mid = np.flatnonzero(_top_b_mask(row[None, s:w0], tb.budget)[0]) + s
     return np.concatenate([np.arange(s), mid, np.arange(w0, n)]).astype(np.int64)
 
@@ -109,18 +110,23 @@ def kept_set(scores_row: Sequence[float] | np.ndarray, n: int, tb: TokenBudget) 
 class PruneStep:
     """State after a bulk prune (end of prefill) or after one decode token."""
 
-    n: int                          # tokens processed so far
-    pruned: tuple[int, ...]         # tokens pruned at this step, lowest (score, index) first
-    kept: tuple[int, ...]           # sorted kept tokens after the step
+    n: int  # tokens processed so far
+    pruned: tuple[int, ...]  # tokens pruned at this step, lowest (score, index) first
+    kept: tuple[int, ...]  # sorted kept tokens after the step
 
 
-def stream_prunes(scores_row: Sequence[float] | np.ndarray, n: int, tb: TokenBudget,
-                  prefill: int) -> Iterator[PruneStep]:
+def stream_prunes(
+    scores_row: Sequence[float] | np.ndarray, n: int, tb: TokenBudget, prefill: int
+) -> Iterator[PruneStep]:
     """Reference replay, one step at a time: prefill ``prefill`` tokens unpruned, bulk-prune, then
     decode tokens prefill..n-1, each pushing one token out of the window into the budget, where
     the lowest (score, index) loses. Slow on purpose (plain Python): the tests' oracle."""
     row = _row(scores_row, n)
-    if isinstance(prefill, bool) or not isinstance(prefill, (int, np.integer)) or not 0 <= prefill <= n:
+    if (
+        isinstance(prefill, bool)
+        or not isinstance(prefill, (int, np.integer))
+        or not 0 <= prefill <= n
+    ):
         raise ValueError(f"prefill must be an integer in 0..{n}, got {prefill!r}")
 
     def key(i: int) -> tuple[float, int]:
@@ -129,14 +135,14 @@ def stream_prunes(scores_row: Sequence[float] | np.ndarray, n: int, tb: TokenBud
     kept = set(range(prefill))
     budget = list(range(tb.sink, max(tb.sink, prefill - tb.window)))
     budget.sort(key=key)
-    bulk = budget[:max(0, len(budget) - tb.budget)]
-    budget = budget[len(bulk):]
+    bulk = budget[: max(0, len(budget) - tb.budget)]
+    budget = budget[len(bulk) :]
     kept.difference_update(bulk)
     yield PruneStep(prefill, tuple(bulk), tuple(sorted(kept)))
     for t in range(prefill, n):
         kept.add(t)
         pruned: tuple[int, ...] = ()
-        leaving = t - tb.window           # window after t+1 tokens is t-W+1..t
+        leaving = t - tb.window  # window after t+1 tokens is t-W+1..t
         if leaving >= tb.sink:
             budget.append(leaving)
             if len(budget) > tb.budget:
@@ -147,8 +153,9 @@ def stream_prunes(scores_row: Sequence[float] | np.ndarray, n: int, tb: TokenBud
         yield PruneStep(t + 1, pruned, tuple(sorted(kept)))
 
 
-def kept_set_streaming(scores_row: Sequence[float] | np.ndarray, n: int, tb: TokenBudget,
-                       prefill: int) -> np.ndarray:
+def kept_set_streaming(
+    scores_row: Sequence[float] | np.ndarray, n: int, tb: TokenBudget, prefill: int
+) -> np.ndarray:
     """The kept set after ``stream_prunes`` has run to n tokens."""
     *_, last = stream_prunes(scores_row, n, tb, prefill)
     return np.asarray(last.kept, dtype=np.int64)
@@ -158,15 +165,21 @@ def kept_set_streaming(scores_row: Sequence[float] | np.ndarray, n: int, tb: Tok
 ScorerFn = Callable[[int, int, np.random.Generator, "np.ndarray | None"], np.ndarray]
 
 
-def _random(layers: int, n: int, rng: np.random.Generator, lifespans: np.ndarray | None) -> np.ndarray:
+def _random(
+    layers: int, n: int, rng: np.random.Generator, lifespans: np.ndarray | None
+) -> np.ndarray:
     return rng.random((layers, n), dtype=np.float32)
 
 
-def _recency(layers: int, n: int, rng: np.random.Generator, lifespans: np.ndarray | None) -> np.ndarray:
+def _recency(
+    layers: int, n: int, rng: np.random.Generator, lifespans: np.ndarray | None
+) -> np.ndarray:
     return np.broadcast_to(np.arange(n, dtype=np.float32), (layers, n))
 
 
-def _lifespan(layers: int, n: int, rng: np.random.Generator, lifespans: np.ndarray | None) -> np.ndarray:
+def _lifespan(
+    layers: int, n: int, rng: np.random.Generator, lifespans: np.ndarray | None
+) -> np.ndarray:
     if lifespans is None:
         raise ValueError("scorer 'lifespan' needs the lifespans of the relevance model")
     life = np.asarray(lifespans)
@@ -174,8 +187,8 @@ def _lifespan(layers: int, n: int, rng: np.random.Generator, lifespans: np.ndarr
 
 
 SCORERS: dict[str, ScorerFn] = {
-    "random": _random,      # a scorer that knows nothing: the floor a learned one must beat
-    "recency": _recency,    # score = position: the budget becomes a longer window
+    "random": _random,  # a scorer that knows nothing: the floor a learned one must beat
+    "recency": _recency,  # score = position: the budget becomes a longer window
     "lifespan": _lifespan,  # score = expiry (position + lifespan): a perfect predictor, an upper bound
 }
 
@@ -187,8 +200,9 @@ def register_scorer(name: str, fn: ScorerFn) -> None:
     SCORERS[name] = fn
 
 
-def scores(scorer: str, layers: int, n: int, rng: np.random.Generator,
-           lifespans: np.ndarray | None = None) -> np.ndarray:
+def scores(
+    scorer: str, layers: int, n: int, rng: np.random.Generator, lifespans: np.ndarray | None = None
+) -> np.ndarray:
     """(layers, n) static token scores from the scorer named ``scorer``."""
     if scorer not in SCORERS:
         raise ValueError(f"unknown scorer {scorer!r} (known: {', '.join(SCORERS)})")
@@ -198,7 +212,9 @@ def scores(scorer: str, layers: int, n: int, rng: np.random.Generator,
     if not np.issubdtype(out.dtype, np.floating):
         out = out.astype(float)
     if out.shape != (layers, n) or np.isnan(out).any():
-        raise ValueError(f"scorer {scorer!r} must return finite-or-inf scores of shape {(layers, n)}")
+        raise ValueError(
+            f"scorer {scorer!r} must return finite-or-inf scores of shape {(layers, n)}"
+        )
     return out
 
 
@@ -216,13 +232,17 @@ class LifespanDistribution:
 
     def __post_init__(self) -> None:
         if len(self.lifespans) != len(self.probabilities):
-            raise ValueError(f"{self.source}: {len(self.lifespans)} lifespans but "
-                             f"{len(self.probabilities)} probabilities")
+            raise ValueError(
+                f"{self.source}: {len(self.lifespans)} lifespans but "
+                f"{len(self.probabilities)} probabilities"
+            )
         if any(not (v >= 1) for v in self.lifespans):
             raise ValueError(f"{self.source}: lifespans must be >= 1 token (or inf)")
         if any(not (0 <= p <= 1) for p in (*self.probabilities, self.geometric_share)):
             raise ValueError(f"{self.source}: probabilities must lie in [0, 1]")
-        if self.geometric_share > 0 and not (math.isfinite(self.geometric_mean) and self.geometric_mean >= 1):
+        if self.geometric_share > 0 and not (
+            math.isfinite(self.geometric_mean) and self.geometric_mean >= 1
+        ):
             raise ValueError(f"{self.source}: geometric_mean must be finite and >= 1")
         total = sum(self.probabilities) + self.geometric_share
         if abs(total - 1.0) > 1e-3:
@@ -232,8 +252,13 @@ class LifespanDistribution:
     def builtin(cls) -> LifespanDistribution:
         """Illustrative default, not measured: 5 % heavy hitters relevant forever, the rest
         geometric with a mean of 64 tokens."""
-        return cls((math.inf,), (0.05,), geometric_share=0.95, geometric_mean=64.0,
-                   source="builtin (illustrative)")
+        return cls(
+            (math.inf,),
+            (0.05,),
+            geometric_share=0.95,
+            geometric_mean=64.0,
+            source="builtin (illustrative)",
+        )
 
     @classmethod
     def from_csv(cls, path: str | os.PathLike[str]) -> LifespanDistribution:
@@ -253,15 +278,22 @@ class LifespanDistribution:
                 cells = [c.strip() for c in cells]
                 if not header_seen:
                     if cells != ["lifespan_tokens", "probability"]:
-                        raise ValueError(f"{where}: header must be 'lifespan_tokens,probability', "
-                                         f"got {','.join(cells)!r}")
+                        raise ValueError(
+                            f"{where}: header must be 'lifespan_tokens,probability', "
+                            f"got {','.join(cells)!r}"
+                        )
                     header_seen = True
                     continue
                 if len(cells) != 2:
                     raise ValueError(f"{where}: expected 2 columns, got {len(cells)}")
-                life, prob = _number(cells[0], where, "lifespan_tokens"), _number(cells[1], where, "probability")
+                life, prob = (
+                    _number(cells[0], where, "lifespan_tokens"),
+                    _number(cells[1], where, "probability"),
+                )
                 if not (life >= 1):
-                    raise ValueError(f"{where}: lifespan_tokens must be >= 1 or inf, got {cells[0]!r}")
+                    raise ValueError(
+                        f"{where}: lifespan_tokens must be >= 1 or inf, got {cells[0]!r}"
+                    )
                 if not (math.isfinite(prob) and 0 <= prob <= 1):
                     raise ValueError(f"{where}: probability must lie in [0, 1], got {cells[1]!r}")
                 if life in values:
@@ -269,14 +301,17 @@ class LifespanDistribution:
                 values.append(life)
                 probs.append(prob)
         if not values:
-            raise ValueError(f"{name}: no rows (need the header 'lifespan_tokens,probability' and data)")
+            raise ValueError(
+                f"{name}: no rows (need the header 'lifespan_tokens,probability' and data)"
+            )
         total = sum(probs)
         if abs(total - 1.0) > 1e-3:
             raise ValueError(f"{name}: probabilities sum to {total:.6g}, not 1 (tolerance 0.001)")
         return cls(tuple(values), tuple(p / total for p in probs), source=name)
 
-    def sample(self, rng: np.random.Generator, shape: tuple[int, ...],
-               dtype: type = np.float64) -> np.ndarray:
+    def sample(
+        self, rng: np.random.Generator, shape: tuple[int, ...], dtype: type = np.float64
+    ) -> np.ndarray:
         """Lifespans (inf allowed) from one uniform draw u per element: u below the point masses'
         total picks a mass, the rest goes through the geometric inverse CDF. float32 halves the
         memory traffic and is exact for integer lifespans; its 24-bit u cuts the geometric tail
@@ -294,8 +329,10 @@ class LifespanDistribution:
         p = 1.0 / self.geometric_mean
         in_atoms = u < atom_total
         if len(atoms) > 1:
-            picked = atoms[np.minimum(np.searchsorted(cum, u[in_atoms], side="right"), len(atoms) - 1)]
-        out = u                           # transformed in place: no fresh array, no page faults
+            picked = atoms[
+                np.minimum(np.searchsorted(cum, u[in_atoms], side="right"), len(atoms) - 1)
+            ]
+        out = u  # transformed in place: no fresh array, no page faults
         if p < 1:
             np.subtract(dtype(1), out, out=out)
             out *= dtype(1.0 / (1.0 - atom_total))
@@ -328,8 +365,9 @@ def _number(text: str, where: str, column: str) -> float:
 _F32_EXACT = 2**24
 
 
-def count_relevant_pruned(score: np.ndarray, expiry: np.ndarray, turn_ends: Sequence[int],
-                          tb: TokenBudget) -> tuple[int, int]:
+def count_relevant_pruned(
+    score: np.ndarray, expiry: np.ndarray, turn_ends: Sequence[int], tb: TokenBudget
+) -> tuple[int, int]:
     """(relevant, relevant and pruned), summed over layers and turn ends. Token i of a layer is
     relevant at n when n < expiry = i + lifespan; the kept set at n is ``kept_set``'s."""
     if score.shape != expiry.shape:
@@ -352,9 +390,14 @@ def count_relevant_pruned(score: np.ndarray, expiry: np.ndarray, turn_ends: Sequ
     return total, pruned
 
 
-def relevant_pruned_share(n_tokens_per_turn_end: Sequence[int], tb: TokenBudget, scorer: str,
-                          layers: int, rng: np.random.Generator,
-                          dist: LifespanDistribution | None = None) -> tuple[int, int]:
+def relevant_pruned_share(
+    n_tokens_per_turn_end: Sequence[int],
+    tb: TokenBudget,
+    scorer: str,
+    layers: int,
+    rng: np.random.Generator,
+    dist: LifespanDistribution | None = None,
+) -> tuple[int, int]:
     """One session: (relevant tokens, relevant tokens pruned) over layers at each turn end, the
     token counts at which the next query attends. Draws the lifespans, then the scores, from rng."""
     ends = [int(e) for e in n_tokens_per_turn_end]
@@ -371,7 +414,7 @@ def relevant_pruned_share(n_tokens_per_turn_end: Sequence[int], tb: TokenBudget,
     if sc is not None and np.shares_memory(sc, life):
         sc = sc.copy()
     expiry = life
-    expiry += np.arange(n, dtype=np.float32)          # in place: fresh arrays cost page faults
+    expiry += np.arange(n, dtype=np.float32)  # in place: fresh arrays cost page faults
     return count_relevant_pruned(expiry if sc is None else sc, expiry, ends, tb)
 
 
@@ -383,16 +426,22 @@ class QualityReport:
     relevant_pruned: int
     sessions_sampled: int
     sessions_total: int
-    share_stderr: float      # standard error of the share (ratio estimator over sessions); nan if < 2
+    share_stderr: float  # standard error of the share (ratio estimator over sessions); nan if < 2
 
     @property
     def pruned_share(self) -> float:
         return self.relevant_pruned / self.relevant_total if self.relevant_total else 0.0
 
 
-def quality_report(sessions_token_counts: Sequence[Sequence[int]], tb: TokenBudget, scorer: str,
-                   layers: int, seed: int, dist: LifespanDistribution | None = None,
-                   sample_sessions: int = 200) -> QualityReport:
+def quality_report(
+    sessions_token_counts: Sequence[Sequence[int]],
+    tb: TokenBudget,
+    scorer: str,
+    layers: int,
+    seed: int,
+    dist: LifespanDistribution | None = None,
+    sample_sessions: int = 200,
+) -> QualityReport:
     """Estimate on the first ``sample_sessions`` sessions of a seeded shuffle (all if fewer). Each
     session draws from its own generator seeded by (seed, session index), so its numbers do not
     depend on which other sessions are in the sample."""
@@ -404,7 +453,9 @@ def quality_report(sessions_token_counts: Sequence[Sequence[int]], tb: TokenBudg
     pru = np.zeros(len(order))
     for j, idx in enumerate(order):
         rng = np.random.default_rng([seed, int(idx)])
-        rel[j], pru[j] = relevant_pruned_share(sessions_token_counts[idx], tb, scorer, layers, rng, dist)
+        rel[j], pru[j] = relevant_pruned_share(
+            sessions_token_counts[idx], tb, scorer, layers, rng, dist
+        )
     total, pruned = int(rel.sum()), int(pru.sum())
     stderr = math.nan
     if len(order) >= 2 and total > 0:

@@ -10,6 +10,7 @@ dropped unit keeps its id, so ghost lists can remember it), and never backed by 
 session holds the tier of each of its units in one byte array; the arrays are freed when a
 finished session has nothing left in any tier, so memory follows the live state.
 """
+
 from __future__ import annotations
 
 from array import array
@@ -18,7 +19,7 @@ from enum import IntEnum
 
 import numpy as np
 
-UNIT_BITS = 24                     # up to 16.7M units per session (128k pages x 128 layers)
+UNIT_BITS = 24  # up to 16.7M units per session (128k pages x 128 layers)
 UNIT_MASK = (1 << UNIT_BITS) - 1
 
 
@@ -26,7 +27,7 @@ class Tier(IntEnum):
     GPU = 0
     CPU = 1
     DROPPED = 2
-    SHARED = 3      # a session's page that lives in the shared-prefix pool (``sim.prefix``)
+    SHARED = 3  # a session's page that lives in the shared-prefix pool (``sim.prefix``)
 
 
 def uid_of(session_index: int, unit_index: int) -> int:
@@ -44,20 +45,20 @@ class SessionKV:
     counts its bytes; the session's own units follow its shared pages.
     """
 
-    index: int                    # position in the trace (deterministic tie-break, uid prefix)
+    index: int  # position in the trace (deterministic tie-break, uid prefix)
     session_id: str
     priority: int
-    tokens: int = 0               # tokens whose KV exists (in some tier, or dropped)
-    pruned: int = 0               # tokens pruned for good by a token budget (not in ``tokens``)
+    tokens: int = 0  # tokens whose KV exists (in some tier, or dropped)
+    pruned: int = 0  # tokens pruned for good by a token budget (not in ``tokens``)
     tier: bytearray = field(default_factory=bytearray)
-    unit_pages: int = 0           # session granularity: pages of its one unit
+    unit_pages: int = 0  # session granularity: pages of its one unit
     tier_pages: list[int] = field(default_factory=lambda: [0, 0, 0, 0])  # pages per Tier
     pinned: bool = False
-    next_turn: int = 0            # index of the next turn to arrive
-    done: bool = False            # all turns finished (its KV may still be cached)
-    last_access_s: float = 0.0    # last use by a turn: admission and completion (LRU keys)
+    next_turn: int = 0  # index of the next turn to arrive
+    done: bool = False  # all turns finished (its KV may still be cached)
+    last_access_s: float = 0.0  # last use by a turn: admission and completion (LRU keys)
     next_access_s: float = float("inf")  # the next turn's arrival, when known (Belady)
-    refs: array | None = None     # a pool of shared pages: running turns holding each unit
+    refs: array | None = None  # a pool of shared pages: running turns holding each unit
 
     @property
     def units(self) -> int:
@@ -85,7 +86,7 @@ class SessionKV:
         n = len(self.tier)
         if tier is None:
             return range(base, base + n)
-        count = self.tier.count(int(tier))        # C speed; a whole session is the common case
+        count = self.tier.count(int(tier))  # C speed; a whole session is the common case
         if count == n:
             return range(base, base + n)
         if count == 0:
@@ -136,11 +137,12 @@ class UnitView:
 
     __slots__ = ("layers", "page_bytes", "per_session", "sessions", "unit_bytes")
 
-    def __init__(self, sessions: list[SessionKV], page_bytes: int, layers: int = 1,
-                 per_session: bool = False) -> None:
+    def __init__(
+        self, sessions: list[SessionKV], page_bytes: int, layers: int = 1, per_session: bool = False
+    ) -> None:
         self.sessions = sessions
-        self.page_bytes = page_bytes      # bytes of one page of the units' layers (one unit)
-        self.layers = layers              # units per page: 1, or the model's layers (layer_block)
+        self.page_bytes = page_bytes  # bytes of one page of the units' layers (one unit)
+        self.layers = layers  # units per page: 1, or the model's layers (layer_block)
         self.per_session = per_session
         # every unit's size when they are all equal (block, layer_block); None when they vary
         self.unit_bytes: int | None = None if per_session else page_bytes

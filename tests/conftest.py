@@ -1,4 +1,5 @@
 """Make the repository root importable so tests use this checkout's packages (not PyPI namesakes)."""
+
 import sys
 from pathlib import Path
 

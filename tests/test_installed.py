@@ -1,5 +1,6 @@
 """A non-editable install runs the quickstart from any directory: the wheel carries the bundled
 experiments, and ``kvsim run quickstart`` finds them."""
+
 from __future__ import annotations
 
 import os
@@ -21,25 +22,63 @@ def installed(tmp_path_factory) -> Path:
     tmp = tmp_path_factory.mktemp("wheel")
     # A clean copy of the sources: a build/ left by an earlier build would hide missing data.
     src = tmp / "src"
-    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(
-        ".git", "build", "*.egg-info", "__pycache__", ".hypothesis", ".pytest_cache", "results"))
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-                    "-q", "-w", str(tmp / "dist"), str(src)], check=True)
+    shutil.copytree(
+        ROOT,
+        src,
+        ignore=shutil.ignore_patterns(
+            ".git", "build", "*.egg-info", "__pycache__", ".hypothesis", ".pytest_cache", "results"
+        ),
+    )
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(tmp / "dist"),
+            str(src),
+        ],
+        check=True,
+    )
     wheel = next((tmp / "dist").glob("kvsim-*.whl"))
     target = tmp / "site"
-    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target",
-                    str(target), str(wheel)], check=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--no-deps",
+            "-q",
+            "--target",
+            str(target),
+            str(wheel),
+        ],
+        check=True,
+    )
     return target
 
 
 def _kvsim(target: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess:
     # -S: no site processing, so no editable install of this checkout can answer the imports;
     # the wheel's folder first, then this environment's packages for numpy, pandas, simpy ...
-    path = os.pathsep.join([str(target), sysconfig.get_paths()["purelib"],
-                            sysconfig.get_paths()["platlib"]])
+    path = os.pathsep.join(
+        [str(target), sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]]
+    )
     env = {**os.environ, "PYTHONPATH": path}
-    return subprocess.run([sys.executable, "-S", "-m", "experiments", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=600, check=False)
+    return subprocess.run(
+        [sys.executable, "-S", "-m", "experiments", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
 
 
 def test_the_wheel_runs_the_bundled_quickstart_from_any_directory(installed, tmp_path):
@@ -53,15 +92,24 @@ def test_the_wheel_runs_the_bundled_quickstart_from_any_directory(installed, tmp
 
 
 def test_the_wheel_imports_its_own_files(installed, tmp_path):
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(installed),
-                                                        sysconfig.get_paths()["purelib"]])}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(installed), sysconfig.get_paths()["purelib"]]),
+    }
     code = "import experiments, costmodels; print(experiments.__file__); print(costmodels.__file__)"
-    got = subprocess.run([sys.executable, "-S", "-c", code],
-                         cwd=tmp_path, env=env, capture_output=True, text=True, check=True)
+    got = subprocess.run(
+        [sys.executable, "-S", "-c", code],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert all(line.startswith(str(installed)) for line in got.stdout.split())
 
 
 def test_an_unknown_config_names_the_bundled_ones(tmp_path):
     from experiments.schema import ConfigError, load_experiment
+
     with pytest.raises(ConfigError, match="not a bundled experiment.*quickstart"):
         load_experiment(tmp_path / "nope.yaml")

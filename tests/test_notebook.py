@@ -7,6 +7,7 @@ recomputes each number of the notebook's comparison table and figure from summar
 (mean over seeds; the 95 % interval from scipy's Student's t), so a notebook that computes the wrong
 thing fails here, as does a cell that raises.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -37,7 +38,7 @@ baseline_infinite: true
 executor: {kind: local, workers: 1}
 """
 METRICS = ("reprefill_rate", "jain_service")
-KEYS = ["cpu_kv_gb", "policy", "gpu_kv_gb"]   # cpu_kv_gb is the one other axis that varies
+KEYS = ["cpu_kv_gb", "policy", "gpu_kv_gb"]  # cpu_kv_gb is the one other axis that varies
 
 # Run after the notebook's own cells: what it computed, as JSON on stdout.
 PROBE = """
@@ -88,9 +89,15 @@ def kernel_env(tmp_path, monkeypatch):
     same name), and the kernel's state kept in tmp_path."""
     spec = tmp_path / "jupyter" / "kernels" / "python3"
     spec.mkdir(parents=True)
-    (spec / "kernel.json").write_text(json.dumps({
-        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-        "display_name": "Python 3 (kvsim tests)", "language": "python"}))
+    (spec / "kernel.json").write_text(
+        json.dumps(
+            {
+                "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+                "display_name": "Python 3 (kvsim tests)",
+                "language": "python",
+            }
+        )
+    )
     monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))
     monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path / "runtime"))
     monkeypatch.setenv("IPYTHONDIR", str(tmp_path / "ipython"))
@@ -106,8 +113,11 @@ def _expected(summary: pd.DataFrame) -> pd.DataFrame:
         for m in METRICS:
             v = g[m].to_numpy(dtype=float)
             half = stats.t.ppf(0.975, len(v) - 1) * v.std(ddof=1) / math.sqrt(len(v))
-            row |= {f"{m}_mean": v.mean(), f"{m}_ci_lo": v.mean() - half,
-                    f"{m}_ci_hi": v.mean() + half}
+            row |= {
+                f"{m}_mean": v.mean(),
+                f"{m}_ci_lo": v.mean() - half,
+                f"{m}_ci_hi": v.mean() + half,
+            }
         rows.append(row)
     return pd.DataFrame(rows).set_index(KEYS).sort_index()
 
@@ -127,17 +137,23 @@ def test_notebook_reproduces_the_policy_comparison(results_dir, kernel_env, monk
     nb = nbformat.read(NOTEBOOK, as_version=4)
     n_cells = len(nb.cells)
     nb.cells.append(nbformat.v4.new_code_cell(PROBE))
-    NotebookClient(nb, timeout=120, startup_timeout=60, kernel_name="python3",
-                   resources={"metadata": {"path": str(ROOT)}}).execute()   # raises if a cell does
+    NotebookClient(
+        nb,
+        timeout=120,
+        startup_timeout=60,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(ROOT)}},
+    ).execute()  # raises if a cell does
 
     code = [c for c in nb.cells if c.cell_type == "code"]
     assert all(c.execution_count is not None for c in code)
     assert not [o for c in code for o in c.outputs if o.output_type == "error"]
-    assert not [o for c in code for o in c.outputs
-                if o.output_type == "stream" and o.name == "stderr"]   # no warnings either
+    assert not [
+        o for c in code for o in c.outputs if o.output_type == "stream" and o.name == "stderr"
+    ]  # no warnings either
     images = [c for c in code for o in c.outputs if "image/png" in o.get("data", {})]
-    assert len(images) == 3        # the notebook's figure, then the package's two line plots
-    last = nb.cells[n_cells - 1]   # the notebook's own last cell shows the table
+    assert len(images) == 3  # the notebook's figure, then the package's two line plots
+    last = nb.cells[n_cells - 1]  # the notebook's own last cell shows the table
     assert last.cell_type == "code"
     shown = [o for o in last.outputs if o.output_type == "execute_result"]
     assert shown and "reprefill_rate_mean" in shown[0]["data"]["text/plain"]
@@ -146,10 +162,10 @@ def test_notebook_reproduces_the_policy_comparison(results_dir, kernel_env, monk
     probe = json.loads("".join(o.text for o in nb.cells[-1].outputs if o.output_type == "stream"))
     assert Path(probe["results"]) == results_dir
     assert probe["facets"] == ["cpu_kv_gb"]
-    assert probe["gap"] < 1e-12    # the ledger gives back summary.csv's re-prefill rates
+    assert probe["gap"] < 1e-12  # the ledger gives back summary.csv's re-prefill rates
 
     summary = pd.read_csv(results_dir / "summary.csv")
-    assert np.isinf(summary["gpu_kv_gb"]).any()          # baselines are there, and left out
+    assert np.isinf(summary["gpu_kv_gb"]).any()  # baselines are there, and left out
     expected = _expected(summary)
     got = pd.DataFrame(probe["table"]).set_index(KEYS).sort_index()
     assert list(got.index) == list(expected.index)
@@ -158,14 +174,17 @@ def test_notebook_reproduces_the_policy_comparison(results_dir, kernel_env, monk
     for col in expected.columns:
         # the package's t table has three decimals: 4.303 for t(0.975, 2) = 4.3027
         np.testing.assert_allclose(got[col], expected[col], rtol=2e-4, err_msg=col)
-    for m in METRICS:   # the intervals have a width, so the check above means something
+    for m in METRICS:  # the intervals have a width, so the check above means something
         assert (expected[f"{m}_ci_hi"] - expected[f"{m}_ci_lo"] > 1e-3).all(), m
 
     # The figure: one line per metric, panel and policy, through the means over seeds.
     ylabel = {label: m for m, label in probe["metrics"].items()}
     assert set(ylabel.values()) == set(METRICS)
     drawn = sorted((ylabel[y], pol, tuple(x), tuple(v)) for y, pol, x, v in probe["lines"])
-    want = sorted((m, pol, tuple(g.index.get_level_values("gpu_kv_gb")), tuple(g[f"{m}_mean"]))
-                  for m in METRICS for (_, pol), g in expected.groupby(["cpu_kv_gb", "policy"]))
+    want = sorted(
+        (m, pol, tuple(g.index.get_level_values("gpu_kv_gb")), tuple(g[f"{m}_mean"]))
+        for m in METRICS
+        for (_, pol), g in expected.groupby(["cpu_kv_gb", "policy"])
+    )
     assert [d[:3] for d in drawn] == [w[:3] for w in want]
     np.testing.assert_allclose([d[3] for d in drawn], [w[3] for w in want], rtol=1e-12)

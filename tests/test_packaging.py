@@ -1,5 +1,6 @@
 """The generic top-level names (traces, experiments ... exist on PyPI) resolve to this checkout,
 and pyproject's explicit package list names every package folder we ship."""
+
 from __future__ import annotations
 
 import importlib
@@ -19,10 +20,15 @@ def test_package_is_imported_from_this_repository(name):
 
 
 def test_pyproject_lists_every_package_folder():
-    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
-    on_disk = {".".join(p.parent.relative_to(ROOT).parts)
-               for top in TOP for p in (ROOT / top).rglob("__init__.py")
-               if "__pycache__" not in p.parts}
+    listed = set(
+        tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    )
+    on_disk = {
+        ".".join(p.parent.relative_to(ROOT).parts)
+        for top in TOP
+        for p in (ROOT / top).rglob("__init__.py")
+        if "__pycache__" not in p.parts
+    }
     assert on_disk == listed
 
 

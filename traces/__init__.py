@@ -15,6 +15,7 @@ so ``time_scale: 20`` replays a cluster trace at 1/20 of its request rate on one
 
 This package imports nothing else of the project.
 """
+
 from __future__ import annotations
 
 import inspect
@@ -31,11 +32,28 @@ from traces.synthetic import SyntheticConfig, generate_synthetic
 from traces.tokenize import CharEstimate, HFTokenizer, Tokenizer, make_tokenizer
 
 __all__ = [
-    "Turn", "Session", "TraceError", "TraceLoad", "validate_session",
-    "iter_jsonl", "read_jsonl", "write_jsonl", "load_sharegpt", "load_mooncake", "load_azure", "load_burstgpt",
-    "SyntheticConfig", "generate_synthetic", "LogNormalMix", "ThinkTime",
-    "Tokenizer", "CharEstimate", "HFTokenizer", "make_tokenizer",
-    "load_trace", "TRACE_KINDS",
+    "Turn",
+    "Session",
+    "TraceError",
+    "TraceLoad",
+    "validate_session",
+    "iter_jsonl",
+    "read_jsonl",
+    "write_jsonl",
+    "load_sharegpt",
+    "load_mooncake",
+    "load_azure",
+    "load_burstgpt",
+    "SyntheticConfig",
+    "generate_synthetic",
+    "LogNormalMix",
+    "ThinkTime",
+    "Tokenizer",
+    "CharEstimate",
+    "HFTokenizer",
+    "make_tokenizer",
+    "load_trace",
+    "TRACE_KINDS",
 ]
 
 _FILE_LOADERS: dict[str, Callable[..., TraceLoad]] = {
@@ -70,8 +88,10 @@ def _load(kind: Any, opts: dict[str, Any]) -> TraceLoad:
     allowed = list(inspect.signature(loader).parameters)
     unknown = sorted(set(opts) - set(allowed))
     if unknown:
-        raise TraceError(f"trace (kind {kind}): unknown option(s) {', '.join(map(repr, unknown))}; "
-                         f"allowed: {', '.join(allowed)}")
+        raise TraceError(
+            f"trace (kind {kind}): unknown option(s) {', '.join(map(repr, unknown))}; "
+            f"allowed: {', '.join(allowed)}"
+        )
     if "path" not in opts:
         raise TraceError(f"trace (kind {kind}): missing 'path'")
     if kind == "sharegpt" and isinstance(opts.get("think"), Mapping):

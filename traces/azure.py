@@ -6,6 +6,7 @@ output_tokens = GeneratedTokens (0 is clamped to 1, counted in info), open-loop 
 since the earliest TIMESTAMP (the first row in the published files, which are sorted).
 Session ids are ``<file stem>-<row>`` with the 0-based data row.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -36,8 +37,9 @@ def _row_problems(df: pd.DataFrame) -> tuple[pd.Series, pd.Series, pd.Series, pd
         bad = col.isna() | (col < 0) | (col != np.floor(col))
         problem[bad] = [f"{name} must be an integer >= 0, got {v!r}" for v in df.loc[bad, name]]
     bad_ts = ts.isna()
-    problem[bad_ts] = [f"TIMESTAMP {v!r} is not 'YYYY-MM-DD HH:MM:SS.fffffff'"
-                       for v in df.loc[bad_ts, "TIMESTAMP"]]
+    problem[bad_ts] = [
+        f"TIMESTAMP {v!r} is not 'YYYY-MM-DD HH:MM:SS.fffffff'" for v in df.loc[bad_ts, "TIMESTAMP"]
+    ]
     return ts, ctx, gen, problem
 
 
@@ -56,10 +58,20 @@ def load_azure(path: str | Path, on_error: str = "raise", max_rows: int | None =
     rel = ((ts - t0).dt.total_seconds()).to_numpy() if len(ts) else np.array([])
     width = len(str(max(len(df) - 1, 0)))
     stem = path.stem
-    sessions = [Session(session_id=f"{stem}-{row:0{width}d}",
-                        turns=(Turn(prompt_tokens=int(p), output_tokens=max(1, int(o)),
-                                    arrival_s=float(a)),))
-                for row, a, p, o in zip(np.flatnonzero(good.to_numpy()), rel, ctx, gen)]
-    return TraceLoad(sessions=sort_sessions(sessions), skipped=int(bad.sum()), source=str(path),
-                     info={"rows": len(df), "clamped_outputs": int((gen < 1).sum()),
-                           "first_timestamp": str(t0) if t0 is not None else None})
+    sessions = [
+        Session(
+            session_id=f"{stem}-{row:0{width}d}",
+            turns=(Turn(prompt_tokens=int(p), output_tokens=max(1, int(o)), arrival_s=float(a)),),
+        )
+        for row, a, p, o in zip(np.flatnonzero(good.to_numpy()), rel, ctx, gen)
+    ]
+    return TraceLoad(
+        sessions=sort_sessions(sessions),
+        skipped=int(bad.sum()),
+        source=str(path),
+        info={
+            "rows": len(df),
+            "clamped_outputs": int((gen < 1).sum()),
+            "first_timestamp": str(t0) if t0 is not None else None,
+        },
+    )

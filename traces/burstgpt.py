@@ -18,6 +18,7 @@ Mapping:
 - ``log_type`` keeps only ``Conversation log`` or ``API log`` rows (default: all). Model and log
   type are kept in each session's ``meta``.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -49,22 +50,29 @@ def _problems(df: pd.DataFrame) -> tuple[pd.Series, dict[str, pd.Series], pd.Ser
     problem = pd.Series("", index=df.index, dtype=object)
     total = ints["Request tokens"] + ints["Response tokens"]
     mismatch = ints["Total tokens"] != total
-    problem[mismatch] = [f"Total tokens {t!r} is not Request + Response tokens ({r!r} + {o!r})"
-                         for t, r, o in zip(df.loc[mismatch, "Total tokens"],
-                                            df.loc[mismatch, "Request tokens"],
-                                            df.loc[mismatch, "Response tokens"], strict=True)]
+    problem[mismatch] = [
+        f"Total tokens {t!r} is not Request + Response tokens ({r!r} + {o!r})"
+        for t, r, o in zip(
+            df.loc[mismatch, "Total tokens"],
+            df.loc[mismatch, "Request tokens"],
+            df.loc[mismatch, "Response tokens"],
+            strict=True,
+        )
+    ]
     for name in reversed(_INTS):
         col = ints[name]
         bad = col.isna() | (col < 0) | (col != np.floor(col))
         problem[bad] = [f"{name} must be an integer >= 0, got {v!r}" for v in df.loc[bad, name]]
     bad_ts = ts.isna() | (ts < 0)
-    problem[bad_ts] = [f"Timestamp must be seconds >= 0, got {v!r}"
-                       for v in df.loc[bad_ts, "Timestamp"]]
+    problem[bad_ts] = [
+        f"Timestamp must be seconds >= 0, got {v!r}" for v in df.loc[bad_ts, "Timestamp"]
+    ]
     return ts, ints, problem
 
 
-def load_burstgpt(path: str | Path, on_error: str = "raise", log_type: str = "all",
-                  max_rows: int | None = None) -> TraceLoad:
+def load_burstgpt(
+    path: str | Path, on_error: str = "raise", log_type: str = "all", max_rows: int | None = None
+) -> TraceLoad:
     """Load a BurstGPT CSV (see the module docstring for the mapping)."""
     check_on_error(on_error)
     if log_type not in LOG_TYPES:
@@ -81,11 +89,18 @@ def load_burstgpt(path: str | Path, on_error: str = "raise", log_type: str = "al
     wanted = LOG_TYPES[log_type]
     if wanted is not None:
         keep &= df["Log Type"].str.strip() == wanted
-    info = {"rows": len(df), "failed_requests": int(failed.sum()), "skipped_rows": int(bad.sum()),
-            "history_dropped_new_session": 0}
+    info = {
+        "rows": len(df),
+        "failed_requests": int(failed.sum()),
+        "skipped_rows": int(bad.sum()),
+        "history_dropped_new_session": 0,
+    }
     t0 = float(ts[keep].min()) if keep.any() else 0.0
-    sids = df[SESSION_COLUMN].str.strip() if SESSION_COLUMN in df.columns \
+    sids = (
+        df[SESSION_COLUMN].str.strip()
+        if SESSION_COLUMN in df.columns
         else pd.Series("", index=df.index)
+    )
     width = len(str(max(len(df) - 1, 0)))
     rows = sorted(np.flatnonzero(keep.to_numpy()).tolist(), key=lambda i: (ts.iloc[i], i))
     singles: list[Session] = []
@@ -94,28 +109,48 @@ def load_burstgpt(path: str | Path, on_error: str = "raise", log_type: str = "al
         if sids.iloc[i]:
             grouped.setdefault(sids.iloc[i], []).append(i)
         else:
-            singles.append(_session(f"{path.stem}-{i:0{width}d}", [(i, int(ints["Request tokens"].iloc[i]))],
-                                    df, ts, ints, t0))
+            singles.append(
+                _session(
+                    f"{path.stem}-{i:0{width}d}",
+                    [(i, int(ints["Request tokens"].iloc[i]))],
+                    df,
+                    ts,
+                    ints,
+                    t0,
+                )
+            )
     sessions = singles
     for sid, idx in grouped.items():
         part, turns, h = 0, [], 0
         for i in idx:
             request = int(ints["Request tokens"].iloc[i])
-            if request < h:                         # history dropped: a new session from here
+            if request < h:  # history dropped: a new session from here
                 sessions.append(_session(f"{sid}#{part}" if part else sid, turns, df, ts, ints, t0))
                 info["history_dropped_new_session"] += 1
                 part, turns, h = part + 1, [], 0
             turns.append((i, request - h))
             h = request + int(ints["Response tokens"].iloc[i])
         sessions.append(_session(f"{sid}#{part}" if part else sid, turns, df, ts, ints, t0))
-    return TraceLoad(sessions=sort_sessions(sessions), skipped=int(bad.sum()), source=str(path),
-                     info=info)
+    return TraceLoad(
+        sessions=sort_sessions(sessions), skipped=int(bad.sum()), source=str(path), info=info
+    )
 
 
 def _session(sid: str, turns: list[tuple[int, int]], df, ts, ints, t0: float) -> Session:
     """A session of (row, new prompt tokens) turns, each arriving at its own Timestamp."""
     first = turns[0][0]
-    return Session(sid, tuple(Turn(prompt_tokens=p, output_tokens=int(ints["Response tokens"].iloc[i]),
-                                   arrival_s=float(ts.iloc[i]) - t0) for i, p in turns),
-                   meta={"model": df["Model"].iloc[first].strip(),
-                         "log_type": df["Log Type"].iloc[first].strip()})
+    return Session(
+        sid,
+        tuple(
+            Turn(
+                prompt_tokens=p,
+                output_tokens=int(ints["Response tokens"].iloc[i]),
+                arrival_s=float(ts.iloc[i]) - t0,
+            )
+            for i, p in turns
+        ),
+        meta={
+            "model": df["Model"].iloc[first].strip(),
+            "log_type": df["Log Type"].iloc[first].strip(),
+        },
+    )

@@ -18,6 +18,7 @@ reply; system -> prompt text):
 - a trailing prompt without a reply is dropped (its output length is unknown);
 - an empty reply gets output_tokens = 1 (the format requires >= 1: at least an end-of-sequence token).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
@@ -49,9 +50,9 @@ def split_record_id(record_id: str) -> tuple[str, int | None]:
 
 
 class Message(NamedTuple):
-    kind: str        # 'prompt' | 'system' | 'reply'
+    kind: str  # 'prompt' | 'system' | 'reply'
     tokens: int
-    key: Hashable    # content identity for de-duplicating repeated boundary messages
+    key: Hashable  # content identity for de-duplicating repeated boundary messages
 
 
 class TurnTokens(NamedTuple):
@@ -90,9 +91,9 @@ def join_pieces(pieces: Iterable[Sequence[Message]], stats: PairStats) -> list[M
 def pair_turns(messages: Sequence[Message], stats: PairStats) -> list[TurnTokens]:
     """Apply the pairing rules of the module docstring."""
     turns: list[TurnTokens] = []
-    pending = 0          # prompt tokens since the last reply
-    has_prompt = False   # any prompt or system text since the last reply
-    human_msgs = 0       # prompt (not system) messages since the last reply
+    pending = 0  # prompt tokens since the last reply
+    has_prompt = False  # any prompt or system text since the last reply
+    human_msgs = 0  # prompt (not system) messages since the last reply
     last_was_reply = False
     for m in messages:
         if m.kind == "reply":

@@ -4,6 +4,7 @@ Token lengths are mixtures of lognormals: a draw is exp(N(mu_c, sigma_c)) for a 
 weight, rounded to the nearest integer and clipped to [lo, hi]. One component is a plain lognormal.
 Think times are lognormal, parameterised by their median (the more readable number) and sigma.
 """
+
 from __future__ import annotations
 
 import math
@@ -38,8 +39,10 @@ def _check_keys(d: Mapping, allowed: Sequence[str], where: str) -> None:
         raise TraceError(f"{where}: expected a mapping, got {type(d).__name__}")
     unknown = sorted(set(d) - set(allowed))
     if unknown:
-        raise TraceError(f"{where}: unknown key(s) {', '.join(map(repr, unknown))}; "
-                         f"allowed: {', '.join(allowed)}")
+        raise TraceError(
+            f"{where}: unknown key(s) {', '.join(map(repr, unknown))}; "
+            f"allowed: {', '.join(allowed)}"
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,11 +59,14 @@ class LogNormalMix:
             object.__setattr__(self, name, tuple(float(v) for v in getattr(self, name)))
         k = len(self.weights)
         if k == 0 or len(self.mu) != k or len(self.sigma) != k:
-            raise TraceError(f"LogNormalMix: weights, mu, sigma need the same non-zero length, got "
-                             f"{len(self.weights)}, {len(self.mu)}, {len(self.sigma)}")
+            raise TraceError(
+                f"LogNormalMix: weights, mu, sigma need the same non-zero length, got "
+                f"{len(self.weights)}, {len(self.mu)}, {len(self.sigma)}"
+            )
         if any(w < 0 or not math.isfinite(w) for w in self.weights) or sum(self.weights) <= 0:
-            raise TraceError(f"LogNormalMix: weights must be >= 0 with a positive sum, "
-                             f"got {self.weights}")
+            raise TraceError(
+                f"LogNormalMix: weights must be >= 0 with a positive sum, got {self.weights}"
+            )
         if any(s <= 0 or not math.isfinite(s) for s in self.sigma):
             raise TraceError(f"LogNormalMix: sigma must be > 0, got {self.sigma}")
         if not all(math.isfinite(m) for m in self.mu):
@@ -81,9 +87,11 @@ class LogNormalMix:
             raise TraceError(f"{where}: missing key {e.args[0]!r}") from None
 
     def to_dict(self, digits: int = 4) -> dict:
-        return {"weights": [round(w, digits) for w in self.weights],
-                "mu": [round(m, digits) for m in self.mu],
-                "sigma": [round(s, digits) for s in self.sigma]}
+        return {
+            "weights": [round(w, digits) for w in self.weights],
+            "mu": [round(m, digits) for m in self.mu],
+            "sigma": [round(s, digits) for s in self.sigma],
+        }
 
     def sample(self, rng: np.random.Generator, n: int, lo: int, hi: int) -> np.ndarray:
         """n integer draws in [lo, hi] (int64).
@@ -114,7 +122,7 @@ class LogNormalMix:
         """Support [lo..hi] and P(draw <= v) of the rounded, clipped variable that ``sample`` draws."""
         v = np.arange(lo, hi + 1)
         f = self.cdf(v + 0.5)  # rounding to nearest: draw <= v  <=>  x < v + 0.5
-        f[-1] = 1.0            # clipping puts the upper tail on hi
+        f[-1] = 1.0  # clipping puts the upper tail on hi
         return v, f
 
     def quantiles(self, qs: Sequence[float], lo: int, hi: int) -> np.ndarray:
@@ -150,7 +158,9 @@ class ThinkTime:
     def from_dict(cls, d: Mapping, where: str = "think") -> "ThinkTime":
         _check_keys(d, ("median_s", "sigma", "max_s"), where)
         for k, v in d.items():
-            if not (v is None and k == "max_s") and (isinstance(v, bool) or not isinstance(v, (int, float))):
+            if not (v is None and k == "max_s") and (
+                isinstance(v, bool) or not isinstance(v, (int, float))
+            ):
                 raise TraceError(f"{where}.{k} must be a number, got {type(v).__name__} {v!r}")
         return cls(**dict(d))
 

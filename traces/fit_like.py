@@ -35,6 +35,7 @@ across sessions, e.g. a common system prompt) and priorities are not generated: 
 reuse within a session remains. A trace whose loader invents timing (ShareGPT has no timestamps)
 gives back that loader's assumption, not a measurement.
 """
+
 from __future__ import annotations
 
 import math
@@ -49,12 +50,18 @@ from traces.records import Session, TraceError
 from traces.synthetic import SyntheticConfig
 
 MAX_COMPONENTS = 256
-POINT_SIGMA = 1e-6          # ln-space width of a one-value component: draws round back to the value
-Z90 = 1.2815515655446004    # Phi^-1(0.9): p90 / p50 of a lognormal is exp(sigma * Z90)
+POINT_SIGMA = 1e-6  # ln-space width of a one-value component: draws round back to the value
+Z90 = 1.2815515655446004  # Phi^-1(0.9): p90 / p50 of a lognormal is exp(sigma * Z90)
 QUANTILES = (0.1, 0.5, 0.9)
 
-MARGINALS = ("turns per session", "first prompt tokens", "later prompt tokens", "output tokens",
-             "think time s", "session start gap s")
+MARGINALS = (
+    "turns per session",
+    "first prompt tokens",
+    "later prompt tokens",
+    "output tokens",
+    "think time s",
+    "session start gap s",
+)
 
 
 def empirical_mix(values: Sequence[int], max_components: int = MAX_COMPONENTS) -> LogNormalMix:
@@ -67,11 +74,17 @@ def empirical_mix(values: Sequence[int], max_components: int = MAX_COMPONENTS) -
         raise TraceError(f"empirical_mix: max_components must be >= 1, got {max_components}")
     distinct, counts = np.unique(v, return_counts=True)
     if len(distinct) <= max_components:
-        return LogNormalMix(tuple(counts.astype(float)), tuple(np.log(distinct.astype(float))),
-                            (POINT_SIGMA,) * len(distinct))
+        return LogNormalMix(
+            tuple(counts.astype(float)),
+            tuple(np.log(distinct.astype(float))),
+            (POINT_SIGMA,) * len(distinct),
+        )
     groups = np.array_split(np.log(np.sort(v).astype(float)), max_components)
-    return LogNormalMix(tuple(float(len(g)) for g in groups), tuple(float(g.mean()) for g in groups),
-                        tuple(max(float(g.std()), POINT_SIGMA) for g in groups))
+    return LogNormalMix(
+        tuple(float(len(g)) for g in groups),
+        tuple(float(g.mean()) for g in groups),
+        tuple(max(float(g.std()), POINT_SIGMA) for g in groups),
+    )
 
 
 def think_times(sessions: Sequence[Session]) -> np.ndarray:
@@ -92,8 +105,9 @@ def marginals(sessions: Sequence[Session]) -> dict[str, np.ndarray]:
     return {
         "turns per session": np.asarray([len(s.turns) for s in sessions], dtype=np.int64),
         "first prompt tokens": np.asarray([s.turns[0].prompt_tokens for s in sessions], np.int64),
-        "later prompt tokens": np.asarray([t.prompt_tokens for s in sessions for t in s.turns[1:]],
-                                          dtype=np.int64),
+        "later prompt tokens": np.asarray(
+            [t.prompt_tokens for s in sessions for t in s.turns[1:]], dtype=np.int64
+        ),
         "output tokens": np.asarray([t.output_tokens for s in sessions for t in s.turns], np.int64),
         "think time s": think_times(sessions),
         "session start gap s": np.diff(starts),
@@ -107,13 +121,21 @@ def fit_think(values: np.ndarray) -> ThinkTime | None:
     if pos.size == 0:
         return None if values.size == 0 else ThinkTime(median_s=0.0, sigma=0.0, max_s=0.0)
     q10, q50, q90 = np.quantile(pos, QUANTILES)
-    return ThinkTime(median_s=float(q50), sigma=max(float(math.log(q90 / q10)) / (2 * Z90), 0.0),
-                     max_s=float(pos.max()))
+    return ThinkTime(
+        median_s=float(q50),
+        sigma=max(float(math.log(q90 / q10)) / (2 * Z90), 0.0),
+        max_s=float(pos.max()),
+    )
 
 
-def fit_like(sessions: Sequence[Session], *, max_components: int = MAX_COMPONENTS,
-             max_context_tokens: int | None = None, where: str = "trace",
-             notes: list[str] | None = None) -> SyntheticConfig:
+def fit_like(
+    sessions: Sequence[Session],
+    *,
+    max_components: int = MAX_COMPONENTS,
+    max_context_tokens: int | None = None,
+    where: str = "trace",
+    notes: list[str] | None = None,
+) -> SyntheticConfig:
     """A SyntheticConfig fitted to ``sessions`` (sessions = their count, seed 0). ``where`` names the
     source in errors; ``notes`` (if given) receives one line per parameter left at its default."""
     if not sessions:
@@ -136,19 +158,26 @@ def fit_like(sessions: Sequence[Session], *, max_components: int = MAX_COMPONENT
         think = defaults.think
         notes.append("think: default (no session has a second turn)")
     if later.size == 0:
-        notes.append("prompt_tokens: the first prompt's distribution (no session has a second turn)")
+        notes.append(
+            "prompt_tokens: the first prompt's distribution (no session has a second turn)"
+        )
     return SyntheticConfig(
-        sessions=len(sessions), seed=0, arrival_rate_per_s=rate,
+        sessions=len(sessions),
+        seed=0,
+        arrival_rate_per_s=rate,
         turns_pmf=tuple(float(c) for c in np.bincount(turns)[1:]),
         first_prompt_tokens=empirical_mix(first, max_components),
         prompt_tokens=empirical_mix(later if later.size else first, max_components),
         output_tokens=empirical_mix(outputs, max_components),
         prompt_max_tokens=int(max(1, first.max(), later.max() if later.size else 1)),
         output_max_tokens=int(max(1, outputs.max())),
-        think=think, max_context_tokens=max_context_tokens)
+        think=think,
+        max_context_tokens=max_context_tokens,
+    )
 
 
 # --- the fitted parameters as YAML: the keys of a `kind: synthetic` trace spec ---
+
 
 def config_to_dict(cfg: SyntheticConfig) -> dict:
     """Every SyntheticConfig field, as plain YAML-able values at full float precision, so
@@ -171,7 +200,8 @@ class _FlowListDumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):  # C: same
 
 
 _FlowListDumper.add_representer(
-    list, lambda d, v: d.represent_sequence("tag:yaml.org,2002:seq", v, flow_style=True))
+    list, lambda d, v: d.represent_sequence("tag:yaml.org,2002:seq", v, flow_style=True)
+)
 
 
 def dump_params(cfg: SyntheticConfig, header: Sequence[str] = ()) -> str:
@@ -189,6 +219,7 @@ def load_params(text: str, where: str = "params") -> SyntheticConfig:
 
 
 # --- source vs synthetic: what the CLI prints and the tests check ---
+
 
 @dataclass(frozen=True)
 class MarginalFit:
@@ -214,6 +245,7 @@ def ks_2samp(a: np.ndarray, b: np.ndarray) -> float:
 
 def compare(source: dict[str, np.ndarray], synthetic: dict[str, np.ndarray]) -> list[MarginalFit]:
     """The MARGINALS of ``marginals(a)`` and ``marginals(b)`` side by side (source first)."""
+
     def q(x: np.ndarray) -> tuple[float, ...]:
         if x.size == 0:
             return (math.nan,) * len(QUANTILES)
@@ -222,9 +254,15 @@ def compare(source: dict[str, np.ndarray], synthetic: dict[str, np.ndarray]) -> 
     rows = []
     for name in MARGINALS:
         a, b = source[name], synthetic[name]
-        rows.append(MarginalFit(name, (a.size, b.size), (q(a), q(b)),
-                                (float(a.mean()) if a.size else math.nan,
-                                 float(b.mean()) if b.size else math.nan), ks_2samp(a, b)))
+        rows.append(
+            MarginalFit(
+                name,
+                (a.size, b.size),
+                (q(a), q(b)),
+                (float(a.mean()) if a.size else math.nan, float(b.mean()) if b.size else math.nan),
+                ks_2samp(a, b),
+            )
+        )
     return rows
 
 
@@ -236,15 +274,20 @@ def multi_turn_share(m: dict[str, np.ndarray]) -> float:
 def format_comparison(source: dict[str, np.ndarray], synthetic: dict[str, np.ndarray]) -> str:
     """A plain-text table: per marginal, p10/p50/p90 and mean of the source -> the synthetic trace,
     and their KS statistic; then the multi-turn shares."""
+
     def g(v: float) -> str:
         return "-" if math.isnan(v) else f"{v:,.3g}" if abs(v) < 100 else f"{v:,.0f}"
 
-    lines = [f"  {'marginal':<22} {'source p10 / p50 / p90 (mean)':>34}   "
-             f"{'synthetic p10 / p50 / p90 (mean)':>34}   KS"]
+    lines = [
+        f"  {'marginal':<22} {'source p10 / p50 / p90 (mean)':>34}   "
+        f"{'synthetic p10 / p50 / p90 (mean)':>34}   KS"
+    ]
     for r in compare(source, synthetic):
         cols = [f"{' / '.join(g(v) for v in qs)} ({g(mu)})" for qs, mu in zip(r.quantiles, r.mean)]
         ks = "-" if math.isnan(r.ks) else f"{r.ks:.3f}"
         lines.append(f"  {r.name:<22} {cols[0]:>34}   {cols[1]:>34}   {ks}")
-    lines.append(f"  {'multi-turn share':<22} {multi_turn_share(source):>34.1%}   "
-                 f"{multi_turn_share(synthetic):>34.1%}")
+    lines.append(
+        f"  {'multi-turn share':<22} {multi_turn_share(source):>34.1%}   "
+        f"{multi_turn_share(synthetic):>34.1%}"
+    )
     return "\n".join(lines)

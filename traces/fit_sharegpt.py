@@ -16,6 +16,7 @@ Fitted:
 Goodness of fit: data vs model quantiles (exact model quantiles of the rounded, clipped draw), means,
 and the KS distance on the integer support.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -44,14 +45,16 @@ from traces.dists import LogNormalMix
 from traces.records import TraceError
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_DATA = REPO_ROOT.parent / "shared" / "data" / "sharegpt" / "sharegpt_v3_messages_derived.csv"
+DEFAULT_DATA = (
+    REPO_ROOT.parent / "shared" / "data" / "sharegpt" / "sharegpt_v3_messages_derived.csv"
+)
 FIT_PATH = Path(__file__).resolve().parent / "data" / "sharegpt_fit.yaml"
 
-MAX_TURNS = 100             # pmf support cap; sessions with more turns (0.4 % in ShareGPT) count as 100
-PROMPT_MAX_TOKENS = 16384   # clip for drawn prompt lengths (ShareGPT p99.9 of later prompts ~3.1k)
-OUTPUT_MAX_TOKENS = 4096    # clip for drawn reply lengths (ShareGPT p99.9 ~800)
+MAX_TURNS = 100  # pmf support cap; sessions with more turns (0.4 % in ShareGPT) count as 100
+PROMPT_MAX_TOKENS = 16384  # clip for drawn prompt lengths (ShareGPT p99.9 of later prompts ~3.1k)
+OUTPUT_MAX_TOKENS = 4096  # clip for drawn reply lengths (ShareGPT p99.9 ~800)
 MAX_COMPONENTS = 3
-SIGMA_FLOOR = 0.2           # ln-space; below it a component collapses onto one integer (ln 2 = 0.69)
+SIGMA_FLOOR = 0.2  # ln-space; below it a component collapses onto one integer (ln 2 = 0.69)
 QUANTILES = (0.1, 0.25, 0.5, 0.75, 0.9, 0.99)
 CSV_COLUMNS = ("conv_id", "msg_idx", "role", "n_chars", "n_tokens_cl100k")
 
@@ -74,7 +77,7 @@ class LengthFit:
 
 @dataclass(frozen=True)
 class TurnsFit:
-    counts: tuple[int, ...]   # counts[i] = sessions with i+1 turns (the last bin holds >= MAX_TURNS)
+    counts: tuple[int, ...]  # counts[i] = sessions with i+1 turns (the last bin holds >= MAX_TURNS)
     data_quantiles: tuple[int, ...]
     data_mean: float
     model_mean: float
@@ -83,9 +86,9 @@ class TurnsFit:
 
 @dataclass(frozen=True)
 class TokenizerFit:
-    chars_per_token: float    # token-weighted: sum(chars) / sum(tokens)
-    median_ratio: float       # median of per-message chars/tokens
-    mape: float               # per message, of round(chars / chars_per_token) vs cl100k tokens
+    chars_per_token: float  # token-weighted: sum(chars) / sum(tokens)
+    median_ratio: float  # median of per-message chars/tokens
+    mape: float  # per message, of round(chars / chars_per_token) vs cl100k tokens
     median_ape: float
     messages: int
 
@@ -117,14 +120,18 @@ def sessions_from_messages(df: pd.DataFrame) -> tuple[dict[str, list[TurnTokens]
     """Rebuild sessions (base id -> turns, sessions with >= 1 turn) and count the rules that fired."""
     split = {c: split_record_id(c) for c in df["conv_id"].unique().tolist()}  # per record, not row
     conv = df["conv_id"].tolist()
-    df = df.assign(_base=[split[c][0] for c in conv],
-                   _suf=[-1 if split[c][1] is None else split[c][1] for c in conv])
+    df = df.assign(
+        _base=[split[c][0] for c in conv],
+        _suf=[-1 if split[c][1] is None else split[c][1] for c in conv],
+    )
     df = df.sort_values(["_base", "_suf", "conv_id", "msg_idx"], kind="stable")
     stats = PairStats()
     sessions: dict[str, list[TurnTokens]] = {}
     unknown_roles = 0
     # Plain lists: iterating pandas columns row by row is an order of magnitude slower.
-    cols = zip(*(df[c].tolist() for c in ("_base", "conv_id", "role", "n_chars", "n_tokens_cl100k")))
+    cols = zip(
+        *(df[c].tolist() for c in ("_base", "conv_id", "role", "n_chars", "n_tokens_cl100k"))
+    )
     base_prev, conv_prev = None, None
     pieces: list[list[Message]] = []
 
@@ -148,13 +155,18 @@ def sessions_from_messages(df: pd.DataFrame) -> tuple[dict[str, list[TurnTokens]
         # Content identity without the text: kind, characters and tokens (see traces.conversation).
         pieces[-1].append(Message(kind, int(n_tok), (kind, int(n_chars), int(n_tok))))
     flush()
-    counts = {"messages": len(df), "records": int(df["conv_id"].nunique()),
-              "unknown_role_messages": unknown_roles, **stats.as_dict()}
+    counts = {
+        "messages": len(df),
+        "records": int(df["conv_id"].nunique()),
+        "unknown_role_messages": unknown_roles,
+        **stats.as_dict(),
+    }
     return sessions, counts
 
 
-def fit_lognormal_mix(values: np.ndarray, k: int, iters: int = 3000,
-                      tol: float = 1e-10) -> tuple[LogNormalMix, float]:
+def fit_lognormal_mix(
+    values: np.ndarray, k: int, iters: int = 3000, tol: float = 1e-10
+) -> tuple[LogNormalMix, float]:
     """EM for a k-component Gaussian mixture on ln(values); returns the fit and its log-likelihood.
 
     Runs on the distinct values with their counts (fast and exact for integer data). Initialised at
@@ -168,7 +180,12 @@ def fit_lognormal_mix(values: np.ndarray, k: int, iters: int = 3000,
     w = np.full(k, 1.0 / k)
     prev = -np.inf
     for _ in range(iters):
-        lp = -0.5 * ((x[:, None] - mu) / sd) ** 2 - np.log(sd) + np.log(w) - 0.5 * math.log(2 * math.pi)
+        lp = (
+            -0.5 * ((x[:, None] - mu) / sd) ** 2
+            - np.log(sd)
+            + np.log(w)
+            - 0.5 * math.log(2 * math.pi)
+        )
         m = lp.max(axis=1, keepdims=True)
         r = np.exp(lp - m)
         ll = float(((np.log(r.sum(axis=1)) + m[:, 0]) * cnt).sum())
@@ -199,21 +216,31 @@ def fit_length(values: np.ndarray, hi: int) -> LengthFit:
     data_sorted = np.sort(values)
     data_cdf = np.searchsorted(data_sorted, support, side="right") / n
     return LengthFit(
-        dist=dist, lo=1, hi=hi, n=n, bic=bic,
+        dist=dist,
+        lo=1,
+        hi=hi,
+        n=n,
+        bic=bic,
         data_quantiles=tuple(int(q) for q in np.quantile(values, QUANTILES, method="inverted_cdf")),
         model_quantiles=tuple(int(q) for q in dist.quantiles(QUANTILES, 1, hi)),
-        data_mean=float(values.mean()), model_mean=float((support * pmf).sum()),
-        ks=float(np.abs(data_cdf - cdf).max()))
+        data_mean=float(values.mean()),
+        model_mean=float((support * pmf).sum()),
+        ks=float(np.abs(data_cdf - cdf).max()),
+    )
 
 
 def fit_turns(n_turns: np.ndarray) -> TurnsFit:
     folded = np.minimum(n_turns, MAX_TURNS)
     counts = np.bincount(folded, minlength=MAX_TURNS + 1)[1:]
-    return TurnsFit(counts=tuple(int(c) for c in counts),
-                    data_quantiles=tuple(int(q) for q in np.quantile(n_turns, QUANTILES,
-                                                                     method="inverted_cdf")),
-                    data_mean=float(n_turns.mean()), model_mean=float(folded.mean()),
-                    data_max=int(n_turns.max()))
+    return TurnsFit(
+        counts=tuple(int(c) for c in counts),
+        data_quantiles=tuple(
+            int(q) for q in np.quantile(n_turns, QUANTILES, method="inverted_cdf")
+        ),
+        data_mean=float(n_turns.mean()),
+        model_mean=float(folded.mean()),
+        data_max=int(n_turns.max()),
+    )
 
 
 def fit_tokenizer(path: str | Path) -> TokenizerFit:
@@ -223,10 +250,13 @@ def fit_tokenizer(path: str | Path) -> TokenizerFit:
     ratio = chars.sum() / toks.sum()
     est = np.maximum(1.0, np.floor(chars / round(ratio, 2) + 0.5))  # as CharEstimate counts
     ape = np.abs(est - toks) / toks
-    return TokenizerFit(chars_per_token=round(float(ratio), 2),
-                        median_ratio=round(float(np.median(chars / toks)), 3),
-                        mape=round(float(ape.mean()), 4), median_ape=round(float(np.median(ape)), 4),
-                        messages=len(df))
+    return TokenizerFit(
+        chars_per_token=round(float(ratio), 2),
+        median_ratio=round(float(np.median(chars / toks)), 3),
+        mape=round(float(ape.mean()), 4),
+        median_ape=round(float(np.median(ape)), 4),
+        messages=len(df),
+    )
 
 
 def fit_sharegpt(path: str | Path = DEFAULT_DATA) -> ShareGPTFit:
@@ -240,25 +270,42 @@ def fit_sharegpt(path: str | Path = DEFAULT_DATA) -> ShareGPTFit:
     later = np.array([t.prompt for s in sessions for t in s[1:]])
     outputs = np.array([t.output for s in sessions for t in s])
     totals = np.array([sum(t.prompt + t.output for t in s) for s in sessions])
-    counts.update(sessions=len(sessions), turns=int(n_turns.sum()),
-                  session_tokens_p50=int(np.median(totals)),
-                  session_tokens_p99=int(np.quantile(totals, 0.99)),
-                  share_sessions_over_32768_tokens=round(float((totals > 32768).mean()), 4))
-    return ShareGPTFit(turns=fit_turns(n_turns),
-                       first_prompt_tokens=fit_length(first, PROMPT_MAX_TOKENS),
-                       prompt_tokens=fit_length(later, PROMPT_MAX_TOKENS),
-                       output_tokens=fit_length(outputs, OUTPUT_MAX_TOKENS),
-                       tokenizer=fit_tokenizer(path), counts=counts)
+    counts.update(
+        sessions=len(sessions),
+        turns=int(n_turns.sum()),
+        session_tokens_p50=int(np.median(totals)),
+        session_tokens_p99=int(np.quantile(totals, 0.99)),
+        share_sessions_over_32768_tokens=round(float((totals > 32768).mean()), 4),
+    )
+    return ShareGPTFit(
+        turns=fit_turns(n_turns),
+        first_prompt_tokens=fit_length(first, PROMPT_MAX_TOKENS),
+        prompt_tokens=fit_length(later, PROMPT_MAX_TOKENS),
+        output_tokens=fit_length(outputs, OUTPUT_MAX_TOKENS),
+        tokenizer=fit_tokenizer(path),
+        counts=counts,
+    )
 
 
 def _length_dict(f: LengthFit, what: str) -> dict:
     rel = [round(m / d - 1, 3) for m, d in zip(f.model_quantiles, f.data_quantiles)]
-    return {"what": what, "form": "lognormal_mixture", **f.dist.to_dict(), "clip": [f.lo, f.hi],
-            "selection": {"components_by_bic": {k: v for k, v in f.bic.items()}},
-            "gof": {"n": f.n, "quantiles": list(QUANTILES), "data": list(f.data_quantiles),
-                    "model": list(f.model_quantiles), "rel_err": rel,
-                    "mean_data": round(f.data_mean, 1), "mean_model": round(f.model_mean, 1),
-                    "ks": round(f.ks, 4)}}
+    return {
+        "what": what,
+        "form": "lognormal_mixture",
+        **f.dist.to_dict(),
+        "clip": [f.lo, f.hi],
+        "selection": {"components_by_bic": {k: v for k, v in f.bic.items()}},
+        "gof": {
+            "n": f.n,
+            "quantiles": list(QUANTILES),
+            "data": list(f.data_quantiles),
+            "model": list(f.model_quantiles),
+            "rel_err": rel,
+            "mean_data": round(f.data_mean, 1),
+            "mean_model": round(f.model_mean, 1),
+            "ks": round(f.ks, 4),
+        },
+    }
 
 
 def fit_to_dict(fit: ShareGPTFit, source: Path, date: str) -> dict:
@@ -270,25 +317,42 @@ def fit_to_dict(fit: ShareGPTFit, source: Path, date: str) -> dict:
     digest = hashlib.sha256(source.read_bytes()).hexdigest()
     t, tok = fit.turns, fit.tokenizer
     return {
-        "source": {"file": shown, "sha256": digest,
-                   "description": "ShareGPT V3 unfiltered cleaned split, per-message cl100k_base token "
-                                  "counts (PROVENANCE.md 1.5, DERIVED); sessions = conv_id before "
-                                  "the last '_', turns by traces.conversation",
-                   "fitted_by": "python -m traces.fit_sharegpt", "date": date},
-        "turns": {"what": "turns per session; pmf[i] is P(i+1 turns), sessions longer than "
-                          f"{MAX_TURNS} folded into {MAX_TURNS}",
-                  "form": "empirical_pmf", "max_turns": MAX_TURNS, "counts": list(t.counts),
-                  "gof": {"quantiles": list(QUANTILES), "data": list(t.data_quantiles),
-                          "mean_data": round(t.data_mean, 3), "mean_model": round(t.model_mean, 3),
-                          "max_data": t.data_max}},
-        "first_prompt_tokens": _length_dict(fit.first_prompt_tokens,
-                                            "new prompt tokens of turn 0 (incl. system text)"),
+        "source": {
+            "file": shown,
+            "sha256": digest,
+            "description": "ShareGPT V3 unfiltered cleaned split, per-message cl100k_base token "
+            "counts (PROVENANCE.md 1.5, DERIVED); sessions = conv_id before "
+            "the last '_', turns by traces.conversation",
+            "fitted_by": "python -m traces.fit_sharegpt",
+            "date": date,
+        },
+        "turns": {
+            "what": "turns per session; pmf[i] is P(i+1 turns), sessions longer than "
+            f"{MAX_TURNS} folded into {MAX_TURNS}",
+            "form": "empirical_pmf",
+            "max_turns": MAX_TURNS,
+            "counts": list(t.counts),
+            "gof": {
+                "quantiles": list(QUANTILES),
+                "data": list(t.data_quantiles),
+                "mean_data": round(t.data_mean, 3),
+                "mean_model": round(t.model_mean, 3),
+                "max_data": t.data_max,
+            },
+        },
+        "first_prompt_tokens": _length_dict(
+            fit.first_prompt_tokens, "new prompt tokens of turn 0 (incl. system text)"
+        ),
         "prompt_tokens": _length_dict(fit.prompt_tokens, "new prompt tokens of turns >= 1"),
         "output_tokens": _length_dict(fit.output_tokens, "reply tokens of every turn"),
-        "tokenizer": {"chars_per_token": tok.chars_per_token,
-                      "rule": "token-weighted sum(chars)/sum(tokens), cl100k_base",
-                      "median_message_ratio": tok.median_ratio, "mape_per_message": tok.mape,
-                      "median_ape_per_message": tok.median_ape, "messages": tok.messages},
+        "tokenizer": {
+            "chars_per_token": tok.chars_per_token,
+            "rule": "token-weighted sum(chars)/sum(tokens), cl100k_base",
+            "median_message_ratio": tok.median_ratio,
+            "mape_per_message": tok.mape,
+            "median_ape_per_message": tok.median_ape,
+            "messages": tok.messages,
+        },
         "counts": dict(fit.counts),
     }
 
@@ -298,11 +362,15 @@ def _print(doc: dict) -> None:
         d = doc[name]
         print(f"{name}: weights={d['weights']} mu={d['mu']} sigma={d['sigma']} clip={d['clip']}")
         g = d["gof"]
-        print(f"  q{g['quantiles']}\n  data  {g['data']}\n  model {g['model']}\n"
-              f"  rel_err {g['rel_err']}  mean {g['mean_data']} vs {g['mean_model']}  KS {g['ks']}")
+        print(
+            f"  q{g['quantiles']}\n  data  {g['data']}\n  model {g['model']}\n"
+            f"  rel_err {g['rel_err']}  mean {g['mean_data']} vs {g['mean_model']}  KS {g['ks']}"
+        )
     t = doc["turns"]
-    print(f"turns: data q{t['gof']['quantiles']} = {t['gof']['data']}, mean {t['gof']['mean_data']} "
-          f"(model, capped at {t['max_turns']}: {t['gof']['mean_model']})")
+    print(
+        f"turns: data q{t['gof']['quantiles']} = {t['gof']['data']}, mean {t['gof']['mean_data']} "
+        f"(model, capped at {t['max_turns']}: {t['gof']['mean_model']})"
+    )
     print(f"tokenizer: {doc['tokenizer']}")
     print(f"counts: {doc['counts']}")
 
@@ -312,13 +380,20 @@ class _FlowListDumper(yaml.SafeDumper):
 
 
 _FlowListDumper.add_representer(
-    list, lambda d, v: d.represent_sequence("tag:yaml.org,2002:seq", v, flow_style=True))
+    list, lambda d, v: d.represent_sequence("tag:yaml.org,2002:seq", v, flow_style=True)
+)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m traces.fit_sharegpt", description=__doc__.split("\n")[0])
-    ap.add_argument("--data", type=Path, default=DEFAULT_DATA, help="sharegpt_v3_messages_derived.csv")
-    ap.add_argument("--out", type=Path, default=FIT_PATH, help="YAML to write (default: package data)")
+    ap = argparse.ArgumentParser(
+        prog="python -m traces.fit_sharegpt", description=__doc__.split("\n")[0]
+    )
+    ap.add_argument(
+        "--data", type=Path, default=DEFAULT_DATA, help="sharegpt_v3_messages_derived.csv"
+    )
+    ap.add_argument(
+        "--out", type=Path, default=FIT_PATH, help="YAML to write (default: package data)"
+    )
     args = ap.parse_args(argv)
     if not args.data.is_file():
         print(f"error: {args.data}: not found (pass --data)", file=sys.stderr)

@@ -14,6 +14,7 @@ order of first arrival, then session_id (the loaders' order: what ``write_jsonl`
 loader's or generator's sessions); a file that breaks either rule is an error naming the line. Both
 check every line alike and give the same sessions in the same order.
 """
+
 from __future__ import annotations
 
 import json
@@ -79,8 +80,10 @@ def _parse_line(obj: object) -> tuple[str, int, Turn, int | None]:
         raise ValueError(f"expected a JSON object, got {type(obj).__name__}")
     unknown = sorted(set(obj) - ALL_KEYS)
     if unknown:
-        raise ValueError(f"unknown key(s) {', '.join(map(repr, unknown))}; "
-                         f"allowed: {', '.join(REQUIRED_KEYS + OPTIONAL_KEYS)}")
+        raise ValueError(
+            f"unknown key(s) {', '.join(map(repr, unknown))}; "
+            f"allowed: {', '.join(REQUIRED_KEYS + OPTIONAL_KEYS)}"
+        )
     missing = [k for k in REQUIRED_KEYS if k not in obj]
     if missing:
         raise ValueError(f"missing key(s) {', '.join(map(repr, missing))}")
@@ -92,12 +95,14 @@ def _parse_line(obj: object) -> tuple[str, int, Turn, int | None]:
     if not isinstance(hashes, list) or not all(_is_int(h) for h in hashes):
         raise ValueError("'prefix_hashes' must be a list of integers")
     block_tokens = _int(obj, "block_tokens", 1) if obj.get("block_tokens") is not None else None
-    turn = Turn(prompt_tokens=_int(obj, "prompt_tokens", 0),
-                output_tokens=_int(obj, "output_tokens", 1),
-                arrival_s=_seconds(obj, "arrival_s"),
-                think_s=_seconds(obj, "think_s"),
-                priority=_int(obj, "priority", -2**63) if obj.get("priority") is not None else 0,
-                prefix_hashes=tuple(hashes))
+    turn = Turn(
+        prompt_tokens=_int(obj, "prompt_tokens", 0),
+        output_tokens=_int(obj, "output_tokens", 1),
+        arrival_s=_seconds(obj, "arrival_s"),
+        think_s=_seconds(obj, "think_s"),
+        priority=_int(obj, "priority", -(2**63)) if obj.get("priority") is not None else 0,
+        prefix_hashes=tuple(hashes),
+    )
     if k == 0 and turn.arrival_s is None:
         raise ValueError("turn 0 needs 'arrival_s' (the session's start)")
     if k > 0 and turn.arrival_s is None and turn.think_s is None:
@@ -108,17 +113,27 @@ def _parse_line(obj: object) -> tuple[str, int, Turn, int | None]:
 def _add(p: _Pending, sid: str, k: int, turn: Turn, block_tokens: int | None, line: int) -> None:
     """Append a parsed line to its session; raise ValueError if it breaks the session's order."""
     if k != len(p.turns):
-        raise ValueError(f"session {sid!r}: expected turn {len(p.turns)} (turns must appear in "
-                         f"order 0, 1, 2, ...), got turn {k}")
+        raise ValueError(
+            f"session {sid!r}: expected turn {len(p.turns)} (turns must appear in "
+            f"order 0, 1, 2, ...), got turn {k}"
+        )
     prev = p.turns[-1] if p.turns else None
-    if prev is not None and turn.arrival_s is not None and prev.arrival_s is not None \
-            and turn.arrival_s < prev.arrival_s:
-        raise ValueError(f"session {sid!r} turn {k}: arrival_s {turn.arrival_s} is before "
-                         f"turn {k - 1}'s arrival_s {prev.arrival_s}")
+    if (
+        prev is not None
+        and turn.arrival_s is not None
+        and prev.arrival_s is not None
+        and turn.arrival_s < prev.arrival_s
+    ):
+        raise ValueError(
+            f"session {sid!r} turn {k}: arrival_s {turn.arrival_s} is before "
+            f"turn {k - 1}'s arrival_s {prev.arrival_s}"
+        )
     if block_tokens is not None:
         if p.block_tokens is not None and block_tokens != p.block_tokens:
-            raise ValueError(f"session {sid!r}: block_tokens {block_tokens} differs from "
-                             f"{p.block_tokens} on an earlier line")
+            raise ValueError(
+                f"session {sid!r}: block_tokens {block_tokens} differs from "
+                f"{p.block_tokens} on an earlier line"
+            )
         p.block_tokens = block_tokens
     if turn.prefix_hashes and p.hashes_line is None:
         p.hashes_line = line
@@ -202,8 +217,12 @@ def read_jsonl(path: str | Path, on_error: str = "raise") -> TraceLoad:
             sessions.append(_finish(sid, p, name))
         except _LineError as e:
             fail(e.line, e.msg, sid)
-    return TraceLoad(sessions=sort_sessions(sessions), skipped=len(bad_sessions) + orphans,
-                     source=str(path), info={"bad_lines_without_session": orphans})
+    return TraceLoad(
+        sessions=sort_sessions(sessions),
+        skipped=len(bad_sessions) + orphans,
+        source=str(path),
+        info={"bad_lines_without_session": orphans},
+    )
 
 
 class SessionStream:
@@ -227,7 +246,7 @@ class SessionStream:
         self.sessions = 0
         self.turns = 0
         self.info = {"bad_lines_without_session": 0}
-        self._fh = _open(self.path)        # a missing file fails here, as read_jsonl would
+        self._fh = _open(self.path)  # a missing file fails here, as read_jsonl would
         self._it = self._read()
 
     def __iter__(self) -> Iterator[Session]:
@@ -255,11 +274,11 @@ class SessionStream:
 
     def _read(self) -> Iterator[Session]:
         name = self.path.name
-        seen: set[str] = set()              # every session id met so far
-        sid: str | None = None              # the session being read
+        seen: set[str] = set()  # every session id met so far
+        sid: str | None = None  # the session being read
         p: _Pending | None = None
-        bad = False                         # it had a bad line (on_error="skip": dropped)
-        last: tuple[float, str, int] | None = None   # (start, id, line) of the latest session
+        bad = False  # it had a bad line (on_error="skip": dropped)
+        last: tuple[float, str, int] | None = None  # (start, id, line) of the latest session
         with self._fh as fh:
             for line_no, text in enumerate(fh, start=1):
                 if not text.strip():
@@ -271,7 +290,7 @@ class SessionStream:
                     continue
                 hint = obj.get("session_id") if isinstance(obj, dict) else None
                 if isinstance(hint, str) and hint and hint != sid:
-                    if p is not None and not bad:          # the session before it is complete
+                    if p is not None and not bad:  # the session before it is complete
                         done = self._finish(sid, p, name)
                         if done is not None:
                             yield done
@@ -279,11 +298,12 @@ class SessionStream:
                         raise TraceError(
                             f"{name}:{line_no}: session {hint!r} continues after other sessions: "
                             f"streaming (iter_jsonl) needs each session's lines together; "
-                            f"read_jsonl reads interleaved files")
+                            f"read_jsonl reads interleaved files"
+                        )
                     seen.add(hint)
                     sid, p, bad = hint, None, False
                 elif hint == sid and bad:
-                    continue                 # as read_jsonl: the rest of a bad session is skipped
+                    continue  # as read_jsonl: the rest of a bad session is skipped
                 try:
                     line_sid, k, turn, block_tokens = _parse_line(obj)
                     if p is None:
@@ -305,7 +325,8 @@ class SessionStream:
                             f"before session {last[1]!r} (line {last[2]}, {last[0]} s): streaming "
                             f"(iter_jsonl) needs sessions in order of first arrival, then "
                             f"session_id; read_jsonl reads any order (and write_jsonl of its "
-                            f"sessions writes this one)")
+                            f"sessions writes this one)"
+                        )
                     last = (*key, line_no)
             if p is not None and not bad:
                 done = self._finish(sid, p, name)

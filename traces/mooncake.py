@@ -27,6 +27,7 @@ the prefix-chained hashes of its input's 512-token blocks (block i's id identifi
 - prefix_hashes = the request's hash_ids (covering its whole input); block_tokens = 512.
 - ``chain: false`` skips the rebuilding: each request is a one-turn session.
 """
+
 from __future__ import annotations
 
 import json
@@ -105,8 +106,14 @@ def estimate_bucket_s(t_ms: np.ndarray) -> float:
     return float(np.median(np.diff(distinct))) / 1000.0
 
 
-def load_mooncake(path: str | Path, seed: int = 0, jitter: bool = True, on_error: str = "raise",
-                  bucket_s: float | None = None, chain: bool = True) -> TraceLoad:
+def load_mooncake(
+    path: str | Path,
+    seed: int = 0,
+    jitter: bool = True,
+    on_error: str = "raise",
+    bucket_s: float | None = None,
+    chain: bool = True,
+) -> TraceLoad:
     """Rebuild multi-turn sessions from a Mooncake trace (rules in the module docstring);
     ``chain=False`` makes every request a one-turn session of its whole input (its reuse then
     comes from prefix sharing alone)."""
@@ -124,8 +131,8 @@ def load_mooncake(path: str | Path, seed: int = 0, jitter: bool = True, on_error
 
     # Chain building: (full-block prefix) -> latest row index with exactly that full-block prefix.
     by_prefix: dict[tuple[int, ...], int] = {}
-    session_of: list[int] = []        # row -> session number
-    chains: list[list[int]] = []      # session number -> row indices in turn order
+    session_of: list[int] = []  # row -> session number
+    chains: list[list[int]] = []  # session number -> row indices in turn order
     continuations = branches = shrunk = prompt_fallbacks = 0
     prompt: list[int] = []
     for i, r in enumerate(rows):
@@ -157,27 +164,47 @@ def load_mooncake(path: str | Path, seed: int = 0, jitter: bool = True, on_error
             session_of.append(session_of[parent])
             chain.append(i)
         prompt.append(p_tokens)
-        full = r.hashes[:r.input_length // BLOCK_TOKENS]
+        full = r.hashes[: r.input_length // BLOCK_TOKENS]
         if len(full) >= MIN_CHAIN_BLOCKS:
             by_prefix[full] = i
 
     sessions, clamped = [], 0
     width = len(str(max((r.line for r in rows), default=0)))
     for chain in chains:
-        times = sorted(float(arrival[i]) for i in chain)  # jitter must not reorder a session's turns
+        times = sorted(
+            float(arrival[i]) for i in chain
+        )  # jitter must not reorder a session's turns
         turns = []
         for k, (i, t) in enumerate(zip(chain, times)):
             r = rows[i]
             clamped += r.output_length < 1
-            turns.append(Turn(prompt_tokens=prompt[i], output_tokens=max(1, r.output_length),
-                              arrival_s=t, think_s=None if k == 0 else t - times[k - 1],
-                              prefix_hashes=r.hashes))
+            turns.append(
+                Turn(
+                    prompt_tokens=prompt[i],
+                    output_tokens=max(1, r.output_length),
+                    arrival_s=t,
+                    think_s=None if k == 0 else t - times[k - 1],
+                    prefix_hashes=r.hashes,
+                )
+            )
         first = rows[chain[0]].line
-        sessions.append(Session(session_id=f"mc-{first:0{width}d}", turns=tuple(turns),
-                                block_tokens=BLOCK_TOKENS, meta={"lines": [rows[i].line for i in chain]}))
-    info = {"requests": len(rows), "sessions": len(sessions), "continuations": continuations,
-            "multi_turn_sessions": sum(1 for c in chains if len(c) > 1),
-            "branches_started_new_session": branches, "shrunk_inputs_started_new_session": shrunk,
-            "prompt_fallbacks": prompt_fallbacks, "clamped_outputs": clamped,
-            "bucket_s": bucket_s if jitter else 0.0}
+        sessions.append(
+            Session(
+                session_id=f"mc-{first:0{width}d}",
+                turns=tuple(turns),
+                block_tokens=BLOCK_TOKENS,
+                meta={"lines": [rows[i].line for i in chain]},
+            )
+        )
+    info = {
+        "requests": len(rows),
+        "sessions": len(sessions),
+        "continuations": continuations,
+        "multi_turn_sessions": sum(1 for c in chains if len(c) > 1),
+        "branches_started_new_session": branches,
+        "shrunk_inputs_started_new_session": shrunk,
+        "prompt_fallbacks": prompt_fallbacks,
+        "clamped_outputs": clamped,
+        "bucket_s": bucket_s if jitter else 0.0,
+    }
     return TraceLoad(sessions=sort_sessions(sessions), skipped=skipped, source=str(path), info=info)

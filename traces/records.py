@@ -4,6 +4,7 @@ A session is an ordered tuple of turns. Turn 0 carries the session's start in ``
 turn carries ``think_s`` (closed-loop replay: it arrives think_s after the previous turn completes)
 and/or an absolute ``arrival_s`` (open-loop replay). The replay mode picks which one counts.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -56,8 +57,10 @@ def validate_session(session: Session, where: str = "") -> Session:
     for k, t in enumerate(session.turns):
         label = f"{prefix}session {session.session_id!r} turn {k}"
         if t.prompt_tokens < 0 or t.output_tokens < 1:
-            raise TraceError(f"{label}: need prompt_tokens >= 0 and output_tokens >= 1, "
-                             f"got {t.prompt_tokens} and {t.output_tokens}")
+            raise TraceError(
+                f"{label}: need prompt_tokens >= 0 and output_tokens >= 1, "
+                f"got {t.prompt_tokens} and {t.output_tokens}"
+            )
         if t.think_s is not None and t.think_s < 0:
             raise TraceError(f"{label}: think_s must be >= 0, got {t.think_s}")
         if k > 0 and t.think_s is None and t.arrival_s is None:
@@ -112,15 +115,19 @@ def scale_time(load: TraceLoad, factor: float) -> TraceLoad:
         return load
 
     def turn(t: Turn) -> Turn:
-        return replace(t, arrival_s=None if t.arrival_s is None else t.arrival_s * factor,
-                       think_s=None if t.think_s is None else t.think_s * factor)
+        return replace(
+            t,
+            arrival_s=None if t.arrival_s is None else t.arrival_s * factor,
+            think_s=None if t.think_s is None else t.think_s * factor,
+        )
 
     sessions = tuple(replace(s, turns=tuple(turn(t) for t in s.turns)) for s in load.sessions)
     return replace(load, sessions=sessions, info={**load.info, "time_scale": factor})
 
 
-def read_csv_columns(path: Path, columns: Sequence[str], max_rows: int | None = None,
-                     also: str = ""):
+def read_csv_columns(
+    path: Path, columns: Sequence[str], max_rows: int | None = None, also: str = ""
+):
     """A CSV read as strings (the loader parses and checks each column), or a TraceError naming
     the file: unreadable, or missing one of ``columns`` (``also``: what else it may hold)."""
     import pandas as pd
@@ -131,8 +138,10 @@ def read_csv_columns(path: Path, columns: Sequence[str], max_rows: int | None = 
         raise TraceError(f"{path}: cannot read CSV: {e}") from e
     missing = [c for c in columns if c not in df.columns]
     if missing:
-        raise TraceError(f"{path.name}:1: missing column(s) {missing}; expected {list(columns)}"
-                         + (f" ({also})" if also else ""))
+        raise TraceError(
+            f"{path.name}:1: missing column(s) {missing}; expected {list(columns)}"
+            + (f" ({also})" if also else "")
+        )
     return df
 
 

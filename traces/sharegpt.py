@@ -15,6 +15,7 @@ dropped and counted.
 ShareGPT has no timestamps: session starts are a seeded Poisson process (``arrival_rate`` sessions/s)
 and think times come from ``think`` (default: the synthetic generator's ThinkTime, an assumption).
 """
+
 from __future__ import annotations
 
 import json
@@ -48,8 +49,11 @@ def _record_messages(rec: object, tok: Tokenizer) -> tuple[str, list[Message]]:
         raise ValueError(f"'id' must be a non-empty string, got {rid!r}")
     conv = rec.get("conversations")
     if not isinstance(conv, list):
-        raise ValueError("no 'conversations' list" if conv is None
-                         else f"'conversations' must be a list, got {type(conv).__name__}")
+        raise ValueError(
+            "no 'conversations' list"
+            if conv is None
+            else f"'conversations' must be a list, got {type(conv).__name__}"
+        )
     msgs = []
     for j, m in enumerate(conv):
         if not isinstance(m, dict):
@@ -66,10 +70,15 @@ def _record_messages(rec: object, tok: Tokenizer) -> tuple[str, list[Message]]:
     return rid, msgs
 
 
-def load_sharegpt(path: str | Path, tokenizer: Tokenizer | str | None = None,
-                  on_error: str = "raise", max_sessions: int | None = None, seed: int = 0,
-                  arrival_rate: float = DEFAULT_ARRIVAL_RATE,
-                  think: ThinkTime | None = None) -> TraceLoad:
+def load_sharegpt(
+    path: str | Path,
+    tokenizer: Tokenizer | str | None = None,
+    on_error: str = "raise",
+    max_sessions: int | None = None,
+    seed: int = 0,
+    arrival_rate: float = DEFAULT_ARRIVAL_RATE,
+    think: ThinkTime | None = None,
+) -> TraceLoad:
     """Load ShareGPT sessions (file order of first appearance; at most ``max_sessions`` of them)."""
     check_on_error(on_error)
     if max_sessions is not None and max_sessions < 0:
@@ -87,7 +96,9 @@ def load_sharegpt(path: str | Path, tokenizer: Tokenizer | str | None = None,
     except json.JSONDecodeError as e:
         raise TraceError(f"{path.name}:{e.lineno}: invalid JSON: {e.msg} (column {e.colno})") from e
     if not isinstance(records, list):
-        raise TraceError(f"{path.name}: expected a JSON list of records, got {type(records).__name__}")
+        raise TraceError(
+            f"{path.name}: expected a JSON list of records, got {type(records).__name__}"
+        )
 
     # base id -> [(suffix, record index, messages)], in order of first appearance
     pieces: dict[str, list[tuple[int, int, list[Message]]]] = {}
@@ -126,7 +137,9 @@ def load_sharegpt(path: str | Path, tokenizer: Tokenizer | str | None = None,
 
     ss = np.random.SeedSequence(seed).spawn(2)
     starts = poisson_starts(np.random.default_rng(ss[0]), len(built), arrival_rate).tolist()
-    thinks = think.sample(np.random.default_rng(ss[1]), sum(len(t) - 1 for _, t, _ in built)).tolist()
+    thinks = think.sample(
+        np.random.default_rng(ss[1]), sum(len(t) - 1 for _, t, _ in built)
+    ).tolist()
     sessions, j = [], 0
     for (base, turns, n_pieces), start in zip(built, starts):
         out = [Turn(prompt_tokens=turns[0].prompt, output_tokens=turns[0].output, arrival_s=start)]
@@ -134,7 +147,12 @@ def load_sharegpt(path: str | Path, tokenizer: Tokenizer | str | None = None,
             out.append(Turn(prompt_tokens=t.prompt, output_tokens=t.output, think_s=thinks[j]))
             j += 1
         sessions.append(Session(session_id=base, turns=tuple(out), meta={"pieces": n_pieces}))
-    info = {"records": len(records), "empty_records": empty, "sessions_without_turns": no_turns,
-            **stats.as_dict()}
-    return TraceLoad(sessions=sort_sessions(sessions), skipped=len(bad) + orphans, source=str(path),
-                     info=info)
+    info = {
+        "records": len(records),
+        "empty_records": empty,
+        "sessions_without_turns": no_turns,
+        **stats.as_dict(),
+    }
+    return TraceLoad(
+        sessions=sort_sessions(sessions), skipped=len(bad) + orphans, source=str(path), info=info
+    )

@@ -5,6 +5,7 @@ Computed on the canonical sessions every loader returns, so one function serves 
 A turn's *input* is what its request sends: its history H_k plus its new prompt p_k. Arrivals are
 the turns' own timestamps (closed-loop turns, timed by think time, have none until simulated).
 """
+
 from __future__ import annotations
 
 import math
@@ -55,14 +56,14 @@ class TraceStats:
     sessions: int
     turns: int
     turns_per_session: Dist
-    multi_turn_share: float           # sessions with two or more turns
-    input_tokens: Dist                # H_k + p_k per turn
-    prompt_tokens: Dist               # p_k
+    multi_turn_share: float  # sessions with two or more turns
+    input_tokens: Dist  # H_k + p_k per turn
+    prompt_tokens: Dist  # p_k
     output_tokens: Dist
-    interarrival_s: Dist              # between consecutive timestamped turns, in time order
+    interarrival_s: Dist  # between consecutive timestamped turns, in time order
     interarrival_cv: float
     duration_s: float
-    history_share_by_turn: tuple[tuple[int, float], ...]   # (turn index, sum H / sum input)
+    history_share_by_turn: tuple[tuple[int, float], ...]  # (turn index, sum H / sum input)
     history_share: float
     prefix_reuse: PrefixReuse | None  # None when the trace carries no prefix hashes
 
@@ -73,7 +74,7 @@ def trace_stats(sessions: Sequence[Session], max_turn_index: int = 10) -> TraceS
     counts = [len(s.turns) for s in sessions]
     inputs, prompts, outputs, hist, times = [], [], [], [], []
     by_turn: dict[int, list[int]] = {}
-    requests = []                     # (arrival, order, hashes, input tokens, block tokens)
+    requests = []  # (arrival, order, hashes, input tokens, block tokens)
     for s in sessions:
         h = 0
         for k, t in enumerate(s.turns):
@@ -87,24 +88,37 @@ def trace_stats(sessions: Sequence[Session], max_turn_index: int = 10) -> TraceS
             if t.arrival_s is not None:
                 times.append(t.arrival_s)
             if t.prefix_hashes:
-                requests.append((t.arrival_s if t.arrival_s is not None else math.inf,
-                                 len(requests), t.prefix_hashes, h + t.prompt_tokens,
-                                 s.block_tokens))
+                requests.append(
+                    (
+                        t.arrival_s if t.arrival_s is not None else math.inf,
+                        len(requests),
+                        t.prefix_hashes,
+                        h + t.prompt_tokens,
+                        s.block_tokens,
+                    )
+                )
             h += t.prompt_tokens + t.output_tokens
     times_a = np.sort(np.asarray(times, dtype=float))
     gaps = np.diff(times_a)
     cv = float(gaps.std() / gaps.mean()) if gaps.size and gaps.mean() > 0 else math.nan
     total_input = sum(inputs)
     return TraceStats(
-        sessions=len(sessions), turns=sum(counts), turns_per_session=Dist.of(counts),
+        sessions=len(sessions),
+        turns=sum(counts),
+        turns_per_session=Dist.of(counts),
         multi_turn_share=sum(c >= 2 for c in counts) / len(counts) if counts else math.nan,
-        input_tokens=Dist.of(inputs), prompt_tokens=Dist.of(prompts),
-        output_tokens=Dist.of(outputs), interarrival_s=Dist.of(gaps), interarrival_cv=cv,
+        input_tokens=Dist.of(inputs),
+        prompt_tokens=Dist.of(prompts),
+        output_tokens=Dist.of(outputs),
+        interarrival_s=Dist.of(gaps),
+        interarrival_cv=cv,
         duration_s=float(times_a[-1] - times_a[0]) if times_a.size else math.nan,
-        history_share_by_turn=tuple((k, v[0] / v[1] if v[1] else math.nan)
-                                    for k, v in sorted(by_turn.items())),
+        history_share_by_turn=tuple(
+            (k, v[0] / v[1] if v[1] else math.nan) for k, v in sorted(by_turn.items())
+        ),
         history_share=sum(hist) / total_input if total_input else math.nan,
-        prefix_reuse=_prefix_reuse(requests))
+        prefix_reuse=_prefix_reuse(requests),
+    )
 
 
 def _prefix_reuse(requests: list) -> PrefixReuse | None:
@@ -134,35 +148,53 @@ def _prefix_reuse(requests: list) -> PrefixReuse | None:
 
 def format_stats(st: TraceStats, source: str = "") -> str:
     """A plain-text report: what ``kvsim trace stats`` prints."""
+
     def dist(name: str, d: Dist, unit: str = "", fmt: str = ",.0f") -> str:
         if d.n == 0:
             return f"  {name:<22} (none)"
-        vals = " ".join(f"{k} {format(v, fmt)}{unit}" for k, v in
-                        (("mean", d.mean), ("p50", d.p50), ("p90", d.p90), ("p99", d.p99),
-                         ("max", d.max)))
+        vals = " ".join(
+            f"{k} {format(v, fmt)}{unit}"
+            for k, v in (
+                ("mean", d.mean),
+                ("p50", d.p50),
+                ("p90", d.p90),
+                ("p99", d.p99),
+                ("max", d.max),
+            )
+        )
         return f"  {name:<22} {vals}"
 
-    lines = [f"trace {source}".rstrip(),
-             f"  sessions               {st.sessions:,} ({st.multi_turn_share:.1%} multi-turn)",
-             f"  turns                  {st.turns:,}",
-             dist("turns per session", st.turns_per_session, fmt=",.1f"),
-             dist("input tokens (H + p)", st.input_tokens),
-             dist("new prompt tokens", st.prompt_tokens),
-             dist("output tokens", st.output_tokens),
-             dist("inter-arrival", st.interarrival_s, " s", ".3f")]
+    lines = [
+        f"trace {source}".rstrip(),
+        f"  sessions               {st.sessions:,} ({st.multi_turn_share:.1%} multi-turn)",
+        f"  turns                  {st.turns:,}",
+        dist("turns per session", st.turns_per_session, fmt=",.1f"),
+        dist("input tokens (H + p)", st.input_tokens),
+        dist("new prompt tokens", st.prompt_tokens),
+        dist("output tokens", st.output_tokens),
+        dist("inter-arrival", st.interarrival_s, " s", ".3f"),
+    ]
     if st.interarrival_s.n:
-        lines.append(f"  {'':<22} CV {st.interarrival_cv:.2f}, duration {st.duration_s:,.1f} s, "
-                     f"{(st.interarrival_s.n + 1) / st.duration_s if st.duration_s else math.nan:.2f}"
-                     f" turns/s")
-    lines.append(f"  history share          {st.history_share:.1%} of all input tokens; by turn "
-                 "index: " + ", ".join(f"{k}{'+' if i == len(st.history_share_by_turn) - 1 and i else ''}"
-                                       f": {v:.0%}" for i, (k, v) in
-                                       enumerate(st.history_share_by_turn)))
+        lines.append(
+            f"  {'':<22} CV {st.interarrival_cv:.2f}, duration {st.duration_s:,.1f} s, "
+            f"{(st.interarrival_s.n + 1) / st.duration_s if st.duration_s else math.nan:.2f}"
+            f" turns/s"
+        )
+    lines.append(
+        f"  history share          {st.history_share:.1%} of all input tokens; by turn "
+        "index: "
+        + ", ".join(
+            f"{k}{'+' if i == len(st.history_share_by_turn) - 1 and i else ''}: {v:.0%}"
+            for i, (k, v) in enumerate(st.history_share_by_turn)
+        )
+    )
     if st.prefix_reuse is None:
         lines.append("  prefix reuse           (no prefix hashes in this trace)")
     else:
         r = st.prefix_reuse
-        lines.append(f"  prefix reuse bound     {r.repeated_share:.1%} of {r.references:,} block "
-                     f"references ({r.repeated_token_share:.1%} of their tokens) repeat an earlier "
-                     f"block; {r.unique:,} unique blocks of {r.block_tokens} tokens")
+        lines.append(
+            f"  prefix reuse bound     {r.repeated_share:.1%} of {r.references:,} block "
+            f"references ({r.repeated_token_share:.1%} of their tokens) repeat an earlier "
+            f"block; {r.unique:,} unique blocks of {r.block_tokens} tokens"
+        )
     return "\n".join(lines)

@@ -11,6 +11,7 @@ counts, first prompts, later prompts, outputs, think times), and every draw is c
 order, so the same config gives an identical trace and a longer trace (more sessions, same seed)
 starts with exactly the sessions of a shorter one.
 """
+
 from __future__ import annotations
 
 import math
@@ -34,7 +35,9 @@ def load_fit() -> dict:
 
 
 def _fit_mix(name: str) -> LogNormalMix:
-    return LogNormalMix.from_dict({k: load_fit()[name][k] for k in ("weights", "mu", "sigma")}, name)
+    return LogNormalMix.from_dict(
+        {k: load_fit()[name][k] for k in ("weights", "mu", "sigma")}, name
+    )
 
 
 def _fit_pmf() -> tuple[float, ...]:
@@ -52,31 +55,70 @@ class SyntheticConfig:
     """Everything ``generate_synthetic`` needs. Field help is in each field's metadata["help"]."""
 
     sessions: int = field(default=200, metadata={_HELP: "number of sessions to generate"})
-    seed: int = field(default=0, metadata={_HELP: "seed of the numpy Generator streams; the same "
-                                                  "config and seed give an identical trace"})
-    arrival_rate_per_s: float = field(default=1.0, metadata={_HELP: (
-        "Poisson session starts per simulated second (ASSUMPTION). The default puts 200 sessions' "
-        "starts within ~3.3 min; with ~6 turns of ~30 s think each, a session lasts minutes, so many "
-        "overlap: concurrent load within a few minutes of simulated time")})
-    turns_pmf: tuple[float, ...] = field(default=_fit_pmf(), metadata={_HELP: (
-        "P(turns = i+1) for i = 0.. (normalised). Default: ShareGPT empirical pmf capped at "
-        f"{_FIT['turns']['max_turns']} turns (mean {_FIT['turns']['gof']['mean_model']})")})
-    first_prompt_tokens: LogNormalMix = field(default=_fit_mix("first_prompt_tokens"), metadata={
-        _HELP: "new prompt tokens of turn 0 (system + first user message); ShareGPT fit"})
-    prompt_tokens: LogNormalMix = field(default=_fit_mix("prompt_tokens"), metadata={
-        _HELP: "new prompt tokens of turns >= 1 (the user's next message); ShareGPT fit"})
-    output_tokens: LogNormalMix = field(default=_fit_mix("output_tokens"), metadata={
-        _HELP: "reply tokens of every turn; ShareGPT fit"})
-    prompt_max_tokens: int = field(default=int(_FIT["prompt_tokens"]["clip"][1]), metadata={
-        _HELP: "drawn prompt lengths are clipped to [1, prompt_max_tokens]"})
-    output_max_tokens: int = field(default=int(_FIT["output_tokens"]["clip"][1]), metadata={
-        _HELP: "drawn reply lengths are clipped to [1, output_max_tokens]"})
-    think: ThinkTime = field(default=ThinkTime(), metadata={_HELP: (
-        "think time between a reply and the next prompt: lognormal (median_s, sigma, max_s). "
-        "ASSUMPTION (median 30 s, sigma 1.0): ShareGPT has no timestamps")})
-    max_context_tokens: int | None = field(default=32768, metadata={_HELP: (
-        "a session ends before a turn whose context H_k + p_k + o_k would exceed this (0.4 % of "
-        "ShareGPT sessions do at 32768); a turn 0 over it has its prompt shortened. None: no cap")})
+    seed: int = field(
+        default=0,
+        metadata={
+            _HELP: "seed of the numpy Generator streams; the same "
+            "config and seed give an identical trace"
+        },
+    )
+    arrival_rate_per_s: float = field(
+        default=1.0,
+        metadata={
+            _HELP: (
+                "Poisson session starts per simulated second (ASSUMPTION). The default puts 200 sessions' "
+                "starts within ~3.3 min; with ~6 turns of ~30 s think each, a session lasts minutes, so many "
+                "overlap: concurrent load within a few minutes of simulated time"
+            )
+        },
+    )
+    turns_pmf: tuple[float, ...] = field(
+        default=_fit_pmf(),
+        metadata={
+            _HELP: (
+                "P(turns = i+1) for i = 0.. (normalised). Default: ShareGPT empirical pmf capped at "
+                f"{_FIT['turns']['max_turns']} turns (mean {_FIT['turns']['gof']['mean_model']})"
+            )
+        },
+    )
+    first_prompt_tokens: LogNormalMix = field(
+        default=_fit_mix("first_prompt_tokens"),
+        metadata={_HELP: "new prompt tokens of turn 0 (system + first user message); ShareGPT fit"},
+    )
+    prompt_tokens: LogNormalMix = field(
+        default=_fit_mix("prompt_tokens"),
+        metadata={_HELP: "new prompt tokens of turns >= 1 (the user's next message); ShareGPT fit"},
+    )
+    output_tokens: LogNormalMix = field(
+        default=_fit_mix("output_tokens"),
+        metadata={_HELP: "reply tokens of every turn; ShareGPT fit"},
+    )
+    prompt_max_tokens: int = field(
+        default=int(_FIT["prompt_tokens"]["clip"][1]),
+        metadata={_HELP: "drawn prompt lengths are clipped to [1, prompt_max_tokens]"},
+    )
+    output_max_tokens: int = field(
+        default=int(_FIT["output_tokens"]["clip"][1]),
+        metadata={_HELP: "drawn reply lengths are clipped to [1, output_max_tokens]"},
+    )
+    think: ThinkTime = field(
+        default=ThinkTime(),
+        metadata={
+            _HELP: (
+                "think time between a reply and the next prompt: lognormal (median_s, sigma, max_s). "
+                "ASSUMPTION (median 30 s, sigma 1.0): ShareGPT has no timestamps"
+            )
+        },
+    )
+    max_context_tokens: int | None = field(
+        default=32768,
+        metadata={
+            _HELP: (
+                "a session ends before a turn whose context H_k + p_k + o_k would exceed this (0.4 % of "
+                "ShareGPT sessions do at 32768); a turn 0 over it has its prompt shortened. None: no cap"
+            )
+        },
+    )
 
     def __post_init__(self) -> None:
         def need(ok: bool, name: str, what: str) -> None:
@@ -91,20 +133,33 @@ class SyntheticConfig:
         need(self.prompt_max_tokens >= 1, "prompt_max_tokens", "must be >= 1")
         need(self.output_max_tokens >= 1, "output_max_tokens", "must be >= 1")
         r = self.arrival_rate_per_s
-        need(isinstance(r, (int, float)) and not isinstance(r, bool) and math.isfinite(r) and r > 0,
-             "arrival_rate_per_s", "must be a finite number > 0")
+        need(
+            isinstance(r, (int, float)) and not isinstance(r, bool) and math.isfinite(r) and r > 0,
+            "arrival_rate_per_s",
+            "must be a finite number > 0",
+        )
         c = self.max_context_tokens
-        need(c is None or (isinstance(c, int) and not isinstance(c, bool) and c >= 2),
-             "max_context_tokens", "must be an integer >= 2 or None")
-        for name, typ in (("first_prompt_tokens", LogNormalMix), ("prompt_tokens", LogNormalMix),
-                          ("output_tokens", LogNormalMix), ("think", ThinkTime)):
+        need(
+            c is None or (isinstance(c, int) and not isinstance(c, bool) and c >= 2),
+            "max_context_tokens",
+            "must be an integer >= 2 or None",
+        )
+        for name, typ in (
+            ("first_prompt_tokens", LogNormalMix),
+            ("prompt_tokens", LogNormalMix),
+            ("output_tokens", LogNormalMix),
+            ("think", ThinkTime),
+        ):
             need(isinstance(getattr(self, name), typ), name, f"must be a {typ.__name__}")
         try:
             pmf = tuple(float(p) for p in self.turns_pmf)
         except (TypeError, ValueError):
             pmf = ()
-        need(len(pmf) > 0 and all(p >= 0 and math.isfinite(p) for p in pmf) and sum(pmf) > 0,
-             "turns_pmf", "must be a non-empty list of probabilities >= 0 with a positive sum")
+        need(
+            len(pmf) > 0 and all(p >= 0 and math.isfinite(p) for p in pmf) and sum(pmf) > 0,
+            "turns_pmf",
+            "must be a non-empty list of probabilities >= 0 with a positive sum",
+        )
         object.__setattr__(self, "turns_pmf", tuple(p / sum(pmf) for p in pmf))
 
     @classmethod
@@ -113,8 +168,10 @@ class SyntheticConfig:
         names = [f.name for f in fields(cls)]
         unknown = sorted(set(d) - set(names))
         if unknown:
-            raise TraceError(f"{where}: unknown synthetic option(s) {', '.join(map(repr, unknown))}; "
-                             f"allowed: {', '.join(names)}")
+            raise TraceError(
+                f"{where}: unknown synthetic option(s) {', '.join(map(repr, unknown))}; "
+                f"allowed: {', '.join(names)}"
+            )
         kw = dict(d)
         for name in ("first_prompt_tokens", "prompt_tokens", "output_tokens"):
             if isinstance(kw.get(name), Mapping):
@@ -157,7 +214,9 @@ def generate_synthetic(cfg: SyntheticConfig | None = None) -> TraceLoad:
     for i in range(n):
         k_total = n_turns[i]
         p0, o0 = first[i], outputs[i_out]
-        if cap is not None and p0 + o0 > cap:  # turn 0 alone over the cap: keep the reply, trim the prompt
+        if (
+            cap is not None and p0 + o0 > cap
+        ):  # turn 0 alone over the cap: keep the reply, trim the prompt
             o0 = min(o0, cap - 1)
             p0 = cap - o0
             shortened += 1
@@ -175,7 +234,13 @@ def generate_synthetic(cfg: SyntheticConfig | None = None) -> TraceLoad:
         i_later += k_total - 1
         i_out += k_total
         sessions.append(Session(session_id=f"syn{i:0{width}d}", turns=tuple(turns)))
-    return TraceLoad(sessions=sort_sessions(sessions), skipped=0,
-                     source=f"synthetic(seed={cfg.seed}, sessions={n})",
-                     info={"truncated_sessions": truncated, "dropped_turns": dropped,
-                           "shortened_first_prompts": shortened})
+    return TraceLoad(
+        sessions=sort_sessions(sessions),
+        skipped=0,
+        source=f"synthetic(seed={cfg.seed}, sessions={n})",
+        info={
+            "truncated_sessions": truncated,
+            "dropped_turns": dropped,
+            "shortened_first_prompts": shortened,
+        },
+    )

@@ -12,6 +12,7 @@ cl100k_base token counts; ``python -m traces.fit_sharegpt`` recomputes it into
 Counts are cl100k_base; Llama-family tokenizers typically count more. Use ``HFTokenizer`` with the
 served model's tokenizer.json when exact counts matter.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -59,8 +60,10 @@ class HFTokenizer:
         try:
             from tokenizers import Tokenizer as _HF  # lazy: optional dependency
         except ImportError as e:
-            raise TraceError("HFTokenizer needs the optional 'tokenizers' package "
-                             "(pip install tokenizers, or pip install -e '.[tokenizers]')") from e
+            raise TraceError(
+                "HFTokenizer needs the optional 'tokenizers' package "
+                "(pip install tokenizers, or pip install -e '.[tokenizers]')"
+            ) from e
         try:
             self._tok = _HF.from_file(str(self.path))
         except Exception as e:  # the library raises its own exception type for a bad file
@@ -91,5 +94,7 @@ def make_tokenizer(spec: str | Tokenizer | None) -> Tokenizer:
         return HFTokenizer(spec[3:])
     if spec.endswith(".json"):
         return HFTokenizer(spec)
-    raise TraceError(f"unknown tokenizer spec {spec!r}: use 'chars', 'chars:<ratio>', "
-                     f"'hf:<tokenizer.json>' or a path ending in .json")
+    raise TraceError(
+        f"unknown tokenizer spec {spec!r}: use 'chars', 'chars:<ratio>', "
+        f"'hf:<tokenizer.json>' or a path ending in .json"
+    )

@@ -2,6 +2,7 @@
 
 Semantics: docs/semantics.md section 4 ("Object streams").
 """
+
 from __future__ import annotations
 
 import argparse
@@ -13,20 +14,32 @@ JSON_KEYS = ("policy", "capacity", "requests", "hits", "misses", "byte_requests"
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
-        "cachesim", help="replay an object request stream through one eviction policy",
+        "cachesim",
+        help="replay an object request stream through one eviction policy",
         description="Replay a CSV request stream (header obj_id,size[,time]) through an eviction "
-                    "policy with libCacheSim's semantics: the first request to an object is a miss, "
-                    "a miss admits the object evicting until it fits, an object larger than the "
-                    "capacity is not admitted. Capacity is in the units of size.")
-    p.add_argument("--trace", required=True, help="CSV file with header obj_id,size (optional time)")
-    p.add_argument("--policy", required=True,
-                   help="a registered policy name (see `kvsim list policies`), module:Class, or "
-                        "'all' for a table of every registered policy that supports cachesim")
+        "policy with libCacheSim's semantics: the first request to an object is a miss, "
+        "a miss admits the object evicting until it fits, an object larger than the "
+        "capacity is not admitted. Capacity is in the units of size.",
+    )
+    p.add_argument(
+        "--trace", required=True, help="CSV file with header obj_id,size (optional time)"
+    )
+    p.add_argument(
+        "--policy",
+        required=True,
+        help="a registered policy name (see `kvsim list policies`), module:Class, or "
+        "'all' for a table of every registered policy that supports cachesim",
+    )
     p.add_argument("--capacity", required=True, type=int, help="cache capacity, in units of size")
-    p.add_argument("--json", action="store_true",
-                   help="print {policy, capacity, requests, hits, misses, byte_requests, byte_hits} "
-                        "(with --policy all: a JSON list of those objects)")
-    p.add_argument("--debug", action="store_true", help="show tracebacks instead of one-line errors")
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="print {policy, capacity, requests, hits, misses, byte_requests, byte_hits} "
+        "(with --policy all: a JSON list of those objects)",
+    )
+    p.add_argument(
+        "--debug", action="store_true", help="show tracebacks instead of one-line errors"
+    )
     return p
 
 
@@ -64,10 +77,30 @@ def main(args: argparse.Namespace) -> int:
 
 def _print_table(results) -> None:
     header = ("policy", "capacity", "requests", "hits", "misses", "hit_ratio", "byte_hit_ratio")
-    rows = [(r.policy, str(r.capacity), str(r.requests), str(r.hits), str(r.misses),
-             f"{r.hit_ratio:.4f}", f"{r.byte_hit_ratio:.4f}") for r in results]
-    widths = [max(len(h), *(len(row[i]) for row in rows)) if rows else len(h)
-              for i, h in enumerate(header)]
-    print("  ".join(h.ljust(w) if i == 0 else h.rjust(w) for i, (h, w) in enumerate(zip(header, widths))))
+    rows = [
+        (
+            r.policy,
+            str(r.capacity),
+            str(r.requests),
+            str(r.hits),
+            str(r.misses),
+            f"{r.hit_ratio:.4f}",
+            f"{r.byte_hit_ratio:.4f}",
+        )
+        for r in results
+    ]
+    widths = [
+        max(len(h), *(len(row[i]) for row in rows)) if rows else len(h)
+        for i, h in enumerate(header)
+    ]
+    print(
+        "  ".join(
+            h.ljust(w) if i == 0 else h.rjust(w) for i, (h, w) in enumerate(zip(header, widths))
+        )
+    )
     for row in rows:
-        print("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))))
+        print(
+            "  ".join(
+                c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))
+            )
+        )

@@ -7,6 +7,7 @@ simulated batch shapes as real forwards.
     kvsim calibrate fit --write-profiles costmodels/profiles --force
     kvsim calibrate forward --device cuda --profile my-h100.yaml --model llama-3-8b
 """
+
 from __future__ import annotations
 
 import argparse
@@ -17,51 +18,93 @@ ACTIONS = ("measure", "fit", "forward")
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
-        "calibrate", help="measure a GPU (or CPU) and fit a cost-model profile; fit the public tables",
+        "calibrate",
+        help="measure a GPU (or CPU) and fit a cost-model profile; fit the public tables",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Actions:\n"
-                    "  measure (default)  time one layer of --model on --device over a grid of shapes,\n"
-                    "                     fit the cost model, validate on held-out shapes, write --out\n"
-                    "  fit                fit the same model to the public GPU tables in ../shared/data\n"
-                    "                     and print the held-out MAPE per term and source\n"
-                    "  forward            simulate a synthetic trace, replay 50+ of its batch shapes as\n"
-                    "                     real one-layer forwards and compare with --profile\n"
-                    "torch is needed for measure and forward (pip install torch==2.13.0 first).")
+        "  measure (default)  time one layer of --model on --device over a grid of shapes,\n"
+        "                     fit the cost model, validate on held-out shapes, write --out\n"
+        "  fit                fit the same model to the public GPU tables in ../shared/data\n"
+        "                     and print the held-out MAPE per term and source\n"
+        "  forward            simulate a synthetic trace, replay 50+ of its batch shapes as\n"
+        "                     real one-layer forwards and compare with --profile\n"
+        "torch is needed for measure and forward (pip install torch==2.13.0 first).",
+    )
     p.add_argument("action", nargs="?", default="measure", choices=ACTIONS, help="default: measure")
     m = p.add_argument_group("measure / forward")
     m.add_argument("--device", help="cpu, cuda or cuda:N")
-    m.add_argument("--model", default="llama-3-8b", help="model name or spec YAML (default llama-3-8b)")
+    m.add_argument(
+        "--model", default="llama-3-8b", help="model name or spec YAML (default llama-3-8b)"
+    )
     m.add_argument("--out", metavar="PROFILE.yaml", help="profile to write (measure)")
-    m.add_argument("--quick", action="store_true", help="small grid and short timing (seconds on a CPU)")
-    m.add_argument("--dtype", choices=("bf16", "fp16", "fp32"),
-                   help="element type (default: bf16 on CUDA, fp32 on a CPU, where bf16 GEMMs are slow)")
+    m.add_argument(
+        "--quick", action="store_true", help="small grid and short timing (seconds on a CPU)"
+    )
+    m.add_argument(
+        "--dtype",
+        choices=("bf16", "fp16", "fp32"),
+        help="element type (default: bf16 on CUDA, fp32 on a CPU, where bf16 GEMMs are slow)",
+    )
     m.add_argument("--name", help="profile name (default: the file stem of --out)")
     m.add_argument("--raw", metavar="CSV", help="also write every measured sample to this CSV")
-    m.add_argument("--attention", default="auto", choices=("auto", "sdpa", "flashinfer"),
-                   help="attention backend (auto: FlashInfer when installed on CUDA, else torch SDPA)")
-    m.add_argument("--decode-impl", default="sdpa", choices=("sdpa", "gather"),
-                   help="torch decode: SDPA over per-sequence KV, or a gather from a paged cache")
-    m.add_argument("--kv-layout", default="NHD", choices=("NHD", "HND"), help="FlashInfer paged layout")
+    m.add_argument(
+        "--attention",
+        default="auto",
+        choices=("auto", "sdpa", "flashinfer"),
+        help="attention backend (auto: FlashInfer when installed on CUDA, else torch SDPA)",
+    )
+    m.add_argument(
+        "--decode-impl",
+        default="sdpa",
+        choices=("sdpa", "gather"),
+        help="torch decode: SDPA over per-sequence KV, or a gather from a paged cache",
+    )
+    m.add_argument(
+        "--kv-layout", default="NHD", choices=("NHD", "HND"), help="FlashInfer paged layout"
+    )
     m.add_argument("--page-size", type=int, default=16, help="KV page size in tokens (default 16)")
-    m.add_argument("--no-cuda-graphs", dest="cuda_graphs", action="store_false",
-                   help="GPU: time eager launches instead of CUDA-graph replays (see calibration/timing.py)")
-    m.add_argument("--threads", type=int, default=1, help="CPU: torch threads (default 1, see README)")
-    m.add_argument("--cpu-flush-mb", type=int, default=64, metavar="MB",
-                   help="CPU: rewrite an MB-sized buffer before every repetition, the stand-in for the GPU's "
-                        "L2 flush (default 64: 2x a 32 MB L3; 0 = off)")
+    m.add_argument(
+        "--no-cuda-graphs",
+        dest="cuda_graphs",
+        action="store_false",
+        help="GPU: time eager launches instead of CUDA-graph replays (see calibration/timing.py)",
+    )
+    m.add_argument(
+        "--threads", type=int, default=1, help="CPU: torch threads (default 1, see README)"
+    )
+    m.add_argument(
+        "--cpu-flush-mb",
+        type=int,
+        default=64,
+        metavar="MB",
+        help="CPU: rewrite an MB-sized buffer before every repetition, the stand-in for the GPU's "
+        "L2 flush (default 64: 2x a 32 MB L3; 0 = off)",
+    )
     m.add_argument("--profile", help="forward: the profile to check")
     m.add_argument("--shapes", type=int, default=60, help="forward: shapes to replay (default 60)")
-    m.add_argument("--sessions", type=int, default=40, help="forward: synthetic sessions to simulate")
+    m.add_argument(
+        "--sessions", type=int, default=40, help="forward: synthetic sessions to simulate"
+    )
     m.add_argument("--gpu-kv-gb", type=float, default=2.0, help="forward: simulated GPU KV GiB")
     m.add_argument("--max-tokens", type=int, default=8192, help="forward: largest batch replayed")
-    m.add_argument("--points", metavar="CSV", help="forward: also write every replayed shape (measured, "
-                                                    "predicted and its terms) to this CSV")
+    m.add_argument(
+        "--points",
+        metavar="CSV",
+        help="forward: also write every replayed shape (measured, "
+        "predicted and its terms) to this CSV",
+    )
     f = p.add_argument_group("fit")
     f.add_argument("--data", metavar="DIR", help="public data folder (default ../shared/data)")
-    f.add_argument("--source", action="append", metavar="NAME", help="only this public source (repeatable)")
-    f.add_argument("--write-profiles", metavar="DIR", help="write the fitted public profiles into DIR")
+    f.add_argument(
+        "--source", action="append", metavar="NAME", help="only this public source (repeatable)"
+    )
+    f.add_argument(
+        "--write-profiles", metavar="DIR", help="write the fitted public profiles into DIR"
+    )
     f.add_argument("--proposed", action="store_true", help="also score candidate prefill forms")
-    p.add_argument("--seed", type=int, default=0, help="seed of the shape order and the random split")
+    p.add_argument(
+        "--seed", type=int, default=0, help="seed of the shape order and the random split"
+    )
     p.add_argument("--force", action="store_true", help="overwrite existing output files")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
     return p
@@ -71,8 +114,10 @@ def _need_torch() -> None:
     try:
         import torch  # noqa: F401
     except ImportError:
-        raise ValueError("this action needs torch: pip install torch==2.13.0 (CPU build), then "
-                         "pip install -e '.[calibration]'") from None
+        raise ValueError(
+            "this action needs torch: pip install torch==2.13.0 (CPU build), then "
+            "pip install -e '.[calibration]'"
+        ) from None
 
 
 def _check_out(path: str | None, force: bool, what: str) -> Path:
@@ -108,22 +153,41 @@ def _measure(args: argparse.Namespace) -> int:
     out = _check_out(args.out, args.force, "calibrate measure")
     model = get_model(args.model)
     dtype = args.dtype or ("fp32" if args.device == "cpu" else "bf16")
-    grid = dataclasses.replace(quick_grid() if args.quick else full_grid(), page_size=args.page_size)
-    cfg = MeasureConfig(device=args.device, model=model, dtype=dtype, grid=grid,
-                        timing=dataclasses.replace(TimingConfig.quick() if args.quick else TimingConfig(),
-                                                   cpu_flush_bytes=args.cpu_flush_mb << 20,
-                                                   cuda_graph=args.cuda_graphs), seed=args.seed,
-                        attention=args.attention, decode_impl=args.decode_impl, kv_layout=args.kv_layout,
-                        cpu_threads=args.threads)
+    grid = dataclasses.replace(
+        quick_grid() if args.quick else full_grid(), page_size=args.page_size
+    )
+    cfg = MeasureConfig(
+        device=args.device,
+        model=model,
+        dtype=dtype,
+        grid=grid,
+        timing=dataclasses.replace(
+            TimingConfig.quick() if args.quick else TimingConfig(),
+            cpu_flush_bytes=args.cpu_flush_mb << 20,
+            cuda_graph=args.cuda_graphs,
+        ),
+        seed=args.seed,
+        attention=args.attention,
+        decode_impl=args.decode_impl,
+        kv_layout=args.kv_layout,
+        cpu_threads=args.threads,
+    )
     print(f"calibrating {model.name} ({dtype}) on {args.device}, {grid.name} grid")
     meas = run_measurements(cfg, log=lambda s: print("  " + s))
     print(f"measured {len(meas.samples)} shapes in {meas.wall_s:.1f} s on {meas.env.device_name}")
     for s in meas.skipped:
         print(f"  skipped: {s}")
-    cmd = (f"kvsim calibrate --device {args.device} --model {args.model} --dtype {dtype}"
-           + (" --quick" if args.quick else "") + f" --attention {args.attention} --seed {args.seed}")
-    res = calibrate(meas, args.name or out.stem, seed=args.seed,
-                    source=f"fit: {cmd} ({grid.name} grid, {len(meas.samples)} samples, {meas.wall_s:.0f} s)")
+    cmd = (
+        f"kvsim calibrate --device {args.device} --model {args.model} --dtype {dtype}"
+        + (" --quick" if args.quick else "")
+        + f" --attention {args.attention} --seed {args.seed}"
+    )
+    res = calibrate(
+        meas,
+        args.name or out.stem,
+        seed=args.seed,
+        source=f"fit: {cmd} ({grid.name} grid, {len(meas.samples)} samples, {meas.wall_s:.0f} s)",
+    )
     # The calibration targets are for GPU kernels; a CPU run shows its errors without verdicts.
     print(format_table(res.reports, TARGETS if args.device != "cpu" else None))
     for line in (res.profile.meta.notes or "").splitlines():
@@ -145,19 +209,28 @@ def _fit(args: argparse.Namespace) -> int:
 
     data = Path(args.data) if args.data else default_data_dir()
     if not data.is_dir():
-        raise ValueError(f"{data}: public data folder not found (expected ../shared/data beside the checkout)")
+        raise ValueError(
+            f"{data}: public data folder not found (expected ../shared/data beside the checkout)"
+        )
     if not args.source and not available(data):
-        raise ValueError(f"{data}: some public tables are missing; name the ones present with --source")
+        raise ValueError(
+            f"{data}: some public tables are missing; name the ones present with --source"
+        )
     res = fit_public(data, seed=args.seed, sources=args.source, proposed=args.proposed)
     print(format_table(res.reports(), TARGETS))
     if res.proposed:
-        print("\ncandidate prefill forms (not in the cost model; see calibration/proposed_forms.py):")
+        print(
+            "\ncandidate prefill forms (not in the cost model; see calibration/proposed_forms.py):"
+        )
         print(format_table(res.proposed, TARGETS))
     for p in res.profiles:
         print(f"\nprofile {p.name} ({p.meta.gpu}):")
         for term in ("linear", "prefill_attn", "decode_attn"):
             obj = getattr(p, term)
-            print(f"  {term}: " + ", ".join(f"{k}={getattr(obj, k):.4g}" for k in obj.__dataclass_fields__))
+            print(
+                f"  {term}: "
+                + ", ".join(f"{k}={getattr(obj, k):.4g}" for k in obj.__dataclass_fields__)
+            )
         for line in (p.meta.notes or "").splitlines():
             if line.startswith("pensieve "):
                 print("  " + line)
@@ -202,24 +275,51 @@ def _forward(args: argparse.Namespace) -> int:
     dtype = args.dtype or ("fp32" if args.device == "cpu" else "bf16")
     measured_model = dataclasses.replace(model, dtype_bytes={"fp32": 4}.get(dtype, 2))
     rec = RecordingCostModel(measured_model, profile)
-    trace = generate_synthetic(SyntheticConfig(sessions=args.sessions, seed=args.seed,
-                                               max_context_tokens=args.max_tokens))
-    simulate(trace.sessions, rec, MemoryConfig(gpu_kv_gb=args.gpu_kv_gb),
-             EngineConfig(max_batch_tokens=args.max_tokens), seed=args.seed)
+    trace = generate_synthetic(
+        SyntheticConfig(sessions=args.sessions, seed=args.seed, max_context_tokens=args.max_tokens)
+    )
+    simulate(
+        trace.sessions,
+        rec,
+        MemoryConfig(gpu_kv_gb=args.gpu_kv_gb),
+        EngineConfig(max_batch_tokens=args.max_tokens),
+        seed=args.seed,
+    )
     print(f"simulated {trace.n_turns} turns: {len(rec.shapes)} priced batch shapes")
     use_fi = args.device != "cpu" and args.attention != "sdpa" and flashinfer_version() is not None
-    be = AttentionBackend("flashinfer" if use_fi else "sdpa", decode_impl=args.decode_impl,
-                          page_size=args.page_size, kv_layout=args.kv_layout)
-    timer = make_timer(args.device, dataclasses.replace(TimingConfig.quick() if args.quick else TimingConfig(),
-                                                        cpu_flush_bytes=args.cpu_flush_mb << 20,
-                                                        cuda_graph=args.cuda_graphs))
-    rep = replay(rec.shapes, measured_model, profile, args.device, dtype, timer, be, n=args.shapes,
-                 max_tokens=args.max_tokens, log=print)
+    be = AttentionBackend(
+        "flashinfer" if use_fi else "sdpa",
+        decode_impl=args.decode_impl,
+        page_size=args.page_size,
+        kv_layout=args.kv_layout,
+    )
+    timer = make_timer(
+        args.device,
+        dataclasses.replace(
+            TimingConfig.quick() if args.quick else TimingConfig(),
+            cpu_flush_bytes=args.cpu_flush_mb << 20,
+            cuda_graph=args.cuda_graphs,
+        ),
+    )
+    rep = replay(
+        rec.shapes,
+        measured_model,
+        profile,
+        args.device,
+        dtype,
+        timer,
+        be,
+        n=args.shapes,
+        max_tokens=args.max_tokens,
+        log=print,
+    )
     print(format_report(rep))
     print(f"timing: {timer.describe()}")
     if timer.eager_fallbacks:  # GPU-only
-        print(f"  CUDA graph capture failed for {len(timer.eager_fallbacks)} shapes, timed eagerly "
-              f"(first: {timer.eager_fallbacks[0]})")
+        print(
+            f"  CUDA graph capture failed for {len(timer.eager_fallbacks)} shapes, timed eagerly "
+            f"(first: {timer.eager_fallbacks[0]})"
+        )
     if args.points:
         write_points_csv(rep, profile, measured_model, args.points)
         print(f"replayed shapes: {args.points}")

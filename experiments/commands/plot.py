@@ -1,15 +1,19 @@
 """`kvsim plot DIR`: draw every figure of a results folder again from its tables."""
+
 from __future__ import annotations
 
 import argparse
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
-    p = subparsers.add_parser("plot", help="re-render the plots of a results folder",
-                              description="Draw every figure of a results folder again from its "
-                                          "summary.csv and turns.parquet (after a kvsim upgrade, "
-                                          "or after editing the tables). The new plots/ replaces "
-                                          "the old one only once every figure is drawn.")
+    p = subparsers.add_parser(
+        "plot",
+        help="re-render the plots of a results folder",
+        description="Draw every figure of a results folder again from its "
+        "summary.csv and turns.parquet (after a kvsim upgrade, "
+        "or after editing the tables). The new plots/ replaces "
+        "the old one only once every figure is drawn.",
+    )
     p.add_argument("dir", help="a results folder written by kvsim run")
     return p
 
@@ -27,7 +31,9 @@ def main(args: argparse.Namespace) -> int:
     out = Path(args.dir)
     for name in (SUMMARY_FILE, TURNS_FILE):
         if not (out / name).is_file():
-            raise ValueError(f"{out / name}: no such file (is {out} a results folder of kvsim run?)")
+            raise ValueError(
+                f"{out / name}: no such file (is {out} a results folder of kvsim run?)"
+            )
     summary = pd.read_csv(out / SUMMARY_FILE)
     turns = pd.read_parquet(out / TURNS_FILE)
     tmp = Path(tempfile.mkdtemp(prefix=f".{PLOTS_DIR}.tmp-", dir=out))

@@ -1,4 +1,5 @@
 """`kvsim report DIR`: one self-contained HTML page of a results folder."""
+
 from __future__ import annotations
 
 import argparse
@@ -8,12 +9,14 @@ REPORT_FILE = "report.html"
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
-        "report", help="write one self-contained HTML page of a results folder",
+        "report",
+        help="write one self-contained HTML page of a results folder",
         description="Write one HTML page of a results folder of kvsim run: the pass/FAIL of each "
-                    "policy against the targets, every plot of plots/ (embedded, so the page "
-                    "needs no other file and no network), summary.csv as a table and the "
-                    "experiment config. The page is written to a temporary file first and renamed "
-                    "into place.")
+        "policy against the targets, every plot of plots/ (embedded, so the page "
+        "needs no other file and no network), summary.csv as a table and the "
+        "experiment config. The page is written to a temporary file first and renamed "
+        "into place.",
+    )
     p.add_argument("dir", help="a results folder written by kvsim run")
     p.add_argument("--out", metavar="FILE", help=f"the page to write (default: DIR/{REPORT_FILE})")
     return p
@@ -45,15 +48,20 @@ def read_results_folder(folder):
 
     for name in (SUMMARY_FILE, CONFIG_FILE):
         if not (folder / name).is_file():
-            raise ValueError(f"{folder / name}: no such file "
-                             f"(is {folder} a results folder of kvsim run?)")
+            raise ValueError(
+                f"{folder / name}: no such file (is {folder} a results folder of kvsim run?)"
+            )
     if not (folder / PLOTS_DIR).is_dir():
-        raise ValueError(f"{folder / PLOTS_DIR}: no such folder "
-                         f"(kvsim plot {folder} draws the figures again)")
+        raise ValueError(
+            f"{folder / PLOTS_DIR}: no such folder (kvsim plot {folder} draws the figures again)"
+        )
     summary = pd.read_csv(folder / SUMMARY_FILE)
     config_text = (folder / CONFIG_FILE).read_text(encoding="utf-8")
-    plots = [(p.name, p.read_bytes()) for p in sorted((folder / PLOTS_DIR).iterdir())
-             if p.is_file() and p.suffix.lower() in IMAGE_TYPES]
+    plots = [
+        (p.name, p.read_bytes())
+        for p in sorted((folder / PLOTS_DIR).iterdir())
+        if p.is_file() and p.suffix.lower() in IMAGE_TYPES
+    ]
     return summary, config_text, plots
 
 

@@ -1,4 +1,5 @@
 """`kvsim run CONFIG`: run an experiment grid and write its results folder."""
+
 from __future__ import annotations
 
 import argparse
@@ -16,22 +17,37 @@ def _positive_int(text: str) -> int:
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
-        "run", help="run an experiment YAML and write its results folder",
+        "run",
+        help="run an experiment YAML and write its results folder",
         description="Run every point of an experiment grid and write summary.csv, turns.parquet, "
-                    "sessions.parquet, config.resolved.yaml and plots/ into the results folder.")
+        "sessions.parquet, config.resolved.yaml and plots/ into the results folder.",
+    )
     p.add_argument("config", help="experiment YAML file (e.g. experiments/quickstart.yaml)")
     p.add_argument("--out", metavar="DIR", help="results folder (default: results/<name>)")
-    p.add_argument("--workers", type=_positive_int, metavar="N",
-                   help="worker processes (overrides executor.workers)")
+    p.add_argument(
+        "--workers",
+        type=_positive_int,
+        metavar="N",
+        help="worker processes (overrides executor.workers)",
+    )
     p.add_argument("--force", action="store_true", help="replace an existing results folder")
-    p.add_argument("--fresh", action="store_true",
-                   help="start over: forget the grid points an interrupted run finished "
-                        "(kept in <out>.partial/ and otherwise reused)")
-    p.add_argument("--debug", action="store_true",
-                   help="check simulator invariants as it runs; show tracebacks")
-    p.add_argument("--quiet", action="store_true",
-                   help="no progress bar and no summary table (the results folder line, and notes, "
-                        "still print)")
+    p.add_argument(
+        "--fresh",
+        action="store_true",
+        help="start over: forget the grid points an interrupted run finished "
+        "(kept in <out>.partial/ and otherwise reused)",
+    )
+    p.add_argument(
+        "--debug",
+        action="store_true",
+        help="check simulator invariants as it runs; show tracebacks",
+    )
+    p.add_argument(
+        "--quiet",
+        action="store_true",
+        help="no progress bar and no summary table (the results folder line, and notes, "
+        "still print)",
+    )
     return p
 
 
@@ -49,19 +65,24 @@ def main(args: argparse.Namespace) -> int:
     if updates:
         exp = exp.with_overrides(**updates)
     out = args.out if args.out is not None else default_out_dir(exp)
-    outcome = run_experiment(exp, out, force=args.force, show_progress=not args.quiet,
-                             fresh=args.fresh)
+    outcome = run_experiment(
+        exp, out, force=args.force, show_progress=not args.quiet, fresh=args.fresh
+    )
     w = outcome.written
     resumed = f", {outcome.resumed} resumed" if outcome.resumed else ""
-    print(f"results: {w.out_dir}/ ({len(outcome.summary)} grid points{resumed}; "
-          f"{', '.join(str(f) for f in w.files if f.parent.name != 'plots')}, "
-          f"{len(w.plots)} plots in plots/)")
+    print(
+        f"results: {w.out_dir}/ ({len(outcome.summary)} grid points{resumed}; "
+        f"{', '.join(str(f) for f in w.files if f.parent.name != 'plots')}, "
+        f"{len(w.plots)} plots in plots/)"
+    )
     for note in w.notes:
         print(f"note: {note}")
     if not args.quiet:
         print(summary_table(outcome.summary))
     rejected = outcome.summary.get("rejected_turns")
     if rejected is not None and (rejected > 0).any():
-        print(f"note: {int((rejected > 0).sum())} grid point(s) rejected turns whose context does "
-              f"not fit in the GPU KV at all (column rejected_turns); their metrics cover fewer turns")
+        print(
+            f"note: {int((rejected > 0).sum())} grid point(s) rejected turns whose context does "
+            f"not fit in the GPU KV at all (column rejected_turns); their metrics cover fewer turns"
+        )
     return 0

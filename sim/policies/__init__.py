@@ -3,6 +3,7 @@
 Every module in this folder (except base, registry and those starting with ``_``) is imported here,
 so a new policy file registers itself without editing this one.
 """
+
 import importlib
 import pkgutil
 
@@ -18,4 +19,11 @@ for _info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
     if _info.name not in ("base", "registry") and not _info.name.startswith("_"):
         importlib.import_module(f"{__name__}.{_info.name}")
 
-__all__ = ["EvictionPolicy", "PolicyContext", "available_policies", "make_policy", "policy_class", "register"]
+__all__ = [
+    "EvictionPolicy",
+    "PolicyContext",
+    "available_policies",
+    "make_policy",
+    "policy_class",
+    "register",
+]

@@ -9,6 +9,7 @@ releases its session's pages (``--per-session 1``: every unit has its own last u
 the time-grouped Pensieve/cost-belady structures). Units are uids read through a ``UnitView`` over
 the sessions built here, as in the engine. Wall clock is read here only, around the calls.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -21,18 +22,37 @@ import numpy as np
 from sim.policies import PolicyContext, make_policy
 from sim.units import UNIT_BITS, UNIT_MASK, SessionKV, Tier, UnitView, uid_of
 
-KV_POLICIES = ("pensieve", "pensieve-flat", "pensieve-physics", "predictive", "qos", "session-aware",
-               "cost-belady")
+KV_POLICIES = (
+    "pensieve",
+    "pensieve-flat",
+    "pensieve-physics",
+    "predictive",
+    "qos",
+    "session-aware",
+    "cost-belady",
+)
 
 
-def bench(policy: str, cost, units: int = 100_000, decisions: int = 20_000, per_session: int = 50,
-          block_tokens: int = 16, seed: int = 0) -> dict:
+def bench(
+    policy: str,
+    cost,
+    units: int = 100_000,
+    decisions: int = 20_000,
+    per_session: int = 50,
+    block_tokens: int = 16,
+    seed: int = 0,
+) -> dict:
     rng = random.Random(seed)
     page = block_tokens * cost.kv_bytes_per_token
     sessions: list[SessionKV] = []
     view = UnitView(sessions, page)
-    ctx = PolicyContext(tier=Tier.GPU, block_tokens=block_tokens, num_layers=cost.model.num_layers,
-                        view=view, cost=cost)
+    ctx = PolicyContext(
+        tier=Tier.GPU,
+        block_tokens=block_tokens,
+        num_layers=cost.model.num_layers,
+        view=view,
+        cost=cost,
+    )
     pol = make_policy(policy, ctx)
     state = {"sess": None, "left": 0}
 
@@ -42,7 +62,9 @@ def bench(policy: str, cost, units: int = 100_000, decisions: int = 20_000, per_
             s.tokens = per_session * block_tokens - rng.randrange(block_tokens)
             s.next_turn = rng.randint(1, 20)
             s.last_access_s = now
-            s.next_access_s = math.inf if rng.random() < 0.3 else now + rng.lognormvariate(math.log(30), 1)
+            s.next_access_s = (
+                math.inf if rng.random() < 0.3 else now + rng.lognormvariate(math.log(30), 1)
+            )
             sessions.append(s)
             state["sess"], state["left"] = s, per_session
         s = state["sess"]
@@ -63,7 +85,7 @@ def bench(policy: str, cost, units: int = 100_000, decisions: int = 20_000, per_
         t0 = clock()
         v = pol.evict(now)
         evict_ns[i] = clock() - t0
-        gone = sessions[v >> UNIT_BITS]           # the victim leaves the tier (untimed)
+        gone = sessions[v >> UNIT_BITS]  # the victim leaves the tier (untimed)
         gone.tier[v & UNIT_MASK] = Tier.DROPPED
         gone.tier_pages[Tier.GPU] -= 1
         gone.tier_pages[Tier.DROPPED] += 1
@@ -72,12 +94,16 @@ def bench(policy: str, cost, units: int = 100_000, decisions: int = 20_000, per_
         pol.insert(u, now)
         insert_ns[i] = clock() - t0
     assert len(pol) == units
-    return {"policy": policy, "units": units, "per_session": per_session,
-            "evict_p50_us": float(np.percentile(evict_ns, 50)) / 1e3,
-            "evict_p99_us": float(np.percentile(evict_ns, 99)) / 1e3,
-            "evict_max_us": float(evict_ns.max()) / 1e3,
-            "insert_p50_us": float(np.percentile(insert_ns, 50)) / 1e3,
-            "insert_p99_us": float(np.percentile(insert_ns, 99)) / 1e3}
+    return {
+        "policy": policy,
+        "units": units,
+        "per_session": per_session,
+        "evict_p50_us": float(np.percentile(evict_ns, 50)) / 1e3,
+        "evict_p99_us": float(np.percentile(evict_ns, 99)) / 1e3,
+        "evict_max_us": float(evict_ns.max()) / 1e3,
+        "insert_p50_us": float(np.percentile(insert_ns, 50)) / 1e3,
+        "insert_p99_us": float(np.percentile(insert_ns, 99)) / 1e3,
+    }
 
 
 def main(argv=None) -> None:
@@ -90,14 +116,18 @@ def main(argv=None) -> None:
     ap.add_argument("--policies", nargs="+", default=list(KV_POLICIES))
     args = ap.parse_args(argv)
     cost = cost_model("llama-3-8b", "h100-sxm")
-    print(f"{'policy':18s} {'units/sess':>10s} {'evict p50':>11s} {'p99':>9s} {'max':>9s} "
-          f"{'insert p50':>11s} {'p99':>9s}   (microseconds, {args.units} resident units)")
+    print(
+        f"{'policy':18s} {'units/sess':>10s} {'evict p50':>11s} {'p99':>9s} {'max':>9s} "
+        f"{'insert p50':>11s} {'p99':>9s}   (microseconds, {args.units} resident units)"
+    )
     for per in args.per_session:
         for name in args.policies:
             r = bench(name, cost, args.units, args.decisions, per)
-            print(f"{name:18s} {per:>10d} {r['evict_p50_us']:>11.1f} {r['evict_p99_us']:>9.1f} "
-                  f"{r['evict_max_us']:>9.1f} {r['insert_p50_us']:>11.1f} {r['insert_p99_us']:>9.1f}",
-                  flush=True)
+            print(
+                f"{name:18s} {per:>10d} {r['evict_p50_us']:>11.1f} {r['evict_p99_us']:>9.1f} "
+                f"{r['evict_max_us']:>9.1f} {r['insert_p50_us']:>11.1f} {r['insert_p99_us']:>9.1f}",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

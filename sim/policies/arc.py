@@ -29,6 +29,7 @@ Differences from libCacheSim: none on cachesim streams with positive sizes (test
 request, unit and variable sizes). libCacheSim keeps ghost entries in its hash table; here they live
 in B1/B2 only.
 """
+
 from __future__ import annotations
 
 from collections import OrderedDict
@@ -44,13 +45,13 @@ class ARC(EvictionPolicy):
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
-        self._t1: OrderedDict[int, None] = OrderedDict()     # uid, LRU first
+        self._t1: OrderedDict[int, None] = OrderedDict()  # uid, LRU first
         self._t2: OrderedDict[int, None] = OrderedDict()
-        self._b1 = GhostFIFO()                               # ghosts: entries leave by a hit or
-        self._b2 = GhostFIFO()                               # from the old end, so FIFO = LRU
+        self._b1 = GhostFIFO()  # ghosts: entries leave by a hit or
+        self._b2 = GhostFIFO()  # from the old end, so FIFO = LRU
         self._t1b = self._t2b = 0
-        self._size: dict[int, int] = {}      # bytes of every member (T1, T2 and pinned)
-        self._home: dict[int, int] = {}      # pinned member -> 1 or 2
+        self._size: dict[int, int] = {}  # bytes of every member (T1, T2 and pinned)
+        self._home: dict[int, int] = {}  # pinned member -> 1 or 2
         self.p = 0.0
         self._budget = ByteBudget()
         self._incoming: tuple[int, int, int] | None = None  # (uid, size, ghost list 0/1/2)
@@ -136,14 +137,14 @@ class ARC(EvictionPolicy):
         if lst is None:
             self.insert(uid, now)
             return
-        size = self.view.size(uid)                   # a pinned unit may have grown
+        size = self.view.size(uid)  # a pinned unit may have grown
         self._budget.grow(size - self._size[uid])
         self._size[uid] = size
         self._link(uid, lst, size)
 
     def remove(self, uid: int, pinned: bool = False) -> None:
         if self._home.pop(uid, None) is None and not self._unlink(uid):
-            return                                   # not a member
+            return  # not a member
         self._budget.shrink(self._size.pop(uid))
 
     def _add(self, uid: int, now: float) -> None:
@@ -169,13 +170,15 @@ class ARC(EvictionPolicy):
         size, ghost = (inc[1], inc[2]) if inc is not None else (0, 0)
         c = self._c()
         trim_b1 = trim_b2 = False
-        if not ghost:                                       # case IV
+        if not ghost:  # case IV
             if self._t1b + self._b1.bytes + size > c:
                 if self._b1.bytes > 0:
                     trim_b1 = True
-                elif self._t1:                              # T1 >= c: evict from T1, no ghost
+                elif self._t1:  # T1 >= c: evict from T1, no ghost
                     return (next(iter(self._t1)), 1, False, False, False)
-            elif (self._t1b + self._b1.bytes + self._t2b + self._b2.bytes >= 2 * c) and self._b2.bytes > 0:
+            elif (
+                self._t1b + self._b1.bytes + self._t2b + self._b2.bytes >= 2 * c
+            ) and self._b2.bytes > 0:
                 trim_b2 = True
         lst = self._replace_list(ghost)
         if lst == 0:

@@ -21,6 +21,7 @@ Time is passed in; policies never read a clock. Most policies are a priority key
 candidates plus these hooks; the shared structures (lazy-deletion heap, ghost FIFO, byte budget)
 live in ``sim.policies.structures``.
 """
+
 from __future__ import annotations
 
 import copy
@@ -37,13 +38,15 @@ from sim.units import extents_of
 class PolicyContext:
     """What a policy may know about the run beyond its units."""
 
-    tier: int                 # sim.units.Tier of the instance
+    tier: int  # sim.units.Tier of the instance
     block_tokens: int
     num_layers: int
-    view: Any = None          # sim.units.UnitView (engine) or the cachesim's object view
-    cost: Any = None          # costmodels.CostModel, for cost-aware policies
-    cpu_kv_bytes: float | None = None  # CPU tier capacity: decides demote (swap) vs drop (recompute)
-    predictor: Any = None     # sim.lifetime predictor, fitted on a training split of the trace
+    view: Any = None  # sim.units.UnitView (engine) or the cachesim's object view
+    cost: Any = None  # costmodels.CostModel, for cost-aware policies
+    cpu_kv_bytes: float | None = (
+        None  # CPU tier capacity: decides demote (swap) vs drop (recompute)
+    )
+    predictor: Any = None  # sim.lifetime predictor, fitted on a training split of the trace
 
 
 class ReplayHooks(NamedTuple):
@@ -52,16 +55,16 @@ class ReplayHooks(NamedTuple):
     replay loop reaches the policy's structure without a method dispatch per request. Same
     decisions as the hooks above; the policy is in replay form afterwards (only these calls)."""
 
-    members: Container[int]                       # the cached uids
-    on_hit: Callable[[int], object] | None        # a hit on a member, or None if a hit is a no-op
-    insert: Callable[[int], object]               # a miss admitted (unpinned)
-    evict: Callable[[], tuple]                    # let the victim go: (uid, anything); KeyError
+    members: Container[int]  # the cached uids
+    on_hit: Callable[[int], object] | None  # a hit on a member, or None if a hit is a no-op
+    insert: Callable[[int], object]  # a miss admitted (unpinned)
+    evict: Callable[[], tuple]  # let the victim go: (uid, anything); KeyError
     #                                               when there is none
 
 
 class EvictionPolicy(ABC):
     name: ClassVar[str] = ""
-    offline: ClassVar[bool] = False     # needs next-access times (Belady-style bounds)
+    offline: ClassVar[bool] = False  # needs next-access times (Belady-style bounds)
     reads_last_access: ClassVar[bool] = True  # reads view.last_access_s (cachesim keeps it then)
     # True when a pinned insert never changes the next victims, time plays no part in the choice,
     # consecutive evict_bytes calls equal one call for their sum, and take_in of a batch equals
@@ -127,7 +130,7 @@ class EvictionPolicy(ABC):
     def insert_many(self, uids, now: float, pinned: bool = False) -> None:
         """``insert`` each, in order (new pages of a running turn, a session swapped in)."""
         if pinned and not self.hears_pinned():
-            return                             # a pinned unit is nothing to a plain ordering
+            return  # a pinned unit is nothing to a plain ordering
         for uid in uids:
             self.insert(uid, now, pinned)
 
@@ -198,12 +201,14 @@ class EvictionPolicy(ABC):
         Policies that keep runs (LRU) hand them over without listing their pages."""
         return extents_of(self.evict_bytes(nbytes, now))
 
-    def take_in_extents(self, extents: list[tuple[int, int]], free_bytes: int,
-                        now: float) -> list[tuple[int, int]]:
+    def take_in_extents(
+        self, extents: list[tuple[int, int]], free_bytes: int, now: float
+    ) -> list[tuple[int, int]]:
         """``take_in`` of the uids of ``extents``, its victims as extents. Policies that keep runs
         (LRU) take and give runs without listing their pages."""
-        return extents_of(self.take_in(list(chain.from_iterable(starmap(range, extents))),
-                                       free_bytes, now))
+        return extents_of(
+            self.take_in(list(chain.from_iterable(starmap(range, extents))), free_bytes, now)
+        )
 
     def _evicted(self, uid: int) -> None:
         """``uid`` was chosen and leaves: policies with ghost lists record it here."""

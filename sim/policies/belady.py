@@ -22,6 +22,7 @@ voids the old entry. O(log n) per operation, amortised. Pins: a pinned unit is n
 rejoins with its next_access_s as it is at unpin. (Ties between sessions go to the larger uid, i.e.
 the later session in the trace; the uid's page part keeps a session's last pages first.)
 """
+
 from __future__ import annotations
 
 from sim.policies.base import EvictionPolicy
@@ -31,7 +32,7 @@ from sim.policies.structures import LazyHeap
 
 @register("belady")
 class Belady(EvictionPolicy):
-    offline = True   # reads view.next_access_s (cachesim fills it from the stream)
+    offline = True  # reads view.next_access_s (cachesim fills it from the stream)
     reads_last_access = False
 
     def __init__(self, ctx) -> None:

@@ -16,6 +16,7 @@ one O(log n) move, paid for by the hit that set the bit. A second heap holds the
 bit, so ``peek`` is O(log n) too. Matches libCacheSim's Clock (``init_freq=0, n_bit_counter=1``)
 request by request.
 """
+
 from __future__ import annotations
 
 from sim.policies.base import EvictionPolicy
@@ -25,14 +26,14 @@ from sim.policies.structures import LazyHeap
 
 @register("clock")
 class Clock(EvictionPolicy):
-    max_freq = 1   # libCacheSim's n_bit_counter=1
+    max_freq = 1  # libCacheSim's n_bit_counter=1
     reads_last_access = False
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
-        self._q = LazyHeap()                 # candidates by sequence number (FIFO order)
-        self._clear = LazyHeap()             # the candidates whose bit is clear, same keys
-        self._freq: dict[int, int] = {}      # reference counter of every member, pinned or not
+        self._q = LazyHeap()  # candidates by sequence number (FIFO order)
+        self._clear = LazyHeap()  # the candidates whose bit is clear, same keys
+        self._freq: dict[int, int] = {}  # reference counter of every member, pinned or not
         self._pinned_seq: dict[int, int] = {}
         self._seq = 0
 
@@ -69,7 +70,7 @@ class Clock(EvictionPolicy):
 
     def unpin(self, uid: int, now: float) -> None:
         seq = self._pinned_seq.pop(uid, None)
-        if seq is None:           # not a member yet: treat as an entry
+        if seq is None:  # not a member yet: treat as an entry
             self.insert(uid, now)
             return
         self._enter(uid, seq)
@@ -99,7 +100,7 @@ class Clock(EvictionPolicy):
             if f < 1:
                 self.remove(uid)
                 return uid
-            freq[uid] = f - 1                      # second chance: back to the newest end
+            freq[uid] = f - 1  # second chance: back to the newest end
             q.discard(uid)
             self._seq += 1
             self._enter(uid, self._seq)

@@ -21,6 +21,7 @@ sit in the same kinetic tournament as Pensieve's (``KineticMin`` in ``UNTIL`` mo
 next_access; all units of a session share it): O(log n) updates, O(1 + E log n) per decision for
 the E certificates expired since the previous one.
 """
+
 from __future__ import annotations
 
 from sim.policies.kinetic import UNTIL, KineticPolicy

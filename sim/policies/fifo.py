@@ -4,6 +4,7 @@ The key is the order of entry into the tier (``insert``), remembered while the u
 pinned or not, so a unit that is pinned and released keeps its place (``EntryOrder``: O(1) for
 units never pinned since they entered, O(log n) for those that come back).
 """
+
 from __future__ import annotations
 
 from sim.policies.base import EvictionPolicy, ReplayHooks
@@ -19,7 +20,7 @@ class FIFO(EvictionPolicy):
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
         self._order = EntryOrder()
-        self._seq: dict[int, int] = {}     # uid -> entry order, for every member
+        self._seq: dict[int, int] = {}  # uid -> entry order, for every member
         self._n = 0
 
     def insert(self, uid: int, now: float, pinned: bool = False) -> None:
@@ -34,7 +35,7 @@ class FIFO(EvictionPolicy):
 
     def _add(self, uid: int, now: float) -> None:
         seq = self._seq.get(uid)
-        if seq is None:                    # a member the policy never saw enter (adapters)
+        if seq is None:  # a member the policy never saw enter (adapters)
             self.insert(uid, now)
         else:
             self._order.push_back(uid, seq)

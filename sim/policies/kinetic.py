@@ -34,6 +34,7 @@ if it does).
 ``KineticPolicy`` is the eviction-policy shell over a ``KineticMin``: subclasses give each candidate
 a cost and a time.
 """
+
 from __future__ import annotations
 
 import math
@@ -44,8 +45,8 @@ from sim.policies.base import EvictionPolicy
 from sim.policies.structures import LazyHeap
 
 INF = math.inf
-_REL = 4e-16        # > 2u(1 + u): relative error of fl(m * fl(t - tau)) (u = 2^-53), with slack
-_TINY = 1e-280      # below this the float filter is not trusted (subnormal products)
+_REL = 4e-16  # > 2u(1 + u): relative error of fl(m * fl(t - tau)) (u = 2^-53), with slack
+_TINY = 1e-280  # below this the float filter is not trusted (subnormal products)
 _CROSS_REL = 1e-15  # margin on a float crossing time (true error < 4u of the same terms)
 
 
@@ -56,9 +57,9 @@ class _Group:
 
     def __init__(self, tau: float, slot: int) -> None:
         self.tau = tau
-        self.heap = LazyHeap()    # uid by cost
+        self.heap = LazyHeap()  # uid by cost
         self.slot = slot
-        self.m = INF              # (m, mkey): the group's minimum cost and its uid
+        self.m = INF  # (m, mkey): the group's minimum cost and its uid
         self.mkey = -1
 
     def settle(self) -> None:
@@ -83,8 +84,9 @@ def _exact_cross(num: Fraction, den: Fraction, t: float) -> float:
     return max(f, math.nextafter(t, INF))
 
 
-def _cross_time(p1: float, p2: float, den: float, t: float,
-                exact: Callable[[], tuple[Fraction, Fraction]]) -> float:
+def _cross_time(
+    p1: float, p2: float, den: float, t: float, exact: Callable[[], tuple[Fraction, Fraction]]
+) -> float:
     """A time in (t, s*] with s* = (p1 - p2) / den the crossing (den > 0): conservative."""
     s = (p1 - p2) / den
     lb = s - _CROSS_REL * (abs(s) + (abs(p1) + abs(p2)) / den)
@@ -113,8 +115,14 @@ def certified_less(x: float, y: float, exact) -> bool | None:
 # "since" mode (Pensieve): value = m / (t - tau), tau <= t; smaller value is evicted first.
 def _since_before(g: _Group, h: _Group, t: float) -> bool:
     gm, hm = g.m, h.m
-    less = certified_less(gm * (t - h.tau), hm * (t - g.tau), lambda: (
-        Fraction(gm) * (Fraction(t) - Fraction(h.tau)), Fraction(hm) * (Fraction(t) - Fraction(g.tau))))
+    less = certified_less(
+        gm * (t - h.tau),
+        hm * (t - g.tau),
+        lambda: (
+            Fraction(gm) * (Fraction(t) - Fraction(h.tau)),
+            Fraction(hm) * (Fraction(t) - Fraction(g.tau)),
+        ),
+    )
     if less is not None:
         return less
     return gm < hm or (gm == hm and g.tau < h.tau)
@@ -126,8 +134,16 @@ def _since_expiry(w: _Group, x: _Group, t: float) -> float:
     wm, xm = w.m, x.m
     if wm <= xm:
         return INF
-    return _cross_time(wm * x.tau, xm * w.tau, wm - xm, t, lambda: (
-        Fraction(wm) * Fraction(x.tau) - Fraction(xm) * Fraction(w.tau), Fraction(wm) - Fraction(xm)))
+    return _cross_time(
+        wm * x.tau,
+        xm * w.tau,
+        wm - xm,
+        t,
+        lambda: (
+            Fraction(wm) * Fraction(x.tau) - Fraction(xm) * Fraction(w.tau),
+            Fraction(wm) - Fraction(xm),
+        ),
+    )
 
 
 # "until" mode (cost-belady): value = m / (tau - t); tau = inf: value 0 (never used again);
@@ -148,8 +164,14 @@ def _until_before(g: _Group, h: _Group, t: float) -> bool:
             return _until_tie(g, h)
         return g0
     gm, hm = g.m, h.m
-    less = certified_less(gm * (ht - t), hm * (gt - t), lambda: (
-        Fraction(gm) * (Fraction(ht) - Fraction(t)), Fraction(hm) * (Fraction(gt) - Fraction(t))))
+    less = certified_less(
+        gm * (ht - t),
+        hm * (gt - t),
+        lambda: (
+            Fraction(gm) * (Fraction(ht) - Fraction(t)),
+            Fraction(hm) * (Fraction(gt) - Fraction(t)),
+        ),
+    )
     if less is not None:
         return less
     return _until_tie(g, h)
@@ -164,8 +186,16 @@ def _until_expiry(w: _Group, x: _Group, t: float) -> float:
         return INF
     if t < xt < INF and x.m > w.m:
         wm, xm = w.m, x.m
-        cross = _cross_time(xm * wt, wm * xt, xm - wm, t, lambda: (
-            Fraction(xm) * Fraction(wt) - Fraction(wm) * Fraction(xt), Fraction(xm) - Fraction(wm)))
+        cross = _cross_time(
+            xm * wt,
+            wm * xt,
+            xm - wm,
+            t,
+            lambda: (
+                Fraction(xm) * Fraction(wt) - Fraction(wm) * Fraction(xt),
+                Fraction(xm) - Fraction(wm),
+            ),
+        )
         return min(wt, cross)
     return wt
 
@@ -192,7 +222,7 @@ class KineticMin:
         self._groups: dict[float, _Group] = {}
         self._free: list[int] = list(range(self._cap - 1, -1, -1))
         self._where: dict[int, _Group] = {}  # uid -> its group
-        self._t = -INF                       # the latest time seen: nodes are valid from here on
+        self._t = -INF  # the latest time seen: nodes are valid from here on
         self._batch: set[int] | None = None  # leaves changed in a batch at one time (see batch)
 
     # -- membership ------------------------------------------------------------------------------
@@ -261,7 +291,7 @@ class KineticMin:
         changed path are computed once, at the end. The minimum stays exact throughout."""
         if self._batch is not None:
             raise AssertionError("batches do not nest")
-        self.peek(now)                       # every winner exact at now
+        self.peek(now)  # every winner exact at now
         self._batch = set()
 
     def end_batch(self) -> None:
@@ -312,9 +342,11 @@ class KineticMin:
     def peek(self, now: float) -> int | None:
         """The minimum at ``now``; re-evaluates expired certificates only (no decision changes)."""
         if now < self._t:
-            raise ValueError(f"time went backwards: peek(now={now!r}) after {self._t!r}; "
-                             "one policy instance follows one simulated clock")
-        if self._batch is not None:          # winners are kept exact at _t; certificates wait
+            raise ValueError(
+                f"time went backwards: peek(now={now!r}) after {self._t!r}; "
+                "one policy instance follows one simulated clock"
+            )
+        if self._batch is not None:  # winners are kept exact at _t; certificates wait
             if now != self._t:
                 raise ValueError(f"peek(now={now!r}) inside a batch at {self._t!r}")
         else:
@@ -383,14 +415,14 @@ class KineticMin:
             self._node(i, now)
 
     def _grow(self) -> None:
-        if self._batch is not None:          # leaf indices move: no batch across a growth
+        if self._batch is not None:  # leaf indices move: no batch across a growth
             self._batch = None
             self._grow()
             self._batch = set()
             return
         old = self._cap
         cap = 2 * old
-        leaves = self._win[old:2 * old]
+        leaves = self._win[old : 2 * old]
         self._cap = cap
         self._win = [None] * cap + leaves + [None] * old
         self._exp = [INF] * (2 * cap)
@@ -451,7 +483,7 @@ class KineticPolicy(EvictionPolicy):
         unit_bytes = self.view.unit_bytes
         if not unit_bytes or type(self)._evicted is not EvictionPolicy._evicted:
             return super().evict_bytes(nbytes, now)
-        return self._kin.pop_many(-(-nbytes // unit_bytes), now)   # equal sizes: a count
+        return self._kin.pop_many(-(-nbytes // unit_bytes), now)  # equal sizes: a count
 
     def remove_many(self, uids, pinned: bool = False) -> None:
         if not pinned:

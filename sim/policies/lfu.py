@@ -18,6 +18,7 @@ the unit that reached that count first), so the two agree request by request (te
 Pins: a pinned unit leaves its bucket but keeps its count (and hits while pinned still count); on
 unpin it rejoins its count's bucket at the most recent end, its release being its last use.
 """
+
 from __future__ import annotations
 
 import heapq
@@ -33,9 +34,9 @@ class LFU(EvictionPolicy):
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
-        self._count: dict[int, int] = {}                       # every member, pinned or not
+        self._count: dict[int, int] = {}  # every member, pinned or not
         self._buckets: dict[int, OrderedDict[int, None]] = {}  # count -> candidates
-        self._heap: list[int] = []                             # counts that may have a bucket
+        self._heap: list[int] = []  # counts that may have a bucket
         self._in_heap: set[int] = set()
         self._n = 0
 
@@ -96,7 +97,7 @@ class LFU(EvictionPolicy):
         self.remove(uid)
 
     def _evicted(self, uid: int) -> None:
-        self.remove(uid)                       # counts reset on eviction
+        self.remove(uid)  # counts reset on eviction
 
     def peek(self, now: float) -> int | None:
         """The first unit of the lowest non-empty count (the heap's empty counts are dropped on

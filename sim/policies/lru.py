@@ -7,6 +7,7 @@ are O(runs), not O(pages) (vLLM v1's free-block queue is the per-block form of t
 Demotions into the CPU tier arrive in last-use order too (the GPU instance hands them over oldest
 first).
 """
+
 from __future__ import annotations
 
 from sim.policies.base import EvictionPolicy, ReplayHooks
@@ -34,13 +35,13 @@ class LRU(EvictionPolicy):
         # access (move to the end) then pin (remove) is just a removal
         q = self._q
         if len(uids) > 1 and q.holds_exactly(uids):
-            q.discard_bucket(q.bucket(uids[0]))   # a whole session: its runs, not its pages
+            q.discard_bucket(q.bucket(uids[0]))  # a whole session: its runs, not its pages
             return
         for uid in uids:
             q.discard(uid)
 
     def release(self, uids, now: float) -> None:
-        self._q.extend(uids)                          # absent while pinned: appended at the end
+        self._q.extend(uids)  # absent while pinned: appended at the end
 
     def _discard(self, uid: int) -> None:
         self._q.discard(uid)
@@ -50,7 +51,7 @@ class LRU(EvictionPolicy):
 
     def evict_bytes(self, nbytes: int, now: float) -> list[int]:
         unit_bytes = self.view.unit_bytes
-        if unit_bytes:                                # equal sizes: one count, runs at a time
+        if unit_bytes:  # equal sizes: one count, runs at a time
             return self._q.pop(-(-nbytes // unit_bytes))
         return super().evict_bytes(nbytes, now)
 

@@ -50,6 +50,7 @@ expired since the previous one.
 The policy reads, through ``self.view``: the unit's size, first page, pages and layer, its last
 access, and its session (``tokens`` and ``pages``; None in ``kvsim cachesim``).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -73,10 +74,15 @@ def _recovery_args(ctx, uid: int) -> dict:
     view = ctx.view
     size = view.size(uid)
     sess = view.session(uid)
-    return {"dropped": _dropped_from(ctx, size), "first_page": view.first_page(uid),
-            "pages": view.pages(uid), "layer": view.layer(uid), "nbytes": size,
-            "context_tokens": sess.tokens if sess is not None else 0,
-            "block_tokens": ctx.block_tokens}
+    return {
+        "dropped": _dropped_from(ctx, size),
+        "first_page": view.first_page(uid),
+        "pages": view.pages(uid),
+        "layer": view.layer(uid),
+        "nbytes": size,
+        "context_tokens": sess.tokens if sess is not None else 0,
+        "block_tokens": ctx.block_tokens,
+    }
 
 
 def _dropped_from(ctx, size: int) -> bool:
@@ -93,7 +99,7 @@ def _need_cost(ctx, name: str):
     return ctx.cost
 
 
-_MEMO_LIMIT = 1 << 20      # distinct recovery inputs remembered per instance
+_MEMO_LIMIT = 1 << 20  # distinct recovery inputs remembered per instance
 
 
 # -- the policies --------------------------------------------------------------------------------
@@ -145,7 +151,9 @@ class _PensieveFormula(_Retention):
         sess = view.session(uid)
         if sess is None:
             return 1.0
-        last = view.first_page(uid) + max(view.pages(uid), 1)   # pages [first, last): chunk = last - 1
+        last = view.first_page(uid) + max(
+            view.pages(uid), 1
+        )  # pages [first, last): chunk = last - 1
         total = max(sess.pages(self.ctx.block_tokens), last, 1)
         return last / total
 
@@ -159,8 +167,12 @@ class _PensieveFormula(_Retention):
         """``unit_cost`` of one session's page or page-layer units at once: the same float
         operations, in the same order, on arrays."""
         view = self.view
-        if view.per_session or not isinstance(view, UnitView) or not uids \
-                or uids[0] >> UNIT_BITS != uids[-1] >> UNIT_BITS:
+        if (
+            view.per_session
+            or not isinstance(view, UnitView)
+            or not uids
+            or uids[0] >> UNIT_BITS != uids[-1] >> UNIT_BITS
+        ):
             return super().unit_costs(uids)
         bt, per_page = self.ctx.block_tokens, view.layers
         sess = view.sessions[uids[0] >> UNIT_BITS]
@@ -200,11 +212,15 @@ class PensievePhysics(_Retention):
         # Many units share their recovery's inputs (a session's pages, layer by layer, turn after
         # turn): the cost model is asked once per distinct input, the same number either way.
         args = _recovery_args(self.ctx, uid)
-        if args["dropped"]:      # recompute: the tokens it holds and those before them
+        if args["dropped"]:  # recompute: the tokens it holds and those before them
             lo = args["first_page"] * args["block_tokens"]
-            key = (True, lo, min(args["context_tokens"], lo + args["pages"] * args["block_tokens"]),
-                   args["layer"])
-        else:                    # swap-in: its bytes and the turn that brings it back
+            key = (
+                True,
+                lo,
+                min(args["context_tokens"], lo + args["pages"] * args["block_tokens"]),
+                args["layer"],
+            )
+        else:  # swap-in: its bytes and the turn that brings it back
             key = (False, args["nbytes"], args["pages"], args["context_tokens"], args["layer"])
         cost = self._memo.get(key)
         if cost is None:

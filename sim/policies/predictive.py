@@ -23,6 +23,7 @@ evaluations + O(log n) heap work, K = buckets (16 by default).
 The predictor comes from ``ctx.predictor`` (the engine fits it on the trace's training split, see
 ``sim.lifetime``); without one, ``LifetimePredictor.prior()``.
 """
+
 from __future__ import annotations
 
 from sim.lifetime import LifetimePredictor
@@ -40,13 +41,13 @@ class Predictive(EvictionPolicy):
         pred = getattr(ctx, "predictor", None)
         self.predictor: LifetimePredictor = pred if pred is not None else LifetimePredictor.prior()
         k = self.predictor.num_buckets
-        self._heaps = [LazyHeap() for _ in range(k + 1)]   # bucket -> uid keyed (a, seq)
-        self._bucket: dict[int, int] = {}                  # candidate uid -> its bucket
+        self._heaps = [LazyHeap() for _ in range(k + 1)]  # bucket -> uid keyed (a, seq)
+        self._bucket: dict[int, int] = {}  # candidate uid -> its bucket
         self._seq = 0
 
     def _put(self, uid: int, a: float) -> None:
         sess = self.view.session(uid)
-        c = sess.next_turn if sess is not None else 1       # a cachesim object: used once
+        c = sess.next_turn if sess is not None else 1  # a cachesim object: used once
         b = self.predictor.bucket_index(c)
         self._seq += 1
         self._bucket[uid] = b

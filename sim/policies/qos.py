@@ -22,6 +22,7 @@ returned by ``metrics()``:
 * Waits are not counted: admission waits only when evicting every unpinned unit would still not
   make room, which no eviction order changes.
 """
+
 from __future__ import annotations
 
 from bisect import bisect_left, insort
@@ -36,8 +37,8 @@ from sim.units import Tier
 @dataclass(frozen=True, slots=True)
 class QoSMetrics:
     tier: int
-    victim_calls: int               # victims chosen by evict
-    admissions: int                 # admissions seen through on_admit
+    victim_calls: int  # victims chosen by evict
+    admissions: int  # admissions seen through on_admit
     admission_inversions: int
     inversion_tokens: int
     evictions_by_class: dict[int, int] = field(default_factory=dict)
@@ -47,17 +48,17 @@ class QoSMetrics:
 class QoS(EvictionPolicy):
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
-        self._classes: dict[int, OrderedDict[int, None]] = {}   # class -> its candidates, LRU order
-        self._present: list[int] = []          # classes with candidates, ascending
-        self._filed: dict[int, int] = {}       # uid -> class it is filed under
+        self._classes: dict[int, OrderedDict[int, None]] = {}  # class -> its candidates, LRU order
+        self._present: list[int] = []  # classes with candidates, ascending
+        self._filed: dict[int, int] = {}  # uid -> class it is filed under
         self._admissions = 0
         self._admission_inversions = 0
         self._inversion_tokens = 0
-        self._by_class: dict[int, int] = {}   # victims per class
+        self._by_class: dict[int, int] = {}  # victims per class
 
     def unit_class(self, uid: int) -> int:
         sess = self.view.session(uid)
-        return sess.priority if sess is not None else 0   # cachesim objects: class 0
+        return sess.priority if sess is not None else 0  # cachesim objects: class 0
 
     def _add(self, uid: int, now: float) -> None:
         self._discard(uid)
@@ -100,15 +101,24 @@ class QoS(EvictionPolicy):
         before anything moves. Called before its units are pinned (they are still candidates, of its
         own class, so they never count as lower-class KV)."""
         self._admissions += 1
-        missing = split[Tier.CPU] + split[Tier.DROPPED] if self.ctx.tier == Tier.GPU else split[Tier.DROPPED]
+        missing = (
+            split[Tier.CPU] + split[Tier.DROPPED]
+            if self.ctx.tier == Tier.GPU
+            else split[Tier.DROPPED]
+        )
         if missing > 0 and self._present and self._present[0] < session.priority:
             self._admission_inversions += 1
             self._inversion_tokens += missing
 
     def metrics(self) -> QoSMetrics:
-        return QoSMetrics(int(self.ctx.tier), sum(self._by_class.values()), self._admissions,
-                          self._admission_inversions, self._inversion_tokens,
-                          dict(sorted(self._by_class.items())))
+        return QoSMetrics(
+            int(self.ctx.tier),
+            sum(self._by_class.values()),
+            self._admissions,
+            self._admission_inversions,
+            self._inversion_tokens,
+            dict(sorted(self._by_class.items())),
+        )
 
     def __len__(self) -> int:
         return len(self._filed)

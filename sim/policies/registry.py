@@ -1,4 +1,5 @@
 """Policies registered by name; ``module:Class`` names a user's class."""
+
 from __future__ import annotations
 
 import importlib
@@ -15,6 +16,7 @@ def register(name: str):
         cls.name = name
         _POLICIES[name] = cls
         return cls
+
     return deco
 
 
@@ -30,15 +32,20 @@ def policy_class(name: str) -> type[EvictionPolicy]:
         try:
             cls = getattr(importlib.import_module(module_name), attr)
         except (ImportError, AttributeError) as exc:
-            raise ValueError(f"policy {name!r}: cannot import {attr} from {module_name}: {exc}") from exc
+            raise ValueError(
+                f"policy {name!r}: cannot import {attr} from {module_name}: {exc}"
+            ) from exc
         from sim.adapters import (
             resolve_policy_class,  # here: adapters imports this package
         )
+
         return resolve_policy_class(cls, name)
     try:
         return _POLICIES[name]
     except KeyError:
-        raise ValueError(f"unknown policy {name!r}; registered: {', '.join(available_policies())}") from None
+        raise ValueError(
+            f"unknown policy {name!r}; registered: {', '.join(available_policies())}"
+        ) from None
 
 
 def make_policy(name: str, ctx: PolicyContext) -> EvictionPolicy:

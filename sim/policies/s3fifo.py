@@ -26,6 +26,7 @@ Pins: a pinned unit leaves its queue but keeps its queue, place and counter; on 
 its place. A queue's byte count is that of its candidates. Without ``set_capacity`` (the engine),
 c is the high-water mark of the bytes the tier has held.
 """
+
 from __future__ import annotations
 
 from sim.policies.base import EvictionPolicy
@@ -48,10 +49,10 @@ class S3FIFO(EvictionPolicy):
         self._q = (SeqQueue(), SeqQueue())
         self._ghost = GhostFIFO()
         self._freq: dict[int, int] = {}
-        self._pinned: dict[int, tuple[int, int, int]] = {}   # uid -> (queue, seq, size)
+        self._pinned: dict[int, tuple[int, int, int]] = {}  # uid -> (queue, seq, size)
         self._budget = ByteBudget()
         self._has_evicted = False
-        self._incoming: tuple[int, bool] | None = None       # (uid, ghost hit) from admitting
+        self._incoming: tuple[int, bool] | None = None  # (uid, ghost hit) from admitting
         self._seq = 0
 
     # -- sizes -----------------------------------------------------------------------------------
@@ -118,7 +119,7 @@ class S3FIFO(EvictionPolicy):
             self.insert(uid, now)
             return
         qid, seq, size = p
-        new = self.view.size(uid)                    # a pinned unit may have grown
+        new = self.view.size(uid)  # a pinned unit may have grown
         self._budget.grow(new - size)
         self._q[qid].push(uid, seq, new)
 
@@ -155,10 +156,10 @@ class S3FIFO(EvictionPolicy):
                 uid = main_q.oldest()
                 if uid is None:
                     if not small_q:
-                        return None                  # nothing to evict
+                        return None  # nothing to evict
                 else:
                     f = freq[uid]
-                    if f >= 1:                       # reinsert at the newest end of M
+                    if f >= 1:  # reinsert at the newest end of M
                         freq[uid] = min(f, self.max_freq) - 1
                         size = main_q.discard(uid)[1]
                         self._seq += 1
@@ -169,7 +170,7 @@ class S3FIFO(EvictionPolicy):
                     continue
             uid = small_q.oldest()
             while uid is not None:
-                if freq[uid] >= self.move_to_main_threshold:   # S -> M, counter cleared
+                if freq[uid] >= self.move_to_main_threshold:  # S -> M, counter cleared
                     freq[uid] = 0
                     size = small_q.discard(uid)[1]
                     self._seq += 1
@@ -178,7 +179,7 @@ class S3FIFO(EvictionPolicy):
                 else:
                     size = small_q.size_of(uid)
                     self.remove(uid)
-                    self._ghost_put(uid, size)       # a one-hit wonder leaves S for the ghost
+                    self._ghost_put(uid, size)  # a one-hit wonder leaves S for the ghost
                     return uid
 
     def __len__(self) -> int:

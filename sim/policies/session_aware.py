@@ -19,6 +19,7 @@ O(log S + log u) per operation: a ``LazyHeap`` of sessions keyed (a_s, index) an
 ``LazyHeap`` of its units keyed (-first_page, -layer, -uid). A session's a_s can only change while
 it gains units (the max over a multiset of times, kept as counts).
 """
+
 from __future__ import annotations
 
 from sim.policies.base import EvictionPolicy
@@ -31,8 +32,8 @@ class _Sess:
 
     def __init__(self, index: int) -> None:
         self.index = index
-        self.units = LazyHeap()                  # uid keyed (-first_page, -layer, -uid)
-        self.times: dict[float, int] = {}        # last-use time -> units with it
+        self.units = LazyHeap()  # uid keyed (-first_page, -layer, -uid)
+        self.times: dict[float, int] = {}  # last-use time -> units with it
         self.a = -float("inf")
 
 
@@ -40,9 +41,9 @@ class _Sess:
 class SessionAware(EvictionPolicy):
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
-        self._sessions: dict[int, _Sess] = {}                # session index -> state
-        self._order = LazyHeap()                             # session index keyed (a_s, index)
-        self._where: dict[int, tuple[_Sess, float]] = {}     # uid -> (session, its time)
+        self._sessions: dict[int, _Sess] = {}  # session index -> state
+        self._order = LazyHeap()  # session index keyed (a_s, index)
+        self._where: dict[int, tuple[_Sess, float]] = {}  # uid -> (session, its time)
 
     def _add(self, uid: int, now: float) -> None:
         a = self.view.last_access_s(uid)
@@ -58,7 +59,7 @@ class SessionAware(EvictionPolicy):
             self._discard(uid)
         view = self.view
         sess = view.session(uid)
-        idx = sess.index if sess is not None else uid        # a cachesim object
+        idx = sess.index if sess is not None else uid  # a cachesim object
         s = self._sessions.get(idx)
         if s is None:
             s = self._sessions[idx] = _Sess(idx)

@@ -18,6 +18,7 @@ swept after the older ones.
 Pins: a pinned unit leaves the sweep but keeps its place and its bit; on unpin it returns to its
 place: ahead of the hand if the hand has not passed that place in this sweep, behind it otherwise.
 """
+
 from __future__ import annotations
 
 from sim.policies.base import EvictionPolicy
@@ -31,11 +32,11 @@ class Sieve(EvictionPolicy):
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
-        self._ahead = LazyHeap()                 # candidates the hand has not passed, by seq
-        self._behind = LazyHeap()                # candidates passed in this sweep, by seq
-        self._visited: dict[int, bool] = {}      # every member, pinned or not
+        self._ahead = LazyHeap()  # candidates the hand has not passed, by seq
+        self._behind = LazyHeap()  # candidates passed in this sweep, by seq
+        self._visited: dict[int, bool] = {}  # every member, pinned or not
         self._pinned_seq: dict[int, int] = {}
-        self._hand = -1          # seq of the last unit the hand passed in this sweep
+        self._hand = -1  # seq of the last unit the hand passed in this sweep
         self._seq = 0
 
     # -- membership ------------------------------------------------------------------------------
@@ -65,7 +66,7 @@ class Sieve(EvictionPolicy):
 
     def remove(self, uid: int, pinned: bool = False) -> None:
         if self._ahead.min() == uid:
-            self._hand = self._ahead.key(uid)    # the hand stays where the unit it points at was
+            self._hand = self._ahead.key(uid)  # the hand stays where the unit it points at was
         if self._leave(uid) is None:
             self._pinned_seq.pop(uid, None)
         self._visited.pop(uid, None)
@@ -110,9 +111,9 @@ class Sieve(EvictionPolicy):
                 ahead = self._ahead
             uid = ahead.min()
             if not visited[uid]:
-                self.remove(uid)                    # the hand stays where the victim was
+                self.remove(uid)  # the hand stays where the victim was
                 return uid
-            visited[uid] = False                    # passed over: to the next sweep
+            visited[uid] = False  # passed over: to the next sweep
             seq = ahead.key(uid)
             ahead.discard(uid)
             self._hand = seq

@@ -23,6 +23,7 @@ segment, applied on unpin, when it returns to the MRU end of its segment (then t
 if it is over its share). Without ``set_capacity`` (the engine) c is the high-water mark of the bytes
 the tier has held. O(1) per operation (4 segments), amortised over cooling moves.
 """
+
 from __future__ import annotations
 
 from collections import OrderedDict
@@ -41,8 +42,8 @@ class SLRU(EvictionPolicy):
         super().__init__(ctx)
         self._segs: list[OrderedDict[int, None]] = [OrderedDict() for _ in range(self.n_seg)]
         self._bytes = [0] * self.n_seg
-        self._seg: dict[int, int] = {}        # every member -> its segment
-        self._size: dict[int, int] = {}       # every member -> bytes accounted
+        self._seg: dict[int, int] = {}  # every member -> its segment
+        self._size: dict[int, int] = {}  # every member -> bytes accounted
         self._pinned: set[int] = set()
         self._budget = ByteBudget()
 
@@ -119,7 +120,7 @@ class SLRU(EvictionPolicy):
             self.insert(uid, now)
             return
         self._pinned.discard(uid)
-        size = self.view.size(uid)                   # a pinned unit may have grown
+        size = self.view.size(uid)  # a pinned unit may have grown
         self._budget.grow(size - self._size[uid])
         self._size[uid] = size
         seg = self._seg[uid]

@@ -3,6 +3,7 @@
 Each is written once here; every policy that needs an ordered set with removal from the middle, a
 memory of evicted keys, or a capacity in bytes uses these.
 """
+
 from __future__ import annotations
 
 import heapq
@@ -14,7 +15,7 @@ from functools import partial
 def _run_within(uids: list[int], first: int, stop: int, holes: set[int] | None) -> bool:
     """Are the members of run [first, stop) less ``holes`` all in the increasing list ``uids``?"""
     i = bisect_left(uids, first)
-    if not holes:                 # consecutive members: a stretch of consecutive entries
+    if not holes:  # consecutive members: a stretch of consecutive entries
         j = i + (stop - first) - 1
         return j < len(uids) and uids[i] == first and uids[j] == stop - 1
     for u in range(first, stop):
@@ -38,9 +39,9 @@ class LazyHeap:
     __slots__ = ("_heap", "_heaped", "_live")
 
     def __init__(self) -> None:
-        self._heap: list[tuple] = []            # (key, uid)
-        self._live: dict[int, object] = {}      # uid -> key of candidates
-        self._heaped: dict[int, object] = {}    # uid -> key of its entry in the heap
+        self._heap: list[tuple] = []  # (key, uid)
+        self._live: dict[int, object] = {}  # uid -> key of candidates
+        self._heaped: dict[int, object] = {}  # uid -> key of its entry in the heap
 
     def push(self, uid: int, key) -> None:
         self._live[uid] = key
@@ -119,7 +120,7 @@ class EntryOrder:
     __slots__ = ("_fresh", "_back")
 
     def __init__(self) -> None:
-        self._fresh: OrderedDict[int, int] = OrderedDict()   # uid -> entry number, in order
+        self._fresh: OrderedDict[int, int] = OrderedDict()  # uid -> entry number, in order
         self._back = LazyHeap()
 
     def push_new(self, uid: int, seq: int) -> None:
@@ -183,12 +184,12 @@ class RunQueue:
     __slots__ = ("_runs", "_in", "_long", "_n", "_spare")
 
     def __init__(self) -> None:
-        self._runs: OrderedDict[int, list] = OrderedDict()   # key -> [first, stop, holes, bucket]
-        self._in: dict[int, set[int]] = {}                    # bucket -> keys of its runs
-        self._long: dict[int, set[int]] = {}                  # bucket -> keys of runs that may
+        self._runs: OrderedDict[int, list] = OrderedDict()  # key -> [first, stop, holes, bucket]
+        self._in: dict[int, set[int]] = {}  # bucket -> keys of its runs
+        self._long: dict[int, set[int]] = {}  # bucket -> keys of runs that may
         #                                                       hold a uid other than their key
-        self._n = 0                                           # uids in the queue
-        self._spare = 0                                       # last negative key handed out
+        self._n = 0  # uids in the queue
+        self._spare = 0  # last negative key handed out
 
     @staticmethod
     def bucket(uid: int) -> int:
@@ -201,7 +202,7 @@ class RunQueue:
             b = start >> 24
             end = min(stop, (b + 1) << 24)
             key = start
-            if key in self._runs:                    # that run moved on from start: a fresh key
+            if key in self._runs:  # that run moved on from start: a fresh key
                 self._spare -= 1
                 key = self._spare
             self._runs[key] = [start, end, None, b]
@@ -266,7 +267,7 @@ class RunQueue:
             return False
         run = self._runs[key]
         self._n -= 1
-        if uid == run[0] or uid == run[1] - 1:       # off an end
+        if uid == run[0] or uid == run[1] - 1:  # off an end
             if uid == run[0]:
                 run[0] += 1
             else:
@@ -364,7 +365,7 @@ class RunQueue:
             else:
                 end = a = first
                 while end < stop and n > 0:
-                    if end in holes:                 # a hole ends the current extent
+                    if end in holes:  # a hole ends the current extent
                         holes.discard(end)
                         if a < end:
                             out.append((a, end))
@@ -381,7 +382,7 @@ class RunQueue:
             if end >= stop:
                 self._drop(key)
             else:
-                run[0] = end                         # the rest stays at the head
+                run[0] = end  # the rest stays at the head
         return out
 
     def replay_view(self):
@@ -485,7 +486,7 @@ class GhostFIFO:
         return uid in self._q
 
     def __iter__(self):
-        return iter(self._q)                    # oldest first
+        return iter(self._q)  # oldest first
 
     def __bool__(self) -> bool:
         return bool(self._q)

@@ -22,6 +22,7 @@ forgotten. Pins: a pinned unit leaves its queue; an A1in unit returns to its pla
 unit to Am's MRU end. Without ``set_capacity`` (the engine) c is the high-water mark of the bytes
 the tier has held. O(log n) per operation (A1in is a heap with lazy deletion).
 """
+
 from __future__ import annotations
 
 from collections import OrderedDict
@@ -42,11 +43,11 @@ class TwoQ(EvictionPolicy):
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
         self._ain = SeqQueue()
-        self._am: OrderedDict[int, None] = OrderedDict()      # uid, LRU first
+        self._am: OrderedDict[int, None] = OrderedDict()  # uid, LRU first
         self._am_bytes = 0
         self._aout = GhostFIFO()
         self._size: dict[int, int] = {}
-        self._pinned: dict[int, tuple[int, int]] = {}         # uid -> (queue, seq in A1in)
+        self._pinned: dict[int, tuple[int, int]] = {}  # uid -> (queue, seq in A1in)
         self._budget = ByteBudget()
         self._incoming: tuple[int, bool] | None = None
         self._seq = 0
@@ -110,7 +111,7 @@ class TwoQ(EvictionPolicy):
         if p is None:
             self.insert(uid, now)
             return
-        size = self.view.size(uid)                   # a pinned unit may have grown
+        size = self.view.size(uid)  # a pinned unit may have grown
         self._budget.grow(size - self._size[uid])
         self._size[uid] = size
         if p[0] == AM:

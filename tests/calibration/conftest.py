@@ -1,4 +1,5 @@
 """Shared fixtures of the calibration tests: a tiny model spec and one quick CPU calibration (reused)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -41,6 +42,18 @@ def cpu_calibration(tmp_path_factory, tiny_model_path):
     raw = out.with_suffix(".csv")
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
-        rc = main(["calibrate", "--device", "cpu", "--model", str(tiny_model_path), "--out", str(out),
-                   "--quick", "--raw", str(raw)])
+        rc = main(
+            [
+                "calibrate",
+                "--device",
+                "cpu",
+                "--model",
+                str(tiny_model_path),
+                "--out",
+                str(out),
+                "--quick",
+                "--raw",
+                str(raw),
+            ]
+        )
     return rc, out, raw, buf.getvalue()

@@ -1,5 +1,6 @@
 """`kvsim cost` prints the expected numbers for hand-checked shapes (arithmetic written out below,
 not taken from CostModel)."""
+
 from __future__ import annotations
 
 import json
@@ -21,10 +22,12 @@ meta: {gpu: hand, backend: hand, dtype: bf16, source: "hand-written for a test"}
 """
 
 # Llama-3-8B, per layer (the formulas of costmodels.cost, numbers from its config):
-P = 4096 * 4096 + 2 * 4096 * 8 * 128 + 4096 * 4096 + 3 * 4096 * 14336   # 218,103,808 linear params
-EW = (10 * 4096 + 2 * (32 + 8) * 128 + 3 * 14336 + 4 * 8 * 128) * 2      # 196,608 elementwise bytes/token
-KVL = 2 * 8 * 128 * 2                                                    # 4096 KV bytes/token/layer
-HEAD = 4096 * 128256                                                     # LM head params
+P = 4096 * 4096 + 2 * 4096 * 8 * 128 + 4096 * 4096 + 3 * 4096 * 14336  # 218,103,808 linear params
+EW = (
+    10 * 4096 + 2 * (32 + 8) * 128 + 3 * 14336 + 4 * 8 * 128
+) * 2  # 196,608 elementwise bytes/token
+KVL = 2 * 8 * 128 * 2  # 4096 KV bytes/token/layer
+HEAD = 4096 * 128256  # LM head params
 
 
 def _run(tmp_path, capsys, *args: str) -> tuple[dict, str]:
@@ -39,7 +42,7 @@ def _run(tmp_path, capsys, *args: str) -> tuple[dict, str]:
 
 def test_decode_batch(tmp_path, capsys) -> None:
     data, text = _run(tmp_path, capsys, "--decode-batch", "4", "--decode-ctx", "1000")
-    linear = 10e-6 + max(P * 2 / 2.0e12, 2 * 4 * P / 5.0e14)      # weight-read floor: 218.1 us
+    linear = 10e-6 + max(P * 2 / 2.0e12, 2 * 4 * P / 5.0e14)  # weight-read floor: 218.1 us
     ew = 4 * EW / 1.0e12
     dec = 5e-6 + 4 * 1e-6 + 4 * 1000 * KVL / 1.0e12
     layer = linear + ew + dec
@@ -49,15 +52,27 @@ def test_decode_batch(tmp_path, capsys) -> None:
     assert data["per_layer"]["decode_attn_s"] == pytest.approx(dec, rel=1e-12)
     assert data["per_layer"]["layer_s"] == pytest.approx(layer, rel=1e-12)
     assert data["total_s"] == pytest.approx(total, rel=1e-12)
-    assert total == pytest.approx(9.1621e-3, rel=1e-4)   # 32 x (228.1 + 0.8 + 25.4) us + 525.3 us + 0.5 ms
+    assert total == pytest.approx(
+        9.1621e-3, rel=1e-4
+    )  # 32 x (228.1 + 0.8 + 25.4) us + 525.3 us + 0.5 ms
     assert "TOTAL (iteration)" in text and f"{total * 1e3:.3f} ms" in text
 
 
 def test_prefill_with_context_and_swap(tmp_path, capsys) -> None:
-    data, text = _run(tmp_path, capsys, "--prefill", "1024", "--ctx", "4096",
-                      "--swap-bytes", str(64 << 20), "--swap-copies", "32")
+    data, text = _run(
+        tmp_path,
+        capsys,
+        "--prefill",
+        "1024",
+        "--ctx",
+        "4096",
+        "--swap-bytes",
+        str(64 << 20),
+        "--swap-copies",
+        "32",
+    )
     n = 1024
-    linear = 10e-6 + max(P * 2 / 2.0e12, 2 * n * P / 5.0e14)       # compute-bound: 893.4 us
+    linear = 10e-6 + max(P * 2 / 2.0e12, 2 * n * P / 5.0e14)  # compute-bound: 893.4 us
     pairs = n * (4096 + n / 2)
     attn = 20e-6 + 4 * 32 * 128 * pairs / 2.0e14
     layer = linear + n * EW / 1.0e12 + attn
@@ -75,7 +90,9 @@ def test_prefill_with_context_and_swap(tmp_path, capsys) -> None:
 
 
 def test_swap_only_and_pensieve(tmp_path, capsys) -> None:
-    data, _ = _run(tmp_path, capsys, "--swap-bytes", "1000000", "--direction", "d2h", "--pensieve", "1")
+    data, _ = _run(
+        tmp_path, capsys, "--swap-bytes", "1000000", "--direction", "d2h", "--pensieve", "1"
+    )
     assert data["total_s"] == pytest.approx(10e-6 + 1e6 / 25e9, rel=1e-12)
     pc = data["pensieve"]
     assert pc["alpha_s_per_ctx_token"] == pytest.approx(KVL / 1.0e12, rel=1e-12)
@@ -90,6 +107,20 @@ def test_cost_input_errors(capsys) -> None:
 
 
 def test_committed_profile_by_name(capsys) -> None:
-    assert main(["cost", "--profile", "h100-public", "--model", "llama-3-8b", "--prefill", "512", "--json"]) == 0
+    assert (
+        main(
+            [
+                "cost",
+                "--profile",
+                "h100-public",
+                "--model",
+                "llama-3-8b",
+                "--prefill",
+                "512",
+                "--json",
+            ]
+        )
+        == 0
+    )
     data = json.loads(capsys.readouterr().out)
     assert data["profile"] == "h100-public" and data["total_s"] > 0

@@ -1,5 +1,6 @@
 """`kvsim calibrate --device cpu --quick` end to end: a valid profile, a validation block, the raw
 samples, and a profile that changes the simulator's timings. Needs torch (CPU build)."""
+
 from __future__ import annotations
 
 import math
@@ -14,16 +15,22 @@ pytest.importorskip("torch")
 def test_quick_cpu_calibration_writes_a_valid_profile(cpu_calibration, tiny_model_path) -> None:
     rc, path, raw, out = cpu_calibration
     assert rc == 0, out
-    p = load_profile(str(path))               # strict loader: every key and range checked
+    p = load_profile(str(path))  # strict loader: every key and range checked
     assert p.name == "cpu-tiny"
     assert p.meta.gpu.startswith("cpu: ") and p.meta.dtype == "fp32" and p.meta.torch
     assert "torch SDPA" in p.meta.backend and "per-sequence" in p.meta.backend
-    assert "timing: perf_counter, 64 MB flush" in p.meta.backend and "CUDA-graph" not in p.meta.backend
+    assert (
+        "timing: perf_counter, 64 MB flush" in p.meta.backend and "CUDA-graph" not in p.meta.backend
+    )
     assert p.meta.date and p.meta.page_size == 16
     # Every measured term is fitted (no constant left at the analytic default) and validated.
-    assert {"linear", "elementwise", "prefill_attn", "decode_attn", "h2d", "d2h"} <= set(p.validation)
+    assert {"linear", "elementwise", "prefill_attn", "decode_attn", "h2d", "d2h"} <= set(
+        p.validation
+    )
     for v in p.validation.values():
-        assert v.n >= 1 and math.isfinite(v.mape) and ("held out" in v.split or "transfer" in v.split)
+        assert (
+            v.n >= 1 and math.isfinite(v.mape) and ("held out" in v.split or "transfer" in v.split)
+        )
     # CPU: overlap not measurable, said so; copies are host memcpy, said so.
     assert p.overlap.compute_slowdown == 0.0 and p.overlap.layerwise_h2d is False
     assert "host memcpy" in p.meta.notes and "overlap" in p.meta.notes
@@ -34,36 +41,78 @@ def test_quick_cpu_calibration_writes_a_valid_profile(cpu_calibration, tiny_mode
 
 def test_raw_samples_round_trip(cpu_calibration) -> None:
     from calibration.samples_io import read_samples_csv
+
     _, _, raw, _ = cpu_calibration
     samples = read_samples_csv(raw)
     terms = {s.term for s in samples}
-    assert {"gemm", "elementwise", "linear", "prefill_attn", "decode_attn", "h2d", "d2h", "lm_head"} <= terms
-    assert all(s.time.median_s > 0 and s.time.p20_s <= s.time.median_s <= s.time.p80_s for s in samples)
-    assert {s.model.dtype_bytes for s in samples} == {4}          # fp32 on the CPU
-    assert {s.model.num_heads for s in samples if s.term == "gemm"} == {4, 2}  # the layer and its /2 shard
+    assert {
+        "gemm",
+        "elementwise",
+        "linear",
+        "prefill_attn",
+        "decode_attn",
+        "h2d",
+        "d2h",
+        "lm_head",
+    } <= terms
+    assert all(
+        s.time.median_s > 0 and s.time.p20_s <= s.time.median_s <= s.time.p80_s for s in samples
+    )
+    assert {s.model.dtype_bytes for s in samples} == {4}  # fp32 on the CPU
+    assert {s.model.num_heads for s in samples if s.term == "gemm"} == {
+        4,
+        2,
+    }  # the layer and its /2 shard
 
 
 def test_refuses_to_overwrite_without_force(cpu_calibration, tiny_model_path, capsys) -> None:
     from experiments.cli import main
+
     _, path, _, _ = cpu_calibration
-    rc = main(["calibrate", "--device", "cpu", "--model", str(tiny_model_path), "--out", str(path), "--quick"])
+    rc = main(
+        [
+            "calibrate",
+            "--device",
+            "cpu",
+            "--model",
+            str(tiny_model_path),
+            "--out",
+            str(path),
+            "--quick",
+        ]
+    )
     assert rc == 2 and "exists" in capsys.readouterr().err
 
 
 def test_cuda_request_without_cuda_is_an_input_error(tmp_path, tiny_model_path, capsys) -> None:
     import torch
+
     if torch.cuda.is_available():
         pytest.skip("CUDA is available here")
     from experiments.cli import main
-    rc = main(["calibrate", "--device", "cuda", "--model", str(tiny_model_path), "--out", str(tmp_path / "x.yaml")])
+
+    rc = main(
+        [
+            "calibrate",
+            "--device",
+            "cuda",
+            "--model",
+            str(tiny_model_path),
+            "--out",
+            str(tmp_path / "x.yaml"),
+        ]
+    )
     assert rc == 2 and "torch.cuda.is_available() is False" in capsys.readouterr().err
 
 
 def _ttfts(cost) -> list[float]:
     from sim import EngineConfig, MemoryConfig, simulate
     from traces import SyntheticConfig, generate_synthetic
+
     trace = generate_synthetic(SyntheticConfig(sessions=12, seed=5, max_context_tokens=4096))
-    res = simulate(trace.sessions, cost, MemoryConfig(gpu_kv_gb=0.25), EngineConfig(max_batch_tokens=4096))
+    res = simulate(
+        trace.sessions, cost, MemoryConfig(gpu_kv_gb=0.25), EngineConfig(max_batch_tokens=4096)
+    )
     return list(res.turns["ttft_s"])
 
 

@@ -1,5 +1,6 @@
 """The fitter recovers known constants from synthetic samples (+noise), its forms are the cost
 model's forms, and the validation splits keep whole shapes together. No torch, no data files."""
+
 from __future__ import annotations
 
 import math
@@ -33,7 +34,7 @@ from costmodels import (
 )
 
 LLAMA = get_model("llama-3-8b")
-NOISE = 0.02   # 2 % lognormal noise on every synthetic median
+NOISE = 0.02  # 2 % lognormal noise on every synthetic median
 
 
 def _noisy(t: float, rng: np.random.Generator) -> Timing:
@@ -45,7 +46,7 @@ def test_gemm_recovers_tau_bandwidth_and_flops() -> None:
     true = GemmFit(tau_s=20e-6, weight_bw_Bps=2.5e12, flops=6.0e14)
     rng = np.random.default_rng(1)
     samples = []
-    for tp in (1, 2, 4, 8):                      # distinct weight sizes separate tau from W/bw
+    for tp in (1, 2, 4, 8):  # distinct weight sizes separate tau from W/bw
         m = shard(LLAMA, tp)
         for n in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192):
             probe = Sample("gemm", Shape(tokens=n), Timing.published(1.0), m)
@@ -62,9 +63,24 @@ def test_gemm_recovers_tau_bandwidth_and_flops() -> None:
 def test_gemm_with_one_weight_size_fixes_tau_and_says_so() -> None:
     rng = np.random.default_rng(2)
     true = GemmFit(0.0, 2.0e12, 3.0e14)
-    samples = [Sample("gemm", Shape(tokens=n), _noisy(float(predict("gemm", true, [
-        Sample("gemm", Shape(tokens=n), Timing.published(1.0), LLAMA)])[0]), rng), LLAMA)
-        for n in (1, 8, 64, 256, 1024, 4096)]
+    samples = [
+        Sample(
+            "gemm",
+            Shape(tokens=n),
+            _noisy(
+                float(
+                    predict(
+                        "gemm",
+                        true,
+                        [Sample("gemm", Shape(tokens=n), Timing.published(1.0), LLAMA)],
+                    )[0]
+                ),
+                rng,
+            ),
+            LLAMA,
+        )
+        for n in (1, 8, 64, 256, 1024, 4096)
+    ]
     fit = fit_term("gemm", samples)
     assert fit.params.tau_s == 0.0
     assert any("tau_s not separable" in n for n in fit.notes)
@@ -79,11 +95,28 @@ def test_elementwise_prefill_decode_and_copies_recover_constants() -> None:
     cp = CopyTerm(latency_s=6e-6, bw_Bps=25e9)
     cases = {
         "elementwise": (ew, [Shape(tokens=n) for n in (1, 16, 128, 512, 2048, 8192)]),
-        "prefill_attn": (pf, [Shape(n_new=a, n_ctx=c, seqs=s) for a in (16, 128, 1024, 4096)
-                              for c in (0, 2048, 16384) for s in (1, 4)]),
-        "decode_attn": (dec, [Shape(n_ctx=c, seqs=b) for b in (1, 8, 64, 256) for c in (128, 2048, 32768)]),
-        "h2d": (cp, [Shape(nbytes=b, copies=c) for b in (1 << 16, 1 << 20, 1 << 24, 1 << 28) for c in (1, 16, 256)
-                     if b // c >= 4096]),
+        "prefill_attn": (
+            pf,
+            [
+                Shape(n_new=a, n_ctx=c, seqs=s)
+                for a in (16, 128, 1024, 4096)
+                for c in (0, 2048, 16384)
+                for s in (1, 4)
+            ],
+        ),
+        "decode_attn": (
+            dec,
+            [Shape(n_ctx=c, seqs=b) for b in (1, 8, 64, 256) for c in (128, 2048, 32768)],
+        ),
+        "h2d": (
+            cp,
+            [
+                Shape(nbytes=b, copies=c)
+                for b in (1 << 16, 1 << 20, 1 << 24, 1 << 28)
+                for c in (1, 16, 256)
+                if b // c >= 4096
+            ],
+        ),
     }
     for term, (params, shapes) in cases.items():
         probes = [Sample(term, s, Timing.published(1.0), LLAMA) for s in shapes]
@@ -92,17 +125,37 @@ def test_elementwise_prefill_decode_and_copies_recover_constants() -> None:
         got = fit_term(term, samples).params
         for name in ("bw_Bps", "flops", "kv_bw_Bps"):
             if hasattr(params, name):
-                assert getattr(got, name) == pytest.approx(getattr(params, name), rel=0.05), (term, name)
+                assert getattr(got, name) == pytest.approx(getattr(params, name), rel=0.05), (
+                    term,
+                    name,
+                )
         for name in ("tau_s", "per_seq_s", "latency_s"):
             if hasattr(params, name):
-                assert getattr(got, name) == pytest.approx(getattr(params, name), rel=0.25, abs=1.5e-6), (term, name)
+                assert getattr(got, name) == pytest.approx(
+                    getattr(params, name), rel=0.25, abs=1.5e-6
+                ), (term, name)
 
 
 def test_per_seq_fixed_at_zero_when_every_shape_has_one_sequence() -> None:
     shapes = [Shape(n_new=n, n_ctx=0, seqs=1) for n in (64, 256, 1024, 4096)]
     pf = PrefillAttnTerm(tau_s=10e-6, flops=2e14, per_seq_s=0.0)
-    samples = [Sample("prefill_attn", s, Timing.published(float(predict("prefill_attn", pf, [
-        Sample("prefill_attn", s, Timing.published(1.0), LLAMA)])[0])), LLAMA) for s in shapes]
+    samples = [
+        Sample(
+            "prefill_attn",
+            s,
+            Timing.published(
+                float(
+                    predict(
+                        "prefill_attn",
+                        pf,
+                        [Sample("prefill_attn", s, Timing.published(1.0), LLAMA)],
+                    )[0]
+                )
+            ),
+            LLAMA,
+        )
+        for s in shapes
+    ]
     fit = fit_term("prefill_attn", samples)
     assert fit.params.per_seq_s == 0.0
     assert any("per_seq_s not separable" in n for n in fit.notes)
@@ -117,7 +170,14 @@ def test_rates_stay_under_physical_limits() -> None:
         m = shard(LLAMA, tp)
         for n in (1, 16, 256, 4096):
             s = Sample("gemm", Shape(tokens=n), Timing.published(1.0), m)
-            samples.append(Sample("gemm", Shape(tokens=n), Timing.published(float(predict("gemm", true, [s])[0])), m))
+            samples.append(
+                Sample(
+                    "gemm",
+                    Shape(tokens=n),
+                    Timing.published(float(predict("gemm", true, [s])[0])),
+                    m,
+                )
+            )
     fit = fit_term("gemm", samples, RateLimits.of_gpu("h100-sxm"))
     assert fit.params.weight_bw_Bps == pytest.approx(3.35e12, rel=1e-3)
     assert any("physical ceiling" in n for n in fit.notes)
@@ -145,12 +205,16 @@ def test_predictions_equal_costmodel_of_the_built_profile() -> None:
     g, e = GemmFit(15e-6, 2.2e12, 5.5e14), ElementwiseFit(7e-6, 1.4e12)
     pf, dec = PrefillAttnTerm(11e-6, 2.5e14, 3e-6), DecodeAttnTerm(8e-6, 0.2e-6, 1.9e12)
     meta = ProfileMeta(gpu="h100-sxm", backend="test", dtype="bf16", source="fit: test")
-    profile, from_base = build_profile("t", ProfileFits(g, e, pf, dec), analytic_profile(get_hardware("h100")), meta)
+    profile, from_base = build_profile(
+        "t", ProfileFits(g, e, pf, dec), analytic_profile(get_hardware("h100")), meta
+    )
     assert set(from_base) == {"h2d", "d2h", "overlap", "step_overhead_s"}
     cm = CostModel(LLAMA, profile)
     for n in (1, 37, 512, 8192):
         s = Sample("linear", Shape(tokens=n), Timing.published(1.0), LLAMA)
-        assert cm.linear_s(n) + cm.elementwise_s(n) == pytest.approx(float(predict_linear(g, e, [s])[0]), rel=1e-5)
+        assert cm.linear_s(n) + cm.elementwise_s(n) == pytest.approx(
+            float(predict_linear(g, e, [s])[0]), rel=1e-5
+        )
         head = Sample("lm_head", Shape(tokens=n), Timing.published(1.0), LLAMA)
         assert cm.lm_head_s(n) == pytest.approx(float(predict("lm_head", g, [head])[0]), rel=1e-5)
     for a, c, k in ((64, 0, 1), (512, 4096, 3)):
@@ -158,7 +222,9 @@ def test_predictions_equal_costmodel_of_the_built_profile() -> None:
         want = cm.prefill_attn_s(k * attention_pairs(a, c), k)
         assert float(predict("prefill_attn", pf, [s])[0]) == pytest.approx(want, rel=1e-5)
     s = Sample("decode_attn", Shape(n_ctx=3000, seqs=17), Timing.published(1.0), LLAMA)
-    assert float(predict("decode_attn", dec, [s])[0]) == pytest.approx(cm.decode_attn_s(17, 17 * 3000), rel=1e-5)
+    assert float(predict("decode_attn", dec, [s])[0]) == pytest.approx(
+        cm.decode_attn_s(17, 17 * 3000), rel=1e-5
+    )
     # Pensieve constants come out of the same profile (CostModel.pensieve_constants).
     pc = cm.pensieve_constants(1)
     assert pc.layer_s(2000) == pytest.approx(cm.layer_s(BatchShape.decode(1, 2000)))
@@ -174,8 +240,17 @@ def test_shard_splits_heads_and_mlp_width() -> None:
 
 # --- splits and errors ---------------------------------------------------------------------------
 def _decode_rows(repeats: int = 2) -> list[Sample]:
-    return [Sample("decode_attn", Shape(n_ctx=c, seqs=b), Timing.published(1e-5 * (1 + r * 0.01) + c * b * 1e-12), LLAMA)
-            for b in (1, 8, 64, 128) for c in (256, 4096, 32768) for r in range(repeats)]
+    return [
+        Sample(
+            "decode_attn",
+            Shape(n_ctx=c, seqs=b),
+            Timing.published(1e-5 * (1 + r * 0.01) + c * b * 1e-12),
+            LLAMA,
+        )
+        for b in (1, 8, 64, 128)
+        for c in (256, 4096, 32768)
+        for r in range(repeats)
+    ]
 
 
 def test_random_split_holds_out_whole_shapes() -> None:
@@ -192,7 +267,10 @@ def test_extrapolation_split_uses_nominal_thresholds() -> None:
     assert "kv <= 16384 and batch <= 64" in sp.description
     assert all(k[1].n_ctx <= 16384 and k[1].seqs <= 64 for k in sp.train)
     assert all(k[1].n_ctx > 16384 or k[1].seqs > 64 for k in sp.test)
-    rows = [Sample("gemm", Shape(tokens=n), Timing.published(1e-5), LLAMA) for n in (1, 64, 512, 1024, 2048, 4096, 8192)]
+    rows = [
+        Sample("gemm", Shape(tokens=n), Timing.published(1e-5), LLAMA)
+        for n in (1, 64, 512, 1024, 2048, 4096, 8192)
+    ]
     ex = extrapolation_split("gemm", rows)
     assert "tokens <= 2048" in ex.description and {k[1].tokens for k in ex.test} == {4096, 8192}
 
@@ -200,8 +278,21 @@ def test_extrapolation_split_uses_nominal_thresholds() -> None:
 def test_validate_term_reports_both_splits_on_exact_data() -> None:
     dec = DecodeAttnTerm(8e-6, 0.1e-6, 1.5e12)
     shapes = [Shape(n_ctx=c, seqs=b) for b in (1, 8, 64, 128) for c in (256, 4096, 32768)]
-    rows = [Sample("decode_attn", s, Timing.published(float(predict("decode_attn", dec, [
-        Sample("decode_attn", s, Timing.published(1.0), LLAMA)])[0])), LLAMA) for s in shapes]
+    rows = [
+        Sample(
+            "decode_attn",
+            s,
+            Timing.published(
+                float(
+                    predict(
+                        "decode_attn", dec, [Sample("decode_attn", s, Timing.published(1.0), LLAMA)]
+                    )[0]
+                )
+            ),
+            LLAMA,
+        )
+        for s in shapes
+    ]
     reps = validate_term("t", "decode_attn", rows)
     assert [r.split.name for r in reps] == ["random", "extrapolation"]
     assert all(r.test.mape < 1e-6 and r.test.n > 0 for r in reps)

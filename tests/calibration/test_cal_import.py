@@ -1,4 +1,5 @@
 """`import calibration` (and the fitting side) works without torch: torch is imported lazily."""
+
 from __future__ import annotations
 
 import subprocess
@@ -26,7 +27,9 @@ print('OK')
 
 
 def test_calibration_imports_without_torch() -> None:
-    out = subprocess.run([sys.executable, "-c", SCRIPT], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", SCRIPT], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().endswith("OK")
-    assert "needs torch" in out.stderr          # the measure action says what to install
+    assert "needs torch" in out.stderr  # the measure action says what to install

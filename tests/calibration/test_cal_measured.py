@@ -1,6 +1,7 @@
 """The profile measured on an H100 (`kvsim calibrate --device cuda`, committed with its raw samples
 and the forward replay): it loads by name, its constants are exactly the fit of the committed
 samples, and the replay table is the one the README quotes."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -23,7 +24,7 @@ def test_measured_profile_loads_by_name_with_its_environment() -> None:
     assert "CUDA-graph replays" in m.backend and "torch SDPA" in m.backend
     assert "--device cuda --model llama-3-8b" in m.source and "full grid" in m.source
     assert set(TERMS) | {"elementwise", "lm_head", "pipeline"} <= set(p.validation)
-    assert p.overlap.layerwise_h2d and p.h2d.bw_Bps > 20e9        # PCIe-class, not host memcpy
+    assert p.overlap.layerwise_h2d and p.h2d.bw_Bps > 20e9  # PCIe-class, not host memcpy
 
 
 def test_measured_profile_is_the_fit_of_the_committed_samples() -> None:
@@ -38,12 +39,17 @@ def test_measured_profile_is_the_fit_of_the_committed_samples() -> None:
     assert len(samples) == 1281
     model = next(s.model for s in samples if s.group == "shard/1")
     env = EnvInfo("cuda", p.meta.gpu, p.meta.torch, p.meta.cuda, p.meta.driver, None, p.meta.date)
-    m = Measurements(tuple(samples), model, "bf16", env, AttentionBackend("sdpa"), "full", None, (), 0.0)
+    m = Measurements(
+        tuple(samples), model, "bf16", env, AttentionBackend("sdpa"), "full", None, (), 0.0
+    )
     refit = calibrate(m, NAME).profile
     for term in TERMS:
         got, want = getattr(refit, term), getattr(p, term)
         for k in want.__dataclass_fields__:
-            assert getattr(got, k) == pytest.approx(getattr(want, k), rel=1e-5, abs=1e-12), (term, k)
+            assert getattr(got, k) == pytest.approx(getattr(want, k), rel=1e-5, abs=1e-12), (
+                term,
+                k,
+            )
     for term in ("linear", "elementwise", "prefill_attn", "decode_attn", "h2d", "d2h", "lm_head"):
         assert refit.validation[term].mape == pytest.approx(p.validation[term].mape, abs=1e-4), term
 
@@ -56,8 +62,13 @@ def test_forward_replay_table_matches_the_profile_and_the_readme() -> None:
     df = _points(f"forward-{NAME}.csv")
     cm = CostModel(get_model("llama-3-8b"), load_profile(NAME))
     for r in df.itertuples():
-        s = BatchShape(prefill_tokens=r.prefill_tokens, prefill_pairs=r.prefill_pairs, prefill_seqs=r.prefill_seqs,
-                       decode_seqs=r.decode_seqs, decode_ctx_tokens=r.decode_ctx_tokens)
+        s = BatchShape(
+            prefill_tokens=r.prefill_tokens,
+            prefill_pairs=r.prefill_pairs,
+            prefill_seqs=r.prefill_seqs,
+            decode_seqs=r.decode_seqs,
+            decode_ctx_tokens=r.decode_ctx_tokens,
+        )
         assert cm.layer_s(s) == pytest.approx(r.predicted_s, rel=1e-5)
     ape = (df.predicted_s - df.measured_s).abs() / df.measured_s
     assert len(df) == 60 and set(df.kind) == {"prefill", "decode", "mixed"}

@@ -1,5 +1,6 @@
 """The committed public profiles load by name and by path, say where their constants come from,
 and drive the simulator (no torch, no data files needed)."""
+
 from __future__ import annotations
 
 import pytest
@@ -28,8 +29,11 @@ def test_committed_profile_loads_by_name_and_path(name) -> None:
 def _ttfts(profile) -> list[float]:
     from sim import MemoryConfig, simulate
     from traces import SyntheticConfig, generate_synthetic
+
     trace = generate_synthetic(SyntheticConfig(sessions=15, seed=11, max_context_tokens=8192))
-    res = simulate(trace.sessions, CostModel(get_model("llama-3-8b"), profile), MemoryConfig(gpu_kv_gb=1.0))
+    res = simulate(
+        trace.sessions, CostModel(get_model("llama-3-8b"), profile), MemoryConfig(gpu_kv_gb=1.0)
+    )
     return list(res.turns["ttft_s"])
 
 
@@ -46,8 +50,11 @@ def test_public_profiles_change_simulated_ttfts() -> None:
 
 def test_experiment_yaml_accepts_a_profile_name_or_path(tmp_path) -> None:
     from experiments.schema import load_experiment
+
     for hw in ("h100-public", str(PROFILES_DIR / "a100-vidur.yaml")):
         cfg = tmp_path / "e.yaml"
-        cfg.write_text(f"name: t\ntrace: {{kind: synthetic, sessions: 3, seed: 1}}\nmodel: llama-3-8b\n"
-                       f"hardware: {hw}\nmemory: {{gpu_kv_gb: 1}}\npolicies: [lru]\n")
+        cfg.write_text(
+            f"name: t\ntrace: {{kind: synthetic, sessions: 3, seed: 1}}\nmodel: llama-3-8b\n"
+            f"hardware: {hw}\nmemory: {{gpu_kv_gb: 1}}\npolicies: [lru]\n"
+        )
         assert load_experiment(str(cfg)).hardware

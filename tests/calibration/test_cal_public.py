@@ -5,6 +5,7 @@ Where a term meets its target, the test asserts the target. Where it misses, the
 figure documented in calibration/README.md as a regression bound (it may improve, never worsen),
 so a miss is never loosened silently. The committed profiles must equal what the fit produces.
 """
+
 from __future__ import annotations
 
 import pytest
@@ -54,6 +55,7 @@ MET = [k for k, v in DOCUMENTED.items() if k[1] in TARGET and v < TARGET[k[1]]]
 @pytest.fixture(scope="module")
 def public():
     from calibration.public_profiles import fit_public
+
     return fit_public(DATA, seed=0, proposed=True)
 
 
@@ -70,7 +72,9 @@ def test_held_out_mape_is_the_documented_figure(public, key) -> None:
     r = _report(public, key)
     assert r.test.n > 0
     # A regression bound: the documented figure (4 decimals) may improve, never worsen.
-    assert r.test.mape <= DOCUMENTED[key] + 5e-5, f"{key}: {r.test.mape:.4f} > documented {DOCUMENTED[key]}"
+    assert r.test.mape <= DOCUMENTED[key] + 5e-5, (
+        f"{key}: {r.test.mape:.4f} > documented {DOCUMENTED[key]}"
+    )
 
 
 @pytest.mark.parametrize("key", MET, ids=lambda k: "/".join(k))
@@ -87,6 +91,7 @@ def test_every_prefill_source_misses_five_percent_with_the_current_form(public) 
 
 def test_fitted_constants_are_physical(public) -> None:
     from costmodels import get_hardware
+
     for spec_name, gpu in (("a100-vidur", "a100-sxm"), ("h100-public", "h100-sxm")):
         p = next(p for p in public.profiles if p.name == spec_name)
         hw = get_hardware(gpu)
@@ -99,12 +104,17 @@ def test_fitted_constants_are_physical(public) -> None:
 
 def test_committed_profiles_equal_the_fit(public) -> None:
     from costmodels import load_profile
+
     for fitted in public.profiles:
-        committed = load_profile(fitted.name)           # by name: costmodels/profiles/<name>.yaml
+        committed = load_profile(fitted.name)  # by name: costmodels/profiles/<name>.yaml
         for term in ("linear", "prefill_attn", "decode_attn", "h2d", "d2h", "overlap"):
             a, b = getattr(committed, term), getattr(fitted, term)
             for f in a.__dataclass_fields__:
-                assert getattr(a, f) == pytest.approx(getattr(b, f), rel=1e-5), (fitted.name, term, f)
+                assert getattr(a, f) == pytest.approx(getattr(b, f), rel=1e-5), (
+                    fitted.name,
+                    term,
+                    f,
+                )
         assert committed.validation == fitted.validation
         assert committed.meta.source == fitted.meta.source
 
@@ -112,7 +122,9 @@ def test_committed_profiles_equal_the_fit(public) -> None:
 def test_h100_decode_is_transferred_not_fitted(public) -> None:
     a100 = next(p for p in public.profiles if p.name == "a100-vidur")
     h100 = next(p for p in public.profiles if p.name == "h100-public")
-    assert h100.decode_attn.kv_bw_Bps == pytest.approx(a100.decode_attn.kv_bw_Bps * 3.35 / 2.039, rel=1e-4)
+    assert h100.decode_attn.kv_bw_Bps == pytest.approx(
+        a100.decode_attn.kv_bw_Bps * 3.35 / 2.039, rel=1e-4
+    )
     assert "decode_attn" not in h100.validation
     assert "NOT fitted on this GPU" in h100.meta.notes
 
@@ -120,15 +132,19 @@ def test_h100_decode_is_transferred_not_fitted(public) -> None:
 def test_lss_decode_rows_with_no_context_are_dropped() -> None:
     from calibration.public_tables import load_lss_attention
     from costmodels import get_model
+
     dropped: list[int] = []
     s = load_lss_attention("lss-a6000-llama31-8b-attn", get_model("llama-3-8b"), DATA, dropped)
     assert dropped == [283] and all(x.shape.n_ctx >= 1 for x in s if x.term == "decode_attn")
     # kv_cache_size is the batch total: per-sequence context = total // batch.
-    assert any(x.shape.seqs == 8 and x.shape.n_ctx == 10240 // 8 for x in s if x.term == "decode_attn")
+    assert any(
+        x.shape.seqs == 8 and x.shape.n_ctx == 10240 // 8 for x in s if x.term == "decode_attn"
+    )
 
 
 def test_cli_fit_prints_the_table(capsys) -> None:
     from experiments.cli import main
+
     assert main(["calibrate", "fit", "--data", str(DATA), "--source", "a100-vidur-flashinfer"]) == 0
     out = capsys.readouterr().out
     assert "a100-vidur-flashinfer" in out and "decode_attn" in out and "<10% met" in out

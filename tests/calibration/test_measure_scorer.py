@@ -1,5 +1,6 @@
 """The scorer microbenchmark: the torch MLP is the one the FLOP counter describes, the fit recovers
 a known line, a measured fit feeds ``scoring_s``, and a tiny real CPU run gives a positive fit."""
+
 from __future__ import annotations
 
 import pytest
@@ -16,7 +17,7 @@ from calibration.timing import TimingConfig
 from costmodels import cost_model
 from costmodels.token_scoring import scorer_params, scoring_s
 
-torch = pytest.importorskip("torch")   # measure_scorer imports torch only when it runs
+torch = pytest.importorskip("torch")  # measure_scorer imports torch only when it runs
 
 
 class LineTimer:
@@ -44,7 +45,9 @@ def test_fit_recovers_a_known_line_and_scoring_s_returns_it() -> None:
     timer = LineTimer(a=5e-6, b=2e-9, batches=batches)
     fit = measure_scorer(batches, key_dim=8, hidden=16, depth=3, timer=timer)
     assert timer.shapes == [(b, 1) for b in batches]
-    assert fit.s_per_key == pytest.approx(2e-9, rel=1e-9) and fit.intercept_s == pytest.approx(5e-6, rel=1e-9)
+    assert fit.s_per_key == pytest.approx(2e-9, rel=1e-9) and fit.intercept_s == pytest.approx(
+        5e-6, rel=1e-9
+    )
     assert [k for k, _ in fit.points] == batches
     # Llama-3-8B has 8 KV heads: 512 tokens at one layer are 4096 keys, as timed above.
     cm = cost_model("llama-3-8b", "h100-sxm")
@@ -68,11 +71,13 @@ def test_tiny_cpu_run_gives_a_positive_fit() -> None:
     measurement to ``scoring_s`` is the LineTimer test above."""
     batches = [64, 1024, 8192]
     threads = torch.get_num_threads()
-    fit = measure_scorer(batches, key_dim=16, hidden=32, depth=3, device="cpu", cfg=TimingConfig.quick())
+    fit = measure_scorer(
+        batches, key_dim=16, hidden=32, depth=3, device="cpu", cfg=TimingConfig.quick()
+    )
     assert fit.s_per_key > 0 and fit.intercept_s >= 0
     assert [k for k, _ in fit.points] == batches
     assert all(0 < t.p20_s <= t.median_s <= t.p80_s and t.reps >= 5 for _, t in fit.points)
-    assert torch.get_num_threads() == threads            # the one-thread setting is undone
+    assert torch.get_num_threads() == threads  # the one-thread setting is undone
 
 
 def test_closure_scores_every_key() -> None:
@@ -81,6 +86,8 @@ def test_closure_scores_every_key() -> None:
 
 
 def test_cli_prints_the_fit(capsys) -> None:
-    rc = main(["--batches", "32", "2048", "--key-dim", "8", "--hidden", "16", "--depth", "2", "--quick"])
+    rc = main(
+        ["--batches", "32", "2048", "--key-dim", "8", "--hidden", "16", "--depth", "2", "--quick"]
+    )
     out = capsys.readouterr().out
     assert rc == 0 and "s_per_key=" in out and "8->16x1->1" in out

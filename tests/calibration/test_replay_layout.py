@@ -1,5 +1,6 @@
 """Replaying a paged layout: attention through the page table equals attention over each request's
 contiguous K/V, and the cost model's prediction for the batch sits next to the measured time."""
+
 from __future__ import annotations
 
 import contextlib
@@ -23,11 +24,32 @@ from calibration.replay_layout import (  # noqa: E402  (after the torch skip)
     replay,
 )
 
-TINY = ModelSpec("tiny-replay", num_layers=2, hidden_size=32, num_heads=4, num_kv_heads=2,
-                 head_dim=8, intermediate_size=64, vocab_size=100, dtype_bytes=2, gated_mlp=True,
-                 source="tests/calibration (a toy shape)")
-SPEC_FIELDS = ("name", "num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim",
-               "intermediate_size", "vocab_size", "dtype_bytes", "gated_mlp", "source")
+TINY = ModelSpec(
+    "tiny-replay",
+    num_layers=2,
+    hidden_size=32,
+    num_heads=4,
+    num_kv_heads=2,
+    head_dim=8,
+    intermediate_size=64,
+    vocab_size=100,
+    dtype_bytes=2,
+    gated_mlp=True,
+    source="tests/calibration (a toy shape)",
+)
+SPEC_FIELDS = (
+    "name",
+    "num_layers",
+    "hidden_size",
+    "num_heads",
+    "num_kv_heads",
+    "head_dim",
+    "intermediate_size",
+    "vocab_size",
+    "dtype_bytes",
+    "gated_mlp",
+    "source",
+)
 PAGE = 4
 
 
@@ -35,20 +57,27 @@ def i32(values) -> np.ndarray:
     return np.asarray(values, dtype=np.int32)
 
 
-def paged_batch(seq_lens, qo_lens=None, kv_layout="NHD", max_pages=24, device="cpu",
-                dtype=torch.float32, seed=0):
+def paged_batch(
+    seq_lens, qo_lens=None, kv_layout="NHD", max_pages=24, device="cpu", dtype=torch.float32, seed=0
+):
     """A layout over shuffled pool slots, the pool written from known per-request K and V
     ([seq, kv heads, d]) and NaN everywhere else, and random queries."""
     g = torch.Generator().manual_seed(seed)
     rng = np.random.default_rng(seed)
     pages = [-(-s // PAGE) for s in seq_lens]
-    slots = rng.permutation(max_pages)[:sum(pages)]
+    slots = rng.permutation(max_pages)[: sum(pages)]
     k_heads, d = TINY.num_kv_heads, TINY.head_dim
     layout = PagedLayout(
-        kv_indptr=i32(np.r_[0, np.cumsum(pages)]), kv_page_indices=i32(slots),
+        kv_indptr=i32(np.r_[0, np.cumsum(pages)]),
+        kv_page_indices=i32(slots),
         kv_last_page_len=i32([s - PAGE * (p - 1) for s, p in zip(seq_lens, pages)]),
-        page_size=PAGE, num_kv_heads=k_heads, head_dim=d, max_num_pages=max_pages,
-        kv_layout=kv_layout, qo_indptr=None if qo_lens is None else i32(np.r_[0, np.cumsum(qo_lens)]))
+        page_size=PAGE,
+        num_kv_heads=k_heads,
+        head_dim=d,
+        max_num_pages=max_pages,
+        kv_layout=kv_layout,
+        qo_indptr=None if qo_lens is None else i32(np.r_[0, np.cumsum(qo_lens)]),
+    )
     layout.check()
     pool = torch.full(layout.pool_shape, math.nan)
     ks, vs = [], []
@@ -56,14 +85,14 @@ def paged_batch(seq_lens, qo_lens=None, kv_layout="NHD", max_pages=24, device="c
         k, v = torch.randn(seq, k_heads, d, generator=g), torch.randn(seq, k_heads, d, generator=g)
         ks.append(k)
         vs.append(v)
-        for j, slot in enumerate(slots[layout.kv_indptr[i]:layout.kv_indptr[i + 1]]):
+        for j, slot in enumerate(slots[layout.kv_indptr[i] : layout.kv_indptr[i + 1]]):
             a = j * PAGE
             n = min(PAGE, seq - a)
             for side, x in ((0, k), (1, v)):
                 if kv_layout == "NHD":
-                    pool[slot, side, :n] = x[a:a + n]
+                    pool[slot, side, :n] = x[a : a + n]
                 else:
-                    pool[slot, side, :, :n] = x[a:a + n].transpose(0, 1)
+                    pool[slot, side, :, :n] = x[a : a + n].transpose(0, 1)
     total_q = sum(qo_lens) if qo_lens is not None else len(seq_lens)
     q = torch.randn(total_q, TINY.num_heads, d, generator=g)
     return layout, pool.to(device, dtype), q.to(device, dtype), ks, vs
@@ -75,13 +104,13 @@ def contiguous_attention(q, ks, vs, qo_lens):
     group = TINY.num_heads // TINY.num_kv_heads
     outs, start = [], 0
     for k, v, n in zip(ks, vs, qo_lens):
-        qi = q[start:start + n].double()
+        qi = q[start : start + n].double()
         start += n
-        kr = k.double().repeat_interleave(group, dim=1)            # [seq, Hq, d]
+        kr = k.double().repeat_interleave(group, dim=1)  # [seq, Hq, d]
         vr = v.double().repeat_interleave(group, dim=1)
         seq = k.shape[0]
         scores = torch.einsum("qhd,shd->hqs", qi, kr) / math.sqrt(TINY.head_dim)
-        pos = torch.arange(seq - n, seq)[:, None]                  # each query's own position
+        pos = torch.arange(seq - n, seq)[:, None]  # each query's own position
         scores = scores.masked_fill(torch.arange(seq)[None, :] > pos, -math.inf)
         outs.append(torch.einsum("hqs,shd->qhd", scores.softmax(-1), vr))
     return torch.cat(outs)
@@ -105,10 +134,13 @@ def test_a_ragged_prefill_batch_equals_contiguous_causal_attention(kv_layout):
     layout, pool, q, ks, vs = paged_batch(PREFILL_SEQ, PREFILL_QO, kv_layout=kv_layout, seed=1)
     res = replay(layout, TINY, backend="torch", repeats=2, q=q, pool=pool)
     want = contiguous_attention(q, ks, vs, PREFILL_QO)
-    assert res.backend == "torch" and res.output.shape == (sum(PREFILL_QO), TINY.num_heads,
-                                                           TINY.head_dim)
+    assert res.backend == "torch" and res.output.shape == (
+        sum(PREFILL_QO),
+        TINY.num_heads,
+        TINY.head_dim,
+    )
     assert torch.allclose(res.output.double(), want, atol=1e-5, rtol=1e-5)
-    assert res.decode_s > 0 and res.prefill_s > 0        # one-token requests decode, the rest prefill
+    assert res.decode_s > 0 and res.prefill_s > 0  # one-token requests decode, the rest prefill
 
 
 def test_a_decode_batch_has_no_prefill_time_and_random_inputs_fill_the_pool():
@@ -157,18 +189,28 @@ def test_the_command_prints_prediction_and_measurement_per_file(tmp_path):
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (torch.cuda.is_available() is False)")
+@pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs CUDA (torch.cuda.is_available() is False)"
+)
 @pytest.mark.parametrize("kv_layout", ["NHD", "HND"])
 def test_cuda_replay_matches_the_reference_and_is_timed(kv_layout):
     """FlashInfer when installed (else the torch reference on the GPU), fp16, against the CPU
     reference of the same pool; then the cost model's prediction next to the CUDA time."""
-    layout, pool, q, ks, vs = paged_batch(PREFILL_SEQ, PREFILL_QO, kv_layout=kv_layout,
-                                          max_pages=64, seed=2)
-    cpu_pool = torch.nan_to_num(pool)            # FlashInfer may read a page's unused tail
-    res = replay(layout, TINY, device="cuda", repeats=5, q=q.to("cuda", torch.float16),
-                 pool=cpu_pool.to("cuda", torch.float16))
-    want = contiguous_attention(q.half().float(), [k.half().float() for k in ks],
-                                [v.half().float() for v in vs], PREFILL_QO)
+    layout, pool, q, ks, vs = paged_batch(
+        PREFILL_SEQ, PREFILL_QO, kv_layout=kv_layout, max_pages=64, seed=2
+    )
+    cpu_pool = torch.nan_to_num(pool)  # FlashInfer may read a page's unused tail
+    res = replay(
+        layout,
+        TINY,
+        device="cuda",
+        repeats=5,
+        q=q.to("cuda", torch.float16),
+        pool=cpu_pool.to("cuda", torch.float16),
+    )
+    want = contiguous_attention(
+        q.half().float(), [k.half().float() for k in ks], [v.half().float() for v in vs], PREFILL_QO
+    )
     assert torch.allclose(res.output.double().cpu(), want, atol=2e-2, rtol=2e-2)
     cmp = compare(layout, cost_model(TINY, "h100-sxm"), measured=res)
     assert cmp.measured_decode_s > 0 and cmp.measured_prefill_s > 0

@@ -1,4 +1,5 @@
 """Cost terms and iteration assembly, against figures worked by hand from the specs."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -20,7 +21,13 @@ from costmodels import (
 
 # Analytic H100 constants, from the datasheet figures and the stated Level-0 efficiencies.
 H100_BW, H100_F = 3.35e12, 989.4e12
-W_BW, GEMM_F, ATTN_F, KV_BW, EW_BW = 0.8 * H100_BW, 0.7 * H100_F, 0.4 * H100_F, 0.75 * H100_BW, 0.5 * H100_BW
+W_BW, GEMM_F, ATTN_F, KV_BW, EW_BW = (
+    0.8 * H100_BW,
+    0.7 * H100_F,
+    0.4 * H100_F,
+    0.75 * H100_BW,
+    0.5 * H100_BW,
+)
 TAU = 10e-6
 
 # Llama-3-8B, from its config: h=4096, 32 q heads, 8 kv heads, d=128, I=14336, L=32
@@ -33,7 +40,7 @@ def cm() -> CostModel:
 
 
 def test_gemm_floor_at_one_token(cm) -> None:
-    floor = P_L3 * 2 / W_BW            # 436 MB of bf16 weights at 2.68 TB/s = 162.8 us
+    floor = P_L3 * 2 / W_BW  # 436 MB of bf16 weights at 2.68 TB/s = 162.8 us
     assert floor == pytest.approx(162.76e-6, rel=1e-3)
     assert cm.linear_s(1) == pytest.approx(TAU + floor, rel=1e-12)
     # Flat below the knee N* = F_eff * b / (2 * BW_eff) = 258 tokens: memory-bound.
@@ -42,7 +49,7 @@ def test_gemm_floor_at_one_token(cm) -> None:
 
 
 def test_gemm_compute_slope(cm) -> None:
-    slope = 2 * P_L3 / GEMM_F          # 0.63 us per token per layer
+    slope = 2 * P_L3 / GEMM_F  # 0.63 us per token per layer
     assert cm.linear_s(8192) - cm.linear_s(4096) == pytest.approx(4096 * slope, rel=1e-9)
     assert cm.linear_s(4096) == pytest.approx(TAU + 4096 * slope, rel=1e-12)
 
@@ -64,7 +71,7 @@ def test_prefill_attention_quadratic_in_new_linear_in_ctx(cm) -> None:
 
 
 def test_decode_attention_linear_in_total_context(cm) -> None:
-    per_tok = 4096 / KV_BW             # 4 KiB per token-layer at 2.51 TB/s = 1.63 ns
+    per_tok = 4096 / KV_BW  # 4 KiB per token-layer at 2.51 TB/s = 1.63 ns
     assert cm.decode_attn_s(64, 128_000) == pytest.approx(TAU + 128_000 * per_tok, rel=1e-12)
     d = lambda b, c: cm.decode_attn_s(b, c) - TAU  # noqa: E731
     assert d(64, 256_000) == pytest.approx(2 * d(64, 128_000), rel=1e-12)
@@ -74,9 +81,11 @@ def test_decode_attention_linear_in_total_context(cm) -> None:
 def test_per_sequence_terms() -> None:
     base = load_profile("h100")
     prof = dataclasses.replace(
-        base, name="per-seq",
+        base,
+        name="per-seq",
         prefill_attn=dataclasses.replace(base.prefill_attn, per_seq_s=3e-6),
-        decode_attn=dataclasses.replace(base.decode_attn, per_seq_s=1e-7))
+        decode_attn=dataclasses.replace(base.decode_attn, per_seq_s=1e-7),
+    )
     cm2 = CostModel(get_model("llama-3-8b"), prof)
     cm1 = CostModel(get_model("llama-3-8b"), base)
     assert cm2.decode_attn_s(64, 1000) - cm1.decode_attn_s(64, 1000) == pytest.approx(64 * 1e-7)
@@ -87,15 +96,19 @@ def test_per_sequence_terms() -> None:
 def test_layer_is_the_sum_of_its_terms(cm) -> None:
     shape = BatchShape.prefill(500, 3000) + BatchShape.decode(32, 32 * 1500)
     n = 500 + 32
-    expected = (cm.linear_s(n) + cm.elementwise_s(n) + cm.prefill_attn_s(attention_pairs(500, 3000), 1)
-                + cm.decode_attn_s(32, 48_000))
+    expected = (
+        cm.linear_s(n)
+        + cm.elementwise_s(n)
+        + cm.prefill_attn_s(attention_pairs(500, 3000), 1)
+        + cm.decode_attn_s(32, 48_000)
+    )
     assert cm.layer_s(shape) == pytest.approx(expected, rel=1e-12)
     assert cm.layer_s(BatchShape()) == 0.0
 
 
 def test_lm_head(cm) -> None:
     head = 4096 * 128256
-    assert cm.lm_head_s(1) == pytest.approx(head * 2 / W_BW, rel=1e-12)       # 392 us floor
+    assert cm.lm_head_s(1) == pytest.approx(head * 2 / W_BW, rel=1e-12)  # 392 us floor
     assert cm.lm_head_s(4096) == pytest.approx(4096 * 2 * head / GEMM_F, rel=1e-12)
     assert cm.lm_head_s(0) == 0.0
 
@@ -130,7 +143,10 @@ def test_iteration_pipelined_follows_the_layer_recurrence(cm) -> None:
     shape = BatchShape.prefill(2000, 0)
     t_c = cm.layer_s(shape)
     eps = cm.profile.overlap.compute_slowdown
-    for h2d_bytes, copies in [(10 * 2**20, 320), (2 * 2**30, 32 * 1024)]:   # compute-bound, copy-bound
+    for h2d_bytes, copies in [
+        (10 * 2**20, 320),
+        (2 * 2**30, 32 * 1024),
+    ]:  # compute-bound, copy-bound
         it = cm.iteration(shape, h2d_bytes=h2d_bytes, h2d_copies=copies)
         assert it.h2d_s == pytest.approx(copies * 5e-6 + h2d_bytes / 55.63e9, rel=1e-12)
         t_x = it.h2d_s / 32
@@ -150,8 +166,11 @@ def test_iteration_without_pipelining(cm) -> None:
     assert it.total_s == pytest.approx(it.h2d_s + it.compute_s, rel=1e-12)
     assert it.stall_s == pytest.approx(it.h2d_s, rel=1e-9)
     # A backend that cannot pipeline per layer ignores pipelining=True.
-    prof = dataclasses.replace(cm.profile, name="no-layerwise",
-                               overlap=dataclasses.replace(cm.profile.overlap, layerwise_h2d=False))
+    prof = dataclasses.replace(
+        cm.profile,
+        name="no-layerwise",
+        overlap=dataclasses.replace(cm.profile.overlap, layerwise_h2d=False),
+    )
     cm2 = CostModel(cm.model, prof)
     assert cm2.iteration(shape, h2d_bytes=64 * 2**20, h2d_copies=512).total_s == it.total_s
 
@@ -173,7 +192,11 @@ def test_copy_only_iteration(cm) -> None:
 
 shapes = st.builds(
     lambda n, c, b, k: BatchShape.prefill(n, c) + BatchShape.decode(b, b * k),
-    st.integers(0, 8192), st.integers(0, 32768), st.integers(0, 256), st.integers(1, 8192))
+    st.integers(0, 8192),
+    st.integers(0, 32768),
+    st.integers(0, 256),
+    st.integers(1, 8192),
+)
 
 
 @settings(max_examples=200, deadline=None)
@@ -192,7 +215,7 @@ def test_pipelining_never_worse_and_copies_never_free(shape, nbytes, copies) -> 
 def test_prefill_s_is_a_lone_prefill(cm) -> None:
     expected = 32 * cm.layer_s(BatchShape.prefill(1000, 0)) + cm.lm_head_s(1) + 0.5e-3
     assert cm.prefill_s(1000) == pytest.approx(expected, rel=1e-12)
-    assert cm.prefill_s(100, 5000) > cm.prefill_s(100, 0)   # a resident history is attended to
+    assert cm.prefill_s(100, 5000) > cm.prefill_s(100, 0)  # a resident history is attended to
 
 
 def test_pensieve_constants(cm) -> None:
@@ -212,7 +235,10 @@ def test_pensieve_constants(cm) -> None:
 def test_constants_transfer_across_models() -> None:
     # One profile, two models: the memory-bound floor scales with the weight bytes exactly.
     a, b = cost_model("llama-3-8b", "h100"), cost_model("llama-3-70b", "h100")
-    ratio = get_model("llama-3-70b").linear_params_per_layer / get_model("llama-3-8b").linear_params_per_layer
+    ratio = (
+        get_model("llama-3-70b").linear_params_per_layer
+        / get_model("llama-3-8b").linear_params_per_layer
+    )
     assert (b.linear_s(1) - TAU) / (a.linear_s(1) - TAU) == pytest.approx(ratio, rel=1e-12)
     assert b.kv_bytes_per_token == 327680
 
@@ -223,8 +249,13 @@ def test_batch_shape_rules() -> None:
     s = BatchShape.prefill(10, 5) + BatchShape.prefill(4, 0) + BatchShape.decode(3, 300)
     assert s == BatchShape(14, 108.0, 2, 3, 300)
     assert s.tokens == 17 and s.rows == 5
-    for bad in (dict(prefill_tokens=-1), dict(prefill_tokens=5), dict(prefill_seqs=1),
-                dict(decode_ctx_tokens=10), dict(prefill_pairs=3.0)):
+    for bad in (
+        dict(prefill_tokens=-1),
+        dict(prefill_tokens=5),
+        dict(prefill_seqs=1),
+        dict(decode_ctx_tokens=10),
+        dict(prefill_pairs=3.0),
+    ):
         with pytest.raises(ValueError):
             BatchShape(**bad)
     with pytest.raises(ValueError):
@@ -235,8 +266,13 @@ def test_decode_step_s_equals_iteration_to_the_last_bit():
     import random
 
     from costmodels import BatchShape, cost_model
+
     rng = random.Random(5)
-    for model, hw in (("llama-3-8b", "h100-sxm"), ("llama-2-13b", "a100-sxm"), ("qwen2.5-7b", "h200")):
+    for model, hw in (
+        ("llama-3-8b", "h100-sxm"),
+        ("llama-2-13b", "a100-sxm"),
+        ("qwen2.5-7b", "h200"),
+    ):
         cm = cost_model(model, hw)
         for _ in range(200):
             b = rng.randint(1, 512)

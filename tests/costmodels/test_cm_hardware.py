@@ -1,4 +1,5 @@
 """Hardware specs: datasheet and measured figures, aliases, a source for every number."""
+
 from __future__ import annotations
 
 import pytest
@@ -7,10 +8,17 @@ from costmodels import available_hardware, get_hardware
 from costmodels.hardware import HardwareSpec, hardware_aliases
 
 
-@pytest.mark.parametrize("alias, name", [
-    ("a100", "a100-sxm"), ("A100-SXM", "a100-sxm"), ("h100", "h100-sxm"), ("H100-SXM", "h100-sxm"),
-    ("h200", "h200"), ("h200-sxm", "h200"),
-])
+@pytest.mark.parametrize(
+    "alias, name",
+    [
+        ("a100", "a100-sxm"),
+        ("A100-SXM", "a100-sxm"),
+        ("h100", "h100-sxm"),
+        ("H100-SXM", "h100-sxm"),
+        ("h200", "h200"),
+        ("h200-sxm", "h200"),
+    ],
+)
 def test_aliases(alias: str, name: str) -> None:
     assert get_hardware(alias).name == name
 
@@ -32,16 +40,29 @@ NOTES_S3 = {
 @pytest.mark.parametrize("name", sorted(NOTES_S3))
 def test_values_match_notes(name: str) -> None:
     hw = get_hardware(name)
-    assert (hw.hbm_bytes, hw.hbm_bw_Bps, hw.dense_bf16_flops, hw.host_link_Bps,
-            hw.h2d_measured_Bps, hw.d2h_measured_Bps) == NOTES_S3[name]
+    assert (
+        hw.hbm_bytes,
+        hw.hbm_bw_Bps,
+        hw.dense_bf16_flops,
+        hw.host_link_Bps,
+        hw.h2d_measured_Bps,
+        hw.d2h_measured_Bps,
+    ) == NOTES_S3[name]
     assert hw.copy_latency_s == 5e-6
 
 
 @pytest.mark.parametrize("name", sorted(NOTES_S3))
 def test_every_number_has_a_source(name: str) -> None:
     hw = get_hardware(name)
-    numeric = ["hbm_bytes", "hbm_bw_Bps", "dense_bf16_flops", "host_link_Bps", "h2d_measured_Bps",
-               "d2h_measured_Bps", "copy_latency_s"]
+    numeric = [
+        "hbm_bytes",
+        "hbm_bw_Bps",
+        "dense_bf16_flops",
+        "host_link_Bps",
+        "h2d_measured_Bps",
+        "d2h_measured_Bps",
+        "copy_latency_s",
+    ]
     assert sorted(hw.sources) == sorted(numeric)
     assert all(len(s) > 10 for s in hw.sources.values())
 
@@ -85,11 +106,14 @@ def test_hardware_file(tmp_path) -> None:
     assert isinstance(hw, HardwareSpec) and hw.hbm_bw_Bps == 864e9
 
 
-@pytest.mark.parametrize("edit, key", [
-    (lambda s: s.replace("  copy_latency_s: judgment\n", ""), "sources.copy_latency_s"),
-    (lambda s: s.replace("hbm_bw_Bps: 864e9", "hbm_bw_Bps: 0"), "hbm_bw_Bps"),
-    (lambda s: s + "nvlink_Bps: 1\n", "nvlink_Bps"),
-])
+@pytest.mark.parametrize(
+    "edit, key",
+    [
+        (lambda s: s.replace("  copy_latency_s: judgment\n", ""), "sources.copy_latency_s"),
+        (lambda s: s.replace("hbm_bw_Bps: 864e9", "hbm_bw_Bps: 0"), "hbm_bw_Bps"),
+        (lambda s: s + "nvlink_Bps: 1\n", "nvlink_Bps"),
+    ],
+)
 def test_hardware_file_errors(tmp_path, edit, key) -> None:
     path = tmp_path / "bad.yaml"
     path.write_text(edit(HW))

@@ -1,4 +1,5 @@
 """Model specs: registry values, derived bytes/params worked by hand, strict spec files."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -28,8 +29,17 @@ NOTES_S6 = {
 def test_registry_matches_notes_table(name: str) -> None:
     m = get_model(name)
     L, h, hq, k, d, i, vocab, _, kv, gated = NOTES_S6[name]
-    assert (m.num_layers, m.hidden_size, m.num_heads, m.num_kv_heads, m.head_dim,
-            m.intermediate_size, m.vocab_size, m.gated_mlp, m.dtype_bytes) == (L, h, hq, k, d, i, vocab, gated, 2)
+    assert (
+        m.num_layers,
+        m.hidden_size,
+        m.num_heads,
+        m.num_kv_heads,
+        m.head_dim,
+        m.intermediate_size,
+        m.vocab_size,
+        m.gated_mlp,
+        m.dtype_bytes,
+    ) == (L, h, hq, k, d, i, vocab, gated, 2)
     assert m.kv_bytes_per_token == kv
     assert m.source.strip()
 
@@ -40,7 +50,9 @@ def test_params_reproduce_published_model_size(name: str) -> None:
     m = get_model(name)
     params_b = NOTES_S6[name][7]
     tied = not m.gated_mlp  # OPT ties embedding and LM head
-    total = m.num_layers * m.linear_params_per_layer + (1 if tied else 2) * m.hidden_size * m.vocab_size
+    total = (
+        m.num_layers * m.linear_params_per_layer + (1 if tied else 2) * m.hidden_size * m.vocab_size
+    )
     assert total / 1e9 == pytest.approx(params_b, rel=0.01)
 
 
@@ -55,8 +67,11 @@ def test_kv_bytes_by_hand() -> None:
 
 def test_params_per_layer_by_hand() -> None:
     # Llama-3-8B: q 4096x4096, k and v 4096x1024, o 4096x4096, gate/up/down 3 x 4096x14336
-    assert get_model("Llama-3-8B").linear_params_per_layer == (
-        16_777_216 + 2 * 4_194_304 + 16_777_216 + 3 * 58_720_256) == 218_103_808
+    assert (
+        get_model("Llama-3-8B").linear_params_per_layer
+        == (16_777_216 + 2 * 4_194_304 + 16_777_216 + 3 * 58_720_256)
+        == 218_103_808
+    )
     # OPT-13B: 4 x 5120^2 attention, 2 x 5120x20480 plain FFN
     assert get_model("OPT-13B").linear_params_per_layer == 104_857_600 + 209_715_200
     assert get_model("Llama-3-8B").linear_weight_bytes_per_layer == 2 * 218_103_808
@@ -69,11 +84,22 @@ def test_elementwise_bytes_by_hand() -> None:
     assert get_model("Llama-3-8B").elementwise_bytes_per_token_layer == 2 * elems == 196_608
     # Plain FFN activation reads and writes I once each.
     opt = get_model("OPT-13B")
-    assert opt.elementwise_bytes_per_token_layer == 2 * (10 * 5120 + 2 * 80 * 128 + 2 * 20480 + 4 * 40 * 128)
+    assert opt.elementwise_bytes_per_token_layer == 2 * (
+        10 * 5120 + 2 * 80 * 128 + 2 * 20480 + 4 * 40 * 128
+    )
 
 
-@pytest.mark.parametrize("alias", ["llama-3-8b", "Llama-3-8B", "LLAMA-3-8B", " llama-3-8b ",
-                                   "meta-llama/Meta-Llama-3-8B", "meta-llama/meta-llama-3-8b-instruct"])
+@pytest.mark.parametrize(
+    "alias",
+    [
+        "llama-3-8b",
+        "Llama-3-8B",
+        "LLAMA-3-8B",
+        " llama-3-8b ",
+        "meta-llama/Meta-Llama-3-8B",
+        "meta-llama/meta-llama-3-8b-instruct",
+    ],
+)
 def test_aliases_case_insensitive(alias: str) -> None:
     assert get_model(alias).name == "Llama-3-8B"
 
@@ -131,14 +157,17 @@ def test_spec_file_loads(tmp_path) -> None:
     assert get_model(path) == m  # os.PathLike too
 
 
-@pytest.mark.parametrize("edit, key", [
-    (lambda s: s + "num_experts: 8\n", "num_experts"),                        # unknown key
-    (lambda s: s.replace("vocab_size: 128256\n", ""), "vocab_size"),          # missing field
-    (lambda s: s.replace("num_layers: 16", "num_layers: '16'"), "num_layers"),  # wrong type
-    (lambda s: s.replace("gated_mlp: true", "gated_mlp: 1"), "gated_mlp"),    # int is not bool
-    (lambda s: s.replace("head_dim: 64", "head_dim: -64"), "head_dim"),       # impossible value
-    (lambda s: s.replace("source: \"Llama-3.2-1B config.json\"\n", ""), "source"),
-])
+@pytest.mark.parametrize(
+    "edit, key",
+    [
+        (lambda s: s + "num_experts: 8\n", "num_experts"),  # unknown key
+        (lambda s: s.replace("vocab_size: 128256\n", ""), "vocab_size"),  # missing field
+        (lambda s: s.replace("num_layers: 16", "num_layers: '16'"), "num_layers"),  # wrong type
+        (lambda s: s.replace("gated_mlp: true", "gated_mlp: 1"), "gated_mlp"),  # int is not bool
+        (lambda s: s.replace("head_dim: 64", "head_dim: -64"), "head_dim"),  # impossible value
+        (lambda s: s.replace('source: "Llama-3.2-1B config.json"\n', ""), "source"),
+    ],
+)
 def test_spec_file_errors_name_key_and_file(tmp_path, edit, key) -> None:
     path = tmp_path / "bad.yaml"
     path.write_text(edit(SPEC))

@@ -1,4 +1,5 @@
 """Layer-wise pipelining: hand cases, closed form == recurrence, bounds."""
+
 from __future__ import annotations
 
 import pytest
@@ -35,7 +36,9 @@ def test_hand_case_with_slowdown() -> None:
     # L=2, t_x=1, t_c=2, eps=0.5: copies end at 2. Layer 0 starts at 1, runs slow until 2 (does
     # 1/1.5 of work), then the remaining 2 - 2/3 at full speed: C0 = 2 + 4/3. Layer 1: C1 = C0 + 2.
     expected = 2 + 4 / 3 + 2
-    assert pipelined_time([1, 1], [2, 2], compute_slowdown=0.5) == pytest.approx(expected, rel=1e-12)
+    assert pipelined_time([1, 1], [2, 2], compute_slowdown=0.5) == pytest.approx(
+        expected, rel=1e-12
+    )
     assert pipelined_time_uniform(2, 1, 2, 0.5) == pytest.approx(expected, rel=1e-12)
     # Copy-bound with eps: slow layers hide under the copies; the last runs after them, unslowed.
     assert pipelined_time([3, 3], [1, 1], compute_slowdown=0.5) == 3 + 3 + 1
@@ -58,8 +61,8 @@ def test_closed_form_equals_loop(L, t_x, t_c, eps) -> None:
 def test_bounds(L, t_x, t_c, eps) -> None:
     t = pipelined_time_uniform(L, t_x, t_c, eps)
     tol = 1e-12 * (1 + L)
-    assert t >= max(L * t_x, L * t_c) - tol            # neither stream can be beaten
-    assert t <= L * (t_x + t_c) + tol                  # never worse than doing them in turn
+    assert t >= max(L * t_x, L * t_c) - tol  # neither stream can be beaten
+    assert t <= L * (t_x + t_c) + tol  # never worse than doing them in turn
     assert serial_time_uniform(L, t_x, t_c) >= t - tol  # no pipelining >= pipelining
 
 
@@ -68,7 +71,9 @@ def test_bounds(L, t_x, t_c, eps) -> None:
 def test_nonuniform_loop_is_the_design_recurrence(pairs) -> None:
     copy_s = [p[0] for p in pairs]
     compute_s = [p[1] for p in pairs]
-    assert pipelined_time(copy_s, compute_s) == pytest.approx(design_recurrence(copy_s, compute_s), rel=1e-12, abs=1e-15)
+    assert pipelined_time(copy_s, compute_s) == pytest.approx(
+        design_recurrence(copy_s, compute_s), rel=1e-12, abs=1e-15
+    )
 
 
 @settings(max_examples=200, deadline=None)

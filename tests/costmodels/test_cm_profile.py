@@ -1,4 +1,5 @@
 """Profiles: name resolution, YAML round trip, strict validation naming the key and the file."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -29,11 +30,22 @@ def test_gpu_name_gives_analytic_profile(name: str) -> None:
 def _calibrated() -> Profile:
     base = analytic_profile(get_hardware("a100"))
     return dataclasses.replace(
-        base, name="fit-a100-test",
+        base,
+        name="fit-a100-test",
         decode_attn=dataclasses.replace(base.decode_attn, per_seq_s=1.5e-7),
-        meta=dataclasses.replace(base.meta, source="fit: test", date="2025-06-01", torch="2.5.1",
-                                 page_size=16, notes=None),
-        validation={"decode_attn": TermValidation(mape=0.086, max_ape=0.25, n=60, split="random 80/20 by shape")},
+        meta=dataclasses.replace(
+            base.meta,
+            source="fit: test",
+            date="2025-06-01",
+            torch="2.5.1",
+            page_size=16,
+            notes=None,
+        ),
+        validation={
+            "decode_attn": TermValidation(
+                mape=0.086, max_ape=0.25, n=60, split="random 80/20 by shape"
+            )
+        },
     )
 
 
@@ -57,7 +69,9 @@ def test_analytic_round_trip_is_exact(tmp_path) -> None:
 def test_hand_written_yaml_accepts_plain_floats_and_dates(tmp_path) -> None:
     d = _calibrated().to_dict()
     text = yaml.safe_dump(d, sort_keys=False)
-    text = text.replace("tau_s: 1.0e-05", "tau_s: 5e-6", 1).replace("date: '2025-06-01'", "date: 2025-06-01")
+    text = text.replace("tau_s: 1.0e-05", "tau_s: 5e-6", 1).replace(
+        "date: '2025-06-01'", "date: 2025-06-01"
+    )
     path = tmp_path / "hand.yaml"
     path.write_text(text)
     p = load_profile(str(path))
@@ -78,26 +92,33 @@ def _set(d: dict, dotted: str, value) -> None:
 _DELETE = object()
 
 
-@pytest.mark.parametrize("dotted, value, key", [
-    ("linaer", {}, "linaer"),                                       # unknown top-level key
-    ("linear.tau", 1e-6, "linear.tau"),                             # unknown nested key
-    ("decode_attn.kv_bw_Bps", _DELETE, "decode_attn.kv_bw_Bps"),    # missing constant
-    ("linear.flops", "fast", "linear.flops"),                       # wrong type
-    ("h2d.bw_Bps", True, "h2d.bw_Bps"),                             # bool is not a number
-    ("prefill_attn.tau_s", -1e-6, "prefill_attn.tau_s"),            # negative constant
-    ("d2h.bw_Bps", 0, "d2h.bw_Bps"),                                # a rate must be > 0
-    ("step_overhead_s", -0.001, "step_overhead_s"),
-    ("overlap.layerwise_h2d", "yes", "overlap.layerwise_h2d"),
-    ("overlap.compute_slowdown", [0.1], "overlap.compute_slowdown"),
-    ("meta.gpu", _DELETE, "meta.gpu"),
-    ("meta.page_size", 0, "meta.page_size"),
-    ("meta.clock", "1980 MHz", "meta.clock"),
-    ("validation.attention", {"mape": 0.1, "max_ape": 0.2, "n": 5, "split": "x"}, "validation.attention"),
-    ("validation.decode_attn.mape", -0.1, "validation.decode_attn.mape"),
-    ("validation.decode_attn.n", 2.5, "validation.decode_attn.n"),
-    ("format_version", 2, "format_version"),
-    ("linear", [1, 2], "linear"),
-])
+@pytest.mark.parametrize(
+    "dotted, value, key",
+    [
+        ("linaer", {}, "linaer"),  # unknown top-level key
+        ("linear.tau", 1e-6, "linear.tau"),  # unknown nested key
+        ("decode_attn.kv_bw_Bps", _DELETE, "decode_attn.kv_bw_Bps"),  # missing constant
+        ("linear.flops", "fast", "linear.flops"),  # wrong type
+        ("h2d.bw_Bps", True, "h2d.bw_Bps"),  # bool is not a number
+        ("prefill_attn.tau_s", -1e-6, "prefill_attn.tau_s"),  # negative constant
+        ("d2h.bw_Bps", 0, "d2h.bw_Bps"),  # a rate must be > 0
+        ("step_overhead_s", -0.001, "step_overhead_s"),
+        ("overlap.layerwise_h2d", "yes", "overlap.layerwise_h2d"),
+        ("overlap.compute_slowdown", [0.1], "overlap.compute_slowdown"),
+        ("meta.gpu", _DELETE, "meta.gpu"),
+        ("meta.page_size", 0, "meta.page_size"),
+        ("meta.clock", "1980 MHz", "meta.clock"),
+        (
+            "validation.attention",
+            {"mape": 0.1, "max_ape": 0.2, "n": 5, "split": "x"},
+            "validation.attention",
+        ),
+        ("validation.decode_attn.mape", -0.1, "validation.decode_attn.mape"),
+        ("validation.decode_attn.n", 2.5, "validation.decode_attn.n"),
+        ("format_version", 2, "format_version"),
+        ("linear", [1, 2], "linear"),
+    ],
+)
 def test_strict_errors_name_key_and_file(tmp_path, dotted, value, key) -> None:
     d = _calibrated().to_dict()
     _set(d, dotted, value)
@@ -138,7 +159,10 @@ def test_committed_profile_resolves_by_name(tmp_path, monkeypatch) -> None:
 
 def test_committed_profiles_do_not_shadow_gpu_names() -> None:
     from costmodels.hardware import find_hardware
-    shadowing = [n for n in profile_mod.committed_profiles() if find_hardware(n.removeprefix("analytic-"))]
+
+    shadowing = [
+        n for n in profile_mod.committed_profiles() if find_hardware(n.removeprefix("analytic-"))
+    ]
     assert shadowing == []
 
 
@@ -151,6 +175,7 @@ def test_unknown_profile() -> None:
 
 def test_readme_example_is_a_valid_profile(tmp_path) -> None:
     import re
+
     readme = profile_mod.PROFILES_DIR / "README.md"
     block = re.search(r"```yaml\n(.*?)```", readme.read_text(), re.S).group(1)
     path = tmp_path / "example.yaml"

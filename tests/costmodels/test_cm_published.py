@@ -4,6 +4,7 @@ Two layers: published figures transcribed below, each with its source (always ru
 CSVs in ../shared/data (marked ``data``, skipped when the folder is absent). The analytic profiles
 are not fitted to any of these, so agreement is evidence, not tautology.
 """
+
 from __future__ import annotations
 
 import csv
@@ -36,11 +37,14 @@ def test_h100_llama2_7b_gemms_at_one_token() -> None:
     assert predicted == pytest.approx(measured, rel=0.40)
 
 
-@pytest.mark.parametrize("gpu, model, ms_per_token", [
-    ("h100", "llama-2-7b", 6.21e-4),   # PROVENANCE s2.4, Vidur mlp.csv fits (non-attention ops)
-    ("a100", "llama-2-7b", 1.99e-3),
-    ("a100", "llama-3-8b", 2.07e-3),
-])
+@pytest.mark.parametrize(
+    "gpu, model, ms_per_token",
+    [
+        ("h100", "llama-2-7b", 6.21e-4),  # PROVENANCE s2.4, Vidur mlp.csv fits (non-attention ops)
+        ("a100", "llama-2-7b", 1.99e-3),
+        ("a100", "llama-3-8b", 2.07e-3),
+    ],
+)
 def test_non_attention_slope_matches_vidur_fits(gpu, model, ms_per_token) -> None:
     cm = cost_model(model, gpu)
     per_token = lambda n: cm.linear_s(n) + cm.elementwise_s(n)  # noqa: E731
@@ -58,7 +62,9 @@ def test_a100_decode_alpha_matches_flashinfer_fit() -> None:
 def test_h100_whole_layer_prefill_matches_llmservingsim_fit(n) -> None:
     # PROVENANCE s2.4: H100 Llama-3.1-8B whole decoder layer, prefill with no cache: 8.40e-4*N + 0.140 ms
     cm = cost_model("llama-3-8b", "h100")
-    assert cm.layer_s(BatchShape.prefill(n, 0)) == pytest.approx((8.40e-4 * n + 0.140) * 1e-3, rel=0.25)
+    assert cm.layer_s(BatchShape.prefill(n, 0)) == pytest.approx(
+        (8.40e-4 * n + 0.140) * 1e-3, rel=0.25
+    )
 
 
 def test_a100_full_prefill_attention_matches_vidur_fit() -> None:
@@ -91,11 +97,14 @@ def _mlp_rows(rel: str):
 
 @pytest.mark.data
 @needs_data
-@pytest.mark.parametrize("gpu, model, rel", [
-    ("h100", "llama-2-7b", "h100/meta-llama/Llama-2-7b-hf/mlp.csv"),
-    ("a100", "llama-2-7b", "a100/meta-llama/Llama-2-7b-hf/mlp.csv"),
-    ("a100", "llama-3-8b", "a100/meta-llama/Meta-Llama-3-8B/mlp.csv"),
-])
+@pytest.mark.parametrize(
+    "gpu, model, rel",
+    [
+        ("h100", "llama-2-7b", "h100/meta-llama/Llama-2-7b-hf/mlp.csv"),
+        ("a100", "llama-2-7b", "a100/meta-llama/Llama-2-7b-hf/mlp.csv"),
+        ("a100", "llama-3-8b", "a100/meta-llama/Meta-Llama-3-8B/mlp.csv"),
+    ],
+)
 def test_gemm_time_over_all_token_counts(gpu, model, rel) -> None:
     """Per-layer GEMM time vs Vidur's measured medians at every profiled N (1..4096+)."""
     cm = cost_model(model, gpu)
@@ -123,12 +132,12 @@ def test_a100_decode_and_prefill_attention_vs_transcribed_vidur() -> None:
         b, kv, chunk = int(r["batch_size"]), int(r["kv_cache_size"]), int(r["prefill_chunk_size"])
         if r["is_prefill"] == "False":
             y = float(r["attn_decode_median_ms"]) * 1e-3
-            dec.append(abs(cm.decode_attn_s(b, b * kv) - y) / y)   # kv_cache_size is per sequence
+            dec.append(abs(cm.decode_attn_s(b, b * kv) - y) / y)  # kv_cache_size is per sequence
         elif kv == 0:
             y = float(r["attn_prefill_median_ms"]) * 1e-3
             full.append(abs(cm.prefill_attn_s(attention_pairs(chunk, 0), 1) - y) / y)
     assert len(dec) > 250 and len(full) > 50
-    assert np.mean(dec) < 0.12      # the fitted alpha*ctx + beta reaches 8.6 % (PROVENANCE s2.4)
+    assert np.mean(dec) < 0.12  # the fitted alpha*ctx + beta reaches 8.6 % (PROVENANCE s2.4)
     assert np.mean(full) < 0.25
 
 

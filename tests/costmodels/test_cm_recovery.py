@@ -1,4 +1,5 @@
 """Recovery costs of evicted KV (recompute or pipelined swap-in), against hand calculations."""
+
 from __future__ import annotations
 
 import pytest
@@ -38,17 +39,25 @@ def test_recompute_by_hand(cm) -> None:
 
 def test_swap_in_is_the_pipelined_stall(cm) -> None:
     nbytes = BT * cm.kv_bytes_per_token
-    t_copy = cm.copy_s("h2d", nbytes, L)                        # one copy per layer of one page
+    t_copy = cm.copy_s("h2d", nbytes, L)  # one copy per layer of one page
     t_c = cm.layer_s(BatchShape.prefill(BT, 160))
-    stall = pipelined_time_uniform(L, t_copy / L, t_c, cm.profile.overlap.compute_slowdown) - L * t_c
+    stall = (
+        pipelined_time_uniform(L, t_copy / L, t_c, cm.profile.overlap.compute_slowdown) - L * t_c
+    )
     assert swap_in_s(cm, nbytes, 1, 160, BT) == pytest.approx(stall, rel=1e-12)
-    assert 0 < stall < t_copy                                    # pipelining hides part of the copy
+    assert 0 < stall < t_copy  # pipelining hides part of the copy
 
 
 def test_recovery_chooses_and_clips_to_the_context(cm) -> None:
     # Page 9 of a 150-token session holds tokens 144..149: 6 tokens to recompute.
-    span = {"first_page": 9, "pages": 1, "layer": -1, "nbytes": BT * cm.kv_bytes_per_token,
-            "context_tokens": 150, "block_tokens": BT}
+    span = {
+        "first_page": 9,
+        "pages": 1,
+        "layer": -1,
+        "nbytes": BT * cm.kv_bytes_per_token,
+        "context_tokens": 150,
+        "block_tokens": BT,
+    }
     assert recovery_s(cm, dropped=True, **span) == recompute_s(cm, 6, 144)
     assert recovery_s(cm, dropped=False, **span) == swap_in_s(cm, span["nbytes"], 1, 150, BT)
-    assert recovery_s(cm, dropped=True, **{**span, "first_page": 10}) == 0.0   # past the context
+    assert recovery_s(cm, dropped=True, **{**span, "first_page": 10}) == 0.0  # past the context

@@ -1,4 +1,5 @@
 """The ring-buffer timeline: hand-worked timelines, the closed form == the recurrence, bounds."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -91,25 +92,34 @@ def test_no_pages() -> None:
     assert ring_buffer_time_uniform(0, 1.0, 2.0, 3) == 0.0
 
 
-@pytest.mark.parametrize("kwargs, key", [
-    ({"copy_s": [1], "attn_s": [1], "slots": 0}, "slots"),
-    ({"copy_s": [1], "attn_s": [1], "slots": 1.5}, "slots"),
-    ({"copy_s": [1, -1], "attn_s": [1, 1], "slots": 1}, r"copy_s\[1\]"),
-    ({"copy_s": [1], "attn_s": [float("nan")], "slots": 1}, r"attn_s\[0\]"),
-    ({"copy_s": [1], "attn_s": [float("inf")], "slots": 1}, r"attn_s\[0\]"),
-    ({"copy_s": [1], "attn_s": [1], "slots": 1, "copy_start_s": -1}, "copy_start_s"),
-    ({"copy_s": [1], "attn_s": [1], "slots": 1, "compute_start_s": -1}, "compute_start_s"),
-    ({"copy_s": [1, 1], "attn_s": [1], "slots": 1}, "copy_s has 2 pages, attn_s 1"),
-])
+@pytest.mark.parametrize(
+    "kwargs, key",
+    [
+        ({"copy_s": [1], "attn_s": [1], "slots": 0}, "slots"),
+        ({"copy_s": [1], "attn_s": [1], "slots": 1.5}, "slots"),
+        ({"copy_s": [1, -1], "attn_s": [1, 1], "slots": 1}, r"copy_s\[1\]"),
+        ({"copy_s": [1], "attn_s": [float("nan")], "slots": 1}, r"attn_s\[0\]"),
+        ({"copy_s": [1], "attn_s": [float("inf")], "slots": 1}, r"attn_s\[0\]"),
+        ({"copy_s": [1], "attn_s": [1], "slots": 1, "copy_start_s": -1}, "copy_start_s"),
+        ({"copy_s": [1], "attn_s": [1], "slots": 1, "compute_start_s": -1}, "compute_start_s"),
+        ({"copy_s": [1, 1], "attn_s": [1], "slots": 1}, "copy_s has 2 pages, attn_s 1"),
+    ],
+)
 def test_timeline_rejects_bad_input(kwargs, key) -> None:
     with pytest.raises(ValueError, match=key):
         ring_buffer_timeline(**kwargs)
 
 
-@pytest.mark.parametrize("args, key", [
-    ((-1, 1.0, 1.0, 2), "n must"), ((2, -1.0, 1.0, 2), "t_copy"), ((2, 1.0, -1.0, 2), "t_attn"),
-    ((2, 1.0, 1.0, 0), "slots"), ((2.0, 1.0, 1.0, 2), "n must"),
-])
+@pytest.mark.parametrize(
+    "args, key",
+    [
+        ((-1, 1.0, 1.0, 2), "n must"),
+        ((2, -1.0, 1.0, 2), "t_copy"),
+        ((2, 1.0, -1.0, 2), "t_attn"),
+        ((2, 1.0, 1.0, 0), "slots"),
+        ((2.0, 1.0, 1.0, 2), "n must"),
+    ],
+)
 def test_uniform_rejects_bad_input(args, key) -> None:
     with pytest.raises(ValueError, match=key):
         ring_buffer_time_uniform(*args)
@@ -132,7 +142,12 @@ def test_closed_form_sweep_exact_on_integers() -> None:
             for t_a in range(5):
                 for slots in range(1, 6):
                     loop = ring_buffer_timeline([t_x] * n, [t_a] * n, slots).end_s
-                    assert ring_buffer_time_uniform(n, t_x, t_a, slots) == loop, (n, t_x, t_a, slots)
+                    assert ring_buffer_time_uniform(n, t_x, t_a, slots) == loop, (
+                        n,
+                        t_x,
+                        t_a,
+                        slots,
+                    )
 
 
 pages = st.lists(st.tuples(times, times), min_size=0, max_size=40)
@@ -150,12 +165,12 @@ def test_timeline_is_the_design_and_respects_its_constraints(p, slots, x0, c0) -
     np.testing.assert_allclose(tl.copy_end, xe, rtol=1e-12, atol=1e-15)
     tol = 1e-12
     for j in range(len(p)):
-        assert tl.attn_start[j] >= tl.copy_end[j] - tol                # attends to a copied page
+        assert tl.attn_start[j] >= tl.copy_end[j] - tol  # attends to a copied page
         if j:
-            assert tl.copy_start[j] >= tl.copy_end[j - 1] - tol        # one copy stream
-            assert tl.attn_start[j] >= tl.attn_end[j - 1] - tol        # one compute stream
+            assert tl.copy_start[j] >= tl.copy_end[j - 1] - tol  # one copy stream
+            assert tl.attn_start[j] >= tl.attn_end[j - 1] - tol  # one compute stream
         if j >= slots:
-            assert tl.copy_start[j] >= tl.attn_end[j - slots] - tol    # never overwrites a slot
+            assert tl.copy_start[j] >= tl.attn_end[j - slots] - tol  # never overwrites a slot
     assert tl.stall_s >= 0.0
     assert tl.stall_s == pytest.approx(tl.end_s - c0 - sum(attn_s), rel=1e-9, abs=1e-12)
 
@@ -166,14 +181,15 @@ def test_bounds_and_monotone_in_slots(p, slots) -> None:
     copy_s, attn_s = [a for a, _ in p], [b for _, b in p]
     end = ring_buffer_timeline(copy_s, attn_s, slots).end_s
     tol = 1e-12
-    assert end <= sum(copy_s) + sum(attn_s) + tol                       # never worse than in turn
+    assert end <= sum(copy_s) + sum(attn_s) + tol  # never worse than in turn
     if p:
-        assert end >= sum(copy_s) + attn_s[-1] - tol                    # the copy stream's work
-        assert end >= copy_s[0] + sum(attn_s) - tol                     # the compute stream's work
+        assert end >= sum(copy_s) + attn_s[-1] - tol  # the copy stream's work
+        assert end >= copy_s[0] + sum(attn_s) - tol  # the compute stream's work
     assert ring_buffer_timeline(copy_s, attn_s, slots + 1).end_s <= end + tol
     # One slot is doing them in turn.
-    assert ring_buffer_timeline(copy_s, attn_s, 1).end_s == pytest.approx(sum(copy_s) + sum(attn_s),
-                                                                          rel=1e-9, abs=1e-15)
+    assert ring_buffer_timeline(copy_s, attn_s, 1).end_s == pytest.approx(
+        sum(copy_s) + sum(attn_s), rel=1e-9, abs=1e-15
+    )
 
 
 @settings(max_examples=200, deadline=None)

@@ -1,4 +1,5 @@
 """Sparse decode with CPU offload: one iteration priced by hand on a tiny model, bounds, memory."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -38,9 +39,19 @@ MS = 2.0**-10
 #   Linear params per layer: 64*8 + 2*64*4 + 8*64 + 3*64*128 = 26112 (52224 B);
 #   LM head: 64 * 408 = 26112 params, the same 52224 B.
 #   Elementwise bytes per token per layer: 2 * (10*64 + 2*3*4 + 3*128 + 4*4) = 2128 B.
-TINY = ModelSpec(name="tiny", num_layers=2, hidden_size=64, num_heads=2, num_kv_heads=1, head_dim=4,
-                 intermediate_size=128, vocab_size=408, dtype_bytes=2, gated_mlp=True,
-                 source="made up for tests")
+TINY = ModelSpec(
+    name="tiny",
+    num_layers=2,
+    hidden_size=64,
+    num_heads=2,
+    num_kv_heads=1,
+    head_dim=4,
+    intermediate_size=128,
+    vocab_size=408,
+    dtype_bytes=2,
+    gated_mlp=True,
+    source="made up for tests",
+)
 PAGE = 4
 
 
@@ -51,15 +62,17 @@ def tiny_cm(copy_latency: float = MS, copy_bw: float = 64 / MS) -> CostModel:
     MS + MS (64 B at 64 B/MS). LM head 4 MS, step overhead 8 MS."""
     profile = Profile(
         name="tiny-hand",
-        linear=LinearTerm(tau_s=MS, weight_bw_Bps=52224 / (4 * MS), flops=1e30,
-                          elementwise_bw_Bps=2128 / MS),
+        linear=LinearTerm(
+            tau_s=MS, weight_bw_Bps=52224 / (4 * MS), flops=1e30, elementwise_bw_Bps=2128 / MS
+        ),
         prefill_attn=PrefillAttnTerm(tau_s=0.0, flops=1e15, per_seq_s=0.0),
         decode_attn=DecodeAttnTerm(tau_s=MS, per_seq_s=MS, kv_bw_Bps=64 / MS),
         h2d=CopyTerm(latency_s=copy_latency, bw_Bps=copy_bw),
         d2h=CopyTerm(latency_s=MS, bw_Bps=64 / MS),
         overlap=OverlapTerm(compute_slowdown=0.0, layerwise_h2d=True),
         step_overhead_s=8 * MS,
-        meta=ProfileMeta(gpu="test", backend="test", dtype="bf16", source="analytic: hand-made"))
+        meta=ProfileMeta(gpu="test", backend="test", dtype="bf16", source="analytic: hand-made"),
+    )
     return CostModel(TINY, profile)
 
 
@@ -86,7 +99,7 @@ def test_hand_iteration_two_slots() -> None:
     c = sparse_decode_cost(tiny_cm(), PAGE, SELECTED, LOCAL, SCANNED, slots=2)
     assert (c.non_attention_s, c.selection_s, c.attention_s) == (7 * MS, 1.75 * MS, 15 * MS)
     assert c.layer_s == 23.75 * MS and c.rounds == 3
-    assert c.total_s == (2 * 23.75 + 4 + 8) * MS                  # 2 layers + head + overhead
+    assert c.total_s == (2 * 23.75 + 4 + 8) * MS  # 2 layers + head + overhead
     assert c.compute_s == (2 * (7 + 1.75 + 2.5 + 11) + 4 + 8) * MS
     assert c.stall_s == 2 * 1.5 * MS
     assert c.h2d_s == 2 * (4 + 2 + 2) * MS
@@ -110,7 +123,9 @@ def test_free_copies_leave_dense_attention_plus_per_round_overhead() -> None:
     assert cm.decode_attn_s(2, 16) == 7 * MS
     assert c.attention_s == (2.5 + 7 + 2 + 2) * MS
     assert c.stall_s == 0.0 and c.compute_s == c.total_s
-    assert sparse_decode_cost(cm, PAGE, SELECTED, LOCAL, SCANNED, slots=1).attention_s == c.attention_s
+    assert (
+        sparse_decode_cost(cm, PAGE, SELECTED, LOCAL, SCANNED, slots=1).attention_s == c.attention_s
+    )
 
 
 def test_nothing_offloaded_is_the_dense_decode_step() -> None:
@@ -132,13 +147,16 @@ def test_round_counts() -> None:
     assert round_counts(np.array([2, 2])).tolist() == [2, 2]
 
 
-@pytest.mark.parametrize("args, key", [
-    ((np.array([1, 2]), np.array([0]), 0, 2), "selected has 2 sequences, local_tokens 1"),
-    ((np.array([1, -1]), np.array([0, 0]), 0, 2), "selected must be >= 0"),
-    ((np.array([1.0]), np.array([0]), 0, 2), "selected must be a 1-D integer array"),
-    ((np.array([1]), np.array([0]), -3, 2), "metadata_pages must be >= 0"),
-    ((np.array([1]), np.array([0]), 0, 0), "slots must be an integer >= 1"),
-])
+@pytest.mark.parametrize(
+    "args, key",
+    [
+        ((np.array([1, 2]), np.array([0]), 0, 2), "selected has 2 sequences, local_tokens 1"),
+        ((np.array([1, -1]), np.array([0, 0]), 0, 2), "selected must be >= 0"),
+        ((np.array([1.0]), np.array([0]), 0, 2), "selected must be a 1-D integer array"),
+        ((np.array([1]), np.array([0]), -3, 2), "metadata_pages must be >= 0"),
+        ((np.array([1]), np.array([0]), 0, 0), "slots must be an integer >= 1"),
+    ],
+)
 def test_rejects_bad_input(args, key) -> None:
     with pytest.raises(ValueError, match=key):
         sparse_decode_cost(tiny_cm(), PAGE, *args)
@@ -194,8 +212,8 @@ def test_monotone_in_slots_and_selection(llama, ctx, k, slots, extra) -> None:
     more = sel.copy()
     more[extra % len(more)] += 1
     grown = sparse_decode_cost(llama, page, more, local, cpu_pages, slots).total_s
-    assert grown >= base.total_s * (1 - 1e-12)     # a longer round may be off the critical path
-    if more.max() > sel.max():                      # a new round is always on it
+    assert grown >= base.total_s * (1 - 1e-12)  # a longer round may be off the critical path
+    if more.max() > sel.max():  # a new round is always on it
         assert grown > base.total_s
     assert base.total_s == pytest.approx(base.compute_s + base.stall_s, rel=1e-12)
     assert base.stall_s >= -1e-15

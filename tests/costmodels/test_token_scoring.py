@@ -1,4 +1,5 @@
 """Token-scorer cost: FLOPs and parameters counted by hand, and the time formula's shape."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -16,17 +17,17 @@ from costmodels.token_scoring import (
 
 def test_default_scorer_flops_by_hand() -> None:
     # 128 -> 256 -> 256 -> 256 -> 1
-    macs = 128 * 256 + 256 * 256 + 256 * 256 + 256 * 1     # 32768 + 65536 + 65536 + 256
+    macs = 128 * 256 + 256 * 256 + 256 * 256 + 256 * 1  # 32768 + 65536 + 65536 + 256
     assert macs == 164_096
-    matmul = 2 * macs                                      # 328_192
-    biases = 256 + 256 + 256 + 1                           # one add per output: 769
-    relus = 256 + 256 + 256                                # hidden outputs only: 768
+    matmul = 2 * macs  # 328_192
+    biases = 256 + 256 + 256 + 1  # one add per output: 769
+    relus = 256 + 256 + 256  # hidden outputs only: 768
     assert scorer_flops_per_key() == matmul + biases + relus == 329_729
 
 
 def test_small_shapes_by_hand() -> None:
     assert scorer_flops_per_key(4, 3, 2) == 2 * (4 * 3 + 3 * 1) + (3 + 1) + 3 == 37
-    assert scorer_flops_per_key(128, 256, 1) == 2 * 128 + 1          # a linear score, no ReLU
+    assert scorer_flops_per_key(128, 256, 1) == 2 * 128 + 1  # a linear score, no ReLU
     assert scorer_params(4, 3, 2) == (4 * 3 + 3) + (3 * 1 + 1) == 19
     assert scorer_params() == (128 * 256 + 256) + 2 * (256 * 256 + 256) + (256 + 1) == 164_865
 
@@ -44,7 +45,7 @@ def cm() -> CostModel:
 
 def test_analytic_time_from_the_profile(cm) -> None:
     lin = cm.profile.linear
-    kv_heads = 8                                            # Llama-3-8B
+    kv_heads = 8  # Llama-3-8B
     tokens = 4096
     expected = lin.tau_s + tokens * kv_heads * 329_729 / lin.flops
     assert scoring_s(cm, tokens) == pytest.approx(expected, rel=1e-12)
@@ -72,7 +73,9 @@ def test_measured_seconds_per_key(cm) -> None:
 
 
 def test_key_dim_defaults_to_the_head_dim(cm) -> None:
-    narrow = CostModel(dataclasses.replace(get_model("llama-3-8b"), head_dim=64), load_profile("h100-sxm"))
+    narrow = CostModel(
+        dataclasses.replace(get_model("llama-3-8b"), head_dim=64), load_profile("h100-sxm")
+    )
     n = 50_000
     assert scoring_s(narrow, n) == pytest.approx(scoring_s(narrow, n, key_dim=64), rel=1e-12)
     assert scoring_s(narrow, n) < scoring_s(narrow, n, key_dim=128)

@@ -1,4 +1,5 @@
 """Fixtures for the experiments tests: YAML writing and the fake simulator backend."""
+
 from __future__ import annotations
 
 import textwrap
@@ -12,11 +13,13 @@ from exp_fakes import TINY
 @pytest.fixture
 def write_yaml(tmp_path):
     """write_yaml(text, name="exp.yaml") -> Path of a YAML file in tmp_path (text is dedented)."""
+
     def write(text: str, name: str = "exp.yaml") -> Path:
         path = tmp_path / name
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(textwrap.dedent(text).lstrip(), encoding="utf-8")
         return path
+
     return write
 
 
@@ -36,8 +39,6 @@ def fake_backend(monkeypatch):
     for k in exp_fakes.CALLS:
         exp_fakes.CALLS[k] = 0
     return exp_fakes.CALLS
-
-
 
 
 @pytest.fixture

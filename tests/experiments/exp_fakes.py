@@ -1,5 +1,6 @@
 """Small stand-ins for traces.load_trace, costmodels.cost_model and sim.simulate, so the experiment
 plumbing is tested without the real simulator (end-to-end tests use the real ones)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -23,14 +24,15 @@ seeds: [1]
 
 CALLS = {"load_trace": 0, "simulate": 0}
 
+
 def make_stats(**values) -> EngineStats:
     """EngineStats from ``values``; any other field without a default is 0 (fakes only)."""
     import dataclasses
+
     for f in dataclasses.fields(EngineStats):
         if f.name not in values and f.default is dataclasses.MISSING:
             values[f.name] = 0
     return EngineStats(**values)
-
 
 
 @dataclass
@@ -43,9 +45,15 @@ def fake_load_trace(spec: dict) -> FakeTraceLoad:
     n, rng = int(spec.get("sessions", 4)), np.random.default_rng(spec.get("seed", 0))
     sessions = []
     for i in range(n):
-        turns = [Turn(prompt_tokens=int(rng.integers(10, 100)), output_tokens=int(rng.integers(5, 50)),
-                      arrival_s=float(i) if k == 0 else None, think_s=None if k == 0 else 1.0)
-                 for k in range(1 + i % 3)]
+        turns = [
+            Turn(
+                prompt_tokens=int(rng.integers(10, 100)),
+                output_tokens=int(rng.integers(5, 50)),
+                arrival_s=float(i) if k == 0 else None,
+                think_s=None if k == 0 else 1.0,
+            )
+            for k in range(1 + i % 3)
+        ]
         sessions.append(Session(session_id=f"s{i}", turns=tuple(turns)))
     return FakeTraceLoad(sessions)
 
@@ -54,9 +62,18 @@ def fake_cost_model(model: str, hardware: str) -> str:
     return f"cost({model},{hardware})"
 
 
-def fake_simulate(sessions, cost, memory: MemoryConfig, engine: EngineConfig | None = None,
-                  policy: str = "lru", seed: int = 0, debug: bool = False, progress=None,
-                  budget=None, sparse=None) -> SimResult:
+def fake_simulate(
+    sessions,
+    cost,
+    memory: MemoryConfig,
+    engine: EngineConfig | None = None,
+    policy: str = "lru",
+    seed: int = 0,
+    debug: bool = False,
+    progress=None,
+    budget=None,
+    sparse=None,
+) -> SimResult:
     """A deterministic ledger: less GPU memory -> more re-prefill; fifo worse than lru."""
     CALLS["simulate"] += 1
     if policy == "boom":
@@ -73,25 +90,54 @@ def fake_simulate(sessions, cost, memory: MemoryConfig, engine: EngineConfig | N
             ideal = 0.01 + 1e-5 * (turn.prompt_tokens + hist)
             ttft = ideal + 1e-4 * d * (1 + seed % 3)
             e2e = ttft + 0.02 * turn.output_tokens
-            rows.append(dict(session_id=s.session_id, turn=k, priority=0, arrival_s=t, admit_s=t,
-                             first_token_s=t + ttft, finish_s=t + e2e,
-                             prompt_tokens=turn.prompt_tokens, output_tokens=turn.output_tokens,
-                             history_tokens=hist, gpu_hit_tokens=hist - d - c, cpu_hit_tokens=c,
-                             recomputed_tokens=d, pruned_tokens=0, swap_in_bytes=c * 1024,
-                             preemptions=0,
-                             preempt_recompute_tokens=0, ttft_s=ttft, ttft_ideal_s=ideal,
-                             tbt_mean_s=0.02, e2e_s=e2e, queue_s=0.0))
+            rows.append(
+                dict(
+                    session_id=s.session_id,
+                    turn=k,
+                    priority=0,
+                    arrival_s=t,
+                    admit_s=t,
+                    first_token_s=t + ttft,
+                    finish_s=t + e2e,
+                    prompt_tokens=turn.prompt_tokens,
+                    output_tokens=turn.output_tokens,
+                    history_tokens=hist,
+                    gpu_hit_tokens=hist - d - c,
+                    cpu_hit_tokens=c,
+                    recomputed_tokens=d,
+                    pruned_tokens=0,
+                    swap_in_bytes=c * 1024,
+                    preemptions=0,
+                    preempt_recompute_tokens=0,
+                    ttft_s=ttft,
+                    ttft_ideal_s=ideal,
+                    tbt_mean_s=0.02,
+                    e2e_s=e2e,
+                    queue_s=0.0,
+                )
+            )
             out_tokens += turn.output_tokens
             hist += turn.prompt_tokens + turn.output_tokens
             t += e2e + (turn.think_s or 1.0)
             end = max(end, t)
             if progress is not None:
                 progress(1)
-    stats = make_stats(sim_time_s=end, gpu_peak_bytes=3 * GIB, steps=len(rows), output_tokens=out_tokens,
-                        gpu_capacity_bytes=int(min(memory.gpu_kv_gb, 1e6) * GIB),
-                        cpu_capacity_bytes=int(memory.cpu_kv_gb * GIB), gpu_util=0.95 - share / 10,
-                        swap_in_bytes=sum(r["swap_in_bytes"] for r in rows), swap_out_bytes=0,
-                        dropped_bytes=0, preemptions=0, preempt_recompute_tokens=0,
-                        evict_us=np.array([5.0, 7.0, 9.0]), step_s=np.array([0.02, 0.03]),
-                        step_decode_seqs=np.array([4, 1]), wall_s=0.01)
+    stats = make_stats(
+        sim_time_s=end,
+        gpu_peak_bytes=3 * GIB,
+        steps=len(rows),
+        output_tokens=out_tokens,
+        gpu_capacity_bytes=int(min(memory.gpu_kv_gb, 1e6) * GIB),
+        cpu_capacity_bytes=int(memory.cpu_kv_gb * GIB),
+        gpu_util=0.95 - share / 10,
+        swap_in_bytes=sum(r["swap_in_bytes"] for r in rows),
+        swap_out_bytes=0,
+        dropped_bytes=0,
+        preemptions=0,
+        preempt_recompute_tokens=0,
+        evict_us=np.array([5.0, 7.0, 9.0]),
+        step_s=np.array([0.02, 0.03]),
+        step_decode_seqs=np.array([4, 1]),
+        wall_s=0.01,
+    )
     return SimResult(turns=pd.DataFrame(rows, columns=list(TURN_COLUMNS)), stats=stats)

@@ -1,5 +1,6 @@
 """The serving-design experiments (token budgets, decode from CPU memory) run end to end at a tiny
 size: every grid point simulates under the invariant checker, and each writes its figure."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -16,18 +17,25 @@ CONFIGS = Path(__file__).resolve().parents[2] / "experiments"
 def _tiny(name: str):
     exp = load_experiment(CONFIGS / name)
     trace = exp.trace[0].model_copy(update={"sessions": 12})
-    return exp.with_overrides(trace=[trace], debug=True,
-                              executor=exp.executor.model_copy(update={"workers": 1}))
+    return exp.with_overrides(
+        trace=[trace], debug=True, executor=exp.executor.model_copy(update={"workers": 1})
+    )
 
 
 def test_budgets_config_compares_full_streamingllm_and_smartkv(tmp_path):
     out = tmp_path / "budgets"
     run_experiment(_tiny("budgets.yaml"), out, show_progress=False)
     s = pd.read_csv(out / "summary.csv")
-    assert set(s["budget"]) == {"full", "streamingllm-4+252", "streamingllm-4+1020",
-                                "streamingllm-4+4092", "smartkv-4+256+764-random",
-                                "smartkv-4+64+188-lifespan", "smartkv-4+256+764-lifespan",
-                                "smartkv-4+1024+3068-lifespan"}
+    assert set(s["budget"]) == {
+        "full",
+        "streamingllm-4+252",
+        "streamingllm-4+1020",
+        "streamingllm-4+4092",
+        "smartkv-4+256+764-random",
+        "smartkv-4+64+188-lifespan",
+        "smartkv-4+256+764-lifespan",
+        "smartkv-4+1024+3068-lifespan",
+    }
     full = s[s["budget"] == "full"]
     assert (full["pruned_share"] == 0).all() and (full["relevant_pruned_share"] == 0).all()
     pruned = s[s["budget"] != "full"]
@@ -38,9 +46,13 @@ def test_budgets_config_compares_full_streamingllm_and_smartkv(tmp_path):
     # The oracle scorer keeps what stays relevant longest: it never loses more than random; a
     # smaller budget prunes more.
     by = pruned.groupby("budget")[["relevant_pruned_share", "pruned_share"]].mean()
-    assert by.loc["smartkv-4+256+764-lifespan", "relevant_pruned_share"] \
+    assert (
+        by.loc["smartkv-4+256+764-lifespan", "relevant_pruned_share"]
         <= by.loc["smartkv-4+256+764-random", "relevant_pruned_share"]
-    assert by.loc["streamingllm-4+252", "pruned_share"] > by.loc["streamingllm-4+1020", "pruned_share"]
+    )
+    assert (
+        by.loc["streamingllm-4+252", "pruned_share"] > by.loc["streamingllm-4+1020", "pruned_share"]
+    )
     assert (out / "plots" / "budget_tradeoff.png").stat().st_size > 10_000
 
 
@@ -61,15 +73,27 @@ def test_offload_config_compares_swap_in_recompute_and_top_k(tmp_path):
     assert (out / "plots" / "offload_vs_capacity.png").stat().st_size > 10_000
 
 
-@pytest.mark.parametrize("patch, key", [
-    ({"budgets": [{"kind": "smartkv", "sink": 4, "window": 8000, "budget": 1000}]}, "budgets"),
-    ({"sparse": [{"kind": "quest", "k": 32, "ring_slots": 16}]}, "sparse"),
-    ({"sparse": [{"kind": "quest", "k": 8, "phases": ["prefill", "decode"]}]}, "supports only decode"),
-    ({"sparse": [{"kind": "full"}], "memory": {"gpu_kv_gb": 4, "cpu_kv_gb": 0}}, "cpu_kv_gb"),
-])
+@pytest.mark.parametrize(
+    "patch, key",
+    [
+        ({"budgets": [{"kind": "smartkv", "sink": 4, "window": 8000, "budget": 1000}]}, "budgets"),
+        ({"sparse": [{"kind": "quest", "k": 32, "ring_slots": 16}]}, "sparse"),
+        (
+            {"sparse": [{"kind": "quest", "k": 8, "phases": ["prefill", "decode"]}]},
+            "supports only decode",
+        ),
+        ({"sparse": [{"kind": "full"}], "memory": {"gpu_kv_gb": 4, "cpu_kv_gb": 0}}, "cpu_kv_gb"),
+    ],
+)
 def test_bad_design_settings_name_the_key(patch, key):
-    data = {"name": "x", "trace": {"kind": "synthetic", "sessions": 4}, "model": "llama-3-8b",
-            "hardware": "h100-sxm", "memory": {"gpu_kv_gb": 4, "cpu_kv_gb": 8},
-            "policies": "lru", **patch}
+    data = {
+        "name": "x",
+        "trace": {"kind": "synthetic", "sessions": 4},
+        "model": "llama-3-8b",
+        "hardware": "h100-sxm",
+        "memory": {"gpu_kv_gb": 4, "cpu_kv_gb": 8},
+        "policies": "lru",
+        **patch,
+    }
     with pytest.raises(ConfigError, match=key):
         parse_experiment(data, source="x.yaml")

@@ -1,4 +1,5 @@
 """`kvsim bench` progress: the expected duration and a turn count on stderr; figures on stdout."""
+
 from __future__ import annotations
 
 import re
@@ -12,8 +13,11 @@ def test_bench_shows_expected_duration_and_progress_on_stderr(capsys):
     assert main(ARGS) == 0
     out, err = capsys.readouterr()
     first = err.strip().splitlines()[0]
-    m = re.fullmatch(r"bench: ([\d,]+) turns x 2 runs; expected about \d+:\d\d "
-                     r"\(calibration: [\d,]+ turns/s on 40 sessions\)", first)
+    m = re.fullmatch(
+        r"bench: ([\d,]+) turns x 2 runs; expected about \d+:\d\d "
+        r"\(calibration: [\d,]+ turns/s on 40 sessions\)",
+        first,
+    )
     assert m, first
     total = int(m.group(1).replace(",", "")) * 2
     bars = re.findall(r"bench: +(\d+)%\|.*?\| (\d+)/(\d+) \[", err)
@@ -23,9 +27,14 @@ def test_bench_shows_expected_duration_and_progress_on_stderr(capsys):
     lines = out.strip().splitlines()
     assert re.match(r"40 sessions, \d+ turns, llama-3-8b on h100-sxm, block units, lru: ", lines[0])
     assert [line.split(":")[0].strip() for line in lines[1:4]] == [
-        "wall s          min/median/max", "turns/s         min/median/max",
-        "peak RSS MiB    min/median/max"]
-    assert lines[4].strip().startswith("KiB per session min/median/max:") and "target <= 40" in lines[4]
+        "wall s          min/median/max",
+        "turns/s         min/median/max",
+        "peak RSS MiB    min/median/max",
+    ]
+    assert (
+        lines[4].strip().startswith("KiB per session min/median/max:")
+        and "target <= 40" in lines[4]
+    )
     assert re.fullmatch(r"median [\d,]+ turns/s against a target of >= 4,000", lines[5].strip())
 
 

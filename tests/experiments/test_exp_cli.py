@@ -1,4 +1,5 @@
 """The `kvsim` command line: subcommand discovery, `run` (fake simulator), `list`, exit codes."""
+
 from __future__ import annotations
 
 import subprocess
@@ -39,7 +40,9 @@ def test_bad_config_exits_2_with_one_line(write_yaml, capsys):
 def test_missing_config_exits_2(tmp_path, capsys):
     assert main(["run", str(tmp_path / "nope.yaml")]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith(f"kvsim: error: {tmp_path / 'nope.yaml'}: no such file, and not a bundled")
+    assert err.startswith(
+        f"kvsim: error: {tmp_path / 'nope.yaml'}: no such file, and not a bundled"
+    )
     assert "\n" not in err and "quickstart" in err
 
 
@@ -52,8 +55,14 @@ def test_bad_workers_is_a_usage_error(capsys):
 
 def test_subprocess_exit_code_and_no_traceback(write_yaml):
     path = write_yaml("name: t\nmemory: {gpu_kv_gb: [1, 2}\n", "broken.yaml")
-    proc = subprocess.run([sys.executable, "-m", "experiments", "run", str(path)], cwd=REPO,
-                          capture_output=True, text=True, timeout=120, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "experiments", "run", str(path)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert proc.returncode == 2
     assert "line 2" in proc.stderr and "YAML syntax error" in proc.stderr
     assert "Traceback" not in proc.stderr
@@ -114,15 +123,23 @@ def test_bad_trace_file_exits_2_naming_the_trace_key(write_yaml, tmp_path, capsy
     assert len(err.strip().splitlines()) == 1 and not out.exists()
 
 
-@pytest.mark.parametrize("old,new,key", [
-    ("evict_unit: block", "evict_unit: chunk", "memory.evict_unit"),
-    ("gpu_kv_gb: [0.5, 1, 2]", "gpu_kv_gb: [0.5, 0.0001]", "memory.gpu_kv_gb[1]"),
-    ("seeds: [1]", "seeds: [1]\nengine: {max_running: 512, max_batch_tokens: 256}",
-     "engine.max_batch_tokens"),
-])
-def test_impossible_config_exits_2_before_any_work(fake_backend, write_yaml, tmp_path, capsys,
-                                                   old, new, key):
+@pytest.mark.parametrize(
+    "old,new,key",
+    [
+        ("evict_unit: block", "evict_unit: chunk", "memory.evict_unit"),
+        ("gpu_kv_gb: [0.5, 1, 2]", "gpu_kv_gb: [0.5, 0.0001]", "memory.gpu_kv_gb[1]"),
+        (
+            "seeds: [1]",
+            "seeds: [1]\nengine: {max_running: 512, max_batch_tokens: 256}",
+            "engine.max_batch_tokens",
+        ),
+    ],
+)
+def test_impossible_config_exits_2_before_any_work(
+    fake_backend, write_yaml, tmp_path, capsys, old, new, key
+):
     from exp_fakes import TINY
+
     assert old in TINY
     cfg = write_yaml(TINY.replace(old, new), "bad.yaml")
     out = tmp_path / "out"
@@ -134,24 +151,35 @@ def test_impossible_config_exits_2_before_any_work(fake_backend, write_yaml, tmp
     assert not out.exists()
 
 
-def test_empty_synthetic_trace_exits_2_before_simulating(fake_backend, write_yaml, tmp_path,
-                                                         capsys):
+def test_empty_synthetic_trace_exits_2_before_simulating(
+    fake_backend, write_yaml, tmp_path, capsys
+):
     from exp_fakes import TINY
+
     cfg = write_yaml(TINY.replace("sessions: 6", "sessions: 0"), "empty.yaml")
     out = tmp_path / "out"
     assert main(["run", str(cfg), "--out", str(out)]) == 2
     err = capsys.readouterr().err
-    assert err.strip() == (f"kvsim: error: {cfg}: trace: the trace holds no turns (0 sessions "
-                           f"from synthetic); nothing to simulate")
+    assert err.strip() == (
+        f"kvsim: error: {cfg}: trace: the trace holds no turns (0 sessions "
+        f"from synthetic); nothing to simulate"
+    )
     assert fake_backend["simulate"] == 0 and not out.exists()
 
 
-@pytest.mark.parametrize("lines,words", [
-    ("", "(0 sessions from jsonl:t.jsonl)"),
-    (('{"session_id": "s1", "turn": 0, "prompt_tokens": -5, "output_tokens": 3}\n'
-     '{"session_id": "s2", "turn": 0, "prompt_tokens": 4}\n'),
-     "(0 sessions from jsonl:t.jsonl; 2 session(s) were skipped as malformed)"),
-])
+@pytest.mark.parametrize(
+    "lines,words",
+    [
+        ("", "(0 sessions from jsonl:t.jsonl)"),
+        (
+            (
+                '{"session_id": "s1", "turn": 0, "prompt_tokens": -5, "output_tokens": 3}\n'
+                '{"session_id": "s2", "turn": 0, "prompt_tokens": 4}\n'
+            ),
+            "(0 sessions from jsonl:t.jsonl; 2 session(s) were skipped as malformed)",
+        ),
+    ],
+)
 def test_empty_jsonl_trace_exits_2_naming_the_trace(write_yaml, tmp_path, capsys, lines, words):
     """A JSONL file with no turns, or whose every turn is skipped as malformed, is an input error."""
     (tmp_path / "t.jsonl").write_text(lines)
@@ -181,9 +209,14 @@ def test_quiet_still_prints_where_the_results_went(write_yaml, tmp_path):
         policies: [lru]
     """)
     out = tmp_path / "out"
-    proc = subprocess.run([sys.executable, "-m", "experiments", "run", str(cfg), "--out", str(out),
-                           "--quiet"], cwd=REPO, capture_output=True, text=True, timeout=120,
-                          check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "experiments", "run", str(cfg), "--out", str(out), "--quiet"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr == ""
     assert proc.stdout.startswith(f"results: {out}/ (1 grid points; ")

@@ -5,6 +5,7 @@ Determinism: the same config and seed give a byte-identical summary.csv once the
 simulator itself and differ between any two runs. pass_evict_us derives from evict_us_p50 and is
 left out for the same reason.
 """
+
 from __future__ import annotations
 
 import csv
@@ -60,8 +61,13 @@ def _reproducible_csv(path) -> str:
 
 def test_run_produces_every_file(run_one):
     out = run_one
-    assert {p.name for p in out.iterdir()} == {"summary.csv", "turns.parquet", "sessions.parquet",
-                                              "config.resolved.yaml", "plots"}
+    assert {p.name for p in out.iterdir()} == {
+        "summary.csv",
+        "turns.parquet",
+        "sessions.parquet",
+        "config.resolved.yaml",
+        "plots",
+    }
     assert len(list((out / "plots").glob("*.png"))) == 4
     summary = pd.read_csv(out / "summary.csv")
     assert set(DESIGN_SUMMARY_COLUMNS) <= set(summary.columns)
@@ -73,8 +79,10 @@ def test_run_produces_every_file(run_one):
     assert (small["reprefill_rate"] > 0).all()  # a quarter GiB holds ~2k Llama-3-8B tokens
     turns = pd.read_parquet(out / "turns.parquet")
     assert len(turns) == summary["turns"].sum()
-    assert turns.groupby(["policy", "gpu_kv_gb", "cpu_kv_gb"]).size().to_dict() == \
-        summary.set_index(["policy", "gpu_kv_gb", "cpu_kv_gb"])["turns"].to_dict()
+    assert (
+        turns.groupby(["policy", "gpu_kv_gb", "cpu_kv_gb"]).size().to_dict()
+        == summary.set_index(["policy", "gpu_kv_gb", "cpu_kv_gb"])["turns"].to_dict()
+    )
     sessions = pd.read_parquet(out / "sessions.parquet")
     assert len(sessions) == summary["sessions"].sum()
     resolved = yaml.safe_load((out / "config.resolved.yaml").read_text())
@@ -121,17 +129,25 @@ def test_worker_failure_names_the_point_and_leaves_no_results(tmp_path, monkeypa
     (tmp_path / "boom_policy.py").write_text(BOOM)
     monkeypatch.syspath_prepend(str(tmp_path))  # spawned workers inherit sys.path
     cfg = tmp_path / "boom.yaml"
-    cfg.write_text(E2E.replace("WORKERS", "2").replace("[lru, fifo]", "[lru, 'boom_policy:Boom']")
-                   .replace("baseline_infinite: true", "baseline_infinite: false"))
+    cfg.write_text(
+        E2E.replace("WORKERS", "2")
+        .replace("[lru, fifo]", "[lru, 'boom_policy:Boom']")
+        .replace("baseline_infinite: true", "baseline_infinite: false")
+    )
     out = tmp_path / "out"
     # Points 2 and 3 (boom at 0.25 and 1 GiB) both fail; whichever finishes first is reported.
-    with pytest.raises(PointError, match=r"grid point [23] \(policy=boom_policy:Boom .*"
-                                         r"RuntimeError: boom policy cannot be built"):
+    with pytest.raises(
+        PointError,
+        match=r"grid point [23] \(policy=boom_policy:Boom .*"
+        r"RuntimeError: boom policy cannot be built",
+    ):
         run_experiment(load_experiment(cfg), out, show_progress=False)
     assert not out.exists()
     # no results folder; the points that finished (lru's) wait in out.partial for a rerun
     assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith("__")) in (
-        ["boom.yaml", "boom_policy.py"], ["boom.yaml", "boom_policy.py", "out.partial"])
+        ["boom.yaml", "boom_policy.py"],
+        ["boom.yaml", "boom_policy.py", "out.partial"],
+    )
 
 
 def test_single_turn_sessions_at_finite_memory_finish_with_a_note(tmp_path, capsys):
@@ -141,14 +157,21 @@ def test_single_turn_sessions_at_finite_memory_finish_with_a_note(tmp_path, caps
         '{"session_id": "s1", "turn": 0, "arrival_s": 0.0, "prompt_tokens": 120, '
         '"output_tokens": 30}\n'
         '{"session_id": "s2", "turn": 0, "arrival_s": 0.5, "prompt_tokens": 80, '
-        '"output_tokens": 20}\n')
+        '"output_tokens": 20}\n'
+    )
     cfg = tmp_path / "one.yaml"
-    cfg.write_text(E2E.replace("{kind: synthetic, sessions: 10, seed: 3}",
-                               "{kind: jsonl, path: one.jsonl}").replace("WORKERS", "1"))
+    cfg.write_text(
+        E2E.replace(
+            "{kind: synthetic, sessions: 10, seed: 3}", "{kind: jsonl, path: one.jsonl}"
+        ).replace("WORKERS", "1")
+    )
     out = tmp_path / "out"
     assert main(["run", str(cfg), "--out", str(out), "--quiet"]) == 0
     printed = capsys.readouterr().out
     assert "note: plots: jain_vs_capacity.png not drawn: jain_service is undefined" in printed
     assert sorted(p.name for p in (out / "plots").iterdir()) == [
-        "hit_rate_by_tier.png", "reprefill_vs_capacity.png", "ttft_cdf.png"]
+        "hit_rate_by_tier.png",
+        "reprefill_vs_capacity.png",
+        "ttft_cdf.png",
+    ]
     assert pd.read_csv(out / "summary.csv")["jain_service"].isna().all()

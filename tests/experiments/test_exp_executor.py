@@ -1,4 +1,5 @@
 """The executor with the fake simulator (in-process): order, labels, caching, progress, errors."""
+
 from __future__ import annotations
 
 import dataclasses

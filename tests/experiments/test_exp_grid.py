@@ -1,4 +1,5 @@
 """Grid expansion: counts, the documented order, grid points, infinite-memory baselines."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -37,11 +38,21 @@ def test_order_is_documented_and_keeps_list_order(write_yaml):
     key = lambda p: (p.seed, p.memory.gpu_kv_gb, p.policy, p.memory.cpu_kv_gb)  # noqa: E731
     # seed varies fastest, then gpu_kv_gb (in the order written: 4, 1, 2), then policy, then cpu.
     assert [key(p) for p in grid[:14]] == [
-        (3, 4, "lru", 0), (1, 4, "lru", 0), (3, 1, "lru", 0), (1, 1, "lru", 0),
-        (3, 2, "lru", 0), (1, 2, "lru", 0),
-        (3, 4, "fifo", 0), (1, 4, "fifo", 0), (3, 1, "fifo", 0), (1, 1, "fifo", 0),
-        (3, 2, "fifo", 0), (1, 2, "fifo", 0),
-        (3, 4, "lru", 16), (1, 4, "lru", 16)]
+        (3, 4, "lru", 0),
+        (1, 4, "lru", 0),
+        (3, 1, "lru", 0),
+        (1, 1, "lru", 0),
+        (3, 2, "lru", 0),
+        (1, 2, "lru", 0),
+        (3, 4, "fifo", 0),
+        (1, 4, "fifo", 0),
+        (3, 1, "fifo", 0),
+        (1, 1, "fifo", 0),
+        (3, 2, "fifo", 0),
+        (1, 2, "fifo", 0),
+        (3, 4, "lru", 16),
+        (1, 4, "lru", 16),
+    ]
     assert grid[24].memory.block_tokens == 32 and grid[23].memory.block_tokens == 16
     assert grid[48].memory.evict_unit == "session" and grid[47].memory.evict_unit == "block"
     assert grid[96].model == "mistral-7b" and grid[95].model == "llama-3-8b"
@@ -52,7 +63,9 @@ def test_order_is_documented_and_keeps_list_order(write_yaml):
 def test_grid_point_contents(write_yaml):
     p = load_experiment(write_yaml(GRID)).grid()[0]
     assert isinstance(p, GridPoint)
-    assert p.memory == MemoryConfig(gpu_kv_gb=4.0, cpu_kv_gb=0.0, block_tokens=16, evict_unit="block")
+    assert p.memory == MemoryConfig(
+        gpu_kv_gb=4.0, cpu_kv_gb=0.0, block_tokens=16, evict_unit="block"
+    )
     assert p.engine == EngineConfig(max_batch_tokens=4096, replay="open-loop")
     assert p.trace.to_dict() == {"kind": "synthetic", "sessions": 5, "seed": 1}
     assert list(p.labels()) == list(LABEL_COLUMNS)
@@ -62,7 +75,8 @@ def test_grid_point_contents(write_yaml):
 
 
 def test_scalars_are_one_value_axes(write_yaml):
-    exp = load_experiment(write_yaml("""
+    exp = load_experiment(
+        write_yaml("""
         name: s
         trace: {kind: synthetic}
         model: llama-3-8b
@@ -70,7 +84,8 @@ def test_scalars_are_one_value_axes(write_yaml):
         memory: {gpu_kv_gb: 2}
         policies: lru
         seeds: 5
-    """))
+    """)
+    )
     (p,) = exp.grid()
     assert (p.policy, p.seed, p.memory.gpu_kv_gb, p.memory.cpu_kv_gb) == ("lru", 5, 2.0, 0.0)
     assert p.trace.label == "synthetic"
@@ -87,7 +102,9 @@ def test_baseline_points(write_yaml):
 
 
 def test_infinite_capacity_in_the_grid_is_not_run_twice(write_yaml):
-    text = GRID.replace("gpu_kv_gb: [4, 1, 2]", "gpu_kv_gb: [1, .inf]") + "baseline_infinite: true\n"
+    text = (
+        GRID.replace("gpu_kv_gb: [4, 1, 2]", "gpu_kv_gb: [1, .inf]") + "baseline_infinite: true\n"
+    )
     exp = load_experiment(write_yaml(text))
     assert exp.baseline_points() == []
     assert any(math.isinf(p.memory.gpu_kv_gb) for p in exp.grid())

@@ -1,4 +1,5 @@
 """`kvsim plot DIR`: every figure of a results folder drawn again from its tables."""
+
 from __future__ import annotations
 
 from experiments.cli import main
@@ -24,7 +25,7 @@ def test_plot_redraws_every_figure(tmp_path, capsys):
     capsys.readouterr()
     assert main(["plot", str(out)]) == 0
     after = {p.name: p.stat().st_size for p in (out / "plots").iterdir()}
-    assert set(after) == set(before) and len(after) >= 4      # the stale file is gone
+    assert set(after) == set(before) and len(after) >= 4  # the stale file is gone
     assert all(size > 10_000 for size in after.values())
     assert "plots/" in capsys.readouterr().out
 
@@ -33,4 +34,4 @@ def test_plot_of_a_folder_without_results_exits_2(tmp_path, capsys):
     assert main(["plot", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert "summary.csv: no such file" in err and "Traceback" not in err
-    assert not any(tmp_path.iterdir())                       # nothing half-written left behind
+    assert not any(tmp_path.iterdir())  # nothing half-written left behind

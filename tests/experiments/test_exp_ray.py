@@ -4,6 +4,7 @@ the clear error when ray is not installed or no cluster can be reached (no real 
 
 The tests on a real Ray are `slow` (starting Ray and its workers takes 10-20 s on 2 cores): run them
 with `python -m pytest tests/experiments/test_exp_ray.py -m ""`."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -22,10 +23,18 @@ from sim.metrics import WALL_CLOCK_COLUMNS
 
 REPO = Path(__file__).resolve().parents[2]
 # 2 policies x 3 GPU capacities = 6 points on a tiny synthetic trace (a second or so each)
-GRID = {"name": "ray-sweep", "trace": {"kind": "synthetic", "sessions": 8, "seed": 3},
-        "model": "llama-3-8b", "hardware": "h100-sxm",
-        "memory": {"gpu_kv_gb": [0.5, 1.0, 2.0], "cpu_kv_gb": 0}, "policies": ["lru", "fifo"]}
-RAY = {"kind": "ray", "address": "local"}  # unused while the fixture's Ray runs (the executor joins it)
+GRID = {
+    "name": "ray-sweep",
+    "trace": {"kind": "synthetic", "sessions": 8, "seed": 3},
+    "model": "llama-3-8b",
+    "hardware": "h100-sxm",
+    "memory": {"gpu_kv_gb": [0.5, 1.0, 2.0], "cpu_kv_gb": 0},
+    "policies": ["lru", "fifo"],
+}
+RAY = {
+    "kind": "ray",
+    "address": "local",
+}  # unused while the fixture's Ray runs (the executor joins it)
 # the wall-clock columns, and the target judged on one of them, differ between identical runs
 SKIP = (*WALL_CLOCK_COLUMNS, "pass_evict_us")
 
@@ -38,8 +47,13 @@ def local_ray():
     assert not ray.is_initialized()
     mp = pytest.MonkeyPatch()
     mp.chdir(REPO)  # Ray's workers import kvsim from the driver's working directory
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
-             object_store_memory=256 * 2**20)
+    ray.init(
+        address="local",
+        num_cpus=2,
+        include_dashboard=False,
+        log_to_driver=False,
+        object_store_memory=256 * 2**20,
+    )
     try:
         yield ray
     finally:
@@ -69,8 +83,9 @@ def _same_folder(a: Path, b: Path) -> None:
 
 @pytest.mark.slow
 def test_ray_gives_the_local_executors_results(local_ray, reference, tmp_path):
-    remote = run_experiment(parse_experiment({**GRID, "executor": RAY}), tmp_path / "ray",
-                            show_progress=False)
+    remote = run_experiment(
+        parse_experiment({**GRID, "executor": RAY}), tmp_path / "ray", show_progress=False
+    )
     assert len(remote.summary) == 6 and remote.resumed == 0
     local = pd.read_csv(reference / SUMMARY_FILE)
     assert local["policy"].tolist() == remote.summary["policy"].tolist()  # grid order
@@ -85,10 +100,10 @@ def test_an_interrupted_ray_sweep_resumes(local_ray, reference, tmp_path, monkey
     real_save, saved, stop_at = Checkpoints.save, [], [2]
 
     def save_then_stop(self, result):
-        real_save(self, result)              # _run_ray's on_result: each point as it completes
+        real_save(self, result)  # _run_ray's on_result: each point as it completes
         saved.append(result.point)
         if len(saved) == stop_at[0]:
-            raise KeyboardInterrupt          # Ctrl-C after the second finished point
+            raise KeyboardInterrupt  # Ctrl-C after the second finished point
 
     monkeypatch.setattr(Checkpoints, "save", save_then_stop)
     out = tmp_path / "out"
@@ -100,7 +115,7 @@ def test_an_interrupted_ray_sweep_resumes(local_ray, reference, tmp_path, monkey
     saved.clear()
     stop_at[0] = None
     outcome = run_experiment(exp, out, show_progress=False)
-    assert outcome.resumed == 2 and len(saved) == 4          # only the rest ran, on Ray
+    assert outcome.resumed == 2 and len(saved) == 4  # only the rest ran, on Ray
     assert not set(first) & set(saved)
     _same_summary(outcome.summary, pd.read_csv(reference / SUMMARY_FILE))
     _same_folder(reference, out)
@@ -113,16 +128,18 @@ def test_a_failing_point_on_ray_is_named(local_ray):
     bad = dataclasses.replace(grid[1], policy="no-such-policy")
     with pytest.raises(PointError, match=r"^grid point 1 \(policy=no-such-policy ") as info:
         run_points([grid[0], bad], ExecutorSpec(**RAY), show_progress=False)
-    assert type(info.value) is PointError   # the worker's error itself, not Ray's wrapper
+    assert type(info.value) is PointError  # the worker's error itself, not Ray's wrapper
 
 
 # --- without a real Ray ----------------------------------------------------------------------
 
+
 def test_ray_not_installed_is_a_clear_config_error(fake_backend, tiny_yaml, monkeypatch):
-    monkeypatch.setitem(sys.modules, "ray", None)   # `import ray` raises ImportError
+    monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` raises ImportError
     exp = load_experiment(tiny_yaml)
-    with pytest.raises(ConfigError, match=r"x\.yaml: executor\.kind: ray requires `pip install ray`"
-                       ) as info:
+    with pytest.raises(
+        ConfigError, match=r"x\.yaml: executor\.kind: ray requires `pip install ray`"
+    ) as info:
         run_points(exp.grid(), ExecutorSpec(kind="ray"), show_progress=False, source="x.yaml")
     assert info.value.key == "executor.kind"
 
@@ -143,7 +160,7 @@ class _FakeRay:
         self.inits.append(kw)
 
     def remote(self, fn):
-        class Ref:                      # hashable, like an ObjectRef
+        class Ref:  # hashable, like an ObjectRef
             def __init__(self, value):
                 self.value = value
 
@@ -151,6 +168,7 @@ class _FakeRay:
             @staticmethod
             def remote(*args):
                 return Ref(fn(*args))
+
         return Task
 
     @staticmethod
@@ -176,10 +194,20 @@ def test_the_executor_starts_ray_at_the_configured_address(fake_backend, tiny_ya
 
 
 def test_no_ray_cluster_to_join_is_a_config_error(fake_backend, tiny_yaml, monkeypatch):
-    monkeypatch.setitem(sys.modules, "ray", _FakeRay(fail_init=ConnectionError(
-        "Could not find any running Ray instance.")))
+    monkeypatch.setitem(
+        sys.modules,
+        "ray",
+        _FakeRay(fail_init=ConnectionError("Could not find any running Ray instance.")),
+    )
     exp = load_experiment(tiny_yaml)
-    with pytest.raises(ConfigError, match=r"x\.yaml: executor\.address: auto: Could not find any "
-                       r"running Ray instance\..*address: local"):
-        run_points(exp.grid(), ExecutorSpec(kind="ray", address="auto"), show_progress=False,
-                   source="x.yaml")
+    with pytest.raises(
+        ConfigError,
+        match=r"x\.yaml: executor\.address: auto: Could not find any "
+        r"running Ray instance\..*address: local",
+    ):
+        run_points(
+            exp.grid(),
+            ExecutorSpec(kind="ray", address="auto"),
+            show_progress=False,
+            source="x.yaml",
+        )

@@ -1,4 +1,5 @@
 """Result tables and the atomic results folder (fake simulator)."""
+
 from __future__ import annotations
 
 import math
@@ -16,17 +17,40 @@ from experiments.schema import LABEL_COLUMNS, load_experiment
 from sim.metrics import SUMMARY_COLUMNS
 
 # summary.csv has at least these columns.
-DESIGN_SUMMARY_COLUMNS = ["name", "policy", "gpu_kv_gb", "cpu_kv_gb", "block_tokens",
-    "evict_unit", "seed", "turns", "reprefill_rate", "turns_with_reprefill", "gpu_hit_rate",
-    "cpu_hit_rate", "jain_service", "jain_hit", "ttft_p50_s", "ttft_p99_s", "tbt_p50_s",
-    "throughput_tok_s", "evict_us_p50", "evict_us_p99", "gpu_util", "swap_in_gb", "swap_out_gb",
-    "recompute_tokens", "preemptions"]
+DESIGN_SUMMARY_COLUMNS = [
+    "name",
+    "policy",
+    "gpu_kv_gb",
+    "cpu_kv_gb",
+    "block_tokens",
+    "evict_unit",
+    "seed",
+    "turns",
+    "reprefill_rate",
+    "turns_with_reprefill",
+    "gpu_hit_rate",
+    "cpu_hit_rate",
+    "jain_service",
+    "jain_hit",
+    "ttft_p50_s",
+    "ttft_p99_s",
+    "tbt_p50_s",
+    "throughput_tok_s",
+    "evict_us_p50",
+    "evict_us_p99",
+    "gpu_util",
+    "swap_in_gb",
+    "swap_out_gb",
+    "recompute_tokens",
+    "preemptions",
+]
 FILES = {"summary.csv", "turns.parquet", "sessions.parquet", "config.resolved.yaml"}
 
 
 def _tables(exp):
-    return collect(run_points(exp.grid() + exp.baseline_points(), exp.executor,
-                              show_progress=False))
+    return collect(
+        run_points(exp.grid() + exp.baseline_points(), exp.executor, show_progress=False)
+    )
 
 
 def test_summary_columns(fake_backend, tiny_yaml):
@@ -34,9 +58,15 @@ def test_summary_columns(fake_backend, tiny_yaml):
     assert set(DESIGN_SUMMARY_COLUMNS) <= set(summary.columns)
     cols = list(summary.columns)
     assert cols[: len(LABEL_COLUMNS)] == list(LABEL_COLUMNS)
-    assert cols[len(LABEL_COLUMNS): len(LABEL_COLUMNS) + len(SUMMARY_COLUMNS)] == list(SUMMARY_COLUMNS)
+    assert cols[len(LABEL_COLUMNS) : len(LABEL_COLUMNS) + len(SUMMARY_COLUMNS)] == list(
+        SUMMARY_COLUMNS
+    )
     assert [c for c in cols if c.startswith("pass_")] == [
-        "pass_evict_us", "pass_reprefill", "pass_jain", "pass_gpu_util"]
+        "pass_evict_us",
+        "pass_reprefill",
+        "pass_jain",
+        "pass_gpu_util",
+    ]
     assert cols[-4:] == ["pass_evict_us", "pass_reprefill", "pass_jain", "pass_gpu_util"]
     assert "throughput_impact" not in cols  # no infinite-memory baseline was run
     assert len(summary) == 12
@@ -48,14 +78,24 @@ def test_throughput_impact_against_infinite_memory(fake_backend, write_yaml):
     assert len(summary) == 12 + 4  # + one baseline per (policy, cpu_kv_gb)
     base = summary[summary["gpu_kv_gb"] == math.inf]
     assert (base["throughput_impact"] == 0.0).all()
-    row = summary[(summary["policy"] == "fifo") & (summary["gpu_kv_gb"] == 0.5)
-                  & (summary["cpu_kv_gb"] == 4.0)].iloc[0]
+    row = summary[
+        (summary["policy"] == "fifo")
+        & (summary["gpu_kv_gb"] == 0.5)
+        & (summary["cpu_kv_gb"] == 4.0)
+    ].iloc[0]
     ref = base[(base["policy"] == "fifo") & (base["cpu_kv_gb"] == 4.0)].iloc[0]
-    assert row["throughput_impact"] == pytest.approx(1 - row["throughput_tok_s"] / ref["throughput_tok_s"])
+    assert row["throughput_impact"] == pytest.approx(
+        1 - row["throughput_tok_s"] / ref["throughput_tok_s"]
+    )
     assert row["throughput_impact"] > 0  # the fake recomputes more with less memory
     assert row["pass_throughput_impact"] == (row["throughput_impact"] < 0.05)
-    assert list(summary.columns)[-5:] == ["pass_evict_us", "pass_reprefill", "pass_jain",
-                                          "pass_gpu_util", "pass_throughput_impact"]
+    assert list(summary.columns)[-5:] == [
+        "pass_evict_us",
+        "pass_reprefill",
+        "pass_jain",
+        "pass_gpu_util",
+        "pass_throughput_impact",
+    ]
 
 
 def test_results_folder_contents(fake_backend, tiny_yaml, tmp_path):
@@ -67,8 +107,12 @@ def test_results_folder_contents(fake_backend, tiny_yaml, tmp_path):
     assert names == FILES | {"plots"}
     assert {str(f) for f in written.files} >= FILES
     pngs = sorted(p.name for p in (out / "plots").glob("*.png"))
-    assert pngs == ["hit_rate_by_tier.png", "jain_vs_capacity.png", "reprefill_vs_capacity.png",
-                    "ttft_cdf.png"]
+    assert pngs == [
+        "hit_rate_by_tier.png",
+        "jain_vs_capacity.png",
+        "reprefill_vs_capacity.png",
+        "ttft_cdf.png",
+    ]
     for p in (out / "plots").glob("*.png"):
         assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and p.stat().st_size > 10_000
     summary = pd.read_csv(out / "summary.csv")
@@ -85,8 +129,7 @@ def test_results_folder_contents(fake_backend, tiny_yaml, tmp_path):
     assert list(tmp_path.joinpath("res").iterdir()) == [out]  # no temporary left behind
 
 
-def test_failure_while_writing_leaves_no_out_folder(fake_backend, tiny_yaml, tmp_path,
-                                                    monkeypatch):
+def test_failure_while_writing_leaves_no_out_folder(fake_backend, tiny_yaml, tmp_path, monkeypatch):
     def broken(*args, **kwargs):
         raise RuntimeError("plotting failed")
 
@@ -122,13 +165,17 @@ def test_existing_out_is_refused_unless_forced(fake_backend, tiny_yaml, tmp_path
     assert sorted(p.name for p in tmp_path.iterdir()) == ["exp.yaml", "out"]
 
 
-def test_forced_replacement_that_fails_keeps_the_old_results(fake_backend, tiny_yaml, tmp_path,
-                                                             monkeypatch):
+def test_forced_replacement_that_fails_keeps_the_old_results(
+    fake_backend, tiny_yaml, tmp_path, monkeypatch
+):
     out = tmp_path / "out"
     out.mkdir()
     (out / "keep.txt").write_text("old")
-    monkeypatch.setattr(results.pd.DataFrame, "to_parquet",
-                        lambda *a, **k: (_ for _ in ()).throw(OSError("disk full")))
+    monkeypatch.setattr(
+        results.pd.DataFrame,
+        "to_parquet",
+        lambda *a, **k: (_ for _ in ()).throw(OSError("disk full")),
+    )
     with pytest.raises(OSError, match="disk full"):
         run_experiment(load_experiment(tiny_yaml), out, force=True, show_progress=False)
     assert (out / "keep.txt").read_text() == "old"
@@ -136,10 +183,20 @@ def test_forced_replacement_that_fails_keeps_the_old_results(fake_backend, tiny_
 
 
 def _summary_rows(jain_b: float) -> pd.DataFrame:
-    rows = [{"trace": trace, "policy": pol, "gpu_kv_gb": cap, "reprefill_rate": 0.1 * cap,
-             "jain_service": 0.9 if trace == "a" else jain_b, "gpu_hit_rate": 0.5,
-             "cpu_hit_rate": 0.1}
-            for trace in ("a", "b") for pol in ("lru", "fifo") for cap in (1.0, 2.0)]
+    rows = [
+        {
+            "trace": trace,
+            "policy": pol,
+            "gpu_kv_gb": cap,
+            "reprefill_rate": 0.1 * cap,
+            "jain_service": 0.9 if trace == "a" else jain_b,
+            "gpu_hit_rate": 0.5,
+            "cpu_hit_rate": 0.1,
+        }
+        for trace in ("a", "b")
+        for pol in ("lru", "fifo")
+        for cap in (1.0, 2.0)
+    ]
     return pd.DataFrame(rows)
 
 
@@ -148,10 +205,16 @@ def test_plots_mark_a_panel_without_data(tmp_path):
     turns = pd.DataFrame([{"trace": "a", "policy": "lru", "gpu_kv_gb": 1.0, "ttft_s": 0.1}])
     notes: list[str] = []
     written = plots.make_plots(_summary_rows(math.nan), turns, tmp_path, notes)
-    assert sorted(p.name for p in written) == ["hit_rate_by_tier.png", "jain_vs_capacity.png",
-                                               "reprefill_vs_capacity.png", "ttft_cdf.png"]
-    assert notes == ["plots: jain_vs_capacity.png: panel trace = b has no data",
-                     "plots: ttft_cdf.png: panel trace = b has no data"]
+    assert sorted(p.name for p in written) == [
+        "hit_rate_by_tier.png",
+        "jain_vs_capacity.png",
+        "reprefill_vs_capacity.png",
+        "ttft_cdf.png",
+    ]
+    assert notes == [
+        "plots: jain_vs_capacity.png: panel trace = b has no data",
+        "plots: ttft_cdf.png: panel trace = b has no data",
+    ]
 
 
 def test_plots_skip_what_is_undefined_everywhere(tmp_path):

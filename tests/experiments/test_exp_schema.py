@@ -1,4 +1,5 @@
 """Experiment YAML validation: every error names the file and the key path."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -44,62 +45,155 @@ def test_brief_example_message_exactly(write_yaml):
     assert error_of(path) == f"{path}: memory.gpu_kv_gb[2]: must be > 0, got -1"
 
 
-@pytest.mark.parametrize("old,new,key,words", [
-    ("seeds: [1]", "seeds: [1]\npolicy: lru", "policy", "unknown key (did you mean 'policies'?)"),
-    ("evict_unit: block}", "evict_unit: block, gpu_kb: 3}", "memory.gpu_kb", "unknown key"),
-    ("seeds: [1]", "seeds: [1]\nengine: {max_batch_token: 10}", "engine.max_batch_token",
-     "did you mean 'max_batch_tokens'"),
-    ("block_tokens: 16", "block_tokens: '16'", "memory.block_tokens", "expected an integer, got str"),
-    ("block_tokens: 16", "block_tokens: [16, 1.5]", "memory.block_tokens[1]", "expected an integer"),
-    ("cpu_kv_gb: 0", "cpu_kv_gb: yes", "memory.cpu_kv_gb", "expected a number, got bool"),
-    ("seeds: [1]", "seeds: [1, one]", "seeds[1]", "expected an integer"),
-    ("seeds: [1]", "seeds: [1]\ndebug: 'true'", "debug", "expected true or false"),
-    ("seeds: [1]", "seeds: [1]\nengine: {pipelining: 1}", "engine.pipelining", "true or false"),
-    ("gpu_kv_gb: [1, 2]", "gpu_kv_gb: 0", "memory.gpu_kv_gb", "must be > 0, got 0"),
-    ("cpu_kv_gb: 0", "cpu_kv_gb: -4", "memory.cpu_kv_gb", "must be >= 0"),
-    ("block_tokens: 16", "block_tokens: 0", "memory.block_tokens", "must be >= 1"),
-    ("seeds: [1]", "seeds: [1]\nengine: {max_running: 0}", "engine.max_running", "must be >= 1"),
-    ("evict_unit: block", "evict_unit: [block, page]", "memory.evict_unit[1]",
-     "must be one of 'session', 'block', 'layer_block'; got 'page'"),
-    ("evict_unit: block", "evict_unit: layer", "memory.evict_unit",
-     "must be one of 'session', 'block', 'layer_block'; got 'layer'"),
-    ("gpu_kv_gb: [1, 2]", "gpu_kv_gb: [1, 0.001]", "memory.gpu_kv_gb[1]",
-     "0.001 GiB holds no page: one page of 16 tokens of llama-3-8b takes 2 MiB"),
-    ("block_tokens: 16", "block_tokens: [16, 10000]", "memory.gpu_kv_gb[0]",
-     "1 GiB holds no page: one page of 10000 tokens of llama-3-8b takes 1.22 GiB"),
-    ("cpu_kv_gb: 0", "cpu_kv_gb: 0.001", "memory.cpu_kv_gb", "use 0 for no CPU tier"),
-    ("seeds: [1]", "seeds: [1]\nengine: {max_batch_tokens: 100}", "engine.max_batch_tokens",
-     "must be >= engine.max_running (256), got 100"),
-    ("seeds: [1]", "seeds: [1]\nengine: {max_batch_tokens: 0}", "engine.max_batch_tokens",
-     "must be >= 1"),
-    ("seeds: [1]", "seeds: [1]\nengine: {replay: open}", "engine.replay", "closed-loop"),
-    ("policies: [lru, fifo]", "policies: [lru, nosuch]", "policies[1]", "unknown policy 'nosuch'"),
-    ("policies: [lru, fifo]", "policies: [lru, 'os:path']", "policies[1]", "EvictionPolicy"),
-    ("policies: [lru, fifo]", "policies: ['nosuchmodule:Policy']", "policies[0]",
-     "cannot import Policy from nosuchmodule"),
-    ("policies: [lru, fifo]", "policies: ['experiments.schema:NoSuchClass']", "policies[0]",
-     "cannot import NoSuchClass from experiments.schema"),
-    ("policies: [lru, fifo]", "policies: []", "policies", "must not be empty"),
-    ("policies: [lru, fifo]", "policies: [lru, lru]", "policies", "duplicate value 'lru'"),
-    ("model: llama-3-8b", "model: llama-9-zz", "model", "unknown model 'llama-9-zz'"),
-    ("hardware: h100-sxm", "hardware: [h100-sxm, tpu-v9]", "hardware[1]", "unknown profile 'tpu-v9'"),
-    ("model: llama-3-8b", "model: specs/none.yaml", "model", "file not found: 'specs/none.yaml'"),
-    ("hardware: h100-sxm", "hardware: profiles/none.yaml", "hardware",
-     "file not found: 'profiles/none.yaml'"),
-    ("trace: {kind: synthetic, sessions: 5, seed: 1}", "trace: {kind: jsonl}", "trace.path",
-     "required for kind 'jsonl'"),
-    ("trace: {kind: synthetic, sessions: 5, seed: 1}",
-     "trace: [{kind: synthetic}, {kind: sharegpt, path: nope.json}]", "trace[1].path",
-     "file not found: 'nope.json'"),
-    ("trace: {kind: synthetic, sessions: 5, seed: 1}", "trace: {kind: csv, path: x}", "trace.kind",
-     "must be one of"),
-    ("trace: {kind: synthetic, sessions: 5, seed: 1}", "trace: synthetic", "trace",
-     "expected a mapping, got str"),
-    ("name: t", "name: my run", "name", "letters, digits"),
-    ("name: t", "", "name", "required key is missing"),
-    ("seeds: [1]", "seeds: [1]\nexecutor: {kind: slurm}", "executor.kind", "'local', 'ray'"),
-    ("seeds: [1]", "seeds: [1]\nexecutor: {workers: 0}", "executor.workers", "must be >= 1"),
-])
+@pytest.mark.parametrize(
+    "old,new,key,words",
+    [
+        (
+            "seeds: [1]",
+            "seeds: [1]\npolicy: lru",
+            "policy",
+            "unknown key (did you mean 'policies'?)",
+        ),
+        ("evict_unit: block}", "evict_unit: block, gpu_kb: 3}", "memory.gpu_kb", "unknown key"),
+        (
+            "seeds: [1]",
+            "seeds: [1]\nengine: {max_batch_token: 10}",
+            "engine.max_batch_token",
+            "did you mean 'max_batch_tokens'",
+        ),
+        (
+            "block_tokens: 16",
+            "block_tokens: '16'",
+            "memory.block_tokens",
+            "expected an integer, got str",
+        ),
+        (
+            "block_tokens: 16",
+            "block_tokens: [16, 1.5]",
+            "memory.block_tokens[1]",
+            "expected an integer",
+        ),
+        ("cpu_kv_gb: 0", "cpu_kv_gb: yes", "memory.cpu_kv_gb", "expected a number, got bool"),
+        ("seeds: [1]", "seeds: [1, one]", "seeds[1]", "expected an integer"),
+        ("seeds: [1]", "seeds: [1]\ndebug: 'true'", "debug", "expected true or false"),
+        ("seeds: [1]", "seeds: [1]\nengine: {pipelining: 1}", "engine.pipelining", "true or false"),
+        ("gpu_kv_gb: [1, 2]", "gpu_kv_gb: 0", "memory.gpu_kv_gb", "must be > 0, got 0"),
+        ("cpu_kv_gb: 0", "cpu_kv_gb: -4", "memory.cpu_kv_gb", "must be >= 0"),
+        ("block_tokens: 16", "block_tokens: 0", "memory.block_tokens", "must be >= 1"),
+        (
+            "seeds: [1]",
+            "seeds: [1]\nengine: {max_running: 0}",
+            "engine.max_running",
+            "must be >= 1",
+        ),
+        (
+            "evict_unit: block",
+            "evict_unit: [block, page]",
+            "memory.evict_unit[1]",
+            "must be one of 'session', 'block', 'layer_block'; got 'page'",
+        ),
+        (
+            "evict_unit: block",
+            "evict_unit: layer",
+            "memory.evict_unit",
+            "must be one of 'session', 'block', 'layer_block'; got 'layer'",
+        ),
+        (
+            "gpu_kv_gb: [1, 2]",
+            "gpu_kv_gb: [1, 0.001]",
+            "memory.gpu_kv_gb[1]",
+            "0.001 GiB holds no page: one page of 16 tokens of llama-3-8b takes 2 MiB",
+        ),
+        (
+            "block_tokens: 16",
+            "block_tokens: [16, 10000]",
+            "memory.gpu_kv_gb[0]",
+            "1 GiB holds no page: one page of 10000 tokens of llama-3-8b takes 1.22 GiB",
+        ),
+        ("cpu_kv_gb: 0", "cpu_kv_gb: 0.001", "memory.cpu_kv_gb", "use 0 for no CPU tier"),
+        (
+            "seeds: [1]",
+            "seeds: [1]\nengine: {max_batch_tokens: 100}",
+            "engine.max_batch_tokens",
+            "must be >= engine.max_running (256), got 100",
+        ),
+        (
+            "seeds: [1]",
+            "seeds: [1]\nengine: {max_batch_tokens: 0}",
+            "engine.max_batch_tokens",
+            "must be >= 1",
+        ),
+        ("seeds: [1]", "seeds: [1]\nengine: {replay: open}", "engine.replay", "closed-loop"),
+        (
+            "policies: [lru, fifo]",
+            "policies: [lru, nosuch]",
+            "policies[1]",
+            "unknown policy 'nosuch'",
+        ),
+        ("policies: [lru, fifo]", "policies: [lru, 'os:path']", "policies[1]", "EvictionPolicy"),
+        (
+            "policies: [lru, fifo]",
+            "policies: ['nosuchmodule:Policy']",
+            "policies[0]",
+            "cannot import Policy from nosuchmodule",
+        ),
+        (
+            "policies: [lru, fifo]",
+            "policies: ['experiments.schema:NoSuchClass']",
+            "policies[0]",
+            "cannot import NoSuchClass from experiments.schema",
+        ),
+        ("policies: [lru, fifo]", "policies: []", "policies", "must not be empty"),
+        ("policies: [lru, fifo]", "policies: [lru, lru]", "policies", "duplicate value 'lru'"),
+        ("model: llama-3-8b", "model: llama-9-zz", "model", "unknown model 'llama-9-zz'"),
+        (
+            "hardware: h100-sxm",
+            "hardware: [h100-sxm, tpu-v9]",
+            "hardware[1]",
+            "unknown profile 'tpu-v9'",
+        ),
+        (
+            "model: llama-3-8b",
+            "model: specs/none.yaml",
+            "model",
+            "file not found: 'specs/none.yaml'",
+        ),
+        (
+            "hardware: h100-sxm",
+            "hardware: profiles/none.yaml",
+            "hardware",
+            "file not found: 'profiles/none.yaml'",
+        ),
+        (
+            "trace: {kind: synthetic, sessions: 5, seed: 1}",
+            "trace: {kind: jsonl}",
+            "trace.path",
+            "required for kind 'jsonl'",
+        ),
+        (
+            "trace: {kind: synthetic, sessions: 5, seed: 1}",
+            "trace: [{kind: synthetic}, {kind: sharegpt, path: nope.json}]",
+            "trace[1].path",
+            "file not found: 'nope.json'",
+        ),
+        (
+            "trace: {kind: synthetic, sessions: 5, seed: 1}",
+            "trace: {kind: csv, path: x}",
+            "trace.kind",
+            "must be one of",
+        ),
+        (
+            "trace: {kind: synthetic, sessions: 5, seed: 1}",
+            "trace: synthetic",
+            "trace",
+            "expected a mapping, got str",
+        ),
+        ("name: t", "name: my run", "name", "letters, digits"),
+        ("name: t", "", "name", "required key is missing"),
+        ("seeds: [1]", "seeds: [1]\nexecutor: {kind: slurm}", "executor.kind", "'local', 'ray'"),
+        ("seeds: [1]", "seeds: [1]\nexecutor: {workers: 0}", "executor.workers", "must be >= 1"),
+    ],
+)
 def test_errors_name_file_and_key(write_yaml, old, new, key, words):
     assert old in BASE
     path = write_yaml(BASE.replace(old, new), "bad.yaml")
@@ -111,14 +205,19 @@ def test_errors_name_file_and_key(write_yaml, old, new, key, words):
 def test_registry_names_and_aliases_are_accepted(write_yaml):
     """The cost-model registry resolves names and aliases; the config keeps what the user wrote."""
     text = BASE.replace("model: llama-3-8b", "model: [llama-3-8b, Llama-3-70B]").replace(
-        "hardware: h100-sxm", "hardware: [h100-sxm, a100-sxm]")
+        "hardware: h100-sxm", "hardware: [h100-sxm, a100-sxm]"
+    )
     exp = load_experiment(write_yaml(text))
     assert exp.model == ["llama-3-8b", "Llama-3-70B"] and exp.hardware == ["h100-sxm", "a100-sxm"]
 
 
 def test_several_errors_one_line_each(write_yaml):
-    path = write_yaml(BASE.replace("gpu_kv_gb: [1, 2]", "gpu_kv_gb: [-1, 2]")
-                      .replace("seeds: [1]", "seeds: [1]\nbogus: 1"), "bad.yaml")
+    path = write_yaml(
+        BASE.replace("gpu_kv_gb: [1, 2]", "gpu_kv_gb: [-1, 2]").replace(
+            "seeds: [1]", "seeds: [1]\nbogus: 1"
+        ),
+        "bad.yaml",
+    )
     lines = error_of(path).splitlines()
     assert len(lines) == 2
     assert all(line.startswith(f"{path}: ") for line in lines)
@@ -134,7 +233,9 @@ def test_yaml_syntax_error_names_line(write_yaml):
 
 def test_yaml_bad_indentation_line(write_yaml):
     path = write_yaml("name: t\nmodel: x\n  hardware: y\n", "broken.yaml")
-    assert re.match(rf"{re.escape(str(path))}: line 3, column \d+: YAML syntax error", error_of(path))
+    assert re.match(
+        rf"{re.escape(str(path))}: line 3, column \d+: YAML syntax error", error_of(path)
+    )
 
 
 def test_duplicate_key_is_an_error_with_line(write_yaml):
@@ -156,14 +257,17 @@ def test_missing_file(tmp_path):
     assert "quickstart" in error_of(path)
 
 
-def test_relative_trace_path_resolves_against_yaml_folder_then_cwd(tmp_path, write_yaml,
-                                                                   monkeypatch):
+def test_relative_trace_path_resolves_against_yaml_folder_then_cwd(
+    tmp_path, write_yaml, monkeypatch
+):
     (tmp_path / "cfg" / "data").mkdir(parents=True)
     (tmp_path / "cfg" / "data" / "t.jsonl").write_text("{}\n")
     (tmp_path / "elsewhere").mkdir()
     (tmp_path / "elsewhere" / "c.jsonl").write_text("{}\n")
-    text = BASE.replace("{kind: synthetic, sessions: 5, seed: 1}",
-                        "[{kind: jsonl, path: data/t.jsonl}, {kind: jsonl, path: c.jsonl}]")
+    text = BASE.replace(
+        "{kind: synthetic, sessions: 5, seed: 1}",
+        "[{kind: jsonl, path: data/t.jsonl}, {kind: jsonl, path: c.jsonl}]",
+    )
     monkeypatch.chdir(tmp_path / "elsewhere")
     exp = load_experiment(write_yaml(text, "cfg/exp.yaml"))
     assert exp.trace[0].path == str((tmp_path / "cfg" / "data" / "t.jsonl").resolve())
@@ -177,14 +281,26 @@ def test_model_and_hardware_files_resolve(tmp_path, write_yaml):
     import yaml
 
     import costmodels
+
     (tmp_path / "specs").mkdir()
-    spec = {"name": "tiny-model", "num_layers": 2, "hidden_size": 256, "num_heads": 4,
-            "num_kv_heads": 2, "head_dim": 64, "intermediate_size": 512, "vocab_size": 1000,
-            "dtype_bytes": 2, "gated_mlp": True, "source": "test"}
+    spec = {
+        "name": "tiny-model",
+        "num_layers": 2,
+        "hidden_size": 256,
+        "num_heads": 4,
+        "num_kv_heads": 2,
+        "head_dim": 64,
+        "intermediate_size": 512,
+        "vocab_size": 1000,
+        "dtype_bytes": 2,
+        "gated_mlp": True,
+        "source": "test",
+    }
     (tmp_path / "specs" / "tiny-model.yaml").write_text(yaml.safe_dump(spec))
     costmodels.save_profile(costmodels.load_profile("h100-sxm"), tmp_path / "specs" / "my-gpu.yaml")
-    text = (BASE.replace("model: llama-3-8b", "model: [llama-3-8b, specs/tiny-model.yaml]")
-            .replace("hardware: h100-sxm", "hardware: specs/my-gpu.yaml"))
+    text = BASE.replace("model: llama-3-8b", "model: [llama-3-8b, specs/tiny-model.yaml]").replace(
+        "hardware: h100-sxm", "hardware: specs/my-gpu.yaml"
+    )
     exp = load_experiment(write_yaml(text))
     assert exp.model[1] == str(tmp_path / "specs" / "tiny-model.yaml")
     labels = exp.grid()[-1].labels()
@@ -199,6 +315,7 @@ def test_bad_model_file_is_reported_under_its_key(tmp_path, write_yaml):
 
 def test_resolved_config_round_trips(write_yaml, tmp_path):
     import yaml
+
     exp = load_experiment(write_yaml(BASE))
     resolved = exp.resolved()
     # pipelining is a grid axis: a one-value list, like every memory axis

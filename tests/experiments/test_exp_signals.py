@@ -1,5 +1,6 @@
 """SIGTERM stops `kvsim run` as Ctrl-C does: workers stopped, no results folder, status 143
 (130 after SIGINT)."""
+
 from __future__ import annotations
 
 import os
@@ -35,25 +36,37 @@ def _session_members(sid: int) -> list[tuple[int, str]]:
             stat = (entry / "stat").read_text()
         except OSError:  # exited while we looked
             continue
-        fields = stat[stat.rindex(")") + 2:].split()  # state ppid pgrp session ...
+        fields = stat[stat.rindex(")") + 2 :].split()  # state ppid pgrp session ...
         if int(fields[3]) == sid and fields[0] != "Z":
             out.append((int(entry.name), fields[0]))
     return out
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc")
-@pytest.mark.parametrize("signum,status,words", [
-    (signal.SIGTERM, 143, "kvsim: terminated (SIGTERM)"),
-    (signal.SIGINT, 130, "kvsim: interrupted"),
-])
+@pytest.mark.parametrize(
+    "signum,status,words",
+    [
+        (signal.SIGTERM, 143, "kvsim: terminated (SIGTERM)"),
+        (signal.SIGINT, 130, "kvsim: interrupted"),
+    ],
+)
 def test_signal_stops_workers_and_leaves_no_results(tmp_path, signum, status, words):
     cfg = tmp_path / "slow.yaml"
     cfg.write_text(SLOW)
     out = tmp_path / "results" / "slow"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.Popen([sys.executable, "-m", "experiments", "run", str(cfg), "--out", str(out)],
-                            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)  # its own session: find its children
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "experiments", "run", str(cfg), "--out", str(out)],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )  # its own session: find its children
     try:
         # Wait for the parent, the Manager and the spawned workers (and the resource tracker).
         deadline = time.monotonic() + 60

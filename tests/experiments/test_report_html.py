@@ -4,6 +4,7 @@ The page is read back with html.parser (tables by id, images by data-file, the c
 test marked ``browser`` opens it in headless Chromium through Playwright and must fail, not skip,
 when either is missing (see _launch_chromium for what it looks for).
 """
+
 from __future__ import annotations
 
 import base64
@@ -106,7 +107,7 @@ def test_every_plot_is_embedded_byte_for_byte(own_results, capsys):
     for img in page.images:
         prefix = "data:image/png;base64,"
         assert img["src"].startswith(prefix)
-        assert base64.b64decode(img["src"][len(prefix):], validate=True) == pngs[img["data-file"]]
+        assert base64.b64decode(img["src"][len(prefix) :], validate=True) == pngs[img["data-file"]]
     # self-contained: nothing that could load another file or run code
     assert not page.tags & {"script", "link", "iframe", "object", "embed"}
 
@@ -139,7 +140,7 @@ def test_targets_table_agrees_with_the_pass_columns(own_results):
     passes = [c for c in summary.columns if c.startswith("pass_")]
     header, *rows = page.tables["targets"]
     assert len(header) == 2 + len(passes) + 1 and header[-1] == "all targets"
-    assert f"jain_service \u2265 {JAIN_TARGET:g}" in header      # thresholds from sim.metrics
+    assert f"jain_service \u2265 {JAIN_TARGET:g}" in header  # thresholds from sim.metrics
     assert f"reprefill_rate < {REPREFILL_TARGET:g}" in header
     assert [r[0] for r in rows] == list(summary["policy"].unique())
     for row in rows:
@@ -172,7 +173,7 @@ def test_a_failing_target_shows_as_fail(own_results):
 def test_text_from_the_folder_is_escaped(own_results):
     evil = "<script>alert('x')</script><b>&amp;"
     with open(own_results / "config.resolved.yaml", "a", encoding="utf-8") as f:
-        f.write(f"note: \"{evil}\"\n")
+        f.write(f'note: "{evil}"\n')
     summary = pd.read_csv(own_results / "summary.csv")
     summary.loc[0, "policy"] = evil
     summary.to_csv(own_results / "summary.csv", index=False)
@@ -192,11 +193,11 @@ def test_out_option_and_atomic_write(own_results, tmp_path):
     rc, page = _report(own_results, "--out", str(out))
     assert rc == 0 and page.tables["summary"]
     assert not (own_results / "report.html").exists()
-    assert os.listdir(out.parent) == ["tiny.html"]                  # no temporary file left
+    assert os.listdir(out.parent) == ["tiny.html"]  # no temporary file left
     # a write that fails half-way leaves the previous page as it was, and no temporary file
     before = out.read_bytes()
     with pytest.raises(UnicodeEncodeError):
-        write_atomically(out, "<p>half a page" + "\ud800")             # not encodable as UTF-8
+        write_atomically(out, "<p>half a page" + "\ud800")  # not encodable as UTF-8
     assert out.read_bytes() == before and os.listdir(out.parent) == ["tiny.html"]
 
 
@@ -214,15 +215,25 @@ def test_a_folder_that_is_not_results_exits_2(tmp_path, capsys):
     assert main(["report", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert f"{tmp_path / 'summary.csv'}: no such file" in err and "Traceback" not in err
-    assert not any(tmp_path.iterdir())                             # nothing written
+    assert not any(tmp_path.iterdir())  # nothing written
 
 
 def test_targets_html_marks_missing_verdicts_and_keeps_policy_order():
-    summary = pd.DataFrame({"policy": ["b", "a", "b"], "pass_jain": [True, None, False],
-                            "pass_custom": [None, None, True]})
+    summary = pd.DataFrame(
+        {
+            "policy": ["b", "a", "b"],
+            "pass_jain": [True, None, False],
+            "pass_custom": [None, None, True],
+        }
+    )
     rows = Page(targets_html(summary)).tables["targets"]
-    assert rows[0] == ["policy", "grid points", f"jain_service \u2265 {JAIN_TARGET:g}", "custom",
-                       "all targets"]
+    assert rows[0] == [
+        "policy",
+        "grid points",
+        f"jain_service \u2265 {JAIN_TARGET:g}",
+        "custom",
+        "all targets",
+    ]
     assert rows[1] == ["b", "2", "FAIL (1 of 2)", "pass", "FAIL"]
     assert rows[2] == ["a", "1", "-", "-", "pass"]
 
@@ -230,9 +241,11 @@ def test_targets_html_marks_missing_verdicts_and_keeps_policy_order():
 # ---------------------------------------------------------------------------------------------
 # In a real browser
 
-INSTALL = ("pip install playwright (in the dev extra), then either `python -m playwright install "
-           "chromium` (downloads from cdn.playwright.dev) or `apt-get install chromium` (Debian); "
-           "KVSIM_BROWSER=/path/to/chromium picks another binary")
+INSTALL = (
+    "pip install playwright (in the dev extra), then either `python -m playwright install "
+    "chromium` (downloads from cdn.playwright.dev) or `apt-get install chromium` (Debian); "
+    "KVSIM_BROWSER=/path/to/chromium picks another binary"
+)
 
 
 def _png_size(data: bytes) -> tuple[int, int]:
@@ -260,10 +273,12 @@ def chromium():
     inside the test, so that a missing Playwright or browser fails the test (never skips it)."""
     started: dict[str, object] = {}
     with contextlib.ExitStack() as stack:
+
         def get():
             if "browser" not in started:
                 started["browser"] = _launch_chromium(stack, started)
             return started["browser"]
+
         yield get
 
 
@@ -294,8 +309,14 @@ def _open(browser, url: str):
     """Load ``url``; return (page, console errors and page errors, URLs requested)."""
     page = browser.new_page()
     problems, requested = [], []
-    page.on("console", lambda m: problems.append(f"console.{m.type}: {m.text}")
-            if m.type in ("error", "assert") else None)
+    page.on(
+        "console",
+        lambda m: (
+            problems.append(f"console.{m.type}: {m.text}")
+            if m.type in ("error", "assert")
+            else None
+        ),
+    )
     page.on("pageerror", lambda exc: problems.append(f"page error: {exc}"))
     page.on("requestfailed", lambda r: problems.append(f"request failed: {r.url[:80]}"))
     page.on("request", lambda r: requested.append(r.url))
@@ -303,8 +324,10 @@ def _open(browser, url: str):
     return page, problems, requested
 
 
-_IMAGES = ("Array.from(document.images, i => ({file: i.dataset.file, complete: i.complete, "
-           "w: i.naturalWidth, h: i.naturalHeight}))")
+_IMAGES = (
+    "Array.from(document.images, i => ({file: i.dataset.file, complete: i.complete, "
+    "w: i.naturalWidth, h: i.naturalHeight}))"
+)
 
 
 @pytest.mark.browser
@@ -313,16 +336,18 @@ def test_the_page_renders_in_headless_chromium(chromium, results, tmp_path):
     assert main(["report", str(results), "--out", str(out)]) == 0
     page, problems, requested = _open(chromium(), out.as_uri())
     assert problems == []
-    assert requested == [out.as_uri()]                    # no other file, no network
+    assert requested == [out.as_uri()]  # no other file, no network
     pngs = _pngs(results)
     images = page.evaluate(_IMAGES)
     assert sorted(i["file"] for i in images) == sorted(pngs)
-    for i in images:                                      # decoded, at the PNG's own size
+    for i in images:  # decoded, at the PNG's own size
         assert i["complete"] and i["w"] > 0 and (i["w"], i["h"]) == _png_size(pngs[i["file"]])
     assert page.locator("#targets tbody tr").count() == 2
     assert page.locator("#summary tbody tr").count() == len(pd.read_csv(results / "summary.csv"))
-    assert page.locator("#config").inner_text().strip() == \
-        (results / "config.resolved.yaml").read_text(encoding="utf-8").strip()
+    assert (
+        page.locator("#config").inner_text().strip()
+        == (results / "config.resolved.yaml").read_text(encoding="utf-8").strip()
+    )
     page.close()
 
 
@@ -331,11 +356,14 @@ def test_the_browser_checks_can_fail(chromium, tmp_path):
     """The same checks on a bad page: a corrupt image does not decode, a script error and a
     blocked fetch are reported (so the test above is not vacuous)."""
     bad = tmp_path / "bad.html"
-    bad.write_text('<!DOCTYPE html><meta http-equiv="Content-Security-Policy" '
-                   "content=\"default-src 'none'; img-src data:; script-src 'unsafe-inline'\">"
-                   '<img data-file="x.png" src="data:image/png;base64,iVBORw0KGgoAAAA=">'
-                   '<img data-file="y.png" src="https://example.invalid/y.png">'
-                   "<script>undefined_function()</script>", encoding="utf-8")
+    bad.write_text(
+        '<!DOCTYPE html><meta http-equiv="Content-Security-Policy" '
+        "content=\"default-src 'none'; img-src data:; script-src 'unsafe-inline'\">"
+        '<img data-file="x.png" src="data:image/png;base64,iVBORw0KGgoAAAA=">'
+        '<img data-file="y.png" src="https://example.invalid/y.png">'
+        "<script>undefined_function()</script>",
+        encoding="utf-8",
+    )
     page, problems, _ = _open(chromium(), bad.as_uri())
     assert any("undefined_function" in p for p in problems)
     assert any("Content Security Policy" in p or "y.png" in p for p in problems)

@@ -1,5 +1,6 @@
 """Sweeps that survive a kill: each finished grid point is checkpointed, a rerun of the same config
 runs only the rest, and the results equal an uninterrupted run's."""
+
 from __future__ import annotations
 
 import os
@@ -19,9 +20,14 @@ from experiments.schema import parse_experiment
 from sim.metrics import WALL_CLOCK_COLUMNS
 
 REPO = Path(__file__).resolve().parents[2]
-GRID = {"name": "resume", "trace": {"kind": "synthetic", "sessions": 8, "seed": 3},
-        "model": "llama-3-8b", "hardware": "h100-sxm",
-        "memory": {"gpu_kv_gb": [0.5, 1.0], "cpu_kv_gb": 0}, "policies": ["lru", "fifo"]}
+GRID = {
+    "name": "resume",
+    "trace": {"kind": "synthetic", "sessions": 8, "seed": 3},
+    "model": "llama-3-8b",
+    "hardware": "h100-sxm",
+    "memory": {"gpu_kv_gb": [0.5, 1.0], "cpu_kv_gb": 0},
+    "policies": ["lru", "fifo"],
+}
 
 
 def _same(a: pd.DataFrame, b: pd.DataFrame) -> None:
@@ -39,17 +45,17 @@ def test_an_interrupted_sweep_resumes_where_it_stopped(tmp_path, monkeypatch):
     def interrupted(index, point, debug=False, progress=None):
         calls.append(point)
         if len(calls) == 3:
-            raise KeyboardInterrupt          # Ctrl-C during the third point
+            raise KeyboardInterrupt  # Ctrl-C during the third point
         return real(index, point, debug, progress)
 
     monkeypatch.setattr(executor, "run_point", interrupted)
     with pytest.raises(KeyboardInterrupt):
         run_experiment(exp, out, show_progress=False)
-    assert not out.exists()                                  # no half-written results
-    assert len(list(partial_dir(out).glob("*.pkl"))) == 2    # the two finished points
+    assert not out.exists()  # no half-written results
+    assert len(list(partial_dir(out).glob("*.pkl"))) == 2  # the two finished points
     calls.clear()
     outcome = run_experiment(exp, out, show_progress=False)
-    assert outcome.resumed == 2 and len(calls) == 2          # only the rest ran
+    assert outcome.resumed == 2 and len(calls) == 2  # only the rest ran
     _same(outcome.summary, reference)
     assert not partial_dir(out).exists()
     # --fresh forgets what an earlier run left
@@ -90,14 +96,17 @@ def test_a_changed_config_does_not_reuse_points(tmp_path, monkeypatch):
 
 def test_sigterm_on_a_worker_pool_keeps_finished_points(tmp_path):
     cfg = tmp_path / "big.yaml"
-    cfg.write_text("name: big\ntrace: {kind: synthetic, sessions: 60, seed: 3}\n"
-                   "model: llama-3-8b\nhardware: h100-sxm\n"
-                   "memory: {gpu_kv_gb: [0.5, 1, 2, 4], cpu_kv_gb: 0}\n"
-                   "policies: [lru, fifo, lfu]\nexecutor: {kind: local, workers: 2}\n")
+    cfg.write_text(
+        "name: big\ntrace: {kind: synthetic, sessions: 60, seed: 3}\n"
+        "model: llama-3-8b\nhardware: h100-sxm\n"
+        "memory: {gpu_kv_gb: [0.5, 1, 2, 4], cpu_kv_gb: 0}\n"
+        "policies: [lru, fifo, lfu]\nexecutor: {kind: local, workers: 2}\n"
+    )
     out = tmp_path / "out"
     cmd = [sys.executable, "-m", "experiments", "run", str(cfg), "--out", str(out), "--quiet"]
-    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+    proc = subprocess.Popen(
+        cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and not list(partial_dir(out).glob("*.pkl")):
         time.sleep(0.1)

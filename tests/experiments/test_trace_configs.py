@@ -2,6 +2,7 @@
 intended size, and every GPU capacity holds the trace's longest session (no turn rejected). The
 sweeps themselves are not run here. Their trace paths resolve against the current directory, the
 repository root; they skip when ../shared/data is not beside the checkout."""
+
 from __future__ import annotations
 
 import math
@@ -29,9 +30,12 @@ def load(monkeypatch):
     def _load(name: str):
         rel, _ = CONFIGS[name]
         if not (DATA / rel).is_file():
-            pytest.skip(f"real data file {rel} not found in {DATA.resolve()} (expected ../shared/data)")
+            pytest.skip(
+                f"real data file {rel} not found in {DATA.resolve()} (expected ../shared/data)"
+            )
         monkeypatch.chdir(REPO)
         return load_experiment(REPO / "experiments" / f"{name}.yaml")
+
     return _load
 
 
@@ -60,7 +64,7 @@ def test_mooncake_and_azure_set_their_replay_rate(load):
     mooncake, azure = load("mooncake"), load("azure")
     assert mooncake.memory.prefix_sharing and mooncake.memory.block_tokens == [512]
     assert mooncake.trace[0].model_dump()["time_scale"] == 20
-    assert "belady" not in mooncake.policies      # no bound with shared pages
+    assert "belady" not in mooncake.policies  # no bound with shared pages
     assert azure.trace[0].model_dump()["time_scale"] == 1
 
 

@@ -1,5 +1,6 @@
 """Shared helpers of the policy tests: seeded request streams, the Mooncake block stream, and
 libCacheSim stepped request by request."""
+
 from __future__ import annotations
 
 import json
@@ -16,9 +17,18 @@ MOONCAKE = DATA / "mooncake" / "conversation_trace.jsonl"
 INT64_MAX = 2**63 - 1
 
 # kvsim policy -> libcachesim class name (same semantics; see each policy's docstring)
-LCS_CLASS = {"lru": "LRU", "fifo": "FIFO", "lfu": "LFU", "arc": "ARC", "clock": "Clock",
-             "sieve": "Sieve", "s3fifo": "S3FIFO", "belady": "Belady", "slru": "SLRU",
-             "twoq": "TwoQ"}
+LCS_CLASS = {
+    "lru": "LRU",
+    "fifo": "FIFO",
+    "lfu": "LFU",
+    "arc": "ARC",
+    "clock": "Clock",
+    "sieve": "Sieve",
+    "s3fifo": "S3FIFO",
+    "belady": "Belady",
+    "slru": "SLRU",
+    "twoq": "TwoQ",
+}
 CLASSIC = tuple(LCS_CLASS)
 ONLINE_CLASSIC = tuple(p for p in CLASSIC if p != "belady")
 
@@ -34,10 +44,12 @@ def zipf_ids(n: int, n_obj: int, alpha: float = 0.9, seed: int = 0) -> np.ndarra
     rng = np.random.default_rng(seed)
     p = 1.0 / np.arange(1, n_obj + 1) ** alpha
     ranks = rng.choice(n_obj, size=n, p=p / p.sum())
-    return rng.permutation(n_obj)[ranks].astype(np.int64)     # popularity unrelated to the id
+    return rng.permutation(n_obj)[ranks].astype(np.int64)  # popularity unrelated to the id
 
 
-def scan_ids(n: int, hot: int = 60, scan_len: int = 400, period: int = 1000, seed: int = 0) -> np.ndarray:
+def scan_ids(
+    n: int, hot: int = 60, scan_len: int = 400, period: int = 1000, seed: int = 0
+) -> np.ndarray:
     """A hot Zipf set, interrupted every ``period`` requests by a scan of never-seen objects."""
     out = zipf_ids(n, hot, 0.8, seed).tolist()
     res, fresh = [], hot

@@ -1,4 +1,5 @@
 """``sim.cachesim`` and ``kvsim cachesim``: reading streams, replay semantics, the CLI contract."""
+
 from __future__ import annotations
 
 import json
@@ -32,7 +33,7 @@ def test_read_trace_columns_and_time(tmp_path):
     s = read_trace(_csv(tmp_path, "obj_id,size,time\n7,3,0.5\n8,1,1.5\n7,3,2\n"))
     assert s.obj_ids.tolist() == [7, 8, 7] and s.sizes.tolist() == [3, 1, 3]
     assert s.times.tolist() == [0.5, 1.5, 2.0]
-    s = read_trace(_csv(tmp_path, "size,obj_id\n1,5\n2,6\n"))            # column order is free
+    s = read_trace(_csv(tmp_path, "size,obj_id\n1,5\n2,6\n"))  # column order is free
     assert s.obj_ids.tolist() == [5, 6] and s.sizes.tolist() == [1, 2] and s.times is None
 
 
@@ -41,15 +42,18 @@ def test_read_trace_hashes_become_dense_ids(tmp_path):
     assert s.obj_ids.tolist() == [0, 1, 0]
 
 
-@pytest.mark.parametrize("text, message", [
-    ("obj_id\n1\n", "missing column 'size'"),
-    ("id,size\n1,1\n", "missing column 'obj_id'"),
-    ("obj_id,size\n1,1\n2,x\n", "line 3: size 'x' is not an integer"),
-    ("obj_id,size\n1,1\n2,1.5\n3,1\n", "line 3: size 1.5 is not an integer"),
-    ("obj_id,size\n1,1\n2,1\n3,-4\n", "line 4: size -4 is not a positive integer"),
-    ("obj_id,size,time\n1,1,0\n2,1,soon\n", "line 3: time 'soon' is not a number"),
-    ("", "empty file"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("obj_id\n1\n", "missing column 'size'"),
+        ("id,size\n1,1\n", "missing column 'obj_id'"),
+        ("obj_id,size\n1,1\n2,x\n", "line 3: size 'x' is not an integer"),
+        ("obj_id,size\n1,1\n2,1.5\n3,1\n", "line 3: size 1.5 is not an integer"),
+        ("obj_id,size\n1,1\n2,1\n3,-4\n", "line 4: size -4 is not a positive integer"),
+        ("obj_id,size,time\n1,1,0\n2,1,soon\n", "line 3: time 'soon' is not a number"),
+        ("", "empty file"),
+    ],
+)
 def test_read_trace_errors_name_file_and_line(tmp_path, text, message):
     p = _csv(tmp_path, text)
     with pytest.raises(CacheTraceError) as e:
@@ -83,8 +87,15 @@ def test_first_access_misses_and_result_fields():
     assert r.hit_flags.tolist() == [False, False, True, False, True, False]
     assert (r.requests, r.hits, r.misses) == (6, 2, 4)
     assert (r.byte_requests, r.byte_hits) == (13, 4)
-    assert r.summary() == {"policy": "lru", "capacity": 5, "requests": 6, "hits": 2, "misses": 4,
-                           "byte_requests": 13, "byte_hits": 4}
+    assert r.summary() == {
+        "policy": "lru",
+        "capacity": 5,
+        "requests": 6,
+        "hits": 2,
+        "misses": 4,
+        "byte_requests": 13,
+        "byte_hits": 4,
+    }
 
 
 def test_too_large_objects_are_not_admitted_and_evict_nothing():
@@ -109,8 +120,9 @@ def test_stepping_equals_replay_and_capacity_holds(policy):
 
 # Policies that price recovery with a cost model: in a replay they need one in the context.
 NEEDS_COST = ("cost-belady", "pensieve", "pensieve-flat", "pensieve-physics")
-COST_CTX = PolicyContext(tier=Tier.GPU, block_tokens=16, num_layers=32,
-                         cost=cost_model("llama-3-8b", "h100-sxm"))
+COST_CTX = PolicyContext(
+    tier=Tier.GPU, block_tokens=16, num_layers=32, cost=cost_model("llama-3-8b", "h100-sxm")
+)
 
 
 @pytest.mark.parametrize("policy", available_policies())
@@ -142,10 +154,22 @@ def test_invalid_capacity():
 
 # -- the command line --------------------------------------------------------------------------------
 def test_cli_json_has_exactly_the_contract_keys(tmp_path, capsys):
-    p = _csv(tmp_path, "obj_id,size\n" + "\n".join(f"{i % 7},{1 + i % 3}" for i in range(100)) + "\n")
-    assert main(["cachesim", "--trace", str(p), "--policy", "arc", "--capacity", "5", "--json"]) == 0
+    p = _csv(
+        tmp_path, "obj_id,size\n" + "\n".join(f"{i % 7},{1 + i % 3}" for i in range(100)) + "\n"
+    )
+    assert (
+        main(["cachesim", "--trace", str(p), "--policy", "arc", "--capacity", "5", "--json"]) == 0
+    )
     out = json.loads(capsys.readouterr().out)
-    assert list(out) == ["policy", "capacity", "requests", "hits", "misses", "byte_requests", "byte_hits"]
+    assert list(out) == [
+        "policy",
+        "capacity",
+        "requests",
+        "hits",
+        "misses",
+        "byte_requests",
+        "byte_hits",
+    ]
     r = simulate_cache(read_trace(p), "arc", 5)
     assert out == r.summary() and out["policy"] == "arc" and out["requests"] == 100
 
@@ -157,7 +181,9 @@ def test_cli_all_prints_a_table(tmp_path, capsys):
     assert lines[0].split()[:3] == ["policy", "capacity", "requests"]
     names = {ln.split()[0] for ln in lines[1:]}
     assert set(CLASSIC) <= names <= set(available_policies())
-    assert main(["cachesim", "--trace", str(p), "--policy", "all", "--capacity", "8", "--json"]) == 0
+    assert (
+        main(["cachesim", "--trace", str(p), "--policy", "all", "--capacity", "8", "--json"]) == 0
+    )
     rows = json.loads(capsys.readouterr().out)
     assert {r["policy"] for r in rows} == names
 
@@ -168,5 +194,17 @@ def test_cli_errors_exit_2_with_one_line(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.startswith("kvsim: error: ") and "line 3" in err and str(p) in err
     assert main(["cachesim", "--trace", str(p), "--policy", "nosuch", "--capacity", "5"]) == 2
-    assert main(["cachesim", "--trace", str(tmp_path / "none.csv"), "--policy", "lru",
-                 "--capacity", "5"]) == 2
+    assert (
+        main(
+            [
+                "cachesim",
+                "--trace",
+                str(tmp_path / "none.csv"),
+                "--policy",
+                "lru",
+                "--capacity",
+                "5",
+            ]
+        )
+        == 2
+    )

@@ -9,6 +9,7 @@ agree with the unpinned members, a removed or pinned unit is never named, and th
 gives the same victims. Units are uids read through a view whose fields the driver maintains per
 unit, and the context carries the Llama-3-8B/H100 cost model for cost-aware policies.
 """
+
 from __future__ import annotations
 
 import math
@@ -24,8 +25,11 @@ from sim.units import SessionKV, Tier, uid_of
 COST = cost_model("llama-3-8b", "h100-sxm")
 PAGE = 16 * COST.kv_bytes_per_token
 
-OPS = st.lists(st.tuples(st.integers(0, 11), st.integers(0, 10**6), st.integers(0, 10**6)),
-               min_size=1, max_size=120)
+OPS = st.lists(
+    st.tuples(st.integers(0, 11), st.integers(0, 10**6), st.integers(0, 10**6)),
+    min_size=1,
+    max_size=120,
+)
 
 
 class ContractView:
@@ -71,14 +75,15 @@ class Driver:
 
     def __init__(self, name: str, tier: Tier, capacity_pages: int | None) -> None:
         self.view = ContractView()
-        ctx = PolicyContext(tier=tier, block_tokens=16, num_layers=COST.model.num_layers,
-                            view=self.view, cost=COST)
+        ctx = PolicyContext(
+            tier=tier, block_tokens=16, num_layers=COST.model.num_layers, view=self.view, cost=COST
+        )
         self.pol = make_policy(name, ctx)
         self.name, self.tier = name, tier
         if capacity_pages is not None:
             self.pol.set_capacity(capacity_pages * PAGE)
-        self.units: list[list[int]] = [[] for _ in self.view.sessions]   # uids per session
-        self.members: dict[int, bool] = {}   # uid -> pinned
+        self.units: list[list[int]] = [[] for _ in self.view.sessions]  # uids per session
+        self.members: dict[int, bool] = {}  # uid -> pinned
         self.gone: set[int] = set()
         self.now = 0.0
         self.victims: list[int | None] = []
@@ -114,7 +119,7 @@ class Driver:
         return keys[a % len(keys)] if keys else None
 
     def access(self, a: int) -> None:
-        uid = self._pick(a, False if a % 4 else None)   # mostly unpinned, as the engine does
+        uid = self._pick(a, False if a % 4 else None)  # mostly unpinned, as the engine does
         if uid is not None:
             self.view.last[uid] = self.now
             self.pol.access(uid, self.now)
@@ -193,14 +198,18 @@ class Driver:
         assert len(set(got)) == len(got) and set(got) <= unpinned, f"{self.name}: evict_bytes {got}"
         freed = sum(self.view.sizes[u] for u in got)
         assert freed >= nbytes or set(got) == unpinned, f"{self.name}: freed {freed} of {nbytes}"
-        assert all(freed - self.view.sizes[u] < nbytes for u in got[-1:]), f"{self.name}: one victim too many"
+        assert all(freed - self.view.sizes[u] < nbytes for u in got[-1:]), (
+            f"{self.name}: one victim too many"
+        )
         self.victims.extend(got)
         for u in got:
             self._gone(u)
 
     def check(self) -> None:
         unpinned = [u for u, p in self.members.items() if not p]
-        assert len(self.pol) == len(unpinned), f"{self.name}: len {len(self.pol)} != {len(unpinned)}"
+        assert len(self.pol) == len(unpinned), (
+            f"{self.name}: len {len(self.pol)} != {len(unpinned)}"
+        )
         for u, p in self.members.items():
             assert (u in self.pol) == (not p), f"{self.name}: membership of {u}"
         for u in sorted(self.gone)[:20]:
@@ -246,10 +255,14 @@ class Driver:
 
 @pytest.mark.parametrize("name", available_policies())
 def test_contract(name):
-    @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow],
-              database=None)
-    @given(ops=OPS, tier=st.sampled_from([Tier.GPU, Tier.CPU]),
-           capacity_pages=st.one_of(st.none(), st.integers(1, 200)))
+    @settings(
+        max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow], database=None
+    )
+    @given(
+        ops=OPS,
+        tier=st.sampled_from([Tier.GPU, Tier.CPU]),
+        capacity_pages=st.one_of(st.none(), st.integers(1, 200)),
+    )
     def run(ops, tier, capacity_pages):
         first = Driver(name, tier, capacity_pages).run(ops)
         second = Driver(name, tier, capacity_pages).run(ops)
@@ -260,6 +273,10 @@ def test_contract(name):
 
 @pytest.mark.parametrize("name", available_policies())
 def test_empty_policy_has_no_victim(name):
-    pol = make_policy(name, PolicyContext(tier=Tier.GPU, block_tokens=16, num_layers=32,
-                                          view=ContractView(), cost=COST))
+    pol = make_policy(
+        name,
+        PolicyContext(
+            tier=Tier.GPU, block_tokens=16, num_layers=32, view=ContractView(), cost=COST
+        ),
+    )
     assert pol.peek(0.0) is None and pol.evict(0.0) is None and len(pol) == 0

@@ -5,6 +5,7 @@ stepped with ``cache.get`` one request at a time, and compares the hit/miss of e
 Where the semantics differ by design (documented in the policy's docstring), a test below pins the
 difference down instead of loosening a comparison.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -16,8 +17,8 @@ from sim.cachesim import CacheSim, simulate_cache, stream_from_arrays
 pytest.importorskip("libcachesim")
 
 N = 15_000
-UNIT_CAPS = (100, 300, 1000)              # objects
-SIZED_CAPS = (2_500, 7_500, 25_000)       # sizes are 1..50 (mean ~25): ~100 to ~1000 objects
+UNIT_CAPS = (100, 300, 1000)  # objects
+SIZED_CAPS = (2_500, 7_500, 25_000)  # sizes are 1..50 (mean ~25): ~100 to ~1000 objects
 # Exact on variable sizes too; slru and twoq evict inside a hit/insert in libCacheSim (see below).
 SIZED_EXACT = tuple(p for p in CLASSIC if p not in ("slru", "twoq"))
 
@@ -26,9 +27,11 @@ def _assert_same(policy, s, cap):
     ours = simulate_cache(s, policy, cap).hit_flags
     ref = lcs_hit_flags(policy, s, cap)
     i = first_difference(ours, ref)
-    assert i is None, (f"{policy} cap={cap}: request {i} (obj {s.obj_ids[i]}): kvsim "
-                       f"{'hit' if ours[i] else 'miss'}, libCacheSim {'hit' if ref[i] else 'miss'}; "
-                       f"hits {ours.sum()} vs {ref.sum()}")
+    assert i is None, (
+        f"{policy} cap={cap}: request {i} (obj {s.obj_ids[i]}): kvsim "
+        f"{'hit' if ours[i] else 'miss'}, libCacheSim {'hit' if ref[i] else 'miss'}; "
+        f"hits {ours.sum()} vs {ref.sum()}"
+    )
     return int(ours.sum())
 
 
@@ -101,7 +104,7 @@ def test_slru_variable_sizes_differ_only_after_an_eviction_on_a_hit(kind):
     ev = _first_state_divergence("slru", s, 2_500)
     assert ev is not None, "the stream should exercise libCacheSim's eviction on a hit"
     i, hit, before, after, ours = ev
-    assert hit and after < before == ours      # a hit at which libCacheSim's occupancy fell
+    assert hit and after < before == ours  # a hit at which libCacheSim's occupancy fell
 
 
 def test_twoq_variable_sizes_differ_only_after_an_am_eviction_with_room():
@@ -111,7 +114,7 @@ def test_twoq_variable_sizes_differ_only_after_an_am_eviction_with_room():
     ev = _first_state_divergence("twoq", s, 7_500)
     assert ev is not None, "the stream should exercise libCacheSim's Am-internal eviction"
     i, hit, before, after, ours = ev
-    assert not hit and after < ours            # a miss after which libCacheSim holds less
+    assert not hit and after < ours  # a miss after which libCacheSim holds less
 
 
 def test_s3fifo_object_of_exactly_the_small_queue_size():
@@ -123,11 +126,14 @@ def test_s3fifo_object_of_exactly_the_small_queue_size():
     s = stream_from_arrays(ids, sizes)
     ours, ref = simulate_cache(s, "s3fifo", cap).hit_flags, lcs_hit_flags("s3fifo", s, cap)
     assert (ours[:101] == ref[:101]).all() and not ours[100] and not ref[100]
-    assert ours[101:].sum() == 100                        # kvsim evicted nothing for it
-    assert ref[101:].sum() == 100 - small                 # libCacheSim evicted 10 units for nothing
-    bigger = stream_from_arrays(list(range(100)) + [1000] + list(range(100)),
-                                [1] * 100 + [small + 1] + [1] * 100)
-    assert (simulate_cache(bigger, "s3fifo", cap).hit_flags == lcs_hit_flags("s3fifo", bigger, cap)).all()
+    assert ours[101:].sum() == 100  # kvsim evicted nothing for it
+    assert ref[101:].sum() == 100 - small  # libCacheSim evicted 10 units for nothing
+    bigger = stream_from_arrays(
+        list(range(100)) + [1000] + list(range(100)), [1] * 100 + [small + 1] + [1] * 100
+    )
+    assert (
+        simulate_cache(bigger, "s3fifo", cap).hit_flags == lcs_hit_flags("s3fifo", bigger, cap)
+    ).all()
 
 
 def test_belady_ties_among_dead_objects_do_not_change_hits():

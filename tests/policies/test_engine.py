@@ -1,5 +1,6 @@
 """The classic policies inside the engine: invariants after every iteration, under GPU and CPU
 pressure, session and block units, and the same result twice (the policies are deterministic)."""
+
 from __future__ import annotations
 
 import pytest
@@ -22,8 +23,9 @@ def sessions():
 @pytest.mark.parametrize("unit", ("block", "session"))
 @pytest.mark.parametrize("policy", CLASSIC)
 def test_engine_invariants_and_determinism(sessions, policy, unit):
-    mem = MemoryConfig(gpu_kv_gb=400 * PAGE / GIB, cpu_kv_gb=150 * PAGE / GIB, block_tokens=16,
-                       evict_unit=unit)
+    mem = MemoryConfig(
+        gpu_kv_gb=400 * PAGE / GIB, cpu_kv_gb=150 * PAGE / GIB, block_tokens=16, evict_unit=unit
+    )
     eng = EngineConfig(max_batch_tokens=4096, max_running=16)
     a = simulate(sessions, COST, mem, eng, policy=policy, debug=True)
     b = simulate(sessions, COST, mem, eng, policy=policy)
@@ -31,4 +33,4 @@ def test_engine_invariants_and_determinism(sessions, policy, unit):
     assert a.turns.equals(b.turns)
     t = a.turns
     assert (t.gpu_hit_tokens + t.cpu_hit_tokens + t.recomputed_tokens == t.history_tokens).all()
-    assert t.recomputed_tokens.sum() > 0 and t.cpu_hit_tokens.sum() > 0    # under pressure
+    assert t.recomputed_tokens.sum() > 0 and t.cpu_hit_tokens.sum() > 0  # under pressure

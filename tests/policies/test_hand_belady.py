@@ -1,4 +1,5 @@
 """Belady by hand: farthest next use first; never fewer hits than any online policy."""
+
 from __future__ import annotations
 
 import math
@@ -11,8 +12,9 @@ from sim.cachesim import simulate_cache, stream_from_arrays
 from sim.policies import PolicyContext, available_policies, policy_class
 from sim.units import Tier
 
-CTX = PolicyContext(tier=Tier.GPU, block_tokens=16, num_layers=32,
-                    cost=cost_model("llama-3-8b", "h100-sxm"))
+CTX = PolicyContext(
+    tier=Tier.GPU, block_tokens=16, num_layers=32, cost=cost_model("llama-3-8b", "h100-sxm")
+)
 
 
 def test_farthest_next_use_first_ties_to_the_larger_uid_inf_first():
@@ -20,14 +22,14 @@ def test_farthest_next_use_first_ties_to_the_larger_uid_inf_first():
     a, b, c, d = (obj(view, k) for k in (1, 2, 3, 4))
     for u in (a, b, c, d):
         pol.insert(u, 0)
-    assert pol.peek(0) == c                   # 9 ties: the larger uid (a session's last page)
+    assert pol.peek(0) == c  # 9 ties: the larger uid (a session's last page)
     view.next[c] = math.inf
     pol.pin(c)
-    pol.unpin(c, 1)                           # rejoins with its new next use
+    pol.unpin(c, 1)  # rejoins with its new next use
     assert pol.peek(1) == c
     assert pol.evict(1) == c
     view.next[d] = 20.0
-    pol.access(d, 2)                          # a hit re-reads the next access
+    pol.access(d, 2)  # a hit re-reads the next access
     assert pol.peek(2) == d
 
 
@@ -46,8 +48,8 @@ def _online():
 
 def _check_dominates(s, cap):
     best = simulate_cache(s, "belady", cap).hits
-    for p in _online():                       # every online policy replays object streams
-        hits = simulate_cache(s, p, cap, ctx=CTX).hits   # cost-aware ones price with Llama-3-8B
+    for p in _online():  # every online policy replays object streams
+        hits = simulate_cache(s, p, cap, ctx=CTX).hits  # cost-aware ones price with Llama-3-8B
         assert best >= hits, f"{p} beats belady at cap {cap}: {hits} > {best}"
 
 

@@ -1,4 +1,5 @@
 """CLOCK by hand: a referenced unit gets a second chance at the newest end, FIFO does not."""
+
 from __future__ import annotations
 
 from pol_helpers import hand_policy, obj
@@ -27,7 +28,7 @@ def test_pinned_unit_keeps_its_place_and_bit():
     pol.pin(a)
     assert pol.peek(2) == b
     assert pol.evict(2) == b
-    pol.unpin(a, 3)                       # back at the oldest place, bit still set
-    assert pol.peek(4) == c               # a will get its second chance, c is next ...
-    assert 0 in pol._q and pol._freq[a] == 1   # ... and a peek gave it none yet
+    pol.unpin(a, 3)  # back at the oldest place, bit still set
+    assert pol.peek(4) == c  # a will get its second chance, c is next ...
+    assert 0 in pol._q and pol._freq[a] == 1  # ... and a peek gave it none yet
     assert pol.evict(4) == c and pol._freq[a] == 0

@@ -1,4 +1,5 @@
 """SIEVE by hand (NSDI'24): the visited bit, a hand that stays, objects that never move."""
+
 from __future__ import annotations
 
 from pol_helpers import hand_policy, obj
@@ -25,13 +26,13 @@ def test_hand_wraps_to_the_oldest_and_bits_are_cleared_once():
     for u in units:
         pol.insert(u, 0)
     for u in units:
-        pol.access(u, 1)                  # all visited: one full sweep clears every bit
-    assert pol.peek(2) == units[0]        # wrapped back to the oldest, now unvisited
-    assert pol.peek(2) == units[0]        # peeking twice changes nothing ...
-    assert all(pol._visited[u] for u in units)   # ... and clears no bit
-    assert pol.evict(2) == units[0]       # the sweep itself clears them
+        pol.access(u, 1)  # all visited: one full sweep clears every bit
+    assert pol.peek(2) == units[0]  # wrapped back to the oldest, now unvisited
+    assert pol.peek(2) == units[0]  # peeking twice changes nothing ...
+    assert all(pol._visited[u] for u in units)  # ... and clears no bit
+    assert pol.evict(2) == units[0]  # the sweep itself clears them
     late = obj(view, 9)
-    pol.insert(late, 3)                   # enters at the newest end, behind the hand
+    pol.insert(late, 3)  # enters at the newest end, behind the hand
     assert pol.evict(4) == units[1]
 
 
@@ -42,5 +43,5 @@ def test_pinned_unit_returns_to_its_place():
         pol.insert(u, 0)
     pol.pin(a)
     assert pol.peek(1) == b
-    pol.unpin(a, 2)                       # a is still the oldest and the hand has not passed it
+    pol.unpin(a, 2)  # a is still the oldest and the hand has not passed it
     assert pol.peek(3) == a

@@ -1,4 +1,5 @@
 """SLRU by hand: 4 segments of c/4, promotion by one segment per hit, cooling down, S0 first."""
+
 from __future__ import annotations
 
 from pol_helpers import hand_policy, obj
@@ -13,15 +14,15 @@ def _slru(cap):
 
 
 def test_fill_promote_and_cool():
-    pol, view = _slru(8)                                 # 4 segments of 2
+    pol, view = _slru(8)  # 4 segments of 2
     u = [obj(view, i) for i in range(8)]
     for x in u:
         pol.insert(x, 0)
-    assert [pol.segment(x) for x in u] == [0, 0, 1, 1, 2, 2, 3, 3]   # lowest segment with room
-    pol.access(u[0], 1)                                  # S0 -> S1, S1 over: its LRU (u2) cools to S0
+    assert [pol.segment(x) for x in u] == [0, 0, 1, 1, 2, 2, 3, 3]  # lowest segment with room
+    pol.access(u[0], 1)  # S0 -> S1, S1 over: its LRU (u2) cools to S0
     assert pol.segment(u[0]) == 1 and pol.segment(u[2]) == 0
-    assert pol.peek(2) == u[1]                           # S0's LRU
-    pol.access(u[6], 3)                                  # S3 hit: MRU of S3, no cooling
+    assert pol.peek(2) == u[1]  # S0's LRU
+    pol.access(u[6], 3)  # S3 hit: MRU of S3, no cooling
     assert pol.segment(u[6]) == 3
 
 

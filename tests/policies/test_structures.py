@@ -1,4 +1,5 @@
 """The shared policy structures against plain references (hypothesis): same order, same members."""
+
 from __future__ import annotations
 
 from collections import OrderedDict
@@ -8,8 +9,10 @@ from hypothesis import strategies as st
 
 from sim.policies.structures import ByteBudget, EntryOrder, GhostFIFO, LazyHeap, RunQueue
 
-OPS = st.lists(st.tuples(st.integers(0, 6), st.integers(0, 2), st.integers(0, 40), st.integers(0, 9)),
-               max_size=120)
+OPS = st.lists(
+    st.tuples(st.integers(0, 6), st.integers(0, 2), st.integers(0, 40), st.integers(0, 9)),
+    max_size=120,
+)
 
 
 @settings(max_examples=400, deadline=None)
@@ -19,7 +22,7 @@ def test_run_queue_is_a_queue_of_uids(ops):
     q, ref = RunQueue(), OrderedDict()
     for op, bucket, a, b in ops:
         base = bucket << 24
-        if op <= 1:                                    # push a stretch of absent uids
+        if op <= 1:  # push a stretch of absent uids
             new = [u for u in range(base + a, base + a + b + 1) if u not in ref]
             q.extend(new)
             ref.update((u, None) for u in new)
@@ -59,13 +62,16 @@ def test_lazy_heap_and_entry_order_give_the_smallest_live_key(ops):
             if seq[uid] == n:
                 order.push_new(uid, n)
             else:
-                order.push_back(uid, seq[uid])     # a unit that comes back keeps its place
+                order.push_back(uid, seq[uid])  # a unit that comes back keeps its place
         elif op == 3 and uid in live:
             del live[uid]
             assert heap.discard(uid) and order.discard(uid)
         elif op == 4 and b % 3 == 0:
-            items = [(u, seq.setdefault(u, n + 1 + i)) for i, u in enumerate(range(50, 50 + b))
-                     if u not in live]
+            items = [
+                (u, seq.setdefault(u, n + 1 + i))
+                for i, u in enumerate(range(50, 50 + b))
+                if u not in live
+            ]
             n += b
             for u, k in items:
                 live[u] = k

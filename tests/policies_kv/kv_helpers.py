@@ -1,5 +1,6 @@
 """Shared helpers for the KV-policy tests: a hand-built unit view, a random driver with a
 brute-force reference, a sequence-level LRU written against the adapter's interface, and contexts."""
+
 from __future__ import annotations
 
 import math
@@ -30,10 +31,19 @@ class HandView:
         self.units: dict[int, tuple[SessionKV, int, int, int, int]] = {}
         self.last: dict[int, float] = {}
         self.next: dict[int, float] = {}
-        self.by_session: dict[int, list[int]] = {}     # session index -> its uids, in placement order
+        self.by_session: dict[int, list[int]] = {}  # session index -> its uids, in placement order
 
-    def unit(self, uid: int, sess: SessionKV, page: int, last_access: float = 0.0, layer: int = -1,
-             pages: int = 1, size: int = PAGE, next_access: float = math.inf) -> int:
+    def unit(
+        self,
+        uid: int,
+        sess: SessionKV,
+        page: int,
+        last_access: float = 0.0,
+        layer: int = -1,
+        pages: int = 1,
+        size: int = PAGE,
+        next_access: float = math.inf,
+    ) -> int:
         self.units[uid] = (sess, page, pages, layer, size)
         self.last[uid] = last_access
         self.next[uid] = next_access
@@ -62,13 +72,25 @@ class HandView:
         return self.next[uid]
 
 
-def Ctx(view: HandView | None = None, tier: int = Tier.GPU, block_tokens: int = BT,
-        num_layers: int = 4, cost: Any = None, cpu_kv_bytes: float | None = None,
-        predictor: Any = None) -> PolicyContext:
+def Ctx(
+    view: HandView | None = None,
+    tier: int = Tier.GPU,
+    block_tokens: int = BT,
+    num_layers: int = 4,
+    cost: Any = None,
+    cpu_kv_bytes: float | None = None,
+    predictor: Any = None,
+) -> PolicyContext:
     """A PolicyContext over ``view`` (a fresh HandView when None: ``policy.view``)."""
-    return PolicyContext(tier=tier, block_tokens=block_tokens, num_layers=num_layers,
-                         view=view if view is not None else HandView(), cost=cost,
-                         cpu_kv_bytes=cpu_kv_bytes, predictor=predictor)
+    return PolicyContext(
+        tier=tier,
+        block_tokens=block_tokens,
+        num_layers=num_layers,
+        view=view if view is not None else HandView(),
+        cost=cost,
+        cpu_kv_bytes=cpu_kv_bytes,
+        predictor=predictor,
+    )
 
 
 class FakeCost:
@@ -101,33 +123,49 @@ def drain(policy, now: float) -> list[int]:
 # -- the random driver ---------------------------------------------------------------------------
 @dataclass
 class Rec:
-    a: float          # last use as the policy defines it (min(last access, now) at add; now on a hit)
-    seq: int          # order of becoming a candidate / last hit (LRU order)
-    completed: int    # SessionKV.next_turn when it became a candidate
+    a: float  # last use as the policy defines it (min(last access, now) at add; now on a hit)
+    seq: int  # order of becoming a candidate / last hit (LRU order)
+    completed: int  # SessionKV.next_turn when it became a candidate
     priority: int
     cost: float
-    next: float = math.inf   # next access when it became a candidate
+    next: float = math.inf  # next access when it became a candidate
 
 
-def random_world(rng: random.Random, view: HandView, n_sessions: int = 10, max_pages: int = 6,
-                 layers: bool = False) -> tuple[list[SessionKV], list[int]]:
+def random_world(
+    rng: random.Random,
+    view: HandView,
+    n_sessions: int = 10,
+    max_pages: int = 6,
+    layers: bool = False,
+) -> tuple[list[SessionKV], list[int]]:
     """Sessions of random length, their units placed in ``view``: (sessions, all uids)."""
     sessions, uids, uid = [], [], 0
     for i in range(n_sessions):
         pages = rng.randint(1, max_pages)
-        s = session(i, rng.randint((pages - 1) * BT + 1, pages * BT), rng.choice([-1, 0, 0, 1]),
-                    rng.randint(0, 5))
+        s = session(
+            i,
+            rng.randint((pages - 1) * BT + 1, pages * BT),
+            rng.choice([-1, 0, 0, 1]),
+            rng.randint(0, 5),
+        )
         sessions.append(s)
         for p in range(pages):
-            for layer in (range(4) if layers else (-1,)):
+            for layer in range(4) if layers else (-1,):
                 uid += 1
                 uids.append(view.unit(uid, s, p, layer=layer, size=PAGE // (4 if layers else 1)))
     return sessions, uids
 
 
-def run_random(policy, ref_key: Callable[..., Any], seed: int, steps: int = 1500,
-               integer_times: bool = False, layers: bool = False, cost_of=None,
-               max_pages: int = 6) -> int:
+def run_random(
+    policy,
+    ref_key: Callable[..., Any],
+    seed: int,
+    steps: int = 1500,
+    integer_times: bool = False,
+    layers: bool = False,
+    cost_of=None,
+    max_pages: int = 6,
+) -> int:
     """Random insert/pin/hit/remove/evict traffic on ``policy`` (whose view is a fresh HandView);
     every victim must be the minimum of ``ref_key(uid, its Rec, now, all Recs by uid)`` over the
     candidates, and ``peek`` must name it without changing anything. Returns the number of victims
@@ -135,7 +173,7 @@ def run_random(policy, ref_key: Callable[..., Any], seed: int, steps: int = 1500
     rng = random.Random(seed)
     view: HandView = policy.view
     sessions, every = random_world(rng, view, max_pages=max_pages, layers=layers)
-    rec: dict[int, Rec] = {}                     # the candidates
+    rec: dict[int, Rec] = {}  # the candidates
     seq = 0
     now = 0.0
     checked = 0
@@ -149,8 +187,11 @@ def run_random(policy, ref_key: Callable[..., Any], seed: int, steps: int = 1500
         uids = view.by_session[s.index]
         if op < 0.3:  # release a session's units (a turn completes, or a demotion arrives)
             old = rng.random() < 0.2
-            nxt = math.inf if rng.random() < 0.2 else now + (rng.choice([1, 3, 8]) if integer_times
-                                                           else rng.expovariate(0.1))
+            nxt = (
+                math.inf
+                if rng.random() < 0.2
+                else now + (rng.choice([1, 3, 8]) if integer_times else rng.expovariate(0.1))
+            )
             for uid in uids:
                 if uid in rec:
                     continue
@@ -167,7 +208,7 @@ def run_random(policy, ref_key: Callable[..., Any], seed: int, steps: int = 1500
                     policy.access(uid, now)
                     policy.pin(uid)
                     del rec[uid]
-            s.next_turn += 1     # ...and the turn finishes at once, keeping its old last access
+            s.next_turn += 1  # ...and the turn finishes at once, keeping its old last access
         elif op < 0.55 and rec:  # a hit on one candidate (cachesim-style)
             uid = rng.choice(sorted(rec))
             policy.access(uid, now)
@@ -185,9 +226,11 @@ def run_random(policy, ref_key: Callable[..., Any], seed: int, steps: int = 1500
                     assert v is None and policy.evict(now) is None
                     break
                 best = min(rec, key=lambda u: ref_key(u, rec[u], now, rec))
-                assert v == best, (f"t={now}: policy chose {v}, reference {best}: "
-                                   f"{ref_key(v, rec[v], now, rec)} vs "
-                                   f"{ref_key(best, rec[best], now, rec)}")
+                assert v == best, (
+                    f"t={now}: policy chose {v}, reference {best}: "
+                    f"{ref_key(v, rec[v], now, rec)} vs "
+                    f"{ref_key(best, rec[best], now, rec)}"
+                )
                 assert policy.peek(now) == v and policy.evict(now) == v
                 checked += 1
                 del rec[v]
@@ -232,8 +275,10 @@ class SeqLRU:
     def select_victims(self, candidates, required_blocks: int) -> list[str]:
         self.selections += 1
         rank = {sid: i for i, sid in enumerate(self.order)}
-        ids = sorted((c.sequence_id for c in candidates if not c.is_pinned),
-                     key=lambda sid: rank.get(sid, -1))
+        ids = sorted(
+            (c.sequence_id for c in candidates if not c.is_pinned),
+            key=lambda sid: rank.get(sid, -1),
+        )
         out, freed = [], 0
         by_id = {c.sequence_id: c for c in candidates}
         for sid in ids:
@@ -247,4 +292,6 @@ class SeqLRU:
         return {"selections": self.selections}
 
 
-AdaptedSeqLRU = adapt(SeqLRU, name="seq-lru")   # an EvictionPolicy: usable as "kv_helpers:AdaptedSeqLRU"
+AdaptedSeqLRU = adapt(
+    SeqLRU, name="seq-lru"
+)  # an EvictionPolicy: usable as "kv_helpers:AdaptedSeqLRU"

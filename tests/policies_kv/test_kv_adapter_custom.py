@@ -1,5 +1,6 @@
 """The sequence-level adapter (same ledger as built-in LRU at session granularity) and a user's
 ``module:Class`` policy (notebooks/custom_policy_example.py) run through sim.simulate."""
+
 from __future__ import annotations
 
 import pandas as pd
@@ -30,13 +31,17 @@ def mem(cpu: float, unit: str) -> MemoryConfig:
 
 @pytest.mark.parametrize("cpu", [0.0, 1.0])
 def test_sequence_lru_gives_the_builtin_lru_ledger(cpu):
-    ours = simulate(SESSIONS, COST, mem(cpu, "session"), policy="kv_helpers:AdaptedSeqLRU", debug=True)
+    ours = simulate(
+        SESSIONS, COST, mem(cpu, "session"), policy="kv_helpers:AdaptedSeqLRU", debug=True
+    )
     ref = simulate(SESSIONS, COST, mem(cpu, "session"), policy="lru", debug=True)
-    assert len(ref.stats.evict_us) > 20            # the trace does make the policy choose
+    assert len(ref.stats.evict_us) > 20  # the trace does make the policy choose
     assert len(ours.stats.evict_us) == len(ref.stats.evict_us)
     pd.testing.assert_frame_equal(ours.turns, ref.turns)
-    assert (ours.stats.swap_out_bytes, ours.stats.dropped_bytes) == (ref.stats.swap_out_bytes,
-                                                                      ref.stats.dropped_bytes)
+    assert (ours.stats.swap_out_bytes, ours.stats.dropped_bytes) == (
+        ref.stats.swap_out_bytes,
+        ref.stats.dropped_bytes,
+    )
 
 
 def test_registry_detection_helper():
@@ -60,11 +65,11 @@ def test_adapter_hands_out_a_plan_tail_first_and_reasks_on_change():
     for x in (*ua, *ub):
         pol.insert(x, 2.0)
     # the user's LRU picks sequence s0 (accessed first); its units go tail first, user asked once
-    assert [pol.peek(3.0) for _ in range(2)] == [3, 3]   # peek only looks
+    assert [pol.peek(3.0) for _ in range(2)] == [3, 3]  # peek only looks
     assert pol.evict(3.0) == ua[2]
     assert pol.peek(3.0) == ua[1]
     assert pol.user.selections == 1
-    pol.insert(view.unit(20, session(2, 16), 0, last_access=3.0), 3.0)   # the candidate set changed
+    pol.insert(view.unit(20, session(2, 16), 0, last_access=3.0), 3.0)  # the candidate set changed
     assert pol.peek(3.0) == ua[1]
     assert pol.user.selections == 2
     assert pol.metrics() == {"selections": 2}
@@ -84,15 +89,22 @@ def test_adapter_candidates_describe_sequences():
     s = session(0, 40, priority=2, next_turn=3)
     us = [view.unit(k, s, k - 1, last_access=5.0) for k in (1, 2, 3)]
     for x in us:
-        pol.insert(x, 5.0, pinned=True)        # computed by a running turn: one use each
-    for _ in range(3):                         # three more turns use page 1: four uses in all
+        pol.insert(x, 5.0, pinned=True)  # computed by a running turn: one use each
+    for _ in range(3):  # three more turns use page 1: four uses in all
         pol.release([us[1]], 5.0)
         pol.acquire([us[1]], 5.0)
     pol.release(us, 6.0)
     pol.peek(10.0)
     (c,) = seen[0]
-    assert (c.sequence_id, c.block_ids, c.last_access_time, c.access_count, c.priority, c.is_pinned,
-            c.sequence_length) == ("s0", [1, 2, 3], 5.0, 4, 2, False, 40)
+    assert (
+        c.sequence_id,
+        c.block_ids,
+        c.last_access_time,
+        c.access_count,
+        c.priority,
+        c.is_pinned,
+        c.sequence_length,
+    ) == ("s0", [1, 2, 3], 5.0, 4, 2, False, 40)
     assert c.estimated_lifetime == pytest.approx(LifetimePredictor.prior().mean_residual_s(3, 5.0))
 
 
@@ -126,7 +138,7 @@ def test_custom_policy_order():
     small, big = session(0, 20), session(1, 70)
     for key, (s, page) in enumerate(((small, 0), (small, 1), (big, 0), (big, 4)), start=1):
         pol.insert(view.unit(key, s, page), 0.0)
-    assert drain(pol, 0.0) == [4, 3, 2, 1]   # the 70-token session first, last page first
+    assert drain(pol, 0.0) == [4, 3, 2, 1]  # the 70-token session first, last page first
 
 
 def test_custom_policy_runs_through_simulate():
@@ -139,6 +151,7 @@ def test_custom_policy_runs_through_simulate():
 def test_custom_policy_random_traffic_matches_brute_force():
     pol = policy_class(CUSTOM)(Ctx())
     view = pol.view
+
     def key(uid, r, now, recs):
         return -view.session(uid).tokens, view.session(uid).index, -view.first_page(uid)
 

@@ -1,6 +1,7 @@
 """Every KV policy through sim.simulate(debug=True) on a small synthetic trace: the invariant checks
 run after every iteration (capacity, pinned never a candidate, candidate sets exact), every turn
 completes, and H = g + c + d."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -16,15 +17,22 @@ from sim.scheduler import Scheduler
 COST = cost_model("llama-3-8b", "h100-sxm")
 SESSIONS = traces.load_trace({"kind": "synthetic", "sessions": 30, "seed": 3}).sessions
 TURNS = sum(len(s.turns) for s in SESSIONS)
-KV_POLICIES = ["pensieve", "pensieve-flat", "pensieve-physics", "predictive", "qos", "session-aware",
-               "cost-belady"]
+KV_POLICIES = [
+    "pensieve",
+    "pensieve-flat",
+    "pensieve-physics",
+    "predictive",
+    "qos",
+    "session-aware",
+    "cost-belady",
+]
 
 
 def check(res) -> None:
     t = res.turns
     assert len(t) == TURNS and res.stats.rejected_turns == 0
     assert (t.gpu_hit_tokens + t.cpu_hit_tokens + t.recomputed_tokens == t.history_tokens).all()
-    assert len(res.stats.evict_us) > 100   # the GPU is short: the policy decided many times
+    assert len(res.stats.evict_us) > 100  # the GPU is short: the policy decided many times
 
 
 @pytest.mark.parametrize("policy", KV_POLICIES)
@@ -46,8 +54,12 @@ def test_gpu_only(policy):
 def test_qos_with_priority_classes_evicts_lower_classes_only_when_chosen():
     # Give every third session class 1 and every third class -1; run the engine directly to reach
     # the policy instances and their metrics.
-    sessions = [dataclasses.replace(s, turns=tuple(dataclasses.replace(t, priority=(i % 3) - 1)
-                                                   for t in s.turns)) for i, s in enumerate(SESSIONS)]
+    sessions = [
+        dataclasses.replace(
+            s, turns=tuple(dataclasses.replace(t, priority=(i % 3) - 1) for t in s.turns)
+        )
+        for i, s in enumerate(SESSIONS)
+    ]
     mem = MemoryConfig(gpu_kv_gb=2.5, cpu_kv_gb=1.0, block_tokens=64, evict_unit="block")
     sched = Scheduler(sessions, COST, mem, EngineConfig(), "qos")
     Engine(sched, debug=True).run()
@@ -70,6 +82,15 @@ def test_cachesim_objects_without_sessions():
     s = stream_from_arrays(ids)
     ctx = PolicyContext(tier=Tier.GPU, block_tokens=16, num_layers=32, cost=COST)
     lru = simulate_cache(s, "lru", 40, ctx=ctx).hits
-    for p in ("pensieve", "pensieve-flat", "pensieve-physics", "predictive", "qos", "session-aware"):
+    for p in (
+        "pensieve",
+        "pensieve-flat",
+        "pensieve-physics",
+        "predictive",
+        "qos",
+        "session-aware",
+    ):
         assert simulate_cache(s, p, 40, ctx=ctx).hits == lru, p
-    assert simulate_cache(s, "cost-belady", 40, ctx=ctx).hits == simulate_cache(s, "belady", 40).hits
+    assert (
+        simulate_cache(s, "cost-belady", 40, ctx=ctx).hits == simulate_cache(s, "belady", 40).hits
+    )

@@ -1,5 +1,6 @@
 """Pensieve, pensieve-flat, pensieve-physics: hand-computed orders and exactness of the kinetic
 tournament against a brute-force reference in exact arithmetic."""
+
 from __future__ import annotations
 
 import math
@@ -33,8 +34,14 @@ def session(index: int, tokens: int) -> SessionKV:
 
 
 def ctx(view, tier=Tier.GPU, block_tokens=BT, num_layers=4, cost=None, cpu_kv_bytes=None):
-    return PolicyContext(tier=tier, block_tokens=block_tokens, num_layers=num_layers, view=view,
-                         cost=cost, cpu_kv_bytes=cpu_kv_bytes)
+    return PolicyContext(
+        tier=tier,
+        block_tokens=block_tokens,
+        num_layers=num_layers,
+        view=view,
+        cost=cost,
+        cpu_kv_bytes=cpu_kv_bytes,
+    )
 
 
 # -- the worked example --------------------------------------------------------------------------
@@ -146,8 +153,8 @@ def test_registered_and_built_from_the_real_cost_model():
     view = HandView()
     pol = make_policy("pensieve", ctx(view, num_layers=32, cost=COST))
     k = COST.pensieve_constants(BT)
-    x = view.unit(1, session(0, 100), 6)   # the last of 7 pages, all layers: weight (33/64) * 1
-    pol.insert(x, 0.0)                     # 6 pages of 16 tokens before it: context 96
+    x = view.unit(1, session(0, 100), 6)  # the last of 7 pages, all layers: weight (33/64) * 1
+    pol.insert(x, 0.0)  # 6 pages of 16 tokens before it: context 96
     assert pol.unit_cost(x) == pytest.approx((33 / 64) * (k.alpha * 96 + k.beta + k.non_attention))
 
 
@@ -161,23 +168,31 @@ def test_recovery_costs_follow_the_cost_model():
     one_layer = view.unit(3, s, 9, layer=5)
     page = view.unit(4, s, 9, size=size)
     dropped = PensievePhysics(ctx(view, tier=Tier.CPU, num_layers=32, cost=COST))
-    demoted = PensievePhysics(ctx(view, tier=Tier.GPU, num_layers=32, cost=COST, cpu_kv_bytes=10 * size))
+    demoted = PensievePhysics(
+        ctx(view, tier=Tier.GPU, num_layers=32, cost=COST, cpu_kv_bytes=10 * size)
+    )
 
     def by_hand(n, before, layers):
         gemm = n * 2 * model.linear_params_per_layer / prof.linear.flops
-        attn = attention_pairs(n, before) * 4 * model.num_heads * model.head_dim / prof.prefill_attn.flops
+        attn = (
+            attention_pairs(n, before)
+            * 4
+            * model.num_heads
+            * model.head_dim
+            / prof.prefill_attn.flops
+        )
         per_layer = gemm + COST.elementwise_s(n) + attn
         return layers * per_layer
 
     assert dropped.unit_cost(head) == pytest.approx(by_hand(BT, 0, L))
     assert dropped.unit_cost(tail) == pytest.approx(by_hand(BT, 9 * BT, L))
-    assert dropped.unit_cost(tail) > dropped.unit_cost(head)   # attention grows with position
+    assert dropped.unit_cost(tail) > dropped.unit_cost(head)  # attention grows with position
     assert dropped.unit_cost(one_layer) == pytest.approx(by_hand(BT, 9 * BT, 6))  # layers 0..5
     t_x = COST.copy_s("h2d", size, L) / L
     t_c = COST.layer_s(BatchShape.prefill(BT, s.tokens))
     stall = pipelined_time_uniform(L, t_x, t_c, prof.overlap.compute_slowdown) - L * t_c
     assert demoted.unit_cost(page) == pytest.approx(stall)
-    assert 0 < demoted.unit_cost(page) < COST.copy_s("h2d", size, L)   # pipelining hides part
+    assert 0 < demoted.unit_cost(page) < COST.copy_s("h2d", size, L)  # pipelining hides part
 
 
 def test_physics_tier_decides_between_recompute_and_swap():
@@ -185,10 +200,16 @@ def test_physics_tier_decides_between_recompute_and_swap():
     view = HandView()
     s = session(0, 10 * BT)
     x = view.unit(1, s, 9, size=size)
-    gpu_with_cpu = PensievePhysics(ctx(view, tier=Tier.GPU, num_layers=32, cost=COST, cpu_kv_bytes=10 * size))
-    gpu_small_cpu = PensievePhysics(ctx(view, tier=Tier.GPU, num_layers=32, cost=COST, cpu_kv_bytes=size - 1))
+    gpu_with_cpu = PensievePhysics(
+        ctx(view, tier=Tier.GPU, num_layers=32, cost=COST, cpu_kv_bytes=10 * size)
+    )
+    gpu_small_cpu = PensievePhysics(
+        ctx(view, tier=Tier.GPU, num_layers=32, cost=COST, cpu_kv_bytes=size - 1)
+    )
     gpu_no_cpu = PensievePhysics(ctx(view, tier=Tier.GPU, num_layers=32, cost=COST))
-    cpu = PensievePhysics(ctx(view, tier=Tier.CPU, num_layers=32, cost=COST, cpu_kv_bytes=10 * size))
+    cpu = PensievePhysics(
+        ctx(view, tier=Tier.CPU, num_layers=32, cost=COST, cpu_kv_bytes=10 * size)
+    )
     assert gpu_with_cpu.unit_cost(x) == swap_in_s(COST, size, 1, s.tokens, BT)
     for pol in (gpu_small_cpu, gpu_no_cpu, cpu):
         assert pol.unit_cost(x) == recompute_s(COST, BT, 9 * BT)
@@ -216,8 +237,14 @@ def test_physics_order_prefers_cheap_head_pages_when_dropping():
 @pytest.mark.parametrize("seed", [1, 2])
 def test_random_traffic_matches_brute_force(cls, seed):
     view = HandView()
-    pol = cls(ctx(view, num_layers=4, cost=COST if cls is PensievePhysics else FakeCost(1e-3, 0.02, 0.03),
-                  cpu_kv_bytes=4 << 20))
+    pol = cls(
+        ctx(
+            view,
+            num_layers=4,
+            cost=COST if cls is PensievePhysics else FakeCost(1e-3, 0.02, 0.03),
+            cpu_kv_bytes=4 << 20,
+        )
+    )
     assert run_random(pol, since_key, seed, layers=seed == 2, cost_of=pol.unit_cost) > 100
 
 
@@ -229,8 +256,10 @@ def test_exact_ties_and_crossings_on_integer_times(seed):
     # 0/0.)
     view = HandView()
     pol = Pensieve(ctx(view, num_layers=4, cost=FakeCost(1.0, 1.0, 0.0)))
-    assert run_random(pol, since_key, seed, integer_times=True, layers=True,
-                      cost_of=pol.unit_cost) > 100
+    assert (
+        run_random(pol, since_key, seed, integer_times=True, layers=True, cost_of=pol.unit_cost)
+        > 100
+    )
 
 
 def _exact_key(mode: str, uid: int, c: float, tau: float, now: float):
@@ -260,8 +289,11 @@ def test_kinetic_min_many_groups(mode):
         now += rng.choice([0.0, 0.25, 1.0, rng.random()])
         if rng.random() < 0.45 or not live:
             key += 1
-            tau = (now - rng.choice([0, 1, 2, 3.5, rng.random() * 50]) if mode == "since"
-                   else rng.choice([math.inf, now + rng.choice([1, 2, 4, 8]), now + rng.random() * 30]))
+            tau = (
+                now - rng.choice([0, 1, 2, 3.5, rng.random() * 50])
+                if mode == "since"
+                else rng.choice([math.inf, now + rng.choice([1, 2, 4, 8]), now + rng.random() * 30])
+            )
             c = rng.choice([0.0, 0.5, 1.0, 2.0, 3.0, rng.random()])
             kin.add(key, c, tau, now)
             live[key] = (c, tau)
@@ -289,8 +321,11 @@ def test_kinetic_batches_match_one_at_a_time(mode, seed):
         now += rng.choice([0.0, 0.5, 1.0, rng.random()])
         op = rng.random()
         if op < 0.45 or not live:
-            tau = (now - rng.choice([0, 1, 2, rng.random() * 20]) if mode == "since"
-                   else rng.choice([math.inf, now + rng.choice([1, 4]), now + rng.random() * 30]))
+            tau = (
+                now - rng.choice([0, 1, 2, rng.random() * 20])
+                if mode == "since"
+                else rng.choice([math.inf, now + rng.choice([1, 4]), now + rng.random() * 30])
+            )
             n = rng.randint(1, 40)
             uids = list(range(key + 1, key + n + 1))
             key += n
@@ -319,6 +354,7 @@ def test_physics_memo_gives_the_cost_models_answer_for_every_unit(tier):
     # Units that share and units that differ in every input the recovery reads; each asked
     # twice (the second answer comes from the memo) must equal a fresh recovery_cost_s.
     from sim.policies.pensieve import recovery_cost_s
+
     view = HandView()
     size = BT * COST.kv_bytes_per_token
     pol = PensievePhysics(ctx(view, tier=tier, num_layers=32, cost=COST, cpu_kv_bytes=100 * size))
@@ -339,6 +375,7 @@ def test_take_in_batch_matches_one_unit_at_a_time(seed):
     # A demotion batch into a full CPU tier: each unit evicts what it lacks room for, then enters.
     # The batched tournament must name the victims the unbatched base implementation names.
     from sim.policies.base import EvictionPolicy
+
     rng = random.Random(seed)
     view = HandView()
     cost = FakeCost(**A_CTX)
@@ -351,8 +388,9 @@ def test_take_in_batch_matches_one_unit_at_a_time(seed):
         for page in range(-(-sess.tokens // 100)):
             for layer in range(4):
                 uid += 1
-                view.unit(uid, sess, page, last_access=rng.choice([0.0, 2.0, 5.0, 9.0]),
-                          layer=layer)
+                view.unit(
+                    uid, sess, page, last_access=rng.choice([0.0, 2.0, 5.0, 9.0]), layer=layer
+                )
                 resident.append(uid)
     cut = len(resident) // 2
     for u in resident[:cut]:

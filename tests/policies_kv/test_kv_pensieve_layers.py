@@ -5,6 +5,7 @@ Constants throughout: 2 layers, chunks of 32 tokens, alpha = 0.001 s/token, beta
 non_attention = 0.005 s, so base(chunk c) = 0.001 * 32c + 0.015 (context = the 32c tokens before
 it), layer weight (2 - l)/2, position weight (c + 1)/C for a session of C chunks.
 """
+
 from __future__ import annotations
 
 import pytest
@@ -21,12 +22,21 @@ K = {"alpha": 0.001, "beta": 0.01, "non_attention": 0.005}
 
 
 def policy(view, layers: int = L, cost=None) -> Pensieve:
-    return Pensieve(PolicyContext(tier=Tier.GPU, block_tokens=BT, num_layers=layers, view=view,
-                                  cost=cost or FakeCost(**K)))
+    return Pensieve(
+        PolicyContext(
+            tier=Tier.GPU, block_tokens=BT, num_layers=layers, view=view, cost=cost or FakeCost(**K)
+        )
+    )
 
 
-def place(view: HandView, sess: SessionKV, chunks: int, last_access: float, first_uid: int,
-          layers: int = L) -> dict[tuple[int, int], int]:
+def place(
+    view: HandView,
+    sess: SessionKV,
+    chunks: int,
+    last_access: float,
+    first_uid: int,
+    layers: int = L,
+) -> dict[tuple[int, int], int]:
     """Every (chunk, layer) unit of ``sess``: {(chunk, layer): uid}."""
     out, uid = {}, first_uid
     for c in range(chunks):
@@ -60,7 +70,7 @@ def test_three_sessions_room_for_two_chunks_oldest_back_layers_of_leading_chunks
     a = place(view, kv_session(0, 64), 2, last_access=0.0, first_uid=1)
     b = place(view, kv_session(1, 64), 2, last_access=6.0, first_uid=11)
     c = place(view, kv_session(2, 64), 2, last_access=9.0, first_uid=21)
-    for u in (c, b, a):                       # insertion order must not matter
+    for u in (c, b, a):  # insertion order must not matter
         for uid in u.values():
             pol.insert(uid, 10.0)
     victims = [pol.evict(10.0) for _ in range(8)]
@@ -105,9 +115,15 @@ def layered_memory(policy_name: str, gpu_units: int, sessions: int, cost=None):
     kv = [SessionKV(i, f"s{i}", 0) for i in range(sessions)]
     unit = 100
     view = UnitView(kv, unit, layers=L)
-    pols = [make_policy(policy_name, PolicyContext(tier=t, block_tokens=BT, num_layers=L,
-                                                   view=view, cost=cost or FakeCost(**K)))
-            for t in (Tier.GPU, Tier.CPU)]
+    pols = [
+        make_policy(
+            policy_name,
+            PolicyContext(
+                tier=t, block_tokens=BT, num_layers=L, view=view, cost=cost or FakeCost(**K)
+            ),
+        )
+        for t in (Tier.GPU, Tier.CPU)
+    ]
     return TieredMemory(gpu_units * unit, 0, pols[0], pols[1], view), kv, unit
 
 
@@ -144,7 +160,7 @@ def test_bring_layers_back_recomputes_each_page_through_its_deepest_dropped_laye
     mem.add_units(a, 2, 0.0)
     a.tokens = 64
     mem.release(a, 0.0)
-    assert mem.make_room(unit, 1.0)      # one unit: page 0's last layer (uid order)
+    assert mem.make_room(unit, 1.0)  # one unit: page 0's last layer (uid order)
     assert grid(a) == ["GD", "GG"]
     mem.acquire(a, 2.0)
     fetch = mem.bring_layers_to_gpu(a, 2.0)

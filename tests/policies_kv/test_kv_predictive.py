@@ -1,4 +1,5 @@
 """The lifetime predictor (fit recovers known parameters; the split) and the predictive policy."""
+
 from __future__ import annotations
 
 import itertools
@@ -76,8 +77,8 @@ def test_quantities_match_the_formulas():
     assert pred.survival(1, 60.0) == pytest.approx(0.244109, abs=1e-6)
     assert pred.p_return(1, 60.0) == pytest.approx(0.687205, abs=1e-6)
     assert pred.p_return(1, 0.0) == pytest.approx(0.9)
-    assert pred.p_return(0, 1e9) == 1.0       # mid-turn-0 (preempted): certainly back
-    assert pred.p_return(7, 5.0) == pred.p_return(2, 5.0)   # c >= K uses the last bucket
+    assert pred.p_return(0, 1e9) == 1.0  # mid-turn-0 (preempted): certainly back
+    assert pred.p_return(7, 5.0) == pred.p_return(2, 5.0)  # c >= K uses the last bucket
     assert pred.expected_think_s(1) == pytest.approx(30.0 * math.exp(0.5))
     # within a horizon: p (S(e) - S(e+h)) / (1 - p + p S(e)); h -> inf gives p_return
     assert pred.p_return_within(1, 60.0, 1e12) == pytest.approx(pred.p_return(1, 60.0))
@@ -86,7 +87,7 @@ def test_quantities_match_the_formulas():
     assert 0 < pred.mean_residual_s(1, 100.0) < math.inf
     e = np.linspace(0.0, 500.0, 2001)
     r = [pred.p_return(1, x) for x in e]
-    assert all(a >= b for a, b in itertools.pairwise(r))   # non-increasing in idle time
+    assert all(a >= b for a, b in itertools.pairwise(r))  # non-increasing in idle time
 
 
 def test_prior_is_usable_without_data():
@@ -96,8 +97,12 @@ def test_prior_is_usable_without_data():
 
 
 # -- the policy ----------------------------------------------------------------------------------
-HAND = LifetimePredictor((BucketFit(1, 0, 0, 0.9, 0, math.log(30.0), 1.0),
-                          BucketFit(2, 0, 0, 0.5, 0, math.log(10.0), 0.5)))
+HAND = LifetimePredictor(
+    (
+        BucketFit(1, 0, 0, 0.9, 0, math.log(30.0), 1.0),
+        BucketFit(2, 0, 0, 0.5, 0, math.log(10.0), 0.5),
+    )
+)
 
 
 def test_hand_order():
@@ -110,10 +115,12 @@ def test_hand_order():
     # -> P2, P1, P3, P4. LRU would evict P4 first and P2 last.
     view = HandView()
     pol = Predictive(Ctx(view, predictor=HAND))
-    u = {1: view.unit(1, session(1, 50, next_turn=1), 0, last_access=40.0),
-         2: view.unit(2, session(2, 50, next_turn=2), 0, last_access=95.0),
-         3: view.unit(3, session(3, 50, next_turn=1), 0, last_access=90.0),
-         4: view.unit(4, session(4, 50, next_turn=0), 0, last_access=0.0)}
+    u = {
+        1: view.unit(1, session(1, 50, next_turn=1), 0, last_access=40.0),
+        2: view.unit(2, session(2, 50, next_turn=2), 0, last_access=95.0),
+        3: view.unit(3, session(3, 50, next_turn=1), 0, last_access=90.0),
+        4: view.unit(4, session(4, 50, next_turn=0), 0, last_access=0.0),
+    }
     for x in u.values():
         pol.insert(x, 100.0)
     assert drain(pol, 100.0) == [2, 1, 3, 4]
@@ -139,7 +146,12 @@ def test_default_predictor_when_the_context_has_none():
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_random_traffic_matches_brute_force(seed):
-    laws = ((1, 0.9, 30, 1.0), (2, 0.5, 10, 0.5), (3, 1.0, 5, 0.3), (4, 0.0, 5, 1.0))  # c, p, median, sigma
+    laws = (
+        (1, 0.9, 30, 1.0),
+        (2, 0.5, 10, 0.5),
+        (3, 1.0, 5, 0.3),
+        (4, 0.0, 5, 1.0),
+    )  # c, p, median, sigma
     pred = LifetimePredictor(tuple(BucketFit(c, 0, 0, p, 0, math.log(m), s) for c, p, m, s in laws))
     pol = Predictive(Ctx(predictor=pred))
 

@@ -1,4 +1,5 @@
 """qos (classes, LRU within, inversion counts) and session-aware (whole sessions, tail first)."""
+
 from __future__ import annotations
 
 from kv_helpers import Ctx, HandView, drain, run_random, session
@@ -31,7 +32,7 @@ def qos_world():
 
 def test_qos_order_lowest_class_first_lru_within():
     pol = qos_world()
-    assert pol.peek(7.0) == 3 and pol.metrics().victim_calls == 0   # a peek decides nothing
+    assert pol.peek(7.0) == 3 and pol.metrics().victim_calls == 0  # a peek decides nothing
     assert drain(pol, 7.0) == [3, 5, 4, 2, 1]
     m = pol.metrics()
     assert m.victim_calls == 5
@@ -41,12 +42,12 @@ def test_qos_order_lowest_class_first_lru_within():
 def test_qos_admission_inversions():
     pol = qos_world()
     hi, lo = session(10, 64, priority=1), session(11, 64, priority=-1)
-    pol.on_admit(hi, (0, 0, 32), 8.0)    # class 1 recomputes while classes -1 and 0 are resident: 1
-    pol.on_admit(hi, (64, 0, 0), 8.0)    # all history on the GPU: no inversion
-    pol.on_admit(lo, (0, 16, 16), 8.0)   # nothing below class -1: no inversion
-    for k in (3, 5, 2, 4):               # leave only class 1 resident
+    pol.on_admit(hi, (0, 0, 32), 8.0)  # class 1 recomputes while classes -1 and 0 are resident: 1
+    pol.on_admit(hi, (64, 0, 0), 8.0)  # all history on the GPU: no inversion
+    pol.on_admit(lo, (0, 16, 16), 8.0)  # nothing below class -1: no inversion
+    for k in (3, 5, 2, 4):  # leave only class 1 resident
         pol.remove(k)
-    pol.on_admit(hi, (0, 16, 0), 9.0)    # swap-in, but no lower class resident: no inversion
+    pol.on_admit(hi, (0, 16, 0), 9.0)  # swap-in, but no lower class resident: no inversion
     m = pol.metrics()
     assert (m.admissions, m.admission_inversions, m.inversion_tokens) == (4, 1, 32)
 
@@ -55,8 +56,10 @@ def test_qos_cpu_tier_counts_recomputes_only():
     view = HandView()
     pol = QoS(Ctx(view, tier=Tier.CPU))
     pol.insert(view.unit(1, session(1, 50, priority=0), 0), 0.0)
-    pol.on_admit(session(2, 50, priority=1), (0, 32, 0), 1.0)   # swap-in from CPU: not a CPU inversion
-    pol.on_admit(session(2, 50, priority=1), (0, 0, 8), 1.0)    # dropped while class 0 kept in CPU
+    pol.on_admit(
+        session(2, 50, priority=1), (0, 32, 0), 1.0
+    )  # swap-in from CPU: not a CPU inversion
+    pol.on_admit(session(2, 50, priority=1), (0, 0, 8), 1.0)  # dropped while class 0 kept in CPU
     assert pol.metrics().admission_inversions == 1
 
 

@@ -1,4 +1,5 @@
 """The engine wires what the KV policies need: CPU capacity, the lifetime predictor, on_admit."""
+
 from __future__ import annotations
 
 from costmodels import cost_model
@@ -29,10 +30,17 @@ def test_qos_priority_inversions_reach_the_summary():
     # returns at ~30 s, lo's class-0 KV is evictable yet hi recomputes 368 tokens: one inversion.
     page = 16 * COST.kv_bytes_per_token
     lo = Session("lo", (Turn(3000, 600, arrival_s=0.0, priority=0),))
-    hi = Session("hi", (Turn(1000, 5, arrival_s=0.0, priority=1), Turn(10, 5, think_s=30.0, priority=1)))
+    hi = Session(
+        "hi", (Turn(1000, 5, arrival_s=0.0, priority=1), Turn(10, 5, think_s=30.0, priority=1))
+    )
     mid = Session("mid", (Turn(1000, 5, arrival_s=1.0, priority=1),))
-    res = simulate([lo, hi, mid], COST, MemoryConfig(gpu_kv_gb=(225 + 63 + 40) * page / 2**30),
-                   policy="qos", debug=True)
+    res = simulate(
+        [lo, hi, mid],
+        COST,
+        MemoryConfig(gpu_kv_gb=(225 + 63 + 40) * page / 2**30),
+        policy="qos",
+        debug=True,
+    )
     hi1 = res.turns[(res.turns.session_id == "hi") & (res.turns.turn == 1)].iloc[0]
     assert hi1.recomputed_tokens == 368
     row = summarize(res)

@@ -1,4 +1,5 @@
 """Hand-computed cases with exact expected ledgers."""
+
 from __future__ import annotations
 
 import math
@@ -11,15 +12,19 @@ from sim.config import GIB
 from traces.records import Session, Turn
 
 COST = cost_model("llama-3-8b", "h100-sxm")
-KV = COST.kv_bytes_per_token          # 128 KiB for Llama-3-8B in bf16
+KV = COST.kv_bytes_per_token  # 128 KiB for Llama-3-8B in bf16
 BT = 16
 PAGE = BT * KV
 
 
 def session(sid: str, start: float, turns: list[tuple[int, int]], think: float = 100.0) -> Session:
-    return Session(sid, tuple(
-        Turn(p, o, arrival_s=start) if k == 0 else Turn(p, o, think_s=think)
-        for k, (p, o) in enumerate(turns)))
+    return Session(
+        sid,
+        tuple(
+            Turn(p, o, arrival_s=start) if k == 0 else Turn(p, o, think_s=think)
+            for k, (p, o) in enumerate(turns)
+        ),
+    )
 
 
 def pages(tokens: int) -> int:
@@ -117,10 +122,13 @@ def test_closed_loop_next_turn_arrives_think_after_completion():
 
 
 def test_open_loop_uses_absolute_arrivals_but_never_before_predecessor():
-    s = Session("S", (Turn(100, 50, arrival_s=0.0), Turn(10, 5, arrival_s=0.001), Turn(10, 5, arrival_s=500.0)))
+    s = Session(
+        "S",
+        (Turn(100, 50, arrival_s=0.0), Turn(10, 5, arrival_s=0.001), Turn(10, 5, arrival_s=500.0)),
+    )
     res = run([s], math.inf, replay="open-loop")
     t = res.turns
-    assert t.arrival_s[1] == pytest.approx(t.finish_s[0])   # predecessor still running at 0.001
+    assert t.arrival_s[1] == pytest.approx(t.finish_s[0])  # predecessor still running at 0.001
     assert t.arrival_s[2] == 500.0
 
 

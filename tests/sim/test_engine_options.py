@@ -1,5 +1,6 @@
 """Engine options on a hand-sized trace: layer-wise pipelining, synchronous saves and ahead-of-time
 swap-in (engine.prefetch), each against its hand-computed effect in the ledger."""
+
 from __future__ import annotations
 
 import pytest
@@ -22,8 +23,9 @@ L = COST.model.num_layers
 
 
 def ledger(unit: str = "block", **engine):
-    mem = MemoryConfig(gpu_kv_gb=25 * PAGE / GIB, cpu_kv_gb=100 * PAGE / GIB, block_tokens=16,
-                       evict_unit=unit)
+    mem = MemoryConfig(
+        gpu_kv_gb=25 * PAGE / GIB, cpu_kv_gb=100 * PAGE / GIB, block_tokens=16, evict_unit=unit
+    )
     t = simulate([A, B], COST, mem, EngineConfig(**engine), policy="lru", debug=True).turns
     return t.set_index(["session_id", "turn"])
 
@@ -40,7 +42,9 @@ def test_pipelining_hides_all_but_the_recurrences_stall(unit):
     on, off = ledger(unit).loc[("a", 1)], ledger(unit, pipelining=False).loc[("a", 1)]
     h2d = COST.copy_s("h2d", CPU_PAGES * PAGE, CPU_PAGES * L)
     t_c = COST.layer_s(BatchShape.prefill(50, 320))
-    hidden = pipelined_time_uniform(L, h2d / L, t_c, COST.profile.overlap.compute_slowdown) - L * t_c
+    hidden = (
+        pipelined_time_uniform(L, h2d / L, t_c, COST.profile.overlap.compute_slowdown) - L * t_c
+    )
     assert off.copy_stall_s == pytest.approx(h2d, rel=1e-12)
     assert on.copy_stall_s == pytest.approx(hidden, rel=1e-12)
     assert off.ttft_s - on.ttft_s == pytest.approx(h2d - hidden, rel=1e-9)

@@ -1,4 +1,5 @@
 """The invariant checker on random traces and capacities, for every registered policy (hypothesis)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -33,18 +34,47 @@ def traces(draw):
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(sessions=traces(), gpu_pages=st.integers(8, 200), cpu_pages=st.sampled_from([0, 10, 60]),
-       block=st.sampled_from([8, 16, 32]), unit=st.sampled_from(UNITS),
-       policy=st.sampled_from(available_policies()), max_running=st.integers(1, 8),
-       pipelining=st.booleans(), async_save=st.booleans(), fused_recompute=st.booleans(),
-       prefetch=st.sampled_from(["off", "queue", "think"]))
-def test_invariants_hold_every_step(sessions, gpu_pages, cpu_pages, block, unit, policy,
-                                    max_running, pipelining, async_save, fused_recompute, prefetch):
+@given(
+    sessions=traces(),
+    gpu_pages=st.integers(8, 200),
+    cpu_pages=st.sampled_from([0, 10, 60]),
+    block=st.sampled_from([8, 16, 32]),
+    unit=st.sampled_from(UNITS),
+    policy=st.sampled_from(available_policies()),
+    max_running=st.integers(1, 8),
+    pipelining=st.booleans(),
+    async_save=st.booleans(),
+    fused_recompute=st.booleans(),
+    prefetch=st.sampled_from(["off", "queue", "think"]),
+)
+def test_invariants_hold_every_step(
+    sessions,
+    gpu_pages,
+    cpu_pages,
+    block,
+    unit,
+    policy,
+    max_running,
+    pipelining,
+    async_save,
+    fused_recompute,
+    prefetch,
+):
     page = block * COST.kv_bytes_per_token
-    mem = MemoryConfig(gpu_kv_gb=gpu_pages * page / GIB, cpu_kv_gb=cpu_pages * page / GIB,
-                       block_tokens=block, evict_unit=unit)
-    eng = EngineConfig(max_batch_tokens=512, max_running=max_running, pipelining=pipelining,
-                       async_save=async_save, fused_recompute=fused_recompute, prefetch=prefetch)
+    mem = MemoryConfig(
+        gpu_kv_gb=gpu_pages * page / GIB,
+        cpu_kv_gb=cpu_pages * page / GIB,
+        block_tokens=block,
+        evict_unit=unit,
+    )
+    eng = EngineConfig(
+        max_batch_tokens=512,
+        max_running=max_running,
+        pipelining=pipelining,
+        async_save=async_save,
+        fused_recompute=fused_recompute,
+        prefetch=prefetch,
+    )
     res = simulate(sessions, COST, mem, eng, policy=policy, debug=True)
     t = res.turns
     total_turns = sum(len(s.turns) for s in sessions)
@@ -61,27 +91,50 @@ def test_invariants_hold_every_step(sessions, gpu_pages, cpu_pages, block, unit,
     units = t.gpu_layer_units + t.cpu_layer_units + t.dropped_layer_units
     layers = COST.model.num_layers
     assert (units == layers * ((t.history_tokens + block - 1) // block)).all()
-    if unit != "layer_block":    # whole pages: a page's layers share one tier
+    if unit != "layer_block":  # whole pages: a page's layers share one tier
         assert (t.gpu_layer_units == layers * ((t.gpu_hit_tokens + block - 1) // block)).all()
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(sessions=traces(), gpu_pages=st.integers(8, 200), cpu_pages=st.sampled_from([0, 10, 60]),
-       unit=st.sampled_from(UNITS), policy=st.sampled_from(available_policies()),
-       max_running=st.integers(1, 8), async_save=st.booleans(),
-       prefetch=st.sampled_from(["off", "think"]))
-def test_decode_spans_give_the_ledger_of_one_event_per_iteration(sessions, gpu_pages, cpu_pages,
-                                                                unit, policy, max_running,
-                                                                async_save, prefetch):
-    mem = MemoryConfig(gpu_kv_gb=gpu_pages * PAGE16 / GIB, cpu_kv_gb=cpu_pages * PAGE16 / GIB,
-                       block_tokens=16, evict_unit=unit)
-    eng = EngineConfig(max_batch_tokens=512, max_running=max_running, async_save=async_save,
-                       prefetch=prefetch)
+@given(
+    sessions=traces(),
+    gpu_pages=st.integers(8, 200),
+    cpu_pages=st.sampled_from([0, 10, 60]),
+    unit=st.sampled_from(UNITS),
+    policy=st.sampled_from(available_policies()),
+    max_running=st.integers(1, 8),
+    async_save=st.booleans(),
+    prefetch=st.sampled_from(["off", "think"]),
+)
+def test_decode_spans_give_the_ledger_of_one_event_per_iteration(
+    sessions, gpu_pages, cpu_pages, unit, policy, max_running, async_save, prefetch
+):
+    mem = MemoryConfig(
+        gpu_kv_gb=gpu_pages * PAGE16 / GIB,
+        cpu_kv_gb=cpu_pages * PAGE16 / GIB,
+        block_tokens=16,
+        evict_unit=unit,
+    )
+    eng = EngineConfig(
+        max_batch_tokens=512, max_running=max_running, async_save=async_save, prefetch=prefetch
+    )
     fast = simulate(sessions, COST, mem, eng, policy=policy, debug=True)
     slow = simulate(sessions, COST, mem, eng, policy=policy, debug=True, decode_spans=False)
-    exact = ["session_id", "turn", "history_tokens", "gpu_hit_tokens", "cpu_hit_tokens",
-             "recomputed_tokens", "gpu_layer_units", "cpu_layer_units", "dropped_layer_units",
-             "swap_in_bytes", "prefetched_bytes", "preemptions", "preempt_recompute_tokens"]
+    exact = [
+        "session_id",
+        "turn",
+        "history_tokens",
+        "gpu_hit_tokens",
+        "cpu_hit_tokens",
+        "recomputed_tokens",
+        "gpu_layer_units",
+        "cpu_layer_units",
+        "dropped_layer_units",
+        "swap_in_bytes",
+        "prefetched_bytes",
+        "preemptions",
+        "preempt_recompute_tokens",
+    ]
     assert fast.turns[exact].equals(slow.turns[exact])
     for col in ("arrival_s", "admit_s", "first_token_s", "finish_s"):
         assert np.allclose(fast.turns[col], slow.turns[col], rtol=1e-9, atol=1e-9)

@@ -1,4 +1,5 @@
 """TieredMemory on its own: hand-sized states with known answers, no engine, no event loop."""
+
 from __future__ import annotations
 
 import itertools
@@ -18,14 +19,19 @@ GPU, CPU, DROPPED = Tier.GPU, Tier.CPU, Tier.DROPPED
 def memory(gpu_pages: int, cpu_pages: int, policy: str = "lru", sessions: int = 4, clock=None):
     kv = [SessionKV(i, f"s{i}", 0) for i in range(sessions)]
     view = UnitView(kv, PAGE)
-    pols = [make_policy(policy, PolicyContext(tier=t, block_tokens=16, num_layers=32, view=view))
-            for t in (GPU, CPU)]
-    mem = TieredMemory(gpu_pages * PAGE, cpu_pages * PAGE, pols[0], pols[1], view,
-                       clock=clock or (lambda: 0))
+    pols = [
+        make_policy(policy, PolicyContext(tier=t, block_tokens=16, num_layers=32, view=view))
+        for t in (GPU, CPU)
+    ]
+    mem = TieredMemory(
+        gpu_pages * PAGE, cpu_pages * PAGE, pols[0], pols[1], view, clock=clock or (lambda: 0)
+    )
     return mem, kv
 
 
-def run_turn(mem: TieredMemory, sess: SessionKV, new_pages: int, now: float) -> tuple[int, int, list[int]]:
+def run_turn(
+    mem: TieredMemory, sess: SessionKV, new_pages: int, now: float
+) -> tuple[int, int, list[int]]:
     """What the scheduler does for one turn: pin, make room, bring back, grow, release."""
     mem.acquire(sess, now)
     missing = sess.tier_pages[CPU] + sess.tier_pages[DROPPED] + new_pages
@@ -46,7 +52,7 @@ def test_make_room_drops_the_oldest_pages_first_without_a_cpu_tier():
     run_turn(mem, b, 2, now=2.0)
     assert mem.used[GPU] == 5 * PAGE and mem.free(GPU) == 0
     assert mem.make_room(2 * PAGE, now=3.0)
-    assert tiers(a) == "DDG" and tiers(b) == "GG"      # a's released first: its head pages go
+    assert tiers(a) == "DDG" and tiers(b) == "GG"  # a's released first: its head pages go
     assert mem.used[GPU] == 3 * PAGE and mem.dropped_bytes == 2 * PAGE
     assert a.tier_pages == [1, 0, 2, 0]
 
@@ -55,7 +61,7 @@ def test_make_room_that_cannot_succeed_changes_nothing():
     mem, (a, b, *_) = memory(gpu_pages=4, cpu_pages=0)
     run_turn(mem, a, 2, now=1.0)
     mem.acquire(b, 2.0)
-    mem.add_units(b, 2, 2.0)                  # b is running: its two pages are pinned
+    mem.add_units(b, 2, 2.0)  # b is running: its two pages are pinned
     assert not mem.make_room(3 * PAGE, now=3.0)
     assert tiers(a) == "GG" and mem.used[GPU] == 4 * PAGE and mem.dropped_bytes == 0
     assert mem.make_room(2 * PAGE, now=3.0)  # a's two pages, never b's pinned ones
@@ -68,7 +74,7 @@ def test_demotion_fills_the_cpu_then_drops_the_cpus_oldest():
     run_turn(mem, b, 2, now=2.0)
     assert mem.make_room(2 * PAGE, now=3.0)
     assert tiers(a) == "CC" and mem.swap_out_bytes == 2 * PAGE
-    run_turn(mem, c, 2, now=4.0)             # GPU: b b c c
+    run_turn(mem, c, 2, now=4.0)  # GPU: b b c c
     assert mem.make_room(2 * PAGE, now=5.0)  # b's pages demoted; the CPU (3) drops a's first
     assert tiers(b) == "CC" and tiers(a) == "DC"
     assert mem.used[CPU] == 3 * PAGE and mem.swap_out_bytes == 4 * PAGE
@@ -90,8 +96,8 @@ def test_bring_to_gpu_swaps_in_cpu_pages_and_recomputes_dropped_ones():
     run_turn(mem, b, 1, now=2.0)
     assert mem.make_room(3 * PAGE, now=3.0)  # a: D D C
     mem.acquire(a, 4.0)
-    assert mem.evictable == [PAGE, 0]          # a's CPU page is pinned with it; b's is a candidate
-    assert mem.make_room(3 * PAGE, now=4.0)    # three pages are free already: nothing moves
+    assert mem.evictable == [PAGE, 0]  # a's CPU page is pinned with it; b's is a candidate
+    assert mem.make_room(3 * PAGE, now=4.0)  # three pages are free already: nothing moves
     assert tiers(b) == "G"
     swapped, swapped_pages, recomputed = mem.bring_to_gpu(a, 4.0)
     assert (swapped, swapped_pages, list(recomputed)) == (PAGE, 1, [0, 1])
@@ -112,15 +118,15 @@ def test_pinned_sessions_are_never_victims_and_release_restores_them():
 
 def test_shared_pages_are_never_evicted_while_any_turn_holds_them():
     mem, (a, pool, *_) = memory(gpu_pages=4, cpu_pages=0)
-    units = mem.add_shared_units(pool, 2, now=1.0)    # held once by the turn that computed them
-    mem.hold(pool, units, now=1.0)                     # a second turn shares them
+    units = mem.add_shared_units(pool, 2, now=1.0)  # held once by the turn that computed them
+    mem.hold(pool, units, now=1.0)  # a second turn shares them
     run_turn(mem, a, 2, now=2.0)
     assert list(pool.refs) == [2, 2] and mem.evictable[GPU] == 2 * PAGE
-    mem.unhold(pool, units, now=3.0)                   # one holder left
-    assert not mem.make_room(3 * PAGE, now=3.0)        # only a's two pages can go
-    mem.unhold(pool, units, now=4.0)                   # the last holder: candidates again
+    mem.unhold(pool, units, now=3.0)  # one holder left
+    assert not mem.make_room(3 * PAGE, now=3.0)  # only a's two pages can go
+    mem.unhold(pool, units, now=4.0)  # the last holder: candidates again
     assert mem.make_room(3 * PAGE, now=5.0)
-    assert tiers(a) == "DD" and tiers(pool) == "DG"    # a released at 2 is older than the pool at 4
+    assert tiers(a) == "DD" and tiers(pool) == "DG"  # a released at 2 is older than the pool at 4
     with pytest.raises(AssertionError, match="released but not held"):
         mem.unhold(pool, [0], now=6.0)
 
@@ -130,9 +136,9 @@ def test_one_clock_sample_per_make_room_call_that_evicts():
     mem, (a, b, *_) = memory(gpu_pages=4, cpu_pages=0, clock=lambda: next(ticks))
     run_turn(mem, a, 2, now=1.0)
     run_turn(mem, b, 2, now=2.0)
-    assert mem.evict_ns == []                 # room was free: no victim selection
+    assert mem.evict_ns == []  # room was free: no victim selection
     assert mem.make_room(3 * PAGE, now=3.0)
-    assert mem.evict_ns == [7]                # one call, three victims, one sample
+    assert mem.evict_ns == [7]  # one call, three victims, one sample
 
 
 def test_a_finished_session_with_nothing_left_frees_its_array():
@@ -140,14 +146,19 @@ def test_a_finished_session_with_nothing_left_frees_its_array():
     run_turn(mem, a, 3, now=1.0)
     a.done = True
     assert mem.make_room(2 * PAGE, now=2.0)
-    assert len(a.tier) == 3                   # one page still cached
+    assert len(a.tier) == 3  # one page still cached
     assert mem.make_room(3 * PAGE, now=3.0)
     assert len(a.tier) == 0 and a.tier_pages == [0, 0, 0, 0]
 
 
 @settings(max_examples=200, deadline=None)
-@given(policy=st.sampled_from(["lru", "fifo"]), old=st.integers(0, 12), new=st.integers(1, 12),
-       free=st.integers(0, 12), pinned=st.integers(0, 4))
+@given(
+    policy=st.sampled_from(["lru", "fifo"]),
+    old=st.integers(0, 12),
+    new=st.integers(1, 12),
+    free=st.integers(0, 12),
+    pinned=st.integers(0, 4),
+)
 def test_batch_take_in_equals_interleaved_evict_and_insert(policy, old, new, free, pinned):
     """LRU's and FIFO's batch demotion gives the victims of the one-at-a-time loop."""
     from sim.policies.base import EvictionPolicy
@@ -156,12 +167,20 @@ def test_batch_take_in_equals_interleaved_evict_and_insert(policy, old, new, fre
     for batch in (True, False):
         kv = [SessionKV(0, "s0", 0)]
         view = UnitView(kv, PAGE)
-        pol = make_policy(policy, PolicyContext(tier=CPU, block_tokens=16, num_layers=32, view=view))
+        pol = make_policy(
+            policy, PolicyContext(tier=CPU, block_tokens=16, num_layers=32, view=view)
+        )
         for i in range(old + pinned):
             pol.insert(uid_of(0, i), float(i), pinned=i < pinned)
         uids = [uid_of(0, old + pinned + j) for j in range(new)]
         if old + free < new:
-            continue                          # the engine demotes only what the tier can take
-        take = pol.take_in if batch else (lambda u, f, now, p=pol: EvictionPolicy.take_in(p, u, f, now))
-        results.append((take(uids, free * PAGE, 50.0), sorted(pol._q) if policy == "lru" else len(pol)))
+            continue  # the engine demotes only what the tier can take
+        take = (
+            pol.take_in
+            if batch
+            else (lambda u, f, now, p=pol: EvictionPolicy.take_in(p, u, f, now))
+        )
+        results.append(
+            (take(uids, free * PAGE, 50.0), sorted(pol._q) if policy == "lru" else len(pol))
+        )
     assert len(results) in (0, 2) and (not results or results[0] == results[1])

@@ -1,4 +1,5 @@
 """Hand-computed checks of every metric in sim.metrics on tiny hand-built ledgers."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -22,19 +23,50 @@ from sim.results import TURN_COLUMNS, EngineStats, SimResult
 
 def turn(sid, k, *, H=0, g=0, c=0, d=0, ttft=0.1, ideal=0.1, e2e=1.0, prio=0, p=10, o=5):
     assert g + c + d == H
-    return dict(session_id=sid, turn=k, priority=prio, arrival_s=0.0, admit_s=0.0,
-                first_token_s=ttft, finish_s=e2e, prompt_tokens=p, output_tokens=o,
-                history_tokens=H, gpu_hit_tokens=g, cpu_hit_tokens=c, recomputed_tokens=d,
-                swap_in_bytes=0, preemptions=0, preempt_recompute_tokens=0, ttft_s=ttft,
-                ttft_ideal_s=ideal, tbt_mean_s=0.01, e2e_s=e2e, queue_s=0.0)
+    return dict(
+        session_id=sid,
+        turn=k,
+        priority=prio,
+        arrival_s=0.0,
+        admit_s=0.0,
+        first_token_s=ttft,
+        finish_s=e2e,
+        prompt_tokens=p,
+        output_tokens=o,
+        history_tokens=H,
+        gpu_hit_tokens=g,
+        cpu_hit_tokens=c,
+        recomputed_tokens=d,
+        swap_in_bytes=0,
+        preemptions=0,
+        preempt_recompute_tokens=0,
+        ttft_s=ttft,
+        ttft_ideal_s=ideal,
+        tbt_mean_s=0.01,
+        e2e_s=e2e,
+        queue_s=0.0,
+    )
 
 
 def stats(**kw):
-    base = dict(sim_time_s=10.0, steps=3, output_tokens=1000, gpu_capacity_bytes=GIB,
-                cpu_capacity_bytes=0, gpu_util=0.5, swap_in_bytes=0, swap_out_bytes=0,
-                dropped_bytes=0, gpu_peak_bytes=GIB // 4, preemptions=0, preempt_recompute_tokens=0,
-                evict_us=np.array([]), step_s=np.array([0.01, 0.02, 0.05]),
-                step_decode_seqs=np.array([3, 1, 0]), wall_s=0.5)
+    base = dict(
+        sim_time_s=10.0,
+        steps=3,
+        output_tokens=1000,
+        gpu_capacity_bytes=GIB,
+        cpu_capacity_bytes=0,
+        gpu_util=0.5,
+        swap_in_bytes=0,
+        swap_out_bytes=0,
+        dropped_bytes=0,
+        gpu_peak_bytes=GIB // 4,
+        preemptions=0,
+        preempt_recompute_tokens=0,
+        evict_us=np.array([]),
+        step_s=np.array([0.01, 0.02, 0.05]),
+        step_decode_seqs=np.array([3, 1, 0]),
+        wall_s=0.5,
+    )
     base.update(kw)
     for f in dataclasses.fields(EngineStats):  # fields added to the contract later: 0
         if f.name not in base and f.default is dataclasses.MISSING:
@@ -104,23 +136,31 @@ def test_token_ratios_and_reprefill_share():
 
 def test_jain_service_and_hit():
     s = summarize(result(LEDGER))
-    assert s["jain_service"] == pytest.approx(0.9)      # x = (0.5, 1)
-    assert s["jain_hit"] == pytest.approx(0.5)          # (280/300, 0): one takes all of n = 2
-    assert "jain_service_p0" not in s                   # one class only
+    assert s["jain_service"] == pytest.approx(0.9)  # x = (0.5, 1)
+    assert s["jain_hit"] == pytest.approx(0.5)  # (280/300, 0): one takes all of n = 2
+    assert "jain_service_p0" not in s  # one class only
 
 
 def test_jain_per_priority_class():
     rows = [dict(r, priority=1) if r["session_id"] == "B" else r for r in LEDGER]
     s = summarize(result(rows))
     assert s["jain_service_p0"] == pytest.approx(1.0) and s["jain_service_p1"] == pytest.approx(1.0)
-    assert s["jain_hit_p1"] == pytest.approx(1.0)       # a single session
-    assert s["jain_service"] == pytest.approx(0.9)      # the overall index is unchanged
+    assert s["jain_hit_p1"] == pytest.approx(1.0)  # a single session
+    assert s["jain_service"] == pytest.approx(0.9)  # the overall index is unchanged
 
 
 def test_latency_percentiles_throughput_and_engine_figures():
-    s = summarize(result(LEDGER, swap_in_bytes=2 * GIB, swap_out_bytes=GIB // 2, preemptions=4,
-                         preempt_recompute_tokens=77, evict_us=np.array([10.0, 20.0, 30.0]),
-                         gpu_util=0.93))
+    s = summarize(
+        result(
+            LEDGER,
+            swap_in_bytes=2 * GIB,
+            swap_out_bytes=GIB // 2,
+            preemptions=4,
+            preempt_recompute_tokens=77,
+            evict_us=np.array([10.0, 20.0, 30.0]),
+            gpu_util=0.93,
+        )
+    )
     ttft = [0.2, 0.3, 0.1, 0.1, 0.1, 0.5]
     for q in (50, 90, 99):
         assert s[f"ttft_p{q}_s"] == pytest.approx(np.percentile(ttft, q))
@@ -162,18 +202,26 @@ def test_session_table():
     assert tab.loc["A", "mean_slowdown"] == pytest.approx(2.0)
     assert tab.loc["A", "ttft_mean_s"] == pytest.approx(0.2)
     assert tab.loc["B", "hit_fraction"] == 0.0
-    assert math.isnan(tab.loc["C", "hit_fraction"])      # no history
+    assert math.isnan(tab.loc["C", "hit_fraction"])  # no history
     assert tab.loc["C", "mean_slowdown"] == pytest.approx(2.0)
 
 
 def test_targets_boundaries():
-    good = dict(evict_calls=5, evict_us_p50=99.0, reprefill_rate=0.19, jain_service=0.8,
-                gpu_util=0.9)
+    good = dict(
+        evict_calls=5, evict_us_p50=99.0, reprefill_rate=0.19, jain_service=0.8, gpu_util=0.9
+    )
     assert targets(good) == dict(evict_us=True, reprefill=True, jain=True, gpu_util=True)
-    bad = dict(evict_calls=5, evict_us_p50=100.0, reprefill_rate=0.2, jain_service=0.79,
-               gpu_util=0.89, throughput_impact=0.05)
-    assert targets(bad) == dict(evict_us=False, reprefill=False, jain=False, gpu_util=False,
-                                throughput_impact=False)
+    bad = dict(
+        evict_calls=5,
+        evict_us_p50=100.0,
+        reprefill_rate=0.2,
+        jain_service=0.79,
+        gpu_util=0.89,
+        throughput_impact=0.05,
+    )
+    assert targets(bad) == dict(
+        evict_us=False, reprefill=False, jain=False, gpu_util=False, throughput_impact=False
+    )
     assert targets(dict(good, throughput_impact=0.049))["throughput_impact"] is True
     # No eviction call at all: nothing slow was decided. NaN metrics fail.
     assert targets(dict(good, evict_calls=0, evict_us_p50=math.nan))["evict_us"] is True

@@ -1,4 +1,5 @@
 """Prefix sharing, worked by hand: equal prefix hashes share one KV across sessions."""
+
 from __future__ import annotations
 
 import json
@@ -19,12 +20,18 @@ from traces.records import Session, Turn
 COST = cost_model("llama-3-8b", "h100-sxm")
 BT = 16
 PAGE = BT * COST.kv_bytes_per_token
-TRACE_BLOCK = 32                      # two pages per trace block: the hashes are remapped
+TRACE_BLOCK = 32  # two pages per trace block: the hashes are remapped
 PRICER = Pricer(COST, PAGE, True, True, True)
 
 
-def shared(sid: str, start: float, prompt: int, output: int, hashes: list[int],
-           later: list[tuple[int, int]] = ()) -> Session:
+def shared(
+    sid: str,
+    start: float,
+    prompt: int,
+    output: int,
+    hashes: list[int],
+    later: list[tuple[int, int]] = (),
+) -> Session:
     turns = [Turn(prompt, output, arrival_s=start, prefix_hashes=tuple(hashes))]
     turns += [Turn(p, o, think_s=1.0) for p, o in later]
     return Session(sid, tuple(turns), block_tokens=TRACE_BLOCK)
@@ -34,10 +41,16 @@ def plain(sid: str, start: float, prompt: int, output: int) -> Session:
     return Session(sid, (Turn(prompt, output, arrival_s=start),))
 
 
-def run(sessions, gpu_pages: float, cpu_pages: float = 0, sharing: bool = True,
-        unit: str = "block"):
-    mem = MemoryConfig(gpu_kv_gb=gpu_pages * PAGE / GIB, cpu_kv_gb=cpu_pages * PAGE / GIB,
-                       block_tokens=BT, evict_unit=unit, prefix_sharing=sharing)
+def run(
+    sessions, gpu_pages: float, cpu_pages: float = 0, sharing: bool = True, unit: str = "block"
+):
+    mem = MemoryConfig(
+        gpu_kv_gb=gpu_pages * PAGE / GIB,
+        cpu_kv_gb=cpu_pages * PAGE / GIB,
+        block_tokens=BT,
+        evict_unit=unit,
+        prefix_sharing=sharing,
+    )
     res = simulate(sessions, COST, mem, EngineConfig(), policy="lru", debug=True)
     return res, res.turns.set_index(["session_id", "turn"])
 
@@ -45,17 +58,20 @@ def run(sessions, gpu_pages: float, cpu_pages: float = 0, sharing: bool = True,
 def alone_ttft(tokens: int, offset: int, computed_pages=()) -> float:
     """The TTFT of a turn admitted alone: ``tokens`` new tokens after ``offset`` resident ones,
     plus the prefix pages it computes."""
-    pf = Prefill(tokens=tokens + BT * len(computed_pages), seqs=1,
-                 pairs=attention_pairs(tokens, offset)
-                 + recompute_pairs(list(computed_pages), 1, BT, offset))
+    pf = Prefill(
+        tokens=tokens + BT * len(computed_pages),
+        seqs=1,
+        pairs=attention_pairs(tokens, offset)
+        + recompute_pairs(list(computed_pages), 1, BT, offset),
+    )
     return PRICER.admission_s(pf, 0, 0)[0]
 
 
 def test_keys_remap_trace_blocks_to_pages():
-    s = shared("A", 0.0, 100, 1, [7, 8, 9, 10])       # full blocks: min(4, 100 // 32) = 3
+    s = shared("A", 0.0, 100, 1, [7, 8, 9, 10])  # full blocks: min(4, 100 // 32) = 3
     assert prefix_keys(s, 16) == [(7, 0), (7, 1), (8, 2), (8, 3), (9, 4), (9, 5)]
-    assert prefix_keys(s, 48) == [(8, 0), (9, 1)]    # a page spanning blocks: its last token's
-    assert prefix_keys(s, 64) == [(8, 0)]            # 96 tokens hold one page of 64
+    assert prefix_keys(s, 48) == [(8, 0), (9, 1)]  # a page spanning blocks: its last token's
+    assert prefix_keys(s, 64) == [(8, 0)]  # 96 tokens hold one page of 64
     assert prefix_keys(plain("B", 0.0, 100, 1), 16) == []
 
 
@@ -85,7 +101,7 @@ def test_a_later_turn_finds_its_prefix_as_history():
     a = shared("A", 0.0, 100, 5, [1, 2, 3, 4], later=[(20, 5)])
     _, t = run([a], math.inf)
     assert t.loc[("A", 1), "history_tokens"] == 105
-    assert t.loc[("A", 1), "gpu_hit_tokens"] == 105         # 96 in the pool, 9 its own
+    assert t.loc[("A", 1), "gpu_hit_tokens"] == 105  # 96 in the pool, 9 its own
     assert t.loc[("A", 1), "shared_hit_tokens"] == 0
 
 
@@ -129,12 +145,17 @@ def test_a_shared_page_is_pinned_while_a_running_turn_holds_it():
 def test_prefix_sharing_needs_block_units():
     with pytest.raises(ValueError, match="prefix_sharing"):
         run([A, B], math.inf, unit="layer_block")
-    _, t = run([A, B], math.inf, unit="layer_block", sharing=False)   # off: hashes are ignored
+    _, t = run([A, B], math.inf, unit="layer_block", sharing=False)  # off: hashes are ignored
     assert t["shared_hit_tokens"].sum() == 0
 
 
-MOONCAKE = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "mooncake" / \
-    "conversation_trace.jsonl"
+MOONCAKE = (
+    Path(__file__).resolve().parents[2].parent
+    / "shared"
+    / "data"
+    / "mooncake"
+    / "conversation_trace.jsonl"
+)
 
 
 def _reuse_bound(lines: list[dict], page: int, block: int = 512) -> tuple[int, int]:
@@ -142,7 +163,7 @@ def _reuse_bound(lines: list[dict], page: int, block: int = 512) -> tuple[int, i
     the hashes in arrival order: a page is shareable when it lies in the request's full blocks."""
     seen: set[tuple[int, int]] = set()
     reused = total = 0
-    for r in sorted(lines, key=lambda r: r["timestamp"]):       # stable: file order within ties
+    for r in sorted(lines, key=lambda r: r["timestamp"]):  # stable: file order within ties
         h, n = r["hash_ids"], r["input_length"]
         total += n
         for j in range(min(len(h), n // block) * block // page):
@@ -166,7 +187,7 @@ def test_mooncake_infinite_memory_reuses_exactly_the_hash_bound(tmp_path, page):
     t = simulate(sessions, COST, mem, EngineConfig(), policy="lru").turns
     assert t["prompt_tokens"].sum() == total
     assert t["shared_hit_tokens"].sum() == reused
-    assert reused / total > 0.1            # the sample does share: the check is not 0 == 0
+    assert reused / total > 0.1  # the sample does share: the check is not 0 == 0
 
 
 def _system_prompt_trace(n: int = 24, seed: int = 3) -> list[Session]:
@@ -174,6 +195,7 @@ def _system_prompt_trace(n: int = 24, seed: int = 3) -> list[Session]:
     message of their own, then two later turns; arrivals overlap, so turns share pages while
     others run."""
     import random
+
     rng = random.Random(seed)
     out = []
     for i in range(n):
@@ -182,8 +204,16 @@ def _system_prompt_trace(n: int = 24, seed: int = 3) -> list[Session]:
         own = rng.randrange(10, 70)
         prompt = TRACE_BLOCK * len(shared_blocks) + own
         hashes = shared_blocks + [10_000 + i * 10 + b for b in range(-(-own // TRACE_BLOCK))]
-        out.append(shared(f"s{i:02d}", rng.uniform(0, 2.0), prompt, rng.randrange(5, 60), hashes,
-                          later=[(rng.randrange(5, 40), rng.randrange(5, 40)) for _ in range(2)]))
+        out.append(
+            shared(
+                f"s{i:02d}",
+                rng.uniform(0, 2.0),
+                prompt,
+                rng.randrange(5, 60),
+                hashes,
+                later=[(rng.randrange(5, 40), rng.randrange(5, 40)) for _ in range(2)],
+            )
+        )
     return sorted(out, key=lambda s: (s.turns[0].arrival_s, s.session_id))
 
 
@@ -193,14 +223,17 @@ def test_shared_pages_keep_every_invariant_under_pressure(policy, gpu_pages, cpu
     """Debug mode checks every iteration: pool pages held exactly by the running turns that name
     them, held pages on the GPU and never candidates, byte counts per tier."""
     sessions = _system_prompt_trace()
-    mem = MemoryConfig(gpu_kv_gb=gpu_pages * PAGE / GIB, cpu_kv_gb=cpu_pages * PAGE / GIB,
-                       block_tokens=BT)
+    mem = MemoryConfig(
+        gpu_kv_gb=gpu_pages * PAGE / GIB, cpu_kv_gb=cpu_pages * PAGE / GIB, block_tokens=BT
+    )
     t = simulate(sessions, COST, mem, EngineConfig(), policy=policy, debug=True).turns
     assert len(t) == 3 * len(sessions)
     first = t[t.turn == 0]
     assert (first.shared_hit_tokens + first.shared_cpu_tokens <= first.prompt_tokens).all()
     assert (t[t.turn > 0][["shared_hit_tokens", "shared_cpu_tokens"]] == 0).all().all()
     later = t[t.turn > 0]
-    assert (later.gpu_hit_tokens + later.cpu_hit_tokens + later.recomputed_tokens
-            == later.history_tokens).all()
+    assert (
+        later.gpu_hit_tokens + later.cpu_hit_tokens + later.recomputed_tokens
+        == later.history_tokens
+    ).all()
     assert first.shared_hit_tokens.sum() > 0

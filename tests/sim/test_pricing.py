@@ -1,4 +1,5 @@
 """Iteration pricing: closed-form decode runs equal pricing the steps one by one, to the bit."""
+
 from __future__ import annotations
 
 import math
@@ -15,9 +16,14 @@ PAGE = 16 * COST.kv_bytes_per_token
 
 
 @settings(max_examples=200, deadline=None)
-@given(seqs=st.integers(1, 300), ctx=st.integers(0, 2_000_000), steps=st.integers(1, 200),
-       horizon=st.one_of(st.just(math.inf), st.floats(0.0, 5.0)), used=st.integers(0, 10**11),
-       gbs=st.floats(0.0, 1e9))
+@given(
+    seqs=st.integers(1, 300),
+    ctx=st.integers(0, 2_000_000),
+    steps=st.integers(1, 200),
+    horizon=st.one_of(st.just(math.inf), st.floats(0.0, 5.0)),
+    used=st.integers(0, 10**11),
+    gbs=st.floats(0.0, 1e9),
+)
 def test_decode_run_equals_stepping(seqs, ctx, steps, horizon, used, gbs):
     start = 1.25
     pricer = Pricer(COST, PAGE, pipelining=True)
@@ -32,7 +38,7 @@ def test_decode_run_equals_stepping(seqs, ctx, steps, horizon, used, gbs):
         acc += used * d
         t += d
     assert run.steps == len(durations)
-    assert run.durations == durations          # bit for bit
+    assert run.durations == durations  # bit for bit
     assert run.end_s == t and run.gpu_byte_seconds == acc
 
 
@@ -49,10 +55,11 @@ def test_recompute_pairs_by_hand():
     # pages of 16 tokens; the session held 40 tokens; pages 0 and 2 are recomputed:
     # page 0: 16 tokens at 0 -> 16 * (0 + 8) = 128; page 2: 8 tokens at 32 -> 8 * (32 + 4) = 288
     assert recompute_pairs([0, 2], 1, 16, 40) == 128 + 288
-    many = list(range(0, 200, 3))               # the numpy path adds in the same order
+    many = list(range(0, 200, 3))  # the numpy path adds in the same order
     assert recompute_pairs(many, 1, 16, 5000) == sum(
         (min(5000, 16 * i + 16) - 16 * i) * (16 * i + (min(5000, 16 * i + 16) - 16 * i) / 2.0)
-        for i in many)
+        for i in many
+    )
 
 
 @settings(max_examples=200, deadline=None)

@@ -1,4 +1,5 @@
 """Block selectors of sparse offload: the pages they pick, determinism, counts, and error messages."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -25,7 +26,7 @@ def test_recency_picks_the_latest_pages() -> None:
     assert sel.select_blocks(np.arange(10), CTX).tolist() == [7, 8, 9]
     # Page indices, not positions: the CPU holds a scattered set.
     assert sel.select_blocks(np.array([0, 2, 5, 7, 11]), CTX).tolist() == [5, 7, 11]
-    assert sel.select_blocks(np.array([4, 9]), CTX).tolist() == [4, 9]   # fewer than K: all
+    assert sel.select_blocks(np.array([4, 9]), CTX).tolist() == [4, 9]  # fewer than K: all
     assert sel.select_blocks(np.array([], dtype=int), CTX).tolist() == []
 
 
@@ -54,7 +55,7 @@ def test_random_is_deterministic_per_seed_session_step_layer() -> None:
         return tuple(sel.select_blocks(pages, SelectionContext(**base)).tolist())
 
     first = pick()
-    assert pick() == first                                        # same key, same pages
+    assert pick() == first  # same key, same pages
     assert len(first) == 5 and list(first) == sorted(set(first))  # K distinct pages, sorted
     assert set(first) <= set(pages.tolist())
     for change in ({"seed": 8}, {"session": 4}, {"step": 101}, {"layer": 6}):
@@ -82,7 +83,7 @@ def test_callable_scorer_and_ties() -> None:
     earliest = TopKSelector(2, lambda pages, ctx: -pages.astype(float))
     assert earliest.select_blocks(np.arange(6), CTX).tolist() == [0, 1]
     flat = TopKSelector(2, lambda pages, ctx: np.zeros(len(pages)))
-    assert flat.select_blocks(np.arange(6), CTX).tolist() == [4, 5]    # ties go to later pages
+    assert flat.select_blocks(np.arange(6), CTX).tolist() == [4, 5]  # ties go to later pages
     bad = TopKSelector(2, lambda pages, ctx: np.zeros(1))
     with pytest.raises(ValueError, match="returned 1 scores for 6 pages"):
         bad.select_blocks(np.arange(6), CTX)
@@ -109,7 +110,7 @@ def test_a_users_selector_counts_by_selecting() -> None:
         def select_blocks(self, available, context):
             return available[available % 2 == 0]
 
-    assert selected_count(EvenPages(), 7) == 4            # pages 0, 2, 4, 6
+    assert selected_count(EvenPages(), 7) == 4  # pages 0, 2, 4, 6
     assert selected_counts(EvenPages(), np.array([1, 4])).tolist() == [1, 2]
 
 
@@ -135,15 +136,20 @@ def test_quest_cannot_prefill() -> None:
         check_phase(quest, "train")
 
 
-@pytest.mark.parametrize("kwargs, key", [
-    ({"name": "quest", "k": 0}, "sparse.k must be an integer >= 1, got 0"),
-    ({"name": "quest", "k": 2.5}, "sparse.k must be an integer >= 1"),
-    ({"name": "quest", "k": True}, "sparse.k must be an integer >= 1"),
-    ({"name": "quest"}, "sparse.k is required by sparse selector 'quest'"),
-    ({"name": "quest", "k": 4, "scorer": "lru"},
-     "sparse.scorer must be one of 'random', 'recency', 'sink-recency'"),
-    ({"name": "h2o", "k": 4}, "sparse.selector must be one of 'full', 'quest', got 'h2o'"),
-])
+@pytest.mark.parametrize(
+    "kwargs, key",
+    [
+        ({"name": "quest", "k": 0}, "sparse.k must be an integer >= 1, got 0"),
+        ({"name": "quest", "k": 2.5}, "sparse.k must be an integer >= 1"),
+        ({"name": "quest", "k": True}, "sparse.k must be an integer >= 1"),
+        ({"name": "quest"}, "sparse.k is required by sparse selector 'quest'"),
+        (
+            {"name": "quest", "k": 4, "scorer": "lru"},
+            "sparse.scorer must be one of 'random', 'recency', 'sink-recency'",
+        ),
+        ({"name": "h2o", "k": 4}, "sparse.selector must be one of 'full', 'quest', got 'h2o'"),
+    ],
+)
 def test_make_selector_errors(kwargs, key) -> None:
     with pytest.raises(ValueError, match=key):
         make_selector(**kwargs)
@@ -151,8 +157,10 @@ def test_make_selector_errors(kwargs, key) -> None:
 
 def test_validate_sparse() -> None:
     validate_sparse(16, 16)
-    validate_sparse(None, 4)          # full: no K to fit
-    with pytest.raises(ValueError, match=r"^sparse.k \(32\) must not exceed sparse.ring_slots \(16\): "):
+    validate_sparse(None, 4)  # full: no K to fit
+    with pytest.raises(
+        ValueError, match=r"^sparse.k \(32\) must not exceed sparse.ring_slots \(16\): "
+    ):
         validate_sparse(32, 16)
     with pytest.raises(ValueError, match="sparse.ring_slots must be an integer >= 1"):
         validate_sparse(1, 0)
@@ -160,13 +168,16 @@ def test_validate_sparse() -> None:
         validate_sparse(0, 4)
 
 
-@pytest.mark.parametrize("pages, key", [
-    (np.array([3, 1]), "ascending"),
-    (np.array([1, 1]), "distinct"),
-    (np.array([-1, 2]), ">= 0"),
-    (np.arange(4).reshape(2, 2), "1-D"),
-    (np.array([0.0, 1.0]), "1-D array of page indices"),
-])
+@pytest.mark.parametrize(
+    "pages, key",
+    [
+        (np.array([3, 1]), "ascending"),
+        (np.array([1, 1]), "distinct"),
+        (np.array([-1, 2]), ">= 0"),
+        (np.arange(4).reshape(2, 2), "1-D"),
+        (np.array([0.0, 1.0]), "1-D array of page indices"),
+    ],
+)
 def test_available_is_checked(pages, key) -> None:
     with pytest.raises(ValueError, match=key):
         make_selector("quest", k=2).select_blocks(pages, CTX)

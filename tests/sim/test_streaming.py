@@ -1,5 +1,6 @@
 """Streaming a trace: a stream of sessions gives the ledger the list gives, is pulled lazily, lets
 go of finished sessions, and checks its order; the ledger is kept as columns."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -27,7 +28,7 @@ SYN = generate_synthetic(SyntheticConfig(sessions=120, seed=5, arrival_rate_per_
 # A GPU far below the trace's demand (10 GiB) and a small CPU tier: evictions, drops, preemptions,
 # and a few turns longer than the whole GPU (rejected with the rest of their session).
 TIGHT = MemoryConfig(gpu_kv_gb=1.5, cpu_kv_gb=0.75)
-WALL_CLOCK = {"wall_s", "evict_us"}       # the only fields of the result that are not simulated
+WALL_CLOCK = {"wall_s", "evict_us"}  # the only fields of the result that are not simulated
 
 
 class Counted:
@@ -60,30 +61,40 @@ def assert_same_result(a, b) -> None:
 
 
 # The slower policies on the first 60 sessions (still evicting and dropping; no turn rejected).
-@pytest.mark.parametrize("policy,unit,n", [("lru", "block", 120), ("lru", "layer_block", 120),
-                                           ("fifo", "session", 120), ("belady", "block", 60),
-                                           ("s3fifo", "block", 60), ("arc", "block", 60)])
+@pytest.mark.parametrize(
+    "policy,unit,n",
+    [
+        ("lru", "block", 120),
+        ("lru", "layer_block", 120),
+        ("fifo", "session", 120),
+        ("belady", "block", 60),
+        ("s3fifo", "block", 60),
+        ("arc", "block", 60),
+    ],
+)
 def test_a_stream_gives_the_ledger_of_the_list(policy, unit, n):
     mem = dataclasses.replace(TIGHT, evict_unit=unit)
     trace = SYN[:n]
     listed = simulate(trace, COST, mem, policy=policy)
     streamed = simulate(Counted(trace), COST, mem, policy=policy)
     assert len(listed.turns) + listed.stats.rejected_turns == sum(len(s.turns) for s in trace)
-    assert listed.stats.swap_out_bytes > 0 and listed.stats.dropped_bytes > 0   # evictions happen
+    assert listed.stats.swap_out_bytes > 0 and listed.stats.dropped_bytes > 0  # evictions happen
     assert listed.stats.rejected_turns > 0 or n < len(SYN)
     assert_same_result(listed, streamed)
 
 
 def test_a_streamed_file_gives_the_ledger_of_the_file_read_whole(tmp_path):
     path = tmp_path / "t.jsonl"
-    write_jsonl(SYN, path)                    # the loaders' order: one a stream can read
+    write_jsonl(SYN, path)  # the loaders' order: one a stream can read
     whole = read_jsonl(path).sessions[:60]
     path = tmp_path / "head.jsonl"
     write_jsonl(whole, path)
     engine = EngineConfig(prefetch="think")
     for policy in ("lru", "pensieve"):
-        assert_same_result(simulate(whole, COST, TIGHT, engine, policy=policy),
-                           simulate(iter_jsonl(path), COST, TIGHT, engine, policy=policy))
+        assert_same_result(
+            simulate(whole, COST, TIGHT, engine, policy=policy),
+            simulate(iter_jsonl(path), COST, TIGHT, engine, policy=policy),
+        )
 
 
 def test_the_stream_is_pulled_lazily_and_finished_sessions_are_let_go():
@@ -130,37 +141,51 @@ def test_a_stream_out_of_order_is_an_error():
 def test_a_policy_fitted_on_the_whole_trace_refuses_a_stream():
     with pytest.raises(ValueError, match="policy 'predictive' .* not a stream"):
         simulate(iter(SYN), COST, TIGHT, policy="predictive")
-    simulate(SYN[:20], COST, TIGHT, policy="predictive")        # a list is fine
+    simulate(SYN[:20], COST, TIGHT, policy="predictive")  # a list is fine
 
 
 # -- prefix sharing --------------------------------------------------------------------------------
+
 
 def hashed_trace(n: int = 60, seed: int = 2, plain_first: int = 0) -> list[Session]:
     """Sessions whose first prompts start with one of three shared system prompts."""
     rng = random.Random(seed)
     out = []
     for i in range(n):
-        turns_later = [Turn(rng.randint(1, 100), rng.randint(1, 80), think_s=rng.uniform(0, 5))
-                       for _ in range(rng.randint(0, 3))]
+        turns_later = [
+            Turn(rng.randint(1, 100), rng.randint(1, 80), think_s=rng.uniform(0, 5))
+            for _ in range(rng.randint(0, 3))
+        ]
         if i < plain_first:
-            out.append(Session(f"p{i:03d}", (Turn(rng.randint(40, 260), rng.randint(1, 120),
-                                                  arrival_s=i * 0.7), *turns_later)))
+            out.append(
+                Session(
+                    f"p{i:03d}",
+                    (
+                        Turn(rng.randint(40, 260), rng.randint(1, 120), arrival_s=i * 0.7),
+                        *turns_later,
+                    ),
+                )
+            )
             continue
         sys_prompt = rng.choice([1, 2, 3])
         hashes = [sys_prompt * 1000 + j for j in range(rng.randint(1, 6))]
-        hashes.append(rng.randint(10**6, 10**7))                  # the session's own block
-        first = Turn(rng.randint(40, 260), rng.randint(1, 120), arrival_s=i * 0.7,
-                     prefix_hashes=tuple(hashes))
+        hashes.append(rng.randint(10**6, 10**7))  # the session's own block
+        first = Turn(
+            rng.randint(40, 260),
+            rng.randint(1, 120),
+            arrival_s=i * 0.7,
+            prefix_hashes=tuple(hashes),
+        )
         out.append(Session(f"h{i:03d}", (first, *turns_later), block_tokens=32))
     return out
 
 
 @pytest.mark.parametrize("policy", ["lru", "belady", "s3fifo"])
 def test_prefix_sharing_with_a_stream(policy):
-    trace = hashed_trace(plain_first=5)          # the pool starts when the 6th session comes
+    trace = hashed_trace(plain_first=5)  # the pool starts when the 6th session comes
     mem = MemoryConfig(gpu_kv_gb=60 * PAGE / GIB, cpu_kv_gb=20 * PAGE / GIB)
     listed = simulate(trace, COST, mem, policy=policy)
-    streamed = simulate(iter(trace), COST, mem, policy=policy, debug=True)   # invariants checked
+    streamed = simulate(iter(trace), COST, mem, policy=policy, debug=True)  # invariants checked
     assert streamed.turns["shared_hit_tokens"].sum() > 0
     assert streamed.stats.dropped_bytes > 0
     assert_same_result(listed, streamed)
@@ -180,16 +205,18 @@ def test_prefix_sharing_config_errors_come_with_the_first_hashed_session_of_a_st
     mem = MemoryConfig(gpu_kv_gb=math.inf, evict_unit="layer_block")
     with pytest.raises(ValueError, match="evict_unit must be block"):
         simulate(iter(trace), COST, mem)
-    plain = hashed_trace(n=5, plain_first=5)      # no hashes: no pool, any unit
+    plain = hashed_trace(n=5, plain_first=5)  # no hashes: no pool, any unit
     simulate(iter(plain), COST, mem)
 
 
 # -- iter_jsonl ------------------------------------------------------------------------------------
 
+
 def _jsonl(sessions) -> str:
     """The canonical lines of ``sessions``, in the order given (no checks: for bad files too)."""
-    return "".join(json.dumps(_line(s, k, t)) + "\n"
-                   for s in sessions for k, t in enumerate(s.turns))
+    return "".join(
+        json.dumps(_line(s, k, t)) + "\n" for s in sessions for k, t in enumerate(s.turns)
+    )
 
 
 def test_iter_jsonl_yields_what_read_jsonl_reads(tmp_path):
@@ -207,8 +234,8 @@ def test_iter_jsonl_names_the_line_of_a_session_that_is_not_contiguous(tmp_path)
     b = Session("b", (Turn(10, 5, arrival_s=1.0),))
     lines = _jsonl([a, b]).splitlines()
     path = tmp_path / "t.jsonl"
-    path.write_text("\n".join([lines[0], lines[2], lines[1]]) + "\n")   # a0, b0, a1
-    assert [s.session_id for s in read_jsonl(path).sessions] == ["a", "b"]   # fine when read whole
+    path.write_text("\n".join([lines[0], lines[2], lines[1]]) + "\n")  # a0, b0, a1
+    assert [s.session_id for s in read_jsonl(path).sessions] == ["a", "b"]  # fine when read whole
     with pytest.raises(TraceError, match=r"t\.jsonl:3: session 'a' continues after other sessions"):
         list(iter_jsonl(path))
 
@@ -219,10 +246,13 @@ def test_iter_jsonl_names_the_line_where_first_arrivals_go_backwards(tmp_path):
     c = Session("c", (Turn(10, 5, arrival_s=1.0),))
     path = tmp_path / "t.jsonl"
     path.write_text(_jsonl([a, b]))
-    with pytest.raises(TraceError, match=r"t\.jsonl:2: session 'b' starts at 1.0 s, before session "
-                                         r"'a' \(line 1, 2.0 s\)"):
+    with pytest.raises(
+        TraceError,
+        match=r"t\.jsonl:2: session 'b' starts at 1.0 s, before session "
+        r"'a' \(line 1, 2.0 s\)",
+    ):
         list(iter_jsonl(path))
-    path.write_text(_jsonl([c, b]))           # equal starts: session_id order, as read_jsonl's
+    path.write_text(_jsonl([c, b]))  # equal starts: session_id order, as read_jsonl's
     with pytest.raises(TraceError, match=r"t\.jsonl:2: session 'b'"):
         list(iter_jsonl(path))
     path.write_text(_jsonl([b, c, a]))
@@ -233,11 +263,11 @@ def test_iter_jsonl_checks_lines_as_read_jsonl_does(tmp_path):
     good = Session("a", (Turn(10, 5, arrival_s=0.0), Turn(3, 4, think_s=1.0)))
     later = Session("c", (Turn(10, 5, arrival_s=3.0),))
     path = tmp_path / "t.jsonl"
-    bad_lines = ['{"session_id": "b", "turn": 0, "arrival_s": 1.0, "prompt_tokens": 5, '
-                 '"output_tokens": 0}',
-                 '{"session_id": "b", "turn": 1, "think_s": 1.0, "prompt_tokens": 5, '
-                 '"output_tokens": 2}',
-                 'not json']
+    bad_lines = [
+        '{"session_id": "b", "turn": 0, "arrival_s": 1.0, "prompt_tokens": 5, "output_tokens": 0}',
+        '{"session_id": "b", "turn": 1, "think_s": 1.0, "prompt_tokens": 5, "output_tokens": 2}',
+        "not json",
+    ]
     path.write_text(_jsonl([good]) + "\n".join(bad_lines) + "\n" + _jsonl([later]))
     with pytest.raises(TraceError) as whole:
         read_jsonl(path)
@@ -252,6 +282,7 @@ def test_iter_jsonl_checks_lines_as_read_jsonl_does(tmp_path):
 
 
 # -- the columnar ledger ---------------------------------------------------------------------------
+
 
 def test_the_ledger_is_columns_with_the_schema_of_turn_records():
     sched = Scheduler(list(SYN[:15]), COST, TIGHT, EngineConfig(), "lru")
@@ -269,8 +300,8 @@ def test_the_ledger_is_columns_with_the_schema_of_turn_records():
     expect = by_rows.sort_values(["session_id", "turn"], kind="stable").reset_index(drop=True)
     pd.testing.assert_frame_equal(ordered, expect, check_exact=True)
     first_id = ordered["session_id"].iloc[0]
-    assert any(i is first_id for i in ledger.columns["session_id"])     # the ids, not copies
-    ledger.append(*dataclasses.astuple(rows[0]))   # a frame made without release: it grows on
+    assert any(i is first_id for i in ledger.columns["session_id"])  # the ids, not copies
+    ledger.append(*dataclasses.astuple(rows[0]))  # a frame made without release: it grows on
     assert len(ledger) == len(rows) + 1
     released = ledger_frame(ledger, sort=True, release=True)
     assert len(ledger) == 0 and len(released) == len(rows) + 1

@@ -1,5 +1,6 @@
 """Learned token budgets, token level: prune order worked by hand, the top-B fact (bulk prune ==
 one-at-a-time pruning) as a property, the relevance count by hand, and the lifespan CSV reader."""
+
 from __future__ import annotations
 
 import math
@@ -37,7 +38,9 @@ def test_budget_fields_must_be_non_negative_ints(field, bad) -> None:
 
 
 def test_budget_needs_room_for_one_token() -> None:
-    with pytest.raises(ValueError, match=r"budget\.sink \+ budget\.window \+ budget\.budget must be >= 1"):
+    with pytest.raises(
+        ValueError, match=r"budget\.sink \+ budget\.window \+ budget\.budget must be >= 1"
+    ):
         TokenBudget(0, 0, 0)
 
 
@@ -109,8 +112,13 @@ def test_bad_inputs() -> None:
 
 # --- the top-B fact ---------------------------------------------------------------------------------
 @settings(max_examples=300, deadline=None)
-@given(sink=st.integers(0, 4), window=st.integers(0, 4), budget=st.integers(0, 5),
-       raw=st.lists(st.integers(0, 4), min_size=1, max_size=40), data=st.data())
+@given(
+    sink=st.integers(0, 4),
+    window=st.integers(0, 4),
+    budget=st.integers(0, 5),
+    raw=st.lists(st.integers(0, 4), min_size=1, max_size=40),
+    data=st.data(),
+)
 def test_bulk_prune_equals_one_at_a_time(sink, window, budget, raw, data) -> None:
     """Few distinct scores, so ties are common and the tie rule is exercised."""
     if sink + window + budget == 0:
@@ -127,7 +135,9 @@ def test_bulk_prune_equals_one_at_a_time_seeded_sweep() -> None:
     """Longer sessions than the property test, float scores with some ties, every prefill point."""
     rng = np.random.default_rng(7)
     for _ in range(40):
-        tb = TokenBudget(int(rng.integers(0, 5)), int(rng.integers(0, 20)), int(rng.integers(1, 30)))
+        tb = TokenBudget(
+            int(rng.integers(0, 5)), int(rng.integers(0, 20)), int(rng.integers(1, 30))
+        )
         n = int(rng.integers(1, 150))
         row = np.round(rng.random(n), 1)
         prefill = int(rng.integers(0, n + 1))
@@ -138,7 +148,10 @@ def test_recency_budget_is_a_longer_window() -> None:
     rng = np.random.default_rng(0)
     row = scores("recency", 1, 50, rng)[0]
     for n in (10, 30, 50):
-        assert kept_set(row, n, TokenBudget(2, 5, 7)).tolist() == kept_set(row, n, TokenBudget(2, 12, 0)).tolist()
+        assert (
+            kept_set(row, n, TokenBudget(2, 5, 7)).tolist()
+            == kept_set(row, n, TokenBudget(2, 12, 0)).tolist()
+        )
 
 
 # --- scorers ---------------------------------------------------------------------------------------
@@ -160,7 +173,10 @@ def test_a_registered_scorer_is_used_by_name() -> None:
     """A scorer that keeps the oldest candidates (score = -position)."""
     name = "oldest-first-test"
     if name not in SCORERS:
-        register_scorer(name, lambda layers, n, rng, life: np.broadcast_to(-np.arange(n, dtype=float), (layers, n)))
+        register_scorer(
+            name,
+            lambda layers, n, rng, life: np.broadcast_to(-np.arange(n, dtype=float), (layers, n)),
+        )
     with pytest.raises(ValueError, match="taken"):
         register_scorer(name, SCORERS["random"])
     row = scores(name, 1, 10, np.random.default_rng(0))[0]
@@ -186,8 +202,13 @@ def test_relevance_count_by_hand() -> None:
 
 
 @settings(max_examples=100, deadline=None)
-@given(sink=st.integers(0, 3), window=st.integers(0, 5), budget=st.integers(0, 6),
-       seed=st.integers(0, 2**32 - 1), n=st.integers(1, 40))
+@given(
+    sink=st.integers(0, 3),
+    window=st.integers(0, 5),
+    budget=st.integers(0, 6),
+    seed=st.integers(0, 2**32 - 1),
+    n=st.integers(1, 40),
+)
 def test_vectorised_count_matches_kept_set(sink, window, budget, seed, n) -> None:
     if sink + window + budget == 0:
         budget = 1
@@ -212,18 +233,24 @@ def test_streaming_llm_by_hand(tmp_path) -> None:
     p.write_text("lifespan_tokens,probability\n3,1\n")
     dist = LifespanDistribution.from_csv(p)
     for scorer in ("random", "recency", "lifespan"):
-        got = relevant_pruned_share([6], TokenBudget(1, 1, 0), scorer, 2, np.random.default_rng(0), dist)
+        got = relevant_pruned_share(
+            [6], TokenBudget(1, 1, 0), scorer, 2, np.random.default_rng(0), dist
+        )
         assert got == (4, 2)
     # With B=1 the recency and lifespan scorers keep token 4 (newest, latest expiry): nothing lost.
     for scorer in ("recency", "lifespan"):
-        got = relevant_pruned_share([6], TokenBudget(1, 1, 1), scorer, 2, np.random.default_rng(0), dist)
+        got = relevant_pruned_share(
+            [6], TokenBudget(1, 1, 1), scorer, 2, np.random.default_rng(0), dist
+        )
         assert got == (4, 0)
 
 
 def test_turn_ends_are_checked() -> None:
     with pytest.raises(ValueError, match="non-decreasing"):
         relevant_pruned_share([5, 3], TokenBudget(1, 1, 1), "random", 2, np.random.default_rng(0))
-    assert relevant_pruned_share([], TokenBudget(1, 1, 1), "random", 2, np.random.default_rng(0)) == (0, 0)
+    assert relevant_pruned_share(
+        [], TokenBudget(1, 1, 1), "random", 2, np.random.default_rng(0)
+    ) == (0, 0)
 
 
 # --- lifespan distributions ------------------------------------------------------------------------
@@ -241,24 +268,33 @@ def test_builtin_distribution_matches_its_description() -> None:
 
 def test_csv_histogram_round_trip(tmp_path) -> None:
     p = tmp_path / "life.csv"
-    p.write_text("# measured on nothing: a test\nlifespan_tokens,probability\n\n10,0.2\ninf,0.3\n100,0.5\n")
+    p.write_text(
+        "# measured on nothing: a test\nlifespan_tokens,probability\n\n10,0.2\ninf,0.3\n100,0.5\n"
+    )
     d = LifespanDistribution.from_csv(p)
-    assert d.lifespans == (10.0, math.inf, 100.0) and d.probabilities == pytest.approx((0.2, 0.3, 0.5))
+    assert d.lifespans == (10.0, math.inf, 100.0) and d.probabilities == pytest.approx(
+        (0.2, 0.3, 0.5)
+    )
     x = d.sample(np.random.default_rng(3), (200_000,))
     assert set(np.unique(x).tolist()) == {10.0, 100.0, math.inf}
-    assert [(x == v).mean() for v in (10.0, math.inf, 100.0)] == pytest.approx([0.2, 0.3, 0.5], abs=0.005)
+    assert [(x == v).mean() for v in (10.0, math.inf, 100.0)] == pytest.approx(
+        [0.2, 0.3, 0.5], abs=0.005
+    )
 
 
-@pytest.mark.parametrize("body, line, message", [
-    ("lifespan,probability\n10,1\n", 1, "header must be 'lifespan_tokens,probability'"),
-    ("lifespan_tokens,probability\n10,1,3\n", 2, "expected 2 columns"),
-    ("lifespan_tokens,probability\nten,1\n", 2, "lifespan_tokens must be a number"),
-    ("lifespan_tokens,probability\n10,half\n", 2, "probability must be a number"),
-    ("lifespan_tokens,probability\n10,0.5\n0,0.5\n", 3, "lifespan_tokens must be >= 1 or inf"),
-    ("lifespan_tokens,probability\n10,-0.5\n", 2, r"probability must lie in \[0, 1\]"),
-    ("lifespan_tokens,probability\n10,0.5\n10.0,0.5\n", 3, "repeats an earlier row"),
-    ("lifespan_tokens,probability\nnan,1\n", 2, "must not be NaN"),
-])
+@pytest.mark.parametrize(
+    "body, line, message",
+    [
+        ("lifespan,probability\n10,1\n", 1, "header must be 'lifespan_tokens,probability'"),
+        ("lifespan_tokens,probability\n10,1,3\n", 2, "expected 2 columns"),
+        ("lifespan_tokens,probability\nten,1\n", 2, "lifespan_tokens must be a number"),
+        ("lifespan_tokens,probability\n10,half\n", 2, "probability must be a number"),
+        ("lifespan_tokens,probability\n10,0.5\n0,0.5\n", 3, "lifespan_tokens must be >= 1 or inf"),
+        ("lifespan_tokens,probability\n10,-0.5\n", 2, r"probability must lie in \[0, 1\]"),
+        ("lifespan_tokens,probability\n10,0.5\n10.0,0.5\n", 3, "repeats an earlier row"),
+        ("lifespan_tokens,probability\nnan,1\n", 2, "must not be NaN"),
+    ],
+)
 def test_csv_errors_name_file_and_line(tmp_path, body, line, message) -> None:
     p = tmp_path / "bad.csv"
     p.write_text(body)
@@ -267,11 +303,14 @@ def test_csv_errors_name_file_and_line(tmp_path, body, line, message) -> None:
     assert str(e.value).startswith(f"{p}:{line}: ")
 
 
-@pytest.mark.parametrize("body, message", [
-    ("lifespan_tokens,probability\n", "no rows"),
-    ("", "no rows"),
-    ("lifespan_tokens,probability\n10,0.5\n20,0.4\n", "probabilities sum to 0.9, not 1"),
-])
+@pytest.mark.parametrize(
+    "body, message",
+    [
+        ("lifespan_tokens,probability\n", "no rows"),
+        ("", "no rows"),
+        ("lifespan_tokens,probability\n10,0.5\n20,0.4\n", "probabilities sum to 0.9, not 1"),
+    ],
+)
 def test_csv_file_level_errors_name_the_file(tmp_path, body, message) -> None:
     p = tmp_path / "bad.csv"
     p.write_text(body)
@@ -304,8 +343,14 @@ def test_report_sessions_do_not_depend_on_the_rest_of_the_sample() -> None:
     tb = TokenBudget(4, 64, 128)
     sess = _sessions(5)
     full = quality_report(sess, tb, "random", 4, seed=9)
-    parts = [relevant_pruned_share(s, tb, "random", 4, np.random.default_rng([9, i])) for i, s in enumerate(sess)]
-    assert (full.relevant_total, full.relevant_pruned) == (sum(p[0] for p in parts), sum(p[1] for p in parts))
+    parts = [
+        relevant_pruned_share(s, tb, "random", 4, np.random.default_rng([9, i]))
+        for i, s in enumerate(sess)
+    ]
+    assert (full.relevant_total, full.relevant_pruned) == (
+        sum(p[0] for p in parts),
+        sum(p[1] for p in parts),
+    )
     one = quality_report(sess[:1], tb, "random", 4, seed=9)
     assert (one.relevant_total, one.relevant_pruned) == parts[0] and math.isnan(one.share_stderr)
 
@@ -313,14 +358,22 @@ def test_report_sessions_do_not_depend_on_the_rest_of_the_sample() -> None:
 def test_streaming_llm_does_not_depend_on_the_scorer() -> None:
     tb = TokenBudget(4, 64, 0)
     sess = _sessions(30)
-    shares = {s: quality_report(sess, tb, s, 8, seed=3).pruned_share for s in ("random", "recency", "lifespan")}
+    shares = {
+        s: quality_report(sess, tb, s, 8, seed=3).pruned_share
+        for s in ("random", "recency", "lifespan")
+    }
     assert len(set(shares.values())) == 1 and next(iter(shares.values())) > 0
 
 
 def test_scorers_rank_as_expected_and_a_big_budget_prunes_nothing() -> None:
     sess = _sessions(60)
     tb = TokenBudget(4, 64, 64)
-    share = {s: quality_report(sess, tb, s, 8, seed=4).pruned_share for s in ("random", "recency", "lifespan")}
+    share = {
+        s: quality_report(sess, tb, s, 8, seed=4).pruned_share
+        for s in ("random", "recency", "lifespan")
+    }
     assert share["lifespan"] < share["recency"] < share["random"]
     longest = max(s[-1] for s in sess)
-    assert quality_report(sess, TokenBudget(4, 64, longest), "random", 8, seed=4).relevant_pruned == 0
+    assert (
+        quality_report(sess, TokenBudget(4, 64, longest), "random", 8, seed=4).relevant_pruned == 0
+    )

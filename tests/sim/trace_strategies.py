@@ -1,4 +1,5 @@
 """Random multi-turn traces for the engine's property tests (hypothesis)."""
+
 from __future__ import annotations
 
 from hypothesis import strategies as st
@@ -14,7 +15,10 @@ def traces(draw):
         turns = []
         for k in range(draw(st.integers(1, 4))):
             p, o = draw(st.integers(0, 300)), draw(st.integers(1, 120))
-            turns.append(Turn(p, o, arrival_s=draw(st.floats(0, 5))) if k == 0
-                         else Turn(p, o, think_s=draw(st.floats(0, 3))))
+            turns.append(
+                Turn(p, o, arrival_s=draw(st.floats(0, 5)))
+                if k == 0
+                else Turn(p, o, think_s=draw(st.floats(0, 3)))
+            )
         sessions.append(Session(f"s{i}", tuple(turns)))
     return sessions

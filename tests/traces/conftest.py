@@ -1,4 +1,5 @@
 """Shared fixtures for the traces tests. Real data lives beside the checkout in ../shared/data."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -20,19 +21,23 @@ def data_dir() -> Path:
 @pytest.fixture
 def write_text(tmp_path):
     """Write a file under tmp_path and return its path."""
+
     def _write(name: str, text: str) -> Path:
         p = tmp_path / name
         p.write_text(text, encoding="utf-8")
         return p
+
     return _write
 
 
 @pytest.fixture(scope="session")
 def data_file(data_dir):
     """Path of one real-data file (relative to shared/data), skipping when that file is missing."""
+
     def _get(rel: str) -> Path:
         p = data_dir / rel
         if not p.is_file():
             pytest.skip(f"real data file {rel} not found in {data_dir.resolve()}")
         return p
+
     return _get

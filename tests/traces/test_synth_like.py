@@ -11,6 +11,7 @@ The check (``mismatches``), per marginal, comparing the source with 20,000 synth
 - the multi-turn share: within 4 standard errors.
 A trace with 15 % longer replies fails it, and so does another real trace.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -73,8 +74,10 @@ def mismatches(src: dict, syn: dict, mean_only: tuple[str, ...] = ()) -> list[st
             v = np.quantile(b, q, method="inverted_cdf")
             lo, hi = np.quantile(a, (max(q - BAND, 0), min(q + BAND, 1)), method="inverted_cdf")
             if not lo <= v <= hi:
-                bad.append(f"{name}: synthetic p{q * 100:.0f} {v:g} outside the source's "
-                           f"p{(q - BAND) * 100:.0f}..p{(q + BAND) * 100:.0f} = {lo:g}..{hi:g}")
+                bad.append(
+                    f"{name}: synthetic p{q * 100:.0f} {v:g} outside the source's "
+                    f"p{(q - BAND) * 100:.0f}..p{(q + BAND) * 100:.0f} = {lo:g}..{hi:g}"
+                )
         d, crit = ks_2samp(a, b), KS_C01 * math.sqrt((a.size + b.size) / (a.size * b.size))
         if d > crit:
             bad.append(f"{name}: KS {d:.4f} > {crit:.4f}")
@@ -91,7 +94,9 @@ def synth(cfg: SyntheticConfig, seed: int = 1, n: int = N_SYNTH) -> dict:
 @pytest.fixture(scope="module")
 def fixture_trace():
     """A small trace from a known generator (the ShareGPT defaults, timing included), uncapped."""
-    return generate_synthetic(SyntheticConfig(sessions=3000, seed=3, max_context_tokens=None)).sessions
+    return generate_synthetic(
+        SyntheticConfig(sessions=3000, seed=3, max_context_tokens=None)
+    ).sessions
 
 
 @pytest.fixture(scope="module")
@@ -103,8 +108,9 @@ def fixture_fit(fixture_trace):
 
 # --- the fit itself ---
 
+
 def test_empirical_mix_is_the_exact_pmf_when_values_are_few():
-    mix = empirical_mix([0, 3, 3, 3, 3, 40, 40, 40, 700, 700])   # 0 is drawn as 1
+    mix = empirical_mix([0, 3, 3, 3, 3, 40, 40, 40, 700, 700])  # 0 is drawn as 1
     assert mix.weights == pytest.approx((0.1, 0.4, 0.3, 0.2))
     assert mix.quantiles((0.1, 0.5, 0.8, 0.9), 1, 700).tolist() == [1, 3, 40, 700]
     draws = mix.sample(np.random.default_rng(0), N_SYNTH, 1, 700)
@@ -119,7 +125,7 @@ def test_empirical_mix_of_many_values_keeps_the_cdf_within_one_group():
     assert len(mix.weights) == 256
     at = np.unique(np.quantile(values, np.linspace(0.001, 0.999, 999), method="inverted_cdf"))
     data = np.searchsorted(np.sort(values), at, side="right") / values.size
-    assert np.abs(mix.cdf(at + 0.5) - data).max() < 1 / 256        # P(draw <= v) = cdf(v + 0.5)
+    assert np.abs(mix.cdf(at + 0.5) - data).max() < 1 / 256  # P(draw <= v) = cdf(v + 0.5)
 
 
 def test_fit_recovers_the_generator_that_made_the_trace(fixture_trace, fixture_fit):
@@ -131,8 +137,9 @@ def test_fit_recovers_the_generator_that_made_the_trace(fixture_trace, fixture_f
     assert cfg.think.sigma == pytest.approx(gen.think.sigma, abs=0.05)
     src = marginals(fixture_trace)
     assert cfg.turns_pmf == pytest.approx(np.bincount(src["turns per session"])[1:] / 3000)
-    assert cfg.prompt_max_tokens == max(src["first prompt tokens"].max(),
-                                        src["later prompt tokens"].max())
+    assert cfg.prompt_max_tokens == max(
+        src["first prompt tokens"].max(), src["later prompt tokens"].max()
+    )
     assert cfg.output_max_tokens == src["output tokens"].max()
 
 
@@ -145,9 +152,11 @@ def test_the_check_fails_for_a_trace_with_longer_replies(fixture_fit):
     """The check has power: 15 % longer replies, everything else equal, are caught; only there."""
     cfg, src, _ = fixture_fit
     o = cfg.output_tokens
-    longer = dataclasses.replace(cfg, output_tokens=LogNormalMix(
-        o.weights, tuple(m + math.log(1.15) for m in o.mu), o.sigma),
-        output_max_tokens=2 * cfg.output_max_tokens)
+    longer = dataclasses.replace(
+        cfg,
+        output_tokens=LogNormalMix(o.weights, tuple(m + math.log(1.15) for m in o.mu), o.sigma),
+        output_max_tokens=2 * cfg.output_max_tokens,
+    )
     bad = mismatches(src, synth(longer))
     assert bad and all(b.startswith("output tokens") for b in bad), bad
 
@@ -160,9 +169,12 @@ def test_one_turn_sessions_and_open_loop_gaps():
     assert cfg.prompt_tokens == cfg.first_prompt_tokens and cfg.prompt_max_tokens == 50
     assert any(n.startswith("think:") for n in notes)
     # later turns with only arrival_s: the think time is the gap (an upper bound)
-    open_loop = [Session("a", (Turn(1, 1, arrival_s=0.0), Turn(1, 1, arrival_s=4.0),
-                               Turn(1, 1, arrival_s=5.0))),
-                 Session("b", (Turn(1, 1, arrival_s=0.0), Turn(1, 1, think_s=2.0)))]
+    open_loop = [
+        Session(
+            "a", (Turn(1, 1, arrival_s=0.0), Turn(1, 1, arrival_s=4.0), Turn(1, 1, arrival_s=5.0))
+        ),
+        Session("b", (Turn(1, 1, arrival_s=0.0), Turn(1, 1, think_s=2.0))),
+    ]
     assert sorted(marginals(open_loop)["think time s"].tolist()) == [1.0, 2.0, 4.0]
     assert fit_like(open_loop).think.median_s == 2.0
     with pytest.raises(ValueError, match="^x.jsonl: no sessions to fit"):
@@ -178,13 +190,17 @@ def test_params_yaml_round_trips_and_loads_as_a_synthetic_trace(fixture_fit):
         a, b = getattr(cfg, name), getattr(back, name)
         for part in ("weights", "mu", "sigma"):
             np.testing.assert_allclose(getattr(b, part), getattr(a, part), rtol=1e-12)
-    assert (back.turns_pmf, back.think, back.arrival_rate_per_s) == \
-        (pytest.approx(cfg.turns_pmf, rel=1e-12), cfg.think, cfg.arrival_rate_per_s)
+    assert (back.turns_pmf, back.think, back.arrival_rate_per_s) == (
+        pytest.approx(cfg.turns_pmf, rel=1e-12),
+        cfg.think,
+        cfg.arrival_rate_per_s,
+    )
     spec = {"kind": "synthetic", **yaml.safe_load(text)}
     assert load_trace(spec).sessions == generate_synthetic(back).sessions
 
 
 # --- real traces ---
+
 
 @pytest.fixture(scope="module")
 def sharegpt(data_file):
@@ -207,7 +223,7 @@ def test_sharegpt_sample_marginals_are_reproduced(sharegpt):
     src, syn = marginals(sharegpt), synth(cfg)
     assert src["turns per session"].max() > 100 and multi_turn_share(src) > 0.6
     assert mismatches(src, syn) == []
-    assert cfg.think.median_s == pytest.approx(30.0, rel=0.1)            # the loader's assumption
+    assert cfg.think.median_s == pytest.approx(30.0, rel=0.1)  # the loader's assumption
     assert cfg.arrival_rate_per_s == pytest.approx(1.0, rel=3 / math.sqrt(len(sharegpt)))
 
 
@@ -228,50 +244,90 @@ def test_a_different_real_trace_does_not_match(azure_conv, data_file):
     code = load_trace({"kind": "azure", "path": str(data_file(AZURE_CODE))}).sessions
     bad = mismatches(marginals(code), azure_conv[2], mean_only=("session start gap s",))
     for name in ("first prompt tokens", "output tokens"):
-        assert sum(b.startswith(name) for b in bad) == 5, (name, bad)   # 3 quantiles, mean, KS
+        assert sum(b.startswith(name) for b in bad) == 5, (name, bad)  # 3 quantiles, mean, KS
 
 
 # --- the command ---
+
 
 def test_synth_command_end_to_end(tmp_path, capsys):
     src = tmp_path / "small.jsonl"
     write_jsonl(generate_synthetic(SyntheticConfig(sessions=300, seed=9)).sessions, src)
     out, params = tmp_path / "out" / "big.jsonl", tmp_path / "out" / "big.yaml"
-    argv = ["trace", "synth", "--like", str(src), "--sessions", "1000", "--seed", "4",
-            "--out", str(out), "--params-out", str(params)]
+    argv = [
+        "trace",
+        "synth",
+        "--like",
+        str(src),
+        "--sessions",
+        "1000",
+        "--seed",
+        "4",
+        "--out",
+        str(out),
+        "--params-out",
+        str(params),
+    ]
     assert main(argv) == 0
     printed = capsys.readouterr().out
     assert printed.startswith(f"{out}: 1,000 sessions") and "(jsonl, 300 sessions)" in printed
     assert "later prompt tokens" in printed and "multi-turn share" in printed
     written = read_jsonl(out).sessions
     assert len(written) == 1000
-    assert written == load_trace({"kind": "synthetic", **yaml.safe_load(params.read_text())}).sessions
+    assert (
+        written == load_trace({"kind": "synthetic", **yaml.safe_load(params.read_text())}).sessions
+    )
     assert sorted(p.name for p in out.parent.iterdir()) == ["big.jsonl", "big.yaml"]
 
-    assert main(argv) == 2                                                  # exists: refused
-    assert capsys.readouterr().err.strip() == f"kvsim: error: {out} exists; pass --force to replace it"
+    assert main(argv) == 2  # exists: refused
+    assert (
+        capsys.readouterr().err.strip() == f"kvsim: error: {out} exists; pass --force to replace it"
+    )
     assert main(argv[:-2] + ["--force"]) == 0 and read_jsonl(out).sessions == written
     default_n = tmp_path / "n.jsonl"
     assert main(["trace", "synth", "--like", str(src), "--out", str(default_n)]) == 0
-    assert len(read_jsonl(default_n).sessions) == 300                      # default: as many
+    assert len(read_jsonl(default_n).sessions) == 300  # default: as many
     capsys.readouterr()
 
 
-@pytest.mark.parametrize("content, args, message", [
-    (None, [], "{src}: no such file"),
-    ("", [], "{src}: no sessions to fit"),
-    ('{"session_id": "a", "turn": 0}\n', [], "{name}:1: missing key(s) 'arrival_s'"),
-    ('{"session_id": "a", "turn": 0, "arrival_s": 0, "prompt_tokens": 1, "output_tokens": 1}\n',
-     ["--max-context-tokens", "1"], "--max-context-tokens must be >= 2, got 1"),
-])
-def test_synth_command_errors_name_the_file_and_write_nothing(tmp_path, capsys, content, args,
-                                                             message):
+@pytest.mark.parametrize(
+    "content, args, message",
+    [
+        (None, [], "{src}: no such file"),
+        ("", [], "{src}: no sessions to fit"),
+        ('{"session_id": "a", "turn": 0}\n', [], "{name}:1: missing key(s) 'arrival_s'"),
+        (
+            '{"session_id": "a", "turn": 0, "arrival_s": 0, "prompt_tokens": 1, "output_tokens": 1}\n',
+            ["--max-context-tokens", "1"],
+            "--max-context-tokens must be >= 2, got 1",
+        ),
+    ],
+)
+def test_synth_command_errors_name_the_file_and_write_nothing(
+    tmp_path, capsys, content, args, message
+):
     src = tmp_path / "src.jsonl"
     if content is not None:
         src.write_text(content)
     out = tmp_path / "out.jsonl"
-    assert main(["trace", "synth", "--like", str(src), "--kind", "jsonl", "--out", str(out),
-                 "--params-out", str(tmp_path / "p.yaml"), *args]) == 2
+    assert (
+        main(
+            [
+                "trace",
+                "synth",
+                "--like",
+                str(src),
+                "--kind",
+                "jsonl",
+                "--out",
+                str(out),
+                "--params-out",
+                str(tmp_path / "p.yaml"),
+                *args,
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err
     assert err.startswith("kvsim: error: ")
     assert message.format(src=src, name=src.name).split(" 'arrival_s'")[0] in err, err

@@ -1,5 +1,6 @@
 """`kvsim trace stats`: hand-worked figures on a small trace, and the published figures of the
 real traces beside the checkout."""
+
 from __future__ import annotations
 
 import pytest
@@ -9,13 +10,19 @@ from traces import load_trace
 from traces.records import Session, Turn
 from traces.stats import trace_stats
 
-S = 4    # block tokens of the hand trace
+S = 4  # block tokens of the hand trace
 
 
 def _hand() -> list[Session]:
     # a: two turns (H = 0, then 10 + 2 = 12); b: one turn. Hashes are prefix-chained blocks of 4.
-    a = Session("a", (Turn(10, 2, arrival_s=0.0, prefix_hashes=(1, 2, 3)),
-                      Turn(3, 1, arrival_s=5.0, prefix_hashes=(1, 2, 3, 4))), block_tokens=S)
+    a = Session(
+        "a",
+        (
+            Turn(10, 2, arrival_s=0.0, prefix_hashes=(1, 2, 3)),
+            Turn(3, 1, arrival_s=5.0, prefix_hashes=(1, 2, 3, 4)),
+        ),
+        block_tokens=S,
+    )
     b = Session("b", (Turn(6, 4, arrival_s=1.0, prefix_hashes=(1, 9)),), block_tokens=S)
     return [a, b]
 
@@ -23,8 +30,8 @@ def _hand() -> list[Session]:
 def test_hand_worked_stats():
     st = trace_stats(_hand())
     assert (st.sessions, st.turns, st.multi_turn_share) == (2, 3, 0.5)
-    assert st.input_tokens.mean == pytest.approx((10 + 15 + 6) / 3)     # a1's input: 12 + 3
-    assert st.interarrival_s.mean == pytest.approx(2.5)                  # 0 -> 1 -> 5
+    assert st.input_tokens.mean == pytest.approx((10 + 15 + 6) / 3)  # a1's input: 12 + 3
+    assert st.interarrival_s.mean == pytest.approx(2.5)  # 0 -> 1 -> 5
     assert st.duration_s == 5.0
     # History share: turn 0 has none; turn 1 is 12 of its 15 input tokens.
     assert dict(st.history_share_by_turn) == {0: 0.0, 1: pytest.approx(12 / 15)}
@@ -51,12 +58,16 @@ def test_azure_conversations_match_their_published_figures(data_dir):
     assert st.turns == 19_366 and st.multi_turn_share == 0
     assert round(st.duration_s, 1) == 3_501.7
     ia = st.interarrival_s
-    assert (round(ia.mean, 3), round(ia.p50, 3), round(ia.p90, 3), round(ia.p99, 3)) == \
-        (0.181, 0.118, 0.421, 0.890)
+    assert (round(ia.mean, 3), round(ia.p50, 3), round(ia.p90, 3), round(ia.p99, 3)) == (
+        0.181,
+        0.118,
+        0.421,
+        0.890,
+    )
     assert round(st.interarrival_cv, 2) == 1.09
     c = st.input_tokens
     assert (round(c.mean), c.p50, round(c.p99), c.max) == (1_155, 1_020, 4_142, 14_050)
-    assert abs(c.p90 - 2_735) <= 1                 # percentile interpolation
+    assert abs(c.p90 - 2_735) <= 1  # percentile interpolation
     g = st.output_tokens
     assert (round(g.mean), g.p50, g.p90, g.p99, g.max) == (211, 129, 424, 601, 1_000)
 
@@ -66,7 +77,11 @@ def test_azure_code_is_bursty_as_published(data_dir):
     assert st.turns == 8_819 and round(st.duration_s, 1) == 3_435.9
     assert round(st.interarrival_cv, 1) == 13.2 and round(st.interarrival_s.mean, 2) == 0.39
     assert (round(st.input_tokens.mean), st.input_tokens.p50) == (2_048, 1_469)
-    assert (round(st.output_tokens.mean), st.output_tokens.p50, st.output_tokens.max) == (28, 13, 1_899)
+    assert (round(st.output_tokens.mean), st.output_tokens.p50, st.output_tokens.max) == (
+        28,
+        13,
+        1_899,
+    )
 
 
 def test_mooncake_conversations_match_their_published_figures(data_dir):
@@ -80,7 +95,7 @@ def test_mooncake_conversations_match_their_published_figures(data_dir):
     assert abs(r.repeated_token_share - 0.374) < 0.002
     o = st.output_tokens
     assert (round(o.mean), o.p50, o.p90, o.max) == (343, 350, 597, 2_000)
-    assert abs(o.p99 - 1_119) <= 1                 # percentile interpolation
+    assert abs(o.p99 - 1_119) <= 1  # percentile interpolation
     assert st.input_tokens.mean == pytest.approx(12_035, rel=0.005)
     assert st.input_tokens.max == 126_195
 
@@ -97,8 +112,10 @@ def test_mooncake_synthetic_matches_its_published_figures(data_dir):
 
 def test_the_command_prints_the_report_and_guesses_the_kind(tmp_path, capsys):
     path = tmp_path / "t.jsonl"
-    path.write_text('{"timestamp": 0, "input_length": 600, "output_length": 10, "hash_ids": [0, 1]}\n'
-                    '{"timestamp": 1000, "input_length": 700, "output_length": 5, "hash_ids": [0, 2]}\n')
+    path.write_text(
+        '{"timestamp": 0, "input_length": 600, "output_length": 10, "hash_ids": [0, 1]}\n'
+        '{"timestamp": 1000, "input_length": 700, "output_length": 5, "hash_ids": [0, 2]}\n'
+    )
     assert main(["trace", "stats", str(path)]) == 0
     out = capsys.readouterr().out
     assert "(mooncake)" in out and "turns                  2" in out
@@ -109,12 +126,16 @@ def test_the_command_prints_the_report_and_guesses_the_kind(tmp_path, capsys):
 
 def test_convert_writes_canonical_jsonl_that_reads_back_the_same(tmp_path, capsys):
     src = tmp_path / "t.csv"
-    src.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n"
-                   "2023-11-16 18:15:46.6805900,374,44\n2023-11-16 18:15:50.9951690,396,109\n")
+    src.write_text(
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+        "2023-11-16 18:15:46.6805900,374,44\n2023-11-16 18:15:50.9951690,396,109\n"
+    )
     out = tmp_path / "out" / "t.jsonl"
     assert main(["trace", "convert", str(src), "--out", str(out)]) == 0
-    assert load_trace({"kind": "jsonl", "path": str(out)}).sessions == \
-        load_trace({"kind": "azure", "path": str(src)}).sessions
-    assert main(["trace", "convert", str(src), "--out", str(out)]) == 2     # exists: refused
+    assert (
+        load_trace({"kind": "jsonl", "path": str(out)}).sessions
+        == load_trace({"kind": "azure", "path": str(src)}).sessions
+    )
+    assert main(["trace", "convert", str(src), "--out", str(out)]) == 2  # exists: refused
     assert "exists" in capsys.readouterr().err
-    assert [p.name for p in out.parent.iterdir()] == ["t.jsonl"]           # no temporary left
+    assert [p.name for p in out.parent.iterdir()] == ["t.jsonl"]  # no temporary left

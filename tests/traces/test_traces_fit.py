@@ -1,4 +1,5 @@
 """The ShareGPT fit: EM recovers known mixtures, and the packaged YAML is what the shared data gives."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -20,8 +21,9 @@ def test_em_recovers_a_known_two_component_mixture():
     assert fit.sigma == pytest.approx(true.sigma, abs=0.03)
 
 
-@pytest.mark.parametrize("true", [LogNormalMix.lognormal(300, 0.5),
-                                  LogNormalMix((0.4, 0.6), (2.5, 5.5), (0.5, 0.5))])
+@pytest.mark.parametrize(
+    "true", [LogNormalMix.lognormal(300, 0.5), LogNormalMix((0.4, 0.6), (2.5, 5.5), (0.5, 0.5))]
+)
 def test_fit_length_picks_the_true_number_of_components_by_bic(true):
     draws = true.sample(np.random.default_rng(4), 5_000, 1, 20_000)
     f = fit_length(draws, 20_000)
@@ -50,7 +52,9 @@ def test_cli_reproduces_the_packaged_yaml(data_file, tmp_path, capsys):
     doc = yaml.safe_load(out.read_text(encoding="utf-8"))
     packaged = load_fit()
     assert doc["source"]["sha256"] == packaged["source"]["sha256"]
-    assert doc["source"]["date"] and doc["source"]["file"].endswith("sharegpt_v3_messages_derived.csv")
+    assert doc["source"]["date"] and doc["source"]["file"].endswith(
+        "sharegpt_v3_messages_derived.csv"
+    )
     for name in ("first_prompt_tokens", "prompt_tokens", "output_tokens"):
         for key in ("weights", "mu", "sigma", "clip"):
             assert doc[name][key] == pytest.approx(packaged[name][key], abs=1e-3), (name, key)
@@ -62,7 +66,11 @@ def test_cli_reproduces_the_packaged_yaml(data_file, tmp_path, capsys):
     assert doc["turns"]["counts"] == packaged["turns"]["counts"]
     assert doc["tokenizer"]["chars_per_token"] == packaged["tokenizer"]["chars_per_token"]
     # The YAML's own counts agree with each other
-    assert sum(doc["turns"]["counts"]) == doc["counts"]["sessions"] == doc["first_prompt_tokens"]["gof"]["n"]
+    assert (
+        sum(doc["turns"]["counts"])
+        == doc["counts"]["sessions"]
+        == doc["first_prompt_tokens"]["gof"]["n"]
+    )
     assert doc["output_tokens"]["gof"]["n"] == doc["counts"]["turns"]
     assert doc["prompt_tokens"]["gof"]["n"] == doc["counts"]["turns"] - doc["counts"]["sessions"]
 

@@ -1,4 +1,5 @@
 """The package: imported from this checkout, no imports of other project packages, load_trace dispatch."""
+
 from __future__ import annotations
 
 import ast
@@ -24,13 +25,21 @@ def test_traces_is_imported_from_this_repository():
 def test_traces_imports_nothing_else_of_the_project():
     for py in (REPO_ROOT / "traces").glob("*.py"):
         for node in ast.walk(ast.parse(py.read_text(encoding="utf-8"))):
-            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
-                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else []
+            )
             assert not {n.split(".")[0] for n in names} & FORBIDDEN, (py.name, names)
-    code = ("import sys, traces; print(sorted({m.split('.')[0] for m in sys.modules} & "
-            f"set({sorted(FORBIDDEN)!r})))")
-    out = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True,
-                         check=True)
+    code = (
+        "import sys, traces; print(sorted({m.split('.')[0] for m in sys.modules} & "
+        f"set({sorted(FORBIDDEN)!r})))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, check=True
+    )
     assert out.stdout.strip() == "[]"
 
 
@@ -41,27 +50,49 @@ def test_public_names():
 
 def _jsonl(tmp_path):
     p = tmp_path / "t.jsonl"
-    p.write_text('{"session_id": "s", "turn": 0, "arrival_s": 0, "prompt_tokens": 1, "output_tokens": 2}\n')
+    p.write_text(
+        '{"session_id": "s", "turn": 0, "arrival_s": 0, "prompt_tokens": 1, "output_tokens": 2}\n'
+    )
     return p
 
 
 def test_dispatch_every_kind(tmp_path):
     sg = tmp_path / "sg.json"
-    sg.write_text(json.dumps([{"id": "a_0", "conversations": [{"from": "human", "value": "hi"},
-                                                             {"from": "gpt", "value": "yo"},
-                                                             {"from": "human", "value": "more"},
-                                                             {"from": "gpt", "value": "ok"}]}]))
+    sg.write_text(
+        json.dumps(
+            [
+                {
+                    "id": "a_0",
+                    "conversations": [
+                        {"from": "human", "value": "hi"},
+                        {"from": "gpt", "value": "yo"},
+                        {"from": "human", "value": "more"},
+                        {"from": "gpt", "value": "ok"},
+                    ],
+                }
+            ]
+        )
+    )
     mc = tmp_path / "mc.jsonl"
     mc.write_text('{"timestamp": 0, "input_length": 10, "output_length": 2, "hash_ids": [0]}\n')
     az = tmp_path / "az.csv"
     az.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6805900,374,44\n")
     bg = tmp_path / "bg.csv"
-    bg.write_text("Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
-                  "5,ChatGPT,472,18,490,Conversation log\n")
+    bg.write_text(
+        "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+        "5,ChatGPT,472,18,490,Conversation log\n"
+    )
     loads = {
         "synthetic": load_trace({"kind": "synthetic", "sessions": 4, "seed": 1}),
-        "sharegpt": load_trace({"kind": "sharegpt", "path": str(sg), "tokenizer": "chars:1",
-                                "think": {"median_s": 7, "sigma": 0}, "seed": 2}),
+        "sharegpt": load_trace(
+            {
+                "kind": "sharegpt",
+                "path": str(sg),
+                "tokenizer": "chars:1",
+                "think": {"median_s": 7, "sigma": 0},
+                "seed": 2,
+            }
+        ),
         "mooncake": load_trace({"kind": "mooncake", "path": str(mc), "jitter": False}),
         "azure": load_trace({"kind": "azure", "path": str(az)}),
         "burstgpt": load_trace({"kind": "burstgpt", "path": str(bg)}),
@@ -74,17 +105,23 @@ def test_dispatch_every_kind(tmp_path):
     assert sg_turns[1].think_s == 7.0
 
 
-@pytest.mark.parametrize("spec, words", [
-    ({}, "needs 'kind'"),
-    ({"kind": "vidur", "path": "x"}, "unknown kind 'vidur'"),
-    ({"kind": "jsonl"}, "missing 'path'"),
-    ({"kind": "jsonl", "path": "x", "seed": 1}, "unknown option(s) 'seed'"),
-    ({"kind": "mooncake", "path": "x", "jiter": True}, "unknown option(s) 'jiter'"),
-    ({"kind": "synthetic", "sesions": 3}, "unknown synthetic option(s) 'sesions'"),
-    ({"kind": "synthetic", "sessions": "many"}, "sessions must be an integer"),
-    ({"kind": "sharegpt", "path": "x", "think": {"median": 3}}, "trace.think: unknown key(s) 'median'"),
-    ("synthetic", "trace spec must be a mapping"),
-])
+@pytest.mark.parametrize(
+    "spec, words",
+    [
+        ({}, "needs 'kind'"),
+        ({"kind": "vidur", "path": "x"}, "unknown kind 'vidur'"),
+        ({"kind": "jsonl"}, "missing 'path'"),
+        ({"kind": "jsonl", "path": "x", "seed": 1}, "unknown option(s) 'seed'"),
+        ({"kind": "mooncake", "path": "x", "jiter": True}, "unknown option(s) 'jiter'"),
+        ({"kind": "synthetic", "sesions": 3}, "unknown synthetic option(s) 'sesions'"),
+        ({"kind": "synthetic", "sessions": "many"}, "sessions must be an integer"),
+        (
+            {"kind": "sharegpt", "path": "x", "think": {"median": 3}},
+            "trace.think: unknown key(s) 'median'",
+        ),
+        ("synthetic", "trace spec must be a mapping"),
+    ],
+)
 def test_bad_specs_name_the_problem(spec, words):
     with pytest.raises(TraceError) as exc:
         load_trace(spec)

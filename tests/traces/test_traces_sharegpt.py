@@ -1,4 +1,5 @@
 """ShareGPT: the pairing rules with known answers, split-id rebuild, malformed records, real sample."""
+
 from __future__ import annotations
 
 import json
@@ -30,24 +31,36 @@ def test_split_record_id():
 
 def test_pairing_rules_known_answer():
     stats = PairStats()
-    msgs = [_m("reply", 99),                    # leading reply: nothing asked for it -> dropped
-            _m("system", 5), _m("prompt", 10),  # system text joins the first prompt
-            _m("reply", 20),
-            _m("prompt", 3), _m("prompt", 4),   # consecutive prompts merge
-            _m("reply", 30), _m("reply", 6),    # consecutive replies merge
-            _m("prompt", 7), _m("reply", 0),    # empty reply -> 1 token
-            _m("prompt", 8)]                    # trailing prompt without reply -> dropped
+    msgs = [
+        _m("reply", 99),  # leading reply: nothing asked for it -> dropped
+        _m("system", 5),
+        _m("prompt", 10),  # system text joins the first prompt
+        _m("reply", 20),
+        _m("prompt", 3),
+        _m("prompt", 4),  # consecutive prompts merge
+        _m("reply", 30),
+        _m("reply", 6),  # consecutive replies merge
+        _m("prompt", 7),
+        _m("reply", 0),  # empty reply -> 1 token
+        _m("prompt", 8),
+    ]  # trailing prompt without reply -> dropped
     assert pair_turns(msgs, stats) == [(15, 20), (7, 36), (7, 1)]
-    assert stats.as_dict() == {"boundary_duplicates": 0, "merged_prompts": 1, "merged_replies": 1,
-                               "system_messages": 1, "leading_replies_dropped": 1,
-                               "trailing_prompts_dropped": 1, "clamped_outputs": 1}
+    assert stats.as_dict() == {
+        "boundary_duplicates": 0,
+        "merged_prompts": 1,
+        "merged_replies": 1,
+        "system_messages": 1,
+        "leading_replies_dropped": 1,
+        "trailing_prompts_dropped": 1,
+        "clamped_outputs": 1,
+    }
 
 
 def test_join_pieces_drops_only_a_repeated_boundary_message():
     stats = PairStats()
     a = [_m("prompt", 1, "p1"), _m("reply", 2, "r1")]
     b = [_m("reply", 2, "r1"), _m("prompt", 3, "p2"), _m("reply", 4, "r2")]  # repeats r1
-    c = [_m("prompt", 5, "p3"), _m("reply", 6, "r3")]                        # no overlap
+    c = [_m("prompt", 5, "p3"), _m("reply", 6, "r3")]  # no overlap
     joined = join_pieces([a, b, [], c], stats)
     assert [m.key for m in joined] == ["p1", "r1", "p2", "r2", "p3", "r3"]
     assert stats.boundary_duplicates == 1
@@ -58,12 +71,24 @@ def _conv(*pairs):
 
 
 HAND = [
-    {"id": "abc_5", "conversations": _conv(("gpt", "two words"), ("human", "three more words"),
-                                           ("gpt", "final answer here ok"))},
-    {"id": "zzz_0", "conversations": _conv(("system", "be brief"), ("human", "hi"),
-                                           ("gpt", "hello there"), ("human", "dangling"))},
-    {"id": "abc_0", "conversations": _conv(("human", "one"), ("gpt", "a b"), ("human", "c d"),
-                                           ("gpt", "two words"))},
+    {
+        "id": "abc_5",
+        "conversations": _conv(
+            ("gpt", "two words"), ("human", "three more words"), ("gpt", "final answer here ok")
+        ),
+    },
+    {
+        "id": "zzz_0",
+        "conversations": _conv(
+            ("system", "be brief"), ("human", "hi"), ("gpt", "hello there"), ("human", "dangling")
+        ),
+    },
+    {
+        "id": "abc_0",
+        "conversations": _conv(
+            ("human", "one"), ("gpt", "a b"), ("human", "c d"), ("gpt", "two words")
+        ),
+    },
     {"id": "pn_1", "conversations": _conv(("human", "q2"), ("gpt", "a2 a2"))},
     {"id": "pn_0", "conversations": _conv(("human", "q1"), ("human", "more"), ("gpt", "a1"))},
     {"id": "empty_0", "conversations": []},
@@ -80,9 +105,9 @@ def test_hand_written_split_ids(write_text):
     tok = lambda s: [(t.prompt_tokens, t.output_tokens) for t in s.turns]  # noqa: E731
     # abc_0 then abc_5 (offset suffix); abc_5 repeats abc_0's last reply, which is dropped once.
     assert tok(by_id["abc"]) == [(1, 2), (2, 2), (3, 4)]
-    assert tok(by_id["zzz"]) == [(2 + 1, 2)]           # system prepended, trailing human dropped
-    assert tok(by_id["pn"]) == [(2, 1), (1, 2)]        # pn_0 before pn_1 despite file order
-    assert tok(by_id["solo"]) == [(1, 1)]              # user/chatgpt roles; empty reply -> 1
+    assert tok(by_id["zzz"]) == [(2 + 1, 2)]  # system prepended, trailing human dropped
+    assert tok(by_id["pn"]) == [(2, 1), (1, 2)]  # pn_0 before pn_1 despite file order
+    assert tok(by_id["solo"]) == [(1, 1)]  # user/chatgpt roles; empty reply -> 1
     assert by_id["abc"].meta["pieces"] == 2
     for s in load.sessions:
         validate_session(s)
@@ -113,11 +138,15 @@ BAD_RECORDS = [
     ({"conversations": []}, "record 1 (id None): 'id' must be a non-empty string"),
     ({"id": "bad_0"}, "record 1 (id 'bad_0'): no 'conversations' list"),
     ({"id": "bad_0", "conversations": "hi"}, "'conversations' must be a list"),
-    ({"id": "bad_0", "conversations": [{"from": "human", "value": 3}]},
-     "record 1 (id 'bad_0'): message 0: 'value' must be a string"),
+    (
+        {"id": "bad_0", "conversations": [{"from": "human", "value": 3}]},
+        "record 1 (id 'bad_0'): message 0: 'value' must be a string",
+    ),
     ({"id": "bad_0", "conversations": [{"value": "x"}]}, "message 0: 'from' must be a string"),
-    ({"id": "bad_0", "conversations": [{"from": "narrator", "value": "x"}]},
-     "message 0: unknown role 'narrator'"),
+    (
+        {"id": "bad_0", "conversations": [{"from": "narrator", "value": "x"}]},
+        "message 0: unknown role 'narrator'",
+    ),
 ]
 
 
@@ -133,9 +162,11 @@ def test_malformed_record_names_index_and_id(write_text, rec, words):
 
 
 def test_skip_drops_every_piece_of_a_bad_session(write_text):
-    recs = [{"id": "s_0", "conversations": _conv(("human", "q"), ("gpt", "a"))},
-            {"id": "t_0", "conversations": _conv(("human", "q"), ("gpt", "a"))},
-            {"id": "s_2", "conversations": [{"from": "gpt", "value": None}]}]
+    recs = [
+        {"id": "s_0", "conversations": _conv(("human", "q"), ("gpt", "a"))},
+        {"id": "t_0", "conversations": _conv(("human", "q"), ("gpt", "a"))},
+        {"id": "s_2", "conversations": [{"from": "gpt", "value": None}]},
+    ]
     load = load_sharegpt(write_text("sg.json", json.dumps(recs)), on_error="skip")
     assert [s.session_id for s in load.sessions] == ["t"] and load.skipped == 1
 
@@ -165,7 +196,9 @@ def test_real_sample_matches_the_derived_csv(data_file):
     df = read_messages(csv)
     ref, _ = sessions_from_messages(df[df["conv_id"].isin({r["id"] for r in records})])
     assert set(ref) == {s.session_id for s in load.sessions}
-    assert {s.session_id: len(s.turns) for s in load.sessions} == {b: len(t) for b, t in ref.items()}
+    assert {s.session_id: len(s.turns) for s in load.sessions} == {
+        b: len(t) for b, t in ref.items()
+    }
     # CharEstimate vs the real cl100k counts: totals close, since the ratio is token-weighted.
     est = sum(t.prompt_tokens + t.output_tokens for s in load.sessions for t in s.turns)
     real = sum(t.prompt + t.output for turns in ref.values() for t in turns)
@@ -183,5 +216,7 @@ def test_real_sample_turns_equal_the_csv_rebuild_exactly(data_file):
     df = df[df["conv_id"].isin(ids)].assign(n_tokens_cl100k=lambda d: d["n_chars"])
     ref, _ = sessions_from_messages(df)
     load = load_sharegpt(sample, tokenizer=CharEstimate(1.0))
-    got = {s.session_id: [(t.prompt_tokens, t.output_tokens) for t in s.turns] for s in load.sessions}
+    got = {
+        s.session_id: [(t.prompt_tokens, t.output_tokens) for t in s.turns] for s in load.sessions
+    }
     assert got == {b: [tuple(t) for t in turns] for b, turns in ref.items()}

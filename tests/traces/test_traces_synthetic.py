@@ -1,4 +1,5 @@
 """The synthetic generator: determinism, config validation, the context cap, and fit targets."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -57,11 +58,16 @@ def test_context_cap_is_enforced():
 
 
 def test_fixed_shapes_give_known_answers():
-    cfg = SyntheticConfig(sessions=1000, seed=0, turns_pmf=(0, 0, 1),
-                          first_prompt_tokens=LogNormalMix.lognormal(100, 1e-9),
-                          prompt_tokens=LogNormalMix.lognormal(40, 1e-9),
-                          output_tokens=LogNormalMix.lognormal(7, 1e-9),
-                          think=ThinkTime(median_s=2.5, sigma=0.0), arrival_rate_per_s=4.0)
+    cfg = SyntheticConfig(
+        sessions=1000,
+        seed=0,
+        turns_pmf=(0, 0, 1),
+        first_prompt_tokens=LogNormalMix.lognormal(100, 1e-9),
+        prompt_tokens=LogNormalMix.lognormal(40, 1e-9),
+        output_tokens=LogNormalMix.lognormal(7, 1e-9),
+        think=ThinkTime(median_s=2.5, sigma=0.0),
+        arrival_rate_per_s=4.0,
+    )
     load = generate_synthetic(cfg)
     for s in load.sessions:
         assert [(t.prompt_tokens, t.output_tokens) for t in s.turns] == [(100, 7), (40, 7), (40, 7)]
@@ -71,24 +77,33 @@ def test_fixed_shapes_give_known_answers():
     assert np.std(gaps) / np.mean(gaps) == pytest.approx(1.0, abs=0.1)  # exponential: CV 1
 
 
-@pytest.mark.parametrize("field, value, words", [
-    ("sessions", -1, "sessions must be >= 0"),
-    ("sessions", 2.5, "sessions must be an integer"),
-    ("arrival_rate_per_s", 0, "arrival_rate_per_s must be a finite number > 0"),
-    ("turns_pmf", (), "turns_pmf must be a non-empty list"),
-    ("turns_pmf", (0.5, -0.1), "turns_pmf must be a non-empty list"),
-    ("max_context_tokens", 1, "max_context_tokens must be an integer >= 2"),
-    ("prompt_tokens", {"weights": [1]}, "prompt_tokens must be a LogNormalMix"),
-])
+@pytest.mark.parametrize(
+    "field, value, words",
+    [
+        ("sessions", -1, "sessions must be >= 0"),
+        ("sessions", 2.5, "sessions must be an integer"),
+        ("arrival_rate_per_s", 0, "arrival_rate_per_s must be a finite number > 0"),
+        ("turns_pmf", (), "turns_pmf must be a non-empty list"),
+        ("turns_pmf", (0.5, -0.1), "turns_pmf must be a non-empty list"),
+        ("max_context_tokens", 1, "max_context_tokens must be an integer >= 2"),
+        ("prompt_tokens", {"weights": [1]}, "prompt_tokens must be a LogNormalMix"),
+    ],
+)
 def test_config_errors_name_the_field(field, value, words):
     with pytest.raises(TraceError, match=words):
         SyntheticConfig(**{field: value})
 
 
 def test_from_dict_nested_and_unknown_keys():
-    cfg = SyntheticConfig.from_dict({"sessions": 3, "seed": 9, "turns_pmf": [1, 1],
-                                     "think": {"median_s": 5, "sigma": 0.5},
-                                     "output_tokens": {"weights": [1], "mu": [3.0], "sigma": [0.5]}})
+    cfg = SyntheticConfig.from_dict(
+        {
+            "sessions": 3,
+            "seed": 9,
+            "turns_pmf": [1, 1],
+            "think": {"median_s": 5, "sigma": 0.5},
+            "output_tokens": {"weights": [1], "mu": [3.0], "sigma": [0.5]},
+        }
+    )
     assert cfg.turns_pmf == (0.5, 0.5) and cfg.think == ThinkTime(5, 0.5)
     assert cfg.output_tokens == LogNormalMix((1.0,), (3.0,), (0.5,))
     with pytest.raises(TraceError, match="unknown synthetic option.*'sesions'"):
@@ -99,8 +114,9 @@ def test_from_dict_nested_and_unknown_keys():
         SyntheticConfig.from_dict({"think": {"sigma": "wide"}})
     with pytest.raises(TraceError, match=r"trace\.prompt_tokens: missing key 'sigma'"):
         SyntheticConfig.from_dict({"prompt_tokens": {"weights": [1], "mu": [1]}})
-    assert load_trace({"kind": "synthetic", "sessions": 3, "seed": 9}) == \
-        generate_synthetic(SyntheticConfig(sessions=3, seed=9))
+    assert load_trace({"kind": "synthetic", "sessions": 3, "seed": 9}) == generate_synthetic(
+        SyntheticConfig(sessions=3, seed=9)
+    )
 
 
 def test_config_is_frozen_and_documented():
@@ -128,7 +144,11 @@ def test_generator_matches_the_fitted_data_targets_on_20k_sessions():
     n_turns = np.array([len(s.turns) for s in load.sessions])
     q = fit["prompt_tokens"]["gof"]["quantiles"]
     i50, i90 = q.index(0.5), q.index(0.9)
-    for name, x in (("first_prompt_tokens", first), ("prompt_tokens", later), ("output_tokens", out)):
+    for name, x in (
+        ("first_prompt_tokens", first),
+        ("prompt_tokens", later),
+        ("output_tokens", out),
+    ):
         data = fit[name]["gof"]["data"]
         assert np.median(x) == pytest.approx(data[i50], rel=0.10), name
         assert np.quantile(x, 0.9) == pytest.approx(data[i90], rel=0.15), name

@@ -1,4 +1,5 @@
 """trace.time_scale stretches arrivals and think times of any trace kind."""
+
 from __future__ import annotations
 
 import pytest
@@ -9,12 +10,14 @@ from traces.records import Session, Turn
 
 def test_time_scale_multiplies_arrivals_and_think_times(tmp_path):
     path = tmp_path / "t.jsonl"
-    write_jsonl([Session("a", (Turn(10, 5, arrival_s=2.0), Turn(3, 4, think_s=1.5, arrival_s=9.0)))], path)
+    write_jsonl(
+        [Session("a", (Turn(10, 5, arrival_s=2.0), Turn(3, 4, think_s=1.5, arrival_s=9.0)))], path
+    )
     base = load_trace({"kind": "jsonl", "path": str(path)})
     slow = load_trace({"kind": "jsonl", "path": str(path), "time_scale": 4})
     t0, t1 = slow.sessions[0].turns
     assert (t0.arrival_s, t1.think_s, t1.arrival_s) == (8.0, 6.0, 36.0)
-    assert (t0.prompt_tokens, t1.output_tokens) == (10, 4)          # tokens untouched
+    assert (t0.prompt_tokens, t1.output_tokens) == (10, 4)  # tokens untouched
     assert slow.info["time_scale"] == 4.0 and "time_scale" not in base.info
 
 

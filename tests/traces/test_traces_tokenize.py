@@ -1,4 +1,5 @@
 """Tokenizers: the offline estimate, the spec parser, the optional HF tokenizer, and the fitted ratio."""
+
 from __future__ import annotations
 
 import sys
@@ -12,8 +13,8 @@ from traces.tokenize import DEFAULT_CHARS_PER_TOKEN, Tokenizer
 def test_char_estimate_counts():
     est = CharEstimate(4.0)
     assert est.count("") == 0
-    assert est.count("a") == 1          # non-empty text is at least one token
-    assert est.count("abcdef") == 2     # 1.5 rounds half up
+    assert est.count("a") == 1  # non-empty text is at least one token
+    assert est.count("abcdef") == 2  # 1.5 rounds half up
     assert est.count("x" * 401) == 100
     with pytest.raises(TraceError, match="chars_per_token"):
         CharEstimate(0)
