@@ -261,7 +261,8 @@ def predicted(layout, cost: CostModel) -> Comparison:
     qo = np.diff(_queries(layout))
     dec, pre = groups(layout)
     ctx = int(seq[dec].sum())
-    pairs = float(sum(attention_pairs(int(qo[i]), int(seq[i] - qo[i])) for i in pre))
+    lens = tuple((int(qo[i]), int(seq[i] - qo[i])) for i in pre)
+    pairs = float(sum(attention_pairs(n, c) for n, c in lens))
     return Comparison(
         decode_requests=len(dec),
         decode_ctx_tokens=ctx,
@@ -269,7 +270,9 @@ def predicted(layout, cost: CostModel) -> Comparison:
         prefill_tokens=int(qo[pre].sum()),
         prefill_pairs=pairs,
         predicted_decode_s=cost.decode_attn_s(len(dec), ctx),
-        predicted_prefill_s=cost.prefill_attn_s(pairs, len(pre)) if len(pre) else 0.0,
+        predicted_prefill_s=cost.prefill_attn_s(pairs, len(pre), int(qo[pre].sum()), lens)
+        if len(pre)
+        else 0.0,
     )
 
 

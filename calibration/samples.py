@@ -98,22 +98,12 @@ class Sample:
 
 
 def shard(model: ModelSpec, tp: int) -> ModelSpec:
-    """The per-GPU slice of ``model`` under tensor parallelism ``tp`` (Megatron-style sharding).
+    """The per-GPU slice of ``model`` under tensor parallelism ``tp`` (``ModelSpec.shard``).
 
-    Heads and the MLP width are split; the hidden size (norms, residual adds) is not. Why this
-    matters: the constants are per GPU, and a TP-sharded table moves the shard's bytes and FLOPs.
+    Why samples carry it: the constants are per GPU, and a TP-sharded table moves the shard's bytes
+    and FLOPs.
     """
-    if tp == 1:
-        return model
-    if model.num_heads % tp or model.num_kv_heads % tp or model.intermediate_size % tp:
-        raise ValueError(f"{model.name}: heads/kv heads/intermediate not divisible by tp={tp}")
-    return dataclasses.replace(
-        model,
-        name=f"{model.name}/tp{tp}",
-        num_heads=model.num_heads // tp,
-        num_kv_heads=model.num_kv_heads // tp,
-        intermediate_size=model.intermediate_size // tp,
-    )
+    return model.shard(tp)
 
 
 def with_dtype_bytes(model: ModelSpec, dtype_bytes: int) -> ModelSpec:

@@ -6,10 +6,10 @@ Meant for a GPU (run it on the machine the profile was calibrated on, `kvsim cal
 
 Shapes: ``RecordingCostModel`` is a ``CostModel`` that remembers every ``BatchShape`` it prices;
 pass it to ``sim.simulate`` and read ``.shapes`` afterwards (the iteration shapes, plus the lone
-prefills the scheduler prices for its ideal-TTFT baseline). A ``BatchShape`` keeps only sums, so a
-replay rebuilds a batch that has them exactly: the prefill tokens split as evenly as possible over
-the prefilling sequences with one common cached context solved from the pair count, the decode
-context split as evenly as possible over the decoding sequences (``replay_batch``).
+prefills the scheduler prices for its ideal-TTFT baseline). The simulator fills every sequence's
+lengths for a recording model, so a replay rebuilds the batch exactly (``replay_batch``); a shape
+without them is rebuilt from its sums: the prefill tokens split as evenly as possible with one
+common cached context solved from the pair count, the decode context split evenly.
 
 One replayed layer = the GEMMs and elementwise ops at N = prefill tokens + decoding sequences, the
 prefill attention of each group of equal (n_new, n_ctx), and the paged decode attention of each
@@ -42,7 +42,10 @@ from .validate import ErrorStats
 
 
 class RecordingCostModel(CostModel):
-    """A CostModel that records the shape of every iteration it prices (a hook for the simulator)."""
+    """A CostModel that records the shape of every iteration it prices (a hook for the simulator),
+    with every sequence's lengths."""
+
+    wants_decode_lens = True
 
     def __init__(self, model: ModelSpec, profile: Profile) -> None:
         super().__init__(model, profile)
@@ -72,15 +75,16 @@ def _split(total: int, parts: int) -> list[tuple[int, int]]:
 
 
 def replay_batch(shape: BatchShape) -> ReplayBatch:
-    prefill: list[tuple[int, int, int]] = []
-    if shape.prefill_seqs:
-        split = _split(shape.prefill_tokens, shape.prefill_seqs)
-        # Common cached context c: pairs = sum_i n_i * (c + n_i / 2)  =>  c = (pairs - sum n_i^2/2) / T.
-        sq = sum(n * n * c for n, c in split) / 2.0
-        ctx = max(0, round((shape.prefill_pairs - sq) / shape.prefill_tokens))
-        prefill = [(n, ctx, c) for n, c in split if n > 0]
-    decode = _split(shape.decode_ctx_tokens, shape.decode_seqs) if shape.decode_seqs else []
-    return ReplayBatch(tuple(prefill), tuple(decode))
+    """The shape's sequences grouped by equal lengths: its own lengths when it carries them, else
+    an even split of its sums (``BatchShape.prefill_lens_or_even``)."""
+    prefill = Counter(shape.prefill_lens_or_even())
+    if shape.decode_lens is not None:
+        decode = sorted(Counter(shape.decode_lens).items(), reverse=True)
+    else:
+        decode = _split(shape.decode_ctx_tokens, shape.decode_seqs) if shape.decode_seqs else []
+    return ReplayBatch(
+        tuple((n, ctx, c) for (n, ctx), c in sorted(prefill.items(), reverse=True)), tuple(decode)
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,7 +247,9 @@ def write_points_csv(
             parts = (
                 cm.linear_s(s.tokens),
                 cm.elementwise_s(s.tokens),
-                cm.prefill_attn_s(s.prefill_pairs, s.prefill_seqs) if s.prefill_tokens else 0.0,
+                cm.prefill_attn_s(s.prefill_pairs, s.prefill_seqs, s.prefill_tokens, s.prefill_lens)
+                if s.prefill_tokens
+                else 0.0,
                 cm.decode_attn_s(s.decode_seqs, s.decode_ctx_tokens),
             )
             w.writerow(

@@ -23,6 +23,7 @@ from .hardware import HardwareSpec, available_hardware, get_hardware
 from .models import ModelSpec, available_models, get_model
 from .pipeline import pipelined_time, pipelined_time_uniform
 from .profile import (
+    AllReduceTerm,
     CopyTerm,
     DecodeAttnTerm,
     LinearTerm,
@@ -36,18 +37,22 @@ from .profile import (
     save_profile,
 )
 from .recovery import recompute_s, recovery_s, swap_in_s
+from .tensor_parallel import MemoryFit, memory_fit, profile_hardware
 
 
 def cost_model(
-    model: str | os.PathLike[str] | ModelSpec, hardware_or_profile: str | os.PathLike[str] | Profile
+    model: str | os.PathLike[str] | ModelSpec,
+    hardware_or_profile: str | os.PathLike[str] | Profile,
+    tp: int = 1,
 ) -> CostModel:
     """``CostModel`` from a model name/alias/spec path and a GPU name (analytic profile), a committed
-    profile name, or a profile YAML path."""
-    return CostModel(get_model(model), load_profile(hardware_or_profile))
+    profile name, or a profile YAML path; with ``tp`` > 1, one GPU of a tensor-parallel group."""
+    return CostModel(get_model(model), load_profile(hardware_or_profile), tp)
 
 
 __all__ = [
     "LEVEL0",
+    "AllReduceTerm",
     "BatchShape",
     "CopyTerm",
     "CostModel",
@@ -55,6 +60,7 @@ __all__ = [
     "HardwareSpec",
     "IterationCost",
     "LinearTerm",
+    "MemoryFit",
     "ModelSpec",
     "OverlapTerm",
     "PensieveConstants",
@@ -71,8 +77,10 @@ __all__ = [
     "get_hardware",
     "get_model",
     "load_profile",
+    "memory_fit",
     "pipelined_time",
     "pipelined_time_uniform",
+    "profile_hardware",
     "recompute_s",
     "recovery_s",
     "save_profile",

@@ -8,7 +8,8 @@ Citation keys: [R2] cli99/llm-analysis README; [R3] llm-analysis constants FLOPS
 HBM_MEMORY_EFFICIENCY; [P3] FlashAttention-3 (arXiv 2407.08608); [X4] kernelbench-hard-problems
 03_paged_attention/problem.yaml (third-party, weak); [F7] flashinfer.ai blog "Accelerating
 Self-Attentions for LLM Serving with FlashInfer"; [N4] github.com/ZaidQureshi/bam/issues/54;
-[X3] CachedAttention/AttentionStore (ATC'24, arXiv 2403.19708).
+[X3] CachedAttention/AttentionStore (ATC'24, arXiv 2403.19708); [L1], [L4]: NCCL all-reduce
+figures, listed in costmodels/data/hardware.yaml.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 
 from .hardware import HardwareSpec
 from .profile import (
+    AllReduceTerm,
     CopyTerm,
     DecodeAttnTerm,
     LinearTerm,
@@ -71,6 +73,14 @@ LEVEL0: dict[str, Assumption] = {
             "paged decode reaches ~70-85 % of H100 HBM [X4] (FlashInfer: close to 100 % for long single "
             "sequences [F7]); A100 FlashInfer fit alpha = 2.62 ns per 4 KiB token-layer = 1.56 TB/s = "
             "77 % of 2.039 TB/s (PROVENANCE s2.4)"
+        ),
+    ),
+    "allreduce_bw_eff": Assumption(
+        0.82,
+        (
+            "NCCL's ring all-reduce reaches a bus bandwidth of ~370 GB/s on H100's 450 GB/s per "
+            "direction NVLink4, ~20 % protocol overhead [L1]; 8x A100 reach ~200 of 300 GB/s [L4]; "
+            "used only for tensor parallelism (tp > 1)"
         ),
     ),
     "host_link_eff": Assumption(
@@ -173,4 +183,15 @@ def analytic_profile(hardware: HardwareSpec) -> Profile:
             notes=_notes(),
         ),
         validation={},
+        allreduce=analytic_allreduce(hardware),
+    )
+
+
+def analytic_allreduce(hardware: HardwareSpec) -> AllReduceTerm | None:
+    """The Level-0 all-reduce of a GPU's NVLink group, or None where its spec has no NVLink."""
+    if hardware.nvlink_per_direction_Bps is None or hardware.allreduce_latency_s is None:
+        return None
+    return AllReduceTerm(
+        latency_s=hardware.allreduce_latency_s,
+        bw_Bps=LEVEL0["allreduce_bw_eff"].value * hardware.nvlink_per_direction_Bps,
     )

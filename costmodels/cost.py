@@ -11,10 +11,11 @@ Assembly (docs/semantics.md, section 5 "What the simulated GPU charges"), all pe
 Model-specific numbers (bytes, params, FLOPs per pair) come from ``ModelSpec``; rates and fixed
 costs from ``Profile``. Every method is a pure function of its arguments.
 
-Known simplifications (a calibrated profile absorbs part of them): prefill attention is priced by
-FLOPs only, so a very short append (n_new below ~the GQA-scaled ridge, tens of tokens) misses its
-KV-read floor; decode attention is linear in total context (split-KV kernels; wave quantisation
-steps of ~10 % are not modelled, PROVENANCE s2.4); tensor parallelism is not modelled.
+Known simplifications (a calibrated profile absorbs part of them): decode attention is linear in total context (split-KV kernels; wave quantisation
+steps of ~10 % are not modelled, PROVENANCE s2.4).
+
+Tensor parallelism (``tp`` > 1): every term prices one GPU's shard (``ModelSpec.shard``), and each
+layer's ``linear_s`` adds the two all-reduces of its activations (``costmodels.tensor_parallel``).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import numpy as np
 from .models import ModelSpec
 from .pipeline import pipelined_time, pipelined_time_uniform, serial_time, serial_time_uniform
 from .profile import Profile
+from .tensor_parallel import ALLREDUCES_PER_LAYER, allreduce_per_token, allreduce_term
 
 
 def attention_pairs(n_new: int, n_ctx: int) -> float:
@@ -40,6 +42,44 @@ def attention_pairs(n_new: int, n_ctx: int) -> float:
     return n_new * (n_ctx + n_new / 2.0)
 
 
+Q_TILE = 128  # query rows per CTA in FlashAttention-style prefill kernels
+
+
+def wave_keys(lens, heads: int, sms: int, q_tile: int = Q_TILE) -> int:
+    """Keys on the critical path of a prefill kernel that gives each (query tile, head) one CTA and
+    streams the sequence's keys inside it (no split-KV): ceil(n_new / q_tile) * heads CTAs per
+    sequence, each as long as its keys (n_ctx + n_new); CTAs run in waves of ``sms`` and a wave
+    lasts as long as its longest CTA. Filled longest first, this is the sum over waves of the
+    wave's largest key count; for S equal sequences ceil(S * ceil(n_new/q_tile) * heads / sms) *
+    (n_ctx + n_new). ``lens``: (n_new, n_ctx) per sequence."""
+    work = sorted(
+        ((n_ctx + n_new, -(-n_new // q_tile) * heads) for n_new, n_ctx in lens if n_new > 0),
+        reverse=True,
+    )
+    total = free = 0  # free: slots left in the last wave, whose longest CTA is already counted
+    for keys, ctas in work:
+        if ctas <= free:
+            free -= ctas
+            continue
+        waves = -(-(ctas - free) // sms)
+        total += waves * keys
+        free = waves * sms - (ctas - free)
+    return total
+
+
+def even_prefill_lens(tokens: int, pairs: float, seqs: int) -> tuple[tuple[int, int], ...]:
+    """Per-sequence (n_new, n_ctx) with these sums when only the sums are known: the new tokens
+    split as evenly as possible and one common cached context solved from the pair count
+    (pairs = sum n_i * (c + n_i / 2))."""
+    if seqs <= 0 or tokens <= 0:
+        return ()
+    q, r = divmod(tokens, seqs)
+    split = [(n, c) for n, c in ((q + 1, r), (q, seqs - r)) if c > 0 and n > 0]
+    sq = sum(n * n * c for n, c in split) / 2.0
+    ctx = max(0, round((pairs - sq) / tokens))
+    return tuple((n, ctx) for n, c in split for _ in range(c))
+
+
 @dataclass(frozen=True, slots=True)
 class BatchShape:
     """The work of one engine iteration (one forward pass over the batch)."""
@@ -49,6 +89,11 @@ class BatchShape:
     prefill_seqs: int = 0  # sequences with prefill tokens this step
     decode_seqs: int = 0  # sequences decoding one token each
     decode_ctx_tokens: int = 0  # total context (KV) tokens the decoding sequences attend to
+    # Every sequence's lengths, when known (the engine fills them): (new tokens, cached tokens) of
+    # each prefilling sequence, in the order admitted, and each decoding sequence's context. The
+    # sums above stay exact (a recomputed page's pairs depend on its position, not on the counts).
+    prefill_lens: tuple[tuple[int, int], ...] | None = None
+    decode_lens: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         if (
@@ -70,6 +115,22 @@ class BatchShape:
             raise ValueError(f"prefill_pairs without prefill_tokens: {self}")
         if self.decode_ctx_tokens > 0 and self.decode_seqs == 0:
             raise ValueError(f"decode_ctx_tokens without decode_seqs: {self}")
+        if self.prefill_lens is not None and (
+            len(self.prefill_lens) != self.prefill_seqs
+            or sum(n for n, _ in self.prefill_lens) != self.prefill_tokens
+            or min((min(n, c) for n, c in self.prefill_lens), default=1) < 0
+        ):
+            raise ValueError(
+                f"prefill_lens must list prefill_seqs (n_new, n_ctx) >= 0 summing to prefill_tokens: {self}"
+            )
+        if self.decode_lens is not None and (
+            len(self.decode_lens) != self.decode_seqs
+            or sum(self.decode_lens) != self.decode_ctx_tokens
+            or min(self.decode_lens, default=0) < 0
+        ):
+            raise ValueError(
+                f"decode_lens must list decode_seqs contexts >= 0 summing to decode_ctx_tokens: {self}"
+            )
 
     @classmethod
     def prefill(cls, n_new: int, n_ctx: int = 0) -> "BatchShape":
@@ -77,23 +138,37 @@ class BatchShape:
         if n_new <= 0:
             return cls()
         return cls(
-            prefill_tokens=n_new, prefill_pairs=attention_pairs(n_new, n_ctx), prefill_seqs=1
+            prefill_tokens=n_new,
+            prefill_pairs=attention_pairs(n_new, n_ctx),
+            prefill_seqs=1,
+            prefill_lens=((n_new, n_ctx),),
         )
 
     @classmethod
-    def decode(cls, seqs: int, ctx_tokens: int) -> "BatchShape":
-        """``seqs`` sequences decoding one token each, attending to ``ctx_tokens`` in total."""
-        return cls(decode_seqs=seqs, decode_ctx_tokens=ctx_tokens)
+    def decode(
+        cls, seqs: int, ctx_tokens: int, lens: tuple[int, ...] | None = None
+    ) -> "BatchShape":
+        """``seqs`` sequences decoding one token each, attending to ``ctx_tokens`` in total
+        (``lens``: each one's context, when known)."""
+        return cls(decode_seqs=seqs, decode_ctx_tokens=ctx_tokens, decode_lens=lens)
 
     def __add__(self, other: "BatchShape") -> "BatchShape":
-        """Two groups of sequences in the same iteration."""
+        """Two groups of sequences in the same iteration (lengths known if known for both)."""
         return BatchShape(
             self.prefill_tokens + other.prefill_tokens,
             self.prefill_pairs + other.prefill_pairs,
             self.prefill_seqs + other.prefill_seqs,
             self.decode_seqs + other.decode_seqs,
             self.decode_ctx_tokens + other.decode_ctx_tokens,
+            _joined(self.prefill_lens, self.prefill_seqs, other.prefill_lens, other.prefill_seqs),
+            _joined(self.decode_lens, self.decode_seqs, other.decode_lens, other.decode_seqs),
         )
+
+    def prefill_lens_or_even(self) -> tuple[tuple[int, int], ...]:
+        """``prefill_lens``, or the even split of the sums when the lengths are unknown."""
+        if self.prefill_lens is not None:
+            return self.prefill_lens
+        return even_prefill_lens(self.prefill_tokens, self.prefill_pairs, self.prefill_seqs)
 
     @property
     def tokens(self) -> int:
@@ -108,6 +183,13 @@ class BatchShape:
     @property
     def is_empty(self) -> bool:
         return self.tokens == 0
+
+
+def _joined(a: tuple | None, na: int, b: tuple | None, nb: int) -> tuple | None:
+    """Per-sequence lengths of two groups: a group with no sequences knows its (empty) lengths."""
+    a = () if na == 0 else a
+    b = () if nb == 0 else b
+    return None if a is None or b is None or not (a or b) else a + b
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,23 +221,36 @@ class CostModel:
     __slots__ = (
         "model",
         "profile",
+        "tp",
         "kv_bytes_per_token",
         "_L",
         "_w_floor_s",
         "_gemm_s_per_tok",
         "_ew_s_per_tok",
         "_pf_s_per_pair",
+        "_pf_s_per_row",
+        "_pf_wave_s_per_key",
         "_dec_s_per_ctx",
         "_head_floor_s",
         "_head_s_per_row",
         "_slowdown",
         "_layerwise",
         "_score_tau_s",
+        "_ar_fixed_s",
+        "_ar_s_per_tok",
     )
 
-    def __init__(self, model: ModelSpec, profile: Profile) -> None:
+    # Whether the simulator should list each decoding sequence's context in the shapes it prices
+    # (decode attention is priced on the total; a recording model replays the exact batch).
+    wants_decode_lens = False
+
+    def __init__(self, model: ModelSpec, profile: Profile, tp: int = 1) -> None:
+        """``model`` whole; with ``tp`` > 1 every price is one GPU's of a tp group, and
+        ``self.model`` (hence ``kv_bytes_per_token``) is that GPU's shard."""
         if not isinstance(model, ModelSpec) or not isinstance(profile, Profile):
-            raise TypeError("CostModel(model: ModelSpec, profile: Profile)")
+            raise TypeError("CostModel(model: ModelSpec, profile: Profile, tp: int = 1)")
+        model = model.shard(tp)  # refuses a tp that is not a positive integer or does not split
+        self.tp = tp
         self.model = model
         self.profile = profile
         self.kv_bytes_per_token: int = model.kv_bytes_per_token
@@ -167,37 +262,67 @@ class CostModel:
         self._gemm_s_per_tok = 2.0 * p / lin.flops  # compute-bound slope
         self._ew_s_per_tok = model.elementwise_bytes_per_token_layer / lin.elementwise_bw_Bps
         self._pf_s_per_pair = 4.0 * model.num_heads * model.head_dim / pf.flops  # QK^T + PV
+        self._pf_s_per_row = pf.query_elem_s * model.num_heads * model.head_dim
+        self._pf_wave_s_per_key = pf.wave_key_elem_s * model.head_dim if pf.wave_sm_count else 0.0
         self._dec_s_per_ctx = model.kv_bytes_per_token_layer / dec.kv_bw_Bps
         self._head_floor_s = model.lm_head_params * model.dtype_bytes / lin.weight_bw_Bps
         self._head_s_per_row = 2.0 * model.lm_head_params / lin.flops
         self._slowdown = profile.overlap.compute_slowdown
         self._layerwise = profile.overlap.layerwise_h2d
         self._score_tau_s = 0.0  # a token scorer's fixed cost per layer (``with_token_scoring``)
+        # One all-reduce of N tokens' activations = fixed + N * per token (0, 0 at tp = 1).
+        ar = allreduce_term(profile) if self.tp > 1 else None
+        self._ar_fixed_s, self._ar_s_per_tok = allreduce_per_token(model, ar, self.tp)
 
     def __repr__(self) -> str:
         return f"CostModel({self.model.name!r}, {self.profile.name!r})"
 
     # --- one layer's terms ----------------------------------------------------------------------
     def linear_s(self, tokens: int) -> float:
-        """The four GEMMs of one layer at N tokens, plus the layer's fixed cost tau."""
+        """The four GEMMs of one layer at N tokens, plus the layer's fixed cost tau; under tensor
+        parallelism also the layer's all-reduces, which close its row-parallel GEMMs."""
         if tokens <= 0:
             return 0.0
-        return (
+        t = (
             self.profile.linear.tau_s
             + self._score_tau_s
             + max(self._w_floor_s, tokens * self._gemm_s_per_tok)
         )
+        if self.tp > 1:
+            t += ALLREDUCES_PER_LAYER * self.allreduce_s(tokens)
+        return t
+
+    def allreduce_s(self, tokens: int) -> float:
+        """One all-reduce of ``tokens`` tokens' activations in the tp group (0 at tp = 1)."""
+        if tokens <= 0 or self.tp == 1:
+            return 0.0
+        return self._ar_fixed_s + tokens * self._ar_s_per_tok
 
     def elementwise_s(self, tokens: int) -> float:
         """Norms, RoPE, residual adds, activation and KV write of one layer (memory-bound)."""
         return max(tokens, 0) * self._ew_s_per_tok
 
-    def prefill_attn_s(self, pairs: float, seqs: int) -> float:
-        """Causal prefill/append attention of one layer (FLOP-priced; see module notes)."""
+    def prefill_attn_s(
+        self, pairs: float, seqs: int, tokens: int, lens: tuple | None = None
+    ) -> float:
+        """Causal prefill/append attention of one layer: FLOPs over ``pairs``, the per-row work of
+        ``tokens`` new tokens, and the wave term over each sequence's (n_new, n_ctx) in ``lens``
+        (the even split of the sums when None). The last two cost nothing in a profile without
+        them. Floor: every key's K and V is read at least once, at the decode kernel's KV rate
+        (what a short append over a long context costs: the FLOPs alone would be far less)."""
         if pairs <= 0 and seqs <= 0:
             return 0.0
         pf = self.profile.prefill_attn
-        return pf.tau_s + pf.per_seq_s * seqs + pairs * self._pf_s_per_pair
+        t = pf.tau_s + pf.per_seq_s * seqs + pairs * self._pf_s_per_pair
+        if self._pf_s_per_row:
+            t += tokens * self._pf_s_per_row
+        if lens is None:
+            lens = even_prefill_lens(tokens, pairs, seqs)
+        if self._pf_wave_s_per_key:
+            keys = wave_keys(lens, self.model.num_heads, pf.wave_sm_count)
+            t += keys * self._pf_wave_s_per_key
+        kv_read = pf.tau_s + sum(n + c for n, c in lens) * self._dec_s_per_ctx
+        return t if t >= kv_read else kv_read
 
     def decode_attn_s(self, seqs: int, ctx_tokens: int) -> float:
         """Paged decode attention of one layer over ``ctx_tokens`` context tokens in total."""
@@ -226,7 +351,9 @@ class CostModel:
             return 0.0
         t = self.linear_s(n) + n * self._ew_s_per_tok
         if shape.prefill_tokens:
-            t += self.prefill_attn_s(shape.prefill_pairs, shape.prefill_seqs)
+            t += self.prefill_attn_s(
+                shape.prefill_pairs, shape.prefill_seqs, shape.prefill_tokens, shape.prefill_lens
+            )
         if shape.decode_seqs:
             t += self.decode_attn_s(shape.decode_seqs, shape.decode_ctx_tokens)
         return t
@@ -418,9 +545,11 @@ class CostModel:
         """Pensieve's t_layer = alpha*ctx + beta + non_attention for one sequence with n_new tokens.
 
         n_new = 1 is a decode step (paged decode kernel, memory-bound): alpha = KV bytes per token
-        per layer / kv_bw. n_new > 1 is a prefill/append: alpha = 4*Hq*d*n_new / flops_attn and beta
-        carries the n_new^2/2 causal part. Equals ``layer_s(BatchShape.decode(1, ctx))`` for n_new = 1
-        and ``layer_s(BatchShape.prefill(n_new, ctx))`` otherwise.
+        per layer / kv_bw. n_new > 1 is a prefill/append: alpha = 4*Hq*d*n_new / flops_attn (plus
+        the wave term's keys, where the profile has one) and beta carries the n_new^2/2 causal part
+        and the per-row term. Equals ``layer_s(BatchShape.decode(1, ctx))`` for n_new = 1 and
+        ``layer_s(BatchShape.prefill(n_new, ctx))`` otherwise, wherever the append is above its
+        KV-read floor (``prefill_attn_s``; a short append over a long context is below it).
         """
         if n_new < 1:
             raise ValueError(f"n_new must be >= 1, got {n_new}")
@@ -429,7 +558,16 @@ class CostModel:
             alpha, beta = self._dec_s_per_ctx, dec.tau_s + dec.per_seq_s
         else:
             pf = self.profile.prefill_attn
-            alpha = n_new * self._pf_s_per_pair
-            beta = pf.tau_s + pf.per_seq_s + (n_new * n_new / 2.0) * self._pf_s_per_pair
+            # The wave term is linear in the keys at a fixed n_new: waves * (ctx + n_new).
+            waves = wave_keys(((n_new, 0),), self.model.num_heads, pf.wave_sm_count or 1) / n_new
+            wave = waves * self._pf_wave_s_per_key
+            alpha = n_new * self._pf_s_per_pair + wave
+            beta = (
+                pf.tau_s
+                + pf.per_seq_s
+                + (n_new * n_new / 2.0) * self._pf_s_per_pair
+                + n_new * self._pf_s_per_row
+                + n_new * wave
+            )
         non_attention = self.linear_s(n_new) + self.elementwise_s(n_new)
         return PensieveConstants(n_new=n_new, alpha=alpha, beta=beta, non_attention=non_attention)

@@ -29,6 +29,9 @@ class HardwareSpec:
     h2d_measured_Bps: float | None  # measured pinned copy-engine rate, if known
     d2h_measured_Bps: float | None
     copy_latency_s: float  # fixed cost per cudaMemcpyAsync-like copy
+    # GPU-to-GPU link for tensor parallelism; None where unknown (a PCIe-only card, a user file).
+    nvlink_per_direction_Bps: float | None = None  # NVLink line rate per GPU, one direction
+    allreduce_latency_s: float | None = None  # fixed cost of one small all-reduce in a TP group
     sources: dict[str, str] = field(default_factory=dict, compare=False)  # field -> citation
 
     @property
@@ -39,6 +42,8 @@ class HardwareSpec:
 
 _NUMERIC = ("hbm_bytes", "hbm_bw_Bps", "dense_bf16_flops", "host_link_Bps", "copy_latency_s")
 _OPTIONAL = ("h2d_measured_Bps", "d2h_measured_Bps")
+# May be left out of a file (older hardware files have no GPU-to-GPU link); a value needs a source.
+_LINK = ("nvlink_per_direction_Bps", "allreduce_latency_s")
 _ALL = ("name", *_NUMERIC, *_OPTIONAL, "sources")
 
 
@@ -47,7 +52,7 @@ def _spec_from_mapping(
 ) -> tuple[HardwareSpec, tuple[str, ...]]:
     m = S.mapping(obj, ctx)
     required = [k for k in _ALL if not (name is not None and k == "name")]
-    S.check_keys(m, ctx, required=required, optional=("aliases", "notes"))
+    S.check_keys(m, ctx, required=required, optional=("aliases", "notes", *_LINK))
     values: dict[str, Any] = {
         "name": name if name is not None else S.string(m["name"], ctx.child("name"))
     }
@@ -56,13 +61,16 @@ def _spec_from_mapping(
         values[k] = S.number(m[k], ctx.child(k), positive=k != "copy_latency_s")
     for k in _OPTIONAL:
         values[k] = S.optional_number(m[k], ctx.child(k), positive=True)
+    link = [k for k in _LINK if k in m]
+    for k in link:
+        values[k] = S.optional_number(m[k], ctx.child(k), positive=k != "allreduce_latency_s")
     src_ctx = ctx.child("sources")
     sources = S.mapping(m["sources"], src_ctx)
     for k, v in sources.items():
-        if k not in _NUMERIC + _OPTIONAL:
+        if k not in _NUMERIC + _OPTIONAL + tuple(link):
             raise src_ctx.child(k).error("unknown key: sources name numeric fields only")
         S.string(v, src_ctx.child(k))
-    for k in _NUMERIC + _OPTIONAL:
+    for k in _NUMERIC + _OPTIONAL + tuple(link):
         if k not in sources:  # every constant's source is stated
             raise src_ctx.child(k).error("missing source for this field")
     values["sources"] = dict(sources)

@@ -6,6 +6,7 @@ user's spec YAML with the same fields. KV bytes follow docs/semantics.md section
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass, fields
 from functools import lru_cache
@@ -104,6 +105,51 @@ class ModelSpec:
     def lm_head_params(self) -> int:
         """h * vocab; run as a GEMM even when tied to the embedding (OPT)."""
         return self.hidden_size * self.vocab_size
+
+    @property
+    def weight_params(self) -> int:
+        """Every weight a GPU holds: L layers, the LM head and the embedding (counted apart even
+        when tied, as OPT's are: at most h*vocab too many). Norms and biases (< 0.1 %) left out."""
+        return self.num_layers * self.linear_params_per_layer + 2 * self.lm_head_params
+
+    @property
+    def weight_bytes(self) -> int:
+        return self.weight_params * self.dtype_bytes
+
+    # --- tensor parallelism --------------------------------------------------------------------
+    def kv_head_copies(self, tp: int) -> int:
+        """GPUs of a ``tp`` group holding each KV head: 1, or tp / K when K < tp (replicated)."""
+        return tp // self.num_kv_heads if self.num_kv_heads < tp else 1
+
+    def shard(self, tp: int) -> ModelSpec:
+        """The per-GPU slice under tensor parallelism ``tp`` (Megatron-style sharding).
+
+        Query heads, KV heads and the MLP width are split by tp; the hidden size (norms, residual
+        adds, the all-reduced activations) is not; the LM head and the embedding are split by
+        vocabulary (rounded up, as engines pad it). With fewer KV heads than GPUs each GPU holds one
+        KV head, replicated over tp / K GPUs (vLLM does the same), so its KV bytes per token are
+        those of one head, not 1/tp of the model's.
+        """
+        if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
+            raise ValueError(f"tp must be a positive integer, got {tp!r}")
+        if tp == 1:
+            return self
+        k = self.num_kv_heads
+        kv_ok = k % tp == 0 if k >= tp else tp % k == 0
+        if self.num_heads % tp or self.intermediate_size % tp or not kv_ok:
+            raise ValueError(
+                f"{self.name} cannot be split over tp={tp}: num_heads ({self.num_heads}) and "
+                f"intermediate_size ({self.intermediate_size}) must be divisible by tp, and "
+                f"num_kv_heads ({k}) divisible by tp or a divisor of it"
+            )
+        return dataclasses.replace(
+            self,
+            name=f"{self.name}/tp{tp}",
+            num_heads=self.num_heads // tp,
+            num_kv_heads=max(k // tp, 1),
+            intermediate_size=self.intermediate_size // tp,
+            vocab_size=-(-self.vocab_size // tp),
+        )
 
     # --- elementwise traffic -------------------------------------------------------------------
     @property

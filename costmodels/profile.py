@@ -12,7 +12,7 @@ All constants are per GPU and, where they say so, per decoder layer. The YAML fo
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -43,13 +43,20 @@ class LinearTerm:
 class PrefillAttnTerm:
     """Causal attention of the new tokens of prefilling sequences, in one layer.
 
-    t = tau_s + per_seq_s * seqs + 4 * H_q * d * pairs / flops, pairs = sum n_new*(n_ctx + n_new/2)
-    (FlashInfer's ``attention_flops``, flashinfer/testing/utils.py).
+    t = tau_s + per_seq_s * S + 4 * H_q * d * pairs / flops        pairs = sum n_new*(n_ctx + n_new/2)
+          + query_elem_s * sum(n_new) * H_q * d                      per query row (Q in, O out)
+          + wave_key_elem_s * d * wave_keys(...)                     kernels without split-KV
+    ``pairs`` is FlashInfer's ``attention_flops`` count (flashinfer/testing/utils.py); the wave
+    term is ``costmodels.cost.wave_keys`` over ``wave_sm_count`` SMs. The last three fields default
+    to 0, which is the FLOP-only form.
     """
 
     tau_s: float
     flops: float  # effective attention FLOP/s
     per_seq_s: float  # per prefilling sequence (tile tails, plan entries)
+    query_elem_s: float = 0.0  # per new token and query-head element: work that ignores the keys
+    wave_key_elem_s: float = 0.0  # per key and head-dim element of the longest CTA in each wave
+    wave_sm_count: int = 0  # SMs a wave fills; 0 when the kernel splits keys (no wave term)
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +74,19 @@ class DecodeAttnTerm:
 @dataclass(frozen=True, slots=True)
 class CopyTerm:
     """One host<->device direction: t = copies * latency_s + bytes / bw_Bps."""
+
+    latency_s: float
+    bw_Bps: float
+
+
+@dataclass(frozen=True, slots=True)
+class AllReduceTerm:
+    """One all-reduce of ``nbytes`` over a tensor-parallel group of tp GPUs, as a ring:
+    t = latency_s + 2 * (tp - 1) / tp * nbytes / bw_Bps.
+
+    ``bw_Bps`` is a bus bandwidth in nccl-tests' sense (busbw = algbw * 2(tp-1)/tp), so a measured
+    busbw goes in as it is.
+    """
 
     latency_s: float
     bw_Bps: float
@@ -144,6 +164,8 @@ class Profile:
     )
     meta: ProfileMeta
     validation: dict[str, TermValidation] = field(default_factory=dict, compare=False)
+    # Tensor parallelism's all-reduce; None: derived from meta.gpu's hardware spec when tp > 1.
+    allreduce: AllReduceTerm | None = None
 
     def __post_init__(self) -> None:
         # Also built in code (dataclasses.replace, analytic_profile): hold those to the file rules.
@@ -159,6 +181,13 @@ class Profile:
         for k, v in self.validation.items():
             if k not in VALIDATION_KEYS or not isinstance(v, TermValidation):
                 raise ctx.child(f"validation.{k}").error("expected a known term -> TermValidation")
+        if self.allreduce is not None:
+            if not isinstance(self.allreduce, AllReduceTerm):
+                raise ctx.child("allreduce").error(
+                    f"expected AllReduceTerm, got {type(self.allreduce).__name__}"
+                )
+            ar = self.allreduce
+            _checked_fields(AllReduceTerm, lambda k: getattr(ar, k), ctx.child("allreduce"))
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data in the YAML layout (insertion-ordered)."""
@@ -194,6 +223,8 @@ def _to_dict(p: Profile) -> dict[str, Any]:
         k: {f.name: getattr(v, f.name) for f in fields(TermValidation)}
         for k, v in p.validation.items()
     }
+    if p.allreduce is not None:  # optional: files without it keep their old layout
+        out["allreduce"] = {f.name: getattr(p.allreduce, f.name) for f in fields(AllReduceTerm)}
     return out
 
 
@@ -204,6 +235,8 @@ def _checked_fields(cls: type, get: Any, ctx: S.Ctx) -> dict[str, Any]:
         c = ctx.child(f.name)
         if f.type in ("bool", bool):
             values[f.name] = S.boolean(get(f.name), c)
+        elif f.type in ("int", int):
+            values[f.name] = S.integer(get(f.name), c, minimum=0)
         else:
             values[f.name] = S.number(get(f.name), c, positive=f.name.endswith(_POSITIVE_SUFFIXES))
     return values
@@ -211,8 +244,11 @@ def _checked_fields(cls: type, get: Any, ctx: S.Ctx) -> dict[str, Any]:
 
 def _term_from(obj: Any, cls: type, ctx: S.Ctx) -> Any:
     m = S.mapping(obj, ctx)
-    S.check_keys(m, ctx, required=[f.name for f in fields(cls)])
-    return cls(**_checked_fields(cls, m.__getitem__, ctx))
+    required = [f.name for f in fields(cls) if f.default is MISSING]
+    optional = [f.name for f in fields(cls) if f.default is not MISSING]
+    S.check_keys(m, ctx, required=required, optional=optional)
+    defaults = {f.name: f.default for f in fields(cls) if f.default is not MISSING}
+    return cls(**_checked_fields(cls, lambda k: m[k] if k in m else defaults[k], ctx))
 
 
 def _meta_from(obj: Any, ctx: S.Ctx) -> ProfileMeta:
@@ -254,7 +290,10 @@ def _validation_from(obj: Any, ctx: S.Ctx) -> dict[str, TermValidation]:
 def _from_dict(data: Any, ctx: S.Ctx) -> Profile:
     m = S.mapping(data, ctx)
     S.check_keys(
-        m, ctx, required=("name", *TERMS, "meta"), optional=("format_version", "validation")
+        m,
+        ctx,
+        required=("name", *TERMS, "meta"),
+        optional=("format_version", "validation", "allreduce"),
     )
     if "format_version" in m:
         v = S.integer(m["format_version"], ctx.child("format_version"), minimum=1)
@@ -269,6 +308,11 @@ def _from_dict(data: Any, ctx: S.Ctx) -> Profile:
         step_overhead_s=S.number(m["step_overhead_s"], ctx.child("step_overhead_s")),
         meta=_meta_from(m["meta"], ctx.child("meta")),
         validation=_validation_from(m.get("validation"), ctx.child("validation")),
+        allreduce=(
+            _term_from(m["allreduce"], AllReduceTerm, ctx.child("allreduce"))
+            if "allreduce" in m
+            else None
+        ),
     )
 
 

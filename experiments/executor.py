@@ -54,7 +54,7 @@ class PointResult:
 # Per-process caches
 
 _TRACES: dict[str, Any] = {}  # TraceSpec.key -> traces.TraceLoad
-_COSTS: dict[tuple[str, str], Any] = {}
+_COSTS: dict[tuple[str, str, int], Any] = {}
 
 
 @dataclass(frozen=True)
@@ -95,12 +95,12 @@ def trace_info(spec: TraceSpec) -> TraceInfo:
     )
 
 
-def _cost_model(model: str, hardware: str) -> Any:
-    if (model, hardware) not in _COSTS:
+def _cost_model(model: str, hardware: str, tp: int = 1) -> Any:
+    if (model, hardware, tp) not in _COSTS:
         import costmodels
 
-        _COSTS[(model, hardware)] = costmodels.cost_model(model, hardware)
-    return _COSTS[(model, hardware)]
+        _COSTS[(model, hardware, tp)] = costmodels.cost_model(model, hardware, tp=tp)
+    return _COSTS[(model, hardware, tp)]
 
 
 def _count_turns(spec: TraceSpec, source: str) -> int:
@@ -141,7 +141,7 @@ def run_point(
         from sim.quality import budget_quality
 
         sessions = load_sessions(point.trace)
-        cost = _cost_model(point.model, point.hardware)
+        cost = _cost_model(point.model, point.hardware, point.tp)
         result = sim.simulate(
             sessions,
             cost,

@@ -35,6 +35,7 @@ FACET_DIMS: tuple[str, ...] = (
     "trace",
     "model",
     "hardware",
+    "tp",
     "evict_unit",
     "pipelining",
     "budget",

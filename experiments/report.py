@@ -6,7 +6,16 @@ import math
 
 import pandas as pd
 
-_VARYING_LABELS = ("trace", "model", "hardware", "evict_unit", "block_tokens", "cpu_kv_gb", "seed")
+_VARYING_LABELS = (
+    "trace",
+    "model",
+    "hardware",
+    "tp",
+    "evict_unit",
+    "block_tokens",
+    "cpu_kv_gb",
+    "seed",
+)
 _METRICS = {  # column -> (header, format)
     "reprefill_rate": ("reprefill", "{:.1%}"),
     "gpu_hit_rate": ("gpu_hit", "{:.1%}"),

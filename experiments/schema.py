@@ -1,15 +1,17 @@
 """The experiment YAML: validation with pydantic and expansion into a grid of runs.
 
 Any list-valued field under ``memory``, ``engine.pipelining``, and ``policies``, ``seeds``,
-``model``, ``hardware`` and ``trace`` (a list of trace mappings) is a grid axis; a scalar is a
-one-value axis. Every error is a
+``model``, ``hardware``, ``tp`` and ``trace`` (a list of trace mappings) is a grid axis; a scalar
+is a one-value axis. Every error is a
 ``ConfigError`` whose lines read ``FILE: KEY.PATH[i]: message``.
 
-Grid order (deterministic, lists in the order written): trace, model, hardware, evict_unit,
+Grid order (deterministic, lists in the order written): trace, model, hardware, tp, evict_unit,
 pipelining, budgets, sparse, block_tokens, cpu_kv_gb, policy, gpu_kv_gb, seed -- the last one
-varies fastest. ``budgets`` is a list of token-budget mappings (``kind``: full | streamingllm |
-smartkv); ``sparse`` a list of CPU-offload decode mappings (``kind``: off | quest | full). A
-sparse mode with ``cpu_kv_gb = 0`` cannot run: those combinations are left out of the grid (so
+varies fastest. ``tp`` is the tensor-parallel degree: the run prices one GPU of a group of tp, and
+``memory.gpu_kv_gb`` / ``cpu_kv_gb`` are the whole group's (each GPU holds 1/tp of every page).
+``budgets`` is a list of token-budget mappings (``kind``: full | streamingllm | smartkv);
+``sparse`` a list of CPU-offload decode mappings (``kind``: off | quest | full). A sparse mode
+with ``cpu_kv_gb = 0`` cannot run: those combinations are left out of the grid (so
 one grid holds recompute, swap-in and offload).
 
 Relative paths (``trace.path``, a model or hardware given as a file) resolve against the YAML
@@ -53,6 +55,7 @@ from sim.config import (
     PREFETCH_MODES,
     REPLAY_MODES,
     SPARSE_KINDS,
+    SWAP_COPIES,
     BudgetConfig,
     EngineConfig,
     MemoryConfig,
@@ -210,6 +213,7 @@ class EngineSpec(_Strict):
     async_save: StrictBool = _ENGINE_DEFAULTS["async_save"]
     fused_recompute: StrictBool = _ENGINE_DEFAULTS["fused_recompute"]
     prefetch: Literal[PREFETCH_MODES] = _ENGINE_DEFAULTS["prefetch"]
+    swap_copies: Literal[SWAP_COPIES] = _ENGINE_DEFAULTS["swap_copies"]
 
     wrap_lists = field_validator("pipelining", mode="before")(_as_list)
 
@@ -298,6 +302,9 @@ class Experiment(_Strict):
         Field(min_length=1),
         AfterValidator(_no_duplicates),
     ]
+    tp: Annotated[list[PosInt], Field(min_length=1), AfterValidator(_no_duplicates)] = Field(
+        default=[1], description="tensor-parallel degree: GPUs sharing each layer (Megatron)"
+    )
     memory: MemorySpec
     engine: EngineSpec = EngineSpec()
     policies: Annotated[
@@ -325,7 +332,7 @@ class Experiment(_Strict):
 
     _source: str = PrivateAttr(default="<memory>")
     wrap_lists = field_validator(
-        "trace", "model", "hardware", "policies", "seeds", "budgets", "sparse", mode="before"
+        "trace", "model", "hardware", "tp", "policies", "seeds", "budgets", "sparse", mode="before"
     )(_as_list)
 
     @field_validator("name")
@@ -371,6 +378,7 @@ class Experiment(_Strict):
             trace,
             model,
             hw,
+            tp,
             unit,
             pipe,
             budget,
@@ -384,6 +392,7 @@ class Experiment(_Strict):
             self.trace_specs(),
             self.model,
             self.hardware,
+            self.tp,
             m.evict_unit,
             pipelining,
             self.budgets,
@@ -416,6 +425,7 @@ class Experiment(_Strict):
                     seed,
                     budget.config(),
                     sparse.config(),
+                    tp,
                 )
             )
         return points
@@ -466,6 +476,7 @@ LABEL_COLUMNS: tuple[str, ...] = (
     "policy",
     "model",
     "hardware",
+    "tp",
     "trace",
     "gpu_kv_gb",
     "cpu_kv_gb",
@@ -492,6 +503,7 @@ class GridPoint:
     seed: int
     budget: BudgetConfig = dataclasses.field(default_factory=BudgetConfig)
     sparse: SparseConfig = dataclasses.field(default_factory=SparseConfig)
+    tp: int = 1  # tensor-parallel degree: the memory is the group's, the prices one GPU's
 
     def labels(self) -> dict[str, Any]:
         """The grid columns of this point (LABEL_COLUMNS order) for summary.csv and the ledgers."""
@@ -500,6 +512,7 @@ class GridPoint:
             "policy": self.policy,
             "model": _short(self.model),
             "hardware": _short(self.hardware),
+            "tp": self.tp,
             "trace": self.trace.label,
             "gpu_kv_gb": float(self.memory.gpu_kv_gb),
             "cpu_kv_gb": float(self.memory.cpu_kv_gb),
@@ -606,18 +619,25 @@ def _impossible_combinations(exp: Experiment) -> list[tuple[tuple[str | int, ...
       nothing: every turn would be rejected (or the CPU tier would silently do nothing).
     * ``engine.max_batch_tokens`` below ``engine.max_running``: every running sequence decodes one
       token per iteration, so the batch could not hold them (vLLM refuses this too).
+    * A model that cannot be split over ``tp`` GPUs, or whose per-GPU weights and KV share exceed
+      one GPU's memory (``_tp_problems``).
     """
     import costmodels
 
-    out: list[tuple[tuple[str | int, ...], str]] = []
+    out = _tp_problems(exp)
     m = exp.memory
     page_bytes = [
-        (costmodels.get_model(model).kv_bytes_per_token * bt, bt, model)
+        # A page of the group's pool: tp shards (a replicated KV head counts on every GPU).
+        (costmodels.get_model(model).shard(tp).kv_bytes_per_token * tp * bt, bt, model, tp)
         for model in exp.model
+        for tp in exp.tp
+        if _splits(model, tp)
         for bt in m.block_tokens
     ]
-    biggest, bt, model = max(page_bytes)
-    page = f"one page of {bt} tokens of {_short(model)} takes {_size(biggest)}"
+    biggest, bt, model, tp = max(page_bytes, default=(0, 0, "", 1))
+    page = f"one page of {bt} tokens of {_short(model)} takes {_size(biggest)}" + (
+        f" over its {tp} GPUs" if tp > 1 else ""
+    )
     for field_name, values in (("gpu_kv_gb", m.gpu_kv_gb), ("cpu_kv_gb", m.cpu_kv_gb)):
         for i, gb in enumerate(values):
             if gb == 0 or math.isinf(gb) or MemoryConfig.capacity_bytes(gb) >= biggest:
@@ -669,6 +689,50 @@ def _impossible_combinations(exp: Experiment) -> list[tuple[tuple[str | int, ...
         )
         out.append((("engine", "max_batch_tokens"), msg))
     return out
+
+
+def _splits(model: str, tp: int) -> bool:
+    import costmodels
+
+    try:
+        costmodels.get_model(model).shard(tp)
+    except ValueError:
+        return False
+    return True
+
+
+def _tp_problems(exp: Experiment) -> list[tuple[tuple[str | int, ...], str]]:
+    """Tensor parallelism that no run can use: a model whose heads or MLP width do not split over
+    tp, a profile with no all-reduce cost at tp > 1, or per-GPU weights plus the GPU's share of the
+    largest finite ``memory.gpu_kv_gb`` beyond its HBM (a profile naming no registered GPU in
+    ``meta.gpu`` is not checked: its memory is unknown)."""
+    import costmodels
+    from costmodels.tensor_parallel import allreduce_term, fit_problem
+
+    finite = [gb for gb in exp.memory.gpu_kv_gb if not math.isinf(gb)]
+    kv_gb = max(finite, default=math.inf)
+    out: list[tuple[tuple[str | int, ...], str]] = []
+    for i, tp in enumerate(exp.tp):
+        for model in exp.model:
+            spec = costmodels.get_model(model)
+            try:
+                spec.shard(tp)
+            except ValueError as exc:
+                out.append((("tp", i), str(exc)))
+                continue
+            for j, hardware in enumerate(exp.hardware):
+                profile = costmodels.load_profile(hardware)
+                if tp > 1:
+                    try:
+                        allreduce_term(profile)
+                    except ValueError as exc:
+                        out.append((("hardware", j), f"at tp={tp}: {exc}"))
+                        continue
+                problem = fit_problem(spec, tp, profile, kv_gb)
+                if problem is not None:
+                    fix = "raise tp, choose hardware with more memory, or lower memory.gpu_kv_gb"
+                    out.append((("tp", i), f"{problem}, with hardware {_short(hardware)}; {fix}"))
+    return list(dict.fromkeys(out))  # one line per problem, however many keys share it
 
 
 def bundled_experiments() -> list[str]:

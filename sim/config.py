@@ -12,6 +12,9 @@ GIB = 2**30  # capacities are GiB (2^30 bytes), as vLLM's swap/offload sizes are
 EVICT_UNITS = ("session", "block", "layer_block")
 REPLAY_MODES = ("closed-loop", "open-loop")
 PREFETCH_MODES = ("off", "queue", "think")  # ahead-of-time swap-in (docs/semantics.md)
+# How KV pages cross the host link: one copy call per page of one layer (vLLM's swap_blocks), or
+# one per layer for all its pages (a gather kernel or batched copy, as LMCache does).
+SWAP_COPIES = ("per_page", "per_layer")
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +51,7 @@ class EngineConfig:
     async_save: bool = True  # demotion copies (D2H) overlap compute on their own stream
     fused_recompute: bool = True  # dropped history recomputed in the same prefill as the prompt
     prefetch: str = "off"  # swap a turn's CPU units in ahead: off | queue | think
+    swap_copies: str = "per_page"  # copy calls per swap: per_page | per_layer
 
     def __post_init__(self) -> None:
         if self.max_batch_tokens < 1:
@@ -60,6 +64,10 @@ class EngineConfig:
             )
         if self.replay not in REPLAY_MODES:
             raise ValueError(f"engine.replay must be one of {REPLAY_MODES}, got {self.replay!r}")
+        if self.swap_copies not in SWAP_COPIES:
+            raise ValueError(
+                f"engine.swap_copies must be one of {SWAP_COPIES}, got {self.swap_copies!r}"
+            )
 
 
 BUDGET_KINDS = ("full", "streamingllm", "smartkv")

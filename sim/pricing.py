@@ -8,7 +8,7 @@ order), and cut at a time horizon.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -54,6 +54,8 @@ class Prefill:
     pages recomputed through layers 0..l, and ``h2d_units[l]`` the units of layer l swapped in.
     ``ready_s[l]``: layer l may not start before (an admitted turn's ahead-of-time swap-in still in
     flight: it copies layer by layer), relative to the iteration's start; None when none is.
+    ``lens``/``recomputed``: each admitted sequence's (new tokens, cached tokens) and, of its new
+    tokens, those recomputed (at ``layer_block`` the per-layer recomputes are not in ``lens``).
     """
 
     tokens: int = 0
@@ -68,11 +70,30 @@ class Prefill:
     deep_pairs: np.ndarray | None = None
     h2d_units: np.ndarray | None = None
     ready_s: np.ndarray | None = None  # per layer: when an in-flight prefetch has it in
+    lens: list[tuple[int, int]] = field(default_factory=list)
+    recomputed: list[int] = field(default_factory=list)
 
     @property
     def shape(self) -> BatchShape:
         return BatchShape(
-            prefill_tokens=self.tokens, prefill_pairs=self.pairs, prefill_seqs=self.seqs
+            prefill_tokens=self.tokens,
+            prefill_pairs=self.pairs,
+            prefill_seqs=self.seqs,
+            prefill_lens=tuple(self.lens) if self.lens else None,  # None: not recorded
+        )
+
+    def without_recompute(self) -> Prefill:
+        """The same admissions with the recomputed history already in (a pass of its own ran)."""
+        return Prefill(
+            self.tokens - self.recompute_tokens,
+            self.pairs - self.recompute_pairs,
+            self.seqs,
+            self.h2d_bytes,
+            self.h2d_pages,
+            h2d_units=self.h2d_units,
+            ready_s=self.ready_s,
+            lens=[(n - r, c + r) for (n, c), r in zip(self.lens, self.recomputed, strict=True)],
+            recomputed=[0] * len(self.lens),
         )
 
     @property
@@ -95,7 +116,9 @@ class Pricer:
     """Prices the scheduler's iterations for one cost model, page size and engine options.
 
     KV tensors are per layer (vLLM, FlashInfer): a page of all layers is L copies, a page of one
-    layer one copy, so a copy of n bytes is n / (page_bytes / L) copies in either case.
+    layer one copy, so a copy of n bytes is n / (page_bytes / L) copies in either case; with
+    ``per_layer_copies`` (a gather kernel or batched copy) a layer's pages move in one call, so a
+    copy spanning the layers is at most L calls.
     """
 
     def __init__(
@@ -105,6 +128,7 @@ class Pricer:
         pipelining: bool,
         async_save: bool = True,
         fused_recompute: bool = True,
+        per_layer_copies: bool = False,
     ) -> None:
         self.cost = cost
         self.page_bytes = page_bytes
@@ -113,6 +137,15 @@ class Pricer:
         self.pipelining = pipelining
         self.async_save = async_save
         self.fused_recompute = fused_recompute
+        self.per_layer_copies = per_layer_copies
+
+    def copy_calls(self, layer_pages: int) -> int:
+        """Copy calls moving ``layer_pages`` pages of one layer each (spread over the layers)."""
+        return min(layer_pages, self.layers) if self.per_layer_copies else layer_pages
+
+    def copy_s(self, direction: str, nbytes: int) -> float:
+        """A copy of ``nbytes`` of whole pages of one layer each, with this engine's calls."""
+        return self.cost.copy_s(direction, nbytes, self.copy_calls(nbytes // self.layer_page_bytes))
 
     def iteration_s(
         self,
@@ -122,14 +155,15 @@ class Pricer:
         h2d_bytes: int = 0,
         h2d_pages: int = 0,
         d2h_bytes: int = 0,
+        dec_lens: tuple[int, ...] | None = None,
     ) -> float:
         """One mixed iteration whose layers are alike."""
         return self.cost.iteration(
-            prefill + BatchShape.decode(dec_seqs, dec_ctx),
+            prefill + BatchShape.decode(dec_seqs, dec_ctx, dec_lens),
             h2d_bytes=h2d_bytes,
-            h2d_copies=h2d_pages * self.layers,
+            h2d_copies=self.copy_calls(h2d_pages * self.layers),
             d2h_bytes=d2h_bytes,
-            d2h_copies=d2h_bytes // self.layer_page_bytes,
+            d2h_copies=self.copy_calls(d2h_bytes // self.layer_page_bytes),
             pipelining=self.pipelining,
             async_save=self.async_save,
         ).total_s
@@ -141,30 +175,23 @@ class Pricer:
         dec_ctx: int,
         d2h_bytes: int = 0,
         copy_start_s: float = 0.0,
+        dec_lens: tuple[int, ...] | None = None,
     ) -> tuple[float, float]:
         """(duration, copy stall) of an iteration with admissions. ``copy_start_s``: the H2D stream
-        is busy with earlier copies until then. Without the engine's fused recompute, the dropped
+        is busy with earlier copies until then; ``dec_lens``: each decoder's context, if known. Without the engine's fused recompute, the dropped
         history is recomputed in a pass of its own (no LM head) before the iteration."""
         head_pass = 0.0
         if not self.fused_recompute and pf.recompute_seqs:
             head_pass = self._recompute_pass_s(pf)
-            pf = Prefill(
-                pf.tokens - pf.recompute_tokens,
-                pf.pairs - pf.recompute_pairs,
-                pf.seqs,
-                pf.h2d_bytes,
-                pf.h2d_pages,
-                h2d_units=pf.h2d_units,
-                ready_s=pf.ready_s,
-            )
-        decode = BatchShape.decode(dec_seqs, dec_ctx)
+            pf = pf.without_recompute()
+        decode = BatchShape.decode(dec_seqs, dec_ctx, dec_lens)
         if not pf.layered and pf.h2d_units is None and not copy_start_s and pf.ready_s is None:
             it = self.cost.iteration(
                 pf.shape + decode,
                 h2d_bytes=pf.h2d_bytes,
-                h2d_copies=pf.h2d_pages * self.layers,
+                h2d_copies=self.copy_calls(pf.h2d_pages * self.layers),
                 d2h_bytes=d2h_bytes,
-                d2h_copies=d2h_bytes // self.layer_page_bytes,
+                d2h_copies=self.copy_calls(d2h_bytes // self.layer_page_bytes),
                 pipelining=self.pipelining,
                 async_save=self.async_save,
             )
@@ -174,7 +201,7 @@ class Pricer:
             pf.seqs + dec_seqs,
             self._layer_copies(pf),
             d2h_bytes,
-            d2h_bytes // self.layer_page_bytes,
+            self.copy_calls(d2h_bytes // self.layer_page_bytes),
             self.pipelining,
             self.async_save,
             copy_start_s,
@@ -202,6 +229,9 @@ class Pricer:
                         base.prefill_seqs,
                         base.decode_seqs,
                         base.decode_ctx_tokens,
+                        # a layer's recomputed pages are not split by sequence: even split then
+                        base.prefill_lens if tokens == 0 else None,
+                        base.decode_lens,
                     )
                 )
             out[layer] = t
@@ -211,13 +241,15 @@ class Pricer:
         copy_s = self.cost.copy_s
         if pf.h2d_units is None:
             per = (
-                copy_s("h2d", pf.h2d_bytes, pf.h2d_pages * self.layers) / self.layers
+                copy_s("h2d", pf.h2d_bytes, self.copy_calls(pf.h2d_pages * self.layers))
+                / self.layers
                 if pf.h2d_bytes
                 else 0.0
             )
             return [per] * self.layers
         unit = self.layer_page_bytes
-        return [copy_s("h2d", int(n) * unit, int(n)) if n else 0.0 for n in pf.h2d_units]
+        calls = (lambda n: 1) if self.per_layer_copies else int  # noqa: E731
+        return [copy_s("h2d", int(n) * unit, calls(n)) if n else 0.0 for n in pf.h2d_units]
 
     def _recompute_pass_s(self, pf: Prefill) -> float:
         """A forward pass of the recomputed history alone (its KV only: no LM head)."""
@@ -235,7 +267,7 @@ class Pricer:
         """A decode-only iteration that also carries a demotion's device-to-host copy on its own
         stream: ``iteration_s`` of that shape, to the bit, without building shapes (the iteration
         ends when both the compute and the copy are done; without async saves, the copy first)."""
-        copy = self.cost.copy_s("d2h", d2h_bytes, d2h_bytes // self.layer_page_bytes)
+        copy = self.copy_s("d2h", d2h_bytes)
         if not self.async_save:
             return copy + self.cost.decode_step_s(seqs, ctx)
         return max(self.cost.decode_step_s(seqs, ctx), copy)
@@ -249,7 +281,7 @@ class Pricer:
         (after it, without async saves)."""
         if not d2h_bytes:
             return compute_s
-        copy = self.cost.copy_s("d2h", d2h_bytes, d2h_bytes // self.layer_page_bytes)
+        copy = self.copy_s("d2h", d2h_bytes)
         return max(compute_s, copy) if self.async_save else copy + compute_s
 
     def decode_run(

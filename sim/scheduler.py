@@ -156,24 +156,34 @@ class Scheduler:
             self.kv, self.unit_bytes, layers=self.upp, per_session=self.per_session_unit
         )
         self._memory = memory
+        # The cost model prices one GPU of a tensor-parallel group and its pages are that GPU's
+        # shard, so the capacities are its 1/tp of the group's (exact at tp = 1).
+        tp = cost.tp
+        gpu_kv_bytes = MemoryConfig.capacity_bytes(memory.gpu_kv_gb / tp)
+        cpu_kv_bytes = MemoryConfig.capacity_bytes(memory.cpu_kv_gb / tp)
         ctx = dict(
             block_tokens=self.bt,
             num_layers=cost.model.num_layers,
             view=view,
             cost=cost,
-            cpu_kv_bytes=MemoryConfig.capacity_bytes(memory.cpu_kv_gb),
+            cpu_kv_bytes=cpu_kv_bytes,
             predictor=predictor,
         )
         self.mem = TieredMemory(
-            MemoryConfig.capacity_bytes(memory.gpu_kv_gb),
-            MemoryConfig.capacity_bytes(memory.cpu_kv_gb),
+            gpu_kv_bytes,
+            cpu_kv_bytes,
             make_policy(policy, PolicyContext(tier=GPU, **ctx)),
             make_policy(policy, PolicyContext(tier=CPU, **ctx)),
             view,
             clock=clock or (lambda: 0),
         )
         self.pricer = Pricer(
-            cost, self.page_bytes, engine.pipelining, engine.async_save, engine.fused_recompute
+            cost,
+            self.page_bytes,
+            engine.pipelining,
+            engine.async_save,
+            engine.fused_recompute,
+            engine.swap_copies == "per_layer",
         )
         # Decode spans allocate their pages in one batch when that cannot change a decision.
         self._bulk = type(self.mem.policy[GPU]).grows_in_bulk and not self.per_session_unit
@@ -383,7 +393,11 @@ class Scheduler:
                 )
                 return Step(duration, admitted, self.dec_seqs)
             duration = self.pricer.iteration_s(
-                BatchShape(), self.dec_seqs, self.dec_ctx, d2h_bytes=self._take_d2h()
+                BatchShape(),
+                self.dec_seqs,
+                self.dec_ctx,
+                d2h_bytes=self._take_d2h(),
+                dec_lens=self._decode_lens(admitted) if self.cost.wants_decode_lens else None,
             )
             return Step(duration, admitted, self.dec_seqs)
         if off is not None:
@@ -403,11 +417,25 @@ class Scheduler:
                 self.dec_ctx,
                 self._take_d2h(),
                 max(0.0, self.h2d_busy_until - now),
+                self._decode_lens(admitted) if self.cost.wants_decode_lens else None,
             )
         for run in admitted:
             if run.admit_s == now:  # first admission (this iteration)
                 run.copy_stall_s = stall
         return Step(duration, admitted, self.dec_seqs)
+
+    def _decode_lens(self, admitted: list[TurnRun]) -> tuple[int, ...]:
+        """Each decoding sequence's context this step, in admission order (the decoders are the
+        running turns not admitted in this step)."""
+        new = {run.admit_seq for run in admitted}
+        step = self.step
+        lens = tuple(r.tokens_at(step) for s, r in self.running.items() if s not in new)
+        if len(lens) != self.dec_seqs or sum(lens) != self.dec_ctx:  # the totals are the truth
+            raise AssertionError(
+                f"decode lengths {len(lens)} seqs / {sum(lens)} tokens disagree with the "
+                f"running totals {self.dec_seqs} / {self.dec_ctx}"
+            )
+        return lens
 
     # -- ahead-of-time swap-in -------------------------------------------------------------------
     def _schedule_prefetch(self, index: int, at: float) -> None:
@@ -439,7 +467,7 @@ class Scheduler:
             idx = mem.swap_in_cpu_units(sess, now)
             mem.release(sess, now)
             nbytes = len(idx) * mem.unit_size(sess)
-            copy = self.cost.copy_s("h2d", nbytes, nbytes // self.pricer.layer_page_bytes)
+            copy = self.pricer.copy_s("h2d", nbytes)
             start = max(now, self.h2d_busy_until)
             self.h2d_busy_until = start + copy
             prev = self._prefetched.get(i)
@@ -592,6 +620,8 @@ class Scheduler:
                     pf.recompute_seqs += 1
             pf.tokens += new
             pf.pairs += new_pairs
+            pf.lens.append((new, old_tokens))
+            pf.recomputed.append(0)
         else:
             swapped, swapped_pages, recomputed = mem.bring_to_gpu(sess, now)
             redo = recompute_pairs(
@@ -610,8 +640,11 @@ class Scheduler:
                         redo += pairs
                     else:
                         prompt_redo, prompt_pairs = len(computed) * bt, pairs
-            pf.tokens += split[DROPPED] + new + prompt_redo
+            computed_now = split[DROPPED] + new + prompt_redo
+            pf.tokens += computed_now
             pf.pairs += redo + new_pairs + prompt_pairs
+            pf.lens.append((computed_now, old_tokens + new - computed_now))
+            pf.recomputed.append(split[DROPPED])
             pf.h2d_pages += swapped_pages
             if split[DROPPED]:
                 pf.recompute_tokens += split[DROPPED]
@@ -952,10 +985,9 @@ class Scheduler:
             if not self.cfg.async_save:
                 return False
             per_step = np.bincount(due, weights=evicted, minlength=n).astype(np.int64)
-            layer_page = self.pricer.layer_page_bytes
             for j in np.flatnonzero(per_step).tolist():
                 nbytes = int(per_step[j]) * unit
-                if self.cost.copy_s("d2h", nbytes, nbytes // layer_page) > d[j]:
+                if self.pricer.copy_s("d2h", nbytes) > d[j]:
                     return False
         if evicts:
             mem.make_room(total * page, now)  # the victims of every single-page make_room
@@ -1084,7 +1116,7 @@ class Scheduler:
             # The next turn's arrival is known (closed-loop think time, or the trace's timestamp):
             # start early enough to copy the whole session before it arrives.
             nbytes = self._pages(tokens) * self.page_bytes
-            lead = self.cost.copy_s("h2d", nbytes, nbytes // self.pricer.layer_page_bytes)
+            lead = self.pricer.copy_s("h2d", nbytes)
             self._schedule_prefetch(sess.index, max(now, next_s - lead))
         self.completed += 1
         t = run.turn

@@ -96,7 +96,7 @@ def main(args: argparse.Namespace) -> int:
 
     # The point's simulation as experiments.executor.run_point runs it, plus the hook.
     try:
-        cost = costmodels.cost_model(point.model, point.hardware)
+        cost = costmodels.cost_model(point.model, point.hardware, tp=point.tp)
         result = sim.simulate(
             load_sessions(point.trace),
             cost,

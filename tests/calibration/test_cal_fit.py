@@ -219,7 +219,7 @@ def test_predictions_equal_costmodel_of_the_built_profile() -> None:
         assert cm.lm_head_s(n) == pytest.approx(float(predict("lm_head", g, [head])[0]), rel=1e-5)
     for a, c, k in ((64, 0, 1), (512, 4096, 3)):
         s = Sample("prefill_attn", Shape(n_new=a, n_ctx=c, seqs=k), Timing.published(1.0), LLAMA)
-        want = cm.prefill_attn_s(k * attention_pairs(a, c), k)
+        want = cm.prefill_attn_s(k * attention_pairs(a, c), k, k * a, ((a, c),) * k)
         assert float(predict("prefill_attn", pf, [s])[0]) == pytest.approx(want, rel=1e-5)
     s = Sample("decode_attn", Shape(n_ctx=3000, seqs=17), Timing.published(1.0), LLAMA)
     assert float(predict("decode_attn", dec, [s])[0]) == pytest.approx(
@@ -235,7 +235,9 @@ def test_shard_splits_heads_and_mlp_width() -> None:
     assert (s.num_heads, s.num_kv_heads, s.intermediate_size, s.hidden_size) == (16, 2, 7168, 8192)
     assert s.kv_bytes_per_token_layer * 4 == get_model("llama-3-70b").kv_bytes_per_token_layer
     with pytest.raises(ValueError, match="divisible"):
-        shard(LLAMA, 16)
+        shard(LLAMA, 3)
+    # More GPUs than KV heads: each GPU holds one KV head (replicated), not a fraction of one.
+    assert shard(LLAMA, 16).num_kv_heads == 1
 
 
 # --- splits and errors ---------------------------------------------------------------------------

@@ -160,7 +160,7 @@ def test_the_prediction_is_the_cost_models_for_this_batch():
     assert (pred.decode_requests, pred.decode_ctx_tokens) == (2, 10)
     assert (pred.prefill_requests, pred.prefill_tokens, pred.prefill_pairs) == (3, 17, pairs)
     assert pred.predicted_decode_s == cost.decode_attn_s(2, 10)
-    assert pred.predicted_prefill_s == cost.prefill_attn_s(pairs, 3)
+    assert pred.predicted_prefill_s == cost.prefill_attn_s(pairs, 3, 17, ((5, 0), (3, 17), (9, 0)))
     both = compare(layout, cost, repeats=2)
     assert both.predicted_prefill_s == pred.predicted_prefill_s
     assert both.measured_decode_s > 0 and both.measured_prefill_s > 0 and both.backend == "torch"

@@ -61,7 +61,7 @@ def test_elementwise(cm) -> None:
 
 def test_prefill_attention_quadratic_in_new_linear_in_ctx(cm) -> None:
     per_pair = 4 * 32 * 128 / ATTN_F
-    t = lambda n, c: cm.prefill_attn_s(attention_pairs(n, c), 1) - TAU  # noqa: E731
+    t = lambda n, c: cm.prefill_attn_s(attention_pairs(n, c), 1, n, ((n, c),)) - TAU  # noqa: E731
     assert t(1000, 0) == pytest.approx(1000 * 500 * per_pair, rel=1e-12)
     # quadratic in n_new at n_ctx = 0
     assert t(2000, 0) == pytest.approx(4 * t(1000, 0), rel=1e-12)
@@ -90,7 +90,10 @@ def test_per_sequence_terms() -> None:
     cm1 = CostModel(get_model("llama-3-8b"), base)
     assert cm2.decode_attn_s(64, 1000) - cm1.decode_attn_s(64, 1000) == pytest.approx(64 * 1e-7)
     pairs = 2 * attention_pairs(100, 0)
-    assert cm2.prefill_attn_s(pairs, 2) - cm1.prefill_attn_s(pairs, 2) == pytest.approx(2 * 3e-6)
+    lens = ((100, 0), (100, 0))
+    assert cm2.prefill_attn_s(pairs, 2, 200, lens) - cm1.prefill_attn_s(
+        pairs, 2, 200, lens
+    ) == pytest.approx(2 * 3e-6)
 
 
 def test_layer_is_the_sum_of_its_terms(cm) -> None:
@@ -99,7 +102,7 @@ def test_layer_is_the_sum_of_its_terms(cm) -> None:
     expected = (
         cm.linear_s(n)
         + cm.elementwise_s(n)
-        + cm.prefill_attn_s(attention_pairs(500, 3000), 1)
+        + cm.prefill_attn_s(attention_pairs(500, 3000), 1, 500, ((500, 3000),))
         + cm.decode_attn_s(32, 48_000)
     )
     assert cm.layer_s(shape) == pytest.approx(expected, rel=1e-12)
@@ -247,14 +250,23 @@ def test_batch_shape_rules() -> None:
     assert attention_pairs(10, 5) == 10 * (5 + 5)
     assert BatchShape.prefill(0, 100) == BatchShape()
     s = BatchShape.prefill(10, 5) + BatchShape.prefill(4, 0) + BatchShape.decode(3, 300)
-    assert s == BatchShape(14, 108.0, 2, 3, 300)
-    assert s.tokens == 17 and s.rows == 5
+    # The sums, and each prefill's (n_new, n_ctx) in order; the decode lengths were not given.
+    assert s == BatchShape(14, 108.0, 2, 3, 300, prefill_lens=((10, 5), (4, 0)))
+    assert s != BatchShape(14, 108.0, 2, 3, 300)  # a shape without lengths is another shape
+    assert s.decode_lens is None and s.tokens == 17 and s.rows == 5
+    d = BatchShape.decode(2, 30, (10, 20)) + BatchShape.decode(1, 5, (5,))
+    assert d.decode_lens == (10, 20, 5) and d.prefill_lens is None
+    assert (BatchShape() + d) == d  # an empty group adds no lengths and loses none
     for bad in (
         dict(prefill_tokens=-1),
         dict(prefill_tokens=5),
         dict(prefill_seqs=1),
         dict(decode_ctx_tokens=10),
         dict(prefill_pairs=3.0),
+        dict(prefill_tokens=5, prefill_seqs=1, prefill_lens=((4, 0),)),  # lengths miss the sum
+        dict(prefill_tokens=5, prefill_seqs=2, prefill_lens=((5, 0),)),  # one length per sequence
+        dict(decode_seqs=2, decode_ctx_tokens=9, decode_lens=(4, 4)),
+        dict(decode_seqs=2, decode_ctx_tokens=8, decode_lens=(9, -1)),
     ):
         with pytest.raises(ValueError):
             BatchShape(**bad)

@@ -62,6 +62,8 @@ def test_every_number_has_a_source(name: str) -> None:
         "h2d_measured_Bps",
         "d2h_measured_Bps",
         "copy_latency_s",
+        "nvlink_per_direction_Bps",
+        "allreduce_latency_s",
     ]
     assert sorted(hw.sources) == sorted(numeric)
     assert all(len(s) > 10 for s in hw.sources.values())

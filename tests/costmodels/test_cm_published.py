@@ -72,7 +72,7 @@ def test_a100_full_prefill_attention_matches_vidur_fit() -> None:
     n = 4096
     measured = (4.2e-8 * n * n + 6.9e-5 * n - 0.003) * 1e-3
     cm = cost_model("llama-3-8b", "a100")
-    assert cm.prefill_attn_s(attention_pairs(n, 0), 1) == pytest.approx(measured, rel=0.30)
+    assert cm.prefill_attn_s(attention_pairs(n, 0), 1, n) == pytest.approx(measured, rel=0.30)
 
 
 def test_notes_swap_vs_recompute_table() -> None:
@@ -135,7 +135,7 @@ def test_a100_decode_and_prefill_attention_vs_transcribed_vidur() -> None:
             dec.append(abs(cm.decode_attn_s(b, b * kv) - y) / y)  # kv_cache_size is per sequence
         elif kv == 0:
             y = float(r["attn_prefill_median_ms"]) * 1e-3
-            full.append(abs(cm.prefill_attn_s(attention_pairs(chunk, 0), 1) - y) / y)
+            full.append(abs(cm.prefill_attn_s(attention_pairs(chunk, 0), 1, chunk) - y) / y)
     assert len(dec) > 250 and len(full) > 50
     assert np.mean(dec) < 0.12  # the fitted alpha*ctx + beta reaches 8.6 % (PROVENANCE s2.4)
     assert np.mean(full) < 0.25

@@ -58,8 +58,8 @@ def fake_load_trace(spec: dict) -> FakeTraceLoad:
     return FakeTraceLoad(sessions)
 
 
-def fake_cost_model(model: str, hardware: str) -> str:
-    return f"cost({model},{hardware})"
+def fake_cost_model(model: str, hardware: str, tp: int = 1) -> str:
+    return f"cost({model},{hardware})" if tp == 1 else f"cost({model},{hardware},tp{tp})"
 
 
 def fake_simulate(

@@ -98,6 +98,10 @@ def test_brief_example_message_exactly(write_yaml):
             "memory.evict_unit",
             "must be one of 'session', 'block', 'layer_block'; got 'layer'",
         ),
+        ("seeds: [1]", "seeds: [1]\ntp: 0", "tp", "must be >= 1, got 0"),
+        ("seeds: [1]", "seeds: [1]\ntp: [1, 1.5]", "tp[1]", "expected an integer"),
+        ("seeds: [1]", "seeds: [1]\ntps: 2", "tps", "unknown key (did you mean 'tp'?)"),
+        ("seeds: [1]", "seeds: [1]\ntp: 3", "tp", "Llama-3-8B cannot be split over tp=3"),
         (
             "gpu_kv_gb: [1, 2]",
             "gpu_kv_gb: [1, 0.001]",
@@ -207,6 +211,7 @@ def test_registry_names_and_aliases_are_accepted(write_yaml):
     text = BASE.replace("model: llama-3-8b", "model: [llama-3-8b, Llama-3-70B]").replace(
         "hardware: h100-sxm", "hardware: [h100-sxm, a100-sxm]"
     )
+    text += "tp: 4\n"  # Llama-3-70B's 141 GB of weights need more than one 80 GB GPU
     exp = load_experiment(write_yaml(text))
     assert exp.model == ["llama-3-8b", "Llama-3-70B"] and exp.hardware == ["h100-sxm", "a100-sxm"]
 
@@ -333,3 +338,49 @@ def test_pipelining_list_is_a_grid_axis(write_yaml):
     assert len(grid) == 2 * len(base)
     # after evict_unit, before block_tokens: policy x gpu_kv_gb (4 points) with it on, then off
     assert [p.labels()["pipelining"] for p in grid] == [True] * 4 + [False] * 4
+
+
+def test_tp_is_a_grid_axis_a_label_and_part_of_each_run(write_yaml):
+    base = load_experiment(write_yaml(BASE, "base.yaml"))
+    assert base.resolved()["tp"] == [1] and {p.tp for p in base.grid()} == {1}
+    exp = load_experiment(write_yaml(BASE + "tp: [1, 2]\n"))
+    assert exp.resolved()["tp"] == [1, 2]
+    grid = exp.grid()
+    assert len(grid) == 2 * len(base.grid())
+    # after hardware, before evict_unit: policy x gpu_kv_gb (4 points) at tp 1, then at tp 2
+    assert [p.labels()["tp"] for p in grid] == [1] * 4 + [2] * 4
+    assert list(grid[0].labels())[:4] == ["name", "policy", "model", "hardware"]
+    assert list(grid[0].labels())[4] == "tp"
+    assert grid[0] != grid[4] and dataclasses.replace(grid[0], tp=2) == grid[4]
+
+
+def test_a_model_too_big_for_one_gpu_names_file_key_numbers_and_fixes(write_yaml):
+    path = write_yaml(BASE.replace("model: llama-3-8b", "model: llama-3-70b"), "big.yaml")
+    msg = error_of(path)
+    assert msg.startswith(f"{path}: tp: Llama-3-70B at tp=1 needs 141.1 GB of weights"), msg
+    for words in ("2.1 GB of KV (2 GiB / tp 1)", "80.0 GB of HBM", "h100-sxm", "(tp=2 fits)"):
+        assert words in msg, msg
+    assert "raise tp" in msg and "hardware" in msg and "memory.gpu_kv_gb" in msg
+    load_experiment(write_yaml(BASE.replace("model: llama-3-8b", "model: llama-3-70b") + "tp: 2\n"))
+    # the group's KV pool counts 1/tp on each GPU: 2 x 70.6 GB of weights leave room for 2 x ~9 GB
+    too_much = BASE.replace("model: llama-3-8b", "model: llama-3-70b").replace("[1, 2]", "[1, 20]")
+    assert "tp=2 needs 70.6 GB" in error_of(write_yaml(too_much + "tp: 2\n", "full.yaml"))
+
+
+def test_a_tp_run_end_to_end(tmp_path, write_yaml):
+    import csv
+
+    from experiments.cli import main
+
+    cfg = write_yaml(
+        BASE.replace("model: llama-3-8b", "model: llama-3-70b")
+        .replace("sessions: 5", "sessions: 3")
+        .replace("[lru, fifo]", "[lru]")
+        .replace("[1, 2]", "2")
+        + "tp: [2, 4]\n"
+    )
+    out = tmp_path / "out"
+    assert main(["run", str(cfg), "--out", str(out), "--quiet"]) == 0
+    rows = list(csv.DictReader((out / "summary.csv").open()))
+    assert [r["tp"] for r in rows] == ["2", "4"]
+    assert rows[0]["ttft_p50_s"] != rows[1]["ttft_p50_s"]  # four GPUs share each layer

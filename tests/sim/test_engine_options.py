@@ -51,6 +51,24 @@ def test_pipelining_hides_all_but_the_recurrences_stall(unit):
 
 
 @pytest.mark.parametrize("unit", ["block", "layer_block"])
+def test_per_layer_copies_swap_in_with_one_call_per_layer(unit):
+    # The same swap-in, copies first: 15 pages of 32 layers are 480 calls per page, 32 per layer.
+    # Only the copy's per-call charge changes; the ledger's hits do not.
+    page, layer = (
+        ledger(unit, pipelining=False).loc[("a", 1)],
+        ledger(unit, pipelining=False, swap_copies="per_layer").loc[("a", 1)],
+    )
+    assert layer.copy_stall_s == pytest.approx(COST.copy_s("h2d", CPU_PAGES * PAGE, L), rel=1e-12)
+    assert page.copy_stall_s - layer.copy_stall_s == pytest.approx(
+        (CPU_PAGES * L - L) * COST.profile.h2d.latency_s, rel=1e-9
+    )
+    assert (layer.gpu_hit_tokens, layer.cpu_hit_tokens) == (
+        page.gpu_hit_tokens,
+        page.cpu_hit_tokens,
+    )
+
+
+@pytest.mark.parametrize("unit", ["block", "layer_block"])
 def test_synchronous_saves_add_the_demotion_copy_to_the_admission(unit):
     # B's admission needs 19 pages with 5 free: 14 of A's pages are demoted in that iteration.
     # Async (default): the D2H copy hides behind B's prefill (no stall). Sync: it comes first.

@@ -57,12 +57,14 @@ def run(
 
 def alone_ttft(tokens: int, offset: int, computed_pages=()) -> float:
     """The TTFT of a turn admitted alone: ``tokens`` new tokens after ``offset`` resident ones,
-    plus the prefix pages it computes."""
+    plus the prefix pages it computes (new to the kernel; the rest of the offset is cached)."""
+    computed = BT * len(computed_pages)
     pf = Prefill(
-        tokens=tokens + BT * len(computed_pages),
+        tokens=tokens + computed,
         seqs=1,
         pairs=attention_pairs(tokens, offset)
         + recompute_pairs(list(computed_pages), 1, BT, offset),
+        lens=[(tokens + computed, offset - computed)],
     )
     return PRICER.admission_s(pf, 0, 0)[0]
 

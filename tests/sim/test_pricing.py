@@ -70,3 +70,23 @@ def test_a_decode_step_with_a_demotion_is_the_iteration_price(seqs, ctx, pages):
     d2h = pages * PAGE
     expect = COST.iteration(shape, d2h_bytes=d2h, d2h_copies=pages * COST.model.num_layers).total_s
     assert pricer.decode_with_d2h_s(seqs, ctx, d2h) == expect
+
+
+def test_per_layer_copies_pay_one_call_per_layer_by_hand():
+    # 100 pages of all 32 layers swapped in: vLLM-style per-page copies are 3200 calls, a gather
+    # per layer 32; the bytes are the same. No pipelining: the iteration is copies + compute.
+    L, p = COST.model.num_layers, COST.profile.h2d
+    shape = BatchShape.prefill(16, 1600)
+    compute = COST.iteration(shape).total_s
+    for per_layer, calls in ((False, 100 * L), (True, L)):
+        pricer = Pricer(COST, PAGE, pipelining=False, per_layer_copies=per_layer)
+        t = pricer.iteration_s(shape, 0, 0, h2d_bytes=100 * PAGE, h2d_pages=100)
+        copy = calls * p.latency_s + 100 * PAGE / p.bw_Bps
+        assert math.isclose(t, compute + copy, rel_tol=1e-12)
+        # demotions of 70 pages of one layer each: a call each, or (not knowing which layers
+        # they are in) at most one per layer
+        one_layer = PAGE // L
+        d2h = pricer.copy_s("d2h", 70 * one_layer)
+        d = COST.profile.d2h
+        assert d2h == (L if per_layer else 70) * d.latency_s + 70 * one_layer / d.bw_Bps
+        assert pricer.copy_s("d2h", 7 * one_layer) == 7 * d.latency_s + 7 * one_layer / d.bw_Bps
