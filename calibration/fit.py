@@ -5,6 +5,8 @@ The forms are exactly those of ``costmodels.cost``, per decoder layer:
     gemm          tau + max(P*b / weight_bw, 2*N*P / flops)           (linear with a floor)
     elementwise   tau_ew + N * ew_bytes / elementwise_bw
     prefill_attn  tau + per_seq * S + 4*H_q*d * pairs / flops,         pairs = S * n_new*(n_ctx + n_new/2)
+                  + query_elem * S * n_new * H_q * d                   per query row
+                  + wave_key_elem * d * wave_keys                      kernels without split-KV only
     decode_attn   tau + per_seq * B + C * kv_bytes_per_token_layer / kv_bw,   C = total context
     h2d / d2h     copies * latency + bytes / bw
 
@@ -26,6 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from costmodels import CopyTerm, DecodeAttnTerm, PrefillAttnTerm
+from costmodels.cost import wave_keys
 
 from .samples import Sample
 
@@ -94,15 +97,23 @@ def _gemm_features(samples: Sequence[Sample]) -> tuple[np.ndarray, np.ndarray]:
     return w, f
 
 
-def _design(term: str, samples: Sequence[Sample]) -> tuple[np.ndarray, tuple[str, ...]]:
-    """Columns of the linear forms; coefficient j multiplies column j (names say what it becomes)."""
+def _design(
+    term: str, samples: Sequence[Sample], wave_sms: int = 0
+) -> tuple[np.ndarray, tuple[str, ...]]:
+    """Columns of the linear forms; coefficient j multiplies column j (names say what it becomes).
+    ``wave_sms``: prefill attention gets the wave column over that many SMs (0: none)."""
     rows = []
     for s in samples:
         m, sh = s.model, s.shape
         if term == "elementwise":
             rows.append((1.0, sh.tokens * m.elementwise_bytes_per_token_layer))
         elif term == "prefill_attn":
-            rows.append((1.0, sh.seqs, 4.0 * m.num_heads * m.head_dim * sh.pairs))
+            hd = m.num_heads * m.head_dim
+            row = [1.0, sh.seqs, sh.seqs * sh.n_new * hd]
+            if wave_sms:
+                lens = ((sh.n_new, sh.n_ctx),) * sh.seqs
+                row.append(wave_keys(lens, m.num_heads, wave_sms) * m.head_dim)
+            rows.append((*row, 4.0 * hd * sh.pairs))
         elif term == "decode_attn":
             rows.append((1.0, sh.seqs, sh.ctx_tokens * m.kv_bytes_per_token_layer))
         elif term in ("h2d", "d2h"):
@@ -111,7 +122,9 @@ def _design(term: str, samples: Sequence[Sample]) -> tuple[np.ndarray, tuple[str
             raise ValueError(f"no linear design for term {term!r}")
     names = {
         "elementwise": ("tau_s", "1/bw_Bps"),
-        "prefill_attn": ("tau_s", "per_seq_s", "1/flops"),
+        "prefill_attn": ("tau_s", "per_seq_s", "query_elem_s")
+        + (("wave_key_elem_s",) if wave_sms else ())
+        + ("1/flops",),
         "decode_attn": ("tau_s", "per_seq_s", "1/kv_bw_Bps"),
         "h2d": ("latency_s", "1/bw_Bps"),
         "d2h": ("latency_s", "1/bw_Bps"),
@@ -133,11 +146,13 @@ def predict(term: str, params: Params, samples: Sequence[Sample]) -> np.ndarray:
         b = np.array([s.model.dtype_bytes for s in samples], dtype=float)
         rows = np.array([s.shape.tokens for s in samples], dtype=float)
         return np.maximum(p * b / params.weight_bw_Bps, 2.0 * rows * p / params.flops)
-    a, _ = _design(term, samples)
+    sms = params.wave_sm_count if term == "prefill_attn" and params.wave_key_elem_s else 0
+    a, _ = _design(term, samples, sms)
     if term == "elementwise":
-        coef = (params.tau_s, 1.0 / params.bw_Bps)
+        coef: tuple[float, ...] = (params.tau_s, 1.0 / params.bw_Bps)
     elif term == "prefill_attn":
-        coef = (params.tau_s, params.per_seq_s, 1.0 / params.flops)
+        waves = (params.wave_key_elem_s,) if sms else ()
+        coef = (params.tau_s, params.per_seq_s, params.query_elem_s, *waves, 1.0 / params.flops)
     elif term == "decode_attn":
         coef = (params.tau_s, params.per_seq_s, 1.0 / params.kv_bw_Bps)
     else:
@@ -195,8 +210,10 @@ def _bound_note(rate: float, cap: float | None, what: str, notes: list[str]) -> 
         )
 
 
-def _fit_linear_form(term: str, samples: Sequence[Sample], limits: RateLimits) -> TermFit:
-    a, names = _design(term, samples)
+def _fit_linear_form(
+    term: str, samples: Sequence[Sample], limits: RateLimits, wave_sms: int = 0
+) -> TermFit:
+    a, names = _design(term, samples, wave_sms)
     y = _times(samples)
     has_intercept = names[0] == "tau_s"
     keep = []
@@ -222,8 +239,14 @@ def _fit_linear_form(term: str, samples: Sequence[Sample], limits: RateLimits) -
         params: Params = ElementwiseFit(tau_s=x[0], bw_Bps=_rate(x[1], "elementwise bw", notes))
         _bound_note(params.bw_Bps, cap, "elementwise bw_Bps", notes)
     elif term == "prefill_attn":
+        waves = x[3] if wave_sms else 0.0
         params = PrefillAttnTerm(
-            tau_s=x[0], flops=_rate(x[2], "prefill flops", notes), per_seq_s=x[1]
+            tau_s=x[0],
+            flops=_rate(x[-1], "prefill flops", notes),
+            per_seq_s=x[1],
+            query_elem_s=x[2],
+            wave_key_elem_s=waves,
+            wave_sm_count=wave_sms if waves > 0 else 0,
         )
         _bound_note(params.flops, cap, "prefill flops", notes)
     elif term == "decode_attn":
@@ -294,8 +317,12 @@ def _fit_gemm(samples: Sequence[Sample], limits: RateLimits) -> TermFit:
     return TermFit("gemm", params, len(samples), tuple(notes))
 
 
-def fit_term(term: str, samples: Sequence[Sample], limits: RateLimits | None = None) -> TermFit:
-    """Fit one term's form to its samples (all must be of ``term``); rates stay under ``limits``."""
+def fit_term(
+    term: str, samples: Sequence[Sample], limits: RateLimits | None = None, wave_sms: int = 0
+) -> TermFit:
+    """Fit one term's form to its samples (all must be of ``term``); rates stay under ``limits``.
+    ``wave_sms``: the prefill kernel does not split keys and runs its CTAs in waves over this many
+    SMs (0: it splits them, or the data show no waves), so its form gets the wave term."""
     limits = limits or RateLimits()
     if term not in FITTED_TERMS:
         raise ValueError(f"cannot fit {term!r}: fitted terms are {', '.join(FITTED_TERMS)}")
@@ -306,4 +333,4 @@ def fit_term(term: str, samples: Sequence[Sample], limits: RateLimits | None = N
         raise ValueError(f"fit_term({term!r}) got samples of {sorted(wrong)}")
     if term == "gemm":
         return _fit_gemm(samples, limits)
-    return _fit_linear_form(term, samples, limits)
+    return _fit_linear_form(term, samples, limits, wave_sms if term == "prefill_attn" else 0)

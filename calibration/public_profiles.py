@@ -46,7 +46,13 @@ from .samples import Sample
 from .validate import TermReport, evaluate, leave_out_split, score, transfer_check, validate_term
 
 # Calibration targets (held-out MAPE): a term over its target is reported as missed, never hidden.
-TARGETS = {"gemm": 0.05, "linear": 0.05, "prefill_attn": 0.05, "decode_attn": 0.10}
+TARGETS = {
+    "gemm": 0.05,
+    "elementwise": 0.05,
+    "linear": 0.05,
+    "prefill_attn": 0.05,
+    "decode_attn": 0.10,
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,7 +101,6 @@ class PublicFitResult:
     sources: tuple[SourceResult, ...]
     transfer: tuple[TermReport, ...]
     profiles: tuple[Profile, ...]
-    proposed: tuple[TermReport, ...] = ()  # candidate forms not in the cost model (proposed_forms)
 
     def reports(self) -> tuple[TermReport, ...]:
         return tuple(r for s in self.sources for r in s.reports) + self.transfer
@@ -121,15 +126,16 @@ def _fit_source(src: PublicSource, samples: list[Sample], seed: int) -> SourceRe
     reports: list[TermReport] = []
     fits: list[TermFit] = []
     limits = RateLimits.of_gpu(src.gpu)
+    waves = src.prefill_wave_sms
     for term in src.terms:
-        reports += validate_term(src.name, term, samples, seed=seed, limits=limits)
+        reports += validate_term(src.name, term, samples, seed=seed, limits=limits, wave_sms=waves)
         if term == "linear":
             fits += [
                 fit_term(t, [s for s in samples if s.term == t], limits)
                 for t in ("gemm", "elementwise")
             ]
         elif term not in ("gemm", "elementwise"):
-            fits.append(fit_term(term, [s for s in samples if s.term == term], limits))
+            fits.append(fit_term(term, [s for s in samples if s.term == term], limits, waves))
     models = sorted({s.model.name.split("/")[0] for s in samples if s.term == "gemm"})
     if len(models) > 1:
         # Leave one model config out: the constants must transfer, as the features come from the config.
@@ -238,12 +244,8 @@ def fit_public(
     data_dir: Path | None = None,
     seed: int = 0,
     sources: Sequence[str] | None = None,
-    proposed: bool = False,
 ) -> PublicFitResult:
-    """Fit and validate every public source; build the committed profiles when all their sources ran.
-
-    ``proposed``: also score the candidate prefill forms of ``proposed_forms`` on every source.
-    """
+    """Fit and validate every public source; build the committed profiles when all their sources ran."""
     data_dir = data_dir or default_data_dir()
     names = list(sources) if sources else list(SOURCES)
     unknown = [n for n in names if n not in SOURCES]
@@ -253,13 +255,6 @@ def fit_public(
         )
     loaded = {n: SOURCES[n].load(data_dir) for n in names}
     results = {n: _fit_source(SOURCES[n], loaded[n], seed) for n in names}
-    extra: list[TermReport] = []
-    if proposed:
-        from .proposed_forms import evaluate_proposed
-
-        for n in names:
-            if "prefill_attn" in SOURCES[n].terms:
-                extra += evaluate_proposed(n, SOURCES[n].gpu, loaded[n], seed)
     transfer: list[TermReport] = []
     if "h100-vidur-mlp" in results and "h100-lss-8b-layers" in results:
         lss = loaded["h100-lss-8b-layers"]
@@ -295,4 +290,4 @@ def fit_public(
                     )
                 )
             profiles.append(_build(spec, results, transfer))
-    return PublicFitResult(tuple(results.values()), tuple(transfer), tuple(profiles), tuple(extra))
+    return PublicFitResult(tuple(results.values()), tuple(transfer), tuple(profiles))

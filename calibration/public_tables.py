@@ -338,6 +338,9 @@ class PublicSource:
     terms: tuple[str, ...]  # terms fitted and validated on this source
     load: Callable[[Path | None], list[Sample]]
     description: str
+    # SMs of the GPU when the prefill kernel gives each (query tile, head) one CTA and streams the
+    # keys inside it (FlashAttention without split-KV): its form gets the wave term. 0: no waves.
+    prefill_wave_sms: int = 0
 
 
 def _vidur_a100_mlp(d: Path | None) -> list[Sample]:
@@ -400,6 +403,7 @@ SOURCES: dict[str, PublicSource] = {
                 "lss-h100-llama31-70b-tp4-attn", shard(get_model("llama-3-70b"), 4), d
             ),
             "LLMServingSim H100 Llama-3.1-70B TP4 attention (FlashAttention, no split-KV decode)",
+            prefill_wave_sms=132,  # H100 SXM
         ),
         PublicSource(
             "a6000-lss-8b",
@@ -408,6 +412,7 @@ SOURCES: dict[str, PublicSource] = {
             ("prefill_attn", "decode_attn"),
             lambda d: load_lss_attention("lss-a6000-llama31-8b-attn", get_model("llama-3-8b"), d),
             "LLMServingSim A6000 Llama-3.1-8B attention (FlashAttention, no split-KV decode)",
+            prefill_wave_sms=84,  # RTX A6000
         ),
     )
 }

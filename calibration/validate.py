@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -62,6 +62,8 @@ class TermReport:
     train_n: int
     test: ErrorStats
     by_group: tuple[tuple[str, ErrorStats], ...] = ()
+    # The held-out samples and what the form predicted for each (for plots of the misses).
+    points: tuple[tuple[Sample, float], ...] = field(default=(), compare=False, repr=False)
 
 
 # --- splits -------------------------------------------------------------------------------------------
@@ -184,6 +186,7 @@ def evaluate(
     samples: Sequence[Sample],
     split: Split,
     limits: RateLimits | None = None,
+    wave_sms: int = 0,
 ) -> TermReport:
     """Fit ``term`` on the training fold of ``samples`` and score the held-out fold.
 
@@ -198,13 +201,20 @@ def evaluate(
         train_n = g.n
     else:
         train = _pick(samples, term, split.train)
-        f = fit_term(term, train, limits)
+        f = fit_term(term, train, limits, wave_sms)
         test = _pick(samples, term, split.test)
         pred = predict(term, f.params, test)
         fits, train_n = (f,), len(train)
     y = np.array([s.time.median_s for s in test])
     return TermReport(
-        source, term, split, fits, train_n, ErrorStats.of(pred, y), _by_group(test, pred)
+        source,
+        term,
+        split,
+        fits,
+        train_n,
+        ErrorStats.of(pred, y),
+        _by_group(test, pred),
+        tuple(zip(test, map(float, pred), strict=True)),
     )
 
 
@@ -228,6 +238,7 @@ def score(
         0,
         ErrorStats.of(pred, y),
         _by_group(test, pred),
+        tuple(zip(test, map(float, pred), strict=True)),
     )
 
 
@@ -272,13 +283,15 @@ def validate_term(
     seed: int = 0,
     frac: float = 0.2,
     limits: RateLimits | None = None,
+    wave_sms: int = 0,
 ) -> tuple[TermReport, ...]:
     """The random and (where the sizes allow) the extrapolation report of one term."""
     rows = [s for s in samples if s.term == term]
-    reports = [evaluate(source, term, samples, random_split(rows, frac, seed), limits)]
+    split = random_split(rows, frac, seed)
+    reports = [evaluate(source, term, samples, split, limits, wave_sms)]
     ex = extrapolation_split(term, rows)
     if ex is not None:
-        reports.append(evaluate(source, term, samples, ex, limits))
+        reports.append(evaluate(source, term, samples, ex, limits, wave_sms))
     return tuple(reports)
 
 

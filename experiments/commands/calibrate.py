@@ -101,7 +101,11 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     f.add_argument(
         "--write-profiles", metavar="DIR", help="write the fitted public profiles into DIR"
     )
-    f.add_argument("--proposed", action="store_true", help="also score candidate prefill forms")
+    f.add_argument(
+        "--plots",
+        metavar="DIR",
+        help="draw predicted against measured for every held-out split that misses its target",
+    )
     p.add_argument(
         "--seed", type=int, default=0, help="seed of the shape order and the random split"
     )
@@ -216,13 +220,13 @@ def _fit(args: argparse.Namespace) -> int:
         raise ValueError(
             f"{data}: some public tables are missing; name the ones present with --source"
         )
-    res = fit_public(data, seed=args.seed, sources=args.source, proposed=args.proposed)
+    res = fit_public(data, seed=args.seed, sources=args.source)
     print(format_table(res.reports(), TARGETS))
-    if res.proposed:
-        print(
-            "\ncandidate prefill forms (not in the cost model; see calibration/proposed_forms.py):"
-        )
-        print(format_table(res.proposed, TARGETS))
+    if args.plots:
+        from calibration.miss_plots import write_miss_plots
+
+        drawn = write_miss_plots(res.reports(), TARGETS, args.plots)
+        print(f"\n{len(drawn)} plots of the misses (predicted against measured) in {args.plots}")
     for p in res.profiles:
         print(f"\nprofile {p.name} ({p.meta.gpu}):")
         for term in ("linear", "prefill_attn", "decode_attn"):

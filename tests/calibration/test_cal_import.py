@@ -14,7 +14,7 @@ sys.modules['torch'] = None          # any 'import torch' now raises ImportError
 sys.modules['flashinfer'] = None
 import calibration
 from calibration import (fit, validate, samples, grids, public_tables, public_profiles, profile_writer,
-                         proposed_forms, samples_io, timing, measure, measure_gemm, measure_attention,
+                         samples_io, timing, measure, measure_gemm, measure_attention,
                          measure_copy, local, env, validate_forward)
 import experiments.commands.calibrate, experiments.commands.cost
 from experiments.cli import main

@@ -1,0 +1,132 @@
+"""Predicted against measured, for every held-out report that misses its target.
+
+One PNG per (source, term, split): the held-out shapes on log-log axes, the y = x line and the
+target band around it, points coloured by the shape's size, and the worst shapes named. What a
+reader needs to see which shapes miss and by how much (``kvsim calibrate fit --plots DIR``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from .samples import Sample
+from .validate import TermReport
+
+WORST = 6  # shapes named on each plot
+
+
+def describe(s: Sample) -> str:
+    """A shape in the words of its term: what a reader looks up in the table."""
+    sh = s.shape
+    if s.term in ("prefill_attn",):
+        return f"{s.model.name} S={sh.seqs} new={sh.n_new} ctx={sh.n_ctx}"
+    if s.term == "decode_attn":
+        return f"{s.model.name} B={sh.seqs} ctx={sh.n_ctx}"
+    if s.term in ("h2d", "d2h"):
+        return f"{sh.nbytes} B in {sh.copies} copies"
+    return f"{s.model.name} N={sh.tokens}"
+
+
+def size_of(s: Sample) -> float:
+    """The colour scale: the work's size in its term's natural unit."""
+    sh = s.shape
+    if s.term == "prefill_attn":
+        return float(sh.seqs * sh.n_new)
+    if s.term == "decode_attn":
+        return float(sh.seqs * sh.n_ctx)
+    if s.term in ("h2d", "d2h"):
+        return float(sh.nbytes)
+    return float(sh.tokens)
+
+
+def missed(reports: Sequence[TermReport], targets: dict[str, float]) -> list[TermReport]:
+    """Reports over their term's target that have held-out points to draw."""
+    return [r for r in reports if r.term in targets and r.test.mape >= targets[r.term] and r.points]
+
+
+def figure(report: TermReport, target: float):
+    """The figure of one report (not saved), so a caller can inspect or save it."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    y = np.array([s.time.median_s for s, _ in report.points]) * 1e6
+    p = np.array([pred for _, pred in report.points]) * 1e6
+    size = np.array([size_of(s) for s, _ in report.points])
+    ape = np.abs(p - y) / y
+    fig, ax = plt.subplots(figsize=(6.4, 5.2))
+    sc = ax.scatter(y, p, c=np.log10(np.maximum(size, 1)), s=14, cmap="viridis", alpha=0.8)
+    fig.colorbar(sc, ax=ax, label="log10 size (tokens, keys or bytes)")
+    lo, hi = min(y.min(), p.min()) * 0.8, max(y.max(), p.max()) * 1.25
+    line = np.array([lo, hi])
+    ax.plot(line, line, color="black", lw=1, label="predicted = measured")
+    ax.fill_between(
+        line,
+        line * (1 - target),
+        line * (1 + target),
+        color="grey",
+        alpha=0.2,
+        label=f"within {target:.0%}",
+    )
+    for i in np.argsort(ape)[::-1][:WORST]:
+        ax.annotate(
+            f"{describe(report.points[i][0])} ({(p[i] - y[i]) / y[i]:+.0%})",
+            (y[i], p[i]),
+            fontsize=6,
+            xytext=(4, -8),
+            textcoords="offset points",
+        )
+    ax.set(
+        xscale="log",
+        yscale="log",
+        xlim=(lo, hi),
+        ylim=(lo, hi),
+        xlabel="measured (us)",
+        ylabel="predicted (us)",
+    )
+    ax.set_title(
+        f"{report.source}: {report.term}, {report.split.name} held-out\n"
+        f"MAPE {report.test.mape:.1%} (target {target:.0%}), max {report.test.max_ape:.0%}, "
+        f"n={report.test.n}",
+        fontsize=9,
+    )
+    ax.legend(loc="upper left", fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def file_name(report: TermReport) -> str:
+    stem = f"{report.source}__{report.term}__{report.split.name}"
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", stem).strip("_") + ".png"
+
+
+def write_miss_plots(
+    reports: Sequence[TermReport], targets: dict[str, float], out_dir: str | os.PathLike[str]
+) -> list[Path]:
+    """One PNG per missed report in ``out_dir`` (created), each written atomically."""
+    import matplotlib.pyplot as plt
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for r in missed(reports, targets):
+        fig = figure(r, targets[r.term])
+        path = out / file_name(r)
+        fd, tmp = tempfile.mkstemp(dir=out, suffix=".png.part")
+        os.close(fd)
+        try:
+            fig.savefig(tmp, dpi=110, format="png")
+            os.replace(tmp, path)
+        finally:
+            plt.close(fig)
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+        written.append(path)
+    return written
