@@ -1,20 +1,27 @@
 """Run a calibration sweep: every term of one layer of ``model`` over a ``Grid``, on one device.
 
 Returns typed ``Measurements`` (samples, overlap, environment, what was skipped and why). The
-device-specific parts live in measure_gemm / measure_attention / measure_copy; this module only
-orders the shapes (shuffled), picks the backend and records reasons for anything left out.
+device-specific parts live in measure_gemm / measure_attention / measure_copy; the shapes and their
+order in ``sweep_plan``; this module runs the plan's jobs, picks the backend and records reasons for
+anything left out. With a raw file (``MeasureConfig.raw``) every finished shape is appended to it
+at once and a rerun resumes from it (``raw_sweep``); progress goes to stderr (``progress``). The
+overlap runs are not shapes of the raw file: a resumed GPU sweep measures them again (seconds).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TextIO
 
 from costmodels import ModelSpec
 
 from .env import EnvInfo, collect, flashinfer_version
-from .grids import Grid, shuffled
+from .grids import Grid
 from .measure_attention import AttentionBackend, measure_decode, measure_prefill
 from .measure_copy import OverlapResult, measure_copy, measure_overlap
 from .measure_gemm import (
@@ -24,11 +31,13 @@ from .measure_gemm import (
     lm_head_closure,
     measure_token_level,
 )
-from .samples import Sample, Shape, shard, with_dtype_bytes
+from .progress import SweepProgress
+from .raw_sweep import RawSweep
+from .samples import Sample, with_dtype_bytes
+from .sweep_plan import Job, SweepPlan, estimated_call_s, plan_sweep, plan_within_budget, tp_shard
 from .timing import TimingConfig, make_timer
 
 TERMS = ("linear", "prefill_attn", "decode_attn", "h2d", "d2h", "lm_head", "overlap")
-CPU_LM_HEAD_LIMIT = 1 << 30  # bytes: a bigger LM head is left out on a CPU (minutes per shape)
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,12 +53,16 @@ class MeasureConfig:
     kv_layout: str = "NHD"
     terms: tuple[str, ...] = TERMS
     cpu_threads: int = 1  # CPU: torch intra-op threads (see run_measurements)
+    tp: int = 1  # measure one layer of the model's per-GPU shard at this tensor parallelism
+    raw: Path | None = None  # append each finished shape here; resume from it when it exists
+    fresh: bool = False  # start ``raw`` over instead of resuming
+    budget_s: float | None = None  # thin the grid until its estimated duration fits (sweep_plan)
 
 
 @dataclass(frozen=True, slots=True)
 class Measurements:
     samples: tuple[Sample, ...]
-    model: ModelSpec  # the measured model, bytes per element as measured
+    model: ModelSpec  # the measured model (the per-GPU shard), bytes per element as measured
     dtype: str
     env: EnvInfo
     backend: AttentionBackend
@@ -58,6 +71,7 @@ class Measurements:
     skipped: tuple[str, ...]  # what was not measured, and why
     wall_s: float
     timing: str = ""  # how kernels were timed (CudaTimer/CpuTimer.describe())
+    resumed: int = 0  # shapes taken from an earlier run's raw file, not measured by this one
 
 
 def _backend(cfg: MeasureConfig, skipped: list[str]) -> AttentionBackend:
@@ -81,11 +95,29 @@ def _backend(cfg: MeasureConfig, skipped: list[str]) -> AttentionBackend:
     return AttentionBackend("sdpa", decode_impl=cfg.decode_impl, page_size=cfg.grid.page_size)
 
 
-def run_measurements(cfg: MeasureConfig, log: Callable[[str], None] = print) -> Measurements:
+def plan_for(cfg: MeasureConfig) -> tuple[SweepPlan, str]:
+    """The sweep ``cfg`` asks for, and what its time budget trimmed (empty: nothing)."""
+    model = with_dtype_bytes(cfg.model, dtype_bytes(cfg.dtype))
+    args = dict(model=model, tp=cfg.tp, terms=cfg.terms, device=cfg.device, seed=cfg.seed)
+    call_s = estimated_call_s(cfg.device, cfg.timing)
+    if cfg.budget_s is None:
+        return plan_sweep(cfg.grid, call_s=call_s, **args), ""
+    return plan_within_budget(cfg.grid, cfg.budget_s, call_s, **args)
+
+
+def run_measurements(
+    cfg: MeasureConfig,
+    log: Callable[[str], None] = print,
+    timer=None,
+    on_shape: Callable[[int, int], None] | None = None,
+    progress_stream: TextIO | None = None,
+) -> Measurements:
+    """Measure every job of the plan not already in ``cfg.raw``. ``timer``: another timer than
+    the device's (tests use a deterministic one); ``on_shape(done, total)`` is called after every
+    shape is on disk."""
     import torch
 
     t0 = time.perf_counter()
-    skipped: list[str] = []
     device = cfg.device
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise ValueError(
@@ -97,65 +129,66 @@ def run_measurements(cfg: MeasureConfig, log: Callable[[str], None] = print) -> 
         # threads turn microsecond kernels into scheduler quanta (milliseconds); one thread
         # measures the kernels, not the scheduler.
         torch.set_num_threads(cfg.cpu_threads)
+    plan, trimmed = plan_for(cfg)
+    skipped = list(plan.skipped) + ([trimmed] if trimmed else [])
     model = with_dtype_bytes(cfg.model, dtype_bytes(cfg.dtype))
-    timer = make_timer(device, cfg.timing)
+    layer = tp_shard(model, cfg.tp)
+    timer = timer or make_timer(device, cfg.timing)
     be = _backend(cfg, skipped)
     env = collect(device)
-    g = cfg.grid
-    samples: list[Sample] = []
+    if trimmed:
+        log(trimmed)
+    for kind in ("token", "lm_head", "prefill_attn", "decode_attn", "h2d", "d2h"):
+        if plan.count(kind):
+            log(f"{_KIND_LABEL[kind]}: {plan.count(kind)} shapes")
+    log(f"{len(plan.jobs)} shapes, estimated {plan.estimate_s:.0f} s ({be.describe()})")
+    raw = None
+    if cfg.raw is not None:
+        record = run_record(cfg, env, be, timer, plan, layer)
+        raw = RawSweep.open(cfg.raw, record, plan.jobs, fresh=cfg.fresh)
+        if raw.done:
+            log(f"resuming {cfg.raw}: {len(raw.done)} of {len(plan.jobs)} shapes already measured")
+    done = raw.done if raw else {}
+    new: dict[tuple, tuple[Sample, ...]] = {}
+    progress = SweepProgress(len(plan.jobs), len(done), layer.name, progress_stream)
+    runner = _JobRunner(cfg, be, timer)
     torch.manual_seed(cfg.seed)
-
-    with torch.inference_mode():
-        if "linear" in cfg.terms:
-            shards = [k for k in g.gemm_shards if _divisible(model, k)]
-            skipped += [
-                f"gemm shard /{k}: heads or MLP width not divisible"
-                for k in g.gemm_shards
-                if k not in shards
-            ]
-            jobs = shuffled([(k, n) for k in shards for n in g.gemm_tokens], cfg.seed)
-            layers = {k: LayerWeights(shard(model, k), device, cfg.dtype, cfg.seed) for k in shards}
-            log(f"token-level ops: {len(jobs)} shapes over shards {shards}")
-            for k, n in jobs:
-                samples += measure_token_level(layers[k], n, timer, f"shard/{k}", g.page_size)
-        if "lm_head" in cfg.terms and g.lm_head_rows:
-            head_bytes = model.lm_head_params * model.dtype_bytes
-            if device == "cpu" and head_bytes > CPU_LM_HEAD_LIMIT:
-                skipped.append(
-                    f"lm_head: {head_bytes / 2**30:.1f} GiB of weights is too slow on a CPU"
-                )
-            else:
-                for rows in g.lm_head_rows:
-                    t = timer.measure(lm_head_closure(model, rows, device, cfg.dtype, cfg.seed))
-                    samples.append(
-                        Sample("lm_head", Shape(tokens=rows), t, model, "", "torch.matmul")
-                    )
-        if "prefill_attn" in cfg.terms:
-            log(f"prefill attention: {len(g.prefill)} shapes ({be.describe()})")
-            for n_new, n_ctx, seqs in shuffled(g.prefill, cfg.seed):
-                samples.append(
-                    measure_prefill(model, n_new, n_ctx, seqs, be, timer, device, cfg.dtype)
-                )
-        if "decode_attn" in cfg.terms:
-            log(f"decode attention: {len(g.decode)} shapes")
-            for seqs, ctx in shuffled(g.decode, cfg.seed):
-                samples.append(measure_decode(model, seqs, ctx, be, timer, device, cfg.dtype))
-        for direction in ("h2d", "d2h"):
-            if direction in cfg.terms:
-                shapes = g.copy_shapes()
-                log(f"{direction} copies: {len(shapes)} (bytes, copies) shapes")
-                for nbytes, copies in shuffled(shapes, cfg.seed):
-                    samples.append(measure_copy(direction, nbytes, copies, timer, device, model))
-        overlap = None
-        if "overlap" in cfg.terms:
-            if device == "cpu":
-                skipped.append(
-                    "overlap: no copy engine or streams on a CPU (host memcpy and compute share "
-                    "the cores); compute_slowdown and layerwise_h2d are not measured"
-                )
-            else:  # GPU-only
+    try:
+        with torch.inference_mode():
+            for job in plan.jobs:
+                if job.key in done:
+                    continue
+                new[job.key] = got = tuple(runner.run(job))
+                if raw is not None:
+                    raw.append(got)
+                progress.step(_KIND_LABEL[job.kind])
+                if on_shape is not None:
+                    on_shape(progress.done, progress.total)
+    except KeyboardInterrupt:
+        if raw is not None:
+            print(
+                f"calibrate: {progress.done} of {progress.total} shapes are in {raw.path}; "
+                "the same command resumes from there",
+                file=progress_stream or sys.stderr,
+            )
+        raise
+    finally:
+        if raw is not None:
+            raw.close()
+    # Plan order whether measured now or earlier: a resumed sweep fits exactly what an
+    # uninterrupted one would have.
+    samples = [s for job in plan.jobs for s in (done.get(job.key) or new[job.key])]
+    overlap = None
+    if "overlap" in cfg.terms:
+        if device == "cpu":
+            skipped.append(
+                "overlap: no copy engine or streams on a CPU (host memcpy and compute share "
+                "the cores); compute_slowdown and layerwise_h2d are not measured"
+            )
+        else:  # GPU-only
+            with torch.inference_mode():
                 bw = _h2d_bw(samples) or 25e9
-                lw = LayerWeights(model, device, cfg.dtype, cfg.seed)
+                lw = LayerWeights(layer, device, cfg.dtype, cfg.seed)
                 overlap = measure_overlap(gemm_closure(lw, 512), bw, timer, device)
     if timer.eager_fallbacks:  # GPU-only
         skipped.append(
@@ -164,16 +197,71 @@ def run_measurements(cfg: MeasureConfig, log: Callable[[str], None] = print) -> 
         )
     return Measurements(
         tuple(samples),
-        model,
+        layer,
         cfg.dtype,
         env,
         be,
-        g.name,
+        plan.grid.name,
         overlap,
         tuple(skipped),
         time.perf_counter() - t0,
         timer.describe(),
+        resumed=len(done),
     )
+
+
+_KIND_LABEL = {
+    "token": "token-level ops (GEMMs + elementwise)",
+    "lm_head": "LM head",
+    "prefill_attn": "prefill attention",
+    "decode_attn": "decode attention",
+    "h2d": "h2d copies",
+    "d2h": "d2h copies",
+}
+
+
+def run_record(cfg: MeasureConfig, env: EnvInfo, be, timer, plan: SweepPlan, layer) -> dict:
+    """What the samples of a raw file are measured with: a rerun must match it to resume."""
+    return {
+        "device": env.device_name,
+        "torch": env.torch,
+        "flashinfer": env.flashinfer,
+        "dtype": cfg.dtype,
+        "model": layer.name,
+        "tp": cfg.tp,
+        "attention": be.describe(),
+        "timing": timer.describe(),
+        "timing_config": dataclasses.asdict(cfg.timing),
+        "threads": env.threads,
+        "grid": plan.grid.name,
+        "shapes": len(plan.jobs),
+        "seed": cfg.seed,
+    }
+
+
+class _JobRunner:
+    """Measures one job; the layer weights of each shard are made once, on first use."""
+
+    def __init__(self, cfg: MeasureConfig, be: AttentionBackend, timer) -> None:
+        self.cfg, self.be, self.timer = cfg, be, timer
+        self._layers: dict[str, LayerWeights] = {}
+
+    def run(self, job: Job) -> list[Sample]:
+        cfg, be, timer, sh = self.cfg, self.be, self.timer, job.shape
+        dev, dt = cfg.device, cfg.dtype
+        if job.kind == "token":
+            lw = self._layers.get(job.model.name)
+            if lw is None:
+                lw = self._layers[job.model.name] = LayerWeights(job.model, dev, dt, cfg.seed)
+            return measure_token_level(lw, sh.tokens, timer, f"shard/{job.shard}", be.page_size)
+        if job.kind == "lm_head":
+            t = timer.measure(lm_head_closure(job.model, sh.tokens, dev, dt, cfg.seed))
+            return [Sample("lm_head", sh, t, job.model, "", "torch.matmul")]
+        if job.kind == "prefill_attn":
+            return [measure_prefill(job.model, sh.n_new, sh.n_ctx, sh.seqs, be, timer, dev, dt)]
+        if job.kind == "decode_attn":
+            return [measure_decode(job.model, sh.seqs, sh.n_ctx, be, timer, dev, dt)]
+        return [measure_copy(job.kind, sh.nbytes, sh.copies, timer, dev, job.model)]
 
 
 def _probe_flashinfer(cfg: MeasureConfig, be: AttentionBackend) -> str | None:  # GPU-only
@@ -186,14 +274,6 @@ def _probe_flashinfer(cfg: MeasureConfig, be: AttentionBackend) -> str | None:  
     except Exception as exc:  # version skew in plan/run signatures, missing JIT toolchain, ...
         return f"{type(exc).__name__}: {exc}"
     return None
-
-
-def _divisible(model: ModelSpec, k: int) -> bool:
-    return k == 1 or (
-        model.num_heads % k == 0
-        and model.num_kv_heads % k == 0
-        and model.intermediate_size % k == 0
-    )
 
 
 def _h2d_bw(samples: list[Sample]) -> float | None:

@@ -4,7 +4,7 @@ model shard it ran on, so a sweep can be inspected or refitted without measuring
 from __future__ import annotations
 
 import csv
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import fields
 from pathlib import Path
 
@@ -21,47 +21,61 @@ COLUMNS = (
 )
 
 
+def model_fields(model: ModelSpec) -> tuple:
+    """What a row keeps of a model: equal tuples mean the same shard as far as the fit can tell."""
+    return tuple(getattr(model, k) for k in _MODEL)
+
+
+def sample_row(s: Sample) -> list:
+    """One CSV row; floats as ``repr`` so they read back bit for bit."""
+    return (
+        [
+            s.term,
+            s.group,
+            s.kernel,
+            repr(s.time.median_s),
+            repr(s.time.p20_s),
+            repr(s.time.p80_s),
+            s.time.reps,
+        ]
+        + [getattr(s.shape, k) for k in _SHAPE]
+        + list(model_fields(s.model))
+    )
+
+
 def write_samples_csv(samples: Sequence[Sample], path: str | Path) -> Path:
     p = Path(path)
     with open(p, "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(COLUMNS)
-        for s in samples:
-            w.writerow(
-                [
-                    s.term,
-                    s.group,
-                    s.kernel,
-                    repr(s.time.median_s),
-                    repr(s.time.p20_s),
-                    repr(s.time.p80_s),
-                    s.time.reps,
-                ]
-                + [getattr(s.shape, k) for k in _SHAPE]
-                + [getattr(s.model, k) for k in _MODEL]
-            )
+        w.writerows(sample_row(s) for s in samples)
     return p
 
 
 def read_samples_csv(path: str | Path) -> list[Sample]:
+    with open(path, newline="") as f:
+        return parse_samples(f, str(path))
+
+
+def parse_samples(lines: Iterable[str], origin: str) -> list[Sample]:
+    """Samples from CSV text lines (header first); ``origin`` names them in the models' source."""
     out: list[Sample] = []
     models: dict[tuple, ModelSpec] = {}
-    with open(path, newline="") as f:
-        for r in csv.DictReader(f):
-            vals = tuple(r[f"model_{k}"] for k in _MODEL)
-            if vals not in models:
-                kw = {
-                    k: (
-                        r[f"model_{k}"]
-                        if k == "name"
-                        else r[f"model_{k}"] == "True"
-                        if k == "gated_mlp"
-                        else int(r[f"model_{k}"])
-                    )
-                    for k in _MODEL
-                }
-                models[vals] = ModelSpec(**kw, source=f"raw samples {path}")
-            shape = Shape(**{k: int(r[f"shape_{k}"]) for k in _SHAPE})
-            t = Timing(float(r["median_s"]), float(r["p20_s"]), float(r["p80_s"]), int(r["reps"]))
-            out.append(Sample(r["term"], shape, t, models[vals], r["group"], r["kernel"]))
+    for r in csv.DictReader(lines):
+        vals = tuple(r[f"model_{k}"] for k in _MODEL)
+        if vals not in models:
+            kw = {
+                k: (
+                    r[f"model_{k}"]
+                    if k == "name"
+                    else r[f"model_{k}"] == "True"
+                    if k == "gated_mlp"
+                    else int(r[f"model_{k}"])
+                )
+                for k in _MODEL
+            }
+            models[vals] = ModelSpec(**kw, source=f"raw samples {origin}")
+        shape = Shape(**{k: int(r[f"shape_{k}"]) for k in _SHAPE})
+        t = Timing(float(r["median_s"]), float(r["p20_s"]), float(r["p80_s"]), int(r["reps"]))
+        out.append(Sample(r["term"], shape, t, models[vals], r["group"], r["kernel"]))
     return out

@@ -6,6 +6,7 @@ simulated batch shapes as real forwards.
     kvsim calibrate fit                                    # table of held-out MAPE per term and source
     kvsim calibrate fit --write-profiles costmodels/profiles --force
     kvsim calibrate forward --device cuda --profile my-h100.yaml --model llama-3-8b
+    kvsim calibrate gpu-run          # on a GPU: measure 8B and 70B TP shards, forward, pytest -m gpu
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-ACTIONS = ("measure", "fit", "forward")
+ACTIONS = ("measure", "fit", "forward", "gpu-run")
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -28,7 +29,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "                     and print the held-out MAPE per term and source\n"
         "  forward            simulate a synthetic trace, replay 50+ of its batch shapes as\n"
         "                     real one-layer forwards and compare with --profile\n"
-        "torch is needed for measure and forward (pip install torch==2.13.0 first).",
+        "  gpu-run            measure (Llama-3-8B; Llama-3-70B per-GPU shards at TP 4 and 8),\n"
+        "                     forward against each profile, pytest -m gpu: every file and a\n"
+        "                     README into --out DIR (calibration/measured/<gpu>-<date>)\n"
+        "torch is needed for measure, forward and gpu-run (pip install torch==2.13.0 first).",
     )
     p.add_argument("action", nargs="?", default="measure", choices=ACTIONS, help="default: measure")
     m = p.add_argument_group("measure / forward")
@@ -36,7 +40,18 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     m.add_argument(
         "--model", default="llama-3-8b", help="model name or spec YAML (default llama-3-8b)"
     )
-    m.add_argument("--out", metavar="PROFILE.yaml", help="profile to write (measure)")
+    m.add_argument(
+        "--out",
+        metavar="PATH",
+        help="measure: the profile YAML to write; gpu-run: the output folder "
+        "(default calibration/measured/<gpu>-<date>)",
+    )
+    m.add_argument(
+        "--tp",
+        type=int,
+        default=1,
+        help="one layer of the model's per-GPU shard at this tensor parallelism (default 1)",
+    )
     m.add_argument(
         "--quick", action="store_true", help="small grid and short timing (seconds on a CPU)"
     )
@@ -46,7 +61,28 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         help="element type (default: bf16 on CUDA, fp32 on a CPU, where bf16 GEMMs are slow)",
     )
     m.add_argument("--name", help="profile name (default: the file stem of --out)")
-    m.add_argument("--raw", metavar="CSV", help="also write every measured sample to this CSV")
+    m.add_argument(
+        "--raw",
+        metavar="CSV",
+        help="append every measured shape to this CSV as it finishes; when the file exists, "
+        "resume: skip the shapes already in it",
+    )
+    m.add_argument(
+        "--fresh", action="store_true", help="start --raw over instead of resuming from it"
+    )
+    m.add_argument(
+        "--budget-s",
+        type=float,
+        metavar="S",
+        help="thin the grid, in a fixed order, until its estimated duration fits S seconds "
+        "(calibration/README.md); gpu-run: the budget of each TP-sharded sweep (default 300, "
+        "0 = none)",
+    )
+    m.add_argument(
+        "--validation",
+        metavar="CSV",
+        help="measure: write the held-out table to this CSV and beside it as Markdown (.md)",
+    )
     m.add_argument(
         "--attention",
         default="auto",
@@ -87,6 +123,15 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     )
     m.add_argument("--gpu-kv-gb", type=float, default=2.0, help="forward: simulated GPU KV GiB")
     m.add_argument("--max-tokens", type=int, default=8192, help="forward: largest batch replayed")
+    m.add_argument(
+        "--report", metavar="MD", help="forward: also write the error table (Markdown) here"
+    )
+    m.add_argument(
+        "--models",
+        nargs="+",
+        metavar="MODEL[@tpK]",
+        help="gpu-run: what to calibrate (default llama-3-8b llama-3-70b@tp4 llama-3-70b@tp8)",
+    )
     m.add_argument(
         "--points",
         metavar="CSV",
@@ -136,6 +181,11 @@ def _check_out(path: str | None, force: bool, what: str) -> Path:
 def main(args: argparse.Namespace) -> int:
     if args.action == "fit":
         return _fit(args)
+    if args.action == "gpu-run":
+        _need_torch()
+        from ._calibrate_gpu_run import gpu_run
+
+        return gpu_run(args)
     if not args.device:
         raise ValueError(f"calibrate {args.action} needs --device cpu|cuda")
     _need_torch()
@@ -149,7 +199,7 @@ def _measure(args: argparse.Namespace) -> int:
     from calibration.local import calibrate
     from calibration.measure import MeasureConfig, run_measurements
     from calibration.public_profiles import TARGETS
-    from calibration.samples_io import write_samples_csv
+    from calibration.report_tables import validation_rows, write_validation_tables
     from calibration.timing import TimingConfig
     from calibration.validate import format_table
     from costmodels import get_model, save_profile
@@ -175,22 +225,33 @@ def _measure(args: argparse.Namespace) -> int:
         decode_impl=args.decode_impl,
         kv_layout=args.kv_layout,
         cpu_threads=args.threads,
+        tp=args.tp,
+        raw=Path(args.raw) if args.raw else None,
+        fresh=args.fresh,
+        budget_s=args.budget_s,
     )
-    print(f"calibrating {model.name} ({dtype}) on {args.device}, {grid.name} grid")
+    shard = f" TP{args.tp} shard" if args.tp > 1 else ""
+    print(f"calibrating {model.name}{shard} ({dtype}) on {args.device}, {grid.name} grid")
+    if not args.raw and not args.quick:
+        print("  no --raw: an interrupted sweep keeps nothing and cannot be resumed")
     meas = run_measurements(cfg, log=lambda s: print("  " + s))
-    print(f"measured {len(meas.samples)} shapes in {meas.wall_s:.1f} s on {meas.env.device_name}")
+    print(f"measured {len(meas.samples)} samples in {meas.wall_s:.1f} s on {meas.env.device_name}")
     for s in meas.skipped:
         print(f"  skipped: {s}")
     cmd = (
         f"kvsim calibrate --device {args.device} --model {args.model} --dtype {dtype}"
+        + (f" --tp {args.tp}" if args.tp > 1 else "")
         + (" --quick" if args.quick else "")
+        + (f" --budget-s {args.budget_s:g}" if args.budget_s is not None else "")
         + f" --attention {args.attention} --seed {args.seed}"
     )
+    resumed = f", {meas.resumed} shapes from an earlier run's raw file" if meas.resumed else ""
     res = calibrate(
         meas,
         args.name or out.stem,
         seed=args.seed,
-        source=f"fit: {cmd} ({grid.name} grid, {len(meas.samples)} samples, {meas.wall_s:.0f} s)",
+        source=f"fit: {cmd} ({meas.grid} grid, {len(meas.samples)} samples, "
+        f"{meas.wall_s:.0f} s{resumed})",
     )
     # The calibration targets are for GPU kernels; a CPU run shows its errors without verdicts.
     print(format_table(res.reports, TARGETS if args.device != "cpu" else None))
@@ -199,8 +260,11 @@ def _measure(args: argparse.Namespace) -> int:
             print(line)
     save_profile(res.profile, out)
     if args.raw:
-        write_samples_csv(meas.samples, args.raw)
         print(f"raw samples: {args.raw}")
+    if args.validation:
+        rows = validation_rows(res.reports, res.profile, TARGETS, verdicts=args.device != "cpu")
+        for path in write_validation_tables(rows, args.validation):
+            print(f"validation table: {path}")
     print(f"profile: {out}")
     return 0
 
@@ -257,6 +321,8 @@ def _forward(args: argparse.Namespace) -> int:
 
     from calibration.env import flashinfer_version
     from calibration.measure_attention import AttentionBackend
+    from calibration.report_tables import forward_markdown, forward_rows
+    from calibration.sweep_plan import tp_shard
     from calibration.timing import TimingConfig, make_timer
     from calibration.validate_forward import (
         RecordingCostModel,
@@ -277,7 +343,9 @@ def _forward(args: argparse.Namespace) -> int:
     model = get_model(args.model)
     profile = load_profile(args.profile)
     dtype = args.dtype or ("fp32" if args.device == "cpu" else "bf16")
-    measured_model = dataclasses.replace(model, dtype_bytes={"fp32": 4}.get(dtype, 2))
+    measured_model = dataclasses.replace(
+        tp_shard(model, args.tp), dtype_bytes={"fp32": 4}.get(dtype, 2)
+    )
     rec = RecordingCostModel(measured_model, profile)
     trace = generate_synthetic(
         SyntheticConfig(sessions=args.sessions, seed=args.seed, max_context_tokens=args.max_tokens)
@@ -327,4 +395,7 @@ def _forward(args: argparse.Namespace) -> int:
     if args.points:
         write_points_csv(rep, profile, measured_model, args.points)
         print(f"replayed shapes: {args.points}")
+    if args.report:
+        Path(args.report).write_text(forward_markdown(forward_rows(rep.points)))
+        print(f"forward table: {args.report}")
     return 0

@@ -1,0 +1,98 @@
+"""The plan of a sweep (its shapes, in order) and the time budget that thins it: no torch needed."""
+
+from __future__ import annotations
+
+import pytest
+
+from calibration.grids import full_grid, quick_grid
+from calibration.sweep_plan import (
+    TRIM_ORDER,
+    estimated_call_s,
+    plan_sweep,
+    plan_within_budget,
+)
+from calibration.timing import TimingConfig
+from costmodels import get_model
+
+GPU_CALL_S = estimated_call_s("cuda", TimingConfig())
+
+
+def test_the_8b_plan_is_the_h100_sweep_and_its_estimate_its_duration() -> None:
+    """The committed H100 sweep: 1281 samples (965 timed closures) in 266 s."""
+    plan = plan_sweep(full_grid(), get_model("llama-3-8b"), device="cuda", call_s=GPU_CALL_S)
+    samples = sum(len(j.terms) for j in plan.jobs)
+    assert samples == 1281 and sum(j.timed_calls for j in plan.jobs) == 965
+    assert plan.estimate_s == pytest.approx(266, rel=0.02)
+    assert len({j.key for j in plan.jobs}) == len(plan.jobs)  # a key names one shape
+
+
+def test_a_tp_shard_is_measured_with_narrower_shards_of_the_full_model() -> None:
+    plan = plan_sweep(full_grid(), get_model("llama-3-70b"), tp=4, device="cuda")
+    shards = {j.model.name for j in plan.jobs if j.kind == "token"}
+    assert shards == {f"Llama-3-70B/tp{k}" for k in (4, 8, 16, 32)}
+    layer = {j.model for j in plan.jobs if j.kind != "token"}
+    assert len(layer) == 1
+    (m,) = layer
+    assert (m.name, m.num_heads, m.num_kv_heads, m.intermediate_size) == (
+        "Llama-3-70B/tp4",
+        16,
+        2,
+        7168,
+    )
+
+
+def test_the_plan_depends_on_the_seed_only_through_the_order() -> None:
+    model = get_model("llama-3-8b")
+    a = plan_sweep(quick_grid(), model, seed=0)
+    b = plan_sweep(quick_grid(), model, seed=1)
+    assert [j.key for j in a.jobs] != [j.key for j in b.jobs]
+    assert sorted(map(repr, (j.key for j in a.jobs))) == sorted(map(repr, (j.key for j in b.jobs)))
+    assert [j.key for j in a.jobs] == [j.key for j in plan_sweep(quick_grid(), model, seed=0).jobs]
+
+
+def test_a_budget_thins_gemm_tokens_first_and_keeps_both_ends() -> None:
+    model = get_model("llama-3-70b")
+    full = plan_sweep(full_grid(), model, tp=8, device="cuda", call_s=GPU_CALL_S)
+    plan, what = plan_within_budget(
+        full_grid(), 0.8 * full.estimate_s, GPU_CALL_S, model=model, tp=8, device="cuda"
+    )
+    assert plan.estimate_s <= 0.8 * full.estimate_s < full.estimate_s
+    assert "gemm_tokens x1" in what and "decode" not in what
+    g = plan.grid
+    assert g.decode == full_grid().decode and g.prefill == full_grid().prefill
+    assert min(g.gemm_tokens) == 1 and max(g.gemm_tokens) == 8192
+    assert set(g.gemm_tokens) < set(full_grid().gemm_tokens)
+    assert g.name == "full/budget-" + f"{0.8 * full.estimate_s:g}s"
+
+
+def test_the_trim_is_deterministic_and_follows_the_documented_order() -> None:
+    model = get_model("llama-3-8b")
+    runs = [
+        plan_within_budget(full_grid(), 60, GPU_CALL_S, model=model, device="cuda")
+        for _ in range(2)
+    ]
+    assert runs[0] == runs[1]
+    plan, what = runs[0]
+    assert plan.estimate_s <= 60
+    order = [part.split(" x")[0] for part in what.split("by halving ")[1].split(", ")]
+    assert order == [a for a in TRIM_ORDER if a in order]  # first halvings in TRIM_ORDER
+    assert {s for _, _, s in plan.grid.prefill} == {1, 4}  # batch sizes never thinned
+    assert set(plan.grid.copy_counts) == {1, 16, 256}
+    assert plan.grid.gemm_shards == (1, 2, 4, 8)
+
+
+def test_a_budget_too_small_measures_the_smallest_grid_instead_of_failing() -> None:
+    plan, what = plan_within_budget(
+        quick_grid(), 1e-3, GPU_CALL_S, model=get_model("llama-3-8b"), device="cuda"
+    )
+    assert plan.jobs and "nothing left to thin" in what
+    for kind in ("token", "prefill_attn", "decode_attn", "h2d", "d2h"):
+        assert len({j.shape for j in plan.jobs if j.kind == kind}) >= 3, kind
+    with pytest.raises(ValueError, match="budget"):
+        plan_within_budget(quick_grid(), 0, GPU_CALL_S, model=get_model("llama-3-8b"))
+
+
+def test_a_budget_that_fits_changes_nothing() -> None:
+    model = get_model("llama-3-8b")
+    plan, what = plan_within_budget(quick_grid(), 1e6, GPU_CALL_S, model=model)
+    assert what == "" and plan == plan_sweep(quick_grid(), model, call_s=GPU_CALL_S)
