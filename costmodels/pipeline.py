@@ -17,6 +17,7 @@ the first swapped byte). With epsilon = 0 this is exactly the recurrence above.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NamedTuple
 
 
 def pipelined_time(
@@ -111,3 +112,80 @@ def serial_time(
 def serial_time_uniform(num_layers: int, t_copy: float, t_compute: float) -> float:
     """Without pipelining every copy finishes before layer 0 starts: L*t_x + L*t_c."""
     return num_layers * (t_copy + t_compute)
+
+
+class LayerTimes(NamedTuple):
+    """When one layer's H2D copy and its compute ran, in seconds on the recurrence's clock."""
+
+    copy_start: float
+    copy_end: float  # X_l
+    compute_start: float
+    compute_end: float  # C_l
+
+
+def pipelined_schedule(
+    copy_s: Sequence[float],
+    compute_s: Sequence[float],
+    compute_slowdown: float = 0.0,
+    copy_start: float = 0.0,
+    compute_start: float = 0.0,
+    ready: Sequence[float] | None = None,
+) -> list[LayerTimes]:
+    """Every layer's times in ``pipelined_time``: the same operations in the same order (its last
+    ``compute_end`` is ``pipelined_time(...)`` to the last bit), kept per layer. A second loop and
+    not a shared one, because ``pipelined_time`` prices simulated iterations and must stay lean."""
+    ready = _check_ready(ready, len(compute_s))
+    if len(copy_s) != len(compute_s):
+        raise ValueError(f"copy_s has {len(copy_s)} layers, compute_s {len(compute_s)}")
+    if compute_slowdown < 0:
+        raise ValueError(f"compute_slowdown must be >= 0, got {compute_slowdown}")
+    if copy_start < 0 or compute_start < 0:
+        raise ValueError(f"negative start: copy {copy_start}, compute {compute_start}")
+    slow = 1.0 + compute_slowdown
+    if not any(copy_s):
+        copy_start = 0.0
+    copies_end = copy_start + float(sum(copy_s))
+    arrived = copy_start
+    done = compute_start
+    out = []
+    for t_x, t_c, r in zip(copy_s, compute_s, ready):
+        if t_x < 0 or t_c < 0:
+            raise ValueError(f"negative layer time: copy {t_x}, compute {t_c}")
+        copy_began = arrived
+        arrived += t_x
+        start = max(done, arrived, r)
+        if start >= copies_end or compute_slowdown == 0.0:
+            done = start + t_c
+        elif start + t_c * slow <= copies_end:
+            done = start + t_c * slow
+        else:
+            done = copies_end + (t_c - (copies_end - start) / slow)
+        out.append(LayerTimes(copy_began, arrived, start, done))
+    return out
+
+
+def serial_schedule(
+    copy_s: Sequence[float],
+    compute_s: Sequence[float],
+    copy_start: float = 0.0,
+    compute_start: float = 0.0,
+    ready: Sequence[float] | None = None,
+) -> list[LayerTimes]:
+    """Every layer's times in ``serial_time``: copies back to back from ``copy_start``, layers back
+    to back once all are in. Each end is the start plus a ``sum`` of the times before it, as
+    ``serial_time`` adds them, so the last ``compute_end`` is ``serial_time(...)`` to the last bit."""
+    ready = _check_ready(ready, len(compute_s))
+    if len(copy_s) != len(compute_s):
+        raise ValueError(f"copy_s has {len(copy_s)} layers, compute_s {len(compute_s)}")
+    if copy_start < 0 or compute_start < 0:
+        raise ValueError(f"negative start: copy {copy_start}, compute {compute_start}")
+    if any(t < 0 for t in copy_s) or any(t < 0 for t in compute_s):
+        raise ValueError("negative layer time")
+    compute_start = max(compute_start, max(ready, default=0.0))
+    copies = float(sum(copy_s))
+    start = max(compute_start, copy_start + copies) if copies else compute_start
+    copy_ends = [copy_start + float(sum(copy_s[: i + 1])) for i in range(len(copy_s))]
+    compute_ends = [start + float(sum(compute_s[: i + 1])) for i in range(len(compute_s))]
+    copy_starts = [copy_start, *copy_ends[:-1]]
+    compute_starts = [start, *compute_ends[:-1]]
+    return [LayerTimes(*t) for t in zip(copy_starts, copy_ends, compute_starts, compute_ends)]

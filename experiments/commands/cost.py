@@ -1,9 +1,12 @@
 """`kvsim cost`: the predicted time of one batch shape, per term and in total, so anyone can check a
-profile against a measurement.
+profile against a measurement; then layer by layer, where the pipeline puts each layer's copy and
+compute (``experiments.cost_layers``), drawn with --timeline (``experiments.cost_timeline``).
 
     kvsim cost --profile h100-public --model llama-3-8b --prefill 2048 --ctx 8192
     kvsim cost --profile a100-vidur --model llama-3-8b --decode-batch 32 --decode-ctx 2000
     kvsim cost --profile h100-sxm --model llama-3-8b --swap-bytes 134217728 --swap-copies 32
+    kvsim cost --profile h100-public --model llama-3-8b --prefill 2048 --ctx 6144 \
+        --swap-bytes 805306368 --swap-copies 12288 --timeline out/timeline.png
 """
 
 from __future__ import annotations
@@ -36,6 +39,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "--profile", required=True, help="GPU name (analytic), committed profile name, or YAML path"
     )
     p.add_argument("--model", required=True, help="model name or spec YAML")
+    p.add_argument(
+        "--tp", type=int, default=1, metavar="N", help="tensor parallelism: price one GPU of N"
+    )
     p.add_argument(
         "--prefill",
         type=_nonneg_int,
@@ -92,12 +98,23 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         metavar="N_NEW",
         help="also print Pensieve's per-layer alpha, beta, non-attention for N_NEW new tokens",
     )
+    p.add_argument(
+        "--all-layers",
+        action="store_true",
+        help="print every layer's row of the per-layer table (default: runs of alike layers folded)",
+    )
+    p.add_argument(
+        "--timeline",
+        metavar="FILE.png",
+        help="also draw the iteration's copy and compute streams, layer by layer, to FILE.png",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     return p
 
 
 def price(args: argparse.Namespace) -> dict:
-    from costmodels import BatchShape, attention_pairs, cost_model
+    from costmodels import BatchShape, attention_pairs, cost_model, get_model
+    from costmodels.tensor_parallel import checked_note
 
     if args.ctx and not args.prefill:
         raise ValueError("--ctx needs --prefill")
@@ -105,7 +122,8 @@ def price(args: argparse.Namespace) -> dict:
         raise ValueError("--decode-ctx needs --decode-batch")
     if not (args.prefill or args.decode_batch or args.swap_bytes):
         raise ValueError("give --prefill, --decode-batch and/or --swap-bytes")
-    cm = cost_model(args.model, args.profile)
+    cm = cost_model(args.model, args.profile, tp=args.tp)
+    tp_note = checked_note(get_model(args.model), cm.tp, cm.profile, "change --tp or --profile")
     seqs = args.prefill_seqs if args.prefill else 0
     shape = BatchShape(
         prefill_tokens=args.prefill * seqs,
@@ -113,6 +131,8 @@ def price(args: argparse.Namespace) -> dict:
         prefill_seqs=seqs,
         decode_seqs=args.decode_batch,
         decode_ctx_tokens=args.decode_batch * args.decode_ctx,
+        prefill_lens=((args.prefill, args.ctx),) * seqs if seqs else None,
+        decode_lens=(args.decode_ctx,) * args.decode_batch if args.decode_batch else None,
     )
     copies = args.swap_copies if args.swap_copies is not None else (1 if args.swap_bytes else 0)
     kw = {f"{args.direction}_bytes": args.swap_bytes, f"{args.direction}_copies": copies}
@@ -121,7 +141,9 @@ def price(args: argparse.Namespace) -> dict:
     per_layer = {
         "linear_s": cm.linear_s(n),
         "elementwise_s": cm.elementwise_s(n),
-        "prefill_attn_s": cm.prefill_attn_s(shape.prefill_pairs, shape.prefill_seqs)
+        "prefill_attn_s": cm.prefill_attn_s(
+            shape.prefill_pairs, shape.prefill_seqs, shape.prefill_tokens, shape.prefill_lens
+        )
         if shape.prefill_seqs
         else 0.0,
         "decode_attn_s": cm.decode_attn_s(shape.decode_seqs, shape.decode_ctx_tokens),
@@ -131,6 +153,8 @@ def price(args: argparse.Namespace) -> dict:
         "profile": cm.profile.name,
         "model": cm.model.name,
         "layers": cm.model.num_layers,
+        "tp": cm.tp,
+        "tp_note": tp_note,
         "shape": {
             "prefill_tokens": shape.prefill_tokens,
             "prefill_pairs": shape.prefill_pairs,
@@ -151,6 +175,11 @@ def price(args: argparse.Namespace) -> dict:
         "stall_s": it.stall_s,
         "total_s": it.total_s,
     }
+    from experiments.cost_layers import iteration_schedule
+
+    out["schedule"] = iteration_schedule(
+        cm, per_layer["layer_s"], it.h2d_s, pipelining=not args.no_pipelining
+    )
     if args.pensieve:
         c = cm.pensieve_constants(args.pensieve)
         out["pensieve"] = {
@@ -174,6 +203,10 @@ def _t(s: float) -> str:
 
 def main(args: argparse.Namespace) -> int:
     r = price(args)
+    if args.timeline:  # matplotlib only when asked for a figure
+        from experiments.cost_timeline import write_timeline
+
+        write_timeline(r, args.timeline)
     if args.json:
         print(json.dumps(r, indent=2))
         return 0
@@ -183,6 +216,8 @@ def main(args: argparse.Namespace) -> int:
         f"({sh['prefill_pairs']:.0f} pairs), decode {sh['decode_seqs']} seq(s) over {sh['decode_ctx_tokens']} "
         f"context tokens, {sh['direction']} {sh['swap_bytes']} B in {sh['swap_copies']} copies"
     )
+    if r["tp_note"]:
+        print(r["tp_note"])
     pl = r["per_layer"]
     rows = [
         ("linear (GEMMs + tau)", pl["linear_s"]),
@@ -205,6 +240,12 @@ def main(args: argparse.Namespace) -> int:
         ("TOTAL (iteration)", "total_s"),
     ):
         print(f"{name:<27} {_t(r[key]):>12}")
+    from experiments.cost_layers import layer_table
+
+    for line in layer_table(r, all_layers=args.all_layers):
+        print(line)
+    if args.timeline:
+        print(f"timeline: {args.timeline}")
     if "pensieve" in r:
         c = r["pensieve"]
         print(
