@@ -111,7 +111,7 @@ def test_sigterm_on_a_worker_pool_keeps_finished_points(tmp_path):
     while time.monotonic() < deadline and not list(partial_dir(out).glob("*.pkl")):
         time.sleep(0.1)
     os.kill(proc.pid, signal.SIGTERM)
-    proc.communicate(timeout=120)
+    proc.communicate(timeout=300)  # generous: a loaded machine stops its pool slowly
     assert proc.returncode != 0 and not out.exists()
     saved = len(list(partial_dir(out).glob("*.pkl")))
     assert 1 <= saved < 12
