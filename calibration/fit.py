@@ -2,7 +2,8 @@
 
 The forms are exactly those of ``costmodels.cost``, per decoder layer:
 
-    gemm          tau + max(P*b / weight_bw, 2*N*P / flops)           (linear with a floor)
+    gemm          tau + max(P*b / weight_bw, 2*N*P / flops)           (linear with a floor), or
+                  per GEMM tau_g + smax(memory, tiles in waves; p)     (``costmodels.gemm``)
     elementwise   tau_ew + N * ew_bytes / elementwise_bw
     prefill_attn  tau + per_seq * S + 4*H_q*d * pairs / flops,         pairs = S * n_new*(n_ctx + n_new/2)
                   + query_elem * S * n_new * H_q * d                   per query row
@@ -15,7 +16,8 @@ seconds) and transfer across models. Why relative error: times span four orders 
 an absolute fit would ignore every small shape. Why bounds at 0: a negative intercept or
 rate fits the grid and breaks on extrapolation. The linear forms are solved by bounded least
 squares on rows scaled by 1/y (``scipy.optimize.lsq_linear``); the max() floor by
-``least_squares`` with bounds from several starts (the max makes the problem non-smooth).
+``least_squares`` with bounds from several starts (the max makes the problem non-smooth), and
+so is the per-GEMM form (``TileWaveForm``: which tiles, over how many SMs, c_tile fitted or 0).
 A constant the data cannot separate (e.g. per_seq when every shape has one sequence) is fixed at 0
 and said so in ``TermFit.notes``.
 """
@@ -29,6 +31,7 @@ import numpy as np
 
 from costmodels import CopyTerm, DecodeAttnTerm, PrefillAttnTerm
 from costmodels.cost import wave_keys
+from costmodels.gemm import per_gemm_s, uses_per_gemm_form
 
 from .samples import Sample
 
@@ -40,11 +43,42 @@ FITTED_TERMS = ("gemm", "elementwise", "prefill_attn", "decode_attn", "h2d", "d2
 
 @dataclass(frozen=True, slots=True)
 class GemmFit:
-    """The four GEMMs of a layer: tau_s + max(weight_bytes / weight_bw_Bps, 2*N*P / flops)."""
+    """The four GEMMs of a layer: tau_s + max(weight_bytes / weight_bw_Bps, 2*N*P / flops) (the
+    layer form), or tau_s + the per-GEMM form of ``costmodels.gemm`` when its fields are set (the
+    same fields, with the same meaning, as ``LinearTerm``'s)."""
 
-    tau_s: float
+    tau_s: float  # the layer's GEMM fixed costs (per-GEMM form: one tau per GEMM, summed)
     weight_bw_Bps: float
     flops: float
+    gemm_knee_p: float = 0.0
+    gemm_activation_bytes: bool = False
+    gemm_tiles: tuple[tuple[int, int], ...] = ()
+    gemm_tile_overhead: float = 0.0
+    gemm_wave_tail: float = 0.0
+    gemm_sm_count: int = 0
+
+
+# Output tiles the per-GEMM form chooses from: cuBLAS's common 16-bit tensor-core tiles.
+CUBLAS_TILES: tuple[tuple[int, int], ...] = ((64, 64), (128, 128), (128, 256))
+
+
+@dataclass(frozen=True, slots=True)
+class TileWaveForm:
+    """Fit the per-GEMM form (``costmodels.gemm``) with activation bytes, a smooth knee, output
+    tiles in waves over ``sm_count`` SMs; ``fit_tile_overhead`` False fixes c_tile at 0."""
+
+    sm_count: int
+    tiles: tuple[tuple[int, int], ...] = CUBLAS_TILES
+    fit_tile_overhead: bool = True
+
+    @classmethod
+    def of_gpu(cls, name: str, fit_tile_overhead: bool = True) -> "TileWaveForm":
+        from costmodels.hardware import get_hardware
+
+        sms = get_hardware(name).sm_count
+        if not sms:
+            raise ValueError(f"{name}: the per-GEMM form needs the GPU's sm_count")
+        return cls(sms, CUBLAS_TILES, fit_tile_overhead)
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +120,14 @@ class TermFit:
 # --- features (one row per sample) ------------------------------------------------------------------
 def _times(samples: Sequence[Sample]) -> np.ndarray:
     return np.array([s.time.median_s for s in samples], dtype=float)
+
+
+def _gemm_shapes(samples: Sequence[Sample]) -> tuple[np.ndarray, ...]:
+    """Per sample: tokens (rows, 1), K and NO of each GEMM (rows, 4), dtype bytes (rows, 1)."""
+    kn = np.array([s.model.gemm_shapes for s in samples], dtype=float)
+    n = np.array([[s.shape.tokens] for s in samples], dtype=float)
+    b = np.array([[s.model.dtype_bytes] for s in samples], dtype=float)
+    return n, kn[:, :, 0], kn[:, :, 1], b
 
 
 def _gemm_features(samples: Sequence[Sample]) -> tuple[np.ndarray, np.ndarray]:
@@ -137,6 +179,8 @@ def predict(term: str, params: Params, samples: Sequence[Sample]) -> np.ndarray:
     """Seconds the form with ``params`` gives for each sample of ``term``."""
     if not samples:
         return np.zeros(0)
+    if term == "gemm" and uses_per_gemm_form(params):
+        return params.tau_s + per_gemm_s(params, *_gemm_shapes(samples)).sum(axis=1)
     if term == "gemm":
         w, f = _gemm_features(samples)
         return params.tau_s + np.maximum(w / params.weight_bw_Bps, f / params.flops)
@@ -317,12 +361,82 @@ def _fit_gemm(samples: Sequence[Sample], limits: RateLimits) -> TermFit:
     return TermFit("gemm", params, len(samples), tuple(notes))
 
 
+def _tile_wave_start(limits: RateLimits, form: TileWaveForm) -> tuple[np.ndarray, ...]:
+    """x0 and bounds of [tau per GEMM (us), weight_bw (TB/s), flops (TFLOP/s), p, c_tile?, tail]:
+    rates start just under their ceilings, the knee at p = 2, the tail half a wave."""
+    if not (limits.hbm_Bps and limits.flops):
+        raise ValueError("the per-GEMM form needs the GPU's HBM bandwidth and FLOP peaks")
+    hbm, peak = limits.hbm_Bps / 1e12, limits.flops / 1e12
+    x0, lo, hi = [4.0, 0.9 * hbm, 0.75 * peak, 2.0], [0.0, 0.1, 1.0, 1.0], [200.0, hbm, peak, 30.0]
+    if form.fit_tile_overhead:
+        x0, lo, hi = x0 + [10.0], lo + [0.0], hi + [1e3]
+    x0, lo, hi = x0 + [0.5], lo + [0.0], hi + [1.0]
+    return np.array(x0), np.array(lo), np.array(hi)
+
+
+def _tile_wave_params(x: np.ndarray, form: TileWaveForm, gemms: int, vary_tau: bool) -> GemmFit:
+    """The GemmFit of a parameter vector from ``_tile_wave_start``'s layout."""
+    return GemmFit(
+        tau_s=gemms * float(x[0]) * 1e-6 if vary_tau else 0.0,
+        weight_bw_Bps=float(x[1]) * 1e12,
+        flops=float(x[2]) * 1e12,
+        gemm_knee_p=float(x[3]),
+        gemm_activation_bytes=True,
+        gemm_tiles=form.tiles,
+        gemm_tile_overhead=float(x[4]) if form.fit_tile_overhead else 0.0,
+        gemm_wave_tail=float(x[-1]),
+        gemm_sm_count=form.sm_count,
+    )
+
+
+def _fit_tile_waves(samples: Sequence[Sample], limits: RateLimits, form: TileWaveForm) -> TermFit:
+    """The per-GEMM form (``costmodels.gemm``): bounded non-linear least squares in relative
+    error from three starts (the ceiling-based one and two log-normal jitters of it, seeded)."""
+    from scipy.optimize import least_squares
+
+    shapes = _gemm_shapes(samples)
+    y = _times(samples)
+    notes: list[str] = []
+    w, _ = _gemm_features(samples)
+    vary_tau = bool(np.ptp(w) > 0)
+    if not vary_tau:
+        notes.append("tau_s not separable from the weight bytes (one weight size): fixed at 0")
+    if not form.fit_tile_overhead:
+        notes.append(
+            "gemm_tile_overhead fixed at 0 (this source's rule: free, it trades off with flops)"
+        )
+    gemms = shapes[1].shape[1]
+    x0, lo, hi = _tile_wave_start(limits, form)
+
+    def residuals(x: np.ndarray) -> np.ndarray:
+        p = _tile_wave_params(x, form, gemms, vary_tau)
+        return (p.tau_s + per_gemm_s(p, *shapes).sum(axis=1) - y) / y
+
+    rng = np.random.default_rng(0)
+    starts = [x0] + [x0 * np.exp(rng.normal(0.0, 0.5, len(x0))) for _ in range(2)]
+    best = None
+    for s in starts:
+        s = np.clip(s, lo + 1e-9 * (hi - lo), hi - 1e-9 * (hi - lo))
+        res = least_squares(residuals, s, bounds=(lo, hi), x_scale=np.maximum(np.abs(s), 1e-3))
+        if best is None or res.cost < best.cost:
+            best = res
+    params = _tile_wave_params(best.x, form, gemms, vary_tau)
+    _bound_note(params.weight_bw_Bps, limits.hbm_Bps, "gemm weight_bw_Bps", notes)
+    _bound_note(params.flops, limits.flops, "gemm flops", notes)
+    return TermFit("gemm", params, len(samples), tuple(notes))
+
+
 def fit_term(
-    term: str, samples: Sequence[Sample], limits: RateLimits | None = None, wave_sms: int = 0
+    term: str,
+    samples: Sequence[Sample],
+    limits: RateLimits | None = None,
+    wave_sms: int = 0,
+    gemm_form: TileWaveForm | None = None,
 ) -> TermFit:
     """Fit one term's form to its samples (all must be of ``term``); rates stay under ``limits``.
     ``wave_sms``: the prefill kernel does not split keys and runs its CTAs in waves over this many
-    SMs (0: it splits them, or the data show no waves), so its form gets the wave term."""
+    SMs (0: it splits them, or the data show no waves), so its form gets the wave term.
+    ``gemm_form``: fit the GEMMs' per-GEMM tile/wave form (None: the layer form)."""
     limits = limits or RateLimits()
     if term not in FITTED_TERMS:
         raise ValueError(f"cannot fit {term!r}: fitted terms are {', '.join(FITTED_TERMS)}")
@@ -331,6 +445,8 @@ def fit_term(
     wrong = {s.term for s in samples} - {term}
     if wrong:
         raise ValueError(f"fit_term({term!r}) got samples of {sorted(wrong)}")
+    if term == "gemm" and gemm_form is not None:
+        return _fit_tile_waves(samples, limits, gemm_form)
     if term == "gemm":
         return _fit_gemm(samples, limits)
     return _fit_linear_form(term, samples, limits, wave_sms if term == "prefill_attn" else 0)

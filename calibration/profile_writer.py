@@ -74,11 +74,18 @@ def build_profile(
         ew_bw = fits.elementwise.bw_Bps if fits.elementwise else base.linear.elementwise_bw_Bps
         ew_tau = fits.elementwise.tau_s if fits.elementwise else 0.0
         # The profile's linear term carries one fixed cost for all token-level kernels of a layer.
+        g = fits.gemm
         linear = LinearTerm(
-            tau_s=fits.gemm.tau_s + ew_tau,
-            weight_bw_Bps=fits.gemm.weight_bw_Bps,
-            flops=fits.gemm.flops,
+            tau_s=g.tau_s + ew_tau,
+            weight_bw_Bps=g.weight_bw_Bps,
+            flops=g.flops,
             elementwise_bw_Bps=ew_bw,
+            gemm_knee_p=g.gemm_knee_p,
+            gemm_activation_bytes=g.gemm_activation_bytes,
+            gemm_tiles=g.gemm_tiles,
+            gemm_tile_overhead=g.gemm_tile_overhead,
+            gemm_wave_tail=g.gemm_wave_tail,
+            gemm_sm_count=g.gemm_sm_count,
         )
         if fits.elementwise is None:
             from_base.append("linear.elementwise_bw_Bps")

@@ -33,7 +33,7 @@ from costmodels import (
     get_model,
 )
 
-from .fit import RateLimits, TermFit, fit_term
+from .fit import RateLimits, TermFit, TileWaveForm, fit_term
 from .profile_writer import (
     ProfileFits,
     build_profile,
@@ -127,11 +127,14 @@ def _fit_source(src: PublicSource, samples: list[Sample], seed: int) -> SourceRe
     fits: list[TermFit] = []
     limits = RateLimits.of_gpu(src.gpu)
     waves = src.prefill_wave_sms
+    gemm = _gemm_form(src)
     for term in src.terms:
-        reports += validate_term(src.name, term, samples, seed=seed, limits=limits, wave_sms=waves)
+        reports += validate_term(
+            src.name, term, samples, seed=seed, limits=limits, wave_sms=waves, gemm_form=gemm
+        )
         if term == "linear":
             fits += [
-                fit_term(t, [s for s in samples if s.term == t], limits)
+                fit_term(t, [s for s in samples if s.term == t], limits, gemm_form=gemm)
                 for t in ("gemm", "elementwise")
             ]
         elif term not in ("gemm", "elementwise"):
@@ -145,8 +148,17 @@ def _fit_source(src: PublicSource, samples: list[Sample], seed: int) -> SourceRe
                 lambda s, h=held: s.model.name.split("/")[0] == h,
                 f"leave-one-model-out: fit the other model, test {held} (all TP shards)",
             )
-            reports.append(evaluate(f"{src.name} [test {held}]", "linear", samples, split, limits))
+            for term in ("gemm", "linear"):
+                rep = evaluate(f"{src.name} [test {held}]", term, samples, split, limits, 0, gemm)
+                reports.append(rep)
     return SourceResult(src, len(samples), tuple(fits), tuple(reports))
+
+
+def _gemm_form(src: PublicSource) -> TileWaveForm | None:
+    """The GEMM form the source asks for: the tile/wave form over its GPU's SMs, or the layer form."""
+    if not src.gemm_tile_waves:
+        return None
+    return TileWaveForm.of_gpu(src.gpu, src.gemm_tile_overhead_fitted)
 
 
 def _decode_transferred(a100: DecodeAttnTerm, gpu: str) -> DecodeAttnTerm:

@@ -18,7 +18,16 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .fit import ElementwiseFit, GemmFit, RateLimits, TermFit, fit_term, predict, predict_linear
+from .fit import (
+    ElementwiseFit,
+    GemmFit,
+    RateLimits,
+    TermFit,
+    TileWaveForm,
+    fit_term,
+    predict,
+    predict_linear,
+)
 from .samples import Sample
 
 
@@ -187,13 +196,15 @@ def evaluate(
     split: Split,
     limits: RateLimits | None = None,
     wave_sms: int = 0,
+    gemm_form: TileWaveForm | None = None,
 ) -> TermReport:
     """Fit ``term`` on the training fold of ``samples`` and score the held-out fold.
 
     "linear" fits "gemm" and "elementwise" on the training rows and scores their sum.
+    ``gemm_form``: the GEMMs' per-GEMM form to fit (None: the layer form).
     """
     if term == "linear":
-        g = fit_term("gemm", _pick(samples, "gemm", split.train), limits)
+        g = fit_term("gemm", _pick(samples, "gemm", split.train), limits, gemm_form=gemm_form)
         e = fit_term("elementwise", _pick(samples, "elementwise", split.train), limits)
         test = _pick(samples, "linear", split.test)
         pred = predict_linear(g.params, e.params, test)
@@ -201,7 +212,7 @@ def evaluate(
         train_n = g.n
     else:
         train = _pick(samples, term, split.train)
-        f = fit_term(term, train, limits, wave_sms)
+        f = fit_term(term, train, limits, wave_sms, gemm_form)
         test = _pick(samples, term, split.test)
         pred = predict(term, f.params, test)
         fits, train_n = (f,), len(train)
@@ -284,14 +295,15 @@ def validate_term(
     frac: float = 0.2,
     limits: RateLimits | None = None,
     wave_sms: int = 0,
+    gemm_form: TileWaveForm | None = None,
 ) -> tuple[TermReport, ...]:
     """The random and (where the sizes allow) the extrapolation report of one term."""
     rows = [s for s in samples if s.term == term]
     split = random_split(rows, frac, seed)
-    reports = [evaluate(source, term, samples, split, limits, wave_sms)]
+    reports = [evaluate(source, term, samples, split, limits, wave_sms, gemm_form)]
     ex = extrapolation_split(term, rows)
     if ex is not None:
-        reports.append(evaluate(source, term, samples, ex, limits, wave_sms))
+        reports.append(evaluate(source, term, samples, ex, limits, wave_sms, gemm_form))
     return tuple(reports)
 
 

@@ -8,6 +8,10 @@ Assembly (docs/semantics.md, section 5 "What the simulated GPU charges"), all pe
               them (``costmodels.pipeline``) or, without pipelining, finished before layer 0
     D2H     = on its own copy engine, concurrent with everything: total = max(compute path, D2H)
 
+linear(N) is tau + the layer's GEMMs: max(weight read, FLOPs) for the whole layer, or, where the
+profile sets the per-GEMM fields, the sum over its four GEMMs of ``costmodels.gemm`` (tiles in
+waves, a smooth knee), priced once per token count. The LM head keeps the max() form.
+
 Model-specific numbers (bytes, params, FLOPs per pair) come from ``ModelSpec``; rates and fixed
 costs from ``Profile``. Every method is a pure function of its arguments.
 
@@ -25,6 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .gemm import layer_gemms_s, uses_per_gemm_form
 from .models import ModelSpec
 from .pipeline import pipelined_time, pipelined_time_uniform, serial_time, serial_time_uniform
 from .profile import Profile
@@ -226,6 +231,8 @@ class CostModel:
         "_L",
         "_w_floor_s",
         "_gemm_s_per_tok",
+        "_gemm_shapes",
+        "_gemm_cache",
         "_ew_s_per_tok",
         "_pf_s_per_pair",
         "_pf_s_per_row",
@@ -260,6 +267,9 @@ class CostModel:
         self._L = model.num_layers
         self._w_floor_s = p * model.dtype_bytes / lin.weight_bw_Bps  # memory-bound floor
         self._gemm_s_per_tok = 2.0 * p / lin.flops  # compute-bound slope
+        # The per-GEMM form costs a few numpy calls: priced once per token count, then looked up.
+        self._gemm_shapes = model.gemm_shapes
+        self._gemm_cache: dict[int, float] | None = {} if uses_per_gemm_form(lin) else None
         self._ew_s_per_tok = model.elementwise_bytes_per_token_layer / lin.elementwise_bw_Bps
         self._pf_s_per_pair = 4.0 * model.num_heads * model.head_dim / pf.flops  # QK^T + PV
         self._pf_s_per_row = pf.query_elem_s * model.num_heads * model.head_dim
@@ -283,13 +293,20 @@ class CostModel:
         parallelism also the layer's all-reduces, which close its row-parallel GEMMs."""
         if tokens <= 0:
             return 0.0
-        t = (
-            self.profile.linear.tau_s
-            + self._score_tau_s
-            + max(self._w_floor_s, tokens * self._gemm_s_per_tok)
-        )
+        t = self.profile.linear.tau_s + self._score_tau_s + self._gemms_s(tokens)
         if self.tp > 1:
             t += ALLREDUCES_PER_LAYER * self.allreduce_s(tokens)
+        return t
+
+    def _gemms_s(self, tokens: int) -> float:
+        """The layer's four GEMMs without their fixed costs: the layer form's max(floor, slope),
+        or the per-GEMM form (``costmodels.gemm``) when the profile's linear term sets it."""
+        if self._gemm_cache is None:
+            return max(self._w_floor_s, tokens * self._gemm_s_per_tok)
+        t = self._gemm_cache.get(tokens)
+        if t is None:
+            lin, b = self.profile.linear, self.model.dtype_bytes
+            t = self._gemm_cache[tokens] = layer_gemms_s(lin, tokens, self._gemm_shapes, b)
         return t
 
     def allreduce_s(self, tokens: int) -> float:

@@ -32,6 +32,7 @@ class HardwareSpec:
     # GPU-to-GPU link for tensor parallelism; None where unknown (a PCIe-only card, a user file).
     nvlink_per_direction_Bps: float | None = None  # NVLink line rate per GPU, one direction
     allreduce_latency_s: float | None = None  # fixed cost of one small all-reduce in a TP group
+    sm_count: int | None = None  # streaming multiprocessors: the width of a wave of CTAs
     sources: dict[str, str] = field(default_factory=dict, compare=False)  # field -> citation
 
     @property
@@ -44,6 +45,8 @@ _NUMERIC = ("hbm_bytes", "hbm_bw_Bps", "dense_bf16_flops", "host_link_Bps", "cop
 _OPTIONAL = ("h2d_measured_Bps", "d2h_measured_Bps")
 # May be left out of a file (older hardware files have no GPU-to-GPU link); a value needs a source.
 _LINK = ("nvlink_per_direction_Bps", "allreduce_latency_s")
+# May be left out of a file too (a count, not a rate); a value needs a source.
+_COUNTS = ("sm_count",)
 _ALL = ("name", *_NUMERIC, *_OPTIONAL, "sources")
 
 
@@ -52,7 +55,7 @@ def _spec_from_mapping(
 ) -> tuple[HardwareSpec, tuple[str, ...]]:
     m = S.mapping(obj, ctx)
     required = [k for k in _ALL if not (name is not None and k == "name")]
-    S.check_keys(m, ctx, required=required, optional=("aliases", "notes", *_LINK))
+    S.check_keys(m, ctx, required=required, optional=("aliases", "notes", *_LINK, *_COUNTS))
     values: dict[str, Any] = {
         "name": name if name is not None else S.string(m["name"], ctx.child("name"))
     }
@@ -64,6 +67,10 @@ def _spec_from_mapping(
     link = [k for k in _LINK if k in m]
     for k in link:
         values[k] = S.optional_number(m[k], ctx.child(k), positive=k != "allreduce_latency_s")
+    counts = [k for k in _COUNTS if k in m]
+    for k in counts:
+        values[k] = S.integer(m[k], ctx.child(k), minimum=1)
+    link += counts
     src_ctx = ctx.child("sources")
     sources = S.mapping(m["sources"], src_ctx)
     for k, v in sources.items():

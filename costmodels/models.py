@@ -98,6 +98,20 @@ class ModelSpec:
         return attn + mlp
 
     @property
+    def gemm_shapes(self) -> tuple[tuple[int, int], ...]:
+        """(K, NO) of the layer's four GEMMs, K the reduction size and NO the output width:
+        QKV (h -> (Hq + 2K)d), O (Hq*d -> h), the MLP's first GEMM (gate and up fused: I*2; a plain
+        FFN's up: I), down (I -> h). Their K*NO sum to ``linear_params_per_layer``."""
+        h, d, i = self.hidden_size, self.head_dim, self.intermediate_size
+        up = (2 if self.gated_mlp else 1) * i
+        return (
+            (h, (self.num_heads + 2 * self.num_kv_heads) * d),
+            (self.num_heads * d, h),
+            (h, up),
+            (i, h),
+        )
+
+    @property
     def linear_weight_bytes_per_layer(self) -> int:
         return self.linear_params_per_layer * self.dtype_bytes
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from . import _strict as S
+from .gemm import uses_per_gemm_form
 
 FORMAT_VERSION = 1
 PROFILES_DIR = Path(__file__).with_name("profiles")
@@ -27,8 +28,13 @@ PROFILES_DIR = Path(__file__).with_name("profiles")
 class LinearTerm:
     """Token-level work of one layer: the four GEMMs (QKV, O, gate/up, down) and the elementwise ops.
 
-    t(N) = tau_s + max(weight_bytes / weight_bw_Bps, 2 * N * P / flops) + N * ew_bytes / elementwise_bw_Bps
+    With the optional fields at their defaults (the layer form):
+      t(N) = tau_s + max(weight_bytes / weight_bw_Bps, 2 * N * P / flops) + N * ew_bytes / elementwise_bw_Bps
     with P the layer's linear params and ew_bytes ``ModelSpec.elementwise_bytes_per_token_layer``.
+    With any of ``gemm_knee_p``, ``gemm_activation_bytes``, ``gemm_tiles`` set (the per-GEMM form,
+    ``costmodels.gemm``), the max is replaced by the sum over the four GEMMs (``ModelSpec.gemm_shapes``)
+    of smax(bytes_g / weight_bw_Bps, compute_g; gemm_knee_p). ``tau_s`` is always the layer's whole
+    fixed cost: the GEMMs' (one per GEMM in the per-GEMM form) plus the elementwise ops'.
     """
 
     tau_s: float  # fixed per-layer cost of the token-level kernels (launch, tails)
@@ -37,6 +43,25 @@ class LinearTerm:
     elementwise_bw_Bps: (
         float  # effective bandwidth of norms, RoPE, residual adds, activation, KV write
     )
+    # Per-GEMM form (costmodels.gemm); the defaults give the layer form above, bit for bit.
+    gemm_knee_p: float = 0.0  # p of smax(memory, compute; p) per GEMM; 0: the hard max
+    gemm_activation_bytes: bool = False  # memory also reads the input and writes the output
+    gemm_tiles: tuple[tuple[int, int], ...] = ()  # output tiles (rows, cols); (): no tiles
+    gemm_tile_overhead: float = 0.0  # c_tile: a smaller tile's extra cost, in 1/elements
+    gemm_wave_tail: float = 0.0  # cost of a partial last wave of tiles (0: none, 1: a full wave)
+    gemm_sm_count: int = 0  # SMs the tiles run in waves over (needed with gemm_tiles)
+
+    def form_problem(self) -> str | None:
+        """Why the per-GEMM fields do not make a form, or None."""
+        if self.gemm_knee_p and self.gemm_knee_p < 1:
+            return f"gemm_knee_p must be 0 (hard max) or >= 1, got {self.gemm_knee_p}"
+        if self.gemm_tiles and self.gemm_sm_count < 1:
+            return "gemm_tiles need gemm_sm_count >= 1 (the SMs the tiles run in waves over)"
+        if not self.gemm_tiles and (self.gemm_tile_overhead or self.gemm_wave_tail):
+            return "gemm_tile_overhead and gemm_wave_tail need gemm_tiles"
+        if self.gemm_wave_tail > 1:
+            return f"gemm_wave_tail must be in [0, 1], got {self.gemm_wave_tail}"
+        return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,6 +200,9 @@ class Profile:
             if not isinstance(obj, cls):
                 raise ctx.child(term).error(f"expected {cls.__name__}, got {type(obj).__name__}")
             _checked_fields(cls, lambda k, o=obj: getattr(o, k), ctx.child(term))
+        problem = self.linear.form_problem()
+        if problem:
+            raise ctx.child("linear").error(problem)
         S.number(self.step_overhead_s, ctx.child("step_overhead_s"))
         if not isinstance(self.meta, ProfileMeta):
             raise ctx.child("meta").error(f"expected ProfileMeta, got {type(self.meta).__name__}")
@@ -216,7 +244,7 @@ def _to_dict(p: Profile) -> dict[str, Any]:
     out: dict[str, Any] = {"format_version": FORMAT_VERSION, "name": p.name}
     for term in _TERM_CLASSES:
         obj = getattr(p, term)
-        out[term] = {f.name: getattr(obj, f.name) for f in fields(obj)}
+        out[term] = {f.name: _plain(getattr(obj, f.name)) for f in _written_fields(obj)}
     out["step_overhead_s"] = p.step_overhead_s
     out["meta"] = {f.name: getattr(p.meta, f.name) for f in fields(ProfileMeta)}
     out["validation"] = {
@@ -228,12 +256,40 @@ def _to_dict(p: Profile) -> dict[str, Any]:
     return out
 
 
+def _written_fields(obj: Any) -> list:
+    """A term's fields as a file holds them: a linear term in the layer form leaves out the
+    per-GEMM fields (all at their defaults), so such files keep their old layout."""
+    if isinstance(obj, LinearTerm) and not uses_per_gemm_form(obj):
+        return [f for f in fields(obj) if not f.name.startswith("gemm_")]
+    return list(fields(obj))
+
+
+def _plain(value: Any) -> Any:
+    """YAML-safe: tuples (the GEMM tiles) as lists."""
+    return [_plain(v) for v in value] if isinstance(value, tuple) else value
+
+
+def _tiles(obj: Any, ctx: S.Ctx) -> tuple[tuple[int, int], ...]:
+    """A list of [rows, cols] tile sizes, each a positive integer."""
+    if not isinstance(obj, list | tuple):
+        raise ctx.error(f"expected a list of [rows, cols] tiles, got {type(obj).__name__}")
+    out = []
+    for i, tile in enumerate(obj):
+        c = ctx.child(str(i))
+        if not isinstance(tile, list | tuple) or len(tile) != 2:
+            raise c.error(f"expected [rows, cols], got {tile!r}")
+        out.append((S.integer(tile[0], c, minimum=1), S.integer(tile[1], c, minimum=1)))
+    return tuple(out)
+
+
 def _checked_fields(cls: type, get: Any, ctx: S.Ctx) -> dict[str, Any]:
     """Type and range of every field of a term class: rates > 0, costs >= 0, flags bool."""
     values: dict[str, Any] = {}
     for f in fields(cls):
         c = ctx.child(f.name)
-        if f.type in ("bool", bool):
+        if f.name == "gemm_tiles":
+            values[f.name] = _tiles(get(f.name), c)
+        elif f.type in ("bool", bool):
             values[f.name] = S.boolean(get(f.name), c)
         elif f.type in ("int", int):
             values[f.name] = S.integer(get(f.name), c, minimum=0)
@@ -302,6 +358,9 @@ def _from_dict(data: Any, ctx: S.Ctx) -> Profile:
                 f"unsupported version {v} (this code reads {FORMAT_VERSION})"
             )
     terms = {t: _term_from(m[t], cls, ctx.child(t)) for t, cls in _TERM_CLASSES.items()}
+    problem = terms["linear"].form_problem()
+    if problem:  # before Profile's own check, so that the error names the file
+        raise ctx.child("linear").error(problem)
     return Profile(
         name=S.string(m["name"], ctx.child("name")),
         **terms,

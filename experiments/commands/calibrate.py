@@ -269,6 +269,11 @@ def _measure(args: argparse.Namespace) -> int:
     return 0
 
 
+def _constant_text(value) -> str:
+    """A profile constant for the console: numbers to 4 digits, the GEMM tiles as they are."""
+    return str(value) if isinstance(value, tuple) else f"{value:.4g}"
+
+
 def _fit(args: argparse.Namespace) -> int:
     from calibration.public_profiles import TARGETS, fit_public
     from calibration.public_tables import available, default_data_dir
@@ -297,7 +302,9 @@ def _fit(args: argparse.Namespace) -> int:
             obj = getattr(p, term)
             print(
                 f"  {term}: "
-                + ", ".join(f"{k}={getattr(obj, k):.4g}" for k in obj.__dataclass_fields__)
+                + ", ".join(
+                    f"{k}={_constant_text(getattr(obj, k))}" for k in obj.__dataclass_fields__
+                )
             )
         for line in (p.meta.notes or "").splitlines():
             if line.startswith("pensieve "):

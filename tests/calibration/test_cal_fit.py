@@ -3,16 +3,19 @@ model's forms, and the validation splits keep whole shapes together. No torch, n
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
 import pytest
 
 from calibration.fit import (
+    CUBLAS_TILES,
     RATE_CAP,
     ElementwiseFit,
     GemmFit,
     RateLimits,
+    TileWaveForm,
     fit_term,
     predict,
     predict_linear,
@@ -32,6 +35,7 @@ from costmodels import (
     get_hardware,
     get_model,
 )
+from costmodels.tensor_parallel import ALLREDUCES_PER_LAYER
 
 LLAMA = get_model("llama-3-8b")
 NOISE = 0.02  # 2 % lognormal noise on every synthetic median
@@ -162,6 +166,62 @@ def test_per_seq_fixed_at_zero_when_every_shape_has_one_sequence() -> None:
     assert fit.params.flops == pytest.approx(2e14, rel=1e-3)
 
 
+# The per-GEMM tile/wave form, as the H100 public fit finds it (tau_s: 4 GEMMs' fixed costs).
+TILE_WAVES = GemmFit(
+    tau_s=18e-6,
+    weight_bw_Bps=3.0e12,
+    flops=7.8e14,
+    gemm_knee_p=1.9,
+    gemm_activation_bytes=True,
+    gemm_tiles=CUBLAS_TILES,
+    gemm_tile_overhead=28.0,
+    gemm_wave_tail=0.5,
+    gemm_sm_count=132,
+)
+
+
+def _tile_wave_samples(true: GemmFit, rng: np.random.Generator) -> list[Sample]:
+    out = []
+    for model, tp in ((LLAMA, 1), (LLAMA, 2), (get_model("llama-2-7b"), 4), (LLAMA, 8)):
+        m = shard(model, tp)
+        for n in (1, 8, 32, 64, 100, 128, 200, 256, 384, 512, 768, 1024, 2048, 4096):
+            probe = Sample("gemm", Shape(tokens=n), Timing.published(1.0), m)
+            t = float(predict("gemm", true, [probe])[0])
+            out.append(Sample("gemm", Shape(tokens=n), _noisy(t, rng), m, f"tp{tp}"))
+    return out
+
+
+def test_tile_wave_gemm_recovers_rates_and_predicts_held_out_shapes() -> None:
+    rng = np.random.default_rng(3)
+    samples = _tile_wave_samples(TILE_WAVES, rng)
+    form = TileWaveForm.of_gpu("h100-sxm")
+    assert form.sm_count == 132 and form.tiles == CUBLAS_TILES
+    fit = fit_term("gemm", samples, RateLimits.of_gpu("h100-sxm"), gemm_form=form)
+    got = fit.params
+    assert got.gemm_activation_bytes and got.gemm_sm_count == 132
+    assert got.weight_bw_Bps == pytest.approx(TILE_WAVES.weight_bw_Bps, rel=0.1)
+    assert got.flops == pytest.approx(TILE_WAVES.flops, rel=0.1)
+    # Every shape, noise-free, within a few percent: the form recovers the tile/wave steps.
+    clean = _tile_wave_samples(TILE_WAVES, np.random.default_rng(4))
+    truth = predict("gemm", TILE_WAVES, clean)
+    assert np.max(np.abs(predict("gemm", got, clean) / truth - 1)) < 0.05
+
+
+def test_tile_overhead_can_be_fixed_at_zero() -> None:
+    true = dataclasses.replace(TILE_WAVES, gemm_tile_overhead=0.0)
+    samples = _tile_wave_samples(true, np.random.default_rng(5))
+    form = TileWaveForm.of_gpu("h100-sxm", fit_tile_overhead=False)
+    fit = fit_term("gemm", samples, RateLimits.of_gpu("h100-sxm"), gemm_form=form)
+    assert fit.params.gemm_tile_overhead == 0.0
+    assert any("gemm_tile_overhead fixed at 0" in n for n in fit.notes)
+
+
+def test_tile_wave_form_needs_the_gpu_peaks_and_sms() -> None:
+    s = _tile_wave_samples(TILE_WAVES, np.random.default_rng(6))
+    with pytest.raises(ValueError, match="HBM bandwidth and FLOP peaks"):
+        fit_term("gemm", s, gemm_form=TileWaveForm(132))
+
+
 def test_rates_stay_under_physical_limits() -> None:
     # Data that "wants" 5 TB/s of weight bandwidth on a 3.35 TB/s GPU is held at the ceiling.
     true = GemmFit(0.0, 5.0e12, 6.0e14)
@@ -225,6 +285,18 @@ def test_predictions_equal_costmodel_of_the_built_profile() -> None:
     assert float(predict("decode_attn", dec, [s])[0]) == pytest.approx(
         cm.decode_attn_s(17, 17 * 3000), rel=1e-5
     )
+    # The per-GEMM form: the fitter's prediction is the cost model's price, at every N.
+    tiled, _ = build_profile(
+        "t2", ProfileFits(TILE_WAVES, e, pf, dec), analytic_profile(get_hardware("h100")), meta
+    )
+    for model in (LLAMA, get_model("opt-13b")):
+        cm2 = CostModel(model, tiled, tp=2)
+        m2 = shard(model, 2)
+        for n in (1, 37, 128, 129, 512, 8192):
+            s = Sample("linear", Shape(tokens=n), Timing.published(1.0), m2)
+            ar = ALLREDUCES_PER_LAYER * cm2.allreduce_s(n)
+            want = cm2.linear_s(n) - ar + cm2.elementwise_s(n)
+            assert want == pytest.approx(float(predict_linear(TILE_WAVES, e, [s])[0]), rel=1e-5)
     # Pensieve constants come out of the same profile (CostModel.pensieve_constants).
     pc = cm.pensieve_constants(1)
     assert pc.layer_s(2000) == pytest.approx(cm.layer_s(BatchShape.decode(1, 2000)))

@@ -15,14 +15,19 @@ pytestmark = [pytest.mark.data, needs_data]
 
 # (source, term, split) -> held-out MAPE documented in calibration/README.md (seed 0).
 DOCUMENTED = {
-    ("a100-vidur-mlp", "gemm", "random"): 0.0505,
-    ("a100-vidur-mlp", "gemm", "extrapolation"): 0.0333,
+    # GEMMs: the per-GEMM tile/wave form (costmodels.gemm), c_tile fixed at 0 on the A100.
+    ("a100-vidur-mlp", "gemm", "random"): 0.0385,
+    ("a100-vidur-mlp", "gemm", "extrapolation"): 0.0343,
     ("a100-vidur-mlp", "elementwise", "random"): 0.1155,
     ("a100-vidur-mlp", "elementwise", "extrapolation"): 0.2095,
-    ("a100-vidur-mlp", "linear", "random"): 0.0481,
-    ("a100-vidur-mlp", "linear", "extrapolation"): 0.0213,
-    ("a100-vidur-mlp [test Llama-2-7B]", "linear", "leave-out"): 0.0639,
-    ("a100-vidur-mlp [test Llama-3-8B]", "linear", "leave-out"): 0.0463,
+    ("a100-vidur-mlp", "linear", "random"): 0.0415,
+    # Worse than the layer form's 2.1 %: its GEMM over-predicted N > 2048 by ~3 %, which hid the
+    # elementwise form's -21 %; the per-GEMM form is near unbiased there (-2.5 %).
+    ("a100-vidur-mlp", "linear", "extrapolation"): 0.0534,
+    ("a100-vidur-mlp [test Llama-2-7B]", "gemm", "leave-out"): 0.0496,
+    ("a100-vidur-mlp [test Llama-3-8B]", "gemm", "leave-out"): 0.0374,
+    ("a100-vidur-mlp [test Llama-2-7B]", "linear", "leave-out"): 0.0503,
+    ("a100-vidur-mlp [test Llama-3-8B]", "linear", "leave-out"): 0.0481,
     ("a100-vidur-flashinfer", "prefill_attn", "random"): 0.1191,
     ("a100-vidur-flashinfer", "prefill_attn", "extrapolation"): 0.1992,
     ("a100-vidur-flashinfer", "decode_attn", "random"): 0.0785,
@@ -31,12 +36,12 @@ DOCUMENTED = {
     ("a100-vidur-fa-70b-tp2", "prefill_attn", "extrapolation"): 0.1322,
     ("a100-vidur-fa-70b-tp2", "decode_attn", "random"): 0.1134,
     ("a100-vidur-fa-70b-tp2", "decode_attn", "extrapolation"): 0.0818,
-    ("h100-vidur-mlp", "gemm", "random"): 0.0805,
-    ("h100-vidur-mlp", "gemm", "extrapolation"): 0.1084,
+    ("h100-vidur-mlp", "gemm", "random"): 0.0368,
+    ("h100-vidur-mlp", "gemm", "extrapolation"): 0.0299,
     ("h100-vidur-mlp", "elementwise", "random"): 0.0896,
     ("h100-vidur-mlp", "elementwise", "extrapolation"): 0.1700,
-    ("h100-vidur-mlp", "linear", "random"): 0.0630,
-    ("h100-vidur-mlp", "linear", "extrapolation"): 0.0585,
+    ("h100-vidur-mlp", "linear", "random"): 0.0345,
+    ("h100-vidur-mlp", "linear", "extrapolation"): 0.0336,
     ("h100-lss-8b-layers", "prefill_attn", "random"): 0.0752,
     ("h100-lss-8b-layers", "prefill_attn", "extrapolation"): 0.0926,
     # FlashAttention without split-KV: the wave term fits these kernels.
@@ -46,9 +51,9 @@ DOCUMENTED = {
     ("a6000-lss-8b", "prefill_attn", "random"): 0.0240,
     ("a6000-lss-8b", "prefill_attn", "extrapolation"): 0.0285,
     ("a6000-lss-8b", "decode_attn", "random"): 0.1454,
-    ("h100-lss-8b-layers", "linear", "transfer"): 0.1858,
-    ("h100-lss-8b-layers", "lm_head", "transfer"): 0.1047,
-    ("h100-lss-8b-layers", "layer", "transfer"): 0.1749,
+    ("h100-lss-8b-layers", "linear", "transfer"): 0.1379,
+    ("h100-lss-8b-layers", "lm_head", "transfer"): 0.0614,
+    ("h100-lss-8b-layers", "layer", "transfer"): 0.1294,
 }
 TARGET = {
     "gemm": 0.05,
@@ -102,6 +107,21 @@ def test_the_wave_term_is_fitted_where_the_kernel_does_not_split_keys(public) ->
         assert pf[0].wave_sm_count == waves, src.source.name
 
 
+def test_gemms_use_the_tile_wave_form_over_the_gpus_sms(public) -> None:
+    # c_tile is fitted or fixed at 0 as the source says (PublicSource.gemm_tile_overhead_fitted).
+    from costmodels import get_hardware
+
+    for src in public.sources:
+        gemm = [f.params for f in src.fits if f.term == "gemm"]
+        if not gemm:
+            continue
+        g, rule = gemm[0], src.source
+        assert rule.gemm_tile_waves and g.gemm_activation_bytes and g.gemm_tiles
+        assert g.gemm_sm_count == get_hardware(rule.gpu).sm_count
+        assert (g.gemm_tile_overhead > 0) == rule.gemm_tile_overhead_fitted, rule.name
+        assert 1 <= g.gemm_knee_p and 0 <= g.gemm_wave_tail <= 1
+
+
 def test_fitted_constants_are_physical(public) -> None:
     from costmodels import get_hardware
 
@@ -123,11 +143,10 @@ def test_committed_profiles_equal_the_fit(public) -> None:
         for term in ("linear", "prefill_attn", "decode_attn", "h2d", "d2h", "overlap"):
             a, b = getattr(committed, term), getattr(fitted, term)
             for f in a.__dataclass_fields__:
-                assert getattr(a, f) == pytest.approx(getattr(b, f), rel=1e-5), (
-                    fitted.name,
-                    term,
-                    f,
-                )
+                want = getattr(b, f)
+                if not isinstance(want, tuple):  # the GEMM tiles compare exactly
+                    want = pytest.approx(want, rel=1e-5)
+                assert getattr(a, f) == want, (fitted.name, term, f)
         assert committed.validation == fitted.validation
         assert committed.meta.source == fitted.meta.source
 

@@ -54,6 +54,38 @@ def test_gemm_compute_slope(cm) -> None:
     assert cm.linear_s(4096) == pytest.approx(TAU + 4096 * slope, rel=1e-12)
 
 
+def _tiled(cm: CostModel, **fields) -> CostModel:
+    lin = dataclasses.replace(cm.profile.linear, **fields)
+    return CostModel(cm.model, dataclasses.replace(cm.profile, linear=lin))
+
+
+def test_per_gemm_form_by_hand(cm) -> None:
+    # One 128x256 tile, no overhead, full waves (tail 1), hard max, weights only: each GEMM is
+    # max(b*K*NO/bw, waves*SMs*2*128*256*K/flops) with ceil(N/128)*ceil(NO/256) tiles.
+    t = _tiled(cm, gemm_tiles=((128, 256),), gemm_wave_tail=1.0, gemm_sm_count=132)
+    shapes = ((4096, 6144), (4096, 4096), (4096, 28672), (14336, 4096))
+    for n in (1, 128, 129, 4096):
+        want = 0.0
+        for k, no in shapes:
+            waves = -(-(-(-n // 128) * -(-no // 256)) // 132)
+            want += max(2 * k * no / W_BW, waves * 132 * 2 * 128 * 256 * k / GEMM_F)
+        assert t.linear_s(n) == pytest.approx(TAU + want, rel=1e-12)
+        assert t.linear_s(n) == t.linear_s(n)  # the cached price is the price
+    # The knee p and activation bytes: smax of the memory (weights + N*(K + NO)) and compute terms.
+    s = _tiled(cm, gemm_knee_p=2.0, gemm_activation_bytes=True)
+    want = sum(
+        ((2 * (k * no + 64 * (k + no)) / W_BW) ** 2 + (2 * 64 * k * no / GEMM_F) ** 2) ** 0.5
+        for k, no in shapes
+    )
+    assert s.linear_s(64) == pytest.approx(TAU + want, rel=1e-12)
+
+
+def test_layer_form_is_the_default(cm) -> None:
+    # Defaults of the per-GEMM fields: the layer's max(floor, slope), to the last bit.
+    for n in (1, 200, 300, 4096):
+        assert cm.linear_s(n) == TAU + max(P_L3 * 2 / W_BW, n * (2.0 * P_L3 / GEMM_F))
+
+
 def test_elementwise(cm) -> None:
     assert cm.elementwise_s(1000) == pytest.approx(1000 * 196_608 / EW_BW, rel=1e-12)
     assert cm.elementwise_s(0) == 0.0

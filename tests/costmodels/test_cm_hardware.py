@@ -64,9 +64,15 @@ def test_every_number_has_a_source(name: str) -> None:
         "copy_latency_s",
         "nvlink_per_direction_Bps",
         "allreduce_latency_s",
+        "sm_count",
     ]
     assert sorted(hw.sources) == sorted(numeric)
     assert all(len(s) > 10 for s in hw.sources.values())
+
+
+def test_sm_counts() -> None:
+    # The width of a wave of CTAs (architecture whitepapers): A100 108, H100/H200 SXM5 132.
+    assert [get_hardware(n).sm_count for n in ("a100", "h100", "h200")] == [108, 132, 132]
 
 
 def test_ridge_points_match_notes() -> None:
@@ -114,6 +120,14 @@ def test_hardware_file(tmp_path) -> None:
         (lambda s: s.replace("  copy_latency_s: judgment\n", ""), "sources.copy_latency_s"),
         (lambda s: s.replace("hbm_bw_Bps: 864e9", "hbm_bw_Bps: 0"), "hbm_bw_Bps"),
         (lambda s: s + "nvlink_Bps: 1\n", "nvlink_Bps"),
+        (
+            lambda s: s.replace("copy_latency_s: 5e-6\n", "copy_latency_s: 5e-6\nsm_count: 2\n"),
+            "sources.sm_count",
+        ),
+        (
+            lambda s: s.replace("copy_latency_s: 5e-6\n", "copy_latency_s: 5e-6\nsm_count: 1.5\n"),
+            "sm_count",
+        ),
     ],
 )
 def test_hardware_file_errors(tmp_path, edit, key) -> None:

@@ -78,6 +78,23 @@ def test_params_per_layer_by_hand() -> None:
     assert get_model("Llama-3-8B").lm_head_params == 4096 * 128256
 
 
+def test_gemm_shapes_by_hand() -> None:
+    # (K, NO): QKV 4096 -> (32 + 2*8)*128, O 4096 -> 4096, gate+up fused 4096 -> 2*14336, down.
+    l3 = get_model("Llama-3-8B")
+    assert l3.gemm_shapes == ((4096, 6144), (4096, 4096), (4096, 28672), (14336, 4096))
+    # OPT-13B: plain FFN, up alone 5120 -> 20480; MHA QKV 5120 -> 3*5120.
+    assert get_model("OPT-13B").gemm_shapes == (
+        (5120, 15360),
+        (5120, 5120),
+        (5120, 20480),
+        (20480, 5120),
+    )
+    # The TP shard splits heads and MLP width, not the hidden size.
+    assert l3.shard(4).gemm_shapes == ((4096, 1536), (1024, 4096), (4096, 7168), (3584, 4096))
+    for m in (l3, get_model("OPT-13B"), l3.shard(4)):
+        assert sum(k * n for k, n in m.gemm_shapes) == m.linear_params_per_layer
+
+
 def test_elementwise_bytes_by_hand() -> None:
     # 2 norms (4h) + 2 adds (6h) + rope on q,k (2*(32+8)*128) + SwiGLU act (3I) + KV write (4*8*128)
     elems = 10 * 4096 + 2 * 40 * 128 + 3 * 14336 + 4 * 8 * 128

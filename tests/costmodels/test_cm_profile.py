@@ -131,6 +131,64 @@ def test_strict_errors_name_key_and_file(tmp_path, dotted, value, key) -> None:
     assert f"'{key}'" in msg, msg
 
 
+def _per_gemm(p: Profile) -> Profile:
+    lin = dataclasses.replace(
+        p.linear,
+        gemm_knee_p=1.7,
+        gemm_activation_bytes=True,
+        gemm_tiles=((64, 64), (128, 256)),
+        gemm_tile_overhead=2.5,
+        gemm_wave_tail=0.3,
+        gemm_sm_count=108,
+    )
+    return dataclasses.replace(p, linear=lin)
+
+
+def test_per_gemm_fields_round_trip_and_old_files_keep_their_layout(tmp_path) -> None:
+    p = _per_gemm(_calibrated())
+    q = load_profile(str(save_profile(p, tmp_path / "g.yaml")))
+    assert q == p and q.linear.gemm_tiles == ((64, 64), (128, 256))
+    assert yaml.safe_load((tmp_path / "g.yaml").read_text())["linear"]["gemm_tiles"] == [
+        [64, 64],
+        [128, 256],
+    ]
+    # The layer form writes no per-GEMM key, and a file without them loads at the defaults.
+    old = _calibrated().to_dict()["linear"]
+    assert not [k for k in old if k.startswith("gemm_")]
+    assert (
+        load_profile(str(save_profile(_calibrated(), tmp_path / "o.yaml"))).linear.gemm_tiles == ()
+    )
+
+
+@pytest.mark.parametrize(
+    "dotted, value, key, problem",
+    [
+        ("linear.gemm_sm_count", 0, "linear", "need gemm_sm_count"),
+        ("linear.gemm_knee_p", 0.5, "linear", "0 (hard max) or >= 1"),
+        ("linear.gemm_wave_tail", 1.5, "linear", "in [0, 1]"),
+        ("linear.gemm_tiles", [[64, 0]], "linear.gemm_tiles.0", ">= 1"),
+        ("linear.gemm_tiles", [64, 64], "linear.gemm_tiles.0", "rows, cols"),
+        ("linear.gemm_tiles", "128x128", "linear.gemm_tiles", "list of"),
+        ("linear.gemm_sm_count", 1.5, "linear.gemm_sm_count", "integer"),
+    ],
+)
+def test_per_gemm_field_errors_name_key_and_file(tmp_path, dotted, value, key, problem) -> None:
+    d = _per_gemm(_calibrated()).to_dict()
+    _set(d, dotted, value)
+    path = tmp_path / "broken.yaml"
+    path.write_text(yaml.safe_dump(d, sort_keys=False))
+    with pytest.raises(ValueError) as exc:
+        load_profile(str(path))
+    msg = str(exc.value)
+    assert str(path) in msg and f"'{key}'" in msg and problem in msg, msg
+
+
+def test_tile_fields_without_tiles_are_refused() -> None:
+    lin = dataclasses.replace(_calibrated().linear, gemm_wave_tail=0.5)
+    with pytest.raises(ValueError, match="need gemm_tiles"):
+        dataclasses.replace(_calibrated(), linear=lin)
+
+
 def test_invalid_yaml_names_file(tmp_path) -> None:
     path = tmp_path / "syntax.yaml"
     path.write_text("linear: {tau_s: 1\n")
@@ -182,3 +240,17 @@ def test_readme_example_is_a_valid_profile(tmp_path) -> None:
     path.write_text(block)
     p = load_profile(str(path))
     assert p.meta.date == "2025-06-01" and p.validation["decode_attn"].n == 60
+
+
+def test_readme_per_gemm_example_loads(tmp_path) -> None:
+    import re
+
+    readme = (profile_mod.PROFILES_DIR / "README.md").read_text()
+    blocks = [yaml.safe_load(b) for b in re.findall(r"```yaml\n(.*?)```", readme, re.S)]
+    linear = next(b["linear"] for b in blocks if "gemm_tiles" in b.get("linear", {}))
+    d = _calibrated().to_dict()
+    d["linear"] = linear
+    path = tmp_path / "per_gemm.yaml"
+    path.write_text(yaml.safe_dump(d, sort_keys=False))
+    lin = load_profile(str(path)).linear
+    assert lin.gemm_tiles == ((64, 64), (128, 128), (128, 256)) and lin.gemm_sm_count == 108
