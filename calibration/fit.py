@@ -4,7 +4,8 @@ The forms are exactly those of ``costmodels.cost``, per decoder layer:
 
     gemm          tau + max(P*b / weight_bw, 2*N*P / flops)           (linear with a floor), or
                   per GEMM tau_g + smax(memory, tiles in waves; p)     (``costmodels.gemm``)
-    elementwise   tau_ew + N * ew_bytes / elementwise_bw
+    elementwise   tau_ew + N * ew_bytes / elementwise_bw, or
+                  per kernel smax(floor in CTA waves, streaming; p)   (``costmodels.elementwise``)
     prefill_attn  tau + per_seq * S + 4*H_q*d * pairs / flops,         pairs = S * n_new*(n_ctx + n_new/2)
                   + query_elem * S * n_new * H_q * d                   per query row
                   + wave_key_elem * d * wave_keys                      kernels without split-KV only
@@ -17,7 +18,9 @@ an absolute fit would ignore every small shape. Why bounds at 0: a negative inte
 rate fits the grid and breaks on extrapolation. The linear forms are solved by bounded least
 squares on rows scaled by 1/y (``scipy.optimize.lsq_linear``); the max() floor by
 ``least_squares`` with bounds from several starts (the max makes the problem non-smooth), and
-so is the per-GEMM form (``TileWaveForm``: which tiles, over how many SMs, c_tile fitted or 0).
+so is the per-GEMM form (``TileWaveForm``: which tiles, over how many SMs, c_tile fitted or 0)
+and the per-op elementwise form (``PerOpForm``: each kind fitted on its own ops' times, which the
+samples carry in ``Sample.ew_parts``).
 A constant the data cannot separate (e.g. per_seq when every shape has one sequence) is fixed at 0
 and said so in ``TermFit.notes``.
 """
@@ -31,6 +34,7 @@ import numpy as np
 
 from costmodels import CopyTerm, DecodeAttnTerm, PrefillAttnTerm
 from costmodels.cost import wave_keys
+from costmodels.elementwise import ELEMENTWISE_KINDS, ElementwiseOp, op_s, ops_s, uses_per_op_form
 from costmodels.gemm import per_gemm_s, uses_per_gemm_form
 
 from .samples import Sample
@@ -83,10 +87,33 @@ class TileWaveForm:
 
 @dataclass(frozen=True, slots=True)
 class ElementwiseFit:
-    """Norms, RoPE, activation, adds, KV write: tau_s + N * ew_bytes / bw_Bps."""
+    """Norms, RoPE, activation, adds, KV write: tau_s + N * ew_bytes / bw_Bps (the layer form), or
+    the per-op form of ``costmodels.elementwise`` when its fields are set (the same fields, with
+    the same meaning, as ``LinearTerm``'s); tau_s is then 0 (each kind has its own) and bw_Bps the
+    layer form's fit on the same samples, a summary that prices nothing."""
 
     tau_s: float
     bw_Bps: float
+    elementwise_ops: tuple[ElementwiseOp, ...] = ()
+    elementwise_sm_count: int = 0
+    elementwise_l2_bytes: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class PerOpForm:
+    """Fit the per-op elementwise form over ``sm_count`` SMs and an L2 of ``l2_bytes``."""
+
+    sm_count: int
+    l2_bytes: int
+
+    @classmethod
+    def of_gpu(cls, name: str) -> "PerOpForm":
+        from costmodels.hardware import get_hardware
+
+        hw = get_hardware(name)
+        if not (hw.sm_count and hw.l2_bytes):
+            raise ValueError(f"{name}: the per-op elementwise form needs sm_count and l2_bytes")
+        return cls(hw.sm_count, hw.l2_bytes)
 
 
 Params = GemmFit | ElementwiseFit | PrefillAttnTerm | DecodeAttnTerm | CopyTerm
@@ -190,6 +217,8 @@ def predict(term: str, params: Params, samples: Sequence[Sample]) -> np.ndarray:
         b = np.array([s.model.dtype_bytes for s in samples], dtype=float)
         rows = np.array([s.shape.tokens for s in samples], dtype=float)
         return np.maximum(p * b / params.weight_bw_Bps, 2.0 * rows * p / params.flops)
+    if term == "elementwise" and uses_per_op_form(params):
+        return _predict_per_op(params, samples)
     sms = params.wave_sm_count if term == "prefill_attn" and params.wave_key_elem_s else 0
     a, _ = _design(term, samples, sms)
     if term == "elementwise":
@@ -202,6 +231,28 @@ def predict(term: str, params: Params, samples: Sequence[Sample]) -> np.ndarray:
     else:
         coef = (params.latency_s, 1.0 / params.bw_Bps)
     return a @ np.asarray(coef, dtype=float)
+
+
+def _timed_ops(sample: Sample) -> list:
+    """The model's elementwise kernels the sample timed (all of them when it names none)."""
+    ops = sample.model.elementwise_ops
+    if not sample.ew_parts:
+        return list(ops)
+    by_name = {op.name: op for op in ops}
+    return [by_name[name] for name, _ in sample.ew_parts]
+
+
+def _predict_per_op(params: ElementwiseFit, samples: Sequence[Sample]) -> np.ndarray:
+    """The per-op form summed over the kernels each sample timed (``CostModel.elementwise_s`` for
+    a sample that names none)."""
+    shapes, tokens, owner = [], [], []
+    for i, s in enumerate(samples):
+        for op in _timed_ops(s):
+            shapes.append(op)
+            tokens.append(s.shape.tokens)
+            owner.append(i)
+    per_op = ops_s(params, np.array(tokens, dtype=float), shapes)
+    return np.bincount(np.array(owner), weights=per_op, minlength=len(samples))
 
 
 def predict_linear(gemm: GemmFit, ew: ElementwiseFit, samples: Sequence[Sample]) -> np.ndarray:
@@ -426,17 +477,107 @@ def _fit_tile_waves(samples: Sequence[Sample], limits: RateLimits, form: TileWav
     return TermFit("gemm", params, len(samples), tuple(notes))
 
 
+def _kind_rows(samples: Sequence[Sample], kind: str) -> tuple[np.ndarray, list, np.ndarray]:
+    """(tokens, kernel shapes, seconds) of every timed op of ``kind`` in ``samples``."""
+    tokens, shapes, y = [], [], []
+    for s in samples:
+        if not s.ew_parts:
+            raise ValueError(
+                f"the per-op elementwise form needs each op's time; a {s.model.name} sample has none"
+            )
+        for op, (_, t) in zip(_timed_ops(s), s.ew_parts, strict=True):
+            if op.kind == kind:
+                tokens.append(s.shape.tokens)
+                shapes.append(op)
+                y.append(t)
+    return np.array(tokens, dtype=float), shapes, np.array(y, dtype=float)
+
+
+def _inverse_rate(x: float, per: float) -> float:
+    """A rate from its fitted inverse (``per`` bytes/s per unit of x); inf where x is 0."""
+    return per / x if x > 0 else np.inf
+
+
+def _per_op_constants(kind: str, x: np.ndarray) -> ElementwiseOp:
+    """The op of a parameter vector [floor (us), tau (us), us/MB, us/MB past L2/2, us/row-KB, p]."""
+    return ElementwiseOp(
+        kind=kind,
+        floor_s=float(x[0]) * 1e-6,
+        tau_s=float(x[1]) * 1e-6,
+        bw_Bps=_inverse_rate(float(x[2]), 1e12),
+        spill_bw_Bps=_inverse_rate(float(x[3]), 1e12),
+        row_bw_Bps=_inverse_rate(float(x[4]), 1e9),
+        knee_p=float(x[5]),
+    )
+
+
+def _fit_kind(
+    kind: str, samples: Sequence[Sample], limits: RateLimits, form: PerOpForm
+) -> ElementwiseOp:
+    """One kind's constants, in relative error on its ops' own times, from three starts (the
+    streaming bandwidth at half, all and a quarter of HBM peak); the bandwidth stays under HBM."""
+    from scipy.optimize import least_squares
+
+    tokens, shapes, y = _kind_rows(samples, kind)
+    if not len(y):
+        raise ValueError(f"no {kind} ops in the samples to fit the per-op form")
+    hbm = (limits.hbm_Bps or RATE_CAP) / 1e12  # TB/s = MB/us
+    row_bytes = np.array([op.row_bytes for op in shapes], dtype=float)
+    threads = np.array([op.block_threads for op in shapes], dtype=float)
+    x0 = np.array([0.8 * y.min() * 1e6, 0.5, 1.0 / (0.5 * hbm), 0.1, 0.05, 4.0])
+    lo = np.array([0.0, 0.0, 1.0 / hbm, 0.0, 0.0, 1.0])
+    hi = np.array([100.0, 100.0, 1e3, 1e3, 1e3, 50.0])
+
+    def residuals(x: np.ndarray) -> np.ndarray:
+        op = _per_op_constants(kind, x)
+        t = op_s(op, tokens, row_bytes, threads, form.sm_count, form.l2_bytes)
+        return (t - y) / y
+
+    best = None
+    for scale in (1.0, 0.5, 2.0):
+        s = x0.copy()
+        s[2] *= scale
+        s = np.clip(s, lo + 1e-9, hi - 1e-9)
+        res = least_squares(residuals, s, bounds=(lo, hi), x_scale=np.maximum(np.abs(s), 1e-3))
+        if best is None or res.cost < best.cost:
+            best = res
+    return _per_op_constants(kind, best.x)
+
+
+def _capped(op: ElementwiseOp, notes: list[str]) -> ElementwiseOp:
+    """The op with every rate the data never made a bottleneck written as RATE_CAP."""
+    rates = {
+        name: _rate(1.0 / getattr(op, name), f"elementwise {op.kind} {name}", notes)
+        for name in ("bw_Bps", "spill_bw_Bps", "row_bw_Bps")
+    }
+    return ElementwiseOp(op.kind, op.floor_s, op.tau_s, knee_p=op.knee_p, **rates)
+
+
+def _fit_per_op(samples: Sequence[Sample], limits: RateLimits, form: PerOpForm) -> TermFit:
+    """The per-op form: each kind fitted alone on its ops' times; bw_Bps is the layer form's."""
+    layer = _fit_linear_form("elementwise", samples, limits)
+    notes = [
+        "per-op form: each kind fitted on its own ops' times; elementwise_bw_Bps is the layer "
+        "form's fit, a summary that prices nothing"
+    ]
+    ops = tuple(_capped(_fit_kind(k, samples, limits, form), notes) for k in ELEMENTWISE_KINDS)
+    params = ElementwiseFit(0.0, layer.params.bw_Bps, ops, form.sm_count, form.l2_bytes)
+    return TermFit("elementwise", params, len(samples), tuple(notes))
+
+
 def fit_term(
     term: str,
     samples: Sequence[Sample],
     limits: RateLimits | None = None,
     wave_sms: int = 0,
     gemm_form: TileWaveForm | None = None,
+    ew_form: PerOpForm | None = None,
 ) -> TermFit:
     """Fit one term's form to its samples (all must be of ``term``); rates stay under ``limits``.
     ``wave_sms``: the prefill kernel does not split keys and runs its CTAs in waves over this many
     SMs (0: it splits them, or the data show no waves), so its form gets the wave term.
-    ``gemm_form``: fit the GEMMs' per-GEMM tile/wave form (None: the layer form)."""
+    ``gemm_form``: fit the GEMMs' per-GEMM tile/wave form (None: the layer form).
+    ``ew_form``: fit the elementwise per-op form (None: the layer form)."""
     limits = limits or RateLimits()
     if term not in FITTED_TERMS:
         raise ValueError(f"cannot fit {term!r}: fitted terms are {', '.join(FITTED_TERMS)}")
@@ -449,4 +590,6 @@ def fit_term(
         return _fit_tile_waves(samples, limits, gemm_form)
     if term == "gemm":
         return _fit_gemm(samples, limits)
+    if term == "elementwise" and ew_form is not None:
+        return _fit_per_op(samples, limits, ew_form)
     return _fit_linear_form(term, samples, limits, wave_sms if term == "prefill_attn" else 0)

@@ -61,6 +61,16 @@ def _round_term(obj):
     )
 
 
+def _with_per_op(linear: LinearTerm, ew: ElementwiseFit) -> LinearTerm:
+    """The linear term with the per-op elementwise constants (rounded as the rest), if fitted."""
+    return dataclasses.replace(
+        linear,
+        elementwise_ops=tuple(_round_term(op) for op in ew.elementwise_ops),
+        elementwise_sm_count=ew.elementwise_sm_count,
+        elementwise_l2_bytes=ew.elementwise_l2_bytes,
+    )
+
+
 def build_profile(
     name: str,
     fits: ProfileFits,
@@ -87,7 +97,9 @@ def build_profile(
             gemm_wave_tail=g.gemm_wave_tail,
             gemm_sm_count=g.gemm_sm_count,
         )
-        if fits.elementwise is None:
+        if fits.elementwise is not None:
+            linear = _with_per_op(linear, fits.elementwise)
+        else:
             from_base.append("linear.elementwise_bw_Bps")
     else:
         linear = base.linear

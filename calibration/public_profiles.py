@@ -33,7 +33,7 @@ from costmodels import (
     get_model,
 )
 
-from .fit import RateLimits, TermFit, TileWaveForm, fit_term
+from .fit import PerOpForm, RateLimits, TermFit, TileWaveForm, fit_term
 from .profile_writer import (
     ProfileFits,
     build_profile,
@@ -128,13 +128,21 @@ def _fit_source(src: PublicSource, samples: list[Sample], seed: int) -> SourceRe
     limits = RateLimits.of_gpu(src.gpu)
     waves = src.prefill_wave_sms
     gemm = _gemm_form(src)
+    ew = PerOpForm.of_gpu(src.gpu) if src.elementwise_per_op else None
     for term in src.terms:
         reports += validate_term(
-            src.name, term, samples, seed=seed, limits=limits, wave_sms=waves, gemm_form=gemm
+            src.name,
+            term,
+            samples,
+            seed=seed,
+            limits=limits,
+            wave_sms=waves,
+            gemm_form=gemm,
+            ew_form=ew,
         )
         if term == "linear":
             fits += [
-                fit_term(t, [s for s in samples if s.term == t], limits, gemm_form=gemm)
+                fit_term(t, [s for s in samples if s.term == t], limits, 0, gemm, ew)
                 for t in ("gemm", "elementwise")
             ]
         elif term not in ("gemm", "elementwise"):
@@ -148,8 +156,9 @@ def _fit_source(src: PublicSource, samples: list[Sample], seed: int) -> SourceRe
                 lambda s, h=held: s.model.name.split("/")[0] == h,
                 f"leave-one-model-out: fit the other model, test {held} (all TP shards)",
             )
-            for term in ("gemm", "linear"):
-                rep = evaluate(f"{src.name} [test {held}]", term, samples, split, limits, 0, gemm)
+            for term in ("gemm", "elementwise", "linear"):
+                name = f"{src.name} [test {held}]"
+                rep = evaluate(name, term, samples, split, limits, 0, gemm, ew)
                 reports.append(rep)
     return SourceResult(src, len(samples), tuple(fits), tuple(reports))
 

@@ -145,8 +145,16 @@ def _path(key: str, data_dir: Path | None) -> Path:
 # --- Vidur ----------------------------------------------------------------------------------------
 VIDUR_GEMMS = ("attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj")
 # Measured once per layer as Vidur lists them (one "add"); ModelSpec's byte count has two adds and
-# the KV write, so the fitted elementwise bandwidth is an effective one for this op set.
-VIDUR_ELEMENTWISE = ("input_layernorm", "attn_rope", "post_attention_layernorm", "mlp_act", "add")
+# the KV write, so the layer form's fitted bandwidth is an effective one for this op set. The
+# samples keep each op's time under its ``ModelSpec.elementwise_ops`` name (the per-op form fits
+# each kind on its own times and prices the ops the row timed).
+VIDUR_ELEMENTWISE = {
+    "input_layernorm": "input_norm",
+    "attn_rope": "rope",
+    "post_attention_layernorm": "post_attention_norm",
+    "mlp_act": "act",
+    "add": "attention_residual_add",  # one of the layer's two (same shape)
+}
 
 
 def load_vidur_mlp(
@@ -162,11 +170,18 @@ def load_vidur_mlp(
         m = shard(spec, tp)
         shape = Shape(tokens=int(r["num_tokens"]))
         g = sum(_ms(r[f"time_stats.{op}.median"]) for op in VIDUR_GEMMS)
-        e = sum(_ms(r[f"time_stats.{op}.median"]) for op in VIDUR_ELEMENTWISE)
+        parts = _parts(r, VIDUR_ELEMENTWISE, lambda row, op: _ms(row[f"time_stats.{op}.median"]))
+        e = sum(t for _, t in parts)
         grp = f"{spec.name}/tp{tp}"
         for term, t in (("gemm", g), ("elementwise", e), ("linear", g + e)):
-            out.append(Sample(term, shape, Timing.published(t), m, grp, FILES[key].kernel))
+            ew = parts if term != "gemm" else ()
+            out.append(Sample(term, shape, Timing.published(t), m, grp, FILES[key].kernel, ew))
     return out
+
+
+def _parts(row, names: dict[str, str], seconds) -> tuple[tuple[str, float], ...]:
+    """Each elementwise op's time in ``row``, under its ``ModelSpec.elementwise_ops`` name."""
+    return tuple((ours, seconds(row, theirs)) for theirs, ours in names.items())
 
 
 def load_vidur_attention(key: str, model: ModelSpec, data_dir: Path | None = None) -> list[Sample]:
@@ -244,8 +259,14 @@ def load_vidur_transcribed(
 
 # --- LLMServingSim ---------------------------------------------------------------------------------
 LSS_GEMMS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-LSS_ELEMENTWISE = ("input_layernorm", "rope", "post_layernorm", "act_fn")
-LSS_LAYER = LSS_GEMMS + LSS_ELEMENTWISE + ("attn",)
+# No residual adds and no KV write in this table: its samples name the ops they timed.
+LSS_ELEMENTWISE = {
+    "input_layernorm": "input_norm",
+    "rope": "rope",
+    "post_layernorm": "post_attention_norm",
+    "act_fn": "act",
+}
+LSS_LAYER = LSS_GEMMS + tuple(LSS_ELEMENTWISE) + ("attn",)
 
 
 def load_lss_layers(
@@ -264,7 +285,8 @@ def load_lss_layers(
         if not all(op in ops for op in LSS_LAYER + ("lm_head",)):
             continue
         g = sum(ops[op] for op in LSS_GEMMS)
-        e = sum(ops[op] for op in LSS_ELEMENTWISE)
+        parts = _parts(ops, LSS_ELEMENTWISE, lambda row, op: row[op])
+        e = sum(t for _, t in parts)
         tok = Shape(tokens=n)
         rows: list[tuple[str, Shape, float]] = [
             ("gemm", tok, g),
@@ -282,6 +304,7 @@ def load_lss_layers(
                 model,
                 "full" if term == "prefill_attn" else "",
                 kern,
+                parts if term in ("elementwise", "linear") else (),
             )
             for term, shape, t in rows
         ]
@@ -345,6 +368,9 @@ class PublicSource:
     # layer form; and whether c_tile (a smaller tile's extra cost) is fitted or fixed at 0.
     gemm_tile_waves: bool = False
     gemm_tile_overhead_fitted: bool = True
+    # Elementwise: fit the per-op form (costmodels.elementwise), each kind on its own op times
+    # (the samples must carry them), instead of the layer form's one bandwidth.
+    elementwise_per_op: bool = False
 
 
 def _vidur_a100_mlp(d: Path | None) -> list[Sample]:
@@ -367,6 +393,7 @@ SOURCES: dict[str, PublicSource] = {
             # c_tile fixed at 0: it gains nothing on the random split, and free it trades off
             # against flops when fitted on N <= 2048 alone (extrapolation MAPE 3.4 -> 6.8 %).
             gemm_tile_overhead_fitted=False,
+            elementwise_per_op=True,
         ),
         PublicSource(
             "a100-vidur-flashinfer",
@@ -394,6 +421,7 @@ SOURCES: dict[str, PublicSource] = {
             lambda d: load_vidur_mlp("vidur-h100-llama2-7b-mlp", "llama-2-7b", data_dir=d),
             "Vidur H100 Llama-2-7B token-level ops, TP 1/2/4/8 shards fitted jointly",
             gemm_tile_waves=True,
+            elementwise_per_op=True,
         ),
         PublicSource(
             "h100-lss-8b-layers",

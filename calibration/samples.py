@@ -83,6 +83,10 @@ class Sample:
     model: ModelSpec  # the per-GPU shard whose bytes and FLOPs the shape moves
     group: str = ""  # sub-population for per-group errors, e.g. "tp2" or "llama-3-8b/tp1"
     kernel: str = ""  # what ran, e.g. "sdpa", "flashinfer-paged", "paged-gather+sdpa"
+    # elementwise/linear: the elementwise kernels the row timed, by ``ModelSpec.elementwise_ops``
+    # name, each with its own median (s). Empty: all of the layer's, timed together. A table that
+    # times a subset (one residual add, no KV write) is scored on that subset.
+    ew_parts: tuple[tuple[str, float], ...] = ()
 
     def __post_init__(self) -> None:
         if self.term not in SAMPLE_TERMS:

@@ -21,6 +21,7 @@ import numpy as np
 from .fit import (
     ElementwiseFit,
     GemmFit,
+    PerOpForm,
     RateLimits,
     TermFit,
     TileWaveForm,
@@ -197,22 +198,26 @@ def evaluate(
     limits: RateLimits | None = None,
     wave_sms: int = 0,
     gemm_form: TileWaveForm | None = None,
+    ew_form: PerOpForm | None = None,
 ) -> TermReport:
     """Fit ``term`` on the training fold of ``samples`` and score the held-out fold.
 
     "linear" fits "gemm" and "elementwise" on the training rows and scores their sum.
-    ``gemm_form``: the GEMMs' per-GEMM form to fit (None: the layer form).
+    ``gemm_form``: the GEMMs' per-GEMM form to fit (None: the layer form); ``ew_form``: the
+    elementwise per-op form (None: the layer form).
     """
     if term == "linear":
         g = fit_term("gemm", _pick(samples, "gemm", split.train), limits, gemm_form=gemm_form)
-        e = fit_term("elementwise", _pick(samples, "elementwise", split.train), limits)
+        e = fit_term(
+            "elementwise", _pick(samples, "elementwise", split.train), limits, ew_form=ew_form
+        )
         test = _pick(samples, "linear", split.test)
         pred = predict_linear(g.params, e.params, test)
         fits: tuple[TermFit, ...] = (g, e)
         train_n = g.n
     else:
         train = _pick(samples, term, split.train)
-        f = fit_term(term, train, limits, wave_sms, gemm_form)
+        f = fit_term(term, train, limits, wave_sms, gemm_form, ew_form)
         test = _pick(samples, term, split.test)
         pred = predict(term, f.params, test)
         fits, train_n = (f,), len(train)
@@ -296,14 +301,16 @@ def validate_term(
     limits: RateLimits | None = None,
     wave_sms: int = 0,
     gemm_form: TileWaveForm | None = None,
+    ew_form: PerOpForm | None = None,
 ) -> tuple[TermReport, ...]:
     """The random and (where the sizes allow) the extrapolation report of one term."""
     rows = [s for s in samples if s.term == term]
     split = random_split(rows, frac, seed)
-    reports = [evaluate(source, term, samples, split, limits, wave_sms, gemm_form)]
+    forms = (wave_sms, gemm_form, ew_form)
+    reports = [evaluate(source, term, samples, split, limits, *forms)]
     ex = extrapolation_split(term, rows)
     if ex is not None:
-        reports.append(evaluate(source, term, samples, ex, limits, wave_sms, gemm_form))
+        reports.append(evaluate(source, term, samples, ex, limits, *forms))
     return tuple(reports)
 
 

@@ -11,6 +11,9 @@ Assembly (docs/semantics.md, section 5 "What the simulated GPU charges"), all pe
 linear(N) is tau + the layer's GEMMs: max(weight read, FLOPs) for the whole layer, or, where the
 profile sets the per-GEMM fields, the sum over its four GEMMs of ``costmodels.gemm`` (tiles in
 waves, a smooth knee), priced once per token count. The LM head keeps the max() form.
+elementwise(N) is N * ew_bytes / elementwise_bw, or, where the profile sets the per-op fields, the
+sum over the layer's elementwise kernels of ``costmodels.elementwise`` (a floor in CTA waves
+against streaming), priced once per token count.
 
 Model-specific numbers (bytes, params, FLOPs per pair) come from ``ModelSpec``; rates and fixed
 costs from ``Profile``. Every method is a pure function of its arguments.
@@ -29,6 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .elementwise import kernel_table, layer_elementwise_s, uses_per_op_form
 from .gemm import layer_gemms_s, uses_per_gemm_form
 from .models import ModelSpec
 from .pipeline import pipelined_time, pipelined_time_uniform, serial_time, serial_time_uniform
@@ -234,6 +238,8 @@ class CostModel:
         "_gemm_shapes",
         "_gemm_cache",
         "_ew_s_per_tok",
+        "_ew_table",
+        "_ew_cache",
         "_pf_s_per_pair",
         "_pf_s_per_row",
         "_pf_wave_s_per_key",
@@ -270,7 +276,15 @@ class CostModel:
         # The per-GEMM form costs a few numpy calls: priced once per token count, then looked up.
         self._gemm_shapes = model.gemm_shapes
         self._gemm_cache: dict[int, float] | None = {} if uses_per_gemm_form(lin) else None
-        self._ew_s_per_tok = model.elementwise_bytes_per_token_layer / lin.elementwise_bw_Bps
+        # The per-op form is priced once per token count too; the slope then carries only what
+        # ``with_token_scoring`` adds.
+        self._ew_cache: dict[int, float] | None = {} if uses_per_op_form(lin) else None
+        if self._ew_cache is None:
+            self._ew_table = None
+            self._ew_s_per_tok = model.elementwise_bytes_per_token_layer / lin.elementwise_bw_Bps
+        else:
+            self._ew_table = kernel_table(lin, model.elementwise_ops)
+            self._ew_s_per_tok = 0.0
         self._pf_s_per_pair = 4.0 * model.num_heads * model.head_dim / pf.flops  # QK^T + PV
         self._pf_s_per_row = pf.query_elem_s * model.num_heads * model.head_dim
         self._pf_wave_s_per_key = pf.wave_key_elem_s * model.head_dim if pf.wave_sm_count else 0.0
@@ -317,7 +331,20 @@ class CostModel:
 
     def elementwise_s(self, tokens: int) -> float:
         """Norms, RoPE, residual adds, activation and KV write of one layer (memory-bound)."""
-        return max(tokens, 0) * self._ew_s_per_tok
+        if self._ew_cache is None:
+            return max(tokens, 0) * self._ew_s_per_tok
+        if tokens <= 0:
+            return 0.0
+        return self._per_op_s(tokens) + tokens * self._ew_s_per_tok
+
+    def _per_op_s(self, tokens: int) -> float:
+        """The per-op form's kernels at ``tokens`` tokens, looked up after the first time."""
+        t = self._ew_cache.get(tokens)
+        if t is None:
+            t = self._ew_cache[tokens] = layer_elementwise_s(
+                self.profile.linear, tokens, self._ew_table
+            )
+        return t
 
     def prefill_attn_s(
         self, pairs: float, seqs: int, tokens: int, lens: tuple | None = None
@@ -366,7 +393,7 @@ class CostModel:
         n = shape.prefill_tokens + shape.decode_seqs
         if n == 0:
             return 0.0
-        t = self.linear_s(n) + n * self._ew_s_per_tok
+        t = self.linear_s(n) + self.elementwise_s(n)
         if shape.prefill_tokens:
             t += self.prefill_attn_s(
                 shape.prefill_pairs, shape.prefill_seqs, shape.prefill_tokens, shape.prefill_lens
@@ -530,7 +557,7 @@ class CostModel:
         """
         if seqs <= 0:
             return 0.0
-        t = self.linear_s(seqs) + seqs * self._ew_s_per_tok
+        t = self.linear_s(seqs) + self.elementwise_s(seqs)
         t += self.decode_attn_s(seqs, ctx_tokens)
         return self._L * t + self.lm_head_s(seqs) + self.profile.step_overhead_s
 
@@ -540,7 +567,7 @@ class CostModel:
         if seqs <= 0:
             return lambda ctx_tokens: 0.0
         dec = self.profile.decode_attn
-        a = self.linear_s(seqs) + seqs * self._ew_s_per_tok
+        a = self.linear_s(seqs) + self.elementwise_s(seqs)
         b = dec.tau_s + dec.per_seq_s * seqs
         c, layers = self._dec_s_per_ctx, self._L
         head, overhead = self.lm_head_s(seqs), self.profile.step_overhead_s
@@ -554,7 +581,7 @@ class CostModel:
         if seqs <= 0:
             return np.zeros(len(ctx))
         dec = self.profile.decode_attn
-        t = self.linear_s(seqs) + seqs * self._ew_s_per_tok
+        t = self.linear_s(seqs) + self.elementwise_s(seqs)
         t = t + ((dec.tau_s + dec.per_seq_s * seqs) + ctx * self._dec_s_per_ctx)
         return self._L * t + self.lm_head_s(seqs) + self.profile.step_overhead_s
 

@@ -33,6 +33,7 @@ class HardwareSpec:
     nvlink_per_direction_Bps: float | None = None  # NVLink line rate per GPU, one direction
     allreduce_latency_s: float | None = None  # fixed cost of one small all-reduce in a TP group
     sm_count: int | None = None  # streaming multiprocessors: the width of a wave of CTAs
+    l2_bytes: int | None = None  # L2 cache: past about half of it an op's inputs spill to HBM
     sources: dict[str, str] = field(default_factory=dict, compare=False)  # field -> citation
 
     @property
@@ -46,7 +47,7 @@ _OPTIONAL = ("h2d_measured_Bps", "d2h_measured_Bps")
 # May be left out of a file (older hardware files have no GPU-to-GPU link); a value needs a source.
 _LINK = ("nvlink_per_direction_Bps", "allreduce_latency_s")
 # May be left out of a file too (a count, not a rate); a value needs a source.
-_COUNTS = ("sm_count",)
+_COUNTS = ("sm_count", "l2_bytes")
 _ALL = ("name", *_NUMERIC, *_OPTIONAL, "sources")
 
 

@@ -11,11 +11,26 @@ import os
 from dataclasses import dataclass, fields
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from . import _strict as S
 
 _REGISTRY_FILE = Path(__file__).with_name("data") / "models.yaml"
+
+
+class ElementwiseOpShape(NamedTuple):
+    """One elementwise kernel of a layer as the per-op form prices it (``costmodels.elementwise``)."""
+
+    name: str  # which op of the layer, e.g. "input_norm"
+    kind: str  # whose fitted constants price it: "norm", "rope", "act" or "add"
+    row_bytes: int  # HBM bytes one token moves through it (read + write)
+    block_threads: int  # threads of its one CTA per token; 0: a grid-stride kernel (no waves)
+
+
+# CTA widths of the one-CTA-per-token kernels (vLLM's RMSNorm, SiluAndMul and rotary embedding).
+_NORM_MAX_THREADS = 1024
+_ACT_MAX_THREADS = 1024
+_ROPE_MAX_THREADS = 512
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,6 +202,33 @@ class ModelSpec:
         )
         elems = 10 * h + 2 * (hq + k) * d + (3 if self.gated_mlp else 2) * i + 4 * k * d
         return elems * self.dtype_bytes
+
+    @property
+    def elementwise_ops(self) -> tuple[ElementwiseOpShape, ...]:
+        """The kernels behind ``elementwise_bytes_per_token_layer``, one by one (their row bytes
+        sum to it). The KV write has no constants of its own (no public table times it): it is
+        priced as the residual add's kind, a grid-stride copy, on its own bytes."""
+        h, d, hq, k, i, b = (
+            self.hidden_size,
+            self.head_dim,
+            self.num_heads,
+            self.num_kv_heads,
+            self.intermediate_size,
+            self.dtype_bytes,
+        )
+        norm = min(h, _NORM_MAX_THREADS)
+        act = (3 if self.gated_mlp else 2) * i * b
+        return (
+            ElementwiseOpShape("input_norm", "norm", 2 * h * b, norm),
+            ElementwiseOpShape(
+                "rope", "rope", 2 * (hq + k) * d * b, min(hq * d // 2, _ROPE_MAX_THREADS)
+            ),
+            ElementwiseOpShape("attention_residual_add", "add", 3 * h * b, 0),
+            ElementwiseOpShape("post_attention_norm", "norm", 2 * h * b, norm),
+            ElementwiseOpShape("act", "act", act, min(i, _ACT_MAX_THREADS)),
+            ElementwiseOpShape("mlp_residual_add", "add", 3 * h * b, 0),
+            ElementwiseOpShape("kv_write", "add", 4 * k * d * b, 0),
+        )
 
 
 _FIELDS = tuple(f.name for f in fields(ModelSpec))

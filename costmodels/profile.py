@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from . import _strict as S
+from .elementwise import ElementwiseOp, per_op_problem, uses_per_op_form
 from .gemm import uses_per_gemm_form
 
 FORMAT_VERSION = 1
@@ -33,8 +34,13 @@ class LinearTerm:
     with P the layer's linear params and ew_bytes ``ModelSpec.elementwise_bytes_per_token_layer``.
     With any of ``gemm_knee_p``, ``gemm_activation_bytes``, ``gemm_tiles`` set (the per-GEMM form,
     ``costmodels.gemm``), the max is replaced by the sum over the four GEMMs (``ModelSpec.gemm_shapes``)
-    of smax(bytes_g / weight_bw_Bps, compute_g; gemm_knee_p). ``tau_s`` is always the layer's whole
-    fixed cost: the GEMMs' (one per GEMM in the per-GEMM form) plus the elementwise ops'.
+    of smax(bytes_g / weight_bw_Bps, compute_g; gemm_knee_p). With ``elementwise_ops`` set (the
+    per-op form, ``costmodels.elementwise``), N * ew_bytes / elementwise_bw_Bps is replaced by the
+    sum over the layer's elementwise kernels (``ModelSpec.elementwise_ops``) of their kind's form.
+    ``tau_s`` is always the layer's additive fixed cost: the GEMMs' (one per GEMM in the per-GEMM
+    form) plus, in the layer form, the elementwise ops'; in the per-op form each kind's fixed cost
+    is its own ``tau_s``, inside its smooth max, and ``elementwise_bw_Bps`` prices nothing (it is
+    the layer form's bandwidth fitted on the same data, a summary).
     """
 
     tau_s: float  # fixed per-layer cost of the token-level kernels (launch, tails)
@@ -50,9 +56,13 @@ class LinearTerm:
     gemm_tile_overhead: float = 0.0  # c_tile: a smaller tile's extra cost, in 1/elements
     gemm_wave_tail: float = 0.0  # cost of a partial last wave of tiles (0: none, 1: a full wave)
     gemm_sm_count: int = 0  # SMs the tiles run in waves over (needed with gemm_tiles)
+    # Per-op elementwise form (costmodels.elementwise); the defaults give the layer form, bit for bit.
+    elementwise_ops: tuple[ElementwiseOp, ...] = ()  # one entry per kind; (): the layer form
+    elementwise_sm_count: int = 0  # SMs the one-CTA-per-token kernels run in waves over
+    elementwise_l2_bytes: int = 0  # L2 size: bytes past half of it pay spill_bw_Bps
 
     def form_problem(self) -> str | None:
-        """Why the per-GEMM fields do not make a form, or None."""
+        """Why the per-GEMM or per-op fields do not make a form, or None."""
         if self.gemm_knee_p and self.gemm_knee_p < 1:
             return f"gemm_knee_p must be 0 (hard max) or >= 1, got {self.gemm_knee_p}"
         if self.gemm_tiles and self.gemm_sm_count < 1:
@@ -61,7 +71,9 @@ class LinearTerm:
             return "gemm_tile_overhead and gemm_wave_tail need gemm_tiles"
         if self.gemm_wave_tail > 1:
             return f"gemm_wave_tail must be in [0, 1], got {self.gemm_wave_tail}"
-        return None
+        if not self.elementwise_ops and (self.elementwise_sm_count or self.elementwise_l2_bytes):
+            return "elementwise_sm_count and elementwise_l2_bytes need elementwise_ops"
+        return per_op_problem(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -256,16 +268,24 @@ def _to_dict(p: Profile) -> dict[str, Any]:
     return out
 
 
+_PER_OP_FIELDS = ("elementwise_ops", "elementwise_sm_count", "elementwise_l2_bytes")
+
+
 def _written_fields(obj: Any) -> list:
     """A term's fields as a file holds them: a linear term in the layer form leaves out the
-    per-GEMM fields (all at their defaults), so such files keep their old layout."""
+    per-GEMM and per-op fields (all at their defaults), so such files keep their old layout."""
+    out = list(fields(obj))
     if isinstance(obj, LinearTerm) and not uses_per_gemm_form(obj):
-        return [f for f in fields(obj) if not f.name.startswith("gemm_")]
-    return list(fields(obj))
+        out = [f for f in out if not f.name.startswith("gemm_")]
+    if isinstance(obj, LinearTerm) and not uses_per_op_form(obj):
+        out = [f for f in out if f.name not in _PER_OP_FIELDS]
+    return out
 
 
 def _plain(value: Any) -> Any:
-    """YAML-safe: tuples (the GEMM tiles) as lists."""
+    """YAML-safe: tuples (the GEMM tiles, the elementwise ops) as lists, an op as a mapping."""
+    if isinstance(value, ElementwiseOp):
+        return {f.name: getattr(value, f.name) for f in fields(value)}
     return [_plain(v) for v in value] if isinstance(value, tuple) else value
 
 
@@ -282,6 +302,25 @@ def _tiles(obj: Any, ctx: S.Ctx) -> tuple[tuple[int, int], ...]:
     return tuple(out)
 
 
+def _elementwise_ops(obj: Any, ctx: S.Ctx) -> tuple[ElementwiseOp, ...]:
+    """A list of per-kind constants, each a mapping with every ``ElementwiseOp`` field."""
+    if not isinstance(obj, list | tuple):
+        raise ctx.error(f"expected a list of per-kind constants, got {type(obj).__name__}")
+    out = []
+    for i, entry in enumerate(obj):
+        if isinstance(entry, ElementwiseOp):  # built in code
+            entry = _plain(entry)
+        c = ctx.child(str(i))
+        m = S.mapping(entry, c)
+        S.check_keys(m, c, required=[f.name for f in fields(ElementwiseOp)])
+        values: dict[str, Any] = {"kind": S.string(m["kind"], c.child("kind"))}
+        for f in fields(ElementwiseOp)[1:]:
+            positive = f.name.endswith("_Bps") or f.name == "knee_p"
+            values[f.name] = S.number(m[f.name], c.child(f.name), positive=positive)
+        out.append(ElementwiseOp(**values))
+    return tuple(out)
+
+
 def _checked_fields(cls: type, get: Any, ctx: S.Ctx) -> dict[str, Any]:
     """Type and range of every field of a term class: rates > 0, costs >= 0, flags bool."""
     values: dict[str, Any] = {}
@@ -289,6 +328,8 @@ def _checked_fields(cls: type, get: Any, ctx: S.Ctx) -> dict[str, Any]:
         c = ctx.child(f.name)
         if f.name == "gemm_tiles":
             values[f.name] = _tiles(get(f.name), c)
+        elif f.name == "elementwise_ops":
+            values[f.name] = _elementwise_ops(get(f.name), c)
         elif f.type in ("bool", bool):
             values[f.name] = S.boolean(get(f.name), c)
         elif f.type in ("int", int):

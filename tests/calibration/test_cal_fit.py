@@ -14,6 +14,7 @@ from calibration.fit import (
     RATE_CAP,
     ElementwiseFit,
     GemmFit,
+    PerOpForm,
     RateLimits,
     TileWaveForm,
     fit_term,
@@ -35,6 +36,7 @@ from costmodels import (
     get_hardware,
     get_model,
 )
+from costmodels.elementwise import ELEMENTWISE_KINDS, ElementwiseOp
 from costmodels.tensor_parallel import ALLREDUCES_PER_LAYER
 
 LLAMA = get_model("llama-3-8b")
@@ -222,6 +224,66 @@ def test_tile_wave_form_needs_the_gpu_peaks_and_sms() -> None:
         fit_term("gemm", s, gemm_form=TileWaveForm(132))
 
 
+PER_OP = ElementwiseFit(
+    tau_s=0.0,
+    bw_Bps=1.4e12,
+    elementwise_ops=tuple(
+        ElementwiseOp(k, 2e-6, 2e-6, 2.5e12, 3e12, 2e13, p)
+        for k, p in zip(ELEMENTWISE_KINDS, (2.0, 3.0, 2.5, 1.5), strict=True)
+    ),
+    elementwise_sm_count=132,
+    elementwise_l2_bytes=50_000_000,
+)
+# What a Vidur row times: one residual add, no KV write.
+TIMED = ("input_norm", "rope", "post_attention_norm", "act", "attention_residual_add")
+
+
+def _per_op_samples(true: ElementwiseFit, rng: np.random.Generator) -> list[Sample]:
+    out = []
+    for model, tp in ((LLAMA, 1), (LLAMA, 2), (get_model("llama-2-7b"), 4), (LLAMA, 8)):
+        m = shard(model, tp)
+        for n in (1, 16, 64, 200, 264, 265, 512, 1024, 2048, 4096, 8192, 16384):
+            parts = []
+            for name in TIMED:
+                probe = Sample(
+                    "elementwise", Shape(tokens=n), Timing.published(1.0), m, "", "", ((name, 1.0),)
+                )
+                t = float(predict("elementwise", true, [probe])[0])
+                parts.append((name, t * float(np.exp(rng.normal(0.0, NOISE)))))
+            total = Timing.published(sum(t for _, t in parts))
+            out.append(
+                Sample("elementwise", Shape(tokens=n), total, m, f"tp{tp}", "", tuple(parts))
+            )
+    return out
+
+
+def test_per_op_form_recovers_each_kind_and_prices_the_timed_ops() -> None:
+    samples = _per_op_samples(PER_OP, np.random.default_rng(7))
+    fit = fit_term(
+        "elementwise", samples, RateLimits.of_gpu("h100-sxm"), ew_form=PerOpForm.of_gpu("h100")
+    )
+    got = fit.params
+    assert got.tau_s == 0.0 and (got.elementwise_sm_count, got.elementwise_l2_bytes) == (
+        132,
+        50_000_000,
+    )
+    assert [op.kind for op in got.elementwise_ops] == list(ELEMENTWISE_KINDS)
+    assert all(op.bw_Bps <= 3.35e12 for op in got.elementwise_ops)
+    clean = _per_op_samples(PER_OP, np.random.default_rng(8))
+    truth = predict("elementwise", PER_OP, clean)
+    assert truth == pytest.approx([s.time.median_s for s in clean], rel=0.1)
+    assert np.max(np.abs(predict("elementwise", got, clean) / truth - 1)) < 0.05
+    # A row that names its ops is priced on those alone; one that names none, on all seven.
+    whole = dataclasses.replace(clean[0], ew_parts=())
+    assert predict("elementwise", got, [whole])[0] > predict("elementwise", got, clean[:1])[0]
+
+
+def test_per_op_form_needs_each_ops_time() -> None:
+    s = [Sample("elementwise", Shape(tokens=n), Timing.published(1e-5), LLAMA) for n in (1, 2)]
+    with pytest.raises(ValueError, match="needs each op's time"):
+        fit_term("elementwise", s, RateLimits.of_gpu("h100"), ew_form=PerOpForm.of_gpu("h100"))
+
+
 def test_rates_stay_under_physical_limits() -> None:
     # Data that "wants" 5 TB/s of weight bandwidth on a 3.35 TB/s GPU is held at the ceiling.
     true = GemmFit(0.0, 5.0e12, 6.0e14)
@@ -297,6 +359,23 @@ def test_predictions_equal_costmodel_of_the_built_profile() -> None:
             ar = ALLREDUCES_PER_LAYER * cm2.allreduce_s(n)
             want = cm2.linear_s(n) - ar + cm2.elementwise_s(n)
             assert want == pytest.approx(float(predict_linear(TILE_WAVES, e, [s])[0]), rel=1e-5)
+    # The per-op elementwise form: a sample that names no ops is priced as the cost model prices.
+    per_op, _ = build_profile(
+        "t3", ProfileFits(TILE_WAVES, PER_OP, pf, dec), analytic_profile(get_hardware("h100")), meta
+    )
+    assert per_op.linear.tau_s == pytest.approx(TILE_WAVES.tau_s, rel=1e-5)
+    for model in (LLAMA, get_model("opt-13b")):
+        cm3 = CostModel(model, per_op, tp=2)
+        m3 = shard(model, 2)
+        for n in (1, 37, 264, 265, 512, 8192, 30000):
+            s = Sample("elementwise", Shape(tokens=n), Timing.published(1.0), m3)
+            got = float(predict("elementwise", PER_OP, [s])[0])
+            assert cm3.elementwise_s(n) == pytest.approx(got, rel=1e-5)
+            ar = ALLREDUCES_PER_LAYER * cm3.allreduce_s(n)
+            want = cm3.linear_s(n) - ar + cm3.elementwise_s(n)
+            assert want == pytest.approx(
+                float(predict_linear(TILE_WAVES, PER_OP, [s])[0]), rel=1e-5
+            )
     # Pensieve constants come out of the same profile (CostModel.pensieve_constants).
     pc = cm.pensieve_constants(1)
     assert pc.layer_s(2000) == pytest.approx(cm.layer_s(BatchShape.decode(1, 2000)))

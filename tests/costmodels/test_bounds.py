@@ -171,6 +171,7 @@ def test_profile_rates_within_datasheet_peaks(name, gpu) -> None:
     # fit went above it), so its floor is defined as the bound itself.
     assert p.linear.weight_bw_Bps <= hw.hbm_bw_Bps
     assert p.linear.elementwise_bw_Bps <= hw.hbm_bw_Bps
+    assert all(op.bw_Bps <= hw.hbm_bw_Bps for op in p.linear.elementwise_ops)
     assert p.decode_attn.kv_bw_Bps <= hw.hbm_bw_Bps
     assert p.linear.flops <= hw.dense_bf16_flops
     assert p.prefill_attn.flops <= hw.dense_bf16_flops

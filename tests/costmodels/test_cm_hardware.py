@@ -65,6 +65,7 @@ def test_every_number_has_a_source(name: str) -> None:
         "nvlink_per_direction_Bps",
         "allreduce_latency_s",
         "sm_count",
+        "l2_bytes",
     ]
     assert sorted(hw.sources) == sorted(numeric)
     assert all(len(s) > 10 for s in hw.sources.values())

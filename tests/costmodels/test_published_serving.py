@@ -124,7 +124,7 @@ SIMULATED = {
 
 # The one published number outside 15 %, with the ratio README.md states and explains: the same
 # table's MHA LLaMA 7B (a2) matches, so the gap is in that engine's GQA decode, not in the model.
-DOCUMENTED_GAPS = {"a3": 1.21}
+DOCUMENTED_GAPS = {"a3": 1.20}
 
 
 def _ratio(key: str) -> float:
