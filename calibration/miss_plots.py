@@ -24,7 +24,7 @@ WORST = 6  # shapes named on each plot
 def describe(s: Sample) -> str:
     """A shape in the words of its term: what a reader looks up in the table."""
     sh = s.shape
-    if s.term in ("prefill_attn",):
+    if s.term == "prefill_attn":
         return f"{s.model.name} S={sh.seqs} new={sh.n_new} ctx={sh.n_ctx}"
     if s.term == "decode_attn":
         return f"{s.model.name} B={sh.seqs} ctx={sh.n_ctx}"

@@ -17,6 +17,7 @@ the first swapped byte). With epsilon = 0 this is exactly the recurrence above.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import accumulate
 from typing import NamedTuple
 
 
@@ -29,13 +30,9 @@ def pipelined_time(
     ready: Sequence[float] | None = None,
 ) -> float:
     """End of the last layer's compute, C_(L-1), for per-layer copy and compute times."""
-    ready = _check_ready(ready, len(compute_s))
-    if len(copy_s) != len(compute_s):
-        raise ValueError(f"copy_s has {len(copy_s)} layers, compute_s {len(compute_s)}")
+    ready = _checked(copy_s, compute_s, copy_start, compute_start, ready)
     if compute_slowdown < 0:
         raise ValueError(f"compute_slowdown must be >= 0, got {compute_slowdown}")
-    if copy_start < 0 or compute_start < 0:
-        raise ValueError(f"negative start: copy {copy_start}, compute {compute_start}")
     slow = 1.0 + compute_slowdown
     if not any(copy_s):  # nothing to wait for: a busy copy stream does not hold compute back
         copy_start = 0.0
@@ -79,6 +76,22 @@ def pipelined_time_uniform(
     return t_copy + num_layers * t_compute + (num_layers - 1) * t_copy * compute_slowdown / slow
 
 
+def _checked(
+    copy_s: Sequence[float],
+    compute_s: Sequence[float],
+    copy_start: float,
+    compute_start: float,
+    ready: Sequence[float] | None,
+) -> Sequence[float]:
+    """The checks every recurrence here makes of its arguments; returns ``ready`` per layer."""
+    ready = _check_ready(ready, len(compute_s))
+    if len(copy_s) != len(compute_s):
+        raise ValueError(f"copy_s has {len(copy_s)} layers, compute_s {len(compute_s)}")
+    if copy_start < 0 or compute_start < 0:
+        raise ValueError(f"negative start: copy {copy_start}, compute {compute_start}")
+    return ready
+
+
 def _check_ready(ready: Sequence[float] | None, layers: int) -> Sequence[float]:
     if ready is None:
         return [0.0] * layers
@@ -96,11 +109,7 @@ def serial_time(
 ) -> float:
     """Without pipelining: every copy is in (the stream free at ``copy_start``, earlier copies
     ``ready``) before layer 0."""
-    ready = _check_ready(ready, len(compute_s))
-    if len(copy_s) != len(compute_s):
-        raise ValueError(f"copy_s has {len(copy_s)} layers, compute_s {len(compute_s)}")
-    if copy_start < 0 or compute_start < 0:
-        raise ValueError(f"negative start: copy {copy_start}, compute {compute_start}")
+    ready = _checked(copy_s, compute_s, copy_start, compute_start, ready)
     if any(t < 0 for t in copy_s) or any(t < 0 for t in compute_s):
         raise ValueError("negative layer time")
     compute_start = max(compute_start, max(ready, default=0.0))
@@ -134,13 +143,9 @@ def pipelined_schedule(
     """Every layer's times in ``pipelined_time``: the same operations in the same order (its last
     ``compute_end`` is ``pipelined_time(...)`` to the last bit), kept per layer. A second loop and
     not a shared one, because ``pipelined_time`` prices simulated iterations and must stay lean."""
-    ready = _check_ready(ready, len(compute_s))
-    if len(copy_s) != len(compute_s):
-        raise ValueError(f"copy_s has {len(copy_s)} layers, compute_s {len(compute_s)}")
+    ready = _checked(copy_s, compute_s, copy_start, compute_start, ready)
     if compute_slowdown < 0:
         raise ValueError(f"compute_slowdown must be >= 0, got {compute_slowdown}")
-    if copy_start < 0 or compute_start < 0:
-        raise ValueError(f"negative start: copy {copy_start}, compute {compute_start}")
     slow = 1.0 + compute_slowdown
     if not any(copy_s):
         copy_start = 0.0
@@ -174,18 +179,15 @@ def serial_schedule(
     """Every layer's times in ``serial_time``: copies back to back from ``copy_start``, layers back
     to back once all are in. Each end is the start plus a ``sum`` of the times before it, as
     ``serial_time`` adds them, so the last ``compute_end`` is ``serial_time(...)`` to the last bit."""
-    ready = _check_ready(ready, len(compute_s))
-    if len(copy_s) != len(compute_s):
-        raise ValueError(f"copy_s has {len(copy_s)} layers, compute_s {len(compute_s)}")
-    if copy_start < 0 or compute_start < 0:
-        raise ValueError(f"negative start: copy {copy_start}, compute {compute_start}")
+    ready = _checked(copy_s, compute_s, copy_start, compute_start, ready)
     if any(t < 0 for t in copy_s) or any(t < 0 for t in compute_s):
         raise ValueError("negative layer time")
     compute_start = max(compute_start, max(ready, default=0.0))
     copies = float(sum(copy_s))
     start = max(compute_start, copy_start + copies) if copies else compute_start
-    copy_ends = [copy_start + float(sum(copy_s[: i + 1])) for i in range(len(copy_s))]
-    compute_ends = [start + float(sum(compute_s[: i + 1])) for i in range(len(compute_s))]
+    # Running sums add left to right, as ``sum`` does: the last ones are serial_time's sums.
+    copy_ends = [copy_start + float(c) for c in accumulate(copy_s)]
+    compute_ends = [start + float(c) for c in accumulate(compute_s)]
     copy_starts = [copy_start, *copy_ends[:-1]]
     compute_starts = [start, *compute_ends[:-1]]
     return [LayerTimes(*t) for t in zip(copy_starts, copy_ends, compute_starts, compute_ends)]

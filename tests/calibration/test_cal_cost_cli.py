@@ -6,20 +6,9 @@ from __future__ import annotations
 import json
 
 import pytest
+from cost_hand import PROFILE  # the hand-written profile the cost command tests share
 
 from experiments.cli import main
-
-PROFILE = """\
-name: hand-check
-linear: {tau_s: 10.0e-6, weight_bw_Bps: 2.0e12, flops: 5.0e14, elementwise_bw_Bps: 1.0e12}
-prefill_attn: {tau_s: 20.0e-6, flops: 2.0e14, per_seq_s: 0.0}
-decode_attn: {tau_s: 5.0e-6, per_seq_s: 1.0e-6, kv_bw_Bps: 1.0e12}
-h2d: {latency_s: 10.0e-6, bw_Bps: 25.0e9}
-d2h: {latency_s: 10.0e-6, bw_Bps: 25.0e9}
-overlap: {compute_slowdown: 0.0, layerwise_h2d: true}
-step_overhead_s: 0.5e-3
-meta: {gpu: hand, backend: hand, dtype: bf16, source: "hand-written for a test"}
-"""
 
 # Llama-3-8B, per layer (the formulas of costmodels.cost, numbers from its config):
 P = 4096 * 4096 + 2 * 4096 * 8 * 128 + 4096 * 4096 + 3 * 4096 * 14336  # 218,103,808 linear params
