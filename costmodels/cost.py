@@ -18,8 +18,10 @@ against streaming), priced once per token count.
 Model-specific numbers (bytes, params, FLOPs per pair) come from ``ModelSpec``; rates and fixed
 costs from ``Profile``. Every method is a pure function of its arguments.
 
-Known simplifications (a calibrated profile absorbs part of them): decode attention is linear in total context (split-KV kernels; wave quantisation
-steps of ~10 % are not modelled, PROVENANCE s2.4).
+Known simplifications (a calibrated profile absorbs part of them): decode attention is linear in
+total context (split-KV kernels; their wave quantisation steps of ~10 % are not modelled). A
+kernel without split-KV gets the decode wave term (``decode_waves``), priced from an even split of
+the context when the shape does not list each sequence's.
 
 Tensor parallelism (``tp`` > 1): every term prices one GPU's shard (``ModelSpec.shard``), and each
 layer's ``linear_s`` adds the two all-reduces of its activations (``costmodels.tensor_parallel``).
@@ -54,6 +56,22 @@ def attention_pairs(n_new: int, n_ctx: int) -> float:
 Q_TILE = 128  # query rows per CTA in FlashAttention-style prefill kernels
 
 
+def _packed(work, sms: int) -> tuple[int, int]:
+    """(waves, keys on the critical path) of CTAs run in waves of ``sms``, a wave lasting as long
+    as its longest CTA. ``work``: (keys, CTAs) groups, longest first; filled in that order, the
+    key count is the sum over waves of the wave's largest."""
+    waves = total = free = 0  # free: slots left in the last wave, whose longest CTA is counted
+    for keys, ctas in work:
+        if ctas <= free:
+            free -= ctas
+            continue
+        more = -(-(ctas - free) // sms)
+        waves += more
+        total += more * keys
+        free = more * sms - (ctas - free)
+    return waves, total
+
+
 def wave_keys(lens, heads: int, sms: int, q_tile: int = Q_TILE) -> int:
     """Keys on the critical path of a prefill kernel that gives each (query tile, head) one CTA and
     streams the sequence's keys inside it (no split-KV): ceil(n_new / q_tile) * heads CTAs per
@@ -65,15 +83,20 @@ def wave_keys(lens, heads: int, sms: int, q_tile: int = Q_TILE) -> int:
         ((n_ctx + n_new, -(-n_new // q_tile) * heads) for n_new, n_ctx in lens if n_new > 0),
         reverse=True,
     )
-    total = free = 0  # free: slots left in the last wave, whose longest CTA is already counted
-    for keys, ctas in work:
-        if ctas <= free:
-            free -= ctas
-            continue
-        waves = -(-(ctas - free) // sms)
-        total += waves * keys
-        free = waves * sms - (ctas - free)
-    return total
+    return _packed(work, sms)[1]
+
+
+def decode_waves(ctx_lens, heads: int, sms: int, key_tile: int = 1) -> tuple[int, int, int]:
+    """(waves, wave keys, longest) of a decode kernel without split-KV: one CTA per (sequence,
+    query head) streams that sequence's context rounded up to ``key_tile`` keys, and CTAs run in
+    waves of ``sms`` (``wave_keys``'s packing). For B equal contexts c: ceil(B * heads / sms)
+    waves, each of c keys rounded up to the tile."""
+    tile = max(1, key_tile)
+    keys = sorted((-(-c // tile) * tile for c in ctx_lens if c > 0), reverse=True)
+    if not keys:
+        return 0, 0, 0
+    waves, total = _packed(((k, heads) for k in keys), sms)
+    return waves, total, keys[0]
 
 
 def even_prefill_lens(tokens: int, pairs: float, seqs: int) -> tuple[tuple[int, int], ...]:
@@ -243,6 +266,8 @@ class CostModel:
         "_pf_s_per_pair",
         "_pf_s_per_row",
         "_pf_wave_s_per_key",
+        "_dec_waves",
+        "_dec_wave",
         "_dec_s_per_ctx",
         "_head_floor_s",
         "_head_s_per_row",
@@ -289,6 +314,13 @@ class CostModel:
         self._pf_s_per_row = pf.query_elem_s * model.num_heads * model.head_dim
         self._pf_wave_s_per_key = pf.wave_key_elem_s * model.head_dim if pf.wave_sm_count else 0.0
         self._dec_s_per_ctx = model.kv_bytes_per_token_layer / dec.kv_bw_Bps
+        # Decode waves (kernels without split-KV): per wave, per wave key, per longest key.
+        self._dec_waves = dec.wave_sm_count > 0
+        self._dec_wave = (
+            dec.wave_s,
+            dec.wave_key_elem_s * model.head_dim,
+            dec.latency_key_elem_s * model.head_dim,
+        )
         self._head_floor_s = model.lm_head_params * model.dtype_bytes / lin.weight_bw_Bps
         self._head_s_per_row = 2.0 * model.lm_head_params / lin.flops
         self._slowdown = profile.overlap.compute_slowdown
@@ -368,17 +400,29 @@ class CostModel:
         kv_read = pf.tau_s + sum(n + c for n, c in lens) * self._dec_s_per_ctx
         return t if t >= kv_read else kv_read
 
-    def decode_attn_s(self, seqs: int, ctx_tokens: int) -> float:
-        """Paged decode attention of one layer over ``ctx_tokens`` context tokens in total."""
+    def decode_attn_s(self, seqs: int, ctx_tokens: int, lens: tuple | None = None) -> float:
+        """Paged decode attention of one layer over ``ctx_tokens`` context tokens in total; the
+        wave term, where the profile has one, over each sequence's context in ``lens`` (None: an
+        even split, every sequence as long as the longest of it)."""
         if seqs <= 0:
             return 0.0
         dec = self.profile.decode_attn
-        return dec.tau_s + dec.per_seq_s * seqs + ctx_tokens * self._dec_s_per_ctx
+        t = dec.tau_s + dec.per_seq_s * seqs + ctx_tokens * self._dec_s_per_ctx
+        return t + self._decode_wave_s(seqs, ctx_tokens, lens) if self._dec_waves else t
 
-    @property
-    def decode_attn_s_per_ctx(self) -> float:
-        """Decode attention's seconds per context token of one layer (its slope)."""
-        return self._dec_s_per_ctx
+    def _decode_wave_s(self, seqs: int, ctx_tokens, lens: tuple | None = None):
+        """The decode wave term (``decode_waves``); ``ctx_tokens`` may be an array when ``lens``
+        is None (the same operations elementwise)."""
+        dec, (per_wave, per_key, per_longest) = self.profile.decode_attn, self._dec_wave
+        if lens is not None:
+            waves, keys, longest = decode_waves(
+                lens, self.model.num_heads, dec.wave_sm_count, dec.key_tile
+            )
+            return waves * per_wave + keys * per_key + longest * per_longest
+        tile = max(1, dec.key_tile)
+        longest = -(-(-(-ctx_tokens // seqs)) // tile) * tile
+        waves = -(-seqs * self.model.num_heads // dec.wave_sm_count)
+        return waves * per_wave + (waves * per_key + per_longest) * longest
 
     def decode_attn_many_s(self, seqs: int, ctx_tokens: np.ndarray) -> np.ndarray:
         """``decode_attn_s(seqs, c)`` for every c in ``ctx_tokens``, to the last bit."""
@@ -386,7 +430,8 @@ class CostModel:
         if seqs <= 0:
             return np.zeros(len(ctx))
         dec = self.profile.decode_attn
-        return (dec.tau_s + dec.per_seq_s * seqs) + ctx * self._dec_s_per_ctx
+        t = (dec.tau_s + dec.per_seq_s * seqs) + ctx * self._dec_s_per_ctx
+        return t + self._decode_wave_s(seqs, ctx) if self._dec_waves else t
 
     def layer_s(self, shape: BatchShape) -> float:
         """One decoder layer's compute for the whole batch (no copies)."""
@@ -399,7 +444,7 @@ class CostModel:
                 shape.prefill_pairs, shape.prefill_seqs, shape.prefill_tokens, shape.prefill_lens
             )
         if shape.decode_seqs:
-            t += self.decode_attn_s(shape.decode_seqs, shape.decode_ctx_tokens)
+            t += self.decode_attn_s(shape.decode_seqs, shape.decode_ctx_tokens, shape.decode_lens)
         return t
 
     def lm_head_s(self, rows: int) -> float:
@@ -571,6 +616,9 @@ class CostModel:
         b = dec.tau_s + dec.per_seq_s * seqs
         c, layers = self._dec_s_per_ctx, self._L
         head, overhead = self.lm_head_s(seqs), self.profile.step_overhead_s
+        if self._dec_waves:
+            wave = self._decode_wave_s
+            return lambda ctx: layers * (a + ((b + ctx * c) + wave(seqs, ctx))) + head + overhead
         return lambda ctx_tokens: layers * (a + (b + ctx_tokens * c)) + head + overhead
 
     def decode_steps_s(self, seqs: int, ctx_tokens: np.ndarray) -> np.ndarray:
@@ -582,7 +630,10 @@ class CostModel:
             return np.zeros(len(ctx))
         dec = self.profile.decode_attn
         t = self.linear_s(seqs) + self.elementwise_s(seqs)
-        t = t + ((dec.tau_s + dec.per_seq_s * seqs) + ctx * self._dec_s_per_ctx)
+        attn = (dec.tau_s + dec.per_seq_s * seqs) + ctx * self._dec_s_per_ctx
+        if self._dec_waves:
+            attn = attn + self._decode_wave_s(seqs, ctx)
+        t = t + attn
         return self._L * t + self.lm_head_s(seqs) + self.profile.step_overhead_s
 
     def pensieve_constants(self, n_new: int = 1) -> PensieveConstants:
@@ -593,13 +644,19 @@ class CostModel:
         the wave term's keys, where the profile has one) and beta carries the n_new^2/2 causal part
         and the per-row term. Equals ``layer_s(BatchShape.decode(1, ctx))`` for n_new = 1 and
         ``layer_s(BatchShape.prefill(n_new, ctx))`` otherwise, wherever the append is above its
-        KV-read floor (``prefill_attn_s``; a short append over a long context is below it).
+        KV-read floor (``prefill_attn_s``; a short append over a long context is below it) and, with
+        a decode wave term, at contexts that are a multiple of its key tile.
         """
         if n_new < 1:
             raise ValueError(f"n_new must be >= 1, got {n_new}")
         if n_new == 1:
             dec = self.profile.decode_attn
             alpha, beta = self._dec_s_per_ctx, dec.tau_s + dec.per_seq_s
+            if self._dec_waves:  # one sequence: its heads' waves, each as long as its context
+                per_wave, per_key, per_longest = self._dec_wave
+                waves = -(-self.model.num_heads // dec.wave_sm_count)
+                alpha += waves * per_key + per_longest
+                beta += waves * per_wave
         else:
             pf = self.profile.prefill_attn
             # The wave term is linear in the keys at a fixed n_new: waves * (ctx + n_new).

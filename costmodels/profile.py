@@ -100,12 +100,23 @@ class PrefillAttnTerm:
 class DecodeAttnTerm:
     """Paged decode attention, memory-bound, in one layer.
 
-    t = tau_s + per_seq_s * B + C * kv_bytes_per_token_layer / kv_bw_Bps, C = total context tokens.
+    t = tau_s + per_seq_s * B + C * kv_bytes_per_token_layer / kv_bw_Bps, C = total context tokens
+          + wave_s * waves + d * (wave_key_elem_s * wave keys + latency_key_elem_s * longest)
+    The second line is for kernels without split-KV (``costmodels.cost.decode_waves``): one CTA
+    per (sequence, query head) streams that sequence's keys, rounded up to ``key_tile``, and CTAs
+    run in waves over ``wave_sm_count`` SMs. Its fields default to 0, which is the split-KV form.
     """
 
     tau_s: float
     per_seq_s: float
     kv_bw_Bps: float  # effective KV-read bandwidth
+    wave_s: float = 0.0  # per wave of CTAs (start-up: load the query, write the output)
+    wave_key_elem_s: float = 0.0  # per key and head-dim element of the longest CTA in each wave
+    # Per key and head-dim element of the longest CTA, once: the part of a CTA's key loop that
+    # consecutive waves do not overlap (a lone wave streams slower per key than a train of them).
+    latency_key_elem_s: float = 0.0
+    wave_sm_count: int = 0  # SMs a wave fills; 0 when the kernel splits keys (no wave term)
+    key_tile: int = 0  # keys a CTA loads per step; each context is rounded up to it (0: none)
 
 
 @dataclass(frozen=True, slots=True)
@@ -273,12 +284,15 @@ _PER_OP_FIELDS = ("elementwise_ops", "elementwise_sm_count", "elementwise_l2_byt
 
 def _written_fields(obj: Any) -> list:
     """A term's fields as a file holds them: a linear term in the layer form leaves out the
-    per-GEMM and per-op fields (all at their defaults), so such files keep their old layout."""
+    per-GEMM and per-op fields (all at their defaults), and a decode term without waves its wave
+    fields, so such files keep their old layout."""
     out = list(fields(obj))
     if isinstance(obj, LinearTerm) and not uses_per_gemm_form(obj):
         out = [f for f in out if not f.name.startswith("gemm_")]
     if isinstance(obj, LinearTerm) and not uses_per_op_form(obj):
         out = [f for f in out if f.name not in _PER_OP_FIELDS]
+    if isinstance(obj, DecodeAttnTerm) and not obj.wave_sm_count:
+        out = out[:3]  # tau_s, per_seq_s, kv_bw_Bps: the split-KV form
     return out
 
 

@@ -128,19 +128,13 @@ class SparseOffload:
         """``steps_s`` of one step, to the last bit (the same operations in the same order)."""
         local = ctx - self.bt * self.cpu_pages
         got = self._per_seqs.get(seqs)
-        if got is None:  # decode_step_s and decode_attn_s with the batch's terms done once
-            dec = self.cost.profile.decode_attn
-            got = self._per_seqs[seqs] = (
-                self.cost.decode_pricer(seqs),
-                dec.tau_s + dec.per_seq_s * seqs,
-                self.cost.decode_attn_s_per_ctx,
-            )
-        dense_of, attn_base, per_ctx = got
-        dense = dense_of(local)
+        if got is None:  # decode_step_s with the batch's terms done once
+            got = self._per_seqs[seqs] = self.cost.decode_pricer(seqs)
+        dense = got(local)
         if not self.by_selected:
             return dense
         a, b = self._ring_ab()
-        local_s = attn_base + local * per_ctx
+        local_s = self.cost.decode_attn_s(seqs, local)
         per_layer = self.cpu_pages * self._scan_s_per_page + max(local_s + a, b) - local_s
         return dense + self.layers * per_layer
 

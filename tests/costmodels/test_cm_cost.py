@@ -322,3 +322,53 @@ def test_decode_step_s_equals_iteration_to_the_last_bit():
             b = rng.randint(1, 512)
             c = rng.randint(0, 4_000_000)
             assert cm.decode_step_s(b, c) == cm.iteration(BatchShape.decode(b, c)).total_s
+
+
+# --- decode kernels without split-KV: CTAs per (sequence, query head) in waves ------------------------
+def test_decode_waves_by_hand() -> None:
+    from costmodels.cost import decode_waves
+
+    # contexts 100, 30, 200 rounded up to 64-key tiles: 128, 64, 256; 16 heads over 20 SMs.
+    # Longest first: 256 fills 16 of a wave (4 free); 128 takes the 4 and a new wave (8 free);
+    # 64 takes the 8 and a third wave. Wave keys 256 + 128 + 64, longest 256.
+    assert decode_waves((100, 30, 200), 16, 20, 64) == (3, 448, 256)
+    # B equal contexts: ceil(B * heads / sms) waves of the rounded context
+    assert decode_waves((1000,) * 9, 16, 132, 64) == (2, 2 * 1024, 1024)
+    assert decode_waves((), 16, 132, 64) == (0, 0, 0)
+
+
+def test_decode_wave_term_prices_by_hand() -> None:
+    from costmodels import DecodeAttnTerm
+
+    base = cost_model("llama-3-70b", "h100-sxm", tp=4)  # 16 query heads per GPU, d = 128
+    dec = DecodeAttnTerm(3e-6, 1e-7, 3e12, 6e-7, 1.5e-10, 5e-11, 132, 64)
+    cm = CostModel(get_model("llama-3-70b"), dataclasses.replace(base.profile, decode_attn=dec), 4)
+    kv = cm.model.kv_bytes_per_token_layer  # 2 kv heads * 128 * 2 (K, V) * 2 bytes = 1024
+    assert kv == 1024
+    d = 128
+
+    def hand(seqs, ctx, waves, wave_keys, longest):
+        return (
+            3e-6 + 1e-7 * seqs + ctx * kv / 3e12
+            + waves * 6e-7 + d * (1.5e-10 * wave_keys + 5e-11 * longest)
+        )  # fmt: skip
+
+    # one sequence of 54,016 keys (844 tiles): 16 CTAs, one wave
+    assert cm.decode_attn_s(1, 54016) == pytest.approx(hand(1, 54016, 1, 54016, 54016), rel=1e-12)
+    # 16 sequences, 3,000 keys in all: the even split's longest is 188 -> 192; 256 CTAs, 2 waves
+    assert cm.decode_attn_s(16, 3000) == pytest.approx(hand(16, 3000, 2, 384, 192), rel=1e-12)
+    # with each sequence's context: one of 2,000 and 15 of 40 (1,000 + 600 = 2,600 keys in all)
+    lens = (2000,) + (40,) * 15  # 2048 (16 CTAs), then 64 for 240 CTAs: 116 fit, 124 in a wave
+    assert cm.decode_attn_s(16, 2600, lens) == pytest.approx(
+        hand(16, 2600, 2, 2048 + 64, 2048), rel=1e-12
+    )
+    # the shape's lengths reach the layer price
+    shape = BatchShape.decode(16, 2600)
+    listed = dataclasses.replace(shape, decode_lens=lens)
+    diff = cm.layer_s(listed) - cm.layer_s(shape)
+    assert diff == pytest.approx(cm.decode_attn_s(16, 2600, lens) - cm.decode_attn_s(16, 2600))
+    # Pensieve's decode constants are the one-sequence price at whole tiles
+    pc = cm.pensieve_constants(1)
+    for ctx in (64, 640, 54016):
+        one = cm.layer_s(BatchShape.decode(1, ctx))
+        assert pc.alpha * ctx + pc.beta + pc.non_attention == pytest.approx(one, rel=1e-12)

@@ -254,3 +254,14 @@ def test_readme_per_gemm_example_loads(tmp_path) -> None:
     path.write_text(yaml.safe_dump(d, sort_keys=False))
     lin = load_profile(str(path)).linear
     assert lin.gemm_tiles == ((64, 64), (128, 128), (128, 256)) and lin.gemm_sm_count == 108
+
+
+def test_decode_wave_fields_round_trip_and_old_files_keep_their_layout(tmp_path) -> None:
+    from costmodels import DecodeAttnTerm
+
+    dec = DecodeAttnTerm(3e-6, 9e-8, 3.35e12, 6e-7, 1.35e-10, 5.8e-11, 132, 64)
+    p = dataclasses.replace(_calibrated(), decode_attn=dec)
+    q = load_profile(str(save_profile(p, tmp_path / "w.yaml")))
+    assert q == p and q.decode_attn.key_tile == 64
+    # Without waves a file holds the split-KV form's three keys, as before the wave fields.
+    assert list(_calibrated().to_dict()["decode_attn"]) == ["tau_s", "per_seq_s", "kv_bw_Bps"]

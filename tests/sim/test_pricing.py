@@ -2,21 +2,32 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from costmodels import BatchShape, cost_model
+from costmodels import BatchShape, CostModel, DecodeAttnTerm, cost_model
 from sim.pricing import Pricer, recompute_pairs
 
 COST = cost_model("llama-3-8b", "h100-sxm")
 PAGE = 16 * COST.kv_bytes_per_token
+# The same with a decode kernel without split-KV (the wave term is not linear in the context).
+WAVES = CostModel(
+    COST.model,
+    dataclasses.replace(
+        COST.profile,
+        decode_attn=DecodeAttnTerm(3e-6, 9e-8, 3.35e12, 6e-7, 1.35e-10, 5.8e-11, 132, 64),
+    ),
+)
 
 
 @settings(max_examples=200, deadline=None)
 @given(
+    cost=st.sampled_from([COST, WAVES]),
     seqs=st.integers(1, 300),
     ctx=st.integers(0, 2_000_000),
     steps=st.integers(1, 200),
@@ -24,16 +35,16 @@ PAGE = 16 * COST.kv_bytes_per_token
     used=st.integers(0, 10**11),
     gbs=st.floats(0.0, 1e9),
 )
-def test_decode_run_equals_stepping(seqs, ctx, steps, horizon, used, gbs):
+def test_decode_run_equals_stepping(cost, seqs, ctx, steps, horizon, used, gbs):
     start = 1.25
-    pricer = Pricer(COST, PAGE, pipelining=True)
+    pricer = Pricer(cost, PAGE, pipelining=True)
     run = pricer.decode_run(seqs, ctx, steps, start, horizon, used, gbs)
     # the definition: one iteration at a time, each priced as a whole iteration of the batch
     t, acc, durations = start, gbs, []
     for k in range(steps):
         if k and t >= horizon:
             break
-        d = COST.iteration(BatchShape.decode(seqs, ctx + k * seqs)).total_s
+        d = cost.iteration(BatchShape.decode(seqs, ctx + k * seqs)).total_s
         durations.append(d)
         acc += used * d
         t += d
@@ -42,13 +53,14 @@ def test_decode_run_equals_stepping(seqs, ctx, steps, horizon, used, gbs):
     assert run.end_s == t and run.gpu_byte_seconds == acc
 
 
-def test_vector_and_scalar_decode_prices_are_the_iteration_price():
+@pytest.mark.parametrize("cost", [COST, WAVES], ids=["split-kv", "waves"])
+def test_vector_and_scalar_decode_prices_are_the_iteration_price(cost):
     ctx = np.arange(0, 3_000_000, 7919)
     for seqs in (1, 2, 31, 256):
-        price = COST.decode_pricer(seqs)
-        vec = COST.decode_steps_s(seqs, ctx)
+        price = cost.decode_pricer(seqs)
+        vec = cost.decode_steps_s(seqs, ctx)
         for c, v in zip(ctx.tolist(), vec.tolist()):
-            assert price(c) == v == COST.iteration(BatchShape.decode(seqs, c)).total_s
+            assert price(c) == v == cost.iteration(BatchShape.decode(seqs, c)).total_s
 
 
 def test_recompute_pairs_by_hand():
