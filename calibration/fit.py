@@ -10,6 +10,8 @@ The forms are exactly those of ``costmodels.cost``, per decoder layer:
                   + query_elem * S * n_new * H_q * d                   per query row
                   + wave_key_elem * d * wave_keys                      kernels without split-KV only
     decode_attn   tau + per_seq * B + C * kv_bytes_per_token_layer / kv_bw,   C = total context
+                  + wave * waves + d * (wave_key_elem * wave keys          kernels without split-KV
+                                        + latency_key_elem * longest)     only (key tile chosen)
     h2d / d2h     copies * latency + bytes / bw
 
 Features come from the sample's model shard, so the constants are physical (bytes/s, FLOP/s,
@@ -33,7 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from costmodels import CopyTerm, DecodeAttnTerm, PrefillAttnTerm
-from costmodels.cost import wave_keys
+from costmodels.cost import decode_waves, wave_keys
 from costmodels.elementwise import ELEMENTWISE_KINDS, ElementwiseOp, op_s, ops_s, uses_per_op_form
 from costmodels.gemm import per_gemm_s, uses_per_gemm_form
 
@@ -61,6 +63,10 @@ class GemmFit:
     gemm_wave_tail: float = 0.0
     gemm_sm_count: int = 0
 
+
+# Key tiles the decode wave form chooses from (by training error): the steps of common decode
+# kernels' key loops (16-token pages; 4 warps of them; FlashAttention's key blocks).
+DECODE_KEY_TILES = (16, 32, 64, 128)
 
 # Output tiles the per-GEMM form chooses from: cuBLAS's common 16-bit tensor-core tiles.
 CUBLAS_TILES: tuple[tuple[int, int], ...] = ((64, 64), (128, 128), (128, 256))
@@ -167,10 +173,11 @@ def _gemm_features(samples: Sequence[Sample]) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _design(
-    term: str, samples: Sequence[Sample], wave_sms: int = 0
+    term: str, samples: Sequence[Sample], wave_sms: int = 0, key_tile: int = 1
 ) -> tuple[np.ndarray, tuple[str, ...]]:
     """Columns of the linear forms; coefficient j multiplies column j (names say what it becomes).
-    ``wave_sms``: prefill attention gets the wave column over that many SMs (0: none)."""
+    ``wave_sms``: attention gets the wave columns over that many SMs (0: none); decode rounds
+    each context up to ``key_tile`` keys."""
     rows = []
     for s in samples:
         m, sh = s.model, s.shape
@@ -184,7 +191,13 @@ def _design(
                 row.append(wave_keys(lens, m.num_heads, wave_sms) * m.head_dim)
             rows.append((*row, 4.0 * hd * sh.pairs))
         elif term == "decode_attn":
-            rows.append((1.0, sh.seqs, sh.ctx_tokens * m.kv_bytes_per_token_layer))
+            row = [1.0, sh.seqs]
+            if wave_sms:
+                waves, keys, longest = decode_waves(
+                    (sh.n_ctx,) * sh.seqs, m.num_heads, wave_sms, key_tile
+                )
+                row += [waves, keys * m.head_dim, longest * m.head_dim]
+            rows.append((*row, sh.ctx_tokens * m.kv_bytes_per_token_layer))
         elif term in ("h2d", "d2h"):
             rows.append((sh.copies, sh.nbytes))
         else:
@@ -194,7 +207,9 @@ def _design(
         "prefill_attn": ("tau_s", "per_seq_s", "query_elem_s")
         + (("wave_key_elem_s",) if wave_sms else ())
         + ("1/flops",),
-        "decode_attn": ("tau_s", "per_seq_s", "1/kv_bw_Bps"),
+        "decode_attn": ("tau_s", "per_seq_s")
+        + (("wave_s", "wave_key_elem_s", "latency_key_elem_s") if wave_sms else ())
+        + ("1/kv_bw_Bps",),
         "h2d": ("latency_s", "1/bw_Bps"),
         "d2h": ("latency_s", "1/bw_Bps"),
     }[term]
@@ -220,14 +235,17 @@ def predict(term: str, params: Params, samples: Sequence[Sample]) -> np.ndarray:
     if term == "elementwise" and uses_per_op_form(params):
         return _predict_per_op(params, samples)
     sms = params.wave_sm_count if term == "prefill_attn" and params.wave_key_elem_s else 0
-    a, _ = _design(term, samples, sms)
+    if term == "decode_attn":
+        sms = params.wave_sm_count
+    a, _ = _design(term, samples, sms, getattr(params, "key_tile", 1) or 1)
     if term == "elementwise":
         coef: tuple[float, ...] = (params.tau_s, 1.0 / params.bw_Bps)
     elif term == "prefill_attn":
         waves = (params.wave_key_elem_s,) if sms else ()
         coef = (params.tau_s, params.per_seq_s, params.query_elem_s, *waves, 1.0 / params.flops)
     elif term == "decode_attn":
-        coef = (params.tau_s, params.per_seq_s, 1.0 / params.kv_bw_Bps)
+        waves = (params.wave_s, params.wave_key_elem_s, params.latency_key_elem_s) if sms else ()
+        coef = (params.tau_s, params.per_seq_s, *waves, 1.0 / params.kv_bw_Bps)
     else:
         coef = (params.latency_s, 1.0 / params.bw_Bps)
     return a @ np.asarray(coef, dtype=float)
@@ -306,9 +324,9 @@ def _bound_note(rate: float, cap: float | None, what: str, notes: list[str]) -> 
 
 
 def _fit_linear_form(
-    term: str, samples: Sequence[Sample], limits: RateLimits, wave_sms: int = 0
+    term: str, samples: Sequence[Sample], limits: RateLimits, wave_sms: int = 0, key_tile: int = 1
 ) -> TermFit:
-    a, names = _design(term, samples, wave_sms)
+    a, names = _design(term, samples, wave_sms, key_tile)
     y = _times(samples)
     has_intercept = names[0] == "tau_s"
     keep = []
@@ -344,6 +362,18 @@ def _fit_linear_form(
             wave_sm_count=wave_sms if waves > 0 else 0,
         )
         _bound_note(params.flops, cap, "prefill flops", notes)
+    elif term == "decode_attn" and wave_sms:
+        params = DecodeAttnTerm(
+            tau_s=x[0],
+            per_seq_s=x[1],
+            kv_bw_Bps=_rate(x[5], "kv bw", notes),
+            wave_s=x[2],
+            wave_key_elem_s=x[3],
+            latency_key_elem_s=x[4],
+            wave_sm_count=wave_sms,
+            key_tile=key_tile,
+        )
+        _bound_note(params.kv_bw_Bps, cap, "decode kv_bw_Bps", notes)
     elif term == "decode_attn":
         params = DecodeAttnTerm(tau_s=x[0], per_seq_s=x[1], kv_bw_Bps=_rate(x[2], "kv bw", notes))
         _bound_note(params.kv_bw_Bps, cap, "decode kv_bw_Bps", notes)
@@ -574,8 +604,9 @@ def fit_term(
     ew_form: PerOpForm | None = None,
 ) -> TermFit:
     """Fit one term's form to its samples (all must be of ``term``); rates stay under ``limits``.
-    ``wave_sms``: the prefill kernel does not split keys and runs its CTAs in waves over this many
-    SMs (0: it splits them, or the data show no waves), so its form gets the wave term.
+    ``wave_sms``: the attention kernels do not split keys and run their CTAs in waves over this
+    many SMs (0: they split them, or the data show no waves), so their forms get the wave terms;
+    decode's key tile is the one of ``DECODE_KEY_TILES`` that fits the samples best.
     ``gemm_form``: fit the GEMMs' per-GEMM tile/wave form (None: the layer form).
     ``ew_form``: fit the elementwise per-op form (None: the layer form)."""
     limits = limits or RateLimits()
@@ -592,4 +623,13 @@ def fit_term(
         return _fit_gemm(samples, limits)
     if term == "elementwise" and ew_form is not None:
         return _fit_per_op(samples, limits, ew_form)
+    if term == "decode_attn" and wave_sms:
+        fits = [_fit_linear_form(term, samples, limits, wave_sms, t) for t in DECODE_KEY_TILES]
+        return min(fits, key=lambda f: _rel_sse(f, samples))
     return _fit_linear_form(term, samples, limits, wave_sms if term == "prefill_attn" else 0)
+
+
+def _rel_sse(fit: TermFit, samples: Sequence[Sample]) -> float:
+    """The fitted objective: sum of squared relative errors on the samples."""
+    y = _times(samples)
+    return float((((predict(fit.term, fit.params, samples) - y) / y) ** 2).sum())

@@ -126,7 +126,7 @@ def _fit_source(src: PublicSource, samples: list[Sample], seed: int) -> SourceRe
     reports: list[TermReport] = []
     fits: list[TermFit] = []
     limits = RateLimits.of_gpu(src.gpu)
-    waves = src.prefill_wave_sms
+    waves = src.wave_sms
     gemm = _gemm_form(src)
     ew = PerOpForm.of_gpu(src.gpu) if src.elementwise_per_op else None
     for term in src.terms:

@@ -361,9 +361,9 @@ class PublicSource:
     terms: tuple[str, ...]  # terms fitted and validated on this source
     load: Callable[[Path | None], list[Sample]]
     description: str
-    # SMs of the GPU when the prefill kernel gives each (query tile, head) one CTA and streams the
-    # keys inside it (FlashAttention without split-KV): its form gets the wave term. 0: no waves.
-    prefill_wave_sms: int = 0
+    # SMs of the GPU when the attention kernels give each (query tile or sequence, head) one CTA
+    # and stream the keys inside it (no split-KV): prefill and decode get the wave terms. 0: none.
+    wave_sms: int = 0
     # GEMMs: fit the per-GEMM tile/wave form (costmodels.gemm) over the GPU's SMs instead of the
     # layer form; and whether c_tile (a smaller tile's extra cost) is fitted or fixed at 0.
     gemm_tile_waves: bool = False
@@ -440,7 +440,7 @@ SOURCES: dict[str, PublicSource] = {
                 "lss-h100-llama31-70b-tp4-attn", shard(get_model("llama-3-70b"), 4), d
             ),
             "LLMServingSim H100 Llama-3.1-70B TP4 attention (FlashAttention, no split-KV decode)",
-            prefill_wave_sms=132,  # H100 SXM
+            wave_sms=132,  # H100 SXM
         ),
         PublicSource(
             "a6000-lss-8b",
@@ -449,7 +449,7 @@ SOURCES: dict[str, PublicSource] = {
             ("prefill_attn", "decode_attn"),
             lambda d: load_lss_attention("lss-a6000-llama31-8b-attn", get_model("llama-3-8b"), d),
             "LLMServingSim A6000 Llama-3.1-8B attention (FlashAttention, no split-KV decode)",
-            prefill_wave_sms=84,  # RTX A6000
+            wave_sms=84,  # RTX A6000
         ),
     )
 }
