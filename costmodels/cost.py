@@ -361,6 +361,11 @@ class CostModel:
             return 0.0
         return self._ar_fixed_s + tokens * self._ar_s_per_tok
 
+    @property
+    def allreduce_s_per_token(self) -> float:
+        """What one more token adds to each of a layer's all-reduces (0 at tp = 1)."""
+        return self._ar_s_per_tok if self.tp > 1 else 0.0
+
     def elementwise_s(self, tokens: int) -> float:
         """Norms, RoPE, residual adds, activation and KV write of one layer (memory-bound)."""
         if self._ew_cache is None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from .cost import BatchShape, CostModel, attention_pairs
 from .pipeline import pipelined_time, pipelined_time_uniform
+from .tensor_parallel import ALLREDUCES_PER_LAYER
 
 
 def recompute_s(cost: CostModel, n_tokens: int, n_before: int, layer: int = -1) -> float:
@@ -17,8 +18,9 @@ def recompute_s(cost: CostModel, n_tokens: int, n_before: int, layer: int = -1) 
     marginal cost of joining the next prefill's new tokens: per layer,
     n * 2P/F (GEMM slope) + elementwise(n) + attention_pairs(n, n_before) * 4*H_q*d/F_attn
     + n * H_q*d * query_elem_s (prefill attention's per-row work; its wave term is the batch's, not
-    a span's, and is left out), over all L layers (``layer`` = -1) or over layers 0..layer (a hidden state at layer l needs the
-    forward pass through the layers before it)."""
+    a span's, and is left out) + n * the all-reduces' per-token cost (tensor parallelism), over all
+    L layers (``layer`` = -1) or over layers 0..layer (a hidden state at layer l needs the forward
+    pass through the layers before it)."""
     if n_tokens <= 0:
         return 0.0
     model, prof = cost.model, cost.profile
@@ -31,6 +33,7 @@ def recompute_s(cost: CostModel, n_tokens: int, n_before: int, layer: int = -1) 
         * model.head_dim
         / prof.prefill_attn.flops
         + n_tokens * model.num_heads * model.head_dim * prof.prefill_attn.query_elem_s
+        + n_tokens * ALLREDUCES_PER_LAYER * cost.allreduce_s_per_token
     )
     layers = model.num_layers if layer < 0 else layer + 1
     return layers * per_layer

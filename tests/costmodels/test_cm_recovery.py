@@ -61,3 +61,28 @@ def test_recovery_chooses_and_clips_to_the_context(cm) -> None:
     assert recovery_s(cm, dropped=True, **span) == recompute_s(cm, 6, 144)
     assert recovery_s(cm, dropped=False, **span) == swap_in_s(cm, span["nbytes"], 1, 150, BT)
     assert recovery_s(cm, dropped=True, **{**span, "first_page": 10}) == 0.0  # past the context
+
+
+def test_recompute_under_tensor_parallelism_pays_the_all_reduces_per_token() -> None:
+    # One GPU of four: the shard's GEMMs and attention, plus per layer two all-reduces of the
+    # recomputed tokens' activations (ring: 2(tp-1)/tp * hidden * 2 bytes over the bus bandwidth
+    # per token). The all-reduce latency is a batch's, paid once per iteration, not a span's.
+    from costmodels.tensor_parallel import allreduce_term
+
+    tp4 = cost_model("llama-3-70b", "h100-sxm", tp=4)
+    one = cost_model("llama-3-70b", "h100-sxm")
+    ar = allreduce_term(tp4.profile)
+    per_tok = 2 * 3 / 4 * 8192 * 2 / ar.bw_Bps
+    assert tp4.allreduce_s_per_token == pytest.approx(per_tok, rel=1e-12)
+    assert one.allreduce_s_per_token == 0.0
+    n, before, layers = 64, 1000, 80
+    shard = tp4.model
+    hd = shard.num_heads * shard.head_dim
+    per_layer = (
+        n * 2 * shard.linear_params_per_layer / tp4.profile.linear.flops
+        + tp4.elementwise_s(n)
+        + attention_pairs(n, before) * 4 * hd / tp4.profile.prefill_attn.flops
+        + n * hd * tp4.profile.prefill_attn.query_elem_s
+        + n * 2 * per_tok
+    )
+    assert recompute_s(tp4, n, before) == pytest.approx(layers * per_layer, rel=1e-12)
