@@ -11,17 +11,20 @@ Local workers are started with the "spawn" method (no fork of a process that hol
 script that calls ``run_experiment`` with workers > 1 needs the usual ``if __name__ == "__main__":``
 guard; the `kvsim` command and notebooks need nothing. Workers ignore SIGINT: on Ctrl-C (or SIGTERM,
 which the `kvsim` command turns into a KeyboardInterrupt) or any failure, the calling process
-terminates them at once rather than waiting for their grid points to finish.
+terminates them at once rather than waiting for their grid points to finish. While it waits on
+them, those two signals are only recorded and take effect between waits (``interrupts_deferred``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import queue as queue_mod
 import signal
 import sys
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any
@@ -277,6 +280,42 @@ def _stop_workers(pool: ProcessPoolExecutor) -> None:
             proc.join()
 
 
+@contextlib.contextmanager
+def interrupts_deferred() -> Iterator[Callable[[], None]]:
+    """While active (main thread only), SIGINT and SIGTERM are recorded, not acted on; the function
+    it yields hands a recorded one to the handler that was in place (Ctrl-C's KeyboardInterrupt,
+    the `kvsim` command's Terminated, or the default action) at a point the caller chooses.
+
+    Why: a handler raises wherever the main thread is, and ``concurrent.futures.wait`` acquires
+    every pending future's lock in a loop. An exception in that loop leaves locks held; the pool's
+    manager thread then blocks on them for ever, and so does the pool's shutdown."""
+    if threading.current_thread() is not threading.main_thread():
+        yield lambda: None
+        return
+    got: list[int] = []
+    sigs = (signal.SIGINT, signal.SIGTERM)
+    previous = {sig: signal.signal(sig, lambda signum, frame: got.append(signum)) for sig in sigs}
+
+    def restore() -> None:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+    def act() -> None:
+        if not got:
+            return
+        restore()
+        handler = previous[got[0]]
+        if callable(handler):
+            handler(got[0], None)
+        elif handler == signal.SIG_DFL:
+            signal.raise_signal(got[0])
+
+    try:
+        yield act
+    finally:
+        restore()
+
+
 def _run_pool(points, workers, debug, bar, expected, done_hook) -> list[PointResult]:
     results: list[PointResult | None] = [None] * len(points)
     reported = [0] * len(points)
@@ -301,15 +340,17 @@ def _run_pool(points, workers, debug, bar, expected, done_hook) -> list[PointRes
             }
             pending = set(futures)
             try:
-                while pending:
-                    done, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
-                    drain()
-                    for f in sorted(done, key=futures.__getitem__):
-                        i = futures[f]
-                        results[i] = f.result()
-                        done_hook(results[i])
-                        bar.update(max(0, expected[i] - reported[i]))
-                        reported[i] = expected[i]
+                with interrupts_deferred() as act_on_signals:
+                    while pending:
+                        done, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
+                        act_on_signals()  # a safe point: wait() holds no future's lock now
+                        drain()
+                        for f in sorted(done, key=futures.__getitem__):
+                            i = futures[f]
+                            results[i] = f.result()
+                            done_hook(results[i])
+                            bar.update(max(0, expected[i] - reported[i]))
+                            reported[i] = expected[i]
             except BaseException:
                 _stop_workers(pool)
                 raise
