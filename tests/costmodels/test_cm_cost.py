@@ -372,3 +372,20 @@ def test_decode_wave_term_prices_by_hand() -> None:
     for ctx in (64, 640, 54016):
         one = cm.layer_s(BatchShape.decode(1, ctx))
         assert pc.alpha * ctx + pc.beta + pc.non_attention == pytest.approx(one, rel=1e-12)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    seqs=st.integers(1, 300),
+    ctx=st.integers(1, 70000),
+    heads=st.sampled_from([2, 8, 16, 32, 64]),
+    sms=st.sampled_from([84, 108, 132]),
+    tile=st.sampled_from([1, 16, 32, 64, 128]),
+)
+def test_decode_waves_of_equal_contexts_in_closed_form(seqs, ctx, heads, sms, tile) -> None:
+    # The fitter's design uses this closed form for the public tables' uniform batches.
+    from costmodels.cost import decode_waves
+
+    waves = -(-seqs * heads // sms)
+    longest = -(-ctx // tile) * tile
+    assert decode_waves((ctx,) * seqs, heads, sms, tile) == (waves, waves * longest, longest)
