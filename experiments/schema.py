@@ -9,6 +9,8 @@ Grid order (deterministic, lists in the order written): trace, model, hardware, 
 pipelining, budgets, sparse, block_tokens, cpu_kv_gb, policy, gpu_kv_gb, seed -- the last one
 varies fastest. ``tp`` is the tensor-parallel degree: the run prices one GPU of a group of tp, and
 ``memory.gpu_kv_gb`` / ``cpu_kv_gb`` are the whole group's (each GPU holds 1/tp of every page).
+``tp`` may instead map each model to its own degree or list of degrees (``{llama-3-8b: 1,
+llama-3-70b: [2, 4]}``), so one grid runs a small model on one GPU and a large one on several.
 ``budgets`` is a list of token-budget mappings (``kind``: full | streamingllm | smartkv);
 ``sparse`` a list of CPU-offload decode mappings (``kind``: off | quest | full). A sparse mode
 with ``cpu_kv_gb = 0`` cannot run: those combinations are left out of the grid (so
@@ -36,12 +38,15 @@ import yaml
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
+    Discriminator,
     Field,
     PrivateAttr,
     StrictBool,
     StrictInt,
     StrictStr,
+    Tag,
     ValidationError,
     ValidationInfo,
     field_validator,
@@ -287,6 +292,18 @@ class ExecutorSpec(_Strict):
     )
 
 
+# ``tp``: a list of degrees, or a mapping of model -> degrees. The union's two forms are told apart
+# by their type (a tagged union), so an error names the entry, not both forms; the tags are left
+# out of the key paths in messages (``format_loc``).
+_TP_LIST, _TP_MAP = "<tp list>", "<tp mapping>"
+_TpList = Annotated[
+    list[PosInt],
+    BeforeValidator(_as_list),
+    Field(min_length=1),
+    AfterValidator(_no_duplicates),
+]
+
+
 class Experiment(_Strict):
     """A validated experiment. Build it with ``load_experiment``; expand it with ``grid()``."""
 
@@ -302,8 +319,13 @@ class Experiment(_Strict):
         Field(min_length=1),
         AfterValidator(_no_duplicates),
     ]
-    tp: Annotated[list[PosInt], Field(min_length=1), AfterValidator(_no_duplicates)] = Field(
-        default=[1], description="tensor-parallel degree: GPUs sharing each layer (Megatron)"
+    tp: Annotated[
+        Annotated[_TpList, Tag(_TP_LIST)] | Annotated[dict[StrictStr, _TpList], Tag(_TP_MAP)],
+        Discriminator(lambda v: _TP_MAP if isinstance(v, dict) else _TP_LIST),
+    ] = Field(
+        default=[1],
+        description="tensor-parallel degree: GPUs sharing each layer (Megatron); a list is a grid "
+        "axis, a mapping gives each model its own value or list",
     )
     memory: MemorySpec
     engine: EngineSpec = EngineSpec()
@@ -332,8 +354,13 @@ class Experiment(_Strict):
 
     _source: str = PrivateAttr(default="<memory>")
     wrap_lists = field_validator(
-        "trace", "model", "hardware", "tp", "policies", "seeds", "budgets", "sparse", mode="before"
+        "trace", "model", "hardware", "policies", "seeds", "budgets", "sparse", mode="before"
     )(_as_list)
+
+    def tp_for(self, model: str) -> list[int]:
+        """The tensor-parallel degrees ``model`` runs at: ``tp`` itself, or its entry when ``tp``
+        maps models to degrees (every model has one: ``_tp_problems``)."""
+        return self.tp.get(model, [1]) if isinstance(self.tp, dict) else self.tp
 
     @field_validator("name")
     @classmethod
@@ -388,20 +415,21 @@ class Experiment(_Strict):
             policy,
             gpu,
             seed,
-        ) in itertools.product(
-            self.trace_specs(),
-            self.model,
-            self.hardware,
-            self.tp,
-            m.evict_unit,
-            pipelining,
-            self.budgets,
-            self.sparse,
-            m.block_tokens,
-            m.cpu_kv_gb,
-            self.policies,
-            m.gpu_kv_gb,
-            self.seeds,
+        ) in (
+            (trace, model, hw, tp, *rest)
+            for trace, model, hw in itertools.product(self.trace_specs(), self.model, self.hardware)
+            for tp in self.tp_for(model)  # each model its own degrees when tp maps them
+            for rest in itertools.product(
+                m.evict_unit,
+                pipelining,
+                self.budgets,
+                self.sparse,
+                m.block_tokens,
+                m.cpu_kv_gb,
+                self.policies,
+                m.gpu_kv_gb,
+                self.seeds,
+            )
         ):
             if sparse.kind != "off" and cpu == 0:
                 continue  # decode from CPU memory needs a CPU tier: no such run
@@ -630,7 +658,7 @@ def _impossible_combinations(exp: Experiment) -> list[tuple[tuple[str | int, ...
         # A page of the group's pool: tp shards (a replicated KV head counts on every GPU).
         (costmodels.get_model(model).shard(tp).kv_bytes_per_token * tp * bt, bt, model, tp)
         for model in exp.model
-        for tp in exp.tp
+        for tp in exp.tp_for(model)
         if _splits(model, tp)
         for bt in m.block_tokens
     ]
@@ -712,13 +740,21 @@ def _tp_problems(exp: Experiment) -> list[tuple[tuple[str | int, ...], str]]:
     finite = [gb for gb in exp.memory.gpu_kv_gb if not math.isinf(gb)]
     kv_gb = max(finite, default=math.inf)
     out: list[tuple[tuple[str | int, ...], str]] = []
-    for i, tp in enumerate(exp.tp):
+    if isinstance(exp.tp, dict):
         for model in exp.model:
-            spec = costmodels.get_model(model)
+            if model not in exp.tp:
+                out.append((("tp",), f"gives no tensor-parallel degree for model {model!r}"))
+        for key in exp.tp:
+            if key not in exp.model:
+                out.append((("tp", key), f"{key!r} is not one of this experiment's models"))
+    for model in exp.model:
+        spec = costmodels.get_model(model)
+        for i, tp in enumerate(exp.tp_for(model)):
+            where = ("tp", model, i) if isinstance(exp.tp, dict) else ("tp", i)
             try:
                 spec.shard(tp)
             except ValueError as exc:
-                out.append((("tp", i), str(exc)))
+                out.append((where, str(exc)))
                 continue
             for j, hardware in enumerate(exp.hardware):
                 profile = costmodels.load_profile(hardware)
@@ -731,7 +767,7 @@ def _tp_problems(exp: Experiment) -> list[tuple[tuple[str | int, ...], str]]:
                 problem = fit_problem(spec, tp, profile, kv_gb)
                 if problem is not None:
                     fix = "raise tp, choose hardware with more memory, or lower memory.gpu_kv_gb"
-                    out.append((("tp", i), f"{problem}, with hardware {_short(hardware)}; {fix}"))
+                    out.append((where, f"{problem}, with hardware {_short(hardware)}; {fix}"))
     return list(dict.fromkeys(out))  # one line per problem, however many keys share it
 
 
@@ -779,6 +815,8 @@ def format_loc(loc: Sequence[str | int], data: Any) -> str:
     out = ""
     node = data
     for seg in loc:
+        if seg in (_TP_LIST, _TP_MAP):
+            continue
         if isinstance(seg, int):
             if isinstance(node, list):
                 out += f"[{seg}]"

@@ -354,6 +354,37 @@ def test_tp_is_a_grid_axis_a_label_and_part_of_each_run(write_yaml):
     assert grid[0] != grid[4] and dataclasses.replace(grid[0], tp=2) == grid[4]
 
 
+TWO_MODELS = BASE.replace("model: llama-3-8b", "model: [llama-3-8b, llama-3-70b]")
+
+
+def test_tp_per_model_runs_each_model_at_its_own_degrees(write_yaml):
+    exp = load_experiment(write_yaml(TWO_MODELS + "tp: {llama-3-8b: 1, llama-3-70b: [2, 4]}\n"))
+    assert exp.resolved()["tp"] == {"llama-3-8b": [1], "llama-3-70b": [2, 4]}
+    # model, then that model's degrees, then policy x gpu_kv_gb (4 points each)
+    runs = [(p.model, p.tp) for p in exp.grid()]
+    assert runs == [("llama-3-8b", 1)] * 4 + [("llama-3-70b", 2)] * 4 + [("llama-3-70b", 4)] * 4
+
+
+@pytest.mark.parametrize(
+    "tp, key, words",
+    [
+        ("{llama-3-70b: 2}", "tp", "gives no tensor-parallel degree for model 'llama-3-8b'"),
+        (
+            "{llama-3-8b: 1, llama-3-70b: 2, llama-2-7b: 1}",
+            "tp.llama-2-7b",
+            "'llama-2-7b' is not one of this experiment's models",
+        ),
+        ("{llama-3-8b: 1, llama-3-70b: 1}", "tp.llama-3-70b", "needs 141.1 GB of weights"),
+        ("{llama-3-8b: [1, 3], llama-3-70b: 2}", "tp.llama-3-8b[1]", "cannot be split over tp=3"),
+        ("{llama-3-8b: 1, llama-3-70b: [2, 2]}", "tp.llama-3-70b", "duplicate value 2"),
+    ],
+)
+def test_tp_per_model_errors_name_the_file_and_the_entry(write_yaml, tp, key, words):
+    path = write_yaml(TWO_MODELS + f"tp: {tp}\n", "tp.yaml")
+    msg = error_of(path)
+    assert msg.startswith(f"{path}: {key}: ") and words in msg, msg
+
+
 def test_a_model_too_big_for_one_gpu_names_file_key_numbers_and_fixes(write_yaml):
     path = write_yaml(BASE.replace("model: llama-3-8b", "model: llama-3-70b"), "big.yaml")
     msg = error_of(path)
