@@ -92,7 +92,7 @@ def decode_waves(ctx_lens, heads: int, sms: int, key_tile: int = 1) -> tuple[int
     waves of ``sms`` (``wave_keys``'s packing). For B equal contexts c: ceil(B * heads / sms)
     waves, each of c keys rounded up to the tile."""
     tile = max(1, key_tile)
-    keys = sorted((-(-c // tile) * tile for c in ctx_lens if c > 0), reverse=True)
+    keys = sorted((-(-c // tile) * tile for c in ctx_lens), reverse=True)
     if not keys:
         return 0, 0, 0
     waves, total = _packed(((k, heads) for k in keys), sms)

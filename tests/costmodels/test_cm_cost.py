@@ -335,6 +335,8 @@ def test_decode_waves_by_hand() -> None:
     # B equal contexts: ceil(B * heads / sms) waves of the rounded context
     assert decode_waves((1000,) * 9, 16, 132, 64) == (2, 2 * 1024, 1024)
     assert decode_waves((), 16, 132, 64) == (0, 0, 0)
+    # a sequence with no context still runs its CTAs (as the even split prices it)
+    assert decode_waves((0, 0), 100, 132, 64) == (2, 0, 0)
 
 
 def test_decode_wave_term_prices_by_hand() -> None:
