@@ -25,7 +25,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from sim.memory import CPU, DROPPED, GPU, TieredMemory
+from sim.memory import DROPPED, GPU, TieredMemory
 from sim.units import SessionKV
 from traces.records import Session
 
@@ -78,17 +78,12 @@ class SharedPrefixes:
         if units is None:
             return 0, 0, 0, 0
         codes = np.frombuffer(self.pool.tier, dtype=np.uint8)[units]
-        on_gpu = codes == GPU
-        free = (
-            int(
-                np.count_nonzero(on_gpu[np.frombuffer(self.pool.refs, dtype=np.uint32)[units] == 0])
-            )
-            if on_gpu.any()
-            else 0
-        )
-        g = int(np.count_nonzero(on_gpu))
-        c = int(np.count_nonzero(codes == CPU))
-        return g, c, len(units) - g - c, free
+        g, c, d = np.bincount(codes, minlength=3).tolist()  # by Tier: GPU 0, CPU 1, DROPPED 2
+        free = 0
+        if g:
+            refs = np.frombuffer(self.pool.refs, dtype=np.uint32)[units]
+            free = int(np.count_nonzero((codes == GPU) & (refs == 0)))
+        return g, c, d, free
 
     def hold(self, index: int, now: float) -> None:
         """A turn of the session runs: its prefix pages stop being candidates (before room is

@@ -531,10 +531,10 @@ class Scheduler:
         budget = self.cfg.max_batch_tokens - self.dec_seqs
         while self.waiting and len(self.running) < self.cfg.max_running:
             run = self.waiting[0]
-            target, new_tokens, fetch = self._need(run)
+            target, new_tokens, fetch, unheld = self._need(run)
             if new_tokens > budget and (admitted or self.dec_seqs):
                 break  # head-of-line blocking, as vLLM's FCFS scheduler
-            if not self._room_for(run, fetch):
+            if not self._room_for(run, fetch, unheld):
                 break  # no room now; it waits at the head of the queue
             self.waiting.popleft()
             self._make_resident(run, target, fetch, now, pf)
@@ -1041,16 +1041,17 @@ class Scheduler:
         """Would ``_admit`` take this head-of-queue turn now (given room and limits)?"""
         if len(self.running) >= self.cfg.max_running:
             return False
-        _, new_tokens, fetch = self._need(run)
+        _, new_tokens, fetch, unheld = self._need(run)
         if new_tokens > self.cfg.max_batch_tokens - self.dec_seqs and self.dec_seqs:
             return False
-        return self._room_for(run, fetch)
+        return self._room_for(run, fetch, unheld)
 
-    def _need(self, run: TurnRun) -> tuple[int, int, int]:
-        """(context tokens after the prefill, prefill tokens, GPU bytes to fetch) to admit ``run``.
+    def _need(self, run: TurnRun) -> tuple[int, int, int, int]:
+        """(context tokens after the prefill, prefill tokens, GPU bytes to fetch, GPU pages of its
+        shared prefix that no turn holds) to admit ``run``.
 
-        O(1) from the session's per-tier page counts. A fully cached prompt still computes its last
-        token for the logits (as vLLM does).
+        O(1) from the session's per-tier page counts (and its prefix's, counted once here). A fully
+        cached prompt still computes its last token for the logits (as vLLM does).
         """
         sess = run.sess
         target = run.history + run.turn.prompt_tokens + run.generated + 1
@@ -1063,12 +1064,13 @@ class Scheduler:
         fetch = (
             units[CPU] + units[DROPPED] + self._pages(target) * self.upp - sum(units)
         ) * self.unit_bytes
+        unheld = 0
         if units[SHARED]:  # the prefix's pages not on the GPU come in too
-            _, on_cpu, gone, _ = self.share.counts(sess.index)
+            _, on_cpu, gone, unheld = self.share.counts(sess.index)
             dropped += gone * self.bt
             fetch += (on_cpu + gone) * self.page_bytes
         new_tokens = max(1, dropped + (target - 1 - sess.tokens))
-        return target, new_tokens, fetch
+        return target, new_tokens, fetch, unheld
 
     def _dropped_tokens(self, sess: SessionKV) -> int:
         """Tokens of pages with a dropped layer. The head of the queue is asked every iteration;
@@ -1081,12 +1083,10 @@ class Scheduler:
             got = self._dropped_memo[sess.index] = (key, self._split(sess)[DROPPED])
         return got[1]
 
-    def _room_for(self, run: TurnRun, fetch: int) -> bool:
-        """Can the GPU make ``fetch`` bytes of room without the session's own (soon pinned) units?"""
-        sess = run.sess
-        held = sess.tier_pages[GPU] * self.unit_bytes
-        if sess.tier_pages[SHARED]:  # its prefix's GPU pages no other turn holds, too
-            held += self.share.counts(sess.index)[3] * self.page_bytes
+    def _room_for(self, run: TurnRun, fetch: int, unheld: int) -> bool:
+        """Can the GPU make ``fetch`` bytes of room without the session's own (soon pinned) units,
+        nor the ``unheld`` GPU pages of its prefix that no other turn holds?"""
+        held = run.sess.tier_pages[GPU] * self.unit_bytes + unheld * self.page_bytes
         return self.mem.reclaimable(GPU) - held >= fetch
 
     def _complete(self, run: TurnRun, tokens: int, generated: int, now: float) -> None:
