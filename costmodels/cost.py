@@ -376,11 +376,11 @@ class CostModel:
 
     def _per_op_s(self, tokens: int) -> float:
         """The per-op form's kernels at ``tokens`` tokens, looked up after the first time."""
-        t = self._ew_cache.get(tokens)
+        cache, table = self._ew_cache, self._ew_table
+        assert cache is not None and table is not None  # set together, in the per-op form
+        t = cache.get(tokens)
         if t is None:
-            t = self._ew_cache[tokens] = layer_elementwise_s(
-                self.profile.linear, tokens, self._ew_table
-            )
+            t = cache[tokens] = layer_elementwise_s(self.profile.linear, tokens, table)
         return t
 
     def prefill_attn_s(
@@ -638,8 +638,8 @@ class CostModel:
         attn = (dec.tau_s + dec.per_seq_s * seqs) + ctx * self._dec_s_per_ctx
         if self._dec_waves:
             attn = attn + self._decode_wave_s(seqs, ctx)
-        t = t + attn
-        return self._L * t + self.lm_head_s(seqs) + self.profile.step_overhead_s
+        layer = t + attn
+        return self._L * layer + self.lm_head_s(seqs) + self.profile.step_overhead_s
 
     def pensieve_constants(self, n_new: int = 1) -> PensieveConstants:
         """Pensieve's t_layer = alpha*ctx + beta + non_attention for one sequence with n_new tokens.
@@ -659,9 +659,9 @@ class CostModel:
             alpha, beta = self._dec_s_per_ctx, dec.tau_s + dec.per_seq_s
             if self._dec_waves:  # one sequence: its heads' waves, each as long as its context
                 per_wave, per_key, per_longest = self._dec_wave
-                waves = -(-self.model.num_heads // dec.wave_sm_count)
-                alpha += waves * per_key + per_longest
-                beta += waves * per_wave
+                head_waves = -(-self.model.num_heads // dec.wave_sm_count)
+                alpha += head_waves * per_key + per_longest
+                beta += head_waves * per_wave
         else:
             pf = self.profile.prefill_attn
             # The wave term is linear in the keys at a fixed n_new: waves * (ctx + n_new).

@@ -38,11 +38,15 @@ class ElementwiseOp:
 
 
 class ElementwiseForm(Protocol):
-    """What the per-op form reads (``LinearTerm`` and ``calibration.fit.ElementwiseFit``)."""
+    """What the per-op form reads (``LinearTerm`` and ``calibration.fit.ElementwiseFit``);
+    read-only, as those frozen dataclasses hold them."""
 
-    elementwise_ops: tuple[ElementwiseOp, ...]
-    elementwise_sm_count: int
-    elementwise_l2_bytes: int
+    @property
+    def elementwise_ops(self) -> tuple[ElementwiseOp, ...]: ...
+    @property
+    def elementwise_sm_count(self) -> int: ...
+    @property
+    def elementwise_l2_bytes(self) -> int: ...
 
 
 def uses_per_op_form(form: ElementwiseForm) -> bool:
@@ -85,10 +89,9 @@ def kernel_table(form: ElementwiseForm, shapes) -> KernelTable:
     def column(values) -> np.ndarray:
         return np.array(list(values), dtype=float)
 
-    return KernelTable(
-        *(column(getattr(op, f) for op in ops) for f in KernelTable._fields[:6]),
-        column(s.row_bytes for s in shapes),
-        column(s.block_threads for s in shapes),
+    constants = [column(getattr(op, f) for op in ops) for f in KernelTable._fields[:6]]
+    return KernelTable._make(
+        [*constants, column(s.row_bytes for s in shapes), column(s.block_threads for s in shapes)]
     )
 
 

@@ -18,25 +18,36 @@ sum over its GEMMs; the fixed costs (a tau per GEMM) live in ``LinearTerm.tau_s`
 
 from __future__ import annotations
 
+import functools
 from typing import Protocol
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 # c_tile's reference tile: 1/tm + 1/tn of a 128x256 tile, so the largest tile has no overhead.
 _REFERENCE_TILE_EDGES = 3.0 / 256.0
 
 
 class GemmForm(Protocol):
-    """The constants the per-GEMM form reads (``LinearTerm`` and ``calibration.fit.GemmFit``)."""
+    """The constants the per-GEMM form reads (``LinearTerm`` and ``calibration.fit.GemmFit``);
+    read-only, as those frozen dataclasses hold them."""
 
-    weight_bw_Bps: float
-    flops: float
-    gemm_knee_p: float
-    gemm_activation_bytes: bool
-    gemm_tiles: tuple[tuple[int, int], ...]
-    gemm_tile_overhead: float
-    gemm_wave_tail: float
-    gemm_sm_count: int
+    @property
+    def weight_bw_Bps(self) -> float: ...
+    @property
+    def flops(self) -> float: ...
+    @property
+    def gemm_knee_p(self) -> float: ...
+    @property
+    def gemm_activation_bytes(self) -> bool: ...
+    @property
+    def gemm_tiles(self) -> tuple[tuple[int, int], ...]: ...
+    @property
+    def gemm_tile_overhead(self) -> float: ...
+    @property
+    def gemm_wave_tail(self) -> float: ...
+    @property
+    def gemm_sm_count(self) -> int: ...
 
 
 def uses_per_gemm_form(form: GemmForm) -> bool:
@@ -56,19 +67,19 @@ def soft_max(a: np.ndarray, c: np.ndarray, p: float) -> np.ndarray:
 def _tile_compute_s(form: GemmForm, n: np.ndarray, k: np.ndarray, no: np.ndarray) -> np.ndarray:
     """C_g: the fastest tile's waves of whole output tiles."""
     sms = form.gemm_sm_count
-    best = None
-    for tm, tn in form.gemm_tiles:
+
+    def tile_s(tm: int, tn: int) -> np.ndarray:
         tiles = np.ceil(n / tm) * np.ceil(no / tn)
         full = tiles / sms
         waves = full + form.gemm_wave_tail * (np.ceil(full) - full)
         reuse = 1.0 + form.gemm_tile_overhead * (1.0 / tm + 1.0 / tn - _REFERENCE_TILE_EDGES)
-        t = waves * sms * (2.0 * tm * tn) * k / form.flops * reuse
-        best = t if best is None else np.minimum(best, t)
-    return best
+        return waves * sms * (2.0 * tm * tn) * k / form.flops * reuse
+
+    return functools.reduce(np.minimum, (tile_s(tm, tn) for tm, tn in form.gemm_tiles))
 
 
 def per_gemm_s(
-    form: GemmForm, tokens: np.ndarray, k: np.ndarray, no: np.ndarray, dtype_bytes: np.ndarray
+    form: GemmForm, tokens: ArrayLike, k: np.ndarray, no: np.ndarray, dtype_bytes: ArrayLike
 ) -> np.ndarray:
     """t_g of every GEMM (no tau); arrays broadcast, e.g. tokens (rows, 1) against k (rows, 4)."""
     n = np.asarray(tokens, dtype=float)

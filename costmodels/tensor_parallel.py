@@ -54,6 +54,8 @@ def allreduce_per_token(
     ``ring_allreduce_s(term, tp, N * hidden * dtype_bytes)`` = fixed + N * per_token."""
     if tp <= 1:
         return 0.0, 0.0
+    if term is None:
+        raise ValueError(f"tp={tp} needs an all-reduce term")
     return term.latency_s, 2.0 * (tp - 1) / tp * model.hidden_size * model.dtype_bytes / term.bw_Bps
 
 
