@@ -83,7 +83,7 @@ def layer_times(draw):
     return copy_s, compute_s, ready
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(layers=layer_times(), slowdown=eps, copy_start=starts, compute_start=starts)
 def test_pipelined_schedule_ends_where_pipelined_time_does(
     layers, slowdown, copy_start, compute_start
@@ -106,7 +106,7 @@ def test_pipelined_schedule_ends_where_pipelined_time_does(
         prev_end = t.compute_end
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(layers=layer_times(), copy_start=starts, compute_start=starts)
 def test_serial_schedule_ends_where_serial_time_does(layers, copy_start, compute_start) -> None:
     copy_s, compute_s, ready = layers

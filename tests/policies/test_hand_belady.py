@@ -53,7 +53,8 @@ def _check_dominates(s, cap):
         assert best >= hits, f"{p} beats belady at cap {cap}: {hits} > {best}"
 
 
-@pytest.mark.parametrize("cap", (50, 200, 1000))
+# The largest capacity is slow (about 14 s for the three): it runs with -m slow.
+@pytest.mark.parametrize("cap", (50, 200, pytest.param(1000, marks=pytest.mark.slow)))
 @pytest.mark.parametrize("kind", ("zipf", "scan", "loop"))
 def test_belady_hits_at_least_every_online_policy(kind, cap):
     """Unit sizes: MIN is optimal for the object hit count (with variable sizes it is not)."""
@@ -61,6 +62,6 @@ def test_belady_hits_at_least_every_online_policy(kind, cap):
 
 
 @pytest.mark.data
-@pytest.mark.parametrize("cap", (100, 1000))
+@pytest.mark.parametrize("cap", (100, pytest.param(1000, marks=pytest.mark.slow)))
 def test_belady_dominates_on_mooncake_blocks(cap):
     _check_dominates(stream_from_arrays(mooncake_blocks()[:15_000]), cap)
