@@ -425,7 +425,8 @@ class CostModel:
             )
             return waves * per_wave + keys * per_key + longest * per_longest
         tile = max(1, dec.key_tile)
-        longest = -(-(-(-ctx_tokens // seqs)) // tile) * tile
+        per_seq = -(-ctx_tokens // seqs)  # the longest sequence of an even split
+        longest = -(-per_seq // tile) * tile
         waves = -(-seqs * self.model.num_heads // dec.wave_sm_count)
         return waves * per_wave + (waves * per_key + per_longest) * longest
 
