@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from costmodels import CopyTerm, DecodeAttnTerm, PrefillAttnTerm
-from costmodels.cost import wave_keys
+from costmodels.cost import equal_decode_waves, wave_keys
 from costmodels.elementwise import ELEMENTWISE_KINDS, ElementwiseOp, op_s, ops_s, uses_per_op_form
 from costmodels.gemm import per_gemm_s, uses_per_gemm_form
 
@@ -192,9 +192,10 @@ def _design(
             rows.append((*row, 4.0 * hd * sh.pairs))
         elif term == "decode_attn":
             row = [1.0, sh.seqs]
-            if wave_sms:  # decode_waves of S equal contexts, in closed form
-                waves = -(-sh.seqs * m.num_heads // wave_sms)
-                longest = -(-sh.n_ctx // key_tile) * key_tile
+            if wave_sms:
+                waves, longest = equal_decode_waves(
+                    sh.seqs, sh.n_ctx, m.num_heads, wave_sms, key_tile
+                )
                 row += [waves, waves * longest * m.head_dim, longest * m.head_dim]
             rows.append((*row, sh.ctx_tokens * m.kv_bytes_per_token_layer))
         elif term in ("h2d", "d2h"):

@@ -99,6 +99,13 @@ def decode_waves(ctx_lens, heads: int, sms: int, key_tile: int = 1) -> tuple[int
     return waves, total, keys[0]
 
 
+def equal_decode_waves(seqs: int, ctx, heads: int, sms: int, key_tile: int = 1):
+    """(waves, longest) of ``decode_waves`` for ``seqs`` sequences of ``ctx`` keys each, in closed
+    form (the wave keys are waves * longest); ``ctx`` may be an array (elementwise)."""
+    tile = max(1, key_tile)
+    return -(-seqs * heads // sms), -(-ctx // tile) * tile
+
+
 def even_prefill_lens(tokens: int, pairs: float, seqs: int) -> tuple[tuple[int, int], ...]:
     """Per-sequence (n_new, n_ctx) with these sums when only the sums are known: the new tokens
     split as evenly as possible and one common cached context solved from the pair count
@@ -424,10 +431,10 @@ class CostModel:
                 lens, self.model.num_heads, dec.wave_sm_count, dec.key_tile
             )
             return waves * per_wave + keys * per_key + longest * per_longest
-        tile = max(1, dec.key_tile)
         per_seq = -(-ctx_tokens // seqs)  # the longest sequence of an even split
-        longest = -(-per_seq // tile) * tile
-        waves = -(-seqs * self.model.num_heads // dec.wave_sm_count)
+        waves, longest = equal_decode_waves(
+            seqs, per_seq, self.model.num_heads, dec.wave_sm_count, dec.key_tile
+        )
         return waves * per_wave + (waves * per_key + per_longest) * longest
 
     def decode_attn_many_s(self, seqs: int, ctx_tokens: np.ndarray) -> np.ndarray:

@@ -385,9 +385,9 @@ def test_decode_wave_term_prices_by_hand() -> None:
     tile=st.sampled_from([1, 16, 32, 64, 128]),
 )
 def test_decode_waves_of_equal_contexts_in_closed_form(seqs, ctx, heads, sms, tile) -> None:
-    # The fitter's design uses this closed form for the public tables' uniform batches.
-    from costmodels.cost import decode_waves
+    # The fitter's design and the even split's price use this closed form.
+    from costmodels.cost import decode_waves, equal_decode_waves
 
-    waves = -(-seqs * heads // sms)
-    longest = -(-ctx // tile) * tile
+    waves, longest = equal_decode_waves(seqs, ctx, heads, sms, tile)
+    assert waves == -(-seqs * heads // sms) and longest == -(-ctx // tile) * tile
     assert decode_waves((ctx,) * seqs, heads, sms, tile) == (waves, waves * longest, longest)
