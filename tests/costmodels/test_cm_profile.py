@@ -92,6 +92,15 @@ def _set(d: dict, dotted: str, value) -> None:
 _DELETE = object()
 
 
+def _load_error(tmp_path, d: dict) -> tuple:
+    """(the file, its loading error) of profile data ``d`` written as YAML."""
+    path = tmp_path / "broken.yaml"
+    path.write_text(yaml.safe_dump(d, sort_keys=False))
+    with pytest.raises(ValueError) as exc:
+        load_profile(str(path))
+    return path, str(exc.value)
+
+
 @pytest.mark.parametrize(
     "dotted, value, key",
     [
@@ -122,11 +131,7 @@ _DELETE = object()
 def test_strict_errors_name_key_and_file(tmp_path, dotted, value, key) -> None:
     d = _calibrated().to_dict()
     _set(d, dotted, value)
-    path = tmp_path / "broken.yaml"
-    path.write_text(yaml.safe_dump(d, sort_keys=False))
-    with pytest.raises(ValueError) as exc:
-        load_profile(str(path))
-    msg = str(exc.value)
+    path, msg = _load_error(tmp_path, d)
     assert str(path) in msg, msg
     assert f"'{key}'" in msg, msg
 
@@ -175,11 +180,7 @@ def test_per_gemm_fields_round_trip_and_old_files_keep_their_layout(tmp_path) ->
 def test_per_gemm_field_errors_name_key_and_file(tmp_path, dotted, value, key, problem) -> None:
     d = _per_gemm(_calibrated()).to_dict()
     _set(d, dotted, value)
-    path = tmp_path / "broken.yaml"
-    path.write_text(yaml.safe_dump(d, sort_keys=False))
-    with pytest.raises(ValueError) as exc:
-        load_profile(str(path))
-    msg = str(exc.value)
+    path, msg = _load_error(tmp_path, d)
     assert str(path) in msg and f"'{key}'" in msg and problem in msg, msg
 
 
