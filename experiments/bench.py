@@ -8,15 +8,13 @@ second and peak memory as min/median/max, then the same at 2N sessions and the t
 Progress goes to stderr: first the expected duration, from a short calibration run (the same
 procedure on at most CALIBRATION_SESSIONS sessions, in this process, timed per turn), then a bar of
 simulated turns done out of the total of every run (the unbounded run and the repeats, at each
-size), with the elapsed and remaining time. The timed repeats report their turns through a shared
-counter the engine updates every 256 turns (one addition each time).
+size), with the elapsed and remaining time. The timed repeats report the turns the engine counts
+(every 256 turns) over their worker's pipe, at most four times a second.
 """
 
 from __future__ import annotations
 
 import math
-import multiprocessing as mp
-import queue
 import resource
 import statistics
 import sys
@@ -24,6 +22,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from experiments.worker_pool import run_tasks
 from sim.config import GIB, BudgetConfig, SparseConfig
 
 CALIBRATION_SESSIONS = 300
@@ -126,17 +125,8 @@ def estimate_s(cfg: BenchConfig) -> tuple[float, dict[int, int], float]:
     return total, turns, small_turns / max(t2 - t1, 1e-9)
 
 
-class _Counter:
-    """Progress callback in a timed process: adds to a shared counter the parent polls."""
-
-    def __init__(self, shared) -> None:
-        self.shared = shared
-
-    def __call__(self, n: int) -> None:
-        self.shared.value += n  # one writer per counter: no lock needed
-
-
-def _one_run(cfg: BenchConfig, n: int, gpu_gb: float, out: mp.Queue, done=None) -> None:
+def _one_run(cfg: BenchConfig, n: int, gpu_gb: float, progress) -> tuple:
+    """One timed run (in its own process): wall seconds, turns, peak RSS (MiB), re-prefill rate."""
     from costmodels import cost_model
     from sim import MemoryConfig, simulate
 
@@ -152,50 +142,35 @@ def _one_run(cfg: BenchConfig, n: int, gpu_gb: float, out: mp.Queue, done=None) 
         mem,
         policy=cfg.policy,
         seed=cfg.seed,
-        progress=_Counter(done) if done is not None else None,
+        progress=progress,
         budget=cfg.budget,
         sparse=cfg.sparse,
     )
     wall = time.perf_counter() - t0
     rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
     reprefill = float(res.turns.recomputed_tokens.sum() / max(1, res.turns.history_tokens.sum()))
-    out.put((wall, len(res.turns), rss_mib, reprefill))
+    return wall, len(res.turns), rss_mib, reprefill
 
 
 def timed_runs(
     cfg: BenchConfig, n: int, gpu_gb: float, progress: Callable[[int], None] | None = None
 ) -> tuple[list[Sample], float]:
-    """``cfg.repeats`` timed runs, each in a fresh process; ``progress(n)`` gets the turns each
-    simulates (about every half second)."""
-    ctx = mp.get_context("spawn")
+    """``cfg.repeats`` timed runs, each in a fresh process (a pool of one worker, so an interrupt
+    or a crash of this process ends it too); ``progress(n)`` gets the turns each simulates."""
     samples, reprefill = [], math.nan
     for _ in range(cfg.repeats):
-        q = ctx.Queue()
-        done = ctx.RawValue("q", 0)
-        p = ctx.Process(target=_one_run, args=(cfg, n, gpu_gb, q, done))
-        p.start()
-        seen = 0
-        try:
-            while True:
-                try:
-                    wall, turns, rss, reprefill = q.get(timeout=0.5)
-                    break
-                except queue.Empty:
-                    if not p.is_alive():
-                        raise RuntimeError(f"benchmark process exited with {p.exitcode}") from None
-                now = done.value
-                if progress is not None and now > seen:
-                    progress(now - seen)
-                seen = now
-            if progress is not None and turns > seen:
-                progress(turns - seen)
-        except BaseException:
-            p.terminate()  # interrupted (Ctrl-C, SIGTERM): stop the timed run too
-            p.join()
-            raise
-        p.join()
-        if p.exitcode != 0:
-            raise RuntimeError(f"benchmark process exited with {p.exitcode}")
+        got: list[tuple] = []
+        seen = [0]
+
+        def on_progress(index: int, k: int, seen=seen) -> None:
+            seen[0] += k
+            if progress is not None:
+                progress(k)
+
+        run_tasks(_one_run, [(cfg, n, gpu_gb)], 1, lambda i, r: got.append(r), on_progress)
+        wall, turns, rss, reprefill = got[0]
+        if progress is not None and turns > seen[0]:
+            progress(turns - seen[0])
         samples.append(Sample(wall, turns, rss))
     return samples, reprefill
 

@@ -9,23 +9,15 @@ trace's key) before any worker starts. An error while simulating a point is re-r
 
 Local workers are started with the "spawn" method (no fork of a process that holds threads), so a
 script that calls ``run_experiment`` with workers > 1 needs the usual ``if __name__ == "__main__":``
-guard; the `kvsim` command and notebooks need nothing. Workers ignore SIGINT: on Ctrl-C (or SIGTERM,
-which the `kvsim` command turns into a KeyboardInterrupt) or any failure, the calling process
-terminates them at once rather than waiting for their grid points to finish. While it waits on
-them, those two signals are only recorded and take effect between waits (``interrupts_deferred``).
+guard; the `kvsim` command and notebooks need nothing. On Ctrl-C (or SIGTERM, which the `kvsim`
+command turns into a KeyboardInterrupt), a failed point, a killed worker or a crash of the calling
+process, every worker ends (``experiments.worker_pool`` says how that is made certain).
 """
 
 from __future__ import annotations
 
-import contextlib
-import multiprocessing
-import queue as queue_mod
-import signal
 import sys
-import threading
-import time
-from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,8 +25,7 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from experiments.schema import ConfigError, ExecutorSpec, GridPoint, TraceSpec
-
-_FLUSH_S = 0.25  # a worker reports progress at most this often
+from experiments.worker_pool import WorkerDied, run_tasks
 
 
 class PointError(RuntimeError):
@@ -234,126 +225,30 @@ def _run_inline(points, debug, bar, expected, done) -> list[PointResult]:
     return out
 
 
-class _QueueProgress:
-    """Progress callback for a worker process: batches counts onto a Manager queue."""
-
-    def __init__(self, index: int, q: Any) -> None:
-        self.index, self.q, self.pending, self.last = index, q, 0, time.monotonic()
-
-    def __call__(self, n: int) -> None:
-        self.pending += n
-        now = time.monotonic()
-        if now - self.last >= _FLUSH_S:
-            self.flush()
-            self.last = now
-
-    def flush(self) -> None:
-        if self.pending:
-            self.q.put((self.index, self.pending))
-            self.pending = 0
-
-
-def _pool_task(index: int, point: GridPoint, debug: bool, q: Any) -> PointResult:
-    progress = _QueueProgress(index, q)
-    try:
-        return run_point(index, point, debug, progress)
-    finally:
-        progress.flush()
-
-
-def _worker_init() -> None:
-    """Leave Ctrl-C to the calling process (a terminal sends SIGINT to the whole process group):
-    it stops the workers itself."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-
-def _stop_workers(pool: ProcessPoolExecutor) -> None:
-    """Cancel what has not started and terminate the worker processes now."""
-    procs = list((getattr(pool, "_processes", None) or {}).values())
-    pool.shutdown(wait=False, cancel_futures=True)
-    for proc in procs:
-        proc.terminate()
-    for proc in procs:
-        proc.join(timeout=10)
-        if proc.is_alive():
-            proc.kill()
-            proc.join()
-
-
-@contextlib.contextmanager
-def interrupts_deferred() -> Iterator[Callable[[], None]]:
-    """While active (main thread only), SIGINT and SIGTERM are recorded, not acted on; the function
-    it yields hands a recorded one to the handler that was in place (Ctrl-C's KeyboardInterrupt,
-    the `kvsim` command's Terminated, or the default action) at a point the caller chooses.
-
-    Why: a handler raises wherever the main thread is, and ``concurrent.futures.wait`` acquires
-    every pending future's lock in a loop. An exception in that loop leaves locks held; the pool's
-    manager thread then blocks on them for ever, and so does the pool's shutdown."""
-    if threading.current_thread() is not threading.main_thread():
-        yield lambda: None
-        return
-    got: list[int] = []
-    sigs = (signal.SIGINT, signal.SIGTERM)
-    previous = {sig: signal.signal(sig, lambda signum, frame: got.append(signum)) for sig in sigs}
-
-    def restore() -> None:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-
-    def act() -> None:
-        if not got:
-            return
-        restore()
-        handler = previous[got[0]]
-        if callable(handler):
-            handler(got[0], None)
-        elif handler == signal.SIG_DFL:
-            signal.raise_signal(got[0])
-
-    try:
-        yield act
-    finally:
-        restore()
+def _pool_task(index: int, point: GridPoint, debug: bool, progress) -> PointResult:
+    return run_point(index, point, debug, progress)
 
 
 def _run_pool(points, workers, debug, bar, expected, done_hook) -> list[PointResult]:
     results: list[PointResult | None] = [None] * len(points)
     reported = [0] * len(points)
-    ctx = multiprocessing.get_context("spawn")  # no fork of a process with threads (tqdm, Manager)
-    with ctx.Manager() as manager:
-        q = manager.Queue()
 
-        def drain() -> None:
-            while True:
-                try:
-                    i, n = q.get_nowait()
-                except queue_mod.Empty:
-                    return
-                reported[i] += n
-                bar.update(n)
+    def on_progress(i: int, n: int) -> None:
+        reported[i] += n
+        bar.update(n)
 
-        with ProcessPoolExecutor(
-            max_workers=min(workers, len(points)), mp_context=ctx, initializer=_worker_init
-        ) as pool:
-            futures: dict[Future, int] = {
-                pool.submit(_pool_task, i, p, debug, q): i for i, p in enumerate(points)
-            }
-            pending = set(futures)
-            try:
-                with interrupts_deferred() as act_on_signals:
-                    while pending:
-                        done, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
-                        act_on_signals()  # a safe point: wait() holds no future's lock now
-                        drain()
-                        for f in sorted(done, key=futures.__getitem__):
-                            i = futures[f]
-                            results[i] = f.result()
-                            done_hook(results[i])
-                            bar.update(max(0, expected[i] - reported[i]))
-                            reported[i] = expected[i]
-            except BaseException:
-                _stop_workers(pool)
-                raise
+    def on_result(i: int, result: PointResult) -> None:
+        results[i] = result
+        done_hook(result)
+        bar.update(max(0, expected[i] - reported[i]))  # rejected turns are never reported
+        reported[i] = expected[i]
+
+    tasks = [(i, p, debug) for i, p in enumerate(points)]
+    try:
+        run_tasks(_pool_task, tasks, workers, on_result, on_progress)
+    except WorkerDied as exc:
+        i = exc.index
+        raise PointError(f"grid point {i} ({points[i].describe()}) failed: {exc}") from exc
     return results  # type: ignore[return-value]
 
 

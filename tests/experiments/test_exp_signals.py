@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+import proc_table
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
@@ -27,19 +28,8 @@ executor: {kind: local, workers: 2}
 
 
 def _session_members(sid: int) -> list[tuple[int, str]]:
-    """(pid, state) of every live (non-zombie) process in session ``sid``, from /proc."""
-    out = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:  # exited while we looked
-            continue
-        fields = stat[stat.rindex(")") + 2 :].split()  # state ppid pgrp session ...
-        if int(fields[3]) == sid and fields[0] != "Z":
-            out.append((int(entry.name), fields[0]))
-    return out
+    """(pid, state) of every live (non-zombie) process in session ``sid``."""
+    return [(p.pid, p.state) for p in proc_table.session_members(sid)]
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc")
@@ -68,7 +58,7 @@ def test_signal_stops_workers_and_leaves_no_results(tmp_path, signum, status, wo
         start_new_session=True,
     )  # its own session: find its children
     try:
-        # Wait for the parent, the Manager and the spawned workers (and the resource tracker).
+        # Wait for the parent, the two spawned workers and the resource tracker.
         deadline = time.monotonic() + 60
         while len(_session_members(proc.pid)) < 4 and proc.poll() is None:
             assert time.monotonic() < deadline, _session_members(proc.pid)
@@ -80,7 +70,7 @@ def test_signal_stops_workers_and_leaves_no_results(tmp_path, signum, status, wo
         deadline = time.monotonic() + 10  # the resource tracker exits once its last client is gone
         while _session_members(proc.pid) and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert _session_members(proc.pid) == []  # no worker, Manager or tracker left behind
+        assert _session_members(proc.pid) == []  # no worker or tracker left behind
         _, err = proc.communicate(timeout=10)
     finally:
         if _session_members(proc.pid):
@@ -98,11 +88,11 @@ def test_signal_stops_workers_and_leaves_no_results(tmp_path, signum, status, wo
     [(signal.SIGTERM, "Terminated"), (signal.SIGINT, "KeyboardInterrupt")],
 )
 def test_signals_while_waiting_on_workers_take_effect_at_the_safe_point(signum, raised):
-    # A handler that raises inside concurrent.futures.wait can leave futures' locks held and the
-    # pool's shutdown waiting for ever: while the pool is waited on, a signal is only recorded,
-    # and the handler in place before (here the kvsim command's) acts when the loop asks.
+    # While the pool is waited on, a signal is only recorded, and the handler in place before
+    # (here the kvsim command's) acts when the loop asks: never half-way through starting or
+    # stopping a worker.
     from experiments.cli import Terminated, sigterm_raises
-    from experiments.executor import interrupts_deferred
+    from experiments.worker_pool import interrupts_deferred
 
     expected = {"Terminated": Terminated, "KeyboardInterrupt": KeyboardInterrupt}[raised]
     reached = False
