@@ -1,0 +1,134 @@
+"""The guards against a test run that hangs: tests/hang_guard.py fails a session that leaves a
+pool, a process or a non-daemon thread alive (and does not wait for it), and .ci/pytest-bounded
+stops a run that passes its time bound, with every thread's stack and a message."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+
+CLEAN = """
+def test_nothing_left():
+    assert 1 + 1 == 2
+"""
+
+THREAD = """
+import threading
+
+STOP = threading.Event()
+
+
+def test_leaves_a_thread():
+    threading.Thread(target=STOP.wait, name="forgotten-waiter").start()  # not a daemon: blocks exit
+
+
+def test_after():
+    pass
+"""
+
+POOL = """
+import multiprocessing
+import time
+from concurrent.futures import ProcessPoolExecutor
+
+
+def test_leaves_a_process_pool():
+    pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
+    pool.submit(time.sleep, 600).add_done_callback(lambda f: None)
+    time.sleep(1)  # the worker is running the task: the interpreter's exit would wait 600 s
+"""
+
+CHILD = """
+import subprocess
+import sys
+
+
+def test_leaves_a_child():
+    subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+"""
+
+SLOW = """
+import time
+
+
+def test_takes_for_ever():
+    time.sleep(120)
+"""
+
+
+def _pytest(tmp_path: Path, body: str, *, bounded: int | None = None, timeout: float = 120):
+    (tmp_path / "test_inner.py").write_text(body)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]),
+        "KVSIM_LEAK_GRACE_S": "1",
+        "KILL_AFTER": "3",
+    }
+    args = ["-p", "hang_guard", "-p", "no:cacheprovider", "-q", "test_inner.py"]
+    cmd = [sys.executable, "-m", "pytest", *args]
+    if bounded is not None:
+        cmd = ["bash", str(REPO / ".ci" / "pytest-bounded"), str(bounded), *args]
+    t0 = time.monotonic()
+    got = subprocess.run(
+        cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=timeout
+    )
+    return got, time.monotonic() - t0
+
+
+def test_a_clean_session_passes(tmp_path):
+    got, _ = _pytest(tmp_path, CLEAN)
+    assert got.returncode == 0, got.stdout + got.stderr
+    assert "LEAKED" not in got.stdout
+
+
+def test_a_leftover_thread_fails_the_session_and_names_the_test(tmp_path):
+    got, took = _pytest(tmp_path, THREAD)  # without the guard: passes, then never exits
+    assert got.returncode == 1, got.stdout + got.stderr
+    assert "2 passed" in got.stdout
+    assert "LEAKED non-daemon thread 'forgotten-waiter'" in got.stdout
+    assert "first seen after test_inner.py::test_leaves_a_thread" in got.stdout
+    assert took < 60
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc")
+def test_a_leftover_process_pool_fails_the_session_and_its_worker_is_killed(tmp_path):
+    got, took = _pytest(tmp_path, POOL)  # without the guard: waits 600 s at exit
+    assert got.returncode == 1, got.stdout + got.stderr
+    assert "LEAKED process pool manager thread" in got.stdout
+    assert "LEAKED child process" in got.stdout and "spawn_main" in got.stdout
+    assert "first seen after test_inner.py::test_leaves_a_process_pool" in got.stdout
+    assert took < 60
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc")
+def test_a_leftover_child_process_fails_the_session_and_is_killed(tmp_path):
+    got, _ = _pytest(tmp_path, CHILD)
+    assert got.returncode == 1, got.stdout + got.stderr
+    line = next(ln for ln in got.stdout.splitlines() if ln.startswith("LEAKED child process"))
+    pid = int(line.split()[3].rstrip(":"))
+    assert "time.sleep(600)" in line
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        if state == "Z":
+            break
+        time.sleep(0.1)
+    else:
+        assert not Path(f"/proc/{pid}").exists(), f"the leftover child {pid} is still alive"
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc")
+def test_a_run_past_its_bound_is_stopped_with_the_stacks_and_a_message(tmp_path):
+    got, took = _pytest(tmp_path, SLOW, bounded=4)
+    assert got.returncode == 1
+    assert "ran past its bound of 4 s and was stopped: a hang" in got.stderr
+    assert "test_takes_for_ever" in got.stderr  # faulthandler's dump names where it stood
+    assert took < 30  # the bound, then KILL_AFTER
