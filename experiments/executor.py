@@ -16,8 +16,11 @@ process, every worker ends (``experiments.worker_pool`` says how that is made ce
 
 from __future__ import annotations
 
+import contextlib
+import signal
 import sys
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -268,15 +271,16 @@ def _run_ray(
             key="executor.kind",
         ) from None
     if not ray.is_initialized():  # else: the Ray this process already joined (ray.init by hand)
-        try:
-            ray.init(address=executor.address, ignore_reinit_error=True)
-        except ConnectionError as exc:  # address: auto with no cluster running, or unreachable
-            raise ConfigError(
-                f"{source}: executor.address: {executor.address}: {exc} (address: "
-                f"local starts a new Ray on this machine)",
-                file=source,
-                key="executor.address",
-            ) from exc
+        with _own_sigterm_handler():
+            try:
+                ray.init(address=executor.address, ignore_reinit_error=True)
+            except ConnectionError as exc:  # address: auto with no cluster running, unreachable
+                raise ConfigError(
+                    f"{source}: executor.address: {executor.address}: {exc} (address: "
+                    f"local starts a new Ray on this machine)",
+                    file=source,
+                    key="executor.address",
+                ) from exc
     task = ray.remote(_ray_task)
     refs = [task.remote(i, p, debug) for i, p in enumerate(points)]
     where = {ref: i for i, ref in enumerate(refs)}
@@ -301,6 +305,20 @@ def _run_ray(
         _cancel_ray(ray, pending)  # as with local workers: stop what is left, now
         raise
     return results  # type: ignore[return-value]
+
+
+@contextlib.contextmanager
+def _own_sigterm_handler() -> Iterator[None]:
+    """Keep the SIGTERM handler in place across ``ray.init``, which installs its own (``sys.exit``):
+    the `kvsim` command's stops the sweep as Ctrl-C does and exits with 143."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    ours = signal.getsignal(signal.SIGTERM)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, ours)
 
 
 def _cancel_ray(ray: Any, refs: Sequence[Any]) -> None:

@@ -99,6 +99,7 @@ class Try:
     leaked: list[str] = field(default_factory=list)  # processes, threads or pools left behind
     resumed_equal: bool | None = None  # None: not checked (it hung)
     lost_signal: bool = False  # a signal reached the running sweep, which then ran to the end
+    wrong_status: bool = False  # `kvsim run` stopped by a signal exited with another status
     note: str = ""
 
     @property
@@ -112,6 +113,7 @@ class Try:
             and not self.leaked
             and self.resumed_equal is True
             and not self.lost_signal
+            and not self.wrong_status
         )
 
 
@@ -240,6 +242,11 @@ class Bench:
         signalled = way.endswith(("-sigint", "-sigterm")) and not way.startswith("api")
         signalled = signalled and "finished before" not in t.note
         t.lost_signal = "LOST " in text or (signalled and t.status == 0)
+        expected = {"-sigint": 130, "-sigterm": 143}
+        for suffix, status in expected.items():
+            if signalled and way.endswith(suffix) and t.status not in (0, status):
+                t.note += f"exit status {t.status}, not {status}; "
+                t.wrong_status = True
         if not t.hung:
             self._resume(out, t, ray)
         return t
