@@ -228,10 +228,6 @@ def _run_inline(points, debug, bar, expected, done) -> list[PointResult]:
     return out
 
 
-def _pool_task(index: int, point: GridPoint, debug: bool, progress) -> PointResult:
-    return run_point(index, point, debug, progress)
-
-
 def _run_pool(points, workers, debug, bar, expected, done_hook) -> list[PointResult]:
     results: list[PointResult | None] = [None] * len(points)
     reported = [0] * len(points)
@@ -248,7 +244,7 @@ def _run_pool(points, workers, debug, bar, expected, done_hook) -> list[PointRes
 
     tasks = [(i, p, debug) for i, p in enumerate(points)]
     try:
-        run_tasks(_pool_task, tasks, workers, on_result, on_progress)
+        run_tasks(run_point, tasks, workers, on_result, on_progress)
     except WorkerDied as exc:
         i = exc.index
         raise PointError(f"grid point {i} ({points[i].describe()}) failed: {exc}") from exc
