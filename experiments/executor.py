@@ -17,6 +17,7 @@ process, every worker ends (``experiments.worker_pool`` says how that is made ce
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import sys
 import threading
@@ -266,17 +267,11 @@ def _run_ray(
             file=source,
             key="executor.kind",
         ) from None
-    if not ray.is_initialized():  # else: the Ray this process already joined (ray.init by hand)
-        with _own_sigterm_handler():
-            try:
-                ray.init(address=executor.address, ignore_reinit_error=True)
-            except ConnectionError as exc:  # address: auto with no cluster running, unreachable
-                raise ConfigError(
-                    f"{source}: executor.address: {executor.address}: {exc} (address: "
-                    f"local starts a new Ray on this machine)",
-                    file=source,
-                    key="executor.address",
-                ) from exc
+    with _ray_connection(ray, executor, source):
+        return _run_on_ray(ray, points, debug, bar, expected, done_hook)
+
+
+def _run_on_ray(ray, points, debug, bar, expected, done_hook) -> list[PointResult]:
     task = ray.remote(_ray_task)
     refs = [task.remote(i, p, debug) for i, p in enumerate(points)]
     where = {ref: i for i, ref in enumerate(refs)}
@@ -304,17 +299,70 @@ def _run_ray(
 
 
 @contextlib.contextmanager
-def _own_sigterm_handler() -> Iterator[None]:
-    """Keep the SIGTERM handler in place across ``ray.init``, which installs its own (``sys.exit``):
-    the `kvsim` command's stops the sweep as Ctrl-C does and exits with 143."""
+def _ray_connection(ray: Any, executor: ExecutorSpec, source: str) -> Iterator[None]:
+    """Join Ray for one sweep: the cluster at ``executor.address``, or, for ``local`` (and unset
+    without RAY_ADDRESS), a Ray of the sweep's own on this machine that ends with it however the
+    sweep ends (``ray_head``). A Ray this process joined before (``ray.init`` by hand) is used and
+    left as it is."""
+    if ray.is_initialized():
+        yield
+        return
+    address = executor.address
+    if address is None:
+        address = os.environ.get("RAY_ADDRESS") or "local"
+    with contextlib.ExitStack() as stack:
+        if address == "local":
+            from experiments.ray_head import RayStartError, local_ray_head
+
+            try:
+                address = stack.enter_context(local_ray_head())
+            except RayStartError as exc:
+                raise ConfigError(
+                    f"{source}: executor.address: local: {exc} (an address host:port joins a "
+                    f"running cluster instead)",
+                    file=source,
+                    key="executor.address",
+                ) from exc
+        with _signals_held():
+            try:
+                ray.init(address=address)
+            except ConnectionError as exc:  # address: auto with no cluster running, unreachable
+                raise ConfigError(
+                    f"{source}: executor.address: {executor.address}: {exc} (address: "
+                    f"local starts a new Ray on this machine)",
+                    file=source,
+                    key="executor.address",
+                ) from exc
+        stack.callback(_shutdown, ray)  # before the head ends (the exit stack's order)
+        yield
+
+
+@contextlib.contextmanager
+def _signals_held() -> Iterator[None]:
+    """SIGINT and SIGTERM held pending through a Ray call, and this process's handlers put back
+    before they are delivered. ``ray.init`` installs its own SIGTERM handler (``sys.exit``), and
+    ``ray.shutdown`` leaves both signals at the system default underneath Python (a SIGTERM then
+    ended `kvsim run` with no clean-up); a signal that lands inside either call's C++ code can
+    abort the process (SIGABRT seen in the stop stress test). Held, a Ctrl-C or SIGTERM takes effect
+    as soon as the call returns: the `kvsim` command stops the sweep and exits 130 or 143."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    ours = signal.getsignal(signal.SIGTERM)
+    sigs = {signal.SIGINT, signal.SIGTERM}
+    ours = {sig: signal.getsignal(sig) for sig in sigs}
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, sigs)  # threads Ray starts inherit it
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, ours)
+        for sig, handler in ours.items():
+            if handler is not None:  # None: not set from Python; nothing to put back
+                signal.signal(sig, handler)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # a held signal is delivered here
+
+
+def _shutdown(ray: Any) -> None:
+    with _signals_held():
+        ray.shutdown()
 
 
 def _cancel_ray(ray: Any, refs: Sequence[Any]) -> None:

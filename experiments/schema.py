@@ -286,9 +286,9 @@ class ExecutorSpec(_Strict):
     workers: PosInt = 1
     address: StrictStr | None = Field(
         None,
-        description="ray only: passed to ray.init -- auto: a running cluster (an error if "
-        "none); local: a new Ray on this machine; host:port or ray://...: that cluster; unset: "
-        "RAY_ADDRESS, else the latest cluster started here, else a new local one",
+        description="ray only -- local: a new Ray on this machine for this sweep, ended with it "
+        "however the sweep ends; auto: the latest cluster started here with `ray start` (an "
+        "error if none); host:port or ray://...: that cluster; unset: RAY_ADDRESS, else local",
     )
 
 

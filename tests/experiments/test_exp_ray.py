@@ -7,13 +7,16 @@ with `python -m pytest tests/experiments/test_exp_ray.py -m ""`."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import signal
 import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
+from experiments import ray_head
 from experiments.checkpoint import Checkpoints, partial_dir
 from experiments.executor import PointError, run_points
 from experiments.results import SESSIONS_FILE, SUMMARY_FILE, TURNS_FILE
@@ -147,17 +150,25 @@ def test_ray_not_installed_is_a_clear_config_error(fake_backend, tiny_yaml, monk
 class _FakeRay:
     """Just enough of ray's API to run the executor in this process."""
 
-    def __init__(self, fail_init: Exception | None = None) -> None:
+    def __init__(self, fail_init: Exception | None = None, log: list | None = None) -> None:
         self.inits: list[dict] = []
         self.fail_init = fail_init
+        self.connected = False
+        self.log = [] if log is None else log
 
     def is_initialized(self) -> bool:
-        return bool(self.inits)
+        return self.connected
 
     def init(self, **kw) -> None:
         if self.fail_init:
             raise self.fail_init
         self.inits.append(kw)
+        self.connected = True
+        self.log.append(f"init {kw['address']}")
+
+    def shutdown(self) -> None:
+        self.connected = False
+        self.log.append("shutdown")
 
     def remote(self, fn):
         class Ref:  # hashable, like an ObjectRef
@@ -184,13 +195,75 @@ class _FakeRay:
         pass
 
 
-def test_the_executor_starts_ray_at_the_configured_address(fake_backend, tiny_yaml, monkeypatch):
+def test_the_executor_joins_the_configured_cluster_for_the_sweep(
+    fake_backend, tiny_yaml, monkeypatch
+):
     fake = _FakeRay()
     monkeypatch.setitem(sys.modules, "ray", fake)
     exp = load_experiment(tiny_yaml)
-    got = run_points(exp.grid(), ExecutorSpec(kind="ray", address="local"), show_progress=False)
+    spec = ExecutorSpec(kind="ray", address="10.0.0.7:6379")
+    got = run_points(exp.grid(), spec, show_progress=False)
     assert [r.index for r in got] == list(range(len(exp.grid())))
-    assert fake.inits == [{"address": "local", "ignore_reinit_error": True}]
+    assert fake.log == ["init 10.0.0.7:6379", "shutdown"]  # joined for the sweep, then left
+
+
+def _fake_head(log: list):
+    @contextlib.contextmanager
+    def local_ray_head():
+        log.append("head starts")
+        try:
+            yield "127.0.0.1:4321"
+        finally:
+            log.append("head ends")
+
+    return local_ray_head
+
+
+@pytest.mark.parametrize(
+    ("address", "env", "joined"),
+    [
+        ("local", None, "127.0.0.1:4321"),  # a Ray of the sweep's own
+        (None, None, "127.0.0.1:4321"),  # unset, no RAY_ADDRESS: the same
+        (None, "10.0.0.9:6379", "10.0.0.9:6379"),  # unset: RAY_ADDRESS first
+    ],
+)
+def test_a_local_ray_is_the_sweeps_own_and_ends_after_it(
+    fake_backend, tiny_yaml, monkeypatch, address, env, joined
+):
+    log: list[str] = []
+    monkeypatch.setitem(sys.modules, "ray", _FakeRay(log=log))
+    monkeypatch.setattr(ray_head, "local_ray_head", _fake_head(log))
+    if env is None:
+        monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    else:
+        monkeypatch.setenv("RAY_ADDRESS", env)
+    exp = load_experiment(tiny_yaml)
+    run_points(exp.grid(), ExecutorSpec(kind="ray", address=address), show_progress=False)
+    own = ["head starts", f"init {joined}", "shutdown", "head ends"]
+    assert log == (own if env is None else [f"init {joined}", "shutdown"])
+
+
+def test_a_stopped_sweep_leaves_ray_and_ends_its_head(fake_backend, tiny_yaml, monkeypatch):
+    log: list[str] = []
+    fake = _FakeRay(log=log)
+    monkeypatch.setitem(sys.modules, "ray", fake)
+    monkeypatch.setattr(ray_head, "local_ray_head", _fake_head(log))
+    monkeypatch.setattr(
+        fake, "wait", lambda pending, num_returns=1: (_ for _ in ()).throw(KeyboardInterrupt)
+    )
+    exp = load_experiment(tiny_yaml)
+    with pytest.raises(KeyboardInterrupt):
+        run_points(exp.grid(), ExecutorSpec(kind="ray", address="local"), show_progress=False)
+    assert log == ["head starts", "init 127.0.0.1:4321", "shutdown", "head ends"]
+
+
+def test_a_ray_joined_by_hand_is_used_and_left_joined(fake_backend, tiny_yaml, monkeypatch):
+    fake = _FakeRay()
+    fake.connected = True  # ray.init called before the sweep
+    monkeypatch.setitem(sys.modules, "ray", fake)
+    exp = load_experiment(tiny_yaml)
+    run_points(exp.grid(), ExecutorSpec(kind="ray", address="local"), show_progress=False)
+    assert fake.log == [] and fake.connected
 
 
 def test_no_ray_cluster_to_join_is_a_config_error(fake_backend, tiny_yaml, monkeypatch):
@@ -211,3 +284,59 @@ def test_no_ray_cluster_to_join_is_a_config_error(fake_backend, tiny_yaml, monke
             show_progress=False,
             source="x.yaml",
         )
+
+
+def test_a_local_ray_that_cannot_start_is_a_config_error(fake_backend, tiny_yaml, monkeypatch):
+    @contextlib.contextmanager
+    def failing_head():
+        raise ray_head.RayStartError("could not start a local Ray head: `ray start` exited 1")
+        yield
+
+    monkeypatch.setitem(sys.modules, "ray", _FakeRay())
+    monkeypatch.setattr(ray_head, "local_ray_head", failing_head)
+    exp = load_experiment(tiny_yaml)
+    with pytest.raises(
+        ConfigError, match=r"^x\.yaml: executor\.address: local: could not start .* exited 1"
+    ) as info:
+        run_points(
+            exp.grid(),
+            ExecutorSpec(kind="ray", address="local"),
+            show_progress=False,
+            source="x.yaml",
+        )
+    assert info.value.key == "executor.address"
+
+
+SIGNALS_AFTER = """
+import os, signal, sys, time
+from experiments.executor import run_points
+from experiments.schema import ExecutorSpec, parse_experiment
+
+def handled(signum, frame):
+    print("handled", signum, flush=True)
+    sys.exit(0)
+
+signal.signal(signal.SIGINT, handled)
+signal.signal(signal.SIGTERM, handled)
+exp = parse_experiment({**GRID, "memory": {"gpu_kv_gb": 1.0, "cpu_kv_gb": 0}, "policies": ["lru"]})
+run_points(exp.grid(), ExecutorSpec(kind="ray", address="local"), show_progress=False)
+os.kill(os.getpid(), getattr(signal, sys.argv[1]))
+time.sleep(5)
+print("not handled", flush=True)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT"])
+def test_the_signal_handlers_still_work_after_a_sweep_on_ray(sig):
+    """ray.shutdown leaves SIGINT and SIGTERM at the system default underneath Python: a SIGTERM
+    between the sweep's end and its results written ended `kvsim run` with no clean-up."""
+    pytest.importorskip("ray")
+    import subprocess
+
+    code = f"GRID = {GRID!r}\n" + SIGNALS_AFTER
+    got = subprocess.run(
+        [sys.executable, "-c", code, sig], cwd=REPO, capture_output=True, text=True, timeout=300
+    )
+    assert got.returncode == 0, got.stderr[-2000:]
+    assert got.stdout.strip().splitlines()[-1] == f"handled {getattr(signal, sig).value}"
