@@ -1,0 +1,119 @@
+"""The differential harness: the real vLLM v1 scheduler and kvsim's ``vllm-v1`` engine, step by step.
+
+Both schedulers are driven by the same loop (``sim.vllm_v1.loop.replay``): the same trace, the
+same token ids (a session's history repeats; shared prefixes share), the same arrivals and the same
+clock, advanced by kvsim's cost model from each step's batch. The real scheduler runs in a Python
+environment of its own that has vLLM (``experiments/vllm_driver.py`` as a subprocess); the two step
+logs are compared field by field, and the first mismatch is reported with the steps around it.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from dataclasses import asdict
+from pathlib import Path
+
+from sim.vllm_v1.loop import StepView
+from sim.vllm_v1.scheduler import VllmConfig
+from sim.vllm_v1.tokens import SessionTokens
+
+DRIVER = Path(__file__).with_name("vllm_driver.py")
+FIELDS = ("sched", "hit", "preempted", "free_blocks", "running", "waiting", "done", "t", "dur")
+
+
+class RealSide:
+    """The real vLLM scheduler in a subprocess, behind the loop's ``Side`` interface."""
+
+    def __init__(self, python: str, cfg: VllmConfig) -> None:
+        self.proc = subprocess.Popen(
+            [python, str(DRIVER)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            bufsize=1,
+        )
+        self.tokens: dict[str, tuple[SessionTokens, int]] = {}  # id -> (tokens, length so far)
+        self.count = 0
+        self._send({"op": "init", **asdict(cfg), "max_model_len": cfg.model_len})
+        self._reply()
+
+    def _send(self, cmd: dict) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps(cmd) + "\n")
+
+    def _reply(self) -> dict:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            err = self.proc.stderr.read() if self.proc.stderr else ""
+            raise RuntimeError(f"the vLLM driver exited: {err[-3000:]}")
+        return json.loads(line)
+
+    def add(self, rid: str, tokens: SessionTokens, prompt_len: int, max_tokens: int) -> None:
+        self.tokens[rid] = (tokens, prompt_len)
+        self.count += 1
+        self._send(
+            {
+                "op": "add",
+                "id": rid,
+                "tokens": tokens.token_ids(0, prompt_len),
+                "max_tokens": max_tokens,
+            }
+        )
+
+    def schedule(self) -> StepView:
+        self._send({"op": "schedule"})
+        r = self._reply()
+        return StepView(
+            [tuple(e) for e in r["sched"]],
+            r["new"],
+            r["preempted"],
+            r["free_blocks"],
+            r["running"],
+            r["waiting"],
+        )
+
+    def update(self, sampled: list[str]) -> list[str]:
+        ids = {}
+        for rid in sampled:
+            tokens, length = self.tokens[rid]
+            ids[rid] = tokens.token_id(length)
+            self.tokens[rid] = (tokens, length + 1)
+        self._send({"op": "update", "sampled": ids})
+        done = self._reply()["done"]
+        for rid in done:
+            self.count -= 1
+            del self.tokens[rid]
+        return done
+
+    def has_requests(self) -> bool:
+        return self.count > 0
+
+    def close(self) -> None:
+        if self.proc.stdin:
+            self.proc.stdin.close()
+        self.proc.wait(timeout=30)
+
+
+def first_mismatch(a: list[dict], b: list[dict]) -> tuple[int, str] | None:
+    """(step, field) of the first difference between two step logs, or None."""
+    for i, (x, y) in enumerate(zip(a, b, strict=False)):
+        for f in FIELDS:
+            if x[f] != y[f]:
+                return i, f
+    if len(a) != len(b):
+        return min(len(a), len(b)), "length"
+    return None
+
+
+def describe_mismatch(kvsim: list[dict], vllm: list[dict], at: tuple[int, str], around: int = 2):
+    step, f = at
+    lines = [f"first mismatch at step {step}, field {f!r}:"]
+    for i in range(max(0, step - around), step + 1):
+        for name, log in (("kvsim", kvsim), ("vllm ", vllm)):
+            if i < len(log):
+                lines.append(f"  {name} {json.dumps(log[i])[:600]}")
+    return "\n".join(lines)

@@ -1,0 +1,221 @@
+"""The engine loop around a vLLM-style scheduler: the clients, the clock, the model and the step log.
+
+It plays what sits around vLLM's ``Scheduler`` in ``EngineCore.step`` (synchronous scheduling):
+at each step, the turns that have arrived are added; ``schedule()``; the step is priced by kvsim's
+cost model from its exact batch and the clock advances by that price; every request whose tokens
+are all computed samples one token; ``update``; a finished turn's successor arrives (closed loop:
+its think time after the finish; open loop: its recorded time, never before the finish).
+
+The scheduler behind it is either kvsim's (``KvsimSide``, ``sim.vllm_v1.scheduler``) or the real
+vLLM one (``experiments.vllm_check``): the same loop drives both, so their step logs differ only
+where their rules do.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from costmodels import BatchShape, attention_pairs
+from sim.arrivals import next_arrival_s
+from sim.prefix import prefix_keys
+from sim.vllm_v1.scheduler import Request, VllmConfig, VllmScheduler
+from sim.vllm_v1.tokens import SessionTokens
+from traces.records import Session
+
+
+@dataclass(slots=True)
+class StepView:
+    """One step as the step log records it (request ids, not objects)."""
+
+    sched: list[tuple[str, int, int]]  # (id, tokens scheduled, computed before), in order
+    admitted: list[str]  # new or resumed in this step
+    preempted: list[str]
+    free_blocks: int
+    running: int
+    waiting: int
+
+
+class Side(Protocol):
+    """A scheduler the loop can drive."""
+
+    def add(self, rid: str, tokens: SessionTokens, prompt_len: int, max_tokens: int) -> None: ...
+    def schedule(self) -> StepView: ...
+    def update(self, sampled: list[str]) -> list[str]: ...
+    def has_requests(self) -> bool: ...
+
+
+class KvsimSide:
+    """kvsim's vLLM v1 scheduler behind the ``Side`` interface."""
+
+    def __init__(self, cfg: VllmConfig) -> None:
+        self.sched = VllmScheduler(cfg)
+        self.requests: dict[str, Request] = {}
+
+    def add(self, rid: str, tokens: SessionTokens, prompt_len: int, max_tokens: int) -> None:
+        req = Request(rid, prompt_len, max_tokens, tokens.block_key)
+        self.requests[rid] = req
+        self.sched.add(req)
+
+    def schedule(self) -> StepView:
+        plan = self.sched.schedule()
+        s = self.sched
+        return StepView(
+            [(r.rid, n, c) for r, n, c in plan.sched],
+            [r.rid for r in plan.admitted],
+            sorted(r.rid for r in plan.preempted),
+            s.pool.num_free,
+            len(s.running),
+            len(s.waiting),
+        )
+
+    def update(self, sampled: list[str]) -> list[str]:
+        done = self.sched.update([self.requests[rid] for rid in sampled])
+        for r in done:
+            del self.requests[r.rid]
+        return sorted(r.rid for r in done)
+
+    def has_requests(self) -> bool:
+        return self.sched.has_requests()
+
+
+@dataclass(slots=True)
+class TurnState:
+    session: int
+    k: int
+    rid: str
+    prompt_len: int  # the whole context sent: history and the new prompt
+    max_tokens: int
+    arrival_s: float
+    num_tokens: int = 0  # prompt + sampled so far
+    first_token_s: float = math.nan
+    hit: int = -1  # prefix-hit tokens at first admission
+    preemptions: int = 0
+
+
+@dataclass(slots=True)
+class Replay:
+    """What a replay produced: the step log (if asked) and each finished turn."""
+
+    steps: list[dict] = field(default_factory=list)
+    turns: list[TurnState] = field(default_factory=list)
+    rejected_turns: int = 0  # turns longer than max_model_len, with the rest of their session
+    end_s: float = 0.0
+    num_steps: int = 0
+
+
+def step_shape(view: StepView, live: dict[str, TurnState]) -> BatchShape:
+    """The batch of one step: a request scheduling its one newest token with output behind it is
+    a decode; every other (a prompt chunk, a resumed request's recompute) is a prefill chunk of
+    ``n`` tokens after ``computed`` cached ones."""
+    lens: list[tuple[int, int]] = []
+    dec: list[int] = []
+    for rid, n, computed in view.sched:
+        st = live[rid]
+        if n == 1 and computed + 1 == st.num_tokens and st.num_tokens > st.prompt_len:
+            dec.append(computed + 1)
+        else:
+            lens.append((n, computed))
+    prefill = BatchShape(
+        prefill_tokens=sum(n for n, _ in lens),
+        prefill_pairs=sum(attention_pairs(n, c) for n, c in lens),
+        prefill_seqs=len(lens),
+        prefill_lens=tuple(lens) if lens else None,
+    )
+    return prefill + BatchShape.decode(len(dec), sum(dec), tuple(dec) if dec else None)
+
+
+def replay(
+    sessions: Sequence[Session],
+    side: Side,
+    price: Callable[[BatchShape], float],
+    block_size: int,
+    max_model_len: int,
+    replay_mode: str = "closed-loop",
+    log_steps: bool = False,
+    max_steps: int | None = None,
+) -> Replay:
+    """Run ``sessions`` through ``side``; ``price(batch)`` is a step's duration in seconds."""
+    out = Replay()
+    tokens = [
+        SessionTokens(i, prefix_keys(s, block_size), block_size) for i, s in enumerate(sessions)
+    ]
+    arrivals: list[tuple[float, int, int, int]] = []  # (time, order, session, turn)
+    order = 0
+    for i, s in enumerate(sessions):
+        heapq.heappush(arrivals, (s.start_s, order, i, 0))
+        order += 1
+    live: dict[str, TurnState] = {}
+    now = arrivals[0][0] if arrivals else 0.0
+    step = 0
+    while arrivals or side.has_requests():
+        while arrivals and arrivals[0][0] <= now:
+            t, _, i, k = heapq.heappop(arrivals)
+            s = sessions[i]
+            turn = s.turns[k]
+            prompt = s.history_tokens(k) + turn.prompt_tokens
+            if prompt + turn.output_tokens > max_model_len:  # as a server refuses it
+                out.rejected_turns += len(s.turns) - k
+                continue
+            rid = f"{s.session_id}/{k}"
+            st = TurnState(i, k, rid, prompt, turn.output_tokens, t, num_tokens=prompt)
+            live[rid] = st
+            side.add(rid, tokens[i], prompt, turn.output_tokens)
+        if not side.has_requests():
+            if arrivals:
+                now = max(now, arrivals[0][0])
+            continue
+        view = side.schedule()
+        if not view.sched:
+            raise AssertionError(
+                f"step {step} at t={now:.6f}s: nothing scheduled with {view.running} running "
+                f"and {view.waiting} waiting (a request that can never fit?)"
+            )
+        admitted = set(view.admitted)
+        for rid, _, c in view.sched:
+            if rid in admitted and live[rid].hit < 0:
+                live[rid].hit = c
+        for rid in view.preempted:
+            live[rid].preemptions += 1
+        dur = price(step_shape(view, live))
+        end = now + dur
+        sampled = [rid for rid, n, c in view.sched if c + n >= live[rid].num_tokens]
+        for rid in sampled:
+            st = live[rid]
+            st.num_tokens += 1
+            if math.isnan(st.first_token_s):
+                st.first_token_s = end
+        done = side.update(sampled)
+        if log_steps:
+            out.steps.append(
+                {
+                    "step": step,
+                    "t": now,
+                    "dur": dur,
+                    "sched": [list(e) for e in view.sched],
+                    "hit": {rid: c for rid, _, c in view.sched if rid in admitted},
+                    "preempted": view.preempted,
+                    "free_blocks": view.free_blocks,
+                    "running": view.running,
+                    "waiting": view.waiting,
+                    "done": done,
+                }
+            )
+        now = end
+        step += 1
+        for rid in done:
+            st = live.pop(rid)
+            out.turns.append(st)
+            s = sessions[st.session]
+            if st.k + 1 < len(s.turns):
+                nxt = next_arrival_s(s.turns[st.k], s.turns[st.k + 1], now, replay_mode)
+                heapq.heappush(arrivals, (nxt, order, st.session, st.k + 1))
+                order += 1
+        if max_steps is not None and step >= max_steps:
+            break
+    out.end_s = now
+    out.num_steps = step
+    return out

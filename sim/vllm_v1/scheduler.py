@@ -1,0 +1,246 @@
+"""vLLM v1's scheduler (0.33.0, synchronous loop, first-come-first-served, one KV-cache group of
+full attention, no speculative decoding, no connector), rule for rule.
+
+One ``schedule()`` is one engine step:
+
+1. **Running requests first**, in the running list's order (admission order). Each gets
+   ``min(tokens it lacks, long_prefill_token_threshold if set and more than one request is
+   running or waiting, the token budget left)``. A request that cannot get blocks for them
+   preempts the *last* running request (recompute: all its blocks are freed, its computed count
+   goes to 0, its outputs are kept, it goes to the *front* of the waiting queue), again until it
+   fits or it has preempted itself; then the running loop stops.
+2. **Waiting requests**, only if nothing was preempted in this step, while budget is left and fewer
+   than ``max_num_seqs`` run: the head of the queue looks up its prefix-cache hit (the longest run
+   of cached full blocks from its start, at most ``num_tokens - 1`` tokens), is granted
+   ``num_tokens - hit`` tokens capped as above, and is admitted if the blocks fit; with
+   ``scheduler_reserve_full_isl`` only if the blocks of its *whole* sequence fit now. The loop
+   stops at the first request that does not fit.
+3. Allocation takes the blocks the scheduled tokens need and caches every full block they make
+   known (at allocation: a request admitted later in the same step can hit them).
+
+``update(sampled)`` applies the step's output: each request whose tokens are all computed samples
+one token; one that reaches its ``max_tokens`` finishes and frees its blocks, tail first.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass, field
+
+from sim.vllm_v1.block_pool import BlockPool
+
+WAITING, RUNNING, PREEMPTED = 0, 1, 2
+
+
+@dataclass(frozen=True, slots=True)
+class VllmConfig:
+    """vLLM's knobs, under their vLLM names."""
+
+    num_blocks: int
+    block_size: int = 16
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 8192
+    long_prefill_token_threshold: int = 0
+    scheduler_reserve_full_isl: bool = True
+    enable_prefix_caching: bool = True
+    max_model_len: int | None = None  # None: what the KV holds, (num_blocks - 1) * block_size
+
+    @property
+    def model_len(self) -> int:
+        if self.max_model_len is not None:
+            return self.max_model_len
+        return (self.num_blocks - 1) * self.block_size
+
+    def __post_init__(self) -> None:
+        for key in ("num_blocks", "block_size", "max_num_seqs", "max_num_batched_tokens"):
+            if getattr(self, key) < 1:
+                raise ValueError(f"engine.{key} must be >= 1, got {getattr(self, key)}")
+        if self.long_prefill_token_threshold < 0:
+            raise ValueError(
+                f"engine.long_prefill_token_threshold must be >= 0, got "
+                f"{self.long_prefill_token_threshold}"
+            )
+
+
+@dataclass(eq=False, slots=True)
+class Request:
+    """One turn as vLLM sees it: its tokens so far (prompt, then outputs) and its blocks."""
+
+    rid: str
+    num_prompt_tokens: int
+    max_tokens: int
+    block_key: Callable[[int], Hashable]  # block j's key: the hash of the context through it
+    num_tokens: int = 0
+    num_computed: int = 0
+    status: int = WAITING
+    blocks: list[int] = field(default_factory=list)
+    num_cached: int = 0  # leading blocks already cached under their keys
+    preemptions: int = 0
+
+    @property
+    def num_output(self) -> int:
+        return self.num_tokens - self.num_prompt_tokens
+
+
+@dataclass(slots=True)
+class StepPlan:
+    """What one ``schedule()`` decided."""
+
+    sched: list[tuple[Request, int, int]]  # (request, tokens scheduled, computed before)
+    admitted: list[Request]  # new or resumed in this step (their hit: computed before)
+    preempted: list[Request]
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+class VllmScheduler:
+    def __init__(self, cfg: VllmConfig) -> None:
+        self.cfg = cfg
+        self.pool = BlockPool(cfg.num_blocks)
+        self.running: list[Request] = []
+        self.waiting: deque[Request] = deque()
+        self.bs = cfg.block_size
+
+    def add(self, req: Request) -> None:
+        req.num_tokens = req.num_prompt_tokens
+        self.waiting.append(req)
+
+    def has_requests(self) -> bool:
+        return bool(self.running or self.waiting)
+
+    # --- one step -------------------------------------------------------------------------
+
+    def schedule(self) -> StepPlan:
+        cfg = self.cfg
+        budget = cfg.max_num_batched_tokens
+        threshold = (
+            cfg.long_prefill_token_threshold if len(self.running) + len(self.waiting) > 1 else 0
+        )
+        sched: list[tuple[Request, int, int]] = []
+        preempted: list[Request] = []
+        running = self.running
+        i = 0
+        while i < len(running) and budget > 0:
+            req = running[i]
+            n = req.num_tokens - req.num_computed
+            if 0 < threshold < n:
+                n = threshold
+            n = min(n, budget, cfg.model_len - req.num_computed - 1)
+            if n <= 0:
+                i += 1
+                continue
+            fits = self._allocate(req, n)
+            while not fits:
+                victim = running.pop()
+                self._preempt(victim)
+                preempted.append(victim)
+                if victim is req:
+                    break
+                fits = self._allocate(req, n)
+            if not fits:
+                break
+            sched.append((req, n, req.num_computed))
+            budget -= n
+            i += 1
+        admitted: list[Request] = []
+        if not preempted:
+            while budget > 0 and self.waiting and len(running) < cfg.max_num_seqs:
+                req = self.waiting[0]
+                hit_blocks = self._longest_hit(req) if cfg.enable_prefix_caching else []
+                hit = len(hit_blocks) * self.bs
+                n = req.num_tokens - hit
+                if 0 < threshold < n:
+                    n = threshold
+                n = min(n, budget)
+                if not self._allocate(req, n, hit_blocks, cfg.scheduler_reserve_full_isl):
+                    break
+                self.waiting.popleft()
+                running.append(req)
+                req.status = RUNNING
+                req.num_computed = hit
+                sched.append((req, n, hit))
+                admitted.append(req)
+                budget -= n
+        for req, n, _ in sched:
+            req.num_computed += n
+        return StepPlan(sched, admitted, preempted)
+
+    def update(self, sampled: Sequence[Request]) -> list[Request]:
+        """Each of ``sampled`` gained one output token (in the step's order); those that reached
+        their ``max_tokens`` finish, free their blocks (in that order) and are returned."""
+        done = []
+        for req in sampled:
+            req.num_tokens += 1
+            if req.num_output >= req.max_tokens or req.num_tokens >= self.cfg.model_len:
+                self._free(req)
+                done.append(req)
+        if done:
+            gone = set(map(id, done))
+            self.running = [r for r in self.running if id(r) not in gone]
+        return done
+
+    # --- the KV cache manager ----------------------------------------------------------------
+
+    def _longest_hit(self, req: Request) -> list[int]:
+        """The cached blocks of the longest cached prefix, at most num_tokens - 1 tokens."""
+        lookup, key = self.pool.lookup, req.block_key
+        out = []
+        for j in range((req.num_tokens - 1) // self.bs):
+            block = lookup(key(j))
+            if block is None:
+                break
+            out.append(block)
+        return out
+
+    def _blocks_needed(self, req: Request, tokens: int, hit_blocks: Sequence[int]) -> int:
+        """New blocks for ``tokens`` slots, plus the hit blocks that sit in the free queue (taking
+        them out uses free capacity too)."""
+        ref = self.pool.ref_cnt
+        new = max(cdiv(tokens, self.bs) - len(hit_blocks) - len(req.blocks), 0)
+        return new + sum(1 for b in hit_blocks if ref[b] == 0)
+
+    def _allocate(
+        self,
+        req: Request,
+        n: int,
+        hit_blocks: Sequence[int] = (),
+        whole_sequence_must_fit: bool = False,
+    ) -> bool:
+        pool, bs = self.pool, self.bs
+        computed = min(req.num_computed + len(hit_blocks) * bs, self.cfg.model_len)
+        if whole_sequence_must_fit:
+            whole = min(req.num_tokens, self.cfg.model_len)
+            if self._blocks_needed(req, whole, hit_blocks) > pool.num_free:
+                return False
+        slots = min(computed + n, self.cfg.model_len)
+        if self._blocks_needed(req, slots, hit_blocks) > pool.num_free:
+            return False
+        if hit_blocks:
+            pool.touch(hit_blocks)
+            req.blocks.extend(hit_blocks)
+            req.num_cached = len(req.blocks)
+        more = cdiv(slots, bs) - len(req.blocks)
+        if more > 0:
+            req.blocks.extend(pool.allocate(more))
+        if self.cfg.enable_prefix_caching:
+            full = min(computed + n, req.num_tokens) // bs
+            key = req.block_key
+            for j in range(req.num_cached, full):
+                pool.cache(req.blocks[j], key(j))
+            req.num_cached = max(req.num_cached, full)
+        return True
+
+    def _free(self, req: Request) -> None:
+        self.pool.release(reversed(req.blocks))  # the tail first: evicted first
+        req.blocks = []
+        req.num_cached = 0
+
+    def _preempt(self, req: Request) -> None:
+        self._free(req)
+        req.status = PREEMPTED
+        req.num_computed = 0
+        req.preemptions += 1
+        self.waiting.appendleft(req)

@@ -1,0 +1,51 @@
+"""A session's tokens as vLLM sees them: block keys for kvsim's engine, token ids for the real one.
+
+A conversation's turn k sends its whole context again (every earlier prompt and reply, then its new
+prompt), so the token at position p of a session is the same in every turn: a turn hits the blocks
+of its own history. The trace's shared-prefix hashes name blocks that several sessions share
+(``sim.prefix.prefix_keys``: the trace's hashes are prefix-chained, as vLLM's are, so equal keys
+mean equal tokens up to the block's end); the tokens of such a block derive from its key.
+
+Keys and token ids come from the same positions, so kvsim's engine (keys) and the real vLLM
+scheduler (token ids, hashed by vLLM itself) see the same block identities.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+
+VOCAB = 131072  # token ids in [1, VOCAB): inside the driver's model config
+_MASK = (1 << 64) - 1
+
+
+def _mix(x: int) -> int:
+    """splitmix64's finaliser: a deterministic 64-bit hash of an integer (Python's hash of a str
+    is salted per process; this is not)."""
+    x = (x + 0x9E3779B97F4A7C15) & _MASK
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK
+    return x ^ (x >> 31)
+
+
+class SessionTokens:
+    def __init__(self, index: int, shared: Sequence[tuple[int, int]], block_size: int) -> None:
+        """``shared``: the keys of the session's shared-prefix blocks (``prefix_keys``)."""
+        self.index = index
+        self.bs = block_size
+        self.shared = list(shared)
+
+    def block_key(self, j: int) -> Hashable:
+        """Block j's identity: its content and everything before it."""
+        return self.shared[j] if j < len(self.shared) else ("own", self.index, j)
+
+    def token_id(self, pos: int) -> int:
+        j = pos // self.bs
+        if j < len(self.shared):
+            h, _ = self.shared[j]
+            seed = _mix(_mix(h & _MASK) ^ pos)
+        else:
+            seed = _mix(_mix(self.index + (1 << 40)) ^ pos)
+        return 1 + seed % (VOCAB - 1)
+
+    def token_ids(self, start: int, end: int) -> list[int]:
+        return [self.token_id(p) for p in range(start, end)]
