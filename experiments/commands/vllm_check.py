@@ -1,0 +1,105 @@
+"""`kvsim vllm-check`: kvsim's vLLM v1 engine against the real vLLM scheduler, step by step.
+
+The harness is ``experiments.vllm_check``; the rules are in docs/semantics.md ("vLLM v1 engine").
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    p = subparsers.add_parser(
+        "vllm-check",
+        help="compare kvsim's vllm-v1 engine with the real vLLM scheduler, step by step",
+        description="Replay a synthetic multi-turn trace through kvsim's vLLM v1 scheduler and "
+        "through the real vLLM 0.33.0 scheduler (run by --python, an environment that has vLLM), "
+        "with the same token ids, arrivals and step prices; print the first step where their "
+        "logs differ (exit 1), or that they match (exit 0), and each side's steps/s.",
+    )
+    p.add_argument(
+        "--python",
+        default=os.environ.get("KVSIM_VLLM_PYTHON"),
+        help="a Python with vLLM 0.33.0 (default: $KVSIM_VLLM_PYTHON)",
+    )
+    p.add_argument("--sessions", type=int, default=40)
+    p.add_argument("--seed", type=int, default=3)
+    p.add_argument("--rate", type=float, default=4.0, help="session starts per second")
+    p.add_argument("--model", default="llama-3-8b")
+    p.add_argument("--hardware", default="h100-sxm", help="a GPU name or profile")
+    p.add_argument("--num-blocks", type=int, default=200)
+    p.add_argument("--block-size", type=int, default=16)
+    p.add_argument("--max-num-seqs", type=int, default=64)
+    p.add_argument("--max-num-batched-tokens", type=int, default=2048)
+    p.add_argument("--long-prefill-token-threshold", type=int, default=0)
+    p.add_argument(
+        "--no-reserve-full-isl",
+        action="store_true",
+        help="scheduler_reserve_full_isl off: admit on the first chunk's blocks",
+    )
+    p.add_argument("--out", help="write both step logs here (kvsim.jsonl, vllm.jsonl)")
+    p.add_argument("--debug", action="store_true", help="show tracebacks")
+    return p
+
+
+def main(args: argparse.Namespace) -> int:
+    from costmodels import cost_model
+    from experiments.vllm_check import RealSide, describe_mismatch, first_mismatch
+    from sim.vllm_v1.loop import KvsimSide, replay
+    from sim.vllm_v1.scheduler import VllmConfig
+    from traces.synthetic import SyntheticConfig, generate_synthetic
+
+    if not args.python:
+        raise ValueError("--python (or KVSIM_VLLM_PYTHON) must name a Python that has vLLM 0.33.0")
+    if not Path(args.python).exists():
+        raise ValueError(f"--python: {args.python} does not exist")
+    cfg = VllmConfig(
+        num_blocks=args.num_blocks,
+        block_size=args.block_size,
+        max_num_seqs=args.max_num_seqs,
+        max_num_batched_tokens=args.max_num_batched_tokens,
+        long_prefill_token_threshold=args.long_prefill_token_threshold,
+        scheduler_reserve_full_isl=not args.no_reserve_full_isl,
+    )
+    trace = generate_synthetic(
+        SyntheticConfig(sessions=args.sessions, seed=args.seed, arrival_rate_per_s=args.rate)
+    ).sessions
+    cost = cost_model(args.model, args.hardware)
+
+    def price(shape):
+        return cost.iteration(shape).total_s
+
+    logs, rates = {}, {}
+    for name in ("kvsim", "vllm"):
+        side = KvsimSide(cfg) if name == "kvsim" else RealSide(args.python, cfg)
+        t0 = time.perf_counter()
+        try:
+            run = replay(trace, side, price, cfg.block_size, cfg.model_len, log_steps=True)
+        finally:
+            if isinstance(side, RealSide):
+                side.close()
+        rates[name] = run.num_steps / (time.perf_counter() - t0)
+        logs[name] = run.steps
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        for name, log in logs.items():
+            tmp = out / f".{name}.jsonl.tmp"
+            tmp.write_text("".join(json.dumps(s) + "\n" for s in log))
+            tmp.replace(out / f"{name}.jsonl")
+    preempted = sum(len(s["preempted"]) for s in logs["kvsim"])
+    print(
+        f"steps: kvsim {len(logs['kvsim'])}, vllm {len(logs['vllm'])}; preemptions (kvsim) "
+        f"{preempted}; steps/s: kvsim {rates['kvsim']:,.0f}, vllm {rates['vllm']:,.0f} "
+        f"({rates['kvsim'] / rates['vllm']:.1f}x; vLLM's includes the pipe to its process)"
+    )
+    at = first_mismatch(logs["kvsim"], logs["vllm"])
+    if at is None:
+        print("match: every field of every step")
+        return 0
+    print(describe_mismatch(logs["kvsim"], logs["vllm"], at))
+    return 1
