@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,3 +54,18 @@ def session_members(sid: int) -> list[Proc]:
 def is_alive(pid: int) -> bool:
     p = read(pid)
     return p is not None and p.state != "Z"
+
+
+def left_in_session(sid: int, bound_s: float) -> list[Proc]:
+    """The live processes of session ``sid`` once none is left or ``bound_s`` has passed."""
+    deadline = time.monotonic() + bound_s
+    while (left := session_members(sid)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return left
+
+
+def kill_session(sid: int) -> None:
+    """SIGKILL every live process of session ``sid`` (what a failed test left behind)."""
+    for p in session_members(sid):
+        with contextlib.suppress(ProcessLookupError):  # it exited meanwhile
+            os.kill(p.pid, signal.SIGKILL)

@@ -121,11 +121,6 @@ class Try:
 # Processes, from /proc
 
 
-def session_members(sid: int) -> list[int]:
-    """Live (non-zombie) processes of session ``sid``."""
-    return [p.pid for p in proc_table.session_members(sid)]
-
-
 def worker_children(pid: int) -> list[int]:
     """Spawned multiprocessing children of ``pid`` other than its resource tracker."""
     return [p.pid for p in proc_table.children(pid) if "spawn_main" in p.cmdline]
@@ -231,9 +226,7 @@ class Bench:
                 t.note += self._dump(proc.pid)
             self._wait_for_leaks(proc.pid, t)
         finally:
-            if members := session_members(proc.pid):
-                for pid in members:
-                    os.kill(pid, signal.SIGKILL)
+            proc_table.kill_session(proc.pid)
             if proc.poll() is None:
                 proc.wait()
             self.flag.unlink(missing_ok=True)
@@ -267,10 +260,7 @@ class Bench:
             t.note += kill_a_worker(proc.pid)
 
     def _wait_for_leaks(self, sid: int, t: Try) -> None:
-        deadline = time.monotonic() + LEAK_BOUND_S
-        while (members := session_members(sid)) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        t.leaked += describe(members)
+        t.leaked += describe([p.pid for p in proc_table.left_in_session(sid, LEAK_BOUND_S)])
 
     def _dump(self, pid: int) -> str:
         """Where a hung process stands, if py-spy is installed."""

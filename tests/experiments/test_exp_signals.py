@@ -67,14 +67,11 @@ def test_signal_stops_workers_and_leaves_no_results(tmp_path, signum, status, wo
         assert proc.poll() is None, "the run finished before it could be stopped"
         proc.send_signal(signum)  # to the parent only, as `kill PID` does
         assert proc.wait(timeout=30) == status
-        deadline = time.monotonic() + 10  # the resource tracker exits once its last client is gone
-        while _session_members(proc.pid) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert _session_members(proc.pid) == []  # no worker or tracker left behind
+        # no worker or tracker left behind (the tracker exits once its last client is gone)
+        assert proc_table.left_in_session(proc.pid, 10.0) == []
         _, err = proc.communicate(timeout=10)
     finally:
-        if _session_members(proc.pid):
-            os.killpg(proc.pid, signal.SIGKILL)
+        proc_table.kill_session(proc.pid)
         if proc.poll() is None:
             proc.wait()
     assert words in err and "Traceback" not in err, err

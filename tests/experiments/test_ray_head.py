@@ -4,8 +4,6 @@ child process of its own session, so that everything it leaves can be found: `sl
 
 from __future__ import annotations
 
-import contextlib
-import os
 import signal
 import subprocess
 import sys
@@ -55,17 +53,12 @@ def _start(code: str) -> subprocess.Popen:
 
 def _left_after(sid: int, bound_s: float) -> list[str]:
     """What of session ``sid`` is still alive ``bound_s`` seconds from now (sooner if nothing)."""
-    deadline = time.monotonic() + bound_s
-    while (left := proc_table.session_members(sid)) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    return [p.cmdline[:100] for p in left]
+    return [p.cmdline[:100] for p in proc_table.left_in_session(sid, bound_s)]
 
 
 def _cleanup(proc: subprocess.Popen) -> None:
     """Whatever a failed test left: killed, so that it does not outlive the test."""
-    for p in proc_table.session_members(proc.pid):
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(p.pid, signal.SIGKILL)
+    proc_table.kill_session(proc.pid)
     proc.wait()
 
 
