@@ -11,12 +11,17 @@ from __future__ import annotations
 
 import json
 import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
 
-from sim.vllm_v1.loop import StepView
+from costmodels import BatchShape
+from sim.vllm_v1.loop import KvsimSide, Replay, StepView, replay
 from sim.vllm_v1.scheduler import VllmConfig
 from sim.vllm_v1.tokens import SessionTokens
+from traces.records import Session
 
 DRIVER = Path(__file__).with_name("vllm_driver.py")
 FIELDS = ("sched", "hit", "preempted", "free_blocks", "running", "waiting", "done", "t", "dur")
@@ -26,11 +31,13 @@ class RealSide:
     """The real vLLM scheduler in a subprocess, behind the loop's ``Side`` interface."""
 
     def __init__(self, python: str, cfg: VllmConfig) -> None:
+        # vLLM's warnings go to a file: a pipe nobody reads would block the driver once full
+        self.stderr = tempfile.TemporaryFile(mode="w+")
         self.proc = subprocess.Popen(
             [python, str(DRIVER)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
+            stderr=self.stderr,
             text=True,
             bufsize=1,
         )
@@ -48,8 +55,9 @@ class RealSide:
         self.proc.stdin.flush()
         line = self.proc.stdout.readline()
         if not line:
-            err = self.proc.stderr.read() if self.proc.stderr else ""
-            raise RuntimeError(f"the vLLM driver exited: {err[-3000:]}")
+            self.proc.wait(timeout=30)
+            self.stderr.seek(0)
+            raise RuntimeError(f"the vLLM driver exited: {self.stderr.read()[-3000:]}")
         return json.loads(line)
 
     def add(self, rid: str, tokens: SessionTokens, prompt_len: int, max_tokens: int) -> None:
@@ -96,6 +104,25 @@ class RealSide:
         if self.proc.stdin:
             self.proc.stdin.close()
         self.proc.wait(timeout=30)
+        self.stderr.close()
+
+
+def run_both(
+    trace: Sequence[Session], cfg: VllmConfig, python: str, price: Callable[[BatchShape], float]
+) -> dict[str, tuple[Replay, float]]:
+    """The trace through kvsim's scheduler and the real one: each side's replay (with its step
+    log) and its wall-clock seconds, keyed "kvsim" and "vllm"."""
+    out = {}
+    for name in ("kvsim", "vllm"):
+        side = KvsimSide(cfg) if name == "kvsim" else RealSide(python, cfg)
+        t0 = time.perf_counter()
+        try:
+            run = replay(trace, side, price, cfg.block_size, cfg.model_len, log_steps=True)
+        finally:
+            if isinstance(side, RealSide):
+                side.close()
+        out[name] = (run, time.perf_counter() - t0)
+    return out
 
 
 def first_mismatch(a: list[dict], b: list[dict]) -> tuple[int, str] | None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import time
 from pathlib import Path
 
 
@@ -48,8 +47,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 def main(args: argparse.Namespace) -> int:
     from costmodels import cost_model
-    from experiments.vllm_check import RealSide, describe_mismatch, first_mismatch
-    from sim.vllm_v1.loop import KvsimSide, replay
+    from experiments.vllm_check import describe_mismatch, first_mismatch, run_both
     from sim.vllm_v1.scheduler import VllmConfig
     from traces.synthetic import SyntheticConfig, generate_synthetic
 
@@ -73,17 +71,9 @@ def main(args: argparse.Namespace) -> int:
     def price(shape):
         return cost.iteration(shape).total_s
 
-    logs, rates = {}, {}
-    for name in ("kvsim", "vllm"):
-        side = KvsimSide(cfg) if name == "kvsim" else RealSide(args.python, cfg)
-        t0 = time.perf_counter()
-        try:
-            run = replay(trace, side, price, cfg.block_size, cfg.model_len, log_steps=True)
-        finally:
-            if isinstance(side, RealSide):
-                side.close()
-        rates[name] = run.num_steps / (time.perf_counter() - t0)
-        logs[name] = run.steps
+    runs = run_both(trace, cfg, args.python, price)
+    logs = {name: run.steps for name, (run, _) in runs.items()}
+    rates = {name: run.num_steps / wall for name, (run, wall) in runs.items()}
     if args.out:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)

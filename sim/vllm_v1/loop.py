@@ -136,7 +136,6 @@ def replay(
     max_model_len: int,
     replay_mode: str = "closed-loop",
     log_steps: bool = False,
-    max_steps: int | None = None,
 ) -> Replay:
     """Run ``sessions`` through ``side``; ``price(batch)`` is a step's duration in seconds."""
     out = Replay()
@@ -214,8 +213,6 @@ def replay(
                 nxt = next_arrival_s(s.turns[st.k], s.turns[st.k + 1], now, replay_mode)
                 heapq.heappush(arrivals, (nxt, order, st.session, st.k + 1))
                 order += 1
-        if max_steps is not None and step >= max_steps:
-            break
     out.end_s = now
     out.num_steps = step
     return out

@@ -76,7 +76,6 @@ class Request:
     status: int = WAITING
     blocks: list[int] = field(default_factory=list)
     num_cached: int = 0  # leading blocks already cached under their keys
-    preemptions: int = 0
 
     @property
     def num_output(self) -> int:
@@ -242,5 +241,4 @@ class VllmScheduler:
         self._free(req)
         req.status = PREEMPTED
         req.num_computed = 0
-        req.preemptions += 1
         self.waiting.appendleft(req)

@@ -10,9 +10,8 @@ import os
 import pytest
 
 from costmodels import cost_model
-from experiments.vllm_check import RealSide, describe_mismatch, first_mismatch
+from experiments.vllm_check import describe_mismatch, first_mismatch, run_both
 from sim.vllm_v1 import scheduler as vllm_scheduler
-from sim.vllm_v1.loop import KvsimSide, replay
 from sim.vllm_v1.scheduler import VllmConfig
 from traces.synthetic import SyntheticConfig, generate_synthetic
 
@@ -37,25 +36,9 @@ def _price():
     return lambda shape: cost.iteration(shape).total_s
 
 
-def _logs(cfg, trace, python, max_steps=None):
-    price = _price()
-    ours = replay(
-        trace,
-        KvsimSide(cfg),
-        price,
-        cfg.block_size,
-        cfg.model_len,
-        log_steps=True,
-        max_steps=max_steps,
-    )
-    real = RealSide(python, cfg)
-    try:
-        theirs = replay(
-            trace, real, price, cfg.block_size, cfg.model_len, log_steps=True, max_steps=max_steps
-        )
-    finally:
-        real.close()
-    return ours.steps, theirs.steps
+def _logs(cfg, trace, python):
+    runs = run_both(trace, cfg, python, _price())
+    return runs["kvsim"][0].steps, runs["vllm"][0].steps
 
 
 @pytest.mark.parametrize(
