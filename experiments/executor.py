@@ -17,6 +17,7 @@ process, every worker ends (``experiments.worker_pool`` says how that is made ce
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import sys
@@ -46,6 +47,7 @@ class PointResult:
     summary: dict[str, Any]  # sim.metrics.summarize() row (no labels)
     turns: pd.DataFrame  # per-turn ledger, label columns first
     sessions: pd.DataFrame  # sim.metrics.session_table(), label columns first
+    steps: tuple[str, ...] = ()  # the step log as JSON lines, when the point asks for it
 
 
 # ---------------------------------------------------------------------------------------------
@@ -140,18 +142,43 @@ def run_point(
 
         sessions = load_sessions(point.trace)
         cost = _cost_model(point.model, point.hardware, point.tp)
-        result = sim.simulate(
-            sessions,
-            cost,
-            point.memory,
-            point.engine,
-            policy=point.policy,
-            seed=point.seed,
-            debug=debug,
-            progress=progress,
-            budget=point.budget,
-            sparse=point.sparse,
+        steps: list[str] = []
+        emit = (
+            (lambda e: steps.append(json.dumps({"point": index, **e}))) if point.step_log else None
         )
+        if point.engine.kind == "vllm-v1":
+            from sim.vllm_v1.run import simulate_vllm
+
+            result = simulate_vllm(
+                sessions,
+                cost,
+                point.memory,
+                point.engine,
+                policy=point.policy,
+                seed=point.seed,
+                progress=progress,
+                on_step=emit,
+            )
+        else:
+            from sim.step_log import KvsimStepLog
+
+            log = KvsimStepLog(emit) if emit is not None else None
+            hook = {"on_iteration": log} if log is not None else {}
+            result = sim.simulate(
+                sessions,
+                cost,
+                point.memory,
+                point.engine,
+                policy=point.policy,
+                seed=point.seed,
+                debug=debug,
+                progress=progress,
+                budget=point.budget,
+                sparse=point.sparse,
+                **hook,
+            )
+            if log is not None:
+                log.close()
         labels = point.labels()
         summary = summarize(result)
         layers = costmodels.get_model(point.model).num_layers
@@ -163,6 +190,7 @@ def run_point(
             summary=summary,
             turns=_with_labels(result.turns, labels),
             sessions=_with_labels(session_table(result), labels),
+            steps=tuple(steps),
         )
     except Exception as exc:
         raise PointError(

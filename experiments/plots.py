@@ -32,6 +32,7 @@ from matplotlib.ticker import FuncFormatter, PercentFormatter
 from experiments.design_plots import budget_figure, offload_figure
 
 FACET_DIMS: tuple[str, ...] = (
+    "engine",
     "trace",
     "model",
     "hardware",

@@ -33,6 +33,7 @@ from sim.metrics import SUMMARY_COLUMNS, targets
 SUMMARY_FILE = "summary.csv"
 TURNS_FILE = "turns.parquet"
 SESSIONS_FILE = "sessions.parquet"
+STEPS_FILE = "steps.jsonl"
 CONFIG_FILE = "config.resolved.yaml"
 PLOTS_DIR = "plots"
 
@@ -44,6 +45,7 @@ class ResultTables:
     summary: pd.DataFrame  # one row per grid point
     turns: pd.DataFrame  # all per-turn ledgers, label columns first
     sessions: pd.DataFrame  # all session tables, label columns first
+    steps: tuple[str, ...] = ()  # every point's step log (JSON lines), when asked for
 
 
 @dataclass(frozen=True)
@@ -66,7 +68,8 @@ def collect(results: Sequence[PointResult]) -> ResultTables:
     sessions = (
         pd.concat([r.sessions for r in results], ignore_index=True) if results else pd.DataFrame()
     )
-    return ResultTables(summary=summary, turns=turns, sessions=sessions)
+    steps = tuple(line for r in results for line in r.steps)
+    return ResultTables(summary=summary, turns=turns, sessions=sessions, steps=steps)
 
 
 def _baseline_key(row: dict[str, Any]) -> tuple:
@@ -132,6 +135,10 @@ def write_results(
         tables.summary.to_csv(tmp / SUMMARY_FILE, index=False)
         tables.turns.to_parquet(tmp / TURNS_FILE, index=False)
         tables.sessions.to_parquet(tmp / SESSIONS_FILE, index=False)
+        if tables.steps:
+            with (tmp / STEPS_FILE).open("w", encoding="utf-8") as f:
+                for line in tables.steps:
+                    f.write(line + "\n")
         resolved = {"kvsim_version": kvsim_version(), **experiment.resolved()}
         if traces:
             resolved["traces_loaded"] = [dataclasses.asdict(t) for t in traces]

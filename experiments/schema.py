@@ -1,12 +1,12 @@
 """The experiment YAML: validation with pydantic and expansion into a grid of runs.
 
-Any list-valued field under ``memory``, ``engine.pipelining``, and ``policies``, ``seeds``,
+Any list-valued field under ``memory``, ``engine.kind``, ``engine.pipelining``, and ``policies``, ``seeds``,
 ``model``, ``hardware``, ``tp`` and ``trace`` (a list of trace mappings) is a grid axis; a scalar
 is a one-value axis. Every error is a
 ``ConfigError`` whose lines read ``FILE: KEY.PATH[i]: message``.
 
-Grid order (deterministic, lists in the order written): trace, model, hardware, tp, evict_unit,
-pipelining, budgets, sparse, block_tokens, cpu_kv_gb, policy, gpu_kv_gb, seed -- the last one
+Grid order (deterministic, lists in the order written): trace, model, hardware, tp, engine.kind,
+evict_unit, pipelining, budgets, sparse, block_tokens, cpu_kv_gb, policy, gpu_kv_gb, seed -- the last one
 varies fastest. ``tp`` is the tensor-parallel degree: the run prices one GPU of a group of tp, and
 ``memory.gpu_kv_gb`` / ``cpu_kv_gb`` are the whole group's (each GPU holds 1/tp of every page).
 ``tp`` may instead map each model to its own degree or list of degrees (``{llama-3-8b: 1,
@@ -50,11 +50,13 @@ from pydantic import (
     ValidationError,
     ValidationInfo,
     field_validator,
+    model_validator,
 )
 
 from sim.config import (
     BUDGET_KINDS,
     BUDGET_SCORERS,
+    ENGINE_KINDS,
     EVICT_UNITS,
     GIB,
     PREFETCH_MODES,
@@ -206,9 +208,28 @@ class MemorySpec(_Strict):
     )(_as_list)
 
 
-class EngineSpec(_Strict):
-    """Engine behaviour: scalars, but ``pipelining`` may be a list (a grid axis: on against off)."""
+NonNegInt = Annotated[StrictInt, Field(ge=0)]
+# vLLM's names for two of kvsim's knobs (the same meaning in both engines)
+VLLM_ALIASES = {"max_num_batched_tokens": "max_batch_tokens", "max_num_seqs": "max_running"}
+VLLM_ONLY = (
+    "long_prefill_token_threshold",
+    "scheduler_reserve_full_isl",
+    "enable_prefix_caching",
+    "async_scheduling",
+)
 
+
+class EngineSpec(_Strict):
+    """Engine behaviour: scalars, but ``kind`` and ``pipelining`` may be lists (grid axes).
+
+    ``kind``: kvsim (session KV, the default) or vllm-v1 (vLLM 0.33.0's scheduler and prefix
+    cache, docs/semantics.md section 11). vLLM's names ``max_num_batched_tokens`` and
+    ``max_num_seqs`` may stand for ``max_batch_tokens`` and ``max_running``; the keys in
+    ``VLLM_ONLY`` apply to vllm-v1 runs only."""
+
+    kind: Annotated[
+        list[Literal[ENGINE_KINDS]], Field(min_length=1), AfterValidator(_no_duplicates)
+    ] = Field(default=["kvsim"], description="kvsim | vllm-v1 (a list is a grid axis)")
     max_batch_tokens: PosInt = _ENGINE_DEFAULTS["max_batch_tokens"]
     max_running: PosInt = _ENGINE_DEFAULTS["max_running"]
     replay: Literal[REPLAY_MODES] = _ENGINE_DEFAULTS["replay"]
@@ -219,11 +240,38 @@ class EngineSpec(_Strict):
     fused_recompute: StrictBool = _ENGINE_DEFAULTS["fused_recompute"]
     prefetch: Literal[PREFETCH_MODES] = _ENGINE_DEFAULTS["prefetch"]
     swap_copies: Literal[SWAP_COPIES] = _ENGINE_DEFAULTS["swap_copies"]
+    long_prefill_token_threshold: NonNegInt | None = Field(
+        None, description="vllm-v1: most tokens of one prefill chunk while others wait (0: none)"
+    )
+    scheduler_reserve_full_isl: StrictBool | None = Field(
+        None, description="vllm-v1: admit a request only when its whole prompt's blocks fit"
+    )
+    enable_prefix_caching: StrictBool | None = Field(None, description="vllm-v1")
+    async_scheduling: StrictBool | None = Field(
+        None, description="vllm-v1: one batch scheduled while the last runs (not modelled yet)"
+    )
 
-    wrap_lists = field_validator("pipelining", mode="before")(_as_list)
+    wrap_lists = field_validator("kind", "pipelining", mode="before")(_as_list)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _vllm_names(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        for vllm_name, ours in VLLM_ALIASES.items():
+            if vllm_name in data:
+                if ours in data:
+                    raise ValueError(f"give {vllm_name} or {ours} (one knob), not both")
+                data[ours] = data.pop(vllm_name)
+        if "block_size" in data:
+            raise ValueError("vLLM's block_size is memory.block_tokens here")
+        return data
 
-NonNegInt = Annotated[StrictInt, Field(ge=0)]
+    def config_options(self) -> dict[str, Any]:
+        """EngineConfig's keyword arguments but the axes (kind, pipelining)."""
+        opts = self.model_dump(exclude={"kind", "pipelining", "async_scheduling"})
+        return {k: v for k, v in opts.items() if v is not None}
 
 
 class BudgetSpec(_Strict):
@@ -351,6 +399,11 @@ class Experiment(_Strict):
         description="also run every point with gpu_kv_gb=inf to measure the throughput impact",
     )
     debug: StrictBool = False
+    step_log: StrictBool = Field(
+        False,
+        description="write steps.jsonl: one line per engine step of every grid point "
+        "(docs/semantics.md, the step log); `kvsim run --step-log` sets it",
+    )
 
     _source: str = PrivateAttr(default="<memory>")
     wrap_lists = field_validator(
@@ -397,8 +450,7 @@ class Experiment(_Strict):
 
     def grid(self) -> list[GridPoint]:
         """Every run of the experiment, in the module's documented order."""
-        opts = self.engine.model_dump()
-        pipelining = opts.pop("pipelining")
+        opts = self.engine.config_options()
         m = self.memory
         points = []
         for (
@@ -406,6 +458,7 @@ class Experiment(_Strict):
             model,
             hw,
             tp,
+            kind,
             unit,
             pipe,
             budget,
@@ -420,8 +473,9 @@ class Experiment(_Strict):
             for trace, model, hw in itertools.product(self.trace_specs(), self.model, self.hardware)
             for tp in self.tp_for(model)  # each model its own degrees when tp maps them
             for rest in itertools.product(
+                self.engine.kind,
                 m.evict_unit,
-                pipelining,
+                self.engine.pipelining,
                 self.budgets,
                 self.sparse,
                 m.block_tokens,
@@ -440,7 +494,7 @@ class Experiment(_Strict):
                 evict_unit=unit,
                 prefix_sharing=m.prefix_sharing,
             )
-            engine = EngineConfig(**opts, pipelining=pipe)
+            engine = EngineConfig(**opts, kind=kind, pipelining=pipe)
             points.append(
                 GridPoint(
                     self.name,
@@ -454,6 +508,7 @@ class Experiment(_Strict):
                     budget.config(),
                     sparse.config(),
                     tp,
+                    self.step_log,
                 )
             )
         return points
@@ -502,6 +557,7 @@ class TraceSpec:
 LABEL_COLUMNS: tuple[str, ...] = (
     "name",
     "policy",
+    "engine",
     "model",
     "hardware",
     "tp",
@@ -532,12 +588,14 @@ class GridPoint:
     budget: BudgetConfig = dataclasses.field(default_factory=BudgetConfig)
     sparse: SparseConfig = dataclasses.field(default_factory=SparseConfig)
     tp: int = 1  # tensor-parallel degree: the memory is the group's, the prices one GPU's
+    step_log: bool = False  # keep the run's step log (steps.jsonl)
 
     def labels(self) -> dict[str, Any]:
         """The grid columns of this point (LABEL_COLUMNS order) for summary.csv and the ledgers."""
         return {
             "name": self.name,
             "policy": self.policy,
+            "engine": self.engine.kind,
             "model": _short(self.model),
             "hardware": _short(self.hardware),
             "tp": self.tp,
@@ -716,6 +774,51 @@ def _impossible_combinations(exp: Experiment) -> list[tuple[tuple[str | int, ...
             "each running sequence decodes one token per iteration"
         )
         out.append((("engine", "max_batch_tokens"), msg))
+    out += _vllm_problems(exp)
+    return out
+
+
+def _vllm_problems(exp: Experiment) -> list[tuple[tuple[str | int, ...], str]]:
+    """What an ``engine.kind: vllm-v1`` run cannot take (and vLLM-only keys without such a run)."""
+    from sim.vllm_v1.run import check_policy
+
+    e, m = exp.engine, exp.memory
+    out: list[tuple[tuple[str | int, ...], str]] = []
+    if "vllm-v1" not in e.kind:
+        for key in VLLM_ONLY:
+            if getattr(e, key) is not None:
+                out.append((("engine", key), "applies to engine.kind vllm-v1 only"))
+        return out
+    why = "engine.kind vllm-v1 "
+    if e.async_scheduling:
+        out.append(
+            (
+                ("engine", "async_scheduling"),
+                "vLLM's async scheduling (one batch scheduled while the last runs) is not "
+                "modelled yet: set it to false (vLLM's synchronous loop)",
+            )
+        )
+    for i, gb in enumerate(m.cpu_kv_gb):
+        if gb > 0:
+            msg = why + "has no CPU tier yet (vLLM's offloading connector): use 0"
+            out.append((("memory", "cpu_kv_gb", i), msg))
+    for i, gb in enumerate(m.gpu_kv_gb):
+        if math.isinf(gb):
+            out.append((("memory", "gpu_kv_gb", i), why + "counts vLLM's blocks: give a size"))
+    for i, unit in enumerate(m.evict_unit):
+        if unit != "block":
+            out.append((("memory", "evict_unit", i), why + "evicts vLLM's blocks: use block"))
+    for i, b in enumerate(exp.budgets):
+        if b.kind != "full":
+            out.append((("budgets", i), why + "keeps full KV: give budgets only kind full"))
+    for i, sp in enumerate(exp.sparse):
+        if sp.kind != "off":
+            out.append((("sparse", i), why + "has no CPU offload decode: give sparse kind off"))
+    for i, name in enumerate(exp.policies):
+        try:
+            check_policy(name)
+        except ValueError as exc:
+            out.append((("policies", i), str(exc)))
     return out
 
 

@@ -72,7 +72,7 @@ class RealSide:
             }
         )
 
-    def schedule(self) -> StepView:
+    def schedule(self, now: float) -> StepView:
         self._send({"op": "schedule"})
         r = self._reply()
         return StepView(
@@ -84,7 +84,7 @@ class RealSide:
             r["waiting"],
         )
 
-    def update(self, sampled: list[str]) -> list[str]:
+    def update(self, sampled: list[str], now: float) -> list[str]:
         ids = {}
         for rid in sampled:
             tokens, length = self.tokens[rid]

@@ -42,8 +42,12 @@ class MemoryConfig:
         return math.inf if math.isinf(gb) else int(gb * GIB)
 
 
+ENGINE_KINDS = ("kvsim", "vllm-v1")
+
+
 @dataclass(frozen=True, slots=True)
 class EngineConfig:
+    kind: str = "kvsim"  # kvsim: session KV (sim.scheduler); vllm-v1: vLLM's (sim.vllm_v1)
     max_batch_tokens: int = 8192  # prefill + decode tokens one iteration may compute
     max_running: int = 256  # sequences in the continuous batch
     replay: str = "closed-loop"  # closed-loop: turn k+1 arrives think_s after turn k ends
@@ -52,8 +56,14 @@ class EngineConfig:
     fused_recompute: bool = True  # dropped history recomputed in the same prefill as the prompt
     prefetch: str = "off"  # swap a turn's CPU units in ahead: off | queue | think
     swap_copies: str = "per_page"  # copy calls per swap: per_page | per_layer
+    # vllm-v1 only (vLLM's names and defaults)
+    long_prefill_token_threshold: int = 0  # cap of one prefill chunk when others wait (0: none)
+    scheduler_reserve_full_isl: bool = True  # admit only if the whole prompt's blocks fit
+    enable_prefix_caching: bool = True
 
     def __post_init__(self) -> None:
+        if self.kind not in ENGINE_KINDS:
+            raise ValueError(f"engine.kind must be one of {ENGINE_KINDS}, got {self.kind!r}")
         if self.max_batch_tokens < 1:
             raise ValueError(f"engine.max_batch_tokens must be >= 1, got {self.max_batch_tokens}")
         if self.max_running < 1:

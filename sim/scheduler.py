@@ -19,7 +19,7 @@ import math
 from array import array
 from collections import defaultdict, deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -87,6 +87,7 @@ class Step:
     duration_s: float
     admitted: list[TurnRun]
     decode_seqs: int
+    prefill_lens: list[tuple[int, int]] = field(default_factory=list)  # admitted: (new, cached)
 
 
 # The shared-prefix pool's session index: above every trace session's (as a pool after the last
@@ -422,7 +423,7 @@ class Scheduler:
         for run in admitted:
             if run.admit_s == now:  # first admission (this iteration)
                 run.copy_stall_s = stall
-        return Step(duration, admitted, self.dec_seqs)
+        return Step(duration, admitted, self.dec_seqs, prefill.lens)
 
     def _decode_lens(self, admitted: list[TurnRun]) -> tuple[int, ...]:
         """Each decoding sequence's context this step, in admission order (the decoders are the

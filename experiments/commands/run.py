@@ -43,6 +43,12 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         help="check simulator invariants as it runs; show tracebacks",
     )
     p.add_argument(
+        "--step-log",
+        action="store_true",
+        help="also write steps.jsonl: one JSON line per engine step of every grid point "
+        "(docs/semantics.md, the step log)",
+    )
+    p.add_argument(
         "--quiet",
         action="store_true",
         help="no progress bar and no summary table (the results folder line, and notes, "
@@ -62,6 +68,8 @@ def main(args: argparse.Namespace) -> int:
         updates["executor"] = exp.executor.model_copy(update={"workers": args.workers})
     if args.debug:
         updates["debug"] = True
+    if args.step_log:
+        updates["step_log"] = True
     if updates:
         exp = exp.with_overrides(**updates)
     out = args.out if args.out is not None else default_out_dir(exp)

@@ -17,10 +17,15 @@ The rules, as vLLM 0.33.0's ``BlockPool`` and ``FreeKVCacheBlockQueue`` apply th
 
 The free queue is an ``OrderedDict`` (block -> None): O(1) pop at the head, append at the tail,
 move to the head, and removal from the middle, in C.
+
+``PolicyBlockPool`` hands the choice among free *cached* blocks to a kvsim eviction policy: what
+vLLM would do with ARC, S3-FIFO or a Pensieve value in its prefix cache. Free blocks without a key
+are still reused first, so with ``lru`` it makes vLLM's choices exactly.
 """
 
 from __future__ import annotations
 
+import time
 from collections import OrderedDict
 from collections.abc import Hashable, Iterable, Sequence
 
@@ -39,6 +44,8 @@ class BlockPool:
         self.free: OrderedDict[int, None] = OrderedDict.fromkeys(range(1, num_blocks))
         self.cached: dict[Key, dict[int, None]] = {}  # key -> its blocks, in caching order
         self.evictions = 0  # cached blocks whose key was dropped to reuse them
+        self.evict_ns: list[int] = []  # wall time of each allocation that evicted
+        self.num_free_cached = 0  # free blocks that still hold a key (the prefix cache's spare)
 
     @property
     def num_free(self) -> int:
@@ -49,29 +56,35 @@ class BlockPool:
         blocks = self.cached.get(key)
         return next(iter(blocks)) if blocks else None
 
-    def allocate(self, n: int) -> list[int]:
+    def allocate(self, n: int, now: float = 0.0) -> list[int]:
         """``n`` blocks from the queue's head, each with one holder and no key."""
         if n > len(self.free):
             raise ValueError(f"cannot take {n} blocks: {len(self.free)} free")
         out = []
         pop, key, ref = self.free.popitem, self.key, self.ref_cnt
+        t0 = 0
         for _ in range(n):
             block = pop(last=False)[0]
             if key[block] is not None:
+                t0 = t0 or time.perf_counter_ns()
+                self.num_free_cached -= 1
                 self._uncache(block)
             ref[block] = 1
             out.append(block)
+        if t0:
+            self.evict_ns.append(time.perf_counter_ns() - t0)
         return out
 
-    def touch(self, blocks: Sequence[int]) -> None:
+    def touch(self, blocks: Sequence[int], now: float = 0.0) -> None:
         """A hit: one more holder for each block, taken out of the free queue if it was there."""
         ref, free = self.ref_cnt, self.free
         for block in blocks:
             if ref[block] == 0:
                 del free[block]
+                self.num_free_cached -= 1  # only a keyed block is hit
             ref[block] += 1
 
-    def release(self, ordered: Iterable[int]) -> None:
+    def release(self, ordered: Iterable[int], now: float = 0.0) -> None:
         """One holder fewer for each block; blocks left with none rejoin the queue, keyed ones at
         the tail in this order, unkeyed ones at the head in this order (the first at the head)."""
         ref, key = self.ref_cnt, self.key
@@ -87,8 +100,9 @@ class BlockPool:
             free.move_to_end(block, last=False)
         for block in last:
             free[block] = None
+        self.num_free_cached += len(last)
 
-    def cache(self, block: int, key: Key) -> None:
+    def cache(self, block: int, key: Key, index: int = 0, now: float = 0.0) -> None:
         """``block`` now holds the content ``key`` names (vLLM caches a block when it is allocated
         for tokens being scheduled, before they are computed)."""
         if self.key[block] == key:
@@ -106,3 +120,140 @@ class BlockPool:
             del self.cached[key]
         self.key[block] = None
         self.evictions += 1
+
+
+class BlockView:
+    """What a policy may know about a cached block (``sim.policies.base``): one unit of size 1,
+    its position in its sequence, when it was last used. A block at position j stands for a
+    session whose context reaches its end, so cost-aware policies (Pensieve) price recomputing it
+    as a chunk of ``block_size`` tokens after ``j * block_size``."""
+
+    per_session = True
+    layers = 1
+    unit_bytes = 1
+    page_bytes = 1
+
+    def __init__(self, block_size: int) -> None:
+        self.bs = block_size
+        self.index: dict[int, int] = {}  # uid -> position in its sequence
+        self.last: dict[int, float] = {}  # uid -> last hit or release
+
+    def size(self, uid: int) -> int:
+        return 1
+
+    def session(self, uid: int) -> _Context:
+        return _Context((self.index[uid] + 1) * self.bs)
+
+    def first_page(self, uid: int) -> int:
+        return self.index[uid]
+
+    def pages(self, uid: int) -> int:
+        return 1
+
+    def layer(self, uid: int) -> int:
+        return -1
+
+    def last_access_s(self, uid: int) -> float:
+        return self.last.get(uid, 0.0)
+
+    def next_access_s(self, uid: int) -> float:
+        raise ValueError("no offline policy inside vLLM's prefix cache: the future is not known")
+
+
+class _Context:
+    """The context a block's recompute would attend to: the tokens through its end."""
+
+    __slots__ = ("tokens",)
+
+    def __init__(self, tokens: int) -> None:
+        self.tokens = tokens
+
+    def pages(self, block_size: int) -> int:
+        return -(-self.tokens // block_size)
+
+
+class PolicyBlockPool(BlockPool):
+    """A block pool whose free cached blocks are ordered by an eviction policy.
+
+    The policy's units are cached *contents*, not physical blocks: a content keeps its id when it
+    leaves the cache and comes back (ghost lists recognise it). It hears of a content when a block
+    is cached (``insert``, pinned: a request holds the block), of each hit (``access``, and ``pin``
+    when the block was free), and of each block freed with its content (``unpin``); allocation
+    takes the free blocks without a key first (vLLM's head of queue), then asks the policy for a
+    victim."""
+
+    def __init__(self, num_blocks: int, policy, view: BlockView) -> None:
+        super().__init__(num_blocks)
+        self.policy = policy
+        self.view = view
+        self.uid_of = [-1] * num_blocks  # block -> the uid of its content (-1: no key)
+        self.block_of: dict[int, int] = {}  # uid -> block, for contents cached now
+        self.content: dict[Key, int] = {}  # key -> its uid, for every key ever cached
+
+    @property
+    def num_free(self) -> int:
+        return len(self.free) + self.num_free_cached
+
+    def allocate(self, n: int, now: float = 0.0) -> list[int]:
+        if n > self.num_free:
+            raise ValueError(f"cannot take {n} blocks: {self.num_free} free")
+        free, ref = self.free, self.ref_cnt
+        out = []
+        t0 = 0
+        for _ in range(n):
+            if free:
+                block = free.popitem(last=False)[0]
+            else:
+                t0 = t0 or time.perf_counter_ns()
+                uid = self.policy.evict(now)
+                block = self.block_of.pop(uid)
+                self.num_free_cached -= 1
+                self.uid_of[block] = -1
+                self._uncache(block)
+            ref[block] = 1
+            out.append(block)
+        if t0:
+            self.evict_ns.append(time.perf_counter_ns() - t0)
+        return out
+
+    def touch(self, blocks: Sequence[int], now: float = 0.0) -> None:
+        ref, uid_of, pol, last = self.ref_cnt, self.uid_of, self.policy, self.view.last
+        for block in blocks:
+            uid = uid_of[block]
+            pol.access(uid, now)
+            last[uid] = now
+            if ref[block] == 0:
+                pol.pin(uid)
+                self.num_free_cached -= 1
+            ref[block] += 1
+
+    def release(self, ordered: Iterable[int], now: float = 0.0) -> None:
+        ref, uid_of, pol, last = self.ref_cnt, self.uid_of, self.policy, self.view.last
+        first: list[int] = []
+        for block in ordered:
+            ref[block] -= 1
+            if ref[block] == 0:
+                uid = uid_of[block]
+                if uid < 0:
+                    first.append(block)
+                else:
+                    last[uid] = now
+                    pol.unpin(uid, now)
+                    self.num_free_cached += 1
+        free = self.free
+        for block in reversed(first):
+            free[block] = None
+            free.move_to_end(block, last=False)
+
+    def cache(self, block: int, key: Key, index: int = 0, now: float = 0.0) -> None:
+        if self.key[block] == key:
+            return
+        super().cache(block, key, index, now)
+        uid = self.content.setdefault(key, len(self.content))
+        if uid in self.block_of:  # a second block with the same content: a content of its own
+            uid = self.content[("copy", block, len(self.content))] = len(self.content)
+        self.uid_of[block] = uid
+        self.block_of[uid] = block
+        self.view.index[uid] = index
+        self.view.last[uid] = now
+        self.policy.insert(uid, now, pinned=True)

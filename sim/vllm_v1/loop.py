@@ -43,16 +43,16 @@ class Side(Protocol):
     """A scheduler the loop can drive."""
 
     def add(self, rid: str, tokens: SessionTokens, prompt_len: int, max_tokens: int) -> None: ...
-    def schedule(self) -> StepView: ...
-    def update(self, sampled: list[str]) -> list[str]: ...
+    def schedule(self, now: float) -> StepView: ...
+    def update(self, sampled: list[str], now: float) -> list[str]: ...
     def has_requests(self) -> bool: ...
 
 
 class KvsimSide:
     """kvsim's vLLM v1 scheduler behind the ``Side`` interface."""
 
-    def __init__(self, cfg: VllmConfig) -> None:
-        self.sched = VllmScheduler(cfg)
+    def __init__(self, sched: VllmScheduler | VllmConfig) -> None:
+        self.sched = sched if isinstance(sched, VllmScheduler) else VllmScheduler(sched)
         self.requests: dict[str, Request] = {}
 
     def add(self, rid: str, tokens: SessionTokens, prompt_len: int, max_tokens: int) -> None:
@@ -60,8 +60,8 @@ class KvsimSide:
         self.requests[rid] = req
         self.sched.add(req)
 
-    def schedule(self) -> StepView:
-        plan = self.sched.schedule()
+    def schedule(self, now: float) -> StepView:
+        plan = self.sched.schedule(now)
         s = self.sched
         return StepView(
             [(r.rid, n, c) for r, n, c in plan.sched],
@@ -72,8 +72,8 @@ class KvsimSide:
             len(s.waiting),
         )
 
-    def update(self, sampled: list[str]) -> list[str]:
-        done = self.sched.update([self.requests[rid] for rid in sampled])
+    def update(self, sampled: list[str], now: float) -> list[str]:
+        done = self.sched.update([self.requests[rid] for rid in sampled], now)
         for r in done:
             del self.requests[r.rid]
         return sorted(r.rid for r in done)
@@ -91,17 +91,21 @@ class TurnState:
     max_tokens: int
     arrival_s: float
     num_tokens: int = 0  # prompt + sampled so far
+    admit_s: float = math.nan  # start of the step that first scheduled it
     first_token_s: float = math.nan
+    finish_s: float = math.nan
     hit: int = -1  # prefix-hit tokens at first admission
+    computed: int = 0  # tokens whose KV it has (after the last step that scheduled it)
     preemptions: int = 0
+    preempt_recompute: int = 0  # tokens computed again after its preemptions
 
 
 @dataclass(slots=True)
 class Replay:
     """What a replay produced: the step log (if asked) and each finished turn."""
 
-    steps: list[dict] = field(default_factory=list)
-    turns: list[TurnState] = field(default_factory=list)
+    steps: list[dict] = field(default_factory=list)  # with log_steps
+    turns: list[TurnState] = field(default_factory=list)  # in order of completion
     rejected_turns: int = 0  # turns longer than max_model_len, with the rest of their session
     end_s: float = 0.0
     num_steps: int = 0
@@ -136,9 +140,19 @@ def replay(
     max_model_len: int,
     replay_mode: str = "closed-loop",
     log_steps: bool = False,
+    on_step: Callable[[dict], None] | None = None,
+    on_turn: Callable[[TurnState], None] | None = None,
 ) -> Replay:
-    """Run ``sessions`` through ``side``; ``price(batch)`` is a step's duration in seconds."""
+    """Run ``sessions`` through ``side``; ``price(batch)`` is a step's duration in seconds.
+
+    Each step's log entry (docs/semantics.md, "The step log") goes to ``on_step``, or is kept in
+    ``Replay.steps`` with ``log_steps``; each finished turn goes to ``on_turn``, or is kept in
+    ``Replay.turns`` when there is no ``on_turn``."""
     out = Replay()
+    if log_steps:
+        on_step = out.steps.append
+    if on_turn is None:
+        on_turn = out.turns.append
     tokens = [
         SessionTokens(i, prefix_keys(s, block_size), block_size) for i, s in enumerate(sessions)
     ]
@@ -167,18 +181,24 @@ def replay(
             if arrivals:
                 now = max(now, arrivals[0][0])
             continue
-        view = side.schedule()
+        view = side.schedule(now)
         if not view.sched:
             raise AssertionError(
                 f"step {step} at t={now:.6f}s: nothing scheduled with {view.running} running "
                 f"and {view.waiting} waiting (a request that can never fit?)"
             )
         admitted = set(view.admitted)
-        for rid, _, c in view.sched:
-            if rid in admitted and live[rid].hit < 0:
-                live[rid].hit = c
-        for rid in view.preempted:
+        for rid in view.preempted:  # before this step's schedule: it may readmit them
             live[rid].preemptions += 1
+        for rid, n, c in view.sched:
+            st = live[rid]
+            if rid in admitted:
+                if st.hit < 0:
+                    st.hit = c
+                    st.admit_s = now
+                else:  # a resume: what it had computed and did not hit is computed again
+                    st.preempt_recompute += max(0, st.computed - c)
+            st.computed = c + n
         dur = price(step_shape(view, live))
         end = now + dur
         sampled = [rid for rid, n, c in view.sched if c + n >= live[rid].num_tokens]
@@ -187,9 +207,9 @@ def replay(
             st.num_tokens += 1
             if math.isnan(st.first_token_s):
                 st.first_token_s = end
-        done = side.update(sampled)
-        if log_steps:
-            out.steps.append(
+        done = side.update(sampled, end)
+        if on_step is not None:
+            on_step(
                 {
                     "step": step,
                     "t": now,
@@ -207,7 +227,8 @@ def replay(
         step += 1
         for rid in done:
             st = live.pop(rid)
-            out.turns.append(st)
+            st.finish_s = now
+            on_turn(st)
             s = sessions[st.session]
             if st.k + 1 < len(s.turns):
                 nxt = next_arrival_s(s.turns[st.k], s.turns[st.k + 1], now, replay_mode)

@@ -96,9 +96,11 @@ def cdiv(a: int, b: int) -> int:
 
 
 class VllmScheduler:
-    def __init__(self, cfg: VllmConfig) -> None:
+    def __init__(self, cfg: VllmConfig, pool: BlockPool | None = None) -> None:
+        """``pool``: a ``PolicyBlockPool`` to evict by a kvsim policy (default: vLLM's queue)."""
         self.cfg = cfg
-        self.pool = BlockPool(cfg.num_blocks)
+        self.pool = pool if pool is not None else BlockPool(cfg.num_blocks)
+        self.now = 0.0
         self.running: list[Request] = []
         self.waiting: deque[Request] = deque()
         self.bs = cfg.block_size
@@ -112,7 +114,9 @@ class VllmScheduler:
 
     # --- one step -------------------------------------------------------------------------
 
-    def schedule(self) -> StepPlan:
+    def schedule(self, now: float = 0.0) -> StepPlan:
+        """One step, planned at simulated time ``now`` (policies read it)."""
+        self.now = now
         cfg = self.cfg
         budget = cfg.max_num_batched_tokens
         threshold = (
@@ -167,9 +171,11 @@ class VllmScheduler:
             req.num_computed += n
         return StepPlan(sched, admitted, preempted)
 
-    def update(self, sampled: Sequence[Request]) -> list[Request]:
+    def update(self, sampled: Sequence[Request], now: float = 0.0) -> list[Request]:
         """Each of ``sampled`` gained one output token (in the step's order); those that reached
-        their ``max_tokens`` finish, free their blocks (in that order) and are returned."""
+        their ``max_tokens`` finish, free their blocks (in that order) and are returned. ``now``:
+        the step's end."""
+        self.now = now
         done = []
         for req in sampled:
             req.num_tokens += 1
@@ -218,22 +224,22 @@ class VllmScheduler:
         if self._blocks_needed(req, slots, hit_blocks) > pool.num_free:
             return False
         if hit_blocks:
-            pool.touch(hit_blocks)
+            pool.touch(hit_blocks, self.now)
             req.blocks.extend(hit_blocks)
             req.num_cached = len(req.blocks)
         more = cdiv(slots, bs) - len(req.blocks)
         if more > 0:
-            req.blocks.extend(pool.allocate(more))
+            req.blocks.extend(pool.allocate(more, self.now))
         if self.cfg.enable_prefix_caching:
             full = min(computed + n, req.num_tokens) // bs
-            key = req.block_key
+            key, now = req.block_key, self.now
             for j in range(req.num_cached, full):
-                pool.cache(req.blocks[j], key(j))
+                pool.cache(req.blocks[j], key(j), j, now)
             req.num_cached = max(req.num_cached, full)
         return True
 
     def _free(self, req: Request) -> None:
-        self.pool.release(reversed(req.blocks))  # the tail first: evicted first
+        self.pool.release(reversed(req.blocks), self.now)  # the tail first: evicted first
         req.blocks = []
         req.num_cached = 0
 

@@ -8,7 +8,7 @@ import re
 import pydantic
 import pytest
 
-from experiments.schema import ConfigError, load_experiment
+from experiments.schema import VLLM_ONLY, ConfigError, load_experiment
 from sim.config import EngineConfig
 
 BASE = """
@@ -323,8 +323,10 @@ def test_resolved_config_round_trips(write_yaml, tmp_path):
 
     exp = load_experiment(write_yaml(BASE))
     resolved = exp.resolved()
-    # pipelining is a grid axis: a one-value list, like every memory axis
-    assert resolved["engine"] == {**dataclasses.asdict(EngineConfig()), "pipelining": [True]}
+    # kind and pipelining are grid axes: one-value lists, like every memory axis; the keys of
+    # vllm-v1 alone are left out of a kvsim run's config
+    kvsim_only = {k: v for k, v in dataclasses.asdict(EngineConfig()).items() if k not in VLLM_ONLY}
+    assert resolved["engine"] == {**kvsim_only, "kind": ["kvsim"], "pipelining": [True]}
     assert resolved["memory"]["evict_unit"] == ["block"]
     again = tmp_path / "again.yaml"
     again.write_text(yaml.safe_dump(resolved))
@@ -349,8 +351,8 @@ def test_tp_is_a_grid_axis_a_label_and_part_of_each_run(write_yaml):
     assert len(grid) == 2 * len(base.grid())
     # after hardware, before evict_unit: policy x gpu_kv_gb (4 points) at tp 1, then at tp 2
     assert [p.labels()["tp"] for p in grid] == [1] * 4 + [2] * 4
-    assert list(grid[0].labels())[:4] == ["name", "policy", "model", "hardware"]
-    assert list(grid[0].labels())[4] == "tp"
+    assert list(grid[0].labels())[:5] == ["name", "policy", "engine", "model", "hardware"]
+    assert list(grid[0].labels())[5] == "tp"
     assert grid[0] != grid[4] and dataclasses.replace(grid[0], tp=2) == grid[4]
 
 
@@ -415,3 +417,43 @@ def test_a_tp_run_end_to_end(tmp_path, write_yaml):
     rows = list(csv.DictReader((out / "summary.csv").open()))
     assert [r["tp"] for r in rows] == ["2", "4"]
     assert rows[0]["ttft_p50_s"] != rows[1]["ttft_p50_s"]  # four GPUs share each layer
+
+
+def test_engine_kind_is_a_grid_axis_and_takes_vllms_names(write_yaml):
+    exp = load_experiment(
+        write_yaml(
+            BASE
+            + "engine: {kind: [kvsim, vllm-v1], max_num_seqs: 32, max_num_batched_tokens: 2048,"
+            " long_prefill_token_threshold: 512}\n"
+        )
+    )
+    grid = exp.grid()
+    assert [p.engine.kind for p in grid] == ["kvsim"] * 4 + ["vllm-v1"] * 4
+    assert {p.labels()["engine"] for p in grid} == {"kvsim", "vllm-v1"}
+    e = grid[-1].engine
+    assert (e.max_running, e.max_batch_tokens, e.long_prefill_token_threshold) == (32, 2048, 512)
+    assert e.scheduler_reserve_full_isl is True  # vLLM's default
+
+
+@pytest.mark.parametrize(
+    "engine,extra,key,words",
+    [
+        ("{max_num_seqs: 8, max_running: 8}", "", "engine", "not both"),
+        ("{block_size: 16}", "", "engine", "memory.block_tokens"),
+        ("{long_prefill_token_threshold: 64}", "", "engine.long_prefill_token_threshold", "only"),
+        ("{kind: vllm-v1, async_scheduling: true}", "", "engine.async_scheduling", "not modelled"),
+        ("{kind: vllm-v1}", "cpu_kv_gb: 0", "memory.cpu_kv_gb", "no CPU tier"),
+        ("{kind: vllm-v1}", "policies: [lru, belady]", "policies[1]", "future"),
+        ("{kind: vllm-v1}", "evict_unit: block", "memory.evict_unit", "use block"),
+    ],
+)
+def test_what_a_vllm_run_cannot_take_is_named(write_yaml, engine, extra, key, words):
+    text = BASE + f"engine: {engine}\n"
+    if extra == "cpu_kv_gb: 0":
+        text = text.replace("cpu_kv_gb: 0", "cpu_kv_gb: 4")
+    elif extra.startswith("policies"):
+        text = text.replace("policies: [lru, fifo]", extra)
+    elif extra.startswith("evict_unit"):
+        text = text.replace("evict_unit: block}", "evict_unit: session}")
+    msg = error_of(write_yaml(text))
+    assert f": {key}" in msg and words in msg, msg

@@ -1,0 +1,227 @@
+"""``simulate_vllm``: one trace through kvsim's vLLM v1 engine -> a SimResult, like ``simulate``.
+
+The GPU KV of ``memory.gpu_kv_gb`` is cut into vLLM's blocks of ``memory.block_tokens`` tokens
+(block 0 is vLLM's null block); each step is priced by the cost model from its exact batch. The
+ledger keeps its meaning (docs/semantics.md, section 11): a turn's history hit is the prefix-cache
+hit at its first admission (vLLM's full blocks, at most all tokens but the last), and what of its
+history it did not hit is its re-prefill.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from costmodels import BatchShape, CostModel
+from sim.config import GIB, EngineConfig, MemoryConfig
+from sim.policies import PolicyContext, policy_class
+from sim.results import EngineStats, Ledger, SimResult, ledger_frame
+from sim.units import Tier
+from sim.vllm_v1.block_pool import BlockView, PolicyBlockPool
+from sim.vllm_v1.loop import KvsimSide, TurnState, replay
+from sim.vllm_v1.scheduler import VllmConfig, VllmScheduler
+from traces.records import Session
+
+# Policies that cannot order vLLM's free cached blocks, and why.
+UNSUPPORTED = {
+    "offline": "needs the future (next-access times), which vLLM's prefix cache cannot know",
+    "needs_predictor": "predicts a session's lifetime; a cached block belongs to no one session",
+}
+
+
+def check_policy(name: str) -> None:
+    """ValueError if policy ``name`` cannot run inside vLLM's prefix cache."""
+    cls = policy_class(name)
+    for attr, why in UNSUPPORTED.items():
+        if getattr(cls, attr, False):
+            raise ValueError(f"policy {name!r} cannot run with engine.kind vllm-v1: it {why}")
+    if name in ("qos", "session-aware"):
+        raise ValueError(
+            f"policy {name!r} cannot run with engine.kind vllm-v1: it reads a session's priority "
+            f"and timing, and a cached block belongs to no one session"
+        )
+
+
+def vllm_config(cost: CostModel, memory: MemoryConfig, engine: EngineConfig) -> VllmConfig:
+    """vLLM's scheduler config for this memory and engine: the GPU KV in whole blocks."""
+    page_bytes = memory.block_tokens * cost.kv_bytes_per_token
+    if math.isinf(memory.gpu_kv_gb):
+        raise ValueError(
+            "engine.kind vllm-v1 needs a finite memory.gpu_kv_gb (vLLM's blocks are counted)"
+        )
+    return VllmConfig(
+        num_blocks=int(memory.gpu_kv_gb * GIB // page_bytes),
+        block_size=memory.block_tokens,
+        max_num_seqs=engine.max_running,
+        max_num_batched_tokens=engine.max_batch_tokens,
+        long_prefill_token_threshold=engine.long_prefill_token_threshold,
+        scheduler_reserve_full_isl=engine.scheduler_reserve_full_isl,
+        enable_prefix_caching=engine.enable_prefix_caching,
+    )
+
+
+def make_scheduler(cfg: VllmConfig, policy: str, cost: CostModel | None = None) -> VllmScheduler:
+    """vLLM's scheduler; for any policy but ``lru`` its free cached blocks are ordered by it."""
+    if policy == "lru":
+        return VllmScheduler(cfg)  # vLLM's own free queue
+    check_policy(policy)
+    view = BlockView(cfg.block_size)
+    ctx = PolicyContext(
+        tier=Tier.GPU,
+        block_tokens=cfg.block_size,
+        num_layers=cost.model.num_layers if cost is not None else 1,
+        view=view,
+        cost=cost,
+    )
+    pol = policy_class(policy)(ctx)
+    pol.set_capacity(cfg.num_blocks - 1)
+    return VllmScheduler(cfg, PolicyBlockPool(cfg.num_blocks, pol, view))
+
+
+def simulate_vllm(
+    sessions: Sequence[Session],
+    cost: CostModel,
+    memory: MemoryConfig,
+    engine: EngineConfig | None = None,
+    policy: str = "lru",
+    seed: int = 0,
+    progress: Callable[[int], None] | None = None,
+    on_step: Callable[[dict], None] | None = None,
+) -> SimResult:
+    """Replay ``sessions`` through kvsim's vLLM v1 engine; ``on_step`` hears each step-log entry.
+    The engine is deterministic: ``seed`` only labels the run."""
+    engine = engine or EngineConfig(kind="vllm-v1")
+    if memory.cpu_kv_gb > 0:
+        raise ValueError(
+            "engine.kind vllm-v1 has no CPU tier yet (vLLM's offloading connector is not "
+            "modelled): set memory.cpu_kv_gb to 0"
+        )
+    wall0 = time.perf_counter()
+    sessions = list(sessions)
+    cfg = vllm_config(cost, memory, engine)
+    sched = make_scheduler(cfg, policy, cost)
+    side = KvsimSide(sched)
+    page_bytes = cfg.block_size * cost.kv_bytes_per_token
+    ledger = Ledger()
+    step_s: list[float] = []
+    step_decode: list[int] = []
+    area = [0.0, 0]  # block-seconds holding KV, most blocks holding KV
+    usable = cfg.num_blocks - 1
+
+    def price(shape: BatchShape) -> float:
+        dur = cost.iteration(shape).total_s
+        pool = sched.pool
+        held = usable - pool.num_free + pool.num_free_cached  # held, or free with a key
+        area[0] += held * dur
+        area[1] = max(area[1], held)
+        if shape.decode_seqs:
+            step_s.append(dur)
+            step_decode.append(shape.decode_seqs)
+        return dur
+
+    def on_turn(st: TurnState) -> None:
+        s = sessions[st.session]
+        turn = s.turns[st.k]
+        ledger.append(*_ledger_row(s, st, turn, cfg.block_size, cost))
+        if progress is not None:
+            progress(1)
+
+    prefix = memory.prefix_sharing
+    run = replay(
+        sessions if prefix else [_no_prefix(s) for s in sessions],
+        side,
+        price,
+        cfg.block_size,
+        cfg.model_len,
+        engine.replay,
+        on_step=on_step,
+        on_turn=on_turn,
+    )
+    start = min((s.start_s for s in sessions), default=0.0)
+    sim_time = max(0.0, run.end_s - start)
+    pool = sched.pool
+    stats = EngineStats(
+        sim_time_s=sim_time,
+        steps=run.num_steps,
+        output_tokens=int(sum(ledger.columns["output_tokens"])),
+        gpu_capacity_bytes=cfg.num_blocks * page_bytes,
+        cpu_capacity_bytes=0,
+        gpu_util=area[0] / (usable * sim_time) if sim_time > 0 else math.nan,
+        gpu_peak_bytes=area[1] * page_bytes,
+        peak_demand_bytes=area[1] * page_bytes,
+        swap_in_bytes=0,
+        swap_out_bytes=0,
+        dropped_bytes=pool.evictions * page_bytes,
+        preemptions=int(sum(ledger.columns["preemptions"])),
+        preempt_recompute_tokens=int(sum(ledger.columns["preempt_recompute_tokens"])),
+        evict_us=np.asarray(pool.evict_ns, dtype=np.float64) / 1e3,
+        step_s=np.asarray(step_s, dtype=np.float64),
+        step_decode_seqs=np.asarray(step_decode, dtype=np.int64),
+        rejected_turns=run.rejected_turns,
+        policy_metrics=(pool.policy.metrics(),) if isinstance(pool, PolicyBlockPool) else (),
+        wall_s=time.perf_counter() - wall0,
+    )
+    labels = dict(
+        policy=policy,
+        gpu_kv_gb=memory.gpu_kv_gb,
+        cpu_kv_gb=memory.cpu_kv_gb,
+        block_tokens=memory.block_tokens,
+        evict_unit=memory.evict_unit,
+        seed=seed,
+    )
+    return SimResult(
+        turns=ledger_frame(ledger, sort=True, release=True), stats=stats, labels=labels
+    )
+
+
+def _ledger_row(s: Session, st: TurnState, turn, bs: int, cost: CostModel) -> tuple:
+    """A TurnRecord's values: the history's hit is the part of the first admission's prefix hit
+    that lies in the history; the rest of the hit is the prompt's shared prefix."""
+    history = st.prompt_len - turn.prompt_tokens
+    g = min(st.hit, history)
+    layers = cost.model.num_layers
+    hist_blocks = -(-history // bs)
+    hit_blocks = min(st.hit // bs, hist_blocks)
+    ttft = st.first_token_s - st.arrival_s
+    out = turn.output_tokens
+    return (
+        s.session_id,
+        st.k,
+        turn.priority,
+        st.arrival_s,
+        st.admit_s,
+        st.first_token_s,
+        st.finish_s,
+        turn.prompt_tokens,
+        out,
+        history,
+        g,
+        0,  # cpu hits: no CPU tier
+        history - g,
+        0,  # pruned: full KV
+        st.hit - g,
+        0,
+        hit_blocks * layers,
+        0,
+        (hist_blocks - hit_blocks) * layers,
+        0,
+        0.0,
+        0,
+        st.preemptions,
+        st.preempt_recompute,
+        ttft,
+        cost.iteration(BatchShape.prefill(max(turn.prompt_tokens, 1), history)).total_s,
+        (st.finish_s - st.first_token_s) / (out - 1) if out > 1 else math.nan,
+        st.finish_s - st.arrival_s,
+        st.admit_s - st.arrival_s,
+    )
+
+
+def _no_prefix(s: Session) -> Session:
+    """``s`` without its shared-prefix hashes (memory.prefix_sharing off)."""
+    from dataclasses import replace
+
+    return replace(s, turns=tuple(replace(t, prefix_hashes=()) for t in s.turns))

@@ -1,0 +1,150 @@
+"""kvsim's vLLM v1 engine as a run: kvsim policies in vLLM's prefix cache, and the ledger.
+
+The policy path is proven against vLLM's own free queue: with ``lru`` it must make the same
+choices, so the step logs of a run under memory pressure are equal line for line."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+import costmodels
+from sim.config import EngineConfig, MemoryConfig
+from sim.metrics import summarize
+from sim.policies import PolicyContext, policy_class
+from sim.units import Tier
+from sim.vllm_v1.block_pool import BlockView, PolicyBlockPool
+from sim.vllm_v1.loop import KvsimSide, replay
+from sim.vllm_v1.run import check_policy, make_scheduler, simulate_vllm, vllm_config
+from sim.vllm_v1.scheduler import VllmConfig, VllmScheduler
+from traces import load_trace
+
+COST = costmodels.cost_model("llama-3-8b", "h100-sxm")
+VLLM = EngineConfig(kind="vllm-v1")
+
+
+@pytest.fixture(scope="module")
+def sessions():
+    return load_trace({"kind": "synthetic", "sessions": 60, "seed": 3}).sessions
+
+
+def _policy_pool(cfg: VllmConfig, name: str) -> PolicyBlockPool:
+    view = BlockView(cfg.block_size)
+    pol = policy_class(name)(
+        PolicyContext(tier=Tier.GPU, block_tokens=cfg.block_size, num_layers=32, view=view)
+    )
+    pol.set_capacity(cfg.num_blocks - 1)
+    return PolicyBlockPool(cfg.num_blocks, pol, view)
+
+
+def _log(sessions, sched: VllmScheduler) -> list[dict]:
+    cfg = sched.cfg
+    price = lambda shape: COST.iteration(shape).total_s  # noqa: E731
+    return replay(
+        sessions, KvsimSide(sched), price, cfg.block_size, cfg.model_len, log_steps=True
+    ).steps
+
+
+def test_lru_through_the_policy_interface_is_vllms_free_queue(sessions):
+    cfg = VllmConfig(num_blocks=700, block_size=16, max_num_seqs=32)
+    queue = VllmScheduler(cfg)
+    policy = VllmScheduler(cfg, _policy_pool(cfg, "lru"))
+    a, b = _log(sessions, queue), _log(sessions, policy)
+    assert queue.pool.evictions > 500  # under pressure: the eviction order matters
+    assert a == b
+    assert policy.pool.evictions == queue.pool.evictions
+    for pool in (queue.pool, policy.pool):  # the count of spare cached blocks is kept right
+        assert pool.num_free_cached == sum(
+            1 for b in range(1, 700) if pool.ref_cnt[b] == 0 and pool.key[b] is not None
+        )
+
+
+def test_another_policy_changes_the_hits(sessions):
+    cfg = VllmConfig(num_blocks=700, block_size=16, max_num_seqs=32)
+    lru, fifo = VllmScheduler(cfg), VllmScheduler(cfg, _policy_pool(cfg, "fifo"))
+    a, b = _log(sessions, lru), _log(sessions, fifo)
+    hits = lambda log: sum(sum(e["hit"].values()) for e in log)  # noqa: E731
+    assert hits(a) != hits(b)
+
+
+def test_a_ghost_hit_is_recognised_by_content_not_by_block():
+    """ARC's ghost list holds a content that left the cache; when the same content is cached again
+    (in another block), ARC sees a ghost hit and adapts its target p."""
+    cfg = VllmConfig(num_blocks=3, block_size=4)
+    pool = _policy_pool(cfg, "arc")
+    arc = pool.policy
+    (b,) = pool.allocate(1)
+    pool.cache(b, "x")
+    pool.release([b])
+    (c,) = pool.allocate(1)  # the unkeyed block first: x stays
+    assert pool.lookup("x") == b
+    pool.cache(c, "y")
+    pool.release([c])
+    pool.allocate(2)  # both go: x (freed first) then y
+    assert pool.lookup("x") is None and pool.evictions == 2
+    p0 = arc.p
+    pool.release([1, 2])  # unkeyed now
+    (d,) = pool.allocate(1)
+    pool.cache(d, "x")  # x again: in ARC's ghost list B1
+    assert arc.p > p0
+
+
+def test_offline_and_session_policies_are_refused_with_the_reason():
+    with pytest.raises(ValueError, match="belady.*future"):
+        check_policy("belady")
+    with pytest.raises(ValueError, match="predictive"):
+        check_policy("predictive")
+    check_policy("s3fifo")  # fine
+
+
+def test_the_ledger_splits_each_history_into_hit_and_reprefill(sessions):
+    mem = MemoryConfig(gpu_kv_gb=0.25)
+    res = simulate_vllm(sessions, COST, mem, VLLM, policy="lru")
+    t = res.turns
+    assert len(t) == sum(len(s.turns) for s in sessions) - res.stats.rejected_turns
+    assert (t["gpu_hit_tokens"] + t["recomputed_tokens"] == t["history_tokens"]).all()
+    assert (t["cpu_hit_tokens"] == 0).all()
+    # vLLM hits whole blocks only, so a hit is a multiple of the block size or the shared part
+    later = t[t["turn"] > 0]
+    assert (later["gpu_hit_tokens"] > 0).any() and (later["recomputed_tokens"] > 0).any()
+    assert (t["first_token_s"] > t["admit_s"]).all() and (t["finish_s"] >= t["first_token_s"]).all()
+    assert (t["admit_s"] >= t["arrival_s"]).all()
+    row = summarize(res)
+    assert 0 < row["reprefill_rate"] < 1
+    assert math.isclose(row["reprefill_rate"] + row["gpu_hit_rate"], 1.0)
+    cfg = vllm_config(COST, mem, VLLM)
+    assert res.stats.gpu_capacity_bytes == cfg.num_blocks * 16 * COST.kv_bytes_per_token
+
+
+def test_a_larger_cache_hits_more(sessions):
+    small = summarize(simulate_vllm(sessions, COST, MemoryConfig(gpu_kv_gb=0.25), VLLM))
+    large = summarize(simulate_vllm(sessions, COST, MemoryConfig(gpu_kv_gb=8.0), VLLM))
+    assert large["gpu_hit_rate"] > small["gpu_hit_rate"]
+    assert large["preemptions"] <= small["preemptions"]
+
+
+def test_the_ledger_is_the_same_as_the_step_log_says(sessions):
+    """Each turn's first-token time and hit come from the step log's own entries."""
+    steps: list[dict] = []
+    res = simulate_vllm(sessions, COST, MemoryConfig(gpu_kv_gb=0.25), VLLM, on_step=steps.append)
+    first_hit: dict[str, int] = {}
+    for e in steps:
+        for rid, c in e["hit"].items():
+            first_hit.setdefault(rid, c)
+    t = res.turns.set_index(res.turns["session_id"] + "/" + res.turns["turn"].astype(str))
+    for rid, hit in first_hit.items():
+        assert t.loc[rid, "gpu_hit_tokens"] + t.loc[rid, "shared_hit_tokens"] == hit
+    done_at = {rid: e["t"] + e["dur"] for e in steps for rid in e["done"]}
+    for rid, end in done_at.items():
+        assert t.loc[rid, "finish_s"] == pytest.approx(end)
+
+
+def test_a_policy_by_name_runs_and_infinite_memory_is_refused(sessions):
+    res = simulate_vllm(sessions[:10], COST, MemoryConfig(gpu_kv_gb=0.25), VLLM, policy="arc")
+    assert len(res.turns) > 0 and res.stats.evict_us.size > 0  # it evicted, and was timed
+    with pytest.raises(ValueError, match="finite"):
+        simulate_vllm(sessions[:2], COST, MemoryConfig(gpu_kv_gb=math.inf), VLLM)
+    with pytest.raises(ValueError, match="cpu_kv_gb"):
+        simulate_vllm(sessions[:2], COST, MemoryConfig(gpu_kv_gb=1.0, cpu_kv_gb=1.0), VLLM)
+    assert isinstance(make_scheduler(VllmConfig(num_blocks=10), "lru"), VllmScheduler)
