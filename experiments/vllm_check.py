@@ -108,7 +108,11 @@ class RealSide:
 
 
 def run_both(
-    trace: Sequence[Session], cfg: VllmConfig, python: str, price: Callable[[BatchShape], float]
+    trace: Sequence[Session],
+    cfg: VllmConfig,
+    python: str,
+    price: Callable[[BatchShape], float],
+    replay_mode: str = "closed-loop",
 ) -> dict[str, tuple[Replay, float]]:
     """The trace through kvsim's scheduler and the real one: each side's replay (with its step
     log) and its wall-clock seconds, keyed "kvsim" and "vllm"."""
@@ -117,7 +121,9 @@ def run_both(
         side = KvsimSide(cfg) if name == "kvsim" else RealSide(python, cfg)
         t0 = time.perf_counter()
         try:
-            run = replay(trace, side, price, cfg.block_size, cfg.model_len, log_steps=True)
+            run = replay(
+                trace, side, price, cfg.block_size, cfg.model_len, replay_mode, log_steps=True
+            )
         finally:
             if isinstance(side, RealSide):
                 side.close()

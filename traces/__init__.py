@@ -11,7 +11,8 @@
     {kind: jsonl, path: ...}
 
 Every kind also takes ``time_scale`` (default 1.0): arrival and think times are multiplied by it,
-so ``time_scale: 20`` replays a cluster trace at 1/20 of its request rate on one simulated GPU.
+so ``time_scale: 20`` replays a cluster trace at 1/20 of its request rate on one simulated GPU; and
+``until_s``: only the sessions that start before that time (after scaling), a trace's first part.
 
 This package imports nothing else of the project.
 """
@@ -19,6 +20,7 @@ This package imports nothing else of the project.
 from __future__ import annotations
 
 import inspect
+from dataclasses import replace
 from typing import Any, Callable, Mapping
 
 from traces.azure import load_azure
@@ -72,11 +74,21 @@ def load_trace(spec: Mapping[str, Any]) -> TraceLoad:
         raise TraceError(f"trace spec must be a mapping, got {type(spec).__name__}")
     if "kind" not in spec:
         raise TraceError(f"trace spec needs 'kind' (one of {', '.join(TRACE_KINDS)})")
-    kind, opts = spec["kind"], {k: v for k, v in spec.items() if k not in ("kind", "time_scale")}
+    common = ("kind", "time_scale", "until_s")
+    kind, opts = spec["kind"], {k: v for k, v in spec.items() if k not in common}
     factor = spec.get("time_scale", 1.0)
     if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not factor > 0:
         raise TraceError(f"trace.time_scale: must be a number > 0, got {factor!r}")
-    return scale_time(_load(kind, opts), float(factor))
+    until = spec.get("until_s")
+    if until is not None and (
+        isinstance(until, bool) or not isinstance(until, (int, float)) or not until > 0
+    ):
+        raise TraceError(f"trace.until_s: must be a number > 0, got {until!r}")
+    load = scale_time(_load(kind, opts), float(factor))
+    if until is None:
+        return load
+    kept = tuple(s for s in load.sessions if s.start_s < until)
+    return replace(load, sessions=kept, info={**load.info, "until_s": until})
 
 
 def _load(kind: Any, opts: dict[str, Any]) -> TraceLoad:

@@ -19,6 +19,12 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--repeats", type=int, default=3, help="timed repeats (default 3)")
     p.add_argument("--policy", default="lru", help="eviction policy (default lru)")
     p.add_argument(
+        "--engine",
+        default="kvsim",
+        choices=("kvsim", "vllm-v1"),
+        help="the engine (default kvsim; vllm-v1: no CPU tier, budgets or sparse offload)",
+    )
+    p.add_argument(
         "--gpu-fraction",
         type=float,
         default=0.10,
@@ -65,6 +71,10 @@ def main(args: argparse.Namespace) -> int:
 
     if args.sessions < 1 or args.repeats < 1 or not 0 < args.gpu_fraction:
         raise ValueError("--sessions and --repeats must be >= 1 and --gpu-fraction > 0")
+    if args.engine == "vllm-v1" and (
+        args.cpu_kv_gb > 0 or args.budget != "full" or args.sparse != "off"
+    ):
+        raise ValueError("--engine vllm-v1 takes no --cpu-kv-gb, --budget or --sparse")
     cfg = BenchConfig(
         sessions=args.sessions,
         repeats=args.repeats,
@@ -78,6 +88,7 @@ def main(args: argparse.Namespace) -> int:
         scaling=not args.no_scaling,
         budget=_budget(args),
         sparse=_sparse(args),
+        engine=args.engine,
     )
     run_bench(cfg, show_progress=not args.quiet)
     return 0

@@ -15,10 +15,17 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
         "vllm-check",
         help="compare kvsim's vllm-v1 engine with the real vLLM scheduler, step by step",
-        description="Replay a synthetic multi-turn trace through kvsim's vLLM v1 scheduler and "
-        "through the real vLLM 0.33.0 scheduler (run by --python, an environment that has vLLM), "
-        "with the same token ids, arrivals and step prices; print the first step where their "
-        "logs differ (exit 1), or that they match (exit 0), and each side's steps/s.",
+        description="Replay a trace through kvsim's vLLM v1 scheduler and through the real vLLM "
+        "0.33.0 scheduler (run by --python, an environment that has vLLM), with the same token "
+        "ids, arrivals and step prices; print the first step where their logs differ (exit 1), "
+        "or that they match (exit 0), and each side's steps/s. With CONFIG: every grid point of "
+        "the experiment with engine.kind vllm-v1 and policy lru (vLLM's own eviction); without: "
+        "a synthetic trace shaped by the options below.",
+    )
+    p.add_argument(
+        "config",
+        nargs="?",
+        help="an experiment YAML or a bundled experiment's name (e.g. vllm)",
     )
     p.add_argument(
         "--python",
@@ -46,15 +53,47 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def main(args: argparse.Namespace) -> int:
-    from costmodels import cost_model
-    from experiments.vllm_check import describe_mismatch, first_mismatch, run_both
-    from sim.vllm_v1.scheduler import VllmConfig
-    from traces.synthetic import SyntheticConfig, generate_synthetic
-
     if not args.python:
         raise ValueError("--python (or KVSIM_VLLM_PYTHON) must name a Python that has vLLM 0.33.0")
     if not Path(args.python).exists():
         raise ValueError(f"--python: {args.python} does not exist")
+    cases = _config_cases(args.config) if args.config else [_synthetic_case(args)]
+    failed = 0
+    for i, (label, trace, cfg, cost, mode) in enumerate(cases):
+        print(f"[{i + 1}/{len(cases)}] {label}", flush=True)
+        out = Path(args.out) / str(i) if args.out and len(cases) > 1 else args.out
+        failed += _check(trace, cfg, cost, mode, args.python, out)
+    return 1 if failed else 0
+
+
+def _config_cases(config: str) -> list[tuple]:
+    """(label, sessions, VllmConfig, cost model, replay mode) of each vllm-v1 lru grid point."""
+    from experiments.executor import _cost_model, load_sessions
+    from experiments.schema import load_experiment, resolve_config
+    from sim.vllm_v1.run import vllm_config, without_prefixes
+
+    exp = load_experiment(resolve_config(config))
+    points = [p for p in exp.grid() if p.engine.kind == "vllm-v1" and p.policy == "lru"]
+    if not points:
+        raise ValueError(
+            f"{exp.source}: no grid point with engine.kind vllm-v1 and policy lru to check"
+        )
+    cases = []
+    for p in points:
+        cost = _cost_model(p.model, p.hardware, p.tp)
+        sessions = load_sessions(p.trace)
+        if not p.memory.prefix_sharing:
+            sessions = without_prefixes(sessions)
+        cfg = vllm_config(cost, p.memory, p.engine)
+        cases.append((p.describe(), sessions, cfg, cost, p.engine.replay))
+    return cases
+
+
+def _synthetic_case(args: argparse.Namespace) -> tuple:
+    from costmodels import cost_model
+    from sim.vllm_v1.scheduler import VllmConfig
+    from traces.synthetic import SyntheticConfig, generate_synthetic
+
     cfg = VllmConfig(
         num_blocks=args.num_blocks,
         block_size=args.block_size,
@@ -66,16 +105,22 @@ def main(args: argparse.Namespace) -> int:
     trace = generate_synthetic(
         SyntheticConfig(sessions=args.sessions, seed=args.seed, arrival_rate_per_s=args.rate)
     ).sessions
-    cost = cost_model(args.model, args.hardware)
+    label = f"synthetic: {args.sessions} sessions, seed {args.seed}, {args.num_blocks} blocks"
+    return label, trace, cfg, cost_model(args.model, args.hardware), "closed-loop"
+
+
+def _check(trace, cfg, cost, mode: str, python: str, out) -> int:
+    """Run both sides; print their speeds and the first mismatch. 1 on a mismatch, else 0."""
+    from experiments.vllm_check import describe_mismatch, first_mismatch, run_both
 
     def price(shape):
         return cost.iteration(shape).total_s
 
-    runs = run_both(trace, cfg, args.python, price)
+    runs = run_both(trace, cfg, python, price, mode)
     logs = {name: run.steps for name, (run, _) in runs.items()}
     rates = {name: run.num_steps / wall for name, (run, wall) in runs.items()}
-    if args.out:
-        out = Path(args.out)
+    if out:
+        out = Path(out)
         out.mkdir(parents=True, exist_ok=True)
         for name, log in logs.items():
             tmp = out / f".{name}.jsonl.tmp"

@@ -117,19 +117,24 @@ def step_shape(view: StepView, live: dict[str, TurnState]) -> BatchShape:
     ``n`` tokens after ``computed`` cached ones."""
     lens: list[tuple[int, int]] = []
     dec: list[int] = []
+    tokens = pairs = 0
     for rid, n, computed in view.sched:
         st = live[rid]
         if n == 1 and computed + 1 == st.num_tokens and st.num_tokens > st.prompt_len:
             dec.append(computed + 1)
         else:
             lens.append((n, computed))
-    prefill = BatchShape(
-        prefill_tokens=sum(n for n, _ in lens),
-        prefill_pairs=sum(attention_pairs(n, c) for n, c in lens),
+            tokens += n
+            pairs += attention_pairs(n, computed)
+    return BatchShape(
+        prefill_tokens=tokens,
+        prefill_pairs=pairs,
         prefill_seqs=len(lens),
+        decode_seqs=len(dec),
+        decode_ctx_tokens=sum(dec),
         prefill_lens=tuple(lens) if lens else None,
+        decode_lens=tuple(dec) if dec else None,
     )
-    return prefill + BatchShape.decode(len(dec), sum(dec), tuple(dec) if dec else None)
 
 
 def replay(

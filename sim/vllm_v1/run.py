@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 import numpy as np
 
@@ -129,9 +130,8 @@ def simulate_vllm(
         if progress is not None:
             progress(1)
 
-    prefix = memory.prefix_sharing
     run = replay(
-        sessions if prefix else [_no_prefix(s) for s in sessions],
+        sessions if memory.prefix_sharing else without_prefixes(sessions),
         side,
         price,
         cfg.block_size,
@@ -220,8 +220,8 @@ def _ledger_row(s: Session, st: TurnState, turn, bs: int, cost: CostModel) -> tu
     )
 
 
-def _no_prefix(s: Session) -> Session:
-    """``s`` without its shared-prefix hashes (memory.prefix_sharing off)."""
-    from dataclasses import replace
-
-    return replace(s, turns=tuple(replace(t, prefix_hashes=()) for t in s.turns))
+def without_prefixes(sessions: Sequence[Session]) -> list[Session]:
+    """The sessions without their shared-prefix hashes (memory.prefix_sharing off)."""
+    return [
+        replace(s, turns=tuple(replace(t, prefix_hashes=()) for t in s.turns)) for s in sessions
+    ]

@@ -101,6 +101,7 @@ class VllmScheduler:
         self.cfg = cfg
         self.pool = pool if pool is not None else BlockPool(cfg.num_blocks)
         self.now = 0.0
+        self.model_len = cfg.model_len
         self.running: list[Request] = []
         self.waiting: deque[Request] = deque()
         self.bs = cfg.block_size
@@ -131,7 +132,7 @@ class VllmScheduler:
             n = req.num_tokens - req.num_computed
             if 0 < threshold < n:
                 n = threshold
-            n = min(n, budget, cfg.model_len - req.num_computed - 1)
+            n = min(n, budget, self.model_len - req.num_computed - 1)
             if n <= 0:
                 i += 1
                 continue
@@ -179,7 +180,7 @@ class VllmScheduler:
         done = []
         for req in sampled:
             req.num_tokens += 1
-            if req.num_output >= req.max_tokens or req.num_tokens >= self.cfg.model_len:
+            if req.num_output >= req.max_tokens or req.num_tokens >= self.model_len:
                 self._free(req)
                 done.append(req)
         if done:
@@ -214,13 +215,19 @@ class VllmScheduler:
         hit_blocks: Sequence[int] = (),
         whole_sequence_must_fit: bool = False,
     ) -> bool:
-        pool, bs = self.pool, self.bs
-        computed = min(req.num_computed + len(hit_blocks) * bs, self.cfg.model_len)
+        pool, bs, model_len = self.pool, self.bs, self.model_len
+        if not hit_blocks and not whole_sequence_must_fit:
+            # The common case, a decode inside its last block: nothing to take, nothing to cache.
+            end = req.num_computed + n
+            full = (end if end < req.num_tokens else req.num_tokens) // bs
+            if -(-min(end, model_len) // bs) <= len(req.blocks) and full <= req.num_cached:
+                return True
+        computed = min(req.num_computed + len(hit_blocks) * bs, model_len)
         if whole_sequence_must_fit:
-            whole = min(req.num_tokens, self.cfg.model_len)
+            whole = min(req.num_tokens, model_len)
             if self._blocks_needed(req, whole, hit_blocks) > pool.num_free:
                 return False
-        slots = min(computed + n, self.cfg.model_len)
+        slots = min(computed + n, model_len)
         if self._blocks_needed(req, slots, hit_blocks) > pool.num_free:
             return False
         if hit_blocks:

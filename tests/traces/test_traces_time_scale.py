@@ -31,3 +31,20 @@ def test_time_scale_applies_to_the_generator_too():
 def test_time_scale_must_be_a_positive_number(bad):
     with pytest.raises(TraceError, match="time_scale"):
         load_trace({"kind": "synthetic", "sessions": 5, "time_scale": bad})
+
+
+def test_until_s_keeps_the_sessions_that_start_before_it_after_scaling(tmp_path):
+    path = tmp_path / "t.jsonl"
+    sessions = [Session(f"s{i}", (Turn(10, 5, arrival_s=float(i)),)) for i in range(10)]
+    write_jsonl(sessions, path)
+    head = load_trace({"kind": "jsonl", "path": str(path), "until_s": 4.5})
+    assert [s.session_id for s in head.sessions] == ["s0", "s1", "s2", "s3", "s4"]
+    scaled = load_trace({"kind": "jsonl", "path": str(path), "time_scale": 2, "until_s": 4.5})
+    assert [s.session_id for s in scaled.sessions] == ["s0", "s1", "s2"]  # starts 0, 2, 4
+    assert head.info["until_s"] == 4.5
+
+
+@pytest.mark.parametrize("bad", [0, -3, "soon", False])
+def test_until_s_must_be_a_positive_number(bad):
+    with pytest.raises(TraceError, match="until_s"):
+        load_trace({"kind": "synthetic", "sessions": 5, "until_s": bad})
