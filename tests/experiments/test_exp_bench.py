@@ -43,3 +43,15 @@ def test_bench_quiet_prints_figures_only(capsys):
     out, err = capsys.readouterr()
     assert err == ""
     assert len(out.strip().splitlines()) == 6
+
+
+def test_bench_runs_the_vllm_engine_against_its_own_target(capsys):
+    assert main([*ARGS, "--quiet", "--engine", "vllm-v1"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert re.match(r"40 sessions, \d+ turns, .*, lru, engine vllm-v1: ", lines[0])
+    assert lines[-1].strip().endswith("against a target of >= 2,000")
+
+
+def test_bench_refuses_what_the_vllm_engine_cannot_take(capsys):
+    assert main([*ARGS, "--quiet", "--engine", "vllm-v1", "--cpu-kv-gb", "4"]) == 2
+    assert "--engine vllm-v1 takes no --cpu-kv-gb" in capsys.readouterr().err

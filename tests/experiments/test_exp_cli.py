@@ -221,3 +221,37 @@ def test_quiet_still_prints_where_the_results_went(write_yaml, tmp_path):
     assert proc.stderr == ""
     assert proc.stdout.startswith(f"results: {out}/ (1 grid points; ")
     assert "policy" not in proc.stdout  # no summary table
+
+
+def test_step_log_of_both_engines_in_one_run(write_yaml, tmp_path, capsys):
+    """`kvsim run --step-log` with engine.kind as an axis: one steps.jsonl, each line naming its
+    grid point, each point's steps finishing exactly the turns its ledger holds."""
+    import json
+
+    cfg = write_yaml("""
+        name: s
+        trace: {kind: synthetic, sessions: 8, seed: 1}
+        model: llama-3-8b
+        hardware: h100-sxm
+        memory: {gpu_kv_gb: 1}
+        engine: {kind: [kvsim, vllm-v1]}
+        policies: [lru]
+    """)
+    out = tmp_path / "out"
+    assert main(["run", str(cfg), "--out", str(out), "--quiet", "--step-log"]) == 0
+    lines = [json.loads(x) for x in (out / "steps.jsonl").read_text().splitlines()]
+    summary = pd.read_csv(out / "summary.csv")
+    turns = pd.read_parquet(out / "turns.parquet")
+    assert list(summary["engine"]) == ["kvsim", "vllm-v1"]
+    for point, engine in enumerate(summary["engine"]):
+        mine = [e for e in lines if e["point"] == point]
+        assert [e["step"] for e in mine] == list(range(len(mine))) and mine
+        done = sorted(rid for e in mine for rid in e["done"])
+        t = turns[turns["engine"] == engine]
+        assert done == sorted(t["session_id"] + "/" + t["turn"].astype(str))
+        keys = {"sched", "hit", "preempted", "free_blocks", "running", "waiting", "t", "dur"}
+        assert keys <= set(mine[0])
+    # without the flag, no step log
+    out2 = tmp_path / "out2"
+    assert main(["run", str(cfg), "--out", str(out2), "--quiet"]) == 0
+    assert not (out2 / "steps.jsonl").exists()
