@@ -221,3 +221,15 @@ class SimResult:
     turns: pd.DataFrame  # TURN_COLUMNS, one row per completed turn
     stats: EngineStats
     labels: dict = field(default_factory=dict)  # policy, capacities, seed ... (summary columns)
+
+
+def run_labels(policy: str, memory, seed: int) -> dict:
+    """A SimResult's labels: the policy, the memory configuration and the seed."""
+    return dict(
+        policy=policy,
+        gpu_kv_gb=memory.gpu_kv_gb,
+        cpu_kv_gb=memory.cpu_kv_gb,
+        block_tokens=memory.block_tokens,
+        evict_unit=memory.evict_unit,
+        seed=seed,
+    )

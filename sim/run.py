@@ -20,7 +20,7 @@ import numpy as np
 from costmodels import CostModel
 from sim.config import BudgetConfig, EngineConfig, MemoryConfig, SparseConfig
 from sim.engine import Engine
-from sim.results import EngineStats, SimResult, ledger_frame
+from sim.results import EngineStats, SimResult, ledger_frame, run_labels
 from sim.scheduler import Scheduler, Step
 from traces.records import Session
 
@@ -114,15 +114,7 @@ def simulate(
         wall_s=time.perf_counter() - wall0,
     )
     turns = ledger_frame(sched.ledger, sort=True, release=True)  # by (session_id, turn)
-    labels = dict(
-        policy=policy,
-        gpu_kv_gb=memory.gpu_kv_gb,
-        cpu_kv_gb=memory.cpu_kv_gb,
-        block_tokens=memory.block_tokens,
-        evict_unit=memory.evict_unit,
-        seed=seed,
-    )
-    return SimResult(turns=turns, stats=stats, labels=labels)
+    return SimResult(turns=turns, stats=stats, labels=run_labels(policy, memory, seed))
 
 
 @contextmanager

@@ -19,7 +19,7 @@ import numpy as np
 from costmodels import BatchShape, CostModel
 from sim.config import GIB, EngineConfig, MemoryConfig
 from sim.policies import PolicyContext, policy_class
-from sim.results import EngineStats, Ledger, SimResult, ledger_frame
+from sim.results import EngineStats, Ledger, SimResult, ledger_frame, run_labels
 from sim.units import Tier
 from sim.vllm_v1.block_pool import BlockView, PolicyBlockPool
 from sim.vllm_v1.loop import KvsimSide, TurnState, replay
@@ -164,16 +164,10 @@ def simulate_vllm(
         policy_metrics=(pool.policy.metrics(),) if isinstance(pool, PolicyBlockPool) else (),
         wall_s=time.perf_counter() - wall0,
     )
-    labels = dict(
-        policy=policy,
-        gpu_kv_gb=memory.gpu_kv_gb,
-        cpu_kv_gb=memory.cpu_kv_gb,
-        block_tokens=memory.block_tokens,
-        evict_unit=memory.evict_unit,
-        seed=seed,
-    )
     return SimResult(
-        turns=ledger_frame(ledger, sort=True, release=True), stats=stats, labels=labels
+        turns=ledger_frame(ledger, sort=True, release=True),
+        stats=stats,
+        labels=run_labels(policy, memory, seed),
     )
 
 
