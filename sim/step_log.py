@@ -29,11 +29,11 @@ class KvsimStepLog:
         self.emit = emit
         self.pending: dict | None = None
         self.sched: Scheduler | None = None
-        self.was_running: set[int] = set()  # id() of the turns running after the last step
+        self.runs: dict[int, TurnRun] = {}  # the turns running after the last step, by id()
 
     def __call__(self, sched: Scheduler, step: Step, now: float) -> None:
         self.sched = sched
-        self._finish(sched, {id(r) for r in sched.waiting})
+        self._finish()
         new = {id(r) for r in step.admitted}
         sched_rows = [
             [_rid(r), 1, r.tokens_at(sched.step)]
@@ -48,21 +48,22 @@ class KvsimStepLog:
             "dur": step.duration_s,
             "sched": sched_rows,
             "hit": {_rid(r): c for r, (_, c) in zip(step.admitted, step.prefill_lens)},
-            "preempted": sorted(_rid(r) for r in sched.waiting if id(r) in self.was_running),
+            "preempted": sorted(_rid(r) for r in sched.waiting if id(r) in self.runs),
             "free_blocks": None if math.isinf(cap) else int((cap - used) // sched.page_bytes),
             "running": len(sched.running),
             "waiting": len(sched.waiting),
             "done": [],
         }
         self.runs = {id(r): r for r in sched.running.values()}
-        self.was_running = set(self.runs)
 
-    def _finish(self, sched: Scheduler, waiting: set[int]) -> None:
+    def _finish(self) -> None:
         """The last entry's ``done``: turns running after it that are neither running nor
         waiting now."""
         if self.pending is None:
             return
+        sched = self.sched
         running = {id(r) for r in sched.running.values()}
+        waiting = {id(r) for r in sched.waiting}
         gone = [r for i, r in self.runs.items() if i not in running and i not in waiting]
         self.pending["done"] = sorted(_rid(r) for r in gone)
         self.emit(self.pending)
@@ -70,5 +71,4 @@ class KvsimStepLog:
 
     def close(self) -> None:
         """After the run: the last entry, whose turns all finished."""
-        if self.pending is not None:
-            self._finish(self.sched, {id(r) for r in self.sched.waiting})
+        self._finish()
