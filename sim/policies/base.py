@@ -71,6 +71,9 @@ class EvictionPolicy(ABC):
     # taking its units in one at a time (a queue): the engine may then give a decode span's new
     # pages, and demote their victims, in one batch.
     grows_in_bulk: ClassVar[bool] = False
+    # True when the choice reads the unit's session (its priority, its other units): a unit that
+    # belongs to no one session (a prefix-cache block) gives it nothing to go on.
+    reads_session: ClassVar[bool] = False
 
     def __init__(self, ctx: PolicyContext) -> None:
         self.ctx = ctx

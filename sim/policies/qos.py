@@ -46,6 +46,8 @@ class QoSMetrics:
 
 @register("qos")
 class QoS(EvictionPolicy):
+    reads_session = True  # its priority class
+
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
         self._classes: dict[int, OrderedDict[int, None]] = {}  # class -> its candidates, LRU order

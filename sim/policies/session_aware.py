@@ -39,6 +39,8 @@ class _Sess:
 
 @register("session-aware")
 class SessionAware(EvictionPolicy):
+    reads_session = True  # its units are evicted together, by its last use
+
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
         self._sessions: dict[int, _Sess] = {}  # session index -> state

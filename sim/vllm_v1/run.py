@@ -30,6 +30,7 @@ from traces.records import Session
 UNSUPPORTED = {
     "offline": "needs the future (next-access times), which vLLM's prefix cache cannot know",
     "needs_predictor": "predicts a session's lifetime; a cached block belongs to no one session",
+    "reads_session": "reads a unit's session, and a cached block belongs to no one session",
 }
 
 
@@ -39,11 +40,6 @@ def check_policy(name: str) -> None:
     for attr, why in UNSUPPORTED.items():
         if getattr(cls, attr, False):
             raise ValueError(f"policy {name!r} cannot run with engine.kind vllm-v1: it {why}")
-    if name in ("qos", "session-aware"):
-        raise ValueError(
-            f"policy {name!r} cannot run with engine.kind vllm-v1: it reads a session's priority "
-            f"and timing, and a cached block belongs to no one session"
-        )
 
 
 def vllm_config(cost: CostModel, memory: MemoryConfig, engine: EngineConfig) -> VllmConfig:

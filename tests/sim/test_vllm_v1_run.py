@@ -95,6 +95,9 @@ def test_offline_and_session_policies_are_refused_with_the_reason():
         check_policy("belady")
     with pytest.raises(ValueError, match="predictive"):
         check_policy("predictive")
+    for name in ("qos", "session-aware"):  # they read the unit's session
+        with pytest.raises(ValueError, match=f"{name}.*no one session"):
+            check_policy(name)
     check_policy("s3fifo")  # fine
 
 
