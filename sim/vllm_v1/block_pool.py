@@ -29,6 +29,8 @@ import time
 from collections import OrderedDict
 from collections.abc import Hashable, Iterable, Sequence
 
+from sim.cachesim import ObjectView
+
 Key = Hashable
 
 
@@ -122,21 +124,16 @@ class BlockPool:
         self.evictions += 1
 
 
-class BlockView:
-    """What a policy may know about a cached block (``sim.policies.base``): one unit of size 1,
-    its position in its sequence, when it was last used. A block at position j stands for a
-    session whose context reaches its end, so cost-aware policies (Pensieve) price recomputing it
-    as a chunk of ``block_size`` tokens after ``j * block_size``."""
-
-    per_session = True
-    layers = 1
-    unit_bytes = 1
-    page_bytes = 1
+class BlockView(ObjectView):
+    """What a policy may know about a cached block (``sim.policies.base``): as an object of a
+    cache (``ObjectView``: its last use in ``last``), of size 1, at position j in its sequence. A
+    block at position j stands for a session whose context reaches its end, so cost-aware policies
+    (Pensieve) price recomputing it as a chunk of ``block_size`` tokens after ``j * block_size``."""
 
     def __init__(self, block_size: int) -> None:
+        super().__init__(unit_bytes=1)
         self.bs = block_size
         self.index: dict[int, int] = {}  # uid -> position in its sequence
-        self.last: dict[int, float] = {}  # uid -> last hit or release
 
     def size(self, uid: int) -> int:
         return 1
@@ -146,15 +143,6 @@ class BlockView:
 
     def first_page(self, uid: int) -> int:
         return self.index[uid]
-
-    def pages(self, uid: int) -> int:
-        return 1
-
-    def layer(self, uid: int) -> int:
-        return -1
-
-    def last_access_s(self, uid: int) -> float:
-        return self.last.get(uid, 0.0)
 
     def next_access_s(self, uid: int) -> float:
         raise ValueError("no offline policy inside vLLM's prefix cache: the future is not known")
