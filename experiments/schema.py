@@ -240,6 +240,10 @@ class EngineSpec(_Strict):
     fused_recompute: StrictBool = _ENGINE_DEFAULTS["fused_recompute"]
     prefetch: Literal[PREFETCH_MODES] = _ENGINE_DEFAULTS["prefetch"]
     swap_copies: Literal[SWAP_COPIES] = _ENGINE_DEFAULTS["swap_copies"]
+    chunked_prefill: StrictBool = Field(
+        default=_ENGINE_DEFAULTS["chunked_prefill"],
+        description="kvsim: cut a prefill over the token budget into chunks (vllm-v1 always does)",
+    )
     long_prefill_token_threshold: NonNegInt | None = Field(
         None, description="vllm-v1: most tokens of one prefill chunk while others wait (0: none)"
     )
@@ -248,7 +252,9 @@ class EngineSpec(_Strict):
     )
     enable_prefix_caching: StrictBool | None = Field(None, description="vllm-v1")
     async_scheduling: StrictBool | None = Field(
-        None, description="vllm-v1: one batch scheduled while the last runs (not modelled yet)"
+        None,
+        description="vllm-v1: plan each step while the one before runs (default on, as vLLM on a "
+        "GPU; off: the synchronous loop)",
     )
 
     wrap_lists = field_validator("kind", "pipelining", mode="before")(_as_list)
@@ -270,7 +276,7 @@ class EngineSpec(_Strict):
 
     def config_options(self) -> dict[str, Any]:
         """EngineConfig's keyword arguments but the axes (kind, pipelining)."""
-        opts = self.model_dump(exclude={"kind", "pipelining", "async_scheduling"})
+        opts = self.model_dump(exclude={"kind", "pipelining"})
         return {k: v for k, v in opts.items() if v is not None}
 
 
@@ -774,6 +780,16 @@ def _impossible_combinations(exp: Experiment) -> list[tuple[tuple[str | int, ...
             "each running sequence decodes one token per iteration"
         )
         out.append((("engine", "max_batch_tokens"), msg))
+    if e.chunked_prefill:
+        if "layer_block" in m.evict_unit:
+            msg = "cuts a prefill of whole pages: memory.evict_unit must not include layer_block"
+            out.append((("engine", "chunked_prefill"), msg))
+        if not e.fused_recompute:
+            msg = "cuts the recompute with the prompt: engine.fused_recompute must be true"
+            out.append((("engine", "chunked_prefill"), msg))
+        if any(sp.kind != "off" for sp in exp.sparse):
+            msg = "and sparse offload together are not modelled: give sparse only kind off"
+            out.append((("engine", "chunked_prefill"), msg))
     out += _vllm_problems(exp)
     return out
 
@@ -790,14 +806,8 @@ def _vllm_problems(exp: Experiment) -> list[tuple[tuple[str | int, ...], str]]:
                 out.append((("engine", key), "applies to engine.kind vllm-v1 only"))
         return out
     why = "engine.kind vllm-v1 "
-    if e.async_scheduling:
-        out.append(
-            (
-                ("engine", "async_scheduling"),
-                "vLLM's async scheduling (one batch scheduled while the last runs) is not "
-                "modelled yet: set it to false (vLLM's synchronous loop)",
-            )
-        )
+    if e.chunked_prefill and "kvsim" not in e.kind:
+        out.append((("engine", "chunked_prefill"), "applies to engine.kind kvsim (vllm-v1 chunks)"))
     for i, gb in enumerate(m.cpu_kv_gb):
         if gb > 0:
             msg = why + "has no CPU tier yet (vLLM's offloading connector): use 0"

@@ -122,7 +122,14 @@ def run_both(
         t0 = time.perf_counter()
         try:
             run = replay(
-                trace, side, price, cfg.block_size, cfg.model_len, replay_mode, log_steps=True
+                trace,
+                side,
+                price,
+                cfg.block_size,
+                cfg.model_len,
+                replay_mode,
+                log_steps=True,
+                async_scheduling=cfg.async_scheduling,
             )
         finally:
             if isinstance(side, RealSide):

@@ -10,14 +10,15 @@ Commands (one JSON object per line on stdin), and replies:
 
 ``{"op": "init", "block_size", "num_blocks", "max_num_seqs", "max_num_batched_tokens",
 "long_prefill_token_threshold", "scheduler_reserve_full_isl", "enable_prefix_caching",
-"max_model_len"}`` -> ``{"ok": true}``
+"async_scheduling", "max_model_len"}`` -> ``{"ok": true}`` (``AsyncScheduler`` with async)
 
 ``{"op": "add", "id", "tokens", "max_tokens"}`` -> no reply (requests are added in bulk)
 
 ``{"op": "schedule"}`` -> ``{"sched": [[id, n, computed_before], ...], "new": [ids admitted or
 resumed], "preempted": [...], "free_blocks", "running", "waiting"}``
 
-``{"op": "update", "sampled": {id: token}}`` -> ``{"done": [ids finished]}``
+``{"op": "update", "sampled": {id: token}}`` -> ``{"done": [ids finished]}``: the output of the
+oldest step scheduled and not yet updated (async scheduling plans one more before it).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import json
 import os
 import sys
 import tempfile
+from collections import deque
 from pathlib import Path
 
 os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
@@ -52,6 +54,7 @@ def build(cfg: dict):
     from vllm.config import CacheConfig, ModelConfig, SchedulerConfig, VllmConfig
     from vllm.utils.hashing import sha256
     from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
+    from vllm.v1.core.sched.async_scheduler import AsyncScheduler
     from vllm.v1.core.sched.scheduler import Scheduler
     from vllm.v1.kv_cache_interface import (
         FullAttentionSpec,
@@ -77,6 +80,7 @@ def build(cfg: dict):
         enable_chunked_prefill=True,
         is_encoder_decoder=False,
         scheduler_reserve_full_isl=cfg["scheduler_reserve_full_isl"],
+        async_scheduling=cfg["async_scheduling"],
     )
     cache = CacheConfig(
         block_size=cfg["block_size"],
@@ -96,7 +100,7 @@ def build(cfg: dict):
             )
         ],
     )
-    scheduler = Scheduler(
+    scheduler = (AsyncScheduler if cfg["async_scheduling"] else Scheduler)(
         vllm_config=vllm_config,
         kv_cache_config=kv,
         structured_output_manager=StructuredOutputManager(vllm_config),
@@ -114,7 +118,7 @@ def main() -> None:
     from vllm.v1.request import Request
 
     scheduler = hasher = None
-    last = None
+    in_flight: deque = deque()  # scheduler outputs not yet updated, oldest first
     out = sys.stdout
     for line in sys.stdin:
         cmd = json.loads(line)
@@ -130,6 +134,7 @@ def main() -> None:
             continue
         elif op == "schedule":
             last = scheduler.schedule()
+            in_flight.append(last)
             reqs = scheduler.requests
             sched = [
                 [rid, n, reqs[rid].num_computed_tokens - n]
@@ -150,6 +155,7 @@ def main() -> None:
             }
         elif op == "update":
             sampled = cmd["sampled"]
+            last = in_flight.popleft()
             ids = list(last.num_scheduled_tokens)
             output = ModelRunnerOutput(
                 req_ids=ids,

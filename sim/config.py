@@ -56,10 +56,12 @@ class EngineConfig:
     fused_recompute: bool = True  # dropped history recomputed in the same prefill as the prompt
     prefetch: str = "off"  # swap a turn's CPU units in ahead: off | queue | think
     swap_copies: str = "per_page"  # copy calls per swap: per_page | per_layer
+    chunked_prefill: bool = False  # kvsim: a prefill over the token budget is cut into chunks
     # vllm-v1 only (vLLM's names and defaults)
     long_prefill_token_threshold: int = 0  # cap of one prefill chunk when others wait (0: none)
     scheduler_reserve_full_isl: bool = True  # admit only if the whole prompt's blocks fit
     enable_prefix_caching: bool = True
+    async_scheduling: bool = True  # plan step k+1 while step k runs, as vLLM on a GPU does
 
     def __post_init__(self) -> None:
         if self.kind not in ENGINE_KINDS:

@@ -47,6 +47,12 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         action="store_true",
         help="scheduler_reserve_full_isl off: admit on the first chunk's blocks",
     )
+    p.add_argument(
+        "--sync",
+        action="store_true",
+        help="async_scheduling off: vLLM's synchronous loop (default: async, as on a GPU; with "
+        "CONFIG, every point is run sync)",
+    )
     p.add_argument("--out", help="write both step logs here (kvsim.jsonl, vllm.jsonl)")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
     return p
@@ -57,7 +63,7 @@ def main(args: argparse.Namespace) -> int:
         raise ValueError("--python (or KVSIM_VLLM_PYTHON) must name a Python that has vLLM 0.33.0")
     if not Path(args.python).exists():
         raise ValueError(f"--python: {args.python} does not exist")
-    cases = _config_cases(args.config) if args.config else [_synthetic_case(args)]
+    cases = _config_cases(args.config, args.sync) if args.config else [_synthetic_case(args)]
     failed = 0
     for i, (label, trace, cfg, cost, mode) in enumerate(cases):
         print(f"[{i + 1}/{len(cases)}] {label}", flush=True)
@@ -66,8 +72,11 @@ def main(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
-def _config_cases(config: str) -> list[tuple]:
-    """(label, sessions, VllmConfig, cost model, replay mode) of each vllm-v1 lru grid point."""
+def _config_cases(config: str, sync: bool = False) -> list[tuple]:
+    """(label, sessions, VllmConfig, cost model, replay mode) of each vllm-v1 lru grid point;
+    ``sync``: each with async scheduling off."""
+    import dataclasses
+
     from experiments.executor import _cost_model, load_sessions
     from experiments.schema import load_experiment, resolve_config
     from sim.vllm_v1.run import vllm_config, without_prefixes
@@ -85,7 +94,10 @@ def _config_cases(config: str) -> list[tuple]:
         if not p.memory.prefix_sharing:
             sessions = without_prefixes(sessions)
         cfg = vllm_config(cost, p.memory, p.engine)
-        cases.append((p.describe(), sessions, cfg, cost, p.engine.replay))
+        if sync:
+            cfg = dataclasses.replace(cfg, async_scheduling=False)
+        mode = "async" if cfg.async_scheduling else "sync"
+        cases.append((f"{p.describe()}, {mode}", sessions, cfg, cost, p.engine.replay))
     return cases
 
 
@@ -101,11 +113,15 @@ def _synthetic_case(args: argparse.Namespace) -> tuple:
         max_num_batched_tokens=args.max_num_batched_tokens,
         long_prefill_token_threshold=args.long_prefill_token_threshold,
         scheduler_reserve_full_isl=not args.no_reserve_full_isl,
+        async_scheduling=not args.sync,
     )
     trace = generate_synthetic(
         SyntheticConfig(sessions=args.sessions, seed=args.seed, arrival_rate_per_s=args.rate)
     ).sessions
-    label = f"synthetic: {args.sessions} sessions, seed {args.seed}, {args.num_blocks} blocks"
+    mode = "sync" if args.sync else "async"
+    label = (
+        f"synthetic: {args.sessions} sessions, seed {args.seed}, {args.num_blocks} blocks, {mode}"
+    )
     return label, trace, cfg, cost_model(args.model, args.hardware), "closed-loop"
 
 

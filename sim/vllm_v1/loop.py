@@ -1,10 +1,14 @@
 """The engine loop around a vLLM-style scheduler: the clients, the clock, the model and the step log.
 
-It plays what sits around vLLM's ``Scheduler`` in ``EngineCore.step`` (synchronous scheduling):
-at each step, the turns that have arrived are added; ``schedule()``; the step is priced by kvsim's
-cost model from its exact batch and the clock advances by that price; every request whose tokens
-are all computed samples one token; ``update``; a finished turn's successor arrives (closed loop:
-its think time after the finish; open loop: its recorded time, never before the finish).
+It plays what sits around vLLM's ``Scheduler`` in ``EngineCore``: the turns that have arrived are
+added; ``schedule()``; the step is priced by kvsim's cost model from its exact batch and runs on
+the GPU after the step before it; every request whose tokens it completes samples one token (the
+model); ``update`` with the oldest step's output; a finished turn's successor arrives (closed
+loop: its think time after the finish; open loop: its recorded time, never before the finish).
+
+Synchronous scheduling (``EngineCore.step``) updates each step before planning the next. Async
+scheduling (``step_with_batch_queue``, a queue of two) plans step k+1 while step k runs: after the
+update of step k-1, at step k's start, so a turn that arrives while step k runs waits for k+2.
 
 The scheduler behind it is either kvsim's (``KvsimSide``, ``sim.vllm_v1.scheduler``) or the real
 vLLM one (``experiments.vllm_check``): the same loop drives both, so their step logs differ only
@@ -15,6 +19,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -44,7 +49,10 @@ class Side(Protocol):
 
     def add(self, rid: str, tokens: SessionTokens, prompt_len: int, max_tokens: int) -> None: ...
     def schedule(self, now: float) -> StepView: ...
-    def update(self, sampled: list[str], now: float) -> list[str]: ...
+    def update(self, sampled: list[str], now: float) -> list[str]:
+        """The oldest step planned and not yet updated ran: ``sampled`` got a token each."""
+        ...
+
     def has_requests(self) -> bool: ...
 
 
@@ -73,7 +81,8 @@ class KvsimSide:
         )
 
     def update(self, sampled: list[str], now: float) -> list[str]:
-        done = self.sched.update([self.requests[rid] for rid in sampled], now)
+        reqs = self.requests
+        done = self.sched.update({reqs[rid] for rid in sampled if rid in reqs}, now)
         for r in done:
             del self.requests[r.rid]
         return sorted(r.rid for r in done)
@@ -90,7 +99,7 @@ class TurnState:
     prompt_len: int  # the whole context sent: history and the new prompt
     max_tokens: int
     arrival_s: float
-    num_tokens: int = 0  # prompt + sampled so far
+    num_tokens: int = 0  # prompt + sampled so far, tokens in flight included
     admit_s: float = math.nan  # start of the step that first scheduled it
     first_token_s: float = math.nan
     finish_s: float = math.nan
@@ -147,6 +156,7 @@ def replay(
     log_steps: bool = False,
     on_step: Callable[[dict], None] | None = None,
     on_turn: Callable[[TurnState], None] | None = None,
+    async_scheduling: bool = False,
 ) -> Replay:
     """Run ``sessions`` through ``side``; ``price(batch)`` is a step's duration in seconds.
 
@@ -167,9 +177,12 @@ def replay(
         heapq.heappush(arrivals, (s.start_s, order, i, 0))
         order += 1
     live: dict[str, TurnState] = {}
+    depth = 2 if async_scheduling else 1  # steps planned and not yet updated, at most
+    queue: deque[_Planned] = deque()  # oldest first
     now = arrivals[0][0] if arrivals else 0.0
+    gpu_free = now  # when the GPU finishes the last step planned
     step = 0
-    while arrivals or side.has_requests():
+    while arrivals or queue or side.has_requests():
         while arrivals and arrivals[0][0] <= now:
             t, _, i, k = heapq.heappop(arrivals)
             s = sessions[i]
@@ -182,54 +195,32 @@ def replay(
             st = TurnState(i, k, rid, prompt, turn.output_tokens, t, num_tokens=prompt)
             live[rid] = st
             side.add(rid, tokens[i], prompt, turn.output_tokens)
-        if not side.has_requests():
+        if side.has_requests():
+            planned = _plan(side.schedule(now), live, max(now, gpu_free), step, price)
+            if planned.view.sched:
+                gpu_free = planned.end
+                step += 1
+            elif not any(p.view.sched for p in queue):
+                raise AssertionError(
+                    f"step {step} at t={now:.6f}s: nothing scheduled with {planned.view.running} "
+                    f"running and {planned.view.waiting} waiting (a request that can never fit?)"
+                )
+            queue.append(planned)
+            if len(queue) < depth:
+                continue  # plan the next step before this one's output is back
+        elif not queue:
             if arrivals:
                 now = max(now, arrivals[0][0])
             continue
-        view = side.schedule(now)
-        if not view.sched:
-            raise AssertionError(
-                f"step {step} at t={now:.6f}s: nothing scheduled with {view.running} running "
-                f"and {view.waiting} waiting (a request that can never fit?)"
-            )
-        admitted = set(view.admitted)
-        for rid in view.preempted:  # before this step's schedule: it may readmit them
-            live[rid].preemptions += 1
-        for rid, n, c in view.sched:
+        planned = queue.popleft()
+        now = max(now, planned.end)
+        done = side.update(planned.sampled, now)
+        for rid in planned.sampled:
             st = live[rid]
-            if rid in admitted:
-                if st.hit < 0:
-                    st.hit = c
-                    st.admit_s = now
-                else:  # a resume: what it had computed and did not hit is computed again
-                    st.preempt_recompute += max(0, st.computed - c)
-            st.computed = c + n
-        dur = price(step_shape(view, live))
-        end = now + dur
-        sampled = [rid for rid, n, c in view.sched if c + n >= live[rid].num_tokens]
-        for rid in sampled:
-            st = live[rid]
-            st.num_tokens += 1
             if math.isnan(st.first_token_s):
-                st.first_token_s = end
-        done = side.update(sampled, end)
-        if on_step is not None:
-            on_step(
-                {
-                    "step": step,
-                    "t": now,
-                    "dur": dur,
-                    "sched": [list(e) for e in view.sched],
-                    "hit": {rid: c for rid, _, c in view.sched if rid in admitted},
-                    "preempted": view.preempted,
-                    "free_blocks": view.free_blocks,
-                    "running": view.running,
-                    "waiting": view.waiting,
-                    "done": done,
-                }
-            )
-        now = end
-        step += 1
+                st.first_token_s = now
+        if on_step is not None and planned.view.sched:
+            on_step(planned.log_entry(done))
         for rid in done:
             st = live.pop(rid)
             st.finish_s = now
@@ -242,3 +233,67 @@ def replay(
     out.end_s = now
     out.num_steps = step
     return out
+
+
+@dataclass(slots=True)
+class _Planned:
+    """A step planned and priced, waiting for its output."""
+
+    view: StepView
+    step: int
+    start: float
+    dur: float
+    sampled: list[str]  # requests that sample a token at its end
+
+    @property
+    def end(self) -> float:
+        return self.start + self.dur
+
+    def log_entry(self, done: list[str]) -> dict:
+        v = self.view
+        admitted = set(v.admitted)
+        return {
+            "step": self.step,
+            "t": self.start,
+            "dur": self.dur,
+            "sched": [list(e) for e in v.sched],
+            "hit": {rid: c for rid, _, c in v.sched if rid in admitted},
+            "preempted": v.preempted,
+            "free_blocks": v.free_blocks,
+            "running": v.running,
+            "waiting": v.waiting,
+            "done": done,
+        }
+
+
+def _plan(
+    view: StepView,
+    live: dict[str, TurnState],
+    start: float,
+    step: int,
+    price: Callable[[BatchShape], float],
+) -> _Planned:
+    """Book one scheduled step into the turns' states (admissions, preemptions, what each has
+    computed, which sample) and price it; it starts at ``start``, when the GPU is free."""
+    if not view.sched:
+        return _Planned(view, step, start, 0.0, [])
+    admitted = set(view.admitted)
+    for rid in view.preempted:  # before this step's schedule: it may readmit them
+        live[rid].preemptions += 1
+    for rid, n, c in view.sched:
+        st = live[rid]
+        if rid in admitted:
+            if st.hit < 0:
+                st.hit = c
+                st.admit_s = start
+            else:  # a resume: what it had computed and did not hit is computed again
+                st.preempt_recompute += max(0, st.computed - c)
+        st.computed = c + n
+    dur = price(step_shape(view, live))
+    sampled = []
+    for rid, n, c in view.sched:
+        st = live[rid]
+        if c + n >= st.num_tokens:  # the step completes it: the model samples its next token
+            st.num_tokens += 1
+            sampled.append(rid)
+    return _Planned(view, step, start, dur, sampled)

@@ -57,6 +57,7 @@ def vllm_config(cost: CostModel, memory: MemoryConfig, engine: EngineConfig) -> 
         long_prefill_token_threshold=engine.long_prefill_token_threshold,
         scheduler_reserve_full_isl=engine.scheduler_reserve_full_isl,
         enable_prefix_caching=engine.enable_prefix_caching,
+        async_scheduling=engine.async_scheduling,
     )
 
 
@@ -135,6 +136,7 @@ def simulate_vllm(
         engine.replay,
         on_step=on_step,
         on_turn=on_turn,
+        async_scheduling=cfg.async_scheduling,
     )
     start = min((s.start_s for s in sessions), default=0.0)
     sim_time = max(0.0, run.end_s - start)

@@ -1,5 +1,5 @@
-"""vLLM v1's scheduler (0.33.0, synchronous loop, first-come-first-served, one KV-cache group of
-full attention, no speculative decoding, no connector), rule for rule.
+"""vLLM v1's scheduler (0.33.0, first-come-first-served, one KV-cache group of full attention, no
+speculative decoding, no connector), rule for rule, synchronous or async.
 
 One ``schedule()`` is one engine step:
 
@@ -18,19 +18,26 @@ One ``schedule()`` is one engine step:
 3. Allocation takes the blocks the scheduled tokens need and caches every full block they make
    known (at allocation: a request admitted later in the same step can hit them).
 
-``update(sampled)`` applies the step's output: each request whose tokens are all computed samples
-one token; one that reaches its ``max_tokens`` finishes and frees its blocks, tail first.
+``update(sampled)`` applies the oldest step's output: each request whose tokens were all computed
+sampled one token; one that reaches its ``max_tokens`` finishes and frees its blocks, tail first.
+
+**Async scheduling** (``async_scheduling``, vLLM's ``AsyncScheduler``): the next step is planned
+before the last one's output is known. A request whose step will sample holds an output
+*placeholder*: it counts as computed, so the next step decodes the token after it, and its KV
+block is cached when the real token arrives (in ``update``). A request is not scheduled again once
+the token in flight will be its last. A preempted request's tokens in flight are *stale*: they are
+still delivered, and the request waits (without blocking the queue behind it) until they are.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Collection, Hashable, Sequence
 from dataclasses import dataclass, field
 
 from sim.vllm_v1.block_pool import BlockPool
 
-WAITING, RUNNING, PREEMPTED = 0, 1, 2
+WAITING, RUNNING, PREEMPTED, FINISHED = 0, 1, 2, 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +51,7 @@ class VllmConfig:
     long_prefill_token_threshold: int = 0
     scheduler_reserve_full_isl: bool = True
     enable_prefix_caching: bool = True
+    async_scheduling: bool = False
     max_model_len: int | None = None  # None: what the KV holds, (num_blocks - 1) * block_size
 
     @property
@@ -76,6 +84,9 @@ class Request:
     status: int = WAITING
     blocks: list[int] = field(default_factory=list)
     num_cached: int = 0  # leading blocks already cached under their keys
+    placeholders: int = 0  # async: outputs in flight, counted in num_computed
+    in_flight: int = 0  # tokens scheduled in steps whose output has not arrived
+    stale: int = 0  # of those, scheduled before the request was preempted
 
     @property
     def num_output(self) -> int:
@@ -104,6 +115,7 @@ class VllmScheduler:
         self.model_len = cfg.model_len
         self.running: list[Request] = []
         self.waiting: deque[Request] = deque()
+        self.in_flight: deque[StepPlan] = deque()  # planned steps whose output has not arrived
         self.bs = cfg.block_size
 
     def add(self, req: Request) -> None:
@@ -129,7 +141,14 @@ class VllmScheduler:
         i = 0
         while i < len(running) and budget > 0:
             req = running[i]
-            n = req.num_tokens - req.num_computed
+            if (
+                req.placeholders
+                and req.num_computed + 2 - req.placeholders
+                >= req.num_prompt_tokens + req.max_tokens
+            ):
+                i += 1  # async: the token in flight is its last
+                continue
+            n = req.num_tokens + req.placeholders - req.num_computed
             if 0 < threshold < n:
                 n = threshold
             n = min(n, budget, self.model_len - req.num_computed - 1)
@@ -151,8 +170,13 @@ class VllmScheduler:
             i += 1
         admitted: list[Request] = []
         if not preempted:
-            while budget > 0 and self.waiting and len(running) < cfg.max_num_seqs:
-                req = self.waiting[0]
+            waiting = self.waiting
+            skipped: list[Request] = []
+            while budget > 0 and waiting and len(running) < cfg.max_num_seqs:
+                req = waiting[0]
+                if req.stale:  # async: its output from before the preemption is in flight
+                    skipped.append(waiting.popleft())
+                    continue
                 hit_blocks = self._longest_hit(req) if cfg.enable_prefix_caching else []
                 hit = len(hit_blocks) * self.bs
                 n = req.num_tokens - hit
@@ -161,31 +185,49 @@ class VllmScheduler:
                 n = min(n, budget)
                 if not self._allocate(req, n, hit_blocks, cfg.scheduler_reserve_full_isl):
                     break
-                self.waiting.popleft()
+                waiting.popleft()
                 running.append(req)
                 req.status = RUNNING
                 req.num_computed = hit
                 sched.append((req, n, hit))
                 admitted.append(req)
                 budget -= n
+            waiting.extendleft(reversed(skipped))
+        placeholders = cfg.async_scheduling
         for req, n, _ in sched:
             req.num_computed += n
-        return StepPlan(sched, admitted, preempted)
+            req.in_flight += n
+            if placeholders and req.num_computed >= req.num_tokens + req.placeholders:
+                req.placeholders += 1
+        plan = StepPlan(sched, admitted, preempted)
+        self.in_flight.append(plan)
+        return plan
 
-    def update(self, sampled: Sequence[Request], now: float = 0.0) -> list[Request]:
-        """Each of ``sampled`` gained one output token (in the step's order); those that reached
-        their ``max_tokens`` finish, free their blocks (in that order) and are returned. ``now``:
-        the step's end."""
+    def update(self, sampled: Collection[Request], now: float = 0.0) -> list[Request]:
+        """The oldest step in flight ran: each of its requests in ``sampled`` gained one output
+        token; those that reached their ``max_tokens`` finish, free their blocks (in the step's
+        order) and are returned. ``now``: the step's end."""
         self.now = now
+        plan = self.in_flight.popleft()
         done = []
-        for req in sampled:
+        for req, n, _ in plan.sched:
+            req.in_flight -= n
+            stale = req.stale > 0
+            if stale:
+                req.stale -= n
+            if req.status == FINISHED or req not in sampled:
+                continue
             req.num_tokens += 1
+            had_placeholders = req.placeholders > 0
+            if not stale and had_placeholders:
+                req.placeholders -= 1
+            if not stale and had_placeholders and req.status == RUNNING:
+                self._cache(req, req.num_computed - req.in_flight)  # the token is known now
             if req.num_output >= req.max_tokens or req.num_tokens >= self.model_len:
-                self._free(req)
+                self._finish(req)
                 done.append(req)
         if done:
-            gone = set(map(id, done))
-            self.running = [r for r in self.running if id(r) not in gone]
+            self.running = [r for r in self.running if r.status != FINISHED]
         return done
 
     # --- the KV cache manager ----------------------------------------------------------------
@@ -237,21 +279,36 @@ class VllmScheduler:
         more = cdiv(slots, bs) - len(req.blocks)
         if more > 0:
             req.blocks.extend(pool.allocate(more, self.now))
-        if self.cfg.enable_prefix_caching:
-            full = min(computed + n, req.num_tokens) // bs
-            key, now = req.block_key, self.now
-            for j in range(req.num_cached, full):
-                pool.cache(req.blocks[j], key(j), j, now)
-            req.num_cached = max(req.num_cached, full)
+        self._cache(req, min(computed + n, req.num_tokens))
         return True
+
+    def _cache(self, req: Request, tokens: int) -> None:
+        """Cache the full blocks of the first ``tokens`` tokens under their keys."""
+        if not self.cfg.enable_prefix_caching:
+            return
+        full = tokens // self.bs
+        if full <= req.num_cached:
+            return
+        pool, key, now, blocks = self.pool, req.block_key, self.now, req.blocks
+        for j in range(req.num_cached, full):
+            pool.cache(blocks[j], key(j), j, now)
+        req.num_cached = full
 
     def _free(self, req: Request) -> None:
         self.pool.release(reversed(req.blocks), self.now)  # the tail first: evicted first
         req.blocks = []
         req.num_cached = 0
 
+    def _finish(self, req: Request) -> None:
+        self._free(req)
+        if req.status == PREEMPTED:  # async: its last token arrived after it was preempted
+            self.waiting.remove(req)
+        req.status = FINISHED
+
     def _preempt(self, req: Request) -> None:
         self._free(req)
         req.status = PREEMPTED
         req.num_computed = 0
+        req.stale = req.in_flight  # async: still delivered, but not counted again
+        req.placeholders = 0
         self.waiting.appendleft(req)

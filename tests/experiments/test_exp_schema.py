@@ -433,6 +433,9 @@ def test_engine_kind_is_a_grid_axis_and_takes_vllms_names(write_yaml):
     e = grid[-1].engine
     assert (e.max_running, e.max_batch_tokens, e.long_prefill_token_threshold) == (32, 2048, 512)
     assert e.scheduler_reserve_full_isl is True  # vLLM's default
+    assert e.async_scheduling is True  # as vLLM runs on a GPU
+    sync = load_experiment(write_yaml(BASE + "engine: {kind: vllm-v1, async_scheduling: false}\n"))
+    assert sync.grid()[0].engine.async_scheduling is False
 
 
 @pytest.mark.parametrize(
@@ -441,7 +444,7 @@ def test_engine_kind_is_a_grid_axis_and_takes_vllms_names(write_yaml):
         ("{max_num_seqs: 8, max_running: 8}", "", "engine", "not both"),
         ("{block_size: 16}", "", "engine", "memory.block_tokens"),
         ("{long_prefill_token_threshold: 64}", "", "engine.long_prefill_token_threshold", "only"),
-        ("{kind: vllm-v1, async_scheduling: true}", "", "engine.async_scheduling", "not modelled"),
+        ("{async_scheduling: false}", "", "engine.async_scheduling", "only"),
         ("{kind: vllm-v1}", "cpu_kv_gb: 0", "memory.cpu_kv_gb", "no CPU tier"),
         ("{kind: vllm-v1}", "policies: [lru, belady]", "policies[1]", "future"),
         ("{kind: vllm-v1}", "evict_unit: block", "memory.evict_unit", "use block"),

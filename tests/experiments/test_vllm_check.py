@@ -1,6 +1,7 @@
 """The differential harness against the real vLLM 0.33.0 scheduler (marked `vllm`: it needs a
 Python environment with vLLM, named by KVSIM_VLLM_PYTHON; see README). A multi-turn synthetic trace
-under memory pressure, with preemptions and chunked prefill, must give identical step logs; a
+under memory pressure, with preemptions and chunked prefill, sync and async, must give identical
+step logs; a
 scratch copy of kvsim's scheduler with one rule broken must be caught at the step it first shows."""
 
 from __future__ import annotations
@@ -57,15 +58,25 @@ def _logs(cfg, trace, python):
             max_num_batched_tokens=512,
             scheduler_reserve_full_isl=False,
         ),
+        VllmConfig(
+            num_blocks=100, max_num_seqs=64, max_num_batched_tokens=2048, async_scheduling=True
+        ),
+        VllmConfig(
+            num_blocks=400,
+            max_num_seqs=64,
+            max_num_batched_tokens=512,
+            long_prefill_token_threshold=128,
+            async_scheduling=True,
+        ),
     ],
-    ids=["pressure", "chunked", "no-gate"],
+    ids=["pressure", "chunked", "no-gate", "async-pressure", "async-chunked"],
 )
 def test_step_logs_match_the_real_scheduler(cfg, trace, vllm_python):
     ours, theirs = _logs(cfg, trace, vllm_python)
     at = first_mismatch(ours, theirs)
     assert at is None, describe_mismatch(ours, theirs, at)
     assert len(ours) > 10_000
-    if cfg.num_blocks == 200 and cfg.scheduler_reserve_full_isl:
+    if cfg.num_blocks <= 200 and cfg.scheduler_reserve_full_isl:
         assert sum(len(s["preempted"]) for s in ours) > 0  # the pressure case preempts
 
 

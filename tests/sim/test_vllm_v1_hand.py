@@ -180,3 +180,58 @@ def test_a_request_admitted_later_in_a_step_hits_blocks_scheduled_earlier_in_it(
     # x's allocation caches its 2 full blocks before they are computed; y, admitted after it in the
     # same step, hits them
     assert ids(s.schedule()) == [("x", 10, 0), ("y", 2, 8)]
+
+
+# --- async scheduling ------------------------------------------------------------------------------
+
+
+def test_async_plans_the_next_decode_before_the_token_it_reads_is_known():
+    s = VllmScheduler(VllmConfig(num_blocks=16, block_size=4, async_scheduling=True))
+    a = req("a", 6, 3)
+    s.add(a)
+    assert ids(s.schedule()) == [("a", 6, 0)]  # the prompt: its step will sample output 1
+    assert (a.num_computed, a.placeholders) == (6, 1)
+    # planned before output 1 is back: a decodes the token in flight (position 6)
+    assert ids(s.schedule()) == [("a", 1, 6)] and a.placeholders == 2
+    assert s.update({a}) == [] and (a.num_tokens, a.placeholders, a.in_flight) == (7, 1, 1)
+    assert ids(s.schedule()) == [("a", 1, 7)]  # output 3 will come from this step
+    assert s.update({a}) == [] and a.num_output == 2
+    # the token in flight is a's last (2 known + 1 in flight = max_tokens 3): not scheduled again
+    assert ids(s.schedule()) == []
+    assert s.update({a}) == [a] and a.num_output == 3
+    assert s.update(set()) == []  # the empty step
+    # its 8 computed tokens (6 prompt, 2 outputs) were cached at the update, before the free
+    assert s.pool.lookup(("own", 0, 1)) is not None
+
+
+def test_async_a_prefill_chunk_holds_no_placeholder():
+    s = VllmScheduler(
+        VllmConfig(num_blocks=16, block_size=4, max_num_batched_tokens=4, async_scheduling=True)
+    )
+    a = req("a", 6, 2)
+    s.add(a)
+    assert ids(s.schedule()) == [("a", 4, 0)] and a.placeholders == 0  # samples nothing
+    assert ids(s.schedule()) == [("a", 2, 4)] and a.placeholders == 1  # the rest, not waiting
+    assert s.update(set()) == []
+    assert ids(s.schedule()) == [("a", 1, 6)]
+
+
+def test_async_a_preempted_request_still_gets_its_token_in_flight():
+    # 4 usable blocks. a and b prefill 8 tokens each (2 blocks each) in one step.
+    s = VllmScheduler(
+        VllmConfig(
+            num_blocks=5, block_size=4, scheduler_reserve_full_isl=False, async_scheduling=True
+        )
+    )
+    a, b = req("a", 8, 3, 0), req("b", 8, 3, 1)
+    s.add(a)
+    s.add(b)
+    assert ids(s.schedule()) == [("a", 8, 0), ("b", 8, 0)]
+    # the next step, planned before their first outputs: a's token 9 needs a third block -> b
+    # (last) is preempted; its output in flight is stale
+    plan = s.schedule()
+    assert ids(plan) == [("a", 1, 8)] and [r.rid for r in plan.preempted] == ["b"]
+    assert (b.num_computed, b.placeholders, b.stale) == (0, 0, 8)
+    assert s.update({a, b}) == []
+    assert b.num_tokens == 9 and b.stale == 0  # delivered, and b will recompute 9 tokens
+    assert a.placeholders == 1

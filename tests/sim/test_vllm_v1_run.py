@@ -151,3 +151,32 @@ def test_a_policy_by_name_runs_and_infinite_memory_is_refused(sessions):
     with pytest.raises(ValueError, match="cpu_kv_gb"):
         simulate_vllm(sessions[:2], COST, MemoryConfig(gpu_kv_gb=1.0, cpu_kv_gb=1.0), VLLM)
     assert isinstance(make_scheduler(VllmConfig(num_blocks=10), "lru"), VllmScheduler)
+
+
+def test_async_scheduling_plans_a_step_ahead_so_a_new_turn_waits_one_more_step():
+    """Every step costs 1 s. a arrives at 0, b at 0.5. Sync: b is admitted in the step that starts
+    at 1 (planned after step 0 ends). Async: the step starting at 1 was planned at 0, before b
+    arrived; b joins the one after it, at 2, and the GPU never idles between steps."""
+    from traces.records import Session, Turn
+
+    trace = [
+        Session("a", (Turn(6, 3, arrival_s=0.0),)),
+        Session("b", (Turn(6, 2, arrival_s=0.5),)),
+    ]
+    admitted = {}
+    for mode in (False, True):
+        cfg = VllmConfig(num_blocks=16, block_size=4, async_scheduling=mode)
+        run = replay(
+            trace,
+            KvsimSide(cfg),
+            lambda shape: 1.0,
+            cfg.block_size,
+            cfg.model_len,
+            log_steps=True,
+            async_scheduling=mode,
+        )
+        admitted[mode] = {rid: s["t"] for s in run.steps for rid in s["hit"]}
+        assert [s["t"] for s in run.steps] == list(range(len(run.steps)))  # back to back
+        turns = {t.rid: t for t in run.turns}
+        assert turns["a/0"].first_token_s == 1.0 and turns["a/0"].finish_s == 3.0
+    assert admitted == {False: {"a/0": 0.0, "b/0": 1.0}, True: {"a/0": 0.0, "b/0": 2.0}}
