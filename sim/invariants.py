@@ -19,13 +19,17 @@ def check_invariants(sched) -> None:
     evictable = [0, 0]
     candidates = [0, 0]
     running = {run.sess.index: run for run in sched.running.values()}
+    # turns in the middle of a chunked prefill hold their session (its KV is as admitted)
+    holding = running | {job.run.sess.index: job.run for job in sched.chunks or ()}
     offload = getattr(sched, "offload", None)
     for sess in sched.kv:
         run = running.get(sess.index)
         tokens = run.tokens_at(sched.step) if run is not None else sess.tokens
         where = f"session {sess.session_id}"
-        if sess.pinned != (run is not None):
-            raise AssertionError(f"{where}: pinned={sess.pinned} but running={run is not None}")
+        if sess.pinned != (sess.index in holding):
+            raise AssertionError(
+                f"{where}: pinned={sess.pinned} but held by a turn={sess.index in holding}"
+            )
         size = mem.unit_size(sess)
         ppu = sess.unit_pages if view.per_session else 1
         counts = [0, 0, 0, 0]
@@ -72,7 +76,7 @@ def check_invariants(sched) -> None:
             )
     share = getattr(sched, "share", None)
     if share is not None:
-        _check_shared(share, running)
+        _check_shared(share, holding)
     decoding = list(sched.running.values())  # checked after an iteration: all decode
     ctx = sum(run.tokens_at(sched.step) for run in decoding)
     if ctx != sched.dec_ctx or len(decoding) != sched.dec_seqs:

@@ -25,6 +25,7 @@ import numpy as np
 
 from costmodels import BatchShape, CostModel, attention_pairs
 from sim.arrivals import Arrivals, next_arrival_s
+from sim.chunks import PrefillJob, add_into, first_chunk
 from sim.config import BudgetConfig, EngineConfig, MemoryConfig, SparseConfig
 from sim.lifetime import fit_lifetime
 from sim.memory import CPU, DROPPED, GPU, SHARED, TieredMemory
@@ -87,7 +88,14 @@ class Step:
     duration_s: float
     admitted: list[TurnRun]
     decode_seqs: int
-    prefill_lens: list[tuple[int, int]] = field(default_factory=list)  # admitted: (new, cached)
+    prefill_lens: list[tuple[int, int]] = field(default_factory=list)  # each prefill: (new, cached)
+    prefill_runs: list[TurnRun] | None = None  # whose prefills those are (None: ``admitted``)
+
+    @property
+    def prefilling(self) -> list[TurnRun]:
+        """The turns of ``prefill_lens``, in order: the admitted ones, and with chunked prefill
+        also those whose prefill goes on after this iteration."""
+        return self.admitted if self.prefill_runs is None else self.prefill_runs
 
 
 # The shared-prefix pool's session index: above every trace session's (as a pool after the last
@@ -138,6 +146,16 @@ class Scheduler:
         self.per_session_unit = memory.evict_unit == "session"
         self.layers = cost.model.num_layers
         self.upp = self.layers if memory.evict_unit == "layer_block" else 1  # units per page
+        if engine.chunked_prefill and self.upp > 1:
+            raise ValueError(
+                "chunked prefill cuts a prefill of whole pages: memory.evict_unit must be block or "
+                "session, not layer_block"
+            )
+        if engine.chunked_prefill and not engine.fused_recompute:
+            raise ValueError(
+                "chunked prefill cuts the recompute with the prompt: engine.fused_recompute must "
+                "be true"
+            )
         self.unit_bytes = self.page_bytes // self.upp  # one page of one unit's layers
         predictor = None
         if getattr(policy_class(policy), "needs_predictor", False):
@@ -207,11 +225,18 @@ class Scheduler:
                 raise ValueError(
                     "token budgets and sparse offload together are not modelled: use one of them"
                 )
+            if engine.chunked_prefill:
+                raise ValueError(
+                    "chunked prefill and sparse offload together are not modelled: use one of them"
+                )
             self.offload = SparseOffload(self.sparse, cost, self.bt)
             self._bulk = False  # every page step offloads a page: step by step
         self.arrivals = Arrivals()
         self.waiting: deque[TurnRun] = deque()
         self.running: dict[int, TurnRun] = {}  # admit_seq -> run, in admission order
+        # engine.chunked_prefill: admitted turns whose prefill goes on, oldest first (not running:
+        # they decode nothing yet)
+        self.chunks: deque[PrefillJob] | None = deque() if engine.chunked_prefill else None
         self._admit_seq = 0
         self.step = 0
         self._page_due: dict[int, list[tuple[TurnRun, int]]] = defaultdict(list)
@@ -382,11 +407,11 @@ class Scheduler:
         if self._prefetch_due:
             self._run_prefetches(now)
         self._grow_decodes(now)
-        admitted, prefill = self._admit(now)
-        if not admitted and self.dec_seqs == 0:
+        admitted, prefill, fresh, runs = self._admit(now)
+        if not prefill.lens and self.dec_seqs == 0:
             return None
         off = self.offload
-        if not admitted:
+        if not prefill.lens:
             if off is not None:
                 off.h2d_bytes += off.loaded_bytes(1)
                 duration = self.pricer.with_d2h_s(
@@ -420,10 +445,10 @@ class Scheduler:
                 max(0.0, self.h2d_busy_until - now),
                 self._decode_lens(admitted) if self.cost.wants_decode_lens else None,
             )
-        for run in admitted:
+        for run in fresh:
             if run.admit_s == now:  # first admission (this iteration)
                 run.copy_stall_s = stall
-        return Step(duration, admitted, self.dec_seqs, prefill.lens)
+        return Step(duration, admitted, self.dec_seqs, prefill.lens, runs)
 
     def _decode_lens(self, admitted: list[TurnRun]) -> tuple[int, ...]:
         """Each decoding sequence's context this step, in admission order (the decoders are the
@@ -521,8 +546,14 @@ class Scheduler:
                     self._due_page(self.step + self.bt, run, epoch)
         return True
 
-    def _admit(self, now: float) -> tuple[list[TurnRun], Prefill]:
-        """Admit waiting turns FCFS: (admitted, their prefill work and swap-ins)."""
+    def _admit(
+        self, now: float
+    ) -> tuple[list[TurnRun], Prefill, list[TurnRun], list[TurnRun] | None]:
+        """Admit waiting turns FCFS: (the turns whose prefill ends in this iteration, the
+        iteration's prefill work and swap-ins, the turns admitted in it, with chunked prefill the
+        turn of each of the prefill's sequences)."""
+        if self.chunks is not None:
+            return self._admit_chunked(now)
         pf = Prefill()
         if self.upp > 1:
             pf.deep_tokens = np.zeros(self.layers, dtype=np.int64)
@@ -542,7 +573,67 @@ class Scheduler:
             budget -= new_tokens
             admitted.append(run)
         pf.seqs = len(admitted)
-        return admitted, pf
+        return admitted, pf, admitted, None
+
+    def _admit_chunked(
+        self, now: float
+    ) -> tuple[list[TurnRun], Prefill, list[TurnRun], list[TurnRun]]:
+        """``_admit`` with chunked prefill: the prefills in progress take the budget first, in
+        admission order; then waiting turns are admitted while budget is left, each with as many
+        of its prefill tokens as fit (the rest in later iterations)."""
+        chunks = self.chunks
+        assert chunks is not None
+        pf, runs = Prefill(), []
+        admitted: list[TurnRun] = []
+        budget = self.cfg.max_batch_tokens - self.dec_seqs
+        jobs = list(chunks)
+        chunks.clear()  # refilled in order: a partial chunk uses up the budget, so it is the last
+        for job in jobs:
+            if budget > 0:
+                budget -= self._schedule_chunk(job.run, job.rest, budget, pf, runs, admitted)
+            else:
+                chunks.append(job)
+        fresh: list[TurnRun] = []
+        while (
+            budget > 0 and self.waiting and len(self.running) + len(chunks) < self.cfg.max_running
+        ):
+            run = self.waiting[0]
+            target, _, fetch, unheld = self._need(run)
+            if not self._room_for(run, fetch, unheld):
+                break  # no room now; it waits at the head of the queue
+            self.waiting.popleft()
+            work = Prefill()
+            self._make_resident(run, target, fetch, now, work)
+            work.seqs = 1
+            del self.running[run.admit_seq]  # running again once its prefill ends
+            fresh.append(run)
+            budget -= self._schedule_chunk(run, work, budget, pf, runs, admitted)
+        pf.seqs = len(pf.lens)
+        return admitted, pf, fresh, runs
+
+    def _schedule_chunk(
+        self,
+        run: TurnRun,
+        work: Prefill,
+        budget: int,
+        pf: Prefill,
+        runs: list[TurnRun],
+        admitted: list[TurnRun],
+    ) -> int:
+        """Put as much of ``run``'s prefill ``work`` as ``budget`` allows into the iteration's
+        ``pf`` (and ``run`` into ``runs``): all of it (the turn runs again and samples at the
+        iteration's end), or a chunk (the rest waits in ``chunks``). The tokens scheduled."""
+        assert self.chunks is not None
+        runs.append(run)
+        if work.tokens <= budget:
+            add_into(pf, work)
+            self.running[run.admit_seq] = run
+            admitted.append(run)
+            return work.tokens
+        chunk, rest = first_chunk(work, budget)
+        add_into(pf, chunk)
+        self.chunks.append(PrefillJob(run, rest))
+        return budget
 
     def _split(self, sess: SessionKV, as_cpu: np.ndarray | None = None) -> tuple[int, int, int]:
         """The session's tokens by where they are: (GPU hits, to swap in, to recompute). Units in
@@ -864,8 +955,12 @@ class Scheduler:
         arrival. The ledger is the one that iteration-by-iteration replay gives.
         """
         span = DecodeSpan()
-        if self.dec_seqs == 0 or (self.waiting and self._admissible(self.waiting[0])):
-            return span
+        if (
+            self.dec_seqs == 0
+            or self.chunks
+            or (self.waiting and self._admissible(self.waiting[0]))
+        ):
+            return span  # (a prefill in progress goes on in the next iteration)
         horizon = math.inf if next_arrival_s is None else next_arrival_s
         # A completion, or a run reaching its cap (it stops growing after that step), ends the span.
         stop = min(self._next_finish_step(), self._next_cap_step() + 1)
@@ -1040,10 +1135,13 @@ class Scheduler:
 
     def _admissible(self, run: TurnRun) -> bool:
         """Would ``_admit`` take this head-of-queue turn now (given room and limits)?"""
-        if len(self.running) >= self.cfg.max_running:
+        if len(self.running) + len(self.chunks or ()) >= self.cfg.max_running:
             return False
         _, new_tokens, fetch, unheld = self._need(run)
-        if new_tokens > self.cfg.max_batch_tokens - self.dec_seqs and self.dec_seqs:
+        budget = self.cfg.max_batch_tokens - self.dec_seqs
+        if self.chunks is not None and budget <= 0:
+            return False
+        if self.chunks is None and new_tokens > budget and self.dec_seqs:
             return False
         return self._room_for(run, fetch, unheld)
 
