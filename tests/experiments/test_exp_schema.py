@@ -460,3 +460,22 @@ def test_what_a_vllm_run_cannot_take_is_named(write_yaml, engine, extra, key, wo
         text = text.replace("evict_unit: block}", "evict_unit: session}")
     msg = error_of(write_yaml(text))
     assert f": {key}" in msg and words in msg, msg
+
+
+@pytest.mark.parametrize(
+    "engine,unit,words",
+    [
+        ("{kind: vllm-v1, chunked_prefill: true}", "block", "applies to engine.kind kvsim"),
+        ("{chunked_prefill: true}", "layer_block", "layer_block"),
+        ("{chunked_prefill: true, fused_recompute: false}", "block", "fused_recompute"),
+    ],
+)
+def test_chunked_prefill_combinations_it_does_not_model_are_named(write_yaml, engine, unit, words):
+    text = BASE.replace("evict_unit: block", f"evict_unit: {unit}") + f"engine: {engine}\n"
+    msg = error_of(write_yaml(text))
+    assert ": engine.chunked_prefill" in msg and words in msg, msg
+
+
+def test_chunked_prefill_reaches_the_engine(write_yaml):
+    exp = load_experiment(write_yaml(BASE + "engine: {chunked_prefill: true}\n"))
+    assert all(p.engine.chunked_prefill for p in exp.grid())
