@@ -118,6 +118,9 @@ class Replay:
     rejected_turns: int = 0  # turns longer than max_model_len, with the rest of their session
     end_s: float = 0.0
     num_steps: int = 0
+    # the most blocks the conversations in progress need at once, each at its current turn's full
+    # length (prompt and every output): from a turn's arrival to its session's last completion
+    peak_demand_blocks: int = 0
 
 
 def step_shape(view: StepView, live: dict[str, TurnState]) -> BatchShape:
@@ -177,6 +180,8 @@ def replay(
         heapq.heappush(arrivals, (s.start_s, order, i, 0))
         order += 1
     live: dict[str, TurnState] = {}
+    demand: dict[int, int] = {}  # session -> blocks of its current turn, whole
+    demand_sum = 0
     depth = 2 if async_scheduling else 1  # steps planned and not yet updated, at most
     queue: deque[_Planned] = deque()  # oldest first
     now = arrivals[0][0] if arrivals else 0.0
@@ -190,8 +195,13 @@ def replay(
             prompt = s.history_tokens(k) + turn.prompt_tokens
             if prompt + turn.output_tokens > max_model_len:  # as a server refuses it
                 out.rejected_turns += len(s.turns) - k
+                demand_sum -= demand.pop(i, 0)  # the conversation ends here
                 continue
             rid = f"{s.session_id}/{k}"
+            blocks = -(-(prompt + turn.output_tokens) // block_size)
+            demand_sum += blocks - demand.get(i, 0)
+            demand[i] = blocks
+            out.peak_demand_blocks = max(out.peak_demand_blocks, demand_sum)
             st = TurnState(i, k, rid, prompt, turn.output_tokens, t, num_tokens=prompt)
             live[rid] = st
             side.add(rid, tokens[i], prompt, turn.output_tokens)
@@ -230,6 +240,8 @@ def replay(
                 nxt = next_arrival_s(s.turns[st.k], s.turns[st.k + 1], now, replay_mode)
                 heapq.heappush(arrivals, (nxt, order, st.session, st.k + 1))
                 order += 1
+            else:
+                demand_sum -= demand.pop(st.session)
     out.end_s = now
     out.num_steps = step
     return out

@@ -87,6 +87,8 @@ class Request:
     placeholders: int = 0  # async: outputs in flight, counted in num_computed
     in_flight: int = 0  # tokens scheduled in steps whose output has not arrived
     stale: int = 0  # of those, scheduled before the request was preempted
+    # its last prefix lookup while waiting: (hit blocks, the pool's evictions then, num_tokens)
+    hit_memo: tuple[list[int], int, int] | None = None
 
     @property
     def num_output(self) -> int:
@@ -138,6 +140,7 @@ class VllmScheduler:
         sched: list[tuple[Request, int, int]] = []
         preempted: list[Request] = []
         running = self.running
+        bs = self.bs
         i = 0
         while i < len(running) and budget > 0:
             req = running[i]
@@ -153,6 +156,22 @@ class VllmScheduler:
                 n = threshold
             n = min(n, budget, self.model_len - req.num_computed - 1)
             if n <= 0:
+                i += 1
+                continue
+            if (
+                n == 1
+                and req.num_computed < len(req.blocks) * bs
+                and (
+                    req.num_computed + 1
+                    if req.num_computed + 1 < req.num_tokens
+                    else req.num_tokens
+                )
+                // bs
+                <= req.num_cached
+            ):
+                # a decode inside its last block, with nothing to cache (``_allocate``'s fast path)
+                sched.append((req, 1, req.num_computed))
+                budget -= 1
                 i += 1
                 continue
             fits = self._allocate(req, n)
@@ -221,7 +240,12 @@ class VllmScheduler:
             had_placeholders = req.placeholders > 0
             if not stale and had_placeholders:
                 req.placeholders -= 1
-            if not stale and had_placeholders and req.status == RUNNING:
+            if (
+                not stale
+                and had_placeholders
+                and req.status == RUNNING
+                and (req.num_computed - req.in_flight) // self.bs > req.num_cached
+            ):
                 self._cache(req, req.num_computed - req.in_flight)  # the token is known now
             if req.num_output >= req.max_tokens or req.num_tokens >= self.model_len:
                 self._finish(req)
@@ -233,14 +257,24 @@ class VllmScheduler:
     # --- the KV cache manager ----------------------------------------------------------------
 
     def _longest_hit(self, req: Request) -> list[int]:
-        """The cached blocks of the longest cached prefix, at most num_tokens - 1 tokens."""
-        lookup, key = self.pool.lookup, req.block_key
-        out = []
-        for j in range((req.num_tokens - 1) // self.bs):
+        """The cached blocks of the longest cached prefix, at most num_tokens - 1 tokens.
+
+        A blocked head of the queue asks every step. Its last answer stands while no cached block
+        was evicted (blocks only gain keys otherwise, and a key's first block stays first) and
+        the next key of its chain is still not cached: then only that one lookup is made."""
+        pool = self.pool
+        lookup, key = pool.lookup, req.block_key
+        memo = req.hit_memo
+        if memo is not None and memo[1] == pool.evictions and memo[2] == req.num_tokens:
+            out = memo[0]
+        else:
+            out = []
+        for j in range(len(out), (req.num_tokens - 1) // self.bs):
             block = lookup(key(j))
             if block is None:
                 break
             out.append(block)
+        req.hit_memo = (out, pool.evictions, req.num_tokens)
         return out
 
     def _blocks_needed(self, req: Request, tokens: int, hit_blocks: Sequence[int]) -> int:

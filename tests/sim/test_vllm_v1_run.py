@@ -180,3 +180,17 @@ def test_async_scheduling_plans_a_step_ahead_so_a_new_turn_waits_one_more_step()
         turns = {t.rid: t for t in run.turns}
         assert turns["a/0"].first_token_s == 1.0 and turns["a/0"].finish_s == 3.0
     assert admitted == {False: {"a/0": 0.0, "b/0": 1.0}, True: {"a/0": 0.0, "b/0": 2.0}}
+
+
+def test_peak_demand_is_the_conversations_in_progress_at_their_turns_full_length():
+    from traces.records import Session, Turn
+
+    # a: turn 0 of 100 + 20 tokens, turn 1 of 50 + 30 more (its context 200: 13 blocks of 16);
+    # b: one turn of 300 + 200 (32 blocks), still decoding when a's turn 1 arrives
+    trace = [
+        Session("a", (Turn(100, 20, arrival_s=0.0), Turn(50, 30, think_s=0.0))),
+        Session("b", (Turn(300, 200, arrival_s=0.0),)),
+    ]
+    res = simulate_vllm(trace, COST, MemoryConfig(gpu_kv_gb=1.0, block_tokens=16), VLLM)
+    page = 16 * COST.kv_bytes_per_token
+    assert res.stats.peak_demand_bytes == (13 + 32) * page
