@@ -118,6 +118,7 @@ class VllmScheduler:
         self.running: list[Request] = []
         self.waiting: deque[Request] = deque()
         self.in_flight: deque[StepPlan] = deque()  # planned steps whose output has not arrived
+        self._blocked: tuple[tuple, int] = ((), 0)  # the head that last did not fit, as it was
         self.bs = cfg.block_size
 
     def add(self, req: Request) -> None:
@@ -189,7 +190,7 @@ class VllmScheduler:
             i += 1
         admitted: list[Request] = []
         if not preempted:
-            waiting = self.waiting
+            waiting, pool = self.waiting, self.pool
             skipped: list[Request] = []
             while budget > 0 and waiting and len(running) < cfg.max_num_seqs:
                 req = waiting[0]
@@ -197,12 +198,18 @@ class VllmScheduler:
                     skipped.append(waiting.popleft())
                     continue
                 hit_blocks = self._longest_hit(req) if cfg.enable_prefix_caching else []
+                # The head did not fit last time: with the same hit, budget and evictions, and no
+                # more free blocks, it still does not (only a free or an eviction changes that).
+                state = (req, req.num_tokens, len(hit_blocks), budget, threshold, pool.evictions)
+                if state == self._blocked[0] and pool.num_free <= self._blocked[1]:
+                    break
                 hit = len(hit_blocks) * self.bs
                 n = req.num_tokens - hit
                 if 0 < threshold < n:
                     n = threshold
                 n = min(n, budget)
                 if not self._allocate(req, n, hit_blocks, cfg.scheduler_reserve_full_isl):
+                    self._blocked = (state, pool.num_free)
                     break
                 waiting.popleft()
                 running.append(req)
