@@ -20,7 +20,7 @@ def check_invariants(sched) -> None:
     candidates = [0, 0]
     running = {run.sess.index: run for run in sched.running.values()}
     # turns in the middle of a chunked prefill hold their session (its KV is as admitted)
-    holding = running | {job.run.sess.index: job.run for job in sched.chunks or ()}
+    holding = running | {run.sess.index: run for run in sched.chunking}
     offload = getattr(sched, "offload", None)
     for sess in sched.kv:
         run = running.get(sess.index)

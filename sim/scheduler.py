@@ -450,6 +450,11 @@ class Scheduler:
                 run.copy_stall_s = stall
         return Step(duration, admitted, self.dec_seqs, prefill.lens, runs)
 
+    @property
+    def chunking(self) -> list[TurnRun]:
+        """Turns in the middle of a chunked prefill, oldest first (admitted, not yet running)."""
+        return [job.run for job in self.chunks or ()]
+
     def _decode_lens(self, admitted: list[TurnRun]) -> tuple[int, ...]:
         """Each decoding sequence's context this step, in admission order (the decoders are the
         running turns not admitted in this step)."""
@@ -1135,7 +1140,7 @@ class Scheduler:
 
     def _admissible(self, run: TurnRun) -> bool:
         """Would ``_admit`` take this head-of-queue turn now (given room and limits)?"""
-        if len(self.running) + len(self.chunks or ()) >= self.cfg.max_running:
+        if len(self.running) + len(self.chunking) >= self.cfg.max_running:
             return False
         _, new_tokens, fetch, unheld = self._need(run)
         budget = self.cfg.max_batch_tokens - self.dec_seqs

@@ -59,11 +59,11 @@ class KvsimStepLog:
             "hit": hit,
             "preempted": sorted(_rid(r) for r in sched.waiting if id(r) in self.runs),
             "free_blocks": None if math.isinf(cap) else int((cap - used) // sched.page_bytes),
-            "running": len(sched.running) + len(sched.chunks or ()),
+            "running": len(sched.running) + len(sched.chunking),
             "waiting": len(sched.waiting),
             "done": [],
         }
-        chunking = [job.run for job in sched.chunks or ()]
+        chunking = sched.chunking
         self.chunking = {id(r) for r in chunking}
         self.runs = {id(r): r for r in [*sched.running.values(), *chunking]}
 
@@ -75,7 +75,7 @@ class KvsimStepLog:
         sched = self.sched
         assert sched is not None  # set with the entry
         running = {id(r) for r in sched.running.values()}
-        running.update(id(job.run) for job in sched.chunks or ())
+        running.update(map(id, sched.chunking))
         waiting = {id(r) for r in sched.waiting}
         gone = [r for i, r in self.runs.items() if i not in running and i not in waiting]
         self.pending["done"] = sorted(_rid(r) for r in gone)

@@ -170,7 +170,8 @@ class VllmScheduler:
                 // bs
                 <= req.num_cached
             ):
-                # a decode inside its last block, with nothing to cache (``_allocate``'s fast path)
+                # the common case, a decode inside its last block: nothing to take, nothing to
+                # cache (what ``_allocate`` would find, without its work)
                 sched.append((req, 1, req.num_computed))
                 budget -= 1
                 i += 1
@@ -299,12 +300,6 @@ class VllmScheduler:
         whole_sequence_must_fit: bool = False,
     ) -> bool:
         pool, bs, model_len = self.pool, self.bs, self.model_len
-        if not hit_blocks and not whole_sequence_must_fit:
-            # The common case, a decode inside its last block: nothing to take, nothing to cache.
-            end = req.num_computed + n
-            full = (end if end < req.num_tokens else req.num_tokens) // bs
-            if -(-min(end, model_len) // bs) <= len(req.blocks) and full <= req.num_cached:
-                return True
         computed = min(req.num_computed + len(hit_blocks) * bs, model_len)
         if whole_sequence_must_fit:
             whole = min(req.num_tokens, model_len)
