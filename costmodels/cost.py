@@ -606,6 +606,12 @@ class CostModel:
         """A lone prefill iteration (TTFT with the whole history resident and an empty queue)."""
         return self.iteration(BatchShape.prefill(n_new, n_ctx)).total_s
 
+    @property
+    def decode_lens_matter(self) -> bool:
+        """Whether a decode batch's price depends on each sequence's context, not only on their
+        sum (the profile has a decode wave term)."""
+        return self._dec_waves
+
     def decode_step_s(self, seqs: int, ctx_tokens: int) -> float:
         """A decode-only iteration of ``seqs`` sequences over ``ctx_tokens`` total context.
 

@@ -128,11 +128,9 @@ def _synthetic_case(args: argparse.Namespace) -> tuple:
 def _check(trace, cfg, cost, mode: str, python: str, out) -> int:
     """Run both sides; print their speeds and the first mismatch. 1 on a mismatch, else 0."""
     from experiments.vllm_check import describe_mismatch, first_mismatch, run_both
+    from sim.vllm_v1.loop import StepPrices
 
-    def price(shape):
-        return cost.iteration(shape).total_s
-
-    runs = run_both(trace, cfg, python, price, mode)
+    runs = run_both(trace, cfg, python, StepPrices(cost), mode)
     logs = {name: run.steps for name, (run, _) in runs.items()}
     rates = {name: run.num_steps / wall for name, (run, wall) in runs.items()}
     if out:

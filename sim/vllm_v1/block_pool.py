@@ -63,17 +63,24 @@ class BlockPool:
         if n > len(self.free):
             raise ValueError(f"cannot take {n} blocks: {len(self.free)} free")
         out = []
-        pop, key, ref = self.free.popitem, self.key, self.ref_cnt
-        t0 = 0
+        pop, key, ref, cached = self.free.popitem, self.key, self.ref_cnt, self.cached
+        t0 = evicted = 0
         for _ in range(n):
             block = pop(last=False)[0]
-            if key[block] is not None:
+            k = key[block]
+            if k is not None:  # _uncache, inline: the hot path of a cache under pressure
                 t0 = t0 or time.perf_counter_ns()
-                self.num_free_cached -= 1
-                self._uncache(block)
+                evicted += 1
+                holders = cached[k]
+                del holders[block]
+                if not holders:
+                    del cached[k]
+                key[block] = None
             ref[block] = 1
             out.append(block)
         if t0:
+            self.num_free_cached -= evicted
+            self.evictions += evicted
             self.evict_ns.append(time.perf_counter_ns() - t0)
         return out
 
@@ -113,6 +120,24 @@ class BlockPool:
             raise AssertionError(f"block {block} holds {self.key[block]!r}, not {key!r}")
         self.key[block] = key
         self.cached.setdefault(key, {})[block] = None
+
+    def cache_blocks(
+        self, blocks: list[int], first: int, keys: Sequence[Key], now: float = 0.0
+    ) -> None:
+        """``cache(blocks[first + i], keys[i], first + i, now)`` for each key, in order."""
+        key_of, cached = self.key, self.cached
+        for block, k in zip(blocks[first : first + len(keys)], keys, strict=True):
+            old = key_of[block]
+            if old == k:
+                continue
+            if old is not None:
+                raise AssertionError(f"block {block} holds {old!r}, not {k!r}")
+            key_of[block] = k
+            holders = cached.get(k)
+            if holders is None:
+                cached[k] = {block: None}
+            else:
+                holders[block] = None
 
     def _uncache(self, block: int) -> None:
         key = self.key[block]
@@ -232,6 +257,12 @@ class PolicyBlockPool(BlockPool):
         for block in reversed(first):
             free[block] = None
             free.move_to_end(block, last=False)
+
+    def cache_blocks(
+        self, blocks: list[int], first: int, keys: Sequence[Key], now: float = 0.0
+    ) -> None:
+        for j, k in enumerate(keys, first):
+            self.cache(blocks[j], k, j, now)
 
     def cache(self, block: int, key: Key, index: int = 0, now: float = 0.0) -> None:
         if self.key[block] == key:

@@ -24,10 +24,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from costmodels import BatchShape, attention_pairs
+import numpy as np
+
+from costmodels import BatchShape, CostModel, attention_pairs
 from sim.arrivals import next_arrival_s
 from sim.prefix import prefix_keys
-from sim.vllm_v1.scheduler import Request, VllmConfig, VllmScheduler
+from sim.pricing import running_sum
+from sim.vllm_v1.scheduler import Request, SteadyDecodes, VllmConfig, VllmScheduler
 from sim.vllm_v1.tokens import SessionTokens
 from traces.records import Session
 
@@ -56,6 +59,33 @@ class Side(Protocol):
     def has_requests(self) -> bool: ...
 
 
+class StepPrices:
+    """A step's duration from the cost model and its exact batch; runs of decode-only steps of
+    an unchanged batch at once (to the last bit, the same durations). Subclasses book what they
+    need of each step in ``__call__`` and ``book_decodes``."""
+
+    def __init__(self, cost: CostModel) -> None:
+        self.cost = cost
+
+    def __call__(self, shape: BatchShape) -> float:
+        return self.cost.iteration(shape).total_s
+
+    def decodes(self, lens: Sequence[int], steps: int) -> np.ndarray:
+        """Durations of ``steps`` decode-only steps of requests whose contexts are ``lens`` in the
+        first and one token longer in each step after it."""
+        seqs = len(lens)
+        if not self.cost.decode_lens_matter:
+            return self.cost.decode_steps_s(seqs, sum(lens) + seqs * np.arange(steps))
+        out = np.empty(steps)
+        for j in range(steps):
+            grown = tuple(c + j for c in lens)
+            out[j] = self(BatchShape.decode(seqs, sum(grown), grown))
+        return out
+
+    def book_decodes(self, durations: np.ndarray, seqs: int, held: list[int]) -> None:
+        """A run of decode steps priced by ``decodes`` ran (``held``: blocks holding KV in each)."""
+
+
 class KvsimSide:
     """kvsim's vLLM v1 scheduler behind the ``Side`` interface."""
 
@@ -64,7 +94,7 @@ class KvsimSide:
         self.requests: dict[str, Request] = {}
 
     def add(self, rid: str, tokens: SessionTokens, prompt_len: int, max_tokens: int) -> None:
-        req = Request(rid, prompt_len, max_tokens, tokens.block_key)
+        req = Request(rid, prompt_len, max_tokens, tokens.block_key, tokens.block_keys)
         self.requests[rid] = req
         self.sched.add(req)
 
@@ -89,6 +119,17 @@ class KvsimSide:
 
     def has_requests(self) -> bool:
         return self.sched.has_requests()
+
+    def steady_decodes(self) -> SteadyDecodes | None:
+        return self.sched.steady_decodes()
+
+    def advance_decodes(
+        self, run: SteadyDecodes, k: int, plan_times: Sequence[float]
+    ) -> tuple[list[int], list[int]]:
+        return self.sched.advance_decodes(run, k, plan_times)
+
+    def waiting_count(self) -> int:
+        return len(self.sched.waiting)
 
 
 @dataclass(slots=True)
@@ -160,12 +201,18 @@ def replay(
     on_step: Callable[[dict], None] | None = None,
     on_turn: Callable[[TurnState], None] | None = None,
     async_scheduling: bool = False,
+    decode_spans: bool = True,
 ) -> Replay:
     """Run ``sessions`` through ``side``; ``price(batch)`` is a step's duration in seconds.
 
     Each step's log entry (docs/semantics.md, "The step log") goes to ``on_step``, or is kept in
     ``Replay.steps`` with ``log_steps``; each finished turn goes to ``on_turn``, or is kept in
-    ``Replay.turns`` when there is no ``on_turn``."""
+    ``Replay.turns`` when there is no ``on_turn``.
+
+    With kvsim's scheduler and ``StepPrices``, runs of steady decode steps (nothing but the
+    running requests' lengths changes, up to the next arrival, finish or preemption) are taken in
+    one go, to the same log and clock as step by step (``decode_spans=False``)."""
+    spans = decode_spans and isinstance(side, KvsimSide) and isinstance(price, StepPrices)
     out = Replay()
     if log_steps:
         on_step = out.steps.append
@@ -206,6 +253,14 @@ def replay(
             live[rid] = st
             side.add(rid, tokens[i], prompt, turn.output_tokens)
         if side.has_requests():
+            if spans and len(queue) == depth - 1:
+                run = side.steady_decodes()  # type: ignore[attr-defined]
+                if run is not None:
+                    horizon = arrivals[0][0] if arrivals else math.inf
+                    now, gpu_free, step = _decode_span(
+                        run, side, price, queue, live, now, gpu_free, step, horizon, on_step
+                    )
+                    continue
             planned = _plan(side.schedule(now), live, max(now, gpu_free), step, price)
             if planned.view.sched:
                 gpu_free = planned.end
@@ -309,3 +364,67 @@ def _plan(
             st.num_tokens += 1
             sampled.append(rid)
     return _Planned(view, step, start, dur, sampled)
+
+
+def _decode_span(
+    run: SteadyDecodes,
+    side: KvsimSide,
+    prices: StepPrices,
+    queue: deque[_Planned],
+    live: dict[str, TurnState],
+    now: float,
+    gpu_free: float,
+    step: int,
+    horizon: float,
+    on_step: Callable[[dict], None] | None,
+) -> tuple[float, float, int]:
+    """Steady decode steps in one go: as many of ``run``'s as are planned before ``horizon`` (the
+    next arrival; the first always is). Step j is planned at the end of step j-1 (sync) or j-2
+    (async: the queue holds step 0, in flight), and starts when the GPU is free. Returns the
+    loop's ``now``, ``gpu_free`` and ``step`` after it; async, the last step stays in flight."""
+    reqs = run.reqs
+    lens = [r.num_computed + 1 for r in reqs]  # each decode's context in the first step
+    sync = not queue
+    start = max(now, gpu_free)
+    want = min(64, run.steps)
+    while True:
+        dur = prices.decodes(lens, want)
+        ends = running_sum(start, dur)[1:]  # step j ends at ends[j - 1]
+        if sync:
+            plan = np.concatenate(([now], ends[:-1]))
+        else:  # planned when step j - 2 ended (step 0, in flight, ends at gpu_free)
+            plan = np.concatenate(([now, gpu_free], ends[:-2]))[:want]
+        k = int(np.searchsorted(plan[1:], horizon, side="left")) + 1
+        if k < want or want == run.steps:
+            break
+        want = min(2 * want, run.steps)
+    dur, plan = dur[:k], plan[:k]
+    free, held = side.advance_decodes(run, k, plan.tolist())
+    prices.book_decodes(dur, len(reqs), held)
+    rids = [r.rid for r in reqs]
+    for rid, c in zip(rids, lens, strict=True):
+        st = live[rid]
+        st.num_tokens += k
+        st.computed = c - 1 + k
+    starts = np.concatenate(([start], ends[: k - 1])).tolist()
+    durs = dur.tolist()
+    waiting = side.waiting_count()
+
+    def view(j: int) -> StepView:  # step j of the span, 1-based
+        sched = [(rid, 1, c + j - 2) for rid, c in zip(rids, lens, strict=True)]
+        return StepView(sched, [], [], free[j - 1], len(rids), waiting)
+
+    if not sync:
+        pending = queue.popleft()
+        for rid in pending.sampled:  # its output arrives in the span
+            st = live[rid]
+            if math.isnan(st.first_token_s):
+                st.first_token_s = gpu_free
+        if on_step is not None:
+            on_step(pending.log_entry([]))
+        queue.append(_Planned(view(k), step + k - 1, starts[k - 1], durs[k - 1], rids))
+    if on_step is not None:
+        for j in range(1, k + 1 if sync else k):
+            on_step(_Planned(view(j), step + j - 1, starts[j - 1], durs[j - 1], rids).log_entry([]))
+    end = float(ends[k - 1])
+    return (end if sync else float(ends[k - 2]) if k > 1 else gpu_free), end, step + k

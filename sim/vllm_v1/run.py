@@ -22,7 +22,7 @@ from sim.policies import PolicyContext, policy_class
 from sim.results import EngineStats, Ledger, SimResult, ledger_frame, run_labels
 from sim.units import Tier
 from sim.vllm_v1.block_pool import BlockView, PolicyBlockPool
-from sim.vllm_v1.loop import KvsimSide, TurnState, replay
+from sim.vllm_v1.loop import KvsimSide, StepPrices, TurnState, replay
 from sim.vllm_v1.scheduler import VllmConfig, VllmScheduler
 from traces.records import Session
 
@@ -104,21 +104,7 @@ def simulate_vllm(
     side = KvsimSide(sched)
     page_bytes = cfg.block_size * cost.kv_bytes_per_token
     ledger = Ledger()
-    step_s: list[float] = []
-    step_decode: list[int] = []
-    area = [0.0, 0]  # block-seconds holding KV, most blocks holding KV
-    usable = cfg.num_blocks - 1
-
-    def price(shape: BatchShape) -> float:
-        dur = cost.iteration(shape).total_s
-        pool = sched.pool
-        held = usable - pool.num_free + pool.num_free_cached  # held, or free with a key
-        area[0] += held * dur
-        area[1] = max(area[1], held)
-        if shape.decode_seqs:
-            step_s.append(dur)
-            step_decode.append(shape.decode_seqs)
-        return dur
+    price = _BookedPrices(cost, sched)
 
     def on_turn(st: TurnState) -> None:
         s = sessions[st.session]
@@ -141,14 +127,15 @@ def simulate_vllm(
     start = min((s.start_s for s in sessions), default=0.0)
     sim_time = max(0.0, run.end_s - start)
     pool = sched.pool
+    usable = cfg.num_blocks - 1
     stats = EngineStats(
         sim_time_s=sim_time,
         steps=run.num_steps,
         output_tokens=int(sum(ledger.columns["output_tokens"])),
         gpu_capacity_bytes=cfg.num_blocks * page_bytes,
         cpu_capacity_bytes=0,
-        gpu_util=area[0] / (usable * sim_time) if sim_time > 0 else math.nan,
-        gpu_peak_bytes=int(area[1]) * page_bytes,
+        gpu_util=price.block_s / (usable * sim_time) if sim_time > 0 else math.nan,
+        gpu_peak_bytes=price.peak_held * page_bytes,
         peak_demand_bytes=run.peak_demand_blocks * page_bytes,
         swap_in_bytes=0,
         swap_out_bytes=0,
@@ -156,8 +143,8 @@ def simulate_vllm(
         preemptions=int(sum(ledger.columns["preemptions"])),
         preempt_recompute_tokens=int(sum(ledger.columns["preempt_recompute_tokens"])),
         evict_us=np.asarray(pool.evict_ns, dtype=np.float64) / 1e3,
-        step_s=np.asarray(step_s, dtype=np.float64),
-        step_decode_seqs=np.asarray(step_decode, dtype=np.int64),
+        step_s=np.asarray(price.step_s, dtype=np.float64),
+        step_decode_seqs=np.asarray(price.step_decode, dtype=np.int64),
         rejected_turns=run.rejected_turns,
         policy_metrics=(pool.policy.metrics(),) if isinstance(pool, PolicyBlockPool) else (),
         wall_s=time.perf_counter() - wall0,
@@ -167,6 +154,41 @@ def simulate_vllm(
         stats=stats,
         labels=run_labels(policy, memory, seed),
     )
+
+
+class _BookedPrices(StepPrices):
+    """Step prices that also book each step: its duration (decode steps), and the blocks holding
+    KV (held, or free with a key) over time."""
+
+    def __init__(self, cost: CostModel, sched: VllmScheduler) -> None:
+        super().__init__(cost)
+        self.pool = sched.pool
+        self.usable = sched.cfg.num_blocks - 1
+        self.block_s = 0.0  # block-seconds holding KV
+        self.peak_held = 0
+        self.step_s: list[float] = []
+        self.step_decode: list[int] = []
+
+    def __call__(self, shape: BatchShape) -> float:
+        dur = self.cost.iteration(shape).total_s
+        pool = self.pool
+        held = self.usable - pool.num_free + pool.num_free_cached
+        self.block_s += held * dur
+        self.peak_held = max(self.peak_held, held)
+        if shape.decode_seqs:
+            self.step_s.append(dur)
+            self.step_decode.append(shape.decode_seqs)
+        return dur
+
+    def book_decodes(self, durations: np.ndarray, seqs: int, held: list[int]) -> None:
+        durs = durations.tolist()
+        block_s = self.block_s
+        for h, d in zip(held, durs, strict=True):  # in step order: the same sum as step by step
+            block_s += h * d
+        self.block_s = block_s
+        self.peak_held = max(self.peak_held, max(held))
+        self.step_s.extend(durs)
+        self.step_decode.extend([seqs] * len(durs))
 
 
 def _ledger_row(s: Session, st: TurnState, turn, bs: int, cost: CostModel) -> tuple:

@@ -31,6 +31,7 @@ still delivered, and the request waits (without blocking the queue behind it) un
 
 from __future__ import annotations
 
+import heapq
 from collections import deque
 from collections.abc import Callable, Collection, Hashable, Sequence
 from dataclasses import dataclass, field
@@ -79,6 +80,8 @@ class Request:
     num_prompt_tokens: int
     max_tokens: int
     block_key: Callable[[int], Hashable]  # block j's key: the hash of the context through it
+    # block_keys(first, end): the keys of blocks first..end-1 at once (None: block_key each)
+    block_keys: Callable[[int, int], Sequence[Hashable]] | None = None
     num_tokens: int = 0
     num_computed: int = 0
     status: int = WAITING
@@ -93,6 +96,15 @@ class Request:
     @property
     def num_output(self) -> int:
         return self.num_tokens - self.num_prompt_tokens
+
+
+@dataclass(slots=True)
+class SteadyDecodes:
+    """Running requests that can decode ``steps`` steps in a row, nothing else changing."""
+
+    reqs: list[Request]  # in running order
+    steps: int
+    ctx: int  # the first step's decode contexts, summed (each grows by one a step)
 
 
 @dataclass(slots=True)
@@ -262,6 +274,139 @@ class VllmScheduler:
             self.running = [r for r in self.running if r.status != FINISHED]
         return done
 
+    # --- runs of steady decode steps -----------------------------------------------------------
+
+    def steady_decodes(self) -> SteadyDecodes | None:
+        """The running requests, if the next ``schedule()`` decodes each of them one token and so
+        would the steps after it until one finishes or a block allocation would preempt (with no
+        arrival meanwhile); None otherwise.
+
+        Steady means: every running request has exactly the next token to compute (sync: the last
+        sampled one; async: the placeholder of the one in flight, in the one step in flight), the
+        batch fits the token budget, and the queue admits nothing: it is empty, or its head cannot
+        fit its whole sequence (``scheduler_reserve_full_isl``; without prefix caching, the tokens
+        it would be granted). Decodes only take free blocks and cache blocks of their own
+        session's context, which no waiting request can hit, so a head that does not fit stays
+        out. Preemption-free: the span ends before the first step whose blocks are not free."""
+        cfg, running, pool, bs = self.cfg, self.running, self.pool, self.bs
+        n_run = len(running)
+        if not n_run or n_run > cfg.max_num_batched_tokens:
+            return None
+        sync = not cfg.async_scheduling
+        if len(self.in_flight) != (0 if sync else 1):
+            return None
+        lag = 1 if sync else 0  # num_tokens - num_computed of a steady decoder
+        if self.waiting and n_run < cfg.max_num_seqs and not self._head_stays_out(n_run):
+            return None
+        steps = 1 << 62
+        allocs = []  # the first step in the span that takes a block, per request
+        ctx = 0
+        for req in running:
+            if (
+                req.num_tokens - req.num_computed != lag
+                or req.placeholders != 1 - lag
+                or req.in_flight != 1 - lag
+                or req.stale
+            ):
+                return None
+            # the step whose output finishes it must be planned by schedule() (async: the one
+            # before it, which skips it)
+            end = min(req.num_prompt_tokens + req.max_tokens, self.model_len)
+            steps = min(steps, end - req.num_tokens - 1)
+            allocs.append(len(req.blocks) * bs - req.num_computed + 1)
+            ctx += req.num_computed + 1
+        if steps < 1:
+            return None
+        free = pool.num_free
+
+        def taken(k: int) -> int:  # blocks the first k steps take
+            return sum((k - a) // bs + 1 for a in allocs if a <= k)
+
+        if taken(steps) > free:  # the last k whose blocks are free
+            lo, hi = 0, steps
+            while lo < hi:
+                mid = (lo + hi + 1) // 2
+                lo, hi = (mid, hi) if taken(mid) <= free else (lo, mid - 1)
+            steps = lo
+        if steps < 1:
+            return None
+        return SteadyDecodes(list(running), steps, ctx)
+
+    def _head_stays_out(self, n_run: int) -> bool:
+        """Whether the head of the queue is not admitted in a steady step, nor in the ones after
+        it (they only take free blocks, and evict blocks that cannot lengthen its hit)."""
+        cfg, head = self.cfg, self.waiting[0]
+        if head.stale:
+            return False
+        budget = cfg.max_num_batched_tokens - n_run
+        if cfg.enable_prefix_caching:
+            if not cfg.scheduler_reserve_full_isl:
+                return False  # a shorter hit can need fewer blocks for a budget-capped chunk
+            return not self._fits(head, 0, self._longest_hit(head), True)
+        n = min(head.num_tokens, budget)
+        if 0 < cfg.long_prefill_token_threshold < n:
+            n = cfg.long_prefill_token_threshold
+        return not self._fits(head, n, (), cfg.scheduler_reserve_full_isl)
+
+    def advance_decodes(
+        self, run: SteadyDecodes, k: int, plan_times: Sequence[float]
+    ) -> tuple[list[int], list[int]]:
+        """Apply ``k`` steps of ``run`` (at most ``run.steps``), as ``schedule()`` and ``update``
+        would: step j (1-based) planned at ``plan_times[j - 1]``; sync, each step's output
+        applied; async, the step in flight and steps 1..k-1 applied, step k in flight.
+
+        Only the steps where a request takes a block or caches one touch it (in running order,
+        as ``schedule()``); the others just lengthen it. Returns the pool's free blocks and the
+        blocks holding KV (held or cached) after each step's allocations."""
+        bs, pool, sync = self.bs, self.pool, not self.cfg.async_scheduling
+        reqs = run.reqs
+        c0 = [r.num_computed for r in reqs]
+        n0 = [r.num_tokens for r in reqs]
+        # tokens whose blocks a step's allocation caches: sync, its own; async, the known ones
+        x0 = c0 if sync else [n - 1 for n in n0]
+        usable = pool.num_blocks - 1
+
+        def next_event(i: int) -> int:
+            r = reqs[i]
+            return max(1, min(len(r.blocks) * bs - c0[i] + 1, (r.num_cached + 1) * bs - x0[i]))
+
+        events = [(next_event(i), i) for i in range(len(reqs))]
+        heapq.heapify(events)
+        free = [0] * k
+        held = [0] * k
+        done = 0  # steps whose counts are filled in
+        while events and events[0][0] <= k:
+            j = events[0][0]
+            f, h = pool.num_free, usable - pool.num_free + pool.num_free_cached
+            free[done : j - 1] = [f] * (j - 1 - done)
+            held[done : j - 1] = [h] * (j - 1 - done)
+            self.now = plan_times[j - 1]
+            due = []
+            while events and events[0][0] == j:
+                due.append(heapq.heappop(events)[1])
+            for i in sorted(due):
+                req = reqs[i]
+                req.num_computed, req.num_tokens = c0[i] + j - 1, n0[i] + j - 1
+                if not self._allocate(req, 1):
+                    raise AssertionError(f"{req.rid}: no free block in a steady decode span")
+                nxt = next_event(i)
+                if nxt <= j:
+                    raise AssertionError(f"{req.rid}: its blocks are behind its tokens at step {j}")
+                heapq.heappush(events, (nxt, i))
+            free[j - 1], held[j - 1] = pool.num_free, usable - pool.num_free + pool.num_free_cached
+            done = j
+        f, h = pool.num_free, usable - pool.num_free + pool.num_free_cached
+        free[done:] = [f] * (k - done)
+        held[done:] = [h] * (k - done)
+        for i, req in enumerate(reqs):
+            req.num_computed, req.num_tokens = c0[i] + k, n0[i] + k
+        if not sync:  # step k is in flight now
+            self.in_flight[0] = StepPlan(
+                [(r, 1, c0[i] + k - 1) for i, r in enumerate(reqs)], [], []
+            )
+        self.now = plan_times[k - 1]
+        return free, held
+
     # --- the KV cache manager ----------------------------------------------------------------
 
     def _longest_hit(self, req: Request) -> list[int]:
@@ -292,6 +437,22 @@ class VllmScheduler:
         new = max(cdiv(tokens, self.bs) - len(hit_blocks) - len(req.blocks), 0)
         return new + sum(1 for b in hit_blocks if ref[b] == 0)
 
+    def _fits(
+        self,
+        req: Request,
+        n: int,
+        hit_blocks: Sequence[int] = (),
+        whole_sequence_must_fit: bool = False,
+    ) -> bool:
+        """Whether ``_allocate`` would succeed (it changes nothing)."""
+        free, model_len = self.pool.num_free, self.model_len
+        if whole_sequence_must_fit:
+            whole = min(req.num_tokens, model_len)
+            if self._blocks_needed(req, whole, hit_blocks) > free:
+                return False
+        computed = min(req.num_computed + len(hit_blocks) * self.bs, model_len)
+        return self._blocks_needed(req, min(computed + n, model_len), hit_blocks) <= free
+
     def _allocate(
         self,
         req: Request,
@@ -299,15 +460,11 @@ class VllmScheduler:
         hit_blocks: Sequence[int] = (),
         whole_sequence_must_fit: bool = False,
     ) -> bool:
+        if not self._fits(req, n, hit_blocks, whole_sequence_must_fit):
+            return False
         pool, bs, model_len = self.pool, self.bs, self.model_len
         computed = min(req.num_computed + len(hit_blocks) * bs, model_len)
-        if whole_sequence_must_fit:
-            whole = min(req.num_tokens, model_len)
-            if self._blocks_needed(req, whole, hit_blocks) > pool.num_free:
-                return False
         slots = min(computed + n, model_len)
-        if self._blocks_needed(req, slots, hit_blocks) > pool.num_free:
-            return False
         if hit_blocks:
             pool.touch(hit_blocks, self.now)
             req.blocks.extend(hit_blocks)
@@ -325,9 +482,13 @@ class VllmScheduler:
         full = tokens // self.bs
         if full <= req.num_cached:
             return
-        pool, key, now, blocks = self.pool, req.block_key, self.now, req.blocks
-        for j in range(req.num_cached, full):
-            pool.cache(blocks[j], key(j), j, now)
+        first = req.num_cached
+        keys = (
+            req.block_keys(first, full)
+            if req.block_keys is not None
+            else [req.block_key(j) for j in range(first, full)]
+        )
+        self.pool.cache_blocks(req.blocks, first, keys, self.now)
         req.num_cached = full
 
     def _free(self, req: Request) -> None:

@@ -35,8 +35,17 @@ class SessionTokens:
         self.shared = list(shared)
 
     def block_key(self, j: int) -> Hashable:
-        """Block j's identity: its content and everything before it."""
-        return self.shared[j] if j < len(self.shared) else ("own", self.index, j)
+        """Block j's identity: its content and everything before it (a shared block's key is a
+        tuple; a session's own block is an int, which no tuple equals)."""
+        return self.shared[j] if j < len(self.shared) else (self.index << 32) | j
+
+    def block_keys(self, first: int, end: int) -> Sequence[Hashable]:
+        """``[block_key(j) for j in range(first, end)]``, without a call per block."""
+        n = len(self.shared)
+        own = range((self.index << 32) | max(first, n), (self.index << 32) | end)
+        if first >= n:
+            return own
+        return self.shared[first:end] + list(own) if end > n else self.shared[first:end]
 
     def token_id(self, pos: int) -> int:
         j = pos // self.bs

@@ -16,9 +16,10 @@ from sim.policies import PolicyContext, policy_class
 from sim.units import Tier
 from sim.vllm_v1.block_pool import BlockView, PolicyBlockPool
 from sim.vllm_v1.loop import KvsimSide, replay
-from sim.vllm_v1.run import check_policy, make_scheduler, simulate_vllm, vllm_config
+from sim.vllm_v1.run import _BookedPrices, check_policy, make_scheduler, simulate_vllm, vllm_config
 from sim.vllm_v1.scheduler import VllmConfig, VllmScheduler
 from traces import load_trace
+from traces.synthetic import SyntheticConfig, generate_synthetic
 
 COST = costmodels.cost_model("llama-3-8b", "h100-sxm")
 VLLM = EngineConfig(kind="vllm-v1")
@@ -194,3 +195,58 @@ def test_peak_demand_is_the_conversations_in_progress_at_their_turns_full_length
     res = simulate_vllm(trace, COST, MemoryConfig(gpu_kv_gb=1.0, block_tokens=16), VLLM)
     page = 16 * COST.kv_bytes_per_token
     assert res.stats.peak_demand_bytes == (13 + 32) * page
+
+
+class _CountingSide(KvsimSide):
+    """Counts the steps taken in runs of steady decodes."""
+
+    spanned = 0
+
+    def advance_decodes(self, run, k, plan_times):
+        self.spanned += k
+        return super().advance_decodes(run, k, plan_times)
+
+
+@pytest.mark.parametrize("policy", ["lru", "arc"])
+@pytest.mark.parametrize("async_scheduling", [False, True])
+@pytest.mark.parametrize("reserve", [True, False])
+def test_steady_decode_runs_give_the_step_by_step_log_and_clock(policy, async_scheduling, reserve):
+    """Runs of steady decode steps taken in one go must give the step log (every step, its
+    time, duration, free blocks), the turns and the booked prices of the step-by-step loop, under
+    memory pressure (preemptions, evictions, a blocked queue)."""
+    cfg = VllmConfig(
+        num_blocks=200,
+        block_size=16,
+        max_num_seqs=64,
+        max_num_batched_tokens=2048,
+        async_scheduling=async_scheduling,
+        scheduler_reserve_full_isl=reserve,
+    )
+    trace = generate_synthetic(SyntheticConfig(sessions=40, seed=3, arrival_rate_per_s=4.0))
+    trace = trace.sessions
+    out = {}
+    for spans in (False, True):
+        side = _CountingSide(make_scheduler(cfg, policy, COST))
+        prices = _BookedPrices(COST, side.sched)
+        run = replay(
+            trace,
+            side,
+            prices,
+            cfg.block_size,
+            cfg.model_len,
+            log_steps=True,
+            async_scheduling=async_scheduling,
+            decode_spans=spans,
+        )
+        turns = [(t.rid, t.first_token_s, t.finish_s, t.hit, t.preemptions) for t in run.turns]
+        booked = (prices.block_s, prices.peak_held, prices.step_s, prices.step_decode)
+        out[spans] = (run.steps, turns, booked, side.spanned)
+    (steps, turns, booked, spanned), (span_steps, span_turns, span_booked, n) = (
+        out[False],
+        out[True],
+    )
+    assert spanned == 0 and n > len(steps) / 2  # most steps were taken in runs
+    assert sum(len(s["preempted"]) for s in steps) > 0
+    assert span_steps == steps
+    assert span_turns == turns
+    assert span_booked == booked
