@@ -384,11 +384,11 @@ class VllmScheduler:
             due = []
             while events and events[0][0] == j:
                 due.append(heapq.heappop(events)[1])
-            for i in sorted(due):
+            for i in sorted(due):  # what _allocate(req, 1) does for a decode, without its checks
                 req = reqs[i]
-                req.num_computed, req.num_tokens = c0[i] + j - 1, n0[i] + j - 1
-                if not self._allocate(req, 1):
-                    raise AssertionError(f"{req.rid}: no free block in a steady decode span")
+                if c0[i] + j > len(req.blocks) * bs:  # its token at c0 + j - 1 needs a block
+                    req.blocks.extend(pool.allocate(1, self.now))  # free: steady_decodes counted
+                self._cache(req, x0[i] + j)
                 nxt = next_event(i)
                 if nxt <= j:
                     raise AssertionError(f"{req.rid}: its blocks are behind its tokens at step {j}")
