@@ -296,8 +296,6 @@ class VllmScheduler:
         if len(self.in_flight) != (0 if sync else 1):
             return None
         lag = 1 if sync else 0  # num_tokens - num_computed of a steady decoder
-        if self.waiting and n_run < cfg.max_num_seqs and not self._head_stays_out(n_run):
-            return None
         steps = 1 << 62
         allocs = []  # the first step in the span that takes a block, per request
         ctx = 0
@@ -316,6 +314,9 @@ class VllmScheduler:
             allocs.append(len(req.blocks) * bs - req.num_computed + 1)
             ctx += req.num_computed + 1
         if steps < 1:
+            return None
+        # the queue last: its head's check costs a lookup
+        if self.waiting and n_run < cfg.max_num_seqs and not self._head_stays_out(n_run):
             return None
         free = pool.num_free
 
