@@ -19,18 +19,31 @@ from pathlib import Path
 
 from costmodels import BatchShape
 from sim.vllm_v1.loop import KvsimSide, Replay, StepView, replay
-from sim.vllm_v1.scheduler import VllmConfig
+from sim.vllm_v1.offload import OffloadConfig, OffloadConnector
+from sim.vllm_v1.scheduler import VllmConfig, VllmScheduler
 from sim.vllm_v1.tokens import SessionTokens
 from traces.records import Session
 
 DRIVER = Path(__file__).with_name("vllm_driver.py")
-FIELDS = ("sched", "hit", "preempted", "free_blocks", "running", "waiting", "done", "t", "dur")
+FIELDS = (
+    "sched",
+    "hit",
+    "preempted",
+    "free_blocks",
+    "running",
+    "waiting",
+    "done",
+    "t",
+    "dur",
+    "jobs",
+    "flush",
+)
 
 
 class RealSide:
     """The real vLLM scheduler in a subprocess, behind the loop's ``Side`` interface."""
 
-    def __init__(self, python: str, cfg: VllmConfig) -> None:
+    def __init__(self, python: str, cfg: VllmConfig, offload: OffloadConfig | None = None) -> None:
         # vLLM's warnings go to a file: a pipe nobody reads would block the driver once full
         self.stderr = tempfile.TemporaryFile(mode="w+")
         self.proc = subprocess.Popen(
@@ -43,7 +56,9 @@ class RealSide:
         )
         self.tokens: dict[str, tuple[SessionTokens, int]] = {}  # id -> (tokens, length so far)
         self.count = 0
-        self._send({"op": "init", **asdict(cfg), "max_model_len": cfg.model_len})
+        init = {"op": "init", **asdict(cfg), "max_model_len": cfg.model_len}
+        init["offload"] = asdict(offload) if offload is not None else None
+        self._send(init)
         self._reply()
 
     def _send(self, cmd: dict) -> None:
@@ -82,15 +97,17 @@ class RealSide:
             r["free_blocks"],
             r["running"],
             r["waiting"],
+            [tuple(j) for j in r.get("jobs", ())],
+            r.get("flush", []),
         )
 
-    def update(self, sampled: list[str], now: float) -> list[str]:
+    def update(self, sampled: list[str], now: float, jobs_done: Sequence[int] = ()) -> list[str]:
         ids = {}
         for rid in sampled:
             tokens, length = self.tokens[rid]
             ids[rid] = tokens.token_id(length)
             self.tokens[rid] = (tokens, length + 1)
-        self._send({"op": "update", "sampled": ids})
+        self._send({"op": "update", "sampled": ids, "finished_jobs": list(jobs_done)})
         done = self._reply()["done"]
         for rid in done:
             self.count -= 1
@@ -113,12 +130,23 @@ def run_both(
     python: str,
     price: Callable[[BatchShape], float],
     replay_mode: str = "closed-loop",
+    offload: OffloadConfig | None = None,
+    transfer_s: Callable[[str, int], float] | None = None,
 ) -> dict[str, tuple[Replay, float]]:
     """The trace through kvsim's scheduler and the real one: each side's replay (with its step
-    log) and its wall-clock seconds, keyed "kvsim" and "vllm"."""
+    log) and its wall-clock seconds, keyed "kvsim" and "vllm". With ``offload``, both run vLLM's
+    CPU offloading connector, its copies priced by ``transfer_s``."""
     out = {}
     for name in ("kvsim", "vllm"):
-        side = KvsimSide(cfg) if name == "kvsim" else RealSide(python, cfg)
+        if name == "kvsim":
+            connector = (
+                OffloadConnector(offload, cfg.block_size, cfg.enable_prefix_caching)
+                if offload is not None
+                else None
+            )
+            side: KvsimSide | RealSide = KvsimSide(VllmScheduler(cfg, offload=connector))
+        else:
+            side = RealSide(python, cfg, offload)
         t0 = time.perf_counter()
         try:
             run = replay(
@@ -130,6 +158,7 @@ def run_both(
                 replay_mode,
                 log_steps=True,
                 async_scheduling=cfg.async_scheduling,
+                transfer_s=transfer_s,
             )
         finally:
             if isinstance(side, RealSide):
@@ -142,7 +171,7 @@ def first_mismatch(a: list[dict], b: list[dict]) -> tuple[int, str] | None:
     """(step, field) of the first difference between two step logs, or None."""
     for i, (x, y) in enumerate(zip(a, b, strict=False)):
         for f in FIELDS:
-            if x[f] != y[f]:
+            if x.get(f) != y.get(f):
                 return i, f
     if len(a) != len(b):
         return min(len(a), len(b)), "length"

@@ -10,7 +10,8 @@ Commands (one JSON object per line on stdin), and replies:
 
 ``{"op": "init", "block_size", "num_blocks", "max_num_seqs", "max_num_batched_tokens",
 "long_prefill_token_threshold", "scheduler_reserve_full_isl", "enable_prefix_caching",
-"async_scheduling", "max_model_len"}`` -> ``{"ok": true}`` (``AsyncScheduler`` with async)
+"async_scheduling", "max_model_len", "offload"}`` -> ``{"ok": true}`` (``AsyncScheduler`` with
+async; ``offload`` is optional, see below)
 
 ``{"op": "add", "id", "tokens", "max_tokens"}`` -> no reply (requests are added in bulk)
 
@@ -19,6 +20,36 @@ resumed], "preempted": [...], "free_blocks", "running", "waiting"}``
 
 ``{"op": "update", "sampled": {id: token}}`` -> ``{"done": [ids finished]}``: the output of the
 oldest step scheduled and not yet updated (async scheduling plans one more before it).
+
+CPU offloading (``"offload": {"cpu_chunks", "blocks_per_chunk", "eviction_policy": "lru" |
+"arc"}``; null or absent: none). vLLM's ``OffloadingConnector`` runs on the scheduler side
+(connector scheduler + ``CPUOffloadingManager`` holding exactly ``cpu_chunks`` chunks of
+``blocks_per_chunk`` GPU blocks); this driver plays its worker, copies nothing, and reports a
+transfer job done only when the client says so. Then:
+
+- ``schedule`` also answers ``"jobs": [[job_id, "load" | "store", id, num_gpu_blocks], ...]``
+  (the jobs this step created, by job id) and ``"flush": [job ids]``: store jobs (this step's
+  or older) whose GPU source blocks are reallocated this step or whose request was preempted;
+  the worker submits them at once and waits for their copies before this step's forward pass.
+  Their reports may still come later (the worker's queue is reported in order).
+- ``update`` takes ``"finished_jobs": [job ids]`` (each job exactly once, any step at or after
+  the one that created it), reported as the offloading worker does: ``completed_jobs`` for
+  every job, ``finished_recving`` for the request of each async load; ``sampled`` may be
+  omitted. It also answers ``"has_requests"``: whether EngineCore would step again.
+- A step with nothing scheduled (requests waiting for their loads, or stores still in flight
+  after the last request finished) has ``"sched": []``; its ``update`` mirrors the model
+  runner's no-forward path: the connector output alone.
+
+Connector defaults kept (extra config holds only the three keys above plus the byte size):
+``offload_prompt_only`` true (decode KV never stored; a later turn stores the earlier outputs
+as part of its prompt), ``sync_load_budget_bytes`` 0 (every load is async: the request waits
+in WAITING_FOR_REMOTE_KVS until its load is reported), ``store_threshold`` 0 (every new chunk is
+stored), ``max_load_tokens``/``max_offload_tokens`` unset, no KV events, stats off. Lookups
+defer a request (it is skipped this step, as with a pending load) while it still has store jobs
+in flight or while another request loads one of its hit chunks. With async scheduling the
+restored ``async_scheduling`` flag makes a kv_both connector defer frees of finished requests'
+blocks until their last in-flight step is updated (``defer_block_free``); ``defer_async_loads``
+stays off (HiSparse only).
 """
 
 from __future__ import annotations
@@ -51,8 +82,15 @@ MODEL_CONFIG = {
 
 def build(cfg: dict):
     import torch
-    from vllm.config import CacheConfig, ModelConfig, SchedulerConfig, VllmConfig
+    from vllm.config import (
+        CacheConfig,
+        KVTransferConfig,
+        ModelConfig,
+        SchedulerConfig,
+        VllmConfig,
+    )
     from vllm.utils.hashing import sha256
+    from vllm.utils.math_utils import round_up
     from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
     from vllm.v1.core.sched.async_scheduler import AsyncScheduler
     from vllm.v1.core.sched.scheduler import Scheduler
@@ -61,6 +99,7 @@ def build(cfg: dict):
         KVCacheConfig,
         KVCacheGroupSpec,
     )
+    from vllm.v1.kv_offload.cpu.spec import CPUOffloadingSpec
     from vllm.v1.structured_output import StructuredOutputManager
 
     model_dir = Path(tempfile.mkdtemp(prefix="kvsim-vllm-model-"))
@@ -86,8 +125,6 @@ def build(cfg: dict):
         block_size=cfg["block_size"],
         enable_prefix_caching=cfg["enable_prefix_caching"],
     )
-    vllm_config = VllmConfig(scheduler_config=sched_cfg, model_config=model, cache_config=cache)
-    cache.num_gpu_blocks = cfg["num_blocks"]
     kv = KVCacheConfig(
         num_blocks=cfg["num_blocks"],
         kv_cache_tensors=[],
@@ -100,6 +137,37 @@ def build(cfg: dict):
             )
         ],
     )
+    offload = cfg.get("offload")
+    kv_transfer = None
+    if offload:
+        # CPUOffloadingSpec: num_chunks = cpu_bytes_to_use // round_up(block bytes x
+        # blocks_per_chunk, page size), block bytes summed over the groups (no kv_cache_tensors).
+        block_bytes = sum(
+            g.kv_cache_spec.page_size_bytes * len(g.layer_names) for g in kv.kv_cache_groups
+        )
+        chunk_bytes = round_up(
+            block_bytes * offload["blocks_per_chunk"], CPUOffloadingSpec.BLOCK_SIZE_ALIGNMENT
+        )
+        kv_transfer = KVTransferConfig(
+            kv_connector="OffloadingConnector",
+            kv_role="kv_both",  # what --kv-offloading-size sets
+            engine_id="kvsim",  # not a random uuid
+            kv_connector_extra_config={
+                "cpu_bytes_to_use": offload["cpu_chunks"] * chunk_bytes,
+                "blocks_per_chunk": offload["blocks_per_chunk"],
+                "eviction_policy": offload["eviction_policy"],
+            },
+        )
+    vllm_config = VllmConfig(
+        scheduler_config=sched_cfg,
+        model_config=model,
+        cache_config=cache,
+        kv_transfer_config=kv_transfer,
+    )
+    # The CPU platform turns async scheduling off; a GPU engine keeps it, and with a connector
+    # the scheduler reads it (max_concurrent_batches -> defer_block_free).
+    vllm_config.scheduler_config.async_scheduling = cfg["async_scheduling"]
+    cache.num_gpu_blocks = cfg["num_blocks"]
     scheduler = (AsyncScheduler if cfg["async_scheduling"] else Scheduler)(
         vllm_config=vllm_config,
         kv_cache_config=kv,
@@ -107,24 +175,49 @@ def build(cfg: dict):
         block_size=cfg["block_size"],
         log_stats=False,
     )
+    if offload:
+        manager = scheduler.connector.scheduler.manager
+        if manager._num_chunks != offload["cpu_chunks"]:
+            raise RuntimeError(
+                f"CPU offload holds {manager._num_chunks} chunks, not {offload['cpu_chunks']}"
+            )
     init_none_hash(sha256)
     hasher = get_request_block_hasher(cfg["block_size"], sha256)
     return scheduler, hasher
 
 
+def jobs_of(meta) -> list[list]:
+    """The transfer jobs in a step's OffloadingConnectorMetadata: [job_id, kind, id, blocks]."""
+    jobs = []
+    for job_id, job in meta.load_jobs.items():
+        # sync_load_budget_bytes is 0: a sync load would finish inside the step, unreported.
+        assert not job.sync, job_id
+        jobs.append([job_id, "load", job.req_id, len(job.dst_spec.block_ids)])
+    for job_id, job in meta.store_jobs.items():
+        jobs.append([job_id, "store", job.req_id, len(job.src_spec.block_ids)])
+    return sorted(jobs)
+
+
 def main() -> None:
     from vllm import SamplingParams
-    from vllm.v1.outputs import ModelRunnerOutput
+    from vllm.distributed.kv_transfer.kv_connector.v1.offloading.common import (
+        OffloadingWorkerMetadata,
+    )
+    from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput
     from vllm.v1.request import Request
 
     scheduler = hasher = None
-    in_flight: deque = deque()  # scheduler outputs not yet updated, oldest first
+    offload = False
+    in_flight: deque = deque()  # (step, scheduler output) not yet updated, oldest first
+    step = 0  # schedule calls so far
+    open_jobs: dict[int, tuple[int, list]] = {}  # job id -> (step, "jobs" entry) until done
     out = sys.stdout
     for line in sys.stdin:
         cmd = json.loads(line)
         op = cmd["op"]
         if op == "init":
             scheduler, hasher = build(cmd)
+            offload = bool(cmd.get("offload"))
             reply = {"ok": True}
         elif op == "add":
             params = SamplingParams(max_tokens=cmd["max_tokens"], ignore_eos=True)
@@ -134,7 +227,8 @@ def main() -> None:
             continue
         elif op == "schedule":
             last = scheduler.schedule()
-            in_flight.append(last)
+            step += 1
+            in_flight.append((step, last))
             reqs = scheduler.requests
             sched = [
                 [rid, n, reqs[rid].num_computed_tokens - n]
@@ -151,25 +245,58 @@ def main() -> None:
                 "preempted": sorted(last.preempted_req_ids or ()),
                 "free_blocks": scheduler.kv_cache_manager.block_pool.get_num_free_blocks(),
                 "running": len(scheduler.running),
-                "waiting": len(scheduler.waiting),
+                "waiting": scheduler.get_request_counts()[1],  # with the block holders
             }
+            if offload:
+                meta = last.kv_connector_metadata
+                jobs = jobs_of(meta)
+                open_jobs.update((job[0], (step, job)) for job in jobs)
+                reply["jobs"] = jobs
+                reply["flush"] = sorted(meta.jobs_to_flush or ())
         elif op == "update":
-            sampled = cmd["sampled"]
-            last = in_flight.popleft()
+            sampled = cmd.get("sampled", {})
+            last_step, last = in_flight.popleft()
+            kv_out = None
+            if offload:
+                done_jobs = sorted(cmd.get("finished_jobs", ()))
+                reported = []
+                for job_id in done_jobs:
+                    created, job = open_jobs.pop(job_id)  # KeyError: unknown or reported twice
+                    # This step's worker never saw a job that a later step created.
+                    if created > last_step:
+                        raise ValueError(f"job {job_id} of step {created} done in {last_step}")
+                    reported.append(job)
+                # As OffloadingConnectorWorker.get_finished / build_connector_worker_meta: one
+                # worker, so each job counts 1; only async loads make a request finish recving.
+                kv_out = KVConnectorOutput(
+                    finished_recving={job[2] for job in reported if job[1] == "load"},
+                    kv_connector_worker_meta=(
+                        OffloadingWorkerMetadata(completed_jobs=dict.fromkeys(done_jobs, 1))
+                        if done_jobs
+                        else None
+                    ),
+                )
             ids = list(last.num_scheduled_tokens)
-            output = ModelRunnerOutput(
-                req_ids=ids,
-                req_id_to_index={rid: i for i, rid in enumerate(ids)},
-                sampled_token_ids=[[sampled[rid]] if rid in sampled else [] for rid in ids],
-                logprobs=None,
-                prompt_logprobs_dict={},
-                pooler_output=[],
-            )
+            if not ids:
+                # GPUModelRunner.execute_model on an empty batch: kv_connector_no_forward.
+                output = ModelRunnerOutput.with_kv_conn_output_only(kv_out)
+            else:
+                output = ModelRunnerOutput(
+                    req_ids=ids,
+                    req_id_to_index={rid: i for i, rid in enumerate(ids)},
+                    sampled_token_ids=[[sampled[rid]] if rid in sampled else [] for rid in ids],
+                    logprobs=None,
+                    prompt_logprobs_dict={},
+                    pooler_output=[],
+                    kv_connector_output=kv_out,
+                )
             results = scheduler.update_from_output(last, output)
             done = sorted(
                 o.request_id for eco in results.values() for o in eco.outputs if o.finished
             )
             reply = {"done": done}
+            if offload:
+                reply["has_requests"] = scheduler.has_requests()
         else:
             raise ValueError(f"unknown op {op!r}")
         out.write(json.dumps(reply) + "\n")
@@ -177,4 +304,10 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    # vLLM iterates sets of request ids (finished_req_ids) when it plans the stores of finished
+    # requests and commits their CPU-cache recency, and PYTHONHASHSEED seeds the block hashes:
+    # pin it so that runs do not depend on the caller's seed.
+    if os.environ.get("PYTHONHASHSEED") != "0":
+        os.environ["PYTHONHASHSEED"] = "0"
+        os.execv(sys.executable, [sys.executable, *sys.argv])
     main()

@@ -45,6 +45,10 @@ class StepView:
     free_blocks: int
     running: int
     waiting: int
+    # CPU offloading: transfers started (job id, "load" or "store", request id, GPU blocks) and
+    # jobs the worker must finish before this step runs
+    jobs: list[tuple[int, str, str, int]] = field(default_factory=list)
+    flush: list[int] = field(default_factory=list)
 
 
 class Side(Protocol):
@@ -52,8 +56,9 @@ class Side(Protocol):
 
     def add(self, rid: str, tokens: SessionTokens, prompt_len: int, max_tokens: int) -> None: ...
     def schedule(self, now: float) -> StepView: ...
-    def update(self, sampled: list[str], now: float) -> list[str]:
-        """The oldest step planned and not yet updated ran: ``sampled`` got a token each."""
+    def update(self, sampled: list[str], now: float, jobs_done: Sequence[int] = ()) -> list[str]:
+        """The oldest step planned and not yet updated ran: ``sampled`` got a token each, and
+        the worker reports the transfers ``jobs_done`` finished."""
         ...
 
     def has_requests(self) -> bool: ...
@@ -107,14 +112,18 @@ class KvsimSide:
             sorted(r.rid for r in plan.preempted),
             s.pool.num_free,
             len(s.running),
-            len(s.waiting),
+            len(s.waiting) + len(s.holding),
+            [(j.job_id, j.kind, j.rid, len(j.blocks)) for j in plan.jobs],
+            plan.flush,
         )
 
-    def update(self, sampled: list[str], now: float) -> list[str]:
+    def update(self, sampled: list[str], now: float, jobs_done: Sequence[int] = ()) -> list[str]:
         reqs = self.requests
         done = self.sched.update({reqs[rid] for rid in sampled if rid in reqs}, now)
         for r in done:
             del self.requests[r.rid]
+        if jobs_done:
+            self.sched.complete_jobs(jobs_done)
         return sorted(r.rid for r in done)
 
     def has_requests(self) -> bool:
@@ -129,7 +138,13 @@ class KvsimSide:
         return self.sched.advance_decodes(run, k, plan_times)
 
     def waiting_count(self) -> int:
-        return len(self.sched.waiting)
+        return len(self.sched.waiting) + len(self.sched.holding)
+
+    def has_jobs(self) -> bool:
+        return self.sched.has_jobs()
+
+    def complete_jobs(self, job_ids: list[int]) -> None:
+        self.sched.complete_jobs(job_ids)
 
 
 @dataclass(slots=True)
@@ -202,6 +217,7 @@ def replay(
     on_turn: Callable[[TurnState], None] | None = None,
     async_scheduling: bool = False,
     decode_spans: bool = True,
+    transfer_s: Callable[[str, int], float] | None = None,
 ) -> Replay:
     """Run ``sessions`` through ``side``; ``price(batch)`` is a step's duration in seconds.
 
@@ -211,7 +227,13 @@ def replay(
 
     With kvsim's scheduler and ``StepPrices``, runs of steady decode steps (nothing but the
     running requests' lengths changes, up to the next arrival, finish or preemption) are taken in
-    one go, to the same log and clock as step by step (``decode_spans=False``)."""
+    one go, to the same log and clock as step by step (``decode_spans=False``).
+
+    CPU offloading: ``transfer_s(kind, blocks)`` prices a job's copy. A load starts with its
+    step, a store when its step ends (its tokens' KV exists then), each on its own copy stream in
+    order; the worker reports a job with the output of the first step that ends after it (a step
+    that flushes a job waits for it first). A step that schedules nothing while copies are in
+    flight lasts until the next one ends."""
     spans = decode_spans and isinstance(side, KvsimSide) and isinstance(price, StepPrices)
     out = Replay()
     if log_steps:
@@ -234,7 +256,9 @@ def replay(
     now = arrivals[0][0] if arrivals else 0.0
     gpu_free = now  # when the GPU finishes the last step planned
     step = 0
-    while arrivals or queue or side.has_requests():
+    pending: dict[int, float] = {}  # CPU offloading: job -> when its copy ends
+    copy_free = {"load": now, "store": now}  # when each copy stream is free
+    while arrivals or queue or side.has_requests() or pending:
         while arrivals and arrivals[0][0] <= now:
             t, _, i, k = heapq.heappop(arrivals)
             s = sessions[i]
@@ -252,7 +276,7 @@ def replay(
             st = TurnState(i, k, rid, prompt, turn.output_tokens, t, num_tokens=prompt)
             live[rid] = st
             side.add(rid, tokens[i], prompt, turn.output_tokens)
-        if side.has_requests():
+        if side.has_requests() or pending:
             if spans and len(queue) == depth - 1:
                 run = side.steady_decodes()  # type: ignore[attr-defined]
                 if run is not None:
@@ -261,10 +285,20 @@ def replay(
                         run, side, price, queue, live, now, gpu_free, step, horizon, on_step
                     )
                     continue
-            planned = _plan(side.schedule(now), live, max(now, gpu_free), step, price)
-            if planned.view.sched:
+            view = side.schedule(now)
+            start = max(now, gpu_free)
+            if view.flush:  # the worker finishes these copies first
+                start = max([start] + [pending[j] for j in view.flush])
+            planned = _plan(view, live, start, step, price)
+            for job_id, kind, _, blocks in view.jobs:
+                assert transfer_s is not None, "a side started transfers: replay needs transfer_s"
+                begin = max(copy_free[kind], planned.start if kind == "load" else planned.end)
+                copy_free[kind] = pending[job_id] = begin + transfer_s(kind, blocks)
+            if view.sched or view.jobs or view.flush:
                 gpu_free = planned.end
                 step += 1
+            elif pending:  # nothing to run: wait for the next copy to end
+                planned.dur = max(0.0, min(pending.values()) - start)
             elif not any(p.view.sched for p in queue):
                 raise AssertionError(
                     f"step {step} at t={now:.6f}s: nothing scheduled with {planned.view.running} "
@@ -279,12 +313,19 @@ def replay(
             continue
         planned = queue.popleft()
         now = max(now, planned.end)
-        done = side.update(planned.sampled, now)
+        jobs_done: list[int] = []
+        if pending:
+            flushed = set(planned.view.flush)
+            jobs_done = sorted(j for j, t in pending.items() if t <= now or j in flushed)
+            for j in jobs_done:
+                del pending[j]
+        done = side.update(planned.sampled, now, jobs_done)
         for rid in planned.sampled:
             st = live[rid]
             if math.isnan(st.first_token_s):
                 st.first_token_s = now
-        if on_step is not None and planned.view.sched:
+        v = planned.view
+        if on_step is not None and (v.sched or v.jobs or v.flush):
             on_step(planned.log_entry(done))
         for rid in done:
             st = live.pop(rid)
@@ -319,7 +360,7 @@ class _Planned:
     def log_entry(self, done: list[str]) -> dict:
         v = self.view
         admitted = set(v.admitted)
-        return {
+        entry = {
             "step": self.step,
             "t": self.start,
             "dur": self.dur,
@@ -331,6 +372,10 @@ class _Planned:
             "waiting": v.waiting,
             "done": done,
         }
+        if v.jobs or v.flush:  # CPU offloading
+            entry["jobs"] = [list(j) for j in v.jobs]
+            entry["flush"] = v.flush
+        return entry
 
 
 def _plan(

@@ -37,8 +37,9 @@ from collections.abc import Callable, Collection, Hashable, Sequence
 from dataclasses import dataclass, field
 
 from sim.vllm_v1.block_pool import BlockPool
+from sim.vllm_v1.offload import Job, OffloadConnector
 
-WAITING, RUNNING, PREEMPTED, FINISHED = 0, 1, 2, 3
+WAITING, RUNNING, PREEMPTED, FINISHED, LOADING = 0, 1, 2, 3, 4  # LOADING: its CPU load in flight
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +93,7 @@ class Request:
     stale: int = 0  # of those, scheduled before the request was preempted
     # its last prefix lookup while waiting: (hit blocks, the pool's evictions then, num_tokens)
     hit_memo: tuple[list[int], int, int] | None = None
+    preemptions: int = 0
 
     @property
     def num_output(self) -> int:
@@ -114,6 +116,8 @@ class StepPlan:
     sched: list[tuple[Request, int, int]]  # (request, tokens scheduled, computed before)
     admitted: list[Request]  # new or resumed in this step (their hit: computed before)
     preempted: list[Request]
+    jobs: list[Job] = field(default_factory=list)  # CPU offloading: transfers it starts
+    flush: list[int] = field(default_factory=list)  # CPU offloading: jobs to finish first
 
 
 def cdiv(a: int, b: int) -> int:
@@ -121,9 +125,26 @@ def cdiv(a: int, b: int) -> int:
 
 
 class VllmScheduler:
-    def __init__(self, cfg: VllmConfig, pool: BlockPool | None = None) -> None:
-        """``pool``: a ``PolicyBlockPool`` to evict by a kvsim policy (default: vLLM's queue)."""
+    def __init__(
+        self,
+        cfg: VllmConfig,
+        pool: BlockPool | None = None,
+        offload: OffloadConnector | None = None,
+    ) -> None:
+        """``pool``: a ``PolicyBlockPool`` to evict by a kvsim policy (default: vLLM's queue);
+        ``offload``: vLLM's CPU offloading connector."""
+        if offload is not None and cfg.async_scheduling:
+            raise ValueError(
+                "CPU offloading in engine.kind vllm-v1 runs with synchronous scheduling only "
+                "(set engine.async_scheduling: false)"
+            )
         self.cfg = cfg
+        self.offload = offload
+        # CPU offloading: waiting requests that hold blocks (loading, or loaded) go first
+        self.holding: deque[Request] = deque()
+        self.loaded: set[Request] = set()  # their load reported, not yet scheduled
+        self.prefilling: set[Request] = set()  # admitted and still prefilling, or loading
+        self.finished_since: list[Request] = []  # since the last step, in order
         self.pool = pool if pool is not None else BlockPool(cfg.num_blocks)
         self.now = 0.0
         self.model_len = cfg.model_len
@@ -136,9 +157,15 @@ class VllmScheduler:
     def add(self, req: Request) -> None:
         req.num_tokens = req.num_prompt_tokens
         self.waiting.append(req)
+        if self.offload is not None:
+            self.offload.add(req)
 
     def has_requests(self) -> bool:
-        return bool(self.running or self.waiting)
+        return bool(self.running or self.waiting or self.holding)
+
+    def has_jobs(self) -> bool:
+        """CPU offloading: transfers in flight (the engine keeps stepping)."""
+        return self.offload is not None and self.offload.has_jobs()
 
     # --- one step -------------------------------------------------------------------------
 
@@ -148,7 +175,9 @@ class VllmScheduler:
         cfg = self.cfg
         budget = cfg.max_num_batched_tokens
         threshold = (
-            cfg.long_prefill_token_threshold if len(self.running) + len(self.waiting) > 1 else 0
+            cfg.long_prefill_token_threshold
+            if len(self.running) + len(self.waiting) + len(self.holding) > 1
+            else 0
         )
         sched: list[tuple[Request, int, int]] = []
         preempted: list[Request] = []
@@ -203,44 +232,149 @@ class VllmScheduler:
             i += 1
         admitted: list[Request] = []
         if not preempted:
-            waiting, pool = self.waiting, self.pool
-            skipped: list[Request] = []
-            while budget > 0 and waiting and len(running) < cfg.max_num_seqs:
-                req = waiting[0]
-                if req.stale:  # async: its output from before the preemption is in flight
-                    skipped.append(waiting.popleft())
-                    continue
-                hit_blocks = self._longest_hit(req) if cfg.enable_prefix_caching else []
-                # The head did not fit last time: with the same hit, budget and evictions, and no
-                # more free blocks, it still does not (only a free or an eviction changes that).
-                state = (req, req.num_tokens, len(hit_blocks), budget, threshold, pool.evictions)
-                if state == self._blocked[0] and pool.num_free <= self._blocked[1]:
-                    break
-                hit = len(hit_blocks) * self.bs
-                n = req.num_tokens - hit
-                if 0 < threshold < n:
-                    n = threshold
-                n = min(n, budget)
-                if not self._allocate(req, n, hit_blocks, cfg.scheduler_reserve_full_isl):
-                    self._blocked = (state, pool.num_free)
-                    break
-                waiting.popleft()
-                running.append(req)
-                req.status = RUNNING
-                req.num_computed = hit
-                sched.append((req, n, hit))
-                admitted.append(req)
-                budget -= n
-            waiting.extendleft(reversed(skipped))
+            budget = self._admit(budget, threshold, sched, admitted)
         placeholders = cfg.async_scheduling
+        offload = self.offload
         for req, n, _ in sched:
             req.num_computed += n
             req.in_flight += n
             if placeholders and req.num_computed >= req.num_tokens + req.placeholders:
                 req.placeholders += 1
-        plan = StepPlan(sched, admitted, preempted)
+        if offload is None:
+            plan = StepPlan(sched, admitted, preempted)
+        else:
+            plan = self._offload_step(sched, admitted, preempted)
         self.in_flight.append(plan)
         return plan
+
+    def _admit(
+        self,
+        budget: int,
+        threshold: int,
+        sched: list[tuple[Request, int, int]],
+        admitted: list[Request],
+    ) -> int:
+        """The waiting loop: admit from the queue's head while budget and seats are left; the
+        requests that hold blocks (CPU offloading) go first. Returns the budget left."""
+        cfg, running, pool, offload = self.cfg, self.running, self.pool, self.offload
+        waiting, holding = self.waiting, self.holding
+        skipped: list[Request] = []  # skipped this step: back to the front of their queue
+        skipped_holding: list[Request] = []
+        while budget > 0 and len(running) < cfg.max_num_seqs:
+            queue = holding if holding else waiting
+            if not queue:
+                break
+            req = queue[0]
+            if req.status == LOADING:
+                if req not in self.loaded:
+                    skipped_holding.append(queue.popleft())
+                    continue
+                self._loaded(req)
+            if req.stale:  # async: its output from before the preemption is in flight
+                skipped.append(queue.popleft())
+                continue
+            ext = 0  # tokens to load from the CPU
+            if req.num_computed == 0:
+                hit_blocks = self._longest_hit(req) if cfg.enable_prefix_caching else []
+                hit = len(hit_blocks) * self.bs
+                if offload is not None:
+                    found = offload.lookup(req, hit)
+                    if found is None:  # deferred: it waits without blocking the queue
+                        skipped.append(queue.popleft())
+                        continue
+                    ext = found
+            else:  # loaded from the CPU
+                hit_blocks, hit = [], req.num_computed
+            reserved = self._reserved_blocks() if ext else 0
+            # The head did not fit last time: with the same hit, budget and evictions, and no
+            # more free blocks, it still does not (only a free or an eviction changes that).
+            state = (
+                req,
+                req.num_tokens,
+                len(hit_blocks),
+                ext,
+                reserved,
+                budget,
+                threshold,
+                pool.evictions,
+            )
+            if state == self._blocked[0] and pool.num_free <= self._blocked[1]:
+                break
+            if ext:  # an async load: no tokens now, its blocks held until the load is done
+                n = 0
+            else:
+                n = req.num_tokens - hit
+                if 0 < threshold < n:
+                    n = threshold
+                n = min(n, budget)
+            if not self._allocate(
+                req, n, hit_blocks, cfg.scheduler_reserve_full_isl, ext, reserved
+            ):
+                self._blocked = (state, pool.num_free)
+                break
+            computed = hit + ext if req.num_computed == 0 else hit
+            if offload is not None:
+                offload.after_alloc(req, ext)
+                if ext:
+                    req.status = LOADING
+                    req.num_computed = computed
+                    self.prefilling.add(req)
+                    skipped_holding.append(queue.popleft())
+                    continue
+                if computed + n < req.num_tokens:
+                    self.prefilling.add(req)
+            queue.popleft()
+            running.append(req)
+            req.status = RUNNING
+            req.num_computed = computed
+            sched.append((req, n, computed))
+            admitted.append(req)
+            budget -= n
+        if skipped:
+            waiting.extendleft(reversed(skipped))
+        if skipped_holding:
+            holding.extendleft(reversed(skipped_holding))
+        return budget
+
+    def _loaded(self, req: Request) -> None:
+        """Its load was reported: its blocks are cached, and it waits like a resumed request
+        (all tokens loaded: the last one is computed again, to sample from it)."""
+        self._cache(req, req.num_computed)
+        if req.num_computed == req.num_tokens:
+            req.num_computed -= 1
+        self.loaded.remove(req)
+        req.status = PREEMPTED if req.preemptions else WAITING
+
+    def _reserved_blocks(self) -> int:
+        """Blocks the requests still prefilling (or loading) need to hold their whole sequence:
+        an async load is admitted only if it leaves them free."""
+        bs, model_len = self.bs, self.model_len
+        return sum(
+            max(cdiv(min(r.num_tokens, model_len), bs) - len(r.blocks), 0) for r in self.prefilling
+        )
+
+    def _offload_step(
+        self,
+        sched: list[tuple[Request, int, int]],
+        admitted: list[Request],
+        preempted: list[Request],
+    ) -> StepPlan:
+        """The end of a step with CPU offloading: the stores and flushes the connector plans;
+        the prefilling set loses who finished its prompt."""
+        assert self.offload is not None
+        jobs, flush = self.offload.build(sched, preempted, self.finished_since)
+        self.finished_since = []
+        for req, _, _ in sched:
+            if req.num_computed >= req.num_tokens + req.placeholders:
+                self.prefilling.discard(req)
+        return StepPlan(sched, admitted, preempted, jobs, flush)
+
+    def complete_jobs(self, job_ids: Sequence[int]) -> None:
+        """CPU offloading: the worker reported these transfers done (with a step's output)."""
+        assert self.offload is not None
+        for req in self.offload.complete(job_ids):
+            if req.status == LOADING:
+                self.loaded.add(req)
 
     def update(self, sampled: Collection[Request], now: float = 0.0) -> list[Request]:
         """The oldest step in flight ran: each of its requests in ``sampled`` gained one output
@@ -290,8 +424,8 @@ class VllmScheduler:
         out. Preemption-free: the span ends before the first step whose blocks are not free."""
         cfg, running, pool, bs = self.cfg, self.running, self.pool, self.bs
         n_run = len(running)
-        if not n_run or n_run > cfg.max_num_batched_tokens:
-            return None
+        if not n_run or n_run > cfg.max_num_batched_tokens or self.offload is not None:
+            return None  # (with CPU offloading, each step may store or load)
         sync = not cfg.async_scheduling
         if len(self.in_flight) != (0 if sync else 1):
             return None
@@ -444,6 +578,8 @@ class VllmScheduler:
         n: int,
         hit_blocks: Sequence[int] = (),
         whole_sequence_must_fit: bool = False,
+        ext: int = 0,
+        reserved: int = 0,
     ) -> bool:
         """Whether ``_allocate`` would succeed (it changes nothing)."""
         free, model_len = self.pool.num_free, self.model_len
@@ -451,8 +587,9 @@ class VllmScheduler:
             whole = min(req.num_tokens, model_len)
             if self._blocks_needed(req, whole, hit_blocks) > free:
                 return False
-        computed = min(req.num_computed + len(hit_blocks) * self.bs, model_len)
-        return self._blocks_needed(req, min(computed + n, model_len), hit_blocks) <= free
+        computed = min(req.num_computed + len(hit_blocks) * self.bs + ext, model_len)
+        needed = self._blocks_needed(req, min(computed + n, model_len), hit_blocks)
+        return needed <= free - reserved
 
     def _allocate(
         self,
@@ -460,11 +597,16 @@ class VllmScheduler:
         n: int,
         hit_blocks: Sequence[int] = (),
         whole_sequence_must_fit: bool = False,
+        ext: int = 0,
+        reserved: int = 0,
     ) -> bool:
-        if not self._fits(req, n, hit_blocks, whole_sequence_must_fit):
+        """Blocks for ``n`` more tokens after the computed ones, the prefix hit and ``ext``
+        tokens to load (whose blocks are cached once loaded, not now); ``reserved`` blocks must
+        stay free."""
+        if not self._fits(req, n, hit_blocks, whole_sequence_must_fit, ext, reserved):
             return False
         pool, bs, model_len = self.pool, self.bs, self.model_len
-        computed = min(req.num_computed + len(hit_blocks) * bs, model_len)
+        computed = min(req.num_computed + len(hit_blocks) * bs + ext, model_len)
         slots = min(computed + n, model_len)
         if hit_blocks:
             pool.touch(hit_blocks, self.now)
@@ -472,8 +614,12 @@ class VllmScheduler:
             req.num_cached = len(req.blocks)
         more = cdiv(slots, bs) - len(req.blocks)
         if more > 0:
-            req.blocks.extend(pool.allocate(more, self.now))
-        self._cache(req, min(computed + n, req.num_tokens))
+            new = pool.allocate(more, self.now)
+            req.blocks.extend(new)
+            if self.offload is not None:
+                self.offload.allocated.update(new)
+        if not ext:
+            self._cache(req, min(computed + n, req.num_tokens))
         return True
 
     def _cache(self, req: Request, tokens: int) -> None:
@@ -498,6 +644,10 @@ class VllmScheduler:
         req.num_cached = 0
 
     def _finish(self, req: Request) -> None:
+        if self.offload is not None:
+            self.offload.request_finished(req)
+            self.finished_since.append(req)
+            self.prefilling.discard(req)
         self._free(req)
         if req.status == PREEMPTED:  # async: its last token arrived after it was preempted
             self.waiting.remove(req)
@@ -505,6 +655,8 @@ class VllmScheduler:
 
     def _preempt(self, req: Request) -> None:
         self._free(req)
+        self.prefilling.discard(req)
+        req.preemptions += 1
         req.status = PREEMPTED
         req.num_computed = 0
         req.stale = req.in_flight  # async: still delivered, but not counted again
