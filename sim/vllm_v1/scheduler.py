@@ -94,6 +94,7 @@ class Request:
     # its last prefix lookup while waiting: (hit blocks, the pool's evictions then, num_tokens)
     hit_memo: tuple[list[int], int, int] | None = None
     preemptions: int = 0
+    last_seq: int = 0  # the last non-empty step that scheduled it (deferred frees)
 
     @property
     def num_output(self) -> int:
@@ -133,11 +134,6 @@ class VllmScheduler:
     ) -> None:
         """``pool``: a ``PolicyBlockPool`` to evict by a kvsim policy (default: vLLM's queue);
         ``offload``: vLLM's CPU offloading connector."""
-        if offload is not None and cfg.async_scheduling:
-            raise ValueError(
-                "CPU offloading in engine.kind vllm-v1 runs with synchronous scheduling only "
-                "(set engine.async_scheduling: false)"
-            )
         self.cfg = cfg
         self.offload = offload
         # CPU offloading: waiting requests that hold blocks (loading, or loaded) go first
@@ -145,6 +141,12 @@ class VllmScheduler:
         self.loaded: set[Request] = set()  # their load reported, not yet scheduled
         self.prefilling: set[Request] = set()  # admitted and still prefilling, or loading
         self.finished_since: list[Request] = []  # since the last step, in order
+        # A connector with a step in flight (async): a freed request's blocks return to the pool
+        # only once the last step that scheduled it has run (a load might overwrite them).
+        self.defer_free = offload is not None and cfg.async_scheduling
+        self.sched_seq = 0  # non-empty steps planned
+        self.processed_seq = 0  # ... and run
+        self.deferred: deque[tuple[int, list[int]]] = deque()  # (step seq, blocks), oldest first
         self.pool = pool if pool is not None else BlockPool(cfg.num_blocks)
         self.now = 0.0
         self.model_len = cfg.model_len
@@ -219,6 +221,8 @@ class VllmScheduler:
                 continue
             fits = self._allocate(req, n)
             while not fits:
+                if self.defer_free and running[-1].last_seq > self.processed_seq:
+                    break  # its blocks would come back too late to help
                 victim = running.pop()
                 self._preempt(victim)
                 preempted.append(victim)
@@ -244,6 +248,10 @@ class VllmScheduler:
             plan = StepPlan(sched, admitted, preempted)
         else:
             plan = self._offload_step(sched, admitted, preempted)
+        if self.defer_free and sched:
+            self.sched_seq += 1
+            for req, _, _ in sched:
+                req.last_seq = self.sched_seq
         self.in_flight.append(plan)
         return plan
 
@@ -382,6 +390,11 @@ class VllmScheduler:
         order) and are returned. ``now``: the step's end."""
         self.now = now
         plan = self.in_flight.popleft()
+        if self.defer_free and plan.sched:
+            self.processed_seq += 1
+            deferred = self.deferred
+            while deferred and deferred[0][0] <= self.processed_seq:
+                self.pool.release(reversed(deferred.popleft()[1]), self.now)
         done = []
         for req, n, _ in plan.sched:
             req.in_flight -= n
@@ -639,7 +652,10 @@ class VllmScheduler:
         req.num_cached = full
 
     def _free(self, req: Request) -> None:
-        self.pool.release(reversed(req.blocks), self.now)  # the tail first: evicted first
+        if self.defer_free and req.last_seq > self.processed_seq:
+            self.deferred.append((self.sched_seq, req.blocks))
+        else:
+            self.pool.release(reversed(req.blocks), self.now)  # the tail first: evicted first
         req.blocks = []
         req.num_cached = 0
 

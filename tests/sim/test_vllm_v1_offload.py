@@ -105,8 +105,10 @@ def _sessions(turns: int, prompt: int, out: int) -> list[Session]:
     return [Session(f"s{i}", tuple(turn(k, i) for k in range(turns))) for i in range(4)]
 
 
-def _run(offload: OffloadConfig | None, num_blocks: int):
-    cfg = VllmConfig(num_blocks=num_blocks, block_size=16, max_num_seqs=8)
+def _run(offload: OffloadConfig | None, num_blocks: int, async_scheduling: bool = False):
+    cfg = VllmConfig(
+        num_blocks=num_blocks, block_size=16, max_num_seqs=8, async_scheduling=async_scheduling
+    )
     conn = OffloadConnector(offload, 16) if offload is not None else None
     sched = VllmScheduler(cfg, offload=conn)
     bb = 16 * COST.kv_bytes_per_token
@@ -122,17 +124,21 @@ def _run(offload: OffloadConfig | None, num_blocks: int):
         cfg.model_len,
         log_steps=True,
         transfer_s=transfer_s,
+        async_scheduling=async_scheduling,
     )
     return run, sched
 
 
-def test_a_later_turn_loads_its_evicted_history_from_the_cpu_and_waits_for_the_load():
+@pytest.mark.parametrize("async_scheduling", [False, True])
+def test_a_later_turn_loads_its_evicted_history_from_the_cpu_and_waits_for_the_load(
+    async_scheduling,
+):
     """Four sessions of three turns of 150 + 30 tokens in a GPU of 63 blocks: most histories are
     evicted by the time their next turn comes. With the CPU tier its prompt chunks were stored, so the turn
     loads them (the step that starts the load does not schedule it) and is admitted later with
     them as computed tokens."""
-    plain, _ = _run(None, 64)
-    off, sched = _run(OffloadConfig(cpu_chunks=200), 64)
+    plain, _ = _run(None, 64, async_scheduling)
+    off, sched = _run(OffloadConfig(cpu_chunks=200), 64, async_scheduling)
     hits = lambda run: sum(t.hit for t in run.turns if t.k > 0)  # noqa: E731
     assert hits(off) > hits(plain) + 1000
     loads = [(e["step"], j) for e in off.steps for j in e.get("jobs", []) if j[1] == "load"]
@@ -144,12 +150,6 @@ def test_a_later_turn_loads_its_evicted_history_from_the_cpu_and_waits_for_the_l
     assert later and later[0]["hit"][rid] >= blocks * 16
     assert not sched.has_jobs() and not sched.has_requests()
     assert len(off.turns) == len(plain.turns) == 12
-
-
-def test_offloading_needs_synchronous_scheduling():
-    conn = OffloadConnector(OffloadConfig(cpu_chunks=4), 16)
-    with pytest.raises(ValueError, match="async_scheduling"):
-        VllmScheduler(VllmConfig(num_blocks=8, async_scheduling=True), offload=conn)
 
 
 def test_a_loading_request_holds_its_blocks_in_the_holding_queue():
