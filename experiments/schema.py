@@ -59,6 +59,7 @@ from sim.config import (
     ENGINE_KINDS,
     EVICT_UNITS,
     GIB,
+    OFFLOAD_POLICIES,
     PREFETCH_MODES,
     REPLAY_MODES,
     SPARSE_KINDS,
@@ -216,6 +217,8 @@ VLLM_ONLY = (
     "scheduler_reserve_full_isl",
     "enable_prefix_caching",
     "async_scheduling",
+    "offload_blocks_per_chunk",
+    "offload_eviction_policy",
 )
 
 
@@ -255,6 +258,13 @@ class EngineSpec(_Strict):
         None,
         description="vllm-v1: plan each step while the one before runs (default on, as vLLM on a "
         "GPU; off: the synchronous loop)",
+    )
+
+    offload_blocks_per_chunk: PosInt | None = Field(
+        None, description="vllm-v1 with a CPU tier: GPU blocks per offloaded chunk (default 1)"
+    )
+    offload_eviction_policy: Literal[OFFLOAD_POLICIES] | None = Field(
+        None, description="vllm-v1 with a CPU tier: the CPU manager's policy, lru | arc"
     )
 
     wrap_lists = field_validator("kind", "pipelining", mode="before")(_as_list)
@@ -808,10 +818,6 @@ def _vllm_problems(exp: Experiment) -> list[tuple[tuple[str | int, ...], str]]:
     why = "engine.kind vllm-v1 "
     if e.chunked_prefill and "kvsim" not in e.kind:
         out.append((("engine", "chunked_prefill"), "applies to engine.kind kvsim (vllm-v1 chunks)"))
-    for i, gb in enumerate(m.cpu_kv_gb):
-        if gb > 0:
-            msg = why + "has no CPU tier yet (vLLM's offloading connector): use 0"
-            out.append((("memory", "cpu_kv_gb", i), msg))
     for i, gb in enumerate(m.gpu_kv_gb):
         if math.isinf(gb):
             out.append((("memory", "gpu_kv_gb", i), why + "counts vLLM's blocks: give a size"))

@@ -24,32 +24,34 @@ oldest step scheduled and not yet updated (async scheduling plans one more befor
 CPU offloading (``"offload": {"cpu_chunks", "blocks_per_chunk", "eviction_policy": "lru" |
 "arc"}``; null or absent: none). vLLM's ``OffloadingConnector`` runs on the scheduler side
 (connector scheduler + ``CPUOffloadingManager`` holding exactly ``cpu_chunks`` chunks of
-``blocks_per_chunk`` GPU blocks); this driver plays its worker, copies nothing, and reports a
-transfer job done only when the client says so. Then:
+``blocks_per_chunk`` GPU blocks); this driver plays its one worker, copies nothing, and reports
+a transfer job done only when the client says so. With offload on:
 
 - ``schedule`` also answers ``"jobs": [[job_id, "load" | "store", id, num_gpu_blocks], ...]``
-  (the jobs this step created, by job id) and ``"flush": [job ids]``: store jobs (this step's
-  or older) whose GPU source blocks are reallocated this step or whose request was preempted;
-  the worker submits them at once and waits for their copies before this step's forward pass.
-  Their reports may still come later (the worker's queue is reported in order).
-- ``update`` takes ``"finished_jobs": [job ids]`` (each job exactly once, any step at or after
-  the one that created it), reported as the offloading worker does: ``completed_jobs`` for
-  every job, ``finished_recving`` for the request of each async load; ``sampled`` may be
+  (the jobs this step created, by job id; the worker starts a load in this step and a store at
+  the start of the next) and ``"flush": [job ids]``: store jobs (this step's or older) whose GPU
+  source blocks this step reallocates or whose request it preempts; the worker submits them at
+  once and waits for their copies before this step's forward pass (their reports may come
+  later: the worker reports its queue in order).
+- ``update`` takes ``"finished_jobs": [job ids]`` (each job once, at this step or a later one
+  than the step that created it), reported as the offloading worker does: ``completed_jobs``
+  for every job, ``finished_recving`` for the request of each load. ``sampled`` may be
   omitted. It also answers ``"has_requests"``: whether EngineCore would step again.
 - A step with nothing scheduled (requests waiting for their loads, or stores still in flight
   after the last request finished) has ``"sched": []``; its ``update`` mirrors the model
-  runner's no-forward path: the connector output alone.
+  runner's no-forward path (``kv_connector_no_forward``): the connector output alone.
 
-Connector defaults kept (extra config holds only the three keys above plus the byte size):
-``offload_prompt_only`` true (decode KV never stored; a later turn stores the earlier outputs
-as part of its prompt), ``sync_load_budget_bytes`` 0 (every load is async: the request waits
-in WAITING_FOR_REMOTE_KVS until its load is reported), ``store_threshold`` 0 (every new chunk is
-stored), ``max_load_tokens``/``max_offload_tokens`` unset, no KV events, stats off. Lookups
-defer a request (it is skipped this step, as with a pending load) while it still has store jobs
-in flight or while another request loads one of its hit chunks. With async scheduling the
-restored ``async_scheduling`` flag makes a kv_both connector defer frees of finished requests'
-blocks until their last in-flight step is updated (``defer_block_free``); ``defer_async_loads``
-stays off (HiSparse only).
+Connector defaults kept (the extra config holds the three keys above and the byte size):
+``offload_prompt_only`` true (decode KV is never stored; a later turn stores the earlier outputs
+as part of its prompt), ``sync_load_budget_bytes`` 0 (every load is async: the request waits in
+WAITING_FOR_REMOTE_KVS, unscheduled, until its load is reported), ``store_threshold`` 0 (every
+new chunk is stored), no ``max_load_tokens``/``max_offload_tokens``, no KV events, stats off.
+A lookup skips a request for the step (it stays waiting) while its CPU hit reaches a chunk whose
+store is not yet reported, while another request loads one of its hit chunks, or while it has
+jobs of its own in flight (a preempted request). Async scheduling is set back after the CPU
+platform turns it off: with a kv_both connector it makes the scheduler defer freeing a finished
+request's blocks until its last in-flight step is updated (``defer_block_free``);
+``defer_async_loads`` stays off (HiSparse only).
 """
 
 from __future__ import annotations

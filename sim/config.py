@@ -43,6 +43,7 @@ class MemoryConfig:
 
 
 ENGINE_KINDS = ("kvsim", "vllm-v1")
+OFFLOAD_POLICIES = ("lru", "arc")  # vLLM's CPU manager policies
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +63,9 @@ class EngineConfig:
     scheduler_reserve_full_isl: bool = True  # admit only if the whole prompt's blocks fit
     enable_prefix_caching: bool = True
     async_scheduling: bool = True  # plan step k+1 while step k runs, as vLLM on a GPU does
+    # vllm-v1's CPU tier (memory.cpu_kv_gb > 0): vLLM's offloading connector
+    offload_blocks_per_chunk: int = 1  # GPU blocks per offloaded chunk
+    offload_eviction_policy: str = "lru"  # the CPU manager's policy: lru | arc
 
     def __post_init__(self) -> None:
         if self.kind not in ENGINE_KINDS:
@@ -76,6 +80,15 @@ class EngineConfig:
             )
         if self.replay not in REPLAY_MODES:
             raise ValueError(f"engine.replay must be one of {REPLAY_MODES}, got {self.replay!r}")
+        if self.offload_blocks_per_chunk < 1:
+            raise ValueError(
+                f"engine.offload_blocks_per_chunk must be >= 1, got {self.offload_blocks_per_chunk}"
+            )
+        if self.offload_eviction_policy not in OFFLOAD_POLICIES:
+            raise ValueError(
+                f"engine.offload_eviction_policy must be one of {OFFLOAD_POLICIES}, "
+                f"got {self.offload_eviction_policy!r}"
+            )
         if self.swap_copies not in SWAP_COPIES:
             raise ValueError(
                 f"engine.swap_copies must be one of {SWAP_COPIES}, got {self.swap_copies!r}"

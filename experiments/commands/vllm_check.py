@@ -53,6 +53,20 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         help="async_scheduling off: vLLM's synchronous loop (default: async, as on a GPU; with "
         "CONFIG, every point is run sync)",
     )
+    p.add_argument(
+        "--cpu-chunks",
+        type=int,
+        default=0,
+        help="vLLM's CPU offloading with this many chunks (default 0: no CPU tier)",
+    )
+    p.add_argument("--blocks-per-chunk", type=int, default=1, help="GPU blocks per CPU chunk")
+    p.add_argument("--offload-policy", default="lru", choices=["lru", "arc"])
+    p.add_argument(
+        "--copy-scale",
+        type=float,
+        default=1.0,
+        help="multiply each offloading copy's price (slower copies keep more jobs in flight)",
+    )
     p.add_argument("--out", help="write both step logs here (kvsim.jsonl, vllm.jsonl)")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
     return p
@@ -65,21 +79,21 @@ def main(args: argparse.Namespace) -> int:
         raise ValueError(f"--python: {args.python} does not exist")
     cases = _config_cases(args.config, args.sync) if args.config else [_synthetic_case(args)]
     failed = 0
-    for i, (label, trace, cfg, cost, mode) in enumerate(cases):
+    for i, (label, trace, cfg, cost, mode, offload) in enumerate(cases):
         print(f"[{i + 1}/{len(cases)}] {label}", flush=True)
         out = Path(args.out) / str(i) if args.out and len(cases) > 1 else args.out
-        failed += _check(trace, cfg, cost, mode, args.python, out)
+        failed += _check(trace, cfg, cost, mode, args.python, out, offload, args.copy_scale)
     return 1 if failed else 0
 
 
 def _config_cases(config: str, sync: bool = False) -> list[tuple]:
-    """(label, sessions, VllmConfig, cost model, replay mode) of each vllm-v1 lru grid point;
-    ``sync``: each with async scheduling off."""
+    """(label, sessions, VllmConfig, cost model, replay mode, OffloadConfig or None) of each
+    vllm-v1 lru grid point; ``sync``: each with async scheduling off."""
     import dataclasses
 
     from experiments.executor import _cost_model, load_sessions
     from experiments.schema import load_experiment, resolve_config
-    from sim.vllm_v1.run import vllm_config, without_prefixes
+    from sim.vllm_v1.run import offload_config, vllm_config, without_prefixes
 
     exp = load_experiment(resolve_config(config))
     points = [p for p in exp.grid() if p.engine.kind == "vllm-v1" and p.policy == "lru"]
@@ -97,12 +111,14 @@ def _config_cases(config: str, sync: bool = False) -> list[tuple]:
         if sync:
             cfg = dataclasses.replace(cfg, async_scheduling=False)
         mode = "async" if cfg.async_scheduling else "sync"
-        cases.append((f"{p.describe()}, {mode}", sessions, cfg, cost, p.engine.replay))
+        offload = offload_config(cost, p.memory, p.engine)
+        cases.append((f"{p.describe()}, {mode}", sessions, cfg, cost, p.engine.replay, offload))
     return cases
 
 
 def _synthetic_case(args: argparse.Namespace) -> tuple:
     from costmodels import cost_model
+    from sim.vllm_v1.offload import OffloadConfig
     from sim.vllm_v1.scheduler import VllmConfig
     from traces.synthetic import SyntheticConfig, generate_synthetic
 
@@ -122,15 +138,31 @@ def _synthetic_case(args: argparse.Namespace) -> tuple:
     label = (
         f"synthetic: {args.sessions} sessions, seed {args.seed}, {args.num_blocks} blocks, {mode}"
     )
-    return label, trace, cfg, cost_model(args.model, args.hardware), "closed-loop"
+    offload = None
+    if args.cpu_chunks:
+        offload = OffloadConfig(args.cpu_chunks, args.blocks_per_chunk, args.offload_policy)
+        label += (
+            f", CPU {args.cpu_chunks} chunks of {args.blocks_per_chunk} ({args.offload_policy})"
+        )
+    return label, trace, cfg, cost_model(args.model, args.hardware), "closed-loop", offload
 
 
-def _check(trace, cfg, cost, mode: str, python: str, out) -> int:
+def _check(trace, cfg, cost, mode: str, python: str, out, offload=None, copy_scale=1.0) -> int:
     """Run both sides; print their speeds and the first mismatch. 1 on a mismatch, else 0."""
     from experiments.vllm_check import describe_mismatch, first_mismatch, run_both
     from sim.vllm_v1.loop import StepPrices
+    from sim.vllm_v1.run import transfer_prices
 
-    runs = run_both(trace, cfg, python, StepPrices(cost), mode)
+    copy_s = transfer_prices(cost, cfg.block_size)
+    runs = run_both(
+        trace,
+        cfg,
+        python,
+        StepPrices(cost),
+        mode,
+        offload,
+        lambda kind, blocks: copy_scale * copy_s(kind, blocks),
+    )
     logs = {name: run.steps for name, (run, _) in runs.items()}
     rates = {name: run.num_steps / wall for name, (run, wall) in runs.items()}
     if out:
@@ -141,6 +173,11 @@ def _check(trace, cfg, cost, mode: str, python: str, out) -> int:
             tmp.write_text("".join(json.dumps(s) + "\n" for s in log))
             tmp.replace(out / f"{name}.jsonl")
     preempted = sum(len(s["preempted"]) for s in logs["kvsim"])
+    jobs = [j for s in logs["kvsim"] for j in s.get("jobs", ())]
+    if offload is not None:
+        loads = sum(1 for j in jobs if j[1] == "load")
+        flushed = sum(len(s.get("flush", ())) for s in logs["kvsim"])
+        print(f"offloading (kvsim): {len(jobs) - loads} stores, {loads} loads, {flushed} flushes")
     print(
         f"steps: kvsim {len(logs['kvsim'])}, vllm {len(logs['vllm'])}; preemptions (kvsim) "
         f"{preempted}; steps/s: kvsim {rates['kvsim']:,.0f}, vllm {rates['vllm']:,.0f} "

@@ -163,6 +163,7 @@ class TurnState:
     computed: int = 0  # tokens whose KV it has (after the last step that scheduled it)
     preemptions: int = 0
     preempt_recompute: int = 0  # tokens computed again after its preemptions
+    loaded: int = 0  # CPU offloading: tokens loaded from the CPU for its first admission
 
 
 @dataclass(slots=True)
@@ -177,6 +178,8 @@ class Replay:
     # the most blocks the conversations in progress need at once, each at its current turn's full
     # length (prompt and every output): from a turn's arrival to its session's last completion
     peak_demand_blocks: int = 0
+    loaded_blocks: int = 0  # CPU offloading: GPU blocks loaded from the CPU
+    stored_blocks: int = 0  # ... and stored to it
 
 
 def step_shape(view: StepView, live: dict[str, TurnState]) -> BatchShape:
@@ -290,10 +293,17 @@ def replay(
             if view.flush:  # the worker finishes these copies first
                 start = max([start] + [pending[j] for j in view.flush])
             planned = _plan(view, live, start, step, price)
-            for job_id, kind, _, blocks in view.jobs:
+            for job_id, kind, rid, blocks in view.jobs:
                 assert transfer_s is not None, "a side started transfers: replay needs transfer_s"
                 begin = max(copy_free[kind], planned.start if kind == "load" else planned.end)
                 copy_free[kind] = pending[job_id] = begin + transfer_s(kind, blocks)
+                if kind == "load":
+                    out.loaded_blocks += blocks
+                    st = live[rid]
+                    if st.hit < 0:
+                        st.loaded += blocks * block_size
+                else:
+                    out.stored_blocks += blocks
             if view.sched or view.jobs or view.flush:
                 gpu_free = planned.end
                 step += 1

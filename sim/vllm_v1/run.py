@@ -23,6 +23,7 @@ from sim.results import EngineStats, Ledger, SimResult, ledger_frame, run_labels
 from sim.units import Tier
 from sim.vllm_v1.block_pool import BlockView, PolicyBlockPool
 from sim.vllm_v1.loop import KvsimSide, StepPrices, TurnState, replay
+from sim.vllm_v1.offload import OffloadConfig, OffloadConnector
 from sim.vllm_v1.scheduler import VllmConfig, VllmScheduler
 from traces.records import Session
 
@@ -61,10 +62,49 @@ def vllm_config(cost: CostModel, memory: MemoryConfig, engine: EngineConfig) -> 
     )
 
 
-def make_scheduler(cfg: VllmConfig, policy: str, cost: CostModel | None = None) -> VllmScheduler:
-    """vLLM's scheduler; for any policy but ``lru`` its free cached blocks are ordered by it."""
+def offload_config(
+    cost: CostModel, memory: MemoryConfig, engine: EngineConfig
+) -> OffloadConfig | None:
+    """vLLM's CPU offloading for ``memory.cpu_kv_gb`` (None: no CPU tier): as many chunks as fit,
+    each rounded up to whole 4 KiB pages as vLLM's CPU spec allocates them."""
+    if memory.cpu_kv_gb <= 0:
+        return None
+    if math.isinf(memory.cpu_kv_gb):
+        raise ValueError("engine.kind vllm-v1 needs a finite memory.cpu_kv_gb (chunks are counted)")
+    per_chunk = memory.block_tokens * cost.kv_bytes_per_token * engine.offload_blocks_per_chunk
+    per_chunk = -(-per_chunk // 4096) * 4096
+    chunks = int(memory.cpu_kv_gb * GIB // per_chunk)
+    if chunks < 1:
+        raise ValueError(f"memory.cpu_kv_gb {memory.cpu_kv_gb} holds no chunk of {per_chunk} bytes")
+    return OffloadConfig(chunks, engine.offload_blocks_per_chunk, engine.offload_eviction_policy)
+
+
+def transfer_prices(cost: CostModel, block_size: int) -> Callable[[str, int], float]:
+    """A CPU offloading job's copy time: ``blocks`` GPU blocks, one copy each (a load host to
+    device, a store device to host)."""
+    block_bytes = block_size * cost.kv_bytes_per_token
+
+    def transfer_s(kind: str, blocks: int) -> float:
+        return cost.copy_s("h2d" if kind == "load" else "d2h", blocks * block_bytes, blocks)
+
+    return transfer_s
+
+
+def make_scheduler(
+    cfg: VllmConfig,
+    policy: str,
+    cost: CostModel | None = None,
+    offload: OffloadConfig | None = None,
+) -> VllmScheduler:
+    """vLLM's scheduler; for any policy but ``lru`` its free cached blocks are ordered by it;
+    ``offload``: with vLLM's CPU offloading connector."""
+    conn = (
+        OffloadConnector(offload, cfg.block_size, cfg.enable_prefix_caching)
+        if offload is not None
+        else None
+    )
     if policy == "lru":
-        return VllmScheduler(cfg)  # vLLM's own free queue
+        return VllmScheduler(cfg, offload=conn)  # vLLM's own free queue
     check_policy(policy)
     view = BlockView(cfg.block_size)
     ctx = PolicyContext(
@@ -76,7 +116,7 @@ def make_scheduler(cfg: VllmConfig, policy: str, cost: CostModel | None = None) 
     )
     pol = policy_class(policy)(ctx)
     pol.set_capacity(cfg.num_blocks - 1)
-    return VllmScheduler(cfg, PolicyBlockPool(cfg.num_blocks, pol, view))
+    return VllmScheduler(cfg, PolicyBlockPool(cfg.num_blocks, pol, view), conn)
 
 
 def simulate_vllm(
@@ -92,15 +132,11 @@ def simulate_vllm(
     """Replay ``sessions`` through kvsim's vLLM v1 engine; ``on_step`` hears each step-log entry.
     The engine is deterministic: ``seed`` only labels the run."""
     engine = engine or EngineConfig(kind="vllm-v1")
-    if memory.cpu_kv_gb > 0:
-        raise ValueError(
-            "engine.kind vllm-v1 has no CPU tier yet (vLLM's offloading connector is not "
-            "modelled): set memory.cpu_kv_gb to 0"
-        )
     wall0 = time.perf_counter()
     sessions = list(sessions)
     cfg = vllm_config(cost, memory, engine)
-    sched = make_scheduler(cfg, policy, cost)
+    offload = offload_config(cost, memory, engine)
+    sched = make_scheduler(cfg, policy, cost, offload)
     side = KvsimSide(sched)
     page_bytes = cfg.block_size * cost.kv_bytes_per_token
     ledger = Ledger()
@@ -123,6 +159,7 @@ def simulate_vllm(
         on_step=on_step,
         on_turn=on_turn,
         async_scheduling=cfg.async_scheduling,
+        transfer_s=transfer_prices(cost, cfg.block_size),
     )
     start = min((s.start_s for s in sessions), default=0.0)
     sim_time = max(0.0, run.end_s - start)
@@ -133,12 +170,14 @@ def simulate_vllm(
         steps=run.num_steps,
         output_tokens=int(sum(ledger.columns["output_tokens"])),
         gpu_capacity_bytes=cfg.num_blocks * page_bytes,
-        cpu_capacity_bytes=0,
+        cpu_capacity_bytes=(
+            offload.cpu_chunks * offload.blocks_per_chunk * page_bytes if offload else 0
+        ),
         gpu_util=price.block_s / (usable * sim_time) if sim_time > 0 else math.nan,
         gpu_peak_bytes=price.peak_held * page_bytes,
         peak_demand_bytes=run.peak_demand_blocks * page_bytes,
-        swap_in_bytes=0,
-        swap_out_bytes=0,
+        swap_in_bytes=run.loaded_blocks * page_bytes,
+        swap_out_bytes=run.stored_blocks * page_bytes,
         dropped_bytes=pool.evictions * page_bytes,
         preemptions=int(sum(ledger.columns["preemptions"])),
         preempt_recompute_tokens=int(sum(ledger.columns["preempt_recompute_tokens"])),
@@ -192,13 +231,18 @@ class _BookedPrices(StepPrices):
 
 
 def _ledger_row(s: Session, st: TurnState, turn, bs: int, cost: CostModel) -> tuple:
-    """A TurnRecord's values: the history's hit is the part of the first admission's prefix hit
-    that lies in the history; the rest of the hit is the prompt's shared prefix."""
+    """A TurnRecord's values. The first admission's computed tokens are a prefix: the GPU's hit,
+    then what was loaded from the CPU. Their part inside the history is its GPU and CPU hit; the
+    part beyond it, the prompt's shared prefix; the rest of the history is recomputed."""
     history = st.prompt_len - turn.prompt_tokens
-    g = min(st.hit, history)
+    cpu = min(st.loaded, st.hit)
+    gpu_end = st.hit - cpu  # the GPU's hit ends here, the loaded tokens follow
+    g = min(gpu_end, history)
+    c = min(st.hit, history) - g
     layers = cost.model.num_layers
     hist_blocks = -(-history // bs)
-    hit_blocks = min(st.hit // bs, hist_blocks)
+    gpu_blocks = min(gpu_end // bs, hist_blocks)
+    cpu_blocks = min(st.hit // bs, hist_blocks) - gpu_blocks
     ttft = st.first_token_s - st.arrival_s
     out = turn.output_tokens
     return (
@@ -213,16 +257,16 @@ def _ledger_row(s: Session, st: TurnState, turn, bs: int, cost: CostModel) -> tu
         out,
         history,
         g,
-        0,  # cpu hits: no CPU tier
-        history - g,
+        c,
+        history - g - c,
         0,  # pruned: full KV
-        st.hit - g,
-        0,
-        hit_blocks * layers,
-        0,
-        (hist_blocks - hit_blocks) * layers,
-        0,
-        0.0,
+        max(0, gpu_end - history),
+        max(0, st.hit - max(gpu_end, history)),
+        gpu_blocks * layers,
+        cpu_blocks * layers,
+        (hist_blocks - gpu_blocks - cpu_blocks) * layers,
+        st.loaded * cost.kv_bytes_per_token,
+        0.0,  # the load is waited for before the turn is scheduled: no stall inside a step
         0,
         st.preemptions,
         st.preempt_recompute,
