@@ -200,6 +200,16 @@ def jobs_of(meta) -> list[list]:
     return sorted(jobs)
 
 
+class InOrder(dict):
+    """A set of request ids that iterates in the order they were added. vLLM keeps the requests
+    finished since the last step in a set; its connector plans their stores and commits their CPU
+    recency in that set's (hash) order. In this order instead, the order they finished, as
+    kvsim's engine does, the CPU manager's ranks do not hang on string hashes."""
+
+    def add(self, rid: str) -> None:
+        self[rid] = None
+
+
 def main() -> None:
     from vllm import SamplingParams
     from vllm.distributed.kv_transfer.kv_connector.v1.offloading.common import (
@@ -219,6 +229,7 @@ def main() -> None:
         op = cmd["op"]
         if op == "init":
             scheduler, hasher = build(cmd)
+            scheduler.finished_req_ids = InOrder()
             offload = bool(cmd.get("offload"))
             reply = {"ok": True}
         elif op == "add":
@@ -229,6 +240,7 @@ def main() -> None:
             continue
         elif op == "schedule":
             last = scheduler.schedule()
+            scheduler.finished_req_ids = InOrder()  # schedule() left a plain set
             step += 1
             in_flight.append((step, last))
             reqs = scheduler.requests
@@ -306,9 +318,8 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    # vLLM iterates sets of request ids (finished_req_ids) when it plans the stores of finished
-    # requests and commits their CPU-cache recency, and PYTHONHASHSEED seeds the block hashes:
-    # pin it so that runs do not depend on the caller's seed.
+    # Runs must not depend on the caller's hash seed: finished_req_ids is ordered (InOrder), and
+    # the pin covers any other set of strings vLLM iterates.
     if os.environ.get("PYTHONHASHSEED") != "0":
         os.environ["PYTHONHASHSEED"] = "0"
         os.execv(sys.executable, [sys.executable, *sys.argv])

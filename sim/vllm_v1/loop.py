@@ -304,12 +304,12 @@ def replay(
                         st.loaded += blocks * block_size
                 else:
                     out.stored_blocks += blocks
-            if view.sched or view.jobs or view.flush:
+            if view.sched or view.jobs or view.flush or view.preempted:
                 gpu_free = planned.end
                 step += 1
             elif pending:  # nothing to run: wait for the next copy to end
                 planned.dur = max(0.0, min(pending.values()) - start)
-            elif not any(p.view.sched for p in queue):
+            elif not any(p.view.sched or p.view.preempted for p in queue):
                 raise AssertionError(
                     f"step {step} at t={now:.6f}s: nothing scheduled with {planned.view.running} "
                     f"running and {planned.view.waiting} waiting (a request that can never fit?)"
@@ -335,7 +335,7 @@ def replay(
             if math.isnan(st.first_token_s):
                 st.first_token_s = now
         v = planned.view
-        if on_step is not None and (v.sched or v.jobs or v.flush):
+        if on_step is not None and (v.sched or v.jobs or v.flush or v.preempted):
             on_step(planned.log_entry(done))
         for rid in done:
             st = live.pop(rid)

@@ -438,6 +438,23 @@ def test_engine_kind_is_a_grid_axis_and_takes_vllms_names(write_yaml):
     assert sync.grid()[0].engine.async_scheduling is False
 
 
+def test_a_vllm_run_with_a_cpu_tier_runs_vllms_offloading_connector(write_yaml):
+    from costmodels import cost_model
+    from sim.vllm_v1.run import offload_config
+
+    text = BASE.replace("cpu_kv_gb: 0", "cpu_kv_gb: 4")
+    text += "engine: {kind: vllm-v1, offload_eviction_policy: arc, offload_blocks_per_chunk: 2}\n"
+    (point, *_) = load_experiment(write_yaml(text)).grid()
+    cost = cost_model(point.model, point.hardware)
+    off = offload_config(cost, point.memory, point.engine)
+    chunk = 2 * point.memory.block_tokens * cost.kv_bytes_per_token  # a multiple of 4 KiB here
+    assert (off.cpu_chunks, off.blocks_per_chunk, off.eviction_policy) == (
+        4 * 2**30 // chunk,
+        2,
+        "arc",
+    )
+
+
 @pytest.mark.parametrize(
     "engine,extra,key,words",
     [
@@ -445,16 +462,21 @@ def test_engine_kind_is_a_grid_axis_and_takes_vllms_names(write_yaml):
         ("{block_size: 16}", "", "engine", "memory.block_tokens"),
         ("{long_prefill_token_threshold: 64}", "", "engine.long_prefill_token_threshold", "only"),
         ("{async_scheduling: false}", "", "engine.async_scheduling", "only"),
-        ("{kind: vllm-v1}", "cpu_kv_gb: 0", "memory.cpu_kv_gb", "no CPU tier"),
+        ("{offload_eviction_policy: arc}", "", "engine.offload_eviction_policy", "only"),
+        ("{kind: vllm-v1, offload_eviction_policy: fifo}", "", "engine", "lru"),
+        (
+            "{kind: vllm-v1, offload_blocks_per_chunk: 0}",
+            "",
+            "engine.offload_blocks_per_chunk",
+            ">= 1",
+        ),
         ("{kind: vllm-v1}", "policies: [lru, belady]", "policies[1]", "future"),
         ("{kind: vllm-v1}", "evict_unit: block", "memory.evict_unit", "use block"),
     ],
 )
 def test_what_a_vllm_run_cannot_take_is_named(write_yaml, engine, extra, key, words):
     text = BASE + f"engine: {engine}\n"
-    if extra == "cpu_kv_gb: 0":
-        text = text.replace("cpu_kv_gb: 0", "cpu_kv_gb: 4")
-    elif extra.startswith("policies"):
+    if extra.startswith("policies"):
         text = text.replace("policies: [lru, fifo]", extra)
     elif extra.startswith("evict_unit"):
         text = text.replace("evict_unit: block}", "evict_unit: session}")
