@@ -280,7 +280,7 @@ def replay(
             live[rid] = st
             side.add(rid, tokens[i], prompt, turn.output_tokens)
         if side.has_requests() or pending:
-            if spans and len(queue) == depth - 1:
+            if spans and len(queue) == depth - 1 and not pending:
                 run = side.steady_decodes()  # type: ignore[attr-defined]
                 if run is not None:
                     horizon = arrivals[0][0] if arrivals else math.inf

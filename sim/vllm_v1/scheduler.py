@@ -434,11 +434,17 @@ class VllmScheduler:
         fit its whole sequence (``scheduler_reserve_full_isl``; without prefix caching, the tokens
         it would be granted). Decodes only take free blocks and cache blocks of their own
         session's context, which no waiting request can hit, so a head that does not fit stays
-        out. Preemption-free: the span ends before the first step whose blocks are not free."""
+        out. Preemption-free: the span ends before the first step whose blocks are not free.
+
+        With CPU offloading, also: no transfer in flight, no block freed and not yet returned, no
+        request waiting for or done with a load, none finished since the last step, and every
+        running request has offered its prompt's chunks (its decodes store nothing)."""
         cfg, running, pool, bs = self.cfg, self.running, self.pool, self.bs
         n_run = len(running)
-        if not n_run or n_run > cfg.max_num_batched_tokens or self.offload is not None:
-            return None  # (with CPU offloading, each step may store or load)
+        if not n_run or n_run > cfg.max_num_batched_tokens:
+            return None
+        if self.offload is not None and not self._offload_quiet():
+            return None
         sync = not cfg.async_scheduling
         if len(self.in_flight) != (0 if sync else 1):
             return None
@@ -480,6 +486,16 @@ class VllmScheduler:
             return None
         return SteadyDecodes(list(running), steps, ctx)
 
+    def _offload_quiet(self) -> bool:
+        """CPU offloading: whether the connector has nothing to do in a steady decode step."""
+        offload = self.offload
+        assert offload is not None
+        if offload.jobs or self.holding or self.loaded or self.finished_since or self.deferred:
+            return False
+        tpc = offload.tpc
+        states = offload.states
+        return all(states[r.rid].next_stored >= r.num_prompt_tokens // tpc for r in self.running)
+
     def _head_stays_out(self, n_run: int) -> bool:
         """Whether the head of the queue is not admitted in a steady step, nor in the ones after
         it (they only take free blocks, and evict blocks that cannot lengthen its hit)."""
@@ -490,7 +506,14 @@ class VllmScheduler:
         if cfg.enable_prefix_caching:
             if not cfg.scheduler_reserve_full_isl:
                 return False  # a shorter hit can need fewer blocks for a budget-capped chunk
-            return not self._fits(head, 0, self._longest_hit(head), True)
+            hit = self._longest_hit(head)
+            # the CPU's content does not change in the span: a deferred head lets the queue
+            # behind it in; a load is admitted only if the whole sequence fits, as below
+            if self.offload is not None and self.offload.lookup(head, len(hit) * self.bs) is None:
+                return False
+            return not self._fits(head, 0, hit, True)
+        if self.offload is not None:
+            return False
         n = min(head.num_tokens, budget)
         if 0 < cfg.long_prefill_token_threshold < n:
             n = cfg.long_prefill_token_threshold
@@ -552,6 +575,11 @@ class VllmScheduler:
             self.in_flight[0] = StepPlan(
                 [(r, 1, c0[i] + k - 1) for i, r in enumerate(reqs)], [], []
             )
+        if self.defer_free:  # async: k steps planned, the one in flight before them and k - 1 run
+            self.sched_seq += k
+            self.processed_seq += k
+            for req in reqs:
+                req.last_seq = self.sched_seq
         self.now = plan_times[k - 1]
         return free, held
 

@@ -16,7 +16,15 @@ from sim.policies import PolicyContext, policy_class
 from sim.units import Tier
 from sim.vllm_v1.block_pool import BlockView, PolicyBlockPool
 from sim.vllm_v1.loop import KvsimSide, replay
-from sim.vllm_v1.run import _BookedPrices, check_policy, make_scheduler, simulate_vllm, vllm_config
+from sim.vllm_v1.offload import OffloadConfig
+from sim.vllm_v1.run import (
+    _BookedPrices,
+    check_policy,
+    make_scheduler,
+    simulate_vllm,
+    transfer_prices,
+    vllm_config,
+)
 from sim.vllm_v1.scheduler import VllmConfig, VllmScheduler
 from traces import load_trace
 from traces.synthetic import SyntheticConfig, generate_synthetic
@@ -149,8 +157,8 @@ def test_a_policy_by_name_runs_and_infinite_memory_is_refused(sessions):
     assert len(res.turns) > 0 and res.stats.evict_us.size > 0  # it evicted, and was timed
     with pytest.raises(ValueError, match="finite"):
         simulate_vllm(sessions[:2], COST, MemoryConfig(gpu_kv_gb=math.inf), VLLM)
-    with pytest.raises(ValueError, match="cpu_kv_gb"):
-        simulate_vllm(sessions[:2], COST, MemoryConfig(gpu_kv_gb=1.0, cpu_kv_gb=1.0), VLLM)
+    with pytest.raises(ValueError, match="finite memory.cpu_kv_gb"):
+        simulate_vllm(sessions[:2], COST, MemoryConfig(gpu_kv_gb=1.0, cpu_kv_gb=math.inf), VLLM)
     assert isinstance(make_scheduler(VllmConfig(num_blocks=10), "lru"), VllmScheduler)
 
 
@@ -222,11 +230,30 @@ def test_steady_decode_runs_give_the_step_by_step_log_and_clock(policy, async_sc
         async_scheduling=async_scheduling,
         scheduler_reserve_full_isl=reserve,
     )
+    _spans_give_the_steps(cfg, policy)
+
+
+@pytest.mark.parametrize("async_scheduling", [False, True])
+def test_steady_decode_runs_with_a_cpu_tier_give_the_step_by_step_log(async_scheduling):
+    """The same with vLLM's CPU offloading (slow copies: jobs in flight across steps, flushes):
+    a run is taken only while the connector has nothing to do."""
+    cfg = VllmConfig(
+        num_blocks=150,
+        block_size=16,
+        max_num_seqs=64,
+        max_num_batched_tokens=2048,
+        async_scheduling=async_scheduling,
+    )
+    _spans_give_the_steps(cfg, "lru", OffloadConfig(400), copy_scale=300)
+
+
+def _spans_give_the_steps(cfg, policy, offload=None, copy_scale=1.0):
     trace = generate_synthetic(SyntheticConfig(sessions=40, seed=3, arrival_rate_per_s=4.0))
     trace = trace.sessions
+    copy_s = transfer_prices(COST, cfg.block_size)
     out = {}
     for spans in (False, True):
-        side = _CountingSide(make_scheduler(cfg, policy, COST))
+        side = _CountingSide(make_scheduler(cfg, policy, COST, offload))
         prices = _BookedPrices(COST, side.sched)
         run = replay(
             trace,
@@ -235,8 +262,9 @@ def test_steady_decode_runs_give_the_step_by_step_log_and_clock(policy, async_sc
             cfg.block_size,
             cfg.model_len,
             log_steps=True,
-            async_scheduling=async_scheduling,
+            async_scheduling=cfg.async_scheduling,
             decode_spans=spans,
+            transfer_s=lambda kind, blocks: copy_scale * copy_s(kind, blocks),
         )
         turns = [(t.rid, t.first_token_s, t.finish_s, t.hit, t.preemptions) for t in run.turns]
         booked = (prices.block_s, prices.peak_held, prices.step_s, prices.step_decode)
@@ -247,6 +275,20 @@ def test_steady_decode_runs_give_the_step_by_step_log_and_clock(policy, async_sc
     )
     assert spanned == 0 and n > len(steps) / 2  # most steps were taken in runs
     assert sum(len(s["preempted"]) for s in steps) > 0
+    if offload is not None:
+        assert sum(len(s.get("flush", ())) for s in steps) > 0
     assert span_steps == steps
     assert span_turns == turns
     assert span_booked == booked
+
+
+def test_a_cpu_tier_serves_history_the_gpu_lost_and_the_ledger_splits_it(sessions):
+    mem = MemoryConfig(gpu_kv_gb=0.5)
+    plain = simulate_vllm(sessions, COST, mem, VLLM)
+    tiered = simulate_vllm(sessions, COST, MemoryConfig(gpu_kv_gb=0.5, cpu_kv_gb=4.0), VLLM)
+    t, p = tiered.turns, plain.turns
+    assert (t.gpu_hit_tokens + t.cpu_hit_tokens + t.recomputed_tokens == t.history_tokens).all()
+    assert p.cpu_hit_tokens.sum() == 0 and t.cpu_hit_tokens.sum() > 0
+    assert t.recomputed_tokens.sum() < 0.5 * p.recomputed_tokens.sum()
+    assert tiered.stats.swap_in_bytes >= t.swap_in_bytes.sum() > 0  # reloads after preemption too
+    assert tiered.stats.swap_out_bytes > 0 and tiered.stats.cpu_capacity_bytes > 0
