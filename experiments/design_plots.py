@@ -1,6 +1,7 @@
 """Figures that compare serving designs rather than eviction policies: token budgets (memory saved
-against the relevant tokens they prune) and decode served from CPU memory (TBT and TTFT against
-the GPU capacity, one line per design). Drawn by ``make_plots`` when a grid varies them."""
+against the relevant tokens they prune), decode served from CPU memory (TBT and TTFT against
+the GPU capacity, one line per design) and the two engines (where history came from, side by
+side). Drawn by ``make_plots`` when a grid varies them."""
 
 from __future__ import annotations
 
@@ -99,6 +100,54 @@ def offload_figure(summary: pd.DataFrame, path: Path) -> Path | None:
         path,
         6,
     )
+
+
+TIERS = (
+    ("gpu_hit_rate", "GPU hit", "C2"),
+    ("cpu_hit_rate", "CPU hit", "C0"),
+    ("reprefill_rate", "recomputed", "C3"),
+)
+
+
+def engine_figure(summary: pd.DataFrame, path: Path) -> Path | None:
+    """Where history tokens came from (GPU, CPU, recomputed) in each engine, side by side at each
+    GPU capacity: one panel per CPU tier size (and policy, if several)."""
+    if "engine" not in summary or summary["engine"].nunique() < 2:
+        return None
+    df = summary[np.isfinite(summary["gpu_kv_gb"].astype(float))]
+    engines = list(dict.fromkeys(df["engine"]))
+    panels = list(dict.fromkeys(zip(df["policy"], df["cpu_kv_gb"], strict=True)))
+    fig = Figure(figsize=(4.2 * len(panels) + 1, 4.4))
+    FigureCanvasAgg(fig)
+    axes = np.atleast_1d(fig.subplots(1, len(panels), sharey=True))
+    width = 0.8 / len(engines)
+    for ax, (policy, cpu) in zip(axes, panels, strict=True):
+        sub = df[(df["policy"] == policy) & (df["cpu_kv_gb"] == cpu)]
+        caps = sorted(sub["gpu_kv_gb"].unique())
+        for j, engine in enumerate(engines):
+            g = sub[sub["engine"] == engine].groupby("gpu_kv_gb")[[t for t, _, _ in TIERS]].mean()
+            g = g.reindex(caps)
+            x = np.arange(len(caps)) + (j - (len(engines) - 1) / 2) * width
+            bottom = np.zeros(len(caps))
+            for col, label, color in TIERS:
+                ax.bar(x, g[col], width * 0.92, bottom=bottom, color=color, label=label)
+                bottom += g[col].fillna(0).to_numpy()
+            for xi in x:
+                ax.text(xi, 1.01, engine, ha="center", va="bottom", fontsize=7, rotation=90)
+        ax.set_xticks(np.arange(len(caps)), [f"{c:g}" for c in caps])
+        ax.set_xlabel("GPU KV capacity (GiB)")
+        ax.set_title(f"{policy}, CPU tier {float(cpu):g} GiB", pad=38)
+        ax.set_ylim(0, 1)
+        ax.yaxis.set_major_formatter(PercentFormatter(1.0))
+    axes[0].set_ylabel("share of history tokens")
+    handles, labels = axes[0].get_legend_handles_labels()
+    keep = dict(zip(labels, handles, strict=True))  # one entry per tier
+    fig.legend(list(keep.values()), list(keep), loc="lower center", ncol=3, fontsize=9)
+    fig.suptitle("Where history came from, by engine (bars: " + ", ".join(engines) + ")")
+    fig.tight_layout(rect=(0, 0.08, 1, 0.95))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=_DPI)
+    return path
 
 
 def _save(fig: Figure, legend_from, title: str, path: Path, ncol: int) -> Path:

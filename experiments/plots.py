@@ -29,7 +29,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, PercentFormatter
 
-from experiments.design_plots import budget_figure, offload_figure
+from experiments.design_plots import budget_figure, engine_figure, offload_figure
 
 FACET_DIMS: tuple[str, ...] = (
     "engine",
@@ -94,6 +94,7 @@ def make_plots(
         _ttft_cdf(turns, facets, policies, out_dir / "ttft_cdf.png", notes),
         budget_figure(finite, out_dir / "budget_tradeoff.png"),
         offload_figure(finite, out_dir / "offload_vs_capacity.png"),
+        engine_figure(finite, out_dir / "tiers_by_engine.png"),
     ]
     return [w for w in written if w is not None]
 
