@@ -6,14 +6,18 @@ import math
 
 import pandas as pd
 
-_VARYING_LABELS = (
-    "trace",
+_VARYING_LABELS = (  # every grid label but policy and gpu_kv_gb, in summary.csv's order
+    "engine",
     "model",
     "hardware",
     "tp",
-    "evict_unit",
-    "block_tokens",
+    "trace",
     "cpu_kv_gb",
+    "block_tokens",
+    "evict_unit",
+    "pipelining",
+    "budget",
+    "sparse",
     "seed",
 )
 _METRICS = {  # column -> (header, format)

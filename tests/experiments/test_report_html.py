@@ -369,3 +369,19 @@ def test_the_browser_checks_can_fail(chromium, tmp_path):
     assert any("Content Security Policy" in p or "y.png" in p for p in problems)
     assert {i["file"]: i["w"] for i in page.evaluate(_IMAGES)} == {"x.png": 0, "y.png": 0}
     page.close()
+
+
+def test_the_console_table_names_every_grid_label_that_varies():
+    from experiments.report import summary_table
+
+    rows = [
+        dict(policy="lru", gpu_kv_gb=1.0, engine=e, pipelining=p, cpu_kv_gb=0.0, seed=1)
+        for e in ("kvsim", "vllm-v1")
+        for p in (True, False)
+    ]
+    summary = pd.DataFrame(rows).assign(
+        reprefill_rate=0.5, gpu_hit_rate=0.5, cpu_hit_rate=0.0, jain_service=1.0, ttft_p50_s=0.1
+    )
+    header = summary_table(summary).splitlines()[0].split()
+    assert header[:4] == ["policy", "gpu_kv_gb", "engine", "pipelining"]
+    assert "cpu_kv_gb" not in header and "seed" not in header  # constant: left out
