@@ -537,9 +537,12 @@ class VllmScheduler:
         x0 = c0 if sync else [n - 1 for n in n0]
         usable = pool.num_blocks - 1
 
-        def next_event(i: int) -> int:
+        caching = self.cfg.enable_prefix_caching
+
+        def next_event(i: int) -> int:  # the next step that takes a block or caches one
             r = reqs[i]
-            return max(1, min(len(r.blocks) * bs - c0[i] + 1, (r.num_cached + 1) * bs - x0[i]))
+            take = len(r.blocks) * bs - c0[i] + 1
+            return max(1, min(take, (r.num_cached + 1) * bs - x0[i]) if caching else take)
 
         events = [(next_event(i), i) for i in range(len(reqs))]
         heapq.heapify(events)

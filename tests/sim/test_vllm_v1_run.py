@@ -247,6 +247,20 @@ def test_steady_decode_runs_with_a_cpu_tier_give_the_step_by_step_log(async_sche
     _spans_give_the_steps(cfg, "lru", OffloadConfig(400), copy_scale=300)
 
 
+@pytest.mark.parametrize("async_scheduling", [False, True])
+def test_steady_decode_runs_without_prefix_caching_give_the_step_by_step_log(async_scheduling):
+    """Without prefix caching no block is ever cached: a run's only events are block takes."""
+    cfg = VllmConfig(
+        num_blocks=200,
+        block_size=16,
+        max_num_seqs=64,
+        max_num_batched_tokens=2048,
+        async_scheduling=async_scheduling,
+        enable_prefix_caching=False,
+    )
+    _spans_give_the_steps(cfg, "lru")
+
+
 def _spans_give_the_steps(cfg, policy, offload=None, copy_scale=1.0):
     trace = generate_synthetic(SyntheticConfig(sessions=40, seed=3, arrival_rate_per_s=4.0))
     trace = trace.sessions
