@@ -80,8 +80,15 @@ def _logs(cfg, trace, python, offload=None, copy_scale=1.0):
             long_prefill_token_threshold=128,
             async_scheduling=True,
         ),
+        VllmConfig(
+            num_blocks=200,
+            max_num_seqs=64,
+            max_num_batched_tokens=2048,
+            enable_prefix_caching=False,
+            async_scheduling=True,
+        ),
     ],
-    ids=["pressure", "chunked", "no-gate", "async-pressure", "async-chunked"],
+    ids=["pressure", "chunked", "no-gate", "async-pressure", "async-chunked", "async-no-caching"],
 )
 def test_step_logs_match_the_real_scheduler(cfg, trace, vllm_python):
     ours, theirs = _logs(cfg, trace, vllm_python)
