@@ -219,7 +219,7 @@ def _capacity_axis(ax, caps: Sequence[float]) -> None:
 def _save(fig: Figure, title: str, path: Path, legend_handles: list, legend_labels: list) -> Path:
     """Title on top, one shared legend in a row under it, panels below (spacing in inches)."""
     h = fig.get_figheight()
-    fig.suptitle(title, fontsize=13, fontweight="bold", y=1 - 0.12 / h, va="top")
+    fig.suptitle(title, fontsize=13, fontweight="bold", y=1 - 0.12 / h, va="top", wrap=True)
     if legend_handles:
         fig.legend(
             legend_handles,
@@ -320,7 +320,9 @@ def _line_plot(
 
 def _tier_bars(df: pd.DataFrame, facets, policies, path: Path) -> Path:
     n = len(facets) * len(policies)
-    fig, axes, _, _ = _grid(n, panel_w=4.6, max_cols=max(1, min(len(policies), 4)))
+    # a row per facet, a column per policy; one policy: the facets side by side
+    cols = min(len(policies), 4) if len(policies) > 1 else min(n, 3)
+    fig, axes, _, _ = _grid(n, panel_w=4.6, max_cols=cols)
     tiers = {
         "GPU hit": "gpu_hit_rate",
         "CPU hit (swapped in)": "cpu_hit_rate",
