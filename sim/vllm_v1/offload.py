@@ -73,9 +73,8 @@ class Access:
     """The chunks one request has seen, for the manager's policy (vLLM's request context)."""
 
     rank: int = 0  # lru: the request's rank, drawn at its first access (0: not yet)
-    seen: dict[Key, int] = field(
-        default_factory=dict
-    )  # key -> its chunk index, in first-seen order
+    # key -> its position (the tokens through its chunk), in first-seen order
+    seen: dict[Key, int] = field(default_factory=dict)
     inserted: set[Key] = field(default_factory=set)
     reused: set[Key] = field(default_factory=set)
     store_misses: set[Key] = field(default_factory=set)
@@ -277,23 +276,23 @@ class CpuChunks:
         return self.ref.get(key)
 
     def _access(
-        self, keys: Sequence[Key], acc: Access, index: dict[Key, int], reused: Sequence[Key]
+        self, keys: Sequence[Key], acc: Access, positions: dict[Key, int], reused: Sequence[Key]
     ) -> None:
         new = [k for k in keys if k not in acc.seen]
         for k in new:
-            acc.seen[k] = index[k]
+            acc.seen[k] = positions[k]
         if new:
-            self.policy.on_request_access(new, [index[k] for k in new], acc)
+            self.policy.on_request_access(new, [positions[k] for k in new], acc)
         acc.reused.update(k for k in reused if k not in acc.inserted)
 
-    def prepare_load(self, keys: Sequence[Key], acc: Access, index: dict[Key, int]) -> None:
+    def prepare_load(self, keys: Sequence[Key], acc: Access, positions: dict[Key, int]) -> None:
         ref = self.ref
         for key in keys:
             if ref[key] == 0:
                 self.policy.mark_busy(key)
                 self.num_idle -= 1
             ref[key] += 1
-        self._access(keys, acc, index, keys)
+        self._access(keys, acc, positions, keys)
 
     def complete_load(self, keys: Iterable[Key]) -> None:
         ref = self.ref
@@ -304,7 +303,7 @@ class CpuChunks:
                 self.policy.mark_idle(key)
 
     def prepare_store(
-        self, keys: Sequence[Key], acc: Access, index: dict[Key, int], positions: dict[Key, int]
+        self, keys: Sequence[Key], acc: Access, positions: dict[Key, int]
     ) -> list[Key] | None:
         """The keys to store now (possibly none), or None if it cannot evict room for them."""
         ref = self.ref
@@ -315,7 +314,7 @@ class CpuChunks:
             self.policy.on_store_miss(misses, acc)
             acc.store_misses.update(misses)
         recorded = set(to_store) | set(ready)
-        self._access([k for k in keys if k in recorded], acc, index, ready)
+        self._access([k for k in keys if k in recorded], acc, positions, ready)
         if not to_store:
             return []
         evict = len(to_store) - (self.capacity - len(ref))
@@ -396,8 +395,10 @@ class OffloadConnector:
         return st.req.block_key(i * self.b + self.b - 1)
 
     def _keys(self, st: _ReqState, first: int, end: int) -> tuple[list[Key], dict[Key, int]]:
+        """Chunks first..end-1: their keys and each key's position (the tokens through it)."""
         keys = [self._key(st, i) for i in range(first, end)]
-        return keys, dict(zip(keys, range(first, end), strict=True))
+        positions = range((first + 1) * self.tpc, (end + 1) * self.tpc, self.tpc)
+        return keys, dict(zip(keys, positions, strict=True))
 
     # --- hooks ---
 
@@ -453,8 +454,8 @@ class OffloadConnector:
         gpu_blocks = -(-cached // self.bs)
         first = -(-st.local // self.bs)  # the first block to load into
         chunks = -(-cached // self.tpc)
-        keys, index = self._keys(st, first // self.b, chunks)
-        self.cpu.prepare_load(keys, st.acc, index)
+        keys, positions = self._keys(st, first // self.b, chunks)
+        self.cpu.prepare_load(keys, st.acc, positions)
         st.next_stored = chunks  # the loaded chunks are not offered back
         self._job("load", st, keys, req.blocks[first:gpu_blocks])
         if self.prefix_caching:
@@ -522,15 +523,17 @@ class OffloadConnector:
         if chunks <= start:
             st.next_stored = max(start, chunks)
             return
-        keys, index = self._keys(st, start, chunks)
-        positions = {k: (i + 1) * self.tpc for k, i in index.items()}
-        stored = self.cpu.prepare_store(keys, st.acc, index, positions)
+        keys, positions = self._keys(st, start, chunks)
+        stored = self.cpu.prepare_store(keys, st.acc, positions)
         if stored is None:
             return  # offered again next step
         st.next_stored = max(st.next_stored, chunks)
         if not stored:
             return
-        blocks = [st.blocks[index[k] * b + j] for k in stored for j in range(b)]
+        # chunk i (position (i + 1) * tpc) is blocks i * b .. i * b + b - 1
+        blocks = [
+            st.blocks[(positions[k] // self.tpc - 1) * b + j] for k in stored for j in range(b)
+        ]
         job = self._job("store", st, stored, blocks)
         if finished:
             for blk in blocks:

@@ -16,8 +16,8 @@ COST = costmodels.cost_model("llama-3-8b", "h100-sxm")
 
 
 def _store(cpu: CpuChunks, acc: Access, keys: list[str], first: int = 0) -> list[str] | None:
-    index = {k: first + i for i, k in enumerate(keys)}
-    return cpu.prepare_store(keys, acc, index, {k: (i + 1) * 16 for k, i in index.items()})
+    """Store chunks first, first + 1, ... of 16 tokens each."""
+    return cpu.prepare_store(keys, acc, {k: (first + i + 1) * 16 for i, k in enumerate(keys)})
 
 
 def test_lru_evicts_a_running_requests_tail_first_and_a_finished_one_before_it():
@@ -33,6 +33,21 @@ def test_lru_evicts_a_running_requests_tail_first_and_a_finished_one_before_it()
     cpu.complete_store(["b0", "b1"])
     assert cpu.policy.rank == {"a1": (2, 0), "a0": (3, 0), "b0": (4, -16), "b1": (4, -32)}
     assert cpu.policy.evict(3, set()) == ["a1", "a0", "b1"]
+
+
+def test_lru_ranks_a_reused_chunk_by_its_position_like_the_chunks_stored_beside_it():
+    """B offers its first five chunks (positions 16..80); the CPU already holds the fifth (stored
+    by A, who finished: fresh rank (2, 0)). B stores the first four at (3, -16) .. (3, -64) and
+    reuses the fifth at (3, -80), the lowest: the reused tail goes first, as its position says."""
+    cpu = CpuChunks(8, "lru")
+    a, b = Access(), Access()
+    assert _store(cpu, a, ["k5"], first=4) == ["k5"]
+    cpu.complete_store(["k5"])
+    cpu.on_request_finished(a)
+    assert _store(cpu, b, ["k1", "k2", "k3", "k4", "k5"]) == ["k1", "k2", "k3", "k4"]
+    cpu.complete_store(["k1", "k2", "k3", "k4"])
+    assert cpu.policy.rank["k5"] == (3, -80)
+    assert cpu.policy.evict(2, set()) == ["k5", "k4"]
 
 
 def test_a_full_cpu_refuses_a_store_it_cannot_make_room_for_and_never_evicts_the_offer():
@@ -55,7 +70,7 @@ def test_arc_promotes_a_reused_chunk_at_the_request_end_and_a_ghost_store_moves_
     cpu.complete_store(["x", "y"])
     cpu.on_request_finished(a)  # a store is no reuse: both stay in T1
     assert list(arc.t1) == ["y", "x"] and not arc.t2  # recency from the tail: x newest
-    cpu.prepare_load(["x"], b, {"x": 0})
+    cpu.prepare_load(["x"], b, {"x": 16})
     cpu.complete_load(["x"])
     cpu.on_request_finished(b)  # b reused x: T2
     assert list(arc.t1) == ["y"] and list(arc.t2) == ["x"]
