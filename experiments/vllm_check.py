@@ -19,8 +19,9 @@ from pathlib import Path
 
 from costmodels import BatchShape
 from sim.vllm_v1.loop import KvsimSide, Replay, StepView, replay
-from sim.vllm_v1.offload import OffloadConfig, OffloadConnector
-from sim.vllm_v1.scheduler import VllmConfig, VllmScheduler
+from sim.vllm_v1.offload import OffloadConfig
+from sim.vllm_v1.run import make_scheduler
+from sim.vllm_v1.scheduler import VllmConfig
 from sim.vllm_v1.tokens import SessionTokens
 from traces.records import Session
 
@@ -138,15 +139,11 @@ def run_both(
     CPU offloading connector, its copies priced by ``transfer_s``."""
     out = {}
     for name in ("kvsim", "vllm"):
-        if name == "kvsim":
-            connector = (
-                OffloadConnector(offload, cfg.block_size, cfg.enable_prefix_caching)
-                if offload is not None
-                else None
-            )
-            side: KvsimSide | RealSide = KvsimSide(VllmScheduler(cfg, offload=connector))
-        else:
-            side = RealSide(python, cfg, offload)
+        side: KvsimSide | RealSide = (
+            KvsimSide(make_scheduler(cfg, "lru", offload=offload))
+            if name == "kvsim"
+            else RealSide(python, cfg, offload)
+        )
         t0 = time.perf_counter()
         try:
             run = replay(

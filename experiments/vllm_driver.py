@@ -36,7 +36,7 @@ a transfer job done only when the client says so. With offload on:
 - ``update`` takes ``"finished_jobs": [job ids]`` (each job once, at this step or a later one
   than the step that created it), reported as the offloading worker does: ``completed_jobs``
   for every job, ``finished_recving`` for the request of each load. ``sampled`` may be
-  omitted. It also answers ``"has_requests"``: whether EngineCore would step again.
+  omitted.
 - A step with nothing scheduled (requests waiting for their loads, or stores still in flight
   after the last request finished) has ``"sched": []``; its ``update`` mirrors the model
   runner's no-forward path (``kv_connector_no_forward``): the connector output alone.
@@ -309,8 +309,6 @@ def main() -> None:
                 o.request_id for eco in results.values() for o in eco.outputs if o.finished
             )
             reply = {"done": done}
-            if offload:
-                reply["has_requests"] = scheduler.has_requests()
         else:
             raise ValueError(f"unknown op {op!r}")
         out.write(json.dumps(reply) + "\n")

@@ -140,12 +140,6 @@ class KvsimSide:
     def waiting_count(self) -> int:
         return len(self.sched.waiting) + len(self.sched.holding)
 
-    def has_jobs(self) -> bool:
-        return self.sched.has_jobs()
-
-    def complete_jobs(self, job_ids: list[int]) -> None:
-        self.sched.complete_jobs(job_ids)
-
 
 @dataclass(slots=True)
 class TurnState:

@@ -405,9 +405,6 @@ class OffloadConnector:
     def add(self, req: OffloadRequest) -> None:
         self.states[req.rid] = _ReqState(req)
 
-    def has_jobs(self) -> bool:
-        return bool(self.jobs)
-
     def lookup(self, req: OffloadRequest, local: int) -> int | None:
         """Tokens to load after a GPU hit of ``local`` tokens (0: none), or None to defer it."""
         st = self.states[req.rid]

@@ -165,10 +165,6 @@ class VllmScheduler:
     def has_requests(self) -> bool:
         return bool(self.running or self.waiting or self.holding)
 
-    def has_jobs(self) -> bool:
-        """CPU offloading: transfers in flight (the engine keeps stepping)."""
-        return self.offload is not None and self.offload.has_jobs()
-
     # --- one step -------------------------------------------------------------------------
 
     def schedule(self, now: float = 0.0) -> StepPlan:
@@ -320,7 +316,7 @@ class VllmScheduler:
             ):
                 self._blocked = (state, pool.num_free)
                 break
-            computed = hit + ext if req.num_computed == 0 else hit
+            computed = hit + ext  # (a loaded request: ext 0, its hit what it loaded)
             if offload is not None:
                 offload.after_alloc(req, ext)
                 if ext:

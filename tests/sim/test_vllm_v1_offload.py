@@ -163,7 +163,7 @@ def test_a_later_turn_loads_its_evicted_history_from_the_cpu_and_waits_for_the_l
     assert rid not in [s[0] for s in by_step[step]["sched"]]
     later = [e for e in off.steps if e["step"] > step and rid in e["hit"]]
     assert later and later[0]["hit"][rid] >= blocks * 16
-    assert not sched.has_jobs() and not sched.has_requests()
+    assert not sched.offload.jobs and not sched.has_requests()
     assert len(off.turns) == len(plain.turns) == 12
 
 
