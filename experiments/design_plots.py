@@ -102,10 +102,11 @@ def offload_figure(summary: pd.DataFrame, path: Path) -> Path | None:
     )
 
 
+# where history tokens came from: summary column, label, colour (every figure that shows tiers)
 TIERS = (
-    ("gpu_hit_rate", "GPU hit", "C2"),
-    ("cpu_hit_rate", "CPU hit", "C0"),
-    ("reprefill_rate", "recomputed", "C3"),
+    ("gpu_hit_rate", "GPU hit", "#2b8a3e"),
+    ("cpu_hit_rate", "CPU hit (swapped in)", "#1971c2"),
+    ("reprefill_rate", "recomputed", "#e03131"),
 )
 
 

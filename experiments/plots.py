@@ -29,7 +29,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, PercentFormatter
 
-from experiments.design_plots import budget_figure, engine_figure, offload_figure
+from experiments.design_plots import TIERS, budget_figure, engine_figure, offload_figure
 
 FACET_DIMS: tuple[str, ...] = (
     "engine",
@@ -45,7 +45,6 @@ FACET_DIMS: tuple[str, ...] = (
     "cpu_kv_gb",
 )
 MAX_FACETS = 12
-TIER_COLORS = {"GPU hit": "#2b8a3e", "CPU hit (swapped in)": "#1971c2", "recomputed": "#e03131"}
 _UNITS = {"cpu_kv_gb": " GiB", "block_tokens": " tok"}
 _DPI = 120
 
@@ -323,11 +322,6 @@ def _tier_bars(df: pd.DataFrame, facets, policies, path: Path) -> Path:
     # a row per facet, a column per policy; one policy: the facets side by side
     cols = min(len(policies), 4) if len(policies) > 1 else min(n, 3)
     fig, axes, _, _ = _grid(n, panel_w=4.6, max_cols=cols)
-    tiers = {
-        "GPU hit": "gpu_hit_rate",
-        "CPU hit (swapped in)": "cpu_hit_rate",
-        "recomputed": "reprefill_rate",
-    }
     handles: dict[str, object] = {}
     caps = sorted(df["gpu_kv_gb"].unique())
     k = 0
@@ -336,15 +330,13 @@ def _tier_bars(df: pd.DataFrame, facets, policies, path: Path) -> Path:
         for pol in policies:
             ax = axes[k]
             k += 1
-            g = sub[sub["policy"] == pol].groupby("gpu_kv_gb")[list(tiers.values())].mean()
+            g = sub[sub["policy"] == pol].groupby("gpu_kv_gb")[[c for c, _, _ in TIERS]].mean()
             g = g.reindex(caps)
             x = np.arange(len(caps))
             bottom = np.zeros(len(caps))
-            for label, col in tiers.items():
+            for col, label, color in TIERS:
                 vals = g[col].fillna(0.0).to_numpy()
-                bars = ax.bar(
-                    x, vals, bottom=bottom, color=TIER_COLORS[label], width=0.7, label=label
-                )
+                bars = ax.bar(x, vals, bottom=bottom, color=color, width=0.7, label=label)
                 handles.setdefault(label, bars)
                 bottom += vals
             ax.set_xticks(x, [f"{c:g}" for c in caps])
