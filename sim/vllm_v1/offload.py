@@ -62,7 +62,6 @@ class OffloadRequest(Protocol):
     rid: str
     num_prompt_tokens: int
     num_tokens: int
-    num_computed: int
     blocks: list[int]
 
     def block_key(self, j: int) -> Key: ...
@@ -558,6 +557,6 @@ class OffloadConnector:
                         if not watchers:
                             del self.block_jobs[blk]
             st.jobs.remove(jid)
-            if st.finished and not st.jobs and st.acc.finished:
+            if st.acc.finished and not st.jobs:  # finished, its last stores planned and done
                 del self.states[job.rid]
         return loaded
