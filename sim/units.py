@@ -97,13 +97,24 @@ class SessionKV:
 
 def extents_of(uids) -> list[tuple[int, int]]:
     """Increasing-run extents (first, stop) of a list of uids, in order: consecutive uids share one."""
-    if not len(uids):
-        return []
-    a = np.asarray(uids, dtype=np.int64)
-    breaks = np.flatnonzero(np.diff(a) != 1) + 1
-    starts = a[np.r_[0, breaks]]
-    stops = a[np.r_[breaks - 1, len(a) - 1]] + 1
-    return list(zip(starts.tolist(), stops.tolist(), strict=True))
+    if len(uids) > 2048:  # numpy's fixed cost (tens of microseconds) pays off only on long lists
+        a = np.asarray(uids, dtype=np.int64)
+        breaks = np.flatnonzero(np.diff(a) != 1) + 1
+        starts = a[np.r_[0, breaks]]
+        stops = a[np.r_[breaks - 1, len(a) - 1]] + 1
+        return list(zip(starts.tolist(), stops.tolist(), strict=True))
+    out: list[tuple[int, int]] = []
+    it = iter(uids.tolist() if isinstance(uids, np.ndarray) else uids)
+    first = prev = next(it, None)
+    if first is None:
+        return out
+    for uid in it:
+        if uid != prev + 1:
+            out.append((first, prev + 1))
+            first = uid
+        prev = uid
+    out.append((first, prev + 1))
+    return out
 
 
 def layer_codes(sess: SessionKV, layers: int) -> np.ndarray:

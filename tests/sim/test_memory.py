@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -184,3 +185,25 @@ def test_batch_take_in_equals_interleaved_evict_and_insert(policy, old, new, fre
             (take(uids, free * PAGE, 50.0), sorted(pol._q) if policy == "lru" else len(pol))
         )
     assert len(results) in (0, 2) and (not results or results[0] == results[1])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 40), max_size=30), st.integers(0, 3000))
+def test_extents_of_gives_the_runs_of_consecutive_uids(uids, shift):
+    """Both forms (a short list, read in Python; a long one, through numpy) against the definition:
+    a run breaks wherever the next uid is not the one after."""
+    from sim.units import extents_of
+
+    def runs(xs):
+        out = []
+        for u in xs:
+            if out and out[-1][1] == u:
+                out[-1][1] += 1
+            else:
+                out.append([u, u + 1])
+        return [tuple(r) for r in out]
+
+    assert extents_of(uids) == runs(uids)
+    long = uids + list(range(100, 100 + shift))
+    assert extents_of(long) == runs(long)
+    assert extents_of(np.asarray(long, dtype=np.int64)) == runs(long)
