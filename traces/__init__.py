@@ -14,17 +14,18 @@ Every kind also takes ``time_scale`` (default 1.0): arrival and think times are 
 so ``time_scale: 20`` replays a cluster trace at 1/20 of its request rate on one simulated GPU; and
 ``until_s``: only the sessions that start before that time (after scaling), a trace's first part.
 
-This package imports nothing else of the project.
+This package imports nothing else of the project. The loaders that need pandas (azure, burstgpt)
+are imported when first used, so that reading a synthetic, ShareGPT, Mooncake or JSONL trace does
+not pay for pandas.
 """
 
 from __future__ import annotations
 
+import importlib
 import inspect
 from dataclasses import replace
 from typing import Any, Callable, Mapping
 
-from traces.azure import load_azure
-from traces.burstgpt import load_burstgpt
 from traces.dists import LogNormalMix, ThinkTime
 from traces.jsonl import iter_jsonl, read_jsonl, write_jsonl
 from traces.mooncake import load_mooncake
@@ -58,14 +59,27 @@ __all__ = [
     "TRACE_KINDS",
 ]
 
-_FILE_LOADERS: dict[str, Callable[..., TraceLoad]] = {
-    "sharegpt": load_sharegpt,
-    "mooncake": load_mooncake,
-    "azure": load_azure,
-    "burstgpt": load_burstgpt,
-    "jsonl": read_jsonl,
+_FILE_LOADERS: dict[str, str] = {  # kind -> its loader's name in this package
+    "sharegpt": "load_sharegpt",
+    "mooncake": "load_mooncake",
+    "azure": "load_azure",
+    "burstgpt": "load_burstgpt",
+    "jsonl": "read_jsonl",
 }
 TRACE_KINDS = ("synthetic", *_FILE_LOADERS)
+_ON_USE = {"load_azure": "traces.azure", "load_burstgpt": "traces.burstgpt"}
+
+
+def __getattr__(name: str) -> Any:
+    """The loaders imported on first use (PEP 562)."""
+    if name in _ON_USE:
+        return getattr(importlib.import_module(_ON_USE[name]), name)
+    raise AttributeError(f"module 'traces' has no attribute {name!r}")
+
+
+def _loader(kind: str) -> Callable[..., TraceLoad]:
+    name = _FILE_LOADERS[kind]
+    return globals()[name] if name in globals() else __getattr__(name)
 
 
 def load_trace(spec: Mapping[str, Any]) -> TraceLoad:
@@ -96,7 +110,7 @@ def _load(kind: Any, opts: dict[str, Any]) -> TraceLoad:
         return generate_synthetic(SyntheticConfig.from_dict(opts, where="trace"))
     if kind not in _FILE_LOADERS:
         raise TraceError(f"trace: unknown kind {kind!r}; expected one of {', '.join(TRACE_KINDS)}")
-    loader = _FILE_LOADERS[kind]
+    loader = _loader(kind)
     allowed = list(inspect.signature(loader).parameters)
     unknown = sorted(set(opts) - set(allowed))
     if unknown:
