@@ -147,11 +147,50 @@ class CacheSimResult:
 # -- reading a stream ------------------------------------------------------------------------------
 def read_trace(path: str | Path) -> RequestStream:
     """Read a CSV with header ``obj_id,size`` (optional ``time``). Errors name the file and line."""
-    import pandas as pd
-
     path = Path(path)
     if not path.is_file():
         raise CacheTraceError(f"{path}: no such file")
+    fast = _read_numeric(path)
+    return fast if fast is not None else _read_with_pandas(path)
+
+
+def _read_numeric(path: Path) -> RequestStream | None:
+    """The common file, read by numpy's C parser without importing pandas (half a second saved
+    in a whole-process replay): a header of only these columns, integer ids and sizes, numeric
+    times, no blank line, every size positive. None for anything else: pandas then reads the file
+    and names the offending line."""
+    data = path.read_bytes()  # a scan for the header and the line count (milliseconds)
+    header, _, body = data.partition(b"\n")
+    lines = body.count(b"\n") + (not body.endswith(b"\n"))
+    if not body.strip():  # no rows: pandas explains
+        return None
+    names = [c.strip() for c in header.decode("utf-8", "replace").split(",")]
+    if sorted(names) not in (["obj_id", "size"], ["obj_id", "size", "time"]):
+        return None
+    kinds = {"obj_id": np.int64, "size": np.int64, "time": np.float64}
+    dtype = np.dtype([(c, kinds[c]) for c in names])
+    try:
+        rows = np.loadtxt(  # from the path: its C reader is 3x faster than from a str
+            path, delimiter=",", skiprows=1, dtype=dtype, comments=None, ndmin=1, encoding="utf-8"
+        )
+    except (ValueError, OverflowError, UnicodeDecodeError):  # not plain numbers: the general
+        return None  # reader decides
+    if len(rows) != lines:  # loadtxt skipped a blank line (pandas keeps it, as a row to drop)
+        return None
+    sizes = rows["size"]
+    if len(sizes) and sizes.min() < 1:
+        return None
+    times = np.ascontiguousarray(rows["time"]) if "time" in names else None
+    if times is not None and np.isnan(times).any():
+        return None
+    return RequestStream(
+        np.ascontiguousarray(rows["obj_id"]), np.ascontiguousarray(sizes), times, str(path)
+    )
+
+
+def _read_with_pandas(path: Path) -> RequestStream:
+    import pandas as pd
+
     try:
         df = pd.read_csv(path, skip_blank_lines=False, skipinitialspace=True)
     except pd.errors.EmptyDataError:

@@ -6,6 +6,8 @@ import json
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pol_helpers import CLASSIC, stream
 
 from costmodels import cost_model
@@ -13,6 +15,8 @@ from experiments.cli import main
 from sim.cachesim import (
     CacheSim,
     CacheTraceError,
+    _read_numeric,
+    _read_with_pandas,
     next_access,
     read_trace,
     simulate_cache,
@@ -70,6 +74,54 @@ def test_blank_lines_keep_line_numbers(tmp_path):
     p = _csv(tmp_path, "obj_id,size\n1,1\n\n2,oops\n")
     with pytest.raises(CacheTraceError, match="line 4: size 'oops'"):
         read_trace(p)
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    rows=st.lists(
+        st.tuples(st.integers(-(2**62), 2**62), st.integers(1, 2**40), st.floats(0, 1e9)),
+        min_size=1,
+        max_size=30,
+    ),
+    order=st.permutations(["obj_id", "size", "time"]),
+    timed=st.booleans(),
+    newline=st.sampled_from(["\n", "\r\n"]),
+    space=st.sampled_from(["", " "]),
+)
+def test_numeric_files_read_without_pandas_as_pandas_reads_them(
+    tmp_path_factory, rows, order, timed, newline, space
+):
+    cols = [c for c in order if timed or c != "time"]
+    lines = [",".join(cols)] + [
+        ",".join(space + repr(dict(zip(("obj_id", "size", "time"), r))[c]) for c in cols)
+        for r in rows
+    ]
+    p = tmp_path_factory.mktemp("csv") / "s.csv"
+    p.write_bytes((newline.join(lines) + newline).encode())
+    fast, general = _read_numeric(p), _read_with_pandas(p)
+    assert fast is not None
+    assert fast.obj_ids.tolist() == general.obj_ids.tolist() == [r[0] for r in rows]
+    assert fast.sizes.tolist() == general.sizes.tolist()
+    if timed:
+        assert fast.times.tolist() == general.times.tolist() == [r[2] for r in rows]
+    else:
+        assert fast.times is None and general.times is None
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "obj_id,size\nab,1\n",  # hashes: factorised by the general reader
+        "obj_id,size\n1,1\n\n2,1\n",  # a blank line
+        "obj_id,size\n1,1.0\n",  # an integral float
+        "obj_id,size\n1,0\n",  # an error to report with its line
+        "obj_id,size\n#1,1\n",
+        "obj_id,size,extra\n1,1,1\n",
+        "obj_id,size\n",
+    ],
+)
+def test_the_numeric_reader_leaves_other_files_to_the_general_one(tmp_path, text):
+    assert _read_numeric(_csv(tmp_path, text)) is None
 
 
 # -- semantics ---------------------------------------------------------------------------------------
