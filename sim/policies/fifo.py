@@ -1,8 +1,8 @@
 """FIFO: evict the unit that entered this tier first; uses and pins do not reorder it.
 
-The key is the order of entry into the tier (``insert``), remembered while the unit is in the tier,
+The order is the order of entry into the tier (``insert``), kept while the unit is in the tier,
 pinned or not, so a unit that is pinned and released keeps its place (``EntryOrder``: O(1) for
-units never pinned since they entered, O(log n) for those that come back).
+every hook, and the oldest candidate is a C-level scan).
 """
 
 from __future__ import annotations
@@ -20,48 +20,36 @@ class FIFO(EvictionPolicy):
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
         self._order = EntryOrder()
-        self._seq: dict[int, int] = {}  # uid -> entry order, for every member
-        self._n = 0
 
     def insert(self, uid: int, now: float, pinned: bool = False) -> None:
-        self._n += 1
-        self._seq[uid] = self._n
-        if not pinned:
-            self._order.push_new(uid, self._n)
+        self._order.enter(uid, candidate=not pinned)
+
+    def insert_many(self, uids, now: float, pinned: bool = False) -> None:
+        self._order.enter_many(uids, candidate=not pinned)
 
     def remove(self, uid: int, pinned: bool = False) -> None:
-        self._seq.pop(uid, None)
-        self._order.discard(uid)
+        self._order.leave(uid)
 
     def _add(self, uid: int, now: float) -> None:
-        seq = self._seq.get(uid)
-        if seq is None:  # a member the policy never saw enter (adapters)
-            self.insert(uid, now)
-        else:
-            self._order.push_back(uid, seq)
+        self._order.back(uid)  # (a member the policy never saw enter, from adapters, enters)
 
     def release(self, uids, now: float) -> None:
-        seq = self._seq
-        self._order.push_back_many([(uid, seq[uid]) for uid in uids])
-
-    def evict_bytes(self, nbytes: int, now: float) -> list[int]:
-        unit_bytes = self.view.unit_bytes
-        if not unit_bytes:
-            return super().evict_bytes(nbytes, now)
-        order, seq = self._order, self._seq
-        out = []
-        for _ in range(min(len(order), -(-nbytes // unit_bytes))):
-            uid = order.pop_first()
-            del seq[uid]
-            out.append(uid)
-        return out
+        self._order.back_many(uids)
 
     def _discard(self, uid: int) -> None:
         self._order.discard(uid)
 
     def _evicted(self, uid: int) -> None:
-        self._order.discard(uid)
-        del self._seq[uid]
+        self._order.leave(uid)
+
+    def evict(self, now: float) -> int | None:
+        return self._order.pop_first()
+
+    def evict_bytes(self, nbytes: int, now: float) -> list[int]:
+        unit_bytes = self.view.unit_bytes
+        if not unit_bytes:
+            return super().evict_bytes(nbytes, now)
+        return self._order.pop_many(-(-nbytes // unit_bytes))
 
     def take_in(self, uids, free_bytes: int, now: float) -> list[int]:
         unit_bytes = self.view.unit_bytes
@@ -69,10 +57,8 @@ class FIFO(EvictionPolicy):
             return super().take_in(uids, free_bytes, now)
         # New entries come last in the queue, so inserting all and then evicting the first is the
         # interleaved evict/insert.
-        for uid in uids:
-            self.insert(uid, now)
-        n = max(0, len(uids) - free_bytes // unit_bytes)
-        return [self.evict(now) for _ in range(n)]
+        self._order.enter_many(uids)
+        return self._order.pop_many(max(0, len(uids) - free_bytes // unit_bytes))
 
     def peek(self, now: float) -> int | None:
         return self._order.min()

@@ -108,65 +108,161 @@ class LazyHeap:
 
 
 class EntryOrder:
-    """Candidates in the order they entered a tier, with O(1) removal from the middle and a pinned
-    unit's return to its old place.
+    """The members of a tier in the order they entered it; the candidates among them (members not
+    pinned) are taken oldest first, and a member that was pinned comes back to its old place.
 
-    A unit that has stayed a candidate since it entered sits in an ordered dict, in entry order:
-    O(1) throughout (a replay without pins never leaves it). A unit that left for a while (pinned)
-    and came back keeps its entry number and waits in a LazyHeap. The first in order is the
-    earlier of the two heads. Entry numbers must grow with every ``push_new``.
+    Each member has an entry number: its index in ``_uid_at`` and in ``_flag``, a byte array whose
+    1s mark the candidates. The oldest candidate is the first 1 at or after ``_lo`` (below it
+    there is none), found by ``bytearray.find`` in C; entering, pinning and coming back are O(1)
+    with no heap. Entry numbers of members that left are compacted away once they are most of the
+    array (three quarters), so memory follows the members.
     """
 
-    __slots__ = ("_fresh", "_back")
+    __slots__ = ("_seq", "_uid_at", "_flag", "_lo", "_n", "_replay")
 
     def __init__(self) -> None:
-        self._fresh: OrderedDict[int, int] = OrderedDict()  # uid -> entry number, in order
-        self._back = LazyHeap()
+        self._seq: dict[int, int] = {}  # uid -> entry number, for every member
+        self._uid_at: list[int] = []  # entry number -> uid (stale where the member left)
+        self._flag = bytearray()  # entry number -> 1 for a candidate
+        self._lo = 0  # no candidate has a smaller entry number
+        self._n = 0  # candidates
+        self._replay: OrderedDict[int, object] | None = None
 
-    def push_new(self, uid: int, seq: int) -> None:
-        self._fresh[uid] = seq
+    def enter(self, uid: int, candidate: bool = True) -> None:
+        """``uid`` enters (again, if it was a member: then it moves to the newest end)."""
+        if uid in self._seq:
+            self.leave(uid)
+        if len(self._uid_at) >= 4 * len(self._seq) + 4096:
+            self._compact()
+        self._seq[uid] = len(self._uid_at)
+        self._uid_at.append(uid)
+        self._flag.append(candidate)
+        self._n += candidate
 
-    def push_back(self, uid: int, seq: int) -> None:
-        self._back.push(uid, seq)
+    def enter_many(self, uids, candidate: bool = True) -> None:
+        """``enter`` each, in order."""
+        uids = list(uids)
+        seq = self._seq
+        if not seq.keys().isdisjoint(uids) or len(set(uids)) != len(uids):
+            for uid in uids:  # some enter again: one at a time
+                self.enter(uid, candidate)
+            return
+        if len(self._uid_at) + len(uids) >= 4 * (len(seq) + len(uids)) + 4096:
+            self._compact()
+        first = len(self._uid_at)
+        self._seq.update(zip(uids, range(first, first + len(uids))))
+        self._uid_at.extend(uids)
+        self._flag.extend(b"\x01" * len(uids) if candidate else bytes(len(uids)))
+        self._n += len(uids) if candidate else 0
 
-    def push_back_many(self, items) -> None:
-        self._back.push_many(items)
+    def back(self, uid: int) -> None:
+        """A pinned member is a candidate again, in its old place (a non-member enters)."""
+        s = self._seq.get(uid)
+        if s is None:
+            self.enter(uid)
+        elif not self._flag[s]:
+            self._flag[s] = 1
+            self._n += 1
+            if s < self._lo:
+                self._lo = s
+
+    def back_many(self, uids) -> None:
+        """``back`` each, in order."""
+        seq, flag, lo, n = self._seq, self._flag, self._lo, 0
+        new = []  # non-members enter after the others' return: the same order
+        for uid in uids:
+            s = seq.get(uid)
+            if s is None:
+                new.append(uid)
+            elif not flag[s]:
+                flag[s] = 1
+                n += 1
+                if s < lo:
+                    lo = s
+        self._lo, self._n = lo, self._n + n
+        if new:
+            self.enter_many(new)
 
     def discard(self, uid: int) -> bool:
-        return self._fresh.pop(uid, None) is not None or self._back.discard(uid)
+        """``uid`` is no longer a candidate (pinned); it stays a member. False if it was not one."""
+        s = self._seq.get(uid)
+        if s is None or not self._flag[s]:
+            return False
+        self._flag[s] = 0
+        self._n -= 1
+        return True
+
+    def leave(self, uid: int) -> bool:
+        """``uid`` leaves the tier; returns whether it was a candidate."""
+        was = self.discard(uid)
+        self._seq.pop(uid, None)
+        return was
+
+    def _first_index(self) -> int:
+        i = self._flag.find(1, self._lo)
+        self._lo = len(self._flag) if i < 0 else i
+        return i
 
     def min(self) -> int | None:
-        back = self._back.min()
-        if not self._fresh:
-            return back
-        uid = next(iter(self._fresh))
-        if back is not None and self._back.key(back) < self._fresh[uid]:
-            return back
+        """The oldest candidate, or None."""
+        i = self._first_index()
+        return None if i < 0 else self._uid_at[i]
+
+    def pop_first(self) -> int | None:
+        """Take out the oldest candidate (it leaves the tier) and return it, or None."""
+        i = self._first_index()
+        if i < 0:
+            return None
+        self._flag[i] = 0
+        self._lo = i + 1
+        self._n -= 1
+        uid = self._uid_at[i]
+        del self._seq[uid]
         return uid
+
+    def pop_many(self, k: int) -> list[int]:
+        """``pop_first`` up to ``k`` times: the oldest candidates, oldest first."""
+        flag, uid_at, seq, find = self._flag, self._uid_at, self._seq, self._flag.find
+        out: list[int] = []
+        i = self._lo
+        for _ in range(min(k, self._n)):
+            i = find(1, i)
+            flag[i] = 0
+            uid = uid_at[i]
+            del seq[uid]
+            out.append(uid)
+            i += 1
+        self._lo = i
+        self._n -= len(out)
+        return out
+
+    def _compact(self) -> None:
+        seq, flag = self._seq, self._flag
+        live = [(u, flag[i]) for i, u in enumerate(self._uid_at) if seq.get(u) == i]
+        self._uid_at = [u for u, _ in live]
+        self._flag = bytearray(f for _, f in live)
+        self._seq = {u: i for i, u in enumerate(self._uid_at)}
+        self._lo = 0
 
     def replay_view(self):
         """(members, push, pop-oldest) as C-level calls, for a replay without pins onto an empty
-        order (``kvsim cachesim``): every unit stays in the entry-ordered dict, which alone is then
-        the queue. pop-oldest returns (uid, entry) and raises KeyError when empty. The order is in
-        that form for good (entry numbers are no longer kept)."""
-        if self._fresh or self._back:
+        order (``kvsim cachesim``): an ordered dict of the members in entry order is then the
+        whole queue. pop-oldest returns (uid, anything) and raises KeyError when empty. The order
+        is in that form for good (only these calls, ``len`` and ``in`` apply afterwards)."""
+        if self._seq or self._replay is not None:
             raise ValueError("replay_view needs an empty order")
-        fresh = self._fresh
+        fresh = self._replay = OrderedDict()
         return fresh, fresh.setdefault, partial(fresh.popitem, last=False)
 
-    def pop_first(self) -> int | None:
-        """Take out and return the first in order (``min``), or None."""
-        if not self._back:
-            return self._fresh.popitem(last=False)[0] if self._fresh else None
-        uid = self.min()
-        self.discard(uid)
-        return uid
-
     def __len__(self) -> int:
-        return len(self._fresh) + len(self._back)
+        return self._n if self._replay is None else len(self._replay)
 
     def __contains__(self, uid: int) -> bool:
-        return uid in self._fresh or uid in self._back
+        """Is ``uid`` a candidate?"""
+        if self._replay is not None:
+            return uid in self._replay
+        s = self._seq.get(uid)
+        return s is not None and self._flag[s] == 1
 
 
 class RunQueue:

@@ -50,22 +50,17 @@ def test_run_queue_is_a_queue_of_uids(ops):
 
 @settings(max_examples=300, deadline=None)
 @given(ops=OPS)
-def test_lazy_heap_and_entry_order_give_the_smallest_live_key(ops):
-    heap, order, live, seq, n = LazyHeap(), EntryOrder(), {}, {}, 0
+def test_lazy_heap_gives_the_smallest_live_key(ops):
+    heap, live, seq, n = LazyHeap(), {}, {}, 0
     for op, _, a, b in ops:
         uid = a
         if op <= 2 and uid not in live:
             n += 1
-            seq.setdefault(uid, n)
-            live[uid] = seq[uid]
+            live[uid] = seq.setdefault(uid, n)  # a unit that comes back keeps its key
             heap.push(uid, seq[uid])
-            if seq[uid] == n:
-                order.push_new(uid, n)
-            else:
-                order.push_back(uid, seq[uid])  # a unit that comes back keeps its place
         elif op == 3 and uid in live:
             del live[uid]
-            assert heap.discard(uid) and order.discard(uid)
+            assert heap.discard(uid)
         elif op == 4 and b % 3 == 0:
             items = [
                 (u, seq.setdefault(u, n + 1 + i))
@@ -73,18 +68,113 @@ def test_lazy_heap_and_entry_order_give_the_smallest_live_key(ops):
                 if u not in live
             ]
             n += b
-            for u, k in items:
-                live[u] = k
+            live.update(items)
             heap.push_many(items)
-            order.push_back_many(items)
         expect = min(live, key=lambda u: (live[u], u)) if live else None
-        assert heap.min() == expect and order.min() == expect
-        assert len(heap) == len(order) == len(live)
-    drained = []
-    while len(order):
-        drained.append(order.pop_first())
-    assert drained == [u for _, u in sorted((k, u) for u, k in live.items())]
+        assert heap.min() == expect
+        assert len(heap) == len(live)
+    drained = [u for _, u in sorted((k, u) for u, k in live.items())]
     assert [heap.pop() for _ in range(len(live))] == drained and heap.pop() is None
+
+
+class _EntryRef:
+    """The plain form of an entry order: members with their entry number and candidacy."""
+
+    def __init__(self) -> None:
+        self.members: dict[int, list] = {}  # uid -> [entry number, candidate]
+        self.n = 0
+
+    def enter(self, uid, candidate=True):
+        self.n += 1
+        self.members[uid] = [self.n, candidate]
+
+    def back(self, uid):
+        if uid in self.members:
+            self.members[uid][1] = True
+        else:
+            self.enter(uid)
+
+    def candidates(self):
+        return [u for u, (_, c) in sorted(self.members.items(), key=lambda kv: kv[1][0]) if c]
+
+
+def _check_entry_order(order: EntryOrder, ref: _EntryRef) -> None:
+    cands = ref.candidates()
+    assert len(order) == len(cands)
+    assert order.min() == (cands[0] if cands else None)
+    assert all((u in order) == (u in cands) for u in ref.members)
+
+
+@settings(max_examples=400, deadline=None)
+@given(ops=OPS)
+def test_entry_order_takes_candidates_in_entry_order(ops):
+    """Pinned members keep their place; leaving forgets it; popping takes the oldest."""
+    order, ref = EntryOrder(), _EntryRef()
+    for op, flag, a, b in ops:
+        uid = a
+        if op == 0:
+            order.enter(uid, candidate=flag != 0)
+            ref.enter(uid, candidate=flag != 0)
+        elif op == 1:
+            order.back(uid)
+            ref.back(uid)
+        elif op == 2:
+            was = uid in ref.members and ref.members[uid][1]
+            assert order.discard(uid) == was
+            if was:
+                ref.members[uid][1] = False
+        elif op == 3:
+            was = uid in ref.members and ref.members[uid][1]
+            assert order.leave(uid) == was
+            ref.members.pop(uid, None)
+        elif op == 4 and flag == 2:  # a batch enters (some may be members, some repeated)
+            uids = [(a + 7 * i) % (41 if b % 2 else 300) + (0 if b % 2 else 41) for i in range(b)]
+            order.enter_many(uids, candidate=b % 3 != 0)
+            for u in uids:
+                ref.enter(u, candidate=b % 3 != 0)
+        elif op == 4:
+            uids = [(a + 7 * i) % 41 for i in range(b)]
+            order.back_many(uids)
+            for u in uids:
+                ref.back(u)
+        elif op == 5:
+            got = order.pop_many(b)
+            assert got == ref.candidates()[:b]
+            for u in got:
+                del ref.members[u]
+        else:
+            expect = ref.candidates()[:1]
+            assert [order.pop_first()] == (expect or [None])
+            for u in expect:
+                del ref.members[u]
+        _check_entry_order(order, ref)
+
+
+def test_entry_order_compacts_and_keeps_its_order():
+    """Thousands of members come and go: the entry numbers of those gone are dropped (memory
+    follows the members) and the order stays the entry order."""
+    order, ref = EntryOrder(), _EntryRef()
+    for i in range(20_000):
+        uid = i % 700
+        if i % 5 == 0:
+            order.discard(uid)
+            if uid in ref.members:
+                ref.members[uid][1] = False
+        elif i % 5 == 1:
+            order.back(uid)
+            ref.back(uid)
+        elif i % 11 == 0:
+            got = order.pop_many(3)
+            assert got == ref.candidates()[:3]
+            for u in got:
+                del ref.members[u]
+        else:
+            order.enter(uid, candidate=i % 3 != 0)
+            ref.enter(uid, candidate=i % 3 != 0)
+    assert len(order._uid_at) <= 4 * len(ref.members) + 4096
+    _check_entry_order(order, ref)
+    assert order.pop_many(10**6) == ref.candidates()
+    assert len(order) == 0 and order.min() is None and order.pop_first() is None
 
 
 def test_ghost_fifo_forgets_the_oldest_first_and_counts_bytes():
