@@ -36,9 +36,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
+from typing import TYPE_CHECKING, Iterable, Sequence
 
-from traces.records import Session
+if TYPE_CHECKING:  # for annotations only: importing the traces package costs a tenth of a second
+    from traces.records import Session
 
 MIN_THINK_S = 1e-3
 _SQRT2 = math.sqrt(2.0)

@@ -55,7 +55,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from costmodels import recovery_s
 from sim.policies.kinetic import (
     INF,
     SINCE,
@@ -63,6 +62,14 @@ from sim.policies.kinetic import (
 )
 from sim.policies.registry import register
 from sim.units import UNIT_BITS, UNIT_MASK, Tier, UnitView
+
+
+def recovery_s(cost, **args) -> float:
+    """``costmodels.recovery_s``, imported on first use: importing the policies (a cache replay
+    imports them all) does not load the cost models."""
+    from costmodels import recovery_s
+
+    return recovery_s(cost, **args)
 
 
 def recovery_cost_s(ctx, uid: int) -> float:
