@@ -31,6 +31,10 @@ from sim.policies.registry import register
 @register("lfu")
 class LFU(EvictionPolicy):
     reads_last_access = False
+    # A pinned unit is in no bucket, time plays no part, and evicting many is taking the heads of
+    # the lowest buckets in turn: a decode span's pages can be given, and their victims chosen, at
+    # once (demotions into a CPU tier still enter it one at a time: ``take_in`` is not batched).
+    grows_in_bulk = True
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
@@ -98,6 +102,31 @@ class LFU(EvictionPolicy):
 
     def _evicted(self, uid: int) -> None:
         self.remove(uid)  # counts reset on eviction
+
+    def evict_bytes(self, nbytes: int, now: float) -> list[int]:
+        """The heads of the lowest buckets, in turn: what ``evict`` one at a time takes."""
+        unit_bytes = self.view.unit_bytes
+        if not unit_bytes:
+            return super().evict_bytes(nbytes, now)
+        k = -(-nbytes // unit_bytes)
+        heap, buckets, count = self._heap, self._buckets, self._count
+        out: list[int] = []
+        while k > 0 and heap:
+            c = heap[0]
+            b = buckets.get(c)
+            if not b:
+                self._in_heap.discard(heapq.heappop(heap))
+                continue
+            take = min(k, len(b))
+            for _ in range(take):
+                uid = b.popitem(last=False)[0]
+                del count[uid]  # counts reset on eviction
+                out.append(uid)
+            k -= take
+            if not b:
+                del buckets[c]
+        self._n -= len(out)
+        return out
 
     def peek(self, now: float) -> int | None:
         """The first unit of the lowest non-empty count (the heap's empty counts are dropped on

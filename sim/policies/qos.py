@@ -47,6 +47,10 @@ class QoSMetrics:
 @register("qos")
 class QoS(EvictionPolicy):
     reads_session = True  # its priority class
+    # A pinned unit is in no class, time plays no part, and evicting many is taking the heads of
+    # the lowest classes in turn: a decode span's pages can be given, and their victims chosen, at
+    # once (demotions into a CPU tier still enter it one at a time: ``take_in`` is not batched).
+    grows_in_bulk = True
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
@@ -91,6 +95,29 @@ class QoS(EvictionPolicy):
         cls = self._filed[uid]
         self._by_class[cls] = self._by_class.get(cls, 0) + 1
         self._discard(uid)
+
+    def evict_bytes(self, nbytes: int, now: float) -> list[int]:
+        """The heads of the lowest classes, in turn: what ``evict`` one at a time takes."""
+        unit_bytes = self.view.unit_bytes
+        if not unit_bytes:
+            return super().evict_bytes(nbytes, now)
+        k = -(-nbytes // unit_bytes)
+        present, classes, filed = self._present, self._classes, self._filed
+        out: list[int] = []
+        while k > 0 and present:
+            cls = present[0]
+            od = classes[cls]
+            take = min(k, len(od))
+            for _ in range(take):
+                uid = od.popitem(last=False)[0]
+                del filed[uid]
+                out.append(uid)
+            k -= take
+            self._by_class[cls] = self._by_class.get(cls, 0) + take
+            if not od:
+                del classes[cls]
+                del present[0]
+        return out
 
     def peek(self, now: float) -> int | None:
         if not self._present:
