@@ -26,6 +26,7 @@ from collections import OrderedDict
 
 from sim.policies.base import EvictionPolicy
 from sim.policies.registry import register
+from sim.policies.structures import pop_oldest
 
 
 @register("lfu")
@@ -117,12 +118,11 @@ class LFU(EvictionPolicy):
             if not b:
                 self._in_heap.discard(heapq.heappop(heap))
                 continue
-            take = min(k, len(b))
-            for _ in range(take):
-                uid = b.popitem(last=False)[0]
+            taken = pop_oldest(b, min(k, len(b)))
+            for uid in taken:
                 del count[uid]  # counts reset on eviction
-                out.append(uid)
-            k -= take
+            out += taken
+            k -= len(taken)
             if not b:
                 del buckets[c]
         self._n -= len(out)

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 
 from sim.policies.base import EvictionPolicy
 from sim.policies.registry import register
+from sim.policies.structures import pop_oldest
 from sim.units import Tier
 
 
@@ -107,13 +108,12 @@ class QoS(EvictionPolicy):
         while k > 0 and present:
             cls = present[0]
             od = classes[cls]
-            take = min(k, len(od))
-            for _ in range(take):
-                uid = od.popitem(last=False)[0]
+            taken = pop_oldest(od, min(k, len(od)))
+            for uid in taken:
                 del filed[uid]
-                out.append(uid)
-            k -= take
-            self._by_class[cls] = self._by_class.get(cls, 0) + take
+            out += taken
+            k -= len(taken)
+            self._by_class[cls] = self._by_class.get(cls, 0) + len(taken)
             if not od:
                 del classes[cls]
                 del present[0]

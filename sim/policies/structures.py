@@ -26,6 +26,11 @@ def _run_within(uids: list[int], first: int, stop: int, holes: set[int] | None) 
     return True
 
 
+def pop_oldest(od: OrderedDict, n: int) -> list:
+    """Take the ``n`` oldest keys out of an ordered dict (n <= its length), oldest first."""
+    return [od.popitem(last=False)[0] for _ in range(n)]
+
+
 class LazyHeap:
     """A min-heap of candidates ``uid`` ordered by a key, with O(log n) push and O(1) discard.
 
@@ -132,8 +137,7 @@ class EntryOrder:
         """``uid`` enters (again, if it was a member: then it moves to the newest end)."""
         if uid in self._seq:
             self.leave(uid)
-        if len(self._uid_at) >= 4 * len(self._seq) + 4096:
-            self._compact()
+        self._compact_before(1)
         self._seq[uid] = len(self._uid_at)
         self._uid_at.append(uid)
         self._flag.append(candidate)
@@ -147,8 +151,7 @@ class EntryOrder:
             for uid in uids:  # some enter again: one at a time
                 self.enter(uid, candidate)
             return
-        if len(self._uid_at) + len(uids) >= 4 * (len(seq) + len(uids)) + 4096:
-            self._compact()
+        self._compact_before(len(uids))
         first = len(self._uid_at)
         self._seq.update(zip(uids, range(first, first + len(uids))))
         self._uid_at.extend(uids)
@@ -235,6 +238,12 @@ class EntryOrder:
         self._lo = i
         self._n -= len(out)
         return out
+
+    def _compact_before(self, n: int) -> None:
+        """Drop the entry numbers of members that left, if with ``n`` more entries they would be
+        three quarters of the array."""
+        if len(self._uid_at) + n >= 4 * (len(self._seq) + n) + 4096:
+            self._compact()
 
     def _compact(self) -> None:
         seq, flag = self._seq, self._flag
