@@ -8,16 +8,19 @@
    generator's, reported on its own line.
 2. In a fresh process: ``simulate(iter_jsonl(path), ...)`` (policy lru, block units, 16-token
    pages, Llama-3-8B on an H100, a GPU KV of ``--gpu-kv-gb`` far below the trace's demand and no
-   CPU tier, so evictions drop KV all the time). Reports the wall time of the simulate call, the
-   turns simulated, and the process's peak RSS (getrusage ru_maxrss; /proc VmHWM agrees).
+   CPU tier, so evictions drop KV all the time), then ``summarize`` (the summary row). Reports the
+   wall time of the simulate call, the turns simulated, the peak RSS when simulate returned and
+   after the summary (getrusage ru_maxrss; /proc VmHWM agrees).
 3. In another fresh process: ``read_jsonl(path)`` alone (the whole trace loaded, nothing simulated)
    and its peak RSS; with ``--list-run``, also read_jsonl + simulate, the way a list is run.
 
 Every process also reports its RSS right after its imports (the interpreter, numpy, pandas, simpy:
 the floor of any run). What a streamed run still holds per turn or per session is listed below the
 table, from the run's own counts: the ledger (one int64/float64 per column per turn, the result),
-the per-decode-step statistics (EngineStats.step_s and step_decode_seqs, 16 bytes a decode step),
-the eviction timings (a list of Python ints in sim.memory), and one SessionKV per session.
+the per-decode-step statistics (EngineStats.tbt: 16 bytes a decode step up to
+sim.samples.EXACT_LIMIT steps, then a histogram whose size follows the range of durations), the
+eviction timings (EngineStats.evict_ns, the same), and the SessionKVs of sessions whose KV is
+still somewhere.
 
     python benchmarks/stream_1m.py                       # 1,000,000 turns (about 10-15 min here)
     python benchmarks/stream_1m.py --turns 100000        # a tenth
@@ -134,13 +137,27 @@ def _run_figures(res, wall: float) -> dict:
         rejected_turns=st.rejected_turns,
         sim_time_s=st.sim_time_s,
         steps=st.steps,
-        decode_steps=len(st.step_s),
-        evict_calls=len(st.evict_us),
+        decode_steps=len(st.tbt),
+        tbt_exact=st.tbt.exact,
+        tbt_p99_s=st.tbt.percentile(99),
+        step_record_mib=(st.tbt.values.itemsize * 2 * len(st.tbt.values) + st.tbt._hist.nbytes)
+        / MIB,
+        evict_calls=len(st.evict_ns),
         dropped_gib=st.dropped_bytes / 2**30,
         preemptions=st.preemptions,
         gpu_util=st.gpu_util,
         ledger_mib=res.turns.memory_usage(deep=False).sum() / MIB,
     )
+
+
+def _summary_figures(res) -> dict:
+    """The run's peak so far, then the summary row's time and the peak with it."""
+    from sim.metrics import summarize
+
+    run_peak = _peak_mib()
+    t0 = time.perf_counter()
+    summarize(res)
+    return dict(run_peak_mib=run_peak, summary_s=time.perf_counter() - t0)
 
 
 def child_stream(path: str, gpu_kv_gb: float, total: int) -> dict:
@@ -156,6 +173,7 @@ def child_stream(path: str, gpu_kv_gb: float, total: int) -> dict:
     wall = time.perf_counter() - t0
     return dict(
         _run_figures(res, wall),
+        **_summary_figures(res),
         sessions=stream.sessions,
         import_mib=import_mib,
         peak_mib=_peak_mib(),
@@ -308,14 +326,19 @@ def report(args, w: dict, s: dict, ld: dict, lst: dict | None) -> None:
             f"{r['import_mib']:14,.0f}"
         )
     n = s["turns"]
-    step_mib = s["decode_steps"] * 16 / MIB
     print(
         f"\nThe streamed run's own sizes: ledger {s['ledger_mib']:,.0f} MiB "
         f"({s['ledger_mib'] * MIB / max(n, 1):.0f} B/turn, the result DataFrame); "
         f"{s['decode_steps']:,} decode steps ({s['decode_steps'] / max(n, 1):.0f}/turn) -> "
-        f"step_s + step_decode_seqs {step_mib:,.0f} MiB; {s['evict_calls']:,} eviction timings "
-        f"(a list of ints in sim.memory, ~{s['evict_calls'] * 36 / MIB:,.0f} MiB); "
-        f"{s['sessions']:,} SessionKVs (~340 B each, ~{s['sessions'] * 340 / MIB:,.0f} MiB)."
+        f"TBT record {s['step_record_mib']:,.1f} MiB ("
+        f"{'exact' if s['tbt_exact'] else 'folded into a histogram past sim.samples.EXACT_LIMIT'}"
+        f", p99 {s['tbt_p99_s'] * 1e3:.3f} ms); {s['evict_calls']:,} eviction timings (int64 "
+        f"samples, compacted the same way); "
+        f"{s['sessions']:,} sessions in the trace."
+    )
+    print(
+        f"Peak RSS when simulate returned {s['run_peak_mib']:,.0f} MiB; summarize (the summary "
+        f"row) took {s['summary_s']:.1f} s and the peak became {s['peak_mib']:,.0f} MiB."
     )
     print(
         f"Simulated {s['sim_time_s']:,.0f} s; {s['rejected_turns']:,} turns rejected; "

@@ -8,7 +8,8 @@ policy's victims are dropped to make that room), else drops it. Expected shortag
 broken invariant raises with a diagnosis.
 
 ``evict_ns`` holds one sample per make-room call that evicted: the wall-clock nanoseconds spent in
-the policies' victim selection (the GPU batch and any CPU victims it forced). The clock is passed
+the policies' victim selection (the GPU batch and any CPU victims it forced); it is the value array
+of ``evict_samples`` (``sim.samples``), which the scheduler compacts. The clock is passed
 in (``clock``), so tests can drive this class without reading the wall clock.
 """
 
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from sim.samples import Samples
 from sim.units import (
     UNIT_BITS,
     UNIT_MASK,
@@ -80,7 +82,9 @@ class TieredMemory:
         self.peak_reserved = 0
         self.swap_out_bytes = 0
         self.dropped_bytes = 0
-        self.evict_ns: list[int] = []  # victim-selection time of each make-room call that evicted
+        # victim-selection time of each make-room call that evicted (kept as sim.samples.Samples)
+        self.evict_samples = Samples(typecode="q")
+        self.evict_ns = self.evict_samples.values
 
     def free(self, tier: Tier) -> float:
         return self.capacity[tier] - self.used[tier]

@@ -111,28 +111,6 @@ def jain_index(values: Sequence[float] | np.ndarray) -> float:
     return float(np.sum(x) ** 2 / (x.size * sq))
 
 
-def weighted_percentile(
-    values: Sequence[float] | np.ndarray, weights: Sequence[float] | np.ndarray, q: float
-) -> float:
-    """Inverted-CDF weighted percentile (q in [0, 100]): the smallest value whose cumulative weight
-    reaches q % of the total. NaN when there is no positive weight."""
-    v = np.asarray(values, dtype=float)
-    w = np.asarray(weights, dtype=float)
-    if v.shape != w.shape:
-        raise ValueError(f"values and weights differ in shape: {v.shape} vs {w.shape}")
-    if np.any(w < 0):
-        raise ValueError("weights must be >= 0")
-    keep = w > 0
-    v, w = v[keep], w[keep]
-    if v.size == 0:
-        return math.nan
-    order = np.argsort(v, kind="stable")
-    v, cum = v[order], np.cumsum(w[order])
-    target = q / 100.0 * cum[-1]
-    i = int(np.searchsorted(cum, target, side="left"))
-    return float(v[min(max(i, 0), v.size - 1)])
-
-
 def _percentile(x: pd.Series | np.ndarray, q: float) -> float:
     a = np.asarray(x, dtype=float)
     a = a[np.isfinite(a)]
@@ -143,6 +121,19 @@ def _ratio(num: float, den: float) -> float:
     return float(num) / float(den) if den > 0 else 0.0
 
 
+_SESSION_INPUTS = (
+    "session_id",
+    "turn",
+    "priority",
+    "history_tokens",
+    "gpu_hit_tokens",
+    "cpu_hit_tokens",
+    "recomputed_tokens",
+    "ttft_s",
+    "ttft_ideal_s",
+)
+
+
 def session_table(result: SimResult) -> pd.DataFrame:
     """One row per session (sorted by session_id): token split of its history over turns k >= 1,
     hit fraction (g+c)/H, mean TTFT slowdown (ttft_s / ttft_ideal_s over all its turns), mean TTFT."""
@@ -151,7 +142,8 @@ def session_table(result: SimResult) -> pd.DataFrame:
         return pd.DataFrame(
             {c: pd.Series(dtype=object if c == "session_id" else float) for c in SESSION_COLUMNS}
         )
-    t = t.sort_values(["session_id", "turn"], kind="stable")
+    # the columns it reads only: a long run's ledger is not copied whole
+    t = t[[*_SESSION_INPUTS]].sort_values(["session_id", "turn"], kind="stable")
     ideal = t["ttft_ideal_s"].astype(float)
     slowdown = (t["ttft_s"].astype(float) / ideal).where(ideal > 0)
     g = t.assign(_slowdown=slowdown).groupby("session_id", sort=True)
@@ -185,36 +177,42 @@ def _jain_columns(sessions: pd.DataFrame, suffix: str = "") -> dict[str, float]:
 def summarize(result: SimResult) -> dict[str, Any]:
     """The summary row of one run: every SUMMARY_COLUMNS entry, then per-class Jain columns."""
     t, s = result.turns, result.stats
-    hist = t[t["history_tokens"] > 0]
-    sum_h = float(hist["history_tokens"].sum())
-    later = t[t["turn"] >= 1]
+    # masks, not filtered frames: a long run's ledger is not copied
+    in_hist = t["history_tokens"].to_numpy() > 0
+
+    def hist_sum(column: str):
+        return t[column].to_numpy()[in_hist].sum()
+
+    sum_h = float(hist_sum("history_tokens"))
+    later = t["turn"].to_numpy() >= 1
     sessions = session_table(result)
-    evict_us = np.asarray(s.evict_us, dtype=float)
 
     row: dict[str, Any] = {
         "turns": int(len(t)),
         "sessions": int(len(sessions)),
         "rejected_turns": int(getattr(s, "rejected_turns", 0)),
-        "reprefill_rate": _ratio(hist["recomputed_tokens"].sum(), sum_h),
-        "turns_with_reprefill": _ratio((later["recomputed_tokens"] > 0).sum(), len(later)),
-        "gpu_hit_rate": _ratio(hist["gpu_hit_tokens"].sum(), sum_h),
-        "cpu_hit_rate": _ratio(hist["cpu_hit_tokens"].sum(), sum_h),
-        "pruned_share": _ratio(hist["pruned_tokens"].sum(), sum_h),  # what a token budget saves
+        "reprefill_rate": _ratio(hist_sum("recomputed_tokens"), sum_h),
+        "turns_with_reprefill": _ratio(
+            (t["recomputed_tokens"].to_numpy()[later] > 0).sum(), int(later.sum())
+        ),
+        "gpu_hit_rate": _ratio(hist_sum("gpu_hit_tokens"), sum_h),
+        "cpu_hit_rate": _ratio(hist_sum("cpu_hit_tokens"), sum_h),
+        "pruned_share": _ratio(hist_sum("pruned_tokens"), sum_h),  # what a token budget saves
         # prompt tokens whose KV another turn left on the GPU (equal prefix hashes)
         "shared_hit_rate": _ratio(t["shared_hit_tokens"].sum(), t["prompt_tokens"].sum()),
         **_jain_columns(sessions),
         "ttft_p50_s": _percentile(t["ttft_s"], 50),
         "ttft_p90_s": _percentile(t["ttft_s"], 90),
         "ttft_p99_s": _percentile(t["ttft_s"], 99),
-        "tbt_p50_s": weighted_percentile(s.step_s, s.step_decode_seqs, 50),
-        "tbt_p99_s": weighted_percentile(s.step_s, s.step_decode_seqs, 99),
+        "tbt_p50_s": s.tbt.percentile(50),
+        "tbt_p99_s": s.tbt.percentile(99),
         "e2e_p50_s": _percentile(t["e2e_s"], 50),
         "e2e_p90_s": _percentile(t["e2e_s"], 90),
         "e2e_p99_s": _percentile(t["e2e_s"], 99),
         "throughput_tok_s": s.output_tokens / s.sim_time_s if s.sim_time_s > 0 else math.nan,
-        "evict_calls": int(evict_us.size),
-        "evict_us_p50": _percentile(evict_us, 50),
-        "evict_us_p99": _percentile(evict_us, 99),
+        "evict_calls": len(s.evict_ns),
+        "evict_us_p50": s.evict_ns.percentile(50) / 1e3,
+        "evict_us_p99": s.evict_ns.percentile(99) / 1e3,
         "gpu_util": float(s.gpu_util),
         "gpu_peak_gb": float(getattr(s, "gpu_peak_bytes", math.nan)) / GIB,
         "swap_in_gb": s.swap_in_bytes / GIB,

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field, fields
 import numpy as np
 import pandas as pd
 
+from sim.samples import Samples
+
 
 @dataclass(frozen=True, slots=True)
 class TurnRecord:
@@ -200,18 +202,33 @@ class EngineStats:
     dropped_bytes: int  # bytes dropped from the CPU tier (or from the GPU when no CPU room)
     preemptions: int
     preempt_recompute_tokens: int
-    evict_us: (
-        np.ndarray
-    )  # wall-clock microseconds of victim selection, per make-room call that evicted
-    step_s: np.ndarray  # duration of each iteration that decoded something
-    step_decode_seqs: (
-        np.ndarray
-    )  # sequences decoded in that iteration (weights for TBT percentiles)
     rejected_turns: int = 0  # turns longer than the whole GPU KV (and the rest of their session)
     policy_metrics: tuple = ()  # EvictionPolicy.metrics() of the GPU and the CPU instance
     wall_s: float = 0.0  # wall-clock time the simulation took
     decode_h2d_bytes: float = 0.0  # sparse offload: pages decode steps read from the CPU
     gpu_reserved_peak_bytes: int = 0  # sparse offload: most GPU bytes held by rings and metadata
+    # Wall-clock nanoseconds of victim selection, one sample per make-room call that evicted.
+    evict_ns: Samples = field(default_factory=lambda: Samples(typecode="q"))
+    # The duration of each iteration that decoded something, weighted by the sequences it decoded
+    # (TBT percentiles). Both are exact up to sim.samples.EXACT_LIMIT samples, then histograms.
+    tbt: Samples = field(default_factory=lambda: Samples(weighted=True))
+
+    @property
+    def evict_us(self) -> np.ndarray:
+        """Each make-room call's victim-selection time in microseconds (exact records only)."""
+        return self.evict_ns.arrays()[0] / 1e3
+
+    @property
+    def step_s(self) -> np.ndarray:
+        """Each decode iteration's duration, in order (exact records only)."""
+        return self.tbt.arrays()[0]
+
+    @property
+    def step_decode_seqs(self) -> np.ndarray:
+        """The sequences each decode iteration decoded (exact records only)."""
+        weights = self.tbt.arrays()[1]
+        assert weights is not None  # tbt is weighted
+        return weights
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,8 +15,6 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import contextmanager
 
-import numpy as np
-
 from costmodels import CostModel
 from sim.config import BudgetConfig, EngineConfig, MemoryConfig, SparseConfig
 from sim.engine import Engine
@@ -102,11 +100,8 @@ def simulate(
         dropped_bytes=sched.mem.dropped_bytes,
         preemptions=sched.preemptions,
         preempt_recompute_tokens=sched.preempt_recompute_tokens,
-        evict_us=np.asarray(sched.mem.evict_ns, dtype=np.float64) / 1e3,
-        # The run is over: the per-step arrays are handed on, not copied (16 bytes a decode step,
-        # the largest thing a long run holds).
-        step_s=np.frombuffer(sched.step_s, dtype=np.float64),
-        step_decode_seqs=np.frombuffer(sched.step_decode, dtype=np.int64),
+        evict_ns=sched.mem.evict_samples,
+        tbt=sched.tbt,
         rejected_turns=sched.rejected_turns,
         decode_h2d_bytes=sched.offload.h2d_bytes if sched.offload is not None else 0.0,
         gpu_reserved_peak_bytes=sched.mem.peak_reserved,

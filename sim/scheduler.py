@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import heapq
 import math
-from array import array
 from collections import defaultdict, deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -34,6 +33,7 @@ from sim.policies import PolicyContext, make_policy, policy_class
 from sim.prefix import SharedPrefixes, prefix_keys
 from sim.pricing import Prefill, Pricer, recompute_pairs, running_sum
 from sim.results import Ledger
+from sim.samples import Samples
 from sim.units import SessionKV, UnitView, layer_codes, layer_split, uid_of
 from traces.records import Session, Turn
 
@@ -266,8 +266,11 @@ class Scheduler:
         self.h2d_busy_until = 0.0
         self._dropped_memo: dict[int, tuple[tuple[int, int], int]] = {}  # see _dropped_tokens
         self.prefetch_bytes = 0
-        self.step_s = array("d")  # compact: one entry per decode step
-        self.step_decode = array("l")
+        # Each decode step's duration and sequences (TBT), appended to in place; compacted as
+        # turns complete, so that a long run's record stops growing (sim.samples).
+        self.tbt = Samples(weighted=True)
+        assert self.tbt.weights is not None
+        self.step_s, self.step_decode = self.tbt.values, self.tbt.weights
         self._stream: Iterator[Session] | None = None
         self._stream_head = -1  # index of the pulled session whose first turn is due
         self._stream_start = -math.inf  # its first arrival (a stream's order is checked)
@@ -1223,6 +1226,8 @@ class Scheduler:
             lead = self.pricer.copy_s("h2d", nbytes)
             self._schedule_prefetch(sess.index, max(now, next_s - lead))
         self.completed += 1
+        self.tbt.compact()
+        self.mem.evict_samples.compact()
         t = run.turn
         o = t.output_tokens
         self.ledger.append(

@@ -30,6 +30,7 @@ from collections import OrderedDict
 from collections.abc import Hashable, Iterable, Sequence
 
 from sim.cachesim import ObjectView
+from sim.samples import Samples
 
 Key = Hashable
 
@@ -46,7 +47,9 @@ class BlockPool:
         self.free: OrderedDict[int, None] = OrderedDict.fromkeys(range(1, num_blocks))
         self.cached: dict[Key, dict[int, None]] = {}  # key -> its blocks, in caching order
         self.evictions = 0  # cached blocks whose key was dropped to reuse them
-        self.evict_ns: list[int] = []  # wall time of each allocation that evicted
+        # wall time of each allocation that evicted (the values of a sim.samples.Samples)
+        self.evict_samples = Samples(typecode="q")
+        self.evict_ns = self.evict_samples.values
         self.num_free_cached = 0  # free blocks that still hold a key (the prefix cache's spare)
 
     @property

@@ -20,6 +20,7 @@ from costmodels import BatchShape, CostModel
 from sim.config import GIB, EngineConfig, MemoryConfig
 from sim.policies import PolicyContext, policy_class
 from sim.results import EngineStats, Ledger, SimResult, ledger_frame, run_labels
+from sim.samples import Samples
 from sim.units import Tier
 from sim.vllm_v1.block_pool import BlockView, PolicyBlockPool
 from sim.vllm_v1.loop import KvsimSide, StepPrices, TurnState, replay
@@ -146,6 +147,8 @@ def simulate_vllm(
         s = sessions[st.session]
         turn = s.turns[st.k]
         ledger.append(*_ledger_row(s, st, turn, cfg.block_size, cost))
+        price.tbt.compact()
+        sched.pool.evict_samples.compact()
         if progress is not None:
             progress(1)
 
@@ -181,9 +184,8 @@ def simulate_vllm(
         dropped_bytes=pool.evictions * page_bytes,
         preemptions=int(sum(ledger.columns["preemptions"])),
         preempt_recompute_tokens=int(sum(ledger.columns["preempt_recompute_tokens"])),
-        evict_us=np.asarray(pool.evict_ns, dtype=np.float64) / 1e3,
-        step_s=np.asarray(price.step_s, dtype=np.float64),
-        step_decode_seqs=np.asarray(price.step_decode, dtype=np.int64),
+        evict_ns=pool.evict_samples,
+        tbt=price.tbt,
         rejected_turns=run.rejected_turns,
         policy_metrics=(pool.policy.metrics(),) if isinstance(pool, PolicyBlockPool) else (),
         wall_s=time.perf_counter() - wall0,
@@ -205,8 +207,9 @@ class _BookedPrices(StepPrices):
         self.usable = sched.cfg.num_blocks - 1
         self.block_s = 0.0  # block-seconds holding KV
         self.peak_held = 0
-        self.step_s: list[float] = []
-        self.step_decode: list[int] = []
+        self.tbt = Samples(weighted=True)  # decode steps: compacted by compact()
+        assert self.tbt.weights is not None
+        self.step_s, self.step_decode = self.tbt.values, self.tbt.weights
 
     def __call__(self, shape: BatchShape) -> float:
         dur = self.cost.iteration(shape).total_s

@@ -10,6 +10,7 @@ import pandas as pd
 
 from sim.config import GIB, EngineConfig, MemoryConfig
 from sim.results import TURN_COLUMNS, EngineStats, SimResult
+from sim.samples import Samples
 from traces.records import Session, Turn
 
 TINY = """
@@ -30,7 +31,11 @@ def make_stats(**values) -> EngineStats:
     import dataclasses
 
     for f in dataclasses.fields(EngineStats):
-        if f.name not in values and f.default is dataclasses.MISSING:
+        if (
+            f.name not in values
+            and dataclasses.MISSING is f.default
+            and dataclasses.MISSING is f.default_factory
+        ):
             values[f.name] = 0
     return EngineStats(**values)
 
@@ -135,9 +140,8 @@ def fake_simulate(
         dropped_bytes=0,
         preemptions=0,
         preempt_recompute_tokens=0,
-        evict_us=np.array([5.0, 7.0, 9.0]),
-        step_s=np.array([0.02, 0.03]),
-        step_decode_seqs=np.array([4, 1]),
+        evict_ns=Samples.of([5_000, 7_000, 9_000]),
+        tbt=Samples.of([0.02, 0.03], [4, 1]),
         wall_s=0.01,
     )
     return SimResult(turns=pd.DataFrame(rows, columns=list(TURN_COLUMNS)), stats=stats)

@@ -137,9 +137,9 @@ def test_one_clock_sample_per_make_room_call_that_evicts():
     mem, (a, b, *_) = memory(gpu_pages=4, cpu_pages=0, clock=lambda: next(ticks))
     run_turn(mem, a, 2, now=1.0)
     run_turn(mem, b, 2, now=2.0)
-    assert mem.evict_ns == []  # room was free: no victim selection
+    assert list(mem.evict_ns) == []  # room was free: no victim selection
     assert mem.make_room(3 * PAGE, now=3.0)
-    assert mem.evict_ns == [7]  # one call, three victims, one sample
+    assert list(mem.evict_ns) == [7]  # one call, three victims, one sample
 
 
 def test_a_finished_session_with_nothing_left_frees_its_array():

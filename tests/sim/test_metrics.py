@@ -16,9 +16,9 @@ from sim.metrics import (
     session_table,
     summarize,
     targets,
-    weighted_percentile,
 )
 from sim.results import TURN_COLUMNS, EngineStats, SimResult
+from sim.samples import Samples, weighted_percentile
 
 
 def turn(sid, k, *, H=0, g=0, c=0, d=0, ttft=0.1, ideal=0.1, e2e=1.0, prio=0, p=10, o=5):
@@ -62,14 +62,16 @@ def stats(**kw):
         gpu_peak_bytes=GIB // 4,
         preemptions=0,
         preempt_recompute_tokens=0,
-        evict_us=np.array([]),
-        step_s=np.array([0.01, 0.02, 0.05]),
-        step_decode_seqs=np.array([3, 1, 0]),
+        tbt=Samples.of([0.01, 0.02, 0.05], [3, 1, 0]),
         wall_s=0.5,
     )
     base.update(kw)
     for f in dataclasses.fields(EngineStats):  # fields added to the contract later: 0
-        if f.name not in base and f.default is dataclasses.MISSING:
+        if (
+            f.name not in base
+            and dataclasses.MISSING is f.default
+            and dataclasses.MISSING is f.default_factory
+        ):
             base[f.name] = 0
     return EngineStats(**base)
 
@@ -157,7 +159,7 @@ def test_latency_percentiles_throughput_and_engine_figures():
             swap_out_bytes=GIB // 2,
             preemptions=4,
             preempt_recompute_tokens=77,
-            evict_us=np.array([10.0, 20.0, 30.0]),
+            evict_ns=Samples.of([10_000, 20_000, 30_000]),
             gpu_util=0.93,
         )
     )
@@ -185,7 +187,7 @@ def test_no_history_gives_zero_ratios_and_nan_jain():
 
 
 def test_empty_ledger():
-    s = summarize(result([], step_s=np.array([]), step_decode_seqs=np.array([]), sim_time_s=0.0))
+    s = summarize(result([], tbt=Samples(weighted=True), sim_time_s=0.0))
     assert s["turns"] == 0 and s["sessions"] == 0
     assert math.isnan(s["ttft_p50_s"]) and math.isnan(s["tbt_p50_s"])
     assert math.isnan(s["throughput_tok_s"])

@@ -1,0 +1,204 @@
+"""Samples that a run keeps for percentiles (decode-step durations, eviction timings) in memory
+that does not grow with the run.
+
+A ``Samples`` is exact while it holds at most ``limit`` values: its ``values`` (and ``weights``)
+are compact arrays that the engine appends to directly. Past the limit it folds them into a
+histogram of logarithmic buckets (the DDSketch layout: bucket i holds the values in
+(gamma^(i-1), gamma^i], gamma = (1 + a) / (1 - a)) and starts the arrays again. A percentile read
+from the histogram is within a relative error ``a`` (``REL_ACCURACY``, 0.01 %) of the exact one,
+whatever the number of samples; its memory follows the range of the values (about 11,500 buckets
+per decade at 0.01 %), not their count. Histograms with the same accuracy merge by adding buckets.
+"""
+
+from __future__ import annotations
+
+import math
+from array import array
+from collections.abc import Sequence
+
+import numpy as np
+
+EXACT_LIMIT = 1 << 22  # values kept exactly: 4,194,304 (32 MiB of float64, as much in weights)
+REL_ACCURACY = 1e-4
+_FOLD_CHUNK = 1 << 16  # values folded at a time
+
+
+def weighted_percentile(
+    values: Sequence[float] | np.ndarray, weights: Sequence[float] | np.ndarray, q: float
+) -> float:
+    """Inverted-CDF weighted percentile (q in [0, 100]): the smallest value whose cumulative weight
+    reaches q % of the total. NaN when there is no positive weight."""
+    v = np.asarray(values, dtype=float)
+    w = np.asarray(weights, dtype=float)
+    if v.shape != w.shape:
+        raise ValueError(f"values and weights differ in shape: {v.shape} vs {w.shape}")
+    if np.any(w < 0):
+        raise ValueError("weights must be >= 0")
+    keep = w > 0
+    v, w = v[keep], w[keep]
+    if v.size == 0:
+        return math.nan
+    order = np.argsort(v, kind="stable")
+    v, cum = v[order], np.cumsum(w[order])
+    target = q / 100.0 * cum[-1]
+    i = int(np.searchsorted(cum, target, side="left"))
+    return float(v[min(max(i, 0), v.size - 1)])
+
+
+class Samples:
+    """Values (with integer weights if ``weighted``) for percentiles: exact up to ``limit``
+    values, then a log-bucket histogram (see the module docstring).
+
+    The owner appends to ``values`` and ``weights`` (array('d') and array('q')) and calls
+    ``compact()`` now and then (once an iteration or a turn): that is where the arrays are folded
+    once they pass the limit, emptied in place, so references to them stay valid."""
+
+    __slots__ = (
+        "values",
+        "weights",
+        "limit",
+        "rel_accuracy",
+        "_log_gamma",
+        "_hist",
+        "_lo",
+        "_nonpositive",
+        "_folded",
+    )
+
+    def __init__(
+        self,
+        weighted: bool = False,
+        typecode: str = "d",
+        limit: int | None = None,
+        rel_accuracy: float = REL_ACCURACY,
+    ) -> None:
+        limit = EXACT_LIMIT if limit is None else limit  # read at run time: tests may lower it
+        if limit < 1:
+            raise ValueError(f"limit must be >= 1, got {limit}")
+        if not 0.0 < rel_accuracy < 1.0:
+            raise ValueError(f"rel_accuracy must be in (0, 1), got {rel_accuracy}")
+        self.values = array(typecode)
+        self.weights: array | None = array("q") if weighted else None
+        self.limit = limit
+        self.rel_accuracy = rel_accuracy
+        self._log_gamma = math.log((1 + rel_accuracy) / (1 - rel_accuracy))
+        self._hist = np.zeros(0)  # weight per bucket _lo, _lo + 1, ...
+        self._lo = 0
+        self._nonpositive = 0.0  # weight of values <= 0 (reported as 0.0)
+        self._folded = 0  # samples folded into the histogram
+
+    @classmethod
+    def of(cls, values, weights=None, **kw) -> Samples:
+        """Samples holding ``values`` (with ``weights``: weighted), for tests and fakes."""
+        v = np.asarray(values)
+        typecode = "q" if v.dtype.kind in "iu" else "d"
+        out = cls(weighted=weights is not None, typecode=typecode, **kw)
+        out.values.extend(v.astype(np.int64 if typecode == "q" else np.float64).tolist())
+        if weights is not None:
+            assert out.weights is not None
+            out.weights.extend(np.asarray(weights, dtype=np.int64).tolist())
+        out.compact()
+        return out
+
+    # -- filling ---------------------------------------------------------------------------------
+    def compact(self) -> None:
+        """Fold the arrays into the histogram if they hold more than ``limit`` values."""
+        if len(self.values) > self.limit:
+            self._fold()
+
+    def _fold(self) -> None:
+        values, weights = self.values, self.weights
+        if weights is not None and len(weights) != len(values):
+            raise ValueError(f"{len(values)} values but {len(weights)} weights")
+        dtype = np.float64 if values.typecode == "d" else np.int64
+        for start in range(0, len(values), _FOLD_CHUNK):  # in slices: few temporaries at once
+            stop = min(start + _FOLD_CHUNK, len(values))
+            v = np.frombuffer(values, dtype=dtype)[start:stop].astype(np.float64, copy=False)
+            w = (
+                np.ones(v.size)
+                if weights is None
+                else np.frombuffer(weights, dtype=np.int64)[start:stop].astype(np.float64)
+            )
+            positive = v > 0
+            self._nonpositive += float(w[~positive].sum())
+            v, w = v[positive], w[positive]
+            if v.size:
+                idx = np.ceil(np.log(v) / self._log_gamma).astype(np.int64)
+                lo = int(idx.min())
+                self._add_buckets(lo, np.bincount(idx - lo, weights=w))
+        self._folded += len(values)
+        del values[:]
+        if weights is not None:
+            del weights[:]
+
+    def _add_buckets(self, lo: int, counts: np.ndarray) -> None:
+        """Add ``counts`` for buckets lo, lo + 1, ... to the histogram, widening it as needed."""
+        if not self._hist.size:
+            self._hist, self._lo = counts.astype(np.float64), lo
+            return
+        new_lo = min(self._lo, lo)
+        new_hi = max(self._lo + self._hist.size, lo + counts.size)
+        if new_lo != self._lo or new_hi != self._lo + self._hist.size:
+            wide = np.zeros(new_hi - new_lo)
+            wide[self._lo - new_lo : self._lo - new_lo + self._hist.size] = self._hist
+            self._hist, self._lo = wide, new_lo
+        self._hist[lo - self._lo : lo - self._lo + counts.size] += counts
+
+    def merge(self, other: Samples) -> None:
+        """Take in ``other``'s samples (the same accuracy and weighting); the result is folded."""
+        if other.rel_accuracy != self.rel_accuracy or (other.weights is None) != (
+            self.weights is None
+        ):
+            raise ValueError("only Samples of the same accuracy and weighting merge")
+        other._fold()
+        self._fold()
+        if other._hist.size:
+            self._add_buckets(other._lo, other._hist)
+        self._nonpositive += other._nonpositive
+        self._folded += other._folded
+
+    # -- reading ---------------------------------------------------------------------------------
+    @property
+    def exact(self) -> bool:
+        """Are all samples still held one by one (nothing folded)?"""
+        return self._folded == 0
+
+    def __len__(self) -> int:
+        """Samples taken (folded or not)."""
+        return self._folded + len(self.values)
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray | None]:
+        """(values, weights) of an exact Samples, sharing the arrays' memory."""
+        if not self.exact:
+            raise ValueError(
+                f"{len(self):,} samples were folded into a histogram past the exact limit of "
+                f"{self.limit:,}: only percentiles are kept"
+            )
+        dtype = np.float64 if self.values.typecode == "d" else np.int64
+        v = np.frombuffer(self.values, dtype=dtype)
+        w = None if self.weights is None else np.frombuffer(self.weights, dtype=np.int64)
+        return v, w
+
+    def percentile(self, q: float) -> float:
+        """The q-th percentile (q in [0, 100]); NaN with no samples. Exact: numpy's linear one
+        (unweighted) or the inverted-CDF weighted one (``weighted_percentile``). Folded: the
+        inverted-CDF one of the histogram, within ``rel_accuracy`` of the exact value."""
+        if self.exact:
+            v, w = self.arrays()
+            if w is not None:
+                return weighted_percentile(v, w, q)
+            a = v.astype(np.float64)
+            a = a[np.isfinite(a)]
+            return float(np.percentile(a, q)) if a.size else math.nan
+        self._fold()
+        cum = np.cumsum(np.concatenate(([self._nonpositive], self._hist)))
+        if cum[-1] <= 0:
+            return math.nan
+        # the first bucket whose cumulative weight reaches the target (q = 0: the first non-empty)
+        target = max(q / 100.0 * cum[-1], np.finfo(float).tiny)
+        i = int(np.searchsorted(cum, target, side="left"))
+        if i == 0:
+            return 0.0
+        gamma = math.exp(self._log_gamma)
+        # the bucket's value of least relative error: 2 gamma^i / (gamma + 1)
+        return 2.0 * gamma ** (self._lo + i - 1) / (gamma + 1.0)
