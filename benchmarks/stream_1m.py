@@ -25,6 +25,7 @@ still somewhere.
     python benchmarks/stream_1m.py                       # 1,000,000 turns (about 10-15 min here)
     python benchmarks/stream_1m.py --turns 100000        # a tenth
     python benchmarks/stream_1m.py --list-run            # also simulate the list (slower)
+    python benchmarks/stream_1m.py --turns 10000000 --no-load   # ten million (about 2 h here)
 """
 
 from __future__ import annotations
@@ -251,6 +252,9 @@ def main(argv=None) -> None:
     ap.add_argument("--gpu-kv-gb", type=float, default=8.0)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--list-run", action="store_true", help="also read_jsonl + simulate")
+    ap.add_argument(
+        "--no-load", action="store_true", help="skip loading the file whole (long traces)"
+    )
     ap.add_argument("--keep", type=Path, help="write the trace here and keep it")
     ap.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -285,8 +289,10 @@ def main(argv=None) -> None:
         load0 = os.getloadavg()[0]
         s = _spawn("stream", path, args.gpu_kv_gb, w["turns"])
         s["loadavg"] = (load0, os.getloadavg()[0])
-        print("loading the file whole (read_jsonl) ...", file=sys.stderr, flush=True)
-        ld = _spawn("load", path)
+        ld = None
+        if not args.no_load:
+            print("loading the file whole (read_jsonl) ...", file=sys.stderr, flush=True)
+            ld = _spawn("load", path)
         lst = None
         if args.list_run:
             print("list run (read_jsonl + simulate) ...", file=sys.stderr, flush=True)
@@ -297,7 +303,7 @@ def main(argv=None) -> None:
     report(args, w, s, ld, lst)
 
 
-def report(args, w: dict, s: dict, ld: dict, lst: dict | None) -> None:
+def report(args, w: dict, s: dict, ld: dict | None, lst: dict | None) -> None:
     print(
         f"\nTrace: {w['turns']:,} turns in {w['sessions']:,} sessions, canonical JSONL "
         f"({w['bytes'] / MIB:,.0f} MiB); synthetic, {args.rate} session starts/s, written "
@@ -308,7 +314,9 @@ def report(args, w: dict, s: dict, ld: dict, lst: dict | None) -> None:
         f"Run: lru, block units of 16 tokens, GPU KV {args.gpu_kv_gb} GiB, no CPU tier, "
         f"llama-3-8b on h100-sxm.\n"
     )
-    rows = [("streamed: simulate(iter_jsonl)", s), ("loaded whole: read_jsonl only", ld)]
+    rows = [("streamed: simulate(iter_jsonl)", s)]
+    if ld is not None:
+        rows.append(("loaded whole: read_jsonl only", ld))
     if lst is not None:
         rows.append(("list: read_jsonl + simulate", lst))
     head = (
@@ -343,8 +351,8 @@ def report(args, w: dict, s: dict, ld: dict, lst: dict | None) -> None:
     print(
         f"Simulated {s['sim_time_s']:,.0f} s; {s['rejected_turns']:,} turns rejected; "
         f"{s['dropped_gib']:,.0f} GiB of KV dropped; {s['preemptions']:,} preemptions; "
-        f"GPU KV utilisation {s['gpu_util']:.3f}. VmHWM: streamed {s['hwm_mib']:,.0f} MiB, "
-        f"loaded {ld['hwm_mib']:,.0f} MiB."
+        f"GPU KV utilisation {s['gpu_util']:.3f}. VmHWM: streamed {s['hwm_mib']:,.0f} MiB"
+        + ("." if ld is None else f", loaded {ld['hwm_mib']:,.0f} MiB.")
     )
     print(
         f"Machine: {os.cpu_count()} cores, 1-min load average {s['loadavg'][0]:.1f} before the "

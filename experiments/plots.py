@@ -30,6 +30,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, PercentFormatter
 
 from experiments.design_plots import TIERS, budget_figure, engine_figure, offload_figure
+from experiments.plot_points import NO_FIGURES, drawable_points
 
 FACET_DIMS: tuple[str, ...] = (
     "engine",
@@ -56,9 +57,9 @@ def make_plots(
     figure skipped or panel left empty is appended to ``notes`` (when given)."""
     out_dir = Path(out_dir)
     notes = [] if notes is None else notes
-    finite = summary[np.isfinite(summary["gpu_kv_gb"].astype(float))] if len(summary) else summary
+    finite = drawable_points(summary)
     if finite.empty:
-        notes.append("plots: no grid point with a finite GPU capacity; no figures drawn")
+        notes.append(NO_FIGURES)
         return []
     facets = _facets(finite)
     policies = list(dict.fromkeys(finite["policy"]))

@@ -26,6 +26,7 @@ import pandas as pd
 import yaml
 
 from experiments.executor import PointResult, TraceInfo
+from experiments.plot_points import NO_FIGURES, drawable_points
 from experiments.schema import LABEL_COLUMNS, Experiment
 from experiments.version import kvsim_version
 from sim.metrics import SUMMARY_COLUMNS, targets
@@ -126,8 +127,6 @@ def write_results(
 ) -> WrittenResults:
     """Write the results folder atomically; return what was written. ``traces`` (what each trace
     spec loaded to) is recorded in config.resolved.yaml under ``traces_loaded``."""
-    from experiments.plots import make_plots  # matplotlib is only needed here
-
     out = check_out_dir(out, force)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
@@ -146,8 +145,7 @@ def write_results(
         (tmp / PLOTS_DIR).mkdir()
         notes: list[str] = []
         plots = [
-            p.relative_to(tmp)
-            for p in make_plots(tables.summary, tables.turns, tmp / PLOTS_DIR, notes)
+            p.relative_to(tmp) for p in _draw(tables.summary, tables.turns, tmp / PLOTS_DIR, notes)
         ]
         files = sorted(p.relative_to(tmp) for p in tmp.rglob("*") if p.is_file())
         _move_into_place(tmp, out, force)
@@ -155,6 +153,16 @@ def write_results(
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return WrittenResults(out_dir=out, files=files, plots=plots, notes=notes)
+
+
+def _draw(summary: pd.DataFrame, turns: pd.DataFrame, out_dir: Path, notes: list[str]) -> list:
+    """The figures (``plots.make_plots``); matplotlib is imported only when one can be drawn."""
+    if drawable_points(summary).empty:
+        notes.append(NO_FIGURES)
+        return []
+    from experiments.plots import make_plots
+
+    return make_plots(summary, turns, out_dir, notes)
 
 
 def _move_into_place(tmp: Path, out: Path, force: bool) -> None:
