@@ -34,6 +34,7 @@ from sim.policies.structures import LazyHeap
 class Belady(EvictionPolicy):
     offline = True  # reads view.next_access_s (cachesim fills it from the stream)
     reads_last_access = False
+    grows_in_bulk = True  # keys are read when a unit becomes a candidate, never at eviction
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)

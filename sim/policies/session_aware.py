@@ -40,6 +40,7 @@ class _Sess:
 @register("session-aware")
 class SessionAware(EvictionPolicy):
     reads_session = True  # its units are evicted together, by its last use
+    grows_in_bulk = True  # a session's rank is fixed while it loses units; pins are not heard
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)

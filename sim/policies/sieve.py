@@ -29,6 +29,8 @@ from sim.policies.structures import LazyHeap
 @register("sieve")
 class Sieve(EvictionPolicy):
     reads_last_access = False
+    # pins keep their entry number; evictions assign none: a batch of pages equals them one by one
+    grows_in_bulk = True
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
