@@ -17,6 +17,7 @@ from sim import EngineConfig, MemoryConfig, simulate
 from sim.config import GIB
 from sim.engine import Engine
 from sim.results import TURN_COLUMNS, TURN_DTYPES, Ledger, TurnRecord, ledger_frame
+from sim.samples import Samples
 from sim.scheduler import POOL_INDEX, Scheduler
 from traces.jsonl import _line, iter_jsonl, read_jsonl, write_jsonl
 from traces.records import Session, TraceError, Turn
@@ -28,7 +29,8 @@ SYN = generate_synthetic(SyntheticConfig(sessions=120, seed=5, arrival_rate_per_
 # A GPU far below the trace's demand (10 GiB) and a small CPU tier: evictions, drops, preemptions,
 # and a few turns longer than the whole GPU (rejected with the rest of their session).
 TIGHT = MemoryConfig(gpu_kv_gb=1.5, cpu_kv_gb=0.75)
-WALL_CLOCK = {"wall_s", "evict_us"}  # the only fields of the result that are not simulated
+# the only fields of the result that are not simulated (the number of eviction timings is)
+WALL_CLOCK = {"wall_s", "evict_ns"}
 
 
 class Counted:
@@ -54,10 +56,15 @@ def assert_same_result(a, b) -> None:
         if f.name in WALL_CLOCK:
             continue
         x, y = getattr(a.stats, f.name), getattr(b.stats, f.name)
-        if isinstance(x, np.ndarray):
+        if isinstance(x, Samples):
+            assert x.exact and y.exact, f.name
+            for xa, ya in zip(x.arrays(), y.arrays(), strict=True):
+                np.testing.assert_array_equal(xa, ya, err_msg=f.name)
+        elif isinstance(x, np.ndarray):
             np.testing.assert_array_equal(x, y, err_msg=f.name)
         else:
             assert x == y or (x != x and y != y), f.name
+    assert len(a.stats.evict_ns) == len(b.stats.evict_ns)
 
 
 # The slower policies on the first 60 sessions (still evicting and dropping; no turn rejected).
