@@ -19,8 +19,8 @@ the floor of any run). What a streamed run still holds per turn or per session i
 table, from the run's own counts: the ledger (one int64/float64 per column per turn, the result),
 the per-decode-step statistics (EngineStats.tbt: 16 bytes a decode step up to
 sim.samples.EXACT_LIMIT steps, then a histogram whose size follows the range of durations), the
-eviction timings (EngineStats.evict_ns, the same), and the SessionKVs of sessions whose KV is
-still somewhere.
+eviction timings (EngineStats.evict_ns, the same), and one SessionKV per session seen (its page
+array is freed once the session is done and its KV gone; the record stays).
 
     python benchmarks/stream_1m.py                       # 1,000,000 turns (about 10-15 min here)
     python benchmarks/stream_1m.py --turns 100000        # a tenth
