@@ -113,23 +113,26 @@ class Samples:
         dtype = np.float64 if values.typecode == "d" else np.int64
         for start in range(0, len(values), _FOLD_CHUNK):  # in slices: few temporaries at once
             stop = min(start + _FOLD_CHUNK, len(values))
-            v = np.frombuffer(values, dtype=dtype)[start:stop].astype(np.float64, copy=False)
-            w = (
-                np.ones(v.size)
-                if weights is None
-                else np.frombuffer(weights, dtype=np.int64)[start:stop].astype(np.float64)
+            self._fold_slice(
+                np.frombuffer(values, dtype=dtype)[start:stop],
+                None if weights is None else np.frombuffer(weights, dtype=np.int64)[start:stop],
             )
-            positive = v > 0
-            self._nonpositive += float(w[~positive].sum())
-            v, w = v[positive], w[positive]
-            if v.size:
-                idx = np.ceil(np.log(v) / self._log_gamma).astype(np.int64)
-                lo = int(idx.min())
-                self._add_buckets(lo, np.bincount(idx - lo, weights=w))
+        # the views above died with their call: the arrays can be emptied in place
         self._folded += len(values)
         del values[:]
         if weights is not None:
             del weights[:]
+
+    def _fold_slice(self, values: np.ndarray, weights: np.ndarray | None) -> None:
+        v = values.astype(np.float64)
+        w = np.ones(v.size) if weights is None else weights.astype(np.float64)
+        positive = v > 0
+        self._nonpositive += float(w[~positive].sum())
+        v, w = v[positive], w[positive]
+        if v.size:
+            idx = np.ceil(np.log(v) / self._log_gamma).astype(np.int64)
+            lo = int(idx.min())
+            self._add_buckets(lo, np.bincount(idx - lo, weights=w))
 
     def _add_buckets(self, lo: int, counts: np.ndarray) -> None:
         """Add ``counts`` for buckets lo, lo + 1, ... to the histogram, widening it as needed."""
