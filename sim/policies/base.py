@@ -169,6 +169,12 @@ class EvictionPolicy(ABC):
             nbytes -= size(uid)
         return out
 
+    def _units_in(self, nbytes: int) -> int | None:
+        """How many units hold ``nbytes`` when every unit has one size (``view.unit_bytes``), the
+        count a batch eviction takes; None when sizes vary."""
+        unit_bytes = self.view.unit_bytes
+        return -(-nbytes // unit_bytes) if unit_bytes else None
+
     def take_in(self, uids, free_bytes: int, now: float) -> list[int]:
         """Insert these unpinned units in order, evicting whenever the next one does not fit in
         ``free_bytes`` (a demotion batch into a full tier). Returns the evicted uids, in order; a

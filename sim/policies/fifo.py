@@ -46,10 +46,10 @@ class FIFO(EvictionPolicy):
         return self._order.pop_first()
 
     def evict_bytes(self, nbytes: int, now: float) -> list[int]:
-        unit_bytes = self.view.unit_bytes
-        if not unit_bytes:
+        n = self._units_in(nbytes)
+        if n is None:
             return super().evict_bytes(nbytes, now)
-        return self._order.pop_many(-(-nbytes // unit_bytes))
+        return self._order.pop_many(n)
 
     def take_in(self, uids, free_bytes: int, now: float) -> list[int]:
         unit_bytes = self.view.unit_bytes

@@ -480,10 +480,10 @@ class KineticPolicy(EvictionPolicy):
             self._kin.end_batch()
 
     def evict_bytes(self, nbytes: int, now: float) -> list[int]:
-        unit_bytes = self.view.unit_bytes
-        if not unit_bytes or type(self)._evicted is not EvictionPolicy._evicted:
+        n = self._units_in(nbytes)
+        if n is None or type(self)._evicted is not EvictionPolicy._evicted:
             return super().evict_bytes(nbytes, now)
-        return self._kin.pop_many(-(-nbytes // unit_bytes), now)  # equal sizes: a count
+        return self._kin.pop_many(n, now)  # equal sizes: a count
 
     def remove_many(self, uids, pinned: bool = False) -> None:
         if not pinned:

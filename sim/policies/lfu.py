@@ -106,10 +106,9 @@ class LFU(EvictionPolicy):
 
     def evict_bytes(self, nbytes: int, now: float) -> list[int]:
         """The heads of the lowest buckets, in turn: what ``evict`` one at a time takes."""
-        unit_bytes = self.view.unit_bytes
-        if not unit_bytes:
+        k = self._units_in(nbytes)
+        if k is None:
             return super().evict_bytes(nbytes, now)
-        k = -(-nbytes // unit_bytes)
         heap, buckets, count = self._heap, self._buckets, self._count
         out: list[int] = []
         while k > 0 and heap:

@@ -50,15 +50,15 @@ class LRU(EvictionPolicy):
         return self._q.first()
 
     def evict_bytes(self, nbytes: int, now: float) -> list[int]:
-        unit_bytes = self.view.unit_bytes
-        if unit_bytes:  # equal sizes: one count, runs at a time
-            return self._q.pop(-(-nbytes // unit_bytes))
+        n = self._units_in(nbytes)
+        if n is not None:  # equal sizes: one count, runs at a time
+            return self._q.pop(n)
         return super().evict_bytes(nbytes, now)
 
     def evict_extents(self, nbytes: int, now: float) -> list[tuple[int, int]]:
-        unit_bytes = self.view.unit_bytes
-        if unit_bytes:
-            return self._q.pop_runs(-(-nbytes // unit_bytes))
+        n = self._units_in(nbytes)
+        if n is not None:
+            return self._q.pop_runs(n)
         return super().evict_extents(nbytes, now)
 
     def take_in(self, uids, free_bytes: int, now: float) -> list[int]:

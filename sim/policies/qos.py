@@ -99,10 +99,9 @@ class QoS(EvictionPolicy):
 
     def evict_bytes(self, nbytes: int, now: float) -> list[int]:
         """The heads of the lowest classes, in turn: what ``evict`` one at a time takes."""
-        unit_bytes = self.view.unit_bytes
-        if not unit_bytes:
+        k = self._units_in(nbytes)
+        if k is None:
             return super().evict_bytes(nbytes, now)
-        k = -(-nbytes // unit_bytes)
         present, classes, filed = self._present, self._classes, self._filed
         out: list[int] = []
         while k > 0 and present:
