@@ -141,8 +141,7 @@ def _run_figures(res, wall: float) -> dict:
         decode_steps=len(st.tbt),
         tbt_exact=st.tbt.exact,
         tbt_p99_s=st.tbt.percentile(99),
-        step_record_mib=(st.tbt.values.itemsize * 2 * len(st.tbt.values) + st.tbt._hist.nbytes)
-        / MIB,
+        step_record_mib=st.tbt.nbytes / MIB,
         evict_calls=len(st.evict_ns),
         dropped_gib=st.dropped_bytes / 2**30,
         preemptions=st.preemptions,

@@ -34,6 +34,7 @@ import pandas as pd
 
 from sim.config import GIB
 from sim.results import SimResult
+from sim.samples import finite_percentile
 
 # Summary columns summarize() always produces, in order (per-class Jain columns follow them).
 SUMMARY_COLUMNS: tuple[str, ...] = (
@@ -109,12 +110,6 @@ def jain_index(values: Sequence[float] | np.ndarray) -> float:
     if sq == 0.0:
         return 1.0  # all zero: treated equally
     return float(np.sum(x) ** 2 / (x.size * sq))
-
-
-def _percentile(x: pd.Series | np.ndarray, q: float) -> float:
-    a = np.asarray(x, dtype=float)
-    a = a[np.isfinite(a)]
-    return float(np.percentile(a, q)) if a.size else math.nan
 
 
 def _ratio(num: float, den: float) -> float:
@@ -201,14 +196,14 @@ def summarize(result: SimResult) -> dict[str, Any]:
         # prompt tokens whose KV another turn left on the GPU (equal prefix hashes)
         "shared_hit_rate": _ratio(t["shared_hit_tokens"].sum(), t["prompt_tokens"].sum()),
         **_jain_columns(sessions),
-        "ttft_p50_s": _percentile(t["ttft_s"], 50),
-        "ttft_p90_s": _percentile(t["ttft_s"], 90),
-        "ttft_p99_s": _percentile(t["ttft_s"], 99),
+        "ttft_p50_s": finite_percentile(t["ttft_s"], 50),
+        "ttft_p90_s": finite_percentile(t["ttft_s"], 90),
+        "ttft_p99_s": finite_percentile(t["ttft_s"], 99),
         "tbt_p50_s": s.tbt.percentile(50),
         "tbt_p99_s": s.tbt.percentile(99),
-        "e2e_p50_s": _percentile(t["e2e_s"], 50),
-        "e2e_p90_s": _percentile(t["e2e_s"], 90),
-        "e2e_p99_s": _percentile(t["e2e_s"], 99),
+        "e2e_p50_s": finite_percentile(t["e2e_s"], 50),
+        "e2e_p90_s": finite_percentile(t["e2e_s"], 90),
+        "e2e_p99_s": finite_percentile(t["e2e_s"], 99),
         "throughput_tok_s": s.output_tokens / s.sim_time_s if s.sim_time_s > 0 else math.nan,
         "evict_calls": len(s.evict_ns),
         "evict_us_p50": s.evict_ns.percentile(50) / 1e3,

@@ -23,6 +23,13 @@ REL_ACCURACY = 1e-4
 _FOLD_CHUNK = 1 << 16  # values folded at a time
 
 
+def finite_percentile(values: Sequence[float] | np.ndarray, q: float) -> float:
+    """numpy's (linear) q-th percentile of the finite values; NaN when there is none."""
+    a = np.asarray(values, dtype=float)
+    a = a[np.isfinite(a)]
+    return float(np.percentile(a, q)) if a.size else math.nan
+
+
 def weighted_percentile(
     values: Sequence[float] | np.ndarray, weights: Sequence[float] | np.ndarray, q: float
 ) -> float:
@@ -182,6 +189,12 @@ class Samples:
         w = None if self.weights is None else np.frombuffer(self.weights, dtype=np.int64)
         return v, w
 
+    @property
+    def nbytes(self) -> int:
+        """Memory of the record: its arrays' contents and the histogram."""
+        n = self.values.itemsize * len(self.values) + self._hist.nbytes
+        return n + (0 if self.weights is None else self.weights.itemsize * len(self.weights))
+
     def percentile(self, q: float) -> float:
         """The q-th percentile (q in [0, 100]); NaN with no samples. Exact: numpy's linear one
         (unweighted) or the inverted-CDF weighted one (``weighted_percentile``). Folded: the
@@ -190,9 +203,7 @@ class Samples:
             v, w = self.arrays()
             if w is not None:
                 return weighted_percentile(v, w, q)
-            a = v.astype(np.float64)
-            a = a[np.isfinite(a)]
-            return float(np.percentile(a, q)) if a.size else math.nan
+            return finite_percentile(v, q)
         self._fold()
         cum = np.cumsum(np.concatenate(([self._nonpositive], self._hist)))
         if cum[-1] <= 0:

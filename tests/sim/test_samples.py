@@ -36,6 +36,7 @@ def test_exact_below_the_limit_is_the_exact_percentile():
     plain = Samples()
     _fill(plain, v)
     assert weighted.exact and plain.exact and len(weighted) == 500
+    assert weighted.nbytes == 16 * 500 and plain.nbytes == 8 * 500  # float64 values, int64 weights
     for q in QS:
         assert weighted.percentile(q) == weighted_percentile(v, w, q)
         assert plain.percentile(q) == np.percentile(v, q)
