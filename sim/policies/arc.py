@@ -142,6 +142,39 @@ class ARC(EvictionPolicy):
         self._size[uid] = size
         self._link(uid, lst, size)
 
+    def acquire(self, uids, now: float) -> None:
+        """``access`` then ``pin`` each: a member leaves T1/T2 for good and returns to T2."""
+        self._incoming = None
+        t1, t2, home, size = self._t1, self._t2, self._home, self._size
+        t1b = t2b = 0
+        for uid in uids:
+            if uid in t2:
+                del t2[uid]
+                t2b += size[uid]
+            elif uid in t1:
+                del t1[uid]
+                t1b += size[uid]
+            elif uid not in home:
+                continue  # not a member: a hit on it is none
+            home[uid] = 2
+        self._t1b -= t1b
+        self._t2b -= t2b
+
+    def release(self, uids, now: float) -> None:
+        """``unpin`` each, in page order."""
+        home, sizes, size_of = self._home, self._size, self.view.size
+        for uid in uids:
+            lst = home.pop(uid, None)
+            if lst is None:
+                self.insert(uid, now)
+                continue
+            size = size_of(uid)  # a pinned unit may have grown
+            grown = size - sizes[uid]
+            if grown:
+                self._budget.grow(grown)
+                sizes[uid] = size
+            self._link(uid, lst, size)
+
     def remove(self, uid: int, pinned: bool = False) -> None:
         if self._home.pop(uid, None) is None and not self._unlink(uid):
             return  # not a member

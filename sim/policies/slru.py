@@ -115,6 +115,37 @@ class SLRU(EvictionPolicy):
         self._bytes[seg] -= self._size[uid]
         self._pinned.add(uid)
 
+    def acquire(self, uids, now: float) -> None:
+        """``access`` then ``pin`` each, in one loop."""
+        segs, nbytes, seg_of, sizes, pinned = (
+            self._segs,
+            self._bytes,
+            self._seg,
+            self._size,
+            self._pinned,
+        )
+        top = self.n_seg - 1
+        for uid in uids:
+            seg = seg_of.get(uid)
+            if seg is None:
+                continue
+            if uid in pinned:
+                seg_of[uid] = min(seg + 1, top)
+                continue
+            size = sizes[uid]
+            if seg < top:  # promoted: its new segment cools with it at the MRU end
+                del segs[seg][uid]
+                nbytes[seg] -= size
+                seg += 1
+                segs[seg][uid] = None
+                nbytes[seg] += size
+                seg_of[uid] = seg
+                self._cool_from(seg)
+                seg = seg_of[uid]  # (cooling moves it down only when it alone is over a share)
+            del segs[seg][uid]
+            nbytes[seg] -= size
+            pinned.add(uid)
+
     def unpin(self, uid: int, now: float) -> None:
         if uid not in self._pinned:
             self.insert(uid, now)
