@@ -11,74 +11,59 @@ Pins: a pinned unit leaves the ring but keeps its place and its bit; on unpin it
 place it had (as ``fifo`` does), so a use by a running turn counts as one reference (the engine calls
 ``access`` before ``pin``), not as a re-insertion.
 
-Order: a ``LazyHeap`` on a per-policy sequence number, O(log n) per operation; each second chance is
-one O(log n) move, paid for by the hit that set the bit. A second heap holds the units with a clear
-bit, so ``peek`` is O(log n) too. Matches libCacheSim's Clock (``init_freq=0, n_bit_counter=1``)
-request by request.
+Order: ``EntryOrder`` (the entry order with candidate flags, as ``fifo``) and the set of members
+whose bit is set. A second chance is the unit entering again at the newest end (O(1), paid for by
+the hit that set the bit); pins, returns and hits are O(1) with no heap. ``peek`` scans the
+candidates oldest first (only tests and users peek). Matches libCacheSim's Clock
+(``init_freq=0, n_bit_counter=1``) request by request.
 """
 
 from __future__ import annotations
 
 from sim.policies.base import EvictionPolicy
 from sim.policies.registry import register
-from sim.policies.structures import LazyHeap
+from sim.policies.structures import EntryOrder
 
 
 @register("clock")
 class Clock(EvictionPolicy):
-    max_freq = 1  # libCacheSim's n_bit_counter=1
     reads_last_access = False
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
-        self._q = LazyHeap()  # candidates by sequence number (FIFO order)
-        self._clear = LazyHeap()  # the candidates whose bit is clear, same keys
-        self._freq: dict[int, int] = {}  # reference counter of every member, pinned or not
-        self._pinned_seq: dict[int, int] = {}
-        self._seq = 0
-
-    def _enter(self, uid: int, seq: int) -> None:
-        self._q.push(uid, seq)
-        if self._freq[uid] == 0:
-            self._clear.push(uid, seq)
-
-    def _leave(self, uid: int) -> int | None:
-        seq = self._q.key(uid)
-        if seq is not None:
-            self._q.discard(uid)
-            self._clear.discard(uid)
-        return seq
+        self._order = EntryOrder()
+        self._referenced: set[int] = set()  # members (pinned or not) whose bit is set
 
     def insert(self, uid: int, now: float, pinned: bool = False) -> None:
-        self._freq[uid] = 0
-        self._seq += 1
-        if pinned:
-            self._pinned_seq[uid] = self._seq
-        else:
-            self._enter(uid, self._seq)
+        self._referenced.discard(uid)
+        self._order.enter(uid, candidate=not pinned)
 
     def access(self, uid: int, now: float) -> None:
-        f = self._freq.get(uid)
-        if f is not None and f < self.max_freq:
-            self._freq[uid] = f + 1
-            self._clear.discard(uid)
+        if self._order.is_member(uid):
+            self._referenced.add(uid)
+
+    def referenced(self, uid: int) -> bool:
+        """The reference bit of a member (pinned or not)."""
+        return uid in self._referenced
 
     def pin(self, uid: int) -> None:
-        seq = self._leave(uid)
-        if seq is not None:
-            self._pinned_seq[uid] = seq
+        self._order.discard(uid)
 
     def unpin(self, uid: int, now: float) -> None:
-        seq = self._pinned_seq.pop(uid, None)
-        if seq is None:  # not a member yet: treat as an entry
-            self.insert(uid, now)
-            return
-        self._enter(uid, seq)
+        self._order.back(uid)  # a non-member enters, with a clear bit
+
+    def acquire(self, uids, now: float) -> None:
+        uids = list(uids)
+        is_member = self._order.is_member
+        self._referenced.update(u for u in uids if is_member(u))
+        self._order.discard_many(uids)
+
+    def release(self, uids, now: float) -> None:
+        self._order.back_many(uids)
 
     def remove(self, uid: int, pinned: bool = False) -> None:
-        if self._leave(uid) is None:
-            self._pinned_seq.pop(uid, None)
-        self._freq.pop(uid, None)
+        self._order.leave(uid)
+        self._referenced.discard(uid)
 
     def _add(self, uid: int, now: float) -> None:  # not used: insert/unpin are overridden
         self.insert(uid, now)
@@ -87,26 +72,25 @@ class Clock(EvictionPolicy):
         self.remove(uid)
 
     def peek(self, now: float) -> int | None:
-        uid = self._clear.min()
-        return uid if uid is not None else self._q.min()
+        referenced = self._referenced
+        for uid in self._order.candidates():
+            if uid not in referenced:
+                return uid
+        return self._order.min()  # every bit set: a full turn clears them, the oldest goes
 
     def evict(self, now: float) -> int | None:
-        q, freq = self._q, self._freq
+        order, referenced = self._order, self._referenced
         while True:
-            uid = q.min()
+            uid = order.min()
             if uid is None:
                 return None
-            f = freq[uid]
-            if f < 1:
-                self.remove(uid)
-                return uid
-            freq[uid] = f - 1  # second chance: back to the newest end
-            q.discard(uid)
-            self._seq += 1
-            self._enter(uid, self._seq)
+            if uid not in referenced:
+                return order.pop_first()
+            referenced.discard(uid)  # second chance: the bit cleared, back to the newest end
+            order.enter(uid)
 
     def __len__(self) -> int:
-        return len(self._q)
+        return len(self._order)
 
     def __contains__(self, uid: int) -> bool:
-        return uid in self._q
+        return uid in self._order

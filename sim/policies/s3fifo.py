@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from sim.policies.base import EvictionPolicy
 from sim.policies.registry import register
-from sim.policies.structures import ByteBudget, GhostFIFO, SeqQueue
+from sim.policies.structures import ByteBudget, GhostFIFO, SizedOrder
 
 SMALL, MAIN = 0, 1
 
@@ -46,14 +46,13 @@ class S3FIFO(EvictionPolicy):
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
-        self._q = (SeqQueue(), SeqQueue())
+        self._q = (SizedOrder(), SizedOrder())  # S and M; a pinned unit stays in its place
         self._ghost = GhostFIFO()
         self._freq: dict[int, int] = {}
-        self._pinned: dict[int, tuple[int, int, int]] = {}  # uid -> (queue, seq, size)
+        self._queue_of: dict[int, int] = {}  # every member -> SMALL or MAIN
         self._budget = ByteBudget()
         self._has_evicted = False
         self._incoming: tuple[int, bool] | None = None  # (uid, ghost hit) from admitting
-        self._seq = 0
 
     # -- sizes -----------------------------------------------------------------------------------
     def set_capacity(self, capacity: int) -> None:
@@ -83,6 +82,8 @@ class S3FIFO(EvictionPolicy):
 
     # -- membership ------------------------------------------------------------------------------
     def insert(self, uid: int, now: float, pinned: bool = False) -> None:
+        if uid in self._queue_of:  # (a member inserted again enters anew)
+            self.remove(uid)
         size = self.view.size(uid)
         inc = self._incoming
         hit = inc[1] if inc is not None and inc[0] == uid else self._ghost.take(uid) is not None
@@ -94,11 +95,8 @@ class S3FIFO(EvictionPolicy):
             q = MAIN
         else:
             q = SMALL
-        self._seq += 1
-        if pinned:
-            self._pinned[uid] = (q, self._seq, size)
-        else:
-            self._q[q].push(uid, self._seq, size)
+        self._queue_of[uid] = q
+        self._q[q].enter(uid, size, candidate=not pinned)
 
     def access(self, uid: int, now: float) -> None:
         f = self._freq.get(uid)
@@ -107,34 +105,36 @@ class S3FIFO(EvictionPolicy):
         self._incoming = None
 
     def pin(self, uid: int) -> None:
-        for qid in (SMALL, MAIN):
-            e = self._q[qid].discard(uid)
-            if e is not None:
-                self._pinned[uid] = (qid, e[0], e[1])
-                return
+        q = self._queue_of.get(uid)
+        if q is not None:
+            self._q[q].discard(uid)
+
+    def acquire(self, uids, now: float) -> None:
+        """``access`` then ``pin`` each."""
+        self._incoming = None
+        freq, queue_of, queues = self._freq, self._queue_of, self._q
+        for uid in uids:
+            q = queue_of.get(uid)
+            if q is not None:
+                freq[uid] += 1
+                queues[q].discard(uid)
 
     def unpin(self, uid: int, now: float) -> None:
-        p = self._pinned.pop(uid, None)
-        if p is None:
+        q = self._queue_of.get(uid)
+        if q is None or uid in self._q[q]:  # not pinned: an entry
             self.insert(uid, now)
             return
-        qid, seq, size = p
+        queue = self._q[q]
         new = self.view.size(uid)  # a pinned unit may have grown
-        self._budget.grow(new - size)
-        self._q[qid].push(uid, seq, new)
+        self._budget.grow(new - queue.size_of(uid))
+        queue.back(uid, new)
 
     def remove(self, uid: int, pinned: bool = False) -> None:
-        p = self._pinned.pop(uid, None)
-        if p is not None:
-            size = p[2]
-        else:
-            e = self._q[SMALL].discard(uid) or self._q[MAIN].discard(uid)
-            if e is None:
-                self._freq.pop(uid, None)
-                return
-            size = e[1]
         self._freq.pop(uid, None)
-        self._budget.shrink(size)
+        q = self._queue_of.pop(uid, None)
+        if q is not None:
+            self._budget.shrink(self._q[q].size_of(uid))
+            self._q[q].leave(uid)
 
     def _add(self, uid: int, now: float) -> None:
         self.insert(uid, now)
@@ -149,7 +149,7 @@ class S3FIFO(EvictionPolicy):
     def evict(self, now: float) -> int | None:
         self._has_evicted = True
         small_q, main_q = self._q
-        freq = self._freq
+        freq, queue_of = self._freq, self._queue_of
         _, main_size, _ = self._sizes()
         while True:
             if main_q.nbytes > main_size or not small_q:
@@ -161,9 +161,7 @@ class S3FIFO(EvictionPolicy):
                     f = freq[uid]
                     if f >= 1:  # reinsert at the newest end of M
                         freq[uid] = min(f, self.max_freq) - 1
-                        size = main_q.discard(uid)[1]
-                        self._seq += 1
-                        main_q.push(uid, self._seq, size)
+                        main_q.enter(uid, main_q.size_of(uid))
                     else:
                         self.remove(uid)
                         return uid
@@ -172,9 +170,10 @@ class S3FIFO(EvictionPolicy):
             while uid is not None:
                 if freq[uid] >= self.move_to_main_threshold:  # S -> M, counter cleared
                     freq[uid] = 0
-                    size = small_q.discard(uid)[1]
-                    self._seq += 1
-                    main_q.push(uid, self._seq, size)
+                    size = small_q.size_of(uid)
+                    small_q.leave(uid)
+                    main_q.enter(uid, size)
+                    queue_of[uid] = MAIN
                     uid = small_q.oldest()
                 else:
                     size = small_q.size_of(uid)

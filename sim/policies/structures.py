@@ -186,6 +186,27 @@ class EntryOrder:
         if new:
             self.enter_many(new)
 
+    def discard_many(self, uids) -> None:
+        """``discard`` each."""
+        seq, flag, n = self._seq, self._flag, 0
+        for uid in uids:
+            s = seq.get(uid)
+            if s is not None and flag[s]:
+                flag[s] = 0
+                n += 1
+        self._n -= n
+
+    def is_member(self, uid: int) -> bool:
+        """Is ``uid`` in the tier (a candidate or pinned)?"""
+        return uid in self._seq
+
+    def candidates(self):
+        """The candidates, oldest first (a scan: for peeks, not for the engine's hot path)."""
+        flag, uid_at, i = self._flag, self._uid_at, self._lo
+        while (i := flag.find(1, i)) >= 0:
+            yield uid_at[i]
+            i += 1
+
     def discard(self, uid: int) -> bool:
         """``uid`` is no longer a candidate (pinned); it stays a member. False if it was not one."""
         s = self._seq.get(uid)
@@ -272,6 +293,157 @@ class EntryOrder:
             return uid in self._replay
         s = self._seq.get(uid)
         return s is not None and self._flag[s] == 1
+
+
+_PASS = bytes.maketrans(b"\x03", b"\x01")  # a marked candidate's mark cleared, other states kept
+
+
+class SweepOrder:
+    """Members of a tier in the order they entered, each with a mark (a hit's visited bit), and a
+    hand that sweeps them from the oldest to the newest: SIEVE's queue, which never reorders.
+
+    One state byte per entry number: ``CAND`` (1) while the member is a candidate (not pinned),
+    ``MARK`` (2) while it is marked; a pinned member keeps its place and its mark. So the first
+    unmarked candidate at or after entry i is ``state.find(1, i)`` (memchr, in C), and passing a
+    stretch of marked candidates (clearing their marks) is one ``translate``. ``hand`` is the entry
+    number the hand last stopped at (-1 before a sweep), ``ahead`` the candidates after it. When
+    none is left ahead the hand wraps to the oldest at once, so a unit that enters later is swept
+    after the older ones. Entry numbers of members that left are compacted away once they are
+    three quarters of the array (the hand keeps its place among the members).
+    """
+
+    __slots__ = ("_seq", "_uid_at", "_state", "_n", "hand", "ahead")
+
+    def __init__(self) -> None:
+        self._seq: dict[int, int] = {}  # uid -> entry number, for every member
+        self._uid_at: list[int] = []  # entry number -> uid (stale where the member left)
+        self._state = bytearray()  # entry number -> CAND | MARK bits
+        self._n = 0  # candidates
+        self.hand = -1
+        self.ahead = 0
+
+    def _wrap_if_done(self) -> None:
+        if not self.ahead:
+            self.hand, self.ahead = -1, self._n
+
+    def enter(self, uid: int, candidate: bool = True) -> None:
+        """``uid`` enters at the newest end, unmarked (after the hand: this sweep reaches it)."""
+        if uid in self._seq:
+            self.leave(uid)
+        if len(self._uid_at) >= 4 * len(self._seq) + 4096:
+            self._compact()
+        self._seq[uid] = len(self._uid_at)
+        self._uid_at.append(uid)
+        self._state.append(candidate)
+        self._n += candidate
+        self.ahead += candidate
+
+    def mark(self, uid: int) -> None:
+        s = self._seq.get(uid)
+        if s is not None:
+            self._state[s] |= 2
+
+    def marked(self, uid: int) -> bool:
+        return bool(self._state[self._seq[uid]] & 2)
+
+    def pin_many(self, uids, mark: bool) -> None:
+        """Each member of ``uids`` (marked first, if ``mark``) is no longer a candidate."""
+        seq, state = self._seq, self._state
+        n, ahead, hand = self._n, self.ahead, self.hand
+        for uid in uids:
+            s = seq.get(uid)
+            if s is None:
+                continue
+            v = state[s]
+            state[s] = 2 if mark else v & 2
+            if v & 1:
+                n -= 1
+                if s > hand:
+                    ahead -= 1
+                    if not ahead:  # the last one ahead: the hand wraps at once
+                        hand, ahead = -1, n
+        self._n, self.ahead, self.hand = n, ahead, hand
+
+    def back_many(self, uids) -> None:
+        """Each pinned member is a candidate again in its old place (ahead of the hand if the hand
+        has not passed it); a non-member, or a member that was no pinned one, enters anew."""
+        seq, state = self._seq, self._state
+        n, ahead, hand = self._n, self.ahead, self.hand
+        new = []
+        for uid in uids:
+            s = seq.get(uid)
+            if s is None or state[s] & 1:
+                new.append(uid)
+                continue
+            state[s] |= 1
+            n += 1
+            ahead += s > hand
+        self._n, self.ahead = n, ahead
+        for uid in new:  # after the others' return: entering is the only order-giving act
+            self.enter(uid)
+
+    def leave(self, uid: int) -> bool:
+        """``uid`` leaves the tier; returns whether it was a candidate. When it was the candidate
+        the hand points at (the first after it), the hand stays where it was."""
+        s = self._seq.pop(uid, None)
+        if s is None:
+            return False
+        v, state = self._state[s], self._state
+        state[s] = 0
+        if not v & 1:
+            return False
+        self._n -= 1
+        if s > self.hand:
+            start = self.hand + 1
+            if state.find(1, start, s) < 0 and state.find(3, start, s) < 0:
+                self.hand = s
+            self.ahead -= 1
+            self._wrap_if_done()
+        return True
+
+    def sweep(self) -> int | None:
+        """Move the hand to the first unmarked candidate, clearing the marks it passes, and take
+        that candidate out (it leaves the tier); None when there is no candidate."""
+        state = self._state
+        while True:
+            if not self._n:
+                return None
+            start = self.hand + 1
+            i = state.find(1, start)
+            if i < 0:  # every candidate ahead is marked: pass them all, and wrap
+                state[start:] = state[start:].translate(_PASS)
+                self.hand, self.ahead = -1, self._n
+                continue
+            if i > start:
+                stretch = state[start:i]
+                passed = stretch.count(3)
+                if passed:
+                    state[start:i] = stretch.translate(_PASS)
+                    self.ahead -= passed
+            state[i] = 0
+            self.hand = i
+            self._n -= 1
+            self.ahead -= 1
+            uid = self._uid_at[i]
+            del self._seq[uid]
+            self._wrap_if_done()
+            return uid
+
+    def _compact(self) -> None:
+        seq, state, hand = self._seq, self._state, self.hand
+        keep = [i for i, u in enumerate(self._uid_at) if seq.get(u) == i]
+        self.hand = bisect_left(keep, hand + 1) - 1  # members at or before the hand stay so
+        self._uid_at = [self._uid_at[i] for i in keep]
+        self._state = bytearray(state[i] for i in keep)
+        self._seq = {u: i for i, u in enumerate(self._uid_at)}
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __contains__(self, uid: int) -> bool:
+        """Is ``uid`` a candidate?"""
+        s = self._seq.get(uid)
+        return s is not None and self._state[s] & 1 == 1
 
 
 class RunQueue:
@@ -512,44 +684,65 @@ class RunQueue:
                     yield uid
 
 
-class SeqQueue:
-    """Units ordered by a sequence number, oldest first, with their sizes and total bytes: a
-    ``LazyHeap`` on the number. ``push`` with the number a unit had before puts it back in its old
-    place (a pinned unit returning)."""
+class SizedOrder:
+    """An ``EntryOrder`` whose members have sizes, with the bytes of its candidates (``nbytes``):
+    the FIFO queues of S3-FIFO and 2Q, sized in bytes. A pinned member keeps its place; entering
+    again (a reinsertion) moves a member to the newest end."""
 
-    __slots__ = ("_heap", "_size", "nbytes")
+    __slots__ = ("_order", "_size", "nbytes")
 
     def __init__(self) -> None:
-        self._heap = LazyHeap()
-        self._size: dict[int, int] = {}
+        self._order = EntryOrder()
+        self._size: dict[int, int] = {}  # every member -> bytes
         self.nbytes = 0
 
-    def push(self, uid: int, seq: int, size: int) -> None:
-        self._heap.push(uid, seq)
+    def enter(self, uid: int, size: int, candidate: bool = True) -> None:
+        self.leave(uid)
+        self._order.enter(uid, candidate)
         self._size[uid] = size
-        self.nbytes += size
+        if candidate:
+            self.nbytes += size
 
-    def discard(self, uid: int) -> tuple[int, int] | None:
-        """Take ``uid`` out; returns its (seq, size) or None."""
-        seq = self._heap.key(uid)
-        if seq is None:
-            return None
-        self._heap.discard(uid)
-        size = self._size.pop(uid)
-        self.nbytes -= size
-        return seq, size
+    def discard(self, uid: int) -> bool:
+        """A member is no longer a candidate (pinned); False if it was not one."""
+        if self._order.discard(uid):
+            self.nbytes -= self._size[uid]
+            return True
+        return False
+
+    def back(self, uid: int, size: int) -> None:
+        """A pinned member is a candidate again, in its old place, with its size now (it may have
+        grown while pinned)."""
+        if not self._order.is_member(uid):
+            self.enter(uid, size)
+            return
+        was = uid in self._order
+        self._order.back(uid)
+        self.nbytes += size - (self._size[uid] if was else 0)
+        self._size[uid] = size
+
+    def leave(self, uid: int) -> bool:
+        """``uid`` leaves the queue; returns whether it was a candidate."""
+        was = self.discard(uid)
+        self._order.leave(uid)
+        self._size.pop(uid, None)
+        return was
 
     def oldest(self) -> int | None:
-        return self._heap.min()
+        return self._order.min()
+
+    def is_member(self, uid: int) -> bool:
+        return self._order.is_member(uid)
 
     def size_of(self, uid: int) -> int:
         return self._size[uid]
 
     def __len__(self) -> int:
-        return len(self._heap)
+        return len(self._order)
 
     def __contains__(self, uid: int) -> bool:
-        return uid in self._heap
+        """Is ``uid`` a candidate?"""
+        return uid in self._order
 
 
 class GhostFIFO:

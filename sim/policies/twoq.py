@@ -29,7 +29,7 @@ from collections import OrderedDict
 
 from sim.policies.base import EvictionPolicy
 from sim.policies.registry import register
-from sim.policies.structures import ByteBudget, GhostFIFO, SeqQueue
+from sim.policies.structures import ByteBudget, GhostFIFO, SizedOrder
 
 A1IN, AM = 0, 1
 
@@ -42,15 +42,14 @@ class TwoQ(EvictionPolicy):
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
-        self._ain = SeqQueue()
+        self._ain = SizedOrder()  # a pinned unit keeps its place
         self._am: OrderedDict[int, None] = OrderedDict()  # uid, LRU first
         self._am_bytes = 0
         self._aout = GhostFIFO()
         self._size: dict[int, int] = {}
-        self._pinned: dict[int, tuple[int, int]] = {}  # uid -> (queue, seq in A1in)
+        self._pinned: dict[int, int] = {}  # uid -> its queue
         self._budget = ByteBudget()
         self._incoming: tuple[int, bool] | None = None
-        self._seq = 0
 
     # -- sizes and the incoming request ----------------------------------------------------------
     def set_capacity(self, capacity: int) -> None:
@@ -75,6 +74,8 @@ class TwoQ(EvictionPolicy):
 
     # -- membership ------------------------------------------------------------------------------
     def insert(self, uid: int, now: float, pinned: bool = False) -> None:
+        if uid in self._size:  # (a member inserted again enters anew)
+            self.remove(uid)
         size = self.view.size(uid)
         inc = self._incoming
         hit = inc[1] if inc is not None and inc[0] == uid else self._aout.take(uid) is not None
@@ -82,14 +83,14 @@ class TwoQ(EvictionPolicy):
         self._size[uid] = size
         self._budget.grow(size)
         q = AM if hit else A1IN
-        self._seq += 1
         if pinned:
-            self._pinned[uid] = (q, self._seq)
-        elif q == AM:
-            self._am[uid] = None
-            self._am_bytes += size
+            self._pinned[uid] = q
+        if q == AM:
+            if not pinned:
+                self._am[uid] = None
+                self._am_bytes += size
         else:
-            self._ain.push(uid, self._seq, size)
+            self._ain.enter(uid, size, candidate=not pinned)
 
     def access(self, uid: int, now: float) -> None:
         self._incoming = None
@@ -100,38 +101,49 @@ class TwoQ(EvictionPolicy):
         if uid in self._am:
             del self._am[uid]
             self._am_bytes -= self._size[uid]
-            self._pinned[uid] = (AM, 0)
-            return
-        e = self._ain.discard(uid)
-        if e is not None:
-            self._pinned[uid] = (A1IN, e[0])
+            self._pinned[uid] = AM
+        elif self._ain.discard(uid):
+            self._pinned[uid] = A1IN
+
+    def acquire(self, uids, now: float) -> None:
+        """``access`` then ``pin`` each."""
+        self._incoming = None
+        am, ain, pinned, size = self._am, self._ain, self._pinned, self._size
+        am_bytes = 0
+        for uid in uids:
+            if uid in am:
+                del am[uid]
+                am_bytes += size[uid]
+                pinned[uid] = AM
+            elif ain.discard(uid):
+                pinned[uid] = A1IN
+        self._am_bytes -= am_bytes
 
     def unpin(self, uid: int, now: float) -> None:
-        p = self._pinned.pop(uid, None)
-        if p is None:
+        q = self._pinned.pop(uid, None)
+        if q is None:
             self.insert(uid, now)
             return
         size = self.view.size(uid)  # a pinned unit may have grown
         self._budget.grow(size - self._size[uid])
         self._size[uid] = size
-        if p[0] == AM:
+        if q == AM:
             self._am[uid] = None
             self._am_bytes += size
         else:
-            self._ain.push(uid, p[1], size)
+            self._ain.back(uid, size)
 
     def remove(self, uid: int, pinned: bool = False) -> None:
         size = self._size.pop(uid, None)
         if size is None:
             return
         self._budget.shrink(size)
-        if self._pinned.pop(uid, None) is not None:
-            return
+        self._pinned.pop(uid, None)
         if uid in self._am:
             del self._am[uid]
             self._am_bytes -= size
             return
-        self._ain.discard(uid)
+        self._ain.leave(uid)
 
     def _evicted(self, uid: int) -> None:
         from_ain = uid in self._ain

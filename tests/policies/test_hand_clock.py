@@ -30,5 +30,5 @@ def test_pinned_unit_keeps_its_place_and_bit():
     assert pol.evict(2) == b
     pol.unpin(a, 3)  # back at the oldest place, bit still set
     assert pol.peek(4) == c  # a will get its second chance, c is next ...
-    assert 0 in pol._q and pol._freq[a] == 1  # ... and a peek gave it none yet
-    assert pol.evict(4) == c and pol._freq[a] == 0
+    assert a in pol and pol.referenced(a)  # ... and a peek gave it none yet
+    assert pol.evict(4) == c and not pol.referenced(a)

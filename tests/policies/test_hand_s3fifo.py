@@ -40,10 +40,11 @@ def test_main_reinsertion_caps_the_counter_at_3():
     pol, _ = hand_policy("s3fifo", sizes={1: 5, 2: 5})
     pol.set_capacity(10)  # small 1, main 9
     a, b = 1, 2
-    for seq, u in enumerate((a, b)):
+    for u in (a, b):
         pol.insert(u, 0)
-        pol._q[SMALL].discard(u)
-        pol._q[MAIN].push(u, seq, 5)  # both in M, a the oldest: 10 > 9 bytes
+        pol._q[SMALL].leave(u)
+        pol._q[MAIN].enter(u, 5)  # both in M, a the oldest: 10 > 9 bytes
+        pol._queue_of[u] = MAIN
     for t in range(10):
         pol.access(a, t)
     assert pol.peek(2) == b and pol._freq[a] == 10  # a peek moves nothing ...

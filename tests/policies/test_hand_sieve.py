@@ -29,7 +29,7 @@ def test_hand_wraps_to_the_oldest_and_bits_are_cleared_once():
         pol.access(u, 1)  # all visited: one full sweep clears every bit
     assert pol.peek(2) == units[0]  # wrapped back to the oldest, now unvisited
     assert pol.peek(2) == units[0]  # peeking twice changes nothing ...
-    assert all(pol._visited[u] for u in units)  # ... and clears no bit
+    assert all(pol.visited(u) for u in units)  # ... and clears no bit
     assert pol.evict(2) == units[0]  # the sweep itself clears them
     late = obj(view, 9)
     pol.insert(late, 3)  # enters at the newest end, behind the hand

@@ -4,10 +4,18 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from sim.policies.structures import ByteBudget, EntryOrder, GhostFIFO, LazyHeap, RunQueue
+from sim.policies.structures import (
+    ByteBudget,
+    EntryOrder,
+    GhostFIFO,
+    LazyHeap,
+    RunQueue,
+    SizedOrder,
+    SweepOrder,
+)
 
 OPS = st.lists(
     st.tuples(st.integers(0, 6), st.integers(0, 2), st.integers(0, 40), st.integers(0, 9)),
@@ -177,6 +185,183 @@ def test_entry_order_compacts_and_keeps_its_order():
     assert len(order) == 0 and order.min() is None and order.pop_first() is None
 
 
+class _SweepRef:
+    """SIEVE's sweep written plainly: members by entry number, a hand, the candidates ahead of it
+    found by a scan, one unit passed at a time."""
+
+    def __init__(self) -> None:
+        self.members: dict[int, list] = {}  # uid -> [entry number, candidate, marked]
+        self.n = 0
+        self.hand = -1
+
+    def ordered(self):
+        return sorted(self.members.items(), key=lambda kv: kv[1][0])
+
+    def ahead(self):
+        return [u for u, (e, c, _) in self.ordered() if c and e > self.hand]
+
+    def wrap_if_done(self):
+        if not self.ahead():
+            self.hand = -1
+
+    def enter(self, uid, candidate=True):
+        if uid in self.members:
+            self.leave(uid)
+        self.n += 1
+        self.members[uid] = [self.n, candidate, False]
+
+    def pin(self, uid, mark):
+        m = self.members.get(uid)
+        if m is None:
+            return
+        m[2] = m[2] or mark
+        if m[1]:
+            m[1] = False
+            if m[0] > self.hand:
+                self.wrap_if_done()
+
+    def back_many(self, uids):
+        new = []
+        for u in uids:
+            m = self.members.get(u)
+            if m is None or m[1]:
+                new.append(u)
+            else:
+                m[1] = True
+        for u in new:
+            self.enter(u)
+
+    def leave(self, uid):
+        m = self.members.get(uid)
+        if m is None:
+            return False
+        ahead = self.ahead()
+        del self.members[uid]
+        if m[1] and m[0] > self.hand:
+            if ahead[0] == uid:
+                self.hand = m[0]
+            self.wrap_if_done()
+        return m[1]
+
+    def sweep(self):
+        while any(c for _, c, _ in self.members.values()):
+            ahead = self.ahead()
+            if not ahead:
+                self.hand = -1
+                continue
+            m = self.members[ahead[0]]
+            self.hand = m[0]
+            if m[2]:
+                m[2] = False
+                continue
+            del self.members[ahead[0]]
+            self.wrap_if_done()
+            return ahead[0]
+        return None
+
+
+def _check_sweep(order: SweepOrder, ref: _SweepRef) -> None:
+    cands = [u for u, (_, c, _) in ref.ordered() if c]
+    assert len(order) == len(cands)
+    assert all((u in order) == (u in cands) for u in ref.members)
+    assert all(order.marked(u) == m[2] for u, m in ref.members.items())
+
+
+@settings(max_examples=1500, deadline=None)
+@given(ops=OPS)
+@example(
+    ops=[(0, 1, 1, 0), (0, 1, 2, 0), (0, 1, 3, 0), (1, 0, 1, 0), (5, 0, 0, 0), (2, 0, 3, 0)]
+    + [(0, 1, 4, 0), (5, 0, 0, 0)]
+)
+def test_sweep_order_is_the_plain_sieve_sweep(ops):
+    """Marks survive pins, the hand stays where its victim was and wraps as soon as nothing is
+    ahead of it, passed units lose their mark: the byte-array sweep takes the plain sweep's
+    victims."""
+    order, ref = SweepOrder(), _SweepRef()
+    for op, flag, a, b in ops:
+        uid = a % 6
+        if op == 0:
+            order.enter(uid, candidate=flag != 0)
+            ref.enter(uid, candidate=flag != 0)
+        elif op == 1:
+            order.mark(uid)
+            if uid in ref.members:
+                ref.members[uid][2] = True
+        elif op == 2:
+            uids = [(a + i) % 6 for i in range(b % 4 + 1)]
+            order.pin_many(uids, mark=flag == 1)
+            for u in uids:
+                ref.pin(u, mark=flag == 1)
+        elif op == 3:
+            uids = [(a + i) % 6 for i in range(b % 4 + 1)]
+            order.back_many(uids)
+            ref.back_many(uids)
+        elif op == 4:
+            assert order.leave(uid) == ref.leave(uid)
+        else:
+            for _ in range(b % 3 + 1):
+                assert order.sweep() == ref.sweep()
+        _check_sweep(order, ref)
+
+
+def test_sweep_order_compacts_and_keeps_the_hand_in_place():
+    order, ref = SweepOrder(), _SweepRef()
+    for i in range(12_000):
+        uid = i % 300
+        if i % 7 == 0:
+            order.mark(uid)
+            if uid in ref.members:
+                ref.members[uid][2] = True
+        elif i % 13 == 0:
+            assert order.sweep() == ref.sweep()
+        elif i % 5 == 0:
+            order.pin_many([uid], mark=False)
+            ref.pin(uid, mark=False)
+        elif i % 5 == 1:
+            order.back_many([uid])
+            ref.back_many([uid])
+        else:
+            order.enter(uid)
+            ref.enter(uid)
+    assert len(order._uid_at) <= 4 * len(ref.members) + 4096 < 12_000
+    _check_sweep(order, ref)
+    assert [order.sweep() for _ in range(len(ref.members) + 1)] == [
+        ref.sweep() for _ in range(len(ref.members) + 1)
+    ]
+
+
+@settings(max_examples=300, deadline=None)
+@given(ops=OPS)
+def test_sized_order_counts_its_candidates_bytes(ops):
+    """A pinned member keeps its place and its bytes leave the count; it returns with its size
+    now; entering again moves a member to the newest end."""
+    order, ref = SizedOrder(), _EntryRef()
+    sizes: dict[int, int] = {}
+    for op, flag, a, b in ops:
+        uid = a % 15
+        if op <= 1:
+            order.enter(uid, b + 1, candidate=flag != 0)
+            ref.enter(uid, candidate=flag != 0)
+            sizes[uid] = b + 1
+        elif op == 2:
+            was = uid in ref.members and ref.members[uid][1]
+            assert order.discard(uid) == was
+            if was:
+                ref.members[uid][1] = False
+        elif op == 3 and uid in ref.members:
+            order.back(uid, b + 1)
+            ref.back(uid)
+            sizes[uid] = b + 1
+        elif op == 4:
+            was = uid in ref.members and ref.members[uid][1]
+            assert order.leave(uid) == was
+            ref.members.pop(uid, None)
+        cands = ref.candidates()
+        assert order.oldest() == (cands[0] if cands else None) and len(order) == len(cands)
+        assert order.nbytes == sum(sizes[u] for u in cands)
+        assert all(order.size_of(u) == sizes[u] for u in ref.members)
+
+
 def test_ghost_fifo_forgets_the_oldest_first_and_counts_bytes():
     g = GhostFIFO()
     for uid, size in ((1, 10), (2, 20), (3, 30)):
@@ -203,3 +388,20 @@ def test_lazy_heap_compacts_so_memory_follows_the_live_set():
         h.push(i, i)
         h.discard(i)
     assert len(h) == 0 and len(h._heap) < 200 and h.min() is None
+
+
+def test_sweep_wraps_at_once_when_a_pin_takes_the_last_unit_ahead():
+    """The hand passed 1 and took 2; pinning 3 leaves nothing ahead, so the hand wraps then, and
+    4, entering later, comes after 1 in the next sweep (a lazy wrap would take 4 first)."""
+    order, ref = SweepOrder(), _SweepRef()
+    for u in (1, 2, 3):
+        order.enter(u)
+        ref.enter(u)
+    order.mark(1)
+    ref.members[1][2] = True
+    assert order.sweep() == ref.sweep()
+    order.pin_many([3], mark=False)
+    ref.pin(3, mark=False)
+    order.enter(4)
+    ref.enter(4)
+    assert order.sweep() == ref.sweep() == 1
