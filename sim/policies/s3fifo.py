@@ -51,6 +51,8 @@ class S3FIFO(EvictionPolicy):
         self._freq: dict[int, int] = {}
         self._queue_of: dict[int, int] = {}  # every member -> SMALL or MAIN
         self._budget = ByteBudget()
+        self._sized_for = -1  # the capacity _shares was computed for
+        self._shares = (0, 0, 0)
         self._has_evicted = False
         self._incoming: tuple[int, bool] | None = None  # (uid, ghost hit) from admitting
 
@@ -59,9 +61,13 @@ class S3FIFO(EvictionPolicy):
         self._budget.set(capacity)
 
     def _sizes(self) -> tuple[int, int, int]:
+        """(S, M, G) in bytes, for the capacity now (computed again only when it changed)."""
         c = self._budget.c
-        small = int(c * self.small_size_ratio)
-        return small, c - small, int(c * self.ghost_size_ratio)
+        if c != self._sized_for:
+            small = int(c * self.small_size_ratio)
+            self._shares = (small, c - small, int(c * self.ghost_size_ratio))
+            self._sized_for = c
+        return self._shares
 
     # -- cachesim hooks --------------------------------------------------------------------------
     def admitting(self, uid: int, now: float) -> None:
@@ -161,7 +167,7 @@ class S3FIFO(EvictionPolicy):
                     f = freq[uid]
                     if f >= 1:  # reinsert at the newest end of M
                         freq[uid] = min(f, self.max_freq) - 1
-                        main_q.enter(uid, main_q.size_of(uid))
+                        main_q.move_to_end(uid)
                     else:
                         self.remove(uid)
                         return uid

@@ -143,6 +143,16 @@ class EntryOrder:
         self._flag.append(candidate)
         self._n += candidate
 
+    def move_to_end(self, uid: int) -> None:
+        """A member enters again at the newest end, a candidate or not as it was (a reinsertion)."""
+        self._compact_before(1)
+        seq, flag = self._seq, self._flag
+        s = seq[uid]
+        seq[uid] = len(self._uid_at)
+        self._uid_at.append(uid)
+        flag.append(flag[s])
+        flag[s] = 0
+
     def enter_many(self, uids, candidate: bool = True) -> None:
         """``enter`` each, in order."""
         uids = list(uids)
@@ -697,7 +707,8 @@ class SizedOrder:
         self.nbytes = 0
 
     def enter(self, uid: int, size: int, candidate: bool = True) -> None:
-        self.leave(uid)
+        if uid in self._size:
+            self.leave(uid)
         self._order.enter(uid, candidate)
         self._size[uid] = size
         if candidate:
@@ -730,6 +741,10 @@ class SizedOrder:
 
     def oldest(self) -> int | None:
         return self._order.min()
+
+    def move_to_end(self, uid: int) -> None:
+        """A member enters again at the newest end (a reinsertion), keeping its size."""
+        self._order.move_to_end(uid)
 
     def is_member(self, uid: int) -> bool:
         return self._order.is_member(uid)

@@ -334,7 +334,7 @@ def test_sweep_order_compacts_and_keeps_the_hand_in_place():
 @given(ops=OPS)
 def test_sized_order_counts_its_candidates_bytes(ops):
     """A pinned member keeps its place and its bytes leave the count; it returns with its size
-    now; entering again moves a member to the newest end."""
+    now; entering again, or a reinsertion, moves a member to the newest end."""
     order, ref = SizedOrder(), _EntryRef()
     sizes: dict[int, int] = {}
     for op, flag, a, b in ops:
@@ -356,6 +356,9 @@ def test_sized_order_counts_its_candidates_bytes(ops):
             was = uid in ref.members and ref.members[uid][1]
             assert order.leave(uid) == was
             ref.members.pop(uid, None)
+        elif op == 5 and uid in ref.members:
+            order.move_to_end(uid)
+            ref.enter(uid, candidate=ref.members[uid][1])
         cands = ref.candidates()
         assert order.oldest() == (cands[0] if cands else None) and len(order) == len(cands)
         assert order.nbytes == sum(sizes[u] for u in cands)
