@@ -68,20 +68,37 @@ class Predictive(EvictionPolicy):
         if b is not None:
             self._heaps[b].discard(uid)
 
+    def _head(self, b: int, now: float) -> tuple[tuple[float, float, int], int]:
+        """(score key, uid) of bucket b's oldest candidate (the bucket must not be empty)."""
+        heap = self._heaps[b]
+        uid = heap.min()
+        a, seq = heap.key(uid)
+        # bucket b stands for completed = b (0 -> mid-turn-0; K pools c >= K, same law)
+        return (self.predictor.p_return(b, now - a), a, seq), uid
+
     def peek(self, now: float) -> int | None:
-        best = None
-        best_key = None
-        pred = self.predictor
-        for b, heap in enumerate(self._heaps):
-            if not heap:
-                continue
-            uid = heap.min()
-            a, seq = heap.key(uid)
-            # bucket b stands for completed = b (0 -> mid-turn-0; K pools c >= K, same law)
-            k = (pred.p_return(b, now - a), a, seq)
-            if best_key is None or k < best_key:
-                best, best_key = uid, k
-        return best
+        heads = [self._head(b, now) for b, heap in enumerate(self._heaps) if heap]
+        return min(heads)[1] if heads else None  # keys are unique (seq)
+
+    def evict_bytes(self, nbytes: int, now: float) -> list[int]:
+        """The victims of successive ``evict`` calls at one time: only the bucket a victim left
+        has a new head, so each victim scores one candidate, not one per bucket."""
+        n = self._units_in(nbytes)
+        if n is None:
+            return super().evict_bytes(nbytes, now)
+        heaps = self._heaps
+        heads = {b: self._head(b, now) for b, heap in enumerate(heaps) if heap}
+        out: list[int] = []
+        while len(out) < n and heads:
+            b = min(heads, key=heads.__getitem__)
+            uid = heads[b][1]
+            self._discard(uid)
+            out.append(uid)
+            if heaps[b]:
+                heads[b] = self._head(b, now)
+            else:
+                del heads[b]
+        return out
 
     def __len__(self) -> int:
         return len(self._bucket)
