@@ -42,6 +42,11 @@ from sim.policies.structures import ByteBudget, GhostFIFO
 @register("arc")
 class ARC(EvictionPolicy):
     reads_last_access = False
+    # A pinned insert changes no victim: its size counts only on release, the capacity is fixed
+    # (the engine sets it), and a new decode page cannot be in a ghost list (a ghost holds only
+    # uids evicted from this tier; a page index a token budget pruned was on the GPU when it went,
+    # so its ghost entry, if any, was taken when it came back).
+    grows_in_bulk = True
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)

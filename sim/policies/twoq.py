@@ -39,6 +39,10 @@ class TwoQ(EvictionPolicy):
     a_in_size_ratio = 0.25
     a_out_size_ratio = 0.5
     reads_last_access = False
+    # A pinned insert changes no victim: A1in's byte count is its candidates', it joins A1in's
+    # newest end, which evictions never append to, and a new decode page cannot be in A1out (see
+    # ARC's note); the capacity is fixed (the engine sets it).
+    grows_in_bulk = True
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
