@@ -183,6 +183,24 @@ class SLRU(EvictionPolicy):
                 return uid
         return None
 
+    def evict_bytes(self, nbytes: int, now: float) -> list[int]:
+        """Successive victims: the LRU units of the lowest segment, then of the next (an eviction
+        makes no segment go over its share, so nothing cools in between)."""
+        out: list[int] = []
+        size_of, seg_of, sizes, nbytes_of = self.view.size, self._seg, self._size, self._bytes
+        for i, seg in enumerate(self._segs):
+            while nbytes > 0 and seg:
+                uid, _ = seg.popitem(last=False)
+                del seg_of[uid]
+                accounted = sizes.pop(uid)
+                nbytes_of[i] -= accounted
+                self._budget.shrink(accounted)
+                out.append(uid)
+                nbytes -= size_of(uid)
+            if nbytes <= 0:
+                break
+        return out
+
     def segment(self, uid: int) -> int | None:
         """The segment (0 = probation) the unit belongs to, or None."""
         return self._seg.get(uid)
