@@ -1,7 +1,14 @@
-"""The structures policies share: a lazy-deletion heap, a ghost FIFO, and a byte budget.
+"""The structures policies share, each written once here:
 
-Each is written once here; every policy that needs an ordered set with removal from the middle, a
-memory of evicted keys, or a capacity in bytes uses these.
+- ``LazyHeap``: an ordered set with removal from the middle (keys that a policy computes);
+- ``EntryOrder``: members in order of entry, pinned ones keeping their place (FIFO, CLOCK), and
+  ``SizedOrder``, the same with sizes and candidate bytes (S3-FIFO's and 2Q's queues);
+- ``SweepOrder``: an entry order with a visited mark per member and a hand (SIEVE);
+- ``RunQueue``: a queue kept as runs of consecutive uids (LRU);
+- ``GhostFIFO``: a memory of evicted keys; ``ByteBudget``: a capacity in bytes.
+
+The orders keep a byte per entry instead of a heap, so a pin, a return or a hit is O(1) and the
+next victim is a C-level scan.
 """
 
 from __future__ import annotations
