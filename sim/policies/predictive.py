@@ -92,7 +92,7 @@ class Predictive(EvictionPolicy):
         while len(out) < n and heads:
             b = min(heads, key=heads.__getitem__)
             uid = heads[b][1]
-            self._discard(uid)
+            self._evicted(uid)
             out.append(uid)
             if heaps[b]:
                 heads[b] = self._head(b, now)

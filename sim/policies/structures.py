@@ -119,6 +119,20 @@ class LazyHeap:
         return iter(self._live)
 
 
+def _renumbered(seq: dict[int, int], uid_at: list[int], state: bytearray):
+    """An entry order without the entry numbers of members that left: (the old numbers kept, in
+    order; the uid of each new number; its state byte; uid -> new number)."""
+    keep = [i for i, u in enumerate(uid_at) if seq.get(u) == i]
+    uids = [uid_at[i] for i in keep]
+    return keep, uids, bytearray(state[i] for i in keep), {u: i for i, u in enumerate(uids)}
+
+
+def _mostly_departed(entries: int, members: int) -> bool:
+    """Are the entry numbers of members that left three quarters of the array (and more than a
+    few thousand)? Then it is compacted, so memory follows the members."""
+    return entries >= 4 * members + 4096
+
+
 class EntryOrder:
     """The members of a tier in the order they entered it; the candidates among them (members not
     pinned) are taken oldest first, and a member that was pinned comes back to its old place.
@@ -280,15 +294,11 @@ class EntryOrder:
     def _compact_before(self, n: int) -> None:
         """Drop the entry numbers of members that left, if with ``n`` more entries they would be
         three quarters of the array."""
-        if len(self._uid_at) + n >= 4 * (len(self._seq) + n) + 4096:
+        if _mostly_departed(len(self._uid_at) + n, len(self._seq) + n):
             self._compact()
 
     def _compact(self) -> None:
-        seq, flag = self._seq, self._flag
-        live = [(u, flag[i]) for i, u in enumerate(self._uid_at) if seq.get(u) == i]
-        self._uid_at = [u for u, _ in live]
-        self._flag = bytearray(f for _, f in live)
-        self._seq = {u: i for i, u in enumerate(self._uid_at)}
+        _, self._uid_at, self._flag, self._seq = _renumbered(self._seq, self._uid_at, self._flag)
         self._lo = 0
 
     def replay_view(self):
@@ -347,7 +357,7 @@ class SweepOrder:
         """``uid`` enters at the newest end, unmarked (after the hand: this sweep reaches it)."""
         if uid in self._seq:
             self.leave(uid)
-        if len(self._uid_at) >= 4 * len(self._seq) + 4096:
+        if _mostly_departed(len(self._uid_at) + 1, len(self._seq) + 1):
             self._compact()
         self._seq[uid] = len(self._uid_at)
         self._uid_at.append(uid)
@@ -447,12 +457,10 @@ class SweepOrder:
             return uid
 
     def _compact(self) -> None:
-        seq, state, hand = self._seq, self._state, self.hand
-        keep = [i for i, u in enumerate(self._uid_at) if seq.get(u) == i]
-        self.hand = bisect_left(keep, hand + 1) - 1  # members at or before the hand stay so
-        self._uid_at = [self._uid_at[i] for i in keep]
-        self._state = bytearray(state[i] for i in keep)
-        self._seq = {u: i for i, u in enumerate(self._uid_at)}
+        keep, self._uid_at, self._state, self._seq = _renumbered(
+            self._seq, self._uid_at, self._state
+        )
+        self.hand = bisect_left(keep, self.hand + 1) - 1  # members at or before the hand stay so
 
     def __len__(self) -> int:
         return self._n
@@ -752,9 +760,6 @@ class SizedOrder:
     def move_to_end(self, uid: int) -> None:
         """A member enters again at the newest end (a reinsertion), keeping its size."""
         self._order.move_to_end(uid)
-
-    def is_member(self, uid: int) -> bool:
-        return self._order.is_member(uid)
 
     def size_of(self, uid: int) -> int:
         return self._size[uid]
