@@ -12,6 +12,12 @@ The grid: 17 policies x {GPU only, GPU + CPU} x {block, layer_block units}, 80 s
 tight enough that every run evicts (and, with a CPU tier, demotes and drops). Offline bounds run
 too. About ten minutes on one core of a 2-core machine, most of it the layer_block runs;
 ``--policies`` narrows the grid.
+
+``--features`` digests the engine's serving features instead, each on its own configuration with
+LRU (and ARC where the policy's hooks matter): chunked prefill, both token budgets, CPU-offload
+decode, both prefetch modes, per-layer swap copies, synchronous saves, session units, a streamed
+trace, prefix sharing on the first 400 requests of Mooncake's conversation trace (when the data
+is beside the repository). A change to the engine's structure must leave every one identical.
 """
 
 from __future__ import annotations
@@ -19,8 +25,10 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -31,6 +39,36 @@ CONFIGS = {  # name -> (gpu GiB, cpu GiB, unit)
     "gpu+cpu-layer": (0.5, 0.8, "layer_block"),
 }
 WALL_CLOCK = ("evict_ns",)
+# the shared data beside the checkout, or $KVSIM_SHARED_DATA
+DATA = Path(
+    os.environ.get("KVSIM_SHARED_DATA") or Path(__file__).resolve().parents[2] / "shared/data"
+)
+MOONCAKE = DATA / "mooncake/conversation_trace.jsonl"
+# name -> (gpu GiB, cpu GiB, unit, engine options, budget, sparse); every one evicts
+FEATURES = {
+    "chunked": (0.6, 0.0, "block", {"chunked_prefill": True, "max_batch_tokens": 512}, None, None),
+    "chunked+cpu": (
+        0.5,
+        0.8,
+        "block",
+        {"chunked_prefill": True, "max_batch_tokens": 384, "max_running": 24},
+        None,
+        None,
+    ),
+    "streamingllm": (0.3, 0.0, "block", {}, ("streamingllm", 4, 60, 0, "random"), None),
+    "smartkv": (0.3, 0.4, "block", {}, ("smartkv", 4, 28, 32, "recency"), None),
+    "quest": (0.5, 0.8, "block", {}, None, ("quest", 4, 8)),
+    "quest-layer": (0.5, 0.8, "layer_block", {}, None, ("quest", 4, 8)),
+    "prefetch-queue": (0.5, 0.8, "block", {"prefetch": "queue"}, None, None),
+    "prefetch-think": (0.5, 0.8, "layer_block", {"prefetch": "think"}, None, None),
+    "per-layer-copies": (0.5, 0.8, "layer_block", {"swap_copies": "per_layer"}, None, None),
+    "sync": (0.5, 0.8, "block", {"async_save": False, "pipelining": False}, None, None),
+    "unfused": (0.5, 0.8, "block", {"fused_recompute": False}, None, None),
+    "session-unit": (0.6, 0.8, "session", {}, None, None),
+    "open-loop": (0.5, 0.8, "block", {"replay": "open-loop"}, None, None),
+    "stream": (0.5, 0.8, "block", {}, None, None),
+    "sharing": (0.4, 0.6, "block", {}, None, None),
+}
 
 
 def digest(policy: str, config: str, sessions: int, seed: int) -> str:
@@ -47,6 +85,52 @@ def digest(policy: str, config: str, sessions: int, seed: int) -> str:
         policy=policy,
         seed=seed,
     )
+    return _hash(res)
+
+
+def feature_digest(feature: str, policy: str, sessions: int, seed: int) -> str | None:
+    """The digest of one serving feature's run (None: its data is absent)."""
+    from costmodels import cost_model
+    from sim import MemoryConfig, simulate
+    from sim.config import BudgetConfig, EngineConfig, SparseConfig
+    from traces import load_mooncake, load_trace
+
+    gpu, cpu, unit, engine, budget, sparse = FEATURES[feature]
+    if feature == "sharing":
+        if not MOONCAKE.exists():
+            return None
+        head = MOONCAKE.read_text().splitlines()[:400]
+        trace = load_mooncake(_lines_file(head), jitter=False).sessions
+    else:
+        trace = load_trace({"kind": "synthetic", "sessions": sessions, "seed": seed}).sessions
+    res = simulate(
+        iter(trace) if feature == "stream" else trace,
+        cost_model("llama-3-8b", "h100-sxm"),
+        MemoryConfig(
+            gpu_kv_gb=gpu,
+            cpu_kv_gb=cpu,
+            block_tokens=16,
+            evict_unit=unit,
+            prefix_sharing=feature == "sharing",
+        ),
+        engine=EngineConfig(**engine),
+        policy=policy,
+        seed=seed,
+        budget=BudgetConfig(*budget[:4], scorer=budget[4]) if budget else None,
+        sparse=SparseConfig(sparse[0], k=sparse[1], ring_slots=sparse[2]) if sparse else None,
+    )
+    return _hash(res)
+
+
+def _lines_file(lines: list[str]) -> Path:
+    import tempfile
+
+    with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as f:
+        f.write("\n".join(lines) + "\n")
+    return Path(f.name)
+
+
+def _hash(res) -> str:
     h = hashlib.sha256()
     turns = res.turns[[c for c in res.turns.columns if c not in WALL_CLOCK]]
     h.update(turns.to_csv(index=False).encode())
@@ -65,10 +149,23 @@ def main(argv=None) -> int:
     p.add_argument("--sessions", type=int, default=80)
     p.add_argument("--seed", type=int, default=3)
     p.add_argument("--policies", nargs="*", default=None, help="default: every registered one")
+    p.add_argument(
+        "--features", action="store_true", help="the serving features' grid (lru and arc)"
+    )
     args = p.parse_args(argv)
-    policies = args.policies or available_policies()
     got: dict[str, str] = {}
-    for policy in policies:
+    if args.features:
+        for feature in FEATURES:
+            for policy in args.policies or ("lru", "arc"):
+                t0 = time.perf_counter()
+                d = feature_digest(feature, policy, args.sessions, args.seed)
+                if d is None:
+                    print(f"{feature}: {MOONCAKE} is absent, not digested", file=sys.stderr)
+                    continue
+                got[f"{policy}/{feature}"] = d
+                took = time.perf_counter() - t0
+                print(f"{policy:18s} {feature:16s} {took:6.2f} s", file=sys.stderr)
+    for policy in [] if args.features else args.policies or available_policies():
         for config in CONFIGS:
             t0 = time.perf_counter()
             got[f"{policy}/{config}"] = digest(policy, config, args.sessions, args.seed)
