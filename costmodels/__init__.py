@@ -32,10 +32,9 @@ from .profile import (
     Profile,
     ProfileMeta,
     TermValidation,
-    available_profiles,
-    load_profile,
     save_profile,
 )
+from .profile_lookup import available_profiles, load_profile
 from .recovery import recompute_s, recovery_s, swap_in_s
 from .tensor_parallel import MemoryFit, memory_fit, profile_hardware
 

@@ -12,6 +12,7 @@ from costmodels import (
     Profile,
     TermValidation,
     analytic_profile,
+    available_profiles,
     get_hardware,
     load_profile,
     save_profile,
@@ -210,7 +211,7 @@ def test_committed_profile_resolves_by_name(tmp_path, monkeypatch) -> None:
     save_profile(p, tmp_path / "fit-a100-test.yaml")
     monkeypatch.setattr(profile_mod, "PROFILES_DIR", tmp_path)
     assert load_profile("fit-a100-test") == p
-    assert "fit-a100-test" in profile_mod.available_profiles()
+    assert "fit-a100-test" in available_profiles()
     # A GPU name always means its analytic profile, whatever is committed.
     save_profile(dataclasses.replace(p, name="imposter"), tmp_path / "a100.yaml")
     assert load_profile("a100").name == "analytic-a100-sxm"
