@@ -39,6 +39,7 @@ from .gemm import layer_gemms_s, uses_per_gemm_form
 from .models import ModelSpec
 from .pipeline import pipelined_time, pipelined_time_uniform, serial_time, serial_time_uniform
 from .profile import Profile
+from .scorer_mlp import scorer_s_per_token_layer
 from .tensor_parallel import ALLREDUCES_PER_LAYER, allreduce_per_token, allreduce_term
 
 
@@ -586,11 +587,12 @@ class CostModel:
         """This cost model plus a learned token scorer (token budgets) run on every new token at
         every layer, beside the layer's elementwise work, so every priced iteration pays it.
         ``s_per_token_layer``: a measured cost; by default the scorer's FLOPs for each KV head at
-        the profile's GEMM rate (``costmodels.token_scoring``). ``launch_s``: its fixed cost per
+        the profile's GEMM rate (``costmodels.scorer_mlp``). ``launch_s``: its fixed cost per
         layer and iteration (its small GEMMs' launches); by default the profile's GEMM tau."""
-        from costmodels.token_scoring import scoring_s_per_token_layer
-
-        extra = scoring_s_per_token_layer(self) if s_per_token_layer is None else s_per_token_layer
+        if s_per_token_layer is None:
+            extra = scorer_s_per_token_layer(self.model, self.profile.linear.flops)
+        else:
+            extra = s_per_token_layer
         launch = self.profile.linear.tau_s if launch_s is None else launch_s
         if not (extra >= 0 and launch >= 0):
             raise ValueError(

@@ -1,13 +1,6 @@
 """What a learned token scorer costs: a small MLP run on every new key, per layer, per KV head.
 
-The scorer of a learned token budget (docs/semantics.md, section 8) is an MLP over one key vector:
-key_dim -> hidden -> ... -> hidden -> 1, ``depth`` linear layers, ReLU between them, no
-activation on the score. FLOPs per key, counted exactly (depth >= 2):
-    matmuls  2 * (key_dim*hidden + (depth-2)*hidden*hidden + hidden)   (2 FLOPs per MAC)
-    biases   (depth-1)*hidden + 1                                      (one add per output)
-    ReLUs    (depth-1)*hidden                                          (one max per hidden output)
-At the default 128 -> 256 -> 256 -> 256 -> 1 the elementwise part is 0.5 % of the total; it is
-counted because it is exact, not because it matters.
+The MLP itself (its parameters and FLOPs per key, counted exactly) is ``costmodels.scorer_mlp``.
 
 Time (``scoring_s``; its per-token slope is ``scoring_s_per_token_layer``): the MLP's GEMMs
 priced like the layer's own GEMMs, from the profile's linear term:
@@ -19,37 +12,11 @@ bound. ``calibration/measure_scorer.py`` measures seconds per key on real hardwa
 
 from __future__ import annotations
 
-import itertools
-
 from .cost import CostModel
+from .scorer_mlp import scorer_flops_per_key, scorer_params, scorer_s_per_token_layer
 
-
-def _check(name: str, v: int, minimum: int) -> None:
-    if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {v!r}")
-
-
-def _widths(key_dim: int, hidden: int, depth: int) -> list[tuple[int, int]]:
-    """(in, out) of each linear layer: key_dim -> hidden x (depth-1) -> 1."""
-    _check("key_dim", key_dim, 1)
-    _check("hidden", hidden, 1)
-    _check("depth", depth, 1)
-    dims = [key_dim] + [hidden] * (depth - 1) + [1]
-    return list(itertools.pairwise(dims))
-
-
-def scorer_params(key_dim: int = 128, hidden: int = 256, depth: int = 4) -> int:
-    """Weights and biases of the scorer MLP (what a scoring pass reads once)."""
-    return sum(i * o + o for i, o in _widths(key_dim, hidden, depth))
-
-
-def scorer_flops_per_key(key_dim: int = 128, hidden: int = 256, depth: int = 4) -> int:
-    """FLOPs to score one key: 2 per multiply-accumulate, 1 per bias add, 1 per ReLU."""
-    widths = _widths(key_dim, hidden, depth)
-    macs = sum(i * o for i, o in widths)
-    biases = sum(o for _, o in widths)
-    relus = sum(o for _, o in widths[:-1])
-    return 2 * macs + biases + relus
+# The MLP's counts live in scorer_mlp; they are re-exported because callers reach them here.
+__all__ = ["scorer_flops_per_key", "scorer_params", "scoring_s", "scoring_s_per_token_layer"]
 
 
 def scoring_s_per_token_layer(
@@ -64,16 +31,13 @@ def scoring_s_per_token_layer(
     ``s_per_key`` (measured) or FLOPs per key / profile.linear.flops (analytic). The slope of
     ``scoring_s``; what an engine adds per token and layer when the scorer rides on the layer's
     other kernels. key_dim defaults to the model's head_dim."""
-    model = cost_model.model
-    if s_per_key is not None:
-        if not s_per_key > 0:
-            raise ValueError(f"s_per_key must be > 0, got {s_per_key}")
-        return model.num_kv_heads * s_per_key
-    kd = model.head_dim if key_dim is None else key_dim
-    return (
-        model.num_kv_heads
-        * scorer_flops_per_key(kd, hidden, depth)
-        / cost_model.profile.linear.flops
+    return scorer_s_per_token_layer(
+        cost_model.model,
+        cost_model.profile.linear.flops,
+        key_dim=key_dim,
+        hidden=hidden,
+        depth=depth,
+        s_per_key=s_per_key,
     )
 
 
