@@ -16,7 +16,7 @@ from calibration.report_tables import (
 )
 from costmodels import Profile, get_model, load_profile
 
-from ._calibrate_gpu_run import StepResult, Target
+from ._calibrate_gpu_steps import StepResult, Target
 
 
 def _pct(x: float) -> str:

@@ -27,28 +27,14 @@ import tempfile
 import time
 import xml.etree.ElementTree as ET
 from collections import Counter
-from dataclasses import dataclass
 from pathlib import Path
+
+from ._calibrate_gpu_readme import write_readme
+from ._calibrate_gpu_steps import StepResult, Target
 
 DEFAULT_TARGETS = ("llama-3-8b", "llama-3-70b@tp4", "llama-3-70b@tp8")
 SHARDED_BUDGET_S = 300.0  # default budget of each TP-sharded sweep (an H100 needs ~270 s for one)
 REPO = Path(__file__).resolve().parents[2]
-
-
-@dataclass(frozen=True, slots=True)
-class Target:
-    model: str  # as given: a model name or a spec YAML
-    tp: int
-    name: str  # profile name and the stem of its files
-
-
-@dataclass(frozen=True, slots=True)
-class StepResult:
-    name: str
-    command: str  # the shell line that repeats it
-    rc: int
-    wall_s: float
-    summary: str = ""  # pytest: counts, and why tests were skipped
 
 
 def slug(text: str) -> str:
@@ -183,8 +169,6 @@ def junit_verdict(xml: Path, rc: int, device: str) -> tuple[int, str]:
 
 def gpu_run(args: argparse.Namespace) -> int:
     from experiments.cli import EXIT_INTERRUPTED, EXIT_TERMINATED
-
-    from ._calibrate_gpu_readme import write_readme
 
     device = args.device or "cuda"
     machine = machine_slug(device)
