@@ -232,17 +232,40 @@ class EngineSpec(_Strict):
 
     kind: Annotated[
         list[Literal[ENGINE_KINDS]], Field(min_length=1), AfterValidator(_no_duplicates)
-    ] = Field(default=["kvsim"], description="kvsim | vllm-v1 (a list is a grid axis)")
-    max_batch_tokens: PosInt = _ENGINE_DEFAULTS["max_batch_tokens"]
-    max_running: PosInt = _ENGINE_DEFAULTS["max_running"]
-    replay: Literal[REPLAY_MODES] = _ENGINE_DEFAULTS["replay"]
-    pipelining: Annotated[list[StrictBool], Field(min_length=1), AfterValidator(_no_duplicates)] = (
-        Field(default=[_ENGINE_DEFAULTS["pipelining"]])
+    ] = Field(
+        default=["kvsim"], description="the engine whose scheduling and KV cache are modelled"
     )
-    async_save: StrictBool = _ENGINE_DEFAULTS["async_save"]
-    fused_recompute: StrictBool = _ENGINE_DEFAULTS["fused_recompute"]
-    prefetch: Literal[PREFETCH_MODES] = _ENGINE_DEFAULTS["prefetch"]
-    swap_copies: Literal[SWAP_COPIES] = _ENGINE_DEFAULTS["swap_copies"]
+    max_batch_tokens: PosInt = Field(
+        default=_ENGINE_DEFAULTS["max_batch_tokens"],
+        description="prefill + decode tokens one iteration may compute",
+    )
+    max_running: PosInt = Field(
+        default=_ENGINE_DEFAULTS["max_running"], description="sequences in the continuous batch"
+    )
+    replay: Literal[REPLAY_MODES] = Field(
+        default=_ENGINE_DEFAULTS["replay"], description="when a session's next turn arrives"
+    )
+    pipelining: Annotated[list[StrictBool], Field(min_length=1), AfterValidator(_no_duplicates)] = (
+        Field(
+            default=[_ENGINE_DEFAULTS["pipelining"]],
+            description="layer-wise overlap of swap-in copies with compute",
+        )
+    )
+    async_save: StrictBool = Field(
+        default=_ENGINE_DEFAULTS["async_save"],
+        description="demotion copies (device to host) overlap compute on their own stream",
+    )
+    fused_recompute: StrictBool = Field(
+        default=_ENGINE_DEFAULTS["fused_recompute"],
+        description="dropped history is recomputed in the same prefill as the new prompt",
+    )
+    prefetch: Literal[PREFETCH_MODES] = Field(
+        default=_ENGINE_DEFAULTS["prefetch"],
+        description="swap a turn's CPU pages in ahead of its admission",
+    )
+    swap_copies: Literal[SWAP_COPIES] = Field(
+        default=_ENGINE_DEFAULTS["swap_copies"], description="copy calls per swap"
+    )
     chunked_prefill: StrictBool = Field(
         default=_ENGINE_DEFAULTS["chunked_prefill"],
         description="kvsim: cut a prefill over the token budget into chunks (vllm-v1 always does)",
@@ -253,18 +276,20 @@ class EngineSpec(_Strict):
     scheduler_reserve_full_isl: StrictBool | None = Field(
         None, description="vllm-v1: admit a request only when its whole prompt's blocks fit"
     )
-    enable_prefix_caching: StrictBool | None = Field(None, description="vllm-v1")
+    enable_prefix_caching: StrictBool | None = Field(
+        None, description="vllm-v1: reuse cached blocks of an equal prefix"
+    )
     async_scheduling: StrictBool | None = Field(
         None,
-        description="vllm-v1: plan each step while the one before runs (default on, as vLLM on a "
-        "GPU; off: the synchronous loop)",
+        description="vllm-v1: plan each step while the one before runs, as vLLM on a GPU (off: "
+        "the synchronous loop)",
     )
 
     offload_blocks_per_chunk: PosInt | None = Field(
-        None, description="vllm-v1 with a CPU tier: GPU blocks per offloaded chunk (default 1)"
+        None, description="vllm-v1 with a CPU tier: GPU blocks per offloaded chunk"
     )
     offload_eviction_policy: Literal[OFFLOAD_POLICIES] | None = Field(
-        None, description="vllm-v1 with a CPU tier: the CPU manager's policy, lru | arc"
+        None, description="vllm-v1 with a CPU tier: the CPU manager's eviction policy"
     )
 
     wrap_lists = field_validator("kind", "pipelining", mode="before")(_as_list)

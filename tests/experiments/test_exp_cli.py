@@ -96,11 +96,10 @@ def test_default_out_is_results_name(fake_backend, tiny_yaml, tmp_path, monkeypa
 
 def test_list(capsys):
     assert main(["list"]) == 0
-    out = capsys.readouterr().out
-    lines = {line.split(":")[0]: line for line in out.splitlines()}
-    assert set(lines) == {"models", "hardware", "profiles", "policies"}
-    assert "Llama-3-8B" in lines["models"] and "h100-sxm" in lines["hardware"]
-    assert "lru" in lines["policies"] and "fifo" in lines["policies"]
+    blocks = {b.split(" (")[0]: b for b in capsys.readouterr().out.split("\n\n")}
+    assert {"models", "hardware", "profiles", "policies", "budget kinds"} <= set(blocks)
+    assert "\n  Llama-3-8B " in blocks["models"] and "\n  h100-sxm " in blocks["hardware"]
+    assert "\n  lru " in blocks["policies"] and "\n  fifo " in blocks["policies"]
     assert main(["list", "policies"]) == 0
     assert "lru" in capsys.readouterr().out.split()
 
