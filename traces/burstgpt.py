@@ -121,7 +121,8 @@ def load_burstgpt(
             )
     sessions = singles
     for sid, idx in grouped.items():
-        part, turns, h = 0, [], 0
+        turns: list[tuple[int, int]] = []  # (row, new prompt tokens)
+        part, h = 0, 0
         for i in idx:
             request = int(ints["Request tokens"].iloc[i])
             if request < h:  # history dropped: a new session from here

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, fields
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import yaml
@@ -64,7 +64,9 @@ MARGINALS = (
 )
 
 
-def empirical_mix(values: Sequence[int], max_components: int = MAX_COMPONENTS) -> LogNormalMix:
+def empirical_mix(
+    values: Sequence[int] | np.ndarray, max_components: int = MAX_COMPONENTS
+) -> LogNormalMix:
     """The empirical distribution of token counts (>= 1; smaller values count as 1) as the
     LogNormalMix the generator draws from; see the module docstring."""
     v = np.maximum(np.asarray(values, dtype=np.int64), 1)
@@ -195,7 +197,12 @@ def config_to_dict(cfg: SyntheticConfig) -> dict:
     return out
 
 
-class _FlowListDumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):  # C: same text, 6x faster
+# libyaml's dumper where PyYAML has it: the same text, 6x faster. Typed Any because mypy takes no
+# base class picked at run time.
+_SafeDumper: Any = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+
+
+class _FlowListDumper(_SafeDumper):
     """Block-style mappings, flow-style lists (one distribution's list on one line)."""
 
 

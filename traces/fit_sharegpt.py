@@ -132,11 +132,13 @@ def sessions_from_messages(df: pd.DataFrame) -> tuple[dict[str, list[TurnTokens]
     cols = zip(
         *(df[c].tolist() for c in ("_base", "conv_id", "role", "n_chars", "n_tokens_cl100k"))
     )
-    base_prev, conv_prev = None, None
+    base_prev: str | None = None
+    conv_prev = None
     pieces: list[list[Message]] = []
 
     def flush() -> None:
         if pieces:
+            assert base_prev is not None  # pieces only exist once a row set it
             turns = pair_turns(join_pieces(pieces, stats), stats)
             if turns:
                 sessions[base_prev] = turns
@@ -205,11 +207,12 @@ def fit_length(values: np.ndarray, hi: int) -> LengthFit:
     """Fit 1..MAX_COMPONENTS lognormals to token counts (clipped to >= 1), keep the best BIC."""
     values = np.maximum(np.asarray(values, dtype=np.int64), 1)
     n = len(values)
-    fits, bic = {}, {}
+    fits: dict[int, LogNormalMix] = {}
+    bic: dict[int, float] = {}
     for k in range(1, MAX_COMPONENTS + 1):
         fits[k], ll = fit_lognormal_mix(values, k)
         bic[k] = round(-2 * ll + (3 * k - 1) * math.log(n), 1)
-    best = min(bic, key=bic.get)
+    best = min(bic, key=bic.__getitem__)
     dist = fits[best]
     support, cdf = dist.int_cdf(1, hi)
     pmf = np.diff(np.concatenate(([0.0], cdf)))
@@ -261,7 +264,7 @@ def fit_tokenizer(path: str | Path) -> TokenizerFit:
 
 def fit_sharegpt(path: str | Path = DEFAULT_DATA) -> ShareGPTFit:
     """Fit every default of ``SyntheticConfig`` that ShareGPT can inform. Deterministic."""
-    by_base, counts = sessions_from_messages(read_messages(path))
+    by_base, message_counts = sessions_from_messages(read_messages(path))
     sessions = list(by_base.values())
     if not sessions:
         raise TraceError(f"{path}: no sessions with at least one turn")
@@ -270,13 +273,14 @@ def fit_sharegpt(path: str | Path = DEFAULT_DATA) -> ShareGPTFit:
     later = np.array([t.prompt for s in sessions for t in s[1:]])
     outputs = np.array([t.output for s in sessions for t in s])
     totals = np.array([sum(t.prompt + t.output for t in s) for s in sessions])
-    counts.update(
-        sessions=len(sessions),
-        turns=int(n_turns.sum()),
-        session_tokens_p50=int(np.median(totals)),
-        session_tokens_p99=int(np.quantile(totals, 0.99)),
-        share_sessions_over_32768_tokens=round(float((totals > 32768).mean()), 4),
-    )
+    counts: dict[str, int | float] = {
+        **message_counts,
+        "sessions": len(sessions),
+        "turns": int(n_turns.sum()),
+        "session_tokens_p50": int(np.median(totals)),
+        "session_tokens_p99": int(np.quantile(totals, 0.99)),
+        "share_sessions_over_32768_tokens": round(float((totals > 32768).mean()), 4),
+    }
     return ShareGPTFit(
         turns=fit_turns(n_turns),
         first_prompt_tokens=fit_length(first, PROMPT_MAX_TOKENS),

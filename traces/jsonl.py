@@ -21,7 +21,7 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Generator, Iterable, Iterator
 
 from traces.records import (
     Session,
@@ -272,7 +272,7 @@ class SessionStream:
             raise TraceError(f"{self.path.name}:{line}: {msg}")
         self.skipped += counts
 
-    def _read(self) -> Iterator[Session]:
+    def _read(self) -> Generator[Session, None, None]:
         name = self.path.name
         seen: set[str] = set()  # every session id met so far
         sid: str | None = None  # the session being read
@@ -291,6 +291,7 @@ class SessionStream:
                 hint = obj.get("session_id") if isinstance(obj, dict) else None
                 if isinstance(hint, str) and hint and hint != sid:
                     if p is not None and not bad:  # the session before it is complete
+                        assert sid is not None  # p only exists once a line named its session
                         done = self._finish(sid, p, name)
                         if done is not None:
                             yield done
@@ -318,6 +319,7 @@ class SessionStream:
                         bad = True
                     continue
                 if k == 0:
+                    assert turn.arrival_s is not None  # _parse_line requires it on turn 0
                     key = (turn.arrival_s, line_sid)
                     if last is not None and key < last[:2]:
                         raise TraceError(
@@ -329,6 +331,7 @@ class SessionStream:
                         )
                     last = (*key, line_no)
             if p is not None and not bad:
+                assert sid is not None  # p only exists once a line named its session
                 done = self._finish(sid, p, name)
                 if done is not None:
                     yield done

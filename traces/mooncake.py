@@ -144,8 +144,8 @@ def load_mooncake(
         p_tokens = r.input_length
         if parent is not None:
             a = rows[parent]
-            chain = chains[session_of[parent]]
-            if chain[-1] != parent:
+            parent_chain = chains[session_of[parent]]
+            if parent_chain[-1] != parent:
                 branches += 1
                 parent = None
             elif r.input_length < a.input_length:
@@ -162,7 +162,7 @@ def load_mooncake(
         else:
             continuations += 1
             session_of.append(session_of[parent])
-            chain.append(i)
+            parent_chain.append(i)
         prompt.append(p_tokens)
         full = r.hashes[: r.input_length // BLOCK_TOKENS]
         if len(full) >= MIN_CHAIN_BLOCKS:
@@ -170,12 +170,12 @@ def load_mooncake(
 
     sessions, clamped = [], 0
     width = len(str(max((r.line for r in rows), default=0)))
-    for chain in chains:
+    for rows_of_session in chains:
         times = sorted(
-            float(arrival[i]) for i in chain
+            float(arrival[i]) for i in rows_of_session
         )  # jitter must not reorder a session's turns
         turns = []
-        for k, (i, t) in enumerate(zip(chain, times)):
+        for k, (i, t) in enumerate(zip(rows_of_session, times)):
             r = rows[i]
             clamped += r.output_length < 1
             turns.append(
@@ -187,13 +187,13 @@ def load_mooncake(
                     prefix_hashes=r.hashes,
                 )
             )
-        first = rows[chain[0]].line
+        first = rows[rows_of_session[0]].line
         sessions.append(
             Session(
                 session_id=f"mc-{first:0{width}d}",
                 turns=tuple(turns),
                 block_tokens=BLOCK_TOKENS,
-                meta={"lines": [rows[i].line for i in chain]},
+                meta={"lines": [rows[i].line for i in rows_of_session]},
             )
         )
     info = {

@@ -17,6 +17,8 @@ import numpy as np
 from traces.records import Session
 
 PERCENTILES = (50, 90, 99)
+# A turn with prefix hashes: (arrival, order, hashes, input tokens, block tokens).
+_Request = tuple[float, int, tuple[int, ...], int, int | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,7 +33,7 @@ class Dist:
     max: float
 
     @classmethod
-    def of(cls, values: Sequence[float]) -> Dist:
+    def of(cls, values: Sequence[float] | np.ndarray) -> Dist:
         a = np.asarray(values, dtype=float)
         if a.size == 0:
             return cls(0, *([math.nan] * 5))
@@ -74,7 +76,7 @@ def trace_stats(sessions: Sequence[Session], max_turn_index: int = 10) -> TraceS
     counts = [len(s.turns) for s in sessions]
     inputs, prompts, outputs, hist, times = [], [], [], [], []
     by_turn: dict[int, list[int]] = {}
-    requests = []  # (arrival, order, hashes, input tokens, block tokens)
+    requests: list[_Request] = []
     for s in sessions:
         h = 0
         for k, t in enumerate(s.turns):
@@ -121,7 +123,7 @@ def trace_stats(sessions: Sequence[Session], max_turn_index: int = 10) -> TraceS
     )
 
 
-def _prefix_reuse(requests: list) -> PrefixReuse | None:
+def _prefix_reuse(requests: list[_Request]) -> PrefixReuse | None:
     """Replay the requests' block hashes in arrival order against an infinite cache. Tokens: full
     blocks count ``block_tokens``, a request's last block what its input leaves for it."""
     if not requests:
