@@ -1,6 +1,6 @@
 """The profile measured on an H100 (`kvsim calibrate --device cuda`, committed with its raw samples
 and the forward replay): it loads by name, its constants are exactly the fit of the committed
-samples, and the replay table is the one the README quotes."""
+samples, and the replay table is the one docs/cost-model.md quotes."""
 
 from __future__ import annotations
 

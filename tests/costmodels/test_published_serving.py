@@ -2,9 +2,9 @@
 
 Each case rebuilds the published setting (model, GPU, batch, input/output lengths, 16-bit weights)
 through the function behind `kvsim cost` and compares within 15 %. One published number lands
-outside; README.md ("Checked against published serving numbers") says why, and its test pins the
-documented gap instead. The README table is checked against the same computation, so it cannot
-drift from the code.
+outside; docs/cost-model.md ("Checked against published serving numbers") says why, and its test
+pins the documented gap instead. That page's table is checked against the same computation, so it
+cannot drift from the code.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from costmodels import BatchShape, cost_model
 from experiments.cli import build_parser
 from experiments.commands.cost import price
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+GUIDE = Path(__file__).resolve().parents[2] / "docs" / "cost-model.md"
 TOLERANCE = 0.15
 _PARSER = build_parser()
 
@@ -122,7 +122,7 @@ SIMULATED = {
     "c3": lambda: _one_way_GBps("d2h", BIG_BLOCK),
 }
 
-# The one published number outside 15 %, with the ratio README.md states and explains: the same
+# The one published number outside 15 %, with the ratio docs/cost-model.md states and explains: the same
 # table's MHA LLaMA 7B (a2) matches, so the gap is in that engine's GQA decode, not in the model.
 DOCUMENTED_GAPS = {"a3": 1.20}
 
@@ -138,8 +138,8 @@ def test_within_tolerance_of_published(key) -> None:
 
 
 @pytest.mark.parametrize("key", sorted(DOCUMENTED_GAPS))
-def test_documented_gap_is_what_the_readme_says(key) -> None:
-    # Pinned to the stated ratio (two digits): closing or widening the gap must update README.md.
+def test_documented_gap_is_what_the_guide_says(key) -> None:
+    # Pinned to the stated ratio (two digits): closing or widening the gap must update docs/cost-model.md.
     ratio = _ratio(key)
     assert abs(ratio - 1.0) > TOLERANCE
     assert ratio == pytest.approx(DOCUMENTED_GAPS[key], abs=0.005), (key, ratio)
@@ -152,9 +152,9 @@ def test_every_case_has_a_source_and_a_simulation() -> None:
         assert pub.value > 0 and len(pub.source) > 60, key
 
 
-def _readme_rows() -> dict[str, list[str]]:
-    text = README.read_text(encoding="utf-8")
-    start = text.index("### Checked against published serving numbers")
+def _guide_rows() -> dict[str, list[str]]:
+    text = GUIDE.read_text(encoding="utf-8")
+    start = text.index("## Checked against published serving numbers")
     end = text.find("\n#", start + 4)  # the next heading
     rows = {}
     for line in text[start : end if end > 0 else None].splitlines():
@@ -168,9 +168,9 @@ def _number(cell: str) -> float:
     return float(re.search(r"[\d.]+", cell.replace(",", "")).group())
 
 
-def test_readme_table_matches_the_code() -> None:
-    """Columns: id | published | kvsim | sim/published | ... (README.md)."""
-    rows = _readme_rows()
+def test_guide_table_matches_the_code() -> None:
+    """Columns: id | published | kvsim | sim/published | ... (docs/cost-model.md)."""
+    rows = _guide_rows()
     assert set(rows) == set(PUBLISHED)
     for key, cells in rows.items():
         published, simulated, ratio = (_number(c) for c in cells[1:4])

@@ -1,8 +1,8 @@
 """The differential harness against the real vLLM 0.33.0 scheduler (marked `vllm`: it needs a
-Python environment with vLLM, named by KVSIM_VLLM_PYTHON; see README). A multi-turn synthetic trace
-under memory pressure, with preemptions and chunked prefill, sync and async, with and without vLLM's
-CPU offloading connector, must give identical step logs; a scratch copy of kvsim's scheduler with
-one rule broken must be caught at the step it first shows."""
+Python environment with vLLM, named by KVSIM_VLLM_PYTHON; see docs/vllm.md). A multi-turn
+synthetic trace under memory pressure, with preemptions and chunked prefill, sync and async, with
+and without vLLM's CPU offloading connector, must give identical step logs; a scratch copy of
+kvsim's scheduler with one rule broken must be caught at the step it first shows."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ pytestmark = pytest.mark.vllm
 def vllm_python() -> str:
     python = os.environ.get("KVSIM_VLLM_PYTHON")
     if not python:
-        pytest.fail("set KVSIM_VLLM_PYTHON to a Python that has vLLM 0.33.0 (see README)")
+        pytest.fail("set KVSIM_VLLM_PYTHON to a Python that has vLLM 0.33.0 (see docs/vllm.md)")
     return python
 
 
