@@ -32,7 +32,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import yaml
 from pydantic import (
@@ -52,6 +52,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic_core import ErrorDetails
 
 from sim.config import (
     BUDGET_KINDS,
@@ -72,8 +73,33 @@ from sim.config import (
 
 TRACE_KINDS = ("synthetic", "sharegpt", "mooncake", "azure", "burstgpt", "jsonl")
 FILE_TRACE_KINDS = ("sharegpt", "mooncake", "azure", "burstgpt", "jsonl")  # need trace.path
+
+# The closed sets as field types. Each set is written once, as a tuple; pydantic reads the Literal
+# made from it exactly, but mypy reads only a Literal written out, so to mypy they are plain str.
+if TYPE_CHECKING:
+    TraceKind = str
+    EvictUnit = str
+    EngineKind = str
+    ReplayMode = str
+    PrefetchMode = str
+    SwapCopies = str
+    OffloadPolicy = str
+    BudgetKind = str
+    BudgetScorer = str
+    SparseKind = str
+else:
+    TraceKind = Literal[TRACE_KINDS]
+    EvictUnit = Literal[EVICT_UNITS]
+    EngineKind = Literal[ENGINE_KINDS]
+    ReplayMode = Literal[REPLAY_MODES]
+    PrefetchMode = Literal[PREFETCH_MODES]
+    SwapCopies = Literal[SWAP_COPIES]
+    OffloadPolicy = Literal[OFFLOAD_POLICIES]
+    BudgetKind = Literal[BUDGET_KINDS]
+    BudgetScorer = Literal[BUDGET_SCORERS]
+    SparseKind = Literal[SPARSE_KINDS]
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-_ENGINE_DEFAULTS = {f.name: f.default for f in dataclasses.fields(EngineConfig)}
+_ENGINE_DEFAULTS: dict[str, Any] = {f.name: f.default for f in dataclasses.fields(EngineConfig)}
 
 
 class ConfigError(ValueError):
@@ -160,11 +186,13 @@ class TraceSpecModel(BaseModel):
     """A trace: ``kind`` plus options passed to ``traces.load_trace`` unchanged (``path`` resolved)."""
 
     model_config = ConfigDict(extra="allow", strict=True, frozen=True)
-    kind: Literal[TRACE_KINDS] = Field(
+    kind: TraceKind = Field(
         description="synthetic | sharegpt | mooncake | azure | burstgpt | jsonl"
     )
     path: StrictStr | None = Field(
-        None, validate_default=True, description="trace file; needed by every kind but synthetic"
+        default=None,
+        validate_default=True,
+        description="trace file; needed by every kind but synthetic",
     )
 
     @field_validator("path")
@@ -195,10 +223,10 @@ class MemorySpec(_Strict):
     block_tokens: Annotated[list[PosInt], Field(min_length=1), AfterValidator(_no_duplicates)] = (
         Field(default=[16], description="page size in tokens")
     )
-    evict_unit: Annotated[
-        list[Literal[EVICT_UNITS]], Field(min_length=1), AfterValidator(_no_duplicates)
-    ] = Field(
-        default=["block"], description="session | block | layer_block (one page of one layer)"
+    evict_unit: Annotated[list[EvictUnit], Field(min_length=1), AfterValidator(_no_duplicates)] = (
+        Field(
+            default=["block"], description="session | block | layer_block (one page of one layer)"
+        )
     )
     prefix_sharing: StrictBool = Field(
         default=True, description="equal prefix hashes of a trace share one KV across sessions"
@@ -230,9 +258,7 @@ class EngineSpec(_Strict):
     ``max_num_seqs`` may stand for ``max_batch_tokens`` and ``max_running``; the keys in
     ``VLLM_ONLY`` apply to vllm-v1 runs only."""
 
-    kind: Annotated[
-        list[Literal[ENGINE_KINDS]], Field(min_length=1), AfterValidator(_no_duplicates)
-    ] = Field(
+    kind: Annotated[list[EngineKind], Field(min_length=1), AfterValidator(_no_duplicates)] = Field(
         default=["kvsim"], description="the engine whose scheduling and KV cache are modelled"
     )
     max_batch_tokens: PosInt = Field(
@@ -242,7 +268,7 @@ class EngineSpec(_Strict):
     max_running: PosInt = Field(
         default=_ENGINE_DEFAULTS["max_running"], description="sequences in the continuous batch"
     )
-    replay: Literal[REPLAY_MODES] = Field(
+    replay: ReplayMode = Field(
         default=_ENGINE_DEFAULTS["replay"], description="when a session's next turn arrives"
     )
     pipelining: Annotated[list[StrictBool], Field(min_length=1), AfterValidator(_no_duplicates)] = (
@@ -259,11 +285,11 @@ class EngineSpec(_Strict):
         default=_ENGINE_DEFAULTS["fused_recompute"],
         description="dropped history is recomputed in the same prefill as the new prompt",
     )
-    prefetch: Literal[PREFETCH_MODES] = Field(
+    prefetch: PrefetchMode = Field(
         default=_ENGINE_DEFAULTS["prefetch"],
         description="swap a turn's CPU pages in ahead of its admission",
     )
-    swap_copies: Literal[SWAP_COPIES] = Field(
+    swap_copies: SwapCopies = Field(
         default=_ENGINE_DEFAULTS["swap_copies"], description="copy calls per swap"
     )
     chunked_prefill: StrictBool = Field(
@@ -271,25 +297,26 @@ class EngineSpec(_Strict):
         description="kvsim: cut a prefill over the token budget into chunks (vllm-v1 always does)",
     )
     long_prefill_token_threshold: NonNegInt | None = Field(
-        None, description="vllm-v1: most tokens of one prefill chunk while others wait (0: none)"
+        default=None,
+        description="vllm-v1: most tokens of one prefill chunk while others wait (0: none)",
     )
     scheduler_reserve_full_isl: StrictBool | None = Field(
-        None, description="vllm-v1: admit a request only when its whole prompt's blocks fit"
+        default=None, description="vllm-v1: admit a request only when its whole prompt's blocks fit"
     )
     enable_prefix_caching: StrictBool | None = Field(
-        None, description="vllm-v1: reuse cached blocks of an equal prefix"
+        default=None, description="vllm-v1: reuse cached blocks of an equal prefix"
     )
     async_scheduling: StrictBool | None = Field(
-        None,
+        default=None,
         description="vllm-v1: plan each step while the one before runs, as vLLM on a GPU (off: "
         "the synchronous loop)",
     )
 
     offload_blocks_per_chunk: PosInt | None = Field(
-        None, description="vllm-v1 with a CPU tier: GPU blocks per offloaded chunk"
+        default=None, description="vllm-v1 with a CPU tier: GPU blocks per offloaded chunk"
     )
-    offload_eviction_policy: Literal[OFFLOAD_POLICIES] | None = Field(
-        None, description="vllm-v1 with a CPU tier: the CPU manager's eviction policy"
+    offload_eviction_policy: OffloadPolicy | None = Field(
+        default=None, description="vllm-v1 with a CPU tier: the CPU manager's eviction policy"
     )
 
     wrap_lists = field_validator("kind", "pipelining", mode="before")(_as_list)
@@ -319,19 +346,20 @@ class BudgetSpec(_Strict):
     """A per-layer token budget (one value of the ``budgets`` axis): full KV, StreamingLLM's sink +
     window, or SmartKV's sink + window + the best-scored ``budget`` tokens."""
 
-    kind: Literal[BUDGET_KINDS] = "full"
+    kind: BudgetKind = "full"
     sink: NonNegInt = 0
     window: NonNegInt = 0
     budget: NonNegInt = 0
-    scorer: Literal[BUDGET_SCORERS] = "random"
+    scorer: BudgetScorer = "random"
     lifespans: StrictStr | None = Field(
-        None,
+        default=None,
         description="CSV lifespan_tokens,probability of the "
         "relevance model (default: the built-in one)",
     )
     quality_sample: PosInt = 200
     scorer_s_per_key: NonNegFloat | None = Field(
-        None, description="measured scorer seconds per key (python -m calibration.measure_scorer)"
+        default=None,
+        description="measured scorer seconds per key (python -m calibration.measure_scorer)",
     )
     scorer_launch_s: NonNegFloat | None = None
 
@@ -353,7 +381,7 @@ class SparseSpec(_Strict):
     """Decode served from CPU memory (one value of the ``sparse`` axis): ``off``, ``quest`` (the
     top ``k`` pages per layer) or ``full`` (every page), through ``ring_slots`` GPU page slots."""
 
-    kind: Literal[SPARSE_KINDS] = "off"
+    kind: SparseKind = "off"
     k: PosInt | None = None
     scorer: StrictStr = "recency"
     ring_slots: PosInt = 16
@@ -374,7 +402,7 @@ class ExecutorSpec(_Strict):
     kind: Literal["local", "ray"] = "local"
     workers: PosInt = 1
     address: StrictStr | None = Field(
-        None,
+        default=None,
         description="ray only -- local: a new Ray on this machine for this sweep, ended with it "
         "however the sweep ends; auto: the latest cluster started here with `ray start` (an "
         "error if none); host:port or ray://...: that cluster; unset: RAY_ADDRESS, else local",
@@ -995,7 +1023,7 @@ _SECTIONS: dict[tuple[str, ...], type[BaseModel]] = {
 }
 
 
-def _message(err: dict) -> str:
+def _message(err: ErrorDetails) -> str:
     kind, ctx, value = err["type"], err.get("ctx") or {}, err.get("input")
     if kind == "extra_forbidden":
         parent = tuple(s for s in err["loc"][:-1] if isinstance(s, str))
