@@ -21,6 +21,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from experiments.worker_pool import run_tasks
 from sim.config import GIB, BudgetConfig, SparseConfig
@@ -196,7 +197,7 @@ def run_bench(cfg: BenchConfig, echo=print, show_progress: bool = True) -> dict:
     """Run the benchmark; the figures go to ``echo``, progress (when shown) to stderr."""
     from tqdm.auto import tqdm
 
-    figures = {}
+    figures: dict[int | str, Any] = {}  # per session count, then doubling_ratio
     sizes = [cfg.sessions, 2 * cfg.sessions] if cfg.scaling else [cfg.sessions]
     if show_progress:
         expected, turns, rate = estimate_s(cfg)

@@ -20,6 +20,7 @@ import signal
 import sys
 import threading
 from collections.abc import Iterator, Sequence
+from types import ModuleType
 
 from experiments.version import kvsim_version
 
@@ -33,10 +34,10 @@ class Terminated(KeyboardInterrupt):
     clean-up path that handles Ctrl-C handles it too."""
 
 
-def _command_modules() -> list[tuple[str, object]]:
+def _command_modules() -> list[tuple[str, ModuleType | ImportError]]:
     import experiments.commands as pkg
 
-    found = []
+    found: list[tuple[str, ModuleType | ImportError]] = []
     for info in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda m: m.name):
         if info.name.startswith("_"):
             continue
@@ -93,7 +94,7 @@ def sigterm_raises() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    fired = []
+    fired: list[int] = []
 
     def handler(signum: int, frame: object) -> None:
         if not fired:

@@ -14,6 +14,7 @@ import os
 import tempfile
 from pathlib import Path
 
+from matplotlib.artist import Artist
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
@@ -101,7 +102,7 @@ def timeline_figure(r: dict) -> Figure:
         f"{r['stall_s'] * 1e3:.2f} ms{waited}",
         fontsize=10,
     )
-    handles = [
+    handles: list[Artist] = [
         Patch(color=_COPY, label="H2D copy of layer l"),
         Patch(color=_COMPUTE, label="layer l compute"),
         Patch(color=_WAITED, label="layer l compute, started when its copy was in"),

@@ -130,6 +130,7 @@ def decision_latency(policy: str, cfg: PolicyBenchConfig) -> Latency:
         v = pol.evict(now)
         pol.insert(new, now)
         samples[c] = clock() - t0
+        assert v is not None, f"{policy}: no victim among {cfg.resident} resident units"
         place(v, Tier.DROPPED)  # bookkeeping (untimed)
         i = pos.pop(v)
         resident[i] = new

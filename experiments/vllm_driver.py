@@ -62,6 +62,7 @@ import sys
 import tempfile
 from collections import deque
 from pathlib import Path
+from typing import Any
 
 os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -218,7 +219,9 @@ def main() -> None:
     from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput
     from vllm.v1.request import Request
 
-    scheduler = hasher = None
+    # vLLM's Scheduler and block hasher once "init" has run (vLLM is not typed where we check)
+    scheduler: Any = None
+    hasher: Any = None
     offload = False
     in_flight: deque = deque()  # (step, scheduler output) not yet updated, oldest first
     step = 0  # schedule calls so far
@@ -231,7 +234,7 @@ def main() -> None:
             scheduler, hasher = build(cmd)
             scheduler.finished_req_ids = InOrder()
             offload = bool(cmd.get("offload"))
-            reply = {"ok": True}
+            reply: dict[str, Any] = {"ok": True}
         elif op == "add":
             params = SamplingParams(max_tokens=cmd["max_tokens"], ignore_eos=True)
             scheduler.add_request(

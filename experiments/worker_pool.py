@@ -75,7 +75,7 @@ def interrupts_deferred() -> Iterator[Callable[[], None]]:
         if not got:
             return
         restore()
-        handler = previous[got[0]]
+        handler = previous[signal.Signals(got[0])]
         if callable(handler):
             handler(got[0], None)
         elif handler == signal.SIG_DFL:

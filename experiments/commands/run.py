@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 
 def _positive_int(text: str) -> int:
@@ -63,7 +64,7 @@ def main(args: argparse.Namespace) -> int:
     from experiments.schema import load_experiment
 
     exp = load_experiment(args.config)
-    updates = {}
+    updates: dict[str, Any] = {}
     if args.workers is not None:
         updates["executor"] = exp.executor.model_copy(update={"workers": args.workers})
     if args.debug:

@@ -8,7 +8,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from traces.records import Session
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -104,7 +109,7 @@ def _config_cases(config: str, sync: bool = False) -> list[tuple]:
     cases = []
     for p in points:
         cost = _cost_model(p.model, p.hardware, p.tp)
-        sessions = load_sessions(p.trace)
+        sessions: Sequence[Session] = load_sessions(p.trace)
         if not p.memory.prefix_sharing:
             sessions = without_prefixes(sessions)
         cfg = vllm_config(cost, p.memory, p.engine)
