@@ -14,7 +14,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "list",
         help="list every choice an experiment YAML offers (models, policies, budgets, ...)",
         description="List the names an experiment YAML may use, one section per kind of choice "
-        "(the YAML key it fills in brackets) and one line per value: name, then what it is.",
+        "(after it, the YAML key it fills) and one line per value: name, then what it is.",
     )
     p.add_argument(
         "what",
