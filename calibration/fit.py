@@ -29,8 +29,9 @@ and said so in ``TermFit.notes``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 
@@ -123,6 +124,19 @@ class PerOpForm:
 
 
 Params = GemmFit | ElementwiseFit | PrefillAttnTerm | DecodeAttnTerm | CopyTerm
+_P = TypeVar("_P", GemmFit, ElementwiseFit, PrefillAttnTerm, DecodeAttnTerm, CopyTerm)
+
+
+def params_as(kind: type[_P], params: Params, term: str) -> _P:
+    """``params`` as the constants ``term`` is fitted to (each term has one kind of them)."""
+    if not isinstance(params, kind):
+        raise TypeError(f"{term} takes {kind.__name__} constants, got {type(params).__name__}")
+    return params
+
+
+def fitted_params(fits: Mapping[str, TermFit], term: str, kind: type[_P]) -> _P | None:
+    """The constants fitted for ``term`` as ``kind``; None where the term was not fitted."""
+    return fits[term].params_as(kind) if term in fits else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +162,10 @@ class TermFit:
     params: Params
     n: int  # samples fitted
     notes: tuple[str, ...] = ()  # constants fixed or capped, and why
+
+    def params_as(self, kind: type[_P]) -> _P:
+        """The fitted constants as the kind this term fits (a TypeError for any other)."""
+        return params_as(kind, self.params, self.term)
 
 
 # --- features (one row per sample) ------------------------------------------------------------------
@@ -178,7 +196,7 @@ def _design(
     """Columns of the linear forms; coefficient j multiplies column j (names say what it becomes).
     ``wave_sms``: attention gets the wave columns over that many SMs (0: none); decode rounds
     each context up to ``key_tile`` keys."""
-    rows = []
+    rows: list[tuple[float, ...]] = []
     for s in samples:
         m, sh = s.model, s.shape
         if term == "elementwise":
@@ -221,33 +239,42 @@ def predict(term: str, params: Params, samples: Sequence[Sample]) -> np.ndarray:
     """Seconds the form with ``params`` gives for each sample of ``term``."""
     if not samples:
         return np.zeros(0)
-    if term == "gemm" and uses_per_gemm_form(params):
-        return params.tau_s + per_gemm_s(params, *_gemm_shapes(samples)).sum(axis=1)
     if term == "gemm":
+        gemm = params_as(GemmFit, params, term)
+        if uses_per_gemm_form(gemm):
+            return gemm.tau_s + per_gemm_s(gemm, *_gemm_shapes(samples)).sum(axis=1)
         w, f = _gemm_features(samples)
-        return params.tau_s + np.maximum(w / params.weight_bw_Bps, f / params.flops)
+        return gemm.tau_s + np.maximum(w / gemm.weight_bw_Bps, f / gemm.flops)
     if term == "lm_head":
         # CostModel.lm_head_s: the GEMM form over h x vocab, with no tau (one kernel).
+        gemm = params_as(GemmFit, params, term)
         p = np.array([s.model.lm_head_params for s in samples], dtype=float)
         b = np.array([s.model.dtype_bytes for s in samples], dtype=float)
         rows = np.array([s.shape.tokens for s in samples], dtype=float)
-        return np.maximum(p * b / params.weight_bw_Bps, 2.0 * rows * p / params.flops)
-    if term == "elementwise" and uses_per_op_form(params):
-        return _predict_per_op(params, samples)
-    sms = params.wave_sm_count if term == "prefill_attn" and params.wave_key_elem_s else 0
-    if term == "decode_attn":
-        sms = params.wave_sm_count
-    a, _ = _design(term, samples, sms, getattr(params, "key_tile", 1) or 1)
+        return np.maximum(p * b / gemm.weight_bw_Bps, 2.0 * rows * p / gemm.flops)
+    sms, key_tile = 0, 1
+    coef: tuple[float, ...]
     if term == "elementwise":
-        coef: tuple[float, ...] = (params.tau_s, 1.0 / params.bw_Bps)
+        ew = params_as(ElementwiseFit, params, term)
+        if uses_per_op_form(ew):
+            return _predict_per_op(ew, samples)
+        coef = (ew.tau_s, 1.0 / ew.bw_Bps)
     elif term == "prefill_attn":
-        waves = (params.wave_key_elem_s,) if sms else ()
-        coef = (params.tau_s, params.per_seq_s, params.query_elem_s, *waves, 1.0 / params.flops)
+        pf = params_as(PrefillAttnTerm, params, term)
+        sms = pf.wave_sm_count if pf.wave_key_elem_s else 0
+        waves: tuple[float, ...] = (pf.wave_key_elem_s,) if sms else ()
+        coef = (pf.tau_s, pf.per_seq_s, pf.query_elem_s, *waves, 1.0 / pf.flops)
     elif term == "decode_attn":
-        waves = (params.wave_s, params.wave_key_elem_s, params.latency_key_elem_s) if sms else ()
-        coef = (params.tau_s, params.per_seq_s, *waves, 1.0 / params.kv_bw_Bps)
+        dec = params_as(DecodeAttnTerm, params, term)
+        sms, key_tile = dec.wave_sm_count, dec.key_tile or 1
+        waves = (dec.wave_s, dec.wave_key_elem_s, dec.latency_key_elem_s) if sms else ()
+        coef = (dec.tau_s, dec.per_seq_s, *waves, 1.0 / dec.kv_bw_Bps)
+    elif term in ("h2d", "d2h"):
+        copy = params_as(CopyTerm, params, term)
+        coef = (copy.latency_s, 1.0 / copy.bw_Bps)
     else:
-        coef = (params.latency_s, 1.0 / params.bw_Bps)
+        raise ValueError(f"no linear design for term {term!r}")
+    a, _ = _design(term, samples, sms, key_tile)
     return a @ np.asarray(coef, dtype=float)
 
 
@@ -348,8 +375,9 @@ def _fit_linear_form(
     if cap:
         lower[-1] = 1.0 / cap  # the last column is always the inverse rate
     x[keep] = _nonneg_rel_lstsq(a[:, keep], y, lower)
+    params: Params
     if term == "elementwise":
-        params: Params = ElementwiseFit(tau_s=x[0], bw_Bps=_rate(x[1], "elementwise bw", notes))
+        params = ElementwiseFit(tau_s=x[0], bw_Bps=_rate(x[1], "elementwise bw", notes))
         _bound_note(params.bw_Bps, cap, "elementwise bw_Bps", notes)
     elif term == "prefill_attn":
         waves = x[3] if wave_sms else 0.0
@@ -431,6 +459,7 @@ def _fit_gemm(samples: Sequence[Sample], limits: RateLimits) -> TermFit:
         )
         if best is None or res.cost < best.cost:
             best = res
+    assert best is not None  # one start at least
     x = best.x
     params = GemmFit(
         tau_s=(x[0] * 1e-6) if vary_tau else 0.0,
@@ -501,6 +530,7 @@ def _fit_tile_waves(samples: Sequence[Sample], limits: RateLimits, form: TileWav
         res = least_squares(residuals, s, bounds=(lo, hi), x_scale=np.maximum(np.abs(s), 1e-3))
         if best is None or res.cost < best.cost:
             best = res
+    assert best is not None  # one start at least
     params = _tile_wave_params(best.x, form, gemms, vary_tau)
     _bound_note(params.weight_bw_Bps, limits.hbm_Bps, "gemm weight_bw_Bps", notes)
     _bound_note(params.flops, limits.flops, "gemm flops", notes)
@@ -571,6 +601,7 @@ def _fit_kind(
         res = least_squares(residuals, s, bounds=(lo, hi), x_scale=np.maximum(np.abs(s), 1e-3))
         if best is None or res.cost < best.cost:
             best = res
+    assert best is not None  # one start at least
     return _per_op_constants(kind, best.x)
 
 
@@ -591,7 +622,8 @@ def _fit_per_op(samples: Sequence[Sample], limits: RateLimits, form: PerOpForm) 
         "form's fit, a summary that prices nothing"
     ]
     ops = tuple(_capped(_fit_kind(k, samples, limits, form), notes) for k in ELEMENTWISE_KINDS)
-    params = ElementwiseFit(0.0, layer.params.bw_Bps, ops, form.sm_count, form.l2_bytes)
+    layer_bw = layer.params_as(ElementwiseFit).bw_Bps
+    params = ElementwiseFit(0.0, layer_bw, ops, form.sm_count, form.l2_bytes)
     return TermFit("elementwise", params, len(samples), tuple(notes))
 
 

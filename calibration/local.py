@@ -15,8 +15,11 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from costmodels import (
+    CopyTerm,
     CostModel,
+    DecodeAttnTerm,
     OverlapTerm,
+    PrefillAttnTerm,
     Profile,
     ProfileMeta,
     TermValidation,
@@ -24,7 +27,7 @@ from costmodels import (
     get_hardware,
 )
 
-from .fit import RateLimits, TermFit, fit_term
+from .fit import ElementwiseFit, GemmFit, RateLimits, TermFit, fit_term, fitted_params
 from .measure import Measurements
 from .profile_writer import (
     ProfileFits,
@@ -104,7 +107,7 @@ def calibrate(m: Measurements, name: str, seed: int = 0, source: str = "") -> Ca
                 src,
                 "lm_head",
                 samples,
-                fits["gemm"].params,
+                fits["gemm"].params_as(GemmFit),
                 note="transfer: the layer-GEMM constants on the LM head",
             )
         )
@@ -134,12 +137,12 @@ def calibrate(m: Measurements, name: str, seed: int = 0, source: str = "") -> Ca
             f"t_both={m.overlap.t_both_s:.3g}s)"
         )
     pf = ProfileFits(
-        gemm=fits["gemm"].params if "gemm" in fits else None,
-        elementwise=fits["elementwise"].params if "elementwise" in fits else None,
-        prefill_attn=fits["prefill_attn"].params if "prefill_attn" in fits else None,
-        decode_attn=fits["decode_attn"].params if "decode_attn" in fits else None,
-        h2d=fits["h2d"].params if "h2d" in fits else None,
-        d2h=fits["d2h"].params if "d2h" in fits else None,
+        gemm=fitted_params(fits, "gemm", GemmFit),
+        elementwise=fitted_params(fits, "elementwise", ElementwiseFit),
+        prefill_attn=fitted_params(fits, "prefill_attn", PrefillAttnTerm),
+        decode_attn=fitted_params(fits, "decode_attn", DecodeAttnTerm),
+        h2d=fitted_params(fits, "h2d", CopyTerm),
+        d2h=fitted_params(fits, "d2h", CopyTerm),
         overlap=overlap,
         step_overhead_s=step,
     )

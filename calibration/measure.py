@@ -98,11 +98,19 @@ def _backend(cfg: MeasureConfig, skipped: list[str]) -> AttentionBackend:
 def plan_for(cfg: MeasureConfig) -> tuple[SweepPlan, str]:
     """The sweep ``cfg`` asks for, and what its time budget trimmed (empty: nothing)."""
     model = with_dtype_bytes(cfg.model, dtype_bytes(cfg.dtype))
-    args = dict(model=model, tp=cfg.tp, terms=cfg.terms, device=cfg.device, seed=cfg.seed)
     call_s = estimated_call_s(cfg.device, cfg.timing)
     if cfg.budget_s is None:
-        return plan_sweep(cfg.grid, call_s=call_s, **args), ""
-    return plan_within_budget(cfg.grid, cfg.budget_s, call_s, **args)
+        return plan_sweep(cfg.grid, model, cfg.tp, cfg.terms, cfg.device, cfg.seed, call_s), ""
+    return plan_within_budget(
+        cfg.grid,
+        cfg.budget_s,
+        call_s,
+        model=model,
+        tp=cfg.tp,
+        terms=cfg.terms,
+        device=cfg.device,
+        seed=cfg.seed,
+    )
 
 
 def run_measurements(

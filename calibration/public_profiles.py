@@ -25,6 +25,7 @@ from costmodels import (
     BatchShape,
     CostModel,
     DecodeAttnTerm,
+    PrefillAttnTerm,
     Profile,
     ProfileMeta,
     TermValidation,
@@ -33,7 +34,15 @@ from costmodels import (
     get_model,
 )
 
-from .fit import PerOpForm, RateLimits, TermFit, TileWaveForm, fit_term
+from .fit import (
+    ElementwiseFit,
+    GemmFit,
+    PerOpForm,
+    RateLimits,
+    TermFit,
+    TileWaveForm,
+    fit_term,
+)
 from .profile_writer import (
     ProfileFits,
     build_profile,
@@ -153,7 +162,7 @@ def _fit_source(src: PublicSource, samples: list[Sample], seed: int) -> SourceRe
         for held in models:
             split = leave_out_split(
                 [s for s in samples if s.term == "linear"],
-                lambda s, h=held: s.model.name.split("/")[0] == h,
+                lambda s: s.model.name.split("/")[0] == held,  # called before the loop moves on
                 f"leave-one-model-out: fit the other model, test {held} (all TP shards)",
             )
             for term in ("gemm", "elementwise", "linear"):
@@ -188,10 +197,13 @@ def _build(
     pf = _fits_by_term(by_source[spec.prefill_attn].fits)["prefill_attn"]
     notes: list[str] = []
     if spec.decode_attn is not None:
-        dec = _fits_by_term(by_source[spec.decode_attn].fits)["decode_attn"].params
+        dec = _fits_by_term(by_source[spec.decode_attn].fits)["decode_attn"].params_as(
+            DecodeAttnTerm
+        )
         dec_src = spec.decode_attn
     else:
-        a100 = _fits_by_term(by_source["a100-vidur-flashinfer"].fits)["decode_attn"].params
+        a100_fits = _fits_by_term(by_source["a100-vidur-flashinfer"].fits)
+        a100 = a100_fits["decode_attn"].params_as(DecodeAttnTerm)
         dec = _decode_transferred(a100, spec.gpu)
         dec_src = None
         notes.append(
@@ -201,9 +213,9 @@ def _build(
             "is not described by the linear form (see h100-lss-70b-tp4 in calibration/README.md)"
         )
     fits = ProfileFits(
-        gemm=lin["gemm"].params,
-        elementwise=lin["elementwise"].params,
-        prefill_attn=pf.params,
+        gemm=lin["gemm"].params_as(GemmFit),
+        elementwise=lin["elementwise"].params_as(ElementwiseFit),
+        prefill_attn=pf.params_as(PrefillAttnTerm),
         decode_attn=dec,
     )
     # The validation block: the random-split held-out error of each term of this profile.
@@ -281,14 +293,9 @@ def fit_public(
         lss = loaded["h100-lss-8b-layers"]
         v = _fits_by_term(results["h100-vidur-mlp"].fits)
         note = "transfer: h100-vidur-mlp constants (Llama-2-7B shards) on LLMServingSim Llama-3.1-8B ops"
-        transfer.append(
-            transfer_check(
-                "h100-lss-8b-layers", "linear", lss, v["gemm"].params, v["elementwise"].params, note
-            )
-        )
-        transfer.append(
-            transfer_check("h100-lss-8b-layers", "lm_head", lss, v["gemm"].params, note=note)
-        )
+        gemm, ew = v["gemm"].params_as(GemmFit), v["elementwise"].params_as(ElementwiseFit)
+        transfer.append(transfer_check("h100-lss-8b-layers", "linear", lss, gemm, ew, note))
+        transfer.append(transfer_check("h100-lss-8b-layers", "lm_head", lss, gemm, note=note))
     profiles = []
     for spec in PROFILE_SPECS:
         needed = {spec.linear, spec.prefill_attn, spec.decode_attn or "a100-vidur-flashinfer"}

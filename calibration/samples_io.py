@@ -7,6 +7,7 @@ import csv
 from collections.abc import Iterable, Sequence
 from dataclasses import fields
 from pathlib import Path
+from typing import Any
 
 from costmodels import ModelSpec
 
@@ -64,7 +65,7 @@ def parse_samples(lines: Iterable[str], origin: str) -> list[Sample]:
     for r in csv.DictReader(lines):
         vals = tuple(r[f"model_{k}"] for k in _MODEL)
         if vals not in models:
-            kw = {
+            kw: dict[str, Any] = {  # each field parsed to its own type
                 k: (
                     r[f"model_{k}"]
                     if k == "name"

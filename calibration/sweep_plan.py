@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from costmodels import ModelSpec
 
@@ -166,7 +167,8 @@ def _thin(grid: Grid, axis: str) -> Grid | None:
         keep = _every_other(getattr(grid, axis))
         if keep is None:
             return None
-        return replace(grid, **{axis: tuple(v for v in getattr(grid, axis) if v in keep)})
+        thinned: dict[str, Any] = {axis: tuple(v for v in getattr(grid, axis) if v in keep)}
+        return replace(grid, **thinned)
     if axis in ("decode_batch", "decode_ctx"):
         i = 0 if axis == "decode_batch" else 1
         keep = _every_other([d[i] for d in grid.decode])

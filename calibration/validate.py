@@ -212,7 +212,7 @@ def evaluate(
             "elementwise", _pick(samples, "elementwise", split.train), limits, ew_form=ew_form
         )
         test = _pick(samples, "linear", split.test)
-        pred = predict_linear(g.params, e.params, test)
+        pred = predict_linear(g.params_as(GemmFit), e.params_as(ElementwiseFit), test)
         fits: tuple[TermFit, ...] = (g, e)
         train_n = g.n
     else:
