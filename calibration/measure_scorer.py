@@ -1,4 +1,4 @@
-"""Seconds per key of the learned token scorer, measured: the MLP of costmodels/token_scoring.py
+"""Seconds per key of the learned token scorer, measured: the MLP of costmodels/scorer_mlp.py
 (key_dim -> hidden -> ... -> 1, ReLU between layers) timed on batches of keys.
 
 Why measure: the analytic ``scoring_s`` prices the MLP at the profile's large-GEMM FLOP rate, which
