@@ -20,7 +20,7 @@ from costmodels import attention_pairs
 from sim.pricing import Prefill
 
 if TYPE_CHECKING:
-    from sim.scheduler import TurnRun
+    from sim.turns import TurnRun
 
 
 @dataclass(slots=True, eq=False)

@@ -216,3 +216,96 @@ class SparseConfig:
         if self.kind == "full":
             return f"cpu-full-r{self.ring_slots}"
         return f"quest-k{self.k}-r{self.ring_slots}"
+
+
+# -- combinations ---------------------------------------------------------------------------------
+# The rules for features used together, in one place. Each is (the YAML key it names, the reason);
+# the engine raises the first for a run, and experiment validation reports every one with its key.
+def combination_problems(
+    memory: MemoryConfig,
+    engine: EngineConfig,
+    budget: BudgetConfig | None = None,
+    sparse: SparseConfig | None = None,
+) -> list[tuple[str, str]]:
+    """What kvsim's engine does not model about these settings together (empty: all fine).
+    Prefix sharing's rules depend on the trace too: ``sharing_problems``."""
+    out = []
+    if engine.chunked_prefill:
+        if memory.evict_unit == "layer_block":
+            out.append(
+                (
+                    "engine.chunked_prefill",
+                    "chunked prefill cuts a prefill of whole pages: memory.evict_unit must be "
+                    "block or session, not layer_block",
+                )
+            )
+        if not engine.fused_recompute:
+            out.append(
+                (
+                    "engine.chunked_prefill",
+                    "chunked prefill cuts the recompute with the prompt: engine.fused_recompute "
+                    "must be true",
+                )
+            )
+    if sparse is not None and sparse.enabled:
+        if memory.evict_unit == "session":
+            out.append(
+                (
+                    "sparse.kind",
+                    "sparse offload moves a session's pages one by one: memory.evict_unit must be "
+                    "block or layer_block",
+                )
+            )
+        if not memory.cpu_kv_gb > 0:
+            out.append(
+                (
+                    "sparse.kind",
+                    "sparse offload serves decode from CPU memory: memory.cpu_kv_gb must be > 0",
+                )
+            )
+        if budget is not None and budget.capacity is not None:
+            out.append(
+                (
+                    "sparse.kind",
+                    "token budgets and sparse offload together are not modelled: use one of them",
+                )
+            )
+        if engine.chunked_prefill:
+            out.append(
+                (
+                    "sparse.kind",
+                    "chunked prefill and sparse offload together are not modelled: use one of them",
+                )
+            )
+    return out
+
+
+def sharing_problems(
+    memory: MemoryConfig, budget: BudgetConfig | None = None, sparse: SparseConfig | None = None
+) -> list[tuple[str, str]]:
+    """What prefix sharing cannot take, once a trace names shared blocks (sharing on)."""
+    out = []
+    if memory.evict_unit != "block":
+        out.append(
+            (
+                "memory.prefix_sharing",
+                "memory.prefix_sharing shares whole pages across sessions: memory.evict_unit must "
+                "be block (or set prefix_sharing: false)",
+            )
+        )
+    if (budget is not None and budget.capacity is not None) or (
+        sparse is not None and sparse.enabled
+    ):
+        out.append(
+            (
+                "memory.prefix_sharing",
+                "prefix sharing with token budgets or sparse offload is not modelled: set "
+                "memory.prefix_sharing: false",
+            )
+        )
+    return out
+
+
+def raise_first(problems: list[tuple[str, str]]) -> None:
+    if problems:
+        raise ValueError(problems[0][1])

@@ -13,7 +13,8 @@ from collections.abc import Callable
 import simpy
 
 from sim.invariants import check_invariants
-from sim.scheduler import Scheduler, Step
+from sim.scheduler import Scheduler
+from sim.turns import Step
 
 
 class Engine:

@@ -21,7 +21,7 @@ def check_invariants(sched) -> None:
     running = {run.sess.index: run for run in sched.running.values()}
     # turns in the middle of a chunked prefill hold their session (its KV is as admitted)
     holding = running | {run.sess.index: run for run in sched.chunking}
-    offload = getattr(sched, "offload", None)
+    offload = sched.offload.sparse if sched.offload is not None else None
     for sess in sched.kv:
         run = running.get(sess.index)
         tokens = run.tokens_at(sched.step) if run is not None else sess.tokens
@@ -74,7 +74,7 @@ def check_invariants(sched) -> None:
             raise AssertionError(
                 f"{where}: {tokens} tokens need {need} unit pages, units cover {sum(counts)}"
             )
-    share = getattr(sched, "share", None)
+    share = sched.share
     if share is not None:
         _check_shared(share, holding)
     decoding = list(sched.running.values())  # checked after an iteration: all decode
@@ -91,7 +91,7 @@ def check_invariants(sched) -> None:
         raise AssertionError(
             f"{growing} decoding runs are below their cap, counted {sched.dec_grow}"
         )
-    cap = getattr(sched, "cap", 1 << 62)
+    cap = sched.cap
     for sess in sched.kv:
         # A token budget's footprint: no session holds more than the pages of its cap.
         if len(sess.tier) > -(-cap // bt) * view.layers and not view.per_session:
@@ -104,15 +104,16 @@ def check_invariants(sched) -> None:
                 f"session {sess.session_id}: {sess.unit_pages} pages exceed the "
                 f"budget of {cap} tokens"
             )
-    for index, (key, tokens) in getattr(sched, "_dropped_memo", {}).items():
+    memo = sched.layered.dropped_memo if sched.layered is not None else {}
+    for index, (key, tokens) in memo.items():
         sess = sched.kv[index]
         if (
             key == (sess.tier_pages[Tier.DROPPED], sess.tokens)
-            and tokens != sched._split(sess)[Tier.DROPPED]
+            and tokens != sched.split(sess)[Tier.DROPPED]
         ):
             raise AssertionError(
                 f"session {sess.session_id}: remembered {tokens} dropped tokens, "
-                f"has {sched._split(sess)[Tier.DROPPED]}"
+                f"has {sched.split(sess)[Tier.DROPPED]}"
             )
     used[Tier.GPU] += mem.reserved  # rings and metadata of sparse offload
     if offload is not None:

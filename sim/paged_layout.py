@@ -25,7 +25,8 @@ import numpy as np
 from sim.units import SessionKV, Tier
 
 if TYPE_CHECKING:
-    from sim.scheduler import Scheduler, Step, TurnRun
+    from sim.scheduler import Scheduler
+    from sim.turns import Step, TurnRun
 
 KV_LAYOUTS = ("NHD", "HND")
 _ARRAYS = ("kv_indptr", "kv_page_indices", "kv_last_page_len", "qo_indptr")

@@ -19,7 +19,8 @@ from costmodels import CostModel
 from sim.config import BudgetConfig, EngineConfig, MemoryConfig, SparseConfig
 from sim.engine import Engine
 from sim.results import EngineStats, SimResult, ledger_frame, run_labels
-from sim.scheduler import Scheduler, Step
+from sim.scheduler import Scheduler
+from sim.turns import Step
 from traces.records import Session
 
 
@@ -103,7 +104,7 @@ def simulate(
         evict_ns=sched.mem.evict_samples,
         tbt=sched.tbt,
         rejected_turns=sched.rejected_turns,
-        decode_h2d_bytes=sched.offload.h2d_bytes if sched.offload is not None else 0.0,
+        decode_h2d_bytes=sched.offload.sparse.h2d_bytes if sched.offload is not None else 0.0,
         gpu_reserved_peak_bytes=sched.mem.peak_reserved,
         policy_metrics=tuple(p.metrics() for p in sched.mem.policy),
         wall_s=time.perf_counter() - wall0,

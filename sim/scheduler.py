@@ -1,12 +1,17 @@
-"""The synchronous core of the engine: admission, decode growth, preemption and completion.
+"""The scheduler's core: one iteration of the engine, from the waiting queue to completion.
 
-``plan`` prepares an iteration at time ``now`` (memory for decodes, then FCFS admission of waiting
-turns, each made wholly GPU-resident: GPU hits, CPU swap-ins, recompute of dropped units) and prices
-it; ``finish`` applies it at its end time (tokens out, completions, the next turns' arrivals);
-``decode_span`` runs the decode-only iterations up to the next event in one go. The jobs around it
-live in their own modules: the KV memory and its evictions (``sim.memory``), arrivals and replay
-(``sim.arrivals``), iteration pricing (``sim.pricing``), the ledger record (``sim.results``). The
-SimPy shell in ``sim.engine`` only turns durations into timeouts.
+``release`` moves arrived turns into the waiting queue; ``plan`` prepares an iteration at time
+``now`` (a page for every decode that starts one, preempting the newest turn when the GPU cannot
+give it, then FCFS admission of waiting turns, each made wholly GPU-resident: GPU hits, CPU
+swap-ins, recompute of dropped units) and prices it; ``finish`` applies it at its end time (tokens
+out, completions, the next turns' arrivals); ``decode_span`` runs the decode-only iterations up
+to the next event in one go (``sim.spans``).
+
+Serving features are parts (``sim.parts``), created only when the run asks for them: chunked
+prefill, token budgets, layer-wise units, decode from CPU memory, prefetch, prefix sharing and a
+streamed trace. The jobs around the core live in their own modules: KV memory and its evictions
+(``sim.memory``), arrivals and replay (``sim.arrivals``), pricing (``sim.pricing``), the ledger
+(``sim.results``); the SimPy shell in ``sim.engine`` only turns durations into timeouts.
 
 Work per iteration is O(turns admitted, completed or growing a page), never O(batch): decoding
 sequences are kept as running sums, and due dates (next page, completion) sit in step buckets.
@@ -14,108 +19,40 @@ sequences are kept as running sums, and due dates (next page, completion) sit in
 
 from __future__ import annotations
 
-import heapq
 import math
-from collections import defaultdict, deque
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
-
-import numpy as np
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
 
 from costmodels import BatchShape, CostModel, attention_pairs
 from sim.arrivals import Arrivals, next_arrival_s
-from sim.chunks import PrefillJob, add_into, first_chunk
-from sim.config import BudgetConfig, EngineConfig, MemoryConfig, SparseConfig
+from sim.config import (
+    BudgetConfig,
+    EngineConfig,
+    MemoryConfig,
+    SparseConfig,
+    combination_problems,
+    raise_first,
+)
 from sim.lifetime import fit_lifetime
 from sim.memory import CPU, DROPPED, GPU, SHARED, TieredMemory
-from sim.offload import SparseOffload
+from sim.parts.budget import TokenBudget
+from sim.parts.chunked import ChunkedPrefill
+from sim.parts.layers import LayerRecovery
+from sim.parts.offload import OffloadDecode
+from sim.parts.prefetch import Prefetch
+from sim.parts.sharing import POOL_INDEX, PrefixSharing
+from sim.parts.stream import StreamIntake
 from sim.policies import PolicyContext, make_policy, policy_class
-from sim.prefix import SharedPrefixes, prefix_keys
-from sim.pricing import Prefill, Pricer, recompute_pairs, running_sum
+from sim.pricing import Prefill, Pricer, recompute_pairs
 from sim.results import Ledger
 from sim.samples import Samples
-from sim.units import SessionKV, UnitView, layer_codes, layer_split, uid_of
+from sim.spans import DecodeSpan, decode_span
+from sim.step_buckets import StepBuckets
+from sim.turns import Step, TurnRun
+from sim.units import SessionKV, SessionTable, UnitView
 from traces.records import Session, Turn
 
-
-@dataclass(slots=True, eq=False)
-class TurnRun:
-    """A turn in the system, from arrival to completion."""
-
-    sess: SessionKV
-    k: int
-    turn: Turn
-    history: int  # tokens of history KV kept (H_k less what a budget pruned)
-    arrival_s: float
-    order: int  # FCFS position
-    ttft_ideal_s: float
-    admit_s: float = math.nan
-    first_token_s: float = math.nan
-    generated: int = 0
-    base_tokens: int = 0  # session tokens at the start of step base_step (while decoding)
-    base_step: int = 0
-    epoch: int = 0  # bumped on preemption: stale bucket entries carry an older epoch
-    admit_seq: int = 0  # admission order (preemption picks the newest)
-    gpu_hit: int = 0
-    cpu_hit: int = 0
-    recomputed: int = 0
-    layer_units: tuple[int, int, int] = (0, 0, 0)  # the history's (page, layer) pairs per tier
-    copy_stall_s: float = 0.0  # copy time its admission iteration could not hide
-    swap_in_bytes: int = 0
-    prefetched_bytes: int = 0  # of swap_in_bytes, copied ahead of admission
-    preemptions: int = 0
-    preempt_recompute: int = 0
-    admitted_once: bool = False
-    true_history: int = 0  # H_k: the session's tokens so far, pruned or not
-    cap: int = 1 << 62  # tokens its KV may hold (a token budget's S + W + B)
-    growing: bool = False  # decoding and below its cap: its KV grows a token a step
-    cpu_pages: int = -1  # sparse offload: its pages decode reads from the CPU (-1: none)
-    shared_hit: int = 0  # prompt tokens found on the GPU in the shared-prefix pool
-    shared_cpu: int = 0  # ... found there on the CPU (swapped in)
-
-    def tokens_at(self, step: int) -> int:
-        return min(self.cap, self.base_tokens + (step - self.base_step))
-
-    def generated_at(self, step: int) -> int:
-        """Output tokens generated by the start of decode step ``step``."""
-        return self.generated + (step - self.base_step)
-
-
-@dataclass(slots=True)
-class Step:
-    """One planned iteration."""
-
-    duration_s: float
-    admitted: list[TurnRun]
-    decode_seqs: int
-    prefill_lens: list[tuple[int, int]] = field(default_factory=list)  # each prefill: (new, cached)
-    prefill_runs: list[TurnRun] | None = None  # whose prefills those are (None: ``admitted``)
-
-    @property
-    def prefilling(self) -> list[TurnRun]:
-        """The turns of ``prefill_lens``, in order: the admitted ones, and with chunked prefill
-        also those whose prefill goes on after this iteration."""
-        return self.admitted if self.prefill_runs is None else self.prefill_runs
-
-
-# The shared-prefix pool's session index: above every trace session's (as a pool after the last
-# session would be), and fixed, so a stream of unknown length cannot reach it. uid = index << 24 |
-# unit stays below 2**63.
-POOL_INDEX = (1 << 32) - 1
-# Arrivals' tie-break for first turns: before every later turn's arrival at the same time, in trace
-# order (what scheduling every first arrival up front, as a list of sessions does, gives).
-_FIRST_ORDER = -(1 << 62)
-
-
-class SessionTable(dict):
-    """Session index -> SessionKV: the scheduler's ``kv`` and the view's ``sessions``. Indexed like
-    the list it stands for (``table[uid >> UNIT_BITS]``), iterated over its SessionKVs; the sessions
-    in trace order, the shared-prefix pool at ``POOL_INDEX``."""
-
-    __slots__ = ()
-
-    def __iter__(self) -> Iterator[SessionKV]:
-        return iter(self.values())
+__all__ = ["POOL_INDEX", "DecodeSpan", "Scheduler", "SessionTable", "Step", "TurnRun"]
 
 
 class Scheduler:
@@ -132,70 +69,24 @@ class Scheduler:
         sparse: SparseConfig | None = None,
     ) -> None:
         """``sessions``: a list (any Sequence) of the whole trace, or a stream (any other iterable)
-        of sessions in order of first arrival, each with turn 0's ``arrival_s``. A stream is pulled
-        one session at a time, when the simulation reaches the pulled session's first arrival: one
-        session not yet arrived is held at a time, and a session's records are let go when it
-        finishes (docs/semantics.md, section 1). Either way session i is the i-th of the trace."""
+        of sessions in order of first arrival, each with turn 0's ``arrival_s`` (``sim.parts.
+        stream``). Either way session i is the i-th of the trace."""
+        raise_first(combination_problems(memory, engine, budget, sparse))
         self.cost, self.cfg = cost, engine
-        self.streaming = not isinstance(sessions, Sequence)
-        # A token budget caps every session's KV at S + W + B tokens (no cap: full KV).
-        self.budget = budget or BudgetConfig()
-        self.cap = self.budget.capacity or (1 << 62)
+        self.memory_cfg, self.budget_cfg, self.sparse_cfg = memory, budget, sparse
+        streaming = not isinstance(sessions, Sequence)
         self.bt = memory.block_tokens
         self.page_bytes = self.bt * cost.kv_bytes_per_token
         self.per_session_unit = memory.evict_unit == "session"
         self.layers = cost.model.num_layers
         self.upp = self.layers if memory.evict_unit == "layer_block" else 1  # units per page
-        if engine.chunked_prefill and self.upp > 1:
-            raise ValueError(
-                "chunked prefill cuts a prefill of whole pages: memory.evict_unit must be block or "
-                "session, not layer_block"
-            )
-        if engine.chunked_prefill and not engine.fused_recompute:
-            raise ValueError(
-                "chunked prefill cuts the recompute with the prompt: engine.fused_recompute must "
-                "be true"
-            )
         self.unit_bytes = self.page_bytes // self.upp  # one page of one unit's layers
-        predictor = None
-        if getattr(policy_class(policy), "needs_predictor", False):
-            if self.streaming:
-                raise ValueError(
-                    f"policy {policy!r} fits its lifetime predictor on the whole "
-                    f"trace before the run: it needs a list of sessions, not a "
-                    f"stream (read the trace whole, e.g. with traces.read_jsonl)"
-                )
-            predictor = fit_lifetime(sessions)  # fitted on the trace's training split
         # The sessions' records by index; a finished session's entry is set to None.
-        self.sessions: list[Session | None] = [] if self.streaming else list(sessions)
+        self.sessions: list[Session | None] = [] if streaming else list(sessions)
         self.kv = SessionTable()
         for i, s in enumerate(self.sessions):
             self.kv[i] = SessionKV(i, s.session_id, s.turns[0].priority)
-        view = UnitView(
-            self.kv, self.unit_bytes, layers=self.upp, per_session=self.per_session_unit
-        )
-        self._memory = memory
-        # The cost model prices one GPU of a tensor-parallel group and its pages are that GPU's
-        # shard, so the capacities are its 1/tp of the group's (exact at tp = 1).
-        tp = cost.tp
-        gpu_kv_bytes = MemoryConfig.capacity_bytes(memory.gpu_kv_gb / tp)
-        cpu_kv_bytes = MemoryConfig.capacity_bytes(memory.cpu_kv_gb / tp)
-        ctx = dict(
-            block_tokens=self.bt,
-            num_layers=cost.model.num_layers,
-            view=view,
-            cost=cost,
-            cpu_kv_bytes=cpu_kv_bytes,
-            predictor=predictor,
-        )
-        self.mem = TieredMemory(
-            gpu_kv_bytes,
-            cpu_kv_bytes,
-            make_policy(policy, PolicyContext(tier=GPU, **ctx)),
-            make_policy(policy, PolicyContext(tier=CPU, **ctx)),
-            view,
-            clock=clock or (lambda: 0),
-        )
+        self.mem = self._tiered_memory(policy, sessions, streaming, clock)
         self.pricer = Pricer(
             cost,
             self.page_bytes,
@@ -204,51 +95,35 @@ class Scheduler:
             engine.fused_recompute,
             engine.swap_copies == "per_layer",
         )
-        # Decode spans allocate their pages in one batch when that cannot change a decision.
-        self._bulk = type(self.mem.policy[GPU]).grows_in_bulk and not self.per_session_unit
-        self.sparse = sparse or SparseConfig()
-        self.share: SharedPrefixes | None = None
-        if any(map(self._hashed, self.sessions)):
-            self._start_sharing()
-        self.offload: SparseOffload | None = None
-        if self.sparse.enabled:
-            if self.per_session_unit:
-                raise ValueError(
-                    "sparse offload moves a session's pages one by one: "
-                    "memory.evict_unit must be block or layer_block"
-                )
-            if not memory.cpu_kv_gb > 0:
-                raise ValueError(
-                    "sparse offload serves decode from CPU memory: memory.cpu_kv_gb must be > 0"
-                )
-            if self.budget.capacity is not None:
-                raise ValueError(
-                    "token budgets and sparse offload together are not modelled: use one of them"
-                )
-            if engine.chunked_prefill:
-                raise ValueError(
-                    "chunked prefill and sparse offload together are not modelled: use one of them"
-                )
-            self.offload = SparseOffload(self.sparse, cost, self.bt)
-            self._bulk = False  # every page step offloads a page: step by step
+        # The parts this run asks for (None: not asked).
+        cap = budget.capacity if budget is not None else None
+        self.cap = cap if cap is not None else 1 << 62  # tokens a session's KV may hold
+        self.budget = TokenBudget(self, cap) if cap is not None else None
+        self.chunked = ChunkedPrefill(self) if engine.chunked_prefill else None
+        self.layered = LayerRecovery(self) if self.upp > 1 else None
+        self.offload = (
+            OffloadDecode(self, sparse) if sparse is not None and sparse.enabled else None
+        )
+        self.prefetch = Prefetch(self, engine.prefetch) if engine.prefetch != "off" else None
+        self.share: PrefixSharing | None = None  # started by the first session that shares
+        # Decode spans allocate their pages in one batch when that cannot change a decision (every
+        # page step of an offloading run moves a page: those go step by step).
+        self.grows_in_bulk = (
+            type(self.mem.policy[GPU]).grows_in_bulk
+            and not self.per_session_unit
+            and self.offload is None
+        )
         self.arrivals = Arrivals()
         self.waiting: deque[TurnRun] = deque()
         self.running: dict[int, TurnRun] = {}  # admit_seq -> run, in admission order
-        # engine.chunked_prefill: admitted turns whose prefill goes on, oldest first (not running:
-        # they decode nothing yet)
-        self.chunks: deque[PrefillJob] | None = deque() if engine.chunked_prefill else None
         self._admit_seq = 0
         self.step = 0
-        self._page_due: dict[int, list[tuple[TurnRun, int]]] = defaultdict(list)
-        self._finish_due: dict[int, list[tuple[TurnRun, int]]] = defaultdict(list)
-        self._finish_steps: list[int] = []  # heap of the keys of _finish_due
-        self._page_steps: list[int] = []  # heap of the keys of _page_due
+        self.page_due = StepBuckets()  # decoding runs by the step they start a page
+        self.finish_due = StepBuckets()  # ... by the step they complete
         self.dec_seqs = 0  # sequences decoding in the next step
         self.dec_ctx = 0  # their total context tokens
         self.dec_grow = 0  # of them, those below their cap
-        self._cap_due: dict[int, list[tuple[TurnRun, int]]] = defaultdict(list)
-        self._cap_steps: list[int] = []  # heap of the keys of _cap_due
-        self._d2h_mark = 0  # swap-out bytes already priced
+        self.d2h_mark = 0  # swap-out bytes already priced
         self.live_pages = 0  # pages of sessions not yet finished
         self.peak_live_pages = 0  # the trace's peak KV demand
         self.ledger = Ledger()
@@ -258,109 +133,92 @@ class Scheduler:
         self.output_tokens = 0
         self.swap_in_bytes = 0
         self.completed = 0
-        # Ahead-of-time swap-ins (engine.prefetch): due times, what each session got and when its
-        # copy ends, and when the host-to-device stream is free of them.
-        self._prefetch_due: list[tuple[float, int, int]] = []  # heap of (time, order, session)
-        self._prefetch_order = 0
-        self._prefetched: dict[int, tuple[np.ndarray, float]] = {}
-        self.h2d_busy_until = 0.0
-        self._dropped_memo: dict[int, tuple[tuple[int, int], int]] = {}  # see _dropped_tokens
-        self.prefetch_bytes = 0
         # Each decode step's duration and sequences (TBT), appended to in place; compacted as
         # turns complete, so that a long run's record stops growing (sim.samples).
         self.tbt = Samples(weighted=True)
         assert self.tbt.weights is not None
         self.step_s, self.step_decode = self.tbt.values, self.tbt.weights
-        self._stream: Iterator[Session] | None = None
-        self._stream_head = -1  # index of the pulled session whose first turn is due
-        self._stream_start = -math.inf  # its first arrival (a stream's order is checked)
-        if self.streaming:
-            self._stream = iter(sessions)
-            self._pull()
-        else:
-            for i, s in enumerate(self.sessions):
-                self.arrivals.schedule(i, s.turns[0].arrival_s or 0.0)
+        for i, s in enumerate(self.sessions):
+            assert s is not None
+            self.share_if_hashed(s)
+            self.arrivals.schedule(i, s.turns[0].arrival_s or 0.0)
+        self.stream = StreamIntake(self, sessions, POOL_INDEX) if streaming else None
 
-    # -- intake ----------------------------------------------------------------------------------
-    def _hashed(self, session: Session) -> bool:
-        """Does the session share a prefix (sharing on, and its first turn names hashed blocks)?"""
-        return bool(
-            self._memory.prefix_sharing and session.turns[0].prefix_hashes and session.block_tokens
+    def _tiered_memory(
+        self,
+        policy: str,
+        sessions: Sequence[Session] | Iterable[Session],
+        streaming: bool,
+        clock: Callable[[], int] | None,
+    ) -> TieredMemory:
+        """The GPU and CPU tiers, each with its instance of the policy."""
+        memory, cost = self.memory_cfg, self.cost
+        predictor = None
+        if getattr(policy_class(policy), "needs_predictor", False):
+            if streaming:
+                raise ValueError(
+                    f"policy {policy!r} fits its lifetime predictor on the whole "
+                    f"trace before the run: it needs a list of sessions, not a "
+                    f"stream (read the trace whole, e.g. with traces.read_jsonl)"
+                )
+            assert isinstance(sessions, Sequence)
+            predictor = fit_lifetime(sessions)  # fitted on the trace's training split
+        view = UnitView(
+            self.kv, self.unit_bytes, layers=self.upp, per_session=self.per_session_unit
+        )
+        # The cost model prices one GPU of a tensor-parallel group and its pages are that GPU's
+        # shard, so the capacities are its 1/tp of the group's (exact at tp = 1).
+        gpu_kv_bytes = MemoryConfig.capacity_bytes(memory.gpu_kv_gb / cost.tp)
+        cpu_kv_bytes = MemoryConfig.capacity_bytes(memory.cpu_kv_gb / cost.tp)
+        ctx = dict(
+            block_tokens=self.bt,
+            num_layers=cost.model.num_layers,
+            view=view,
+            cost=cost,
+            cpu_kv_bytes=cpu_kv_bytes,
+            predictor=predictor,
+        )
+        return TieredMemory(
+            gpu_kv_bytes,
+            cpu_kv_bytes,
+            make_policy(policy, PolicyContext(tier=GPU, **ctx)),
+            make_policy(policy, PolicyContext(tier=CPU, **ctx)),
+            view,
+            clock=clock or (lambda: 0),
         )
 
-    def _start_sharing(self) -> None:
-        """The shared-prefix pool, at POOL_INDEX of the table (policies read its units through
-        the view). A list of sessions starts it up front, a stream at its first hashed session."""
-        if self._memory.evict_unit != "block":
-            raise ValueError(
-                "memory.prefix_sharing shares whole pages across sessions: "
-                "memory.evict_unit must be block (or set prefix_sharing: false)"
-            )
-        if self.budget.capacity is not None or self.sparse.enabled:
-            raise ValueError(
-                "prefix sharing with token budgets or sparse offload is not "
-                "modelled: set memory.prefix_sharing: false"
-            )
-        self.share = SharedPrefixes(self.mem, POOL_INDEX)
-        self.kv[POOL_INDEX] = self.share.pool
+    # -- intake ----------------------------------------------------------------------------------
+    def share_if_hashed(self, session: Session) -> None:
+        """Start prefix sharing at the first session that shares a prefix (sharing on, and its
+        first turn names hashed blocks)."""
+        if (
+            self.share is None
+            and self.memory_cfg.prefix_sharing
+            and session.turns[0].prefix_hashes
+            and session.block_tokens
+        ):
+            self.share = PrefixSharing(self)
 
-    def _pull(self) -> None:
-        """Take the stream's next session and schedule its first arrival (none: the stream ends)."""
-        s = next(self._stream, None)
-        if s is None:
-            self._stream = None
-            return
-        i = len(self.sessions)
-        start = s.turns[0].arrival_s if s.turns else None
-        if start is None:
-            raise ValueError(
-                f"session stream: session {s.session_id!r} (#{i}) has no first "
-                f"turn with arrival_s: a stream needs every session's start"
-            )
-        if start < self._stream_start:
-            prev = self.sessions[i - 1]
-            raise ValueError(
-                f"session stream out of order: session {s.session_id!r} (#{i}) "
-                f"starts at {start}, before the previous session "
-                f"{prev.session_id if prev is not None else f'#{i - 1}'!r} "
-                f"({self._stream_start}); a stream must come in order of first "
-                f"arrival"
-            )
-        if i >= POOL_INDEX:
-            raise ValueError(f"session stream: more than {POOL_INDEX} sessions")
-        if self.share is None and self._hashed(s):
-            self._start_sharing()
-        self.sessions.append(s)
-        self.kv[i] = SessionKV(i, s.session_id, s.turns[0].priority)
-        self.arrivals.schedule(i, start, order=_FIRST_ORDER + i)
-        self._stream_head, self._stream_start = i, start
-
-    def _finished(self, i: int) -> None:
-        """Session i has no turn left: let go of its records (its KV stays until evicted)."""
-        self.sessions[i] = None
-        if self.share is not None:
-            self.share.units.pop(i, None)
-
-    # -- arrivals --------------------------------------------------------------------------------
     def next_arrival_s(self) -> float | None:
         """The next arrival or ahead-of-time swap-in: the next event that can change a decision."""
         nxt = self.arrivals.next_s()
-        if self._prefetch_due:
-            t = self._prefetch_due[0][0]
+        if self.prefetch is not None and self.prefetch.due:
+            t = self.prefetch.due[0][0]
             nxt = t if nxt is None else min(nxt, t)
         return nxt
 
     def release(self, now: float) -> None:
         """Move every turn that has arrived by ``now`` into the waiting queue."""
         for t, order, i in self.arrivals.pop_due(now):
-            if i == self._stream_head and self._stream is not None:
-                self._pull()  # the next session's first arrival (popped here if due)
+            if self.stream is not None:
+                self.stream.arrived(i)  # the next session's first arrival (popped here if due)
             kv, session = self.kv[i], self.sessions[i]
+            assert session is not None
             k = kv.next_turn
             turn = session.turns[k]
             history = kv.tokens
             if (
-                self._pages(self._peak_tokens(history, turn)) * self.page_bytes
+                self.pages(self._peak_tokens(history, turn)) * self.page_bytes
                 > self.mem.capacity[GPU]
             ):
                 # Longer than the whole GPU KV: a server rejects it (max_model_len); so do we,
@@ -383,20 +241,9 @@ class Scheduler:
                 )
             )
             if k == 0 and self.share is not None:
-                self._place_prefix(kv, session)
-            if self.cfg.prefetch != "off":
-                self._schedule_prefetch(i, t)  # swap in while it waits in the queue
-
-    def _place_prefix(self, sess: SessionKV, session: Session) -> None:
-        """A session's shared prefix, at its first turn's arrival: SHARED placeholders lead its
-        array, so its pages keep the positions of its whole context."""
-        pages = self.share.register(sess.index, prefix_keys(session, self.bt))
-        if pages:
-            sess.tier.extend(bytes([SHARED]) * pages)
-            sess.tier_pages[SHARED] = pages
-            sess.tokens = pages * self.bt
-            self.live_pages += pages
-            self.peak_live_pages = max(self.peak_live_pages, self.live_pages)
+                self.share.place(kv, session)
+            if self.prefetch is not None:
+                self.prefetch.schedule(i, t)  # swap in while it waits in the queue
 
     def _peak_tokens(self, history: int, turn: Turn) -> int:
         """The most KV tokens the turn holds: its unpruned prefill (with the first output token),
@@ -404,48 +251,49 @@ class Scheduler:
         prefill = history + turn.prompt_tokens + 1
         return max(prefill, min(self.cap, history + turn.prompt_tokens + turn.output_tokens))
 
+    def _finished(self, i: int) -> None:
+        """Session i has no turn left: let go of its records (its KV stays until evicted)."""
+        self.sessions[i] = None
+        if self.share is not None:
+            self.share.forget(i)
+
     # -- planning one iteration ------------------------------------------------------------------
     def plan(self, now: float) -> Step | None:
         """Prepare the next iteration; None when there is nothing to run."""
-        if self._prefetch_due:
-            self._run_prefetches(now)
-        self._grow_decodes(now)
-        admitted, prefill, fresh, runs = self._admit(now)
+        if self.prefetch is not None and self.prefetch.due:
+            self.prefetch.run_due(now)
+        self.grow_decodes(now)
+        if self.chunked is not None:
+            admitted, prefill, fresh, runs = self.chunked.admit(now)
+        else:
+            admitted, prefill = self._admit(now)
+            fresh, runs = admitted, None
         if not prefill.lens and self.dec_seqs == 0:
             return None
         off = self.offload
         if not prefill.lens:
             if off is not None:
-                off.h2d_bytes += off.loaded_bytes(1)
-                duration = self.pricer.with_d2h_s(
-                    off.step_s(self.dec_seqs, self.dec_ctx), self._take_d2h()
-                )
+                duration = off.decode_step_s(self.dec_seqs, self.dec_ctx, self.take_d2h())
                 return Step(duration, admitted, self.dec_seqs)
             duration = self.pricer.iteration_s(
                 BatchShape(),
                 self.dec_seqs,
                 self.dec_ctx,
-                d2h_bytes=self._take_d2h(),
+                d2h_bytes=self.take_d2h(),
                 dec_lens=self._decode_lens(admitted) if self.cost.wants_decode_lens else None,
             )
             return Step(duration, admitted, self.dec_seqs)
+        h2d_wait = max(0.0, self.prefetch.h2d_busy_until - now) if self.prefetch else 0.0
         if off is not None:
-            # The decode part reads its GPU tokens densely and its CPU pages through the ring.
-            local = self.dec_ctx - self.bt * off.cpu_pages
-            off.h2d_bytes += off.loaded_bytes(1)
-            duration, stall = self.pricer.admission_s(
-                prefill, self.dec_seqs, local, 0, max(0.0, self.h2d_busy_until - now)
-            )
-            duration = self.pricer.with_d2h_s(
-                duration + off.extra_s(self.dec_seqs, local), self._take_d2h()
-            )
+            duration, stall = off.admission_s(prefill, self.dec_seqs, self.dec_ctx, h2d_wait)
+            duration = self.pricer.with_d2h_s(duration, self.take_d2h())
         else:
             duration, stall = self.pricer.admission_s(
                 prefill,
                 self.dec_seqs,
                 self.dec_ctx,
-                self._take_d2h(),
-                max(0.0, self.h2d_busy_until - now),
+                self.take_d2h(),
+                h2d_wait,
                 self._decode_lens(admitted) if self.cost.wants_decode_lens else None,
             )
         for run in fresh:
@@ -456,7 +304,7 @@ class Scheduler:
     @property
     def chunking(self) -> list[TurnRun]:
         """Turns in the middle of a chunked prefill, oldest first (admitted, not yet running)."""
-        return [job.run for job in self.chunks or ()]
+        return self.chunked.chunking if self.chunked is not None else []
 
     def _decode_lens(self, admitted: list[TurnRun]) -> tuple[int, ...]:
         """Each decoding sequence's context this step, in admission order (the decoders are the
@@ -471,58 +319,18 @@ class Scheduler:
             )
         return lens
 
-    # -- ahead-of-time swap-in -------------------------------------------------------------------
-    def _schedule_prefetch(self, index: int, at: float) -> None:
-        self._prefetch_order += 1
-        heapq.heappush(self._prefetch_due, (at, self._prefetch_order, index))
-
-    def _run_prefetches(self, now: float) -> None:
-        """Swap in the CPU units of every session whose prefetch is due, all of a session's or
-        none (when the GPU cannot make room without its own units); victims follow the policy.
-        The copies queue on the host-to-device stream from ``now``."""
-        due, mem = self._prefetch_due, self.mem
-        while due and due[0][0] <= now:
-            _, _, i = heapq.heappop(due)
-            sess = self.kv[i]
-            need = sess.tier_pages[CPU] * self.unit_bytes
-            if (
-                sess.pinned
-                or sess.done
-                or not need
-                or mem.reclaimable(GPU) - sess.tier_pages[GPU] * self.unit_bytes < need
-            ):
-                continue
-            mem.acquire(sess, now)
-            if not mem.make_room(need, now):
-                raise AssertionError(
-                    f"prefetch of {sess.session_id}: room was checked but "
-                    f"{need} bytes could not be reclaimed"
-                )
-            idx = mem.swap_in_cpu_units(sess, now)
-            mem.release(sess, now)
-            nbytes = len(idx) * mem.unit_size(sess)
-            copy = self.pricer.copy_s("h2d", nbytes)
-            start = max(now, self.h2d_busy_until)
-            self.h2d_busy_until = start + copy
-            prev = self._prefetched.get(i)
-            if prev is not None:
-                idx = np.union1d(prev[0], idx)
-            self._prefetched[i] = (idx, start, self.h2d_busy_until)
-            self.prefetch_bytes += nbytes
-            self.swap_in_bytes += nbytes
-
-    def _take_d2h(self) -> int:
+    def take_d2h(self) -> int:
         """Swap-out bytes not yet priced: the next iteration carries them (its D2H stream)."""
-        d2h = self.mem.swap_out_bytes - self._d2h_mark
-        self._d2h_mark = self.mem.swap_out_bytes
+        d2h = self.mem.swap_out_bytes - self.d2h_mark
+        self.d2h_mark = self.mem.swap_out_bytes
         return d2h
 
-    def _grow_decodes(self, now: float, preempt: bool = True) -> bool:
+    def grow_decodes(self, now: float, preempt: bool = True) -> bool:
         """Give every decoding sequence that starts a new page this step its page, or preempt.
 
         With ``preempt=False`` nothing changes (and False is returned) unless every page fits.
         """
-        due = self._page_due.get(self.step)
+        due = self.page_due.due.get(self.step)
         if not due:
             return True
         live = [
@@ -530,10 +338,11 @@ class Scheduler:
             for run, epoch in due
             if run.epoch == epoch and run.admit_seq in self.running
         ]
-        extra = self.offload.meta_page if self.offload is not None else 0
+        off = self.offload
+        extra = off.meta_page if off is not None else 0
         if not preempt and not self.mem.reclaimable(GPU) >= len(live) * (self.page_bytes + extra):
             return False
-        del self._page_due[self.step]
+        del self.page_due.due[self.step]
         live.sort(key=lambda e: e[0].admit_seq)  # oldest first: the newest is preempted first
         for run, epoch in live:
             if run.epoch != epoch or run.admit_seq not in self.running:
@@ -548,138 +357,50 @@ class Scheduler:
             else:
                 tokens = run.tokens_at(self.step)
                 self._extend(run.sess, tokens + 1, now)
-                if run.cpu_pages >= 0:
-                    self._offload_page(run, tokens // self.bt - 1, now)
+                if off is not None and run.cpu_pages >= 0:
+                    off.page_filled(run, tokens // self.bt - 1, now)
                 if tokens + self.bt < run.cap:
-                    self._due_page(self.step + self.bt, run, epoch)
+                    self.page_due.add(self.step + self.bt, run, epoch)
         return True
 
-    def _admit(
-        self, now: float
-    ) -> tuple[list[TurnRun], Prefill, list[TurnRun], list[TurnRun] | None]:
-        """Admit waiting turns FCFS: (the turns whose prefill ends in this iteration, the
-        iteration's prefill work and swap-ins, the turns admitted in it, with chunked prefill the
-        turn of each of the prefill's sequences)."""
-        if self.chunks is not None:
-            return self._admit_chunked(now)
-        pf = Prefill()
-        if self.upp > 1:
-            pf.deep_tokens = np.zeros(self.layers, dtype=np.int64)
-            pf.deep_pairs = np.zeros(self.layers)
-            pf.h2d_units = np.zeros(self.layers, dtype=np.int64)
+    def _admit(self, now: float) -> tuple[list[TurnRun], Prefill]:
+        """Admit waiting turns FCFS: (the turns admitted, the iteration's prefill work)."""
+        pf = self.layered.prefill() if self.layered is not None else Prefill()
         admitted: list[TurnRun] = []
         budget = self.cfg.max_batch_tokens - self.dec_seqs
         while self.waiting and len(self.running) < self.cfg.max_running:
             run = self.waiting[0]
-            target, new_tokens, fetch, unheld = self._need(run)
+            target, new_tokens, fetch, unheld = self.need(run)
             if new_tokens > budget and (admitted or self.dec_seqs):
                 break  # head-of-line blocking, as vLLM's FCFS scheduler
-            if not self._room_for(run, fetch, unheld):
+            if not self.room_for(run, fetch, unheld):
                 break  # no room now; it waits at the head of the queue
             self.waiting.popleft()
-            self._make_resident(run, target, fetch, now, pf)
+            self.make_resident(run, target, fetch, now, pf)
             budget -= new_tokens
             admitted.append(run)
         pf.seqs = len(admitted)
-        return admitted, pf, admitted, None
+        return admitted, pf
 
-    def _admit_chunked(
-        self, now: float
-    ) -> tuple[list[TurnRun], Prefill, list[TurnRun], list[TurnRun]]:
-        """``_admit`` with chunked prefill: the prefills in progress take the budget first, in
-        admission order; then waiting turns are admitted while budget is left, each with as many
-        of its prefill tokens as fit (the rest in later iterations)."""
-        chunks = self.chunks
-        assert chunks is not None
-        pf, runs = Prefill(), []
-        admitted: list[TurnRun] = []
-        budget = self.cfg.max_batch_tokens - self.dec_seqs
-        jobs = list(chunks)
-        chunks.clear()  # refilled in order: a partial chunk uses up the budget, so it is the last
-        for job in jobs:
-            if budget > 0:
-                budget -= self._schedule_chunk(job.run, job.rest, budget, pf, runs, admitted)
-            else:
-                chunks.append(job)
-        fresh: list[TurnRun] = []
-        while (
-            budget > 0 and self.waiting and len(self.running) + len(chunks) < self.cfg.max_running
-        ):
-            run = self.waiting[0]
-            target, _, fetch, unheld = self._need(run)
-            if not self._room_for(run, fetch, unheld):
-                break  # no room now; it waits at the head of the queue
-            self.waiting.popleft()
-            work = Prefill()
-            self._make_resident(run, target, fetch, now, work)
-            work.seqs = 1
-            del self.running[run.admit_seq]  # running again once its prefill ends
-            fresh.append(run)
-            budget -= self._schedule_chunk(run, work, budget, pf, runs, admitted)
-        pf.seqs = len(pf.lens)
-        return admitted, pf, fresh, runs
-
-    def _schedule_chunk(
-        self,
-        run: TurnRun,
-        work: Prefill,
-        budget: int,
-        pf: Prefill,
-        runs: list[TurnRun],
-        admitted: list[TurnRun],
-    ) -> int:
-        """Put as much of ``run``'s prefill ``work`` as ``budget`` allows into the iteration's
-        ``pf`` (and ``run`` into ``runs``): all of it (the turn runs again and samples at the
-        iteration's end), or a chunk (the rest waits in ``chunks``). The tokens scheduled."""
-        assert self.chunks is not None
-        runs.append(run)
-        if work.tokens <= budget:
-            add_into(pf, work)
-            self.running[run.admit_seq] = run
-            admitted.append(run)
-            return work.tokens
-        chunk, rest = first_chunk(work, budget)
-        add_into(pf, chunk)
-        self.chunks.append(PrefillJob(run, rest))
-        return budget
-
-    def _split(self, sess: SessionKV, as_cpu: np.ndarray | None = None) -> tuple[int, int, int]:
-        """The session's tokens by where they are: (GPU hits, to swap in, to recompute). Units in
-        ``as_cpu`` (prefetched: copied from the CPU ahead of admission) count as on the CPU."""
+    def split(self, sess: SessionKV) -> tuple[int, int, int]:
+        """The session's tokens by where they are: (GPU hits, to swap in, to recompute)."""
+        if self.layered is not None:
+            return self.layered.split(sess)
         bt = self.bt
-        if as_cpu is not None and len(as_cpu):
-            if self.per_session_unit:
-                return 0, sess.tokens, 0
-            codes = np.frombuffer(sess.tier, dtype=np.uint8).copy()
-            codes[as_cpu] = 1
-            return layer_split(codes.reshape(-1, self.upp)[:, ::-1], sess.tokens, bt)
-        if self.upp > 1:
-            return layer_split(layer_codes(sess, self.layers), sess.tokens, bt)
         return sess.tokens_in(GPU, bt), sess.tokens_in(CPU, bt), sess.tokens_in(DROPPED, bt)
 
-    def _make_resident(
-        self, run: TurnRun, target: int, fetch: int, now: float, pf: Prefill
-    ) -> None:
+    def make_resident(self, run: TurnRun, target: int, fetch: int, now: float, pf: Prefill) -> None:
         """Pin the session's units, reclaim room, swap in, recompute, and add the new pages; the
         work goes into ``pf``."""
         sess, mem, bt = run.sess, self.mem, self.bt
         old_tokens = sess.tokens
         ahead, prefetched = None, 0
-        if self._prefetched:
-            got = self._prefetched.pop(sess.index, None)
-            if got is not None:
-                idx, start_s, done_s = got
-                ahead = idx[np.frombuffer(sess.tier, dtype=np.uint8)[idx] == 0]  # still there
-                if len(ahead):
-                    prefetched = len(ahead) * mem.unit_size(sess)
-                if len(ahead) and done_s > now:
-                    # Its copy is in flight, layer by layer: layer l is in at start + (l+1)/L.
-                    L = self.layers
-                    ready = start_s + (done_s - start_s) * np.arange(1, L + 1) / L - now
-                    ready = np.maximum(ready, 0.0)
-                    pf.ready_s = ready if pf.ready_s is None else np.maximum(pf.ready_s, ready)
-        split = self._split(sess, ahead)
-        per_unit = self.layers // self.upp
+        if self.prefetch is not None:
+            ahead, prefetched = self.prefetch.take(sess, now, pf)
+        if ahead is not None and len(ahead):
+            split = self.prefetch.split_before(sess, ahead)
+        else:
+            split = self.split(sess)
         tiers = sess.tier_pages[:3]
         share = self.share if self.share is not None and sess.tier_pages[SHARED] else None
         if share is not None:
@@ -691,8 +412,7 @@ class Scheduler:
             moved = len(ahead) * (sess.unit_pages if self.per_session_unit else 1)
             tiers[GPU] -= moved
             tiers[CPU] += moved
-        layer_units = tuple(n * per_unit for n in tiers)
-        self._dropped_memo.pop(sess.index, None)  # recovery brings dropped units back
+        layer_units = tuple(n * (self.layers // self.upp) for n in tiers)
         for policy in mem.policy:
             policy.on_admit(sess, split, now)
         mem.acquire(sess, now)
@@ -706,18 +426,8 @@ class Scheduler:
         new = max(1, target - 1 - old_tokens)
         new_pairs = attention_pairs(new, old_tokens)
         prompt_redo = 0  # prompt tokens of the shared prefix computed now
-        if self.upp > 1:
-            got = mem.bring_layers_to_gpu(sess, now)
-            swapped = 0
-            if got is not None:
-                swapped = got.swapped_units * self.unit_bytes
-                pf.h2d_units += got.swapped_per_layer
-                if len(got.recomputed_pages):
-                    a = got.recomputed_pages * bt
-                    n = np.minimum(old_tokens, a + bt) - a
-                    np.add.at(pf.deep_tokens, got.depth, n)
-                    np.add.at(pf.deep_pairs, got.depth, n * (a + n / 2.0))
-                    pf.recompute_seqs += 1
+        if self.layered is not None:
+            swapped = self.layered.bring_in(sess, old_tokens, now, pf)
             pf.tokens += new
             pf.pairs += new_pairs
             pf.lens.append((new, old_tokens))
@@ -775,8 +485,8 @@ class Scheduler:
 
     def _extend(self, sess: SessionKV, tokens: int, now: float) -> None:
         """Grow the session's KV to ``tokens``, placing new pages pinned on the GPU (room was made)."""
-        pages = self._pages(tokens)
-        self.live_pages += pages - self._pages(sess.tokens)
+        pages = self.pages(tokens)
+        self.live_pages += pages - self.pages(sess.tokens)
         self.peak_live_pages = max(self.peak_live_pages, self.live_pages)
         if self.per_session_unit:
             if pages != sess.unit_pages or not sess.tier:
@@ -785,7 +495,7 @@ class Scheduler:
             self.mem.add_units(sess, pages - len(sess.tier) // self.upp, now)
         sess.tokens = tokens
 
-    def _pages(self, tokens: int) -> int:
+    def pages(self, tokens: int) -> int:
         return -(-tokens // self.bt)
 
     # -- preemption ------------------------------------------------------------------------------
@@ -796,15 +506,14 @@ class Scheduler:
         tokens = run.tokens_at(self.step)
         self.dec_seqs -= 1  # only decoding turns are preempted (at the start of a step)
         self.dec_ctx -= tokens
-        self._stop_growing(run)
-        self._end_offload(run)
+        self._stop_decoding(run)
         run.generated = run.generated_at(self.step)
         run.epoch += 1
         run.preemptions += 1
         self.preemptions += 1
         sess.tokens = tokens
         boundary_page = run.history // self.bt
-        if sess.tier_pages[SHARED]:  # in page order: the prefix, then its own
+        if self.share is not None and sess.tier_pages[SHARED]:  # the prefix, then its own
             self.share.release(sess.index, now)
         mem.release(sess, now)
         # units reaching past the history boundary hold this turn's own tokens: dropped
@@ -813,6 +522,16 @@ class Scheduler:
         elif sess.unit_pages > boundary_page:
             mem.drop_from(sess, 0, now)
         self.waiting.appendleft(run)
+
+    def _stop_decoding(self, run: TurnRun) -> None:
+        self.stop_growing(run)
+        if self.offload is not None:
+            self.offload.end(run)
+
+    def stop_growing(self, run: TurnRun) -> None:
+        if run.growing:
+            run.growing = False
+            self.dec_grow -= 1
 
     # -- applying one iteration ------------------------------------------------------------------
     def finish(self, step: Step, now: float) -> None:
@@ -824,22 +543,21 @@ class Scheduler:
         if step.decode_seqs:
             self.step_s.append(step.duration_s)
             self.step_decode.append(step.decode_seqs)
-        for run in self._finish_due.pop(self.step, ()):
-            run, epoch = run
+        for run, epoch in self.finish_due.due.pop(self.step, ()):
             if run.epoch == epoch and run.admit_seq in self.running:
                 tokens = run.tokens_at(self.step + 1)
                 self.dec_seqs -= 1
                 self.dec_ctx -= tokens
-                self._stop_growing(run)
-                self._end_offload(run)
+                self._stop_decoding(run)
                 self._complete(run, tokens, run.generated_at(self.step + 1), now)
-        self._reach_caps(self.step)
+        if self.budget is not None:
+            self.budget.reach(self.step)
         for run in step.admitted:
             run.first_token_s = run.first_token_s if run.first_token_s == run.first_token_s else now
             run.generated += 1
             remaining = run.turn.output_tokens - run.generated
-            if run.sess.tokens > run.cap:
-                self._prune(run.sess, run.cap, now)  # the bulk prune after prefill
+            if self.budget is not None and run.sess.tokens > run.cap:
+                self.budget.prune(run.sess, now)  # the bulk prune after prefill
             tokens = run.sess.tokens
             if remaining <= 0:
                 self._complete(run, tokens, run.generated, now)
@@ -848,356 +566,24 @@ class Scheduler:
             self.dec_seqs += 1
             self.dec_ctx += tokens
             if self.offload is not None:
-                self._start_offload(run, now)
-            self._due_finish(self.step + remaining, run)
+                self.offload.start(run, now)
+            self.finish_due.add(self.step + remaining, run, run.epoch)
             if tokens < run.cap:
                 run.growing = True
                 self.dec_grow += 1
-                if run.cap - tokens < remaining:  # it reaches the cap before it completes
-                    self._due(
-                        self._cap_due, self._cap_steps, self.step + run.cap - tokens, run, run.epoch
-                    )
+                if self.budget is not None:
+                    self.budget.on_decode(run, tokens, remaining)
             first_page_step = self.step + 1 + (-tokens) % self.bt
             if (
                 first_page_step <= self.step + remaining
                 and run.tokens_at(first_page_step) < run.cap
             ):
-                self._due_page(first_page_step, run, run.epoch)
+                self.page_due.add(first_page_step, run, run.epoch)
         self.step += 1
-
-    def _prune(self, sess: SessionKV, cap: int, now: float) -> None:
-        """Keep ``cap`` tokens of the session's KV (sink, window and the best-scored): the rest
-        are gone for good, so its KV shrinks to the pages of ``cap`` tokens."""
-        pages = self._pages(cap)
-        self.live_pages -= self._pages(sess.tokens) - pages
-        self.mem.truncate(sess, pages, now)
-        sess.tokens = cap
-
-    # -- sparse decode from CPU memory -----------------------------------------------------------
-    def _start_offload(self, run: TurnRun, now: float) -> None:
-        """After its prefill a decoding sequence's full pages move to the CPU (on_prefill_offload);
-        the GPU keeps its last page, its ring slots and the pages' metadata. When the CPU cannot
-        take them, or the GPU cannot hold the ring, it decodes from the GPU as without offload."""
-        sess, off, mem = run.sess, self.offload, self.mem
-        full = sess.tokens // self.bt
-        reserve = off.reserve_bytes(full)
-        if mem.reclaimable(GPU) + full * self.page_bytes < reserve:
-            return
-        if not mem.offload_pinned(sess, 0, full * self.upp, now):
-            return
-        if not mem.reserve(reserve, now):
-            raise AssertionError(
-                f"offload of {sess.session_id}: room was checked but the ring "
-                f"and metadata ({reserve} bytes) could not be reserved"
-            )
-        run.cpu_pages = full
-        off.add(full)
-
-    def _offload_page(self, run: TurnRun, page: int, now: float) -> None:
-        """The page a decoding sequence just filled follows its history to the CPU (in order:
-        once one could not go, the rest stay on the GPU)."""
-        if page != run.cpu_pages:
-            return
-        off = self.offload
-        if self.mem.offload_pinned(run.sess, page * self.upp, (page + 1) * self.upp, now):
-            if not self.mem.reserve(off.meta_page, now):
-                raise AssertionError(
-                    f"offload of {run.sess.session_id}: room for the page's "
-                    f"metadata was made but could not be reserved"
-                )
-            off.grow(run.cpu_pages)
-            run.cpu_pages += 1
-
-    def _end_offload(self, run: TurnRun) -> None:
-        if run.cpu_pages >= 0:
-            self.offload.remove(run.cpu_pages)
-            self.mem.unreserve(self.offload.reserve_bytes(run.cpu_pages))
-            run.cpu_pages = -1
-
-    def _stop_growing(self, run: TurnRun) -> None:
-        if run.growing:
-            run.growing = False
-            self.dec_grow -= 1
-
-    def _reach_caps(self, through: int) -> None:
-        """Decoding runs whose KV reached its cap in step ``through`` or before stop growing."""
-        heap = self._cap_steps
-        while heap and heap[0] <= through:
-            for run, epoch in self._cap_due.pop(heapq.heappop(heap), ()):
-                if run.epoch == epoch and run.admit_seq in self.running:
-                    self._stop_growing(run)
-
-    def _next_cap_step(self) -> int:
-        heap = self._cap_steps
-        return heap[0] if heap else 1 << 62
-
-    @staticmethod
-    def _due(buckets: dict, heap: list[int], step: int, run: TurnRun, epoch: int) -> None:
-        """File ``run`` (as of ``epoch``: a preemption makes it stale) under ``step``."""
-        if step not in buckets:
-            heapq.heappush(heap, step)
-        buckets[step].append((run, epoch))
-
-    def _due_page(self, step: int, run: TurnRun, epoch: int) -> None:
-        self._due(self._page_due, self._page_steps, step, run, epoch)
-
-    def _due_finish(self, step: int, run: TurnRun) -> None:
-        self._due(self._finish_due, self._finish_steps, step, run, run.epoch)
-
-    def _next_finish_step(self) -> int:
-        heap = self._finish_steps
-        while heap and heap[0] not in self._finish_due:
-            heapq.heappop(heap)
-        return heap[0] if heap else 1 << 62
-
-    # -- runs of decode-only iterations ----------------------------------------------------------
-    def decode_span(self, now: float, next_arrival_s: float | None) -> DecodeSpan:
-        """Run the decode-only iterations that follow ``now`` up to the next event, in one go.
-
-        Between an arrival, a completion and a preemption nothing the scheduler decides can
-        change: the batch is the same sequences, the head of the queue stays blocked (memory only
-        gets scarcer, the token budget and max_running stay), so ``plan`` would admit nothing. Each
-        iteration is still priced (its context grows by one token per sequence) and recorded, and
-        its page allocations and evictions happen at its own start time; the span stops before an
-        iteration that would need a preemption, complete a turn, or start at or after the next
-        arrival. The ledger is the one that iteration-by-iteration replay gives.
-        """
-        span = DecodeSpan()
-        if (
-            self.dec_seqs == 0
-            or self.chunks
-            or (self.waiting and self._admissible(self.waiting[0]))
-        ):
-            return span  # (a prefill in progress goes on in the next iteration)
-        horizon = math.inf if next_arrival_s is None else next_arrival_s
-        # A completion, or a run reaching its cap (it stops growing after that step), ends the span.
-        stop = min(self._next_finish_step(), self._next_cap_step() + 1)
-        if self._bulk and self._decode_span_bulk(span, now, horizon, stop):
-            self._reach_caps(self.step - 1)
-            return span
-        t, used_gpu, pricer, seqs = now, self.mem.used, self.pricer, self.dec_seqs
-        grow = self.dec_grow
-        while self.step < stop and t < horizon:
-            if self.step in self._page_due and not self._grow_decodes(t, preempt=False):
-                break
-            d2h = self._take_d2h()
-            off = self.offload
-            if off is not None:  # sparse decode: its own price, step by step to a page
-                n = min(stop, self._next_page_step(self.step + 1)) - self.step
-                if (
-                    d2h
-                    and self.cfg.async_save
-                    and pricer.with_d2h_s(0.0, d2h) <= off.step_s(seqs, self.dec_ctx)
-                ):
-                    d2h = 0  # the save hides behind the step: a plain run
-                run = pricer.decode_run(
-                    seqs,
-                    self.dec_ctx,
-                    1 if d2h else n,
-                    t,
-                    horizon,
-                    used_gpu[GPU],
-                    span.gpu_byte_seconds,
-                    grow,
-                    sparse=off,
-                )
-                if d2h:
-                    run.durations[0] = pricer.with_d2h_s(run.durations[0], d2h)
-                    run.end_s = t + run.durations[0]
-                    run.gpu_byte_seconds = span.gpu_byte_seconds + used_gpu[GPU] * run.durations[0]
-                off.h2d_bytes += off.loaded_bytes(run.steps)
-                self.step_s.extend(run.durations)
-                n, t, span.gpu_byte_seconds = run.steps, run.end_s, run.gpu_byte_seconds
-            elif d2h:  # a demotion's copy: this step is priced on its own
-                d = pricer.decode_with_d2h_s(seqs, self.dec_ctx, d2h)
-                span.gpu_byte_seconds += used_gpu[GPU] * d
-                self.step_s.append(d)
-                n, t = 1, t + d
-            else:
-                # Up to the next page allocation only the context changes: one closed-form run.
-                run = pricer.decode_run(
-                    seqs,
-                    self.dec_ctx,
-                    min(stop, self._next_page_step(self.step + 1)) - self.step,
-                    t,
-                    horizon,
-                    used_gpu[GPU],
-                    span.gpu_byte_seconds,
-                    grow,
-                )
-                self.step_s.extend(run.durations)
-                n, t, span.gpu_byte_seconds = run.steps, run.end_s, run.gpu_byte_seconds
-            span.steps += n
-            self.step_decode.extend([seqs] * n)
-            self.output_tokens += seqs * n
-            self.dec_ctx += grow * n
-            self.step += n
-        span.duration_s = t - now
-        self._reach_caps(self.step - 1)
-        return span
-
-    def _decode_span_bulk(self, span: DecodeSpan, now: float, horizon: float, stop: int) -> bool:
-        """The whole span at once, when its page allocations can be made in one batch: the GPU
-        policy's victims do not depend on pinned inserts and its demotions batch exactly
-        (``grows_in_bulk``), every demotion's copy hides behind its step's compute, and the GPU can
-        give every page the span needs without a preemption. Same ledger, memory and policy state as ``decode_span``'s loop
-        (which runs instead, returning False here, when a condition fails)."""
-        seqs, step0, mem, bt = self.dec_seqs, self.step, self.mem, self.bt
-        grow = self.dec_grow
-        if stop <= step0 or now >= horizon:
-            return False  # no step to run: the loop does nothing
-        # Price the steps up to the horizon: a first guess of 64, doubled while it falls short.
-        want = min(64, stop - step0)
-        while True:
-            d = self.cost.decode_steps_s(seqs, self.dec_ctx + grow * np.arange(want))
-            starts = running_sum(now, d)
-            if starts[-1] >= horizon or want == stop - step0:
-                break
-            want = min(2 * want, stop - step0)
-        n = max(1, int(np.searchsorted(starts[:-1], horizon, side="left")))
-        end = step0 + n
-        # Every page the span allocates: each live run's due steps below ``end``, one page each.
-        growing, touched, total = [], [], 0
-        for key in sorted(k for k in self._page_due if k < end):
-            touched.append(key)
-            for run, epoch in self._page_due[key]:
-                if run.epoch == epoch and run.admit_seq in self.running:
-                    count = (end - 1 - key) // bt + 1
-                    # pages while below the cap: the one at step key + i*bt holds token T0 + i*bt
-                    count = min(count, -(-(run.cap - run.tokens_at(key)) // bt))
-                    growing.append((run, key, count))
-                    total += count
-        page, unit, upp = self.page_bytes, self.unit_bytes, self.upp
-        if total * page > mem.reclaimable(GPU):
-            return False  # some step would preempt: step by step
-        # Allocation k (1-based, in step order) of ``upp`` units evicts what the free room lacks:
-        # max(0, k*upp - free) - max(0, (k-1)*upp - free) units (victims are whole units).
-        free = mem.free(GPU)
-        free_units = total * upp if math.isinf(free) else int(free // unit)
-        k = np.arange(1, total + 1, dtype=np.int64) * upp
-        evicted = np.maximum(k - free_units, 0) - np.maximum(k - upp - free_units, 0)
-        evicts = total * upp > free_units
-        demotes = evicts and mem.capacity[CPU] >= unit
-        gpu_policy = mem.policy[GPU]
-        ordered = gpu_policy.hears_pinned()
-        # The step of every allocation, in the loop's order of runs.
-        steps = [k for _, key, count in growing for k in range(key, key + count * bt, bt)]
-        due = np.sort(np.asarray(steps, dtype=np.int64)) - step0  # relative, in step order
-        if demotes:
-            # Each demotion's copy rides on its allocation's step: step by step unless every such
-            # copy hides behind its step's compute (never, when saves are synchronous).
-            if not self.cfg.async_save:
-                return False
-            per_step = np.bincount(due, weights=evicted, minlength=n).astype(np.int64)
-            for j in np.flatnonzero(per_step).tolist():
-                nbytes = int(per_step[j]) * unit
-                if self.pricer.copy_s("d2h", nbytes) > d[j]:
-                    return False
-        if evicts:
-            mem.make_room(total * page, now)  # the victims of every single-page make_room
-            self._d2h_mark = mem.swap_out_bytes  # their copies were priced in their own steps
-        for key in touched:
-            del self._page_due[key]
-        order, uids = [], []
-        for run, key, count in growing:
-            sess = run.sess
-            if ordered:  # the policy hears of the units in the loop's order
-                order.extend([run.admit_seq] * (count * upp))
-                first = uid_of(sess.index, len(sess.tier))
-                uids.extend(range(first, first + count * upp))
-            mem.add_units(sess, count, now, insert=False)
-            last_step = key + (count - 1) * bt
-            sess.tokens = run.tokens_at(last_step) + 1
-            if run.tokens_at(last_step + bt) < run.cap:
-                self._due_page(last_step + bt, run, run.epoch)
-        if ordered and uids:
-            unit_steps = np.repeat(np.asarray(steps, dtype=np.int64), upp)
-            rank = np.lexsort((np.asarray(order), unit_steps))
-            gpu_policy.insert_many(np.asarray(uids)[rank].tolist(), now, True)
-        self.live_pages += total
-        self.peak_live_pages = max(self.peak_live_pages, self.live_pages)
-        # GPU occupancy per step: each allocation adds its units less those it evicted.
-        grown = np.cumsum(np.bincount(due, weights=upp - evicted, minlength=n)[:n]).astype(np.int64)
-        used = (mem.used[GPU] - unit * int(grown[-1])) + unit * grown
-        gbs = running_sum(span.gpu_byte_seconds, used * d[:n])
-        span.gpu_byte_seconds = float(gbs[-1])
-        self.step_s.extend(d[:n].tolist())
-        span.steps = n
-        self.step_decode.extend([seqs] * n)
-        self.output_tokens += seqs * n
-        self.dec_ctx += grow * n
-        self.step = end
-        span.duration_s = float(starts[n]) - now
-        return True
-
-    def _next_page_step(self, after: int) -> int:
-        """The first step >= ``after`` at which a decoding sequence needs a new page."""
-        heap = self._page_steps
-        while heap and heap[0] not in self._page_due:  # handled steps leave _page_due
-            heapq.heappop(heap)
-        if heap and heap[0] < after:
-            raise AssertionError(
-                f"page allocation of step {heap[0]} was not handled by step {after}"
-            )
-        return heap[0] if heap else 1 << 62
-
-    def _admissible(self, run: TurnRun) -> bool:
-        """Would ``_admit`` take this head-of-queue turn now (given room and limits)?"""
-        if len(self.running) + len(self.chunking) >= self.cfg.max_running:
-            return False
-        _, new_tokens, fetch, unheld = self._need(run)
-        budget = self.cfg.max_batch_tokens - self.dec_seqs
-        if self.chunks is not None and budget <= 0:
-            return False
-        if self.chunks is None and new_tokens > budget and self.dec_seqs:
-            return False
-        return self._room_for(run, fetch, unheld)
-
-    def _need(self, run: TurnRun) -> tuple[int, int, int, int]:
-        """(context tokens after the prefill, prefill tokens, GPU bytes to fetch, GPU pages of its
-        shared prefix that no turn holds) to admit ``run``.
-
-        O(1) from the session's per-tier page counts (and its prefix's, counted once here). A fully
-        cached prompt still computes its last token for the logits (as vLLM does).
-        """
-        sess = run.sess
-        target = run.history + run.turn.prompt_tokens + run.generated + 1
-        units = sess.tier_pages
-        dropped = 0
-        if units[DROPPED]:
-            dropped = (
-                self._dropped_tokens(sess) if self.upp > 1 else sess.tokens_in(DROPPED, self.bt)
-            )
-        fetch = (
-            units[CPU] + units[DROPPED] + self._pages(target) * self.upp - sum(units)
-        ) * self.unit_bytes
-        unheld = 0
-        if units[SHARED]:  # the prefix's pages not on the GPU come in too
-            _, on_cpu, gone, unheld = self.share.counts(sess.index)
-            dropped += gone * self.bt
-            fetch += (on_cpu + gone) * self.page_bytes
-        new_tokens = max(1, dropped + (target - 1 - sess.tokens))
-        return target, new_tokens, fetch, unheld
-
-    def _dropped_tokens(self, sess: SessionKV) -> int:
-        """Tokens of pages with a dropped layer. The head of the queue is asked every iteration;
-        until its admission a session's dropped units only grow (eviction never brings one back),
-        so an unchanged count of dropped units is an unchanged set: the answer is remembered by
-        that count (and the tokens) until the session is admitted."""
-        key = (sess.tier_pages[DROPPED], sess.tokens)
-        got = self._dropped_memo.get(sess.index)
-        if got is None or got[0] != key:
-            got = self._dropped_memo[sess.index] = (key, self._split(sess)[DROPPED])
-        return got[1]
-
-    def _room_for(self, run: TurnRun, fetch: int, unheld: int) -> bool:
-        """Can the GPU make ``fetch`` bytes of room without the session's own (soon pinned) units,
-        nor the ``unheld`` GPU pages of its prefix that no other turn holds?"""
-        held = run.sess.tier_pages[GPU] * self.unit_bytes + unheld * self.page_bytes
-        return self.mem.reclaimable(GPU) - held >= fetch
 
     def _complete(self, run: TurnRun, tokens: int, generated: int, now: float) -> None:
         sess, session = run.sess, self.sessions[run.sess.index]
+        assert session is not None
         del self.running[run.admit_seq]
         # What the turn added beyond the ``tokens`` its KV holds, a budget pruned.
         sess.pruned += run.history + run.turn.prompt_tokens + generated - tokens
@@ -1211,60 +597,76 @@ class Scheduler:
             self.arrivals.schedule(sess.index, next_s)
         else:
             sess.done = True
-            self.live_pages -= self._pages(tokens)
+            self.live_pages -= self.pages(tokens)
         sess.last_access_s = now
         sess.next_access_s = next_s
-        if sess.tier_pages[SHARED]:  # in page order: the prefix, then its own
+        if self.share is not None and sess.tier_pages[SHARED]:  # the prefix, then its own
             self.share.release(sess.index, now)
         if sess.done:
             self._finished(sess.index)
         self.mem.release(sess, now)
-        if self.cfg.prefetch == "think" and next_s < math.inf:
-            # The next turn's arrival is known (closed-loop think time, or the trace's timestamp):
-            # start early enough to copy the whole session before it arrives.
-            nbytes = self._pages(tokens) * self.page_bytes
-            lead = self.pricer.copy_s("h2d", nbytes)
-            self._schedule_prefetch(sess.index, max(now, next_s - lead))
+        if self.prefetch is not None:
+            self.prefetch.after_turn(sess, tokens, next_s, now)
         self.completed += 1
         self.tbt.compact()
         self.mem.evict_samples.compact()
-        t = run.turn
-        o = t.output_tokens
-        self.ledger.append(
-            sess.session_id,
-            run.k,
-            t.priority,
-            run.arrival_s,
-            run.admit_s,
-            run.first_token_s,
-            now,
-            t.prompt_tokens,
-            o,
-            run.true_history,
-            run.gpu_hit,
-            run.cpu_hit,
-            run.recomputed,
-            run.true_history - run.history,
-            run.shared_hit,
-            run.shared_cpu,
-            *run.layer_units,
-            run.swap_in_bytes,
-            run.copy_stall_s,
-            run.prefetched_bytes,
-            run.preemptions,
-            run.preempt_recompute,
-            run.first_token_s - run.arrival_s,
-            run.ttft_ideal_s,
-            (now - run.first_token_s) / (o - 1) if o > 1 else math.nan,
-            now - run.arrival_s,
-            run.admit_s - run.arrival_s,
-        )
+        self.ledger.append(*run.ledger_row(now))
 
+    # -- runs of decode-only iterations ----------------------------------------------------------
+    def decode_span(self, now: float, next_arrival_s: float | None) -> DecodeSpan:
+        """The decode-only iterations that follow ``now`` up to the next event, in one go
+        (``sim.spans``)."""
+        return decode_span(self, now, next_arrival_s)
 
-@dataclass(slots=True)
-class DecodeSpan:
-    """Decode-only iterations run back to back (``Scheduler.decode_span``)."""
+    def next_page_step(self, after: int) -> int:
+        """The first step >= ``after`` at which a decoding sequence needs a new page."""
+        step = self.page_due.next_step()
+        if step < after:
+            raise AssertionError(f"page allocation of step {step} was not handled by step {after}")
+        return step
 
-    duration_s: float = 0.0
-    steps: int = 0
-    gpu_byte_seconds: float = 0.0
+    # -- what admission needs ----------------------------------------------------------------------
+    def admissible(self, run: TurnRun) -> bool:
+        """Would admission take this head-of-queue turn now (given room and limits)?"""
+        if len(self.running) + len(self.chunking) >= self.cfg.max_running:
+            return False
+        _, new_tokens, fetch, unheld = self.need(run)
+        budget = self.cfg.max_batch_tokens - self.dec_seqs
+        if self.chunked is not None and budget <= 0:
+            return False
+        if self.chunked is None and new_tokens > budget and self.dec_seqs:
+            return False
+        return self.room_for(run, fetch, unheld)
+
+    def need(self, run: TurnRun) -> tuple[int, int, int, int]:
+        """(context tokens after the prefill, prefill tokens, GPU bytes to fetch, GPU pages of its
+        shared prefix that no turn holds) to admit ``run``.
+
+        O(1) from the session's per-tier page counts (and its prefix's, counted once here). A fully
+        cached prompt still computes its last token for the logits (as vLLM does).
+        """
+        sess = run.sess
+        target = run.history + run.turn.prompt_tokens + run.generated + 1
+        units = sess.tier_pages
+        dropped = 0
+        if units[DROPPED]:
+            if self.layered is not None:
+                dropped = self.layered.dropped_tokens(sess)
+            else:
+                dropped = sess.tokens_in(DROPPED, self.bt)
+        fetch = (
+            units[CPU] + units[DROPPED] + self.pages(target) * self.upp - sum(units)
+        ) * self.unit_bytes
+        unheld = 0
+        if self.share is not None and units[SHARED]:  # the prefix's pages not on the GPU too
+            _, on_cpu, gone, unheld = self.share.counts(sess.index)
+            dropped += gone * self.bt
+            fetch += (on_cpu + gone) * self.page_bytes
+        new_tokens = max(1, dropped + (target - 1 - sess.tokens))
+        return target, new_tokens, fetch, unheld
+
+    def room_for(self, run: TurnRun, fetch: int, unheld: int) -> bool:
+        """Can the GPU make ``fetch`` bytes of room without the session's own (soon pinned) units,
+        nor the ``unheld`` GPU pages of its prefix that no other turn holds?"""
+        held = run.sess.tier_pages[GPU] * self.unit_bytes + unheld * self.page_bytes
+        return self.mem.reclaimable(GPU) - held >= fetch

@@ -10,7 +10,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from sim.scheduler import Scheduler, Step, TurnRun
+from sim.scheduler import Scheduler
+from sim.turns import Step, TurnRun
 
 
 def _rid(run: TurnRun) -> str:

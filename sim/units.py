@@ -14,6 +14,7 @@ finished session has nothing left in any tier, so memory follows the live state.
 from __future__ import annotations
 
 from array import array
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from enum import IntEnum
 
@@ -181,3 +182,14 @@ class UnitView:
 
     def next_access_s(self, uid: int) -> float:
         return self.sessions[uid >> UNIT_BITS].next_access_s
+
+
+class SessionTable(dict):
+    """Session index -> SessionKV: the scheduler's ``kv`` and the view's ``sessions``. Indexed like
+    the list it stands for (``table[uid >> UNIT_BITS]``), iterated over its SessionKVs; the sessions
+    in trace order, the shared-prefix pool at ``sim.parts.sharing.POOL_INDEX``."""
+
+    __slots__ = ()
+
+    def __iter__(self) -> Iterator[SessionKV]:
+        return iter(self.values())

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import sim.scheduler
+import sim.spans
 from costmodels import cost_model
 from sim import EngineConfig, MemoryConfig, simulate
 from sim.config import BudgetConfig
@@ -35,14 +35,14 @@ def test_the_bulk_policies():
 @pytest.mark.parametrize("policy", BULK)
 def test_bulk_spans_equal_strict_replay(policy, monkeypatch):
     taken = []
-    bulk = sim.scheduler.Scheduler._decode_span_bulk
+    bulk = sim.spans.bulk_span
 
-    def counted(self, *args):
-        done = bulk(self, *args)
+    def counted(core, *args):
+        done = bulk(core, *args)
         taken.append(done)
         return done
 
-    monkeypatch.setattr(sim.scheduler.Scheduler, "_decode_span_bulk", counted)
+    monkeypatch.setattr(sim.spans, "bulk_span", counted)
     for gpu, cpu, unit, async_save, budget in CONFIGS:
         mem = MemoryConfig(gpu_kv_gb=gpu, cpu_kv_gb=cpu, block_tokens=16, evict_unit=unit)
         eng = EngineConfig(async_save=async_save)
