@@ -813,29 +813,6 @@ def _impossible_combinations(exp: Experiment) -> list[tuple[tuple[str | int, ...
                     f"context window of {_short(model)} ({window})"
                 )
                 out.append((("budgets", i), msg))
-    for i, sp in enumerate(exp.sparse):
-        if sp.kind == "off":
-            continue
-        if "session" in m.evict_unit:
-            out.append(
-                (
-                    ("sparse", i),
-                    "moves a session's pages one by one: memory.evict_unit "
-                    "must not include session",
-                )
-            )
-        if not any(c > 0 for c in m.cpu_kv_gb):
-            out.append(
-                (("sparse", i), "serves decode from CPU memory: memory.cpu_kv_gb needs a value > 0")
-            )
-        if any(b.kind != "full" for b in exp.budgets):
-            out.append(
-                (
-                    ("sparse", i),
-                    "token budgets and sparse offload together are not "
-                    "modelled: give budgets only kind full",
-                )
-            )
     e = exp.engine
     if e.max_batch_tokens < e.max_running:
         msg = (
@@ -843,17 +820,33 @@ def _impossible_combinations(exp: Experiment) -> list[tuple[tuple[str | int, ...
             "each running sequence decodes one token per iteration"
         )
         out.append((("engine", "max_batch_tokens"), msg))
-    if e.chunked_prefill:
-        if "layer_block" in m.evict_unit:
-            msg = "cuts a prefill of whole pages: memory.evict_unit must not include layer_block"
-            out.append((("engine", "chunked_prefill"), msg))
-        if not e.fused_recompute:
-            msg = "cuts the recompute with the prompt: engine.fused_recompute must be true"
-            out.append((("engine", "chunked_prefill"), msg))
-        if any(sp.kind != "off" for sp in exp.sparse):
-            msg = "and sparse offload together are not modelled: give sparse only kind off"
-            out.append((("engine", "chunked_prefill"), msg))
+    out += _combination_rules(exp)
     out += _vllm_problems(exp)
+    return out
+
+
+def _combination_rules(exp: Experiment) -> list[tuple[tuple[str | int, ...], str]]:
+    """The engine's rules for features used together (``sim.config.combination_problems``, the
+    one place they are written) on every combination of the axes the grid runs, each problem
+    once, at the key it names (a sparse entry by its index)."""
+    from sim.config import EngineConfig, MemoryConfig, combination_problems
+
+    m = exp.memory
+    engine = EngineConfig(**exp.engine.config_options())
+    any_cpu = any(c > 0 for c in m.cpu_kv_gb)
+    out: list[tuple[tuple[str | int, ...], str]] = []
+    for unit, cpu, budget, (i, sp) in itertools.product(
+        m.evict_unit, m.cpu_kv_gb, exp.budgets, enumerate(exp.sparse)
+    ):
+        if sp.kind != "off" and cpu == 0 and any_cpu:
+            continue  # no such grid point (decode from CPU memory needs a CPU tier)
+        mem = MemoryConfig(gpu_kv_gb=1.0, cpu_kv_gb=cpu, evict_unit=unit)
+        for key, why in combination_problems(mem, engine, budget.config(), sp.config()):
+            loc: tuple[str | int, ...] = (
+                ("sparse", i) if key == "sparse.kind" else tuple(key.split("."))
+            )
+            if (loc, why) not in out:
+                out.append((loc, why))
     return out
 
 

@@ -104,7 +104,7 @@ def check_invariants(sched) -> None:
                 f"session {sess.session_id}: {sess.unit_pages} pages exceed the "
                 f"budget of {cap} tokens"
             )
-    memo = sched.layered.dropped_memo if sched.layered is not None else {}
+    memo = getattr(sched.recovery, "dropped_memo", {})  # layer_block's
     for index, (key, tokens) in memo.items():
         sess = sched.kv[index]
         if (

@@ -20,10 +20,14 @@ sequences are kept as running sums, and due dates (next page, completion) sit in
 from __future__ import annotations
 
 import math
+from array import array
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
+from typing import cast
 
-from costmodels import BatchShape, CostModel, attention_pairs
+import numpy as np
+
+from costmodels import BatchShape, CostModel
 from sim.arrivals import Arrivals, next_arrival_s
 from sim.config import (
     BudgetConfig,
@@ -37,13 +41,13 @@ from sim.lifetime import fit_lifetime
 from sim.memory import CPU, DROPPED, GPU, SHARED, TieredMemory
 from sim.parts.budget import TokenBudget
 from sim.parts.chunked import ChunkedPrefill
-from sim.parts.layers import LayerRecovery
 from sim.parts.offload import OffloadDecode
 from sim.parts.prefetch import Prefetch
 from sim.parts.sharing import POOL_INDEX, PrefixSharing
 from sim.parts.stream import StreamIntake
 from sim.policies import PolicyContext, make_policy, policy_class
-from sim.pricing import Prefill, Pricer, recompute_pairs
+from sim.pricing import Prefill, Pricer
+from sim.recovery import LayerRecovery, PageRecovery
 from sim.results import Ledger
 from sim.samples import Samples
 from sim.spans import DecodeSpan, decode_span
@@ -82,9 +86,10 @@ class Scheduler:
         self.upp = self.layers if memory.evict_unit == "layer_block" else 1  # units per page
         self.unit_bytes = self.page_bytes // self.upp  # one page of one unit's layers
         # The sessions' records by index; a finished session's entry is set to None.
-        self.sessions: list[Session | None] = [] if streaming else list(sessions)
+        trace = [] if streaming else list(sessions)
+        self.sessions: list[Session | None] = list(trace)
         self.kv = SessionTable()
-        for i, s in enumerate(self.sessions):
+        for i, s in enumerate(trace):
             self.kv[i] = SessionKV(i, s.session_id, s.turns[0].priority)
         self.mem = self._tiered_memory(policy, sessions, streaming, clock)
         self.pricer = Pricer(
@@ -95,12 +100,13 @@ class Scheduler:
             engine.fused_recompute,
             engine.swap_copies == "per_layer",
         )
+        # How a session's history comes back at admission, by the eviction unit.
+        self.recovery = LayerRecovery(self) if self.upp > 1 else PageRecovery(self)
         # The parts this run asks for (None: not asked).
         cap = budget.capacity if budget is not None else None
         self.cap = cap if cap is not None else 1 << 62  # tokens a session's KV may hold
         self.budget = TokenBudget(self, cap) if cap is not None else None
         self.chunked = ChunkedPrefill(self) if engine.chunked_prefill else None
-        self.layered = LayerRecovery(self) if self.upp > 1 else None
         self.offload = (
             OffloadDecode(self, sparse) if sparse is not None and sparse.enabled else None
         )
@@ -137,9 +143,9 @@ class Scheduler:
         # turns complete, so that a long run's record stops growing (sim.samples).
         self.tbt = Samples(weighted=True)
         assert self.tbt.weights is not None
-        self.step_s, self.step_decode = self.tbt.values, self.tbt.weights
-        for i, s in enumerate(self.sessions):
-            assert s is not None
+        self.step_s = cast("array[float]", self.tbt.values)
+        self.step_decode = self.tbt.weights
+        for i, s in enumerate(trace):
             self.share_if_hashed(s)
             self.arrivals.schedule(i, s.turns[0].arrival_s or 0.0)
         self.stream = StreamIntake(self, sessions, POOL_INDEX) if streaming else None
@@ -170,19 +176,23 @@ class Scheduler:
         # shard, so the capacities are its 1/tp of the group's (exact at tp = 1).
         gpu_kv_bytes = MemoryConfig.capacity_bytes(memory.gpu_kv_gb / cost.tp)
         cpu_kv_bytes = MemoryConfig.capacity_bytes(memory.cpu_kv_gb / cost.tp)
-        ctx = dict(
-            block_tokens=self.bt,
-            num_layers=cost.model.num_layers,
-            view=view,
-            cost=cost,
-            cpu_kv_bytes=cpu_kv_bytes,
-            predictor=predictor,
-        )
+
+        def context(tier: int) -> PolicyContext:
+            return PolicyContext(
+                tier=tier,
+                block_tokens=self.bt,
+                num_layers=cost.model.num_layers,
+                view=view,
+                cost=cost,
+                cpu_kv_bytes=cpu_kv_bytes,
+                predictor=predictor,
+            )
+
         return TieredMemory(
             gpu_kv_bytes,
             cpu_kv_bytes,
-            make_policy(policy, PolicyContext(tier=GPU, **ctx)),
-            make_policy(policy, PolicyContext(tier=CPU, **ctx)),
+            make_policy(policy, context(GPU)),
+            make_policy(policy, context(CPU)),
             view,
             clock=clock or (lambda: 0),
         )
@@ -365,7 +375,7 @@ class Scheduler:
 
     def _admit(self, now: float) -> tuple[list[TurnRun], Prefill]:
         """Admit waiting turns FCFS: (the turns admitted, the iteration's prefill work)."""
-        pf = self.layered.prefill() if self.layered is not None else Prefill()
+        pf = self.recovery.prefill()
         admitted: list[TurnRun] = []
         budget = self.cfg.max_batch_tokens - self.dec_seqs
         while self.waiting and len(self.running) < self.cfg.max_running:
@@ -384,38 +394,19 @@ class Scheduler:
 
     def split(self, sess: SessionKV) -> tuple[int, int, int]:
         """The session's tokens by where they are: (GPU hits, to swap in, to recompute)."""
-        if self.layered is not None:
-            return self.layered.split(sess)
-        bt = self.bt
-        return sess.tokens_in(GPU, bt), sess.tokens_in(CPU, bt), sess.tokens_in(DROPPED, bt)
+        return self.recovery.split(sess)
 
     def make_resident(self, run: TurnRun, target: int, fetch: int, now: float, pf: Prefill) -> None:
         """Pin the session's units, reclaim room, swap in, recompute, and add the new pages; the
         work goes into ``pf``."""
-        sess, mem, bt = run.sess, self.mem, self.bt
+        sess, mem = run.sess, self.mem
         old_tokens = sess.tokens
-        ahead, prefetched = None, 0
-        if self.prefetch is not None:
-            ahead, prefetched = self.prefetch.take(sess, now, pf)
-        if ahead is not None and len(ahead):
-            split = self.prefetch.split_before(sess, ahead)
-        else:
-            split = self.split(sess)
-        tiers = sess.tier_pages[:3]
-        share = self.share if self.share is not None and sess.tier_pages[SHARED] else None
-        if share is not None:
-            found = share.counts(sess.index)[:3]  # the prefix, by its pages' tiers
-            if run.k > 0:  # it is history: g, c, d as the own pages
-                split = tuple(a + n * bt for a, n in zip(split, found, strict=True))
-                tiers = [a + n for a, n in zip(tiers, found, strict=True)]
-        if prefetched:  # its pages count where they came from
-            moved = len(ahead) * (sess.unit_pages if self.per_session_unit else 1)
-            tiers[GPU] -= moved
-            tiers[CPU] += moved
-        layer_units = tuple(n * (self.layers // self.upp) for n in tiers)
+        ahead, prefetched = self.prefetch.take(sess, now, pf) if self.prefetch else (None, 0)
+        split, layer_units, found = self._history_where(run, ahead)
         for policy in mem.policy:
             policy.on_admit(sess, split, now)
         mem.acquire(sess, now)
+        share = self.share if found is not None else None
         if share is not None:
             share.hold(sess.index, now)  # before room is made: no eviction takes it
         if not mem.make_room(fetch, now):
@@ -424,50 +415,17 @@ class Scheduler:
                 f"but {fetch} bytes could not be reclaimed"
             )
         new = max(1, target - 1 - old_tokens)
-        new_pairs = attention_pairs(new, old_tokens)
-        prompt_redo = 0  # prompt tokens of the shared prefix computed now
-        if self.layered is not None:
-            swapped = self.layered.bring_in(sess, old_tokens, now, pf)
-            pf.tokens += new
-            pf.pairs += new_pairs
-            pf.lens.append((new, old_tokens))
-            pf.recomputed.append(0)
-        else:
-            swapped, swapped_pages, recomputed = mem.bring_to_gpu(sess, now)
-            redo = recompute_pairs(
-                recomputed, sess.unit_pages if self.per_session_unit else 1, bt, old_tokens
-            )
-            prompt_pairs = 0.0
-            if share is not None:
-                # The prefix's pages from the CPU are swapped in; dropped ones (or never computed)
-                # are computed: history at a later turn, prompt at the first.
-                p_swapped, computed = share.fetch(sess.index, now)
-                swapped += p_swapped * self.page_bytes
-                swapped_pages += p_swapped
-                if len(computed):
-                    pairs = recompute_pairs(computed, 1, bt, old_tokens)
-                    if run.k > 0:
-                        redo += pairs
-                    else:
-                        prompt_redo, prompt_pairs = len(computed) * bt, pairs
-            computed_now = split[DROPPED] + new + prompt_redo
-            pf.tokens += computed_now
-            pf.pairs += redo + new_pairs + prompt_pairs
-            pf.lens.append((computed_now, old_tokens + new - computed_now))
-            pf.recomputed.append(split[DROPPED])
-            pf.h2d_pages += swapped_pages
-            if split[DROPPED]:
-                pf.recompute_tokens += split[DROPPED]
-                pf.recompute_pairs += redo
-                pf.recompute_seqs += 1
+        swapped, prompt_redo = self.recovery.bring_in(
+            run, share, split[DROPPED], new, old_tokens, now, pf
+        )
         pf.h2d_bytes += swapped
         sess.last_access_s = now
         self._extend(sess, target, now)
         if not run.admitted_once:
             # First admission: the session holds exactly the history, H = g + c + d.
             run.gpu_hit, run.cpu_hit, run.recomputed = split
-            if share is not None and run.k == 0:
-                run.shared_hit, run.shared_cpu = found[GPU] * bt, found[CPU] * bt
+            if found is not None and run.k == 0:
+                run.shared_hit, run.shared_cpu = found[GPU] * self.bt, found[CPU] * self.bt
             run.layer_units = layer_units
             run.prefetched_bytes = prefetched
             run.swap_in_bytes += prefetched
@@ -482,6 +440,38 @@ class Scheduler:
         self._admit_seq += 1
         run.admit_seq = self._admit_seq
         self.running[run.admit_seq] = run
+
+    def _history_where(
+        self, run: TurnRun, ahead: np.ndarray | None
+    ) -> tuple[tuple[int, int, int], tuple[int, int, int], tuple[int, ...] | None]:
+        """Where the history is at admission: its tokens (GPU hits, to swap in, to recompute),
+        its (page, layer) pairs per tier, and its shared prefix's pages per tier (None: no
+        prefix). Prefetched units (``ahead``) count on the CPU, where they came from; a shared
+        prefix counts as history from the second turn on."""
+        sess, bt = run.sess, self.bt
+        if ahead is not None and len(ahead):
+            assert self.prefetch is not None
+            split = self.prefetch.split_before(sess, ahead)
+        else:
+            split = self.split(sess)
+        tiers = sess.tier_pages[:3]
+        found = None
+        if self.share is not None and sess.tier_pages[SHARED]:
+            found = self.share.counts(sess.index)[:3]  # the prefix, by its pages' tiers
+            if run.k > 0:  # it is history: g, c, d as the own pages
+                g, c, d = (a + n * bt for a, n in zip(split, found, strict=True))
+                split = g, c, d
+                tiers = [a + n for a, n in zip(tiers, found, strict=True)]
+        if ahead is not None and len(ahead):  # its pages count where they came from
+            moved = len(ahead) * (sess.unit_pages if self.per_session_unit else 1)
+            tiers[GPU] -= moved
+            tiers[CPU] += moved
+        per_unit = self.layers // self.upp
+        return (
+            split,
+            (tiers[GPU] * per_unit, tiers[CPU] * per_unit, tiers[DROPPED] * per_unit),
+            found,
+        )
 
     def _extend(self, sess: SessionKV, tokens: int, now: float) -> None:
         """Grow the session's KV to ``tokens``, placing new pages pinned on the GPU (room was made)."""
@@ -650,10 +640,7 @@ class Scheduler:
         units = sess.tier_pages
         dropped = 0
         if units[DROPPED]:
-            if self.layered is not None:
-                dropped = self.layered.dropped_tokens(sess)
-            else:
-                dropped = sess.tokens_in(DROPPED, self.bt)
+            dropped = self.recovery.dropped_tokens(sess)
         fetch = (
             units[CPU] + units[DROPPED] + self.pages(target) * self.upp - sum(units)
         ) * self.unit_bytes

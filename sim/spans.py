@@ -158,7 +158,8 @@ def bulk_span(core: Scheduler, span: DecodeSpan, now: float, horizon: float, sto
         core.d2h_mark = mem.swap_out_bytes  # their copies were priced in their own steps
     for key in touched:
         del page_due[key]
-    order, uids = [], []
+    order: list[int] = []
+    uids: list[int] = []
     for run, key, count in growing:
         sess = run.sess
         if ordered:  # the policy hears of the units in the loop's order

@@ -4,7 +4,6 @@ and reached by the core through a few hooks (docs/architecture.md draws them).
 
 - ``chunked.ChunkedPrefill`` (engine.chunked_prefill): admission that cuts prefills into chunks;
 - ``budget.TokenBudget`` (budget.kind other than full): caps and the bulk prune after prefill;
-- ``layers.LayerRecovery`` (memory.evict_unit layer_block): what a session's layers cost to recover;
 - ``offload.OffloadDecode`` (sparse.kind other than off): decode from CPU memory, Quest-style;
 - ``prefetch.Prefetch`` (engine.prefetch other than off): swap-ins ahead of admission;
 - ``sharing.PrefixSharing`` (a trace with shared-prefix hashes, memory.prefix_sharing on);

@@ -30,7 +30,8 @@ class ChunkedPrefill:
         """(the turns whose prefill ends in this iteration, the iteration's prefill work, the turns
         admitted in it, the turn of each of the prefill's sequences)."""
         core, jobs = self.core, self.jobs
-        pf, runs = Prefill(), []
+        pf = Prefill()
+        runs: list[TurnRun] = []
         admitted: list[TurnRun] = []
         budget = core.cfg.max_batch_tokens - core.dec_seqs
         queued = list(jobs)

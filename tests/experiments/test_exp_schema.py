@@ -501,3 +501,34 @@ def test_chunked_prefill_combinations_it_does_not_model_are_named(write_yaml, en
 def test_chunked_prefill_reaches_the_engine(write_yaml):
     exp = load_experiment(write_yaml(BASE + "engine: {chunked_prefill: true}\n"))
     assert all(p.engine.chunked_prefill for p in exp.grid())
+
+
+@pytest.mark.parametrize(
+    "memory,extra,words",
+    [
+        ("cpu_kv_gb: 4, evict_unit: session", "sparse: [{kind: quest, k: 4}]", "evict_unit"),
+        ("cpu_kv_gb: 0, evict_unit: block", "sparse: [{kind: full}]", "cpu_kv_gb must be > 0"),
+        (
+            "cpu_kv_gb: 4, evict_unit: block",
+            "sparse: [{kind: quest, k: 4}]\nbudgets: [{kind: streamingllm, sink: 4, window: 64}]",
+            "token budgets and sparse offload",
+        ),
+        (
+            "cpu_kv_gb: 4, evict_unit: block",
+            "sparse: [{kind: quest, k: 4}]\nengine: {chunked_prefill: true}",
+            "chunked prefill and sparse offload",
+        ),
+    ],
+)
+def test_sparse_combinations_it_does_not_model_are_named(write_yaml, memory, extra, words):
+    """The rules of sim.config.combination_problems, reported at load with the sparse entry."""
+    text = BASE.replace("cpu_kv_gb: 0, block_tokens: 16, evict_unit: block", memory)
+    msg = error_of(write_yaml(text.replace("block_tokens: 16, ", "") + extra + "\n"))
+    assert ": sparse[0]: " in msg and words in msg, msg
+
+
+def test_a_cpu_tier_on_one_capacity_is_enough_for_sparse(write_yaml):
+    """cpu_kv_gb [0, 4] with sparse offload: the grid runs it at 4 only, so it is no error."""
+    text = BASE.replace("cpu_kv_gb: 0", "cpu_kv_gb: [0, 4]") + "sparse: [{kind: quest, k: 4}]\n"
+    exp = load_experiment(write_yaml(text))
+    assert {p.memory.cpu_kv_gb for p in exp.grid() if p.sparse.enabled} == {4}

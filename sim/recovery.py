@@ -1,0 +1,153 @@
+"""A session's recovery at admission: where its history is, and the work of bringing it back.
+
+Every run has one of two, by its eviction unit. ``PageRecovery`` (``memory.evict_unit`` block or
+session): a page is wholly on one tier; its CPU pages are swapped in and its dropped pages
+recomputed with the prompt (and a shared prefix's pages likewise). ``LayerRecovery``
+(``layer_block``): a unit is one page of one layer, so a page can be partly on the GPU, partly on
+the CPU and partly dropped, layer by layer; the CPU layers are swapped in and each page is
+recomputed from its shallowest dropped layer up (docs/semantics.md, section 3).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from costmodels import attention_pairs
+from sim.memory import CPU, DROPPED, GPU
+from sim.pricing import Prefill, recompute_pairs
+from sim.units import SessionKV, layer_codes, layer_split
+
+if TYPE_CHECKING:
+    from sim.parts.sharing import PrefixSharing
+    from sim.scheduler import Scheduler
+    from sim.turns import TurnRun
+
+
+class PageRecovery:
+    def __init__(self, core: Scheduler) -> None:
+        self.core = core
+
+    def prefill(self) -> Prefill:
+        """An iteration's empty prefill."""
+        return Prefill()
+
+    def split(self, sess: SessionKV) -> tuple[int, int, int]:
+        """The session's tokens by where they are: (GPU hits, to swap in, to recompute)."""
+        bt = self.core.bt
+        return sess.tokens_in(GPU, bt), sess.tokens_in(CPU, bt), sess.tokens_in(DROPPED, bt)
+
+    def dropped_tokens(self, sess: SessionKV) -> int:
+        return sess.tokens_in(DROPPED, self.core.bt)
+
+    def bring_in(
+        self,
+        run: TurnRun,
+        share: PrefixSharing | None,
+        dropped: int,
+        new: int,
+        old_tokens: int,
+        now: float,
+        pf: Prefill,
+    ) -> tuple[int, int]:
+        """Swap in the session's CPU units and recompute its ``dropped`` tokens (and its shared
+        prefix's pages) with its ``new`` ones, adding the work to ``pf``: (bytes swapped in,
+        prompt tokens of the shared prefix computed now)."""
+        core = self.core
+        sess, bt = run.sess, core.bt
+        swapped, swapped_pages, recomputed = core.mem.bring_to_gpu(sess, now)
+        redo = recompute_pairs(
+            recomputed, sess.unit_pages if core.per_session_unit else 1, bt, old_tokens
+        )
+        prompt_redo, prompt_pairs = 0, 0.0
+        if share is not None:
+            # The prefix's pages from the CPU are swapped in; dropped ones (or never computed)
+            # are computed: history at a later turn, prompt at the first.
+            p_swapped, computed = share.fetch(sess.index, now)
+            swapped += p_swapped * core.page_bytes
+            swapped_pages += p_swapped
+            if len(computed):
+                pairs = recompute_pairs(computed, 1, bt, old_tokens)
+                if run.k > 0:
+                    redo += pairs
+                else:
+                    prompt_redo, prompt_pairs = len(computed) * bt, pairs
+        computed_now = dropped + new + prompt_redo
+        pf.tokens += computed_now
+        pf.pairs += redo + attention_pairs(new, old_tokens) + prompt_pairs
+        pf.lens.append((computed_now, old_tokens + new - computed_now))
+        pf.recomputed.append(dropped)
+        pf.h2d_pages += swapped_pages
+        if dropped:
+            pf.recompute_tokens += dropped
+            pf.recompute_pairs += redo
+            pf.recompute_seqs += 1
+        return swapped, prompt_redo
+
+
+class LayerRecovery:
+    def __init__(self, core: Scheduler) -> None:
+        self.core = core
+        self.layers = core.layers
+        # session -> ((dropped units, tokens), dropped tokens): see dropped_tokens
+        self.dropped_memo: dict[int, tuple[tuple[int, int], int]] = {}
+
+    def prefill(self) -> Prefill:
+        """An iteration's empty prefill, with the per-layer arrays recovery adds to."""
+        pf = Prefill()
+        pf.deep_tokens = np.zeros(self.layers, dtype=np.int64)
+        pf.deep_pairs = np.zeros(self.layers)
+        pf.h2d_units = np.zeros(self.layers, dtype=np.int64)
+        return pf
+
+    def split(self, sess: SessionKV) -> tuple[int, int, int]:
+        """The session's tokens by where their page's layers are: (all on the GPU, to swap in,
+        to recompute: any layer dropped)."""
+        return layer_split(layer_codes(sess, self.layers), sess.tokens, self.core.bt)
+
+    def dropped_tokens(self, sess: SessionKV) -> int:
+        """Tokens of pages with a dropped layer. The head of the queue is asked every iteration;
+        until its admission a session's dropped units only grow (eviction never brings one back),
+        so an unchanged count of dropped units is an unchanged set: the answer is remembered by
+        that count (and the tokens) until the session is admitted."""
+        key = (sess.tier_pages[DROPPED], sess.tokens)
+        got = self.dropped_memo.get(sess.index)
+        if got is None or got[0] != key:
+            got = self.dropped_memo[sess.index] = (key, self.split(sess)[DROPPED])
+        return got[1]
+
+    def bring_in(
+        self,
+        run: TurnRun,
+        share: PrefixSharing | None,
+        dropped: int,
+        new: int,
+        old_tokens: int,
+        now: float,
+        pf: Prefill,
+    ) -> tuple[int, int]:
+        """Swap in the session's CPU layers and recompute its dropped ones, adding the work per
+        layer to ``pf``, and its ``new`` tokens through every layer: (bytes swapped in, 0). No
+        shared prefix at this unit (``share`` is None)."""
+        sess = run.sess
+        self.dropped_memo.pop(sess.index, None)  # recovery brings dropped units back
+        got = self.core.mem.bring_layers_to_gpu(sess, now)
+        swapped = 0
+        if got is not None:
+            assert pf.h2d_units is not None and pf.deep_tokens is not None
+            assert pf.deep_pairs is not None
+            swapped = got.swapped_units * self.core.unit_bytes
+            pf.h2d_units += got.swapped_per_layer
+            if len(got.recomputed_pages):
+                bt = self.core.bt
+                a = got.recomputed_pages * bt
+                n = np.minimum(old_tokens, a + bt) - a
+                np.add.at(pf.deep_tokens, got.depth, n)
+                np.add.at(pf.deep_pairs, got.depth, n * (a + n / 2.0))
+                pf.recompute_seqs += 1
+        pf.tokens += new
+        pf.pairs += attention_pairs(new, old_tokens)
+        pf.lens.append((new, old_tokens))
+        pf.recomputed.append(0)
+        return swapped, 0
