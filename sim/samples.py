@@ -84,7 +84,7 @@ class Samples:
             raise ValueError(f"limit must be >= 1, got {limit}")
         if not 0.0 < rel_accuracy < 1.0:
             raise ValueError(f"rel_accuracy must be in (0, 1), got {rel_accuracy}")
-        self.values = array(typecode)
+        self.values: array = array(typecode)  # int64 or float64 (typecode)
         self.weights: array | None = array("q") if weighted else None
         self.limit = limit
         self.rel_accuracy = rel_accuracy

@@ -22,7 +22,7 @@ import math
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, cast
 
 import numpy as np
 
@@ -182,7 +182,8 @@ def step_shape(view: StepView, live: dict[str, TurnState]) -> BatchShape:
     ``n`` tokens after ``computed`` cached ones."""
     lens: list[tuple[int, int]] = []
     dec: list[int] = []
-    tokens = pairs = 0
+    tokens = 0
+    pairs: float = 0
     for rid, n, computed in view.sched:
         st = live[rid]
         if n == 1 and computed + 1 == st.num_tokens and st.num_tokens > st.prompt_len:
@@ -232,6 +233,7 @@ def replay(
     that flushes a job waits for it first). A step that schedules nothing while copies are in
     flight lasts until the next one ends."""
     spans = decode_spans and isinstance(side, KvsimSide) and isinstance(price, StepPrices)
+    kv_side, prices = cast(KvsimSide, side), cast(StepPrices, price)  # read only when spans
     out = Replay()
     if log_steps:
         on_step = out.steps.append
@@ -275,11 +277,11 @@ def replay(
             side.add(rid, tokens[i], prompt, turn.output_tokens)
         if side.has_requests() or pending:
             if spans and len(queue) == depth - 1 and not pending:
-                run = side.steady_decodes()  # type: ignore[attr-defined]
+                run = kv_side.steady_decodes()
                 if run is not None:
                     horizon = arrivals[0][0] if arrivals else math.inf
                     now, gpu_free, step = _decode_span(
-                        run, side, price, queue, live, now, gpu_free, step, horizon, on_step
+                        run, kv_side, prices, queue, live, now, gpu_free, step, horizon, on_step
                     )
                     continue
             view = side.schedule(now)

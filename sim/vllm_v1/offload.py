@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import heapq
 from collections import OrderedDict
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Hashable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -140,7 +140,10 @@ class LruChunks:
         self.idle.remove(key)
 
     def evict(self, n: int, protected: set[Key]) -> list[Key] | None:
-        heap, picked, kept, seen = self.heap, [], [], set()
+        heap = self.heap
+        picked: list[tuple[tuple[int, int], int, Key]] = []
+        kept: list[tuple[tuple[int, int], int, Key]] = []
+        seen: set[Key] = set()
         while heap and len(picked) < n:
             entry = heapq.heappop(heap)
             rank, _, key = entry
@@ -221,7 +224,7 @@ class ArcChunks:
     def evict(self, n: int, protected: set[Key]) -> list[Key] | None:
         ref = self.ref
 
-        def candidates(lst: OrderedDict[Key, None]) -> Iterable[Key]:
+        def candidates(lst: OrderedDict[Key, None]) -> Iterator[Key]:
             return (k for k in lst if ref[k] == 0 and k not in protected)
 
         it1, it2 = candidates(self.t1), candidates(self.t2)
@@ -257,7 +260,7 @@ class ArcChunks:
         return [key for key, _ in picked]
 
 
-CHUNK_POLICIES = {"lru": LruChunks, "arc": ArcChunks}
+CHUNK_POLICIES: dict[str, type[LruChunks | ArcChunks]] = {"lru": LruChunks, "arc": ArcChunks}
 
 
 class CpuChunks:

@@ -35,6 +35,7 @@ import heapq
 from collections import deque
 from collections.abc import Callable, Collection, Hashable, Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
 from sim.vllm_v1.block_pool import BlockPool
 from sim.vllm_v1.offload import Job, OffloadConnector
@@ -376,7 +377,8 @@ class VllmScheduler:
     def complete_jobs(self, job_ids: Sequence[int]) -> None:
         """CPU offloading: the worker reported these transfers done (with a step's output)."""
         assert self.offload is not None
-        for req in self.offload.complete(job_ids):
+        # the connector hands back the scheduler's own requests
+        for req in cast(list[Request], self.offload.complete(job_ids)):
             if req.status == LOADING:
                 self.loaded.add(req)
 
