@@ -16,6 +16,7 @@ import argparse
 import math
 import random
 import time
+from typing import Any
 
 import numpy as np
 
@@ -54,7 +55,7 @@ def bench(
         cost=cost,
     )
     pol = make_policy(policy, ctx)
-    state = {"sess": None, "left": 0}
+    state: dict[str, Any] = {"sess": None, "left": 0}
 
     def new_unit(now: float) -> int:
         if state["left"] == 0:
@@ -85,6 +86,7 @@ def bench(
         t0 = clock()
         v = pol.evict(now)
         evict_ns[i] = clock() - t0
+        assert v is not None  # a full tier always has a victim
         gone = sessions[v >> UNIT_BITS]  # the victim leaves the tier (untimed)
         gone.tier[v & UNIT_MASK] = Tier.DROPPED
         gone.tier_pages[Tier.GPU] -= 1

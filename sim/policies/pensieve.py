@@ -221,7 +221,7 @@ class PensievePhysics(_Retention):
         args = _recovery_args(self.ctx, uid)
         if args["dropped"]:  # recompute: the tokens it holds and those before them
             lo = args["first_page"] * args["block_tokens"]
-            key = (
+            key: tuple = (
                 True,
                 lo,
                 min(args["context_tokens"], lo + args["pages"] * args["block_tokens"]),

@@ -72,6 +72,7 @@ class Predictive(EvictionPolicy):
         """(score key, uid) of bucket b's oldest candidate (the bucket must not be empty)."""
         heap = self._heaps[b]
         uid = heap.min()
+        assert uid is not None  # the bucket is not empty
         a, seq = heap.key(uid)
         # bucket b stands for completed = b (0 -> mid-turn-0; K pools c >= K, same law)
         return (self.predictor.p_return(b, now - a), a, seq), uid

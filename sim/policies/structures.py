@@ -531,7 +531,8 @@ class RunQueue:
             if len(uids):
                 self.push_run(uids.start, uids.stop)
             return
-        start = prev = None
+        start: int | None = None
+        prev = 0  # read only once start is set
         for uid in uids:
             if start is not None and uid == prev + 1:
                 prev = uid
