@@ -386,6 +386,7 @@ class TieredMemory:
         moved = np.flatnonzero(codes != GPU)
         if not len(moved):
             return moved
+        assert pool.refs is not None  # a shared pool has reference counts
         if any(pool.refs[i] == 0 for i in units[moved].tolist()):
             raise AssertionError(f"shared units of {pool.session_id} fetched but not held")
         swapped = moved[codes[moved] == CPU]
@@ -408,6 +409,7 @@ class TieredMemory:
         """A running turn uses these shared units: a hit, and they stop being candidates while any
         turn holds them (reference counts)."""
         refs, base, size = pool.refs, pool.index << UNIT_BITS, self.view.page_bytes
+        assert refs is not None  # a shared pool has reference counts
         for idx in units:
             r = refs[idx]
             t = pool.tier[idx]
@@ -420,6 +422,7 @@ class TieredMemory:
     def unhold(self, pool: SessionKV, units: list[int], now: float) -> None:
         """A turn that held these shared units finished; the last holder makes each a candidate."""
         refs, base, size = pool.refs, pool.index << UNIT_BITS, self.view.page_bytes
+        assert refs is not None  # a shared pool has reference counts
         for idx in units:
             r = refs[idx]
             if r == 0:

@@ -81,6 +81,7 @@ class SharedPrefixes:
         g, c, d = np.bincount(codes, minlength=3).tolist()  # by Tier: GPU 0, CPU 1, DROPPED 2
         free = 0
         if g:
+            assert self.pool.refs is not None  # a shared pool has reference counts
             refs = np.frombuffer(self.pool.refs, dtype=np.uint32)[units]
             free = int(np.count_nonzero((codes == GPU) & (refs == 0)))
         return g, c, d, free

@@ -9,6 +9,7 @@ order), and cut at a time horizon.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import cast
 
 import numpy as np
 
@@ -39,9 +40,9 @@ def recompute_pairs(units, pages_per_unit: int, block_tokens: int, old_tokens: i
             n = min(old_tokens, a + span) - a
             pairs += n * (a + n / 2.0)
         return pairs
-    a = np.asarray(units, dtype=np.int64) * span
-    n = np.minimum(old_tokens, a + span) - a
-    return float((n * (a + n / 2.0)).cumsum()[-1])
+    a_all = np.asarray(units, dtype=np.int64) * span
+    n_all = np.minimum(old_tokens, a_all + span) - a_all
+    return float((n_all * (a_all + n_all / 2.0)).cumsum()[-1])
 
 
 @dataclass(slots=True, eq=False)
@@ -215,6 +216,7 @@ class Pricer:
         layer_s, L = self.cost.layer_s, self.layers
         if pf.deep_tokens is None:
             return [layer_s(base)] * L
+        assert pf.deep_pairs is not None  # set with deep_tokens
         out = [0.0] * L
         tokens, pairs, t = 0, 0.0, None
         for layer in range(L - 1, -1, -1):  # suffix sums: pages recomputed through >= l
@@ -255,10 +257,11 @@ class Pricer:
         """A forward pass of the recomputed history alone (its KV only: no LM head)."""
         layer_s = self.cost.layer_s
         tokens, pairs, total = pf.recompute_tokens, pf.recompute_pairs, 0.0
+        deep_pairs = cast(np.ndarray, pf.deep_pairs)  # set with deep_tokens
         for layer in range(self.layers - 1, -1, -1):
             if pf.deep_tokens is not None:
                 tokens += int(pf.deep_tokens[layer])
-                pairs += float(pf.deep_pairs[layer])
+                pairs += float(deep_pairs[layer])
             if tokens:
                 total += layer_s(BatchShape(tokens, pairs, pf.recompute_seqs))
         return total + self.cost.profile.step_overhead_s
@@ -322,5 +325,5 @@ class Pricer:
         d_all = many(seqs, ctx + growth * np.arange(steps))
         starts = running_sum(start_s, d_all)
         n = max(1, int(np.searchsorted(starts[:steps], horizon_s, side="left")))
-        gbs = running_sum(gpu_byte_seconds, used_bytes * d_all[:n])
-        return DecodeRun(n, d_all[:n].tolist(), float(starts[n]), float(gbs[-1]))
+        gbs_all = running_sum(gpu_byte_seconds, used_bytes * d_all[:n])
+        return DecodeRun(n, d_all[:n].tolist(), float(starts[n]), float(gbs_all[-1]))

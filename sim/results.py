@@ -124,11 +124,12 @@ class Ledger:
             a = np.empty(len(col), dtype=object)
             a[:] = col
             return a
+        assert isinstance(col, array)  # every column but session_id
         return np.frombuffer(col, dtype=np.int64 if col.typecode == "q" else np.float64)
 
     def clear(self) -> None:
         """Empty every column (their memory is given back)."""
-        self.__init__()
+        Ledger.__init__(self)
 
 
 def ledger_frame(
@@ -161,6 +162,7 @@ def ledger_frame(
 
     order = None
     if release:
+        assert ledger is not None  # only a Ledger is released
         ledger._appends = ()  # they would keep the columns alive
     if sort:
         # (session_id, turn) is unique: any sort gives the one order. Session ids by rank, so the
@@ -174,7 +176,8 @@ def ledger_frame(
         if order is not None:
             a = a[order]
             if release:
-                ledger.columns[c] = None  # the array's memory goes now, not at the end
+                assert ledger is not None  # only a Ledger is released
+                del ledger.columns[c]  # the array's memory goes now, not at the end
         elif ledger is not None and not release:
             a = a.copy()  # a view would stop the ledger from growing
         # object, not inferred: a string dtype would copy every id into new string objects
@@ -192,8 +195,8 @@ class EngineStats:
     sim_time_s: float  # simulated time from the first arrival to the last completion
     steps: int  # engine iterations
     output_tokens: int  # tokens generated (throughput numerator)
-    gpu_capacity_bytes: int
-    cpu_capacity_bytes: int
+    gpu_capacity_bytes: float  # math.inf when unbounded
+    cpu_capacity_bytes: float  # math.inf when unbounded
     gpu_util: float  # time-weighted GPU KV occupancy / capacity
     gpu_peak_bytes: int  # highest GPU KV occupancy
     peak_demand_bytes: int  # highest KV of sessions not yet finished, in whole pages, any tier

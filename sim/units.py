@@ -106,9 +106,10 @@ def extents_of(uids) -> list[tuple[int, int]]:
         return list(zip(starts.tolist(), stops.tolist(), strict=True))
     out: list[tuple[int, int]] = []
     it = iter(uids.tolist() if isinstance(uids, np.ndarray) else uids)
-    first = prev = next(it, None)
+    first = next(it, None)
     if first is None:
         return out
+    prev = first
     for uid in it:
         if uid != prev + 1:
             out.append((first, prev + 1))
@@ -150,7 +151,11 @@ class UnitView:
     __slots__ = ("layers", "page_bytes", "per_session", "sessions", "unit_bytes")
 
     def __init__(
-        self, sessions: list[SessionKV], page_bytes: int, layers: int = 1, per_session: bool = False
+        self,
+        sessions: list[SessionKV] | SessionTable,
+        page_bytes: int,
+        layers: int = 1,
+        per_session: bool = False,
     ) -> None:
         self.sessions = sessions
         self.page_bytes = page_bytes  # bytes of one page of the units' layers (one unit)
