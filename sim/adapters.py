@@ -106,12 +106,13 @@ class SequencePolicyAdapter(EvictionPolicy):
     def __init__(self, ctx, user: Any = None) -> None:
         super().__init__(ctx)
         if user is None:
-            if self.user_factory is None:
+            factory = type(self).user_factory
+            if factory is None:
                 raise TypeError(
                     "SequencePolicyAdapter needs a user policy object or a user_factory "
                     "(use sim.adapters.adapt(UserClass))"
                 )
-            user = type(self).user_factory()
+            user = factory()
         if not is_sequence_policy(user):
             raise TypeError(f"{type(user).__name__} lacks one of {', '.join(_METHODS)}")
         self.user = user

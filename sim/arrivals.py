@@ -49,4 +49,5 @@ def next_arrival_s(prev: Turn, nxt: Turn, completed_s: float, replay: str) -> fl
         return completed_s + (nxt.think_s or 0.0)
     if nxt.think_s is not None:
         return completed_s + nxt.think_s
+    assert nxt.arrival_s is not None  # a validated later turn has think_s or arrival_s
     return completed_s + max(0.0, nxt.arrival_s - (prev.arrival_s or 0.0))

@@ -140,7 +140,7 @@ class BudgetConfig:
                 f"budget.kind 'streamingllm' keeps sink + window only: budget.budget "
                 f"must be 0, got {self.budget}"
             )
-        if self.kind != "full" and self.capacity < 1:
+        if self.kind != "full" and self.sink + self.window + self.budget < 1:
             raise ValueError(
                 f"budget.kind {self.kind!r} keeps sink + window + budget tokens per "
                 f"layer: their sum must be >= 1"

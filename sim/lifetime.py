@@ -198,8 +198,8 @@ def think_times(session: Session) -> list[float | None]:
         t = turns[k]
         if t.think_s is not None:
             out.append(t.think_s)
-        elif t.arrival_s is not None and turns[k - 1].arrival_s is not None:
-            out.append(max(0.0, t.arrival_s - turns[k - 1].arrival_s))
+        elif t.arrival_s is not None and (prev_s := turns[k - 1].arrival_s) is not None:
+            out.append(max(0.0, t.arrival_s - prev_s))
         else:
             out.append(None)
     return out

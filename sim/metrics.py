@@ -221,7 +221,7 @@ def summarize(result: SimResult) -> dict[str, Any]:
         "sim_time_s": float(s.sim_time_s),
         "wall_s": float(s.wall_s),
     }
-    gpu_policy = (getattr(s, "policy_metrics", ()) or (None,))[0]
+    gpu_policy: Any = (getattr(s, "policy_metrics", ()) or (None,))[0]
     if hasattr(gpu_policy, "admission_inversions"):
         # QoS: turns admitted with a swap-in or recompute while lower-class KV held the GPU
         row["priority_inversions"] = int(gpu_policy.admission_inversions)

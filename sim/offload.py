@@ -16,6 +16,7 @@ shape (``_ring_ab``).
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 
 import numpy as np
 
@@ -49,7 +50,7 @@ class SparseOffload:
         self.h2d_bytes = 0.0  # decode-time page loads, the whole run
         self._ring: dict[tuple[int, ...], tuple[float, float]] = {}
         self._ab: tuple[float, float] | None = None  # the current round shape's (a, b)
-        self._per_seqs: dict[int, tuple] = {}  # batch size -> its dense pricer, attn base
+        self._per_seqs: dict[int, Callable[[int], float]] = {}  # batch size -> its dense pricer
 
     # -- the decoding sequences that read from the CPU -------------------------------------------
     def add(self, pages: int) -> None:

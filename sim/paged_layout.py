@@ -18,7 +18,7 @@ import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -194,7 +194,7 @@ class PagedLayout:
         """Read a file ``save`` wrote; the layout is checked."""
         with np.load(path, allow_pickle=False) as z:
             arrays = {name: z[name] for name in _ARRAYS if name in z.files}
-            scalars = {name: int(z[name]) for name in _SCALARS}
+            scalars: dict[str, Any] = {name: int(z[name]) for name in _SCALARS}
             layout = cls(**arrays, **scalars, kv_layout=str(z["kv_layout"]))
         layout.check()
         return layout

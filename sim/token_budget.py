@@ -317,7 +317,7 @@ class LifespanDistribution:
         memory traffic and is exact for integer lifespans; its 24-bit u cuts the geometric tail
         at ~17 means (a 6e-8 chance)."""
         u = rng.random(shape, dtype=dtype)
-        atoms = np.asarray(self.lifespans, dtype=dtype)
+        atoms: np.ndarray = np.asarray(self.lifespans, dtype=dtype)
         cum = np.cumsum(self.probabilities)
         if self.geometric_share == 0:
             idx = np.searchsorted(cum / cum[-1], u, side="right")
