@@ -45,7 +45,8 @@ DATA = Path(
 )
 MOONCAKE = DATA / "mooncake/conversation_trace.jsonl"
 # name -> (gpu GiB, cpu GiB, unit, engine options, budget, sparse); every one evicts
-FEATURES = {
+Feature = tuple[float, float, str, dict, tuple | None, tuple | None]
+FEATURES: dict[str, Feature] = {
     "chunked": (0.6, 0.0, "block", {"chunked_prefill": True, "max_batch_tokens": 512}, None, None),
     "chunked+cpu": (
         0.5,
@@ -116,7 +117,11 @@ def feature_digest(feature: str, policy: str, sessions: int, seed: int) -> str |
         engine=EngineConfig(**engine),
         policy=policy,
         seed=seed,
-        budget=BudgetConfig(*budget[:4], scorer=budget[4]) if budget else None,
+        budget=BudgetConfig(
+            budget[0], sink=budget[1], window=budget[2], budget=budget[3], scorer=budget[4]
+        )
+        if budget
+        else None,
         sparse=SparseConfig(sparse[0], k=sparse[1], ring_slots=sparse[2]) if sparse else None,
     )
     return _hash(res)

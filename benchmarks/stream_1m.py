@@ -41,6 +41,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -85,11 +86,15 @@ def child_write(path: str, turns: int, chunk: int, rate: float, seed: int) -> di
                 keep = min(len(s.turns), turns - written)
                 if keep <= 0:
                     break
-                first = dataclasses.replace(s.turns[0], arrival_s=offset + s.turns[0].arrival_s)
+                start = s.turns[0].arrival_s
+                assert start is not None  # the generator times every first turn
+                first = dataclasses.replace(s.turns[0], arrival_s=offset + start)
                 batch.append(Session(f"syn{sessions:08d}", (first, *s.turns[1:keep])))
                 sessions += 1
                 written += keep
-            offset = batch[-1].turns[0].arrival_s + 1.0 / rate  # the next chunk follows
+            last = batch[-1].turns[0].arrival_s
+            assert last is not None
+            offset = last + 1.0 / rate  # the next chunk follows
             write_jsonl(batch, part)
             with part.open("rb") as src:
                 shutil.copyfileobj(src, fh)
@@ -218,7 +223,12 @@ def child_list(path: str, gpu_kv_gb: float, total: int) -> dict:
     )
 
 
-CHILDREN = {"write": child_write, "stream": child_stream, "load": child_load, "list": child_list}
+CHILDREN: dict[str, Callable[..., dict]] = {
+    "write": child_write,
+    "stream": child_stream,
+    "load": child_load,
+    "list": child_list,
+}
 
 
 def _spawn(kind: str, *args) -> dict:

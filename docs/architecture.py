@@ -49,7 +49,7 @@ def _owner_names(tree: ast.AST, owners: set[str]) -> dict[str, set[str]]:
         alias: dict[str, str] = {}
         for node in ast.walk(fn):  # locals bound to a part: x = self.part, (a, x) = ..., x, y = ...
             if isinstance(node, ast.Assign):
-                pairs = []
+                pairs: list[tuple[ast.expr, ast.expr]] = []
                 for target in node.targets:
                     if isinstance(target, ast.Tuple) and isinstance(node.value, ast.Tuple):
                         pairs += zip(target.elts, node.value.elts, strict=False)
