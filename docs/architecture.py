@@ -6,7 +6,8 @@ The core is ``sim/scheduler.py`` with its decode spans (``sim/spans.py``); the p
 classes of ``sim/parts/``; the services are the objects every run has (memory tiers with their
 policies, the pricer, arrivals, the ledger, the step buckets). An arrow from the core to a part or
 service carries the names the core calls or reads on it (``self.offload.start``, ``core.mem.used``);
-an arrow from a part to the core carries the core's names the part uses (``core.running``).
+an arrow from a part to the core carries the core's names the part uses (``core.running``), and
+one from a part to a service or another part what it reaches through the core (``core.share.hold``).
 docs/architecture.md holds the table this prints; a test checks that the two agree.
 """
 
@@ -19,8 +20,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 CORE_FILES = ("sim/scheduler.py", "sim/spans.py")
-PARTS = {  # the core's attribute -> (its class, module)
-    "chunked": ("ChunkedPrefill", "sim/parts/chunked.py"),
+PARTS = {  # the core's attribute -> (its class, modules)
+    "admission": ("Admission or ChunkedPrefill", "sim/admission.py sim/parts/chunked.py"),
     "budget": ("TokenBudget", "sim/parts/budget.py"),
     "recovery": ("PageRecovery or LayerRecovery", "sim/recovery.py"),
     "offload": ("OffloadDecode", "sim/parts/offload.py"),
@@ -119,13 +120,16 @@ def flows() -> dict[tuple[str, str], list[str]]:
         to = PARTS[attr][0] if attr in PARTS else SERVICES[attr]
         out.setdefault((CORE, to), [])
         out[(CORE, to)] = sorted(set(out[(CORE, to)]) | names)
-    for cls, module in PARTS.values():
-        tree = ast.parse((ROOT / module).read_text())
-        names = _core_names(tree)
-        if names:
-            out[(cls, CORE)] = sorted(names)
-        for attr, used in _owner_names(tree, set(SERVICES)).items():  # through core.mem etc.
-            out[(cls, SERVICES[attr])] = sorted(used)
+    for cls, modules in PARTS.values():
+        for module in modules.split():
+            tree = ast.parse((ROOT / module).read_text())
+            names = _core_names(tree)
+            if names:
+                out[(cls, CORE)] = sorted(set(out.get((cls, CORE), [])) | names)
+            # what it reaches through the core: services (core.mem) and other parts (core.share)
+            for attr, used in _owner_names(tree, set(SERVICES) | set(PARTS)).items():
+                edge = (cls, SERVICES[attr] if attr in SERVICES else PARTS[attr][0])
+                out[edge] = sorted(set(out.get(edge, [])) | used)
     return dict(sorted(out.items()))
 
 
@@ -145,15 +149,15 @@ def draw(path: Path) -> None:
     edges = flows()
     parts = [cls for cls, _ in PARTS.values()]
     services = sorted(set(SERVICES.values()))
-    fig, ax = plt.subplots(figsize=(16, 10))
-    ax.set_xlim(0, 16)
+    fig, ax = plt.subplots(figsize=(17, 10))
+    ax.set_xlim(0, 17)
     ax.set_ylim(0, 10)
     ax.axis("off")
-    pos = {CORE: (8.0, 5.0)}
+    pos = {CORE: (8.8, 5.0)}
     for i, cls in enumerate(parts):  # parts on the left, services on the right
-        pos[cls] = (1.6, 9.3 - i * 8.6 / (len(parts) - 1))
+        pos[cls] = (2.6, 9.3 - i * 8.6 / (len(parts) - 1))
     for i, name in enumerate(services):
-        pos[name] = (14.4, 8.8 - i * 7.6 / (len(services) - 1))
+        pos[name] = (15.4, 8.8 - i * 7.6 / (len(services) - 1))
     colors = {CORE: "#ffe9a8", **dict.fromkeys(parts, "#cfe3ff")}
     for name, (x, y) in pos.items():
         ax.text(
@@ -172,6 +176,17 @@ def draw(path: Path) -> None:
         if a in parts and b in services:  # a part's direct use of a service: faint, unlabelled
             ax.plot([x0 + 1.2, x1 - 1.6], [y0, y1], color="0.8", lw=0.8, ls=":", zorder=1)
             continue
+        if a in parts and b in parts:  # one part's use of another: an arc on the left, unlabelled
+            ax.annotate(
+                "",
+                xy=(x1 - 1.2, y1),
+                xytext=(x0 - 1.2, y0),
+                zorder=1,
+                arrowprops=dict(
+                    arrowstyle="->", color="0.6", ls=":", lw=0.8, connectionstyle="arc3,rad=0.35"
+                ),
+            )
+            continue
         back = b == CORE  # what a part uses of the core: dashed, below the core's arrow
         dy = -0.12 if back else 0.12
         ax.annotate(
@@ -188,7 +203,7 @@ def draw(path: Path) -> None:
                 lw=1.0,
             ),
         )
-        t = 0.35 if back else 0.65  # labels near the part's end for back arrows
+        t = 0.45 if back else 0.75  # the core's labels near the part, the part's mid-way
         label = "\n".join(textwrap.wrap(", ".join(names), 46))
         ax.text(
             x0 + (x1 - x0) * t,
@@ -204,7 +219,7 @@ def draw(path: Path) -> None:
     ax.set_title(
         "kvsim's engine, read from the code: the core, its parts (left) and services (right)\n"
         "solid: what the core calls or reads on each; dashed: what a part uses of the core; "
-        "dotted: a part's own use of a service (names in docs/architecture.md)",
+        "dotted: a part's own use of a service or of another part (names in docs/architecture.md)",
         fontsize=11,
     )
     fig.tight_layout()

@@ -2,16 +2,18 @@
 
 ``release`` moves arrived turns into the waiting queue; ``plan`` prepares an iteration at time
 ``now`` (a page for every decode that starts one, preempting the newest turn when the GPU cannot
-give it, then FCFS admission of waiting turns, each made wholly GPU-resident: GPU hits, CPU
-swap-ins, recompute of dropped units) and prices it; ``finish`` applies it at its end time (tokens
+give it, then the admission of waiting turns, each made wholly GPU-resident: ``sim.admission``)
+and prices it; ``finish`` applies it at its end time (tokens
 out, completions, the next turns' arrivals); ``decode_span`` runs the decode-only iterations up
 to the next event in one go (``sim.spans``).
 
-Serving features are parts (``sim.parts``), created only when the run asks for them: chunked
-prefill, token budgets, layer-wise units, decode from CPU memory, prefetch, prefix sharing and a
-streamed trace. The jobs around the core live in their own modules: KV memory and its evictions
-(``sim.memory``), arrivals and replay (``sim.arrivals``), pricing (``sim.pricing``), the ledger
-(``sim.results``); the SimPy shell in ``sim.engine`` only turns durations into timeouts.
+Every run has an admission (``sim.admission``: FCFS) and a recovery (``sim.recovery``: by page or
+by layer). Serving features are parts (``sim.parts``), created only when the run asks for them:
+chunked prefill (in place of the admission), token budgets, decode from CPU memory, prefetch,
+prefix sharing and a streamed trace. The jobs around the core live in their own modules: KV
+memory and its evictions (``sim.memory``), arrivals and replay (``sim.arrivals``), pricing
+(``sim.pricing``), the ledger (``sim.results``); the SimPy shell in ``sim.engine`` only turns
+durations into timeouts. docs/architecture.md draws them.
 
 Work per iteration is O(turns admitted, completed or growing a page), never O(batch): decoding
 sequences are kept as running sums, and due dates (next page, completion) sit in step buckets.
@@ -25,9 +27,8 @@ from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from typing import cast
 
-import numpy as np
-
 from costmodels import BatchShape, CostModel
+from sim.admission import Admission
 from sim.arrivals import Arrivals, next_arrival_s
 from sim.config import (
     BudgetConfig,
@@ -38,7 +39,7 @@ from sim.config import (
     raise_first,
 )
 from sim.lifetime import fit_lifetime
-from sim.memory import CPU, DROPPED, GPU, SHARED, TieredMemory
+from sim.memory import CPU, GPU, SHARED, TieredMemory
 from sim.parts.budget import TokenBudget
 from sim.parts.chunked import ChunkedPrefill
 from sim.parts.offload import OffloadDecode
@@ -46,7 +47,7 @@ from sim.parts.prefetch import Prefetch
 from sim.parts.sharing import POOL_INDEX, PrefixSharing
 from sim.parts.stream import StreamIntake
 from sim.policies import PolicyContext, make_policy, policy_class
-from sim.pricing import Prefill, Pricer
+from sim.pricing import Pricer
 from sim.recovery import LayerRecovery, PageRecovery
 from sim.results import Ledger
 from sim.samples import Samples
@@ -106,7 +107,8 @@ class Scheduler:
         cap = budget.capacity if budget is not None else None
         self.cap = cap if cap is not None else 1 << 62  # tokens a session's KV may hold
         self.budget = TokenBudget(self, cap) if cap is not None else None
-        self.chunked = ChunkedPrefill(self) if engine.chunked_prefill else None
+        # Which waiting turns join the batch: FCFS, or FCFS with prefills cut into chunks.
+        self.admission = ChunkedPrefill(self) if engine.chunked_prefill else Admission(self)
         self.offload = (
             OffloadDecode(self, sparse) if sparse is not None and sparse.enabled else None
         )
@@ -122,7 +124,7 @@ class Scheduler:
         self.arrivals = Arrivals()
         self.waiting: deque[TurnRun] = deque()
         self.running: dict[int, TurnRun] = {}  # admit_seq -> run, in admission order
-        self._admit_seq = 0
+        self.admit_seq = 0  # admissions so far (a turn's number orders preemption)
         self.step = 0
         self.page_due = StepBuckets()  # decoding runs by the step they start a page
         self.finish_due = StepBuckets()  # ... by the step they complete
@@ -273,11 +275,7 @@ class Scheduler:
         if self.prefetch is not None and self.prefetch.due:
             self.prefetch.run_due(now)
         self.grow_decodes(now)
-        if self.chunked is not None:
-            admitted, prefill, fresh, runs = self.chunked.admit(now)
-        else:
-            admitted, prefill = self._admit(now)
-            fresh, runs = admitted, None
+        admitted, prefill, fresh, runs = self.admission.admit(now)
         if not prefill.lens and self.dec_seqs == 0:
             return None
         off = self.offload
@@ -314,7 +312,7 @@ class Scheduler:
     @property
     def chunking(self) -> list[TurnRun]:
         """Turns in the middle of a chunked prefill, oldest first (admitted, not yet running)."""
-        return self.chunked.chunking if self.chunked is not None else []
+        return self.admission.chunking
 
     def _decode_lens(self, admitted: list[TurnRun]) -> tuple[int, ...]:
         """Each decoding sequence's context this step, in admission order (the decoders are the
@@ -366,114 +364,18 @@ class Scheduler:
                     break
             else:
                 tokens = run.tokens_at(self.step)
-                self._extend(run.sess, tokens + 1, now)
+                self.extend(run.sess, tokens + 1, now)
                 if off is not None and run.cpu_pages >= 0:
                     off.page_filled(run, tokens // self.bt - 1, now)
                 if tokens + self.bt < run.cap:
                     self.page_due.add(self.step + self.bt, run, epoch)
         return True
 
-    def _admit(self, now: float) -> tuple[list[TurnRun], Prefill]:
-        """Admit waiting turns FCFS: (the turns admitted, the iteration's prefill work)."""
-        pf = self.recovery.prefill()
-        admitted: list[TurnRun] = []
-        budget = self.cfg.max_batch_tokens - self.dec_seqs
-        while self.waiting and len(self.running) < self.cfg.max_running:
-            run = self.waiting[0]
-            target, new_tokens, fetch, unheld = self.need(run)
-            if new_tokens > budget and (admitted or self.dec_seqs):
-                break  # head-of-line blocking, as vLLM's FCFS scheduler
-            if not self.room_for(run, fetch, unheld):
-                break  # no room now; it waits at the head of the queue
-            self.waiting.popleft()
-            self.make_resident(run, target, fetch, now, pf)
-            budget -= new_tokens
-            admitted.append(run)
-        pf.seqs = len(admitted)
-        return admitted, pf
-
     def split(self, sess: SessionKV) -> tuple[int, int, int]:
         """The session's tokens by where they are: (GPU hits, to swap in, to recompute)."""
         return self.recovery.split(sess)
 
-    def make_resident(self, run: TurnRun, target: int, fetch: int, now: float, pf: Prefill) -> None:
-        """Pin the session's units, reclaim room, swap in, recompute, and add the new pages; the
-        work goes into ``pf``."""
-        sess, mem = run.sess, self.mem
-        old_tokens = sess.tokens
-        ahead, prefetched = self.prefetch.take(sess, now, pf) if self.prefetch else (None, 0)
-        split, layer_units, found = self._history_where(run, ahead)
-        for policy in mem.policy:
-            policy.on_admit(sess, split, now)
-        mem.acquire(sess, now)
-        share = self.share if found is not None else None
-        if share is not None:
-            share.hold(sess.index, now)  # before room is made: no eviction takes it
-        if not mem.make_room(fetch, now):
-            raise AssertionError(
-                f"admission of {sess.session_id} turn {run.k}: room was checked "
-                f"but {fetch} bytes could not be reclaimed"
-            )
-        new = max(1, target - 1 - old_tokens)
-        swapped, prompt_redo = self.recovery.bring_in(
-            run, share, split[DROPPED], new, old_tokens, now, pf
-        )
-        pf.h2d_bytes += swapped
-        sess.last_access_s = now
-        self._extend(sess, target, now)
-        if not run.admitted_once:
-            # First admission: the session holds exactly the history, H = g + c + d.
-            run.gpu_hit, run.cpu_hit, run.recomputed = split
-            if found is not None and run.k == 0:
-                run.shared_hit, run.shared_cpu = found[GPU] * self.bt, found[CPU] * self.bt
-            run.layer_units = layer_units
-            run.prefetched_bytes = prefetched
-            run.swap_in_bytes += prefetched
-            run.admit_s = now
-            run.admitted_once = True
-        else:
-            redo = split[DROPPED] + (target - 1 - old_tokens) + prompt_redo
-            run.preempt_recompute += redo
-            self.preempt_recompute_tokens += redo
-        run.swap_in_bytes += swapped
-        self.swap_in_bytes += swapped
-        self._admit_seq += 1
-        run.admit_seq = self._admit_seq
-        self.running[run.admit_seq] = run
-
-    def _history_where(
-        self, run: TurnRun, ahead: np.ndarray | None
-    ) -> tuple[tuple[int, int, int], tuple[int, int, int], tuple[int, ...] | None]:
-        """Where the history is at admission: its tokens (GPU hits, to swap in, to recompute),
-        its (page, layer) pairs per tier, and its shared prefix's pages per tier (None: no
-        prefix). Prefetched units (``ahead``) count on the CPU, where they came from; a shared
-        prefix counts as history from the second turn on."""
-        sess, bt = run.sess, self.bt
-        if ahead is not None and len(ahead):
-            assert self.prefetch is not None
-            split = self.prefetch.split_before(sess, ahead)
-        else:
-            split = self.split(sess)
-        tiers = sess.tier_pages[:3]
-        found = None
-        if self.share is not None and sess.tier_pages[SHARED]:
-            found = self.share.counts(sess.index)[:3]  # the prefix, by its pages' tiers
-            if run.k > 0:  # it is history: g, c, d as the own pages
-                g, c, d = (a + n * bt for a, n in zip(split, found, strict=True))
-                split = g, c, d
-                tiers = [a + n for a, n in zip(tiers, found, strict=True)]
-        if ahead is not None and len(ahead):  # its pages count where they came from
-            moved = len(ahead) * (sess.unit_pages if self.per_session_unit else 1)
-            tiers[GPU] -= moved
-            tiers[CPU] += moved
-        per_unit = self.layers // self.upp
-        return (
-            split,
-            (tiers[GPU] * per_unit, tiers[CPU] * per_unit, tiers[DROPPED] * per_unit),
-            found,
-        )
-
-    def _extend(self, sess: SessionKV, tokens: int, now: float) -> None:
+    def extend(self, sess: SessionKV, tokens: int, now: float) -> None:
         """Grow the session's KV to ``tokens``, placing new pages pinned on the GPU (room was made)."""
         pages = self.pages(tokens)
         self.live_pages += pages - self.pages(sess.tokens)
@@ -614,46 +516,3 @@ class Scheduler:
         if step < after:
             raise AssertionError(f"page allocation of step {step} was not handled by step {after}")
         return step
-
-    # -- what admission needs ----------------------------------------------------------------------
-    def admissible(self, run: TurnRun) -> bool:
-        """Would admission take this head-of-queue turn now (given room and limits)?"""
-        if len(self.running) + len(self.chunking) >= self.cfg.max_running:
-            return False
-        _, new_tokens, fetch, unheld = self.need(run)
-        budget = self.cfg.max_batch_tokens - self.dec_seqs
-        if self.chunked is not None and budget <= 0:
-            return False
-        if self.chunked is None and new_tokens > budget and self.dec_seqs:
-            return False
-        return self.room_for(run, fetch, unheld)
-
-    def need(self, run: TurnRun) -> tuple[int, int, int, int]:
-        """(context tokens after the prefill, prefill tokens, GPU bytes to fetch, GPU pages of its
-        shared prefix that no turn holds) to admit ``run``.
-
-        O(1) from the session's per-tier page counts (and its prefix's, counted once here). A fully
-        cached prompt still computes its last token for the logits (as vLLM does).
-        """
-        sess = run.sess
-        target = run.history + run.turn.prompt_tokens + run.generated + 1
-        units = sess.tier_pages
-        dropped = 0
-        if units[DROPPED]:
-            dropped = self.recovery.dropped_tokens(sess)
-        fetch = (
-            units[CPU] + units[DROPPED] + self.pages(target) * self.upp - sum(units)
-        ) * self.unit_bytes
-        unheld = 0
-        if self.share is not None and units[SHARED]:  # the prefix's pages not on the GPU too
-            _, on_cpu, gone, unheld = self.share.counts(sess.index)
-            dropped += gone * self.bt
-            fetch += (on_cpu + gone) * self.page_bytes
-        new_tokens = max(1, dropped + (target - 1 - sess.tokens))
-        return target, new_tokens, fetch, unheld
-
-    def room_for(self, run: TurnRun, fetch: int, unheld: int) -> bool:
-        """Can the GPU make ``fetch`` bytes of room without the session's own (soon pinned) units,
-        nor the ``unheld`` GPU pages of its prefix that no other turn holds?"""
-        held = run.sess.tier_pages[GPU] * self.unit_bytes + unheld * self.page_bytes
-        return self.mem.reclaimable(GPU) - held >= fetch

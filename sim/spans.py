@@ -39,8 +39,8 @@ def decode_span(core: Scheduler, now: float, next_arrival_s: float | None) -> De
     span = DecodeSpan()
     if (
         core.dec_seqs == 0
-        or (core.chunked is not None and core.chunked.jobs)
-        or (core.waiting and core.admissible(core.waiting[0]))
+        or core.admission.in_progress()
+        or (core.waiting and core.admission.admissible(core.waiting[0]))
     ):
         return span  # (a prefill in progress goes on in the next iteration)
     horizon = math.inf if next_arrival_s is None else next_arrival_s

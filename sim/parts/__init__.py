@@ -2,7 +2,7 @@
 (``sim.scheduler``): created only when a run's configuration asks for it, holding its own state,
 and reached by the core through a few hooks (docs/architecture.md draws them).
 
-- ``chunked.ChunkedPrefill`` (engine.chunked_prefill): admission that cuts prefills into chunks;
+- ``chunked.ChunkedPrefill`` (engine.chunked_prefill): the admission, with prefills cut into chunks;
 - ``budget.TokenBudget`` (budget.kind other than full): caps and the bulk prune after prefill;
 - ``offload.OffloadDecode`` (sparse.kind other than off): decode from CPU memory, Quest-style;
 - ``prefetch.Prefetch`` (engine.prefetch other than off): swap-ins ahead of admission;

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections import deque
 from typing import TYPE_CHECKING
 
+from sim.admission import Admission
 from sim.chunks import PrefillJob, add_into, first_chunk
 from sim.pricing import Prefill
 
@@ -16,15 +17,27 @@ if TYPE_CHECKING:
     from sim.turns import TurnRun
 
 
-class ChunkedPrefill:
+class ChunkedPrefill(Admission):
     def __init__(self, core: Scheduler) -> None:
-        self.core = core
+        super().__init__(core)
         # admitted turns whose prefill goes on, oldest first (not running: they decode nothing yet)
         self.jobs: deque[PrefillJob] = deque()
 
     @property
     def chunking(self) -> list[TurnRun]:
         return [job.run for job in self.jobs]
+
+    def in_progress(self) -> bool:
+        return bool(self.jobs)
+
+    def admissible(self, run: TurnRun) -> bool:
+        core = self.core
+        if len(core.running) + len(self.jobs) >= core.cfg.max_running:
+            return False
+        _, _, fetch, unheld = self.need(run)
+        if core.cfg.max_batch_tokens - core.dec_seqs <= 0:
+            return False
+        return self.room_for(run, fetch, unheld)
 
     def admit(self, now: float) -> tuple[list[TurnRun], Prefill, list[TurnRun], list[TurnRun]]:
         """(the turns whose prefill ends in this iteration, the iteration's prefill work, the turns
@@ -45,12 +58,12 @@ class ChunkedPrefill:
         waiting, running = core.waiting, core.running
         while budget > 0 and waiting and len(running) + len(jobs) < core.cfg.max_running:
             run = waiting[0]
-            target, _, fetch, unheld = core.need(run)
-            if not core.room_for(run, fetch, unheld):
+            target, _, fetch, unheld = self.need(run)
+            if not self.room_for(run, fetch, unheld):
                 break  # no room now; it waits at the head of the queue
             waiting.popleft()
             work = Prefill()
-            core.make_resident(run, target, fetch, now, work)
+            self.make_resident(run, target, fetch, now, work)
             work.seqs = 1
             del running[run.admit_seq]  # running again once its prefill ends
             fresh.append(run)

@@ -7,6 +7,7 @@ import pytest
 
 from costmodels import cost_model
 from sim import EngineConfig, MemoryConfig
+from sim.admission import Admission
 from sim.config import BudgetConfig, SparseConfig, combination_problems
 from sim.parts.budget import TokenBudget
 from sim.parts.chunked import ChunkedPrefill
@@ -22,7 +23,7 @@ from traces.records import Session, Turn
 COST = cost_model("llama-3-8b", "h100-sxm")
 PLAIN = [Session("a", (Turn(100, 5, arrival_s=0.0),))]
 HASHED = [Session("h", (Turn(64, 5, arrival_s=0.0, prefix_hashes=(7, 8)),), block_tokens=32)]
-PARTS = ("budget", "chunked", "offload", "prefetch", "share", "stream")
+PARTS = ("budget", "offload", "prefetch", "share", "stream")
 
 
 def _sched(sessions=PLAIN, unit="block", cpu=0.0, engine=None, budget=None, sparse=None):
@@ -36,17 +37,21 @@ def _present(sched) -> dict[str, type]:
     return {name: type(getattr(sched, name)) for name in PARTS if getattr(sched, name) is not None}
 
 
-def test_a_plain_run_has_no_part_and_page_recovery():
+def test_a_plain_run_has_no_part_fcfs_admission_and_page_recovery():
     sched = _sched()
     assert _present(sched) == {}
-    assert type(sched.recovery) is PageRecovery
+    assert type(sched.admission) is Admission and type(sched.recovery) is PageRecovery
+
+
+def test_chunked_prefill_replaces_the_admission():
+    sched = _sched(engine=EngineConfig(chunked_prefill=True))
+    assert _present(sched) == {} and type(sched.admission) is ChunkedPrefill
 
 
 @pytest.mark.parametrize(
     "kwargs,expected",
     [
         ({"budget": BudgetConfig("streamingllm", sink=4, window=60)}, {"budget": TokenBudget}),
-        ({"engine": EngineConfig(chunked_prefill=True)}, {"chunked": ChunkedPrefill}),
         ({"cpu": 1.0, "sparse": SparseConfig("quest", k=4)}, {"offload": OffloadDecode}),
         ({"cpu": 1.0, "engine": EngineConfig(prefetch="queue")}, {"prefetch": Prefetch}),
         ({"sessions": HASHED}, {"share": PrefixSharing}),
