@@ -6,7 +6,11 @@ Assembly (docs/semantics.md, section 5 "What the simulated GPU charges"), all pe
     compute = L * layer + lm_head(rows) + step_overhead
     H2D     = copies * latency + bytes / bw, spread evenly over the L layers and pipelined with
               them (``costmodels.pipeline``) or, without pipelining, finished before layer 0
-    D2H     = on its own copy engine, concurrent with everything: total = max(compute path, D2H)
+              (with a profile's start_s / issue_s: max(start + copies * latency + bytes / bw,
+              copies * issue), ``copy_time``)
+    D2H     = on its own copy engine, concurrent with everything: total = max(compute path, D2H);
+              where the profile gives a duplex rate, H2D and D2H running at once share it
+              (``duplex_times``)
 
 linear(N) is tau + the layer's GEMMs: max(weight read, FLOPs) for the whole layer, or, where the
 profile sets the per-GEMM fields, the sum over its four GEMMs of ``costmodels.gemm`` (tiles in
@@ -41,6 +45,39 @@ from .pipeline import pipelined_time, pipelined_time_uniform, serial_time, seria
 from .profile import Profile
 from .scorer_mlp import scorer_s_per_token_layer
 from .tensor_parallel import ALLREDUCES_PER_LAYER, allreduce_per_token, allreduce_term
+
+
+def copy_time(term, nbytes: float, copies: float) -> float:
+    """Seconds of ``copies`` back-to-back copies moving ``nbytes`` under a ``CopyTerm``:
+    max(start_s + copies * latency_s + nbytes / bw_Bps, copies * issue_s); nothing to move costs 0.
+    With start_s = issue_s = 0 it is copies * latency_s + nbytes / bw_Bps exactly."""
+    engine = copies * term.latency_s + nbytes / term.bw_Bps
+    if term.start_s and (copies or nbytes):
+        engine += term.start_s
+    host = copies * term.issue_s
+    return engine if engine >= host else host
+
+
+def duplex_times(h2d_s: float, d2h_s: float, share: float) -> tuple[float, float]:
+    """H2D and D2H started together on their two copy engines, each slowed to ``share`` (< 1) of
+    its own rate while both run: the shorter ends at its time / share, the longer then runs alone
+    at full rate for what is left. share >= 1 (or a direction idle): unchanged."""
+    if share >= 1.0 or h2d_s <= 0.0 or d2h_s <= 0.0:
+        return h2d_s, d2h_s
+    short, long_ = min(h2d_s, d2h_s), max(h2d_s, d2h_s)
+    both = short / share
+    stretched = (both, both + long_ - short)
+    return stretched if h2d_s <= d2h_s else (stretched[1], stretched[0])
+
+
+def duplex_share(profile: Profile) -> float:
+    """The share of its own rate each direction keeps while both run: the profile's duplex rate
+    over the sum of the two directions' rates (1 without a duplex rate, or when the link carries
+    both at full rate)."""
+    duplex = profile.overlap.duplex_Bps
+    if not duplex:
+        return 1.0
+    return min(1.0, duplex / (profile.h2d.bw_Bps + profile.d2h.bw_Bps))
 
 
 def attention_pairs(n_new: int, n_ctx: int) -> float:
@@ -281,6 +318,7 @@ class CostModel:
         "_head_s_per_row",
         "_slowdown",
         "_layerwise",
+        "_duplex",
         "_score_tau_s",
         "_ar_fixed_s",
         "_ar_s_per_tok",
@@ -333,6 +371,7 @@ class CostModel:
         self._head_s_per_row = 2.0 * model.lm_head_params / lin.flops
         self._slowdown = profile.overlap.compute_slowdown
         self._layerwise = profile.overlap.layerwise_h2d
+        self._duplex = duplex_share(profile)
         self._score_tau_s = 0.0  # a token scorer's fixed cost per layer (``with_token_scoring``)
         # One all-reduce of N tokens' activations = fixed + N * per token (0, 0 at tp = 1).
         ar = allreduce_term(profile) if self.tp > 1 else None
@@ -480,7 +519,7 @@ class CostModel:
             raise ValueError(f"direction must be 'h2d' or 'd2h', got {direction!r}")
         if nbytes < 0 or copies < 0:
             raise ValueError(f"copy_s needs nbytes, copies >= 0, got {nbytes}, {copies}")
-        return copies * term.latency_s + nbytes / term.bw_Bps
+        return copy_time(term, nbytes, copies)
 
     # --- one iteration ---------------------------------------------------------------------------
     def iteration(
@@ -504,8 +543,10 @@ class CostModel:
         (``pipelined_time_uniform``), compute slowed by (1+epsilon) while the copy stream is busy.
         Otherwise all H2D copies finish before layer 0: L*t_x + L*t_c.
         D2H (demotion of victims) runs on the other copy engine from the start of the iteration and
-        does not slow compute (a simplification); the iteration ends when both are done. With
-        ``async_save=False`` the saves finish before the iteration computes (D2H + the rest).
+        does not slow compute (a simplification); the iteration ends when both are done. Where
+        the profile gives a duplex rate (``overlap.duplex_Bps``), the H2D and D2H copies, taken
+        as starting together, share it (``duplex_times``). With ``async_save=False`` the saves
+        finish before the iteration computes (D2H + the rest), and so never overlap the H2D.
         An iteration with nothing to compute pays no LM head and no step overhead; with no copies
         either it costs 0.
         """
@@ -519,6 +560,8 @@ class CostModel:
         compute = layers * t_c + head + overhead
         h2d = self.copy_s("h2d", h2d_bytes, h2d_copies) if (h2d_bytes or h2d_copies) else 0.0
         d2h = self.copy_s("d2h", d2h_bytes, d2h_copies) if (d2h_bytes or d2h_copies) else 0.0
+        if async_save and self._duplex < 1.0:
+            h2d, d2h = duplex_times(h2d, d2h, self._duplex)
         if h2d == 0.0:
             body = layers * t_c
         elif pipelining and self._layerwise:
@@ -563,6 +606,10 @@ class CostModel:
         compute = float(sum(layer_compute_s)) + head + overhead
         h2d = float(sum(h2d_copy_s))
         d2h = self.copy_s("d2h", d2h_bytes, d2h_copies) if (d2h_bytes or d2h_copies) else 0.0
+        if async_save and self._duplex < 1.0 and h2d > 0.0 and d2h > 0.0:
+            both, d2h = duplex_times(h2d, d2h, self._duplex)
+            h2d_copy_s = [t * both / h2d for t in h2d_copy_s]
+            h2d = both
         if pipelining and self._layerwise:
             body = pipelined_time(
                 h2d_copy_s,

@@ -121,10 +121,21 @@ class DecodeAttnTerm:
 
 @dataclass(frozen=True, slots=True)
 class CopyTerm:
-    """One host<->device direction: t = copies * latency_s + bytes / bw_Bps."""
+    """One host<->device direction, for a batch of ``copies`` copies issued back to back:
 
-    latency_s: float
-    bw_Bps: float
+      t = max(start_s + copies * latency_s + bytes / bw_Bps,  copies * issue_s)
+
+    The first line is the copy engine's: the first copy's latency (``start_s``), which the copies
+    queued behind it overlap, then each further copy's own cost and the bytes at the link's rate.
+    The second is the host's: copies cannot end before they are issued, one call each. With
+    ``start_s`` and ``issue_s`` at 0 (every file written before they existed) this is the old form
+    t = copies * latency_s + bytes / bw_Bps, bit for bit.
+    """
+
+    latency_s: float  # per copy call on the copy engine
+    bw_Bps: float  # the link's rate for the bytes of large copies
+    start_s: float = 0.0  # once per batch of back-to-back copies (0: none)
+    issue_s: float = 0.0  # host time to issue one copy call (0: not a bound)
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +159,10 @@ class OverlapTerm:
         float  # epsilon: compute runs (1 + epsilon) slower while an H2D copy is in flight
     )
     layerwise_h2d: bool  # whether the backend can pipeline H2D per layer (copy l+1 during layer l)
+    # Combined H2D + D2H rate while both copy engines run at once (0: none, each direction at its
+    # own rate). Below the sum of the two rates, both directions slow in proportion while they
+    # overlap (``costmodels.cost.duplex_times``).
+    duplex_Bps: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -293,6 +308,9 @@ def _written_fields(obj: Any) -> list:
         out = [f for f in out if f.name not in _PER_OP_FIELDS]
     if isinstance(obj, DecodeAttnTerm) and not obj.wave_sm_count:
         out = out[:3]  # tau_s, per_seq_s, kv_bw_Bps: the split-KV form
+    if isinstance(obj, CopyTerm | OverlapTerm):
+        # Optional constants at their default (0: off) stay out of the file.
+        out = [f for f in out if f.default is MISSING or getattr(obj, f.name) != f.default]
     return out
 
 
@@ -349,7 +367,11 @@ def _checked_fields(cls: type, get: Any, ctx: S.Ctx) -> dict[str, Any]:
         elif f.type in ("int", int):
             values[f.name] = S.integer(get(f.name), c, minimum=0)
         else:
-            values[f.name] = S.number(get(f.name), c, positive=f.name.endswith(_POSITIVE_SUFFIXES))
+            v = get(f.name)
+            # A rate divides, so it must be > 0; an optional rate whose default is 0 may be 0 (off).
+            off = f.default == 0.0 and v == 0.0
+            positive = f.name.endswith(_POSITIVE_SUFFIXES) and not off
+            values[f.name] = S.number(v, c, positive=positive)
     return values
 
 
