@@ -12,7 +12,8 @@ The forms are exactly those of ``costmodels.cost``, per decoder layer:
     decode_attn   tau + per_seq * B + C * kv_bytes_per_token_layer / kv_bw,   C = total context
                   + wave * waves + d * (wave_key_elem * wave keys          kernels without split-KV
                                         + latency_key_elem * longest)     only (key tile chosen)
-    h2d / d2h     copies * latency + bytes / bw
+    h2d / d2h     copies * latency + bytes / bw, or (the link form, ``fit_term(link=True)``)
+                  max(start + copies * latency + bytes / bw, copies * issue)
 
 Features come from the sample's model shard, so the constants are physical (bytes/s, FLOP/s,
 seconds) and transfer across models. Why relative error: times span four orders of magnitude and
@@ -147,13 +148,14 @@ class RateLimits:
 
     hbm_Bps: float | None = None  # bounds weight_bw, elementwise bw, kv_bw
     flops: float | None = None  # bounds the GEMM and attention FLOP rates
+    host_link_Bps: float | None = None  # bounds the copies' rate (the link form)
 
     @classmethod
     def of_gpu(cls, name: str) -> "RateLimits":
         from costmodels.hardware import find_hardware
 
         hw = find_hardware(name)
-        return cls(hw.hbm_bw_Bps, hw.dense_bf16_flops) if hw else cls()
+        return cls(hw.hbm_bw_Bps, hw.dense_bf16_flops, hw.host_link_Bps) if hw else cls()
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,6 +164,12 @@ class TermFit:
     params: Params
     n: int  # samples fitted
     notes: tuple[str, ...] = ()  # constants fixed or capped, and why
+    # Copies (link form): how long the host issued copies before the timer's start event ran (the
+    # cold-L2 flush queued ahead of it). A property of the measurement, not of the link: the
+    # samples are scored with it, the profile prices copies without it.
+    lead_s: float = 0.0
+    # Prefill attention: the decode KV rate of its floor (``CostModel.prefill_attn_s``), 0: none.
+    kv_floor_Bps: float = 0.0
 
     def params_as(self, kind: type[_P]) -> _P:
         """The fitted constants as the kind this term fits (a TypeError for any other)."""
@@ -235,10 +243,29 @@ def _design(
 
 
 # --- predictions (the cost model's formulas, vectorised) ---------------------------------------------
-def predict(term: str, params: Params, samples: Sequence[Sample]) -> np.ndarray:
-    """Seconds the form with ``params`` gives for each sample of ``term``."""
+def predict(
+    term: str,
+    params: Params,
+    samples: Sequence[Sample],
+    lead_s: float = 0.0,
+    kv_floor_Bps: float = 0.0,
+) -> np.ndarray:
+    """Seconds the form with ``params`` gives for each sample of ``term``. ``lead_s``: copies were
+    issued that long before the timer started (``TermFit.lead_s``); ``kv_floor_Bps``: prefill
+    attention is at least tau + its keys' KV bytes at this rate, as the cost model prices it."""
     if not samples:
         return np.zeros(0)
+    if term in ("h2d", "d2h"):
+        copy = params_as(CopyTerm, params, term)
+        n = np.array([s.shape.copies for s in samples], dtype=float)
+        b = np.array([s.shape.nbytes for s in samples], dtype=float)
+        engine = copy.start_s * ((n > 0) | (b > 0)) + n * copy.latency_s + b / copy.bw_Bps
+        return np.maximum(engine, n * copy.issue_s - lead_s)
+    if term == "prefill_attn" and kv_floor_Bps:
+        pf = params_as(PrefillAttnTerm, params, term)
+        return np.maximum(
+            predict(term, params, samples), pf.tau_s + _kv_read_s(samples, kv_floor_Bps)
+        )
     if term == "gemm":
         gemm = params_as(GemmFit, params, term)
         if uses_per_gemm_form(gemm):
@@ -276,6 +303,15 @@ def predict(term: str, params: Params, samples: Sequence[Sample]) -> np.ndarray:
         raise ValueError(f"no linear design for term {term!r}")
     a, _ = _design(term, samples, sms, key_tile)
     return a @ np.asarray(coef, dtype=float)
+
+
+def _kv_read_s(samples: Sequence[Sample], kv_bw_Bps: float) -> np.ndarray:
+    """Seconds to read every key's K and V of each prefill sample once at ``kv_bw_Bps``."""
+    keys = np.array(
+        [s.shape.seqs * s.shape.kv_len * s.model.kv_bytes_per_token_layer for s in samples],
+        dtype=float,
+    )
+    return keys / kv_bw_Bps
 
 
 def _timed_ops(sample: Sample) -> list:
@@ -614,9 +650,75 @@ def _capped(op: ElementwiseOp, notes: list[str]) -> ElementwiseOp:
     return ElementwiseOp(op.kind, op.floor_s, op.tau_s, knee_p=op.knee_p, **rates)
 
 
+def _fit_per_op_totals(
+    samples: Sequence[Sample], limits: RateLimits, form: PerOpForm
+) -> tuple[ElementwiseOp, ...]:
+    """Every kind's constants at once, in relative error on each sample's summed time (samples
+    that time the layer's elementwise ops together, as our own sweeps do), from the three starts
+    of ``_fit_kind``; each kind's own constants are then not identified one by one, only their
+    sum over the layer's kernels is."""
+    from scipy.optimize import least_squares
+
+    y = _times(samples)
+    owner, kind_of, tokens, row_bytes, threads = [], [], [], [], []
+    for i, s in enumerate(samples):
+        for op in _timed_ops(s):
+            owner.append(i)
+            kind_of.append(ELEMENTWISE_KINDS.index(op.kind))
+            tokens.append(s.shape.tokens)
+            row_bytes.append(op.row_bytes)
+            threads.append(op.block_threads)
+    idx, kinds = np.array(owner), np.array(kind_of)
+    n, r, th = (np.array(v, dtype=float) for v in (tokens, row_bytes, threads))
+    hbm = (limits.hbm_Bps or RATE_CAP) / 1e12
+    per = len(ELEMENTWISE_KINDS)
+    ops_per_sample = len(idx) / len(samples)
+    x0 = np.array([0.8 * y.min() * 1e6 / ops_per_sample, 0.5, 1.0 / (0.5 * hbm), 0.1, 0.05, 4.0])
+    lo = np.tile([0.0, 0.0, 1.0 / hbm, 0.0, 0.0, 1.0], per)
+    hi = np.tile([100.0, 100.0, 1e3, 1e3, 1e3, 50.0], per)
+
+    def total(x: np.ndarray) -> np.ndarray:
+        t = np.zeros(len(idx))
+        for k, kind in enumerate(ELEMENTWISE_KINDS):
+            m = kinds == k
+            op = _per_op_constants(kind, x[6 * k : 6 * k + 6])
+            t[m] = op_s(op, n[m], r[m], th[m], form.sm_count, form.l2_bytes)
+        return np.bincount(idx, weights=t, minlength=len(samples))
+
+    best = None
+    for scale in (1.0, 0.5, 2.0):
+        start = np.tile(x0, per)
+        start[2::6] *= scale
+        start = np.clip(start, lo + 1e-9, hi - 1e-9)
+        res = least_squares(
+            lambda x: (total(x) - y) / y,
+            start,
+            bounds=(lo, hi),
+            x_scale=np.maximum(np.abs(start), 1e-3),
+        )
+        if best is None or res.cost < best.cost:
+            best = res
+    assert best is not None  # one start at least
+    return tuple(
+        _per_op_constants(k, best.x[6 * i : 6 * i + 6]) for i, k in enumerate(ELEMENTWISE_KINDS)
+    )
+
+
 def _fit_per_op(samples: Sequence[Sample], limits: RateLimits, form: PerOpForm) -> TermFit:
-    """The per-op form: each kind fitted alone on its ops' times; bw_Bps is the layer form's."""
+    """The per-op form: each kind fitted alone on its ops' times (or, where the samples time the
+    ops together, all kinds at once on the sums); bw_Bps is the layer form's."""
     layer = _fit_linear_form("elementwise", samples, limits)
+    if not any(s.ew_parts for s in samples):
+        notes = [
+            "per-op form fitted on each sample's summed time (the ops were timed together): "
+            "the sum over the layer's kernels is fitted, each kind's own constants are not "
+            "identified; elementwise_bw_Bps is the layer form's fit, a summary that prices nothing"
+        ]
+        ops = tuple(_capped(op, notes) for op in _fit_per_op_totals(samples, limits, form))
+        params = ElementwiseFit(
+            0.0, layer.params_as(ElementwiseFit).bw_Bps, ops, form.sm_count, form.l2_bytes
+        )
+        return TermFit("elementwise", params, len(samples), tuple(notes))
     notes = [
         "per-op form: each kind fitted on its own ops' times; elementwise_bw_Bps is the layer "
         "form's fit, a summary that prices nothing"
@@ -627,6 +729,76 @@ def _fit_per_op(samples: Sequence[Sample], limits: RateLimits, form: PerOpForm) 
     return TermFit("elementwise", params, len(samples), tuple(notes))
 
 
+def _fit_link(term: str, samples: Sequence[Sample], limits: RateLimits) -> TermFit:
+    """The link form of one copy direction, max(start + n*latency + bytes/bw, n*issue - lead), in
+    relative error from three starts; ``lead`` (how long the host issued copies before the
+    timer's start event ran) is fitted with it and kept apart from the profile's constants.
+    Units inside: us, us per MB."""
+    from scipy.optimize import least_squares
+
+    n = np.array([s.shape.copies for s in samples], dtype=float)
+    mb = np.array([s.shape.nbytes for s in samples], dtype=float) / 1e6
+    y = _times(samples) * 1e6
+    notes: list[str] = []
+    link = limits.host_link_Bps
+    # Ceilings: fixed costs and the lead under 100 us / 1 ms, the rate under the link's.
+    x0 = np.array([5.0, 2.0, 1e6 / (0.85 * link) if link else 18.0, 6.0, 80.0])
+    lo = np.array([0.0, 0.0, 1e6 / link if link else 0.0, 0.0, 0.0])
+    hi = np.array([100.0, 100.0, 1e6, 100.0, 1000.0])
+
+    def model(x: np.ndarray) -> np.ndarray:
+        return np.maximum(x[0] + n * x[1] + mb * x[2], n * x[3] - x[4])
+
+    best = None
+    for scale in (1.0, 0.5, 2.0):
+        start = np.clip(x0 * scale, lo + 1e-9, hi - 1e-9)
+        res = least_squares(
+            lambda x: (model(x) - y) / y, start, bounds=(lo, hi), x_scale=np.abs(start)
+        )
+        if best is None or res.cost < best.cost:
+            best = res
+    assert best is not None  # one start at least
+    x = best.x
+    params = CopyTerm(
+        latency_s=float(x[1]) * 1e-6,
+        bw_Bps=_rate(float(x[2]) * 1e-6 / 1e6, f"{term} bw", notes),
+        start_s=float(x[0]) * 1e-6,
+        issue_s=float(x[3]) * 1e-6,
+    )
+    _bound_note(params.bw_Bps, link, f"{term} bw_Bps", notes)
+    notes.append(
+        f"link form: the host issued copies {x[4]:.1f} us before the timer's start event ran "
+        "(the cold-L2 flush queued ahead of it); scored with it, not in the profile"
+    )
+    return TermFit(term, params, len(samples), tuple(notes), lead_s=float(x[4]) * 1e-6)
+
+
+def _fit_prefill_floor(
+    samples: Sequence[Sample], limits: RateLimits, wave_sms: int, kv_floor_Bps: float
+) -> TermFit:
+    """Prefill attention under its KV-read floor: the linear form fitted on the shapes where it is
+    above the floor, the floor (tau + keys at ``kv_floor_Bps``) taking the rest, repeated until
+    the two sets stop changing (at most 8 rounds)."""
+    floor_kv = _kv_read_s(samples, kv_floor_Bps)
+    keep = np.ones(len(samples), dtype=bool)
+    fit = _fit_linear_form("prefill_attn", samples, limits, wave_sms)
+    for _ in range(8):
+        pf = fit.params_as(PrefillAttnTerm)
+        above = predict("prefill_attn", pf, samples) >= pf.tau_s + floor_kv
+        if (above == keep).all() or above.sum() < 4:
+            break
+        keep = above
+        fit = _fit_linear_form(
+            "prefill_attn", [s for s, k in zip(samples, keep, strict=True) if k], limits, wave_sms
+        )
+    notes = (
+        *fit.notes,
+        f"fitted above its KV-read floor (keys at the decode KV rate {kv_floor_Bps:.4g} B/s): "
+        f"{int(keep.sum())} of {len(samples)} shapes",
+    )
+    return TermFit("prefill_attn", fit.params, len(samples), notes, kv_floor_Bps=kv_floor_Bps)
+
+
 def fit_term(
     term: str,
     samples: Sequence[Sample],
@@ -634,13 +806,17 @@ def fit_term(
     wave_sms: int = 0,
     gemm_form: TileWaveForm | None = None,
     ew_form: PerOpForm | None = None,
+    link: bool = False,
+    kv_floor_Bps: float = 0.0,
 ) -> TermFit:
     """Fit one term's form to its samples (all must be of ``term``); rates stay under ``limits``.
     ``wave_sms``: the attention kernels do not split keys and run their CTAs in waves over this
     many SMs (0: they split them, or the data show no waves), so their forms get the wave terms;
     decode's key tile is the one of ``DECODE_KEY_TILES`` that fits the samples best.
     ``gemm_form``: fit the GEMMs' per-GEMM tile/wave form (None: the layer form).
-    ``ew_form``: fit the elementwise per-op form (None: the layer form)."""
+    ``ew_form``: fit the elementwise per-op form (None: the layer form).
+    ``link``: fit copies in the link form (``_fit_link``). ``kv_floor_Bps``: fit and score prefill
+    attention under its KV-read floor at this decode KV rate (0: the form alone)."""
     limits = limits or RateLimits()
     if term not in FITTED_TERMS:
         raise ValueError(f"cannot fit {term!r}: fitted terms are {', '.join(FITTED_TERMS)}")
@@ -655,6 +831,10 @@ def fit_term(
         return _fit_gemm(samples, limits)
     if term == "elementwise" and ew_form is not None:
         return _fit_per_op(samples, limits, ew_form)
+    if term in ("h2d", "d2h") and link:
+        return _fit_link(term, samples, limits)
+    if term == "prefill_attn" and kv_floor_Bps:
+        return _fit_prefill_floor(samples, limits, wave_sms, kv_floor_Bps)
     if term == "decode_attn" and wave_sms:
         fits = [_fit_linear_form(term, samples, limits, wave_sms, t) for t in DECODE_KEY_TILES]
         return min(fits, key=lambda f: _rel_sse(f, samples))

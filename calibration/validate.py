@@ -199,12 +199,15 @@ def evaluate(
     wave_sms: int = 0,
     gemm_form: TileWaveForm | None = None,
     ew_form: PerOpForm | None = None,
+    link: bool = False,
+    kv_floor_Bps: float = 0.0,
 ) -> TermReport:
     """Fit ``term`` on the training fold of ``samples`` and score the held-out fold.
 
     "linear" fits "gemm" and "elementwise" on the training rows and scores their sum.
     ``gemm_form``: the GEMMs' per-GEMM form to fit (None: the layer form); ``ew_form``: the
-    elementwise per-op form (None: the layer form).
+    elementwise per-op form (None: the layer form); ``link``: copies in the link form;
+    ``kv_floor_Bps``: prefill attention under its KV-read floor at this rate (``fit_term``).
     """
     if term == "linear":
         g = fit_term("gemm", _pick(samples, "gemm", split.train), limits, gemm_form=gemm_form)
@@ -217,9 +220,9 @@ def evaluate(
         train_n = g.n
     else:
         train = _pick(samples, term, split.train)
-        f = fit_term(term, train, limits, wave_sms, gemm_form, ew_form)
+        f = fit_term(term, train, limits, wave_sms, gemm_form, ew_form, link, kv_floor_Bps)
         test = _pick(samples, term, split.test)
-        pred = predict(term, f.params, test)
+        pred = predict(term, f.params, test, f.lead_s, f.kv_floor_Bps)
         fits, train_n = (f,), len(train)
     y = np.array([s.time.median_s for s in test])
     return TermReport(
@@ -302,11 +305,13 @@ def validate_term(
     wave_sms: int = 0,
     gemm_form: TileWaveForm | None = None,
     ew_form: PerOpForm | None = None,
+    link: bool = False,
+    kv_floor_Bps: float = 0.0,
 ) -> tuple[TermReport, ...]:
     """The random and (where the sizes allow) the extrapolation report of one term."""
     rows = [s for s in samples if s.term == term]
     split = random_split(rows, frac, seed)
-    forms = (wave_sms, gemm_form, ew_form)
+    forms = (wave_sms, gemm_form, ew_form, link, kv_floor_Bps)
     reports = [evaluate(source, term, samples, split, limits, *forms)]
     ex = extrapolation_split(term, rows)
     if ex is not None:

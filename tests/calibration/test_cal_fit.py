@@ -278,10 +278,22 @@ def test_per_op_form_recovers_each_kind_and_prices_the_timed_ops() -> None:
     assert predict("elementwise", got, [whole])[0] > predict("elementwise", got, clean[:1])[0]
 
 
-def test_per_op_form_needs_each_ops_time() -> None:
-    s = [Sample("elementwise", Shape(tokens=n), Timing.published(1e-5), LLAMA) for n in (1, 2)]
+def test_per_op_form_needs_each_ops_time_or_none() -> None:
+    # Samples that time the ops together are fitted on their sums, and say so; a mix of rows
+    # with and without each op's time is refused.
+    clean = _per_op_samples(PER_OP, np.random.default_rng(8))
+    whole = [dataclasses.replace(s, ew_parts=()) for s in clean]
+    summed = [
+        dataclasses.replace(s, time=Timing.published(float(t)))
+        for s, t in zip(whole, predict("elementwise", PER_OP, whole), strict=True)
+    ]
+    lim, form = RateLimits.of_gpu("h100"), PerOpForm.of_gpu("h100")
+    got = fit_term("elementwise", summed, lim, ew_form=form)
+    assert any("summed time" in n for n in got.notes)
+    y = np.array([s.time.median_s for s in summed])
+    assert np.mean(np.abs(predict("elementwise", got.params, summed) / y - 1)) < 0.05
     with pytest.raises(ValueError, match="needs each op's time"):
-        fit_term("elementwise", s, RateLimits.of_gpu("h100"), ew_form=PerOpForm.of_gpu("h100"))
+        fit_term("elementwise", summed[:2] + clean[2:], lim, ew_form=form)
 
 
 def test_rates_stay_under_physical_limits() -> None:
