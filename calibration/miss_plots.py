@@ -130,3 +130,38 @@ def write_miss_plots(
                 os.unlink(tmp)
         written.append(path)
     return written
+
+
+def measured_reports(name: str = "h100-sxm-llama3-8b") -> list[TermReport]:
+    """The held-out reports of a committed GPU sweep, refitted from ``calibration/measured/``
+    with the forms its profile was fitted in (sources named ``measured-<name>``)."""
+    import dataclasses
+
+    from costmodels import load_profile
+
+    from .env import EnvInfo
+    from .local import calibrate
+    from .measure import Measurements
+    from .measure_attention import AttentionBackend
+    from .samples_io import read_samples_csv
+
+    p = load_profile(name)
+    here = Path(__file__).resolve().parent / "measured"
+    samples = read_samples_csv(here / f"{name}-samples.csv")
+    model = next(s.model for s in samples if s.group == "shard/1")
+    m = p.meta
+    env = EnvInfo("cuda", m.gpu, m.torch, m.cuda, m.driver, None, m.date)
+    meas = Measurements(
+        tuple(samples), model, "bf16", env, AttentionBackend("sdpa"), "full", None, (), 0.0
+    )
+    reports = calibrate(meas, name).reports
+    return [dataclasses.replace(r, source=f"measured-{name}") for r in reports]
+
+
+if __name__ == "__main__":  # python -m calibration.miss_plots DIR: the measured sweep's misses
+    import sys
+
+    from .public_profiles import TARGETS
+
+    for path in write_miss_plots(measured_reports(), TARGETS, sys.argv[1]):
+        print(path)
