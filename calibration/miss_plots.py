@@ -150,7 +150,7 @@ def measured_reports(name: str = "h100-sxm-llama3-8b") -> list[TermReport]:
     samples = read_samples_csv(here / f"{name}-samples.csv")
     model = next(s.model for s in samples if s.group == "shard/1")
     m = p.meta
-    env = EnvInfo("cuda", m.gpu, m.torch, m.cuda, m.driver, None, m.date)
+    env = EnvInfo("cuda", m.gpu, m.torch, m.cuda, m.driver, None, m.date or "")
     meas = Measurements(
         tuple(samples), model, "bf16", env, AttentionBackend("sdpa"), "full", None, (), 0.0
     )
