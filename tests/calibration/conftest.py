@@ -57,3 +57,13 @@ def cpu_calibration(tmp_path_factory, tiny_model_path):
             ]
         )
     return rc, out, raw, buf.getvalue()
+
+
+@pytest.fixture(scope="session")
+def public_fit():
+    """``fit_public`` over every public table in ../shared/data, once per session (~40 s)."""
+    from cal_helpers import DATA
+
+    from calibration.public_profiles import fit_public
+
+    return fit_public(DATA, seed=0)

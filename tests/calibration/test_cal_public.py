@@ -73,10 +73,8 @@ MET = [k for k, v in DOCUMENTED.items() if k[1] in TARGET and v < TARGET[k[1]]]
 
 
 @pytest.fixture(scope="module")
-def public():
-    from calibration.public_profiles import fit_public
-
-    return fit_public(DATA, seed=0)
+def public(public_fit):
+    return public_fit
 
 
 def _report(res, key):

@@ -100,9 +100,9 @@ def _one_way_GBps(direction: str, block: int) -> float:
     return 1000 * block / kvsim_cost(PROFILE["c"], "llama-3.1-8b", **flags)["total_s"] / 1e9
 
 
-def _both_ways_GBps() -> float:
+def _both_ways_GBps(profile: str | None = None) -> float:
     # Two copy engines: kvsim runs the H2D and D2H of one iteration concurrently.
-    cm = cost_model("llama-3.1-8b", PROFILE["c"])
+    cm = cost_model("llama-3.1-8b", profile or PROFILE["c"])
     nbytes = 1000 * BLOCK
     t = cm.iteration(
         BatchShape(), h2d_bytes=nbytes, h2d_copies=1000, d2h_bytes=nbytes, d2h_copies=1000
@@ -117,7 +117,7 @@ SIMULATED = {
     "a3": lambda: _generate_tok_s("mistral-7b", 120, 128, 2048),
     "b1": lambda: _ttft_ms("mistral-7b", 2048),
     "b2": lambda: _ttft_ms("llama-2-7b", 2048),
-    "c1": _both_ways_GBps,
+    "c1": lambda: _both_ways_GBps(),
     "c2": lambda: _one_way_GBps("h2d", BIG_BLOCK),
     "c3": lambda: _one_way_GBps("d2h", BIG_BLOCK),
 }
@@ -178,3 +178,16 @@ def test_guide_table_matches_the_code() -> None:
         sim = SIMULATED[key]()
         assert simulated == pytest.approx(sim, rel=0.005, abs=0.05), (key, sim)
         assert ratio == pytest.approx(sim / PUBLISHED[key].value, abs=0.005), key
+
+
+def test_duplex_figure_of_the_measured_profile_is_the_guides() -> None:
+    """The measured H100 profile takes its duplex rate from c1's source (83.4 GB/s); c1's setting
+    priced with it, per-copy costs added, gives the figure docs/cost-model.md quotes."""
+    from costmodels import load_profile
+
+    assert load_profile("h100-sxm-llama3-8b").overlap.duplex_Bps == pytest.approx(83.4e9)
+    text = GUIDE.read_text(encoding="utf-8")
+    m = re.search(r"it gives ([\d.]+) GB/s there", text)
+    assert m, "docs/cost-model.md no longer quotes the measured profile's c1 figure"
+    got = _both_ways_GBps("h100-sxm-llama3-8b")
+    assert float(m.group(1)) == round(got, 1), got
