@@ -200,6 +200,12 @@ def replay(
             points.append(ForwardPoint(s, _kind(s), t.median_s, cm.layer_s(s)))
             if (i + 1) % 10 == 0:
                 log(f"  replayed {i + 1}/{len(chosen)} shapes")
+    return _report(points, be.describe(), device, skipped)
+
+
+def _report(
+    points: Sequence[ForwardPoint], backend: str, device: str, skipped: int = 0
+) -> ForwardReport:
     meas = np.array([p.measured_s for p in points])
     pred = np.array([p.predicted_s for p in points])
     kinds = Counter(p.kind for p in points)
@@ -208,7 +214,7 @@ def replay(
         for k in sorted(kinds)
     )
     return ForwardReport(
-        tuple(points), ErrorStats.of(pred, meas), by_kind, be.describe(), device, skipped
+        tuple(points), ErrorStats.of(pred, meas), by_kind, backend, device, skipped
     )
 
 
@@ -270,6 +276,31 @@ def write_points_csv(
     return p
 
 
+def repredict_points_csv(
+    path: str | Path, profile: Profile, model: ModelSpec, out: str | Path | None = None
+) -> ForwardReport:
+    """Reprice the shapes of a ``write_points_csv`` file with ``profile`` and write it again
+    (to ``out``, default in place): the measured column is kept as recorded, the predicted time,
+    its terms and the error are the profile's. Needs no GPU: the prediction is
+    ``CostModel.layer_s`` of each recorded shape. ``python -m calibration.validate_forward
+    POINTS.csv PROFILE [MODEL]``."""
+    cm = CostModel(model, profile)
+    points = []
+    with open(path, newline="") as f:
+        for r in csv.DictReader(f):
+            shape = BatchShape(
+                prefill_tokens=int(r["prefill_tokens"]),
+                prefill_pairs=float(r["prefill_pairs"]),
+                prefill_seqs=int(r["prefill_seqs"]),
+                decode_seqs=int(r["decode_seqs"]),
+                decode_ctx_tokens=int(r["decode_ctx_tokens"]),
+            )
+            points.append(ForwardPoint(shape, r["kind"], float(r["measured_s"]), cm.layer_s(shape)))
+    rep = _report(points, "as recorded", "as recorded")
+    write_points_csv(rep, profile, model, out or path)
+    return rep
+
+
 def format_report(r: ForwardReport, rows: int = 15) -> str:
     lines = [
         f"one-layer forwards on {r.device} ({r.backend}): {r.overall.n} shapes, MAPE {r.overall.mape:.1%}, "
@@ -288,3 +319,16 @@ def format_report(r: ForwardReport, rows: int = 15) -> str:
             f"{p.measured_s * 1e6:>8.1f}us {p.predicted_s * 1e6:>8.1f}us {p.ape:>6.1%}"
         )
     return "\n".join(lines)
+
+
+if __name__ == "__main__":  # reprice a committed replay with a (refitted) profile, no GPU needed
+    import sys
+
+    from costmodels import get_model, load_profile
+
+    _rep = repredict_points_csv(
+        sys.argv[1],
+        load_profile(sys.argv[2]),
+        get_model(sys.argv[3] if len(sys.argv) > 3 else "llama-3-8b"),
+    )
+    print(format_report(_rep))
