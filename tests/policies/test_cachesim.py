@@ -171,7 +171,7 @@ def test_stepping_equals_replay_and_capacity_holds(policy):
 
 
 # Policies that price recovery with a cost model: in a replay they need one in the context.
-NEEDS_COST = ("cost-belady", "pensieve", "pensieve-flat", "pensieve-physics")
+NEEDS_COST = ("cost-belady", "pensieve", "pensieve-depth", "pensieve-flat", "pensieve-physics")
 COST_CTX = PolicyContext(
     tier=Tier.GPU, block_tokens=16, num_layers=32, cost=cost_model("llama-3-8b", "h100-sxm")
 )
