@@ -1,12 +1,13 @@
 """The layer-wise checkerboard figure and table from a ``kvsim run experiments/layerwise.yaml``
 results folder.
 
-    python notebooks/layerwise_figure.py results/layerwise docs/img/layerwise.png
+    python notebooks/layerwise_figure.py results/layerwise docs/img/layerwise.png [table.csv]
 
 Per model and GPU capacity, over turns with a history: mean TTFT, mean copy stall of the
 admission, the share of history (page, layer) units found dropped, and the share of history
-tokens re-prefilled (a page counts once any of its layers is dropped). Prints the table as
-Markdown and draws TTFT and copy stall, pipelining on (solid) against off (hatched).
+tokens re-prefilled (a page counts once any of its layers is dropped). Prints the table (and
+writes it as CSV when a third path is given) and draws TTFT, copy stall and re-prefill, pipelining
+on (solid) against off (hatched; absent when the grid ran pipelining on only).
 """
 from __future__ import annotations
 
@@ -20,6 +21,8 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 KEYS = ["model", "gpu_kv_gb", "policy", "evict_unit", "pipelining"]
+# the policies in the order the figure draws them (any others follow, by name)
+ORDER = ["lru", "fifo", "pensieve-flat", "pensieve", "pensieve-physics", "pensieve-depth"]
 
 
 def table(results: Path) -> pd.DataFrame:
@@ -41,24 +44,27 @@ def table(results: Path) -> pd.DataFrame:
 def figure(df: pd.DataFrame, path: Path) -> None:
     models = list(dict.fromkeys(df.model))
     caps = sorted(df.gpu_kv_gb.unique())
-    combos = [(p, u) for p in dict.fromkeys(df.policy) for u in ("block", "layer_block")]
-    fig, axes = plt.subplots(2, len(models) * len(caps), figsize=(4 * len(models) * len(caps), 7),
-                             squeeze=False)
+    policies = [p for p in ORDER if p in set(df.policy)]
+    policies += sorted(set(df.policy) - set(policies))
+    rows = (("ttft_ms", "mean TTFT (ms)"), ("stall_ms", "mean copy stall per admission (ms)"),
+            ("reprefill_%", "re-prefill (% of history tokens)"))
+    fig, axes = plt.subplots(len(rows), len(models) * len(caps),
+                             figsize=(4.5 * len(models) * len(caps), 10.5), squeeze=False)
     colors = {"block": "#868e96", "layer_block": "#1971c2"}
     for j, (model, cap) in enumerate((m, c) for m in models for c in caps):
         sub = df[(df.model == model) & (df.gpu_kv_gb == cap)]
-        for row, (col, label) in enumerate((("ttft_ms", "mean TTFT (ms)"),
-                                           ("stall_ms", "mean copy stall per admission (ms)"))):
+        for row, (col, label) in enumerate(rows):
             ax = axes[row][j]
-            for x, (pol, unit) in enumerate(combos):
-                for k, pipe in enumerate((True, False)):
-                    v = sub[(sub.policy == pol) & (sub.evict_unit == unit)
-                            & (sub.pipelining == pipe)][col]
-                    ax.bar(x + (k - 0.5) * 0.4, float(v.iloc[0]) if len(v) else 0.0, 0.4,
-                           color=colors[unit], hatch="" if pipe else "//", edgecolor="black",
-                           linewidth=0.4)
-            ax.set_xticks(range(len(combos)))
-            ax.set_xticklabels([f"{p}\n{u}" for p, u in combos], rotation=60, fontsize=7)
+            for i, pol in enumerate(policies):  # per policy: block, then layer_block
+                for ui, unit in enumerate(("block", "layer_block")):
+                    for k, pipe in enumerate((True, False)):
+                        v = sub[(sub.policy == pol) & (sub.evict_unit == unit)
+                                & (sub.pipelining == pipe)][col]
+                        ax.bar(2.5 * i + 1.1 * ui + (k - 0.5) * 0.5,
+                               float(v.iloc[0]) if len(v) else 0.0, 0.5, color=colors[unit],
+                               hatch="" if pipe else "//", edgecolor="black", linewidth=0.4)
+            ax.set_xticks([2.5 * i + 0.55 for i in range(len(policies))])
+            ax.set_xticklabels(policies, rotation=45, ha="right", fontsize=7)
             ax.set_ylabel(label, fontsize=8)
             if row == 0:
                 ax.set_title(f"{model}, GPU {cap:g} GiB", fontsize=9)
@@ -71,11 +77,13 @@ def figure(df: pd.DataFrame, path: Path) -> None:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 2:
+    if len(argv) not in (2, 3):
         print(__doc__, file=sys.stderr)
         return 2
     df = table(Path(argv[0]))
     print(df.to_string(index=False))
+    if len(argv) == 3:
+        df.to_csv(argv[2], index=False)
     figure(df, Path(argv[1]))
     return 0
 
