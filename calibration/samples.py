@@ -15,7 +15,9 @@ from costmodels import ModelSpec, attention_pairs
 # Terms a sample can measure. "gemm" is the four GEMMs of a layer alone, "elementwise" the norms,
 # RoPE, activation, residual adds and KV write; "linear" is their sum (the profile's ``linear``
 # term, priced by ``CostModel.linear_s + elementwise_s``). "lm_head" and "layer" are never fitted:
-# they check that the fitted constants transfer to work they were not fitted on.
+# they check that the fitted constants transfer to work they were not fitted on. "duplex" is an
+# H2D and a D2H copy of the same shape run at once on their two copy engines, timed until both
+# end: it fits the profile's ``overlap.duplex_Bps`` (``fit.fit_duplex``).
 SAMPLE_TERMS = (
     "gemm",
     "elementwise",
@@ -24,6 +26,7 @@ SAMPLE_TERMS = (
     "decode_attn",
     "h2d",
     "d2h",
+    "duplex",
     "lm_head",
     "layer",
 )
@@ -56,8 +59,11 @@ class Shape:
     n_new: int = 0  # prefill: new tokens per sequence
     n_ctx: int = 0  # prefill: cached tokens before them, per sequence; decode: context per sequence
     seqs: int = 0  # prefill / decode: sequences in the batch (uniform lengths)
-    nbytes: int = 0  # copies: bytes moved in total
-    copies: int = 0  # copies: number of copy calls
+    nbytes: int = 0  # copies: bytes moved in total (duplex: in each direction)
+    copies: int = 0  # copies: number of copy calls (duplex: in each direction)
+    # copies: host buffers pinned (page-locked) or pageable; every other term, and every file
+    # written before pageable copies were measured, reads True.
+    pinned: bool = True
 
     @property
     def pairs(self) -> float:

@@ -1,5 +1,6 @@
 """Raw samples to and from CSV (`kvsim calibrate --raw FILE`): one row per measured shape, with the
-model shard it ran on, so a sweep can be inspected or refitted without measuring again."""
+model shard it ran on, so a sweep can be inspected or refitted without measuring again. A file
+written before a shape column existed (``shape_pinned``) reads that column as its default."""
 
 from __future__ import annotations
 
@@ -15,11 +16,24 @@ from .samples import Sample, Shape, Timing
 
 _MODEL = [f.name for f in fields(ModelSpec) if f.name not in ("source", "max_context_tokens")]
 _SHAPE = [f.name for f in fields(Shape)]
+_SHAPE_DEFAULTS = {f.name: f.default for f in fields(Shape)}
 COLUMNS = (
     ["term", "group", "kernel", "median_s", "p20_s", "p80_s", "reps"]
     + [f"shape_{k}" for k in _SHAPE]
     + [f"model_{k}" for k in _MODEL]
 )
+
+
+def _shape_field(name: str, text: str | None) -> Any:
+    """One shape column parsed to its field's type; a column the file lacks (written before the
+    field existed) reads as the field's default."""
+    if text is None:
+        return _SHAPE_DEFAULTS[name]
+    if isinstance(_SHAPE_DEFAULTS[name], bool):
+        if text not in ("True", "False"):
+            raise ValueError(f"shape_{name}: expected True or False, got {text!r}")
+        return text == "True"
+    return int(text)
 
 
 def model_fields(model: ModelSpec) -> tuple:
@@ -76,7 +90,7 @@ def parse_samples(lines: Iterable[str], origin: str) -> list[Sample]:
                 for k in _MODEL
             }
             models[vals] = ModelSpec(**kw, source=f"raw samples {origin}")
-        shape = Shape(**{k: int(r[f"shape_{k}"]) for k in _SHAPE})
+        shape = Shape(**{k: _shape_field(k, r.get(f"shape_{k}")) for k in _SHAPE})
         t = Timing(float(r["median_s"]), float(r["p20_s"]), float(r["p80_s"]), int(r["reps"]))
         out.append(Sample(r["term"], shape, t, models[vals], r["group"], r["kernel"]))
     return out
