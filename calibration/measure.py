@@ -23,7 +23,7 @@ from costmodels import ModelSpec
 from .env import EnvInfo, collect, flashinfer_version
 from .grids import Grid
 from .measure_attention import AttentionBackend, measure_decode, measure_prefill
-from .measure_copy import OverlapResult, measure_copy, measure_overlap
+from .measure_copy import OverlapResult, measure_copy, measure_duplex, measure_overlap
 from .measure_gemm import (
     LayerWeights,
     dtype_bytes,
@@ -37,7 +37,19 @@ from .samples import Sample, with_dtype_bytes
 from .sweep_plan import Job, SweepPlan, estimated_call_s, plan_sweep, plan_within_budget, tp_shard
 from .timing import TimingConfig, make_timer
 
-TERMS = ("linear", "prefill_attn", "decode_attn", "h2d", "d2h", "lm_head", "overlap")
+# "pageable": the copy directions also from/to pageable host buffers; "duplex": H2D and D2H at
+# once (both GPU-only, ``sweep_plan``).
+TERMS = (
+    "linear",
+    "prefill_attn",
+    "decode_attn",
+    "h2d",
+    "d2h",
+    "lm_head",
+    "overlap",
+    "pageable",
+    "duplex",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,9 +158,11 @@ def run_measurements(
     env = collect(device)
     if trimmed:
         log(trimmed)
-    for kind in ("token", "lm_head", "prefill_attn", "decode_attn", "h2d", "d2h"):
+    for kind in ("token", "lm_head", "prefill_attn", "decode_attn", "h2d", "d2h", "duplex"):
         if plan.count(kind):
-            log(f"{_KIND_LABEL[kind]}: {plan.count(kind)} shapes")
+            pageable = sum(j.kind == kind and not j.shape.pinned for j in plan.jobs)
+            extra = f" ({pageable} of them pageable)" if pageable else ""
+            log(f"{_KIND_LABEL[kind]}: {plan.count(kind)} shapes{extra}")
     log(f"{len(plan.jobs)} shapes, estimated {plan.estimate_s:.0f} s ({be.describe()})")
     raw = None
     if cfg.raw is not None:
@@ -225,6 +239,7 @@ _KIND_LABEL = {
     "decode_attn": "decode attention",
     "h2d": "h2d copies",
     "d2h": "d2h copies",
+    "duplex": "h2d + d2h at once",
 }
 
 
@@ -269,7 +284,9 @@ class _JobRunner:
             return [measure_prefill(job.model, sh.n_new, sh.n_ctx, sh.seqs, be, timer, dev, dt)]
         if job.kind == "decode_attn":
             return [measure_decode(job.model, sh.seqs, sh.n_ctx, be, timer, dev, dt)]
-        return [measure_copy(job.kind, sh.nbytes, sh.copies, timer, dev, job.model)]
+        if job.kind == "duplex":
+            return [measure_duplex(sh.nbytes, sh.copies, timer, dev, job.model)]
+        return [measure_copy(job.kind, sh.nbytes, sh.copies, timer, dev, job.model, sh.pinned)]
 
 
 def _probe_flashinfer(cfg: MeasureConfig, be: AttentionBackend) -> str | None:  # GPU-only
@@ -285,7 +302,7 @@ def _probe_flashinfer(cfg: MeasureConfig, be: AttentionBackend) -> str | None:  
 
 
 def _h2d_bw(samples: list[Sample]) -> float | None:
-    big = [s for s in samples if s.term == "h2d" and s.shape.copies == 1]
+    big = [s for s in samples if s.term == "h2d" and s.shape.copies == 1 and s.shape.pinned]
     if not big:
         return None
     s = max(big, key=lambda x: x.shape.nbytes)

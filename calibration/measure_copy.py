@@ -5,7 +5,15 @@ GPU (GPU-only code, needs CUDA): host buffers pinned once at allocation (pinning
 ``dst.copy_(src, non_blocking=True)`` on a dedicated stream per direction,
 timed with events recorded on that stream. A measurement of ``copies`` copies moving ``nbytes``
 in total splits one buffer into equal contiguous chunks: fitting copies*latency + bytes/bw on the
-(size, count) grid separates the per-copy latency from the bandwidth.
+(size, count) grid separates the per-copy latency from the bandwidth. With ``pinned=False`` the
+host buffer is pageable (plain ``torch.empty``): the driver stages such a copy through a pinned
+buffer of its own and the host waits for it, which is what an engine that never pins its host KV
+would pay (the samples carry ``Shape.pinned``).
+
+Duplex (``duplex_closure``): an H2D and a D2H copy of the same shape issued together on two
+streams, so the two copy engines run at once; the time is until both have ended (both streams
+joined back into the timer's stream). With the two directions alone it fits the profile's duplex
+rate (``fit.fit_duplex``).
 
 CPU stand-in: there is no device, so "h2d" and "d2h" are host memcpy between two host tensors
 (``copy_`` of uint8 buffers). This exercises the whole pipeline and its fit; the constants describe
@@ -59,8 +67,11 @@ def _chunks(buf, copies: int):
     return [buf[i * n : (i + 1) * n] for i in range(copies)]
 
 
-def copy_closure(direction: str, nbytes: int, copies: int, device: str) -> Callable[[], object]:
-    """The copies of one measurement; on CUDA they go on the current stream (the caller's copy stream)."""
+def copy_closure(
+    direction: str, nbytes: int, copies: int, device: str, pinned: bool = True
+) -> Callable[[], object]:
+    """The copies of one measurement; on CUDA they go on the current stream (the caller's copy
+    stream). ``pinned``: the host buffer is page-locked (else pageable; a CPU ignores it)."""
     import torch
 
     if direction not in ("h2d", "d2h"):
@@ -76,7 +87,7 @@ def copy_closure(direction: str, nbytes: int, copies: int, device: str) -> Calla
 
         return run_cpu
     # GPU-only
-    host = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True).fill_(1)
+    host = torch.empty(nbytes, dtype=torch.uint8, pin_memory=pinned).fill_(1)
     dev = torch.empty(nbytes, dtype=torch.uint8, device=device)
     dst, src = (dev, host) if direction == "h2d" else (host, dev)
     pairs = list(zip(_chunks(dst, copies), _chunks(src, copies)))
@@ -89,9 +100,15 @@ def copy_closure(direction: str, nbytes: int, copies: int, device: str) -> Calla
 
 
 def measure_copy(
-    direction: str, nbytes: int, copies: int, timer, device: str, model: ModelSpec
+    direction: str,
+    nbytes: int,
+    copies: int,
+    timer,
+    device: str,
+    model: ModelSpec,
+    pinned: bool = True,
 ) -> Sample:
-    fn = copy_closure(direction, nbytes, copies, device)
+    fn = copy_closure(direction, nbytes, copies, device, pinned)
     if device == "cpu":
         t = timer.measure(fn)
         kernel = "host memcpy (CPU stand-in for PCIe)"
@@ -101,10 +118,54 @@ def measure_copy(
         stream = torch.cuda.Stream(device=device)
         with torch.cuda.stream(stream):
             t = timer.measure(fn, graph=False)
-        kernel = "cudaMemcpyAsync pinned, dedicated stream"
+        kernel = f"cudaMemcpyAsync {'pinned' if pinned else 'pageable'}, dedicated stream"
     # The bytes do not depend on the model; it rides along so every sample has one.
-    total = (nbytes // copies) * copies
-    return Sample(direction, Shape(nbytes=total, copies=copies), t, model, f"x{copies}", kernel)
+    shape = Shape(nbytes=(nbytes // copies) * copies, copies=copies, pinned=pinned)
+    group = f"x{copies}" + ("" if pinned else " pageable")
+    return Sample(direction, shape, t, model, group, kernel)
+
+
+def duplex_closure(nbytes: int, copies: int, device: str) -> Callable[[], object]:
+    """``copies`` H2D and ``copies`` D2H copies of ``nbytes`` each way (pinned), issued together:
+    on CUDA each direction on a stream of its own, both waiting for the caller's stream and
+    joined back into it, so events on the caller's stream time the pair. A CPU (tests) runs the
+    two host memcpy one after the other."""
+    up = copy_closure("h2d", nbytes, copies, device)
+    down = copy_closure("d2h", nbytes, copies, device)
+    if device == "cpu":
+
+        def run_cpu():
+            up()
+            down()
+
+        return run_cpu
+    import torch  # GPU-only
+
+    h2d, d2h = torch.cuda.Stream(device=device), torch.cuda.Stream(device=device)
+
+    def run_gpu():
+        caller = torch.cuda.current_stream(device)
+        for stream, copy in ((h2d, up), (d2h, down)):
+            stream.wait_stream(caller)
+            with torch.cuda.stream(stream):
+                copy()
+        caller.wait_stream(h2d)
+        caller.wait_stream(d2h)
+
+    return run_gpu
+
+
+def measure_duplex(nbytes: int, copies: int, timer, device: str, model: ModelSpec) -> Sample:
+    """One "duplex" sample: the pair of ``duplex_closure``, eager launches (several streams)."""
+    fn = duplex_closure(nbytes, copies, device)
+    t = timer.measure(fn, graph=False)
+    kernel = (
+        "host memcpy h2d then d2h (CPU stand-in)"
+        if device == "cpu"
+        else "cudaMemcpyAsync pinned, H2D and D2H on two streams at once"
+    )
+    shape = Shape(nbytes=(nbytes // copies) * copies, copies=copies)
+    return Sample("duplex", shape, t, model, f"x{copies}", kernel)
 
 
 def measure_overlap(

@@ -2,8 +2,10 @@
 
 A job is one measured shape: the unit that is timed, appended to the raw CSV when it is done, and
 skipped when a rerun finds it there (resume). The order is the sweep's: token-level work (GEMMs and
-elementwise ops per shard and token count), LM head, prefill, decode, H2D, D2H copies; each group
-is shuffled with the seed (``grids.shuffled``) so clock drift is not read as a shape effect.
+elementwise ops per shard and token count), LM head, prefill, decode, H2D, D2H copies from pinned
+buffers, then from pageable ones, then H2D and D2H at once ("duplex"); each group is shuffled with
+the seed (``grids.shuffled``) so clock drift is not read as a shape effect. A CPU has no copy
+engines, so its plan leaves out the pageable and duplex copies (its "copies" are host memcpy).
 
 ``--tp K`` measures one layer of the model's per-GPU shard at tensor parallelism K; its GEMMs are
 also measured on the narrower shards K*2, K*4, K*8 of the full model (the grid's ``gemm_shards``),
@@ -35,7 +37,7 @@ def tp_shard(model: ModelSpec, tp: int) -> ModelSpec:
 
 @dataclass(frozen=True, slots=True)
 class Job:
-    kind: str  # "token" | "lm_head" | "prefill_attn" | "decode_attn" | "h2d" | "d2h"
+    kind: str  # "token" | "lm_head" | "prefill_attn" | "decode_attn" | "h2d" | "d2h" | "duplex"
     model: ModelSpec  # the shard the kernels run on, bytes per element as measured
     shape: Shape
     shard: int = 1  # token-level: the layer's width divided by this (group "shard/k")
@@ -76,13 +78,24 @@ def plan_sweep(
     grid: Grid,
     model: ModelSpec,
     tp: int = 1,
-    terms: Sequence[str] = ("linear", "lm_head", "prefill_attn", "decode_attn", "h2d", "d2h"),
+    terms: Sequence[str] = (
+        "linear",
+        "lm_head",
+        "prefill_attn",
+        "decode_attn",
+        "h2d",
+        "d2h",
+        "pageable",
+        "duplex",
+    ),
     device: str = "cpu",
     seed: int = 0,
     call_s: float = 0.0,
 ) -> SweepPlan:
     """Every job of a sweep of ``grid`` over one layer of ``model`` (dtype bytes as measured) at
-    tensor parallelism ``tp``; ``call_s`` seconds per timed closure give the estimate."""
+    tensor parallelism ``tp``; ``call_s`` seconds per timed closure give the estimate. Terms
+    "pageable" (the copy directions of ``terms`` from pageable host buffers too) and "duplex"
+    (H2D and D2H at once) are planned on a GPU only."""
     layer = tp_shard(model, tp)
     jobs: list[Job] = []
     skipped: list[str] = []
@@ -118,8 +131,47 @@ def plan_sweep(
                 Job(direction, layer, Shape(nbytes=(b // c) * c, copies=c))
                 for b, c in shuffled(grid.copy_shapes(), seed)
             ]
+    jobs += _copy_engine_jobs(grid, layer, terms, device, seed, skipped)
     estimate = call_s * sum(j.timed_calls for j in jobs)
     return SweepPlan(tuple(jobs), tuple(skipped), grid, estimate)
+
+
+def _copy_engine_jobs(
+    grid: Grid,
+    layer: ModelSpec,
+    terms: Sequence[str],
+    device: str,
+    seed: int,
+    skipped: list[str],
+) -> list[Job]:
+    """The pageable-buffer copies (per direction in ``terms``) and the duplex pairs."""
+    asked = [
+        what
+        for what, shapes in (
+            ("pageable", grid.pageable_shapes()),
+            ("duplex", grid.duplex_shapes()),
+        )
+        if what in terms and shapes
+    ]
+    if device == "cpu":
+        skipped += [
+            f"{what}: no copy engines on a CPU (its copies are host memcpy)" for what in asked
+        ]
+        return []
+    jobs: list[Job] = []
+    if "pageable" in asked:
+        jobs += [
+            Job(direction, layer, Shape(nbytes=(b // c) * c, copies=c, pinned=False))
+            for direction in ("h2d", "d2h")
+            if direction in terms
+            for b, c in shuffled(grid.pageable_shapes(), seed)
+        ]
+    if "duplex" in asked:
+        jobs += [
+            Job("duplex", layer, Shape(nbytes=(b // c) * c, copies=c))
+            for b, c in shuffled(grid.duplex_shapes(), seed)
+        ]
+    return jobs
 
 
 # --- time budget ----------------------------------------------------------------------------------

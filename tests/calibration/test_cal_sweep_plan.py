@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from collections import Counter
+from pathlib import Path
+
 import pytest
 
-from calibration.grids import full_grid, quick_grid
+from calibration.grids import LONG_APPEND_N_CTX, LONG_APPEND_N_NEW, full_grid, quick_grid
+from calibration.samples_io import read_samples_csv
 from calibration.sweep_plan import (
     TRIM_ORDER,
     estimated_call_s,
+    job_key,
     plan_sweep,
     plan_within_budget,
 )
@@ -15,15 +20,83 @@ from calibration.timing import TimingConfig
 from costmodels import get_model
 
 GPU_CALL_S = estimated_call_s("cuda", TimingConfig())
+COMMITTED = (
+    Path(__file__).resolve().parents[2]
+    / "calibration"
+    / "measured"
+    / "h100-sxm-llama3-8b-samples.csv"
+)
+OLD_TERMS = ("linear", "lm_head", "prefill_attn", "decode_attn", "h2d", "d2h")
 
 
 def test_the_8b_plan_is_the_h100_sweep_and_its_estimate_its_duration() -> None:
-    """The committed H100 sweep: 1281 samples (965 timed closures) in 266 s."""
-    plan = plan_sweep(full_grid(), get_model("llama-3-8b"), device="cuda", call_s=GPU_CALL_S)
-    samples = sum(len(j.terms) for j in plan.jobs)
-    assert samples == 1281 and sum(j.timed_calls for j in plan.jobs) == 965
-    assert plan.estimate_s == pytest.approx(266, rel=0.02)
+    """The committed H100 sweep: 1281 samples (965 timed closures) in 266 s; the plan without
+    the pageable and duplex copies holds its shapes and nothing else but the long appends."""
+    plan = plan_sweep(
+        full_grid(), get_model("llama-3-8b"), terms=OLD_TERMS, device="cuda", call_s=GPU_CALL_S
+    )
+    committed = {job_key(s) for s in read_samples_csv(COMMITTED)}
+    old = [j for j in plan.jobs if j.key in committed]
+    assert {j.key for j in old} == committed
+    assert sum(len(j.terms) for j in old) == 1281 and sum(j.timed_calls for j in old) == 965
+    assert GPU_CALL_S * 965 == pytest.approx(266, rel=0.02)
+    added = [j for j in plan.jobs if j.key not in committed]
+    assert {j.kind for j in added} == {"prefill_attn"} and len(added) == 20
     assert len({j.key for j in plan.jobs}) == len(plan.jobs)  # a key names one shape
+
+
+def test_the_8b_plan_adds_long_appends_pageable_and_duplex_copies() -> None:
+    """What the next GPU sweep measures beyond the committed one, and what it costs: 20 appends,
+    18 pageable copies per direction, 10 duplex pairs; 66 samples, one closure each (18 s)."""
+    plan = plan_sweep(full_grid(), get_model("llama-3-8b"), device="cuda", call_s=GPU_CALL_S)
+    committed = {job_key(s) for s in read_samples_csv(COMMITTED)}
+    added = [j for j in plan.jobs if j.key not in committed]
+    assert Counter((j.kind, j.shape.pinned) for j in added) == {
+        ("prefill_attn", True): 20,
+        ("h2d", False): 18,
+        ("d2h", False): 18,
+        ("duplex", True): 10,
+    }
+    assert sum(len(j.terms) for j in plan.jobs) == 1281 + 66
+    assert plan.estimate_s == pytest.approx(GPU_CALL_S * (965 + 66))  # 284 s
+    assert plan.estimate_s < 300  # the 70B shards' default budget still trims nothing
+    # Appends of 2..64 tokens over 8k..64k cached tokens, one sequence (16 and 64 were there).
+    appends = {
+        (j.shape.n_new, j.shape.n_ctx)
+        for j in plan.jobs
+        if j.kind == "prefill_attn" and j.shape.seqs == 1
+    }
+    assert {(a, c) for a in LONG_APPEND_N_NEW for c in LONG_APPEND_N_CTX} <= appends
+    # Decode at batch 1 over long contexts was in the grid already.
+    batch1 = {j.shape.n_ctx for j in plan.jobs if j.kind == "decode_attn" and j.shape.seqs == 1}
+    assert {8192, 16384, 32768, 65536, 131072} <= batch1
+    # Duplex pairs from 2 MiB per direction; pageable copies over every copy size.
+    duplex = [j.shape for j in plan.jobs if j.kind == "duplex"]
+    assert min(s.nbytes for s in duplex) >= 2 << 20 and {s.copies for s in duplex} == {1, 16}
+    assert all(s.pinned for s in duplex)
+    pageable = {(j.shape.nbytes, j.shape.copies) for j in added if j.kind == "h2d"}
+    assert pageable == set(full_grid().pageable_shapes())
+
+
+def test_long_appends_respect_the_grids_memory_bound() -> None:
+    import dataclasses
+
+    small = dataclasses.replace(full_grid(), max_kv_tokens=40_000).filtered()
+    assert max(s * (a + c) for a, c, s in small.prefill) <= 40_000
+    assert (48, 32768, 1) in small.prefill and (2, 65536, 1) not in small.prefill
+
+
+def test_a_cpu_plan_leaves_out_the_copy_engine_shapes_and_says_why() -> None:
+    plan = plan_sweep(quick_grid(), get_model("llama-3-8b"), device="cpu")
+    assert all(j.shape.pinned and j.kind != "duplex" for j in plan.jobs)
+    assert any(s.startswith("pageable: no copy engines") for s in plan.skipped)
+    assert any(s.startswith("duplex: no copy engines") for s in plan.skipped)
+    gpu = plan_sweep(quick_grid(), get_model("llama-3-8b"), device="cuda")
+    assert gpu.count("duplex") == 2 and not gpu.skipped
+    assert sum(not j.shape.pinned for j in gpu.jobs) == 6  # 3 sizes x 2 directions
+    # Asked for neither: planned for neither, nothing said.
+    none = plan_sweep(quick_grid(), get_model("llama-3-8b"), terms=OLD_TERMS, device="cpu")
+    assert not none.skipped
 
 
 def test_a_tp_shard_is_measured_with_narrower_shards_of_the_full_model() -> None:
