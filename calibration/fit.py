@@ -14,6 +14,10 @@ The forms are exactly those of ``costmodels.cost``, per decoder layer:
                                         + latency_key_elem * longest)     only (key tile chosen)
     h2d / d2h     copies * latency + bytes / bw, or (the link form, ``fit_term(link=True)``)
                   max(start + copies * latency + bytes / bw, copies * issue)
+                  (pinned and pageable host buffers are fitted apart, never together)
+    duplex        H2D and D2H of one shape at once (``fit_duplex``): with t_h, t_d each alone
+                  (the fitted h2d / d2h terms), short = min, long = max, the pair ends at
+                  short / share + long - short, share = min(1, duplex_Bps / (bw_h2d + bw_d2h))
 
 Features come from the sample's model shard, so the constants are physical (bytes/s, FLOP/s,
 seconds) and transfer across models. Why relative error: times span four orders of magnitude and
@@ -37,7 +41,7 @@ from typing import TypeVar
 import numpy as np
 
 from costmodels import CopyTerm, DecodeAttnTerm, PrefillAttnTerm
-from costmodels.cost import equal_decode_waves, wave_keys
+from costmodels.cost import copy_time, duplex_times, equal_decode_waves, wave_keys
 from costmodels.elementwise import ELEMENTWISE_KINDS, ElementwiseOp, op_s, ops_s, uses_per_op_form
 from costmodels.gemm import per_gemm_s, uses_per_gemm_form
 
@@ -825,6 +829,10 @@ def fit_term(
     wrong = {s.term for s in samples} - {term}
     if wrong:
         raise ValueError(f"fit_term({term!r}) got samples of {sorted(wrong)}")
+    if len({s.shape.pinned for s in samples}) > 1:
+        raise ValueError(
+            f"fit_term({term!r}) got copies from pinned and pageable host buffers: fit them apart"
+        )
     if term == "gemm" and gemm_form is not None:
         return _fit_tile_waves(samples, limits, gemm_form)
     if term == "gemm":
@@ -845,3 +853,79 @@ def _rel_sse(fit: TermFit, samples: Sequence[Sample]) -> float:
     """The fitted objective: sum of squared relative errors on the samples."""
     y = _times(samples)
     return float((((predict(fit.term, fit.params, samples) - y) / y) ** 2).sum())
+
+
+# --- H2D and D2H at once ------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class DuplexFit:
+    """The combined H2D + D2H rate while both copy engines run (the profile's
+    ``overlap.duplex_Bps``), fitted on "duplex" samples given each direction alone; its error is
+    in-sample (one constant)."""
+
+    duplex_Bps: float
+    share: float  # duplex_Bps / (bw_h2d + bw_d2h), at most 1: the rate each direction keeps
+    n: int  # samples fitted
+    mape: float  # in-sample, fractions
+    max_ape: float
+    notes: tuple[str, ...] = ()
+
+
+def predict_duplex(
+    duplex_Bps: float, h2d: CopyTerm, d2h: CopyTerm, samples: Sequence[Sample]
+) -> np.ndarray:
+    """Seconds until both copies of each "duplex" sample end, as the cost model prices an H2D and
+    a D2H batch started together (``costmodels.cost.duplex_times``); 0 duplex_Bps: no sharing."""
+    share = min(1.0, duplex_Bps / (h2d.bw_Bps + d2h.bw_Bps)) if duplex_Bps else 1.0
+    out = []
+    for s in samples:
+        up = copy_time(h2d, s.shape.nbytes, s.shape.copies)
+        down = copy_time(d2h, s.shape.nbytes, s.shape.copies)
+        out.append(max(duplex_times(up, down, share)))
+    return np.array(out, dtype=float)
+
+
+def fit_duplex(samples: Sequence[Sample], h2d: CopyTerm, d2h: CopyTerm) -> DuplexFit:
+    """``overlap.duplex_Bps`` from "duplex" samples, with ``h2d`` and ``d2h`` the (pinned) copy
+    terms fitted on the same run. In the cost model's form the pair takes T = a / D + c with
+    a = short * (bw_h2d + bw_d2h), c = long - short and D the duplex rate, as long as
+    D <= bw_h2d + bw_d2h (else T = long: nothing shared). Linear in x = 1 / D, so the relative
+    least squares min sum(((a x + c - y) / y)^2) has the closed form
+    x = sum(a (y - c) / y^2) / sum(a^2 / y^2), kept at x >= 1 / (bw_h2d + bw_d2h)."""
+    if not samples:
+        raise ValueError("no duplex samples to fit")
+    if {s.term for s in samples} != {"duplex"}:
+        raise ValueError("fit_duplex takes duplex samples only")
+    both = h2d.bw_Bps + d2h.bw_Bps
+    y = _times(samples)
+    alone = np.array(
+        [
+            sorted(
+                (
+                    copy_time(h2d, s.shape.nbytes, s.shape.copies),
+                    copy_time(d2h, s.shape.nbytes, s.shape.copies),
+                )
+            )
+            for s in samples
+        ],
+        dtype=float,
+    )
+    a = alone[:, 0] * both
+    c = alone[:, 1] - alone[:, 0]
+    x = float(np.sum(a * (y - c) / y**2) / np.sum(a**2 / y**2))
+    notes: list[str] = []
+    if x <= 1.0 / both:
+        x = 1.0 / both
+        notes.append(
+            "the pairs took no longer than each direction alone: duplex_Bps is the sum of the two "
+            "directions' rates (nothing shared)"
+        )
+    duplex = 1.0 / x
+    ape = np.abs(predict_duplex(duplex, h2d, d2h, samples) - y) / y
+    return DuplexFit(
+        duplex,
+        min(1.0, duplex / both),
+        len(samples),
+        float(ape.mean()),
+        float(ape.max()),
+        tuple(notes),
+    )

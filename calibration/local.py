@@ -6,6 +6,15 @@ measure are filled in explicitly and named in the profile's notes:
     profile when its name is recognised (else the H100's);
   * CPU: overlap is not measurable (no copy engine, no streams): compute_slowdown 0 and
     layerwise_h2d false (copies and compute share the cores); step overhead 0.
+
+Samples a sweep of the copy engines adds, used where present (a file without them fits exactly
+as before):
+  * "duplex" (H2D and D2H at once): ``overlap.duplex_Bps`` is fitted on them with the pinned
+    copy terms of the same run (``fit.fit_duplex``); without them it stays 0 (none);
+  * copies from pageable host buffers: fitted per direction in the same form as the pinned ones,
+    validated the same way and reported in the profile's notes, not priced: the simulated engines
+    keep their host KV in pinned buffers (vLLM's CPU KV cache is pinned), so no profile field
+    holds them. ``CalibrationResult.pageable`` keeps the fits.
 """
 
 from __future__ import annotations
@@ -28,12 +37,14 @@ from costmodels import (
 )
 
 from .fit import (
+    DuplexFit,
     ElementwiseFit,
     GemmFit,
     PerOpForm,
     RateLimits,
     TermFit,
     TileWaveForm,
+    fit_duplex,
     fit_term,
     fitted_params,
 )
@@ -59,6 +70,11 @@ class CalibrationResult:
     fits: tuple[TermFit, ...]
     reports: tuple[TermReport, ...]
     from_base: tuple[str, ...]
+    # Copies from pageable host buffers (reported in the notes, not priced) and their held-out
+    # reports; empty where the samples hold none.
+    pageable: tuple[TermFit, ...] = ()
+    pageable_reports: tuple[TermReport, ...] = ()
+    duplex: DuplexFit | None = None  # fitted where the samples hold "duplex" rows
 
 
 def recognised_gpu(device_name: str) -> str | None:
@@ -136,7 +152,9 @@ def calibrate(
 ) -> CalibrationResult:
     """Fit, validate and build the profile of ``m``; ``per_kernel_linear``: fit the GEMMs and the
     elementwise ops kernel by kernel (``gpu_forms``)."""
-    samples = list(m.samples)
+    samples = [s for s in m.samples if s.term != "duplex" and s.shape.pinned]
+    duplex_rows = [s for s in m.samples if s.term == "duplex"]
+    pageable_rows = [s for s in m.samples if not s.shape.pinned]
     by_term: dict[str, list[Sample]] = {}
     for s in samples:
         by_term.setdefault(s.term, []).append(s)
@@ -193,6 +211,10 @@ def calibrate(
             f"(t_c={m.overlap.t_compute_s:.3g}s, t_x={m.overlap.t_copy_s:.3g}s, "
             f"t_both={m.overlap.t_both_s:.3g}s)"
         )
+    duplex = None
+    if duplex_rows:
+        duplex, overlap = _fit_duplex(duplex_rows, fits, overlap, base, notes)
+    pageable, pageable_reports = _fit_pageable(pageable_rows, src, seed, limits, forms, fits, notes)
     pf = ProfileFits(
         gemm=fitted_params(fits, "gemm", GemmFit),
         elementwise=fitted_params(fits, "elementwise", ElementwiseFit),
@@ -244,4 +266,79 @@ def calibrate(
         notes.append(f"torch threads: {env.threads}")
     notes += pensieve_lines(CostModel(m.model, profile), (1, 128))
     profile = replace(profile, meta=replace(profile.meta, notes="\n".join(notes)))
-    return CalibrationResult(profile, tuple(fits.values()), tuple(reports), from_base)
+    return CalibrationResult(
+        profile,
+        tuple(fits.values()),
+        tuple(reports),
+        from_base,
+        pageable,
+        pageable_reports,
+        duplex,
+    )
+
+
+def _fit_duplex(
+    rows: list[Sample],
+    fits: dict[str, TermFit],
+    overlap: OverlapTerm | None,
+    base: Profile,
+    notes: list[str],
+) -> tuple[DuplexFit | None, OverlapTerm | None]:
+    """The duplex fit and the overlap term carrying its rate (the base profile's overlap where the
+    run measured none); unchanged, with a note, when a direction alone was not fitted."""
+    if "h2d" not in fits or "d2h" not in fits:
+        notes.append(
+            f"duplex: {len(rows)} samples not used: the pinned H2D and D2H copies alone were not "
+            "both fitted"
+        )
+        return None, overlap
+    h2d, d2h = fits["h2d"].params_as(CopyTerm), fits["d2h"].params_as(CopyTerm)
+    d = fit_duplex(rows, h2d, d2h)
+    notes.append(
+        f"duplex: H2D and D2H at once share {d.duplex_Bps / 1e9:.1f} GB/s, each direction at "
+        f"{d.share:.3f} of its own rate while both run (fitted on {d.n} pairs, in-sample MAPE "
+        f"{d.mape:.1%}, max {d.max_ape:.1%})"
+    )
+    notes += [f"note [duplex]: {n}" for n in d.notes]
+    if overlap is None:
+        notes.append(f"duplex: compute_slowdown and layerwise_h2d from {base.name} (not measured)")
+    return d, replace(overlap or base.overlap, duplex_Bps=d.duplex_Bps)
+
+
+def _fit_pageable(
+    rows: list[Sample],
+    src: str,
+    seed: int,
+    limits: RateLimits,
+    forms: GpuForms,
+    fits: dict[str, TermFit],
+    notes: list[str],
+) -> tuple[tuple[TermFit, ...], tuple[TermReport, ...]]:
+    """Each direction's pageable copies fitted as the pinned ones are, validated (random and
+    extrapolation splits) and written into ``notes`` beside the pinned rate."""
+    out: list[TermFit] = []
+    reports: list[TermReport] = []
+    for term in ("h2d", "d2h"):
+        got = [s for s in rows if s.term == term]
+        if len({s.key for s in got}) < 3:
+            if got:
+                notes.append(f"pageable {term}: {len(got)} shapes, too few to fit")
+            continue
+        kw = forms.of(term, fits)
+        f = fit_term(term, got, limits, **kw)
+        out.append(f)
+        reports += validate_term(f"{src} pageable", term, got, seed=seed, limits=limits, **kw)
+        c = f.params_as(CopyTerm)
+        pinned = (
+            f", pinned {fits[term].params_as(CopyTerm).bw_Bps / 1e9:.1f} GB/s"
+            if term in fits
+            else ""
+        )
+        notes.append(
+            f"pageable {term} (reported, not priced): {c.bw_Bps / 1e9:.1f} GB/s{pinned}; "
+            f"start {c.start_s * 1e6:.2f} us, {c.latency_s * 1e6:.2f} us a copy, issue "
+            f"{c.issue_s * 1e6:.2f} us ({f.n} shapes)"
+        )
+        notes += [f"note [pageable {term}]: {n}" for n in f.notes]
+    notes += ["held-out (pageable): " + line for line in report_lines(reports)]
+    return tuple(out), tuple(reports)
