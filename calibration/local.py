@@ -334,10 +334,21 @@ def _fit_pageable(
             if term in fits
             else ""
         )
+        # The form can miss where the driver changes how it stages a copy (on an H200, pageable
+        # H2D copies up to 1 MiB ran at the pinned rate, larger ones at 7-16 GB/s), so the
+        # largest single copy's own rate is reported beside it.
+        singles = [s for s in got if s.shape.copies == 1]
+        big = max(singles, key=lambda s: s.shape.nbytes) if singles else None
+        largest = (
+            f"; one copy of {big.shape.nbytes / 2**20:g} MiB ran at "
+            f"{big.shape.nbytes / big.time.median_s / 1e9:.1f} GB/s"
+            if big
+            else ""
+        )
         notes.append(
             f"pageable {term} (reported, not priced): {c.bw_Bps / 1e9:.1f} GB/s{pinned}; "
             f"start {c.start_s * 1e6:.2f} us, {c.latency_s * 1e6:.2f} us a copy, issue "
-            f"{c.issue_s * 1e6:.2f} us ({f.n} shapes)"
+            f"{c.issue_s * 1e6:.2f} us ({f.n} shapes){largest}"
         )
         notes += [f"note [pageable {term}]: {n}" for n in f.notes]
     notes += ["held-out (pageable): " + line for line in report_lines(reports)]

@@ -23,12 +23,9 @@ from calibration.samples import Sample, Shape, Timing
 from calibration.samples_io import parse_samples, read_samples_csv, write_samples_csv
 from costmodels import CopyTerm, get_model
 
-COMMITTED = (
-    Path(__file__).resolve().parents[2]
-    / "calibration"
-    / "measured"
-    / "h100-sxm-llama3-8b-samples.csv"
-)
+MEASURED = Path(__file__).resolve().parents[2] / "calibration" / "measured"
+COMMITTED = MEASURED / "h100-sxm-llama3-8b-samples.csv"
+TRIAL = MEASURED / "h200-copies-appends-trial-samples.csv"
 MODEL = get_model("llama-3-8b")
 
 
@@ -196,6 +193,7 @@ def test_the_profile_takes_the_duplex_rate_and_reports_pageable_copies() -> None
     notes = after.profile.meta.notes or ""
     assert "duplex: H2D and D2H at once share 83." in notes
     assert "pageable h2d (reported, not priced): 22.0 GB/s, pinned 55.0 GB/s" in notes
+    assert "one copy of 1024 MiB ran at 22.0 GB/s" in notes  # 18 us of fixed costs: 21.99
     assert "held-out (pageable): h2d" in notes
     # No overlap run: the base profile's compute slowdown, and the notes say so.
     assert "compute_slowdown and layerwise_h2d from analytic-h100-sxm" in notes
@@ -206,6 +204,38 @@ def test_duplex_samples_without_both_directions_are_left_out_and_said_so() -> No
     m = dataclasses.replace(_run([pair]), samples=(pair,))
     res = calibrate(m, "no-copies")
     assert res.duplex is None and "duplex: 1 samples not used" in (res.profile.meta.notes or "")
+
+
+def test_the_h200_trial_refits_to_the_figures_its_readme_quotes() -> None:
+    """The new shapes timed once on an H200 (calibration/measured/README.md)."""
+    samples = read_samples_csv(TRIAL)
+    assert len(samples) == 122
+    assert sum(s.term == "duplex" for s in samples) == 10
+    assert sum(not s.shape.pinned for s in samples) == 36
+    env = EnvInfo("cuda", "NVIDIA H200", "2.11.0+cu130", "13.0", None, None, None)
+    m = Measurements(
+        tuple(samples),
+        samples[0].model,
+        "bf16",
+        env,
+        AttentionBackend("sdpa"),
+        "trial",
+        None,
+        (),
+        0,
+    )
+    res = calibrate(m, "h200-trial")
+    d = res.duplex
+    assert d is not None and d.n == 10
+    assert res.profile.overlap.duplex_Bps == pytest.approx(98.4e9, rel=1e-3)
+    assert (round(d.share, 3), round(d.mape, 3), round(d.max_ape, 3)) == (0.894, 0.036, 0.141)
+    notes = res.profile.meta.notes or ""
+    assert "pageable d2h (reported, not priced): 12.0 GB/s, pinned 54.8 GB/s" in notes
+    assert "one copy of 1024 MiB ran at 12.4 GB/s" in notes
+    assert "one copy of 1024 MiB ran at 8.8 GB/s" in notes  # pageable H2D
+    by = {(r.term, r.split.name): r.test.mape for r in res.pageable_reports}
+    assert round(by["d2h", "random"], 3) == 0.081 and round(by["d2h", "extrapolation"], 3) == 0.059
+    assert by["h2d", "random"] > 0.5  # the link form misses pageable H2D (two regimes)
 
 
 # --- the measuring code, on a CPU -----------------------------------------------------------------
