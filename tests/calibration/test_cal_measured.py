@@ -94,3 +94,48 @@ def test_forward_replay_file_is_the_repricing_of_its_measurements(tmp_path) -> N
     rep = repredict_points_csv(src, load_profile(NAME), get_model("llama-3-8b"), out)
     assert out.read_text() == src.read_text()
     assert round(rep.overall.mape, 4) == 0.0355
+
+
+# --- Llama-3-70B TP shards (`kvsim calibrate measure --device cuda --model llama-3-70b --tp K`) ---
+SHARDS = {"h100-sxm-llama3-70b-tp4": 4, "h100-sxm-llama3-70b-tp8": 8}
+
+
+def _refit(name: str):
+    from calibration.env import EnvInfo
+    from calibration.local import calibrate
+    from calibration.measure import Measurements
+    from calibration.measure_attention import AttentionBackend
+    from calibration.samples_io import read_samples_csv
+
+    p = load_profile(name)
+    samples = read_samples_csv(MEASURED / f"{name}-samples.csv")
+    model = next(s.model for s in samples if s.group == "shard/1")
+    env = EnvInfo("cuda", p.meta.gpu, p.meta.torch, p.meta.cuda, p.meta.driver, None, p.meta.date)
+    m = Measurements(
+        tuple(samples), model, "bf16", env, AttentionBackend("sdpa"), "full", None, (), 0.0
+    )
+    return p, samples, calibrate(m, name).profile
+
+
+@pytest.mark.parametrize("name, tp", SHARDS.items())
+def test_70b_shard_profile_is_the_fit_of_its_committed_samples(name, tp) -> None:
+    p, samples, refit = _refit(name)
+    assert len(samples) == 879
+    assert p.meta.gpu == "NVIDIA H100 80GB HBM3" and p.meta.date == "2026-11-26"
+    assert "CUDA-graph replays" in p.meta.backend and "torch SDPA" in p.meta.backend
+    assert f"--model llama-3-70b --dtype bf16 --tp {tp} " in p.meta.source
+    # The layer's GEMMs are also timed at 1/2, 1/4, 1/8 of the shard's width (TP 2x, 4x, 8x).
+    widths = {s.group: s.model.name for s in samples if s.term == "gemm"}
+    assert widths == {f"shard/{k}": f"Llama-3-70B/tp{tp * k}" for k in (1, 2, 4, 8)}
+    for term in (*TERMS, "overlap"):
+        got, want = getattr(refit, term), getattr(p, term)
+        for k in want.__dataclass_fields__:
+            if term == "overlap" and k != "duplex_Bps":
+                continue  # compute_slowdown: the run's overlap timings, not in the samples
+            assert getattr(got, k) == pytest.approx(getattr(want, k), rel=1e-5, abs=1e-12), (
+                term,
+                k,
+            )
+    assert set(p.validation) == set(refit.validation) | {"pipeline"}
+    for term, v in refit.validation.items():
+        assert p.validation[term] == v, term
