@@ -22,7 +22,7 @@ THRESHOLDS = {"decode_attn": 0.10}
 DEFAULT_THRESHOLD = 0.05
 SPLITS = ("random", "extrapolation", "transfer")
 # The measured profiles committed with their samples (calibration/measured/<name>-samples.csv).
-MEASURED_PROFILES = ("h100-sxm-llama3-8b",)
+MEASURED_PROFILES = ("h100-sxm-llama3-8b", "h100-sxm-llama3-70b-tp4", "h100-sxm-llama3-70b-tp8")
 # The terms a measured profile fits (lm_head: the GEMM constants on the LM head, a transfer).
 MEASURED_TERMS = ("gemm", "elementwise", "linear", "prefill_attn", "decode_attn", "h2d", "d2h")
 
@@ -144,7 +144,7 @@ def _cell(s: ErrorStats | None) -> str:
 def format_checks(checks: Sequence[TermCheck]) -> str:
     """Fixed width: profile, term, source, MAPE (max APE) per split, worst APE, threshold, verdict."""
     head = (
-        f"{'profile':<19} {'term':<13} {'source':<32} {'random (max)':>15} "
+        f"{'profile':<23} {'term':<13} {'source':<32} {'random (max)':>15} "
         f"{'extrap. (max)':>15} {'transfer (max)':>15} {'max APE':>8}  threshold  verdict"
     )
     lines = [head, "-" * len(head)]
@@ -152,7 +152,7 @@ def format_checks(checks: Sequence[TermCheck]) -> str:
         worst = "-" if c.max_ape is None else f"{c.max_ape:.1%}"
         verdict = c.verdict + (f" ({c.note})" if c.note else "")
         lines.append(
-            f"{c.profile:<19} {c.term:<13} {c.source:<32} {_cell(c.random):>15} "
+            f"{c.profile:<23} {c.term:<13} {c.source:<32} {_cell(c.random):>15} "
             f"{_cell(c.extrapolation):>15} {_cell(c.transfer):>15} {worst:>8}  "
             f"{'<' + format(c.threshold, '.0%'):<9}  {verdict}"
         )

@@ -2,7 +2,7 @@
 what the profile files and docs/cost-model.md claim: the generated table, each profile's
 ``validation`` block and notes, and the figures quoted in the guide's prose and tables. A stale
 figure anywhere fails here. The public profiles need ../shared/data (skipped without it); the
-measured profile is refitted from calibration/measured/ and always checked."""
+measured profiles are refitted from calibration/measured/ and always checked."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from calibration.profile_check import (
 from costmodels import load_profile
 
 GUIDE = Path(__file__).resolve().parents[2] / "docs" / "cost-model.md"
+SHARDS = ("h100-sxm-llama3-70b-tp4", "h100-sxm-llama3-70b-tp8")
 BEGIN, END = "<!-- profile-check: begin", "<!-- profile-check: end -->"
 
 
@@ -60,9 +61,15 @@ def _check_profile_file(c: TermCheck) -> None:
         assert re.search(pattern, flat), (c.profile, c.term, split, line)
 
 
+def _of(checks: list[TermCheck], profile: str) -> dict[str, TermCheck]:
+    return {c.term: c for c in checks if c.profile == profile}
+
+
 def test_measured_rows_of_the_guide_are_recomputed(measured) -> None:
+    assert {c.profile for c in measured} == {"h100-sxm-llama3-8b", *SHARDS}
     want = markdown_checks(measured).splitlines()[2:]
-    got = [r for r in _guide_table_rows() if r.startswith("| h100-sxm-llama3-8b |")]
+    names = {c.profile for c in measured}
+    got = [r for r in _guide_table_rows() if r.split("|")[1].strip() in names]
     assert got == want
 
 
@@ -73,7 +80,7 @@ def test_measured_profile_file_states_the_recomputed_errors(measured) -> None:
 
 
 def test_thresholds_and_verdicts(measured) -> None:
-    by = {c.term: c for c in measured}
+    by = _of(measured, "h100-sxm-llama3-8b")
     assert by["decode_attn"].threshold == 0.10 and by["h2d"].threshold == DEFAULT_THRESHOLD
     for c in measured:
         over = [s for s, st in c.stats() if st.mape >= c.threshold]
@@ -83,7 +90,7 @@ def test_thresholds_and_verdicts(measured) -> None:
 def test_measured_figures_quoted_in_the_guide(measured) -> None:
     """The profile paragraph and the refit table quote random / extrapolation MAPE (max APE)."""
     text = " ".join(GUIDE.read_text(encoding="utf-8").split())
-    by = {c.term: c for c in measured}
+    by = _of(measured, "h100-sxm-llama3-8b")
     quoted = {
         "GEMMs": "gemm",
         "linear (GEMMs + elementwise)": "linear",
@@ -113,13 +120,44 @@ def test_measured_figures_quoted_in_the_guide(measured) -> None:
         assert all(_same(d, v) for d, v in zip(m.groups(), figures, strict=True)), label
 
 
+def test_70b_shard_figures_quoted_in_the_guide(measured) -> None:
+    """The 70B section's table: per term, TP 4 and TP 8 as random / extrapolation % (max APEs)."""
+    text = GUIDE.read_text(encoding="utf-8")
+    section = text[text.index("## Llama-3-70B shards on the H100 (TP 4 and TP 8)") :]
+    rows = {}
+    for line in section.splitlines()[:40]:
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 4:
+            rows[cells[0]] = cells
+    quoted = {
+        "GEMMs": "gemm",
+        "elementwise": "elementwise",
+        "linear (GEMMs + elementwise)": "linear",
+        "prefill attention": "prefill_attn",
+        "decode attention": "decode_attn",
+        "H2D copies": "h2d",
+        "D2H copies": "d2h",
+    }
+    for label, term in quoted.items():
+        for col, profile in enumerate(SHARDS, start=1):
+            c = _of(measured, profile)[term]
+            m = re.fullmatch(r"([\d.]+) / ([\d.]+) % \(([\d.]+) / ([\d.]+)\)", rows[label][col])
+            assert m and c.random is not None and c.extrapolation is not None, (label, profile)
+            want = (c.random.mape, c.extrapolation.mape, c.random.max_ape, c.extrapolation.max_ape)
+            assert all(_same(d, v) for d, v in zip(m.groups(), want, strict=True)), (label, profile)
+    for col, profile in enumerate(SHARDS, start=1):
+        t = _of(measured, profile)["lm_head"].transfer
+        m = re.fullmatch(r"([\d.]+) % \(([\d.]+)\)", rows["LM head (transfer)"][col])
+        assert m and t is not None and _same(m.group(1), t.mape) and _same(m.group(2), t.max_ape)
+
+
 @needs_data
 @pytest.mark.data
 def test_every_row_of_the_guide_is_recomputed(public_fit) -> None:
     want = markdown_checks(check_profiles(public_fit)).splitlines()
     assert _guide_table_rows() == want
     names = {line.split("|")[1].strip() for line in want[2:]}
-    assert names == {"a100-vidur", "h100-public", "h100-sxm-llama3-8b"}
+    assert names == {"a100-vidur", "h100-public", "h100-sxm-llama3-8b", *SHARDS}
 
 
 @needs_data
@@ -175,8 +213,9 @@ def test_cli_fit_prints_every_profile_term(capsys) -> None:
     assert main(args) == 0
     out = capsys.readouterr().out
     assert "every fitted term of every committed profile" in out
-    rows = [line.split() for line in out.splitlines() if line.startswith("h100-sxm-llama3-8b ")]
-    assert [r[1] for r in rows] == [c.term for c in measured_checks()]
-    assert all(r[-1] == "PASS" or "over:" in r for r in rows)
+    for profile in ("h100-sxm-llama3-8b", *SHARDS):
+        rows = [line.split() for line in out.splitlines() if line.startswith(profile + " ")]
+        assert [r[1] for r in rows] == list(_of(measured_checks(), profile)), profile
+        assert all(r[-1] == "PASS" or "over:" in r for r in rows)
     assert main([*args, "--no-profiles"]) == 0
     assert "every fitted term" not in capsys.readouterr().out
