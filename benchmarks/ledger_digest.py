@@ -14,10 +14,10 @@ too. About ten minutes on one core of a 2-core machine, most of it the layer_blo
 ``--policies`` narrows the grid.
 
 ``--features`` digests the engine's serving features instead, each on its own configuration with
-LRU (and ARC where the policy's hooks matter): chunked prefill, both token budgets, CPU-offload
+LRU and with ARC: chunked prefill, both token budgets, CPU-offload
 decode, both prefetch modes, per-layer swap copies, synchronous saves, session units, a streamed
-trace, prefix sharing on the first 400 requests of Mooncake's conversation trace (when the data
-is beside the repository). A change to the engine's structure must leave every one identical.
+trace, prefix sharing on the first 400 requests of Mooncake's conversation trace (when the shared
+data is there: beside the repository, or at $KVSIM_SHARED_DATA). A change to the engine's structure must leave every one identical.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -39,11 +39,7 @@ CONFIGS = {  # name -> (gpu GiB, cpu GiB, unit)
     "gpu+cpu-layer": (0.5, 0.8, "layer_block"),
 }
 WALL_CLOCK = ("evict_ns",)
-# the shared data beside the checkout, or $KVSIM_SHARED_DATA
-DATA = Path(
-    os.environ.get("KVSIM_SHARED_DATA") or Path(__file__).resolve().parents[2] / "shared/data"
-)
-MOONCAKE = DATA / "mooncake/conversation_trace.jsonl"
+MOONCAKE = "mooncake/conversation_trace.jsonl"  # in the shared data (default_data_dir)
 # name -> (gpu GiB, cpu GiB, unit, engine options, budget, sparse); every one evicts
 Feature = tuple[float, float, str, dict, tuple | None, tuple | None]
 FEATURES: dict[str, Feature] = {
@@ -91,6 +87,7 @@ def digest(policy: str, config: str, sessions: int, seed: int) -> str:
 
 def feature_digest(feature: str, policy: str, sessions: int, seed: int) -> str | None:
     """The digest of one serving feature's run (None: its data is absent)."""
+    from calibration.public_tables import default_data_dir
     from costmodels import cost_model
     from sim import MemoryConfig, simulate
     from sim.config import BudgetConfig, EngineConfig, SparseConfig
@@ -98,10 +95,13 @@ def feature_digest(feature: str, policy: str, sessions: int, seed: int) -> str |
 
     gpu, cpu, unit, engine, budget, sparse = FEATURES[feature]
     if feature == "sharing":
-        if not MOONCAKE.exists():
+        path = default_data_dir() / MOONCAKE
+        if not path.exists():
             return None
-        head = MOONCAKE.read_text().splitlines()[:400]
-        trace = load_mooncake(_lines_file(head), jitter=False).sessions
+        with tempfile.TemporaryDirectory() as tmp:
+            head = Path(tmp) / "head.jsonl"
+            head.write_text("\n".join(path.read_text().splitlines()[:400]) + "\n")
+            trace = load_mooncake(head, jitter=False).sessions
     else:
         trace = load_trace({"kind": "synthetic", "sessions": sessions, "seed": seed}).sessions
     res = simulate(
@@ -125,14 +125,6 @@ def feature_digest(feature: str, policy: str, sessions: int, seed: int) -> str |
         sparse=SparseConfig(sparse[0], k=sparse[1], ring_slots=sparse[2]) if sparse else None,
     )
     return _hash(res)
-
-
-def _lines_file(lines: list[str]) -> Path:
-    import tempfile
-
-    with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as f:
-        f.write("\n".join(lines) + "\n")
-    return Path(f.name)
 
 
 def _hash(res) -> str:
@@ -165,7 +157,7 @@ def main(argv=None) -> int:
                 t0 = time.perf_counter()
                 d = feature_digest(feature, policy, args.sessions, args.seed)
                 if d is None:
-                    print(f"{feature}: {MOONCAKE} is absent, not digested", file=sys.stderr)
+                    print(f"{feature}: no {MOONCAKE} in the shared data", file=sys.stderr)
                     continue
                 got[f"{policy}/{feature}"] = d
                 took = time.perf_counter() - t0
