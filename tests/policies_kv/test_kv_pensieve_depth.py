@@ -31,6 +31,8 @@ import functools
 from fractions import Fraction
 
 import pytest
+from cost_hand import MODEL as HAND_MODEL
+from cost_hand import PROFILE as HAND_PROFILE
 
 from costmodels import BatchShape, cost_model, recompute_s, swap_in_s
 from sim import MemoryConfig, simulate
@@ -41,31 +43,16 @@ from sim.policies.pensieve_depth import PensieveDepth
 from sim.units import SessionKV, Tier, UnitView, layer_codes
 from traces import load_trace
 
-MODEL = """\
-name: tiny-2
-num_layers: 2
-hidden_size: 4096
-num_heads: 32
-num_kv_heads: 8
-head_dim: 128
-intermediate_size: 14336
-vocab_size: 128256
-dtype_bytes: 2
-gated_mlp: true
-source: a test
-"""
 
-PROFILE = """\
-name: hand-depth
-linear: {tau_s: 10.0e-6, weight_bw_Bps: 2.0e12, flops: 5.0e14, elementwise_bw_Bps: 1.0e12}
-prefill_attn: {tau_s: 20.0e-6, flops: 2.0e14, per_seq_s: 0.0}
-decode_attn: {tau_s: 5.0e-6, per_seq_s: 1.0e-6, kv_bw_Bps: 1.0e12}
-h2d: {latency_s: 10.0e-6, bw_Bps: 0.25e9}
-d2h: {latency_s: 10.0e-6, bw_Bps: 0.25e9}
-overlap: {compute_slowdown: 0.0, layerwise_h2d: true}
-step_overhead_s: 0.5e-3
-meta: {gpu: hand, backend: hand, dtype: bf16, source: "hand-written for a test"}
-"""
+def _swap(text: str, old: str, new: str, count: int = 1) -> str:
+    assert text.count(old) == count, (old, text)
+    return text.replace(old, new)
+
+
+# The cost tests' hand-written model with two layers, and their profile with a link 100 times
+# slower (0.25 GB/s), so that one layer's page copy outlasts a layer's compute.
+MODEL = _swap(_swap(HAND_MODEL, "name: tiny-3", "name: tiny-2"), "num_layers: 3", "num_layers: 2")
+PROFILE = _swap(HAND_PROFILE, "bw_Bps: 25.0e9}", "bw_Bps: 0.25e9}", count=2)
 
 BT, L = 16, 2
 UNIT = 65_536
