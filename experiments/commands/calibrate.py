@@ -76,7 +76,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         type=float,
         metavar="S",
         help="thin the grid, in a fixed order, until its estimated duration fits S seconds "
-        "(calibration/README.md); gpu-run: the budget of each TP-sharded sweep (default 300, "
+        "(calibration/README.md); gpu-run: the budget of each TP-sharded sweep (default 400, "
         "0 = none)",
     )
     m.add_argument(

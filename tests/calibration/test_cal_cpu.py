@@ -128,3 +128,43 @@ def test_cpu_profile_changes_simulated_ttfts(cpu_calibration, tiny_model_path, t
     again = tmp_path / "again.yaml"
     save_profile(load_profile(str(path)), again)
     assert load_profile(str(again)) == load_profile(str(path))
+
+
+class _CountingTimer:
+    """Runs each closure once and returns the k-th measurement as 10**k s, so sums show."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def measure(self, fn, graph=None):
+        from calibration.samples import Timing
+
+        fn()
+        t = 10.0**self.calls
+        self.calls += 1
+        return Timing(t, t, t, 1)
+
+
+def test_the_linear_sample_is_timed_as_one_closure_running_both_parts(
+    tiny_model_path, monkeypatch
+) -> None:
+    # Timed apart, the GEMM and elementwise closures each start cold; inside a layer they run
+    # back to back, so the linear sample is its own timing, not the sum of the other two.
+    import torch
+
+    from calibration.measure_gemm import LayerWeights, linear_closure, measure_token_level
+
+    lw = LayerWeights(get_model(tiny_model_path), "cpu", "fp32")
+    gemm, ew, linear = measure_token_level(lw, 8, _CountingTimer(), "shard/1")
+    assert (gemm.term, ew.term, linear.term) == ("gemm", "elementwise", "linear")
+    assert (gemm.time.median_s, ew.time.median_s, linear.time.median_s) == (1.0, 10.0, 100.0)
+    assert linear.kernel.endswith("one graph")
+
+    matmuls, norms = [], []
+    real_matmul, real_norm = torch.matmul, torch.nn.functional.rms_norm
+    monkeypatch.setattr(torch, "matmul", lambda *a: matmuls.append(1) or real_matmul(*a))
+    monkeypatch.setattr(
+        torch.nn.functional, "rms_norm", lambda *a, **k: norms.append(1) or real_norm(*a, **k)
+    )
+    linear_closure(lw, 8)()
+    assert (len(matmuls), len(norms)) == (4, 2)

@@ -57,7 +57,7 @@ def test_the_tp_target_is_one_layer_of_the_shard_within_a_budget(gpu_run) -> Non
 
     _, out, _ = gpu_run
     p = load_profile(str(out / "cpu-tiny-test-tp2.yaml"))
-    assert "--tp 2" in p.meta.source and "--budget-s 300" in p.meta.source
+    assert "--tp 2" in p.meta.source and "--budget-s 400" in p.meta.source
     assert "measured model: tiny-test/tp2: L=4 h=256 Hq=2 K=1" in p.meta.notes
     samples = read_samples_csv(out / "cpu-tiny-test-tp2-samples.csv")
     assert {s.model.name for s in samples if s.term == "decode_attn"} == {"tiny-test/tp2"}

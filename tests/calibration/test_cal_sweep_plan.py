@@ -38,16 +38,24 @@ def test_the_8b_plan_is_the_h100_sweep_and_its_estimate_its_duration() -> None:
     committed = {job_key(s) for s in read_samples_csv(COMMITTED)}
     old = [j for j in plan.jobs if j.key in committed]
     assert {j.key for j in old} == committed
-    assert sum(len(j.terms) for j in old) == 1281 and sum(j.timed_calls for j in old) == 965
+    # That sweep timed 965 closures: two per token job; each now times a third (the linear part
+    # in one closure), 316 more.
+    tokens = sum(j.kind == "token" for j in old)
+    assert sum(len(j.terms) for j in old) == 1281 and tokens == 316
+    assert sum(j.timed_calls for j in old) == 965 + tokens
     assert GPU_CALL_S * 965 == pytest.approx(266, rel=0.02)
     added = [j for j in plan.jobs if j.key not in committed]
-    assert {j.kind for j in added} == {"prefill_attn"} and len(added) == 20
+    assert Counter(j.kind for j in added) == {"prefill_attn": 20, "lm_head": 7}
     assert len({j.key for j in plan.jobs}) == len(plan.jobs)  # a key names one shape
 
 
 def test_the_8b_plan_adds_long_appends_pageable_and_duplex_copies() -> None:
     """What the next GPU sweep measures beyond the committed one, and what it costs: 20 appends,
-    18 pageable copies per direction, 10 duplex pairs; 66 samples, one closure each (18 s)."""
+    18 pageable copies per direction, 10 duplex pairs, 7 LM head row counts (73 samples, one
+    closure each) and the linear part of each token job in one closure (316): 389 closures,
+    107 s."""
+    from experiments.commands._calibrate_gpu_run import SHARDED_BUDGET_S
+
     plan = plan_sweep(full_grid(), get_model("llama-3-8b"), device="cuda", call_s=GPU_CALL_S)
     committed = {job_key(s) for s in read_samples_csv(COMMITTED)}
     added = [j for j in plan.jobs if j.key not in committed]
@@ -56,10 +64,14 @@ def test_the_8b_plan_adds_long_appends_pageable_and_duplex_copies() -> None:
         ("h2d", False): 18,
         ("d2h", False): 18,
         ("duplex", True): 10,
+        ("lm_head", True): 7,
     }
-    assert sum(len(j.terms) for j in plan.jobs) == 1281 + 66
-    assert plan.estimate_s == pytest.approx(GPU_CALL_S * (965 + 66))  # 284 s
-    assert plan.estimate_s < 300  # the 70B shards' default budget still trims nothing
+    assert sum(len(j.terms) for j in plan.jobs) == 1281 + 73
+    assert plan.estimate_s == pytest.approx(GPU_CALL_S * (965 + 73 + 316))  # 372 s
+    assert plan.estimate_s < SHARDED_BUDGET_S  # the 70B shards' default budget trims nothing
+    # The LM head through the GEMM's turn from weight-bound to compute-bound.
+    rows = sorted(j.shape.tokens for j in plan.jobs if j.kind == "lm_head")
+    assert rows == [1, 8, 32, 64, 128, 192, 256, 384, 512, 768, 1024, 2048]
     # Appends of 2..64 tokens over 8k..64k cached tokens, one sequence (16 and 64 were there).
     appends = {
         (j.shape.n_new, j.shape.n_ctx)
