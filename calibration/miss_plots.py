@@ -158,10 +158,50 @@ def measured_reports(name: str = "h100-sxm-llama3-8b") -> list[TermReport]:
     return [dataclasses.replace(r, source=f"measured-{name}") for r in reports]
 
 
-if __name__ == "__main__":  # python -m calibration.miss_plots DIR: the measured sweep's misses
+MEASURED = ("h100-sxm-llama3-8b", "h100-sxm-llama3-70b-tp4", "h100-sxm-llama3-70b-tp8")
+
+
+def lm_head_figure(reports_by_profile: dict[str, Sequence[TermReport]]):
+    """The LM head of each measured profile against its rows: the measured points, and the price
+    the profile gives them (its layer GEMM constants, the transfer check) as a line. Not saved."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from costmodels import CostModel, load_profile
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    for (name, reports), colour in zip(
+        reports_by_profile.items(), ("C0", "C1", "C2"), strict=False
+    ):
+        (head,) = [r for r in reports if r.term == "lm_head"]
+        measured = sorted((s for s, _ in head.points), key=lambda s: s.shape.tokens)
+        rows = [s.shape.tokens for s in measured]
+        label = f"{name} (MAPE {head.test.mape:.1%})"
+        ax.plot(rows, [s.time.median_s * 1e6 for s in measured], "o", color=colour, label=label)
+        # The sample's model is the shard the kernel ran on, so the price is at tp 1.
+        cost = CostModel(measured[0].model, load_profile(name))
+        line = np.geomspace(1, max(rows), 80)
+        ax.plot(line, [cost.lm_head_s(int(r)) * 1e6 for r in line], "-", color=colour, alpha=0.6)
+    ax.plot([], [], "-", color="grey", label="priced: max(weight read, FLOPs), layer constants")
+    ax.set(xscale="log", yscale="log", xlabel="rows through the LM head", ylabel="time (us)")
+    ax.set_title("LM head: measured (points) against its price (lines)", fontsize=9)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+if __name__ == "__main__":  # python -m calibration.miss_plots DIR: the measured sweeps' misses
     import sys
+
+    import matplotlib.pyplot as plt
 
     from .public_profiles import TARGETS
 
     for path in write_miss_plots(measured_reports(), TARGETS, sys.argv[1]):
         print(path)
+    fig = lm_head_figure({name: measured_reports(name) for name in MEASURED})
+    fig.savefig(Path(sys.argv[1]) / "measured__lm_head__transfer.png", dpi=110)
+    plt.close(fig)
+    print(Path(sys.argv[1]) / "measured__lm_head__transfer.png")
