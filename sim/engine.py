@@ -33,7 +33,9 @@ class Engine:
         self.on_iteration = on_iteration
         self.debug = debug
         self.progress = progress
-        self.gpu_byte_seconds = 0.0  # integral of GPU KV occupancy over time
+        # Integral of GPU KV occupancy over time, for utilization: kept for a bounded GPU KV only
+        # (utilization is undefined without one, and decode spans then skip it).
+        self.gpu_byte_seconds = 0.0
         self.start_s: float | None = None
         self.end_s = 0.0
 
@@ -70,7 +72,8 @@ class Engine:
                 self.start_s = env.now
             # Simulated time runs from the first iteration to the last completion: idle spans
             # after it (arrivals that are all rejected) are not part of it.
-            self.gpu_byte_seconds += idle_area + used * step.duration_s
+            if sched.gpu_bounded:
+                self.gpu_byte_seconds += idle_area + used * step.duration_s
             idle_area = 0.0
             yield env.timeout(step.duration_s)
             sched.finish(step, env.now)
@@ -81,7 +84,8 @@ class Engine:
                 continue
             span = sched.decode_span(env.now, sched.next_arrival_s())
             if span.steps:
-                self.gpu_byte_seconds += span.gpu_byte_seconds
+                if sched.gpu_bounded:
+                    self.gpu_byte_seconds += span.gpu_byte_seconds
                 yield env.timeout(span.duration_s)
                 if self.debug:
                     check_invariants(sched)

@@ -121,6 +121,8 @@ class Scheduler:
             and not self.per_session_unit
             and self.offload is None
         )
+        # GPU occupancy over time is integrated (for utilization) only under a finite GPU KV.
+        self.gpu_bounded = not math.isinf(self.mem.capacity[GPU])
         self.arrivals = Arrivals()
         self.waiting: deque[TurnRun] = deque()
         self.running: dict[int, TurnRun] = {}  # admit_seq -> run, in admission order

@@ -23,6 +23,7 @@ from sim.units import uid_of
 
 if TYPE_CHECKING:
     from sim.scheduler import Scheduler
+    from sim.turns import TurnRun
 
 
 @dataclass(slots=True)
@@ -100,24 +101,96 @@ def bulk_span(core: Scheduler, span: DecodeSpan, now: float, horizon: float, sto
     policy's victims do not depend on pinned inserts and its demotions batch exactly
     (``grows_in_bulk``), every demotion's copy hides behind its step's compute, and the GPU can
     give every page the span needs without a preemption. Same ledger, memory and policy state as
-    ``decode_span``'s loop (which runs instead, returning False here, when a condition fails)."""
-    seqs, step0, mem, bt = core.dec_seqs, core.step, core.mem, core.bt
-    grow = core.dec_grow
+    ``decode_span``'s loop (which runs instead, returning False here, when a condition fails).
+
+    When the GPU's free room holds every page of the span (an unbounded GPU KV, or room enough),
+    nothing is evicted and the span runs in plain Python (``fits_free_room``); otherwise numpy
+    works out each allocation's victims."""
+    step0, mem = core.step, core.mem
     if stop <= step0 or now >= horizon:
         return False  # no step to run: the loop does nothing
-    # Price the steps up to the horizon: a first guess of 64, doubled while it falls short.
-    want = min(64, stop - step0)
+    durations, end_s = price_steps(core, now, horizon, stop - step0)
+    n = len(durations)
+    growing, touched, total = pages_due(core, step0 + n)
+    if total * core.page_bytes > mem.reclaimable(GPU):
+        return False  # some step would preempt: step by step
+    # The step of every allocation, in the loop's order of runs.
+    bt = core.bt
+    steps = [k for _, key, count in growing for k in range(key, key + count * bt, bt)]
+    if fits_free_room(core, total):
+        grow_pages(core, growing, touched, steps, total, now)
+        if core.gpu_bounded:  # (an unbounded GPU KV has no utilization to integrate for)
+            span.gpu_byte_seconds = roomy_byte_seconds(
+                core, span.gpu_byte_seconds, steps, durations
+            )
+    else:
+        d = np.asarray(durations)
+        due = np.sort(np.asarray(steps, dtype=np.int64)) - step0  # relative, in step order
+        evicted = evicted_units(core, total)
+        if not demotions_hide(core, due, evicted, d):
+            return False
+        mem.make_room(total * core.page_bytes, now)  # the victims of every single-page make_room
+        core.d2h_mark = mem.swap_out_bytes  # their copies were priced in their own steps
+        grow_pages(core, growing, touched, steps, total, now)
+        span.gpu_byte_seconds = evicting_byte_seconds(core, span.gpu_byte_seconds, due, evicted, d)
+    core.step_s.extend(durations)
+    span.steps = n
+    seqs = core.dec_seqs
+    core.step_decode.extend([seqs] * n)
+    core.output_tokens += seqs * n
+    core.dec_ctx += core.dec_grow * n
+    core.step = step0 + n
+    span.duration_s = end_s - now
+    return True
+
+
+# Steps priced one by one before numpy takes over: below about this many, numpy's per-call
+# overhead costs more than a Python loop (most spans of a lightly loaded engine are shorter).
+SCALAR_STEPS = 48
+
+
+def price_steps(
+    core: Scheduler, now: float, horizon: float, most: int
+) -> tuple[list[float], float]:
+    """The durations of the span's steps and the end of the last: the first step always runs,
+    each later one (up to ``most``) if it starts before ``horizon``. Bit for bit what pricing the
+    whole run with ``decode_steps_s`` and cutting it gives: the scalar and vector prices are the
+    same operations, and the start times are sums taken in order either way."""
+    seqs, ctx, grow = core.dec_seqs, core.dec_ctx, core.dec_grow
+    price = core.cost.decode_pricer(seqs)
+    durations: list[float] = []
+    t = now
+    scalar = min(most, SCALAR_STEPS)
     while True:
-        d = core.cost.decode_steps_s(seqs, core.dec_ctx + grow * np.arange(want))
-        starts = running_sum(now, d)
-        if starts[-1] >= horizon or want == stop - step0:
+        d = price(ctx)
+        durations.append(d)
+        t += d
+        ctx += grow
+        if t >= horizon or len(durations) == scalar:
             break
-        want = min(2 * want, stop - step0)
-    n = max(1, int(np.searchsorted(starts[:-1], horizon, side="left")))
-    end = step0 + n
-    # Every page the span allocates: each live run's due steps below ``end``, one page each.
-    page_due = core.page_due.due
-    growing, touched, total = [], [], 0
+    rest = most - len(durations)
+    if t >= horizon or rest == 0:
+        return durations, t
+    # A long span: the rest in numpy, a first guess of 64 steps doubled while it falls short.
+    want = min(64, rest)
+    while True:
+        more = core.cost.decode_steps_s(seqs, ctx + grow * np.arange(want))
+        starts = running_sum(t, more)
+        if starts[-1] >= horizon or want == rest:
+            break
+        want = min(2 * want, rest)
+    k = int(np.searchsorted(starts[:-1], horizon, side="left"))  # >= 1: starts[0] = t < horizon
+    durations.extend(more[:k].tolist())
+    return durations, float(starts[k])
+
+
+def pages_due(core: Scheduler, end: int) -> tuple[list[tuple[TurnRun, int, int]], list[int], int]:
+    """Every page the span allocates before step ``end``: each live run's due steps, one page
+    each, as (run, first due step, pages); the page_due keys they were filed under; their total."""
+    page_due, bt = core.page_due.due, core.bt
+    growing: list[tuple[TurnRun, int, int]] = []
+    touched: list[int] = []
+    total = 0
     for key in sorted(k for k in page_due if k < end):
         touched.append(key)
         for run, epoch in page_due[key]:
@@ -127,37 +200,55 @@ def bulk_span(core: Scheduler, span: DecodeSpan, now: float, horizon: float, sto
                 count = min(count, -(-(run.cap - run.tokens_at(key)) // bt))
                 growing.append((run, key, count))
                 total += count
-    page, unit, upp = core.page_bytes, core.unit_bytes, core.upp
-    if total * page > mem.reclaimable(GPU):
-        return False  # some step would preempt: step by step
-    # Allocation k (1-based, in step order) of ``upp`` units evicts what the free room lacks:
-    # max(0, k*upp - free) - max(0, (k-1)*upp - free) units (victims are whole units).
-    free = mem.free(GPU)
-    free_units = total * upp if math.isinf(free) else int(free // unit)
+    return growing, touched, total
+
+
+def fits_free_room(core: Scheduler, pages: int) -> bool:
+    """Does the GPU's free room take ``pages`` new pages, so that no allocation evicts?"""
+    free = core.mem.free(GPU)
+    return math.isinf(free) or pages * core.upp <= int(free // core.unit_bytes)
+
+
+def evicted_units(core: Scheduler, total: int) -> np.ndarray:
+    """Units each of the span's ``total`` allocations evicts, in step order. Allocation k
+    (1-based) of ``upp`` units evicts what the free room lacks: max(0, k*upp - free) -
+    max(0, (k-1)*upp - free) units (victims are whole units)."""
+    upp = core.upp
+    free_units = int(core.mem.free(GPU) // core.unit_bytes)
     k = np.arange(1, total + 1, dtype=np.int64) * upp
-    evicted = np.maximum(k - free_units, 0) - np.maximum(k - upp - free_units, 0)
-    evicts = total * upp > free_units
-    demotes = evicts and mem.capacity[CPU] >= unit
+    return np.maximum(k - free_units, 0) - np.maximum(k - upp - free_units, 0)
+
+
+def demotions_hide(core: Scheduler, due: np.ndarray, evicted: np.ndarray, d: np.ndarray) -> bool:
+    """Does every demotion's copy hide behind its step's compute (each rides on its allocation's
+    step)? Trivially so without a CPU tier; never when saves are synchronous."""
+    unit = core.unit_bytes
+    if core.mem.capacity[CPU] < unit:
+        return True  # victims are dropped: nothing is copied
+    if not core.cfg.async_save:
+        return False
+    per_step = np.bincount(due, weights=evicted, minlength=len(d)).astype(np.int64)
+    for j in np.flatnonzero(per_step).tolist():
+        if core.pricer.copy_s("d2h", int(per_step[j]) * unit) > d[j]:
+            return False
+    return True
+
+
+def grow_pages(
+    core: Scheduler,
+    growing: list[tuple[TurnRun, int, int]],
+    touched: list[int],
+    steps: list[int],
+    total: int,
+    now: float,
+) -> None:
+    """Give each growing run its pages (room was made) and file its next page's step; the GPU
+    policy hears of the new units in the step-by-step loop's order when it tracks pinned ones."""
+    mem, bt, upp, page_due = core.mem, core.bt, core.upp, core.page_due
     gpu_policy = mem.policy[GPU]
     ordered = gpu_policy.hears_pinned()
-    # The step of every allocation, in the loop's order of runs.
-    steps = [k for _, key, count in growing for k in range(key, key + count * bt, bt)]
-    due = np.sort(np.asarray(steps, dtype=np.int64)) - step0  # relative, in step order
-    if demotes:
-        # Each demotion's copy rides on its allocation's step: step by step unless every such
-        # copy hides behind its step's compute (never, when saves are synchronous).
-        if not core.cfg.async_save:
-            return False
-        per_step = np.bincount(due, weights=evicted, minlength=n).astype(np.int64)
-        for j in np.flatnonzero(per_step).tolist():
-            nbytes = int(per_step[j]) * unit
-            if core.pricer.copy_s("d2h", nbytes) > d[j]:
-                return False
-    if evicts:
-        mem.make_room(total * page, now)  # the victims of every single-page make_room
-        core.d2h_mark = mem.swap_out_bytes  # their copies were priced in their own steps
     for key in touched:
-        del page_due[key]
+        del page_due.due[key]
     order: list[int] = []
     uids: list[int] = []
     for run, key, count in growing:
@@ -170,23 +261,38 @@ def bulk_span(core: Scheduler, span: DecodeSpan, now: float, horizon: float, sto
         last_step = key + (count - 1) * bt
         sess.tokens = run.tokens_at(last_step) + 1
         if run.tokens_at(last_step + bt) < run.cap:
-            core.page_due.add(last_step + bt, run, run.epoch)
+            page_due.add(last_step + bt, run, run.epoch)
     if ordered and uids:
         unit_steps = np.repeat(np.asarray(steps, dtype=np.int64), upp)
         rank = np.lexsort((np.asarray(order), unit_steps))
         gpu_policy.insert_many(np.asarray(uids)[rank].tolist(), now, True)
     core.live_pages += total
     core.peak_live_pages = max(core.peak_live_pages, core.live_pages)
-    # GPU occupancy per step: each allocation adds its units less those it evicted.
+
+
+def roomy_byte_seconds(
+    core: Scheduler, gbs: float, steps: list[int], durations: list[float]
+) -> float:
+    """``gbs`` plus the GPU occupancy integral over a span that evicted nothing (its pages are
+    in): step j holds what the GPU held before the span and each page allocated at or before it.
+    The sums ``evicting_byte_seconds`` takes, in the same order, on Python numbers."""
+    unit, upp = core.unit_bytes, core.upp
+    before = core.mem.used[GPU] - unit * (len(steps) * upp)
+    due = sorted(steps)
+    i, grown, m = 0, 0, len(due)
+    for j, d in enumerate(durations, start=core.step):
+        while i < m and due[i] == j:
+            grown += upp
+            i += 1
+        gbs += (before + unit * grown) * d
+    return gbs
+
+
+def evicting_byte_seconds(
+    core: Scheduler, gbs: float, due: np.ndarray, evicted: np.ndarray, d: np.ndarray
+) -> float:
+    """``gbs`` plus the GPU occupancy integral over the span (its pages are in): each allocation
+    adds its units less those it evicted."""
+    unit, upp, n, used = core.unit_bytes, core.upp, len(d), core.mem.used[GPU]
     grown = np.cumsum(np.bincount(due, weights=upp - evicted, minlength=n)[:n]).astype(np.int64)
-    used = (mem.used[GPU] - unit * int(grown[-1])) + unit * grown
-    gbs = running_sum(span.gpu_byte_seconds, used * d[:n])
-    span.gpu_byte_seconds = float(gbs[-1])
-    core.step_s.extend(d[:n].tolist())
-    span.steps = n
-    core.step_decode.extend([seqs] * n)
-    core.output_tokens += seqs * n
-    core.dec_ctx += grow * n
-    core.step = end
-    span.duration_s = float(starts[n]) - now
-    return True
+    return float(running_sum(gbs, ((used - unit * int(grown[-1])) + unit * grown) * d)[-1])

@@ -55,3 +55,70 @@ def test_bulk_spans_equal_strict_replay(policy, monkeypatch):
         assert fast.turns.equals(slow.turns), (policy, gpu, cpu, unit)
         assert fast.stats.steps == slow.stats.steps
         assert np.array_equal(fast.stats.step_s, slow.stats.step_s)
+
+
+# A span whose pages all fit in the GPU's free room evicts nothing: it runs in plain Python
+# (``sim.spans.fits_free_room``), pricing its first SCALAR_STEPS steps one by one and the rest in
+# numpy. (gpu GiB, token budget): unbounded, room for the whole trace, and a tight GPU where only
+# some spans fit.
+ROOMY = [(float("inf"), None), (float("inf"), WINDOW), (40.0, None), (0.3, None)]
+
+
+def _spans_by_path(monkeypatch) -> list[tuple[bool, int]]:
+    """Record, for every bulk span, whether it took the roomy path and the evictions it made."""
+    seen: list[tuple[bool, int]] = []
+    bulk, fits = sim.spans.bulk_span, sim.spans.fits_free_room
+    decided: list[bool] = []
+
+    def fits_recorded(core, pages):
+        decided.append(fits(core, pages))
+        return decided[-1]
+
+    def bulk_recorded(core, *args):
+        decided.clear()
+        evictions = len(core.mem.evict_samples)
+        done = bulk(core, *args)
+        if done:
+            assert len(decided) == 1
+            seen.append((decided[0], len(core.mem.evict_samples) - evictions))
+        return done
+
+    monkeypatch.setattr(sim.spans, "fits_free_room", fits_recorded)
+    monkeypatch.setattr(sim.spans, "bulk_span", bulk_recorded)
+    return seen
+
+
+@pytest.mark.parametrize("scalar_steps", [1, 48, 10**9], ids=["numpy", "default", "python"])
+@pytest.mark.parametrize("gpu,budget", ROOMY, ids=["unbounded", "unbounded-window", "40g", "0.3g"])
+def test_roomy_spans_equal_strict_replay(gpu, budget, scalar_steps, monkeypatch):
+    monkeypatch.setattr(sim.spans, "SCALAR_STEPS", scalar_steps)
+    spans = _spans_by_path(monkeypatch)
+    mem = MemoryConfig(gpu_kv_gb=gpu, cpu_kv_gb=0.0, block_tokens=16, evict_unit="block")
+    fast = simulate(SESSIONS, COST, mem, policy="lru", seed=1, budget=budget)
+    roomy = [evictions for took, evictions in spans if took]
+    assert roomy and not any(roomy)  # roomy spans ran, and none of them evicted
+    if gpu != 0.3:
+        assert len(roomy) == len(spans)  # with room for every page, every bulk span is roomy
+    else:
+        assert any(evictions for took, evictions in spans if not took)  # the others did evict
+    slow = simulate(SESSIONS, COST, mem, policy="lru", seed=1, decode_spans=False, budget=budget)
+    assert fast.turns.equals(slow.turns)
+    assert fast.stats.steps == slow.stats.steps
+    assert np.array_equal(fast.stats.step_s, slow.stats.step_s)
+    assert fast.stats.tbt.percentiles((50, 99)) == slow.stats.tbt.percentiles((50, 99))
+
+
+@pytest.mark.parametrize("gpu", [40.0, 0.3])
+def test_roomy_spans_equal_the_numpy_path_to_the_bit(gpu, monkeypatch):
+    # the same spans through the path that works out victims in numpy (none, here): the same
+    # ledger, steps and GPU occupancy integral (gpu_util), bit for bit
+    mem = MemoryConfig(gpu_kv_gb=gpu, cpu_kv_gb=0.0, block_tokens=16, evict_unit="block")
+    roomy = simulate(SESSIONS, COST, mem, policy="lru", seed=1)
+    taken = []
+    fits = sim.spans.fits_free_room
+    monkeypatch.setattr(sim.spans, "fits_free_room", lambda c, p: taken.append(fits(c, p)) and 0)
+    general = simulate(SESSIONS, COST, mem, policy="lru", seed=1)
+    assert any(taken)  # some span could have been roomy: it went through numpy instead
+    assert roomy.turns.equals(general.turns)
+    assert np.array_equal(roomy.stats.step_s, general.stats.step_s)
+    assert roomy.stats.gpu_util == general.stats.gpu_util and not np.isnan(roomy.stats.gpu_util)
