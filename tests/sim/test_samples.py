@@ -126,3 +126,18 @@ def test_a_run_past_the_limit_changes_only_the_tbt_percentiles_within_the_accura
         assert b[col] != a[col] and abs(b[col] - a[col]) <= REL_ACCURACY * a[col] * (1 + 1e-9)
     same = set(a) - {"tbt_p50_s", "tbt_p99_s", "wall_s", "evict_us_p50", "evict_us_p99"}
     assert {k: b[k] for k in same} == pytest.approx({k: a[k] for k in same}, nan_ok=True)
+
+
+@pytest.mark.parametrize("weighted", [True, False])
+@pytest.mark.parametrize("limit", [10**6, 500], ids=["exact", "folded"])
+def test_percentiles_at_once_are_each_percentile(weighted, limit):
+    rng = np.random.default_rng(3)
+    values = rng.lognormal(-4, 1, 2000)
+    weights = rng.integers(0, 5, 2000) if weighted else None
+    samples = Samples(weighted=weighted, limit=limit)
+    _fill(samples, values, weights)
+    assert samples.exact == (limit > 2000)
+    one_by_one = [samples.percentile(q) for q in QS]
+    assert samples.percentiles(QS) == one_by_one  # the same numbers, to the bit
+    assert not any(math.isnan(p) for p in one_by_one)
+    assert all(math.isnan(p) for p in Samples(weighted=weighted).percentiles((50, 99)))
