@@ -27,7 +27,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
-from tqdm.auto import tqdm
 
 from experiments.schema import ConfigError, ExecutorSpec, GridPoint, TraceSpec
 from experiments.worker_pool import WorkerDied, run_tasks
@@ -224,14 +223,7 @@ def run_points(
         spec.key: _count_turns(spec, source) for spec in dict.fromkeys(p.trace for p in points)
     }  # each trace once, in grid order
     expected = [counts[p.trace.key] for p in points]
-    bar = tqdm(
-        total=sum(expected),
-        unit="turn",
-        desc="simulating",
-        disable=not show_progress,
-        dynamic_ncols=True,
-        mininterval=0.1 if sys.stderr.isatty() else 5.0,
-    )
+    bar = _progress_bar(sum(expected)) if show_progress else _NoBar()
     try:
         if executor.kind == "ray":
             return _run_ray(points, executor, debug, bar, expected, source, done)
@@ -240,6 +232,28 @@ def run_points(
         return _run_pool(points, executor.workers, debug, bar, expected, done)
     finally:
         bar.close()
+
+
+def _progress_bar(turns: int) -> Any:
+    from tqdm.auto import tqdm  # here: a quiet run does not import it (nor the asyncio it pulls in)
+
+    return tqdm(
+        total=turns,
+        unit="turn",
+        desc="simulating",
+        dynamic_ncols=True,
+        mininterval=0.1 if sys.stderr.isatty() else 5.0,
+    )
+
+
+class _NoBar:
+    """The progress bar of a quiet run: hears of progress and shows nothing."""
+
+    def update(self, n: int = 1) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
 
 
 def _run_inline(points, debug, bar, expected, done) -> list[PointResult]:

@@ -852,8 +852,6 @@ def _combination_rules(exp: Experiment) -> list[tuple[tuple[str | int, ...], str
 
 def _vllm_problems(exp: Experiment) -> list[tuple[tuple[str | int, ...], str]]:
     """What an ``engine.kind: vllm-v1`` run cannot take (and vLLM-only keys without such a run)."""
-    from sim.vllm_v1.run import check_policy
-
     e, m = exp.engine, exp.memory
     out: list[tuple[tuple[str | int, ...], str]] = []
     if "vllm-v1" not in e.kind:
@@ -861,6 +859,8 @@ def _vllm_problems(exp: Experiment) -> list[tuple[tuple[str | int, ...], str]]:
             if getattr(e, key) is not None:
                 out.append((("engine", key), "applies to engine.kind vllm-v1 only"))
         return out
+    from sim.vllm_v1.run import check_policy  # here: a kvsim-only run does not import vLLM's model
+
     why = "engine.kind vllm-v1 "
     if e.chunked_prefill and "kvsim" not in e.kind:
         out.append((("engine", "chunked_prefill"), "applies to engine.kind kvsim (vllm-v1 chunks)"))

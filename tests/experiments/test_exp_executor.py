@@ -43,7 +43,7 @@ def test_progress_counts_every_turn(fake_backend, tiny_yaml, monkeypatch):
         def close(self):
             pass
 
-    monkeypatch.setattr(executor, "tqdm", Bar)
+    monkeypatch.setattr(executor, "_progress_bar", Bar)  # the bar a run that shows progress gets
     exp = load_experiment(tiny_yaml)
     results = run_points(exp.grid(), exp.executor)
     assert totals == [sum(r.summary["turns"] for r in results)]
