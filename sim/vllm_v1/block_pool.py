@@ -15,8 +15,10 @@ The rules, as vLLM 0.33.0's ``BlockPool`` and ``FreeKVCacheBlockQueue`` apply th
 * one key can map to several blocks (two requests that computed the same block); a lookup returns
   the first of them that was cached.
 
-The free queue is an ``OrderedDict`` (block -> None): O(1) pop at the head, append at the tail,
-move to the head, and removal from the middle, in C.
+The free queue is a queue of *runs* (``FreeQueue``): a request frees its blocks together and
+takes them together, so blocks come and go as lists, and the per-block state is kept in dicts
+that C-level bulk operations update (``dict.update``, ``map``) rather than a Python loop per
+block. Its observable order is vLLM's, block by block.
 
 ``PolicyBlockPool`` hands the choice among free *cached* blocks to a kvsim eviction policy: what
 vLLM would do with ARC, S3-FIFO or a Pensieve value in its prefix cache. Free blocks without a key
@@ -26,8 +28,9 @@ are still reused first, so with ``lru`` it makes vLLM's choices exactly.
 from __future__ import annotations
 
 import time
-from collections import OrderedDict
-from collections.abc import Hashable, Iterable, Sequence
+from collections import deque
+from collections.abc import Hashable, Iterable, Iterator, Sequence
+from itertools import repeat
 
 from sim.cachesim import ObjectView
 from sim.samples import Samples
@@ -35,17 +38,124 @@ from sim.samples import Samples
 Key = Hashable
 
 
+class FreeQueue:
+    """vLLM's ``FreeKVCacheBlockQueue`` as a deque of runs (lists of blocks in queue order): blocks
+    join a run at a time (a freed request's, at the tail or at the head) and leave from the head in
+    slices. A block taken out of the middle (a prefix hit on a free block) stays in its run as a
+    *stale* entry, counted in ``pulled`` and skipped when the head reaches it: its live entry, if
+    it is freed again, joins the tail, behind every stale one (a hit block holds a key, so it can
+    only come back to the tail, and it loses its key only when the head takes it)."""
+
+    def __init__(self, blocks: Iterable[int] = ()) -> None:
+        first = list(blocks)
+        self.runs: deque[list[int]] = deque([first] if first else [])
+        self.pos = 0  # entries of runs[0] already taken
+        self.size = len(first)  # live entries
+        self.pulled: dict[int, int] = {}  # block -> its stale entries still queued
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __iter__(self) -> Iterator[int]:
+        """The free blocks, head first (for tests and checks: it walks every entry)."""
+        stale = dict(self.pulled)
+        for i, run in enumerate(self.runs):
+            for block in run[self.pos :] if i == 0 else run:
+                if stale.get(block):
+                    stale[block] -= 1
+                else:
+                    yield block
+
+    def push_back(self, blocks: list[int]) -> None:
+        """``blocks`` join the tail in this order (the queue keeps the list: pass a fresh one)."""
+        if blocks:
+            self.runs.append(blocks)
+            self.size += len(blocks)
+
+    def push_front(self, blocks: list[int]) -> None:
+        """``blocks`` join the head, ``blocks[0]`` first (a fresh list, as ``push_back``)."""
+        if not blocks:
+            return
+        if self.pulled and not self.pulled.keys().isdisjoint(blocks):
+            raise AssertionError("a block with a stale entry cannot rejoin the head before it")
+        if self.pos:
+            del self.runs[0][: self.pos]
+            self.pos = 0
+        self.runs.appendleft(blocks)
+        self.size += len(blocks)
+
+    def remove(self, block: int) -> None:
+        """Take ``block`` (free) out of the queue: its entry goes stale where it is."""
+        self.pulled[block] = self.pulled.get(block, 0) + 1
+        self.size -= 1
+
+    def pop(self) -> int:
+        """The head block."""
+        if not self.size:
+            raise IndexError("pop from an empty free queue")
+        runs, pulled = self.runs, self.pulled
+        while True:
+            run = runs[0]
+            block = run[self.pos]
+            self.pos += 1
+            if self.pos == len(run):
+                runs.popleft()
+                self.pos = 0
+            if not pulled or not self._is_stale(block):
+                self.size -= 1
+                return block
+
+    def pop_many(self, n: int) -> list[int]:
+        """The ``n`` blocks at the head, head first."""
+        if n > self.size:
+            raise IndexError(f"cannot take {n} blocks from a free queue of {self.size}")
+        runs = self.runs
+        out: list[int] = []
+        while len(out) < n:
+            run, start = runs[0], self.pos
+            end = start + n - len(out)
+            if end >= len(run):  # the whole rest of the run
+                part = run[start:] if start else run
+                runs.popleft()
+                self.pos = 0
+            else:
+                part = run[start:end]
+                self.pos = end
+            if self.pulled and not self.pulled.keys().isdisjoint(part):
+                part = [b for b in part if not self._is_stale(b)]
+            out += part
+        self.size -= n
+        return out
+
+    def _is_stale(self, block: int) -> bool:
+        """Whether this entry of ``block`` (reached by the head) is a stale one; it is consumed.
+        A block's stale entries all come before its live one."""
+        count = self.pulled.get(block, 0)
+        if not count:
+            return False
+        if count == 1:
+            del self.pulled[block]
+        else:
+            self.pulled[block] = count - 1
+        return True
+
+
 class BlockPool:
+    # No one hears of a caching or an allocation but the pool: in a span of decode steps the
+    # scheduler may take the blocks at once and cache them after (``take_each``).
+    caching_commutes = True
+
     def __init__(self, num_blocks: int) -> None:
         if num_blocks < 2:
             raise ValueError(
                 f"a block pool needs >= 2 blocks (block 0 is reserved), got {num_blocks}"
             )
         self.num_blocks = num_blocks
-        self.ref_cnt = [0] * num_blocks
-        self.key: list[Key | None] = [None] * num_blocks
-        self.free: OrderedDict[int, None] = OrderedDict.fromkeys(range(1, num_blocks))
-        self.cached: dict[Key, dict[int, None]] = {}  # key -> its blocks, in caching order
+        self.free = FreeQueue(range(1, num_blocks))
+        self.held: dict[int, int] = {}  # block -> its holders (a free block is not in it)
+        self.key_of: dict[int, Key] = {}  # block -> the key it is cached under
+        self.cached: dict[Key, int] = {}  # key -> the first block cached under it
+        self.more: dict[Key, list[int]] = {}  # key -> its later blocks, in caching order (rare)
         self.evictions = 0  # cached blocks whose key was dropped to reuse them
         # wall time of each allocation that evicted (the values of a sim.samples.Samples)
         self.evict_samples = Samples(typecode="q")
@@ -54,101 +164,182 @@ class BlockPool:
 
     @property
     def num_free(self) -> int:
-        return len(self.free)
+        return self.free.size
+
+    def holders(self, block: int) -> int:
+        return self.held.get(block, 0)
+
+    def count_free(self, blocks: Sequence[int]) -> int:
+        """How many of ``blocks`` are free (a hit on them takes free capacity)."""
+        return len(blocks) - sum(map(self.held.__contains__, blocks))
 
     def lookup(self, key: Key) -> int | None:
         """The first block cached under ``key``, or None."""
-        blocks = self.cached.get(key)
-        return next(iter(blocks)) if blocks else None
+        return self.cached.get(key)
 
     def allocate(self, n: int, now: float = 0.0) -> list[int]:
         """``n`` blocks from the queue's head, each with one holder and no key."""
-        if n > len(self.free):
-            raise ValueError(f"cannot take {n} blocks: {len(self.free)} free")
-        out = []
-        pop, key, ref, cached = self.free.popitem, self.key, self.ref_cnt, self.cached
-        t0 = evicted = 0
-        for _ in range(n):
-            block = pop(last=False)[0]
-            k = key[block]
-            if k is not None:  # _uncache, inline: the hot path of a cache under pressure
-                t0 = t0 or time.perf_counter_ns()
-                evicted += 1
-                holders = cached[k]
-                del holders[block]
-                if not holders:
-                    del cached[k]
-                key[block] = None
-            ref[block] = 1
-            out.append(block)
-        if t0:
+        if n > self.free.size:
+            raise ValueError(f"cannot take {n} blocks: {self.free.size} free")
+        if n == 1:  # a decode's new block
+            block = self.free.pop()
+            key = self.key_of.pop(block, None)
+            if key is not None:
+                t0 = time.perf_counter_ns()
+                self._drop_key(block, key)
+                self._evicted(1, t0)
+            self.held[block] = 1
+            return [block]
+        out = self.free.pop_many(n)
+        keys = list(map(self.key_of.pop, out, repeat(None)))
+        evicted = n - keys.count(None)
+        if evicted:
+            t0 = time.perf_counter_ns()
+            self._drop_keys(out, keys, evicted)
+            self._evicted(evicted, t0)
+        self.held.update(dict.fromkeys(out, 1))
+        return out
+
+    def take_each(self, n: int) -> tuple[list[int], list[bool]]:
+        """``n`` allocations of one block each (as ``allocate(1)`` n times, with one eviction
+        sample per block that evicted), at once: the blocks, and which ones held a key."""
+        if n > self.free.size:
+            raise ValueError(f"cannot take {n} blocks: {self.free.size} free")
+        out = self.free.pop_many(n)
+        keys = list(map(self.key_of.pop, out, repeat(None)))
+        evicted = n - keys.count(None)
+        if evicted:
+            t0 = time.perf_counter_ns()
+            self._drop_keys(out, keys, evicted)
             self.num_free_cached -= evicted
             self.evictions += evicted
-            self.evict_ns.append(time.perf_counter_ns() - t0)
-        return out
+            each = (time.perf_counter_ns() - t0) // evicted
+            self.evict_ns.extend([each] * evicted)
+        self.held.update(dict.fromkeys(out, 1))
+        return out, [key is not None for key in keys]
+
+    def _evicted(self, n: int, t0: int) -> None:
+        self.num_free_cached -= n
+        self.evictions += n
+        self.evict_ns.append(time.perf_counter_ns() - t0)
+
+    def _drop_keys(self, blocks: list[int], keys: list[Key | None], evicted: int) -> None:
+        """Drop the map entries of ``blocks``, whose keys (already gone from ``key_of``) are
+        ``keys`` (None: the block held none)."""
+        if evicted < len(keys):
+            pairs = [(b, k) for b, k in zip(blocks, keys) if k is not None]
+            blocks, keys = [b for b, _ in pairs], [k for _, k in pairs]
+        if self.more and not self.more.keys().isdisjoint(keys):
+            for block, key in zip(blocks, keys):
+                self._drop_key(block, key)
+            return
+        cached = self.cached
+        for key in keys:  # each key has this one block
+            del cached[key]
+
+    def _drop_key(self, block: int, key: Key) -> None:
+        """``block`` no longer holds ``key``: the key's next block, if any, is found first now."""
+        later = self.more.get(key)
+        if later is None:
+            del self.cached[key]
+            return
+        if self.cached[key] == block:
+            self.cached[key] = later.pop(0)
+        else:
+            later.remove(block)
+        if not later:
+            del self.more[key]
 
     def touch(self, blocks: Sequence[int], now: float = 0.0) -> None:
         """A hit: one more holder for each block, taken out of the free queue if it was there."""
-        ref, free = self.ref_cnt, self.free
+        held, free = self.held, self.free
         for block in blocks:
-            if ref[block] == 0:
-                del free[block]
+            count = held.get(block, 0)
+            if not count:
+                free.remove(block)
                 self.num_free_cached -= 1  # only a keyed block is hit
-            ref[block] += 1
+            held[block] = count + 1
 
     def release(self, ordered: Iterable[int], now: float = 0.0) -> None:
         """One holder fewer for each block; blocks left with none rejoin the queue, keyed ones at
         the tail in this order, unkeyed ones at the head in this order (the first at the head)."""
-        ref, key = self.ref_cnt, self.key
-        first: list[int] = []
-        last: list[int] = []
-        for block in ordered:
-            ref[block] -= 1
-            if ref[block] == 0:
-                (first if key[block] is None else last).append(block)
-        free = self.free
-        for block in reversed(first):
-            free[block] = None
-            free.move_to_end(block, last=False)
-        for block in last:
-            free[block] = None
-        self.num_free_cached += len(last)
+        blocks = list(ordered)
+        counts = list(map(self.held.pop, blocks))
+        if counts.count(1) != len(counts):
+            blocks = self._still_held(blocks, counts)
+        key_of = self.key_of
+        keyed = sum(map(key_of.__contains__, blocks))
+        unkeyed = len(blocks) - keyed
+        if unkeyed:
+            # a request's unkeyed blocks are its last ones: the first freed, a slice
+            if any(map(key_of.__contains__, blocks[:unkeyed])):
+                self.free.push_front([b for b in blocks if b not in key_of])
+                blocks = [b for b in blocks if b in key_of]
+            else:
+                self.free.push_front(blocks[:unkeyed])
+                blocks = blocks[unkeyed:]
+        self.free.push_back(blocks)
+        self.num_free_cached += keyed
+
+    def _still_held(self, blocks: list[int], counts: list[int]) -> list[int]:
+        """Give back the holders left to blocks that others hold too; the blocks now free."""
+        held, out = self.held, []
+        for block, count in zip(blocks, counts):
+            if count > 1:
+                held[block] = count - 1
+            else:
+                out.append(block)
+        return out
 
     def cache(self, block: int, key: Key, index: int = 0, now: float = 0.0) -> None:
         """``block`` now holds the content ``key`` names (vLLM caches a block when it is allocated
         for tokens being scheduled, before they are computed)."""
-        if self.key[block] == key:
+        old = self.key_of.get(block)
+        if old == key:
             return
-        if self.key[block] is not None:  # vLLM lets a block carry more keys (partial blocks)
-            raise AssertionError(f"block {block} holds {self.key[block]!r}, not {key!r}")
-        self.key[block] = key
-        self.cached.setdefault(key, {})[block] = None
+        if old is not None:  # vLLM lets a block carry more keys (partial blocks)
+            raise AssertionError(f"block {block} holds {old!r}, not {key!r}")
+        self.key_of[block] = key
+        if key in self.cached:  # two requests computed the same block: the first is found
+            self.more.setdefault(key, []).append(block)
+        else:
+            self.cached[key] = block
 
     def cache_blocks(
         self, blocks: list[int], first: int, keys: Sequence[Key], now: float = 0.0
     ) -> None:
         """``cache(blocks[first + i], keys[i], first + i, now)`` for each key, in order."""
-        key_of, cached = self.key, self.cached
-        for block, k in zip(blocks[first : first + len(keys)], keys, strict=True):
-            old = key_of[block]
-            if old == k:
-                continue
-            if old is not None:
-                raise AssertionError(f"block {block} holds {old!r}, not {k!r}")
-            key_of[block] = k
-            holders = cached.get(k)
-            if holders is None:
-                cached[k] = {block: None}
+        targets = blocks[first : first + len(keys)]
+        if len(targets) != len(keys):
+            raise ValueError(f"{len(keys)} keys for {len(targets)} blocks")
+        if len(keys) == 1:  # a decode's block
+            self.cache(targets[0], keys[0])
+            return
+        key_of, cached = self.key_of, self.cached
+        # the usual case, new blocks and new keys: two dict updates
+        if not (key_of.keys().isdisjoint(targets) and cached.keys().isdisjoint(keys)):
+            for block, key in zip(targets, keys):
+                self.cache(block, key)
+            return
+        key_of.update(zip(targets, keys))
+        before = len(cached)
+        cached.update(zip(keys, targets))
+        if len(cached) - before < len(keys):  # a key repeated in ``keys``: its first block first
+            self._first_block_first(targets, keys)
+
+    def _first_block_first(self, blocks: list[int], keys: Sequence[Key]) -> None:
+        """``keys`` (new to the map) held a key more than once: the map names its first block, the
+        later ones are its other blocks."""
+        first: dict[Key, int] = {}
+        for block, key in zip(blocks, keys):
+            if key in first:
+                self.more.setdefault(key, []).append(block)
             else:
-                holders[block] = None
+                first[key] = block
+        self.cached.update(first)
 
     def _uncache(self, block: int) -> None:
-        key = self.key[block]
-        holders = self.cached[key]
-        del holders[block]
-        if not holders:
-            del self.cached[key]
-        self.key[block] = None
+        self._drop_key(block, self.key_of.pop(block))
         self.evictions += 1
 
 
@@ -198,6 +389,8 @@ class PolicyBlockPool(BlockPool):
     takes the free blocks without a key first (vLLM's head of queue), then asks the policy for a
     victim."""
 
+    caching_commutes = False  # the policy hears of each, in order
+
     def __init__(self, num_blocks: int, policy, view: BlockView) -> None:
         super().__init__(num_blocks)
         self.policy = policy
@@ -208,17 +401,17 @@ class PolicyBlockPool(BlockPool):
 
     @property
     def num_free(self) -> int:
-        return len(self.free) + self.num_free_cached
+        return self.free.size + self.num_free_cached  # its queue holds the unkeyed ones only
 
     def allocate(self, n: int, now: float = 0.0) -> list[int]:
         if n > self.num_free:
             raise ValueError(f"cannot take {n} blocks: {self.num_free} free")
-        free, ref = self.free, self.ref_cnt
+        free, held = self.free, self.held
         out = []
         t0 = 0
         for _ in range(n):
-            if free:
-                block = free.popitem(last=False)[0]
+            if free.size:
+                block = free.pop()
             else:
                 t0 = t0 or time.perf_counter_ns()
                 uid = self.policy.evict(now)
@@ -226,40 +419,40 @@ class PolicyBlockPool(BlockPool):
                 self.num_free_cached -= 1
                 self.uid_of[block] = -1
                 self._uncache(block)
-            ref[block] = 1
+            held[block] = 1
             out.append(block)
         if t0:
             self.evict_ns.append(time.perf_counter_ns() - t0)
         return out
 
     def touch(self, blocks: Sequence[int], now: float = 0.0) -> None:
-        ref, uid_of, pol, last = self.ref_cnt, self.uid_of, self.policy, self.view.last
+        held, uid_of, pol, last = self.held, self.uid_of, self.policy, self.view.last
         for block in blocks:
             uid = uid_of[block]
             pol.access(uid, now)
             last[uid] = now
-            if ref[block] == 0:
+            count = held.get(block, 0)
+            if not count:
                 pol.pin(uid)
                 self.num_free_cached -= 1
-            ref[block] += 1
+            held[block] = count + 1
 
     def release(self, ordered: Iterable[int], now: float = 0.0) -> None:
-        ref, uid_of, pol, last = self.ref_cnt, self.uid_of, self.policy, self.view.last
+        held, uid_of, pol, last = self.held, self.uid_of, self.policy, self.view.last
         first: list[int] = []
         for block in ordered:
-            ref[block] -= 1
-            if ref[block] == 0:
-                uid = uid_of[block]
-                if uid < 0:
-                    first.append(block)
-                else:
-                    last[uid] = now
-                    pol.unpin(uid, now)
-                    self.num_free_cached += 1
-        free = self.free
-        for block in reversed(first):
-            free[block] = None
-            free.move_to_end(block, last=False)
+            count = held.pop(block)
+            if count > 1:
+                held[block] = count - 1
+                continue
+            uid = uid_of[block]
+            if uid < 0:
+                first.append(block)
+            else:
+                last[uid] = now
+                pol.unpin(uid, now)
+                self.num_free_cached += 1
+        self.free.push_front(first)
 
     def cache_blocks(
         self, blocks: list[int], first: int, keys: Sequence[Key], now: float = 0.0
@@ -268,7 +461,7 @@ class PolicyBlockPool(BlockPool):
             self.cache(blocks[j], k, j, now)
 
     def cache(self, block: int, key: Key, index: int = 0, now: float = 0.0) -> None:
-        if self.key[block] == key:
+        if self.key_of.get(block) == key:
             return
         super().cache(block, key, index, now)
         uid = self.content.setdefault(key, len(self.content))

@@ -527,14 +527,44 @@ class VllmScheduler:
         Only the steps where a request takes a block or caches one touch it (in running order,
         as ``schedule()``); the others just lengthen it. Returns the pool's free blocks and the
         blocks holding KV (held or cached) after each step's allocations."""
-        bs, pool, sync = self.bs, self.pool, not self.cfg.async_scheduling
+        sync = not self.cfg.async_scheduling
         reqs = run.reqs
         c0 = [r.num_computed for r in reqs]
         n0 = [r.num_tokens for r in reqs]
         # tokens whose blocks a step's allocation caches: sync, its own; async, the known ones
         x0 = c0 if sync else [n - 1 for n in n0]
-        usable = pool.num_blocks - 1
+        counts = None
+        if self.pool.caching_commutes:
+            counts = self._decode_blocks_at_once(reqs, c0, x0, k)
+        if counts is None:
+            counts = self._decode_blocks_by_step(reqs, c0, x0, k, plan_times)
+        for i, req in enumerate(reqs):
+            req.num_computed, req.num_tokens = c0[i] + k, n0[i] + k
+        if not sync:  # step k is in flight now
+            self.in_flight[0] = StepPlan(
+                [(r, 1, c0[i] + k - 1) for i, r in enumerate(reqs)], [], []
+            )
+        if self.defer_free:  # async: k steps planned, the one in flight before them and k - 1 run
+            self.sched_seq += k
+            self.processed_seq += k
+            for req in reqs:
+                req.last_seq = self.sched_seq
+        self.now = plan_times[k - 1]
+        return counts
 
+    def _decode_blocks_by_step(
+        self,
+        reqs: list[Request],
+        c0: list[int],
+        x0: list[int],
+        k: int,
+        plan_times: Sequence[float],
+    ) -> tuple[list[int], list[int]]:
+        """The blocks ``k`` decode steps take and cache, step by step: only the steps where a
+        request takes a block or caches one touch it (in running order, as ``schedule()``).
+        Returns the pool's free blocks and the blocks holding KV after each step."""
+        bs, pool = self.bs, self.pool
+        usable = pool.num_blocks - 1
         caching = self.cfg.enable_prefix_caching
 
         def next_event(i: int) -> int:  # the next step that takes a block or caches one
@@ -570,18 +600,52 @@ class VllmScheduler:
         f, h = pool.num_free, usable - pool.num_free + pool.num_free_cached
         free[done:] = [f] * (k - done)
         held[done:] = [h] * (k - done)
+        return free, held
+
+    def _decode_blocks_at_once(
+        self, reqs: list[Request], c0: list[int], x0: list[int], k: int
+    ) -> tuple[list[int], list[int]] | None:
+        """What ``_decode_blocks_by_step`` does, in one allocation and one caching per request;
+        None (nothing done) where that could differ from it.
+
+        The blocks go to the requests in the order the steps take them (by step, then running
+        order), one allocation each. Caching a request's blocks at the end leaves the map as
+        step by step: a block being cached is held, so no allocation in the span evicts it, and
+        a key already cached in another block stays found first either way. Only a key that two
+        requests cache in the span could end up in another order: then None."""
+        bs, pool = self.bs, self.pool
+        new_keys: list[Hashable] = []
+        if self.cfg.enable_prefix_caching:
+            for i, req in enumerate(reqs):
+                full = (x0[i] + k) // bs
+                if full > req.num_cached:
+                    new_keys.extend(self._keys(req, req.num_cached, full))
+            if len(set(new_keys)) != len(new_keys):
+                return None
+        takes: list[
+            tuple[int, int]
+        ] = []  # (step, request) of each block taken, in the order the steps take them
         for i, req in enumerate(reqs):
-            req.num_computed, req.num_tokens = c0[i] + k, n0[i] + k
-        if not sync:  # step k is in flight now
-            self.in_flight[0] = StepPlan(
-                [(r, 1, c0[i] + k - 1) for i, r in enumerate(reqs)], [], []
-            )
-        if self.defer_free:  # async: k steps planned, the one in flight before them and k - 1 run
-            self.sched_seq += k
-            self.processed_seq += k
-            for req in reqs:
-                req.last_seq = self.sched_seq
-        self.now = plan_times[k - 1]
+            first = len(req.blocks) * bs - c0[i] + 1  # the step whose token needs a new block
+            if first < 1:
+                raise AssertionError(f"{req.rid}: its blocks are behind its tokens")
+            takes.extend((j, i) for j in range(first, k + 1, bs))
+        takes.sort()
+        f = pool.num_free
+        h = pool.num_blocks - 1 - f + pool.num_free_cached
+        blocks, evicted = pool.take_each(len(takes))
+        free = [0] * k
+        held = [0] * k
+        t = 0
+        for j in range(1, k + 1):  # a block taken: one free fewer, one more holding KV unless
+            while t < len(takes) and takes[t][0] == j:  # it held KV already (a cached one)
+                reqs[takes[t][1]].blocks.append(blocks[t])
+                f -= 1
+                h += not evicted[t]
+                t += 1
+            free[j - 1], held[j - 1] = f, h
+        for i, req in enumerate(reqs):
+            self._cache(req, x0[i] + k)
         return free, held
 
     # --- the KV cache manager ----------------------------------------------------------------
@@ -610,9 +674,8 @@ class VllmScheduler:
     def _blocks_needed(self, req: Request, tokens: int, hit_blocks: Sequence[int]) -> int:
         """New blocks for ``tokens`` slots, plus the hit blocks that sit in the free queue (taking
         them out uses free capacity too)."""
-        ref = self.pool.ref_cnt
         new = max(cdiv(tokens, self.bs) - len(hit_blocks) - len(req.blocks), 0)
-        return new + sum(1 for b in hit_blocks if ref[b] == 0)
+        return new + self.pool.count_free(hit_blocks) if hit_blocks else new
 
     def _fits(
         self,
@@ -672,13 +735,15 @@ class VllmScheduler:
         if full <= req.num_cached:
             return
         first = req.num_cached
-        keys = (
-            req.block_keys(first, full)
-            if req.block_keys is not None
-            else [req.block_key(j) for j in range(first, full)]
-        )
-        self.pool.cache_blocks(req.blocks, first, keys, self.now)
+        self.pool.cache_blocks(req.blocks, first, self._keys(req, first, full), self.now)
         req.num_cached = full
+
+    @staticmethod
+    def _keys(req: Request, first: int, end: int) -> Sequence[Hashable]:
+        """The keys of ``req``'s blocks first..end-1."""
+        if req.block_keys is not None:
+            return req.block_keys(first, end)
+        return [req.block_key(j) for j in range(first, end)]
 
     def _free(self, req: Request) -> None:
         if self.defer_free and req.last_seq > self.processed_seq:

@@ -52,7 +52,7 @@ def test_reusing_a_cached_block_evicts_its_key_and_a_hit_takes_it_out_of_the_que
     pool.release([1, 2])  # queue: 1 (x), 2 (y): x least recently freed
     assert pool.lookup("x") == 1
     pool.touch([2])  # a hit on y
-    assert list(pool.free) == [1] and pool.ref_cnt[2] == 1
+    assert list(pool.free) == [1] and pool.holders(2) == 1
     assert pool.allocate(1) == [1]  # reuses x's block
     assert pool.lookup("x") is None and pool.evictions == 1
     assert pool.lookup("y") == 2

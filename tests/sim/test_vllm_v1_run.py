@@ -65,7 +65,7 @@ def test_lru_through_the_policy_interface_is_vllms_free_queue(sessions):
     assert policy.pool.evictions == queue.pool.evictions
     for pool in (queue.pool, policy.pool):  # the count of spare cached blocks is kept right
         assert pool.num_free_cached == sum(
-            1 for b in range(1, 700) if pool.ref_cnt[b] == 0 and pool.key[b] is not None
+            1 for b in range(1, 700) if pool.holders(b) == 0 and b in pool.key_of
         )
 
 
