@@ -144,8 +144,8 @@ def bulk_span(core: Scheduler, span: DecodeSpan, now: float, horizon: float, sto
     return True
 
 
-# Steps priced one by one before numpy takes over: below about this many, numpy's per-call
-# overhead costs more than a Python loop (most spans of a lightly loaded engine are shorter).
+# Spans of at most this many steps are priced one by one: numpy's per-call overhead costs more
+# than a Python loop below about this many (most spans of a lightly loaded engine are shorter).
 SCALAR_STEPS = 48
 
 
@@ -158,30 +158,38 @@ def price_steps(
     same operations, and the start times are sums taken in order either way."""
     seqs, ctx, grow = core.dec_seqs, core.dec_ctx, core.dec_grow
     price = core.cost.decode_pricer(seqs)
-    durations: list[float] = []
-    t = now
-    scalar = min(most, SCALAR_STEPS)
-    while True:
+    first = price(ctx)
+    # A step costs no less than the one before it (its context is no shorter): at the first
+    # step's price the horizon bounds the span's length.
+    reach = (horizon - now) / first if first > 0 else math.inf
+    guess = most if reach >= most else max(1, math.ceil(reach))
+    if guess > SCALAR_STEPS:
+        return price_steps_numpy(core, now, horizon, most, guess)
+    durations = [first]
+    t = now + first
+    while t < horizon and len(durations) < most:
+        ctx += grow
         d = price(ctx)
         durations.append(d)
         t += d
-        ctx += grow
-        if t >= horizon or len(durations) == scalar:
-            break
-    rest = most - len(durations)
-    if t >= horizon or rest == 0:
-        return durations, t
-    # A long span: the rest in numpy, a first guess of 64 steps doubled while it falls short.
-    want = min(64, rest)
+    return durations, t
+
+
+def price_steps_numpy(
+    core: Scheduler, now: float, horizon: float, most: int, guess: int
+) -> tuple[list[float], float]:
+    """``price_steps`` in numpy for a long span: ``guess`` steps first, doubled while they end
+    before the horizon."""
+    seqs, ctx, grow = core.dec_seqs, core.dec_ctx, core.dec_grow
+    want = min(guess, most)
     while True:
-        more = core.cost.decode_steps_s(seqs, ctx + grow * np.arange(want))
-        starts = running_sum(t, more)
-        if starts[-1] >= horizon or want == rest:
+        d = core.cost.decode_steps_s(seqs, ctx + grow * np.arange(want))
+        starts = running_sum(now, d)
+        if starts[-1] >= horizon or want == most:
             break
-        want = min(2 * want, rest)
-    k = int(np.searchsorted(starts[:-1], horizon, side="left"))  # >= 1: starts[0] = t < horizon
-    durations.extend(more[:k].tolist())
-    return durations, float(starts[k])
+        want = min(2 * want, most)
+    n = max(1, int(np.searchsorted(starts[:-1], horizon, side="left")))
+    return d[:n].tolist(), float(starts[n])
 
 
 def pages_due(core: Scheduler, end: int) -> tuple[list[tuple[TurnRun, int, int]], list[int], int]:
