@@ -226,14 +226,14 @@ class BlockPool:
     def _drop_keys(self, blocks: list[int], keys: list[Key | None], evicted: int) -> None:
         """Drop the map entries of ``blocks``, whose keys (already gone from ``key_of``) are
         ``keys`` (None: the block held none)."""
-        if evicted < len(keys):
-            pairs = [(b, k) for b, k in zip(blocks, keys) if k is not None]
-            blocks, keys = [b for b, _ in pairs], [k for _, k in pairs]
         if self.more and not self.more.keys().isdisjoint(keys):
             for block, key in zip(blocks, keys):
-                self._drop_key(block, key)
+                if key is not None:
+                    self._drop_key(block, key)
             return
         cached = self.cached
+        if evicted < len(keys):
+            keys = [k for k in keys if k is not None]
         for key in keys:  # each key has this one block
             del cached[key]
 

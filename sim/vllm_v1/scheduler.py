@@ -450,6 +450,7 @@ class VllmScheduler:
         steps = 1 << 62
         allocs = []  # the first step in the span that takes a block, per request
         ctx = 0
+        model_len = self.model_len
         for req in running:
             if (
                 req.num_tokens - req.num_computed != lag
@@ -460,8 +461,10 @@ class VllmScheduler:
                 return None
             # the step whose output finishes it must be planned by schedule() (async: the one
             # before it, which skips it)
-            end = min(req.num_prompt_tokens + req.max_tokens, self.model_len)
-            steps = min(steps, end - req.num_tokens - 1)
+            end = req.num_prompt_tokens + req.max_tokens
+            left = (end if end < model_len else model_len) - req.num_tokens - 1
+            if left < steps:
+                steps = left
             allocs.append(len(req.blocks) * bs - req.num_computed + 1)
             ctx += req.num_computed + 1
         if steps < 1:
@@ -615,37 +618,64 @@ class VllmScheduler:
         requests cache in the span could end up in another order: then None."""
         bs, pool = self.bs, self.pool
         new_keys: list[Hashable] = []
+        caching: list[tuple[Request, int]] = []  # (request, its full blocks after the span)
         if self.cfg.enable_prefix_caching:
             for i, req in enumerate(reqs):
                 full = (x0[i] + k) // bs
                 if full > req.num_cached:
-                    new_keys.extend(self._keys(req, req.num_cached, full))
+                    new_keys += self._keys(req, req.num_cached, full)
+                    caching.append((req, full))
             if len(set(new_keys)) != len(new_keys):
                 return None
-        takes: list[
-            tuple[int, int]
-        ] = []  # (step, request) of each block taken, in the order the steps take them
+        # (step, request) of each block taken, in the order the steps take them
+        takes: list[tuple[int, int]] = []
         for i, req in enumerate(reqs):
             first = len(req.blocks) * bs - c0[i] + 1  # the step whose token needs a new block
             if first < 1:
                 raise AssertionError(f"{req.rid}: its blocks are behind its tokens")
-            takes.extend((j, i) for j in range(first, k + 1, bs))
+            for j in range(first, k + 1, bs):
+                takes.append((j, i))
         takes.sort()
-        f = pool.num_free
-        h = pool.num_blocks - 1 - f + pool.num_free_cached
         blocks, evicted = pool.take_each(len(takes))
-        free = [0] * k
-        held = [0] * k
-        t = 0
-        for j in range(1, k + 1):  # a block taken: one free fewer, one more holding KV unless
-            while t < len(takes) and takes[t][0] == j:  # it held KV already (a cached one)
-                reqs[takes[t][1]].blocks.append(blocks[t])
-                f -= 1
-                h += not evicted[t]
-                t += 1
-            free[j - 1], held[j - 1] = f, h
-        for i, req in enumerate(reqs):
-            self._cache(req, x0[i] + k)
+        free, held = self._counts_after_takes(takes, evicted, k)
+        for (_, i), block in zip(takes, blocks):
+            reqs[i].blocks.append(block)
+        if caching:  # one call: the keys are new to each other, so their order does not matter
+            pool.cache_blocks(
+                [b for req, full in caching for b in req.blocks[req.num_cached : full]],
+                0,
+                new_keys,
+                self.now,
+            )
+            for req, full in caching:
+                req.num_cached = full
+        return free, held
+
+    def _counts_after_takes(
+        self, takes: list[tuple[int, int]], evicted: list[bool], k: int
+    ) -> tuple[list[int], list[int]]:
+        """The pool's free blocks and blocks holding KV after each of ``k`` steps, from the counts
+        now (after the takes): a block taken is one free fewer, and one more holding KV unless it
+        held KV already (a cached block, evicted)."""
+        pool = self.pool
+        f = pool.num_free + len(takes)
+        h = pool.num_blocks - 1 - pool.num_free + pool.num_free_cached
+        h -= len(takes) - sum(evicted)
+        free, held = [], []
+        done = 0  # steps filled in
+        for t, (j, _) in enumerate(takes):
+            if j > done + 1:
+                free += [f] * (j - 1 - done)
+                held += [h] * (j - 1 - done)
+                done = j - 1
+            f -= 1
+            h += not evicted[t]
+            if t + 1 == len(takes) or takes[t + 1][0] != j:
+                free.append(f)
+                held.append(h)
+                done = j
+        free += [f] * (k - done)
+        held += [h] * (k - done)
         return free, held
 
     # --- the KV cache manager ----------------------------------------------------------------
