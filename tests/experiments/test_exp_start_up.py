@@ -1,5 +1,6 @@
-"""Start-up: a run that draws no figure never imports matplotlib (checked in a fresh interpreter,
-where nothing else has imported it)."""
+"""Start-up: a run that draws no figure never imports matplotlib, a quiet one no progress bar
+(tqdm), a kvsim-engine one not vLLM's engine (checked in a fresh interpreter, where nothing else
+has imported them)."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ def _run(tmp_path: Path, gpu_kv_gb: str) -> tuple[str, Path]:
     code = (
         "import sys; from experiments.cli import main; "
         f"rc = main(['run', {str(cfg)!r}, '--out', {str(out)!r}, '--quiet']); "
-        "print(rc, 'matplotlib' in sys.modules)"
+        "print(rc, 'matplotlib' in sys.modules, 'tqdm' in sys.modules, 'sim.vllm_v1' in sys.modules)"
     )
     got = subprocess.run(
         [sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, check=True
@@ -37,11 +38,11 @@ def _run(tmp_path: Path, gpu_kv_gb: str) -> tuple[str, Path]:
 
 def test_a_run_without_figures_does_not_import_matplotlib(tmp_path):
     line, out = _run(tmp_path, ".inf")
-    assert line == "0 False"
+    assert line == "0 False False False"
     assert (out / "summary.csv").is_file() and not any((out / "plots").iterdir())
 
 
 def test_a_run_with_figures_draws_them(tmp_path):
     line, out = _run(tmp_path, "0.5")
-    assert line == "0 True"
+    assert line == "0 True False False"
     assert (out / "plots" / "reprefill_vs_capacity.png").is_file()
