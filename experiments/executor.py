@@ -179,7 +179,8 @@ def run_point(
             if log is not None:
                 log.close()
         labels = point.labels()
-        summary = summarize(result)
+        sessions = session_table(result)
+        summary = summarize(result, sessions)
         layers = costmodels.get_model(point.model).num_layers
         summary.update(budget_quality(result, point.budget, layers, point.seed))
         return PointResult(
@@ -188,7 +189,7 @@ def run_point(
             labels=labels,
             summary=summary,
             turns=_with_labels(result.turns, labels),
-            sessions=_with_labels(session_table(result), labels),
+            sessions=_with_labels(sessions, labels),
             steps=tuple(steps),
         )
     except Exception as exc:

@@ -169,8 +169,9 @@ def _jain_columns(sessions: pd.DataFrame, suffix: str = "") -> dict[str, float]:
     }
 
 
-def summarize(result: SimResult) -> dict[str, Any]:
-    """The summary row of one run: every SUMMARY_COLUMNS entry, then per-class Jain columns."""
+def summarize(result: SimResult, sessions: pd.DataFrame | None = None) -> dict[str, Any]:
+    """The summary row of one run: every SUMMARY_COLUMNS entry, then per-class Jain columns.
+    ``sessions``: the run's ``session_table``, when the caller has it already."""
     t, s = result.turns, result.stats
     # masks, not filtered frames: a long run's ledger is not copied
     in_hist = t["history_tokens"].to_numpy() > 0
@@ -180,7 +181,8 @@ def summarize(result: SimResult) -> dict[str, Any]:
 
     sum_h = float(hist_sum("history_tokens"))
     later = t["turn"].to_numpy() >= 1
-    sessions = session_table(result)
+    if sessions is None:
+        sessions = session_table(result)
     tbt_p50, tbt_p99 = s.tbt.percentiles((50, 99))
     evict_ns_p50, evict_ns_p99 = s.evict_ns.percentiles((50, 99))
 
