@@ -30,7 +30,6 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Hashable, Iterable, Iterator, Sequence
-from itertools import repeat
 
 from sim.cachesim import ObjectView
 from sim.samples import Samples
@@ -39,16 +38,19 @@ Key = Hashable
 
 
 class FreeQueue:
-    """vLLM's ``FreeKVCacheBlockQueue`` as a deque of runs (lists of blocks in queue order): blocks
-    join a run at a time (a freed request's, at the tail or at the head) and leave from the head in
-    slices. A block taken out of the middle (a prefix hit on a free block) stays in its run as a
-    *stale* entry, counted in ``pulled`` and skipped when the head reaches it: its live entry, if
-    it is freed again, joins the tail, behind every stale one (a hit block holds a key, so it can
-    only come back to the tail, and it loses its key only when the head takes it)."""
+    """vLLM's ``FreeKVCacheBlockQueue`` as a deque of runs (lists of blocks in queue order, each
+    with the keys its blocks hold): blocks join a run at a time (a freed request's, at the tail
+    or at the head) and leave from the head in slices, with their keys (the ones to evict). A
+    block taken out of the middle (a prefix hit on a free block) stays in its run as a *stale*
+    entry, counted in ``pulled`` and skipped when the head reaches it: its live entry, if it is
+    freed again, joins the tail, behind every stale one (a hit block holds a key, so it can only
+    come back to the tail, and it loses its key only when the head takes it)."""
 
     def __init__(self, blocks: Iterable[int] = ()) -> None:
         first = list(blocks)
         self.runs: deque[list[int]] = deque([first] if first else [])
+        # each run's keys, block by block (None: a block without one; a run of None: none has)
+        self.run_keys: deque[list[Key | None] | None] = deque([None] if first else [])
         self.pos = 0  # entries of runs[0] already taken
         self.size = len(first)  # live entries
         self.pulled: dict[int, int] = {}  # block -> its stale entries still queued
@@ -58,30 +60,42 @@ class FreeQueue:
 
     def __iter__(self) -> Iterator[int]:
         """The free blocks, head first (for tests and checks: it walks every entry)."""
+        return (block for block, _ in self.entries())
+
+    def entries(self) -> Iterator[tuple[int, Key | None]]:
+        """The free blocks with their keys, head first."""
         stale = dict(self.pulled)
-        for i, run in enumerate(self.runs):
-            for block in run[self.pos :] if i == 0 else run:
+        for i, (run, keys) in enumerate(zip(self.runs, self.run_keys)):
+            start = self.pos if i == 0 else 0
+            for j in range(start, len(run)):
+                block = run[j]
                 if stale.get(block):
                     stale[block] -= 1
                 else:
-                    yield block
+                    yield block, None if keys is None else keys[j]
 
-    def push_back(self, blocks: list[int]) -> None:
-        """``blocks`` join the tail in this order (the queue keeps the list: pass a fresh one)."""
+    def push_back(self, blocks: list[int], keys: list[Key | None] | None = None) -> None:
+        """``blocks`` join the tail in this order, holding ``keys`` (None: no key). The queue
+        keeps both lists: pass fresh ones."""
         if blocks:
             self.runs.append(blocks)
+            self.run_keys.append(keys)
             self.size += len(blocks)
 
     def push_front(self, blocks: list[int]) -> None:
-        """``blocks`` join the head, ``blocks[0]`` first (a fresh list, as ``push_back``)."""
+        """``blocks`` (no keys) join the head, ``blocks[0]`` first (a fresh list)."""
         if not blocks:
             return
         if self.pulled and not self.pulled.keys().isdisjoint(blocks):
             raise AssertionError("a block with a stale entry cannot rejoin the head before it")
         if self.pos:
             del self.runs[0][: self.pos]
+            keys = self.run_keys[0]
+            if keys is not None:
+                del keys[: self.pos]
             self.pos = 0
         self.runs.appendleft(blocks)
+        self.run_keys.appendleft(None)
         self.size += len(blocks)
 
     def remove(self, block: int) -> None:
@@ -89,43 +103,50 @@ class FreeQueue:
         self.pulled[block] = self.pulled.get(block, 0) + 1
         self.size -= 1
 
-    def pop(self) -> int:
-        """The head block."""
+    def pop(self) -> tuple[int, Key | None]:
+        """The head block and its key."""
         if not self.size:
             raise IndexError("pop from an empty free queue")
         runs, pulled = self.runs, self.pulled
         while True:
-            run = runs[0]
-            block = run[self.pos]
+            run, keys, i = runs[0], self.run_keys[0], self.pos
             self.pos += 1
             if self.pos == len(run):
                 runs.popleft()
+                self.run_keys.popleft()
                 self.pos = 0
+            block = run[i]
             if not pulled or not self._is_stale(block):
                 self.size -= 1
-                return block
+                return block, None if keys is None else keys[i]
 
-    def pop_many(self, n: int) -> list[int]:
-        """The ``n`` blocks at the head, head first."""
+    def pop_many(self, n: int) -> tuple[list[int], list[Key | None]]:
+        """The ``n`` blocks at the head, head first, and their keys."""
         if n > self.size:
             raise IndexError(f"cannot take {n} blocks from a free queue of {self.size}")
-        runs = self.runs
+        runs, run_keys = self.runs, self.run_keys
         out: list[int] = []
+        out_keys: list[Key | None] = []
         while len(out) < n:
-            run, start = runs[0], self.pos
+            run, keys, start = runs[0], run_keys[0], self.pos
             end = start + n - len(out)
             if end >= len(run):  # the whole rest of the run
-                part = run[start:] if start else run
+                end = len(run)
                 runs.popleft()
+                run_keys.popleft()
                 self.pos = 0
             else:
-                part = run[start:end]
                 self.pos = end
+            part = run[start:end]
+            part_keys = [None] * (end - start) if keys is None else keys[start:end]
             if self.pulled and not self.pulled.keys().isdisjoint(part):
-                part = [b for b in part if not self._is_stale(b)]
+                live = [not self._is_stale(b) for b in part]
+                part = [b for b, ok in zip(part, live) if ok]
+                part_keys = [k for k, ok in zip(part_keys, live) if ok]
             out += part
+            out_keys += part_keys
         self.size -= n
-        return out
+        return out, out_keys
 
     def _is_stale(self, block: int) -> bool:
         """Whether this entry of ``block`` (reached by the head) is a stale one; it is consumed.
@@ -151,9 +172,8 @@ class BlockPool:
                 f"a block pool needs >= 2 blocks (block 0 is reserved), got {num_blocks}"
             )
         self.num_blocks = num_blocks
-        self.free = FreeQueue(range(1, num_blocks))
+        self.free = FreeQueue(range(1, num_blocks))  # a free block's key travels with it
         self.held: dict[int, int] = {}  # block -> its holders (a free block is not in it)
-        self.key_of: dict[int, Key] = {}  # block -> the key it is cached under
         self.cached: dict[Key, int] = {}  # key -> the first block cached under it
         self.more: dict[Key, list[int]] = {}  # key -> its later blocks, in caching order (rare)
         self.evictions = 0  # cached blocks whose key was dropped to reuse them
@@ -173,6 +193,10 @@ class BlockPool:
         """How many of ``blocks`` are free (a hit on them takes free capacity)."""
         return len(blocks) - sum(map(self.held.__contains__, blocks))
 
+    def cached_blocks(self) -> set[int]:
+        """The blocks that hold a key, held or free (for tests and checks)."""
+        return set(self.cached.values()).union(*self.more.values())
+
     def lookup(self, key: Key) -> int | None:
         """The first block cached under ``key``, or None."""
         return self.cached.get(key)
@@ -182,16 +206,14 @@ class BlockPool:
         if n > self.free.size:
             raise ValueError(f"cannot take {n} blocks: {self.free.size} free")
         if n == 1:  # a decode's new block
-            block = self.free.pop()
-            key = self.key_of.pop(block, None)
+            block, key = self.free.pop()
             if key is not None:
                 t0 = time.perf_counter_ns()
                 self._drop_key(block, key)
                 self._evicted(1, t0)
             self.held[block] = 1
             return [block]
-        out = self.free.pop_many(n)
-        keys = list(map(self.key_of.pop, out, repeat(None)))
+        out, keys = self.free.pop_many(n)
         evicted = n - keys.count(None)
         if evicted:
             t0 = time.perf_counter_ns()
@@ -205,8 +227,7 @@ class BlockPool:
         sample per block that evicted), at once: the blocks, and which ones held a key."""
         if n > self.free.size:
             raise ValueError(f"cannot take {n} blocks: {self.free.size} free")
-        out = self.free.pop_many(n)
-        keys = list(map(self.key_of.pop, out, repeat(None)))
+        out, keys = self.free.pop_many(n)
         evicted = n - keys.count(None)
         if evicted:
             t0 = time.perf_counter_ns()
@@ -224,8 +245,7 @@ class BlockPool:
         self.evict_ns.append(time.perf_counter_ns() - t0)
 
     def _drop_keys(self, blocks: list[int], keys: list[Key | None], evicted: int) -> None:
-        """Drop the map entries of ``blocks``, whose keys (already gone from ``key_of``) are
-        ``keys`` (None: the block held none)."""
+        """Drop the map entries of ``blocks``, which held ``keys`` (None: no key)."""
         if self.more and not self.more.keys().isdisjoint(keys):
             for block, key in zip(blocks, keys):
                 if key is not None:
@@ -260,50 +280,52 @@ class BlockPool:
                 self.num_free_cached -= 1  # only a keyed block is hit
             held[block] = count + 1
 
-    def release(self, ordered: Iterable[int], now: float = 0.0) -> None:
-        """One holder fewer for each block; blocks left with none rejoin the queue, keyed ones at
-        the tail in this order, unkeyed ones at the head in this order (the first at the head)."""
-        blocks = list(ordered)
+    def release(self, ordered: Sequence[int], keys: Sequence[Key | None], now: float = 0.0) -> None:
+        """One holder fewer for each block of ``ordered``, which hold ``keys`` (None: no key);
+        blocks left with none rejoin the queue, keyed ones at the tail in this order, unkeyed
+        ones at the head in this order (the first at the head)."""
+        blocks, keys = list(ordered), list(keys)
+        if len(keys) != len(blocks):
+            raise ValueError(f"{len(keys)} keys for {len(blocks)} blocks")
         counts = list(map(self.held.pop, blocks))
         if counts.count(1) != len(counts):
-            blocks = self._still_held(blocks, counts)
-        key_of = self.key_of
-        keyed = sum(map(key_of.__contains__, blocks))
-        unkeyed = len(blocks) - keyed
+            blocks, keys = self._still_held(blocks, keys, counts)
+        unkeyed = keys.count(None)
         if unkeyed:
             # a request's unkeyed blocks are its last ones: the first freed, a slice
-            if any(map(key_of.__contains__, blocks[:unkeyed])):
-                self.free.push_front([b for b in blocks if b not in key_of])
-                blocks = [b for b in blocks if b in key_of]
-            else:
+            if keys[:unkeyed].count(None) == unkeyed:
                 self.free.push_front(blocks[:unkeyed])
-                blocks = blocks[unkeyed:]
-        self.free.push_back(blocks)
-        self.num_free_cached += keyed
+                blocks, keys = blocks[unkeyed:], keys[unkeyed:]
+            else:
+                self.free.push_front([b for b, k in zip(blocks, keys) if k is None])
+                blocks = [b for b, k in zip(blocks, keys) if k is not None]
+                keys = [k for k in keys if k is not None]
+        self.free.push_back(blocks, keys)
+        self.num_free_cached += len(blocks)
 
-    def _still_held(self, blocks: list[int], counts: list[int]) -> list[int]:
+    def _still_held(
+        self, blocks: list[int], keys: list[Key | None], counts: list[int]
+    ) -> tuple[list[int], list[Key | None]]:
         """Give back the holders left to blocks that others hold too; the blocks now free."""
-        held, out = self.held, []
-        for block, count in zip(blocks, counts):
+        held = self.held
+        out: list[int] = []
+        out_keys: list[Key | None] = []
+        for block, key, count in zip(blocks, keys, counts):
             if count > 1:
                 held[block] = count - 1
             else:
                 out.append(block)
-        return out
+                out_keys.append(key)
+        return out, out_keys
 
     def cache(self, block: int, key: Key, index: int = 0, now: float = 0.0) -> None:
         """``block`` now holds the content ``key`` names (vLLM caches a block when it is allocated
         for tokens being scheduled, before they are computed)."""
-        old = self.key_of.get(block)
-        if old == key:
-            return
-        if old is not None:  # vLLM lets a block carry more keys (partial blocks)
-            raise AssertionError(f"block {block} holds {old!r}, not {key!r}")
-        self.key_of[block] = key
-        if key in self.cached:  # two requests computed the same block: the first is found
-            self.more.setdefault(key, []).append(block)
-        else:
+        first = self.cached.get(key)
+        if first is None:
             self.cached[key] = block
+        elif first != block and block not in self.more.get(key, ()):
+            self.more.setdefault(key, []).append(block)  # two requests computed the same block
 
     def cache_blocks(
         self, blocks: list[int], first: int, keys: Sequence[Key], now: float = 0.0
@@ -315,13 +337,11 @@ class BlockPool:
         if len(keys) == 1:  # a decode's block
             self.cache(targets[0], keys[0])
             return
-        key_of, cached = self.key_of, self.cached
-        # the usual case, new blocks and new keys: two dict updates
-        if not (key_of.keys().isdisjoint(targets) and cached.keys().isdisjoint(keys)):
+        cached = self.cached
+        if not cached.keys().isdisjoint(keys):  # a key cached already
             for block, key in zip(targets, keys):
                 self.cache(block, key)
             return
-        key_of.update(zip(targets, keys))
         before = len(cached)
         cached.update(zip(keys, targets))
         if len(cached) - before < len(keys):  # a key repeated in ``keys``: its first block first
@@ -337,10 +357,6 @@ class BlockPool:
             else:
                 first[key] = block
         self.cached.update(first)
-
-    def _uncache(self, block: int) -> None:
-        self._drop_key(block, self.key_of.pop(block))
-        self.evictions += 1
 
 
 class BlockView(ObjectView):
@@ -398,6 +414,7 @@ class PolicyBlockPool(BlockPool):
         self.uid_of = [-1] * num_blocks  # block -> the uid of its content (-1: no key)
         self.block_of: dict[int, int] = {}  # uid -> block, for contents cached now
         self.content: dict[Key, int] = {}  # key -> its uid, for every key ever cached
+        self.key_of: dict[int, Key] = {}  # block -> its key (its free queue holds no keyed block)
 
     @property
     def num_free(self) -> int:
@@ -411,7 +428,7 @@ class PolicyBlockPool(BlockPool):
         t0 = 0
         for _ in range(n):
             if free.size:
-                block = free.pop()
+                block, _ = free.pop()
             else:
                 t0 = t0 or time.perf_counter_ns()
                 uid = self.policy.evict(now)
@@ -437,7 +454,7 @@ class PolicyBlockPool(BlockPool):
                 self.num_free_cached -= 1
             held[block] = count + 1
 
-    def release(self, ordered: Iterable[int], now: float = 0.0) -> None:
+    def release(self, ordered: Sequence[int], keys: Sequence[Key | None], now: float = 0.0) -> None:
         held, uid_of, pol, last = self.held, self.uid_of, self.policy, self.view.last
         first: list[int] = []
         for block in ordered:
@@ -461,8 +478,12 @@ class PolicyBlockPool(BlockPool):
             self.cache(blocks[j], k, j, now)
 
     def cache(self, block: int, key: Key, index: int = 0, now: float = 0.0) -> None:
-        if self.key_of.get(block) == key:
+        old = self.key_of.get(block)
+        if old == key:
             return
+        if old is not None:  # vLLM lets a block carry more keys (partial blocks)
+            raise AssertionError(f"block {block} holds {old!r}, not {key!r}")
+        self.key_of[block] = key
         super().cache(block, key, index, now)
         uid = self.content.setdefault(key, len(self.content))
         if uid in self.block_of:  # a second block with the same content: a content of its own
@@ -472,3 +493,7 @@ class PolicyBlockPool(BlockPool):
         self.view.index[uid] = index
         self.view.last[uid] = now
         self.policy.insert(uid, now, pinned=True)
+
+    def _uncache(self, block: int) -> None:
+        self._drop_key(block, self.key_of.pop(block))
+        self.evictions += 1

@@ -147,7 +147,8 @@ class VllmScheduler:
         self.defer_free = offload is not None and cfg.async_scheduling
         self.sched_seq = 0  # non-empty steps planned
         self.processed_seq = 0  # ... and run
-        self.deferred: deque[tuple[int, list[int]]] = deque()  # (step seq, blocks), oldest first
+        # (step seq, blocks, their keys), oldest first: each freed request's, in freeing order
+        self.deferred: deque[tuple[int, list[int], list[Hashable | None]]] = deque()
         self.pool = pool if pool is not None else BlockPool(cfg.num_blocks)
         self.now = 0.0
         self.model_len = cfg.model_len
@@ -392,7 +393,8 @@ class VllmScheduler:
             self.processed_seq += 1
             deferred = self.deferred
             while deferred and deferred[0][0] <= self.processed_seq:
-                self.pool.release(reversed(deferred.popleft()[1]), self.now)
+                _, blocks, keys = deferred.popleft()
+                self.pool.release(blocks, keys, self.now)
         done = []
         for req, n, _ in plan.sched:
             req.in_flight -= n
@@ -448,10 +450,10 @@ class VllmScheduler:
             return None
         lag = 1 if sync else 0  # num_tokens - num_computed of a steady decoder
         steps = 1 << 62
-        allocs = []  # the first step in the span that takes a block, per request
+        allocs = []  # the first step in the span that takes a block, per request (any order)
         ctx = 0
         model_len = self.model_len
-        for req in running:
+        for req in reversed(running):  # the newest first: a request still prefilling is one
             if (
                 req.num_tokens - req.num_computed != lag
                 or req.placeholders != 1 - lag
@@ -776,10 +778,13 @@ class VllmScheduler:
         return [req.block_key(j) for j in range(first, end)]
 
     def _free(self, req: Request) -> None:
+        blocks = req.blocks[::-1]  # the tail first: evicted first
+        keys: list[Hashable | None] = [None] * (len(blocks) - req.num_cached)
+        keys += reversed(self._keys(req, 0, req.num_cached))  # its cached blocks hold them
         if self.defer_free and req.last_seq > self.processed_seq:
-            self.deferred.append((self.sched_seq, req.blocks))
+            self.deferred.append((self.sched_seq, blocks, keys))
         else:
-            self.pool.release(reversed(req.blocks), self.now)  # the tail first: evicted first
+            self.pool.release(blocks, keys, self.now)
         req.blocks = []
         req.num_cached = 0
 

@@ -17,43 +17,46 @@ COST = costmodels.cost_model("llama-3-8b", "h100-sxm")
 # --- the queue of runs ----------------------------------------------------------------------------
 
 
-def test_runs_leave_from_the_head_in_slices_across_runs():
+def test_runs_leave_from_the_head_in_slices_across_runs_with_their_keys():
     q = FreeQueue([1, 2, 3])
-    q.push_back([7, 6])
-    assert q.pop_many(2) == [1, 2]
-    assert q.pop_many(2) == [3, 7]  # the rest of one run, then the next
+    q.push_back([7, 6], ["k7", "k6"])
+    assert q.pop_many(2) == ([1, 2], [None, None])
+    assert q.pop_many(2) == ([3, 7], [None, "k7"])  # the rest of one run, then the next
     assert list(q) == [6] and len(q) == 1
-    assert q.pop() == 6
+    assert q.pop() == (6, "k6")
     with pytest.raises(IndexError):
         q.pop()
 
 
 def test_a_run_pushed_to_the_front_goes_first_in_its_order():
-    q = FreeQueue([1, 2, 3, 4])
-    assert q.pop() == 1  # the head run is partly taken
+    q = FreeQueue()
+    q.push_back([1, 2, 3, 4], ["a", "b", "c", "d"])
+    assert q.pop() == (1, "a")  # the head run is partly taken
     q.push_front([9, 8])
-    assert list(q) == [9, 8, 2, 3, 4]
-    assert q.pop_many(3) == [9, 8, 2]
+    assert list(q.entries()) == [(9, None), (8, None), (2, "b"), (3, "c"), (4, "d")]
+    assert q.pop_many(3) == ([9, 8, 2], [None, None, "b"])
 
 
 def test_a_block_taken_from_the_middle_is_skipped_and_its_new_entry_counts():
-    q = FreeQueue([1, 2, 3, 4])
+    q = FreeQueue()
+    q.push_back([1, 2, 3, 4], ["a", "b", "c", "d"])
     q.remove(3)  # a hit on a free block: its entry goes stale
     assert list(q) == [1, 2, 4] and len(q) == 3
-    q.push_back([3])  # freed again: the tail
+    q.push_back([3], ["c"])  # freed again: the tail
     assert list(q) == [1, 2, 4, 3]
-    assert q.pop_many(3) == [1, 2, 4]  # the stale 3 is passed over
-    assert q.pop() == 3 and not q.pulled
+    assert q.pop_many(3) == ([1, 2, 4], ["a", "b", "d"])  # the stale 3 is passed over
+    assert q.pop() == (3, "c") and not q.pulled
 
 
 def test_a_block_hit_twice_while_free_keeps_only_its_newest_entry():
-    q = FreeQueue([5, 6])
+    q = FreeQueue()
+    q.push_back([5, 6], ["x", "y"])
     q.remove(5)
-    q.push_back([5])  # queue: (5), 6, 5
+    q.push_back([5], ["x"])  # queue: (5), 6, 5
     q.remove(5)
-    q.push_back([5])  # queue: (5), 6, (5), 5
+    q.push_back([5], ["x"])  # queue: (5), 6, (5), 5
     assert list(q) == [6, 5]
-    assert [q.pop(), q.pop()] == [6, 5] and len(q) == 0
+    assert [q.pop(), q.pop()] == [(6, "y"), (5, "x")] and len(q) == 0
 
 
 def test_a_block_with_a_stale_entry_cannot_rejoin_the_head():
@@ -72,8 +75,8 @@ def _pool_with_two_requests_freed() -> BlockPool:
     a, b = pool.allocate(3), pool.allocate(3)
     pool.cache_blocks(a, 0, ["a0", "a1", "a2"])
     pool.cache_blocks(b, 0, ["b0", "b1"])
-    pool.release(reversed(a))  # the tail first: 3, 2, 1
-    pool.release(reversed(b))  # 6 unkeyed to the head; 5, 4 to the tail
+    pool.release([3, 2, 1], ["a2", "a1", "a0"])  # the tail first
+    pool.release([6, 5, 4], [None, "b1", "b0"])  # 6 unkeyed to the head; 5, 4 to the tail
     return pool
 
 
@@ -96,16 +99,16 @@ def test_a_hit_in_the_middle_of_a_run_splits_it():
     assert pool.holders(2) == 1 and pool.num_free == 7
     assert pool.allocate(6) == [6, 7, 8, 3, 1, 5]  # 2 is passed over
     assert pool.lookup("a1") == 2 and pool.lookup("a0") is None
-    pool.release([2])
+    pool.release([2], ["a1"])
     assert list(pool.free) == [4, 2]
 
 
 def test_a_shared_block_goes_back_only_with_its_last_holder():
     pool = _pool_with_two_requests_freed()
     pool.touch([1, 1])  # two requests hit a0
-    pool.release([1])
+    pool.release([1], ["a0"])
     assert 1 not in list(pool.free) and pool.holders(1) == 1
-    pool.release([1])
+    pool.release([1], ["a0"])
     assert list(pool.free)[-1] == 1
 
 
@@ -125,7 +128,7 @@ def test_a_key_cached_twice_in_one_call_is_found_in_its_first_block():
     blocks = pool.allocate(3)
     pool.cache_blocks(blocks, 0, ["k", "x", "k"])
     assert pool.lookup("k") == 1 and pool.more == {"k": [3]}
-    pool.release([1])
+    pool.release([1], ["k"])
     pool.allocate(2)  # block 1 reused, then 4
     assert pool.lookup("k") == 3 and not pool.more
 

@@ -36,10 +36,10 @@ def test_blocks_come_from_the_head_and_block_0_is_never_used():
 
 def test_freed_keyed_blocks_go_to_the_tail_unkeyed_to_the_head():
     pool = BlockPool(7)  # free: 1..6
-    a = pool.allocate(3)  # 1, 2, 3
+    assert pool.allocate(3) == [1, 2, 3]
     pool.cache(1, "k1")
     pool.cache(2, "k2")  # 3 stays unkeyed (a partial block)
-    pool.release(reversed(a))  # tail first: 3, 2, 1
+    pool.release([3, 2, 1], [None, "k2", "k1"])  # tail first, with the keys they hold
     # 3 (unkeyed) to the head; 2 then 1 (keyed) to the tail after 4, 5, 6
     assert list(pool.free) == [3, 4, 5, 6, 2, 1]
 
@@ -49,7 +49,7 @@ def test_reusing_a_cached_block_evicts_its_key_and_a_hit_takes_it_out_of_the_que
     pool.allocate(2)
     pool.cache(1, "x")
     pool.cache(2, "y")
-    pool.release([1, 2])  # queue: 1 (x), 2 (y): x least recently freed
+    pool.release([1, 2], ["x", "y"])  # queue: 1 (x), 2 (y): x least recently freed
     assert pool.lookup("x") == 1
     pool.touch([2])  # a hit on y
     assert list(pool.free) == [1] and pool.holders(2) == 1
@@ -64,7 +64,7 @@ def test_a_key_cached_twice_is_found_in_the_first_block_until_that_one_is_reused
     pool.cache(1, "k")
     pool.cache(2, "k")  # two requests computed the same block
     assert pool.lookup("k") == 1
-    pool.release([1])
+    pool.release([1], ["k"])
     pool.allocate(1)  # block 1 reused
     assert pool.lookup("k") == 2
 
