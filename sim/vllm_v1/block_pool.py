@@ -16,9 +16,11 @@ The rules, as vLLM 0.33.0's ``BlockPool`` and ``FreeKVCacheBlockQueue`` apply th
   the first of them that was cached.
 
 The free queue is a queue of *runs* (``FreeQueue``): a request frees its blocks together and
-takes them together, so blocks come and go as lists, and the per-block state is kept in dicts
-that C-level bulk operations update (``dict.update``, ``map``) rather than a Python loop per
-block. Its observable order is vLLM's, block by block.
+takes them together, so blocks come and go as lists, each free block with the key it holds (the
+caller of ``release`` names them), and no block -> key map is kept. What stays per block (the
+key -> block map, the holder counts) is updated by C-level bulk operations (``dict.update``,
+``map``): a C dict operation costs about what an interpreted one does, so the count of operations
+a block costs is what matters. The queue's observable order is vLLM's, block by block.
 
 ``PolicyBlockPool`` hands the choice among free *cached* blocks to a kvsim eviction policy: what
 vLLM would do with ARC, S3-FIFO or a Pensieve value in its prefix cache. Free blocks without a key

@@ -610,12 +610,12 @@ class VllmScheduler:
     def _decode_blocks_at_once(
         self, reqs: list[Request], c0: list[int], x0: list[int], k: int
     ) -> tuple[list[int], list[int]] | None:
-        """What ``_decode_blocks_by_step`` does, in one allocation and one caching per request;
-        None (nothing done) where that could differ from it.
+        """What ``_decode_blocks_by_step`` does, with one pass over the free queue and one
+        caching call; None (nothing done) where that could differ from it.
 
         The blocks go to the requests in the order the steps take them (by step, then running
-        order), one allocation each. Caching a request's blocks at the end leaves the map as
-        step by step: a block being cached is held, so no allocation in the span evicts it, and
+        order), one allocation each. Caching the blocks at the end leaves the map as step by
+        step: a block being cached is held, so no allocation in the span evicts it, and
         a key already cached in another block stays found first either way. Only a key that two
         requests cache in the span could end up in another order: then None."""
         bs, pool = self.bs, self.pool
