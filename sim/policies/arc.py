@@ -33,10 +33,11 @@ in B1/B2 only.
 from __future__ import annotations
 
 from collections import OrderedDict
+from itertools import compress
 
 from sim.policies.base import EvictionPolicy
 from sim.policies.registry import register
-from sim.policies.structures import ByteBudget, GhostFIFO
+from sim.policies.structures import ByteBudget, GhostFIFO, consume
 
 
 @register("arc")
@@ -150,6 +151,21 @@ class ARC(EvictionPolicy):
     def acquire(self, uids, now: float) -> None:
         """``access`` then ``pin`` each: a member leaves T1/T2 for good and returns to T2."""
         self._incoming = None
+        unit = self.view.unit_bytes
+        if not unit:
+            self._acquire_each(uids)
+            return
+        # Equal sizes: set operations and C-level maps over the batch (no order to keep).
+        t1, t2, home = self._t1, self._t2, self._home
+        uids = list(uids)
+        in1, in2 = t1.keys() & uids, t2.keys() & uids
+        consume(map(t1.__delitem__, in1))
+        consume(map(t2.__delitem__, in2))
+        self._t1b -= len(in1) * unit
+        self._t2b -= len(in2) * unit
+        home.update(dict.fromkeys(in1 | in2 | (home.keys() & uids), 2))
+
+    def _acquire_each(self, uids) -> None:
         t1, t2, home, size = self._t1, self._t2, self._home, self._size
         t1b = t2b = 0
         for uid in uids:
@@ -167,6 +183,25 @@ class ARC(EvictionPolicy):
 
     def release(self, uids, now: float) -> None:
         """``unpin`` each, in page order."""
+        uids = list(uids)
+        unit = self.view.unit_bytes
+        lists = list(map(self._home.get, uids))
+        if not unit or None in lists or len(set(uids)) < len(uids):
+            self._release_each(uids, now)
+            return
+        # Equal sizes (none grows) and every unit pinned here: each list takes its units in
+        # page order, appended at its MRU end as one ``update``.
+        consume(map(self._home.__delitem__, uids))
+        to_t1 = list(compress(uids, map((1).__eq__, lists)))
+        if to_t1:
+            self._t1.update(dict.fromkeys(to_t1))
+            self._t1b += len(to_t1) * unit
+        if len(to_t1) < len(uids):
+            to_t2 = list(compress(uids, map((2).__eq__, lists)))
+            self._t2.update(dict.fromkeys(to_t2))
+            self._t2b += len(to_t2) * unit
+
+    def _release_each(self, uids, now: float) -> None:
         home, sizes, size_of = self._home, self._size, self.view.size
         for uid in uids:
             lst = home.pop(uid, None)

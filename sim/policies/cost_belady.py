@@ -41,6 +41,8 @@ class CostBelady(KineticPolicy):
     def unit_cost(self, uid: int) -> float:
         return recovery_cost_s(self.ctx, uid)
 
+    session_time = True  # the session's next access
+
     def unit_time(self, uid: int, now: float) -> float:
         return self.view.next_access_s(uid)
 

@@ -40,14 +40,19 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from fractions import Fraction
+from itertools import repeat
+from operator import attrgetter
 
 from sim.policies.base import EvictionPolicy
 from sim.policies.structures import LazyHeap
+from sim.units import UNIT_BITS, UnitView
 
 INF = math.inf
 _REL = 4e-16  # > 2u(1 + u): relative error of fl(m * fl(t - tau)) (u = 2^-53), with slack
 _TINY = 1e-280  # below this the float filter is not trusted (subnormal products)
 _CROSS_REL = 1e-15  # margin on a float crossing time (true error < 4u of the same terms)
+_FEW_GROUPS = 4  # discard_many: up to this many groups, each is handed the whole list
+_slot = attrgetter("slot")
 
 
 class _Group:
@@ -252,9 +257,10 @@ class KineticMin:
             return
         if len(uids) != len(costs):
             raise ValueError(f"{len(uids)} uids but {len(costs)} costs")
-        for uid, cost in zip(uids, costs, strict=True):
-            if not (0.0 <= cost < INF):
-                raise ValueError(f"unit {uid}: cost must be finite and >= 0, got {cost!r}")
+        if not (0.0 <= min(costs) and sum(costs) < INF):  # in C; a NaN makes the sum NaN
+            for uid, cost in zip(uids, costs, strict=True):
+                if not (0.0 <= cost < INF):
+                    raise ValueError(f"unit {uid}: cost must be finite and >= 0, got {cost!r}")
         if math.isnan(tau):
             raise ValueError(f"units {uids[0]}..: their time (last or next access) is NaN")
         self._t = max(self._t, now)
@@ -310,13 +316,18 @@ class KineticMin:
 
     def discard_many(self, uids) -> None:
         """``discard`` each; every group touched is settled once."""
-        where, touched = self._where, {}
-        for uid in uids:
-            g = where.pop(uid, None)
-            if g is not None:
-                g.heap.discard(uid)
-                touched[g.slot] = g
-        for g in touched.values():
+        uids = list(uids)
+        groups = set(map(self._where.pop, uids, repeat(None)))  # in C: the groups they left
+        groups.discard(None)
+        if len(groups) <= _FEW_GROUPS:  # usually one: a session's units leave together
+            for g in groups:
+                g.heap.discard_many(uids)
+        else:
+            for uid in uids:
+                for g in groups:
+                    if g.heap.discard(uid):
+                        break
+        for g in sorted(groups, key=_slot):  # a fixed order of leaf updates
             self._changed(g)
 
     def discard(self, uid: int) -> bool:
@@ -438,6 +449,8 @@ class KineticPolicy(EvictionPolicy):
     """A policy whose order is a ``KineticMin``: subclasses give each candidate a cost and a time."""
 
     mode = SINCE
+    # True when ``unit_time`` depends on the unit's session alone (one answer per session).
+    session_time = False
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
@@ -461,15 +474,23 @@ class KineticPolicy(EvictionPolicy):
     def _add(self, uid: int, now: float) -> None:
         self._kin.add(uid, self.unit_cost(uid), self.unit_time(uid, now), now)
 
+    def shared_time(self, uids: list[int], now: float) -> float | None:
+        """The ``unit_time`` all of ``uids`` share at ``now``, or None if they differ."""
+        if self.session_time and uids and isinstance(self.view, UnitView):
+            if min(uids) >> UNIT_BITS == max(uids) >> UNIT_BITS:  # one session's units
+                return self.unit_time(uids[0], now)
+        times = {self.unit_time(uid, now) for uid in uids}
+        return times.pop() if len(times) == 1 else None
+
     def release(self, uids, now: float) -> None:
         # A session's units share their time: one batch into one group.
         uids = list(uids)
-        times = {self.unit_time(uid, now) for uid in uids}
-        if len(times) != 1:
+        tau = self.shared_time(uids, now)
+        if tau is None:
             for uid in uids:
                 self._add(uid, now)
             return
-        self._kin.add_many(uids, self.unit_costs(uids), times.pop(), now)
+        self._kin.add_many(uids, self.unit_costs(uids), tau, now)
 
     def take_in(self, uids, free_bytes: int, now: float) -> list[int]:
         # one time: the inserts and evictions of a demotion batch as one tournament batch

@@ -114,6 +114,7 @@ class _Retention(KineticPolicy):
     """Lowest cost / time-inactive first; subclasses define ``unit_cost``."""
 
     mode = SINCE
+    session_time = True  # the session's last access
 
     def unit_time(self, uid: int, now: float) -> float:
         a = self.view.last_access_s(uid)

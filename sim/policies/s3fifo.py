@@ -29,6 +29,9 @@ c is the high-water mark of the bytes the tier has held.
 
 from __future__ import annotations
 
+from itertools import compress, repeat
+from operator import add, is_not
+
 from sim.policies.base import EvictionPolicy
 from sim.policies.registry import register
 from sim.policies.structures import ByteBudget, GhostFIFO, SizedOrder
@@ -118,12 +121,31 @@ class S3FIFO(EvictionPolicy):
     def acquire(self, uids, now: float) -> None:
         """``access`` then ``pin`` each."""
         self._incoming = None
-        freq, queue_of, queues = self._freq, self._queue_of, self._q
-        for uid in uids:
-            q = queue_of.get(uid)
-            if q is not None:
+        uids = list(uids)
+        freq, queues = self._freq, self._q
+        queue = list(map(self._queue_of.get, uids))
+        members = list(compress(uids, map(is_not, queue, repeat(None))))
+        if len(set(members)) < len(members):  # a uid twice counts twice
+            for uid in members:
                 freq[uid] += 1
-                queues[q].discard(uid)
+        else:  # in C
+            freq.update(zip(members, map(add, map(freq.__getitem__, members), repeat(1))))
+        for q in (SMALL, MAIN):
+            queues[q].discard_many(compress(uids, map(q.__eq__, queue)))
+
+    def release(self, uids, now: float) -> None:
+        """``unpin`` each, in page order."""
+        uids = list(uids)
+        queue = list(map(self._queue_of.get, uids))
+        small = list(compress(uids, map(SMALL.__eq__, queue)))
+        main = list(compress(uids, map(MAIN.__eq__, queue)))
+        entries = (self._q[SMALL].pinned_entries(small), self._q[MAIN].pinned_entries(main))
+        if not self.view.unit_bytes or None in queue or None in entries:
+            super().release(uids, now)  # one at a time: sizes vary, or some enter anew
+            return
+        # Equal sizes, every unit a pinned member: each returns to its place in its queue.
+        self._q[SMALL].back_entries(small, entries[0])
+        self._q[MAIN].back_entries(main, entries[1])
 
     def unpin(self, uid: int, now: float) -> None:
         q = self._queue_of.get(uid)

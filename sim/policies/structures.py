@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import heapq
 from bisect import bisect_left
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from functools import partial
+from itertools import compress, repeat
+from operator import is_not
 
 
 def _run_within(uids: list[int], first: int, stop: int, holes: set[int] | None) -> bool:
@@ -31,6 +33,11 @@ def _run_within(uids: list[int], first: int, stop: int, holes: set[int] | None) 
             if k == len(uids) or uids[k] != u:
                 return False
     return True
+
+
+def consume(it) -> None:
+    """Run an iterator to its end, in C (``map`` of a method over a batch, for its effect)."""
+    deque(it, maxlen=0)
 
 
 def pop_oldest(od: OrderedDict, n: int) -> list:
@@ -66,6 +73,12 @@ class LazyHeap:
     def push_many(self, items) -> None:
         """``push`` each (uid, key); a large batch is merged with one heapify (O(n), in C)."""
         items = list(items)
+        if not self._heap:  # nothing heaped (so nothing live): a sorted list is a heap, in C
+            fresh = dict(items)
+            self._live.update(fresh)
+            self._heaped.update(fresh)
+            self._heap = sorted(zip(fresh.values(), fresh.keys()))
+            return
         if len(items) * 8 < len(self._heap):
             for uid, key in items:
                 self.push(uid, key)
@@ -82,6 +95,10 @@ class LazyHeap:
 
     def discard(self, uid: int) -> bool:
         return self._live.pop(uid, None) is not None
+
+    def discard_many(self, uids) -> None:
+        """``discard`` each (those not here are ignored), in C."""
+        consume(map(self._live.pop, uids, repeat(None)))
 
     def key(self, uid: int):
         return self._live.get(uid)
@@ -217,15 +234,40 @@ class EntryOrder:
         if new:
             self.enter_many(new)
 
-    def discard_many(self, uids) -> None:
-        """``discard`` each."""
-        seq, flag, n = self._seq, self._flag, 0
-        for uid in uids:
-            s = seq.get(uid)
-            if s is not None and flag[s]:
-                flag[s] = 0
-                n += 1
-        self._n -= n
+    def discard_many(self, uids) -> list[int]:
+        """``discard`` each; returns those that were candidates, in order."""
+        uids = list(uids)
+        seq, flag = self._seq, self._flag
+        seqs = list(map(seq.get, uids))
+        if None in seqs:  # non-members are not candidates
+            members = list(map(is_not, seqs, repeat(None)))
+            uids, seqs = list(compress(uids, members)), list(compress(seqs, members))
+        if len(set(seqs)) < len(seqs):  # a uid twice: the second finds it discarded
+            was = []
+            for uid, s in zip(uids, seqs, strict=True):
+                if flag[s]:
+                    flag[s] = 0
+                    was.append(uid)
+        else:  # in C
+            was = list(compress(uids, map(flag.__getitem__, seqs)))
+            consume(map(flag.__setitem__, seqs, repeat(0)))
+        self._n -= len(was)
+        return was
+
+    def pinned_entries(self, uids) -> list[int] | None:
+        """The entry numbers of ``uids`` if they are distinct members, none of them a candidate
+        (all pinned), else None: what ``back_entries`` takes."""
+        seqs = list(map(self._seq.get, uids))
+        if None in seqs or any(map(self._flag.__getitem__, seqs)) or len(set(seqs)) < len(seqs):
+            return None
+        return seqs
+
+    def back_entries(self, seqs: list[int]) -> None:
+        """``back`` the pinned members at these entry numbers (``pinned_entries``), in C."""
+        if seqs:
+            consume(map(self._flag.__setitem__, seqs, repeat(1)))
+            self._n += len(seqs)
+            self._lo = min(self._lo, min(seqs))
 
     def is_member(self, uid: int) -> bool:
         """Is ``uid`` in the tier (a candidate or pinned)?"""
@@ -754,6 +796,22 @@ class SizedOrder:
         self._order.leave(uid)
         self._size.pop(uid, None)
         return was
+
+    def discard_many(self, uids) -> list[int]:
+        """``discard`` each; returns those that were candidates, in order."""
+        was = self._order.discard_many(uids)
+        self.nbytes -= sum(map(self._size.__getitem__, was))
+        return was
+
+    def pinned_entries(self, uids) -> list[int] | None:
+        """As ``EntryOrder.pinned_entries``."""
+        return self._order.pinned_entries(uids)
+
+    def back_entries(self, uids, seqs: list[int]) -> None:
+        """``back`` each of ``uids`` (pinned members at entry numbers ``seqs``) with the size it
+        had: a unit that cannot grow while pinned."""
+        self._order.back_entries(seqs)
+        self.nbytes += sum(map(self._size.__getitem__, uids))
 
     def oldest(self) -> int | None:
         return self._order.min()

@@ -26,10 +26,11 @@ the tier has held. O(log n) per operation (A1in is a heap with lazy deletion).
 from __future__ import annotations
 
 from collections import OrderedDict
+from itertools import compress, filterfalse
 
 from sim.policies.base import EvictionPolicy
 from sim.policies.registry import register
-from sim.policies.structures import ByteBudget, GhostFIFO, SizedOrder
+from sim.policies.structures import ByteBudget, GhostFIFO, SizedOrder, consume
 
 A1IN, AM = 0, 1
 
@@ -110,18 +111,34 @@ class TwoQ(EvictionPolicy):
             self._pinned[uid] = A1IN
 
     def acquire(self, uids, now: float) -> None:
-        """``access`` then ``pin`` each."""
+        """``access`` then ``pin`` each: set operations and C-level maps (no order to keep)."""
         self._incoming = None
-        am, ain, pinned, size = self._am, self._ain, self._pinned, self._size
-        am_bytes = 0
-        for uid in uids:
-            if uid in am:
-                del am[uid]
-                am_bytes += size[uid]
-                pinned[uid] = AM
-            elif ain.discard(uid):
-                pinned[uid] = A1IN
-        self._am_bytes -= am_bytes
+        uids = list(uids)
+        am = self._am
+        in_am = am.keys() & uids
+        consume(map(am.__delitem__, in_am))
+        self._am_bytes -= sum(map(self._size.__getitem__, in_am))
+        self._pinned.update(dict.fromkeys(in_am, AM))
+        was = self._ain.discard_many(filterfalse(in_am.__contains__, uids))
+        self._pinned.update(dict.fromkeys(was, A1IN))
+
+    def release(self, uids, now: float) -> None:
+        """``unpin`` each, in page order."""
+        uids = list(uids)
+        queue = list(map(self._pinned.get, uids))
+        to_am = list(compress(uids, map(AM.__eq__, queue)))
+        to_ain = list(compress(uids, map(A1IN.__eq__, queue)))
+        entries = self._ain.pinned_entries(to_ain)
+        distinct = len(set(uids)) == len(uids)
+        if not (self.view.unit_bytes and distinct) or None in queue or entries is None:
+            super().release(uids, now)  # one at a time: sizes vary, or some enter anew
+            return
+        # Equal sizes, every unit pinned here once: Am takes its units at its MRU end in page
+        # order, A1in's return to their places.
+        consume(map(self._pinned.__delitem__, uids))
+        self._am.update(dict.fromkeys(to_am))
+        self._am_bytes += sum(map(self._size.__getitem__, to_am))
+        self._ain.back_entries(to_ain, entries)
 
     def unpin(self, uid: int, now: float) -> None:
         q = self._pinned.pop(uid, None)

@@ -408,3 +408,61 @@ def test_sweep_wraps_at_once_when_a_pin_takes_the_last_unit_ahead():
     order.enter(4)
     ref.enter(4)
     assert order.sweep() == ref.sweep() == 1
+
+
+@settings(max_examples=400, deadline=None)
+@given(ops=OPS)
+def test_entry_order_batches_are_their_single_operations(ops):
+    """discard_many (repeats and non-members among the uids) and pinned_entries + back_entries
+    leave the order as one discard, or one back, per uid would."""
+    order, ref = EntryOrder(), _EntryRef()
+    for op, flag, a, b in ops:
+        uids = [(a + 3 * i) % 11 for i in range(2 * b)]  # repeats from b = 6 on
+        if op <= 2:
+            order.enter(a % 11, candidate=flag != 0)
+            ref.enter(a % 11, candidate=flag != 0)
+        elif op == 3:
+            expect = []
+            for u in uids:
+                if u in ref.members and ref.members[u][1]:
+                    ref.members[u][1] = False
+                    expect.append(u)
+            assert order.discard_many(uids) == expect
+        elif op == 4:
+            batch = uids[: b % 4] * (2 if flag == 2 else 1)  # short, so often all pinned
+            pinned = all(u in ref.members and not ref.members[u][1] for u in batch)
+            entries = order.pinned_entries(batch)
+            assert (entries is not None) == (pinned and len(set(batch)) == len(batch))
+            if entries is not None:
+                order.back_entries(entries)
+                for u in batch:
+                    ref.back(u)
+        elif op == 5:
+            got = order.pop_many(b)
+            assert got == ref.candidates()[:b]
+            for u in got:
+                del ref.members[u]
+        _check_entry_order(order, ref)
+
+
+def test_sized_order_batches_count_the_bytes_that_change_hands():
+    order = SizedOrder()
+    for uid, size in ((1, 10), (2, 20), (3, 30), (4, 40)):
+        order.enter(uid, size)
+    assert order.discard_many([3, 9, 1, 3]) == [3, 1] and order.nbytes == 60
+    assert order.pinned_entries([1, 2]) is None  # 2 is a candidate
+    assert order.pinned_entries([1, 1]) is None  # twice
+    entries = order.pinned_entries([3, 1])
+    assert entries is not None
+    order.back_entries([3, 1], entries)
+    assert order.nbytes == 100 and order.oldest() == 1  # back in its old place, first
+
+
+def test_lazy_heap_batches_from_empty_and_discards_many():
+    heap = LazyHeap()
+    heap.push_many([(5, 2.0), (3, 1.0), (9, 1.0), (5, 0.5)])  # 5 twice: its last key holds
+    assert [heap.key(u) for u in (3, 5, 9)] == [1.0, 0.5, 1.0] and len(heap) == 3
+    heap.discard_many([5, 7])
+    assert heap.min() == 3 and len(heap) == 2
+    heap.push_many([(4, 0.1)])  # not empty: merged
+    assert [heap.pop() for _ in range(4)] == [4, 3, 9, None]

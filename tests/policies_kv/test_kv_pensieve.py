@@ -403,3 +403,14 @@ def test_take_in_batch_matches_one_unit_at_a_time(seed):
     want = EvictionPolicy.take_in(b, incoming, free, 12.0)
     assert got == want and len(got) == len(incoming) - free // view.size(incoming[0])
     assert drain(a, 13.0) == drain(b, 13.0)
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -1.0, -0.0 - 1e-300])
+@pytest.mark.parametrize("at", [0, 2])
+def test_kinetic_batch_refuses_a_cost_that_is_not_finite_and_non_negative(bad, at):
+    kin = KineticMin(SINCE)
+    costs = [1.0, 2.0, 3.0]
+    costs[at] = bad
+    with pytest.raises(ValueError, match=f"unit {10 + at}: cost must be finite and >= 0"):
+        kin.add_many([10, 11, 12], costs, 0.0, 1.0)
+    assert len(kin) == 0
