@@ -106,6 +106,13 @@ class _EntryRef:
         return [u for u, (_, c) in sorted(self.members.items(), key=lambda kv: kv[1][0]) if c]
 
 
+def _pop_many_as_the_reference(order: EntryOrder, ref: _EntryRef, k: int) -> None:
+    got = order.pop_many(k)
+    assert got == ref.candidates()[:k]
+    for u in got:
+        del ref.members[u]
+
+
 def _check_entry_order(order: EntryOrder, ref: _EntryRef) -> None:
     cands = ref.candidates()
     assert len(order) == len(cands)
@@ -146,10 +153,7 @@ def test_entry_order_takes_candidates_in_entry_order(ops):
             for u in uids:
                 ref.back(u)
         elif op == 5:
-            got = order.pop_many(b)
-            assert got == ref.candidates()[:b]
-            for u in got:
-                del ref.members[u]
+            _pop_many_as_the_reference(order, ref, b)
         else:
             expect = ref.candidates()[:1]
             assert [order.pop_first()] == (expect or [None])
@@ -438,10 +442,7 @@ def test_entry_order_batches_are_their_single_operations(ops):
                 for u in batch:
                     ref.back(u)
         elif op == 5:
-            got = order.pop_many(b)
-            assert got == ref.candidates()[:b]
-            for u in got:
-                del ref.members[u]
+            _pop_many_as_the_reference(order, ref, b)
         _check_entry_order(order, ref)
 
 
