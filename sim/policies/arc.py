@@ -100,6 +100,23 @@ class ARC(EvictionPolicy):
         else:
             self._link(uid, lst, size)
 
+    def insert_many(self, uids, now: float, pinned: bool = False) -> None:
+        """``insert`` each, in order; in C when all have one size and none is a ghost (then each
+        joins T1, or will on release)."""
+        uids = list(uids)
+        unit = self.view.unit_bytes
+        ghosts = self._b1.holds_any(uids) or self._b2.holds_any(uids)
+        if not unit or ghosts or self._incoming is not None or len(set(uids)) < len(uids):
+            super().insert_many(uids, now, pinned)
+            return
+        self._budget.grow(unit * len(uids))
+        self._size.update(dict.fromkeys(uids, unit))
+        if pinned:
+            self._home.update(dict.fromkeys(uids, 1))
+        else:
+            self._t1.update(dict.fromkeys(uids))
+            self._t1b += unit * len(uids)
+
     def _link(self, uid: int, lst: int, size: int) -> None:
         if lst == 1:
             self._t1[uid] = None

@@ -107,6 +107,21 @@ class S3FIFO(EvictionPolicy):
         self._queue_of[uid] = q
         self._q[q].enter(uid, size, candidate=not pinned)
 
+    def insert_many(self, uids, now: float, pinned: bool = False) -> None:
+        """``insert`` each, in order; in C once something was evicted, when all have one size and
+        none is a member or a ghost (then each enters S)."""
+        uids = list(uids)
+        unit = self.view.unit_bytes
+        members = not self._queue_of.keys().isdisjoint(uids) or len(set(uids)) < len(uids)
+        fresh = not (members or self._ghost.holds_any(uids) or self._incoming is not None)
+        if not (unit and self._has_evicted and fresh):
+            super().insert_many(uids, now, pinned)
+            return
+        self._freq.update(dict.fromkeys(uids, 0))
+        self._budget.grow(unit * len(uids))
+        self._queue_of.update(dict.fromkeys(uids, SMALL))
+        self._q[SMALL].enter_many(uids, unit, candidate=not pinned)
+
     def access(self, uid: int, now: float) -> None:
         f = self._freq.get(uid)
         if f is not None:

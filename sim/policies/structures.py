@@ -797,6 +797,13 @@ class SizedOrder:
         self._size.pop(uid, None)
         return was
 
+    def enter_many(self, uids: list[int], size: int, candidate: bool = True) -> None:
+        """``enter`` each of ``uids`` (distinct, none a member) with one ``size``, in order."""
+        self._order.enter_many(uids, candidate)
+        self._size.update(dict.fromkeys(uids, size))
+        if candidate:
+            self.nbytes += size * len(uids)
+
     def discard_many(self, uids) -> list[int]:
         """``discard`` each; returns those that were candidates, in order."""
         was = self._order.discard_many(uids)
@@ -868,6 +875,10 @@ class GhostFIFO:
 
     def __contains__(self, uid: int) -> bool:
         return uid in self._q
+
+    def holds_any(self, uids) -> bool:
+        """Is any of ``uids`` remembered (a batch's ghost hits, in C)?"""
+        return not self._q.keys().isdisjoint(uids)
 
     def __iter__(self):
         return iter(self._q)  # oldest first

@@ -97,6 +97,21 @@ class TwoQ(EvictionPolicy):
         else:
             self._ain.enter(uid, size, candidate=not pinned)
 
+    def insert_many(self, uids, now: float, pinned: bool = False) -> None:
+        """``insert`` each, in order; in C when all have one size and none is a member or in
+        A1out (then each enters A1in)."""
+        uids = list(uids)
+        unit = self.view.unit_bytes
+        members = not self._size.keys().isdisjoint(uids) or len(set(uids)) < len(uids)
+        if not unit or members or self._aout.holds_any(uids) or self._incoming is not None:
+            super().insert_many(uids, now, pinned)
+            return
+        self._size.update(dict.fromkeys(uids, unit))
+        self._budget.grow(unit * len(uids))
+        if pinned:
+            self._pinned.update(dict.fromkeys(uids, A1IN))
+        self._ain.enter_many(uids, unit, candidate=not pinned)
+
     def access(self, uid: int, now: float) -> None:
         self._incoming = None
         if uid in self._am:

@@ -81,8 +81,10 @@ class ContractView:
 class Driver:
     """Applies an op sequence to one policy the way the engine would, checking as it goes."""
 
+    view_class = ContractView
+
     def __init__(self, name: str, tier: Tier, capacity_pages: int | None) -> None:
-        self.view = ContractView()
+        self.view = self.view_class()
         ctx = PolicyContext(
             tier=tier, block_tokens=16, num_layers=COST.model.num_layers, view=self.view, cost=COST
         )
