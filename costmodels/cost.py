@@ -488,16 +488,35 @@ class CostModel:
 
     def layer_s(self, shape: BatchShape) -> float:
         """One decoder layer's compute for the whole batch (no copies)."""
-        n = shape.prefill_tokens + shape.decode_seqs
+        return self._layer_fields_s(
+            shape.prefill_tokens,
+            shape.prefill_pairs,
+            shape.prefill_seqs,
+            shape.prefill_lens,
+            shape.decode_seqs,
+            shape.decode_ctx_tokens,
+            shape.decode_lens,
+        )
+
+    def _layer_fields_s(
+        self,
+        prefill_tokens: int,
+        prefill_pairs: float,
+        prefill_seqs: int,
+        prefill_lens: tuple | None,
+        decode_seqs: int,
+        decode_ctx_tokens: int,
+        decode_lens: tuple | None,
+    ) -> float:
+        """``layer_s`` of a shape given by its fields: the hot paths price without building one."""
+        n = prefill_tokens + decode_seqs
         if n == 0:
             return 0.0
         t = self.linear_s(n) + self.elementwise_s(n)
-        if shape.prefill_tokens:
-            t += self.prefill_attn_s(
-                shape.prefill_pairs, shape.prefill_seqs, shape.prefill_tokens, shape.prefill_lens
-            )
-        if shape.decode_seqs:
-            t += self.decode_attn_s(shape.decode_seqs, shape.decode_ctx_tokens, shape.decode_lens)
+        if prefill_tokens:
+            t += self.prefill_attn_s(prefill_pairs, prefill_seqs, prefill_tokens, prefill_lens)
+        if decode_seqs:
+            t += self.decode_attn_s(decode_seqs, decode_ctx_tokens, decode_lens)
         return t
 
     def lm_head_s(self, rows: int) -> float:
@@ -550,12 +569,40 @@ class CostModel:
         An iteration with nothing to compute pays no LM head and no step overhead; with no copies
         either it costs 0.
         """
+        total, compute, h2d, d2h = self._iteration_times(
+            self.layer_s(shape),
+            shape.is_empty,
+            shape.rows,
+            h2d_bytes,
+            h2d_copies,
+            d2h_bytes,
+            d2h_copies,
+            pipelining,
+            async_save,
+        )
+        return IterationCost(
+            total_s=total, compute_s=compute, h2d_s=h2d, d2h_s=d2h, stall_s=total - compute
+        )
+
+    def _iteration_times(
+        self,
+        t_c: float,
+        empty: bool,
+        rows: int,
+        h2d_bytes: int,
+        h2d_copies: int,
+        d2h_bytes: int,
+        d2h_copies: int,
+        pipelining: bool,
+        async_save: bool,
+    ) -> tuple[float, float, float, float]:
+        """(total, compute, H2D, D2H) seconds of ``iteration`` from its layer compute ``t_c``,
+        whether the batch is empty and its LM-head rows: shared with the shape-free prices."""
         layers = self._L
-        t_c = self.layer_s(shape)
-        if shape.is_empty:
+        if empty:
             head = overhead = 0.0
         else:
-            head = self.lm_head_s(shape.rows)
+            head = self.lm_head_s(rows)
             overhead = self.profile.step_overhead_s
         compute = layers * t_c + head + overhead
         h2d = self.copy_s("h2d", h2d_bytes, h2d_copies) if (h2d_bytes or h2d_copies) else 0.0
@@ -569,9 +616,35 @@ class CostModel:
         else:
             body = serial_time_uniform(layers, h2d / layers, t_c)
         total = max(body + head + overhead, d2h) if async_save else d2h + (body + head + overhead)
-        return IterationCost(
-            total_s=total, compute_s=compute, h2d_s=h2d, d2h_s=d2h, stall_s=total - compute
+        return total, compute, h2d, d2h
+
+    def decode_iteration_s(
+        self,
+        seqs: int,
+        ctx_tokens: int,
+        lens: tuple[int, ...] | None = None,
+        d2h_bytes: int = 0,
+        d2h_copies: int = 0,
+        async_save: bool = True,
+    ) -> float:
+        """``iteration(BatchShape() + BatchShape.decode(seqs, ctx_tokens, lens), d2h_bytes=...,
+        d2h_copies=..., async_save=...).total_s`` to the bit (the same operations in the same
+        order) without building shapes: no H2D, so pipelining plays no part. As in the sum, empty
+        ``lens`` count as unknown."""
+        t_c = self._layer_fields_s(0, 0.0, 0, None, seqs, ctx_tokens, lens or None)
+        times = self._iteration_times(
+            t_c, seqs == 0, seqs, 0, 0, d2h_bytes, d2h_copies, True, async_save
         )
+        return times[0]
+
+    def lone_prefill_s(self, n_new: int, n_ctx: int = 0) -> float:
+        """``prefill_s(n_new, n_ctx)`` to the bit without building the shape: the simulator prices
+        every turn's ideal TTFT through here."""
+        if n_new <= 0:
+            return 0.0  # BatchShape.prefill's empty shape: nothing to compute, no copies
+        pairs = attention_pairs(n_new, n_ctx)
+        t_c = self._layer_fields_s(n_new, pairs, 1, ((n_new, n_ctx),), 0, 0, None)
+        return self._iteration_times(t_c, False, 1, 0, 0, 0, 0, True, True)[0]
 
     def layered_iteration(
         self,

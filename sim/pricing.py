@@ -83,6 +83,22 @@ class Prefill:
             prefill_lens=tuple(self.lens) if self.lens else None,  # None: not recorded
         )
 
+    def with_decode(
+        self, dec_seqs: int, dec_ctx: int, dec_lens: tuple[int, ...] | None
+    ) -> BatchShape:
+        """``self.shape + BatchShape.decode(dec_seqs, dec_ctx, dec_lens)``, field for field (the
+        same additions), built as one shape instead of three: lengths are known only where a group
+        has sequences and lists them."""
+        return BatchShape(
+            self.tokens + 0,
+            self.pairs + 0.0,
+            self.seqs + 0,
+            0 + dec_seqs,
+            0 + dec_ctx,
+            tuple(self.lens) if self.seqs and self.lens else None,
+            dec_lens if dec_seqs and dec_lens else None,
+        )
+
     def without_recompute(self) -> Prefill:
         """The same admissions with the recomputed history already in (a pass of its own ran)."""
         return Prefill(
@@ -139,6 +155,11 @@ class Pricer:
         self.async_save = async_save
         self.fused_recompute = fused_recompute
         self.per_layer_copies = per_layer_copies
+        # The shape-free prices bypass ``iteration`` and ``layer_s``: only where a subclass (a
+        # recording model) does not override them.
+        self._shape_free = (
+            type(cost).iteration is CostModel.iteration and type(cost).layer_s is CostModel.layer_s
+        )
 
     def copy_calls(self, layer_pages: int) -> int:
         """Copy calls moving ``layer_pages`` pages of one layer each (spread over the layers)."""
@@ -159,6 +180,15 @@ class Pricer:
         dec_lens: tuple[int, ...] | None = None,
     ) -> float:
         """One mixed iteration whose layers are alike."""
+        if self._shape_free and prefill.is_empty and not (h2d_bytes or h2d_pages):
+            return self.cost.decode_iteration_s(
+                dec_seqs,
+                dec_ctx,
+                dec_lens,
+                d2h_bytes,
+                self.copy_calls(d2h_bytes // self.layer_page_bytes),
+                self.async_save,
+            )
         return self.cost.iteration(
             prefill + BatchShape.decode(dec_seqs, dec_ctx, dec_lens),
             h2d_bytes=h2d_bytes,
@@ -185,10 +215,10 @@ class Pricer:
         if not self.fused_recompute and pf.recompute_seqs:
             head_pass = self._recompute_pass_s(pf)
             pf = pf.without_recompute()
-        decode = BatchShape.decode(dec_seqs, dec_ctx, dec_lens)
+        shape = pf.with_decode(dec_seqs, dec_ctx, dec_lens)
         if not pf.layered and pf.h2d_units is None and not copy_start_s and pf.ready_s is None:
             it = self.cost.iteration(
-                pf.shape + decode,
+                shape,
                 h2d_bytes=pf.h2d_bytes,
                 h2d_copies=self.copy_calls(pf.h2d_pages * self.layers),
                 d2h_bytes=d2h_bytes,
@@ -198,7 +228,7 @@ class Pricer:
             )
             return head_pass + it.total_s, it.stall_s
         it = self.cost.layered_iteration(
-            self._layer_compute(pf.shape + decode, pf),
+            self._layer_compute(shape, pf),
             pf.seqs + dec_seqs,
             self._layer_copies(pf),
             d2h_bytes,
@@ -277,6 +307,8 @@ class Pricer:
 
     def ideal_ttft_s(self, prompt: int, history: int) -> float:
         """TTFT with the whole history on the GPU and an empty queue."""
+        if self._shape_free:
+            return self.cost.lone_prefill_s(max(prompt, 1), history)
         return self.cost.iteration(BatchShape.prefill(max(prompt, 1), history)).total_s
 
     def with_d2h_s(self, compute_s: float, d2h_bytes: int) -> float:

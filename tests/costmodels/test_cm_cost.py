@@ -391,3 +391,26 @@ def test_decode_waves_of_equal_contexts_in_closed_form(seqs, ctx, heads, sms, ti
     waves, longest = equal_decode_waves(seqs, ctx, heads, sms, tile)
     assert waves == -(-seqs * heads // sms) and longest == -(-ctx // tile) * tile
     assert decode_waves((ctx,) * seqs, heads, sms, tile) == (waves, waves * longest, longest)
+
+
+def test_shape_free_prices_equal_iteration_to_the_last_bit():
+    import random
+
+    rng = random.Random(7)
+    for cm in (
+        cost_model("llama-3-8b", "h100-sxm"),
+        cost_model("llama-2-13b", "a100-sxm"),
+        cost_model("llama-3-70b", "h100-sxm", tp=4),
+    ):
+        for _ in range(200):
+            lens = tuple(rng.randint(0, 30_000) for _ in range(rng.randint(0, 64)))
+            b, c = len(lens), sum(lens)
+            d2h, calls, async_save = rng.choice((0, 2**20)), rng.randint(0, 64), rng.random() < 0.5
+            for known in (lens, None):
+                shape = BatchShape.decode(b, c, known or None)
+                want = cm.iteration(
+                    shape, d2h_bytes=d2h, d2h_copies=calls, async_save=async_save
+                ).total_s
+                assert cm.decode_iteration_s(b, c, known, d2h, calls, async_save) == want
+            n, ctx = rng.randint(0, 20_000), rng.randint(0, 3_000_000)
+            assert cm.lone_prefill_s(n, ctx) == cm.iteration(BatchShape.prefill(n, ctx)).total_s

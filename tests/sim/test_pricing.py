@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from costmodels import BatchShape, CostModel, DecodeAttnTerm, cost_model
-from sim.pricing import Pricer, recompute_pairs
+from sim.pricing import Prefill, Pricer, recompute_pairs
 
 COST = cost_model("llama-3-8b", "h100-sxm")
 PAGE = 16 * COST.kv_bytes_per_token
@@ -102,3 +102,96 @@ def test_per_layer_copies_pay_one_call_per_layer_by_hand():
         d = COST.profile.d2h
         assert d2h == (L if per_layer else 70) * d.latency_s + 70 * one_layer / d.bw_Bps
         assert pricer.copy_s("d2h", 7 * one_layer) == 7 * d.latency_s + 7 * one_layer / d.bw_Bps
+
+
+# --- the shape-free prices: bit for bit what pricing the shapes gives ---------------------------
+# A prefill kernel with a wave term and a per-row term too (prefill lengths matter to it).
+PF_WAVES = CostModel(
+    WAVES.model,
+    dataclasses.replace(
+        WAVES.profile,
+        prefill_attn=dataclasses.replace(
+            WAVES.profile.prefill_attn, query_elem_s=2e-12, wave_key_elem_s=4e-11, wave_sm_count=132
+        ),
+    ),
+)
+COSTS = st.sampled_from([COST, WAVES, PF_WAVES, cost_model("llama-2-13b", "a100-sxm")])
+
+
+@st.composite
+def decode_batches(draw):
+    """(seqs, total context, each one's context or None or ())."""
+    lens = draw(st.lists(st.integers(0, 40_000), max_size=40))
+    known = draw(st.sampled_from(["lens", "none", "empty"]))
+    given_lens = tuple(lens) if known == "lens" else (None if known == "none" else ())
+    if known == "empty":  # () only where there is no decoder (a shape's rule)
+        return 0, 0, given_lens
+    return len(lens), sum(lens), given_lens
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    cost=COSTS,
+    batch=decode_batches(),
+    pages=st.integers(0, 4000),
+    async_save=st.booleans(),
+    per_layer=st.booleans(),
+)
+def test_a_decode_only_iteration_is_the_shape_price(cost, batch, pages, async_save, per_layer):
+    seqs, ctx, lens = batch
+    pricer = Pricer(cost, PAGE, True, async_save=async_save, per_layer_copies=per_layer)
+    d2h = pages * (PAGE // cost.model.num_layers)
+    shape = BatchShape() + BatchShape.decode(seqs, ctx, lens)
+    calls = pricer.copy_calls(pages)
+    want = cost.iteration(shape, d2h_bytes=d2h, d2h_copies=calls, async_save=async_save).total_s
+    assert pricer._shape_free
+    assert pricer.iteration_s(BatchShape(), seqs, ctx, d2h_bytes=d2h, dec_lens=lens) == want
+
+
+@settings(max_examples=300, deadline=None)
+@given(cost=COSTS, prompt=st.integers(-3, 40_000), history=st.integers(0, 2_000_000))
+def test_an_ideal_ttft_is_the_lone_prefill_shape_price(cost, prompt, history):
+    want = cost.iteration(BatchShape.prefill(max(prompt, 1), history)).total_s
+    assert Pricer(cost, PAGE, True).ideal_ttft_s(prompt, history) == want
+    assert cost.lone_prefill_s(prompt, history) == cost.prefill_s(prompt, history)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    news=st.lists(st.tuples(st.integers(1, 5000), st.integers(0, 100_000)), max_size=8),
+    recorded=st.booleans(),
+    batch=decode_batches(),
+)
+def test_an_admission_shape_is_the_sum_of_its_groups(news, recorded, batch):
+    seqs, ctx, lens = batch
+    pf = Prefill(
+        sum(n for n, _ in news),
+        sum(n * (c + n / 2.0) for n, c in news),
+        len(news),
+        lens=list(news) if recorded else [],
+    )
+    want = pf.shape + BatchShape.decode(seqs, ctx, lens)
+    got = pf.with_decode(seqs, ctx, lens)
+    assert got == want
+    assert math.copysign(1.0, got.prefill_pairs) == math.copysign(1.0, want.prefill_pairs)
+
+
+class _Recording(CostModel):
+    """A cost model that overrides ``iteration``: the pricer must keep calling it."""
+
+    def __init__(self, base: CostModel) -> None:
+        super().__init__(base.model, base.profile)
+        self.seen: list[BatchShape] = []
+
+    def iteration(self, shape, *args, **kwargs):
+        self.seen.append(shape)
+        return super().iteration(shape, *args, **kwargs)
+
+
+def test_a_cost_model_that_overrides_iteration_sees_every_priced_shape():
+    cost = _Recording(COST)
+    pricer = Pricer(cost, PAGE, True)
+    assert not pricer._shape_free
+    assert pricer.iteration_s(BatchShape(), 3, 300) == COST.decode_step_s(3, 300)
+    assert pricer.ideal_ttft_s(100, 50) == COST.prefill_s(100, 50)
+    assert cost.seen == [BatchShape.decode(3, 300), BatchShape.prefill(100, 50)]
