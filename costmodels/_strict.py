@@ -39,6 +39,20 @@ _Loader.yaml_implicit_resolvers = {
 }
 _Loader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT_12, list("-+0123456789."))
 
+# libyaml's parser (about ten times faster) with the same resolvers, for this package's own files
+# only: it accepts some malformed text the pure parser refuses (a tab before a colon), and its
+# messages do not quote the offending line. None without libyaml.
+_CLoader: type | None = (
+    type(
+        "_CLoader",
+        (yaml.CSafeLoader,),
+        {"yaml_implicit_resolvers": _Loader.yaml_implicit_resolvers},
+    )
+    if yaml.__with_libyaml__
+    else None
+)
+_PACKAGE_DIR = Path(__file__).resolve().parent
+
 
 def read_yaml(path: str | os.PathLike[str]) -> Any:
     """Parse one YAML file with the lenient-float loader; a syntax error names the file."""
@@ -48,9 +62,21 @@ def read_yaml(path: str | os.PathLike[str]) -> Any:
     except OSError as exc:
         raise ValueError(f"{p}: cannot read file: {exc}") from exc
     try:
-        return yaml.load(text, Loader=_Loader)  # noqa: S506 - _Loader is a SafeLoader
+        return _parse(text, p)
     except yaml.YAMLError as exc:
         raise ValueError(f"{p}: not valid YAML: {exc}") from exc
+
+
+def _parse(text: str, path: Path) -> Any:
+    """The document, by libyaml when ``path`` is one of this package's files (their tests check
+    that both parsers read them alike); a document libyaml refuses is parsed again by the pure
+    parser, so its error is the one reported (with the line quoted)."""
+    if _CLoader is not None and path.resolve().is_relative_to(_PACKAGE_DIR):
+        try:
+            return yaml.load(text, Loader=_CLoader)  # noqa: S506 - a SafeLoader's constructor
+        except yaml.YAMLError:
+            pass  # the pure parser below raises, with the message users have always had
+    return yaml.load(text, Loader=_Loader)  # noqa: S506 - _Loader is a SafeLoader
 
 
 def dump_yaml(data: Any, path: str | os.PathLike[str], header: str = "") -> None:

@@ -160,3 +160,15 @@ def test_generator_matches_the_fitted_data_targets_on_20k_sessions():
     assert np.mean(n_turns == 1) == pytest.approx(counts[0] / counts.sum(), abs=0.02)
     think = np.array([t.think_s for s in load.sessions for t in s.turns[1:]])
     assert np.median(think) == pytest.approx(SyntheticConfig().think.median_s, rel=0.05)
+
+
+def test_the_fit_loader_reads_the_fit_as_the_pure_loader_does():
+    from importlib import resources
+
+    import yaml
+
+    from traces.synthetic import FIT_LOADER, load_fit
+
+    text = resources.files("traces").joinpath("data/sharegpt_fit.yaml").read_text(encoding="utf-8")
+    assert load_fit() == yaml.safe_load(text)
+    assert FIT_LOADER is (yaml.CSafeLoader if yaml.__with_libyaml__ else yaml.SafeLoader)
