@@ -11,6 +11,9 @@ if TYPE_CHECKING:
     from sim.turns import TurnRun
 
 NEVER = 1 << 62  # the step of an event that does not come
+# Steps taken out that the heap may hold beyond twice the live ones before it is rebuilt: pushes
+# of later steps cost little however deep the heap, so rebuild (a sort of the live steps) rarely.
+_SLACK = 4096
 
 
 class StepBuckets:
@@ -25,9 +28,21 @@ class StepBuckets:
         self.steps: list[int] = []  # heap of due's keys (and of keys already taken out)
 
     def add(self, step: int, run: TurnRun, epoch: int) -> None:
-        if step not in self.due:
-            heapq.heappush(self.steps, step)
-        self.due[step].append((run, epoch))
+        due = self.due
+        if step in due:
+            due[step].append((run, epoch))
+            return
+        due[step] = [(run, epoch)]
+        heap = self.steps
+        heapq.heappush(heap, step)
+        if len(heap) > 2 * len(due) + _SLACK:
+            self._compact()
+
+    def _compact(self) -> None:
+        """Drop the steps taken out: whole spans take keys out of ``due`` without popping them,
+        and would leave the heap tens of thousands deep. In place (a sorted list is a heap): a
+        caller popping the heap keeps its reference; it pops the same live steps in order."""
+        self.steps[:] = sorted(self.due)
 
     def next_step(self) -> int:
         """The first step with entries (NEVER if none); steps taken out leave the heap here."""
