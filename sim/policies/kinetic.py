@@ -317,8 +317,8 @@ class KineticMin:
     def discard_many(self, uids) -> None:
         """``discard`` each; every group touched is settled once."""
         uids = list(uids)
-        groups = set(map(self._where.pop, uids, repeat(None)))  # in C: the groups they left
-        groups.discard(None)
+        # In C: the groups they left (a uid not here gives None, which filter drops).
+        groups: set[_Group] = set(filter(None, map(self._where.pop, uids, repeat(None))))
         if len(groups) <= _FEW_GROUPS:  # usually one: a session's units leave together
             for g in groups:
                 g.heap.discard_many(uids)

@@ -154,13 +154,13 @@ class S3FIFO(EvictionPolicy):
         queue = list(map(self._queue_of.get, uids))
         small = list(compress(uids, map(SMALL.__eq__, queue)))
         main = list(compress(uids, map(MAIN.__eq__, queue)))
-        entries = (self._q[SMALL].pinned_entries(small), self._q[MAIN].pinned_entries(main))
-        if not self.view.unit_bytes or None in queue or None in entries:
+        in_small, in_main = self._q[SMALL].pinned_entries(small), self._q[MAIN].pinned_entries(main)
+        if not self.view.unit_bytes or None in queue or in_small is None or in_main is None:
             super().release(uids, now)  # one at a time: sizes vary, or some enter anew
             return
         # Equal sizes, every unit a pinned member: each returns to its place in its queue.
-        self._q[SMALL].back_entries(small, entries[0])
-        self._q[MAIN].back_entries(main, entries[1])
+        self._q[SMALL].back_entries(small, in_small)
+        self._q[MAIN].back_entries(main, in_main)
 
     def unpin(self, uid: int, now: float) -> None:
         q = self._queue_of.get(uid)

@@ -238,7 +238,7 @@ class EntryOrder:
         """``discard`` each; returns those that were candidates, in order."""
         uids = list(uids)
         seq, flag = self._seq, self._flag
-        seqs = list(map(seq.get, uids))
+        seqs: list = list(map(seq.get, uids))
         if None in seqs:  # non-members are not candidates
             members = list(map(is_not, seqs, repeat(None)))
             uids, seqs = list(compress(uids, members)), list(compress(seqs, members))
@@ -257,7 +257,7 @@ class EntryOrder:
     def pinned_entries(self, uids) -> list[int] | None:
         """The entry numbers of ``uids`` if they are distinct members, none of them a candidate
         (all pinned), else None: what ``back_entries`` takes."""
-        seqs = list(map(self._seq.get, uids))
+        seqs: list = list(map(self._seq.get, uids))
         if None in seqs or any(map(self._flag.__getitem__, seqs)) or len(set(seqs)) < len(seqs):
             return None
         return seqs
