@@ -17,14 +17,14 @@ REPO = Path(__file__).resolve().parents[2]
 
 SLOW = """
 name: slow
-trace: {kind: synthetic, sessions: 400, seed: 3}
+trace: {kind: synthetic, sessions: 2000, seed: 3}
 model: llama-3-8b
 hardware: h100-sxm
 memory: {gpu_kv_gb: [0.5, 1], cpu_kv_gb: 0, block_tokens: 16, evict_unit: block}
 policies: [lru, fifo]
 seeds: [1]
 executor: {kind: local, workers: 2}
-"""  # about 10 s on 2 cores
+"""  # about 15 s on 2 cores: no point ends in the 2-3 s before the signal (each takes ~6 s)
 
 
 def _session_members(sid: int) -> list[tuple[int, str]]:
