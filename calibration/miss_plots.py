@@ -158,7 +158,8 @@ def measured_reports(name: str = "h100-sxm-llama3-8b") -> list[TermReport]:
     return [dataclasses.replace(r, source=f"measured-{name}") for r in reports]
 
 
-MEASURED = ("h100-sxm-llama3-8b", "h100-sxm-llama3-70b-tp4", "h100-sxm-llama3-70b-tp8")
+# The measured profiles committed with their samples (calibration/measured/<name>-samples.csv).
+MEASURED_PROFILES = ("h100-sxm-llama3-8b", "h100-sxm-llama3-70b-tp4", "h100-sxm-llama3-70b-tp8")
 
 
 def lm_head_figure(reports_by_profile: dict[str, Sequence[TermReport]]):
@@ -201,7 +202,7 @@ if __name__ == "__main__":  # python -m calibration.miss_plots DIR: the measured
 
     for path in write_miss_plots(measured_reports(), TARGETS, sys.argv[1]):
         print(path)
-    fig = lm_head_figure({name: measured_reports(name) for name in MEASURED})
+    fig = lm_head_figure({name: measured_reports(name) for name in MEASURED_PROFILES})
     fig.savefig(Path(sys.argv[1]) / "measured__lm_head__transfer.png", dpi=110)
     plt.close(fig)
     print(Path(sys.argv[1]) / "measured__lm_head__transfer.png")

@@ -15,14 +15,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from .miss_plots import MEASURED_PROFILES, measured_reports
 from .validate import ErrorStats, TermReport
 
 # Held-out MAPE a term must stay under: 5 %, decode attention 10 % (the calibration targets).
 THRESHOLDS = {"decode_attn": 0.10}
 DEFAULT_THRESHOLD = 0.05
 SPLITS = ("random", "extrapolation", "transfer")
-# The measured profiles committed with their samples (calibration/measured/<name>-samples.csv).
-MEASURED_PROFILES = ("h100-sxm-llama3-8b", "h100-sxm-llama3-70b-tp4", "h100-sxm-llama3-70b-tp8")
 # The terms a measured profile fits (lm_head: the GEMM constants on the LM head, a transfer).
 MEASURED_TERMS = ("gemm", "elementwise", "linear", "prefill_attn", "decode_attn", "h2d", "d2h")
 
@@ -121,8 +120,6 @@ def public_checks(res) -> list[TermCheck]:
 
 def measured_checks(names: Sequence[str] = MEASURED_PROFILES) -> list[TermCheck]:
     """The terms of each measured profile, refitted from its committed samples."""
-    from .miss_plots import measured_reports
-
     out: list[TermCheck] = []
     for name in names:
         reports = measured_reports(name)
