@@ -151,12 +151,15 @@ class S3FIFO(EvictionPolicy):
     def release(self, uids, now: float) -> None:
         """``unpin`` each, in page order."""
         uids = list(uids)
+        if not self.view.unit_bytes:
+            super().release(uids, now)  # one at a time: a unit may have grown while pinned
+            return
         queue = list(map(self._queue_of.get, uids))
         small = list(compress(uids, map(SMALL.__eq__, queue)))
         main = list(compress(uids, map(MAIN.__eq__, queue)))
         in_small, in_main = self._q[SMALL].pinned_entries(small), self._q[MAIN].pinned_entries(main)
-        if not self.view.unit_bytes or None in queue or in_small is None or in_main is None:
-            super().release(uids, now)  # one at a time: sizes vary, or some enter anew
+        if None in queue or in_small is None or in_main is None:
+            super().release(uids, now)  # one at a time: some enter anew
             return
         # Equal sizes, every unit a pinned member: each returns to its place in its queue.
         self._q[SMALL].back_entries(small, in_small)

@@ -140,13 +140,16 @@ class TwoQ(EvictionPolicy):
     def release(self, uids, now: float) -> None:
         """``unpin`` each, in page order."""
         uids = list(uids)
+        if not self.view.unit_bytes:
+            super().release(uids, now)  # one at a time: a unit may have grown while pinned
+            return
         queue = list(map(self._pinned.get, uids))
         to_am = list(compress(uids, map(AM.__eq__, queue)))
         to_ain = list(compress(uids, map(A1IN.__eq__, queue)))
         entries = self._ain.pinned_entries(to_ain)
         distinct = len(set(uids)) == len(uids)
-        if not (self.view.unit_bytes and distinct) or None in queue or entries is None:
-            super().release(uids, now)  # one at a time: sizes vary, or some enter anew
+        if not distinct or None in queue or entries is None:
+            super().release(uids, now)  # one at a time: some enter anew
             return
         # Equal sizes, every unit pinned here once: Am takes its units at its MRU end in page
         # order, A1in's return to their places.
