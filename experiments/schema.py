@@ -29,6 +29,7 @@ import json
 import math
 import os
 import re
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -165,11 +166,26 @@ def _check_hardware(value: str, info: ValidationInfo) -> str:
     return value
 
 
-def _check_policy(value: str) -> str:
+def add_user_import_dirs(*dirs: str | os.PathLike | None) -> None:
+    """Make a user's ``module:Class`` importable from the current directory and ``dirs`` (the
+    experiment file's folder), as ``python -m`` would: each is appended to ``sys.path`` (after the
+    installed packages, so it shadows none of them) unless already there. Spawned workers start
+    with the caller's ``sys.path``, so they find the module too."""
+    for d in (Path.cwd(), *dirs):
+        if d is None:
+            continue
+        text = str(Path(d).resolve())
+        if text not in sys.path:
+            sys.path.append(text)
+
+
+def _check_policy(value: str, info: ValidationInfo) -> str:
     from sim.policies import (
         policy_class,  # ValueError names the policy and the registered ones
     )
 
+    if ":" in value:
+        add_user_import_dirs((info.context or {}).get("base_dir"))
     policy_class(value)
     return value
 

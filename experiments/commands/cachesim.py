@@ -51,6 +51,10 @@ def main(args: argparse.Namespace) -> int:
         raise ValueError(f"--capacity must be a positive integer, got {args.capacity}")
     stream = read_trace(args.trace)
     if args.policy != "all":
+        if ":" in args.policy:
+            from experiments.schema import add_user_import_dirs
+
+            add_user_import_dirs()  # a module:Class in the current directory
         res = simulate_cache(stream, args.policy, args.capacity)
         if args.json:
             print(json.dumps(res.summary()))
