@@ -6,8 +6,10 @@ return it) and ``main(args) -> int``; nothing here needs editing to add one. Inp
 pass --debug to a command that has it to see the traceback instead.
 
 SIGTERM is handled as Ctrl-C is: it raises ``Terminated`` (a KeyboardInterrupt) in the main thread,
-so worker processes are stopped and half-written results are removed on the way out; the command
-then prints one line and exits with status 143 (128 + SIGTERM), or 130 after Ctrl-C.
+so worker processes are stopped and half-written files are removed on the way out; the command
+then prints one line and exits with status 143 (128 + SIGTERM), or 130 after Ctrl-C. A command may
+add notes to the exception (``add_note``) to say what it kept: `kvsim run` keeps the grid points it
+finished in ``<out>.partial/`` and says how many, since running it again resumes from them.
 """
 
 from __future__ import annotations
@@ -118,15 +120,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         print(f"kvsim: error: {exc}", file=sys.stderr)
         return EXIT_INPUT_ERROR
-    except Terminated:
-        print(
-            "kvsim: terminated (SIGTERM); worker processes stopped, no partial results left",
-            file=sys.stderr,
-        )
+    except Terminated as exc:
+        print(_stopped("terminated (SIGTERM); worker processes stopped", exc), file=sys.stderr)
         return EXIT_TERMINATED
-    except KeyboardInterrupt:
-        print("kvsim: interrupted", file=sys.stderr)
+    except KeyboardInterrupt as exc:
+        print(_stopped("interrupted", exc), file=sys.stderr)
         return EXIT_INTERRUPTED
+
+
+def _stopped(words: str, exc: BaseException) -> str:
+    """The one line printed after a stop: what happened, then what the command says it kept (the
+    notes it added to the exception, e.g. `kvsim run`'s finished grid points)."""
+    return "; ".join([f"kvsim: {words}", *getattr(exc, "__notes__", ())])
 
 
 if __name__ == "__main__":

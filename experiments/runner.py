@@ -27,6 +27,14 @@ def default_out_dir(experiment: Experiment) -> Path:
     return Path("results") / experiment.name
 
 
+def finished_points(experiment: Experiment, out: str | os.PathLike) -> int:
+    """How many of the experiment's grid points (and baselines) have a checkpoint in
+    ``<out>.partial/``: what a rerun of the same config would take instead of running."""
+    ckpt = Checkpoints(out, experiment.debug)
+    points = experiment.grid() + experiment.baseline_points()
+    return sum((ckpt.dir / f"{ckpt.key(p)}.pkl").is_file() for p in points)
+
+
 def run_experiment(
     experiment: Experiment,
     out: str | os.PathLike | None = None,

@@ -59,8 +59,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def main(args: argparse.Namespace) -> int:
+    from experiments.checkpoint import partial_dir
     from experiments.report import summary_table
-    from experiments.runner import default_out_dir, run_experiment
+    from experiments.runner import default_out_dir, finished_points, run_experiment
     from experiments.schema import load_experiment
 
     exp = load_experiment(args.config)
@@ -74,9 +75,19 @@ def main(args: argparse.Namespace) -> int:
     if updates:
         exp = exp.with_overrides(**updates)
     out = args.out if args.out is not None else default_out_dir(exp)
-    outcome = run_experiment(
-        exp, out, force=args.force, show_progress=not args.quiet, fresh=args.fresh
-    )
+    try:
+        outcome = run_experiment(
+            exp, out, force=args.force, show_progress=not args.quiet, fresh=args.fresh
+        )
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (experiments.cli.Terminated)
+        kept = finished_points(exp, out)
+        exc.add_note(
+            f"{kept} finished grid point{'s' if kept != 1 else ''} kept in {partial_dir(out)}/; "
+            "run the same command again to resume from them (--fresh starts over)"
+            if kept
+            else "no grid point had finished, so nothing is kept to resume from"
+        )
+        raise
     w = outcome.written
     resumed = f", {outcome.resumed} resumed" if outcome.resumed else ""
     print(

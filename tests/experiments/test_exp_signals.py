@@ -1,5 +1,5 @@
 """SIGTERM stops `kvsim run` as Ctrl-C does: workers stopped, no results folder, status 143
-(130 after SIGINT)."""
+(130 after SIGINT); the message says which finished grid points stay for a rerun."""
 
 from __future__ import annotations
 
@@ -75,9 +75,72 @@ def test_signal_stops_workers_and_leaves_no_results(tmp_path, signum, status, wo
         if proc.poll() is None:
             proc.wait()
     assert words in err and "Traceback" not in err, err
+    last = err.strip().splitlines()[-1]  # after the progress bar
+    assert last.startswith(words) and "no grid point had finished" in last, err
     assert not out.exists()
     results = tmp_path / "results"
     assert not results.exists() or list(results.iterdir()) == []  # no .slow.tmp-* folder either
+
+
+ONE_QUICK = """
+name: one-quick
+trace: [{kind: synthetic, sessions: 20, seed: 3}, {kind: synthetic, sessions: 2000, seed: 3}]
+model: llama-3-8b
+hardware: h100-sxm
+memory: {gpu_kv_gb: 0.5, cpu_kv_gb: 0, block_tokens: 16, evict_unit: block}
+policies: [lru]
+seeds: [1]
+executor: {kind: local, workers: 1}
+"""  # the first point ends in well under a second, the second takes several seconds
+
+
+@pytest.mark.parametrize(
+    "signum,status,words",
+    [
+        (signal.SIGTERM, 143, "kvsim: terminated (SIGTERM); worker processes stopped"),
+        (signal.SIGINT, 130, "kvsim: interrupted"),
+    ],
+)
+def test_signal_says_which_finished_points_are_kept_for_a_rerun(tmp_path, signum, status, words):
+    from experiments.checkpoint import partial_dir
+
+    cfg = tmp_path / "one-quick.yaml"
+    cfg.write_text(ONE_QUICK)
+    out = tmp_path / "results" / "one-quick"
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "experiments", "run", str(cfg), "--out", str(out), "--quiet"],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not list(partial_dir(out).glob("*.pkl")) and proc.poll() is None:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert proc.poll() is None, "the run finished before it could be stopped"
+        proc.send_signal(signum)
+        assert proc.wait(timeout=30) == status
+        _, err = proc.communicate(timeout=10)
+    finally:
+        proc_table.kill_session(proc.pid)
+        if proc.poll() is None:
+            proc.wait()
+    kept = partial_dir(out)
+    assert len(list(kept.glob("*.pkl"))) == 1 and not out.exists()
+    line = err.strip()
+    assert "\n" not in line and "Traceback" not in line, err
+    assert line.startswith(words), err
+    assert f"1 finished grid point kept in {kept}/" in line, err
+    assert "run the same command again to resume" in line, err
+    assert "no partial results" not in line, err
 
 
 @pytest.mark.parametrize(
