@@ -17,7 +17,9 @@ with ``cpu_kv_gb = 0`` cannot run: those combinations are left out of the grid (
 one grid holds recompute, swap-in and offload).
 
 Relative paths (``trace.path``, a model or hardware given as a file) resolve against the YAML
-file's folder first, then the current directory; the resolved experiment holds absolute paths.
+file's folder first, then the current directory; a path that starts with ``${KVSIM_SHARED_DATA}``
+is in the shared data folder (``experiments.shared_data``: ``--data-dir``, else that environment
+variable, else ../shared/data beside the checkout). The resolved experiment holds absolute paths.
 """
 
 from __future__ import annotations
@@ -134,14 +136,23 @@ def _looks_like_path(value: str) -> bool:
 
 
 def _resolve_file(value: str, info: ValidationInfo) -> str:
-    """Absolute path of ``value``: as given if absolute, else the YAML's folder, then the CWD."""
-    p = Path(value).expanduser()
+    """Absolute path of ``value``: as given if absolute, else the YAML's folder, then the CWD. A
+    leading ``${KVSIM_SHARED_DATA}`` is the shared data folder (``experiments.shared_data``)."""
+    from experiments.shared_data import HOW_TO_SET, expand, names_shared_data, where_from
+
+    data_dir = (info.context or {}).get("data_dir")
+    p = Path(expand(value, data_dir)).expanduser()
     base = (info.context or {}).get("base_dir")
     candidates = [p] if p.is_absolute() else ([Path(base) / p] if base else []) + [Path.cwd() / p]
     for c in candidates:
         if c.is_file():
             return str(c.resolve())
     where = " or ".join(str(c.parent) for c in candidates)
+    if names_shared_data(value):
+        raise ValueError(
+            f"file not found: {value!r} (looked in {where}, the shared data folder from "
+            f"{where_from(data_dir)}); {HOW_TO_SET}"
+        )
     raise ValueError(f"file not found: {value!r} (looked in {where})")
 
 
@@ -752,9 +763,14 @@ def read_yaml(path: str | os.PathLike) -> Any:
 
 
 def parse_experiment(
-    data: Any, source: str = "<memory>", base_dir: str | os.PathLike | None = None
+    data: Any,
+    source: str = "<memory>",
+    base_dir: str | os.PathLike | None = None,
+    data_dir: str | os.PathLike | None = None,
 ) -> Experiment:
-    """Validate already-parsed YAML data. ``source`` names the file in errors."""
+    """Validate already-parsed YAML data. ``source`` names the file in errors; ``data_dir`` is the
+    shared data folder that ``${KVSIM_SHARED_DATA}`` in a path stands for (default: the
+    environment variable, else ../shared/data beside the checkout)."""
     if not isinstance(data, dict):
         got = "an empty file" if data is None else f"a {type(data).__name__}"
         raise ConfigError(
@@ -762,7 +778,11 @@ def parse_experiment(
         )
     try:
         exp = Experiment.model_validate(
-            data, context={"base_dir": str(base_dir) if base_dir else None}
+            data,
+            context={
+                "base_dir": str(base_dir) if base_dir else None,
+                "data_dir": str(data_dir) if data_dir is not None else None,
+            },
         )
     except ValidationError as exc:
         lines, keys = [], []
@@ -974,12 +994,16 @@ def resolve_config(path: str | os.PathLike) -> Path:
     )
 
 
-def load_experiment(path: str | os.PathLike) -> Experiment:
+def load_experiment(
+    path: str | os.PathLike, data_dir: str | os.PathLike | None = None
+) -> Experiment:
     """Read and validate an experiment YAML file (or a bundled one, by name); raise ConfigError
-    naming the file and the key."""
+    naming the file and the key. ``data_dir``: the shared data folder (``parse_experiment``)."""
     path = resolve_config(path)
     data = read_yaml(path)
-    return parse_experiment(data, source=str(path), base_dir=Path(path).resolve().parent)
+    return parse_experiment(
+        data, source=str(path), base_dir=Path(path).resolve().parent, data_dir=data_dir
+    )
 
 
 def _size(nbytes: float) -> str:

@@ -31,6 +31,12 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         metavar="N",
         help="worker processes (overrides executor.workers)",
     )
+    p.add_argument(
+        "--data-dir",
+        metavar="DIR",
+        help="the shared data folder (real traces) that ${KVSIM_SHARED_DATA} in the YAML's "
+        "paths names (default: $KVSIM_SHARED_DATA, else ../shared/data beside the checkout)",
+    )
     p.add_argument("--force", action="store_true", help="replace an existing results folder")
     p.add_argument(
         "--fresh",
@@ -63,8 +69,10 @@ def main(args: argparse.Namespace) -> int:
     from experiments.report import summary_table
     from experiments.runner import default_out_dir, finished_points, run_experiment
     from experiments.schema import load_experiment
+    from experiments.shared_data import check_data_dir
 
-    exp = load_experiment(args.config)
+    check_data_dir(args.data_dir)
+    exp = load_experiment(args.config, data_dir=args.data_dir)
     updates: dict[str, Any] = {}
     if args.workers is not None:
         updates["executor"] = exp.executor.model_copy(update={"workers": args.workers})

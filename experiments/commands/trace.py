@@ -73,6 +73,13 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "a `kind: synthetic` trace that draw the same trace",
     )
     g.add_argument("--force", action="store_true", help="replace existing output files")
+    for reader in (s, c, g):
+        reader.add_argument(
+            "--data-dir",
+            metavar="DIR",
+            help="the shared data folder: a relative FILE not found here is read from it "
+            "(default: $KVSIM_SHARED_DATA, else ../shared/data beside the checkout)",
+        )
     return p
 
 
@@ -98,13 +105,14 @@ def guess_kind(path: str) -> str:
 def main(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    from experiments.shared_data import check_data_dir, find_trace_file
     from traces import load_trace
     from traces.stats import format_stats, trace_stats
 
-    if not Path(args.file).is_file():
-        raise ValueError(f"{args.file}: no such file")
-    kind = args.kind or guess_kind(args.file)
-    load = load_trace({"kind": kind, "path": args.file})
+    check_data_dir(args.data_dir)
+    path = str(find_trace_file(args.file, args.data_dir))
+    kind = args.kind or guess_kind(path)
+    load = load_trace({"kind": kind, "path": path})
     if args.trace_command == "convert":
         return _convert(load, Path(args.out), args.force)
     if args.trace_command == "synth":

@@ -1,7 +1,7 @@
 """The real-trace experiments (ShareGPT, Mooncake, Azure) load and validate, their grids have the
 intended size, and every GPU capacity holds the trace's longest session (no turn rejected). The
-sweeps themselves are not run here. Their trace paths resolve against the current directory, the
-repository root; they skip when ../shared/data is not beside the checkout."""
+sweeps themselves are not run here. Their traces are in the shared data folder ($KVSIM_SHARED_DATA,
+else ../shared/data beside the checkout); they skip when it does not hold them."""
 
 from __future__ import annotations
 
@@ -13,9 +13,10 @@ import pytest
 import costmodels
 import traces
 from experiments.schema import load_experiment
+from experiments.shared_data import shared_data_dir
 
 REPO = Path(__file__).resolve().parents[2]
-DATA = REPO / ".." / "shared" / "data"
+DATA = shared_data_dir()
 
 # name: (trace file, number of traces x cpu tiers x policies x gpu capacities x seeds)
 CONFIGS = {
@@ -31,7 +32,7 @@ def load(monkeypatch):
         rel, _ = CONFIGS[name]
         if not (DATA / rel).is_file():
             pytest.skip(
-                f"real data file {rel} not found in {DATA.resolve()} (expected ../shared/data)"
+                f"real data file {rel} not found in {DATA.resolve()} (set KVSIM_SHARED_DATA)"
             )
         monkeypatch.chdir(REPO)
         return load_experiment(REPO / "experiments" / f"{name}.yaml")

@@ -1,4 +1,5 @@
-"""Shared fixtures for the traces tests. Real data lives beside the checkout in ../shared/data."""
+"""Shared fixtures for the traces tests. Real data lives in the shared data folder: $KVSIM_SHARED_DATA,
+else ../shared/data beside the checkout."""
 
 from __future__ import annotations
 
@@ -6,15 +7,19 @@ from pathlib import Path
 
 import pytest
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-DATA_DIR = REPO_ROOT / ".." / "shared" / "data"
+from experiments.shared_data import shared_data_dir
+
+DATA_DIR = shared_data_dir()
 
 
 @pytest.fixture(scope="session")
 def data_dir() -> Path:
     """The shared real-data folder; tests that need it skip cleanly when it is absent."""
     if not DATA_DIR.is_dir():
-        pytest.skip(f"real data not found at {DATA_DIR.resolve()} (expected ../shared/data)")
+        pytest.skip(
+            f"real data not found at {DATA_DIR.resolve()} (set KVSIM_SHARED_DATA, or put it in "
+            "../shared/data beside the checkout)"
+        )
     return DATA_DIR
 
 
