@@ -753,6 +753,15 @@ def read_yaml(path: str | os.PathLike) -> Any:
         raise ConfigError(f"{shown}: no such file", file=shown) from None
     except OSError as exc:
         raise ConfigError(f"{shown}: cannot read: {exc.strerror}", file=shown) from None
+    except UnicodeDecodeError as exc:
+        head = exc.object[: exc.start]
+        line = head.count(b"\n") + 1
+        column = exc.start - (head.rfind(b"\n") + 1) + 1
+        raise ConfigError(
+            f"{shown}: not UTF-8 text (line {line}, column {column}: byte "
+            f"0x{exc.object[exc.start]:02x}); save it as UTF-8",
+            file=shown,
+        ) from None
     try:
         return yaml.load(text, Loader=_UniqueKeyLoader)
     except yaml.YAMLError as exc:

@@ -1,0 +1,26 @@
+"""What a user sees when an experiment file is off: the file and the likely fix named in one line,
+results folders readable as any folder the user makes, names written out in full."""
+
+from __future__ import annotations
+
+from experiments.cli import main
+
+BASE = """
+name: t
+trace: {kind: synthetic, sessions: 5, seed: 1}
+model: llama-3-8b
+hardware: h100-sxm
+memory: {gpu_kv_gb: [1, 2], cpu_kv_gb: 0, block_tokens: 16, evict_unit: block}
+policies: [lru, fifo]
+seeds: [1]
+"""
+
+
+def test_config_that_is_not_utf8_names_the_file(tmp_path, capsys):
+    path = tmp_path / "latin1.yaml"
+    path.write_bytes(BASE.replace("name: t", "name: t  # caf\u00e9").encode("latin-1"))
+    assert main(["run", str(path), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "Traceback" not in err, err
+    assert err.startswith(f"kvsim: error: {path}: "), err
+    assert "UTF-8" in err and "line 2, column 15" in err, err
