@@ -147,7 +147,7 @@ def _resolve_file(value: str, info: ValidationInfo) -> str:
     for c in candidates:
         if c.is_file():
             return str(c.resolve())
-    where = " or ".join(str(c.parent) for c in candidates)
+    where = " or ".join(dict.fromkeys(str(c.parent) for c in candidates))  # each folder once
     if names_shared_data(value):
         raise ValueError(
             f"file not found: {value!r} (looked in {where}, the shared data folder from "

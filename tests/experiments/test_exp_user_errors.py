@@ -3,7 +3,10 @@ results folders readable as any folder the user makes, names written out in full
 
 from __future__ import annotations
 
+import pytest
+
 from experiments.cli import main
+from experiments.schema import ConfigError, load_experiment
 
 BASE = """
 name: t
@@ -24,3 +27,15 @@ def test_config_that_is_not_utf8_names_the_file(tmp_path, capsys):
     assert "\n" not in err and "Traceback" not in err, err
     assert err.startswith(f"kvsim: error: {path}: "), err
     assert "UTF-8" in err and "line 2, column 15" in err, err
+
+
+def test_missing_trace_file_names_each_folder_once(tmp_path, monkeypatch):
+    path = tmp_path / "exp.yaml"
+    path.write_text(
+        BASE.replace("{kind: synthetic, sessions: 5, seed: 1}", "{kind: jsonl, path: t.jsonl}")
+    )
+    monkeypatch.chdir(tmp_path)  # the YAML's folder is the current directory
+    with pytest.raises(ConfigError) as info:
+        load_experiment(path)
+    msg = str(info.value)
+    assert f"(looked in {tmp_path})" in msg and msg.count(str(tmp_path)) == 2, msg  # file + once
