@@ -51,10 +51,9 @@ def main(args: argparse.Namespace) -> int:
         raise ValueError(f"--capacity must be a positive integer, got {args.capacity}")
     stream = read_trace(args.trace)
     if args.policy != "all":
-        if ":" in args.policy:
-            from experiments.schema import add_user_import_dirs
+        from experiments.schema import check_policy_name
 
-            add_user_import_dirs()  # a module:Class in the current directory
+        check_policy_name(args.policy)  # a module:Class from here; a close name for a typo
         res = simulate_cache(stream, args.policy, args.capacity)
         if args.json:
             print(json.dumps(res.summary()))

@@ -39,3 +39,21 @@ def test_missing_trace_file_names_each_folder_once(tmp_path, monkeypatch):
         load_experiment(path)
     msg = str(info.value)
     assert f"(looked in {tmp_path})" in msg and msg.count(str(tmp_path)) == 2, msg  # file + once
+
+
+def test_unknown_policy_suggests_the_close_name(tmp_path):
+    path = tmp_path / "exp.yaml"
+    path.write_text(BASE.replace("policies: [lru, fifo]", "policies: [lur, fifo]"))
+    with pytest.raises(ConfigError) as info:
+        load_experiment(path)
+    msg = str(info.value)
+    assert msg.startswith(f"{path}: policies[0]: unknown policy 'lur'"), msg
+    assert "did you mean 'lru'?" in msg and "registered:" in msg, msg
+
+
+def test_a_name_far_from_every_policy_gets_no_suggestion(tmp_path):
+    path = tmp_path / "exp.yaml"
+    path.write_text(BASE.replace("policies: [lru, fifo]", "policies: [zzzzzz, fifo]"))
+    with pytest.raises(ConfigError) as info:
+        load_experiment(path)
+    assert "did you mean" not in str(info.value)
