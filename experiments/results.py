@@ -16,6 +16,7 @@ import dataclasses
 import math
 import os
 import shutil
+import stat
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -131,6 +132,7 @@ def write_results(
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
     try:
+        _usual_permissions(tmp)  # mkdtemp's 0700 would become the results folder's
         tables.summary.to_csv(tmp / SUMMARY_FILE, index=False)
         tables.turns.to_parquet(tmp / TURNS_FILE, index=False)
         tables.sessions.to_parquet(tmp / SESSIONS_FILE, index=False)
@@ -153,6 +155,16 @@ def write_results(
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return WrittenResults(out_dir=out, files=files, plots=plots, notes=notes)
+
+
+def _usual_permissions(folder: Path) -> None:
+    """Give ``folder`` the mode ``mkdir`` would have (0777 less the umask), read off a folder made
+    in it (reading the umask by setting it would race with other threads)."""
+    probe = folder / ".mode"
+    probe.mkdir()
+    mode = stat.S_IMODE(probe.stat().st_mode)
+    probe.rmdir()
+    os.chmod(folder, mode)
 
 
 def _draw(summary: pd.DataFrame, turns: pd.DataFrame, out_dir: Path, notes: list[str]) -> list:

@@ -3,6 +3,9 @@ results folders readable as any folder the user makes, names written out in full
 
 from __future__ import annotations
 
+import os
+import stat
+
 import pytest
 
 from experiments.cli import main
@@ -57,3 +60,22 @@ def test_a_name_far_from_every_policy_gets_no_suggestion(tmp_path):
     with pytest.raises(ConfigError) as info:
         load_experiment(path)
     assert "did you mean" not in str(info.value)
+
+
+@pytest.fixture
+def umask_022():
+    old = os.umask(0o022)
+    yield
+    os.umask(old)
+
+
+def test_results_folder_has_the_users_usual_permissions(
+    fake_backend, tiny_yaml, tmp_path, umask_022
+):
+    out = tmp_path / "res" / "tiny"
+    assert main(["run", str(tiny_yaml), "--out", str(out), "--quiet"]) == 0
+    assert stat.S_IMODE(out.stat().st_mode) == 0o755
+    assert stat.S_IMODE((out / "plots").stat().st_mode) == 0o755
+    # and so is a folder it replaces with --force
+    assert main(["run", str(tiny_yaml), "--out", str(out), "--quiet", "--force"]) == 0
+    assert stat.S_IMODE(out.stat().st_mode) == 0o755
