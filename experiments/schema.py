@@ -547,8 +547,17 @@ class Experiment(_Strict):
         return new
 
     def resolved(self) -> dict[str, Any]:
-        """The experiment with defaults filled in and paths resolved (plain data, YAML-dumpable)."""
-        return self.model_dump(mode="python", exclude_none=True)
+        """The experiment with defaults filled in, paths resolved and aliases of registered models
+        and GPUs replaced by their names (``llama3-8b`` -> ``Llama-3-8B``, ``h100`` -> ``h100-sxm``;
+        a name in another case is kept as written). Plain data, YAML-dumpable. The grid's labels
+        keep what the YAML wrote."""
+        out = self.model_dump(mode="python", exclude_none=True)
+        models = {m: _registered_model(m) for m in self.model}
+        out["model"] = [models[m] for m in self.model]
+        if isinstance(out.get("tp"), dict):
+            out["tp"] = {models.get(k, k): v for k, v in out["tp"].items()}
+        out["hardware"] = [_registered_gpu(h) for h in self.hardware]
+        return out
 
     def trace_specs(self) -> list[TraceSpec]:
         labels = [t.kind + (f":{Path(t.path).name}" if t.path else "") for t in self.trace]
@@ -728,6 +737,29 @@ class GridPoint:
         return dataclasses.replace(
             self, memory=dataclasses.replace(self.memory, gpu_kv_gb=math.inf)
         )
+
+
+def _registered_model(value: str) -> str:
+    """The registered name of a model alias; a path, or the name in any case, as written."""
+    import costmodels
+
+    if os.path.isabs(value):
+        return value
+    name = costmodels.get_model(value).name
+    return value if value.strip().lower() == name.lower() else name
+
+
+def _registered_gpu(value: str) -> str:
+    """The registered GPU name of an alias (its analytic profile); a committed profile's name, a
+    path, or the name in any case, as written."""
+    from costmodels.hardware import find_hardware
+
+    if os.path.isabs(value):
+        return value
+    hw = find_hardware(value.strip().lower().removeprefix("analytic-"))
+    if hw is None:
+        return value
+    return value if value.strip().lower() == hw.name.lower() else hw.name
 
 
 def _short(name_or_path: str) -> str:

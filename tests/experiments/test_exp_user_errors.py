@@ -7,6 +7,7 @@ import os
 import stat
 
 import pytest
+import yaml
 
 from experiments.cli import main
 from experiments.schema import ConfigError, load_experiment
@@ -79,3 +80,20 @@ def test_results_folder_has_the_users_usual_permissions(
     # and so is a folder it replaces with --force
     assert main(["run", str(tiny_yaml), "--out", str(out), "--quiet", "--force"]) == 0
     assert stat.S_IMODE(out.stat().st_mode) == 0o755
+
+
+def test_resolved_config_names_models_and_gpus_in_full(fake_backend, tmp_path):
+    cfg = tmp_path / "alias.yaml"
+    cfg.write_text(
+        BASE.replace("model: llama-3-8b", "model: [llama3-8b, llama-3-70b]")
+        .replace("hardware: h100-sxm", "hardware: [h100, a100-sxm]")
+        .replace("gpu_kv_gb: [1, 2]", "gpu_kv_gb: [1]")
+        + "tp: {llama3-8b: 1, llama-3-70b: 4}\n"
+    )
+    out = tmp_path / "out"
+    assert main(["run", str(cfg), "--out", str(out), "--quiet"]) == 0
+    resolved = yaml.safe_load((out / "config.resolved.yaml").read_text())
+    # aliases resolved to the registered names; a name written in another case is kept as written
+    assert resolved["model"] == ["Llama-3-8B", "llama-3-70b"]
+    assert resolved["hardware"] == ["h100-sxm", "a100-sxm"]
+    assert resolved["tp"] == {"Llama-3-8B": [1], "llama-3-70b": [4]}
