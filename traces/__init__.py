@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import os
 from dataclasses import replace
+from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from traces.dists import LogNormalMix, ThinkTime
@@ -126,3 +128,13 @@ def _load(kind: Any, opts: dict[str, Any]) -> TraceLoad:
         return loader(**opts)
     except TypeError as e:  # e.g. a string where a number belongs: report it as a trace error
         raise TraceError(f"trace (kind {kind}): bad option value: {e}") from e
+    except TraceError as e:  # a file of another kind fails to parse: name the likely kind first
+        from traces.sniff import sniff_kind
+
+        likely = sniff_kind(opts["path"]) if isinstance(opts["path"], (str, os.PathLike)) else None
+        if likely is None or likely == kind:
+            raise
+        raise TraceError(
+            f"{Path(opts['path']).name} looks like a {likely} trace, not {kind}: "
+            f"give kind {likely} ({e})"
+        ) from e
