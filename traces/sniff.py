@@ -5,12 +5,12 @@ the start of the file does not clearly say."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
+import os
 
 _HEAD_BYTES = 1 << 16
 
 
-def sniff_kind(path: str | Path) -> str | None:
+def sniff_kind(path: str | os.PathLike) -> str | None:
     """``sharegpt`` (a JSON list), ``mooncake`` or ``jsonl`` (JSON Lines, told apart by the first
     line's keys), ``burstgpt`` or ``azure`` (CSV, by the header); None if unreadable or unclear."""
     try:
