@@ -117,6 +117,10 @@ def main(args: argparse.Namespace) -> int:
         return _convert(load, Path(args.out), args.force)
     if args.trace_command == "synth":
         return _synth(load, args, kind)
+    if not load.sessions:
+        raise ValueError(
+            f"{args.file}: no sessions in this {kind} trace (an empty file?): nothing to report"
+        )
     print(format_stats(trace_stats(load.sessions), f"{args.file} ({kind})"))
     if load.skipped:
         print(f"  skipped                {load.skipped:,} malformed sessions")

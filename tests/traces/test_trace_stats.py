@@ -139,3 +139,14 @@ def test_convert_writes_canonical_jsonl_that_reads_back_the_same(tmp_path, capsy
     assert main(["trace", "convert", str(src), "--out", str(out)]) == 2  # exists: refused
     assert "exists" in capsys.readouterr().err
     assert [p.name for p in out.parent.iterdir()] == ["t.jsonl"]  # no temporary left
+
+
+@pytest.mark.parametrize("text", ["", "\n  \n"])
+def test_stats_of_a_trace_without_sessions_is_an_error(tmp_path, capsys, text):
+    path = tmp_path / "empty.jsonl"
+    path.write_text(text, encoding="utf-8")
+    assert main(["trace", "stats", str(path)]) != 0
+    captured = capsys.readouterr()
+    err = captured.err.strip()
+    assert "nan" not in captured.out.lower() and "\n" not in err, captured
+    assert err.startswith(f"kvsim: error: {path}: ") and "no sessions" in err, err
