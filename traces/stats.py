@@ -9,8 +9,9 @@ the turns' own timestamps (closed-loop turns, timed by think time, have none unt
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -148,8 +149,28 @@ def _prefix_reuse(requests: list[_Request]) -> PrefixReuse | None:
     return PrefixReuse(bt, refs, len(seen), repeated / refs, repeated_tokens / tokens)
 
 
-def format_stats(st: TraceStats, source: str = "") -> str:
-    """A plain-text report: what ``kvsim trace stats`` prints."""
+def arrival_notes(kind: str, info: Mapping[str, Any]) -> list[str]:
+    """What the inter-arrival figures of a trace of ``kind`` are when they are not its recorded
+    times: ShareGPT's are drawn (it has no timestamps), Mooncake's jittered within the buckets its
+    timestamps are quantised to (``info`` is the loader's ``TraceLoad.info``)."""
+    if kind == "sharegpt":
+        return [
+            "ShareGPT has no timestamps: these are drawn session starts (a seeded Poisson "
+            "process), not measured; later turns follow drawn think times"
+        ]
+    bucket = info.get("bucket_s") or 0.0
+    if kind == "mooncake" and bucket > 0:
+        return [
+            f"Mooncake's timestamps are in {bucket:g}-s buckets: each arrival is jittered "
+            "(drawn uniformly, seeded) within its bucket, so gaps shorter than a bucket are "
+            "drawn, not measured"
+        ]
+    return []
+
+
+def format_stats(st: TraceStats, source: str = "", notes: Sequence[str] = ()) -> str:
+    """A plain-text report: what ``kvsim trace stats`` prints; ``notes`` (``arrival_notes``) follow
+    the inter-arrival figures."""
 
     def dist(name: str, d: Dist, unit: str = "", fmt: str = ",.0f") -> str:
         if d.n == 0:
@@ -182,6 +203,7 @@ def format_stats(st: TraceStats, source: str = "") -> str:
             f"{(st.interarrival_s.n + 1) / st.duration_s if st.duration_s else math.nan:.2f}"
             f" turns/s"
         )
+    lines += [f"  {'':<22} note: {n}" for n in notes]
     lines.append(
         f"  history share          {st.history_share:.1%} of all input tokens; by turn "
         "index: "

@@ -107,7 +107,7 @@ def main(args: argparse.Namespace) -> int:
 
     from experiments.shared_data import check_data_dir, find_trace_file
     from traces import load_trace
-    from traces.stats import format_stats, trace_stats
+    from traces.stats import arrival_notes, format_stats, trace_stats
 
     check_data_dir(args.data_dir)
     path = str(find_trace_file(args.file, args.data_dir))
@@ -121,7 +121,8 @@ def main(args: argparse.Namespace) -> int:
         raise ValueError(
             f"{args.file}: no sessions in this {kind} trace (an empty file?): nothing to report"
         )
-    print(format_stats(trace_stats(load.sessions), f"{args.file} ({kind})"))
+    notes = arrival_notes(kind, load.info)
+    print(format_stats(trace_stats(load.sessions), f"{args.file} ({kind})", notes))
     if load.skipped:
         print(f"  skipped                {load.skipped:,} malformed sessions")
     return 0

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from experiments.cli import main
-from traces import load_trace
+from traces import load_trace, write_jsonl
 from traces.records import Session, Turn
 from traces.stats import trace_stats
 
@@ -150,3 +150,48 @@ def test_stats_of_a_trace_without_sessions_is_an_error(tmp_path, capsys, text):
     err = captured.err.strip()
     assert "nan" not in captured.out.lower() and "\n" not in err, captured
     assert err.startswith(f"kvsim: error: {path}: ") and "no sessions" in err, err
+
+
+def _report(path, capsys, *kind: str) -> str:
+    assert main(["trace", "stats", str(path), *kind]) == 0
+    return capsys.readouterr().out
+
+
+def _inter_arrival_lines(out: str) -> str:
+    lines = out.splitlines()
+    at = next(i for i, line in enumerate(lines) if "inter-arrival" in line)
+    end = next(i for i in range(at, len(lines)) if "history share" in lines[i])
+    return "\n".join(lines[at:end])
+
+
+def test_stats_say_sharegpt_arrivals_are_drawn(tmp_path, capsys):
+    import json
+
+    record = {
+        "id": "x_0",
+        "conversations": [{"from": "human", "value": "hi"}, {"from": "gpt", "value": "hello"}],
+    }
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps([{**record, "id": f"r{i}_0"} for i in range(5)]), encoding="utf-8")
+    block = _inter_arrival_lines(_report(path, capsys))
+    assert "no timestamps" in block and "drawn" in block, block
+
+
+def test_stats_say_mooncake_arrivals_are_jittered_in_their_buckets(tmp_path, capsys):
+    import json
+
+    rows = [
+        {"timestamp": t, "input_length": 600 + i, "output_length": 10, "hash_ids": [i]}
+        for i, t in enumerate([0, 0, 0, 3000, 3000, 3000, 6000, 6000])
+    ]
+    path = tmp_path / "m.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    block = _inter_arrival_lines(_report(path, capsys))
+    assert "3-s buckets" in block and "jittered" in block, block
+
+
+def test_stats_add_no_arrival_note_to_recorded_times(tmp_path, capsys):
+    path = tmp_path / "t.jsonl"
+    write_jsonl(_hand(), path)
+    block = _inter_arrival_lines(_report(path, capsys))
+    assert "note" not in block, block
