@@ -253,11 +253,9 @@ class BlockPool:
                 if key is not None:
                     self._drop_key(block, key)
             return
-        cached = self.cached
         if evicted < len(keys):
             keys = [k for k in keys if k is not None]
-        for key in keys:  # each key has this one block
-            del cached[key]
+        deque(map(self.cached.__delitem__, keys), maxlen=0)  # each key has this one block
 
     def _drop_key(self, block: int, key: Key) -> None:
         """``block`` no longer holds ``key``: the key's next block, if any, is found first now."""

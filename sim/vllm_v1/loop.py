@@ -17,11 +17,13 @@ where their rules do.
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Protocol, cast
 
 import numpy as np
@@ -119,7 +121,7 @@ class KvsimSide:
 
     def update(self, sampled: list[str], now: float, jobs_done: Sequence[int] = ()) -> list[str]:
         reqs = self.requests
-        done = self.sched.update({reqs[rid] for rid in sampled if rid in reqs}, now)
+        done = self.sched.update(set(filter(None, map(reqs.get, sampled))), now)
         for r in done:
             del self.requests[r.rid]
         if jobs_done:
@@ -174,33 +176,6 @@ class Replay:
     peak_demand_blocks: int = 0
     loaded_blocks: int = 0  # CPU offloading: GPU blocks loaded from the CPU
     stored_blocks: int = 0  # ... and stored to it
-
-
-def step_shape(view: StepView, live: dict[str, TurnState]) -> BatchShape:
-    """The batch of one step: a request scheduling its one newest token with output behind it is
-    a decode; every other (a prompt chunk, a resumed request's recompute) is a prefill chunk of
-    ``n`` tokens after ``computed`` cached ones."""
-    lens: list[tuple[int, int]] = []
-    dec: list[int] = []
-    tokens = 0
-    pairs: float = 0
-    for rid, n, computed in view.sched:
-        st = live[rid]
-        if n == 1 and computed + 1 == st.num_tokens and st.num_tokens > st.prompt_len:
-            dec.append(computed + 1)
-        else:
-            lens.append((n, computed))
-            tokens += n
-            pairs += attention_pairs(n, computed)
-    return BatchShape(
-        prefill_tokens=tokens,
-        prefill_pairs=pairs,
-        prefill_seqs=len(lens),
-        decode_seqs=len(dec),
-        decode_ctx_tokens=sum(dec),
-        prefill_lens=tuple(lens) if lens else None,
-        decode_lens=tuple(dec) if dec else None,
-    )
 
 
 def replay(
@@ -263,7 +238,7 @@ def replay(
             s = sessions[i]
             turn = s.turns[k]
             prompt = s.history_tokens(k) + turn.prompt_tokens
-            if prompt + turn.output_tokens > max_model_len:  # as a server refuses it
+            if not _joins(s, k, max_model_len):  # as a server refuses it
                 out.rejected_turns += len(s.turns) - k
                 demand_sum -= demand.pop(i, 0)  # the conversation ends here
                 continue
@@ -279,9 +254,23 @@ def replay(
             if spans and len(queue) == depth - 1 and not pending:
                 run = kv_side.steady_decodes()
                 if run is not None:
-                    horizon = arrivals[0][0] if arrivals else math.inf
+                    # an arrival ends the run, unless it can only join the queue behind its head
+                    horizon = arrivals[0][0] if arrivals and not run.closed else math.inf
+                    joined = None
+                    if run.closed and on_step is not None:  # the log counts who waits
+                        joined = partial(_joining, arrivals, sessions, max_model_len)
                     now, gpu_free, step = _decode_span(
-                        run, kv_side, prices, queue, live, now, gpu_free, step, horizon, on_step
+                        run,
+                        kv_side,
+                        prices,
+                        queue,
+                        live,
+                        now,
+                        gpu_free,
+                        step,
+                        horizon,
+                        on_step,
+                        joined,
                     )
                     continue
             view = side.schedule(now)
@@ -349,6 +338,29 @@ def replay(
     return out
 
 
+def _joins(s: Session, k: int, max_model_len: int) -> bool:
+    """Whether turn ``k`` of ``s`` joins the queue when it arrives (a server refuses a request
+    longer than the model's context)."""
+    turn = s.turns[k]
+    return s.history_tokens(k) + turn.prompt_tokens + turn.output_tokens <= max_model_len
+
+
+def _joining(
+    arrivals: list[tuple[float, int, int, int]],
+    sessions: Sequence[Session],
+    max_model_len: int,
+    t_end: float,
+) -> list[float]:
+    """The times of the arrivals up to ``t_end`` that will join the queue, in order (the heap
+    is left as it was: its entries are distinct, so it pops them in the same order)."""
+    taken = []
+    while arrivals and arrivals[0][0] <= t_end:
+        taken.append(heapq.heappop(arrivals))
+    for a in taken:
+        heapq.heappush(arrivals, a)
+    return [t for t, _, i, k in taken if _joins(sessions[i], k, max_model_len)]
+
+
 @dataclass(slots=True)
 class _Planned:
     """A step planned and priced, waiting for its output."""
@@ -392,28 +404,50 @@ def _plan(
     price: Callable[[BatchShape], float],
 ) -> _Planned:
     """Book one scheduled step into the turns' states (admissions, preemptions, what each has
-    computed, which sample) and price it; it starts at ``start``, when the GPU is free."""
+    computed, which sample) and price it; it starts at ``start``, when the GPU is free.
+
+    The step's batch: a request scheduling its one newest token with output behind it is a
+    decode; every other (a prompt chunk, a resumed request's recompute) is a prefill chunk of
+    ``n`` tokens after ``computed`` cached ones."""
     if not view.sched:
         return _Planned(view, step, start, 0.0, [])
     admitted = set(view.admitted)
     for rid in view.preempted:  # before this step's schedule: it may readmit them
         live[rid].preemptions += 1
+    chunks: list[tuple[int, int]] = []
+    dec: list[int] = []
+    tokens = 0
+    pairs: float = 0
+    sampled = []
     for rid, n, c in view.sched:
         st = live[rid]
-        if rid in admitted:
+        if admitted and rid in admitted:
             if st.hit < 0:
                 st.hit = c
                 st.admit_s = start
             else:  # a resume: what it had computed and did not hit is computed again
                 st.preempt_recompute += max(0, st.computed - c)
         st.computed = c + n
-    dur = price(step_shape(view, live))
-    sampled = []
-    for rid, n, c in view.sched:
-        st = live[rid]
-        if c + n >= st.num_tokens:  # the step completes it: the model samples its next token
-            st.num_tokens += 1
+        num_tokens = st.num_tokens
+        if n == 1 and c + 1 == num_tokens and num_tokens > st.prompt_len:
+            dec.append(c + 1)
+        else:
+            chunks.append((n, c))
+            tokens += n
+            pairs += attention_pairs(n, c)
+        if c + n >= num_tokens:  # the step completes it: the model samples its next token
+            st.num_tokens = num_tokens + 1
             sampled.append(rid)
+    shape = BatchShape(
+        prefill_tokens=tokens,
+        prefill_pairs=pairs,
+        prefill_seqs=len(chunks),
+        decode_seqs=len(dec),
+        decode_ctx_tokens=sum(dec),
+        prefill_lens=tuple(chunks) if chunks else None,
+        decode_lens=tuple(dec) if dec else None,
+    )
+    dur = price(shape)
     return _Planned(view, step, start, dur, sampled)
 
 
@@ -428,11 +462,14 @@ def _decode_span(
     step: int,
     horizon: float,
     on_step: Callable[[dict], None] | None,
+    joined: Callable[[float], list[float]] | None = None,
 ) -> tuple[float, float, int]:
     """Steady decode steps in one go: as many of ``run``'s as are planned before ``horizon`` (the
-    next arrival; the first always is). Step j is planned at the end of step j-1 (sync) or j-2
-    (async: the queue holds step 0, in flight), and starts when the GPU is free. Returns the
-    loop's ``now``, ``gpu_free`` and ``step`` after it; async, the last step stays in flight."""
+    next arrival that could change them; the first always is). Step j is planned at the end of
+    step j-1 (sync) or j-2 (async: the queue holds step 0, in flight), and starts when the GPU is
+    free. Returns the loop's ``now``, ``gpu_free`` and ``step`` after it; async, the last step
+    stays in flight. ``joined(t)``: the times of the arrivals up to ``t`` that join the queue
+    during the run (it only lengthens the queue: the log's count of who waits)."""
     reqs = run.reqs
     lens = [r.num_computed + 1 for r in reqs]  # each decode's context in the first step
     sync = not queue
@@ -460,10 +497,13 @@ def _decode_span(
     starts = np.concatenate(([start], ends[: k - 1])).tolist()
     durs = dur.tolist()
     waiting = side.waiting_count()
+    plans = plan.tolist()
+    arrived = joined(plans[k - 1]) if joined is not None else []
 
     def view(j: int) -> StepView:  # step j of the span, 1-based
         sched = [(rid, 1, c + j - 2) for rid, c in zip(rids, lens, strict=True)]
-        return StepView(sched, [], [], free[j - 1], len(rids), waiting)
+        queued = waiting + bisect.bisect_right(arrived, plans[j - 1]) if arrived else waiting
+        return StepView(sched, [], [], free[j - 1], len(rids), queued)
 
     if not sync:
         pending = queue.popleft()

@@ -109,6 +109,9 @@ class SteadyDecodes:
     reqs: list[Request]  # in running order
     steps: int
     ctx: int  # the first step's decode contexts, summed (each grows by one a step)
+    # no arrival changes them: the queue's head stays out (or every seat is taken), so a request
+    # that arrives meanwhile only joins the queue behind it
+    closed: bool = False
 
 
 @dataclass(slots=True)
@@ -449,6 +452,9 @@ class VllmScheduler:
         if len(self.in_flight) != (0 if sync else 1):
             return None
         lag = 1 if sync else 0  # num_tokens - num_computed of a steady decoder
+        # async: a request whose last prompt chunk is the step in flight decodes next like the
+        # rest (the step's output is applied in the run; with a CPU tier its stores wait for it)
+        chunk_in_flight = not sync and self.offload is None
         steps = 1 << 62
         allocs = []  # the first step in the span that takes a block, per request (any order)
         ctx = 0
@@ -457,7 +463,7 @@ class VllmScheduler:
             if (
                 req.num_tokens - req.num_computed != lag
                 or req.placeholders != 1 - lag
-                or req.in_flight != 1 - lag
+                or (req.in_flight != 1 - lag and not (chunk_in_flight and req.in_flight > 1))
                 or req.stale
             ):
                 return None
@@ -466,6 +472,8 @@ class VllmScheduler:
             end = req.num_prompt_tokens + req.max_tokens
             left = (end if end < model_len else model_len) - req.num_tokens - 1
             if left < steps:
+                if left < 1:  # its last token is planned: the next step skips it
+                    return None
                 steps = left
             allocs.append(len(req.blocks) * bs - req.num_computed + 1)
             ctx += req.num_computed + 1
@@ -487,7 +495,8 @@ class VllmScheduler:
             steps = lo
         if steps < 1:
             return None
-        return SteadyDecodes(list(running), steps, ctx)
+        closed = self.offload is None and (bool(self.waiting) or n_run >= cfg.max_num_seqs)
+        return SteadyDecodes(list(running), steps, ctx, closed)
 
     def _offload_quiet(self) -> bool:
         """CPU offloading: whether the connector has nothing to do in a steady decode step."""
@@ -545,7 +554,9 @@ class VllmScheduler:
             counts = self._decode_blocks_by_step(reqs, c0, x0, k, plan_times)
         for i, req in enumerate(reqs):
             req.num_computed, req.num_tokens = c0[i] + k, n0[i] + k
-        if not sync:  # step k is in flight now
+        if not sync:  # step k is in flight now, one token of each
+            for req in reqs:
+                req.in_flight = 1
             self.in_flight[0] = StepPlan(
                 [(r, 1, c0[i] + k - 1) for i, r in enumerate(reqs)], [], []
             )
