@@ -235,3 +235,38 @@ def test_async_a_preempted_request_still_gets_its_token_in_flight():
     assert s.update({a, b}) == []
     assert b.num_tokens == 9 and b.stale == 0  # delivered, and b will recompute 9 tokens
     assert a.placeholders == 1
+
+
+# --- runs of steady decode steps -------------------------------------------------------------------
+
+
+def test_async_a_request_whose_prompt_is_the_step_in_flight_decodes_next_with_the_run():
+    """Async: the step after a prompt's last chunk decodes its first output like any other
+    decode (its placeholder is the token in flight), so it is part of a steady run at once."""
+    s = VllmScheduler(VllmConfig(num_blocks=64, block_size=4, async_scheduling=True))
+    a = req("a", 10, 5, 0)
+    s.add(a)
+    assert ids(s.schedule()) == [("a", 10, 0)]  # the prompt, in flight
+    assert a.in_flight == 10 and a.placeholders == 1
+    run = s.steady_decodes()
+    assert run is not None and run.reqs == [a]
+    # the step in flight gives token 11, the run's steps 12..15: the 4th gives its last
+    assert run.steps == 4
+    s.advance_decodes(run, 2, [0.0, 0.0])
+    # the prompt's step and the run's first step applied, the second in flight: one token
+    assert (a.num_tokens, a.num_computed, a.in_flight, a.placeholders) == (12, 12, 1, 1)
+
+
+def test_a_run_is_closed_to_arrivals_only_while_the_queue_has_a_head_that_stays_out():
+    """A request that arrives during a run joins the queue behind its head: if the head stays
+    out, the arrival changes no step of the run; with an empty queue, it could be admitted."""
+    s = VllmScheduler(VllmConfig(num_blocks=9, block_size=4))  # 8 usable blocks
+    a = req("a", 16, 8, 0)  # 4 blocks for its prompt
+    s.add(a)
+    assert ids(s.schedule()) == [("a", 16, 0)]
+    s.update({a})
+    run = s.steady_decodes()
+    assert run is not None and not run.closed  # an empty queue: an arrival may be admitted
+    s.add(req("b", 20, 2, 1))  # its whole prompt needs 5 blocks: 4 are free
+    run = s.steady_decodes()
+    assert run is not None and run.closed
