@@ -8,7 +8,8 @@ any fetch, so it opens the same offline, from a mail attachment or from a CI art
 
 Every piece of text from the folder (column names, cell values, the YAML, file names) goes through
 ``html.escape``. The pass/FAIL judgements are the ``pass_*`` columns that ``kvsim run`` wrote
-(``sim.metrics.targets``); the target thresholds shown in the headers are sim.metrics' constants.
+(``experiments.targets``; an empty cell, an offline policy's, is n/a); the thresholds shown are the
+``targets`` of config.resolved.yaml (the defaults for a folder whose config has no ``targets`` key).
 """
 
 from __future__ import annotations
@@ -16,12 +17,15 @@ from __future__ import annotations
 import base64
 import html
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import PurePath
 
 import pandas as pd
+import yaml
 
-from sim import metrics
+from experiments.targets import DEFAULT_TARGETS, RULES, from_resolved, rule_text
+
+Targets = Mapping[str, float | None] | None
 
 # Embedded image types, by file suffix (lower case).
 IMAGE_TYPES = {
@@ -33,14 +37,6 @@ IMAGE_TYPES = {
     ".webp": "image/webp",
 }
 
-# Header of each pass_<target> column: the rule of sim.metrics.targets, with its constant.
-TARGET_RULES = {
-    "evict_us": f"evict_us_p50 < {metrics.EVICT_US_TARGET:g} us",
-    "reprefill": f"reprefill_rate < {metrics.REPREFILL_TARGET:g}",
-    "jain": f"jain_service \u2265 {metrics.JAIN_TARGET:g}",
-    "gpu_util": f"gpu_util \u2265 {metrics.GPU_UTIL_TARGET:g}",
-    "throughput_impact": f"throughput_impact < {metrics.THROUGHPUT_IMPACT_TARGET:g}",
-}
 
 _CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
 _STYLE = """
@@ -102,7 +98,7 @@ def _passed(v: object) -> bool | None:
 
 def _verdict_cell(ok: bool | None, text: str | None = None) -> str:
     if ok is None:
-        return '<td class="na">-</td>'
+        return '<td class="na">n/a</td>'
     label = text if text is not None else ("pass" if ok else "FAIL")
     return f'<td class="{"pass" if ok else "fail"}">{e(label)}</td>'
 
@@ -112,9 +108,29 @@ def target_columns(summary: pd.DataFrame) -> list[str]:
     return [c for c in summary.columns if str(c).startswith("pass_")]
 
 
-def target_header(column: str) -> str:
+def target_header(column: str, targets: Targets = DEFAULT_TARGETS) -> str:
+    """The rule of a pass_<target> column with its threshold in ``targets``; else its name."""
     name = column[len("pass_") :]
-    return TARGET_RULES.get(name, name)
+    bound = (targets or {}).get(name)
+    return rule_text(name, bound) if name in RULES and bound is not None else name
+
+
+def config_targets(config_text: str) -> Targets:
+    """The targets of a results folder's config.resolved.yaml text (``targets.from_resolved``)."""
+    try:
+        data = yaml.safe_load(config_text)
+    except yaml.YAMLError as exc:
+        raise ValueError(f"config.resolved.yaml: not YAML ({exc})") from None
+    return from_resolved(data)
+
+
+def targets_line(targets: Targets) -> str:
+    """The targets the grid points were judged against, as one paragraph."""
+    if targets is None:
+        return '<p id="target-rules">Targets: none (the experiment says <code>targets: none</code>).</p>'
+    rules = [rule_text(n, b) for n, b in targets.items() if n in RULES and b is not None]
+    text = "; ".join(rules) if rules else "none set"
+    return f'<p id="target-rules">Targets (<code>targets</code> of config.resolved.yaml): {e(text)}.</p>'
 
 
 def summary_html(summary: pd.DataFrame) -> str:
@@ -139,9 +155,11 @@ def summary_html(summary: pd.DataFrame) -> str:
     )
 
 
-def targets_html(summary: pd.DataFrame) -> str:
-    """One row per policy (first-seen order), one column per target: pass when every grid point of
-    the policy passes it, else FAIL with how many points failed; then all targets together."""
+def targets_html(summary: pd.DataFrame, targets: Targets = DEFAULT_TARGETS) -> str:
+    """One row per policy (first-seen order), one column per target (headed by its rule in
+    ``targets``): pass when every grid point of the policy passes it, else FAIL with how many
+    points failed, n/a when no point has a verdict (an offline policy); then all targets
+    together."""
     cols = target_columns(summary)
     if summary.empty:
         return '<p class="muted">summary.csv holds no grid points.</p>'
@@ -151,19 +169,19 @@ def targets_html(summary: pd.DataFrame) -> str:
         return '<p class="muted">summary.csv has no pass_* columns.</p>'
     head = (
         "<th>policy</th><th>grid points</th>"
-        + "".join(f"<th>{e(target_header(c))}</th>" for c in cols)
+        + "".join(f"<th>{e(target_header(c, targets))}</th>" for c in cols)
         + "<th>all targets</th>"
     )
     rows = []
     for policy, group in summary.groupby("policy", sort=False, dropna=False):
-        cells, all_ok = [], True
+        cells, all_ok, judged = [], True, False
         for col in cols:
             verdicts = [p for p in map(_passed, group[col]) if p is not None]
             if not verdicts:
                 cells.append(_verdict_cell(None))
                 continue
             failed = verdicts.count(False)
-            all_ok = all_ok and not failed
+            all_ok, judged = all_ok and not failed, True
             cells.append(
                 _verdict_cell(
                     not failed, "pass" if not failed else f"FAIL ({failed} of {len(verdicts)})"
@@ -171,7 +189,7 @@ def targets_html(summary: pd.DataFrame) -> str:
             )
         rows.append(
             f'<tr><td class="text">{e(_cell_text(policy))}</td><td>{len(group)}</td>'
-            f"{''.join(cells)}{_verdict_cell(all_ok)}</tr>"
+            f"{''.join(cells)}{_verdict_cell(all_ok if judged else None)}</tr>"
         )
     return (
         f'<div class="scroll"><table id="targets"><thead><tr>{head}</tr></thead>'
@@ -204,6 +222,7 @@ def render_report(
     source: str = "",
 ) -> str:
     """The whole page: targets per policy, plots, the summary table and the config."""
+    targets = config_targets(config_text)
     n_policies = summary["policy"].nunique() if "policy" in summary.columns else 0
     about = f"{len(summary)} grid points, {n_policies} policies, {len(plots)} plots"
     if source:
@@ -221,9 +240,11 @@ def render_report(
 <h1>{e(title)}</h1>
 <p class="muted">{about}</p>
 <h2>Targets per policy</h2>
+{targets_line(targets)}
 <p class="muted">pass: every grid point of the policy meets the target (pass_* columns of
-summary.csv).</p>
-{targets_html(summary)}
+summary.csv); n/a: an offline bound (belady, cost-belady), which reads the future and is not judged.
+</p>
+{targets_html(summary, targets)}
 <h2>Plots</h2>
 {plots_html(plots)}
 <h2>Summary (summary.csv)</h2>

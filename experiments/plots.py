@@ -20,7 +20,7 @@ not written, a panel without data says so in the panel, and each such case adds 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -31,6 +31,7 @@ from matplotlib.ticker import FuncFormatter, PercentFormatter
 
 from experiments.design_plots import TIERS, budget_figure, engine_figure, offload_figure
 from experiments.plot_points import NO_FIGURES, drawable_points
+from experiments.targets import DEFAULT_TARGETS
 
 FACET_DIMS: tuple[str, ...] = (
     "engine",
@@ -51,10 +52,17 @@ _DPI = 120
 
 
 def make_plots(
-    summary: pd.DataFrame, turns: pd.DataFrame, out_dir: str | Path, notes: list[str] | None = None
+    summary: pd.DataFrame,
+    turns: pd.DataFrame,
+    out_dir: str | Path,
+    notes: list[str] | None = None,
+    targets: Mapping[str, float | None] | None = DEFAULT_TARGETS,
 ) -> list[Path]:
     """Write every figure that the data supports into ``out_dir``; return their paths. A line per
-    figure skipped or panel left empty is appended to ``notes`` (when given)."""
+    figure skipped or panel left empty is appended to ``notes`` (when given). The re-prefill and
+    Jain figures draw their threshold in ``targets`` (the experiment's) as a dashed line, when set."""
+    reprefill = (targets or {}).get("reprefill")
+    jain = (targets or {}).get("jain")
     out_dir = Path(out_dir)
     notes = [] if notes is None else notes
     finite = drawable_points(summary)
@@ -73,7 +81,7 @@ def make_plots(
             "re-prefill rate (% of history tokens)",
             out_dir / "reprefill_vs_capacity.png",
             notes,
-            target=(0.2, "target < 20 %"),
+            target=None if reprefill is None else (reprefill, f"target < {reprefill * 100:g} %"),
             percent=True,
             why="no turn had history tokens",
         ),
@@ -86,7 +94,7 @@ def make_plots(
             "Jain's index of 1 / mean TTFT slowdown",
             out_dir / "jain_vs_capacity.png",
             notes,
-            target=(0.8, "target >= 0.8"),
+            target=None if jain is None else (jain, f"target >= {jain:g}"),
             ylim=(0.0, 1.03),
             why="no session completed two or more turns",
         ),

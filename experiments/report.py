@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 import pandas as pd
+
+from experiments.targets import DEFAULT_TARGETS, RULES, short_header
 
 _VARYING_LABELS = (  # every grid label but policy and gpu_kv_gb, in summary.csv's order
     "engine",
@@ -27,18 +30,14 @@ _METRICS = {  # column -> (header, format)
     "jain_service": ("jain", "{:.3f}"),
     "ttft_p50_s": ("ttft_p50_s", "{:.3f}"),
 }
-_TARGET_HEADERS = {
-    "pass_evict_us": "evict_p50<100us",
-    "pass_reprefill": "reprefill<20%",
-    "pass_jain": "jain>=0.8",
-    "pass_gpu_util": "util>=90%",
-    "pass_throughput_impact": "thr_impact<5%",
-}
 
 
-def summary_table(summary: pd.DataFrame) -> str:
+def summary_table(
+    summary: pd.DataFrame, targets: Mapping[str, float | None] | None = DEFAULT_TARGETS
+) -> str:
     """policy, the capacity and any other varying grid label, the headline metrics, and one
-    pass/FAIL column per target."""
+    pass / FAIL / n/a (an offline policy) column per pass_* column, headed by the rule of
+    ``targets`` (the experiment's thresholds)."""
     if summary.empty:
         return "(no grid points)"
     labels = ["policy", "gpu_kv_gb"] + [
@@ -49,10 +48,19 @@ def summary_table(summary: pd.DataFrame) -> str:
         out[head] = summary[col].map(lambda v, fmt=fmt: "-" if _nan(v) else fmt.format(v))
     for col in summary.columns:
         if col.startswith("pass_"):
-            out[_TARGET_HEADERS.get(col, col[5:])] = summary[col].map(
-                lambda v: "pass" if bool(v) else "FAIL"
-            )
+            out[_target_header(col[5:], targets)] = summary[col].map(_verdict)
     return out.to_string(index=False)
+
+
+def _target_header(name: str, targets: Mapping[str, float | None] | None) -> str:
+    bound = (targets or {}).get(name)
+    return short_header(name, bound) if name in RULES and bound is not None else name
+
+
+def _verdict(v: object) -> str:
+    if v is None or _nan(v):
+        return "n/a"
+    return "pass" if bool(v) else "FAIL"
 
 
 def _plain(v: object) -> str:

@@ -6,7 +6,8 @@ every file is written, so ``--out`` either holds a complete run or does not exis
 new one is in place).
 
 Files: summary.csv (one row per grid point: grid labels, every ``sim.metrics.summarize`` column,
-``throughput_impact`` when an infinite-memory baseline ran, then ``pass_*`` target columns),
+``throughput_impact`` when an infinite-memory baseline ran, then one ``pass_*`` column per target of
+the experiment's ``targets``: True, False, or empty for an offline policy (``experiments.targets``)),
 turns.parquet and sessions.parquet (ledgers with the grid labels), config.resolved.yaml, plots/*.png.
 """
 
@@ -18,7 +19,7 @@ import os
 import shutil
 import stat
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,8 +30,9 @@ import yaml
 from experiments.executor import PointResult, TraceInfo
 from experiments.plot_points import NO_FIGURES, drawable_points
 from experiments.schema import LABEL_COLUMNS, Experiment
+from experiments.targets import DEFAULT_TARGETS, is_offline, judge
 from experiments.version import kvsim_version
-from sim.metrics import SUMMARY_COLUMNS, targets
+from sim.metrics import SUMMARY_COLUMNS
 
 SUMMARY_FILE = "summary.csv"
 TURNS_FILE = "turns.parquet"
@@ -58,13 +60,22 @@ class WrittenResults:
     notes: list[str] = field(default_factory=list)  # figures or panels the data could not support
 
 
-def collect(results: Sequence[PointResult]) -> ResultTables:
+def collect(
+    results: Sequence[PointResult],
+    targets: Mapping[str, float | None] | None = DEFAULT_TARGETS,
+) -> ResultTables:
     """Build the summary table (with throughput impact against gpu_kv_gb = inf rows, when there are
-    any, and the pass_* targets) and concatenate the ledgers, in the order of ``results``."""
+    any, and a pass_* column per target of ``targets``, None: none) and concatenate the ledgers, in
+    the order of ``results``."""
     rows = [{**r.labels, **r.summary} for r in results]
     _add_throughput_impact(rows)
+    offline: dict[str, bool] = {}
     for row in rows:
-        row.update({f"pass_{k}": v for k, v in targets(row).items()})
+        policy = str(row["policy"])
+        if policy not in offline:
+            offline[policy] = is_offline(policy)
+        verdicts = judge(row, targets, offline=offline[policy])
+        row.update({f"pass_{k}": v for k, v in verdicts.items()})
     summary = pd.DataFrame(rows, columns=_summary_columns(rows))
     turns = pd.concat([r.turns for r in results], ignore_index=True) if results else pd.DataFrame()
     sessions = (
@@ -147,7 +158,10 @@ def write_results(
         (tmp / PLOTS_DIR).mkdir()
         notes: list[str] = []
         plots = [
-            p.relative_to(tmp) for p in _draw(tables.summary, tables.turns, tmp / PLOTS_DIR, notes)
+            p.relative_to(tmp)
+            for p in _draw(
+                tables.summary, tables.turns, tmp / PLOTS_DIR, notes, experiment.thresholds()
+            )
         ]
         files = sorted(p.relative_to(tmp) for p in tmp.rglob("*") if p.is_file())
         _move_into_place(tmp, out, force)
@@ -167,14 +181,20 @@ def _usual_permissions(folder: Path) -> None:
     os.chmod(folder, mode)
 
 
-def _draw(summary: pd.DataFrame, turns: pd.DataFrame, out_dir: Path, notes: list[str]) -> list:
+def _draw(
+    summary: pd.DataFrame,
+    turns: pd.DataFrame,
+    out_dir: Path,
+    notes: list[str],
+    targets: Mapping[str, float | None] | None,
+) -> list:
     """The figures (``plots.make_plots``); matplotlib is imported only when one can be drawn."""
     if drawable_points(summary).empty:
         notes.append(NO_FIGURES)
         return []
     from experiments.plots import make_plots
 
-    return make_plots(summary, turns, out_dir, notes)
+    return make_plots(summary, turns, out_dir, notes, targets)
 
 
 def _move_into_place(tmp: Path, out: Path, force: bool) -> None:

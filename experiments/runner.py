@@ -75,7 +75,7 @@ def run_experiment(
         dataclasses.replace(have[i] if i in have else next(new), index=i)
         for i in range(len(points))
     ]
-    tables = collect(results)
+    tables = collect(results, experiment.thresholds())
     infos = [trace_info(spec) for spec in experiment.trace_specs()]
     written = write_results(out, experiment, tables, force=force, traces=infos)
     ckpt.clear()

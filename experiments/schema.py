@@ -57,6 +57,7 @@ from pydantic import (
 )
 from pydantic_core import ErrorDetails
 
+from experiments.targets import DEFAULT_TARGETS, RULES
 from sim.config import (
     BUDGET_KINDS,
     BUDGET_SCORERS,
@@ -451,6 +452,40 @@ class ExecutorSpec(_Strict):
     )
 
 
+class TargetsSpec(_Strict):
+    """The thresholds each grid point is judged against (``experiments.targets``): the ``pass_*``
+    columns of summary.csv. A key set to null drops that target."""
+
+    evict_us: PosFloat | None = Field(
+        default=DEFAULT_TARGETS["evict_us"], description="evict_us_p50 below this, in microseconds"
+    )
+    reprefill: Annotated[float, Field(ge=0, le=1)] | None = Field(
+        default=DEFAULT_TARGETS["reprefill"], description="reprefill_rate below this (0 to 1)"
+    )
+    jain: Annotated[float, Field(ge=0, le=1)] | None = Field(
+        default=DEFAULT_TARGETS["jain"], description="jain_service at least this (0 to 1)"
+    )
+    gpu_util: Annotated[float, Field(ge=0, le=1)] | None = Field(
+        default=DEFAULT_TARGETS["gpu_util"], description="gpu_util at least this (0 to 1)"
+    )
+    throughput_impact: Annotated[float, Field(ge=0, le=1)] | None = Field(
+        default=DEFAULT_TARGETS["throughput_impact"],
+        description="throughput_impact below this (0 to 1; judged with baseline_infinite only)",
+    )
+
+    def thresholds(self) -> dict[str, float | None]:
+        return self.model_dump()
+
+
+def _targets_off(v: Any) -> Any:
+    """``targets: none`` (or ``off``) as null: no judging."""
+    if isinstance(v, str):
+        if v.strip().lower() in ("none", "off"):
+            return None
+        raise ValueError(f"expected a mapping of targets ({', '.join(RULES)}) or none, got {v!r}")
+    return v
+
+
 # ``tp``: a list of degrees, or a mapping of model -> degrees. The union's two forms are told apart
 # by their type (a tagged union), so an error names the entry, not both forms; the tags are left
 # out of the key paths in messages (``format_loc``).
@@ -505,6 +540,11 @@ class Experiment(_Strict):
         AfterValidator(_no_duplicates),
     ] = [SparseSpec()]
     executor: ExecutorSpec = ExecutorSpec()
+    targets: Annotated[TargetsSpec | None, BeforeValidator(_targets_off)] = Field(
+        default=TargetsSpec(),
+        description="thresholds each grid point is judged against (pass_* columns); none: no "
+        "judging",
+    )
     baseline_infinite: StrictBool = Field(
         False,
         description="also run every point with gpu_kv_gb=inf to measure the throughput impact",
@@ -557,7 +597,13 @@ class Experiment(_Strict):
         if isinstance(out.get("tp"), dict):
             out["tp"] = {models.get(k, k): v for k, v in out["tp"].items()}
         out["hardware"] = [_registered_gpu(h) for h in self.hardware]
+        out["targets"] = self.thresholds()  # every key, null ones too (exclude_none drops them)
         return out
+
+    def thresholds(self) -> dict[str, float | None] | None:
+        """The targets (``experiments.targets``) as target -> threshold (None: dropped), or None
+        when judging is off."""
+        return None if self.targets is None else self.targets.thresholds()
 
     def trace_specs(self) -> list[TraceSpec]:
         labels = [t.kind + (f":{Path(t.path).name}" if t.path else "") for t in self.trace]
@@ -1109,6 +1155,7 @@ _SECTIONS: dict[tuple[str, ...], type[BaseModel]] = {
     ("executor",): ExecutorSpec,
     ("budgets",): BudgetSpec,
     ("sparse",): SparseSpec,
+    ("targets",): TargetsSpec,
 }
 
 

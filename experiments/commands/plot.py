@@ -24,9 +24,11 @@ def main(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     import pandas as pd
+    import yaml
 
     from experiments.plots import make_plots
-    from experiments.results import PLOTS_DIR, SUMMARY_FILE, TURNS_FILE
+    from experiments.results import CONFIG_FILE, PLOTS_DIR, SUMMARY_FILE, TURNS_FILE
+    from experiments.targets import from_resolved
 
     out = Path(args.dir)
     for name in (SUMMARY_FILE, TURNS_FILE):
@@ -34,12 +36,19 @@ def main(args: argparse.Namespace) -> int:
             raise ValueError(
                 f"{out / name}: no such file (is {out} a results folder of kvsim run?)"
             )
+    # the experiment's targets (dashed lines); the defaults for a folder without its config
+    resolved = (
+        yaml.safe_load((out / CONFIG_FILE).read_text(encoding="utf-8"))
+        if (out / CONFIG_FILE).is_file()
+        else None
+    )
+    targets = from_resolved(resolved)
     summary = pd.read_csv(out / SUMMARY_FILE)
     turns = pd.read_parquet(out / TURNS_FILE)
     tmp = Path(tempfile.mkdtemp(prefix=f".{PLOTS_DIR}.tmp-", dir=out))
     try:
         notes: list[str] = []
-        drawn = make_plots(summary, turns, tmp, notes)
+        drawn = make_plots(summary, turns, tmp, notes, targets)
         old = out / PLOTS_DIR
         if old.exists():
             shutil.rmtree(old)

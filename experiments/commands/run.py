@@ -106,7 +106,7 @@ def main(args: argparse.Namespace) -> int:
     for note in w.notes:
         print(f"note: {note}")
     if not args.quiet:
-        print(summary_table(outcome.summary))
+        print(summary_table(outcome.summary, exp.thresholds()))
     rejected = outcome.summary.get("rejected_turns")
     if rejected is not None and (rejected > 0).any():
         print(

@@ -235,7 +235,7 @@ def test_targets_html_marks_missing_verdicts_and_keeps_policy_order():
         "all targets",
     ]
     assert rows[1] == ["b", "2", "FAIL (1 of 2)", "pass", "FAIL"]
-    assert rows[2] == ["a", "1", "-", "-", "pass"]
+    assert rows[2] == ["a", "1", "n/a", "n/a", "n/a"]  # no verdict at all (an offline bound)
 
 
 # ---------------------------------------------------------------------------------------------
