@@ -66,7 +66,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 def main(args: argparse.Namespace) -> int:
     from experiments.checkpoint import partial_dir
-    from experiments.report import summary_table
+    from experiments.report import axis_columns, summary_table
     from experiments.runner import default_out_dir, finished_points, run_experiment
     from experiments.schema import load_experiment
     from experiments.shared_data import check_data_dir
@@ -106,7 +106,8 @@ def main(args: argparse.Namespace) -> int:
     for note in w.notes:
         print(f"note: {note}")
     if not args.quiet:
-        print(summary_table(outcome.summary, exp.thresholds()))
+        axes = axis_columns(exp.grid() + exp.baseline_points())
+        print(summary_table(outcome.summary, exp.thresholds(), axes))
     rejected = outcome.summary.get("rejected_turns")
     if rejected is not None and (rejected > 0).any():
         print(
