@@ -14,7 +14,8 @@ llama-3-70b: [2, 4]}``), so one grid runs a small model on one GPU and a large o
 ``budgets`` is a list of token-budget mappings (``kind``: full | streamingllm | smartkv);
 ``sparse`` a list of CPU-offload decode mappings (``kind``: off | quest | full). A sparse mode
 with ``cpu_kv_gb = 0`` cannot run: those combinations are left out of the grid (so
-one grid holds recompute, swap-in and offload).
+one grid holds recompute, swap-in and offload). ``targets`` (a mapping of target -> threshold, or
+none) is no axis: it sets the thresholds of summary.csv's pass_* columns (``experiments.targets``).
 
 Relative paths (``trace.path``, a model or hardware given as a file) resolve against the YAML
 file's folder first, then the current directory; a path that starts with ``${KVSIM_SHARED_DATA}``
