@@ -15,6 +15,7 @@ from test_report_html import Page
 from experiments import plots
 from experiments.cli import main
 from experiments.schema import ConfigError, load_experiment
+from experiments.targets import DEFAULT_TARGETS, judge
 from sim.metrics import JAIN_TARGET, REPREFILL_TARGET
 
 PASSES = ["pass_evict_us", "pass_reprefill", "pass_jain", "pass_gpu_util"]
@@ -173,3 +174,29 @@ def test_plots_draw_the_experiments_thresholds(fake_backend, write_yaml, tmp_pat
     target = drawn["reprefill_rate"]
     assert isinstance(target, tuple) and math.isclose(target[0], 0.35)
     assert drawn["jain_service"] is None
+
+
+def test_default_targets_at_their_boundaries():
+    good = dict(
+        evict_calls=5, evict_us_p50=99.0, reprefill_rate=0.19, jain_service=0.8, gpu_util=0.9
+    )
+    assert judge(good, DEFAULT_TARGETS) == dict(
+        evict_us=True, reprefill=True, jain=True, gpu_util=True
+    )
+    bad = dict(
+        evict_calls=5,
+        evict_us_p50=100.0,
+        reprefill_rate=0.2,
+        jain_service=0.79,
+        gpu_util=0.89,
+        throughput_impact=0.05,
+    )
+    assert judge(bad, DEFAULT_TARGETS) == dict(
+        evict_us=False, reprefill=False, jain=False, gpu_util=False, throughput_impact=False
+    )
+    assert judge(dict(good, throughput_impact=0.049), DEFAULT_TARGETS)["throughput_impact"] is True
+    # No eviction call at all: nothing slow was decided. NaN metrics fail.
+    assert (
+        judge(dict(good, evict_calls=0, evict_us_p50=math.nan), DEFAULT_TARGETS)["evict_us"] is True
+    )
+    assert judge(dict(good, jain_service=math.nan), DEFAULT_TARGETS)["jain"] is False

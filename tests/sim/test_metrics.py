@@ -15,7 +15,6 @@ from sim.metrics import (
     jain_index,
     session_table,
     summarize,
-    targets,
 )
 from sim.results import TURN_COLUMNS, EngineStats, SimResult
 from sim.samples import Samples, weighted_percentile
@@ -206,25 +205,3 @@ def test_session_table():
     assert tab.loc["B", "hit_fraction"] == 0.0
     assert math.isnan(tab.loc["C", "hit_fraction"])  # no history
     assert tab.loc["C", "mean_slowdown"] == pytest.approx(2.0)
-
-
-def test_targets_boundaries():
-    good = dict(
-        evict_calls=5, evict_us_p50=99.0, reprefill_rate=0.19, jain_service=0.8, gpu_util=0.9
-    )
-    assert targets(good) == dict(evict_us=True, reprefill=True, jain=True, gpu_util=True)
-    bad = dict(
-        evict_calls=5,
-        evict_us_p50=100.0,
-        reprefill_rate=0.2,
-        jain_service=0.79,
-        gpu_util=0.89,
-        throughput_impact=0.05,
-    )
-    assert targets(bad) == dict(
-        evict_us=False, reprefill=False, jain=False, gpu_util=False, throughput_impact=False
-    )
-    assert targets(dict(good, throughput_impact=0.049))["throughput_impact"] is True
-    # No eviction call at all: nothing slow was decided. NaN metrics fail.
-    assert targets(dict(good, evict_calls=0, evict_us_p50=math.nan))["evict_us"] is True
-    assert targets(dict(good, jain_service=math.nan))["jain"] is False
