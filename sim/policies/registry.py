@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import importlib
 
 from sim.policies.base import EvictionPolicy, PolicyContext
@@ -43,8 +44,10 @@ def policy_class(name: str) -> type[EvictionPolicy]:
     try:
         return _POLICIES[name]
     except KeyError:
+        close = difflib.get_close_matches(name, available_policies(), n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
         raise ValueError(
-            f"unknown policy {name!r}; registered: {', '.join(available_policies())}"
+            f"unknown policy {name!r}{hint}; registered: {', '.join(available_policies())}"
         ) from None
 
 

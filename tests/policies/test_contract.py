@@ -311,3 +311,13 @@ def test_empty_policy_has_no_victim(name):
         ),
     )
     assert pol.peek(0.0) is None and pol.evict(0.0) is None and len(pol) == 0
+
+
+def test_an_unknown_policy_name_gets_the_closest_registered_one_wherever_it_is_named():
+    with pytest.raises(ValueError, match=r"unknown policy 'lur' \(did you mean 'lru'\?\)"):
+        policy_class("lur")
+    with pytest.raises(ValueError, match=r"unknown policy 's3-fifo' \(did you mean 's3fifo'\?\)"):
+        policy_class("s3-fifo")
+    with pytest.raises(ValueError) as info:
+        policy_class("zzzz")
+    assert "did you mean" not in str(info.value) and "registered: arc," in str(info.value)
