@@ -108,10 +108,8 @@ def main(args: argparse.Namespace) -> int:
     if not args.quiet:
         axes = axis_columns(exp.grid() + exp.baseline_points())
         print(summary_table(outcome.summary, exp.thresholds(), axes))
-    rejected = outcome.summary.get("rejected_turns")
-    if rejected is not None and (rejected > 0).any():
-        print(
-            f"note: {int((rejected > 0).sum())} grid point(s) rejected turns whose context does "
-            f"not fit in the GPU KV at all (column rejected_turns); their metrics cover fewer turns"
-        )
+    from experiments.rejections import rejection_note
+
+    if (rejected := rejection_note(outcome.summary, exp)) is not None:
+        print(rejected)
     return 0
