@@ -176,7 +176,7 @@ def test_list_prints_one_line_per_value(sections, capsys):
 def test_list_json_is_one_object_of_every_section(sections, capsys):
     assert main(["list", "--json"]) == 0
     got = json.loads(capsys.readouterr().out)
-    assert list(got) == list(sections)
+    assert list(got) == [*sections, "experiments"]  # the bundled experiments last
     for name, section in sections.items():
         assert got[name]["key"] == section.key
         assert [c["name"] for c in got[name]["choices"]] == [c.name for c in section.choices]
