@@ -135,9 +135,9 @@ class KvsimSide:
         return self.sched.steady_decodes()
 
     def advance_decodes(
-        self, run: SteadyDecodes, k: int, plan_times: Sequence[float]
+        self, run: SteadyDecodes, k: int, plan_times: Sequence[float], skip_step: bool = False
     ) -> tuple[list[int], list[int]]:
-        return self.sched.advance_decodes(run, k, plan_times)
+        return self.sched.advance_decodes(run, k, plan_times, skip_step)
 
     def waiting_count(self) -> int:
         return len(self.sched.waiting) + len(self.sched.holding)
@@ -250,7 +250,8 @@ def replay(
             st = TurnState(i, k, rid, prompt, turn.output_tokens, t, num_tokens=prompt)
             live[rid] = st
             side.add(rid, tokens[i], prompt, turn.output_tokens)
-        if side.has_requests() or pending:
+        # (a run of decodes can leave the queue full: then the oldest step's output comes first)
+        if (side.has_requests() or pending) and len(queue) < depth:
             if spans and len(queue) == depth - 1 and not pending:
                 run = kv_side.steady_decodes()
                 if run is not None:
@@ -469,7 +470,11 @@ def _decode_span(
     step j-1 (sync) or j-2 (async: the queue holds step 0, in flight), and starts when the GPU is
     free. Returns the loop's ``now``, ``gpu_free`` and ``step`` after it; async, the last step
     stays in flight. ``joined(t)``: the times of the arrivals up to ``t`` that join the queue
-    during the run (it only lengthens the queue: the log's count of who waits)."""
+    during the run (it only lengthens the queue: the log's count of who waits).
+
+    Async, when the run reaches its end (``run.ending``'s last tokens) before ``horizon``, the
+    step after it, planned while that step is in flight, skips them and decodes the rest: it is
+    taken too, and both steps stay in flight (the older one's output finishes them)."""
     reqs = run.reqs
     lens = [r.num_computed + 1 for r in reqs]  # each decode's context in the first step
     sync = not queue
@@ -486,19 +491,34 @@ def _decode_span(
         if k < want or want == run.steps:
             break
         want = min(2 * want, run.steps)
-    dur, plan = dur[:k], plan[:k]
-    free, held = side.advance_decodes(run, k, plan.tolist())
-    prices.book_decodes(dur, len(reqs), held)
+    dur, plans = dur[:k], plan[:k].tolist()
+    keep: list[int] = []  # the step after the run: who it decodes
+    if not sync and run.ending and k == run.steps:
+        after = float(ends[k - 2]) if k > 1 else gpu_free  # planned when step k - 1 ended
+        if after < horizon:
+            ending = set(run.ending)
+            keep = [i for i, r in enumerate(reqs) if r not in ending]
+    if keep:
+        last = prices.decodes([lens[i] + k for i in keep], 1)
+        ends = running_sum(start, np.concatenate((dur, last)))[1:]
+        plans.append(after)
+    free, held = side.advance_decodes(run, k, plans, skip_step=bool(keep))
+    prices.book_decodes(dur, len(reqs), held[:k])
     rids = [r.rid for r in reqs]
     for rid, c in zip(rids, lens, strict=True):
         st = live[rid]
         st.num_tokens += k
         st.computed = c - 1 + k
-    starts = np.concatenate(([start], ends[: k - 1])).tolist()
+    if keep:
+        prices.book_decodes(last, len(keep), held[k:])
+        for i in keep:
+            st = live[rids[i]]
+            st.num_tokens += 1
+            st.computed += 1
+    starts = np.concatenate(([start], ends[: len(plans) - 1])).tolist()
     durs = dur.tolist()
     waiting = side.waiting_count()
-    plans = plan.tolist()
-    arrived = joined(plans[k - 1]) if joined is not None else []
+    arrived = joined(plans[-1]) if joined is not None else []
 
     def view(j: int) -> StepView:  # step j of the span, 1-based
         sched = [(rid, 1, c + j - 2) for rid, c in zip(rids, lens, strict=True)]
@@ -514,8 +534,18 @@ def _decode_span(
         if on_step is not None:
             on_step(pending.log_entry([]))
         queue.append(_Planned(view(k), step + k - 1, starts[k - 1], durs[k - 1], rids))
+        if keep:
+            sched = [(rids[i], 1, lens[i] + k - 1) for i in keep]
+            queued = waiting + bisect.bisect_right(arrived, plans[k]) if arrived else waiting
+            view_after = StepView(sched, [], [], free[k], len(rids), queued)
+            dur_after = float(last[0])
+            queue.append(
+                _Planned(view_after, step + k, starts[k], dur_after, [e[0] for e in sched])
+            )
     if on_step is not None:
         for j in range(1, k + 1 if sync else k):
             on_step(_Planned(view(j), step + j - 1, starts[j - 1], durs[j - 1], rids).log_entry([]))
-    end = float(ends[k - 1])
+    end = float(ends[len(plans) - 1])
+    if keep:
+        return plans[k], end, step + k + 1
     return (end if sync else float(ends[k - 2]) if k > 1 else gpu_free), end, step + k

@@ -112,6 +112,10 @@ class SteadyDecodes:
     # no arrival changes them: the queue's head stays out (or every seat is taken), so a request
     # that arrives meanwhile only joins the queue behind it
     closed: bool = False
+    # async: the requests whose last token the run's last step computes, if the step after it
+    # (which skips them; it is planned before that token arrives) is steady for the rest too:
+    # the run may take that step as well (empty: it may not)
+    ending: list[Request] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -457,6 +461,7 @@ class VllmScheduler:
         chunk_in_flight = not sync and self.offload is None
         steps = 1 << 62
         allocs = []  # the first step in the span that takes a block, per request (any order)
+        lefts = []  # the steps before each one's last token is planned (the same order)
         ctx = 0
         model_len = self.model_len
         for req in reversed(running):  # the newest first: a request still prefilling is one
@@ -476,6 +481,7 @@ class VllmScheduler:
                     return None
                 steps = left
             allocs.append(len(req.blocks) * bs - req.num_computed + 1)
+            lefts.append(left)
             ctx += req.num_computed + 1
         if steps < 1:
             return None
@@ -487,6 +493,7 @@ class VllmScheduler:
         def taken(k: int) -> int:  # blocks the first k steps take
             return sum((k - a) // bs + 1 for a in allocs if a <= k)
 
+        last = steps  # the step that computes the first last token
         if taken(steps) > free:  # the last k whose blocks are free
             lo, hi = 0, steps
             while lo < hi:
@@ -496,7 +503,43 @@ class VllmScheduler:
         if steps < 1:
             return None
         closed = self.offload is None and (bool(self.waiting) or n_run >= cfg.max_num_seqs)
-        return SteadyDecodes(list(running), steps, ctx, closed)
+        ending: list[Request] = []
+        if chunk_in_flight and steps == last:
+            ending = self._skip_step(running, allocs, lefts, steps, free - taken(steps), closed)
+        return SteadyDecodes(list(running), steps, ctx, closed, ending)
+
+    def _skip_step(
+        self,
+        running: list[Request],
+        allocs: list[int],
+        lefts: list[int],
+        steps: int,
+        free: int,
+        closed: bool,
+    ) -> list[Request]:
+        """Async: the requests whose last token step ``steps`` of a run computes, if the step after
+        it is steady for the others (they decode, the blocks they take are free after the run,
+        and the queue admits nothing, with their seats and budget back); else none.
+        ``allocs`` and ``lefts``: each request's first step taking a block and its steps left,
+        newest first; ``free``: blocks free after the run."""
+        bs, cfg = self.bs, self.cfg
+        after = steps + 1
+        ending = []
+        takes = 0  # blocks the step after takes
+        for req, a, left in zip(reversed(running), allocs, lefts, strict=True):
+            if left == steps:
+                ending.append(req)
+            elif a <= after and (after - a) % bs == 0:
+                takes += 1
+        if takes > free:
+            return []
+        n_left = len(running) - len(ending)
+        if self.waiting:  # its head stayed out with the run's seats and budget: again with fewer?
+            if n_left < cfg.max_num_seqs and not self._head_stays_out(n_left):
+                return []
+        elif closed:  # closed by its seats alone: a seat comes free
+            return []
+        return ending
 
     def _offload_quiet(self) -> bool:
         """CPU offloading: whether the connector has nothing to do in a steady decode step."""
@@ -532,11 +575,13 @@ class VllmScheduler:
         return not self._fits(head, n, (), cfg.scheduler_reserve_full_isl)
 
     def advance_decodes(
-        self, run: SteadyDecodes, k: int, plan_times: Sequence[float]
+        self, run: SteadyDecodes, k: int, plan_times: Sequence[float], skip_step: bool = False
     ) -> tuple[list[int], list[int]]:
         """Apply ``k`` steps of ``run`` (at most ``run.steps``), as ``schedule()`` and ``update``
         would: step j (1-based) planned at ``plan_times[j - 1]``; sync, each step's output
         applied; async, the step in flight and steps 1..k-1 applied, step k in flight.
+        ``skip_step`` (async, ``k == run.steps``, ``run.ending``): step k+1 too, which decodes
+        all but ``run.ending``; steps k and k+1 are in flight.
 
         Only the steps where a request takes a block or caches one touch it (in running order,
         as ``schedule()``); the others just lengthen it. Returns the pool's free blocks and the
@@ -547,25 +592,35 @@ class VllmScheduler:
         n0 = [r.num_tokens for r in reqs]
         # tokens whose blocks a step's allocation caches: sync, its own; async, the known ones
         x0 = c0 if sync else [n - 1 for n in n0]
+        if skip_step:
+            assert not sync and k == run.steps and run.ending, "no step after this run"
+            ending = set(run.ending)
+            ks = [k if r in ending else k + 1 for r in reqs]
+        else:
+            ks = [k] * len(reqs)
         counts = None
         if self.pool.caching_commutes:
-            counts = self._decode_blocks_at_once(reqs, c0, x0, k)
+            counts = self._decode_blocks_at_once(reqs, c0, x0, ks)
         if counts is None:
-            counts = self._decode_blocks_by_step(reqs, c0, x0, k, plan_times)
+            counts = self._decode_blocks_by_step(reqs, c0, x0, ks, plan_times)
         for i, req in enumerate(reqs):
-            req.num_computed, req.num_tokens = c0[i] + k, n0[i] + k
-        if not sync:  # step k is in flight now, one token of each
-            for req in reqs:
-                req.in_flight = 1
+            req.num_computed, req.num_tokens = c0[i] + ks[i], n0[i] + k
+        if not sync:  # step k is in flight now, one token of each (and step k+1, of the rest)
+            for i, req in enumerate(reqs):
+                req.in_flight = req.placeholders = 1 + ks[i] - k
             self.in_flight[0] = StepPlan(
                 [(r, 1, c0[i] + k - 1) for i, r in enumerate(reqs)], [], []
             )
+            if skip_step:
+                self.in_flight.append(
+                    StepPlan([(r, 1, c0[i] + k) for i, r in enumerate(reqs) if ks[i] > k], [], [])
+                )
         if self.defer_free:  # async: k steps planned, the one in flight before them and k - 1 run
             self.sched_seq += k
             self.processed_seq += k
             for req in reqs:
                 req.last_seq = self.sched_seq
-        self.now = plan_times[k - 1]
+        self.now = plan_times[max(ks) - 1]
         return counts
 
     def _decode_blocks_by_step(
@@ -573,13 +628,15 @@ class VllmScheduler:
         reqs: list[Request],
         c0: list[int],
         x0: list[int],
-        k: int,
+        ks: list[int],
         plan_times: Sequence[float],
     ) -> tuple[list[int], list[int]]:
-        """The blocks ``k`` decode steps take and cache, step by step: only the steps where a
-        request takes a block or caches one touch it (in running order, as ``schedule()``).
-        Returns the pool's free blocks and the blocks holding KV after each step."""
+        """The blocks decode steps take and cache, step by step (request i decodes in the first
+        ``ks[i]`` steps): only the steps where a request takes a block or caches one touch it (in
+        running order, as ``schedule()``). Returns the pool's free blocks and the blocks holding
+        KV after each step."""
         bs, pool = self.bs, self.pool
+        k = max(ks)
         usable = pool.num_blocks - 1
         caching = self.cfg.enable_prefix_caching
 
@@ -601,7 +658,9 @@ class VllmScheduler:
             self.now = plan_times[j - 1]
             due = []
             while events and events[0][0] == j:
-                due.append(heapq.heappop(events)[1])
+                i = heapq.heappop(events)[1]
+                if j <= ks[i]:
+                    due.append(i)
             for i in sorted(due):  # what _allocate(req, 1) does for a decode, without its checks
                 req = reqs[i]
                 if c0[i] + j > len(req.blocks) * bs:  # its token at c0 + j - 1 needs a block
@@ -619,7 +678,7 @@ class VllmScheduler:
         return free, held
 
     def _decode_blocks_at_once(
-        self, reqs: list[Request], c0: list[int], x0: list[int], k: int
+        self, reqs: list[Request], c0: list[int], x0: list[int], ks: list[int]
     ) -> tuple[list[int], list[int]] | None:
         """What ``_decode_blocks_by_step`` does, with one pass over the free queue and one
         caching call; None (nothing done) where that could differ from it.
@@ -634,7 +693,7 @@ class VllmScheduler:
         caching: list[tuple[Request, int]] = []  # (request, its full blocks after the span)
         if self.cfg.enable_prefix_caching:
             for i, req in enumerate(reqs):
-                full = (x0[i] + k) // bs
+                full = (x0[i] + ks[i]) // bs
                 if full > req.num_cached:
                     new_keys += self._keys(req, req.num_cached, full)
                     caching.append((req, full))
@@ -646,11 +705,11 @@ class VllmScheduler:
             first = len(req.blocks) * bs - c0[i] + 1  # the step whose token needs a new block
             if first < 1:
                 raise AssertionError(f"{req.rid}: its blocks are behind its tokens")
-            for j in range(first, k + 1, bs):
+            for j in range(first, ks[i] + 1, bs):
                 takes.append((j, i))
         takes.sort()
         blocks, evicted = pool.take_each(len(takes))
-        free, held = self._counts_after_takes(takes, evicted, k)
+        free, held = self._counts_after_takes(takes, evicted, max(ks))
         for (_, i), block in zip(takes, blocks):
             reqs[i].blocks.append(block)
         if caching:  # one call: the keys are new to each other, so their order does not matter

@@ -270,3 +270,41 @@ def test_a_run_is_closed_to_arrivals_only_while_the_queue_has_a_head_that_stays_
     s.add(req("b", 20, 2, 1))  # its whole prompt needs 5 blocks: 4 are free
     run = s.steady_decodes()
     assert run is not None and run.closed
+
+
+def _twin_requests():
+    s = VllmScheduler(VllmConfig(num_blocks=64, block_size=4, async_scheduling=True))
+    a, b = req("a", 10, 3, 0), req("b", 6, 9, 1)
+    s.add(a)
+    s.add(b)
+    s.schedule()  # both prompts, in flight
+    return s, a, b
+
+
+def test_async_a_run_takes_the_step_that_skips_a_finishing_request_as_schedule_does():
+    """The run's last step computes a's last token; the step after it is planned while that token
+    is in flight: it skips a and decodes b. Taken with the run, it leaves both schedulers alike."""
+    s, a, b = _twin_requests()
+    run = s.steady_decodes()
+    assert run is not None and run.steps == 2 and run.ending == [a]  # a's tokens 11, 12, 13
+    s.advance_decodes(run, 2, [0.0, 0.0, 0.0], skip_step=True)
+    t, ta, tb = _twin_requests()
+    steps = [t.schedule()]  # step 1, planned while the prompts' step runs
+    for _ in range(2):  # a step's output, then the step after the one in flight
+        t.update({ta, tb})
+        steps.append(t.schedule())
+    assert ids(steps[-2]) == [("a", 1, 11), ("b", 1, 7)] and ids(steps[-1]) == [("b", 1, 8)]
+    for x, y in ((a, ta), (b, tb)):
+        state = (x.num_tokens, x.num_computed, x.in_flight, x.placeholders, x.blocks, x.num_cached)
+        assert state == (
+            y.num_tokens,
+            y.num_computed,
+            y.in_flight,
+            y.placeholders,
+            y.blocks,
+            y.num_cached,
+        )
+    assert [ids(p) for p in s.in_flight] == [ids(p) for p in t.in_flight]
+    assert s.pool.num_free == t.pool.num_free
+    assert [r.rid for r in s.update({a, b})] == ["a"]  # a's last token arrives: it finishes
+    assert b.in_flight == 1

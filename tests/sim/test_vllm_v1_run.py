@@ -208,9 +208,9 @@ class _CountingSide(KvsimSide):
 
     spanned = 0
 
-    def advance_decodes(self, run, k, plan_times):
-        self.spanned += k
-        return super().advance_decodes(run, k, plan_times)
+    def advance_decodes(self, run, k, plan_times, skip_step=False):
+        self.spanned += k + skip_step
+        return super().advance_decodes(run, k, plan_times, skip_step)
 
 
 @pytest.mark.parametrize("policy", ["lru", "arc"])
