@@ -58,11 +58,24 @@ def code_blocks(text: str) -> list[tuple[str, str, int]]:
     ]
 
 
+# A block right below this comment is run, not only parsed, by the test it names (the README's
+# walkthrough of one's own trace: that test makes its files, which are not in the repository).
+RUN_BY = re.compile(r"<!-- run by (?P<test>tests/[\w/]+\.py) -->")
+
+
+def run_by(text: str, line: int) -> str | None:
+    """The test named by a ``<!-- run by tests/....py -->`` line right above the fence at ``line``."""
+    above = text.splitlines()[line - 2].strip() if line >= 2 else ""
+    m = RUN_BY.fullmatch(above)
+    return m["test"] if m else None
+
+
 def _snippets(langs: set[str]) -> list[tuple[str, str]]:
     out = []
     for page in PAGES:
-        for lang, body, line in code_blocks(page.read_text(encoding="utf-8")):
-            if lang in langs:
+        text = page.read_text(encoding="utf-8")
+        for lang, body, line in code_blocks(text):
+            if lang in langs and run_by(text, line) is None:
                 out.append((f"{_rel(page)}:{line}", body))
     return out
 
@@ -192,8 +205,9 @@ def check_command(argv: list[str]) -> None:
 COMMANDS = [
     (f"{where} kvsim {shlex.join(argv)}", argv)
     for page in PAGES
-    for lang, body, line in code_blocks(page.read_text(encoding="utf-8"))
-    if lang in SHELL_LANGS
+    for text in [page.read_text(encoding="utf-8")]
+    for lang, body, line in code_blocks(text)
+    if lang in SHELL_LANGS and run_by(text, line) is None
     for where in [f"{_rel(page)}:{line}"]
     for argv in kvsim_commands(body, lang)
 ]
@@ -202,6 +216,18 @@ COMMANDS = [
 @pytest.mark.parametrize(("where", "argv"), COMMANDS, ids=[w for w, _ in COMMANDS])
 def test_kvsim_command_parses(where: str, argv: list[str]) -> None:
     check_command(argv)
+
+
+def test_blocks_run_by_a_test_name_one_that_exists() -> None:
+    named = {
+        run_by(text, line)
+        for page in PAGES
+        for text in [page.read_text(encoding="utf-8")]
+        for _, _, line in code_blocks(text)
+    } - {None}
+    assert named, "no page has a block run by a test (the README's walkthrough has)"
+    for test in named:
+        assert (ROOT / str(test)).is_file(), f"no such test: {test}"
 
 
 # ---------------------------------------------------------------------------------------------
