@@ -94,7 +94,8 @@ def _needed(points: Sequence[GridPoint], rows: Sequence[int]) -> str:
         except Exception:  # a figure to help, never a reason for the note to fail
             return ""
         bt = p.memory.block_tokens
-        gib = math.ceil(longest / bt) * bt * per_token / GIB
+        pages = math.ceil(longest / bt) + (p.engine.kind == "vllm-v1")  # vLLM keeps one block back
+        gib = pages * bt * per_token / GIB
         if best is None or gib > best[0]:
             best = (gib, longest, p.trace.label, p.labels()["model"])
     if best is None:
@@ -127,9 +128,11 @@ def _longest_context(point: GridPoint) -> int:
 
 
 def _kv_bytes_per_token(point: GridPoint) -> int:
-    """KV bytes of one token in the whole tensor-parallel group (a replicated KV head counted on
-    each GPU that holds it), which is what ``gpu_kv_gb`` counts."""
+    """KV bytes of one token as ``gpu_kv_gb`` counts them: kvsim's engine, in the whole
+    tensor-parallel group (a replicated KV head counted on each GPU that holds it); vllm-v1, on
+    one GPU (its blocks are ``gpu_kv_gb`` over one GPU's page)."""
     import costmodels
 
     cost = costmodels.cost_model(point.model, point.hardware, tp=point.tp)
-    return int(cost.kv_bytes_per_token) * point.tp
+    group = 1 if point.engine.kind == "vllm-v1" else point.tp
+    return int(cost.kv_bytes_per_token) * group

@@ -6,6 +6,7 @@ import math
 import re
 
 import pandas as pd
+import pytest
 
 import costmodels
 import traces
@@ -15,13 +16,18 @@ from experiments.schema import load_experiment
 
 SMALL = """
 name: rej
-trace: {{kind: synthetic, sessions: 20, seed: 3{extra}}}
+trace: {{kind: synthetic, sessions: 20, seed: 3}}
 model: llama-3-8b
 hardware: h100-sxm
 memory: {{gpu_kv_gb: {gpu}, cpu_kv_gb: 0}}
+engine: {{kind: {engine}}}
 policies: [lru]
 executor: {{kind: local, workers: 1}}
 """
+
+
+def small(gpu: str, engine: str = "kvsim") -> str:
+    return SMALL.format(gpu=gpu, engine=engine)
 
 
 def _note(out: str) -> str | None:
@@ -40,7 +46,7 @@ def _longest_gib(bt: int = 16) -> float:
 def test_a_run_that_rejects_turns_names_the_count_the_cause_and_the_keys(
     write_yaml, tmp_path, capsys
 ):
-    cfg = write_yaml(SMALL.format(gpu="[0.25, 1, 8]", extra=""))
+    cfg = write_yaml(small("[0.25, 1, 8]"))
     assert main(["run", str(cfg), "--out", str(tmp_path / "r"), "--quiet"]) == 0
     out = capsys.readouterr().out
     summary = pd.read_csv(tmp_path / "r" / "summary.csv")
@@ -57,11 +63,12 @@ def test_a_run_that_rejects_turns_names_the_count_the_cause_and_the_keys(
     assert "trace file" not in note  # a synthetic trace only
 
 
-def test_the_kv_the_note_names_is_what_serves_every_turn(write_yaml, tmp_path, capsys):
+@pytest.mark.parametrize("engine", ["kvsim", "vllm-v1"])
+def test_the_kv_the_note_names_is_what_serves_every_turn(engine, write_yaml, tmp_path, capsys):
     """The GiB the note gives for the longest conversation: a GPU KV just below it rejects that
-    conversation's last turn, that many GiB reject nothing."""
+    conversation's last turn, that many GiB reject nothing (in either engine)."""
     need = _longest_gib()
-    cfg = write_yaml(SMALL.format(gpu=f"{need * 0.98:.4f}", extra=""), "below.yaml")
+    cfg = write_yaml(small(f"{need * 0.98:.4f}", engine), "below.yaml")
     assert main(["run", str(cfg), "--out", str(tmp_path / "below"), "--quiet"]) == 0
     note = _note(capsys.readouterr().out)
     assert note is not None and "1 of 1 grid points rejected" in note
@@ -69,14 +76,14 @@ def test_the_kv_the_note_names_is_what_serves_every_turn(write_yaml, tmp_path, c
     assert said is not None
     gib = float(said.group(1))
     assert need <= gib <= need * 1.01
-    cfg = write_yaml(SMALL.format(gpu=said.group(1), extra=""), "said.yaml")
+    cfg = write_yaml(small(said.group(1), engine), "said.yaml")
     assert main(["run", str(cfg), "--out", str(tmp_path / "said"), "--quiet"]) == 0
     assert _note(capsys.readouterr().out) is None
     assert pd.read_csv(tmp_path / "said" / "summary.csv")["rejected_turns"].tolist() == [0]
 
 
 def test_no_note_when_nothing_was_rejected(write_yaml, tmp_path, capsys):
-    cfg = write_yaml(SMALL.format(gpu="8", extra=""))
+    cfg = write_yaml(small("8"))
     assert main(["run", str(cfg), "--out", str(tmp_path / "r"), "--quiet"]) == 0
     assert _note(capsys.readouterr().out) is None
 
