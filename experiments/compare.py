@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -59,6 +60,7 @@ CONFIG_KEYS: dict[str, str] = {
     "budget": "budgets",
     "sparse": "sparse",
     "seed": "seeds",
+    "time_scale": "trace[].time_scale",  # [] stands for any index of the trace list
 }
 # Settings of config.resolved.yaml that cannot change a metric (or are recorded elsewhere).
 _NOT_SETTINGS = ("name", "kvsim_version", "traces_loaded", "executor", "targets", "step_log")
@@ -185,7 +187,7 @@ def compare(a: ResultsFolder, b: ResultsFolder, metrics: Sequence[str] | None = 
         )
     # the settings no label shows: a label's own key only where both hold one value, the same
     # label (two traces both labelled synthetic, of different sizes)
-    shown_by_labels = {CONFIG_KEYS[c] for c in (*va, *vb, *differ)}
+    shown_by_labels = {CONFIG_KEYS.get(c, c) for c in (*va, *vb, *differ)}
     settings = _settings_differ(a.config, b.config, shown_by_labels)
     if settings:
         shown = settings[:MAX_SETTINGS_SHOWN]
@@ -491,7 +493,7 @@ def _settings_differ(ca: Mapping[str, Any], cb: Mapping[str, Any], shown: set[st
 
 
 def _flatten(node: Any, prefix: str, skip: set[str]) -> Iterable[tuple[str, str]]:
-    if prefix in skip:
+    if prefix in skip or re.sub(r"\[\d+\]", "[]", prefix) in skip:
         return
     if isinstance(node, dict):
         for k, v in node.items():

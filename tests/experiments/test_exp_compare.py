@@ -63,7 +63,8 @@ def write_folder(path: Path, rows: list[dict], config: dict | None = None) -> Pa
     """A results folder of ``rows`` (each: labels and metrics over the defaults above)."""
     path.mkdir(parents=True)
     table = pd.DataFrame([{**LABELS, **METRICS, **r} for r in rows])
-    table = table[[*LABEL_COLUMNS, *(c for c in table.columns if c not in LABEL_COLUMNS)]]
+    labels = [c for c in LABEL_COLUMNS if c in table.columns]
+    table = table[[*labels, *(c for c in table.columns if c not in labels)]]
     table.to_csv(path / "summary.csv", index=False)
     (path / "config.resolved.yaml").write_text(yaml.safe_dump(config or CONFIG, sort_keys=False))
     return path
