@@ -21,12 +21,25 @@ Definitions as in docs/semantics.md (Metrics). Conventions worth stating:
   ``gpu_peak_gb`` the highest GPU KV occupancy (with infinite memory: the peak demand).
 * Per-priority-class Jain indices (``jain_service_p<class>``, ``jain_hit_p<class>``) appear only
   when the ledger holds more than one class. A session's class is the priority of its first turn.
+* TPOT (time per output token after the first) is per turn: the ledger's ``tbt_mean_s``,
+  (finish - first token) / (o_k - 1), undefined for o_k = 1. ``tpot_p*_s`` are linear percentiles
+  over the turns where it is defined. ITL (the gap between two tokens of one turn) is per token:
+  the ``tbt_p*_s`` columns above, from the per-iteration record (a preempted turn's wait is in its
+  TPOT, in no iteration's duration).
+* SLO columns judge each completed turn against an ``Slo`` (``DEFAULT_SLO`` unless the caller gives
+  one): it meets the SLO when ttft_s <= the TTFT bound and its TPOT <= the TPOT bound (a turn of one
+  output token has no TPOT and meets that bound; a bound of None is not applied), as vLLM's
+  benchmark counts a good request. ``slo_attainment`` = turns meeting it / (completed + rejected
+  turns): a rejected turn never got a first token, so it misses; NaN with no turn at all.
+  ``goodput_turns_s`` (vLLM's request goodput) and ``goodput_tok_s`` (the output tokens of those
+  turns) are per second of ``sim_time_s``, the span ``throughput_tok_s`` divides by.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -53,11 +66,18 @@ SUMMARY_COLUMNS: tuple[str, ...] = (
     "ttft_p90_s",
     "ttft_p99_s",
     "tbt_p50_s",
+    "tbt_p90_s",
     "tbt_p99_s",
+    "tpot_p50_s",
+    "tpot_p90_s",
+    "tpot_p99_s",
     "e2e_p50_s",
     "e2e_p90_s",
     "e2e_p99_s",
     "throughput_tok_s",
+    "slo_attainment",
+    "goodput_turns_s",
+    "goodput_tok_s",
     "evict_calls",
     "evict_us_p50",
     "evict_us_p99",
@@ -86,6 +106,39 @@ REPREFILL_TARGET = 0.2
 JAIN_TARGET = 0.8
 GPU_UTIL_TARGET = 0.9
 THROUGHPUT_IMPACT_TARGET = 0.05
+
+
+@dataclass(frozen=True, slots=True)
+class Slo:
+    """Per-turn latency objectives, in simulated seconds: a completed turn meets them when its
+    ttft_s <= ``ttft_s`` and its TPOT (the ledger's ``tbt_mean_s``) <= ``tpot_s``. None: that
+    bound is not applied. An experiment's ``slo:`` section sets them."""
+
+    ttft_s: float | None = 2.0
+    tpot_s: float | None = 0.1
+
+    def __post_init__(self) -> None:
+        for name in ("ttft_s", "tpot_s"):
+            v = getattr(self, name)
+            if v is not None and (isinstance(v, bool) or not v > 0 or math.isnan(v)):
+                raise ValueError(f"slo.{name}: must be a number > 0 or None, got {v!r}")
+
+
+# The thresholds summarize() judges against when its caller gives none (docs/semantics.md).
+DEFAULT_SLO = Slo()
+
+
+def slo_met(turns: pd.DataFrame, slo: Slo = DEFAULT_SLO) -> np.ndarray:
+    """One bool per ledger row: the turn meets ``slo`` (a turn of one output token has no TPOT,
+    so meets the TPOT bound, as vLLM's benchmark counts its TPOT as 0)."""
+    ok = np.ones(len(turns), dtype=bool)
+    if slo.ttft_s is not None:
+        ok &= turns["ttft_s"].to_numpy(dtype=float) <= slo.ttft_s
+    if slo.tpot_s is not None:
+        tpot = turns["tbt_mean_s"].to_numpy(dtype=float)
+        ok &= np.isnan(tpot) | (tpot <= slo.tpot_s)
+    return ok
+
 
 SESSION_COLUMNS: tuple[str, ...] = (
     "session_id",
@@ -170,9 +223,12 @@ def _jain_columns(sessions: pd.DataFrame, suffix: str = "") -> dict[str, float]:
     }
 
 
-def summarize(result: SimResult, sessions: pd.DataFrame | None = None) -> dict[str, Any]:
+def summarize(
+    result: SimResult, sessions: pd.DataFrame | None = None, slo: Slo | None = None
+) -> dict[str, Any]:
     """The summary row of one run: every SUMMARY_COLUMNS entry, then per-class Jain columns.
-    ``sessions``: the run's ``session_table``, when the caller has it already."""
+    ``sessions``: the run's ``session_table``, when the caller has it already. ``slo``: the
+    thresholds of the SLO columns (None: ``DEFAULT_SLO``)."""
     t, s = result.turns, result.stats
     # masks, not filtered frames: a long run's ledger is not copied
     in_hist = t["history_tokens"].to_numpy() > 0
@@ -184,7 +240,11 @@ def summarize(result: SimResult, sessions: pd.DataFrame | None = None) -> dict[s
     later = t["turn"].to_numpy() >= 1
     if sessions is None:
         sessions = session_table(result)
-    tbt_p50, tbt_p99 = s.tbt.percentiles((50, 99))
+    tbt_p50, tbt_p90, tbt_p99 = s.tbt.percentiles((50, 90, 99))
+    tpot = t["tbt_mean_s"]
+    met = slo_met(t, DEFAULT_SLO if slo is None else slo)
+    asked = len(t) + int(getattr(s, "rejected_turns", 0))  # the turns that wanted serving
+    good_tokens = int(t["output_tokens"].to_numpy()[met].sum())
     evict_ns_p50, evict_ns_p99 = s.evict_ns.percentiles((50, 99))
 
     row: dict[str, Any] = {
@@ -205,11 +265,18 @@ def summarize(result: SimResult, sessions: pd.DataFrame | None = None) -> dict[s
         "ttft_p90_s": finite_percentile(t["ttft_s"], 90),
         "ttft_p99_s": finite_percentile(t["ttft_s"], 99),
         "tbt_p50_s": tbt_p50,
+        "tbt_p90_s": tbt_p90,
         "tbt_p99_s": tbt_p99,
+        "tpot_p50_s": finite_percentile(tpot, 50),
+        "tpot_p90_s": finite_percentile(tpot, 90),
+        "tpot_p99_s": finite_percentile(tpot, 99),
         "e2e_p50_s": finite_percentile(t["e2e_s"], 50),
         "e2e_p90_s": finite_percentile(t["e2e_s"], 90),
         "e2e_p99_s": finite_percentile(t["e2e_s"], 99),
         "throughput_tok_s": s.output_tokens / s.sim_time_s if s.sim_time_s > 0 else math.nan,
+        "slo_attainment": int(met.sum()) / asked if asked else math.nan,
+        "goodput_turns_s": int(met.sum()) / s.sim_time_s if s.sim_time_s > 0 else math.nan,
+        "goodput_tok_s": good_tokens / s.sim_time_s if s.sim_time_s > 0 else math.nan,
         "evict_calls": len(s.evict_ns),
         "evict_us_p50": evict_ns_p50 / 1e3,
         "evict_us_p99": evict_ns_p99 / 1e3,

@@ -11,9 +11,12 @@ import pytest
 
 from sim.config import GIB
 from sim.metrics import (
+    DEFAULT_SLO,
     SUMMARY_COLUMNS,
+    Slo,
     jain_index,
     session_table,
+    slo_met,
     summarize,
 )
 from sim.results import TURN_COLUMNS, EngineStats, SimResult
@@ -205,3 +208,75 @@ def test_session_table():
     assert tab.loc["B", "hit_fraction"] == 0.0
     assert math.isnan(tab.loc["C", "hit_fraction"])  # no history
     assert tab.loc["C", "mean_slowdown"] == pytest.approx(2.0)
+
+
+# SLO ledger: (ttft_s, TPOT, output tokens). Under Slo(1.0, 0.1): A0 meets; A1 meets, both on the
+# bound (inclusive); B0 misses TTFT; B1 misses TPOT; C0 has one output token, no TPOT: meets.
+SLO_LEDGER = [
+    dict(turn("A", 0, ttft=0.5, o=10), tbt_mean_s=0.05),
+    dict(turn("A", 1, ttft=1.0, o=20), tbt_mean_s=0.1),
+    dict(turn("B", 0, ttft=1.5, o=40), tbt_mean_s=0.02),
+    dict(turn("B", 1, ttft=0.2, o=80), tbt_mean_s=0.3),
+    dict(turn("C", 0, ttft=0.3, o=1), tbt_mean_s=math.nan),
+]
+
+
+def test_slo_attainment_and_goodput_by_hand():
+    s = summarize(result(SLO_LEDGER, rejected_turns=3), slo=Slo(ttft_s=1.0, tpot_s=0.1))
+    assert s["slo_attainment"] == pytest.approx(3 / 8)  # A0, A1, C0 of 5 completed + 3 rejected
+    assert s["goodput_turns_s"] == pytest.approx(3 / 10.0)  # sim_time_s = 10
+    assert s["goodput_tok_s"] == pytest.approx((10 + 20 + 1) / 10.0)
+    assert list(slo_met(result(SLO_LEDGER).turns, Slo(1.0, 0.1))) == [
+        True,
+        True,
+        False,
+        False,
+        True,
+    ]
+
+
+def test_slo_one_bound_only():
+    ttft_only = summarize(result(SLO_LEDGER), slo=Slo(ttft_s=1.0, tpot_s=None))
+    assert ttft_only["slo_attainment"] == pytest.approx(4 / 5)  # all but B0
+    assert ttft_only["goodput_tok_s"] == pytest.approx((10 + 20 + 80 + 1) / 10.0)
+    tpot_only = summarize(result(SLO_LEDGER), slo=Slo(ttft_s=None, tpot_s=0.1))
+    assert tpot_only["slo_attainment"] == pytest.approx(4 / 5)  # all but B1
+    assert tpot_only["goodput_tok_s"] == pytest.approx((10 + 20 + 40 + 1) / 10.0)
+    none = summarize(result(SLO_LEDGER), slo=Slo(ttft_s=None, tpot_s=None))
+    assert none["slo_attainment"] == 1.0 and none["goodput_turns_s"] == pytest.approx(0.5)
+
+
+def test_slo_defaults_when_the_caller_gives_none():
+    assert (DEFAULT_SLO.ttft_s, DEFAULT_SLO.tpot_s) == (2.0, 0.1)
+    s = summarize(result(SLO_LEDGER))
+    assert s["slo_attainment"] == pytest.approx(4 / 5)  # B0's 1.5 s is within 2 s; B1 misses
+    assert s["goodput_tok_s"] == pytest.approx((10 + 20 + 40 + 1) / 10.0)
+
+
+def test_slo_on_an_empty_ledger():
+    empty = summarize(result([], tbt=Samples(weighted=True), sim_time_s=0.0))
+    assert math.isnan(empty["slo_attainment"]) and math.isnan(empty["goodput_turns_s"])
+    assert math.isnan(empty["goodput_tok_s"]) and math.isnan(empty["tpot_p50_s"])
+    rejected = summarize(result([], tbt=Samples(weighted=True), rejected_turns=2))
+    assert rejected["slo_attainment"] == 0.0 and rejected["goodput_turns_s"] == 0.0
+
+
+@pytest.mark.parametrize(
+    "kw", [dict(ttft_s=0.0), dict(tpot_s=-0.1), dict(ttft_s=math.nan), dict(tpot_s=True)]
+)
+def test_slo_refuses_a_bound_that_is_not_positive(kw):
+    with pytest.raises(ValueError, match=r"slo\.(ttft|tpot)_s: must be a number > 0"):
+        Slo(**kw)
+
+
+def test_tpot_and_itl_percentiles_by_hand():
+    # ITL record: 10 decoded tokens, 5 waited 10 ms, 3 20 ms, 1 30 ms, 1 40 ms (inverted CDF:
+    # ranks 5, 9 and 10 of 10)
+    tbt = Samples.of([0.01, 0.02, 0.03, 0.04], [5, 3, 1, 1])
+    s = summarize(result(SLO_LEDGER, tbt=tbt))
+    assert (s["tbt_p50_s"], s["tbt_p90_s"], s["tbt_p99_s"]) == (0.01, 0.03, 0.04)
+    # TPOT over the four turns that have one, sorted 0.02, 0.05, 0.1, 0.3 (linear interpolation;
+    # C0's single token has none)
+    assert s["tpot_p50_s"] == pytest.approx(0.075)  # halfway between 0.05 and 0.1
+    assert s["tpot_p90_s"] == pytest.approx(0.1 + 0.7 * 0.2)  # rank 2.7
+    assert s["tpot_p99_s"] == pytest.approx(0.1 + 0.97 * 0.2)  # rank 2.97
