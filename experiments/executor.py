@@ -66,6 +66,7 @@ class TraceInfo:
     sessions: int
     turns: int
     skipped: int  # sessions the loader dropped as malformed
+    time_scale: float = 1.0  # the factor on its arrival and think times (the time_scale axis)
 
 
 def _load(spec: TraceSpec) -> Any:
@@ -91,6 +92,7 @@ def trace_info(spec: TraceSpec) -> TraceInfo:
         sessions=len(sessions),
         turns=sum(len(s.turns) for s in sessions),
         skipped=int(getattr(load, "skipped", 0)),
+        time_scale=spec.time_scale,
     )
 
 
@@ -180,7 +182,7 @@ def run_point(
                 log.close()
         labels = point.labels()
         sessions = session_table(result)
-        summary = summarize(result, sessions)
+        summary = summarize(result, sessions, point.slo)
         layers = costmodels.get_model(point.model).num_layers
         summary.update(budget_quality(result, point.budget, layers, point.seed))
         return PointResult(

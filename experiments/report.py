@@ -25,6 +25,7 @@ _VARYING_LABELS = (  # every grid label but policy and gpu_kv_gb, in summary.csv
     "hardware",
     "tp",
     "trace",
+    "time_scale",
     "cpu_kv_gb",
     "block_tokens",
     "evict_unit",
@@ -93,7 +94,8 @@ def axis_columns(points: Sequence[GridPoint]) -> pd.DataFrame:
             [p.sparse.label for p in points],
         ),
     ):
-        keys = list(dict.fromkeys(k for spec in specs for k in spec))
+        # the time_scale axis has its own label column
+        keys = [k for k in dict.fromkeys(k for spec in specs for k in spec) if k != "time_scale"]
         for key in keys:
             seen: dict[str, set[str]] = {}
             for spec, label in zip(specs, labels):

@@ -1,11 +1,12 @@
 """The experiment YAML: validation with pydantic and expansion into a grid of runs.
 
 Any list-valued field under ``memory``, ``engine.kind``, ``engine.pipelining``, and ``policies``, ``seeds``,
-``model``, ``hardware``, ``tp`` and ``trace`` (a list of trace mappings) is a grid axis; a scalar
-is a one-value axis. Every error is a
+``model``, ``hardware``, ``tp``, ``trace`` (a list of trace mappings) and a trace's ``time_scale`` (a
+request-rate sweep: each value multiplies the trace's arrival and think times; summary.csv's
+``time_scale`` column) is a grid axis; a scalar is a one-value axis. Every error is a
 ``ConfigError`` whose lines read ``FILE: KEY.PATH[i]: message``.
 
-Grid order (deterministic, lists in the order written): trace, model, hardware, tp, engine.kind,
+Grid order (deterministic, lists in the order written): trace, time_scale, model, hardware, tp, engine.kind,
 evict_unit, pipelining, budgets, sparse, block_tokens, cpu_kv_gb, policy, gpu_kv_gb, seed -- the last one
 varies fastest. ``tp`` is the tensor-parallel degree: the run prices one GPU of a group of tp, and
 ``memory.gpu_kv_gb`` / ``cpu_kv_gb`` are the whole group's (each GPU holds 1/tp of every page).
@@ -75,6 +76,7 @@ from sim.config import (
     MemoryConfig,
     SparseConfig,
 )
+from sim.metrics import DEFAULT_SLO, Slo
 
 TRACE_KINDS = ("synthetic", "sharegpt", "mooncake", "azure", "burstgpt", "jsonl")
 FILE_TRACE_KINDS = ("sharegpt", "mooncake", "azure", "burstgpt", "jsonl")  # need trace.path
@@ -216,8 +218,31 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
 
+def _check_time_scale(v: Any) -> Any:
+    """``trace.time_scale``: a number > 0, or a list of them (a grid axis: one run per value)."""
+
+    def positive(x: Any) -> bool:
+        return (
+            not isinstance(x, bool) and isinstance(x, (int, float)) and math.isfinite(x) and x > 0
+        )
+
+    if v is None:
+        return v
+    if isinstance(v, list):
+        if not v:
+            raise ValueError("must not be empty (a number > 0, or a list of them)")
+        for i, x in enumerate(v):
+            if not positive(x):
+                raise ValueError(f"entry {i}: must be a finite number > 0, got {x!r}")
+        return _no_duplicates(v)
+    if not positive(v):
+        raise ValueError(f"must be a finite number > 0 or a list of them, got {v!r}")
+    return v
+
+
 class TraceSpecModel(BaseModel):
-    """A trace: ``kind`` plus options passed to ``traces.load_trace`` unchanged (``path`` resolved)."""
+    """A trace: ``kind`` plus options passed to ``traces.load_trace`` unchanged (``path`` resolved;
+    a list of ``time_scale`` values is a grid axis, each run getting one of them)."""
 
     model_config = ConfigDict(extra="allow", strict=True, frozen=True)
     kind: TraceKind = Field(
@@ -228,6 +253,15 @@ class TraceSpecModel(BaseModel):
         validate_default=True,
         description="trace file; needed by every kind but synthetic",
     )
+    time_scale: Annotated[Any, AfterValidator(_check_time_scale)] = Field(
+        default=None,
+        description="multiplies every arrival and think time (2: half the request rate); a list "
+        "is a grid axis (a request-rate sweep)",
+    )
+
+    def time_scales(self) -> list[Any]:
+        """The values of the time_scale axis: the list, or the one value (None: as recorded)."""
+        return self.time_scale if isinstance(self.time_scale, list) else [self.time_scale]
 
     @field_validator("path")
     @classmethod
@@ -468,6 +502,24 @@ class TargetsSpec(_Strict):
         return self.model_dump()
 
 
+class SloSpec(_Strict):
+    """The per-turn latency objectives of the summary's SLO columns (``slo_attainment``,
+    ``goodput_turns_s``, ``goodput_tok_s``): a turn meets them when its TTFT and its TPOT are at
+    most these. A key set to null is not applied."""
+
+    ttft_s: PosFloat | None = Field(
+        default=DEFAULT_SLO.ttft_s, description="time to first token at most this, in seconds"
+    )
+    tpot_s: PosFloat | None = Field(
+        default=DEFAULT_SLO.tpot_s,
+        description="time per output token after the first (the turn's mean) at most this, in "
+        "seconds",
+    )
+
+    def config(self) -> Slo:
+        return Slo(ttft_s=self.ttft_s, tpot_s=self.tpot_s)
+
+
 def _targets_off(v: Any) -> Any:
     """``targets: none`` (or ``off``) as null: no judging."""
     if isinstance(v, str):
@@ -536,6 +588,10 @@ class Experiment(_Strict):
         description="thresholds each grid point is judged against (pass_* columns); none: no "
         "judging",
     )
+    slo: SloSpec = Field(
+        default=SloSpec(),
+        description="per-turn TTFT and TPOT objectives of the SLO attainment and goodput columns",
+    )
     baseline_infinite: StrictBool = Field(
         False,
         description="also run every point with gpu_kv_gb=inf to measure the throughput impact",
@@ -589,6 +645,7 @@ class Experiment(_Strict):
             out["tp"] = {models.get(k, k): v for k, v in out["tp"].items()}
         out["hardware"] = [_registered_gpu(h) for h in self.hardware]
         out["targets"] = self.thresholds()  # every key, null ones too (exclude_none drops them)
+        out["slo"] = self.slo.model_dump()  # the same: a null bound is shown
         return out
 
     def thresholds(self) -> dict[str, float | None] | None:
@@ -603,12 +660,17 @@ class Experiment(_Strict):
         wheres = (
             ["trace"] if len(self.trace) == 1 else [f"trace[{i}]" for i in range(len(self.trace))]
         )
-        return [TraceSpec.from_model(t, lab, w) for t, lab, w in zip(self.trace, labels, wheres)]
+        return [
+            TraceSpec.from_model(t, lab, w, scale)
+            for t, lab, w in zip(self.trace, labels, wheres)
+            for scale in t.time_scales()
+        ]
 
     def grid(self) -> list[GridPoint]:
         """Every run of the experiment, in the module's documented order."""
         opts = self.engine.config_options()
         m = self.memory
+        slo = self.slo.config()
         points = []
         for (
             trace,
@@ -666,6 +728,7 @@ class Experiment(_Strict):
                     sparse.config(),
                     tp,
                     self.step_log,
+                    slo,
                 )
             )
         return points
@@ -698,9 +761,22 @@ class TraceSpec:
     where: str = dataclasses.field(default="trace", compare=False)  # key path in the YAML
 
     @classmethod
-    def from_model(cls, t: TraceSpecModel, label: str, where: str = "trace") -> TraceSpec:
+    def from_model(
+        cls, t: TraceSpecModel, label: str, where: str = "trace", time_scale: Any = None
+    ) -> TraceSpec:
+        """``time_scale``: the value of the time_scale axis this spec runs at (None: t's own,
+        which must then be a single value)."""
         opts = {k: v for k, v in t.model_dump().items() if k != "kind" and v is not None}
+        if time_scale is not None:
+            opts["time_scale"] = time_scale
+        if isinstance(opts.get("time_scale"), list):
+            raise ValueError(f"{where}.time_scale is a list: give the value this spec runs at")
         return cls(t.kind, json.dumps(opts, sort_keys=True, default=str), label, where)
+
+    @property
+    def time_scale(self) -> float:
+        """The factor on arrival and think times this spec loads with (1: as recorded)."""
+        return float(json.loads(self.options_json).get("time_scale", 1.0))
 
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, **json.loads(self.options_json)}
@@ -719,6 +795,7 @@ LABEL_COLUMNS: tuple[str, ...] = (
     "hardware",
     "tp",
     "trace",
+    "time_scale",
     "gpu_kv_gb",
     "cpu_kv_gb",
     "block_tokens",
@@ -746,6 +823,7 @@ class GridPoint:
     sparse: SparseConfig = dataclasses.field(default_factory=SparseConfig)
     tp: int = 1  # tensor-parallel degree: the memory is the group's, the prices one GPU's
     step_log: bool = False  # keep the run's step log (steps.jsonl)
+    slo: Slo = DEFAULT_SLO  # the thresholds of the summary's SLO columns (not a grid label)
 
     def labels(self) -> dict[str, Any]:
         """The grid columns of this point (LABEL_COLUMNS order) for summary.csv and the ledgers."""
@@ -757,6 +835,7 @@ class GridPoint:
             "hardware": _short(self.hardware),
             "tp": self.tp,
             "trace": self.trace.label,
+            "time_scale": self.trace.time_scale,
             "gpu_kv_gb": float(self.memory.gpu_kv_gb),
             "cpu_kv_gb": float(self.memory.cpu_kv_gb),
             "block_tokens": self.memory.block_tokens,
@@ -1147,6 +1226,7 @@ _SECTIONS: dict[tuple[str, ...], type[BaseModel]] = {
     ("budgets",): BudgetSpec,
     ("sparse",): SparseSpec,
     ("targets",): TargetsSpec,
+    ("slo",): SloSpec,
 }
 
 
