@@ -51,8 +51,10 @@ def vllm_config(cost: CostModel, memory: MemoryConfig, engine: EngineConfig) -> 
         raise ValueError(
             "engine.kind vllm-v1 needs a finite memory.gpu_kv_gb (vLLM's blocks are counted)"
         )
+    # the cost model prices one GPU of a tensor-parallel group: its blocks hold its KV shard, in
+    # its 1/tp of the group's pool (as kvsim's engine counts its pages)
     return VllmConfig(
-        num_blocks=int(memory.gpu_kv_gb * GIB // page_bytes),
+        num_blocks=int(memory.gpu_kv_gb / cost.tp * GIB // page_bytes),
         block_size=memory.block_tokens,
         max_num_seqs=engine.max_running,
         max_num_batched_tokens=engine.max_batch_tokens,
@@ -74,7 +76,7 @@ def offload_config(
         raise ValueError("engine.kind vllm-v1 needs a finite memory.cpu_kv_gb (chunks are counted)")
     per_chunk = memory.block_tokens * cost.kv_bytes_per_token * engine.offload_blocks_per_chunk
     per_chunk = -(-per_chunk // 4096) * 4096
-    chunks = int(memory.cpu_kv_gb * GIB // per_chunk)
+    chunks = int(memory.cpu_kv_gb / cost.tp * GIB // per_chunk)
     if chunks < 1:
         raise ValueError(f"memory.cpu_kv_gb {memory.cpu_kv_gb} holds no chunk of {per_chunk} bytes")
     return OffloadConfig(chunks, engine.offload_blocks_per_chunk, engine.offload_eviction_policy)

@@ -21,6 +21,7 @@ from sim.vllm_v1.run import (
     _BookedPrices,
     check_policy,
     make_scheduler,
+    offload_config,
     simulate_vllm,
     transfer_prices,
     vllm_config,
@@ -304,3 +305,16 @@ def test_a_cpu_tier_serves_history_the_gpu_lost_and_the_ledger_splits_it(session
     assert t.recomputed_tokens.sum() < 0.5 * p.recomputed_tokens.sum()
     assert tiered.stats.swap_in_bytes >= t.swap_in_bytes.sum() > 0  # reloads after preemption too
     assert tiered.stats.swap_out_bytes > 0 and tiered.stats.cpu_capacity_bytes > 0
+
+
+def test_tensor_parallel_blocks_are_one_gpus_share_of_the_groups_pool(sessions):
+    """memory.gpu_kv_gb is the whole group's pool (as in kvsim's engine): one GPU of a tp group
+    holds 1/tp of it, in blocks of its KV shard, so the block count does not change with tp."""
+    mem = MemoryConfig(gpu_kv_gb=1.0, cpu_kv_gb=4.0)
+    eng = EngineConfig(kind="vllm-v1")
+    tp2 = costmodels.cost_model("llama-3-8b", "h100-sxm", tp=2)
+    assert tp2.kv_bytes_per_token * 2 == COST.kv_bytes_per_token  # 4 of 8 KV heads each
+    assert vllm_config(tp2, mem, eng).num_blocks == vllm_config(COST, mem, eng).num_blocks
+    assert offload_config(tp2, mem, eng) == offload_config(COST, mem, eng)
+    one, two = (simulate_vllm(sessions, c, MemoryConfig(gpu_kv_gb=0.5), VLLM) for c in (COST, tp2))
+    assert one.stats.gpu_capacity_bytes == 2 * two.stats.gpu_capacity_bytes  # one GPU's bytes
