@@ -295,6 +295,61 @@ class ARC(EvictionPolicy):
             (self._b1 if lst == 1 else self._b2).add(uid, size)
         return uid
 
+    def evict_bytes(self, nbytes: int, now: float) -> list[int]:
+        """``evict`` until ``nbytes`` are freed. Where every unit has one size and no request is
+        incoming (the engine's case), in one loop over local copies of the list sizes: the same
+        victims, trims and ghosts as victim by victim (p and c do not change while evicting)."""
+        unit = self.view.unit_bytes
+        if not unit or self._incoming is not None:
+            return super().evict_bytes(nbytes, now)
+        t1, t2, b1, b2 = self._t1, self._t2, self._b1, self._b2
+        b1q, b2q = b1.ghosts(), b2.ghosts()
+        t1b, t2b, b1b, b2b = self._t1b, self._t2b, b1.bytes, b2.bytes
+        p, c = self.p, self._c()
+        out: list[int] = []
+        for _ in range(-(-nbytes // unit)):
+            lst = 0
+            if t1b + b1b > c:  # case IV, incoming size 0
+                if b1b > 0:
+                    b1b -= b1q.popitem(last=False)[1]
+                elif t1:  # T1 >= c: evict from T1, no ghost
+                    lst = -1
+            elif t1b + b1b + t2b + b2b >= 2 * c and b2b > 0:
+                b2b -= b2q.popitem(last=False)[1]
+            if lst == 0:  # REPLACE
+                if not t1:
+                    lst = 2 if t2 else 0
+                elif not t2:
+                    lst = 1
+                else:
+                    lst = 1 if (t1b > 0 and t1b > p) or t2b == 0 else 2
+                if lst == 0:
+                    break
+            if lst == 2:
+                uid = t2.popitem(last=False)[0]
+                t2b -= unit
+                ghosts = b2q
+                b2b += unit
+            else:
+                uid = t1.popitem(last=False)[0]
+                t1b -= unit
+                if lst == 1:
+                    ghosts = b1q
+                    b1b += unit
+            if lst > 0:
+                old = ghosts.pop(uid, None)  # (a member is never a ghost: kept as add does)
+                if old is not None:
+                    if lst == 1:
+                        b1b -= old
+                    else:
+                        b2b -= old
+                ghosts[uid] = unit
+            out.append(uid)
+        self._t1b, self._t2b, b1.bytes, b2.bytes = t1b, t2b, b1b, b2b
+        consume(map(self._size.__delitem__, out))
+        self._budget.shrink(unit * len(out))
+        return out
+
     def __len__(self) -> int:
         return len(self._t1) + len(self._t2)
 

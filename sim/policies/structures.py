@@ -885,6 +885,10 @@ class GhostFIFO:
         """Is any of ``uids`` remembered (a batch's ghost hits, in C)?"""
         return not self._q.keys().isdisjoint(uids)
 
+    def ghosts(self) -> OrderedDict[int, int]:
+        """The keys and sizes, oldest first, for a caller that keeps ``bytes`` itself (a batch)."""
+        return self._q
+
     def __iter__(self):
         return iter(self._q)  # oldest first
 

@@ -64,3 +64,22 @@ def test_batch_calls_equal_one_call_per_unit(name):
         for call in BATCH_CALLS:
             setattr(looped.pol, call, types.MethodType(getattr(EvictionPolicy, call), looped.pol))
         assert batched.run(ops) == looped.run(ops), f"{name}: a batch call != one call per unit"
+
+
+EVICTING = [
+    n for n in available_policies() if policy_class(n).evict_bytes is not EvictionPolicy.evict_bytes
+]
+
+
+@pytest.mark.parametrize("name", EVICTING)
+def test_a_batch_eviction_of_units_of_one_size_equals_one_evict_after_another(name):
+    """A policy's own ``evict_bytes`` where every unit has one size (ARC's loop over local list
+    sizes, ...) against the base class's loop of ``evict``, on twin instances."""
+    assert {"arc", "lru"} <= set(EVICTING)
+    rng = random.Random(name + "/evict")
+    for tier, capacity_pages in [(Tier.GPU, None), (Tier.CPU, 40), (Tier.GPU, 7)] * 15:
+        ops = [(rng.randint(0, 11), rng.randrange(10**6), rng.randrange(10**6)) for _ in range(150)]
+        batched = UniformDriver(name, tier, capacity_pages)
+        looped = UniformDriver(name, tier, capacity_pages)
+        looped.pol.evict_bytes = types.MethodType(EvictionPolicy.evict_bytes, looped.pol)
+        assert batched.run(ops) == looped.run(ops), f"{name}: evict_bytes != evict one by one"
