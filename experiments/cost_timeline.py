@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import textwrap
 from pathlib import Path
 
 from matplotlib.artist import Artist
@@ -20,7 +21,9 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
-_DPI = 120
+from experiments import figure_style as fs
+from experiments.version import kvsim_version
+
 _COPY, _COMPUTE, _WAITED, _WAIT, _HEAD, _D2H = (
     "tab:blue",
     "tab:green",
@@ -32,17 +35,23 @@ _COPY, _COMPUTE, _WAITED, _WAIT, _HEAD, _D2H = (
 
 
 def timeline_figure(r: dict) -> Figure:
-    """The figure of a ``kvsim cost`` result, not yet saved."""
+    """The figure of a ``kvsim cost`` result, not yet saved: as wide as a page, in kvsim's figure
+    style (``experiments.figure_style``), stamped with the model, GPU profile and kvsim version."""
+    with fs.style():
+        return _timeline(r)
+
+
+def _timeline(r: dict) -> Figure:
     sched = r["schedule"]
     rows = sched["layers"]
     has_d2h = r["d2h_s"] > 0
     lanes = ["H2D copy", "compute"] + (["D2H copy"] if has_d2h else [])
     y = {name: len(lanes) - 1 - i for i, name in enumerate(lanes)}  # first lane on top
-    fig = Figure(figsize=(12, 1.6 + 0.7 * len(lanes)), dpi=_DPI)
+    fig = Figure(figsize=(fs.DOUBLE_COLUMN_IN, 1.55 + 0.42 * len(lanes)), dpi=fs.PNG_DPI)
     FigureCanvasAgg(fig)
     ax = fig.subplots()
     end_ms = max(r["total_s"], sched["layers_end_s"]) * 1e3
-    label_min_ms = 0.015 * end_ms  # narrower bars go unlabelled
+    label_min_ms = 0.02 * end_ms  # narrower bars go unlabelled
 
     def bar(lane: str, start_s: float, width_s: float, color: str, gid: str, **kw) -> None:
         (patch,) = ax.barh(
@@ -53,7 +62,9 @@ def timeline_figure(r: dict) -> Figure:
     def label(lane: str, start_s: float, width_s: float, text: str) -> None:
         if width_s * 1e3 >= label_min_ms:
             mid = (start_s + width_s / 2) * 1e3
-            ax.text(mid, y[lane], text, ha="center", va="center", fontsize=7, color="white")
+            ax.text(
+                mid, y[lane], text, ha="center", va="center", fontsize=fs.STAMP_PT, color="white"
+            )
 
     for row in rows:
         layer = row["layer"]
@@ -83,7 +94,7 @@ def timeline_figure(r: dict) -> Figure:
     if has_d2h:
         bar("D2H copy", 0.0, r["d2h_s"], _D2H, "d2h")
     if r["h2d_s"] == 0:
-        ax.text(0, y["H2D copy"], " no H2D copies", va="center", fontsize=8, color="0.4")
+        ax.text(0, y["H2D copy"], " no H2D copies", va="center", fontsize=fs.TICK_PT, color="0.4")
     else:
         ax.axvline(sched["copies_end_s"] * 1e3, color="0.3", linestyle=":", linewidth=1)
 
@@ -95,12 +106,15 @@ def timeline_figure(r: dict) -> Figure:
     ax.set_axisbelow(True)
     waited = sum(row["critical"] == "copy" for row in rows)
     waited = f" ({waited} of {len(rows)} layers waited for their copy)" if r["h2d_s"] else ""
-    ax.set_title(
+    title = (
         f"{r['model']} on {r['profile']}: one iteration, "
         f"{'copies pipelined with the layers' if sched['pipelined'] else 'copies before layer 0'}\n"
         f"{_work(r['shape'])}; total {r['total_s'] * 1e3:.2f} ms, of which stall "
-        f"{r['stall_s'] * 1e3:.2f} ms{waited}",
-        fontsize=10,
+        f"{r['stall_s'] * 1e3:.2f} ms{waited}"
+    )
+    chars = int(fs.DOUBLE_COLUMN_IN * 72 / (fs.TITLE_PT * 0.58))
+    ax.set_title(
+        "\n".join(textwrap.fill(line, chars) for line in title.split("\n")), fontsize=fs.TITLE_PT
     )
     handles: list[Artist] = [
         Patch(color=_COPY, label="H2D copy of layer l"),
@@ -115,8 +129,22 @@ def timeline_figure(r: dict) -> Figure:
         handles.append(Line2D([], [], color="0.3", linestyle=":", label=text))
     if has_d2h:
         handles.append(Patch(color=_D2H, label="D2H copy (own engine)"))
-    fig.legend(handles=handles, loc="lower center", ncol=3, fontsize=8, frameon=False)
-    fig.tight_layout(rect=(0, 0.45 / fig.get_figheight(), 1, 1))
+    fig.legend(
+        handles=handles,
+        loc="lower center",
+        bbox_to_anchor=(0.5, fs.STAMP_IN / fig.get_figheight()),
+        ncol=3,
+        fontsize=fs.STAMP_PT + 0.5,
+        frameon=False,
+        columnspacing=1.0,
+    )
+    fs.add_stamp(
+        fig,
+        f"{r['model']} · {r['profile']} · one iteration priced by kvsim cost · "
+        f"kvsim {kvsim_version()}",
+    )
+    legend_in = 0.05 + 0.14 * -(-len(handles) // 3)
+    fig.tight_layout(rect=(0, (fs.STAMP_IN + legend_in) / fig.get_figheight(), 1, 1))
     return fig
 
 
@@ -132,15 +160,17 @@ def _work(sh: dict) -> str:
 
 
 def write_timeline(r: dict, path: str | os.PathLike[str]) -> Path:
-    """Draw the figure to ``path`` (PNG): written to a temporary file beside it, then renamed, so
-    a reader never sees half a file."""
+    """Draw the figure to ``path``: a PDF or SVG (vector) when its name ends so, else a PNG;
+    written to a temporary file beside it, then renamed, so a reader never sees half a file."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig = timeline_figure(r)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".png", dir=path.parent)
+    suffix = path.suffix.lower().lstrip(".")
+    fmt = suffix if suffix in fs.FORMATS else "png"
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=f".{fmt}", dir=path.parent)
     try:
-        with os.fdopen(fd, "wb") as f:
-            fig.savefig(f, format="png")
+        with os.fdopen(fd, "wb") as f, fs.style():
+            fig.savefig(f, format=fmt, dpi=fs.PNG_DPI, metadata=fs.file_metadata(fig, fmt))
         os.chmod(tmp, 0o644)  # mkstemp's 0600 is for the temporary file, not the figure
         os.replace(tmp, path)
     finally:

@@ -9,11 +9,9 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
 from matplotlib.ticker import PercentFormatter
 
-_DPI = 120
+from experiments import figure_style as fs
 
 
 def design_label(row: pd.Series) -> str:
@@ -24,82 +22,113 @@ def design_label(row: pd.Series) -> str:
     return "swap-in" if float(row["cpu_kv_gb"]) > 0 else "recompute"
 
 
-def budget_figure(summary: pd.DataFrame, path: Path) -> Path | None:
+def _figure(n: int, height: float = 2.7):
+    """A page-wide figure of ``n`` panels side by side."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(fs.DOUBLE_COLUMN_IN, height), layout="constrained")
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def budget_figure(summary: pd.DataFrame, path: Path, stamp: str | None = None) -> Path | None:
     """Left: the share of history KV a budget prunes (memory saved) against the share of still
     relevant tokens it pruned (quality risk), one point per budget. Right: re-prefill rate against
     GPU capacity, one line per budget."""
     if "budget" not in summary or summary["budget"].nunique() < 2:
         return None
-    fig = Figure(figsize=(11, 4.2))
-    FigureCanvasAgg(fig)
-    left, right = fig.subplots(1, 2)
-    budgets = list(dict.fromkeys(summary["budget"]))
-    for i, b in enumerate(budgets):
-        sub = summary[summary["budget"] == b]
-        color = f"C{i % 10}"
-        left.scatter(
-            sub["relevant_pruned_share"].mean(),
-            sub["pruned_share"].mean(),
-            s=60,
-            color=color,
-            label=b,
-            zorder=3,
+    with fs.style():
+        fig = _figure(2)
+        left, right = fig.subplots(1, 2)
+        budgets = list(dict.fromkeys(summary["budget"]))
+        series = [
+            (b, summary[summary["budget"] == b].groupby("gpu_kv_gb")["reprefill_rate"].mean())
+            for b in budgets
+        ]
+        shifts = fs.dodge([(g.index, g.to_numpy()) for _, g in series])
+        for i, ((b, g), shift) in enumerate(zip(series, shifts, strict=True)):
+            sub = summary[summary["budget"] == b]
+            color = f"C{i % 10}"
+            marker = fs.FALLBACK_MARKERS[i % len(fs.FALLBACK_MARKERS)]
+            left.scatter(
+                sub["relevant_pruned_share"].mean(),
+                sub["pruned_share"].mean(),
+                s=max(12, 40 - 6 * i),
+                color=color,
+                marker=marker,
+                label=b,
+                zorder=3 + 0.1 * i,
+                edgecolors="white",
+                linewidths=0.5,
+            )
+            right.plot(
+                np.asarray(g.index, dtype=float) * shift,
+                g.to_numpy(),
+                marker=marker,
+                color=color,
+                label=b,
+                markersize=max(3.0, 6.0 - 0.8 * i),
+                linestyle=("-", "--", "-.", ":")[i % 4],
+                zorder=2 + 0.1 * i,
+            )
+        left.set_xlabel("relevant tokens pruned (share, relevance model)")
+        left.set_ylabel("history KV pruned (memory saved)")
+        left.xaxis.set_major_formatter(PercentFormatter(1.0, decimals=0))
+        left.yaxis.set_major_formatter(PercentFormatter(1.0, decimals=0))
+        left.set_xlim(left=-0.02)
+        left.set_ylim(bottom=-0.02)
+        left.grid(alpha=0.3)
+        fs.capacity_axis(right, sorted(summary["gpu_kv_gb"].unique()))
+        right.set_ylabel("re-prefill rate (% of history tokens)")
+        right.yaxis.set_major_formatter(PercentFormatter(1.0, decimals=0))
+        return _save(
+            fig, right, "Token budgets: memory saved against relevant tokens pruned", path, stamp
         )
-        g = sub.groupby("gpu_kv_gb")["reprefill_rate"].mean()
-        right.plot(g.index, g.to_numpy(), marker="o", color=color, label=b)
-    left.set_xlabel("relevant tokens pruned (share, relevance model)")
-    left.set_ylabel("history KV pruned (memory saved)")
-    for ax in (left,):
-        ax.xaxis.set_major_formatter(PercentFormatter(1.0))
-        ax.yaxis.set_major_formatter(PercentFormatter(1.0))
-        ax.set_xlim(left=-0.02)
-        ax.set_ylim(bottom=-0.02)
-        ax.grid(alpha=0.3)
-    right.set_xscale("log", base=2)
-    right.set_xlabel("GPU KV capacity (GiB)")
-    right.set_ylabel("re-prefill rate (% of history tokens)")
-    right.yaxis.set_major_formatter(PercentFormatter(1.0))
-    right.grid(alpha=0.3)
-    return _save(fig, left, "Token budgets: memory saved against relevant tokens pruned", path, 4)
 
 
-def offload_figure(summary: pd.DataFrame, path: Path) -> Path | None:
+def offload_figure(summary: pd.DataFrame, path: Path, stamp: str | None = None) -> Path | None:
     """TBT p50 and TTFT p90 against GPU capacity: swap-in, recompute and each sparse mode."""
     if "sparse" not in summary or (summary["sparse"] != "off").sum() == 0:
         return None
     df = summary[np.isfinite(summary["gpu_kv_gb"].astype(float))].copy()
     df["design"] = df.apply(design_label, axis=1)
     designs = list(dict.fromkeys(df["design"]))
-    fig = Figure(figsize=(11, 4.2))
-    FigureCanvasAgg(fig)
-    axes = fig.subplots(1, 2)
-    for ax, metric, ylabel in (
-        (axes[0], "tbt_p50_s", "TBT p50 (ms)"),
-        (axes[1], "ttft_p90_s", "TTFT p90 (s)"),
-    ):
-        scale = 1e3 if metric.startswith("tbt") else 1.0
-        for i, d in enumerate(designs):
-            g = df[df["design"] == d].groupby("gpu_kv_gb")[metric].mean()
-            ax.plot(
-                g.index,
-                g.to_numpy() * scale,
-                marker="o",
-                color=f"C{i % 10}",
-                label=d,
-                ls="--" if d in ("swap-in", "recompute") else "-",
-            )
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")  # designs differ by orders of magnitude
-        ax.set_xlabel("GPU KV capacity (GiB)")
-        ax.set_ylabel(ylabel)
-        ax.grid(alpha=0.3, which="both")
-    return _save(
-        fig,
-        axes[0],
-        "Decode from CPU memory (top-K pages through a ring buffer) vs swap-in and recompute",
-        path,
-        6,
-    )
+    caps = sorted(df["gpu_kv_gb"].unique())
+    with fs.style():
+        fig = _figure(2)
+        axes = fig.subplots(1, 2)
+        for ax, metric, ylabel in (
+            (axes[0], "tbt_p50_s", "TBT p50 (ms, log scale)"),
+            (axes[1], "ttft_p90_s", "TTFT p90 (s, log scale)"),
+        ):
+            scale = 1e3 if metric.startswith("tbt") else 1.0
+            series = [
+                (d, df[df["design"] == d].groupby("gpu_kv_gb")[metric].mean()) for d in designs
+            ]
+            shifts = fs.dodge([(g.index, np.log(g.to_numpy())) for _, g in series])
+            for i, ((d, g), shift) in enumerate(zip(series, shifts, strict=True)):
+                ax.plot(
+                    np.asarray(g.index, dtype=float) * shift,
+                    g.to_numpy() * scale,
+                    marker=fs.FALLBACK_MARKERS[i % len(fs.FALLBACK_MARKERS)],
+                    markersize=max(3.0, 6.0 - 0.8 * i),
+                    color=f"C{i % 10}",
+                    label=d,
+                    ls="--" if d in ("swap-in", "recompute") else "-",
+                    zorder=2 + 0.1 * i,
+                )
+            fs.capacity_axis(ax, caps)
+            ax.set_yscale("log")  # designs differ by orders of magnitude
+            ax.set_ylabel(ylabel)
+            ax.grid(alpha=0.3, which="both")
+        return _save(
+            fig,
+            axes[0],
+            "Decode from CPU memory (top-K pages through a ring buffer) vs swap-in and recompute",
+            path,
+            stamp,
+        )
 
 
 # where history tokens came from: summary column, label, colour (every figure that shows tiers)
@@ -110,7 +139,7 @@ TIERS = (
 )
 
 
-def engine_figure(summary: pd.DataFrame, path: Path) -> Path | None:
+def engine_figure(summary: pd.DataFrame, path: Path, stamp: str | None = None) -> Path | None:
     """Where history tokens came from (GPU, CPU, recomputed) in each engine, side by side at each
     GPU capacity: one panel per CPU tier size (and policy, if several)."""
     if "engine" not in summary or summary["engine"].nunique() < 2:
@@ -118,45 +147,49 @@ def engine_figure(summary: pd.DataFrame, path: Path) -> Path | None:
     df = summary[np.isfinite(summary["gpu_kv_gb"].astype(float))]
     engines = list(dict.fromkeys(df["engine"]))
     panels = list(dict.fromkeys(zip(df["policy"], df["cpu_kv_gb"], strict=True)))
-    fig = Figure(figsize=(4.2 * len(panels) + 1, 4.4))
-    FigureCanvasAgg(fig)
-    axes = np.atleast_1d(fig.subplots(1, len(panels), sharey=True))
-    width = 0.8 / len(engines)
-    for ax, (policy, cpu) in zip(axes, panels, strict=True):
-        sub = df[(df["policy"] == policy) & (df["cpu_kv_gb"] == cpu)]
-        caps = sorted(sub["gpu_kv_gb"].unique())
-        for j, engine in enumerate(engines):
-            g = sub[sub["engine"] == engine].groupby("gpu_kv_gb")[[t for t, _, _ in TIERS]].mean()
-            g = g.reindex(caps)
-            x = np.arange(len(caps)) + (j - (len(engines) - 1) / 2) * width
-            bottom = np.zeros(len(caps))
-            for col, label, color in TIERS:
-                ax.bar(x, g[col], width * 0.92, bottom=bottom, color=color, label=label)
-                bottom += g[col].fillna(0).to_numpy()
-            for xi in x:
-                ax.text(xi, 1.01, engine, ha="center", va="bottom", fontsize=7, rotation=90)
-        ax.set_xticks(np.arange(len(caps)), [f"{c:g}" for c in caps])
-        ax.set_xlabel("GPU KV capacity (GiB)")
-        ax.set_title(f"{policy}, CPU tier {float(cpu):g} GiB", pad=38)
-        ax.set_ylim(0, 1)
-        ax.yaxis.set_major_formatter(PercentFormatter(1.0))
-    axes[0].set_ylabel("share of history tokens")
-    handles, labels = axes[0].get_legend_handles_labels()
-    keep = dict(zip(labels, handles, strict=True))  # one entry per tier
-    fig.legend(list(keep.values()), list(keep), loc="lower center", ncol=3, fontsize=9)
-    fig.suptitle("Where history came from, by engine (bars: " + ", ".join(engines) + ")")
-    fig.tight_layout(rect=(0, 0.08, 1, 0.95))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=_DPI)
-    return path
+    several = df["policy"].nunique() > 1
+    with fs.style():
+        fig, axes, cols, panel_w = fs.grid(len(panels), max_cols=4, header_in=0.7)
+        width = 0.8 / len(engines)
+        for k, (ax, (policy, cpu)) in enumerate(zip(axes, panels, strict=True)):
+            sub = df[(df["policy"] == policy) & (df["cpu_kv_gb"] == cpu)]
+            caps = sorted(sub["gpu_kv_gb"].unique())
+            for j, engine in enumerate(engines):
+                cols_ = [t for t, _, _ in TIERS]
+                g = sub[sub["engine"] == engine].groupby("gpu_kv_gb")[cols_].mean().reindex(caps)
+                x = np.arange(len(caps)) + (j - (len(engines) - 1) / 2) * width
+                bottom = np.zeros(len(caps))
+                for col, label, color in TIERS:
+                    ax.bar(x, g[col], width * 0.9, bottom=bottom, color=color, label=label, lw=0)
+                    bottom += g[col].fillna(0).to_numpy()
+                for xi in x:  # which engine each bar is, inside its foot
+                    ax.text(
+                        xi,
+                        0.02,
+                        engine,
+                        ha="center",
+                        va="bottom",
+                        fontsize=fs.STAMP_PT,
+                        rotation=90,
+                        color="white",
+                    )
+            ax.set_xticks(np.arange(len(caps)), [f"{c:g}" for c in caps])
+            ax.set_xlabel("GPU KV capacity (GiB)" if k + cols >= len(panels) else "")
+            where = {"policy": policy, "cpu_kv_gb": cpu} if several else {"cpu_kv_gb": cpu}
+            ax.set_title(fs.panel_title(where, panel_w))
+            ax.set_ylim(0, 1)
+            ax.yaxis.set_major_formatter(PercentFormatter(1.0, decimals=0))
+            if k % cols == 0:
+                ax.set_ylabel("share of history tokens")
+        handles, labels = axes[0].get_legend_handles_labels()
+        keep = dict(zip(labels, handles, strict=True))  # one entry per tier
+        title = "Where history came from, by engine (bars: " + ", ".join(engines) + ")"
+        fs.finish(fig, title, list(keep.values()), list(keep), stamp)
+        return fs.save(fig, path, title=title)
 
 
-def _save(fig: Figure, legend_from, title: str, path: Path, ncol: int) -> Path:
-    """One legend under the panels (from one panel's series), the title, and the file."""
+def _save(fig, legend_from, title: str, path: Path, stamp: str | None) -> Path:
+    """One legend above the panels (from one panel's series), the title, the stamp, the file."""
     handles, labels = legend_from.get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=min(ncol, len(labels)), fontsize=9)
-    fig.suptitle(title)
-    fig.tight_layout(rect=(0, 0.1, 1, 0.95))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=_DPI)
-    return path
+    fs.finish(fig, title, handles, labels, stamp)
+    return fs.save(fig, path, title=title)

@@ -25,10 +25,11 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 from matplotlib.ticker import FuncFormatter, PercentFormatter
 
+from experiments import figure_style as fs
 from experiments.design_plots import TIERS, budget_figure, engine_figure, offload_figure
 from experiments.plot_points import NO_FIGURES, drawable_points
 from experiments.targets import DEFAULT_TARGETS
@@ -47,8 +48,6 @@ FACET_DIMS: tuple[str, ...] = (
     "cpu_kv_gb",
 )
 MAX_FACETS = 12
-_UNITS = {"cpu_kv_gb": " GiB", "block_tokens": " tok"}
-_DPI = 120
 
 
 def make_plots(
@@ -57,10 +56,17 @@ def make_plots(
     out_dir: str | Path,
     notes: list[str] | None = None,
     targets: Mapping[str, float | None] | None = DEFAULT_TARGETS,
+    *,
+    resolved: Mapping | None = None,
+    fmt: str = fs.DEFAULT_FORMAT,
 ) -> list[Path]:
-    """Write every figure that the data supports into ``out_dir``; return their paths. A line per
-    figure skipped or panel left empty is appended to ``notes`` (when given). The re-prefill and
-    Jain figures draw their threshold in ``targets`` (the experiment's) as a dashed line, when set."""
+    """Write every figure that the data supports into ``out_dir`` as ``fmt`` (png, pdf or svg);
+    return their paths. A line per figure skipped or panel left empty is appended to ``notes``
+    (when given). The re-prefill and Jain figures draw their threshold in ``targets`` (the
+    experiment's) as a dashed line, when set. Each figure carries a stamp (``figure_style.run_stamp``)
+    naming the run's model, hardware, trace and kvsim version, from ``resolved`` (the run's
+    config.resolved.yaml) where given, else from the summary's labels."""
+    fmt = fs.check_format(fmt)
     reprefill = (targets or {}).get("reprefill")
     jain = (targets or {}).get("jain")
     out_dir = Path(out_dir)
@@ -71,39 +77,45 @@ def make_plots(
         return []
     facets = _facets(finite)
     policies = list(dict.fromkeys(finite["policy"]))
-    written = [
-        _line_plot(
-            finite,
-            facets,
-            policies,
-            "reprefill_rate",
-            "Re-prefill rate vs GPU KV capacity",
-            "re-prefill rate (% of history tokens)",
-            out_dir / "reprefill_vs_capacity.png",
-            notes,
-            target=None if reprefill is None else (reprefill, f"target < {reprefill * 100:g} %"),
-            percent=True,
-            why="no turn had history tokens",
-        ),
-        _line_plot(
-            finite,
-            facets,
-            policies,
-            "jain_service",
-            "Fairness of service (Jain's index) vs GPU KV capacity",
-            "Jain's index of 1 / mean TTFT slowdown",
-            out_dir / "jain_vs_capacity.png",
-            notes,
-            target=None if jain is None else (jain, f"target >= {jain:g}"),
-            ylim=(0.0, 1.03),
-            why="no session completed two or more turns",
-        ),
-        _tier_bars(finite, facets, policies, out_dir / "hit_rate_by_tier.png"),
-        _ttft_cdf(turns, facets, policies, out_dir / "ttft_cdf.png", notes),
-        budget_figure(finite, out_dir / "budget_tradeoff.png"),
-        offload_figure(finite, out_dir / "offload_vs_capacity.png"),
-        engine_figure(finite, out_dir / "tiers_by_engine.png"),
-    ]
+    stamp = fs.run_stamp(summary, resolved)
+    with fs.style():
+        written = [
+            _line_plot(
+                finite,
+                facets,
+                policies,
+                "reprefill_rate",
+                "Re-prefill rate vs GPU KV capacity",
+                "re-prefill rate (% of history tokens)",
+                out_dir / f"reprefill_vs_capacity.{fmt}",
+                notes,
+                target=None
+                if reprefill is None
+                else (reprefill, f"target < {reprefill * 100:g} %"),
+                percent=True,
+                why="no turn had history tokens",
+                stamp=stamp,
+            ),
+            _line_plot(
+                finite,
+                facets,
+                policies,
+                "jain_service",
+                "Fairness of service (Jain's index) vs GPU KV capacity",
+                "Jain's index of 1 / mean TTFT slowdown",
+                out_dir / f"jain_vs_capacity.{fmt}",
+                notes,
+                target=None if jain is None else (jain, f"target >= {jain:g}"),
+                ylim=(0.0, 1.03),
+                why="no session completed two or more turns",
+                stamp=stamp,
+            ),
+            _tier_bars(finite, facets, policies, out_dir / f"hit_rate_by_tier.{fmt}", stamp),
+            _ttft_cdf(turns, facets, policies, out_dir / f"ttft_cdf.{fmt}", notes, stamp),
+            budget_figure(finite, out_dir / f"budget_tradeoff.{fmt}", stamp),
+            offload_figure(finite, out_dir / f"offload_vs_capacity.{fmt}", stamp),
+            engine_figure(finite, out_dir / f"tiers_by_engine.{fmt}", stamp),
+        ]
     return [w for w in written if w is not None]
 
 
@@ -159,12 +171,12 @@ def seed_interval(values) -> tuple[float, float]:
 
 
 def _facets(df: pd.DataFrame) -> list[tuple[str, dict]]:
-    """(title, {dim: value}) per combination of the varying non-capacity dimensions."""
+    """(title in words, {dim: value}) per combination of the varying non-capacity dimensions."""
     dims = [d for d in FACET_DIMS if d in df.columns and df[d].nunique(dropna=False) > 1]
     if not dims:
         return [("", {})]
     combos = df[dims].drop_duplicates().to_dict("records")[:MAX_FACETS]
-    return [(", ".join(f"{d} = {_fmt(c[d])}{_UNITS.get(d, '')}" for d in dims), c) for c in combos]
+    return [(fs.panel_title(c), c) for c in combos]
 
 
 def _select(df: pd.DataFrame, where: dict) -> pd.DataFrame:
@@ -180,67 +192,46 @@ def _minor_label(v: float, _pos: object = None) -> str:
     return f"{v:g}" if round(mantissa) in (2, 5) and abs(mantissa - round(mantissa)) < 1e-6 else ""
 
 
-_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
-
-
-def _line_style(i: int) -> dict:
-    """Marker, size and width by series: later series are drawn smaller on top, so series that
-    coincide stay visible."""
-    return {
-        "marker": _MARKERS[i % len(_MARKERS)],
-        "markersize": max(4.0, 9.0 - 1.2 * i),
-        "linewidth": max(1.2, 2.6 - 0.35 * i),
-    }
-
-
-def _fmt(v: object) -> str:
-    if isinstance(v, float):
-        return f"{v:g}"
-    return str(v)
-
-
-def _grid(
-    n: int, panel_w: float = 5.2, panel_h: float = 3.8, max_cols: int = 3
-) -> tuple[Figure, list, int, int]:
-    cols = min(n, max_cols)
-    rows = math.ceil(n / cols)
-    fig = Figure(figsize=(panel_w * cols, panel_h * rows + 1.0), dpi=_DPI)
-    FigureCanvasAgg(fig)
-    axes = fig.subplots(rows, cols, squeeze=False).ravel().tolist()
-    for ax in axes[n:]:
-        ax.set_visible(False)
-    return fig, axes[:n], rows, cols
+def _grid(n: int, max_cols: int = 4) -> tuple[Figure, list, int, float]:
+    """``figure_style.grid``: (figure, axes, columns, panel width in inches)."""
+    return fs.grid(n, max_cols=max_cols)
 
 
 def _capacity_axis(ax, caps: Sequence[float]) -> None:
-    ax.set_xscale("log", base=2)
-    # Limits from the capacities, not from the data: a panel with nothing drawn has no data limits,
-    # and a log axis cannot autoscale from none.
-    ax.set_xlim(min(caps) / 1.25, max(caps) * 1.25)
-    ax.set_xticks(list(caps))
-    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:g}"))
-    ax.xaxis.set_minor_formatter(FuncFormatter(lambda x, _: ""))
-    ax.set_xlabel("GPU KV capacity (GiB)")
-    ax.grid(True, alpha=0.3)
+    fs.capacity_axis(ax, caps)
 
 
-def _save(fig: Figure, title: str, path: Path, legend_handles: list, legend_labels: list) -> Path:
-    """Title on top, one shared legend in a row under it, panels below (spacing in inches)."""
-    h = fig.get_figheight()
-    fig.suptitle(title, fontsize=13, fontweight="bold", y=1 - 0.12 / h, va="top", wrap=True)
-    if legend_handles:
-        fig.legend(
-            legend_handles,
-            legend_labels,
-            loc="upper center",
-            ncol=min(len(legend_handles), 6),
-            bbox_to_anchor=(0.5, 1 - 0.5 / h),
-            fontsize=9,
-            frameon=False,
-        )
-    fig.tight_layout(rect=(0, 0, 1, 1 - (0.75 if legend_handles else 0.5) / h))
-    fig.savefig(path)
-    return path
+def _outer_labels(axes: list, cols: int) -> None:
+    """Axis labels said once: on a grid of panels, x labels under the bottom row and one y label
+    beside the first column (the figure's)."""
+    if not axes:
+        return
+    fig = axes[0].figure
+    rows = math.ceil(len(axes) / cols)
+    xlabel, ylabel = axes[0].get_xlabel(), axes[0].get_ylabel()
+    for k, ax in enumerate(axes):
+        if rows > 1 or k % cols:
+            ax.set_ylabel("")
+        if k + cols < len(axes):
+            ax.set_xlabel("")
+    if rows > 1 and ylabel:
+        fig.supylabel(ylabel, fontsize=fs.FONT_PT)
+    if cols > 1 and xlabel:  # under each panel of the bottom row
+        for ax in axes[-cols:]:
+            ax.set_xlabel(xlabel)
+
+
+def _save(
+    fig: Figure,
+    title: str,
+    path: Path,
+    legend_handles: list,
+    legend_labels: list,
+    stamp: str | None = None,
+) -> Path:
+    """Title on top, one shared legend in a row under it, panels below, the stamp under them."""
+    fs.finish(fig, title, legend_handles, legend_labels, stamp)
+    return fs.save(fig, path, title=title)
 
 
 def _no_data(ax, text: str) -> None:
@@ -252,7 +243,7 @@ def _no_data(ax, text: str) -> None:
         transform=ax.transAxes,
         ha="center",
         va="center",
-        fontsize=9,
+        fontsize=fs.TICK_PT,
         color="0.35",
         wrap=True,
     )
@@ -271,6 +262,7 @@ def _line_plot(
     percent: bool = False,
     ylim: tuple[float, float] | None = None,
     why: str = "",
+    stamp: str | None = None,
 ) -> Path | None:
     if not np.isfinite(df[metric].to_numpy(dtype=float)).any():
         notes.append(
@@ -278,7 +270,7 @@ def _line_plot(
             + (f" ({why})" if why else "")
         )
         return None
-    fig, axes, _, _ = _grid(len(facets))
+    fig, axes, cols, panel_w = _grid(len(facets))
     handles: dict[str, object] = {}
     caps = sorted(df["gpu_kv_gb"].unique())
     if ylim is None:  # one y range for every panel, so panels compare at a glance
@@ -286,11 +278,12 @@ def _line_plot(
             [float(np.nanmax(df[metric].to_numpy(dtype=float), initial=0.0))]
             + ([target[0]] if target else [])
         )
-        ylim = (0.0, top * 1.08 if top > 0 else 1.0)
+        top = top * 1.08 if top > 0 else 1.0
+        ylim = (-0.03 * top, top)  # a series at 0 drawn above the axis, not on it
     for ax, (ftitle, where) in zip(axes, facets):
         sub = _select(df, where)
-        drawn = False
-        for i, pol in enumerate(policies):
+        series = []
+        for pol in policies:
             g = (
                 sub[sub["policy"] == pol]
                 .groupby("gpu_kv_gb")[metric]
@@ -302,69 +295,100 @@ def _line_plot(
                     ]
                 )
             )
-            if g.empty or g["mean"].isna().all():
-                continue
-            drawn = True
-            color = f"C{i % 10}"
-            (line,) = ax.plot(g.index, g["mean"], color=color, label=pol, **_line_style(i))
+            if not (g.empty or g["mean"].isna().all()):
+                series.append((pol, g))
+        shifts = fs.dodge([(g.index, g["mean"]) for _, g in series])
+        for i, ((pol, g), shift) in enumerate(zip(series, shifts)):
+            st = fs.series_style(pol, i)
+            x = np.asarray(g.index, dtype=float) * shift
+            (line,) = ax.plot(x, g["mean"], label=pol, **st)
             if (g["hi"] > g["lo"]).any():  # seeds: the 95 % confidence interval of the mean
-                ax.fill_between(g.index, g["lo"], g["hi"], color=color, alpha=0.15)
+                ax.fill_between(x, g["lo"], g["hi"], color=st["color"], alpha=0.15, lw=0)
             handles.setdefault(pol, line)
         if target is not None:
-            t = ax.axhline(target[0], color="0.35", ls="--", lw=1)
+            t = ax.axhline(target[0], color="0.35", ls=(0, (4, 2)), lw=0.8, zorder=1)
             handles.setdefault(target[1], t)
         _capacity_axis(ax, caps)
         ax.set_ylabel(ylabel)
         if percent:
-            ax.yaxis.set_major_formatter(PercentFormatter(1.0))
+            ax.yaxis.set_major_formatter(PercentFormatter(1.0, decimals=0))
         ax.set_ylim(*ylim)
         if ftitle:
-            ax.set_title(ftitle, fontsize=10)
-        if not drawn:
+            ax.set_title(fs.panel_title(where, panel_w))
+        if not series:
             _no_data(ax, f"no data: {metric} is undefined" + (f"\n({why})" if why else ""))
             notes.append(f"plots: {path.name}: panel {ftitle or '(only panel)'} has no data")
-    return _save(fig, title, path, list(handles.values()), list(handles.keys()))
+    _outer_labels(axes, cols)
+    return _save(fig, title, path, list(handles.values()), list(handles.keys()), stamp)
 
 
-def _tier_bars(df: pd.DataFrame, facets, policies, path: Path) -> Path:
-    n = len(facets) * len(policies)
-    # a row per facet, a column per policy; one policy: the facets side by side
-    cols = min(len(policies), 4) if len(policies) > 1 else min(n, 3)
-    fig, axes, _, _ = _grid(n, panel_w=4.6, max_cols=cols)
+def _tier_bars(df: pd.DataFrame, facets, policies, path: Path, stamp: str | None = None) -> Path:
+    """One panel per facet: at each GPU capacity a stacked bar per policy (named under it)."""
+    fig, axes, cols, panel_w = _grid(len(facets))
     handles: dict[str, object] = {}
     caps = sorted(df["gpu_kv_gb"].unique())
-    k = 0
-    for ftitle, where in facets:
+    n_pol = len(policies)
+    width = 0.8 / n_pol
+    longest = max(len(str(p)) for p in policies)
+    for k, (ax, (ftitle, where)) in enumerate(zip(axes, facets)):
         sub = _select(df, where)
-        for pol in policies:
-            ax = axes[k]
-            k += 1
+        bottom_row = k + cols >= len(axes)  # the policies are named there, the same in every panel
+        ticks: list[float] = []
+        names: list[str] = []
+        for j, pol in enumerate(policies):
             g = sub[sub["policy"] == pol].groupby("gpu_kv_gb")[[c for c, _, _ in TIERS]].mean()
             g = g.reindex(caps)
-            x = np.arange(len(caps))
+            x = np.arange(len(caps)) + (j - (n_pol - 1) / 2) * width
             bottom = np.zeros(len(caps))
             for col, label, color in TIERS:
                 vals = g[col].fillna(0.0).to_numpy()
-                bars = ax.bar(x, vals, bottom=bottom, color=color, width=0.7, label=label)
+                bars = ax.bar(
+                    x, vals, bottom=bottom, color=color, width=width * 0.9, label=label, lw=0
+                )
                 handles.setdefault(label, bars)
                 bottom += vals
-            ax.set_xticks(x, [f"{c:g}" for c in caps])
-            ax.set_xlabel("GPU KV capacity (GiB)")
-            ax.set_ylabel("share of history tokens")
-            ax.yaxis.set_major_formatter(PercentFormatter(1.0))
-            ax.set_ylim(0, 1.0)
-            ax.set_title(f"{pol}" + (f"\n{ftitle}" if ftitle else ""), fontsize=10)
-            ax.grid(True, axis="y", alpha=0.3)
+            ticks += list(x)
+            names += [str(pol)] * len(caps)
+        groups = [f"{c:g}" for c in caps]
+        if n_pol > 1 and bottom_row:  # the policy under each bar, the capacity under each group
+            ax.set_xticks(ticks, names, rotation=90, fontsize=fs.STAMP_PT + 0.5)
+            ax.tick_params(axis="x", which="major", length=0, pad=1.5)
+            ax.set_xticks(np.arange(len(caps)), groups, minor=True)
+            ax.xaxis.remove_overlapping_locs = False  # a group's centre may be a bar's
+            pad = longest * (fs.STAMP_PT + 0.5) * 0.6 + 4
+            ax.tick_params(axis="x", which="minor", length=0, pad=pad, labelsize=fs.TICK_PT)
+        else:
+            ax.set_xticks(np.arange(len(caps)), groups)
+            if n_pol > 1:  # the bars' places, named in the bottom row
+                ax.set_xticks(ticks, minor=True)
+                ax.tick_params(axis="x", which="minor", length=1.5)
+                ax.xaxis.remove_overlapping_locs = False
+        ax.set_xlabel("GPU KV capacity (GiB)")
+        ax.set_ylabel("share of history tokens")
+        ax.yaxis.set_major_formatter(PercentFormatter(1.0, decimals=0))
+        ax.set_ylim(0, 1.0)
+        ax.set_xlim(-0.5, len(caps) - 0.5)
+        title = fs.panel_title(where, panel_w)
+        if n_pol == 1:
+            title = f"{policies[0]}" + (f"\n{title}" if title else "")
+        if title:
+            ax.set_title(title)
+        ax.grid(True, axis="y", alpha=0.3)
+        ax.set_axisbelow(True)
+    _outer_labels(axes, cols)
     return _save(
         fig,
         "Where history tokens came from: GPU hit, CPU hit, recomputed",
         path,
         list(handles.values()),
         list(handles.keys()),
+        stamp,
     )
 
 
-def _ttft_cdf(turns: pd.DataFrame, facets, policies, path: Path, notes: list[str]) -> Path | None:
+def _ttft_cdf(
+    turns: pd.DataFrame, facets, policies, path: Path, notes: list[str], stamp: str | None = None
+) -> Path | None:
     if turns.empty:
         notes.append(f"plots: {path.name} not drawn: no turn completed at a finite GPU capacity")
         return None
@@ -373,14 +397,20 @@ def _ttft_cdf(turns: pd.DataFrame, facets, policies, path: Path, notes: list[str
     if finite.empty:
         notes.append(f"plots: {path.name} not drawn: no turn completed at a finite GPU capacity")
         return None
-    fig, axes, _, _ = _grid(len(facets))
+    fig, axes, cols, panel_w = _grid(len(facets))
     handles: dict[str, object] = {}
+    smallest = {
+        float(_select(finite, where)["gpu_kv_gb"].min())
+        for _, where in facets
+        if not _select(finite, where).empty
+    }
+    one_cap = len(smallest) == 1  # then the figure's title says it, not each panel's
     for ax, (ftitle, where) in zip(axes, facets):
         sub = _select(finite, where)
         if sub.empty:
             _no_data(ax, "no data: no turn completed")
             if ftitle:
-                ax.set_title(ftitle, fontsize=10)
+                ax.set_title(fs.panel_title(where, panel_w))
             notes.append(f"plots: {path.name}: panel {ftitle or '(only panel)'} has no data")
             continue
         cap = float(sub["gpu_kv_gb"].min())
@@ -390,34 +420,57 @@ def _ttft_cdf(turns: pd.DataFrame, facets, policies, path: Path, notes: list[str
             if x.size == 0:
                 continue
             y = np.arange(1, x.size + 1) / x.size
+            st = fs.series_style(pol, i)
             (line,) = ax.step(
                 x,
                 y,
                 where="post",
-                color=f"C{i % 10}",
+                color=st["color"],
                 label=pol,
-                linewidth=_line_style(i)["linewidth"],
-                linestyle=("-", "--", "-.", ":")[i % 4],
+                linewidth=st["linewidth"],
+                linestyle=st["linestyle"],
+                zorder=st["zorder"],
             )
-            handles.setdefault(pol, line)
+            # markers along the curve, each policy's at its own levels (staggered between the
+            # deciles), so a curve drawn over another still shows
+            levels = np.linspace(0.1, 0.9, 9) + 0.1 * (i / len(policies) - 0.5)
+            q = np.quantile(x, levels, method="inverted_cdf")
+            ax.plot(
+                q,
+                np.searchsorted(x, q, side="right") / x.size,
+                ls="none",
+                marker=st["marker"],
+                color=st["color"],
+                markersize=st["markersize"] * 0.8,
+                markeredgewidth=st["markeredgewidth"],
+                zorder=st["zorder"],
+            )
+            handles.setdefault(
+                pol,
+                Line2D([], [], **{k: st[k] for k in ("color", "marker", "linestyle")}),
+            )
         ax.set_xscale("log")
         ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
         lo, hi = float(sub["ttft_s"].min()), float(sub["ttft_s"].max())
-        if hi / lo < 200:  # label 2x and 5x ticks only while they have room
+        if hi / lo < 30 and panel_w > 3:  # label 2x and 5x ticks only while they have room
             ax.xaxis.set_minor_formatter(FuncFormatter(_minor_label))
         else:
             ax.xaxis.set_minor_formatter(FuncFormatter(lambda v, _: ""))
-        ax.set_xlabel("time to first token (s, log scale)")
+        ax.set_xlabel("TTFT (s, log scale)")
         ax.set_ylabel("fraction of turns")
-        ax.yaxis.set_major_formatter(PercentFormatter(1.0))
+        ax.yaxis.set_major_formatter(PercentFormatter(1.0, decimals=0))
         ax.set_ylim(0, 1.01)
         ax.grid(True, which="major", alpha=0.35)
         ax.grid(True, which="minor", alpha=0.1)
-        ax.set_title((f"{ftitle}, " if ftitle else "") + f"GPU KV = {cap:g} GiB", fontsize=10)
+        if where or not one_cap:
+            ax.set_title(fs.panel_title(where if one_cap else {**where, "gpu_kv_gb": cap}, panel_w))
+    _outer_labels(axes, cols)
     return _save(
         fig,
-        "TTFT CDF per policy at the smallest GPU capacity",
+        "TTFT CDF per policy at the smallest GPU capacity"
+        + (f" ({next(iter(smallest)):g} GiB of GPU KV)" if one_cap else ""),
         path,
         list(handles.values()),
         list(handles.keys()),
+        stamp,
     )

@@ -5,7 +5,7 @@ one panel per CPU tier, drawn from the results folder's ``summary.csv``.
     python -m experiments.trace_plots [RESULTS] [--out docs/img] [--only sharegpt,mooncake]
 
 RESULTS holds the folders ``kvsim run`` wrote (default ``results``: ``results/sharegpt/``, ...);
-each one present becomes ``<out>/<name>_headline.png``. A config that lists its trace more than once
+each one present becomes ``<out>/<name>_headline.png`` (``--format pdf`` or ``svg``: vector). A config that lists its trace more than once
 (ShareGPT: the same conversations under two seeds of arrivals and think times) has its draws
 pooled with the grid's seeds: the line is their mean, the band the 95 % confidence interval of the
 mean (``plots.seed_interval``). The metric is the re-prefill rate, except on Azure, whose requests
@@ -21,9 +21,18 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import yaml
 from matplotlib.ticker import FuncFormatter, PercentFormatter
 
-from experiments.plots import _capacity_axis, _grid, _line_style, _minor_label, _save, seed_interval
+from experiments import figure_style as fs
+from experiments.plots import (
+    _capacity_axis,
+    _grid,
+    _minor_label,
+    _outer_labels,
+    _save,
+    seed_interval,
+)
 
 
 @dataclass(frozen=True)
@@ -62,22 +71,36 @@ HEADLINES: dict[str, Headline] = {
 
 
 def _cpu_title(gb: float) -> str:
-    return "no CPU tier (evicted KV is dropped)" if gb == 0 else f"CPU tier {gb:g} GiB"
+    return "no CPU tier (evicted KV is dropped)" if gb == 0 else fs.describe("cpu_kv_gb", gb)
 
 
-def headline_figure(summary: pd.DataFrame, spec: Headline, path: Path) -> Path:
-    """Draw ``spec.metric`` against gpu_kv_gb per policy, one panel per cpu_kv_gb, into ``path``.
-    Rows that differ only in trace (the same trace under other seeds) or seed are replicates."""
+def headline_figure(
+    summary: pd.DataFrame,
+    spec: Headline,
+    path: Path,
+    resolved: dict | None = None,
+    fmt: str | None = None,
+) -> Path:
+    """Draw ``spec.metric`` against gpu_kv_gb per policy, one panel per cpu_kv_gb, into ``path``
+    (as ``fmt``, default the path's suffix). Rows that differ only in trace (the same trace under
+    other seeds) or seed are replicates. ``resolved`` (the run's config.resolved.yaml) names the
+    trace and its size in the figure's stamp."""
+    with fs.style():
+        return _headline(summary, spec, path, resolved, fmt)
+
+
+def _headline(summary, spec: Headline, path: Path, resolved, fmt) -> Path:
     df = summary[np.isfinite(summary["gpu_kv_gb"].astype(float))]
     policies = list(dict.fromkeys(df["policy"]))
     cpus = sorted(df["cpu_kv_gb"].unique())
     caps = sorted(df["gpu_kv_gb"].unique())
-    fig, axes, _, _ = _grid(len(cpus), panel_w=5.6, panel_h=4.0)
+    fig, axes, cols, _ = _grid(len(cpus))
     values = df[spec.metric].to_numpy(dtype=float)
     handles: dict[str, object] = {}
     for ax, cpu in zip(axes, cpus):
         sub = df[df["cpu_kv_gb"] == cpu]
-        for i, pol in enumerate(policies):
+        series = []
+        for pol in policies:
             g = (
                 sub[sub["policy"] == pol]
                 .groupby("gpu_kv_gb")[spec.metric]
@@ -89,23 +112,28 @@ def headline_figure(summary: pd.DataFrame, spec: Headline, path: Path) -> Path:
                     ]
                 )
             )
-            color = f"C{i % 10}"
-            (line,) = ax.plot(g.index, g["mean"], color=color, label=pol, **_line_style(i))
+            series.append((pol, g))
+        ys = [(g.index, np.log(g["mean"]) if spec.log else g["mean"]) for _, g in series]
+        for i, ((pol, g), shift) in enumerate(zip(series, fs.dodge(ys))):
+            st = fs.series_style(pol, i)
+            x = np.asarray(g.index, dtype=float) * shift
+            (line,) = ax.plot(x, g["mean"], label=pol, **st)
             if (g["hi"] > g["lo"]).any():  # replicates: 95 % confidence interval of the mean
-                ax.fill_between(g.index, g["lo"], g["hi"], color=color, alpha=0.15)
+                ax.fill_between(x, g["lo"], g["hi"], color=st["color"], alpha=0.15, lw=0)
             handles.setdefault(pol, line)
         _capacity_axis(ax, caps)
         ax.set_ylabel(spec.ylabel)
-        ax.set_title(_cpu_title(float(cpu)), fontsize=10)
+        ax.set_title(_cpu_title(float(cpu)))
         if spec.log:
             ax.set_yscale("log")
             ax.set_ylim(np.nanmin(values) / 1.5, np.nanmax(values) * 1.5)
             ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
             ax.yaxis.set_minor_formatter(FuncFormatter(_minor_label))
         else:  # one y range for every panel, so the panels compare at a glance
-            ax.set_ylim(0.0, max(float(np.nanmax(values)), 1e-9) * 1.08)
+            top = max(float(np.nanmax(values)), 1e-9) * 1.08
+            ax.set_ylim(-0.03 * top, top)  # a series at 0 drawn above the axis, not on it
         if spec.percent:
-            ax.yaxis.set_major_formatter(PercentFormatter(1.0))
+            ax.yaxis.set_major_formatter(PercentFormatter(1.0, decimals=0))
         if spec.note is not None:
             lo, hi = sub[spec.note].min(), sub[spec.note].max()
             span = (
@@ -118,11 +146,14 @@ def headline_figure(summary: pd.DataFrame, spec: Headline, path: Path) -> Path:
                 0.04,
                 spec.note_label.format(span),
                 transform=ax.transAxes,
-                fontsize=9,
+                fontsize=fs.TICK_PT,
                 color="0.3",
             )
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return _save(fig, spec.title, path, list(handles.values()), list(handles.keys()))
+    _outer_labels(axes, cols)
+    if fmt is not None:
+        path = fs.with_format(path, fmt)
+    stamp = fs.run_stamp(summary, resolved)
+    return _save(fig, spec.title, path, list(handles.values()), list(handles.keys()), stamp)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -137,6 +168,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--out", default="docs/img", help="where <name>_headline.png goes")
     ap.add_argument("--only", default=",".join(HEADLINES), help="comma-separated experiment names")
+    ap.add_argument(
+        "--format", choices=fs.FORMATS, default=fs.DEFAULT_FORMAT, help="figure file format"
+    )
     args = ap.parse_args(argv)
     names = [n for n in args.only.split(",") if n]
     unknown = [n for n in names if n not in HEADLINES]
@@ -148,8 +182,13 @@ def main(argv: list[str] | None = None) -> int:
         if not summary.is_file():
             print(f"{summary}: not found, skipped (kvsim run experiments/{name}.yaml)")
             continue
+        config = summary.parent / "config.resolved.yaml"
+        resolved = yaml.safe_load(config.read_text(encoding="utf-8")) if config.is_file() else None
         path = headline_figure(
-            pd.read_csv(summary), HEADLINES[name], Path(args.out) / f"{name}_headline.png"
+            pd.read_csv(summary),
+            HEADLINES[name],
+            Path(args.out) / f"{name}_headline.{args.format}",
+            resolved,
         )
         print(path)
         drawn += 1

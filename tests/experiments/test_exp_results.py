@@ -212,8 +212,8 @@ def test_plots_mark_a_panel_without_data(tmp_path):
         "ttft_cdf.png",
     ]
     assert notes == [
-        "plots: jain_vs_capacity.png: panel trace = b has no data",
-        "plots: ttft_cdf.png: panel trace = b has no data",
+        "plots: jain_vs_capacity.png: panel trace b has no data",
+        "plots: ttft_cdf.png: panel trace b has no data",
     ]
 
 
