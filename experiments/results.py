@@ -8,7 +8,7 @@ new one is in place).
 Files: summary.csv (one row per grid point: grid labels, every ``sim.metrics.summarize`` column,
 ``throughput_impact`` when an infinite-memory baseline ran, then one ``pass_*`` column per target of
 the experiment's ``targets``: True, False, or empty for an offline policy (``experiments.targets``)),
-turns.parquet and sessions.parquet (ledgers with the grid labels), config.resolved.yaml, plots/*.png.
+turns.parquet and sessions.parquet (ledgers with the grid labels), config.resolved.yaml, plots/*.png (or .pdf, .svg).
 """
 
 from __future__ import annotations
@@ -136,9 +136,11 @@ def write_results(
     *,
     force: bool = False,
     traces: Sequence[TraceInfo] = (),
+    plot_format: str = "png",
 ) -> WrittenResults:
     """Write the results folder atomically; return what was written. ``traces`` (what each trace
-    spec loaded to) is recorded in config.resolved.yaml under ``traces_loaded``."""
+    spec loaded to) is recorded in config.resolved.yaml under ``traces_loaded``; the figures are
+    ``plot_format`` files (png, pdf or svg)."""
     out = check_out_dir(out, force)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
@@ -160,7 +162,13 @@ def write_results(
         plots = [
             p.relative_to(tmp)
             for p in _draw(
-                tables.summary, tables.turns, tmp / PLOTS_DIR, notes, experiment.thresholds()
+                tables.summary,
+                tables.turns,
+                tmp / PLOTS_DIR,
+                notes,
+                experiment.thresholds(),
+                resolved=resolved,
+                fmt=plot_format,
             )
         ]
         files = sorted(p.relative_to(tmp) for p in tmp.rglob("*") if p.is_file())
@@ -187,6 +195,9 @@ def _draw(
     out_dir: Path,
     notes: list[str],
     targets: Mapping[str, float | None] | None,
+    *,
+    resolved: Mapping[str, Any] | None = None,
+    fmt: str = "png",
 ) -> list:
     """The figures (``plots.make_plots``); matplotlib is imported only when one can be drawn."""
     if drawable_points(summary).empty:
@@ -194,7 +205,7 @@ def _draw(
         return []
     from experiments.plots import make_plots
 
-    return make_plots(summary, turns, out_dir, notes, targets)
+    return make_plots(summary, turns, out_dir, notes, targets, resolved=resolved, fmt=fmt)
 
 
 def _move_into_place(tmp: Path, out: Path, force: bool) -> None:

@@ -42,6 +42,7 @@ def run_experiment(
     force: bool = False,
     show_progress: bool = True,
     fresh: bool = False,
+    plot_format: str = "png",
 ) -> RunOutcome:
     """Run every grid point (plus the infinite-memory baselines when asked for) and write the
     results folder. An existing ``out`` is refused up front unless ``force``. Each finished point
@@ -77,6 +78,8 @@ def run_experiment(
     ]
     tables = collect(results, experiment.thresholds())
     infos = [trace_info(spec) for spec in experiment.trace_specs()]
-    written = write_results(out, experiment, tables, force=force, traces=infos)
+    written = write_results(
+        out, experiment, tables, force=force, traces=infos, plot_format=plot_format
+    )
     ckpt.clear()
     return RunOutcome(summary=tables.summary, written=written, resumed=len(have))

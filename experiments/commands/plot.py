@@ -15,6 +15,12 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "the old one only once every figure is drawn.",
     )
     p.add_argument("dir", help="a results folder written by kvsim run")
+    p.add_argument(
+        "--format",
+        choices=("png", "pdf", "svg"),
+        default="png",
+        help="file format of the figures (pdf and svg: vector, for a paper; default png)",
+    )
     return p
 
 
@@ -36,7 +42,8 @@ def main(args: argparse.Namespace) -> int:
             raise ValueError(
                 f"{out / name}: no such file (is {out} a results folder of kvsim run?)"
             )
-    # the experiment's targets (dashed lines); the defaults for a folder without its config
+    # the experiment's targets (dashed lines) and what the figures' stamp names (model, hardware,
+    # trace, version); for a folder without its config: the default targets, the summary's labels
     resolved = (
         yaml.safe_load((out / CONFIG_FILE).read_text(encoding="utf-8"))
         if (out / CONFIG_FILE).is_file()
@@ -48,7 +55,7 @@ def main(args: argparse.Namespace) -> int:
     tmp = Path(tempfile.mkdtemp(prefix=f".{PLOTS_DIR}.tmp-", dir=out))
     try:
         notes: list[str] = []
-        drawn = make_plots(summary, turns, tmp, notes, targets)
+        drawn = make_plots(summary, turns, tmp, notes, targets, resolved=resolved, fmt=args.format)
         old = out / PLOTS_DIR
         if old.exists():
             shutil.rmtree(old)

@@ -56,6 +56,13 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "(docs/semantics.md, the step log)",
     )
     p.add_argument(
+        "--format",
+        choices=("png", "pdf", "svg"),
+        default="png",
+        help="file format of the figures in plots/ (pdf and svg: vector, for a paper; default png; "
+        "kvsim report shows png and svg)",
+    )
+    p.add_argument(
         "--quiet",
         action="store_true",
         help="no progress bar and no summary table (the results folder line, and notes, "
@@ -85,7 +92,12 @@ def main(args: argparse.Namespace) -> int:
     out = args.out if args.out is not None else default_out_dir(exp)
     try:
         outcome = run_experiment(
-            exp, out, force=args.force, show_progress=not args.quiet, fresh=args.fresh
+            exp,
+            out,
+            force=args.force,
+            show_progress=not args.quiet,
+            fresh=args.fresh,
+            plot_format=args.format,
         )
     except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (experiments.cli.Terminated)
         kept = finished_points(exp, out)
