@@ -828,6 +828,12 @@ class SizedOrder:
     def oldest(self) -> int | None:
         return self._order.min()
 
+    def pop_many(self, k: int) -> list[int]:
+        """Up to ``k`` of the oldest candidates leave the queue, oldest first."""
+        out = self._order.pop_many(k)
+        self.nbytes -= sum(map(self._size.pop, out))
+        return out
+
     def move_to_end(self, uid: int) -> None:
         """A member enters again at the newest end (a reinsertion), keeping its size."""
         self._order.move_to_end(uid)

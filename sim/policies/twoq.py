@@ -191,6 +191,40 @@ class TwoQ(EvictionPolicy):
         if from_ain:
             self._aout_put(uid, size)
 
+    def evict_bytes(self, nbytes: int, now: float) -> list[int]:
+        """``evict`` until ``nbytes`` are freed. Where every unit has one size and no request is
+        incoming (the engine's case), in three runs, the order ``peek`` gives (Kin does not change
+        while evicting): A1in's oldest while it holds more than Kin bytes, then Am's LRU, then,
+        once Am is empty, A1in's oldest again; A1in's victims enter A1out in that order."""
+        unit = self.view.unit_bytes
+        if not unit or self._incoming is not None:
+            return super().evict_bytes(nbytes, now)
+        n = -(-nbytes // unit)
+        if n <= 0:
+            return []
+        ain, am = self._ain, self._am
+        kin, kout = self._sizes()
+        over = -(-(ain.nbytes - kin) // unit) if ain.nbytes > kin else 0
+        out = ain.pop_many(min(n, over))
+        from_ain = out[:]
+        if len(out) < n and am:
+            take = min(n - len(out), len(am))
+            out += [am.popitem(last=False)[0] for _ in range(take)]
+            self._am_bytes -= take * unit
+        if len(out) < n and not am:
+            more = ain.pop_many(n - len(out))
+            out += more
+            from_ain += more
+        consume(map(self._size.__delitem__, out))
+        self._budget.shrink(unit * len(out))
+        if unit <= kout and from_ain:  # each enters A1out, which keeps its newest kout bytes
+            aout = self._aout
+            for uid in from_ain:
+                if uid not in aout:  # (a member is never a ghost: kept as _aout_put does)
+                    aout.add(uid, unit)
+            aout.trim(kout)
+        return out
+
     def _add(self, uid: int, now: float) -> None:
         self.insert(uid, now)
 
