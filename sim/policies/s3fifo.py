@@ -227,6 +227,62 @@ class S3FIFO(EvictionPolicy):
                     self._ghost_put(uid, size)  # a one-hit wonder leaves S for the ghost
                     return uid
 
+    def evict_bytes(self, nbytes: int, now: float) -> list[int]:
+        """``evict`` until ``nbytes`` are freed. Where every unit has one size, in one loop (the
+        same moves, reinsertions and victims; nothing reads G while evicting, so S's victims
+        enter it at the end, where it keeps its newest G bytes, as one by one)."""
+        unit = self.view.unit_bytes
+        if not unit:
+            return super().evict_bytes(nbytes, now)
+        n = -(-nbytes // unit)
+        if n <= 0:
+            return []
+        self._has_evicted = True
+        small_q, main_q = self._q
+        freq, queue_of = self._freq, self._queue_of
+        _, main_size, ghost_size = self._sizes()
+        threshold, max_freq = self.move_to_main_threshold, self.max_freq
+        out: list[int] = []
+        to_ghost: list[int] = []
+        while len(out) < n:
+            if main_q.nbytes > main_size or not small_q:
+                uid = main_q.oldest()
+                if uid is None:
+                    if not small_q:
+                        break  # nothing to evict
+                else:
+                    f = freq[uid]
+                    if f >= 1:  # reinsert at the newest end of M
+                        freq[uid] = min(f, max_freq) - 1
+                        main_q.move_to_end(uid)
+                    else:
+                        del freq[uid], queue_of[uid]
+                        main_q.leave(uid)
+                        out.append(uid)
+                    continue
+            uid = small_q.oldest()
+            while uid is not None:
+                if freq[uid] >= threshold:  # S -> M, counter cleared
+                    freq[uid] = 0
+                    small_q.leave(uid)
+                    main_q.enter(uid, unit)
+                    queue_of[uid] = MAIN
+                    uid = small_q.oldest()
+                else:  # a one-hit wonder leaves S for the ghost
+                    del freq[uid], queue_of[uid]
+                    small_q.leave(uid)
+                    out.append(uid)
+                    to_ghost.append(uid)
+                    break
+        self._budget.shrink(unit * len(out))
+        if unit <= ghost_size and to_ghost:
+            ghost = self._ghost
+            for uid in to_ghost:
+                if uid not in ghost:  # (a member is never a ghost: kept as _ghost_put does)
+                    ghost.add(uid, unit)
+            ghost.trim(ghost_size)
+        return out
+
     def __len__(self) -> int:
         return len(self._q[SMALL]) + len(self._q[MAIN])
 
