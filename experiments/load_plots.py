@@ -8,13 +8,17 @@ more. A line is one policy at one value of every other grid label that varies (`
 ``cpu_kv_gb=16``, ... name it in the legend); seeds are averaged. Points whose value is not finite
 are left out; a figure with no finite point is not written, and ``notes`` says so.
 
-matplotlib's Agg canvas draws it (pyplot and the global backend are left alone).
+It is drawn in the look of the run's other figures (``experiments.figure_style``: a policy's colour
+and marker, the page width, the stamp under the panels); pyplot and the global backend are left
+alone.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -67,13 +71,17 @@ def load_lines(summary: pd.DataFrame, column: str) -> dict[str, pd.Series]:
 
 
 def load_figures(
-    summary: pd.DataFrame, out_dir: str | Path, notes: list[str], fmt: str = "png"
+    summary: pd.DataFrame,
+    out_dir: str | Path,
+    notes: list[str],
+    fmt: str = "png",
+    resolved: Mapping[str, Any] | None = None,
 ) -> list[Path]:
     """Write ``LOAD_FIGURE``.``fmt`` into ``out_dir`` when the request rate varies; the paths
-    written."""
+    written. ``resolved``: the run's config.resolved.yaml, for the stamp under the panels."""
     if not varies(summary) or summary.empty:
         return []
-    from matplotlib.figure import Figure
+    from experiments import figure_style as fs
 
     panels = [(col, title, logy, load_lines(summary, col)) for col, title, logy in PANELS]
     if not any(lines for *_, lines in panels):
@@ -81,37 +89,36 @@ def load_figures(
             f"plots: {LOAD_FIGURE}.{fmt}: no finite latency or goodput at any request rate"
         )
         return []
-    fig = Figure(figsize=(11, 7.5), layout="constrained")
-    axes = fig.subplots(2, 2, sharex=True).ravel()
-    rates = 1.0 / summary[RATE_AXIS].astype(float)
-    log_x = rates.max() / rates.min() > 10
-    for ax, (col, title, logy, lines) in zip(axes, panels):
-        for name, series in lines.items():
-            ax.plot(series.index, series.to_numpy(), marker="o", label=name)
-        if not lines:
-            ax.text(0.5, 0.5, "no data", transform=ax.transAxes, ha="center", va="center")
-        ax.set_title(title)
-        if log_x:
-            ax.set_xscale("log")
-            ax.minorticks_off()
-        ticks = sorted(set(rates))
-        ax.set_xticks(ticks, [f"{r:g}" for r in ticks])
-        if logy and lines and all((s > 0).all() for s in lines.values()):
-            ax.set_yscale("log")
-        if col == "slo_attainment":
-            ax.set_ylim(-0.02, 1.02)
-        ax.grid(True, alpha=0.3)
-    for ax in axes[2:]:
-        ax.set_xlabel("request rate (x the trace's: 1 / trace.time_scale)")
-    handles, labels = axes[0].get_legend_handles_labels()
-    if not handles:
-        handles, labels = axes[3].get_legend_handles_labels()
-    if handles:
-        fig.legend(handles, labels, loc="outside lower center", ncols=min(len(labels), 4))
-    fig.suptitle("Latency and goodput against load")
-    path = Path(out_dir) / f"{LOAD_FIGURE}.{fmt}"
-    fig.savefig(path, dpi=110)
+    rates = sorted(set(1.0 / summary[RATE_AXIS].astype(float)))
+    title = "Latency and goodput against load"
+    with fs.style():
+        fig, axes, _, _ = fs.grid(len(panels))
+        handles: dict[str, Any] = {}
+        for ax, (col, head, logy, lines) in zip(axes, panels):
+            variants: dict[str, int] = {}  # lines of one policy told apart by their dashes
+            for i, (name, series) in enumerate(lines.items()):
+                policy = name.split(", ")[0]
+                look = fs.series_style(policy, i)
+                n = variants[policy] = variants.get(policy, -1) + 1
+                if n:
+                    look["linestyle"] = _DASHES[n % len(_DASHES)]
+                (handles[name],) = ax.plot(series.index, series.to_numpy(), label=name, **look)
+            if not lines:
+                ax.text(0.5, 0.5, "no data", transform=ax.transAxes, ha="center", va="center")
+            ax.set_title(head)
+            fs.capacity_axis(ax, rates, "request rate (x the trace's: 1 / time_scale)")
+            if logy and lines and all((s > 0).all() for s in lines.values()):
+                ax.set_yscale("log")
+            if col == "slo_attainment":
+                ax.set_ylim(-0.02, 1.02)
+        fs.finish(
+            fig, title, list(handles.values()), list(handles), fs.run_stamp(summary, resolved)
+        )
+        path = fs.save(fig, Path(out_dir) / f"{LOAD_FIGURE}.{fmt}", fmt, title)
     return [path]
+
+
+_DASHES = ("-", "--", ":", "-.")
 
 
 def _plain(v: object) -> str:

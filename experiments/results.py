@@ -199,13 +199,16 @@ def _draw(
     resolved: Mapping[str, Any] | None = None,
     fmt: str = "png",
 ) -> list:
-    """The figures (``plots.make_plots``); matplotlib is imported only when one can be drawn."""
+    """The figures (``plots.make_plots``, and ``load_plots.load_figures`` for a request-rate
+    sweep); matplotlib is imported only when one can be drawn."""
     if drawable_points(summary).empty:
         notes.append(NO_FIGURES)
         return []
+    from experiments.load_plots import load_figures
     from experiments.plots import make_plots
 
-    return make_plots(summary, turns, out_dir, notes, targets, resolved=resolved, fmt=fmt)
+    drawn = make_plots(summary, turns, out_dir, notes, targets, resolved=resolved, fmt=fmt)
+    return drawn + load_figures(summary, out_dir, notes, fmt, resolved)
 
 
 def _move_into_place(tmp: Path, out: Path, force: bool) -> None:

@@ -168,6 +168,17 @@ def test_a_sweep_runs_each_rate_with_the_experiment_s_slo(sweep_run):
     assert sorted(t["time_scale"] for t in resolved["traces_loaded"]) == [0.25, 2.0]
 
 
+def test_a_sweep_draws_latency_against_load_and_a_single_rate_does_not(sweep_run, tmp_path):
+    out, printed = sweep_run
+    assert (out / "plots" / "latency_vs_load.png").stat().st_size > 0
+    path = tmp_path / "one.yaml"
+    path.write_text(SWEEP.replace("time_scale: [0.25, 2]", "time_scale: 2").lstrip())
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert main(["run", str(path), "--out", str(tmp_path / "one"), "--quiet"]) == 0
+    assert not (tmp_path / "one" / "plots" / "latency_vs_load.png").exists()
+    assert list((tmp_path / "one" / "plots").glob("*.png"))  # the other figures are there
+
+
 def test_the_console_table_shows_the_time_scale_column(sweep_run):
     _, printed = sweep_run
     lines = printed.splitlines()
