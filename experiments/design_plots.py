@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from matplotlib.ticker import PercentFormatter
+from matplotlib.ticker import FuncFormatter, PercentFormatter
 
 from experiments import figure_style as fs
 
@@ -22,12 +22,14 @@ def design_label(row: pd.Series) -> str:
     return "swap-in" if float(row["cpu_kv_gb"]) > 0 else "recompute"
 
 
-def _figure(n: int, height: float = 2.7):
-    """A page-wide figure of ``n`` panels side by side."""
+def _figure(n_series: int):
+    """A page-wide figure of two panels side by side, with room above them for a legend of
+    ``n_series`` entries."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(fs.DOUBLE_COLUMN_IN, height), layout="constrained")
+    rows = -(-n_series // 3)
+    fig = Figure(figsize=(fs.DOUBLE_COLUMN_IN, 2.9 + 0.2 * rows), layout="constrained")
     FigureCanvasAgg(fig)
     return fig
 
@@ -39,9 +41,9 @@ def budget_figure(summary: pd.DataFrame, path: Path, stamp: str | None = None) -
     if "budget" not in summary or summary["budget"].nunique() < 2:
         return None
     with fs.style():
-        fig = _figure(2)
-        left, right = fig.subplots(1, 2)
         budgets = list(dict.fromkeys(summary["budget"]))
+        fig = _figure(len(budgets))
+        left, right = fig.subplots(1, 2)
         series = [
             (b, summary[summary["budget"] == b].groupby("gpu_kv_gb")["reprefill_rate"].mean())
             for b in budgets
@@ -54,7 +56,7 @@ def budget_figure(summary: pd.DataFrame, path: Path, stamp: str | None = None) -
             left.scatter(
                 sub["relevant_pruned_share"].mean(),
                 sub["pruned_share"].mean(),
-                s=max(12, 40 - 6 * i),
+                s=max(18, 40 - 4 * i),
                 color=color,
                 marker=marker,
                 label=b,
@@ -96,7 +98,7 @@ def offload_figure(summary: pd.DataFrame, path: Path, stamp: str | None = None) 
     designs = list(dict.fromkeys(df["design"]))
     caps = sorted(df["gpu_kv_gb"].unique())
     with fs.style():
-        fig = _figure(2)
+        fig = _figure(len(designs))
         axes = fig.subplots(1, 2)
         for ax, metric, ylabel in (
             (axes[0], "tbt_p50_s", "TBT p50 (ms, log scale)"),
@@ -120,6 +122,7 @@ def offload_figure(summary: pd.DataFrame, path: Path, stamp: str | None = None) 
                 )
             fs.capacity_axis(ax, caps)
             ax.set_yscale("log")  # designs differ by orders of magnitude
+            ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))  # 0.1, 1, 10
             ax.set_ylabel(ylabel)
             ax.grid(alpha=0.3, which="both")
         return _save(
@@ -154,6 +157,8 @@ def engine_figure(summary: pd.DataFrame, path: Path, stamp: str | None = None) -
         for k, (ax, (policy, cpu)) in enumerate(zip(axes, panels, strict=True)):
             sub = df[(df["policy"] == policy) & (df["cpu_kv_gb"] == cpu)]
             caps = sorted(sub["gpu_kv_gb"].unique())
+            ticks: list[float] = []
+            names: list[str] = []
             for j, engine in enumerate(engines):
                 cols_ = [t for t, _, _ in TIERS]
                 g = sub[sub["engine"] == engine].groupby("gpu_kv_gb")[cols_].mean().reindex(caps)
@@ -162,18 +167,14 @@ def engine_figure(summary: pd.DataFrame, path: Path, stamp: str | None = None) -
                 for col, label, color in TIERS:
                     ax.bar(x, g[col], width * 0.9, bottom=bottom, color=color, label=label, lw=0)
                     bottom += g[col].fillna(0).to_numpy()
-                for xi in x:  # which engine each bar is, inside its foot
-                    ax.text(
-                        xi,
-                        0.02,
-                        engine,
-                        ha="center",
-                        va="bottom",
-                        fontsize=fs.STAMP_PT,
-                        rotation=90,
-                        color="white",
-                    )
-            ax.set_xticks(np.arange(len(caps)), [f"{c:g}" for c in caps])
+                ticks += list(x)
+                names += [str(engine)] * len(caps)
+            # the engine under each bar, the capacity under each pair
+            ax.set_xticks(ticks, names, fontsize=fs.STAMP_PT + 0.5)
+            ax.tick_params(axis="x", which="major", length=0, pad=1.5)
+            ax.set_xticks(np.arange(len(caps)), [f"{c:g}" for c in caps], minor=True)
+            ax.xaxis.remove_overlapping_locs = False
+            ax.tick_params(axis="x", which="minor", length=0, pad=fs.STAMP_PT + 5)
             ax.set_xlabel("GPU KV capacity (GiB)" if k + cols >= len(panels) else "")
             where = {"policy": policy, "cpu_kv_gb": cpu} if several else {"cpu_kv_gb": cpu}
             ax.set_title(fs.panel_title(where, panel_w))
@@ -183,7 +184,7 @@ def engine_figure(summary: pd.DataFrame, path: Path, stamp: str | None = None) -
                 ax.set_ylabel("share of history tokens")
         handles, labels = axes[0].get_legend_handles_labels()
         keep = dict(zip(labels, handles, strict=True))  # one entry per tier
-        title = "Where history came from, by engine (bars: " + ", ".join(engines) + ")"
+        title = "Where history came from, by engine (" + ", ".join(engines) + ")"
         fs.finish(fig, title, list(keep.values()), list(keep), stamp)
         return fs.save(fig, path, title=title)
 

@@ -309,7 +309,7 @@ def finish(fig, title: str, handles: list, labels: list, stamp: str | None = Non
             handletextpad=0.5,
         )
         leg.set_in_layout(False)
-        top_in += rows * LEGEND_PT * 1.55 / 72 + 0.08
+        top_in += rows * LEGEND_PT * 1.95 / 72 + 0.08
     bottom_in = 0.0
     if stamp:
         add_stamp(fig, stamp)
