@@ -217,7 +217,8 @@ def panel_title(where: Mapping[str, object], width_in: float | None = None) -> s
     if width_in is None:
         return text
     chars = max(16, int(width_in * 72 / (TITLE_PT * 0.6)))
-    return "\n".join(textwrap.wrap(text, chars, break_on_hyphens=False)) if text else text
+    lines = textwrap.wrap(text, chars, break_on_hyphens=False, break_long_words=False)
+    return "\n".join(lines) if text else text
 
 
 # --- axes -------------------------------------------------------------------------------------
