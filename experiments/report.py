@@ -40,7 +40,9 @@ _METRICS = {  # column -> (header, format)
     "cpu_hit_rate": ("cpu_hit", "{:.1%}"),
     "jain_service": ("jain", "{:.3f}"),
     "ttft_p50_s": ("ttft_p50_s", "{:.3f}"),
+    "slo_attainment": ("slo_met", "{:.1%}"),  # the share of turns within the experiment's slo
 }
+_SINCE = {"slo_attainment"}  # metrics a summary.csv written before they existed lacks
 
 
 def summary_table(
@@ -65,6 +67,8 @@ def summary_table(
             if name.startswith(f"{c}."):
                 out[name] = values
     for col, (head, fmt) in _METRICS.items():
+        if col in _SINCE and col not in summary:
+            continue
         out[head] = summary[col].map(lambda v, fmt=fmt: "-" if _nan(v) else fmt.format(v))
     for col in summary.columns:
         if col.startswith("pass_"):

@@ -179,8 +179,8 @@ def test_a_sweep_draws_latency_against_load_and_a_single_rate_does_not(sweep_run
     assert list((tmp_path / "one" / "plots").glob("*.png"))  # the other figures are there
 
 
-def test_the_console_table_shows_the_time_scale_column(sweep_run):
-    _, printed = sweep_run
+def test_the_console_table_shows_the_time_scale_and_slo_columns(sweep_run):
+    out, printed = sweep_run
     lines = printed.splitlines()
     header = next(line.split() for line in lines if line.split()[:1] == ["policy"])
     assert "time_scale" in header and "trace.time_scale" not in header
@@ -188,6 +188,10 @@ def test_the_console_table_shows_the_time_scale_column(sweep_run):
     start = lines.index(next(line for line in lines if line.split()[:1] == ["policy"]))
     rows = [line.split() for line in lines[start + 1 : start + 5]]
     assert sorted(r[col] for r in rows) == ["0.25", "0.25", "2", "2"]
+    # the share of turns within the slo, as summary.csv has it, in the same row order
+    summary = pd.read_csv(out / "summary.csv")
+    met = header.index("slo_met")
+    assert [r[met] for r in rows] == [f"{v:.1%}" for v in summary["slo_attainment"]]
 
 
 def test_the_sweep_splits_turns_on_both_sides_of_the_slo(sweep_run):
