@@ -76,14 +76,14 @@ def budget_figure(summary: pd.DataFrame, path: Path, stamp: str | None = None) -
             )
         left.set_xlabel("relevant tokens pruned (share, relevance model)")
         left.set_ylabel("history KV pruned (memory saved)")
-        left.xaxis.set_major_formatter(PercentFormatter(1.0, decimals=0))
-        left.yaxis.set_major_formatter(PercentFormatter(1.0, decimals=0))
+        left.xaxis.set_major_formatter(PercentFormatter(1.0))
+        left.yaxis.set_major_formatter(PercentFormatter(1.0))
         left.set_xlim(left=-0.02)
         left.set_ylim(bottom=-0.02)
         left.grid(alpha=0.3)
         fs.capacity_axis(right, sorted(summary["gpu_kv_gb"].unique()))
         right.set_ylabel("re-prefill rate (% of history tokens)")
-        right.yaxis.set_major_formatter(PercentFormatter(1.0, decimals=0))
+        right.yaxis.set_major_formatter(PercentFormatter(1.0))
         return _save(
             fig, right, "Token budgets: memory saved against relevant tokens pruned", path, stamp
         )
@@ -179,7 +179,7 @@ def engine_figure(summary: pd.DataFrame, path: Path, stamp: str | None = None) -
             where = {"policy": policy, "cpu_kv_gb": cpu} if several else {"cpu_kv_gb": cpu}
             ax.set_title(fs.panel_title(where, panel_w))
             ax.set_ylim(0, 1)
-            ax.yaxis.set_major_formatter(PercentFormatter(1.0, decimals=0))
+            ax.yaxis.set_major_formatter(PercentFormatter(1.0))
             if k % cols == 0:
                 ax.set_ylabel("share of history tokens")
         handles, labels = axes[0].get_legend_handles_labels()

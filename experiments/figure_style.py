@@ -21,6 +21,7 @@ Matplotlib's global state is left alone: ``style()`` applies the settings in a c
 from __future__ import annotations
 
 import math
+import re
 import textwrap
 import zlib
 from collections.abc import Iterator, Mapping, Sequence
@@ -42,6 +43,7 @@ LEGEND_PT = 7.0
 STAMP_PT = 5.5
 STAMP_GID = "stamp"
 STAMP_IN = (STAMP_PT + 4) / 72  # the stamp's line, under the axes
+STAMP_LINE_IN = STAMP_PT * 1.25 / 72  # each further line of a stamp
 
 RC: dict[str, Any] = {
     "font.size": FONT_PT,
@@ -133,17 +135,23 @@ def series_style(name: str, i: int) -> dict[str, Any]:
     }
 
 
-def dodge(series: Sequence[tuple[Sequence[float], Sequence[float]]], rel_tol: float = 0.01):
+def dodge(
+    series: Sequence[tuple[Sequence[float], Sequence[float]]],
+    span: float | None = None,
+    rel_tol: float = 0.03,
+):
     """Factors to multiply each series' x by (a log axis): all 1 when no two series share a point
-    (same x, y within ``rel_tol`` of the y span), else a spread of 0.05 octave per series around
-    the true x, so that coinciding series sit side by side."""
+    (same x, y within ``rel_tol`` of ``span``, the y axis' range, about a marker's height; default
+    the data's range), else a spread of 0.05 octave per series around the true x, so that series
+    that coincide sit side by side."""
     pts: list[tuple[float, float]] = []
     for xs, ys in series:
         pts += [(float(x), float(y)) for x, y in zip(xs, ys) if math.isfinite(float(y))]
     ys_all = [y for _, y in pts]
     if not pts:
         return [1.0] * len(series)
-    span = max(max(ys_all) - min(ys_all), abs(max(ys_all)), 1e-12)
+    if span is None:
+        span = max(max(ys_all) - min(ys_all), abs(max(ys_all)), 1e-12)
     clash = False
     for a in range(len(series)):
         for b in range(a + 1, len(series)):
@@ -313,19 +321,26 @@ def finish(fig, title: str, handles: list, labels: list, stamp: str | None = Non
         top_in += rows * LEGEND_PT * 1.95 / 72 + 0.08
     bottom_in = 0.0
     if stamp:
-        add_stamp(fig, stamp)
-        bottom_in = STAMP_IN
+        bottom_in = add_stamp(fig, stamp) * STAMP_LINE_IN + (STAMP_IN - STAMP_LINE_IN)
     engine = fig.get_layout_engine()
     if engine is not None and hasattr(engine, "set"):
         engine.set(rect=(0, bottom_in / height, 1, 1 - top_in / height))
 
 
-def add_stamp(fig, text: str) -> None:
-    """``text`` in small grey type at the figure's bottom left, under the axes (gid ``stamp``)."""
+def add_stamp(fig, text: str) -> int:
+    """``text`` in small grey type at the figure's bottom left, under the axes (gid ``stamp``),
+    broken at its " · " into lines as wide as the figure; the number of lines."""
+    chars = int(fig.get_figwidth() * 72 / (STAMP_PT * 0.55))
+    lines: list[str] = []
+    for part in text.split(" · "):
+        if lines and len(lines[-1]) + 3 + len(part) <= chars:
+            lines[-1] += " · " + part
+        else:
+            lines.append(part)
     fig.text(
         0.005,
         0.004,
-        text,
+        "\n".join(lines),
         ha="left",
         va="bottom",
         fontsize=STAMP_PT,
@@ -333,6 +348,7 @@ def add_stamp(fig, text: str) -> None:
         gid=STAMP_GID,
         in_layout=False,
     )
+    return len(lines)
 
 
 # --- the stamp --------------------------------------------------------------------------------
@@ -373,11 +389,13 @@ def run_stamp(summary=None, resolved: Mapping[str, Any] | None = None) -> str:
         parts.append(", ".join(hw) + tp)
     loaded = (resolved or {}).get("traces_loaded") or []
     if loaded:
-        traces = [
-            f"{t.get('label', t.get('source', '?'))} ({t.get('sessions', '?')} sessions, "
-            f"{t.get('turns', '?')} turns)"
-            for t in loaded
-        ]
+        # a trace listed once per draw (``label[0]``, ``label[1]``) is named once, with its count
+        counts: dict[str, int] = {}
+        for t in loaded:
+            label = re.sub(r"\[\d+\]$", "", str(t.get("label", t.get("source", "?"))))
+            key = f"{label} ({t.get('sessions', '?')} sessions, {t.get('turns', '?')} turns)"
+            counts[key] = counts.get(key, 0) + 1
+        traces = [k + (f" x{n}" if n > 1 else "") for k, n in counts.items()]
         if len(traces) > 2:
             traces = [*traces[:2], f"+{len(traces) - 2} more"]
         parts.append("trace " + "; ".join(traces))

@@ -297,7 +297,7 @@ def _line_plot(
             )
             if not (g.empty or g["mean"].isna().all()):
                 series.append((pol, g))
-        shifts = fs.dodge([(g.index, g["mean"]) for _, g in series])
+        shifts = fs.dodge([(g.index, g["mean"]) for _, g in series], span=ylim[1] - ylim[0])
         for i, ((pol, g), shift) in enumerate(zip(series, shifts)):
             st = fs.series_style(pol, i)
             x = np.asarray(g.index, dtype=float) * shift
@@ -311,7 +311,7 @@ def _line_plot(
         _capacity_axis(ax, caps)
         ax.set_ylabel(ylabel)
         if percent:
-            ax.yaxis.set_major_formatter(PercentFormatter(1.0, decimals=0))
+            ax.yaxis.set_major_formatter(PercentFormatter(1.0))
         ax.set_ylim(*ylim)
         if ftitle:
             ax.set_title(fs.panel_title(where, panel_w))
@@ -365,7 +365,7 @@ def _tier_bars(df: pd.DataFrame, facets, policies, path: Path, stamp: str | None
                 ax.xaxis.remove_overlapping_locs = False
         ax.set_xlabel("GPU KV capacity (GiB)")
         ax.set_ylabel("share of history tokens")
-        ax.yaxis.set_major_formatter(PercentFormatter(1.0, decimals=0))
+        ax.yaxis.set_major_formatter(PercentFormatter(1.0))
         ax.set_ylim(0, 1.0)
         ax.set_xlim(-0.5, len(caps) - 0.5)
         title = fs.panel_title(where, panel_w)
@@ -458,7 +458,7 @@ def _ttft_cdf(
             ax.xaxis.set_minor_formatter(FuncFormatter(lambda v, _: ""))
         ax.set_xlabel("TTFT (s, log scale)")
         ax.set_ylabel("fraction of turns")
-        ax.yaxis.set_major_formatter(PercentFormatter(1.0, decimals=0))
+        ax.yaxis.set_major_formatter(PercentFormatter(1.0))
         ax.set_ylim(0, 1.01)
         ax.grid(True, which="major", alpha=0.35)
         ax.grid(True, which="minor", alpha=0.1)

@@ -114,7 +114,17 @@ def _headline(summary, spec: Headline, path: Path, resolved, fmt) -> Path:
             )
             series.append((pol, g))
         ys = [(g.index, np.log(g["mean"]) if spec.log else g["mean"]) for _, g in series]
-        for i, ((pol, g), shift) in enumerate(zip(series, fs.dodge(ys))):
+        finite = values[np.isfinite(values) & ((values > 0) if spec.log else True)]
+        span = (
+            (
+                float(np.log(finite.max() / finite.min()) + 2 * np.log(1.5))
+                if spec.log
+                else float(finite.max()) * 1.11
+            )
+            if finite.size
+            else None
+        )
+        for i, ((pol, g), shift) in enumerate(zip(series, fs.dodge(ys, span))):
             st = fs.series_style(pol, i)
             x = np.asarray(g.index, dtype=float) * shift
             (line,) = ax.plot(x, g["mean"], label=pol, **st)
@@ -133,7 +143,7 @@ def _headline(summary, spec: Headline, path: Path, resolved, fmt) -> Path:
             top = max(float(np.nanmax(values)), 1e-9) * 1.08
             ax.set_ylim(-0.03 * top, top)  # a series at 0 drawn above the axis, not on it
         if spec.percent:
-            ax.yaxis.set_major_formatter(PercentFormatter(1.0, decimals=0))
+            ax.yaxis.set_major_formatter(PercentFormatter(1.0))
         if spec.note is not None:
             lo, hi = sub[spec.note].min(), sub[spec.note].max()
             span = (

@@ -209,6 +209,22 @@ def test_policies_that_coincide_are_drawn_side_by_side(tmp_path, drawn):
     assert len(set(ys)) == 3
 
 
+def test_series_close_to_each_other_on_the_axis_are_set_apart(tmp_path, drawn):
+    """Near 0 % in the CPU tier's panel, on an axis that goes to 100 % for the other panel: LRU at
+    0.5 % and Belady at 0 would draw one marker over the other."""
+    summary = _summary(facets={"cpu_kv_gb": [0.0, 16.0]})
+    cpu = summary["cpu_kv_gb"] > 0
+    summary.loc[cpu, "reprefill_rate"] = summary.loc[cpu, "policy"].map(
+        {"lru": 0.005, "belady": 0.0, "pensieve": 0.04}
+    )
+    summary.loc[~cpu, "reprefill_rate"] = 0.9
+    written = _draw(tmp_path, summary)
+    ax = _by_name(drawn, written)["reprefill_vs_capacity"].axes[1]
+    x = {ln.get_label(): tuple(ln.get_xdata()) for ln in ax.get_lines()}
+    assert x["lru"] != x["belady"]
+    assert ax.get_ylim()[0] < 0  # a series at 0 is drawn above the axis line, not on it
+
+
 def test_series_that_differ_are_not_moved(tmp_path, drawn):
     summary = _summary(same=())
     _draw(tmp_path, summary)
