@@ -146,7 +146,7 @@ def _headline(summary, spec: Headline, path: Path, resolved, fmt) -> Path:
             ax.yaxis.set_major_formatter(PercentFormatter(1.0))
         if spec.note is not None:
             lo, hi = sub[spec.note].min(), sub[spec.note].max()
-            span = (
+            note_range = (
                 f"{100 * lo:.1f} %"
                 if round(100 * lo, 1) == round(100 * hi, 1)
                 else f"{100 * lo:.1f}-{100 * hi:.1f} %"
@@ -154,7 +154,7 @@ def _headline(summary, spec: Headline, path: Path, resolved, fmt) -> Path:
             ax.text(
                 0.03,
                 0.04,
-                spec.note_label.format(span),
+                spec.note_label.format(note_range),
                 transform=ax.transAxes,
                 fontsize=fs.TICK_PT,
                 color="0.3",
