@@ -32,6 +32,7 @@ def main(args: argparse.Namespace) -> int:
     import pandas as pd
     import yaml
 
+    from experiments.load_plots import load_figures
     from experiments.plots import make_plots
     from experiments.results import CONFIG_FILE, PLOTS_DIR, SUMMARY_FILE, TURNS_FILE
     from experiments.targets import from_resolved
@@ -56,6 +57,7 @@ def main(args: argparse.Namespace) -> int:
     try:
         notes: list[str] = []
         drawn = make_plots(summary, turns, tmp, notes, targets, resolved=resolved, fmt=args.format)
+        drawn += load_figures(summary, tmp, notes, args.format, resolved)  # a request-rate sweep
         old = out / PLOTS_DIR
         if old.exists():
             shutil.rmtree(old)

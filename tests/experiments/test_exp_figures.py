@@ -323,3 +323,17 @@ def test_kvsim_run_and_plot_write_the_format_asked_for(fake_backend, write_yaml,
     assert "tiny" in svg and "llama-3-8b" in svg  # the stamp, from the folder's config
     assert main(["plot", str(out)]) == 0  # the default stays PNG
     assert all(p.suffix == ".png" for p in (out / "plots").iterdir())
+
+
+def test_kvsim_plot_draws_the_request_rate_figure_again(tmp_path, capsys):
+    """A request-rate sweep's latency_vs_load figure is drawn again too, in the format asked for
+    (plots/ is replaced as a whole: a figure not drawn again would be lost)."""
+    summary = _summary(policies=("lru", "fifo"), facets={"time_scale": [1.0, 2.0]})
+    for col in ("ttft_p50_s", "ttft_p90_s", "slo_attainment", "goodput_turns_s"):
+        summary[col] = 0.5
+    folder = tmp_path / "sweep"
+    folder.mkdir()
+    summary.to_csv(folder / "summary.csv", index=False)
+    _turns(summary).to_parquet(folder / "turns.parquet", index=False)
+    assert main(["plot", str(folder), "--format", "svg"]) == 0
+    assert (folder / "plots" / "latency_vs_load.svg").read_bytes().startswith(b"<?xml")
