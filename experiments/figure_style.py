@@ -209,6 +209,8 @@ def describe(dim: str, value: object) -> str:
         return ENGINE_NAMES.get(str(value), f"{value} engine")
     if dim == "trace":
         return f"trace {value}"
+    if dim == "time_scale":
+        return f"arrivals x{1 / float(value):g} as fast"  # type: ignore[arg-type]
     if dim == "budget":
         return "full KV" if str(value) == "full" else f"token budget {value}"
     if dim == "sparse":

@@ -37,6 +37,7 @@ from experiments.targets import DEFAULT_TARGETS
 FACET_DIMS: tuple[str, ...] = (
     "engine",
     "trace",
+    "time_scale",  # a request-rate sweep: each rate its own panel, never pooled like seeds
     "model",
     "hardware",
     "tp",

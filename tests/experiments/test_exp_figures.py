@@ -337,3 +337,12 @@ def test_kvsim_plot_draws_the_request_rate_figure_again(tmp_path, capsys):
     _turns(summary).to_parquet(folder / "turns.parquet", index=False)
     assert main(["plot", str(folder), "--format", "svg"]) == 0
     assert (folder / "plots" / "latency_vs_load.svg").read_bytes().startswith(b"<?xml")
+
+
+def test_a_request_rate_sweep_draws_each_rate_in_its_own_panel(tmp_path, drawn):
+    """Rates are not seeds: two time_scale values are two panels, never one pooled line."""
+    summary = _summary(facets={"time_scale": [1.0, 0.5]})
+    written = _draw(tmp_path, summary)
+    fig = _by_name(drawn, written)["reprefill_vs_capacity"]
+    flat = [t.replace("\n", " ") for t in _titles(fig)]
+    assert flat == ["arrivals x1 as fast", "arrivals x2 as fast"]
