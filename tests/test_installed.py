@@ -81,6 +81,7 @@ def _kvsim(target: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow  # long: in the slow run (.ci/run), out of the default one
 def test_the_wheel_runs_the_bundled_quickstart_from_any_directory(installed, tmp_path):
     out = tmp_path / "results"
     got = _kvsim(installed, tmp_path, "run", "quickstart", "--out", str(out), "--quiet")

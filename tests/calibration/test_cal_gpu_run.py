@@ -14,6 +14,10 @@ from costmodels import load_profile
 
 pytest.importorskip("torch")
 
+# long module fixtures (a whole calibration run): in the slow run (.ci/run), not the default
+pytestmark = pytest.mark.slow
+
+
 NAMES = ("cpu-tiny-test", "cpu-tiny-test-tp2")
 SUFFIXES = (
     ".yaml",

@@ -21,6 +21,10 @@ from calibration.profile_check import (
 )
 from costmodels import load_profile
 
+# long module fixtures (a whole calibration run): in the slow run (.ci/run), not the default
+pytestmark = pytest.mark.slow
+
+
 GUIDE = Path(__file__).resolve().parents[2] / "docs" / "cost-model.md"
 SHARDS = ("h100-sxm-llama3-70b-tp4", "h100-sxm-llama3-70b-tp8")
 BEGIN, END = "<!-- profile-check: begin", "<!-- profile-check: end -->"

@@ -22,6 +22,7 @@ def _tiny(name: str):
     )
 
 
+@pytest.mark.slow  # long: in the slow run (.ci/run), out of the default one
 def test_budgets_config_compares_full_streamingllm_and_smartkv(tmp_path):
     out = tmp_path / "budgets"
     run_experiment(_tiny("budgets.yaml"), out, show_progress=False)
@@ -56,6 +57,7 @@ def test_budgets_config_compares_full_streamingllm_and_smartkv(tmp_path):
     assert (out / "plots" / "budget_tradeoff.png").stat().st_size > 10_000
 
 
+@pytest.mark.slow  # long: in the slow run (.ci/run), out of the default one
 def test_offload_config_compares_swap_in_recompute_and_top_k(tmp_path):
     out = tmp_path / "offload"
     run_experiment(_tiny("offload.yaml"), out, show_progress=False)

@@ -234,6 +234,7 @@ def test_series_that_differ_are_not_moved(tmp_path, drawn):
             assert list(ln.get_xdata()) == [1.0, 2.0, 4.0]
 
 
+@pytest.mark.slow  # long: in the slow run (.ci/run), out of the default one
 def test_a_policy_looks_the_same_in_every_figure(tmp_path, drawn):
     _draw(tmp_path / "a", _summary(policies=("lru", "belady")))
     first = {ln.get_label(): ln for ln in drawn[0].axes[0].get_lines()}
@@ -249,6 +250,7 @@ def test_a_policy_looks_the_same_in_every_figure(tmp_path, drawn):
         ), pol
 
 
+@pytest.mark.slow  # long: in the slow run (.ci/run), out of the default one
 def test_capacity_ticks_are_plain_numbers_in_every_figure(tmp_path, drawn):
     written = _draw(tmp_path)
     for path, fig in zip(written, drawn, strict=True):
@@ -267,6 +269,7 @@ def test_capacity_ticks_are_plain_numbers_in_every_figure(tmp_path, drawn):
     assert [t.get_text() for t in right.get_xticklabels()] == ["1", "2", "4"]
 
 
+@pytest.mark.slow  # long: in the slow run (.ci/run), out of the default one
 def test_the_layerwise_grid_is_a_grid_of_readable_panels(tmp_path, drawn):
     """12 combinations (3 models x 2 eviction units x pipelining on/off) and 6 policies: one
     panel per combination in a grid, on a page, every title inside the figure."""
@@ -298,6 +301,7 @@ def test_the_layerwise_grid_is_a_grid_of_readable_panels(tmp_path, drawn):
 @pytest.mark.parametrize(
     ("fmt", "head"), [("pdf", b"%PDF-"), ("svg", b"<?xml"), ("png", b"\x89PNG")]
 )
+@pytest.mark.slow  # long: in the slow run (.ci/run), out of the default one
 def test_figures_in_the_format_asked_for(tmp_path, fmt, head):
     written = _draw(tmp_path, resolved=RESOLVED, fmt=fmt)
     assert len(written) == 4
@@ -310,6 +314,7 @@ def test_figures_in_the_format_asked_for(tmp_path, fmt, head):
         assert "CPU tier: 16 GiB" in svg and "h100-sxm" in svg
 
 
+@pytest.mark.slow  # long: in the slow run (.ci/run), out of the default one
 def test_kvsim_run_and_plot_write_the_format_asked_for(fake_backend, write_yaml, tmp_path, capsys):
     out = tmp_path / "out"
     assert main(["run", str(write_yaml(TINY)), "--out", str(out), "--format", "pdf"]) == 0

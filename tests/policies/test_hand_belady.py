@@ -63,5 +63,6 @@ def test_belady_hits_at_least_every_online_policy(kind, cap):
 
 @pytest.mark.data
 @pytest.mark.parametrize("cap", (100, pytest.param(1000, marks=pytest.mark.slow)))
+@pytest.mark.slow  # long: in the slow run (.ci/run), out of the default one
 def test_belady_dominates_on_mooncake_blocks(cap):
     _check_dominates(stream_from_arrays(mooncake_blocks()[:15_000]), cap)

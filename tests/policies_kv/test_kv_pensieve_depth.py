@@ -274,6 +274,7 @@ class Checked(PensieveDepth):
         self.mine.clear()
 
 
+@pytest.mark.slow  # long: in the slow run (.ci/run), out of the default one
 @pytest.mark.parametrize("cpu_gb", [0.0, 0.01])
 def test_every_victim_is_the_minimum_in_a_run(cost, cpu_gb):
     # 2-layer model: a page of both layers is 128 KiB; 0.03 GiB holds 240 pages.

@@ -106,6 +106,7 @@ def test_invariants_hold_every_step(
     async_save=st.booleans(),
     prefetch=st.sampled_from(["off", "think"]),
 )
+@pytest.mark.slow  # long: in the slow run (.ci/run), out of the default one
 def test_decode_spans_give_the_ledger_of_one_event_per_iteration(
     sessions, gpu_pages, cpu_pages, unit, policy, max_running, async_save, prefetch
 ):

@@ -130,6 +130,7 @@ def test_bad_sparse_settings_name_the_key(kwargs, key):
     prefetch=st.sampled_from(["off", "think"]),
     async_save=st.booleans(),
 )
+@pytest.mark.slow  # long: in the slow run (.ci/run), out of the default one
 def test_offload_keeps_the_invariants_and_the_ledger_of_strict_replay(
     sessions, gpu_pages, cpu_pages, unit, policy, max_running, sparse, prefetch, async_save
 ):
