@@ -13,6 +13,29 @@ from sim.results import TURN_COLUMNS, EngineStats, SimResult
 from sim.samples import Samples
 from traces.records import Session, Turn
 
+# A small valid experiment, for the schema's tests to vary one key at a time.
+BASE = """
+name: t
+trace: {kind: synthetic, sessions: 5, seed: 1}
+model: llama-3-8b
+hardware: h100-sxm
+memory: {gpu_kv_gb: [1, 2], cpu_kv_gb: 0, block_tokens: 16, evict_unit: block}
+policies: [lru, fifo]
+seeds: [1]
+"""
+
+
+def error_of(path) -> str:
+    """The message of the ConfigError loading ``path`` raises (the test fails if none)."""
+    import pytest
+
+    from experiments.schema import ConfigError, load_experiment
+
+    with pytest.raises(ConfigError) as info:
+        load_experiment(path)
+    return str(info.value)
+
+
 TINY = """
 name: tiny
 trace: {kind: synthetic, sessions: 6, seed: 3}

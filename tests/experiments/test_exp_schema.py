@@ -7,25 +7,10 @@ import re
 
 import pydantic
 import pytest
+from exp_fakes import BASE, error_of
 
-from experiments.schema import VLLM_ONLY, ConfigError, load_experiment
+from experiments.schema import VLLM_ONLY, load_experiment
 from sim.config import EngineConfig
-
-BASE = """
-name: t
-trace: {kind: synthetic, sessions: 5, seed: 1}
-model: llama-3-8b
-hardware: h100-sxm
-memory: {gpu_kv_gb: [1, 2], cpu_kv_gb: 0, block_tokens: 16, evict_unit: block}
-policies: [lru, fifo]
-seeds: [1]
-"""
-
-
-def error_of(path) -> str:
-    with pytest.raises(ConfigError) as info:
-        load_experiment(path)
-    return str(info.value)
 
 
 def test_valid_config_fills_defaults(write_yaml):

@@ -11,26 +11,11 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
+from exp_fakes import BASE, error_of
 
 from experiments.cli import main
-from experiments.schema import LABEL_COLUMNS, ConfigError, load_experiment
+from experiments.schema import LABEL_COLUMNS, load_experiment
 from sim.metrics import Slo
-
-BASE = """
-name: t
-trace: {kind: synthetic, sessions: 5, seed: 1}
-model: llama-3-8b
-hardware: h100-sxm
-memory: {gpu_kv_gb: [1, 2], cpu_kv_gb: 0, block_tokens: 16, evict_unit: block}
-policies: [lru, fifo]
-seeds: [1]
-"""
-
-
-def error_of(path) -> str:
-    with pytest.raises(ConfigError) as info:
-        load_experiment(path)
-    return str(info.value)
 
 
 def test_slo_defaults_reach_every_point_and_the_resolved_config(write_yaml):

@@ -8,19 +8,10 @@ import stat
 
 import pytest
 import yaml
+from exp_fakes import BASE
 
 from experiments.cli import main
 from experiments.schema import ConfigError, load_experiment
-
-BASE = """
-name: t
-trace: {kind: synthetic, sessions: 5, seed: 1}
-model: llama-3-8b
-hardware: h100-sxm
-memory: {gpu_kv_gb: [1, 2], cpu_kv_gb: 0, block_tokens: 16, evict_unit: block}
-policies: [lru, fifo]
-seeds: [1]
-"""
 
 
 def test_config_that_is_not_utf8_names_the_file(tmp_path, capsys):
