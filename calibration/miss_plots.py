@@ -159,7 +159,12 @@ def measured_reports(name: str = "h100-sxm-llama3-8b") -> list[TermReport]:
 
 
 # The measured profiles committed with their samples (calibration/measured/<name>-samples.csv).
-MEASURED_PROFILES = ("h100-sxm-llama3-8b", "h100-sxm-llama3-70b-tp4", "h100-sxm-llama3-70b-tp8")
+MEASURED_PROFILES = (
+    "h100-sxm-llama3-8b",
+    "h100-sxm-llama3-70b-tp4",
+    "h100-sxm-llama3-70b-tp8",
+    "h200-llama3-8b",
+)
 
 
 def lm_head_figure(reports_by_profile: dict[str, Sequence[TermReport]]):
@@ -174,7 +179,7 @@ def lm_head_figure(reports_by_profile: dict[str, Sequence[TermReport]]):
 
     fig, ax = plt.subplots(figsize=(6.4, 4.4))
     for (name, reports), colour in zip(
-        reports_by_profile.items(), ("C0", "C1", "C2"), strict=False
+        reports_by_profile.items(), ("C0", "C1", "C2", "C3"), strict=False
     ):
         (head,) = [r for r in reports if r.term == "lm_head"]
         measured = sorted((s for s, _ in head.points), key=lambda s: s.shape.tokens)

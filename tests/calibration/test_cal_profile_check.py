@@ -27,6 +27,7 @@ pytestmark = pytest.mark.slow
 
 GUIDE = Path(__file__).resolve().parents[2] / "docs" / "cost-model.md"
 SHARDS = ("h100-sxm-llama3-70b-tp4", "h100-sxm-llama3-70b-tp8")
+H200 = "h200-llama3-8b"
 BEGIN, END = "<!-- profile-check: begin", "<!-- profile-check: end -->"
 
 
@@ -70,7 +71,7 @@ def _of(checks: list[TermCheck], profile: str) -> dict[str, TermCheck]:
 
 
 def test_measured_rows_of_the_guide_are_recomputed(measured) -> None:
-    assert {c.profile for c in measured} == {"h100-sxm-llama3-8b", *SHARDS}
+    assert {c.profile for c in measured} == {"h100-sxm-llama3-8b", *SHARDS, H200}
     want = markdown_checks(measured).splitlines()[2:]
     names = {c.profile for c in measured}
     got = [r for r in _guide_table_rows() if r.split("|")[1].strip() in names]
@@ -161,7 +162,7 @@ def test_every_row_of_the_guide_is_recomputed(public_fit) -> None:
     want = markdown_checks(check_profiles(public_fit)).splitlines()
     assert _guide_table_rows() == want
     names = {line.split("|")[1].strip() for line in want[2:]}
-    assert names == {"a100-vidur", "h100-public", "h100-sxm-llama3-8b", *SHARDS}
+    assert names == {"a100-vidur", "h100-public", "h100-sxm-llama3-8b", *SHARDS, H200}
 
 
 @needs_data
@@ -217,7 +218,7 @@ def test_cli_fit_prints_every_profile_term(capsys) -> None:
     assert main(args) == 0
     out = capsys.readouterr().out
     assert "every fitted term of every committed profile" in out
-    for profile in ("h100-sxm-llama3-8b", *SHARDS):
+    for profile in ("h100-sxm-llama3-8b", *SHARDS, H200):
         rows = [line.split() for line in out.splitlines() if line.startswith(profile + " ")]
         assert [r[1] for r in rows] == list(_of(measured_checks(), profile)), profile
         assert all(r[-1] == "PASS" or "over:" in r for r in rows)

@@ -40,6 +40,7 @@ COMMITTED_GPU = {
     "h100-sxm-llama3-8b": "h100-sxm",
     "h100-sxm-llama3-70b-tp4": "h100-sxm",
     "h100-sxm-llama3-70b-tp8": "h100-sxm",
+    "h200-llama3-8b": "h200",
 }
 NVIDIA_SMI_NAMES = {"NVIDIA H100 80GB HBM3": "h100-sxm"}
 PROFILES = sorted([(g, g) for g in available_hardware()] + list(COMMITTED_GPU.items()))
