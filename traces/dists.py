@@ -45,6 +45,9 @@ def _check_keys(d: Mapping, allowed: Sequence[str], where: str) -> None:
         )
 
 
+POINT_SIGMA = 1e-6  # ln-space width of a one-value part: draws round back to the value
+
+
 @dataclass(frozen=True, slots=True)
 class LogNormalMix:
     """Mixture of lognormals over token counts; ``mu``/``sigma`` are the mean/std of ln(tokens)."""
@@ -80,11 +83,30 @@ class LogNormalMix:
 
     @classmethod
     def from_dict(cls, d: Mapping, where: str = "LogNormalMix") -> "LogNormalMix":
-        _check_keys(d, ("weights", "mu", "sigma"), where)
+        """``{weights, mu, sigma}``, or an empirical pmf ``{weights, values}``: token counts, each
+        a part at ln(value) with sigma ``POINT_SIGMA`` (every draw rounds back to it)."""
+        _check_keys(d, ("weights", "mu", "sigma", "values"), where)
+        if "values" in d:
+            if "mu" in d or "sigma" in d:
+                raise TraceError(f"{where}: give either values or mu and sigma, not both")
+            values = d["values"]
+            if not isinstance(values, list) or not all(
+                isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in values
+            ):
+                raise TraceError(f"{where}: values must be a list of token counts >= 1")
+            mu = tuple(math.log(v) for v in values)
+            return cls(tuple(d.get("weights", ())), mu, (POINT_SIGMA,) * len(values))
         try:
             return cls(tuple(d["weights"]), tuple(d["mu"]), tuple(d["sigma"]))
         except KeyError as e:
             raise TraceError(f"{where}: missing key {e.args[0]!r}") from None
+
+    def point_values(self) -> list[int] | None:
+        """The token counts of an empirical pmf (every part a point at ln(v), exactly), or None."""
+        if any(s != POINT_SIGMA for s in self.sigma):
+            return None
+        values = [round(math.exp(m)) for m in self.mu]
+        return values if all(math.log(v) == m for v, m in zip(values, self.mu)) else None
 
     def to_dict(self, digits: int = 4) -> dict:
         return {

@@ -26,6 +26,7 @@ from traces import (
     LogNormalMix,
     Session,
     SyntheticConfig,
+    TraceError,
     Turn,
     generate_synthetic,
     load_trace,
@@ -128,6 +129,43 @@ def test_empirical_mix_of_many_values_keeps_the_cdf_within_one_group():
     assert np.abs(mix.cdf(at + 0.5) - data).max() < 1 / 256  # P(draw <= v) = cdf(v + 0.5)
 
 
+def test_neighbouring_groups_of_one_value_are_one_part_with_the_same_draws():
+    """Many values, heavy ties (replies of 1 token, say): equal-count groups that hold one value
+    are merged into one part; the component thresholds at the merged edges are the same, so every
+    draw is the one the unmerged mixture gives."""
+    rng = np.random.default_rng(3)
+    v = np.concatenate([np.ones(5000, dtype=np.int64), rng.integers(2, 4000, 5000)])
+    mix = empirical_mix(v, max_components=64)
+    assert len(mix.mu) < 40  # half the values are 1: about 32 groups of them are one part
+    parts = list(zip(mix.mu, mix.sigma, strict=True))
+    assert all(a != b for a, b in zip(parts, parts[1:], strict=False))
+    groups = np.array_split(np.log(np.sort(v).astype(float)), 64)
+    unmerged = LogNormalMix(
+        tuple(float(len(g)) for g in groups),
+        tuple(float(g.mean()) for g in groups),
+        tuple(max(float(g.std()), 1e-6) for g in groups),
+    )
+    draws = [m.sample(np.random.default_rng(0), 20000, 1, 10**6) for m in (mix, unmerged)]
+    np.testing.assert_array_equal(draws[0], draws[1])
+
+
+def test_an_exact_pmf_is_written_as_token_counts_and_its_parts_read_back_exactly():
+    cfg = SyntheticConfig(sessions=3, output_tokens=empirical_mix([5, 5, 9, 120, 120, 120]))
+    text = dump_params(cfg)
+    out = yaml.safe_load(text)["output_tokens"]
+    assert out["values"] == [5, 9, 120] and "mu" not in out and "sigma" not in out
+    back = load_params(text).output_tokens
+    assert (back.mu, back.sigma) == (cfg.output_tokens.mu, cfg.output_tokens.sigma)
+    assert back.weights == pytest.approx(cfg.output_tokens.weights, rel=1e-9)  # ten digits
+    for bad, words in (
+        ({"weights": [1], "values": [3], "mu": [1.0]}, "either values or mu"),
+        ({"weights": [1, 1], "values": [3, 0.5]}, "token counts >= 1"),
+        ({"weights": [1], "values": [0]}, "token counts >= 1"),
+    ):
+        with pytest.raises(TraceError, match=words):
+            LogNormalMix.from_dict(bad)
+
+
 def test_fit_recovers_the_generator_that_made_the_trace(fixture_trace, fixture_fit):
     cfg = fixture_fit[0]
     gen = SyntheticConfig()
@@ -188,13 +226,14 @@ def test_params_yaml_round_trips_and_loads_as_a_synthetic_trace(fixture_fit):
     back = load_params(text)
     for name in ("first_prompt_tokens", "prompt_tokens", "output_tokens"):
         a, b = getattr(cfg, name), getattr(back, name)
-        for part in ("weights", "mu", "sigma"):
-            np.testing.assert_allclose(getattr(b, part), getattr(a, part), rtol=1e-12)
-    assert (back.turns_pmf, back.think, back.arrival_rate_per_s) == (
-        pytest.approx(cfg.turns_pmf, rel=1e-12),
-        cfg.think,
-        cfg.arrival_rate_per_s,
+        for part in ("weights", "mu", "sigma"):  # the text keeps ten significant digits
+            np.testing.assert_allclose(getattr(b, part), getattr(a, part), rtol=1e-9)
+    assert (back.turns_pmf, back.arrival_rate_per_s) == (
+        pytest.approx(cfg.turns_pmf, rel=1e-9),
+        pytest.approx(cfg.arrival_rate_per_s, rel=5e-10),
     )
+    for part in ("median_s", "sigma", "max_s"):
+        assert getattr(back.think, part) == pytest.approx(getattr(cfg.think, part), rel=5e-10)
     spec = {"kind": "synthetic", **yaml.safe_load(text)}
     assert load_trace(spec).sessions == generate_synthetic(back).sessions
 
