@@ -1,8 +1,6 @@
 """`python -m experiments ...` is the `kvsim` command."""
 
-import sys
-
-from experiments.cli import main
+from experiments.cli import run
 
 if __name__ == "__main__":  # worker processes (spawn) import this module again as __mp_main__
-    sys.exit(main())
+    run()

@@ -312,11 +312,15 @@ def _run_ray(
             file=source,
             key="executor.kind",
         ) from None
-    with _ray_connection(ray, executor, source):
-        return _run_on_ray(ray, points, debug, bar, expected, done_hook)
+    with _ray_connection(ray, executor, source) as own_head:
+        # A Ray of the sweep's own ends with it, workers and all: its tasks need no cancelling
+        # (a forced cancel that races a finishing task aborts Ray 2.60's driver: "Tried to complete
+        # task that was not pending", seen in the stop stress test).
+        cancel = not own_head
+        return _run_on_ray(ray, points, debug, bar, expected, done_hook, cancel)
 
 
-def _run_on_ray(ray, points, debug, bar, expected, done_hook) -> list[PointResult]:
+def _run_on_ray(ray, points, debug, bar, expected, done_hook, cancel=True) -> list[PointResult]:
     task = ray.remote(_ray_task)
     refs = [task.remote(i, p, debug) for i, p in enumerate(points)]
     where = {ref: i for i, ref in enumerate(refs)}
@@ -338,25 +342,27 @@ def _run_on_ray(ray, points, debug, bar, expected, done_hook) -> list[PointResul
             done_hook(results[i])  # checkpoint each point as it completes, in completion order
             bar.update(expected[i])
     except BaseException:
-        _cancel_ray(ray, pending)  # as with local workers: stop what is left, now
+        if cancel:
+            _cancel_ray(ray, pending)  # as with local workers: stop what is left, now
         raise
     return results  # type: ignore[return-value]
 
 
 @contextlib.contextmanager
-def _ray_connection(ray: Any, executor: ExecutorSpec, source: str) -> Iterator[None]:
+def _ray_connection(ray: Any, executor: ExecutorSpec, source: str) -> Iterator[bool]:
     """Join Ray for one sweep: the cluster at ``executor.address``, or, for ``local`` (and unset
     without RAY_ADDRESS), a Ray of the sweep's own on this machine that ends with it however the
     sweep ends (``ray_head``). A Ray this process joined before (``ray.init`` by hand) is used and
-    left as it is."""
+    left as it is. Yields whether the Ray is the sweep's own."""
     if ray.is_initialized():
-        yield
+        yield False
         return
     address = executor.address
     if address is None:
         address = os.environ.get("RAY_ADDRESS") or "local"
+    own = address == "local"
     with contextlib.ExitStack() as stack:
-        if address == "local":
+        if own:
             from experiments.ray_head import RayStartError, local_ray_head
 
             try:
@@ -368,6 +374,10 @@ def _ray_connection(ray: Any, executor: ExecutorSpec, source: str) -> Iterator[N
                     file=source,
                     key="executor.address",
                 ) from exc
+        # Registered before the join: a Ctrl-C held through ``ray.init`` is raised as the call
+        # returns, and the driver must still leave Ray before its head ends. ``ray.shutdown`` of a
+        # Ray never joined does nothing.
+        stack.callback(_shutdown, ray)  # before the head ends (the exit stack's order)
         with _signals_held():
             try:
                 ray.init(address=address)
@@ -378,8 +388,7 @@ def _ray_connection(ray: Any, executor: ExecutorSpec, source: str) -> Iterator[N
                     file=source,
                     key="executor.address",
                 ) from exc
-        stack.callback(_shutdown, ray)  # before the head ends (the exit stack's order)
-        yield
+        yield own
 
 
 @contextlib.contextmanager

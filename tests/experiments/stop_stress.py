@@ -242,6 +242,7 @@ class Bench:
         for suffix, status in expected.items():
             if signalled and stopped and way.endswith(suffix) and t.status != status:
                 t.note += f"exit status {t.status}, not {status}; "
+                t.note += "its output ended: " + " | ".join(text.splitlines()[-6:]) + "; "
                 t.wrong_status = True
         if not t.hung:
             self._resume(out, t, ray)

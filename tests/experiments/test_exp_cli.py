@@ -254,3 +254,37 @@ def test_step_log_of_both_engines_in_one_run(write_yaml, tmp_path, capsys):
     out2 = tmp_path / "out2"
     assert main(["run", str(cfg), "--out", str(out2), "--quiet"]) == 0
     assert not (out2 / "steps.jsonl").exists()
+
+
+class _Exited(Exception):
+    pass
+
+
+@pytest.mark.parametrize("ray_loaded", [False, True])
+def test_the_command_exits_with_mains_status_and_skips_teardown_only_after_ray(
+    monkeypatch, capsys, ray_loaded
+):
+    """`kvsim` exits with main()'s status; a process that loaded Ray leaves by os._exit (its
+    driver can crash in the interpreter's teardown), with the output flushed first."""
+    from experiments import cli
+
+    exits: list[tuple[str, int]] = []
+
+    def fake_exit(how):
+        def leave(code):
+            exits.append((how, code))
+            raise _Exited
+
+        return leave
+
+    monkeypatch.setattr(cli, "main", lambda: print("done") or 130)
+    monkeypatch.setattr(cli.os, "_exit", fake_exit("os._exit"))
+    monkeypatch.setattr(cli.sys, "exit", fake_exit("sys.exit"))
+    if ray_loaded:
+        monkeypatch.setitem(sys.modules, "ray._raylet", object())
+    else:
+        monkeypatch.delitem(sys.modules, "ray._raylet", raising=False)
+    with pytest.raises(_Exited):
+        cli.run()
+    assert exits == [("os._exit" if ray_loaded else "sys.exit", 130)]
+    assert capsys.readouterr().out == "done\n"

@@ -257,6 +257,32 @@ def test_a_stopped_sweep_leaves_ray_and_ends_its_head(fake_backend, tiny_yaml, m
     assert log == ["head starts", "init 127.0.0.1:4321", "shutdown", "head ends"]
 
 
+def test_a_ctrl_c_during_the_join_still_leaves_ray_before_its_head_ends(
+    fake_backend, tiny_yaml, monkeypatch
+):
+    """A SIGINT that lands inside ``ray.init`` is held and raised as the call returns: the driver
+    must still leave Ray before the head ends (joined when its head went, it crashed on exit)."""
+    log: list[str] = []
+    fake = _FakeRay(log=log)
+    joined = fake.init
+
+    def init_interrupted(**kw):
+        joined(**kw)
+        signal.raise_signal(signal.SIGINT)  # held until the join returns
+
+    fake.init = init_interrupted
+    monkeypatch.setitem(sys.modules, "ray", fake)
+    monkeypatch.setattr(ray_head, "local_ray_head", _fake_head(log))
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    exp = load_experiment(tiny_yaml)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            run_points(exp.grid(), ExecutorSpec(kind="ray", address="local"), show_progress=False)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert log == ["head starts", "init 127.0.0.1:4321", "shutdown", "head ends"]
+
+
 def test_a_ray_joined_by_hand_is_used_and_left_joined(fake_backend, tiny_yaml, monkeypatch):
     fake = _FakeRay()
     fake.connected = True  # ray.init called before the sweep
