@@ -12,8 +12,9 @@ naming what the figure shows, and the file formats.
 * ``dodge(series)``: a small horizontal offset per series, on a log2 axis, where two series would
   draw over each other.
 * ``run_stamp(summary, resolved)`` and ``add_stamp``: model, hardware, trace and kvsim version in
-  small grey type under the axes (gid ``stamp``).
-* ``save(fig, path, fmt)``: PNG, PDF or SVG (text kept as text, fonts embedded as TrueType).
+  small grey type under the axes (gid ``stamp``); ``compare_stamp`` for a figure of two runs.
+* ``save(fig, path, fmt)``: PNG, PDF or SVG (text kept as text, fonts embedded as TrueType);
+  ``formats`` reads the YAML's ``figures.format`` (one of them, or a list).
 
 Matplotlib's global state is left alone: ``style()`` applies the settings in a context.
 """
@@ -369,38 +370,27 @@ def _listed(resolved: Mapping[str, Any] | None, key: str) -> list[str]:
     return [str(x) for x in (v if isinstance(v, list) else [v])]
 
 
-def run_stamp(summary=None, resolved: Mapping[str, Any] | None = None) -> str:
-    """What a results folder's figures show, in one line: the experiment, model(s), hardware (and
-    tensor parallelism), trace(s) and their size, the kvsim version that ran it (and the one that
-    drew the figure when they differ). From the run's config (``config.resolved.yaml``) where given,
-    else from the summary's labels."""
+def stamp_parts(summary=None, resolved: Mapping[str, Any] | None = None) -> dict[str, str]:
+    """The pieces of ``run_stamp``, by what they name (``name``, ``model``, ``hardware``,
+    ``trace``, ``version``); a piece nothing tells is left out."""
     from experiments.version import kvsim_version
 
-    parts: list[str] = []
+    parts: dict[str, str] = {}
     name = (resolved or {}).get("name") or next(iter(_values(summary, "name")), None)
     if name:
-        parts.append(str(name))
+        parts["name"] = str(name)
     models = _values(summary, "model") or _listed(resolved, "model")
     if models:
-        parts.append(", ".join(models))
+        parts["model"] = ", ".join(models)
     hw = _values(summary, "hardware") or _listed(resolved, "hardware")
     tps = sorted({int(float(t)) for t in (_values(summary, "tp") or _listed(resolved, "tp"))})
     if hw:
         tp = f" x{tps[0]} (TP)" if tps == [tps[0]] and tps[0] > 1 else ""
         tp = tp or (f" (TP {', '.join(map(str, tps))})" if len(tps) > 1 else "")
-        parts.append(", ".join(hw) + tp)
+        parts["hardware"] = ", ".join(hw) + tp
     loaded = (resolved or {}).get("traces_loaded") or []
     if loaded:
-        # a trace listed once per draw (``label[0]``, ``label[1]``) is named once, with its count
-        counts: dict[str, int] = {}
-        for t in loaded:
-            label = re.sub(r"\[\d+\]$", "", str(t.get("label", t.get("source", "?"))))
-            key = f"{label} ({t.get('sessions', '?')} sessions, {t.get('turns', '?')} turns)"
-            counts[key] = counts.get(key, 0) + 1
-        traces = [k + (f" x{n}" if n > 1 else "") for k, n in counts.items()]
-        if len(traces) > 2:
-            traces = [*traces[:2], f"+{len(traces) - 2} more"]
-        parts.append("trace " + "; ".join(traces))
+        parts["trace"] = "trace " + _traces_text(loaded)
     else:
         labels = _values(summary, "trace")
         if labels:
@@ -410,14 +400,58 @@ def run_stamp(summary=None, resolved: Mapping[str, Any] | None = None) -> str:
                     f" ({int(summary['sessions'].max())} sessions, "
                     f"{int(summary['turns'].max())} turns)"
                 )
-            parts.append("trace " + ", ".join(labels) + size)
+            parts["trace"] = "trace " + ", ".join(labels) + size
     now = kvsim_version()
     ran = (resolved or {}).get("kvsim_version")
     version = f"kvsim {ran}" if ran else f"kvsim {now}"
     if ran and str(ran) != now:
         version += f" (drawn by {now})"
-    parts.append(version)
-    return " · ".join(parts)
+    parts["version"] = version
+    return parts
+
+
+def run_stamp(summary=None, resolved: Mapping[str, Any] | None = None) -> str:
+    """What a results folder's figures show, in one line: the experiment, model(s), hardware (and
+    tensor parallelism), trace(s) and their size (a request-rate sweep's rates named once, after
+    its trace), the kvsim version that ran it (and the one that drew the figure when they
+    differ). From the run's config (``config.resolved.yaml``) where given, else from the
+    summary's labels."""
+    return " · ".join(stamp_parts(summary, resolved).values())
+
+
+def compare_stamp(a: Mapping[str, str], b: Mapping[str, str]) -> str:
+    """The stamp of a figure of two runs, from their ``stamp_parts``: a piece the two share is
+    said once, one that differs as ``x (A), y (B)`` (as ``kvsim compare`` names what differs)."""
+    out = []
+    for key in dict.fromkeys([*a, *b]):
+        x, y = a.get(key, "-"), b.get(key, "-")
+        out.append(x if x == y else f"{x} (A), {y} (B)")
+    return " · ".join(out)
+
+
+def _traces_text(loaded: Sequence[Mapping[str, Any]]) -> str:
+    """The traces of ``traces_loaded``: each named once with its size; a trace drawn more than once
+    (``label[0]``, ``label[1]``) with its count; the rates of a request-rate sweep (one entry per
+    ``time_scale``, the same trace) after it, in the words of the figures' panels."""
+    draws: dict[str, set[str]] = {}
+    scales: dict[str, list[float]] = {}
+    for i, t in enumerate(loaded):
+        label = re.sub(r"\[\d+\]$", "", str(t.get("label", t.get("source", "?"))))
+        key = f"{label} ({t.get('sessions', '?')} sessions, {t.get('turns', '?')} turns)"
+        draws.setdefault(key, set()).add(str(t.get("where", t.get("label", i))))
+        scale = float(t.get("time_scale", 1.0))
+        if scale not in scales.setdefault(key, []):
+            scales[key].append(scale)
+    traces = []
+    for key, where in draws.items():
+        text = key + (f" x{len(where)}" if len(where) > 1 else "")
+        if scales[key] != [1.0]:
+            speeds = ", ".join(f"x{1 / s:g}" for s in sorted(scales[key], reverse=True))
+            text += f", arrivals {speeds} as fast"
+        traces.append(text)
+    if len(traces) > 2:
+        traces = [*traces[:2], f"+{len(traces) - 2} more"]
+    return "; ".join(traces)
 
 
 # --- files ------------------------------------------------------------------------------------
@@ -428,6 +462,17 @@ def check_format(fmt: str) -> str:
     if fmt not in FORMATS:
         raise ValueError(f"figure format {fmt!r}: expected one of {', '.join(FORMATS)}")
     return fmt
+
+
+def formats(spec: str | Sequence[str] | None) -> tuple[str, ...]:
+    """The formats of a ``figures.format`` value (one format or a list of them; none: PNG), each
+    once, in the order given."""
+    if spec is None:
+        return (DEFAULT_FORMAT,)
+    items = [spec] if isinstance(spec, str) else list(spec)
+    if not items:
+        raise ValueError(f"no figure format: expected one of {', '.join(FORMATS)}")
+    return tuple(dict.fromkeys(check_format(f) for f in items))
 
 
 def with_format(path: str | Path, fmt: str) -> Path:
