@@ -63,7 +63,15 @@ CONFIG_KEYS: dict[str, str] = {
     "time_scale": "trace[].time_scale",  # [] stands for any index of the trace list
 }
 # Settings of config.resolved.yaml that cannot change a metric (or are recorded elsewhere).
-_NOT_SETTINGS = ("name", "kvsim_version", "traces_loaded", "executor", "targets", "step_log")
+_NOT_SETTINGS = (
+    "name",
+    "kvsim_version",
+    "traces_loaded",
+    "executor",
+    "targets",
+    "step_log",
+    "figures",
+)
 _SHARES = {"turns_with_reprefill", "gpu_util", "throughput_impact"}  # fractions without _rate
 MAX_SETTINGS_SHOWN = 8
 
@@ -284,50 +292,95 @@ def render(comp: Comparison) -> str:
     return "\n".join(lines)
 
 
-def plot(comp: Comparison, out: str | os.PathLike, metrics: Sequence[str] | None = None) -> Path:
-    """A against B, one panel per metric, one dot per matched point (coloured by policy), with the
-    diagonal B = A: a dot above it is higher in B. Writes a PNG; matplotlib is imported here."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
+def plot(
+    comp: Comparison,
+    out: str | os.PathLike,
+    metrics: Sequence[str] | None = None,
+    fmt: str | None = None,
+) -> Path:
+    """A against B, one panel per metric, one dot per matched point (a policy's colour and marker
+    as in every kvsim figure), with the diagonal B = A: a dot above it is higher in B. Drawn like
+    the results folder's figures (``figure_style``: paper sizes, one legend, a stamp naming both
+    runs) and written in ``fmt`` (png, pdf or svg; default: the file's suffix, else png).
+    Returns the path written; matplotlib is imported here."""
+    from experiments import figure_style as fs
 
-    chosen = [m for m in (metrics or PLOT_METRICS) if m in comp.metrics] or comp.metrics[:4]
-    cols = min(len(chosen), 4)
-    rows = -(-len(chosen) // cols)
-    fig = Figure(figsize=(3.6 * cols, 3.6 * rows), layout="constrained")
-    FigureCanvasAgg(fig)
-    policies = list(dict.fromkeys(comp.points["policy"].map(_key)))
-    colours = {p: f"C{i % 10}" for i, p in enumerate(policies)}
-    for i, m in enumerate(chosen):
-        ax = fig.add_subplot(rows, cols, i + 1)
-        xa = comp.points[f"{m}_a"].astype(float)
-        yb = comp.points[f"{m}_b"].astype(float)
-        for p in policies:
-            sel = comp.points["policy"].map(_key) == p
-            ax.scatter(xa[sel], yb[sel], s=22, color=colours[p], label=p, alpha=0.85)
-        finite = pd.concat([xa, yb])
-        finite = finite[finite.map(math.isfinite)]
-        if not finite.empty:
-            lo, hi = float(finite.min()), float(finite.max())
-            pad = (hi - lo) * 0.05 or abs(hi) * 0.05 or 0.05
-            ax.plot([lo - pad, hi + pad], [lo - pad, hi + pad], color="0.6", lw=1, ls="--")
-            ax.set_xlim(lo - pad, hi + pad)
-            ax.set_ylim(lo - pad, hi + pad)
-        ax.set_title(m, fontsize=10)
-        ax.set_xlabel(f"A: {comp.a.path.name}", fontsize=8)
-        ax.set_ylabel(f"B: {comp.b.path.name}", fontsize=8)
-        ax.tick_params(labelsize=8)
-        if i == 0:
-            ax.legend(fontsize=7, title="policy", title_fontsize=7)
-    fig.suptitle(
-        f"B against A, one dot per matched point (matched on {', '.join(comp.matched_on)})",
-        fontsize=9,
-    )
     out = Path(out)
     if out.is_dir():
         raise ValueError(f"{out}: is a folder; --plot takes the file name of the figure")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=120, format="png")
-    return out
+    fmt = fs.check_format(fmt or out.suffix or fs.DEFAULT_FORMAT)
+    chosen = [m for m in (metrics or PLOT_METRICS) if m in comp.metrics] or comp.metrics[:4]
+    policies = list(dict.fromkeys(comp.points["policy"].map(_key)))
+    handles: dict[str, Any] = {}
+    with fs.style():
+        fig, axes, _, panel_w = fs.grid(len(chosen))
+        for ax, m in zip(axes, chosen):
+            xa = comp.points[f"{m}_a"].astype(float)
+            yb = comp.points[f"{m}_b"].astype(float)
+            finite = pd.concat([xa, yb])
+            finite = finite[finite.map(math.isfinite)]
+            if not finite.empty:
+                lo, hi = float(finite.min()), float(finite.max())
+                pad = (hi - lo) * 0.05 or abs(hi) * 0.05 or 0.05
+                diag = ax.plot(
+                    [lo - pad, hi + pad], [lo - pad, hi + pad], color="0.6", lw=0.8, ls="--"
+                )
+                handles.setdefault("B = A", diag[0])
+                ax.set_xlim(lo - pad, hi + pad)
+                ax.set_ylim(lo - pad, hi + pad)
+                ax.set_aspect("equal", adjustable="box")
+            for i, p in enumerate(policies):
+                sel = comp.points["policy"].map(_key) == p
+                st = fs.series_style(p, i)
+                (dots,) = ax.plot(
+                    xa[sel],
+                    yb[sel],
+                    ls="none",
+                    marker=st["marker"],
+                    color=st["color"],
+                    markersize=st["markersize"],
+                    markeredgewidth=st["markeredgewidth"],
+                    zorder=st["zorder"],
+                    alpha=0.85,
+                    label=p,
+                )
+                handles.setdefault(p, dots)
+            if _is_share(m):
+                from matplotlib.ticker import PercentFormatter
+
+                ax.xaxis.set_major_formatter(PercentFormatter(1.0))
+                ax.yaxis.set_major_formatter(PercentFormatter(1.0))
+            ax.set_title(_plot_title(m))
+            ax.set_xlabel(f"A: {comp.a.path.name}")
+            ax.set_ylabel(f"B: {comp.b.path.name}")
+            ax.grid(True, alpha=0.3)
+        title = f"B against A, one dot per matched point (matched on {', '.join(comp.matched_on)})"
+        stamp = fs.compare_stamp(
+            fs.stamp_parts(comp.a.summary, comp.a.config),
+            fs.stamp_parts(comp.b.summary, comp.b.config),
+        )
+        # policies first, the diagonal last, in the legend
+        order = [*policies, "B = A"]
+        labels = [k for k in order if k in handles]
+        fs.finish(fig, title, [handles[k] for k in labels], labels, stamp)
+        return fs.save(fig, out, fmt, title=title)
+
+
+# The metrics' names on the compare figure's panels (any other: the column's name).
+_PLOT_TITLES = {
+    "reprefill_rate": "re-prefill rate (% of history tokens)",
+    "gpu_hit_rate": "GPU hit rate (% of history tokens)",
+    "cpu_hit_rate": "CPU hit rate (% of history tokens)",
+    "jain_service": "Jain's index of 1 / mean TTFT slowdown",
+    "ttft_p50_s": "median TTFT (s)",
+    "ttft_p99_s": "p99 TTFT (s)",
+    "tbt_p50_s": "median time between tokens (s)",
+    "tbt_p99_s": "p99 time between tokens (s)",
+}
+
+
+def _plot_title(metric: str) -> str:
+    return _PLOT_TITLES.get(metric, metric)
 
 
 # ---------------------------------------------------------------------------------------------

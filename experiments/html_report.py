@@ -6,6 +6,11 @@ files' bytes) and return HTML text; reading the folder and writing the page is t
 ``data:`` URIs, the style is inline, there is no JavaScript, and a Content-Security-Policy forbids
 any fetch, so it opens the same offline, from a mail attachment or from a CI artifact.
 
+A figure written as PDF (``kvsim run --format pdf``, or ``figures: {format: pdf}``) cannot be shown
+in an ``<img>``: it is linked instead, by its path from the page to the results folder's plots/
+(so that link works while the page stays beside the folder, as ``DIR/report.html`` does). A figure
+written in several formats is shown once (PNG, else SVG) with its other files linked.
+
 Every piece of text from the folder (column names, cell values, the YAML, file names) goes through
 ``html.escape``. The pass/FAIL judgements are the ``pass_*`` columns that ``kvsim run`` wrote
 (``experiments.targets``; an empty cell, an offline policy's, is n/a); the thresholds shown are the
@@ -37,6 +42,13 @@ IMAGE_TYPES = {
     ".webp": "image/webp",
 }
 
+# Figures linked, not embedded (a browser shows no PDF in an <img>).
+LINKED_TYPES = {".pdf": "application/pdf"}
+# The figure files of plots/ the report shows (embedded or linked).
+FIGURE_TYPES = {**IMAGE_TYPES, **LINKED_TYPES}
+# Which of a figure's files is embedded, the first there is.
+_EMBED_ORDER = (".png", ".svg", ".jpg", ".jpeg", ".gif", ".webp")
+
 
 _CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
 _STYLE = """
@@ -54,6 +66,7 @@ td.na { color: #888; }
 figure { display: inline-block; margin: 0 1em 1em 0; vertical-align: top; }
 figure img { max-width: 640px; width: 100%; border: 1px solid #ddd; }
 figcaption { font-family: monospace; font-size: 0.85em; }
+figure.linked { border: 1px dashed #bbb; padding: 1em; }
 pre { background: #f7f7f7; border: 1px solid #ddd; padding: 0.8em; overflow-x: auto; }
 .muted { color: #666; }
 """
@@ -197,16 +210,53 @@ def targets_html(summary: pd.DataFrame, targets: Targets = DEFAULT_TARGETS) -> s
     )
 
 
-def plots_html(plots: Sequence[tuple[str, bytes]]) -> str:
-    """Each (file name, bytes) as an embedded image with its name as caption."""
+def figure_groups(names: Sequence[str]) -> list[list[str]]:
+    """The figure files of ``names`` grouped by figure (their name without the suffix), in the
+    order first seen; each group's files in ``_EMBED_ORDER``, then the linked ones."""
+    groups: dict[str, list[str]] = {}
+    for name in names:
+        if PurePath(name).suffix.lower() in FIGURE_TYPES:
+            groups.setdefault(PurePath(name).stem, []).append(name)
+    order = [*_EMBED_ORDER, *LINKED_TYPES]
+    return [
+        sorted(files, key=lambda n: order.index(PurePath(n).suffix.lower()))
+        for files in groups.values()
+    ]
+
+
+def plots_html(plots: Sequence[tuple[str, bytes]], href: str = "plots") -> str:
+    """Each figure of (file name, bytes): a PNG or SVG embedded with its name as caption, the
+    figure's other files (a PDF) linked at ``href``/name, the path from the page to plots/. A
+    figure with no file to embed (PDF only) is a link."""
     if not plots:
         return '<p class="muted">plots/ holds no figures.</p>'
-    figures = [
-        f'<figure><img src="{data_uri(name, data)}" alt="{e(name)}" data-file="{e(name)}">'
-        f"<figcaption>{e(name)}</figcaption></figure>"
-        for name, data in plots
-    ]
+    data = dict(plots)
+    figures = []
+    for files in figure_groups(list(data)):
+        shown = files[0] if PurePath(files[0]).suffix.lower() in IMAGE_TYPES else None
+        links = [
+            f'<a href="{e(_join(href, n))}" data-file="{e(n)}">{e(n)}</a>'
+            for n in files
+            if n != shown
+        ]
+        if shown is None:
+            figures.append(
+                f'<figure class="linked">{" ".join(links)}<figcaption>a PDF: not embedded, '
+                f"opened from the results folder</figcaption></figure>"
+            )
+            continue
+        also = f" (also {', '.join(links)})" if links else ""
+        figures.append(
+            f'<figure><img src="{data_uri(shown, data[shown])}" alt="{e(shown)}" '
+            f'data-file="{e(shown)}"><figcaption>{e(shown)}{also}</figcaption></figure>'
+        )
     return f'<div id="plots">{"".join(figures)}</div>'
+
+
+def _join(href: str, name: str) -> str:
+    from urllib.parse import quote
+
+    return quote(f"{href.rstrip('/')}/{name}" if href else name, safe="/:")
 
 
 def config_html(config_text: str) -> str:
@@ -220,11 +270,14 @@ def render_report(
     *,
     title: str,
     source: str = "",
+    plots_href: str = "plots",
 ) -> str:
-    """The whole page: targets per policy, plots, the summary table and the config."""
+    """The whole page: targets per policy, plots, the summary table and the config.
+    ``plots_href``: the path from the page to the results folder's plots/ (PDFs are linked)."""
     targets = config_targets(config_text)
     n_policies = summary["policy"].nunique() if "policy" in summary.columns else 0
-    about = f"{len(summary)} grid points, {n_policies} policies, {len(plots)} plots"
+    n_plots = len(figure_groups([name for name, _ in plots]))
+    about = f"{len(summary)} grid points, {n_policies} policies, {n_plots} plots"
     if source:
         about = f"{e(source)}: {about}"
     return f"""<!DOCTYPE html>
@@ -246,7 +299,7 @@ summary.csv); n/a: an offline bound (belady, cost-belady), which reads the futur
 </p>
 {targets_html(summary, targets)}
 <h2>Plots</h2>
-{plots_html(plots)}
+{plots_html(plots, plots_href)}
 <h2>Summary (summary.csv)</h2>
 {summary_html(summary)}
 <h2>Experiment config (config.resolved.yaml)</h2>

@@ -5,15 +5,26 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
+import yaml
 
 from experiments.checkpoint import Checkpoints
 from experiments.executor import run_points, trace_info
-from experiments.results import WrittenResults, check_out_dir, collect, write_results
-from experiments.schema import Experiment
+from experiments.figure_style import formats
+from experiments.results import (
+    CONFIG_FILE,
+    PLOTS_DIR,
+    ResultTables,
+    WrittenResults,
+    check_out_dir,
+    collect,
+    write_results,
+)
+from experiments.schema import Experiment, FiguresSpec
 
 
 @dataclass(frozen=True)
@@ -42,12 +53,20 @@ def run_experiment(
     force: bool = False,
     show_progress: bool = True,
     fresh: bool = False,
-    plot_format: str = "png",
+    plot_format: str | Sequence[str] | None = None,
 ) -> RunOutcome:
     """Run every grid point (plus the infinite-memory baselines when asked for) and write the
     results folder. An existing ``out`` is refused up front unless ``force``. Each finished point
     is checkpointed (``experiments.checkpoint``): a rerun after an interruption runs only the
-    points not yet done, unless ``fresh``."""
+    points not yet done, unless ``fresh``. The figures are written in ``plot_format`` (one format
+    or several) when given, else in the experiment's ``figures.format``; config.resolved.yaml
+    records the formats used."""
+    if plot_format is not None:
+        fmts = list(formats(plot_format))
+        experiment = experiment.with_overrides(
+            figures=FiguresSpec(format=fmts[0] if len(fmts) == 1 else fmts)
+        )
+    fmts = list(experiment.figures.formats())
     out = check_out_dir(out if out is not None else default_out_dir(experiment), force)
     points = experiment.grid() + experiment.baseline_points()
     ckpt = Checkpoints(out, experiment.debug)
@@ -78,8 +97,37 @@ def run_experiment(
     ]
     tables = collect(results, experiment.thresholds())
     infos = [trace_info(spec) for spec in experiment.trace_specs()]
-    written = write_results(
-        out, experiment, tables, force=force, traces=infos, plot_format=plot_format
-    )
+    written = write_results(out, experiment, tables, force=force, traces=infos, plot_format=fmts[0])
+    if len(fmts) > 1:
+        written = _draw_again(written, tables, experiment, fmts[1:])
     ckpt.clear()
     return RunOutcome(summary=tables.summary, written=written, resumed=len(have))
+
+
+def _draw_again(
+    written: WrittenResults, tables: ResultTables, experiment: Experiment, fmts: Sequence[str]
+) -> WrittenResults:
+    """The figures of the results folder again, in each further format of ``figures.format``,
+    into its plots/ beside the first format's (the same data: the same notes, not repeated)."""
+    if not written.plots:
+        return written
+    from experiments.load_plots import load_figures
+    from experiments.plots import make_plots
+
+    out = written.out_dir
+    resolved = yaml.safe_load((out / CONFIG_FILE).read_text(encoding="utf-8"))
+    plots = list(written.plots)
+    for fmt in fmts:
+        drawn = make_plots(
+            tables.summary,
+            tables.turns,
+            out / PLOTS_DIR,
+            [],
+            experiment.thresholds(),
+            resolved=resolved,
+            fmt=fmt,
+        )
+        drawn += load_figures(tables.summary, out / PLOTS_DIR, [], fmt, resolved)
+        plots += [p.relative_to(out) for p in drawn]
+    files = sorted({*written.files, *plots})
+    return dataclasses.replace(written, files=files, plots=plots)

@@ -16,7 +16,8 @@ llama-3-70b: [2, 4]}``), so one grid runs a small model on one GPU and a large o
 ``sparse`` a list of CPU-offload decode mappings (``kind``: off | quest | full). A sparse mode
 with ``cpu_kv_gb = 0`` cannot run: those combinations are left out of the grid (so
 one grid holds recompute, swap-in and offload). ``targets`` (a mapping of target -> threshold, or
-none) is no axis: it sets the thresholds of summary.csv's pass_* columns (``experiments.targets``).
+none) is no axis: it sets the thresholds of summary.csv's pass_* columns (``experiments.targets``);
+nor is ``figures`` (``format``: png, pdf, svg or a list of them), the file format of plots/.
 
 Relative paths (``trace.path``, a model or hardware given as a file) resolve against the YAML
 file's folder first, then the current directory; a path that starts with ``${KVSIM_SHARED_DATA}``
@@ -520,6 +521,34 @@ class SloSpec(_Strict):
         return Slo(ttft_s=self.ttft_s, tpot_s=self.tpot_s)
 
 
+def _check_formats(v: Any) -> Any:
+    """``figures.format``: png, pdf or svg, or a list of them (each once)."""
+    from experiments.figure_style import FORMATS
+
+    items = v if isinstance(v, list) else [v]
+    if not items:
+        raise ValueError(f"must not be empty ({', '.join(FORMATS)}, or a list of them)")
+    for x in items:
+        if not isinstance(x, str) or x not in FORMATS:
+            raise ValueError(f"{x!r} is not one of {', '.join(FORMATS)}")
+    if len(set(items)) < len(items):
+        raise ValueError(f"lists a format twice: {items!r}")
+    return v
+
+
+class FiguresSpec(_Strict):
+    """How the figures of plots/ are written (``kvsim run --format`` overrides it)."""
+
+    format: Annotated[StrictStr | list[StrictStr], BeforeValidator(_check_formats)] = Field(
+        default="png",
+        description="file format of the figures: png, pdf or svg (vector, for a paper), or a "
+        "list of them (each figure in each)",
+    )
+
+    def formats(self) -> tuple[str, ...]:
+        return tuple(_as_list(self.format))
+
+
 def _targets_off(v: Any) -> Any:
     """``targets: none`` (or ``off``) as null: no judging."""
     if isinstance(v, str):
@@ -591,6 +620,11 @@ class Experiment(_Strict):
     slo: SloSpec = Field(
         default=SloSpec(),
         description="per-turn TTFT and TPOT objectives of the SLO attainment and goodput columns",
+    )
+    figures: FiguresSpec = Field(
+        default=FiguresSpec(),
+        description="the figures' file format (png, pdf, svg, or a list); kvsim run --format "
+        "overrides it",
     )
     baseline_infinite: StrictBool = Field(
         False,
@@ -1227,6 +1261,7 @@ _SECTIONS: dict[tuple[str, ...], type[BaseModel]] = {
     ("sparse",): SparseSpec,
     ("targets",): TargetsSpec,
     ("slo",): SloSpec,
+    ("figures",): FiguresSpec,
 }
 
 

@@ -27,7 +27,13 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "--plot",
         metavar="FILE",
         help="also draw B against A, one dot per matched point, one panel per headline metric "
-        "(a PNG)",
+        "(in the style of kvsim's other figures; its format from --format, else the file's "
+        "suffix: .png, .pdf or .svg)",
+    )
+    p.add_argument(
+        "--format",
+        choices=("png", "pdf", "svg"),
+        help="file format of the --plot figure (default: the file's suffix, else png)",
     )
     p.add_argument(
         "--csv", metavar="FILE", help="also write the table, one row per point and metric"
@@ -49,5 +55,5 @@ def main(args: argparse.Namespace) -> int:
         comp.long_table().to_csv(out, index=False)
         print(f"table: {out}")
     if args.plot:
-        print(f"figure: {plot(comp, args.plot, metrics)}")
+        print(f"figure: {plot(comp, args.plot, metrics, args.format)}")
     return 0

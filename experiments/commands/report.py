@@ -12,8 +12,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "report",
         help="write one self-contained HTML page of a results folder",
         description="Write one HTML page of a results folder of kvsim run: the pass/FAIL of each "
-        "policy against the targets, every plot of plots/ (embedded, so the page "
-        "needs no other file and no network), summary.csv as a table and the "
+        "policy against the targets, every plot of plots/ (PNG and SVG embedded, so the "
+        "page needs no other file and no network; PDF linked), summary.csv as a table and the "
         "experiment config. The page is written to a temporary file first and renamed "
         "into place.",
     )
@@ -25,25 +25,49 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 def main(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from experiments.html_report import render_report
+    from experiments.html_report import figure_groups, render_report
 
     folder = Path(args.dir)
     summary, config_text, plots = read_results_folder(folder)
     names = summary["name"].dropna().unique() if "name" in summary.columns else []
     title = str(names[0]) if len(names) == 1 else folder.resolve().name
-    page = render_report(summary, config_text, plots, title=title, source=str(folder))
+    figures = len(figure_groups([name for name, _ in plots]))
     out = Path(args.out) if args.out is not None else folder / REPORT_FILE
+    page = render_report(
+        summary,
+        config_text,
+        plots,
+        title=title,
+        source=str(folder),
+        plots_href=plots_href(folder, out),
+    )
     write_atomically(out, page)
-    print(f"report: {out} ({len(summary)} grid points, {len(plots)} plots)")
+    print(f"report: {out} ({len(summary)} grid points, {figures} plots)")
     return 0
+
+
+def plots_href(folder, out) -> str:
+    """The path from the page ``out`` to the results folder's plots/ (where its PDFs are linked),
+    with forward slashes; absolute where there is no relative one."""
+    import os
+    from pathlib import Path
+
+    from experiments.results import PLOTS_DIR
+
+    plots = Path(folder).resolve() / PLOTS_DIR
+    try:
+        return Path(os.path.relpath(plots, Path(out).resolve().parent)).as_posix()
+    except ValueError:  # another drive
+        return plots.as_uri()
 
 
 def read_results_folder(folder):
     """(summary table, config text, [(plot file name, bytes)]) of a results folder; ValueError
-    naming the first missing file when ``folder`` is not one."""
+    naming the first missing file when ``folder`` is not one. The plots are the figure files of
+    plots/: PNG, SVG (embedded in the page) and PDF (linked)."""
     import pandas as pd
 
-    from experiments.html_report import IMAGE_TYPES
+    from experiments.html_report import FIGURE_TYPES
     from experiments.results import CONFIG_FILE, PLOTS_DIR, SUMMARY_FILE
 
     for name in (SUMMARY_FILE, CONFIG_FILE):
@@ -60,7 +84,7 @@ def read_results_folder(folder):
     plots = [
         (p.name, p.read_bytes())
         for p in sorted((folder / PLOTS_DIR).iterdir())
-        if p.is_file() and p.suffix.lower() in IMAGE_TYPES
+        if p.is_file() and p.suffix.lower() in FIGURE_TYPES
     ]
     return summary, config_text, plots
 

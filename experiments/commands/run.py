@@ -16,6 +16,15 @@ def _positive_int(text: str) -> int:
     return n
 
 
+def _formats(text: str) -> list[str]:
+    from experiments.figure_style import formats
+
+    try:
+        return list(formats([f.strip() for f in text.split(",")]))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
         "run",
@@ -57,10 +66,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--format",
-        choices=("png", "pdf", "svg"),
-        default="png",
-        help="file format of the figures in plots/ (pdf and svg: vector, for a paper; default png; "
-        "kvsim report shows png and svg)",
+        type=_formats,
+        metavar="png|pdf|svg",
+        help="file format of the figures in plots/, or several comma-separated (pdf and svg: "
+        "vector, for a paper); overrides the YAML's figures.format (default png)",
     )
     p.add_argument(
         "--quiet",
