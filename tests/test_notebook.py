@@ -36,6 +36,7 @@ policies: [lru, fifo]
 seeds: [1, 2, 3]
 baseline_infinite: true
 executor: {kind: local, workers: 1}
+targets: {reprefill: 0.35, jain: null}
 """
 METRICS = ("reprefill_rate", "jain_service")
 KEYS = ["cpu_kv_gb", "policy", "gpu_kv_gb"]  # cpu_kv_gb is the one other axis that varies
@@ -46,10 +47,15 @@ import json as _json
 _lines = [(ax.get_ylabel(), line.get_label(), [float(x) for x in line.get_xdata()],
            [float(y) for y in line.get_ydata()])
           for ax in fig.axes for line in ax.lines if not line.get_label().startswith("_")]
+_targets = [(ax.get_ylabel(), [float(y) for y in line.get_ydata()])
+            for ax in fig.axes for line in ax.lines if line.get_label().startswith("_")]
+_stamp = [t.get_text() for t in fig.texts if t.get_gid() == "stamp"]
 print(_json.dumps({"table": _json.loads(comparison.reset_index().to_json(orient="records",
                                                                         double_precision=15)),
                    "metrics": METRICS, "lines": _lines, "gap": gap, "facets": facets,
-                   "results": str(RESULTS)}))
+                   "results": str(RESULTS), "targets": _targets, "stamp": _stamp,
+                   "colours": [line.get_color() for ax in fig.axes for line in ax.lines
+                               if not line.get_label().startswith("_")]}))
 """
 
 
@@ -188,3 +194,15 @@ def test_notebook_reproduces_the_policy_comparison(results_dir, kernel_env, monk
     )
     assert [d[:3] for d in drawn] == [w[:3] for w in want]
     np.testing.assert_allclose([d[3] for d in drawn], [w[3] for w in want], rtol=1e-12)
+
+    # The dashed lines are the experiment's targets (re-prefill 0.35; jain set to null: none), the
+    # policies look as in every kvsim figure, and the stamp names the run.
+    assert sorted(ylabel[y] for y, _ in probe["targets"]) == ["reprefill_rate"] * 2
+    assert all(ys == [0.35, 0.35] for _, ys in probe["targets"])
+    from experiments.figure_style import policy_style
+
+    assert {(pol, c) for (_, pol, _, _), c in zip(probe["lines"], probe["colours"])} == {
+        (p, policy_style(p)["color"]) for p in ("lru", "fifo")
+    }
+    (stamp,) = probe["stamp"]
+    assert stamp.startswith("nb · llama-3-8b · h100-sxm · trace synthetic")
