@@ -190,9 +190,8 @@ class _FakeRay:
     def get(ref):
         return ref.value
 
-    @staticmethod
-    def cancel(ref, force=False):
-        pass
+    def cancel(self, ref, force=False):
+        self.log.append("cancel")
 
 
 def test_the_executor_joins_the_configured_cluster_for_the_sweep(
@@ -243,7 +242,12 @@ def test_a_local_ray_is_the_sweeps_own_and_ends_after_it(
     assert log == (own if env is None else [f"init {joined}", "shutdown"])
 
 
-def test_a_stopped_sweep_leaves_ray_and_ends_its_head(fake_backend, tiny_yaml, monkeypatch):
+@pytest.mark.parametrize("address", ["local", "10.0.0.7:6379"])
+def test_a_stopped_sweep_leaves_ray_and_ends_its_head(
+    fake_backend, tiny_yaml, monkeypatch, address
+):
+    """Stopped, a sweep cancels its tasks on a cluster it joined; its own Ray it just ends (the
+    head's end stops every worker, and a forced cancel can abort Ray's driver)."""
     log: list[str] = []
     fake = _FakeRay(log=log)
     monkeypatch.setitem(sys.modules, "ray", fake)
@@ -253,8 +257,12 @@ def test_a_stopped_sweep_leaves_ray_and_ends_its_head(fake_backend, tiny_yaml, m
     )
     exp = load_experiment(tiny_yaml)
     with pytest.raises(KeyboardInterrupt):
-        run_points(exp.grid(), ExecutorSpec(kind="ray", address="local"), show_progress=False)
-    assert log == ["head starts", "init 127.0.0.1:4321", "shutdown", "head ends"]
+        run_points(exp.grid(), ExecutorSpec(kind="ray", address=address), show_progress=False)
+    if address == "local":
+        assert log == ["head starts", "init 127.0.0.1:4321", "shutdown", "head ends"]
+    else:
+        tasks = len(exp.grid())
+        assert log == [f"init {address}", *["cancel"] * tasks, "shutdown"]
 
 
 def test_a_ctrl_c_during_the_join_still_leaves_ray_before_its_head_ends(
