@@ -52,7 +52,10 @@ class PointResult:
 # ---------------------------------------------------------------------------------------------
 # Per-process caches
 
-_TRACES: dict[str, Any] = {}  # TraceSpec.key -> traces.TraceLoad
+# A trace is read once per process, without its timing options (time_scale, until_s); the
+# timed trace of the spec asked for last is kept beside it, so a rate sweep holds one copy at a time.
+_TRACES: dict[str, Any] = {}  # the spec's options but timing -> traces.TraceLoad
+_TIMED: dict[str, Any] = {}  # TraceSpec.key -> traces.TraceLoad (at most one)
 _COSTS: dict[tuple[str, str, int], Any] = {}
 
 
@@ -70,11 +73,20 @@ class TraceInfo:
 
 
 def _load(spec: TraceSpec) -> Any:
-    if spec.key not in _TRACES:
-        import traces
+    import traces
 
-        _TRACES[spec.key] = traces.load_trace(spec.to_dict())
-    return _TRACES[spec.key]
+    options = spec.to_dict()
+    timing = {k: options.pop(k) for k in traces.TIMING_KEYS if k in options}
+    traces.check_timing(timing)  # before a long read
+    read = json.dumps(options, sort_keys=True, default=str)
+    if read not in _TRACES:
+        _TRACES[read] = traces.load_trace(options)
+    if not timing:
+        return _TRACES[read]
+    if spec.key not in _TIMED:
+        _TIMED.clear()
+        _TIMED[spec.key] = traces.timed(_TRACES[read], timing)
+    return _TIMED[spec.key]
 
 
 def load_sessions(spec: TraceSpec) -> tuple:

@@ -58,6 +58,9 @@ __all__ = [
     "HFTokenizer",
     "make_tokenizer",
     "load_trace",
+    "timed",
+    "check_timing",
+    "TIMING_KEYS",
     "TRACE_KINDS",
 ]
 
@@ -90,21 +93,38 @@ def load_trace(spec: Mapping[str, Any]) -> TraceLoad:
         raise TraceError(f"trace spec must be a mapping, got {type(spec).__name__}")
     if "kind" not in spec:
         raise TraceError(f"trace spec needs 'kind' (one of {', '.join(TRACE_KINDS)})")
-    common = ("kind", "time_scale", "until_s")
-    kind, opts = spec["kind"], {k: v for k, v in spec.items() if k not in common}
-    factor = spec.get("time_scale", 1.0)
-    if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not factor > 0:
-        raise TraceError(f"trace.time_scale: must be a number > 0, got {factor!r}")
-    until = spec.get("until_s")
-    if until is not None and (
-        isinstance(until, bool) or not isinstance(until, (int, float)) or not until > 0
-    ):
-        raise TraceError(f"trace.until_s: must be a number > 0, got {until!r}")
-    load = scale_time(_load(kind, opts), float(factor))
+    timing = {k: spec[k] for k in TIMING_KEYS if k in spec}
+    check_timing(timing)  # before a long read
+    kind, opts = spec["kind"], {k: v for k, v in spec.items() if k not in ("kind", *TIMING_KEYS)}
+    return timed(_load(kind, opts), timing)
+
+
+TIMING_KEYS = ("time_scale", "until_s")  # options every kind takes, applied after the load
+
+
+def timed(load: TraceLoad, timing: Mapping[str, Any]) -> TraceLoad:
+    """``load`` (read with no timing options) with ``time_scale`` and ``until_s`` applied: what
+    ``load_trace`` gives for the spec with these options. A caller can read a trace once and
+    replay it at several time scales."""
+    check_timing(timing)
+    load = scale_time(load, float(timing.get("time_scale", 1.0)))
+    until = timing.get("until_s")
     if until is None:
         return load
     kept = tuple(s for s in load.sessions if s.start_s < until)
     return replace(load, sessions=kept, info={**load.info, "until_s": until})
+
+
+def check_timing(timing: Mapping[str, Any]) -> None:
+    """TraceError unless ``time_scale`` and ``until_s`` (where given) are numbers > 0."""
+    factor = timing.get("time_scale", 1.0)
+    if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not factor > 0:
+        raise TraceError(f"trace.time_scale: must be a number > 0, got {factor!r}")
+    until = timing.get("until_s")
+    if until is not None and (
+        isinstance(until, bool) or not isinstance(until, (int, float)) or not until > 0
+    ):
+        raise TraceError(f"trace.until_s: must be a number > 0, got {until!r}")
 
 
 def _load(kind: Any, opts: dict[str, Any]) -> TraceLoad:

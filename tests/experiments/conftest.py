@@ -35,6 +35,7 @@ def fake_backend(monkeypatch):
     monkeypatch.setattr(costmodels, "cost_model", exp_fakes.fake_cost_model, raising=False)
     monkeypatch.setattr(sim, "simulate", exp_fakes.fake_simulate)
     monkeypatch.setattr(executor, "_TRACES", {})
+    monkeypatch.setattr(executor, "_TIMED", {})
     monkeypatch.setattr(executor, "_COSTS", {})
     for k in exp_fakes.CALLS:
         exp_fakes.CALLS[k] = 0
