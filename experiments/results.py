@@ -136,11 +136,11 @@ def write_results(
     *,
     force: bool = False,
     traces: Sequence[TraceInfo] = (),
-    plot_format: str = "png",
+    plot_format: str | Sequence[str] = "png",
 ) -> WrittenResults:
     """Write the results folder atomically; return what was written. ``traces`` (what each trace
     spec loaded to) is recorded in config.resolved.yaml under ``traces_loaded``; the figures are
-    ``plot_format`` files (png, pdf or svg)."""
+    ``plot_format`` files (png, pdf or svg; a list: each figure in each, the notes once)."""
     out = check_out_dir(out, force)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
@@ -159,18 +159,19 @@ def write_results(
         (tmp / CONFIG_FILE).write_text(yaml.safe_dump(resolved, sort_keys=False), encoding="utf-8")
         (tmp / PLOTS_DIR).mkdir()
         notes: list[str] = []
-        plots = [
-            p.relative_to(tmp)
-            for p in _draw(
+        plots = []
+        fmts = [plot_format] if isinstance(plot_format, str) else list(plot_format)
+        for i, fmt in enumerate(fmts):
+            drawn = _draw(
                 tables.summary,
                 tables.turns,
                 tmp / PLOTS_DIR,
-                notes,
+                notes if i == 0 else [],  # the same data: the same notes, once
                 experiment.thresholds(),
                 resolved=resolved,
-                fmt=plot_format,
+                fmt=fmt,
             )
-        ]
+            plots += [p.relative_to(tmp) for p in drawn]
         files = sorted(p.relative_to(tmp) for p in tmp.rglob("*") if p.is_file())
         _move_into_place(tmp, out, force)
     except BaseException:

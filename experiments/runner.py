@@ -10,15 +10,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
-import yaml
 
 from experiments.checkpoint import Checkpoints
 from experiments.executor import run_points, trace_info
 from experiments.figure_style import formats
 from experiments.results import (
-    CONFIG_FILE,
-    PLOTS_DIR,
-    ResultTables,
     WrittenResults,
     check_out_dir,
     collect,
@@ -97,37 +93,6 @@ def run_experiment(
     ]
     tables = collect(results, experiment.thresholds())
     infos = [trace_info(spec) for spec in experiment.trace_specs()]
-    written = write_results(out, experiment, tables, force=force, traces=infos, plot_format=fmts[0])
-    if len(fmts) > 1:
-        written = _draw_again(written, tables, experiment, fmts[1:])
+    written = write_results(out, experiment, tables, force=force, traces=infos, plot_format=fmts)
     ckpt.clear()
     return RunOutcome(summary=tables.summary, written=written, resumed=len(have))
-
-
-def _draw_again(
-    written: WrittenResults, tables: ResultTables, experiment: Experiment, fmts: Sequence[str]
-) -> WrittenResults:
-    """The figures of the results folder again, in each further format of ``figures.format``,
-    into its plots/ beside the first format's (the same data: the same notes, not repeated)."""
-    if not written.plots:
-        return written
-    from experiments.load_plots import load_figures
-    from experiments.plots import make_plots
-
-    out = written.out_dir
-    resolved = yaml.safe_load((out / CONFIG_FILE).read_text(encoding="utf-8"))
-    plots = list(written.plots)
-    for fmt in fmts:
-        drawn = make_plots(
-            tables.summary,
-            tables.turns,
-            out / PLOTS_DIR,
-            [],
-            experiment.thresholds(),
-            resolved=resolved,
-            fmt=fmt,
-        )
-        drawn += load_figures(tables.summary, out / PLOTS_DIR, [], fmt, resolved)
-        plots += [p.relative_to(out) for p in drawn]
-    files = sorted({*written.files, *plots})
-    return dataclasses.replace(written, files=files, plots=plots)

@@ -104,6 +104,29 @@ def test_kvsim_run_writes_every_format_the_yaml_lists(fake_backend, write_yaml, 
     assert f"{len(names)} plots in plots/" in capsys.readouterr().out
 
 
+def test_a_failure_drawing_a_later_format_leaves_no_results_folder(
+    fake_backend, write_yaml, tmp_path, monkeypatch
+):
+    """Every format is drawn inside the folder before it is moved into place: a crash while
+    drawing the second leaves nothing half-written (no folder, no temporary one)."""
+    from experiments import results
+
+    real = results._draw
+
+    def fail_on_svg(*args, fmt="png", **kwargs):
+        if fmt == "svg":
+            raise RuntimeError("drawing failed")
+        return real(*args, fmt=fmt, **kwargs)
+
+    monkeypatch.setattr(results, "_draw", fail_on_svg)
+    cfg = write_yaml(SMALL + "figures: {format: [pdf, svg]}\n")
+    out = tmp_path / "res" / "both"
+    with pytest.raises(RuntimeError, match="drawing failed"):
+        main(["run", str(cfg), "--out", str(out), "--quiet", "--debug"])
+    assert not out.exists()
+    assert [p.name for p in out.parent.iterdir() if ".tmp-" in p.name] == []
+
+
 def test_the_format_flag_overrides_the_yaml(fake_backend, write_yaml, tmp_path, capsys):
     cfg = write_yaml(SMALL + "figures: {format: pdf}\n")
     flag = tmp_path / "flag"
