@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from experiments.commands.run import format_list
+
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
@@ -17,9 +19,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("dir", help="a results folder written by kvsim run")
     p.add_argument(
         "--format",
-        choices=("png", "pdf", "svg"),
-        default="png",
-        help="file format of the figures (pdf and svg: vector, for a paper; default png)",
+        type=format_list,
+        metavar="png|pdf|svg",
+        help="file format of the figures, or several comma-separated (pdf and svg: vector, for a "
+        "paper; default: the folder's figures.format, as kvsim run wrote them, else png)",
     )
     return p
 
@@ -32,6 +35,7 @@ def main(args: argparse.Namespace) -> int:
     import pandas as pd
     import yaml
 
+    from experiments.figure_style import formats
     from experiments.load_plots import load_figures
     from experiments.plots import make_plots
     from experiments.results import CONFIG_FILE, PLOTS_DIR, SUMMARY_FILE, TURNS_FILE
@@ -51,13 +55,17 @@ def main(args: argparse.Namespace) -> int:
         else None
     )
     targets = from_resolved(resolved)
+    fmts = args.format or list(formats(((resolved or {}).get("figures") or {}).get("format")))
     summary = pd.read_csv(out / SUMMARY_FILE)
     turns = pd.read_parquet(out / TURNS_FILE)
     tmp = Path(tempfile.mkdtemp(prefix=f".{PLOTS_DIR}.tmp-", dir=out))
     try:
         notes: list[str] = []
-        drawn = make_plots(summary, turns, tmp, notes, targets, resolved=resolved, fmt=args.format)
-        drawn += load_figures(summary, tmp, notes, args.format, resolved)  # a request-rate sweep
+        drawn = []
+        for i, fmt in enumerate(fmts):
+            said = notes if i == 0 else []  # the same data: the same notes, once
+            drawn += make_plots(summary, turns, tmp, said, targets, resolved=resolved, fmt=fmt)
+            drawn += load_figures(summary, tmp, said, fmt, resolved)  # a request-rate sweep
         old = out / PLOTS_DIR
         if old.exists():
             shutil.rmtree(old)

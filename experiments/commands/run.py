@@ -16,7 +16,7 @@ def _positive_int(text: str) -> int:
     return n
 
 
-def _formats(text: str) -> list[str]:
+def format_list(text: str) -> list[str]:
     from experiments.figure_style import formats
 
     try:
@@ -66,7 +66,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--format",
-        type=_formats,
+        type=format_list,
         metavar="png|pdf|svg",
         help="file format of the figures in plots/, or several comma-separated (pdf and svg: "
         "vector, for a paper); overrides the YAML's figures.format (default png)",

@@ -326,8 +326,8 @@ def test_kvsim_run_and_plot_write_the_format_asked_for(fake_backend, write_yaml,
     assert figures and all(p.suffix == ".svg" for p in figures)
     svg = figures[0].read_text(encoding="utf-8")
     assert "tiny" in svg and "llama-3-8b" in svg  # the stamp, from the folder's config
-    assert main(["plot", str(out)]) == 0  # the default stays PNG
-    assert all(p.suffix == ".png" for p in (out / "plots").iterdir())
+    assert main(["plot", str(out)]) == 0  # by default, the formats kvsim run wrote
+    assert all(p.suffix == ".pdf" for p in (out / "plots").iterdir())
 
 
 def test_kvsim_plot_draws_the_request_rate_figure_again(tmp_path, capsys):

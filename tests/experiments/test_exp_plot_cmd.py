@@ -35,3 +35,18 @@ def test_plot_of_a_folder_without_results_exits_2(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "summary.csv: no such file" in err and "Traceback" not in err
     assert not any(tmp_path.iterdir())  # nothing half-written left behind
+
+
+def test_plot_draws_the_formats_the_folder_was_written_in(tmp_path, capsys):
+    """Without --format, the figures come back in the folder's figures.format; --format (one or
+    a comma-separated list) replaces them."""
+    cfg = tmp_path / "tiny.yaml"
+    cfg.write_text(TINY.replace("policies: [lru, fifo]", "policies: [lru]"))
+    out = tmp_path / "results"
+    assert main(["run", str(cfg), "--out", str(out), "--quiet", "--format", "pdf,svg"]) == 0
+    written = sorted(p.name for p in (out / "plots").iterdir())
+    assert main(["plot", str(out)]) == 0
+    assert sorted(p.name for p in (out / "plots").iterdir()) == written
+    assert {p.suffix for p in (out / "plots").iterdir()} == {".pdf", ".svg"}
+    assert main(["plot", str(out), "--format", "png"]) == 0
+    assert {p.suffix for p in (out / "plots").iterdir()} == {".png"}
