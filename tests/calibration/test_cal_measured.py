@@ -128,18 +128,7 @@ def test_70b_shard_profile_is_the_fit_of_its_committed_samples(name, tp) -> None
     # The layer's GEMMs are also timed at 1/2, 1/4, 1/8 of the shard's width (TP 2x, 4x, 8x).
     widths = {s.group: s.model.name for s in samples if s.term == "gemm"}
     assert widths == {f"shard/{k}": f"Llama-3-70B/tp{tp * k}" for k in (1, 2, 4, 8)}
-    for term in (*TERMS, "overlap"):
-        got, want = getattr(refit, term), getattr(p, term)
-        for k in want.__dataclass_fields__:
-            if term == "overlap" and k != "duplex_Bps":
-                continue  # compute_slowdown: the run's overlap timings, not in the samples
-            assert getattr(got, k) == pytest.approx(getattr(want, k), rel=1e-5, abs=1e-12), (
-                term,
-                k,
-            )
-    assert set(p.validation) == set(refit.validation) | {"pipeline"}
-    for term, v in refit.validation.items():
-        assert p.validation[term] == v, term
+    _assert_refit_is_the_profile(refit, p)
 
 
 def _lm_heads() -> dict[str, list]:
@@ -237,18 +226,7 @@ def test_h200_profile_is_the_fit_of_its_committed_samples(h200_refit) -> None:
     p, samples, result = h200_refit
     refit = result.profile
     assert len(samples) == 750
-    for term in (*TERMS, "overlap"):
-        got, want = getattr(refit, term), getattr(p, term)
-        for k in want.__dataclass_fields__:
-            if term == "overlap" and k != "duplex_Bps":
-                continue  # compute_slowdown: the run's overlap timings, not in the samples
-            assert getattr(got, k) == pytest.approx(getattr(want, k), rel=1e-5, abs=1e-12), (
-                term,
-                k,
-            )
-    assert set(p.validation) == set(refit.validation) | {"pipeline"}
-    for term, v in refit.validation.items():
-        assert p.validation[term] == v, term
+    _assert_refit_is_the_profile(refit, p)
     # The notes are the refit's (held-out lines, fitted leads, pageable and duplex fits) and the
     # run's own lines the samples cannot give (overlap run, clocks, what the run skipped).
     notes = set((p.meta.notes or "").splitlines())
@@ -379,3 +357,20 @@ def test_h200_against_h100_table_is_the_profiles() -> None:
         assert cells[5] == "-" or same(cells[5], datasheet[cells[3]]), cells
         rows += 1
     assert rows == 12
+
+
+def _assert_refit_is_the_profile(refit, p) -> None:
+    """Every fitted constant and held-out figure of ``p`` is the refit's (the overlap's
+    compute_slowdown is the run's overlap timings, not in the samples; the pipeline check, too)."""
+    for term in (*TERMS, "overlap"):
+        got, want = getattr(refit, term), getattr(p, term)
+        for k in want.__dataclass_fields__:
+            if term == "overlap" and k != "duplex_Bps":
+                continue
+            assert getattr(got, k) == pytest.approx(getattr(want, k), rel=1e-5, abs=1e-12), (
+                term,
+                k,
+            )
+    assert set(p.validation) == set(refit.validation) | {"pipeline"}
+    for term, v in refit.validation.items():
+        assert p.validation[term] == v, term

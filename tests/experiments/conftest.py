@@ -45,3 +45,19 @@ def fake_backend(monkeypatch):
 @pytest.fixture
 def tiny_yaml(write_yaml):
     return write_yaml(TINY)
+
+
+@pytest.fixture
+def drawn(monkeypatch):
+    """Every Figure saved while the test runs, in order (the figure itself, not its pixels)."""
+    from matplotlib.figure import Figure
+
+    figures: list = []
+    real = Figure.savefig
+
+    def spy(self, *args, **kwargs):
+        figures.append(self)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", spy)
+    return figures

@@ -36,20 +36,6 @@ policies: [lru, fifo]
 """
 
 
-@pytest.fixture
-def drawn(monkeypatch):
-    """Every Figure saved while the test runs, in order."""
-    figures: list[Figure] = []
-    real = Figure.savefig
-
-    def spy(self, *args, **kwargs):
-        figures.append(self)
-        return real(self, *args, **kwargs)
-
-    monkeypatch.setattr(Figure, "savefig", spy)
-    return figures
-
-
 def _stamp(fig: Figure) -> str:
     texts = [t.get_text() for t in fig.texts if t.get_gid() == fs.STAMP_GID]
     assert len(texts) == 1, "one stamp per figure"

@@ -36,20 +36,6 @@ RESOLVED = {
 }
 
 
-@pytest.fixture
-def drawn(monkeypatch):
-    """Every Figure saved while the test runs, in order (the figure itself, not its pixels)."""
-    figures: list[Figure] = []
-    real = Figure.savefig
-
-    def spy(self, *args, **kwargs):
-        figures.append(self)
-        return real(self, *args, **kwargs)
-
-    monkeypatch.setattr(Figure, "savefig", spy)
-    return figures
-
-
 def _summary(
     policies=("lru", "pensieve", "belady"),
     same=("lru", "belady"),
