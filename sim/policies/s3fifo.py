@@ -82,13 +82,6 @@ class S3FIFO(EvictionPolicy):
         size = self.view.size(uid)
         return size < small or (hit and size <= small)
 
-    def _ghost_put(self, uid: int, size: int) -> None:
-        cap = self._sizes()[2]
-        if uid in self._ghost or size > cap:
-            return
-        self._ghost.trim(cap - size)
-        self._ghost.add(uid, size)
-
     # -- membership ------------------------------------------------------------------------------
     def insert(self, uid: int, now: float, pinned: bool = False) -> None:
         if uid in self._queue_of:  # (a member inserted again enters anew)
@@ -224,7 +217,7 @@ class S3FIFO(EvictionPolicy):
                 else:
                     size = small_q.size_of(uid)
                     self.remove(uid)
-                    self._ghost_put(uid, size)  # a one-hit wonder leaves S for the ghost
+                    self._ghost.put(uid, size, self._sizes()[2])  # a one-hit wonder leaves S for G
                     return uid
 
     def evict_bytes(self, nbytes: int, now: float) -> list[int]:
@@ -275,12 +268,7 @@ class S3FIFO(EvictionPolicy):
                     to_ghost.append(uid)
                     break
         self._budget.shrink(unit * len(out))
-        if unit <= ghost_size and to_ghost:
-            ghost = self._ghost
-            for uid in to_ghost:
-                if uid not in ghost:  # (a member is never a ghost: kept as _ghost_put does)
-                    ghost.add(uid, unit)
-            ghost.trim(ghost_size)
+        self._ghost.put_many(to_ghost, unit, ghost_size)
         return out
 
     def __len__(self) -> int:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import heapq
 from bisect import bisect_left
 from collections import OrderedDict, deque
+from collections.abc import Sequence
 from functools import partial
 from itertools import compress, repeat
 from operator import is_not
@@ -863,6 +864,26 @@ class GhostFIFO:
             self.bytes -= self._q.pop(uid)
         self._q[uid] = size
         self.bytes += size
+
+    def put(self, uid: int, size: int, max_bytes: float) -> None:
+        """Remember an evicted unit, keeping at most ``max_bytes`` (the oldest go first); one
+        remembered already keeps its place, one larger than ``max_bytes`` is not remembered."""
+        if uid in self._q or size > max_bytes:
+            return
+        self.trim(max_bytes - size)
+        self.add(uid, size)
+
+    def put_many(self, uids: Sequence[int], size: int, max_bytes: float) -> None:
+        """``put`` of each of ``uids`` (all of ``size``) in turn, at once: trimming after the last
+        forgets the same oldest keys as trimming before each."""
+        if size > max_bytes or not uids:
+            return
+        q = self._q
+        for uid in uids:
+            if uid not in q:
+                q[uid] = size
+                self.bytes += size
+        self.trim(max_bytes)
 
     def take(self, uid: int) -> int | None:
         """Forget ``uid`` (a ghost hit); its size, or None if it was not remembered."""

@@ -70,13 +70,6 @@ class TwoQ(EvictionPolicy):
     def admit(self, uid: int) -> bool:
         return self.view.size(uid) <= self._sizes()[0]
 
-    def _aout_put(self, uid: int, size: int) -> None:
-        cap = self._sizes()[1]
-        if uid in self._aout or size > cap:
-            return
-        self._aout.trim(cap - size)
-        self._aout.add(uid, size)
-
     # -- membership ------------------------------------------------------------------------------
     def insert(self, uid: int, now: float, pinned: bool = False) -> None:
         if uid in self._size:  # (a member inserted again enters anew)
@@ -189,7 +182,7 @@ class TwoQ(EvictionPolicy):
         size = self._size[uid]
         self.remove(uid)
         if from_ain:
-            self._aout_put(uid, size)
+            self._aout.put(uid, size, self._sizes()[1])
 
     def evict_bytes(self, nbytes: int, now: float) -> list[int]:
         """``evict`` until ``nbytes`` are freed. Where every unit has one size and no request is
@@ -217,12 +210,7 @@ class TwoQ(EvictionPolicy):
             from_ain += more
         consume(map(self._size.__delitem__, out))
         self._budget.shrink(unit * len(out))
-        if unit <= kout and from_ain:  # each enters A1out, which keeps its newest kout bytes
-            aout = self._aout
-            for uid in from_ain:
-                if uid not in aout:  # (a member is never a ghost: kept as _aout_put does)
-                    aout.add(uid, unit)
-            aout.trim(kout)
+        self._aout.put_many(from_ain, unit, kout)  # A1out keeps its newest kout bytes
         return out
 
     def _add(self, uid: int, now: float) -> None:
