@@ -96,7 +96,7 @@ def load_trace(spec: Mapping[str, Any]) -> TraceLoad:
     timing = {k: spec[k] for k in TIMING_KEYS if k in spec}
     check_timing(timing)  # before a long read
     kind, opts = spec["kind"], {k: v for k, v in spec.items() if k not in ("kind", *TIMING_KEYS)}
-    return timed(_load(kind, opts), timing)
+    return _apply_timing(_load(kind, opts), timing)
 
 
 TIMING_KEYS = ("time_scale", "until_s")  # options every kind takes, applied after the load
@@ -107,6 +107,10 @@ def timed(load: TraceLoad, timing: Mapping[str, Any]) -> TraceLoad:
     ``load_trace`` gives for the spec with these options. A caller can read a trace once and
     replay it at several time scales."""
     check_timing(timing)
+    return _apply_timing(load, timing)
+
+
+def _apply_timing(load: TraceLoad, timing: Mapping[str, Any]) -> TraceLoad:
     load = scale_time(load, float(timing.get("time_scale", 1.0)))
     until = timing.get("until_s")
     if until is None:
