@@ -812,6 +812,11 @@ class TraceSpec:
         """The factor on arrival and think times this spec loads with (1: as recorded)."""
         return float(json.loads(self.options_json).get("time_scale", 1.0))
 
+    def at_time_scale(self, time_scale: float) -> TraceSpec:
+        """This spec at another value of the time_scale axis."""
+        opts = {**json.loads(self.options_json), "time_scale": time_scale}
+        return dataclasses.replace(self, options_json=json.dumps(opts, sort_keys=True, default=str))
+
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, **json.loads(self.options_json)}
 

@@ -31,7 +31,6 @@ search could not look past it). Then the midpoints, each probe keeping the half 
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -264,12 +263,7 @@ def search(
         if axis == "rate":
             rate = rate_of(step)
             scale = time_scale_of(rate)
-            opts = json.loads(point.trace.options_json)
-            opts["time_scale"] = scale
-            trace = dataclasses.replace(
-                point.trace, options_json=json.dumps(opts, sort_keys=True, default=str)
-            )
-            return dataclasses.replace(point, trace=trace), rate, scale
+            return dataclasses.replace(point, trace=point.trace.at_time_scale(scale)), rate, scale
         gb = gb_of_pages(step, page)
         memory = (
             dataclasses.replace(point.memory, cpu_kv_gb=gb)
