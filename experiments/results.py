@@ -121,6 +121,12 @@ def _summary_columns(rows: list[dict[str, Any]]) -> list[str]:
 # Writing
 
 
+def read_resolved(folder: str | os.PathLike) -> dict[str, Any] | None:
+    """The config.resolved.yaml of a results folder, or None where it has none."""
+    path = Path(folder) / CONFIG_FILE
+    return yaml.safe_load(path.read_text(encoding="utf-8")) if path.is_file() else None
+
+
 def check_out_dir(out: str | os.PathLike, force: bool) -> Path:
     """Refuse an existing ``out`` unless ``force`` (call before spending time on a run)."""
     out = Path(out)

@@ -21,7 +21,6 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import yaml
 from matplotlib.ticker import FuncFormatter, PercentFormatter
 
 from experiments import figure_style as fs
@@ -33,6 +32,7 @@ from experiments.plots import (
     _save,
     seed_interval,
 )
+from experiments.results import read_resolved
 
 
 @dataclass(frozen=True)
@@ -115,15 +115,11 @@ def _headline(summary, spec: Headline, path: Path, resolved, fmt) -> Path:
             series.append((pol, g))
         ys = [(g.index, np.log(g["mean"]) if spec.log else g["mean"]) for _, g in series]
         finite = values[np.isfinite(values) & ((values > 0) if spec.log else True)]
-        span = (
-            (
-                float(np.log(finite.max() / finite.min()) + 2 * np.log(1.5))
-                if spec.log
-                else float(finite.max()) * 1.11
-            )
-            if finite.size
-            else None
-        )
+        span = None  # the y axis' range, as dodge measures it (log units on a log axis)
+        if finite.size and spec.log:
+            span = float(np.log(finite.max() / finite.min()) + 2 * np.log(1.5))
+        elif finite.size:
+            span = float(finite.max()) * 1.11
         for i, ((pol, g), shift) in enumerate(zip(series, fs.dodge(ys, span))):
             st = fs.series_style(pol, i)
             x = np.asarray(g.index, dtype=float) * shift
@@ -192,8 +188,7 @@ def main(argv: list[str] | None = None) -> int:
         if not summary.is_file():
             print(f"{summary}: not found, skipped (kvsim run experiments/{name}.yaml)")
             continue
-        config = summary.parent / "config.resolved.yaml"
-        resolved = yaml.safe_load(config.read_text(encoding="utf-8")) if config.is_file() else None
+        resolved = read_resolved(summary.parent)
         path = headline_figure(
             pd.read_csv(summary),
             HEADLINES[name],

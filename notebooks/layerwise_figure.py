@@ -19,10 +19,9 @@ import sys
 from pathlib import Path
 
 import pandas as pd
-import yaml
 
 from experiments import figure_style as fs
-from experiments.results import CONFIG_FILE, SUMMARY_FILE
+from experiments.results import SUMMARY_FILE, read_resolved
 
 KEYS = ["model", "gpu_kv_gb", "policy", "evict_unit", "pipelining"]
 # the policies in the order the figure draws them (any others follow, by name)
@@ -115,9 +114,7 @@ def main(argv: list[str]) -> int:
         df, stamp = pd.read_csv(source), None
     else:
         df = table(source)
-        resolved = (yaml.safe_load((source / CONFIG_FILE).read_text(encoding="utf-8"))
-                    if (source / CONFIG_FILE).is_file() else None)
-        stamp = fs.run_stamp(pd.read_csv(source / SUMMARY_FILE), resolved)
+        stamp = fs.run_stamp(pd.read_csv(source / SUMMARY_FILE), read_resolved(source))
     print(df.to_string(index=False))
     if len(argv) == 3:
         df.to_csv(argv[2], index=False)

@@ -33,12 +33,11 @@ def main(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     import pandas as pd
-    import yaml
 
     from experiments.figure_style import formats
     from experiments.load_plots import load_figures
     from experiments.plots import make_plots
-    from experiments.results import CONFIG_FILE, PLOTS_DIR, SUMMARY_FILE, TURNS_FILE
+    from experiments.results import PLOTS_DIR, SUMMARY_FILE, TURNS_FILE, read_resolved
     from experiments.targets import from_resolved
 
     out = Path(args.dir)
@@ -49,11 +48,7 @@ def main(args: argparse.Namespace) -> int:
             )
     # the experiment's targets (dashed lines) and what the figures' stamp names (model, hardware,
     # trace, version); for a folder without its config: the default targets, the summary's labels
-    resolved = (
-        yaml.safe_load((out / CONFIG_FILE).read_text(encoding="utf-8"))
-        if (out / CONFIG_FILE).is_file()
-        else None
-    )
+    resolved = read_resolved(out)
     targets = from_resolved(resolved)
     fmts = args.format or list(formats(((resolved or {}).get("figures") or {}).get("format")))
     summary = pd.read_csv(out / SUMMARY_FILE)
