@@ -178,9 +178,8 @@ def lm_head_figure(reports_by_profile: dict[str, Sequence[TermReport]]):
     from costmodels import CostModel, load_profile
 
     fig, ax = plt.subplots(figsize=(6.4, 4.4))
-    for (name, reports), colour in zip(
-        reports_by_profile.items(), ("C0", "C1", "C2", "C3"), strict=False
-    ):
+    for i, (name, reports) in enumerate(reports_by_profile.items()):
+        colour = f"C{i % 10}"  # one per profile: a profile added is never left out
         (head,) = [r for r in reports if r.term == "lm_head"]
         measured = sorted((s for s, _ in head.points), key=lambda s: s.shape.tokens)
         rows = [s.shape.tokens for s in measured]
