@@ -77,8 +77,16 @@ def simulate(
     shell = Engine(
         sched, debug=debug, progress=progress, decode_spans=decode_spans, on_iteration=on_iteration
     )
-    with _gc_paused():
+    with gc_paused():
         shell.run()
+    stats = engine_stats(sched, shell, time.perf_counter() - wall0)
+    turns = ledger_frame(sched.ledger, sort=True, release=True)  # by (session_id, turn)
+    return SimResult(turns=turns, stats=stats, labels=run_labels(policy, memory, seed))
+
+
+def engine_stats(sched: Scheduler, shell, wall_s: float) -> EngineStats:
+    """The engine-wide figures of a finished run: ``shell`` is its loop's accounting (an
+    ``Engine``, or a cluster's replica), with ``start_s``, ``end_s`` and ``gpu_byte_seconds``."""
     start = shell.start_s or 0.0
     sim_time = max(0.0, shell.end_s - start)
     gpu_cap = sched.mem.capacity[0]
@@ -87,7 +95,7 @@ def simulate(
         if sim_time > 0 and not math.isinf(gpu_cap)
         else math.nan
     )
-    stats = EngineStats(
+    return EngineStats(
         sim_time_s=sim_time,
         steps=sched.step,
         output_tokens=sched.output_tokens,
@@ -107,14 +115,12 @@ def simulate(
         decode_h2d_bytes=sched.offload.sparse.h2d_bytes if sched.offload is not None else 0.0,
         gpu_reserved_peak_bytes=sched.mem.peak_reserved,
         policy_metrics=tuple(p.metrics() for p in sched.mem.policy),
-        wall_s=time.perf_counter() - wall0,
+        wall_s=wall_s,
     )
-    turns = ledger_frame(sched.ledger, sort=True, release=True)  # by (session_id, turn)
-    return SimResult(turns=turns, stats=stats, labels=run_labels(policy, memory, seed))
 
 
 @contextmanager
-def _gc_paused():
+def gc_paused():
     """Python's cyclic GC off for the run: the engine's state is acyclic (units are integers,
     sessions and turns hold no back-references), so collections only rescan live objects, at a
     cost that grows with the trace (6 % of a 10,000-session run). What a user's policy leaves in

@@ -72,10 +72,13 @@ class Scheduler:
         clock: Callable[[], int] | None = None,
         budget: BudgetConfig | None = None,
         sparse: SparseConfig | None = None,
+        fit_on: Sequence[Session] | None = None,
     ) -> None:
         """``sessions``: a list (any Sequence) of the whole trace, or a stream (any other iterable)
         of sessions in order of first arrival, each with turn 0's ``arrival_s`` (``sim.parts.
-        stream``). Either way session i is the i-th of the trace."""
+        stream``). Either way session i is the i-th of the trace. ``fit_on``: the trace a policy's
+        lifetime predictor is fitted on, when it is not ``sessions`` (a cluster's replica starts
+        with no session of its own)."""
         raise_first(combination_problems(memory, engine, budget, sparse))
         self.cost, self.cfg = cost, engine
         self.memory_cfg, self.budget_cfg, self.sparse_cfg = memory, budget, sparse
@@ -92,7 +95,9 @@ class Scheduler:
         self.kv = SessionTable()
         for i, s in enumerate(trace):
             self.kv[i] = SessionKV(i, s.session_id, s.turns[0].priority)
-        self.mem = self._tiered_memory(policy, sessions, streaming, clock)
+        self.mem = self._tiered_memory(
+            policy, sessions if fit_on is None else fit_on, streaming, clock
+        )
         self.pricer = Pricer(
             cost,
             self.page_bytes,
@@ -143,6 +148,9 @@ class Scheduler:
         self.output_tokens = 0
         self.swap_in_bytes = 0
         self.completed = 0
+        # Hears of each turn that ends, completed or rejected, by its session index (a cluster's
+        # router counts its in-flight turns).
+        self.on_turn_end: Callable[[int], None] | None = None
         # Each decode step's duration and sequences (TBT), appended to in place; compacted as
         # turns complete, so that a long run's record stops growing (sim.samples).
         self.tbt = Samples(weighted=True)
@@ -240,6 +248,8 @@ class Scheduler:
                 self.rejected_turns += len(session.turns) - k
                 kv.done = True
                 self._finished(i)
+                if self.on_turn_end is not None:
+                    self.on_turn_end(i)
                 continue
             self.waiting.append(
                 TurnRun(
@@ -505,6 +515,8 @@ class Scheduler:
         self.tbt.compact()
         self.mem.evict_samples.compact()
         self.ledger.append(*run.ledger_row(now))
+        if self.on_turn_end is not None:
+            self.on_turn_end(sess.index)
 
     # -- runs of decode-only iterations ----------------------------------------------------------
     def decode_span(self, now: float, next_arrival_s: float | None) -> DecodeSpan:

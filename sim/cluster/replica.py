@@ -1,0 +1,224 @@
+"""One replica of a cluster: a full kvsim engine (``Scheduler``) whose turns come from the router,
+stepped by the cluster's clock (``sim.cluster.shell``).
+
+The replica runs the single engine's loop (``sim.engine``) as a state machine: an iteration is
+planned (``loop_top``), runs, and is applied at its end (``finish_step``); after it, a decode span
+may run to the *horizon* the cluster gives it (the next moment a turn could arrive anywhere), and
+between iterations an idle replica waits for the router.
+
+A session's KV on a replica is valid as a prefix of the conversation: a turn routed here finds
+what this replica computed of the session, in whatever tier it is now; what later turns added on
+other replicas was never computed here (``catch_up``).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import time
+from collections.abc import Callable, Sequence
+
+from costmodels import CostModel
+from sim.arrivals import Arrivals
+from sim.config import EngineConfig, MemoryConfig
+from sim.invariants import check_invariants
+from sim.memory import CPU, DROPPED, GPU
+from sim.scheduler import Scheduler
+from sim.turns import Step
+from sim.units import SessionKV
+from traces.records import Session
+
+_DROPPED_BYTE = bytes([DROPPED])
+
+
+class RoutedArrivals(Arrivals):
+    """A replica's arrivals: the turns the router delivered (``deliver``); a session's next turn,
+    which its completion here schedules, goes to the cluster's front end instead."""
+
+    def __init__(self, to_front: Callable[[int, float], None]) -> None:
+        super().__init__()
+        self.to_front = to_front
+
+    def schedule(self, session_index: int, t: float, order: int | None = None) -> None:
+        self.to_front(session_index, t)
+
+    def deliver(self, session_index: int, t: float, order: int) -> None:
+        heapq.heappush(self._heap, (t, order, session_index))
+
+
+class Replica:
+    def __init__(
+        self,
+        index: int,
+        sessions: Sequence[Session],
+        cost: CostModel,
+        memory: MemoryConfig,
+        engine: EngineConfig,
+        policy: str,
+        seed: int,
+        to_front: Callable[[int, int, float], None],
+        turn_ended: Callable[[int, int], None],
+        decode_spans: bool = True,
+        debug: bool = False,
+    ) -> None:
+        self.index = index
+        sched = Scheduler(
+            [], cost, memory, engine, policy, seed, clock=time.perf_counter_ns, fit_on=sessions
+        )
+        sched.sessions = [None] * len(sessions)  # a session's record, from its first turn here
+        sched.arrivals = RoutedArrivals(lambda i, t: to_front(index, i, t))
+        sched.on_turn_end = lambda i: turn_ended(index, i)
+        for s in sessions:  # sharing starts as the single engine's does: before any arrival
+            sched.share_if_hashed(s)
+            if sched.share is not None:
+                break
+        self.sched = sched
+        self.trace = sessions
+        self.decode_spans = decode_spans
+        self.debug = debug
+        self.step: Step | None = None  # the iteration in flight
+        self.after_step = False  # its last event applied an iteration (a span may follow)
+        self.in_span = False  # a decode span is in flight
+        self.idle = True  # nothing planned: waits for the router (or its own next arrival)
+        self.next_s = math.inf  # when its next event is due (inf: idle until a delivery)
+        # The single engine's accounting (``sim.engine.Engine``).
+        self.gpu_byte_seconds = 0.0
+        self.start_s: float | None = None
+        self.end_s = 0.0
+        self.idle_area = 0.0
+        self.idle_since = 0.0
+        self.idle_used = 0
+
+    # -- turns from the router -------------------------------------------------------------------
+    def deliver(self, i: int, k: int, history: int, t: float, order: int, now: float) -> None:
+        """Turn k of session i, with ``history`` tokens of context, arrived at ``t``."""
+        sched = self.sched
+        kv = sched.kv.get(i)
+        if kv is None:
+            s = self.trace[i]
+            kv = sched.kv[i] = SessionKV(i, s.session_id, s.turns[0].priority)
+            sched.sessions[i] = s
+            if k > 0 and sched.share is not None:  # its prefix, placed as at a first turn
+                sched.share.place(kv, s)
+        self.catch_up(kv, history, now)
+        kv.next_turn = k
+        sched.arrivals.deliver(i, t, order)  # type: ignore[attr-defined]
+        if self.idle:
+            self.wake(now)
+
+    def catch_up(self, kv: SessionKV, history: int, now: float) -> None:
+        """Extend the session's KV here to ``history`` tokens: the tokens added on other replicas
+        were never computed here, so they are dropped pages (recomputed at admission), and so is
+        a partial last page (the rest of it was computed elsewhere). A session unit is all or
+        nothing: it is dropped whole."""
+        if kv.tokens == history:
+            return
+        if kv.tokens > history:
+            raise AssertionError(
+                f"session {kv.session_id}: replica {self.index} holds {kv.tokens} tokens, more "
+                f"than its history of {history}"
+            )
+        sched, mem = self.sched, self.sched.mem
+        pages = sched.pages(history)
+        sched.live_pages += pages - sched.pages(kv.tokens)
+        sched.peak_live_pages = max(sched.peak_live_pages, sched.live_pages)
+        if sched.per_session_unit:
+            if kv.tier:
+                mem.drop_from(kv, 0, now)
+            else:
+                kv.tier.extend(_DROPPED_BYTE)
+            kv.tier_pages[DROPPED] += pages - kv.unit_pages
+            kv.unit_pages = pages
+        else:
+            upp = sched.upp
+            if kv.tokens % sched.bt:
+                mem.drop_from(kv, (kv.tokens // sched.bt) * upp, now)
+            count = pages * upp - len(kv.tier)
+            kv.tier.extend(_DROPPED_BYTE * count)
+            kv.tier_pages[DROPPED] += count
+        kv.tokens = history
+
+    def cached_tokens(self, i: int, history: int) -> tuple[int, int]:
+        """(GPU, CPU) tokens of session i's ``history`` that this replica holds and could reuse,
+        as its KV events tell a router: its own pages in each tier (a shared prefix's pages are
+        the pool's, not counted), less what ``catch_up`` would drop."""
+        sched = self.sched
+        kv = sched.kv.get(i)
+        if kv is None or not kv.tokens or not kv.tier:
+            return 0, 0
+        bt, stale = sched.bt, kv.tokens != history
+        if sched.per_session_unit:
+            if stale or kv.tier[0] == DROPPED:
+                return 0, 0
+            return (kv.tokens, 0) if kv.tier[0] == GPU else (0, kv.tokens)
+        if sched.upp > 1:  # per-layer units: pages of every layer, in proportion
+            cut = bt if stale and kv.tokens % bt else 0
+            per = bt / sched.upp
+            return int(kv.tier_pages[GPU] * per) - cut, int(kv.tier_pages[CPU] * per)
+        g, c = kv.tokens_in(GPU, bt), kv.tokens_in(CPU, bt)
+        if stale and kv.tokens % bt:  # its partial last page would be dropped
+            if kv.tier[-1] == GPU:
+                g -= kv.tokens % bt
+            elif kv.tier[-1] == CPU:
+                c -= kv.tokens % bt
+        return g, c
+
+    # -- the engine loop, one event at a time ----------------------------------------------------
+    def event(self, now: float) -> None:
+        """Its event due at ``now``: an iteration ends (applied), a decode span ends, or an idle
+        replica's own next arrival (a prefetch) is due."""
+        if self.step is not None:
+            self.sched.finish(self.step, now)
+            self.step = None
+            self.after_step = True
+            if self.debug:
+                check_invariants(self.sched)
+            self.end_s = now
+        elif self.in_span:
+            self.in_span = False
+            self.end_s = now
+        else:  # idle, its own next arrival due
+            self.wake(now)
+
+    def wake(self, now: float) -> None:
+        """An idle replica has something to do at ``now``: its idle time ends."""
+        if self.start_s is not None:
+            self.idle_area += self.idle_used * (now - self.idle_since)
+        self.idle = False
+        self.next_s = now
+
+    def advance(self, now: float, horizon: float) -> None:
+        """Go on from ``now``: a decode span up to ``horizon`` right after an iteration, else plan
+        the next iteration (or go idle)."""
+        if self.after_step:
+            self.after_step = False
+            if self.decode_spans:
+                span = self.sched.decode_span(now, horizon)
+                if span.steps:
+                    if self.sched.gpu_bounded:
+                        self.gpu_byte_seconds += span.gpu_byte_seconds
+                    if self.debug:
+                        check_invariants(self.sched)
+                    self.in_span = True
+                    self.next_s = now + span.duration_s
+                    return
+        self.loop_top(now)
+
+    def loop_top(self, now: float) -> None:
+        """Release what has arrived and plan the next iteration; none: go idle."""
+        sched = self.sched
+        sched.release(now)
+        step = sched.plan(now)
+        used = sched.mem.used[0]
+        if step is None:
+            nxt = sched.next_arrival_s()
+            self.next_s = math.inf if nxt is None else nxt
+            self.idle, self.idle_since, self.idle_used = True, now, used
+            return
+        if self.start_s is None:
+            self.start_s = now
+        if sched.gpu_bounded:
+            self.gpu_byte_seconds += self.idle_area + used * step.duration_s
+        self.idle_area = 0.0
+        self.step = step
+        self.next_s = now + step.duration_s

@@ -1,0 +1,208 @@
+"""Routers: which replica an arriving turn goes to.
+
+A router is a small plug-in, as a policy is: a class with ``route(arrival, view) -> replica``,
+built from the replica count and its YAML parameters; a user names their own as ``module:Class``.
+It sees what a real router sees (``RouterView``): its own count of the turns it sent to each
+replica that have not ended yet (and their tokens), the fleet's configuration, and, for a
+KV-aware router, each replica's KV of the session as the replica's KV events report it (applied
+with no delay). It never sees queues, batches or policies inside a replica.
+
+Ties go to the lowest replica index, so a run is deterministic.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar, Protocol
+
+
+@dataclass(frozen=True, slots=True)
+class Arrival:
+    """A turn at the router: its session (index in the trace), turn index, the context it brings
+    (history tokens H_k, then its new prompt) and when it arrived."""
+
+    session: int
+    k: int
+    history_tokens: int
+    prompt_tokens: int
+    time_s: float
+
+    @property
+    def tokens(self) -> int:
+        return self.history_tokens + self.prompt_tokens
+
+
+class RouterView(Protocol):
+    """What a router may read about the replicas."""
+
+    @property
+    def replica_count(self) -> int: ...
+
+    @property
+    def kv_capacity_tokens(self) -> float:
+        """One replica's GPU KV, in tokens (the fleet is homogeneous)."""
+        ...
+
+    def inflight_turns(self, replica: int) -> int:
+        """Turns routed to ``replica`` that have not completed (queued or running)."""
+        ...
+
+    def inflight_tokens(self, replica: int) -> int:
+        """Their context tokens (history + prompt, as routed)."""
+        ...
+
+    def cached_tokens(self, replica: int, arrival: Arrival) -> tuple[int, int]:
+        """(GPU, CPU) tokens of the arrival's history that ``replica`` holds and could reuse."""
+        ...
+
+
+class Router:
+    """Base class: ``params`` are the YAML's ``router_params``; unknown ones are an error."""
+
+    name: ClassVar[str] = ""
+    defaults: ClassVar[dict[str, float]] = {}
+
+    def __init__(self, replicas: int, params: Mapping[str, Any] | None = None) -> None:
+        if replicas < 1:
+            raise ValueError(f"cluster.replicas: must be >= 1, got {replicas}")
+        self.replicas = replicas
+        params = dict(params or {})
+        unknown = sorted(set(params) - set(self.defaults))
+        if unknown:
+            known = ", ".join(sorted(self.defaults)) or "none"
+            raise ValueError(
+                f"cluster.router_params: {', '.join(unknown)} not a parameter of router "
+                f"{self.name!r} (its parameters: {known})"
+            )
+        self.params = {**self.defaults, **params}
+        for key, value in self.params.items():
+            if not isinstance(value, int | float) or isinstance(value, bool) or value < 0:
+                raise ValueError(
+                    f"cluster.router_params.{key}: must be a number >= 0, got {value!r}"
+                )
+
+    def route(self, arrival: Arrival, view: RouterView) -> int:
+        raise NotImplementedError
+
+    def turn_ended(self, arrival: Arrival, replica: int) -> None:
+        """The turn routed to ``replica`` completed (or was rejected); nothing by default."""
+
+
+def least_loaded(view: RouterView) -> int:
+    """The replica with the fewest in-flight tokens (the lowest index on a tie)."""
+    return min(range(view.replica_count), key=view.inflight_tokens)
+
+
+class RoundRobin(Router):
+    """Replica 0, 1, ..., R-1, 0, ... in order of arrival, whatever the session."""
+
+    name = "round-robin"
+
+    def __init__(self, replicas: int, params: Mapping[str, Any] | None = None) -> None:
+        super().__init__(replicas, params)
+        self.next = 0
+
+    def route(self, arrival: Arrival, view: RouterView) -> int:
+        r = self.next
+        self.next = (r + 1) % self.replicas
+        return r
+
+
+class LeastLoaded(Router):
+    """The replica with the fewest in-flight tokens (running and waiting, as routed)."""
+
+    name = "least-loaded"
+
+    def route(self, arrival: Arrival, view: RouterView) -> int:
+        return least_loaded(view)
+
+
+class SessionAffinity(Router):
+    """A conversation stays on the replica its first turn went to (the least loaded then). When
+    that replica is overloaded, its in-flight tokens with this turn above ``overload`` times one
+    replica's GPU KV, the turn goes to the least loaded replica, which becomes its home."""
+
+    name = "session-affinity"
+    defaults: ClassVar[dict[str, float]] = {"overload": 1.0}
+
+    def __init__(self, replicas: int, params: Mapping[str, Any] | None = None) -> None:
+        super().__init__(replicas, params)
+        self.home: dict[int, int] = {}
+
+    def route(self, arrival: Arrival, view: RouterView) -> int:
+        home = self.home.get(arrival.session)
+        limit = self.params["overload"] * view.kv_capacity_tokens
+        if home is None or view.inflight_tokens(home) + arrival.tokens > limit:
+            home = least_loaded(view) if home is None else self._fallback(home, view)
+            self.home[arrival.session] = home
+        return home
+
+    @staticmethod
+    def _fallback(home: int, view: RouterView) -> int:
+        best = least_loaded(view)
+        # stay when no replica is less loaded than home
+        return home if view.inflight_tokens(best) >= view.inflight_tokens(home) else best
+
+
+class KVAware(Router):
+    """The replica with the lowest cost: the tokens it would prefill for this turn, weighted,
+    plus its in-flight tokens, weighted (as Dynamo's KV router and llm-d's precise prefix-cache
+    scorer weigh overlap against load):
+
+        cost = prefill_weight * (H + p - g - cpu_hit_value * c) + load_weight * in-flight tokens
+
+    where g and c are the history tokens the replica holds on its GPU and CPU."""
+
+    name = "kv-aware"
+    defaults: ClassVar[dict[str, float]] = {
+        "prefill_weight": 1.0,
+        "cpu_hit_value": 0.5,
+        "load_weight": 1.0,
+    }
+
+    def route(self, arrival: Arrival, view: RouterView) -> int:
+        p = self.params
+        best, best_cost = 0, math.inf
+        for r in range(view.replica_count):
+            g, c = view.cached_tokens(r, arrival) if arrival.history_tokens else (0, 0)
+            prefill = arrival.tokens - g - p["cpu_hit_value"] * c
+            cost = p["prefill_weight"] * prefill + p["load_weight"] * view.inflight_tokens(r)
+            if cost < best_cost:
+                best, best_cost = r, cost
+        return best
+
+
+ROUTERS: dict[str, type[Router]] = {
+    cls.name: cls for cls in (RoundRobin, LeastLoaded, SessionAffinity, KVAware)
+}
+
+
+def router_class(name: str) -> type[Router]:
+    """A built-in router's name, or ``package.module:Class`` for a user's Router subclass."""
+    if ":" in name:
+        module_name, _, attr = name.partition(":")
+        try:
+            cls = getattr(importlib.import_module(module_name), attr)
+        except (ImportError, AttributeError) as exc:
+            raise ValueError(
+                f"cluster.router {name!r}: cannot import {attr} from {module_name}: {exc}"
+            ) from exc
+        if not (isinstance(cls, type) and issubclass(cls, Router)):
+            raise ValueError(f"cluster.router {name!r}: not a sim.cluster.Router subclass")
+        return cls
+    try:
+        return ROUTERS[name]
+    except KeyError:
+        close = difflib.get_close_matches(name, ROUTERS, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ValueError(
+            f"cluster.router: unknown router {name!r}{hint}; built in: {', '.join(ROUTERS)}"
+        ) from None
+
+
+def make_router(name: str, replicas: int, params: Mapping[str, Any] | None = None) -> Router:
+    return router_class(name)(replicas, params)

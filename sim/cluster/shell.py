@@ -1,0 +1,153 @@
+"""The cluster on one clock: replicas, the router between them and the front end's arrivals.
+
+One SimPy process steps every replica. At each moment that something is due (an iteration or a
+decode span ends, a turn arrives):
+
+1. the replicas' iterations that end now are applied (completions schedule the sessions' next
+   turns at the front end);
+2. the turns that arrive now are routed, in arrival order, each seeing the replicas as step 1
+   left them, and delivered;
+3. each replica due now goes on: one that was idle, or ended a span, plans its next iteration;
+   one that ended an iteration may first run a decode span, up to the *horizon*: the next
+   arrival at the front end, or the earliest moment another replica's completion could add one
+   (its next event, plus the trace's shortest think time).
+
+A replica's decisions depend on the others only through the turns routed to it, and no turn can
+arrive inside a span, so the spans change nothing: the run is the one that stepping every
+iteration of every replica in time order gives. With one replica it is the single engine's run.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import simpy
+
+from sim.arrivals import Arrivals, next_arrival_s
+from sim.cluster.replica import Replica
+from sim.cluster.routers import Arrival, Router
+from traces.records import Session
+
+
+class Cluster:
+    def __init__(
+        self, sessions: Sequence[Session], replicas: list[Replica], router: Router, replay: str
+    ) -> None:
+        self.sessions = sessions
+        self.replicas = replicas
+        self.router = router
+        self.replay = replay
+        self.front = Arrivals()  # turns not yet routed
+        self.next_k = [0] * len(sessions)  # each session's next turn
+        self.history = [0] * len(sessions)  # ... and the context it brings
+        self.routed: dict[int, tuple[int, Arrival]] = {}  # session -> (replica, its turn there)
+        self.turns_in = [0] * len(replicas)  # the router's in-flight count per replica
+        self.tokens_in = [0] * len(replicas)
+        self.min_think_s = shortest_think_s(sessions, replay)
+        first = replicas[0].sched
+        self.kv_capacity_tokens = first.mem.capacity[0] / first.page_bytes * first.bt
+        for i, s in enumerate(sessions):
+            self.front.schedule(i, s.turns[0].arrival_s or 0.0)
+
+    # -- RouterView ------------------------------------------------------------------------------
+    @property
+    def replica_count(self) -> int:
+        return len(self.replicas)
+
+    def inflight_turns(self, replica: int) -> int:
+        return self.turns_in[replica]
+
+    def inflight_tokens(self, replica: int) -> int:
+        return self.tokens_in[replica]
+
+    def cached_tokens(self, replica: int, arrival: Arrival) -> tuple[int, int]:
+        return self.replicas[replica].cached_tokens(arrival.session, arrival.history_tokens)
+
+    # -- the front end ---------------------------------------------------------------------------
+    def next_turn(self, replica: int, i: int, t: float) -> None:
+        """Session i's turn completed on ``replica``; its next turn arrives at ``t``."""
+        kv = self.replicas[replica].sched.kv[i]
+        self.next_k[i] = kv.next_turn
+        self.history[i] = kv.tokens
+        self.front.schedule(i, t)
+
+    def turn_ended(self, replica: int, i: int) -> None:
+        r, arrival = self.routed.pop(i)
+        assert r == replica
+        self.turns_in[r] -= 1
+        self.tokens_in[r] -= arrival.tokens
+        self.router.turn_ended(arrival, r)
+
+    def route_due(self, now: float) -> None:
+        for t, order, i in self.front.pop_due(now):
+            k = self.next_k[i]
+            arrival = Arrival(i, k, self.history[i], self.sessions[i].turns[k].prompt_tokens, t)
+            r = self.router.route(arrival, self)
+            if not 0 <= r < len(self.replicas):
+                raise ValueError(
+                    f"router {type(self.router).__name__} sent a turn to replica {r} of "
+                    f"{len(self.replicas)}"
+                )
+            self.routed[i] = (r, arrival)
+            self.turns_in[r] += 1
+            self.tokens_in[r] += arrival.tokens
+            self.replicas[r].deliver(i, k, arrival.history_tokens, t, order, now)
+
+    # -- the clock -------------------------------------------------------------------------------
+    def run(self) -> None:
+        env = simpy.Environment()
+        env.process(self._loop(env))
+        env.run()
+
+    def _loop(self, env: simpy.Environment):
+        replicas = self.replicas
+        while True:
+            nxt = self.front.next_s()
+            now = min(min(r.next_s for r in replicas), math.inf if nxt is None else nxt)
+            if now == math.inf:
+                break
+            if now > env.now:
+                yield env.timeout(now - env.now)
+            due = [r for r in replicas if r.next_s == now]
+            for r in due:
+                r.event(now)
+            self.route_due(now)
+            due = [r for r in replicas if r.next_s == now]  # with those woken by a delivery
+            spans = [r for r in due if r.after_step]
+            for r in due:
+                if not r.after_step:
+                    r.loop_top(now)
+            for r in spans:
+                r.advance(now, self.horizon(r, now))
+        for r in replicas:
+            if r.sched.waiting:
+                head = r.sched.waiting[0]
+                raise AssertionError(
+                    f"deadlock on replica {r.index}: {head.sess.session_id} turn {head.k} "
+                    f"waits with nothing running"
+                )
+
+    def horizon(self, replica: Replica, now: float) -> float:
+        """How far ``replica`` may run a decode span from ``now``: no turn can arrive before."""
+        t = replica.sched.next_arrival_s()
+        nxt = self.front.next_s()
+        h = min(math.inf if t is None else t, math.inf if nxt is None else nxt)
+        for q in self.replicas:
+            if q is not replica:
+                # a replica still to go on now has no next event yet: its completions come later
+                busy_until = now if q.after_step else q.next_s
+                h = min(h, busy_until + self.min_think_s)
+        return h
+
+
+def shortest_think_s(sessions: Sequence[Session], replay: str) -> float:
+    """A lower bound on the gap from a turn's completion to its session's next arrival (open
+    loop: none, a recorded arrival may be due already)."""
+    if replay == "open-loop":
+        return 0.0
+    gap = math.inf
+    for s in sessions:
+        for prev, turn in zip(s.turns, s.turns[1:]):
+            gap = min(gap, next_arrival_s(prev, turn, 0.0, replay))
+    return gap  # inf: no session has a second turn, so no completion adds an arrival
