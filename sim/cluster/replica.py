@@ -90,8 +90,9 @@ class Replica:
         self.idle_used = 0
 
     # -- turns from the router -------------------------------------------------------------------
-    def deliver(self, i: int, k: int, history: int, t: float, order: int, now: float) -> None:
-        """Turn k of session i, with ``history`` tokens of context, arrived at ``t``."""
+    def deliver(self, i: int, k: int, history: int, t: float, order: int, now: float) -> int:
+        """Turn k of session i, with ``history`` tokens of context, arrived at ``t``. Returns
+        the tokens of that history this replica never computed."""
         sched = self.sched
         kv = sched.kv.get(i)
         if kv is None:
@@ -100,11 +101,13 @@ class Replica:
             sched.sessions[i] = s
             if k > 0 and sched.share is not None:  # its prefix, placed as at a first turn
                 sched.share.place(kv, s)
+        missing = history - kv.tokens
         self.catch_up(kv, history, now)
         kv.next_turn = k
         sched.arrivals.deliver(i, t, order)  # type: ignore[attr-defined]
         if self.idle:
             self.wake(now)
+        return missing
 
     def catch_up(self, kv: SessionKV, history: int, now: float) -> None:
         """Extend the session's KV here to ``history`` tokens: the tokens added on other replicas

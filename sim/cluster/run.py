@@ -7,6 +7,7 @@ the router assigns every arriving turn to one (``sim.cluster.routers``); one clo
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -21,8 +22,9 @@ from sim.cluster.routers import make_router
 from sim.cluster.shell import Cluster
 from sim.config import EngineConfig, MemoryConfig
 from sim.policies import policy_class
-from sim.results import SimResult, ledger_frame, run_labels
+from sim.results import EngineStats, SimResult, ledger_frame, run_labels
 from sim.run import engine_stats, gc_paused
+from sim.samples import Samples
 from traces.records import Session
 
 
@@ -41,13 +43,80 @@ class ClusterConfig:
 
 @dataclass(frozen=True, slots=True)
 class ClusterResult:
-    """The cluster's ledger (the single engine's columns and ``replica``), and each replica's run
-    (its own ledger and engine statistics)."""
+    """The cluster's ledger (the single engine's columns, ``replica`` and ``elsewhere_tokens``),
+    and each replica's run (its own ledger and engine statistics)."""
 
     turns: pd.DataFrame
     replicas: tuple[SimResult, ...]
     labels: dict = field(default_factory=dict)
     wall_s: float = 0.0
+    active: tuple[tuple[float, float], ...] = ()  # each replica's first and last iteration time
+
+    def merged(self) -> SimResult:
+        """The cluster as one run (``sim.metrics.summarize`` reads it): the whole ledger, and
+        the replicas' statistics added up (docs/semantics.md, "Clusters")."""
+        stats = cluster_stats(self.replicas, self.active, self.wall_s)
+        return SimResult(self.turns, stats, self.labels)
+
+
+def cluster_stats(
+    replicas: Sequence[SimResult], active: Sequence[tuple[float, float]], wall_s: float
+) -> EngineStats:
+    """Counts and capacities are sums over replicas (peaks: the sum of each replica's own);
+    simulated time runs from the first replica's first iteration to the last one's last; GPU
+    utilization is the replicas' KV byte-seconds over the cluster's capacity in that time; the
+    TBT and eviction-time samples are pooled."""
+    stats = [r.stats for r in replicas]
+    busy = [span for r, span in zip(replicas, active, strict=True) if r.stats.steps]
+    start = min((a for a, _ in busy), default=0.0)
+    sim_time = max((b for _, b in busy), default=0.0) - start
+    gpu_cap = sum(s.gpu_capacity_bytes for s in stats)
+    byte_s = sum(s.gpu_util * s.gpu_capacity_bytes * s.sim_time_s for s in stats if s.steps)
+    util = byte_s / (gpu_cap * sim_time) if sim_time > 0 and math.isfinite(gpu_cap) else math.nan
+
+    def total(name: str):
+        return sum(getattr(s, name) for s in stats)
+
+    return EngineStats(
+        sim_time_s=sim_time,
+        steps=total("steps"),
+        output_tokens=total("output_tokens"),
+        gpu_capacity_bytes=gpu_cap,
+        cpu_capacity_bytes=total("cpu_capacity_bytes"),
+        gpu_util=util,
+        gpu_peak_bytes=total("gpu_peak_bytes"),
+        peak_demand_bytes=total("peak_demand_bytes"),
+        swap_in_bytes=total("swap_in_bytes"),
+        swap_out_bytes=total("swap_out_bytes"),
+        dropped_bytes=total("dropped_bytes"),
+        preemptions=total("preemptions"),
+        preempt_recompute_tokens=total("preempt_recompute_tokens"),
+        rejected_turns=total("rejected_turns"),
+        policy_metrics=stats[0].policy_metrics if len(stats) == 1 else (),
+        wall_s=wall_s,
+        evict_ns=pooled([s.evict_ns for s in stats]),
+        tbt=pooled([s.tbt for s in stats]),
+    )
+
+
+def pooled(parts: Sequence[Samples]) -> Samples:
+    """One Samples holding every part's samples: exact while every part is and their total
+    stays under the exact limit, else folded into the histogram."""
+    first = parts[0]
+    out = Samples(
+        weighted=first.weights is not None,
+        typecode=first.values.typecode,
+        rel_accuracy=first.rel_accuracy,
+    )
+    for part in parts:
+        if part.exact:
+            out.values.extend(part.values)
+            if out.weights is not None and part.weights is not None:
+                out.weights.extend(part.weights)
+            out.compact()
+        else:
+            out.merge(part)
+    return out
 
 
 def simulate_cluster(
@@ -112,6 +181,8 @@ def simulate_cluster(
         for r in replicas
     )
     frames = [res.turns.assign(replica=np.int64(res.labels["replica"])) for res in results]
-    turns = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    turns = pd.concat(frames, ignore_index=True)
     turns = turns.sort_values(["session_id", "turn"], kind="stable", ignore_index=True)
-    return ClusterResult(turns=turns, replicas=results, labels=labels, wall_s=wall)
+    turns["elsewhere_tokens"] = shell.elsewhere_column(turns)
+    active = tuple((r.start_s or 0.0, r.end_s) for r in replicas)
+    return ClusterResult(turns, results, labels, wall, active)

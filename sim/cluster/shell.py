@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+import numpy as np
 import simpy
 
 from sim.arrivals import Arrivals, next_arrival_s
@@ -45,6 +46,8 @@ class Cluster:
         self.turns_in = [0] * len(replicas)  # the router's in-flight count per replica
         self.tokens_in = [0] * len(replicas)
         self.min_think_s = shortest_think_s(sessions, replay)
+        # (session, turn) -> history tokens its replica never computed (they ran elsewhere)
+        self.elsewhere: dict[tuple[int, int], int] = {}
         first = replicas[0].sched
         self.kv_capacity_tokens = first.mem.capacity[0] / first.page_bytes * first.bt
         for i, s in enumerate(sessions):
@@ -92,7 +95,9 @@ class Cluster:
             self.routed[i] = (r, arrival)
             self.turns_in[r] += 1
             self.tokens_in[r] += arrival.tokens
-            self.replicas[r].deliver(i, k, arrival.history_tokens, t, order, now)
+            missing = self.replicas[r].deliver(i, k, arrival.history_tokens, t, order, now)
+            if missing:
+                self.elsewhere[i, k] = missing
 
     # -- the clock -------------------------------------------------------------------------------
     def run(self) -> None:
@@ -139,6 +144,16 @@ class Cluster:
                 busy_until = now if q.after_step else q.next_s
                 h = min(h, busy_until + self.min_think_s)
         return h
+
+    def elsewhere_column(self, turns) -> np.ndarray:
+        """Each ledger row's history tokens that ran on another replica, never on its own."""
+        index = {s.session_id: i for i, s in enumerate(self.sessions)}
+        get = self.elsewhere.get
+        return np.fromiter(
+            (get((index[sid], k), 0) for sid, k in zip(turns["session_id"], turns["turn"])),
+            dtype=np.int64,
+            count=len(turns),
+        )
 
 
 def shortest_think_s(sessions: Sequence[Session], replay: str) -> float:

@@ -118,7 +118,9 @@ def test_one_replica_is_the_single_engine_bit_for_bit(case, router):
     one = simulate(sessions, COST, memory, engine, policy=policy, seed=0)
     res = cluster(sessions, memory, 1, router, policy, engine=engine, debug=False)
     assert (res.turns.replica == 0).all()
-    pd.testing.assert_frame_equal(res.turns.drop(columns="replica"), one.turns)
+    pd.testing.assert_frame_equal(
+        res.turns.drop(columns=["replica", "elsewhere_tokens"]), one.turns
+    )
     mine, theirs = res.replicas[0].stats, one.stats
     for name in ("sim_time_s", "steps", "output_tokens", "gpu_util", "gpu_peak_bytes",
                  "peak_demand_bytes", "swap_in_bytes", "swap_out_bytes", "dropped_bytes",
@@ -134,7 +136,9 @@ def test_one_replica_matches_the_single_engine_on_random_traces(sessions):
     memory = mem(40, 30)
     one = simulate(sessions, COST, memory, EngineConfig(), policy="lru")
     res = cluster(sessions, memory, 1, "kv-aware")
-    pd.testing.assert_frame_equal(res.turns.drop(columns="replica"), one.turns)
+    pd.testing.assert_frame_equal(
+        res.turns.drop(columns=["replica", "elsewhere_tokens"]), one.turns
+    )
 
 
 # -- several replicas: spans, invariants, conservation --------------------------------------------
@@ -199,6 +203,8 @@ def test_round_robin_splits_conversations_and_recomputes_what_ran_elsewhere():
         # turn 2 is back where turn 0 ran: its 18 full pages hit, the partial 19th page and
         # turn 1's 300 tokens are recomputed
         assert t.loc[(s, 2), ["gpu_hit_tokens", "recomputed_tokens"]].tolist() == [288, 312]
+        # of those, the tokens computed only on the other replica
+        assert t.loc[(s, 1), "elsewhere_tokens"] == t.loc[(s, 2), "elsewhere_tokens"] == 300
     later = t[t.index.get_level_values("turn") > 0]
     assert later.gpu_hit_tokens.sum() == 3 * 288
     assert later.recomputed_tokens.sum() == 3 * 300 + 3 * 312
@@ -215,7 +221,7 @@ def test_affinity_and_kv_aware_routing_keep_every_conversation_warm(router):
     later = t[t.index.get_level_values("turn") > 0]
     assert (later.gpu_hit_tokens == later.history_tokens).all()
     assert later.gpu_hit_tokens.sum() == 3 * (300 + 600)
-    assert later.recomputed_tokens.sum() == 0
+    assert later.recomputed_tokens.sum() == 0 and t.elsewhere_tokens.sum() == 0
 
 
 class FakeView:
@@ -317,3 +323,20 @@ def test_layer_wise_replicas_conserve_history_and_match_iteration_by_iteration()
         sessions, mem(80, 120, "layer_block"), 2, "kv-aware", decode_spans=False, debug=False
     )
     pd.testing.assert_frame_equal(res.turns, strict.turns)
+
+
+def test_the_merged_cluster_run_adds_up_its_replicas():
+    res = cluster(synthetic(30), mem(400, 300), 3, "least-loaded", debug=False)
+    merged, parts = res.merged().stats, [r.stats for r in res.replicas]
+    assert merged.steps == sum(p.steps for p in parts)
+    assert merged.output_tokens == sum(p.output_tokens for p in parts)
+    assert merged.gpu_capacity_bytes == 3 * parts[0].gpu_capacity_bytes
+    assert len(merged.tbt) == sum(len(p.tbt) for p in parts)
+    # simulated time spans the earliest first iteration to the latest last one
+    assert merged.sim_time_s == max(b for _, b in res.active) - min(a for a, _ in res.active)
+    assert merged.sim_time_s >= max(p.sim_time_s for p in parts)
+    # utilization: the replicas' byte-seconds over the cluster's capacity in that time
+    byte_s = sum(p.gpu_util * p.gpu_capacity_bytes * p.sim_time_s for p in parts)
+    assert merged.gpu_util == pytest.approx(
+        byte_s / (merged.gpu_capacity_bytes * merged.sim_time_s)
+    )
