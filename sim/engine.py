@@ -2,8 +2,9 @@
 
 One SimPy process runs the engine loop: one timeout per iteration (never one per token), or one per
 run of decode-only iterations between two events (``Scheduler.decode_span``: each iteration still
-priced and recorded); between iterations it sleeps until the next arrival. The only module that
-imports simpy.
+priced and recorded); between iterations it sleeps until the next arrival. A cluster of engines
+runs on one clock of its own (``sim.cluster.shell``), which steps each replica's scheduler as this
+loop does.
 """
 
 from __future__ import annotations
