@@ -141,6 +141,20 @@ class Replica:
             kv.tier_pages[DROPPED] += count
         kv.tokens = history
 
+    def session_over(self, i: int) -> None:
+        """Session i has no turn left (it ended on another replica): what this replica holds of
+        it no longer counts as live demand, and its record is let go (its KV stays until
+        evicted), as the single engine does when a session's last turn completes."""
+        sched = self.sched
+        kv = sched.kv.get(i)
+        if kv is None or kv.done:
+            return
+        kv.done = True
+        sched.live_pages -= sched.pages(kv.tokens)
+        sched.sessions[i] = None
+        if sched.share is not None:
+            sched.share.forget(i)
+
     def cached_tokens(self, i: int, history: int) -> tuple[int, int]:
         """(GPU, CPU) tokens of session i's ``history`` that this replica holds and could reuse,
         as its KV events tell a router: its own pages in each tier (a shared prefix's pages are

@@ -76,11 +76,16 @@ class Cluster:
         self.front.schedule(i, t)
 
     def turn_ended(self, replica: int, i: int) -> None:
+        """Session i's turn on ``replica`` completed or was rejected."""
         r, arrival = self.routed.pop(i)
         assert r == replica
         self.turns_in[r] -= 1
         self.tokens_in[r] -= arrival.tokens
         self.router.turn_ended(arrival, r)
+        if self.replicas[r].sched.kv[i].done:  # its last turn, or the rest of it rejected
+            for other in self.replicas:
+                if other is not self.replicas[r]:
+                    other.session_over(i)
 
     def route_due(self, now: float) -> None:
         for t, order, i in self.front.pop_due(now):
