@@ -32,6 +32,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Hashable, Iterable, Iterator, Sequence
+from typing import cast
 
 from sim.cachesim import ObjectView
 from sim.samples import Samples
@@ -51,8 +52,9 @@ class FreeQueue:
     def __init__(self, blocks: Iterable[int] = ()) -> None:
         first = list(blocks)
         self.runs: deque[list[int]] = deque([first] if first else [])
-        # each run's keys, block by block (None: a block without one; a run of None: none has)
-        self.run_keys: deque[list[Key | None] | None] = deque([None] if first else [])
+        # each run's keys, block by block (None: a block without one; a run of None: none has; a
+        # range: a session's own keys, sliced without a copy)
+        self.run_keys: deque[Sequence[Key | None] | None] = deque([None] if first else [])
         self.pos = 0  # entries of runs[0] already taken
         self.size = len(first)  # live entries
         self.pulled: dict[int, int] = {}  # block -> its stale entries still queued
@@ -76,9 +78,9 @@ class FreeQueue:
                 else:
                     yield block, None if keys is None else keys[j]
 
-    def push_back(self, blocks: list[int], keys: list[Key | None] | None = None) -> None:
-        """``blocks`` join the tail in this order, holding ``keys`` (None: no key). The queue
-        keeps both lists: pass fresh ones."""
+    def push_back(self, blocks: list[int], keys: Sequence[Key | None] | None = None) -> None:
+        """``blocks`` join the tail in this order, holding ``keys`` (None: no key; a list or a
+        range). The queue keeps both: pass fresh lists."""
         if blocks:
             self.runs.append(blocks)
             self.run_keys.append(keys)
@@ -93,8 +95,10 @@ class FreeQueue:
         if self.pos:
             del self.runs[0][: self.pos]
             keys = self.run_keys[0]
-            if keys is not None:
+            if isinstance(keys, list):
                 del keys[: self.pos]
+            elif keys is not None:
+                self.run_keys[0] = keys[self.pos :]
             self.pos = 0
         self.runs.appendleft(blocks)
         self.run_keys.appendleft(None)
@@ -124,11 +128,20 @@ class FreeQueue:
 
     def pop_many(self, n: int) -> tuple[list[int], list[Key | None]]:
         """The ``n`` blocks at the head, head first, and their keys."""
+        out, parts = self.pop_parts(n)
+        out_keys: list[Key | None] = []
+        for part in parts:
+            out_keys += part
+        return out, out_keys
+
+    def pop_parts(self, n: int) -> tuple[list[int], list[Sequence[Key | None]]]:
+        """The ``n`` blocks at the head, head first, and their keys in parts (a list, or a range
+        of a session's own keys) that follow the blocks in order."""
         if n > self.size:
             raise IndexError(f"cannot take {n} blocks from a free queue of {self.size}")
         runs, run_keys = self.runs, self.run_keys
         out: list[int] = []
-        out_keys: list[Key | None] = []
+        out_keys: list[Sequence[Key | None]] = []
         while len(out) < n:
             run, keys, start = runs[0], run_keys[0], self.pos
             end = start + n - len(out)
@@ -146,7 +159,7 @@ class FreeQueue:
                 part = [b for b, ok in zip(part, live) if ok]
                 part_keys = [k for k, ok in zip(part_keys, live) if ok]
             out += part
-            out_keys += part_keys
+            out_keys.append(part_keys)
         self.size -= n
         return out, out_keys
 
@@ -163,6 +176,33 @@ class FreeQueue:
         return True
 
 
+# A session's own block key is (index << 32) | j (``sim.vllm_v1.tokens``): the pool keeps such keys
+# in per-session chains, lists indexed by j, so that caching, evicting and looking up a request's
+# blocks are slice operations; any other key lives in a dict.
+_J_BITS = 32
+_J_MASK = (1 << _J_BITS) - 1
+_CHAIN_LEN = 1 << 24  # positions a chain may reach; a key beyond goes to the dict
+
+
+def _chain_slot(key: Key) -> tuple[int, int] | None:
+    """(chain, position) of a key kept in a chain, or None (a dict key)."""
+    if type(key) is int and key >= 0 and key & _J_MASK < _CHAIN_LEN:
+        return key >> _J_BITS, key & _J_MASK
+    return None
+
+
+def _chain_span(keys: Sequence[Key]) -> tuple[int, int, int] | None:
+    """(chain, first position, end) of a range of consecutive chain keys, ascending or
+    descending; None for anything else."""
+    if type(keys) is not range or not keys or abs(keys.step) != 1:
+        return None
+    low = keys[0] if keys.step == 1 else keys[-1]
+    slot = _chain_slot(low)
+    if slot is None or slot[1] + len(keys) > _CHAIN_LEN:
+        return None
+    return slot[0], slot[1], slot[1] + len(keys)
+
+
 class BlockPool:
     # No one hears of a caching or an allocation but the pool: in a span of decode steps the
     # scheduler may take the blocks at once and cache them after (``take_each``).
@@ -176,7 +216,9 @@ class BlockPool:
         self.num_blocks = num_blocks
         self.free = FreeQueue(range(1, num_blocks))  # a free block's key travels with it
         self.held: dict[int, int] = {}  # block -> its holders (a free block is not in it)
-        self.cached: dict[Key, int] = {}  # key -> the first block cached under it
+        # key -> the first block cached under it: session chains (0: none), and a dict
+        self.chains: dict[int, list[int]] = {}
+        self.cached: dict[Key, int] = {}
         self.more: dict[Key, list[int]] = {}  # key -> its later blocks, in caching order (rare)
         self.evictions = 0  # cached blocks whose key was dropped to reuse them
         # wall time of each allocation that evicted (the values of a sim.samples.Samples)
@@ -197,11 +239,68 @@ class BlockPool:
 
     def cached_blocks(self) -> set[int]:
         """The blocks that hold a key, held or free (for tests and checks)."""
-        return set(self.cached.values()).union(*self.more.values())
+        out = set(self.cached.values()).union(*self.more.values(), *self.chains.values())
+        out.discard(0)
+        return out
 
     def lookup(self, key: Key) -> int | None:
         """The first block cached under ``key``, or None."""
-        return self.cached.get(key)
+        slot = _chain_slot(key)
+        if slot is None:
+            return self.cached.get(key)
+        chain = self.chains.get(slot[0])
+        if chain is None or slot[1] >= len(chain):
+            return None
+        return chain[slot[1]] or None
+
+    def cached_prefix(self, keys: Sequence[Key]) -> list[int]:
+        """The blocks cached under ``keys``' leading keys, up to the first not cached."""
+        span = _chain_span(keys)
+        if span is not None and cast(range, keys).step == 1:
+            chain = self.chains.get(span[0])
+            if chain is None:
+                return []
+            got = chain[span[1] : span[2]]
+            return got[: got.index(0)] if 0 in got else got
+        out = []
+        for key in keys:
+            block = self.lookup(key)
+            if block is None:
+                break
+            out.append(block)
+        return out
+
+    def _set(self, key: Key, block: int) -> None:
+        """The first block cached under ``key`` is now ``block``."""
+        slot = _chain_slot(key)
+        if slot is None:
+            self.cached[key] = block
+            return
+        chain = self.chains.setdefault(slot[0], [])
+        if slot[1] >= len(chain):
+            chain += [0] * (slot[1] + 1 - len(chain))
+        chain[slot[1]] = block
+
+    def _unset(self, key: Key) -> None:
+        """No block is cached under ``key`` any more."""
+        slot = _chain_slot(key)
+        if slot is None:
+            del self.cached[key]
+            return
+        idx, j = slot
+        chain = self.chains[idx]
+        if not chain[j]:
+            raise KeyError(key)
+        chain[j] = 0
+        if j == len(chain) - 1:
+            self._trim(idx, chain)
+
+    def _trim(self, idx: int, chain: list[int]) -> None:
+        """Drop a chain's trailing empty positions (and the chain, once empty)."""
+        while chain and not chain[-1]:
+            chain.pop()
+        if not chain:
+            del self.chains[idx]
 
     def allocate(self, n: int, now: float = 0.0) -> list[int]:
         """``n`` blocks from the queue's head, each with one holder and no key."""
@@ -215,11 +314,11 @@ class BlockPool:
                 self._evicted(1, t0)
             self.held[block] = 1
             return [block]
-        out, keys = self.free.pop_many(n)
-        evicted = n - keys.count(None)
+        out, parts = self.free.pop_parts(n)
+        evicted = _keyed(parts)
         if evicted:
             t0 = time.perf_counter_ns()
-            self._drop_keys(out, keys, evicted)
+            self._drop_keys(out, parts)
             self._evicted(evicted, t0)
         self.held.update(dict.fromkeys(out, 1))
         return out
@@ -229,42 +328,66 @@ class BlockPool:
         sample per block that evicted), at once: the blocks, and which ones held a key."""
         if n > self.free.size:
             raise ValueError(f"cannot take {n} blocks: {self.free.size} free")
-        out, keys = self.free.pop_many(n)
-        evicted = n - keys.count(None)
+        out, parts = self.free.pop_parts(n)
+        evicted = _keyed(parts)
         if evicted:
             t0 = time.perf_counter_ns()
-            self._drop_keys(out, keys, evicted)
+            self._drop_keys(out, parts)
             self.num_free_cached -= evicted
             self.evictions += evicted
             each = (time.perf_counter_ns() - t0) // evicted
             self.evict_ns.extend([each] * evicted)
         self.held.update(dict.fromkeys(out, 1))
-        return out, [key is not None for key in keys]
+        held_key: list[bool] = []
+        for part in parts:
+            held_key += [True] * len(part) if type(part) is range else [k is not None for k in part]
+        return out, held_key
 
     def _evicted(self, n: int, t0: int) -> None:
         self.num_free_cached -= n
         self.evictions += n
         self.evict_ns.append(time.perf_counter_ns() - t0)
 
-    def _drop_keys(self, blocks: list[int], keys: list[Key | None], evicted: int) -> None:
-        """Drop the map entries of ``blocks``, which held ``keys`` (None: no key)."""
-        if self.more and not self.more.keys().isdisjoint(keys):
-            for block, key in zip(blocks, keys):
-                if key is not None:
-                    self._drop_key(block, key)
-            return
-        if evicted < len(keys):
-            keys = [k for k in keys if k is not None]
-        deque(map(self.cached.__delitem__, keys), maxlen=0)  # each key has this one block
+    def _drop_keys(self, blocks: list[int], parts: list[Sequence[Key | None]]) -> None:
+        """Drop the map entries of ``blocks``, which held the keys of ``parts`` in order (None:
+        no key)."""
+        at = 0
+        for part in parts:
+            n = len(part)
+            if not self._drop_span(blocks, at, part):
+                for block, key in zip(blocks[at : at + n], part):
+                    if key is not None:
+                        self._drop_key(block, key)
+            at += n
+
+    def _drop_span(self, blocks: list[int], at: int, keys: Sequence[Key | None]) -> bool:
+        """Drop a range of chain keys, each held by its one block (``blocks[at:]``) at once;
+        False (nothing done) for any other part."""
+        span = _chain_span(keys)
+        if span is None or (self.more and not self.more.keys().isdisjoint(keys)):
+            return False
+        idx, j0, j1 = span
+        chain = self.chains[idx]
+        held = blocks[at : at + j1 - j0]
+        if cast(range, keys).step < 0:
+            held.reverse()
+        if chain[j0:j1] != held:
+            raise AssertionError(f"chain {idx}: positions {j0}..{j1 - 1} hold other blocks")
+        if j1 >= len(chain):
+            del chain[j0:]
+            self._trim(idx, chain)
+        else:
+            chain[j0:j1] = [0] * (j1 - j0)
+        return True
 
     def _drop_key(self, block: int, key: Key) -> None:
         """``block`` no longer holds ``key``: the key's next block, if any, is found first now."""
         later = self.more.get(key)
         if later is None:
-            del self.cached[key]
+            self._unset(key)
             return
-        if self.cached[key] == block:
-            self.cached[key] = later.pop(0)
+        if self.lookup(key) == block:
+            self._set(key, later.pop(0))
         else:
             later.remove(block)
         if not later:
@@ -288,6 +411,36 @@ class BlockPool:
         if len(keys) != len(blocks):
             raise ValueError(f"{len(keys)} keys for {len(blocks)} blocks")
         counts = list(map(self.held.pop, blocks))
+        self._release_counted(blocks, keys, counts)
+
+    def free_request(
+        self, blocks: list[int], unkeyed: int, parts: Sequence[Sequence[Key]], now: float = 0.0
+    ) -> None:
+        """``release`` of a request's blocks, tail first: the first ``unkeyed`` hold no key, the
+        rest the keys of ``parts`` in order. A part joins the queue's tail as one run, a range
+        of keys without a copy. ``blocks`` is the caller's to give."""
+        if sum(map(len, parts)) != len(blocks) - unkeyed:
+            raise ValueError(f"keys for {len(blocks) - unkeyed} of {len(blocks)} blocks expected")
+        counts = list(map(self.held.pop, blocks))
+        if counts.count(1) != len(counts):  # others hold some of them
+            keys: list[Key | None] = [None] * unkeyed
+            for part in parts:
+                keys += part
+            self._release_counted(blocks, keys, counts)
+            return
+        free = self.free
+        if unkeyed:
+            free.push_front(blocks[:unkeyed])
+        at = unkeyed
+        for part in parts:
+            free.push_back(blocks[at : at + len(part)], part)
+            at += len(part)
+        self.num_free_cached += len(blocks) - unkeyed
+
+    def _release_counted(
+        self, blocks: list[int], keys: list[Key | None], counts: list[int]
+    ) -> None:
+        """The blocks' holder counts were popped (``counts``): queue the ones now free."""
         if counts.count(1) != len(counts):
             blocks, keys = self._still_held(blocks, keys, counts)
         unkeyed = keys.count(None)
@@ -321,9 +474,22 @@ class BlockPool:
     def cache(self, block: int, key: Key, index: int = 0, now: float = 0.0) -> None:
         """``block`` now holds the content ``key`` names (vLLM caches a block when it is allocated
         for tokens being scheduled, before they are computed)."""
-        first = self.cached.get(key)
+        slot = _chain_slot(key)
+        if slot is not None:  # a session's own key: its chain, inline (a decode's block)
+            chain = self.chains.get(slot[0])
+            if chain is None:
+                chain = self.chains[slot[0]] = []
+            j = slot[1]
+            if j >= len(chain):
+                chain += [0] * (j - len(chain))
+                chain.append(block)
+                return
+            if not chain[j]:
+                chain[j] = block
+                return
+        first = self.lookup(key)
         if first is None:
-            self.cached[key] = block
+            self._set(key, block)
         elif first != block and block not in self.more.get(key, ()):
             self.more.setdefault(key, []).append(block)  # two requests computed the same block
 
@@ -337,8 +503,14 @@ class BlockPool:
         if len(keys) == 1:  # a decode's block
             self.cache(targets[0], keys[0])
             return
+        if self._cache_span(targets, keys):
+            return
         cached = self.cached
-        if not cached.keys().isdisjoint(keys):  # a key cached already
+        if (
+            type(keys) is range
+            or int in set(map(type, keys))  # chain keys among them
+            or not cached.keys().isdisjoint(keys)  # a key cached already
+        ):
             for block, key in zip(targets, keys):
                 self.cache(block, key)
             return
@@ -346,6 +518,26 @@ class BlockPool:
         cached.update(zip(keys, targets))
         if len(cached) - before < len(keys):  # a key repeated in ``keys``: its first block first
             self._first_block_first(targets, keys)
+
+    def _cache_span(self, blocks: list[int], keys: Sequence[Key]) -> bool:
+        """Cache an ascending range of chain keys none of which is cached, as one slice; False
+        (nothing done) otherwise."""
+        span = _chain_span(keys)
+        if span is None or cast(range, keys).step != 1:
+            return False
+        idx, j0, j1 = span
+        chain = self.chains.get(idx)
+        if chain is None:
+            chain = self.chains[idx] = []
+        if len(chain) <= j0:
+            chain += [0] * (j0 - len(chain))
+            chain += blocks
+            return True
+        was = chain[j0:j1]
+        if was.count(0) != len(was):
+            return False
+        chain[j0:j1] = blocks
+        return True
 
     def _first_block_first(self, blocks: list[int], keys: Sequence[Key]) -> None:
         """``keys`` (new to the map) held a key more than once: the map names its first block, the
@@ -357,6 +549,11 @@ class BlockPool:
             else:
                 first[key] = block
         self.cached.update(first)
+
+
+def _keyed(parts: Sequence[Sequence[Key | None]]) -> int:
+    """How many keys ``parts`` hold (None: no key)."""
+    return sum(len(p) if type(p) is range else len(p) - p.count(None) for p in parts)
 
 
 class BlockView(ObjectView):
@@ -470,6 +667,11 @@ class PolicyBlockPool(BlockPool):
                 pol.unpin(uid, now)
                 self.num_free_cached += 1
         self.free.push_front(first)
+
+    def free_request(
+        self, blocks: list[int], unkeyed: int, parts: Sequence[Sequence[Key]], now: float = 0.0
+    ) -> None:
+        self.release(blocks, (), now)  # its queue holds no key
 
     def cache_blocks(
         self, blocks: list[int], first: int, keys: Sequence[Key], now: float = 0.0

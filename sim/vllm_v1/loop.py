@@ -101,7 +101,9 @@ class KvsimSide:
         self.requests: dict[str, Request] = {}
 
     def add(self, rid: str, tokens: SessionTokens, prompt_len: int, max_tokens: int) -> None:
-        req = Request(rid, prompt_len, max_tokens, tokens.block_key, tokens.block_keys)
+        req = Request(
+            rid, prompt_len, max_tokens, tokens.block_key, tokens.block_keys, tokens.block_key_parts
+        )
         self.requests[rid] = req
         self.sched.add(req)
 

@@ -84,6 +84,8 @@ class Request:
     block_key: Callable[[int], Hashable]  # block j's key: the hash of the context through it
     # block_keys(first, end): the keys of blocks first..end-1 at once (None: block_key each)
     block_keys: Callable[[int, int], Sequence[Hashable]] | None = None
+    # key_parts(first, end): the same keys in parts, a session's own as a range (None: one part)
+    key_parts: Callable[[int, int], list[Sequence[Hashable]]] | None = None
     num_tokens: int = 0
     num_computed: int = 0
     status: int = WAITING
@@ -154,8 +156,9 @@ class VllmScheduler:
         self.defer_free = offload is not None and cfg.async_scheduling
         self.sched_seq = 0  # non-empty steps planned
         self.processed_seq = 0  # ... and run
-        # (step seq, blocks, their keys), oldest first: each freed request's, in freeing order
-        self.deferred: deque[tuple[int, list[int], list[Hashable | None]]] = deque()
+        # (step seq, blocks, unkeyed ones, the others' keys in parts), oldest first: each freed
+        # request's, in freeing order (``BlockPool.free_request``)
+        self.deferred: deque[tuple[int, list[int], int, list[Sequence[Hashable]]]] = deque()
         self.pool = pool if pool is not None else BlockPool(cfg.num_blocks)
         self.now = 0.0
         self.model_len = cfg.model_len
@@ -400,8 +403,8 @@ class VllmScheduler:
             self.processed_seq += 1
             deferred = self.deferred
             while deferred and deferred[0][0] <= self.processed_seq:
-                _, blocks, keys = deferred.popleft()
-                self.pool.release(blocks, keys, self.now)
+                _, blocks, unkeyed, parts = deferred.popleft()
+                self.pool.free_request(blocks, unkeyed, parts, self.now)
         done = []
         for req, n, _ in plan.sched:
             req.in_flight -= n
@@ -690,13 +693,18 @@ class VllmScheduler:
         requests cache in the span could end up in another order: then None."""
         bs, pool = self.bs, self.pool
         new_keys: list[Hashable] = []
-        caching: list[tuple[Request, int]] = []  # (request, its full blocks after the span)
+        # (request, its full blocks after the span, the key of its one new block if one)
+        caching: list[tuple[Request, int, Hashable]] = []
         if self.cfg.enable_prefix_caching:
             for i, req in enumerate(reqs):
                 full = (x0[i] + ks[i]) // bs
-                if full > req.num_cached:
+                if full == req.num_cached + 1:  # the common case: one block a span
+                    key = req.block_key(req.num_cached)
+                    new_keys.append(key)
+                    caching.append((req, full, key))
+                elif full > req.num_cached:
                     new_keys += self._keys(req, req.num_cached, full)
-                    caching.append((req, full))
+                    caching.append((req, full, None))
             if len(set(new_keys)) != len(new_keys):
                 return None
         # (step, request) of each block taken, in the order the steps take them
@@ -712,15 +720,13 @@ class VllmScheduler:
         free, held = self._counts_after_takes(takes, evicted, max(ks))
         for (_, i), block in zip(takes, blocks):
             reqs[i].blocks.append(block)
-        if caching:  # one call: the keys are new to each other, so their order does not matter
-            pool.cache_blocks(
-                [b for req, full in caching for b in req.blocks[req.num_cached : full]],
-                0,
-                new_keys,
-                self.now,
-            )
-            for req, full in caching:
-                req.num_cached = full
+        for req, full, key in caching:  # keys new to each other: their order does not matter
+            first = req.num_cached
+            if key is not None:
+                pool.cache(req.blocks[first], key, first, self.now)
+            else:
+                self._cache_keys(req, first, full)
+            req.num_cached = full
         return free, held
 
     def _counts_after_takes(
@@ -759,17 +765,16 @@ class VllmScheduler:
         was evicted (blocks only gain keys otherwise, and a key's first block stays first) and
         the next key of its chain is still not cached: then only that one lookup is made."""
         pool = self.pool
-        lookup, key = pool.lookup, req.block_key
         memo = req.hit_memo
         if memo is not None and memo[1] == pool.evictions and memo[2] == req.num_tokens:
             out = memo[0]
         else:
             out = []
-        for j in range(len(out), (req.num_tokens - 1) // self.bs):
-            block = lookup(key(j))
-            if block is None:
+        for part in self._key_parts(req, len(out), (req.num_tokens - 1) // self.bs):
+            got = pool.cached_prefix(part)
+            out += got
+            if len(got) < len(part):
                 break
-            out.append(block)
         req.hit_memo = (out, pool.evictions, req.num_tokens)
         return out
 
@@ -834,11 +839,20 @@ class VllmScheduler:
         if not self.cfg.enable_prefix_caching:
             return
         full = tokens // self.bs
-        if full <= req.num_cached:
-            return
         first = req.num_cached
-        self.pool.cache_blocks(req.blocks, first, self._keys(req, first, full), self.now)
+        if full <= first:
+            return
+        if full == first + 1:  # a decode's block
+            self.pool.cache(req.blocks[first], req.block_key(first), first, self.now)
+        else:
+            self._cache_keys(req, first, full)
         req.num_cached = full
+
+    def _cache_keys(self, req: Request, first: int, end: int) -> None:
+        """Cache ``req``'s blocks first..end-1 under their keys, a part at a time."""
+        for part in self._key_parts(req, first, end):
+            self.pool.cache_blocks(req.blocks, first, part, self.now)
+            first += len(part)
 
     @staticmethod
     def _keys(req: Request, first: int, end: int) -> Sequence[Hashable]:
@@ -847,14 +861,22 @@ class VllmScheduler:
             return req.block_keys(first, end)
         return [req.block_key(j) for j in range(first, end)]
 
+    @classmethod
+    def _key_parts(cls, req: Request, first: int, end: int) -> list[Sequence[Hashable]]:
+        """The keys of ``req``'s blocks first..end-1 in parts (none if there are none)."""
+        if req.key_parts is not None:
+            return req.key_parts(first, end)
+        return [cls._keys(req, first, end)] if first < end else []
+
     def _free(self, req: Request) -> None:
         blocks = req.blocks[::-1]  # the tail first: evicted first
-        keys: list[Hashable | None] = [None] * (len(blocks) - req.num_cached)
-        keys += reversed(self._keys(req, 0, req.num_cached))  # its cached blocks hold them
+        unkeyed = len(blocks) - req.num_cached
+        # its cached blocks hold their keys, tail first too
+        parts = [p[::-1] for p in reversed(self._key_parts(req, 0, req.num_cached))]
         if self.defer_free and req.last_seq > self.processed_seq:
-            self.deferred.append((self.sched_seq, blocks, keys))
+            self.deferred.append((self.sched_seq, blocks, unkeyed, parts))
         else:
-            self.pool.release(blocks, keys, self.now)
+            self.pool.free_request(blocks, unkeyed, parts, self.now)
         req.blocks = []
         req.num_cached = 0
 

@@ -33,6 +33,7 @@ class SessionTokens:
         self.index = index
         self.bs = block_size
         self.shared = list(shared)
+        self.own = index << 32  # block j's own key: own | j
 
     def block_key(self, j: int) -> Hashable:
         """Block j's identity: its content and everything before it (a shared block's key is a
@@ -46,6 +47,19 @@ class SessionTokens:
         if first >= n:
             return own
         return self.shared[first:end] + list(own) if end > n else self.shared[first:end]
+
+    def block_key_parts(self, first: int, end: int) -> list[Sequence[Hashable]]:
+        """The keys of blocks first..end-1 in at most two parts: the shared blocks' (a list), then
+        the session's own (a range, so that the block pool can treat them as a slice)."""
+        n = len(self.shared)
+        if first >= n:  # the common case: own blocks only
+            return [range(self.own | first, self.own | end)] if end > first else []
+        parts: list[Sequence[Hashable]] = []
+        if first < end:
+            parts.append(self.shared[first:end])
+        if end > n:
+            parts.append(range(self.own | n, self.own | end))
+        return parts
 
     def token_id(self, pos: int) -> int:
         j = pos // self.bs

@@ -4,6 +4,8 @@ out of the middle of a run), and the same step log as step by step."""
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 import costmodels
@@ -131,6 +133,53 @@ def test_a_key_cached_twice_in_one_call_is_found_in_its_first_block():
     pool.release([1], ["k"])
     pool.allocate(2)  # block 1 reused, then 4
     assert pool.lookup("k") == 3 and not pool.more
+
+
+# --- a session's own keys: chains, the same as any key ----------------------------------------------
+
+
+def _drive(pool: BlockPool, key, seed: int) -> list:
+    """Random requests of a few sessions against ``pool``: each takes blocks (some hit), caches a
+    prefix of them under ``key(session, j)`` and frees them; what the pool shows after each."""
+    rng = random.Random(seed)
+    held: list[tuple[int, list[int], int]] = []  # (session, blocks, cached)
+    seen = []
+    for _ in range(300):
+        if held and (rng.random() < 0.5 or pool.num_free < 12):
+            s, blocks, cached = held.pop(rng.randrange(len(held)))
+            keys = [key(s, j) for j in range(cached)]
+            if isinstance(key(0, 0), int):  # chain keys: a range, as the scheduler gives them
+                keys = range(key(s, 0), key(s, cached))
+            parts = [keys[::-1]] if cached else []
+            pool.free_request(blocks[::-1], len(blocks) - cached, parts)
+        else:
+            s = rng.choice([t for t in range(6) if t not in {h[0] for h in held}] or [0])
+            if any(h[0] == s for h in held):
+                continue
+            hit = pool.cached_prefix([key(s, j) for j in range(8)])
+            pool.touch(hit)
+            blocks = hit + pool.allocate(rng.randint(0, min(10, pool.num_free)))
+            cached = rng.randint(len(hit), len(blocks))
+            if cached > len(hit):
+                pool.cache_blocks(blocks, len(hit), [key(s, j) for j in range(len(hit), cached)])
+            held.append((s, blocks, cached))
+        seen.append(
+            (
+                list(pool.free),
+                pool.evictions,
+                [pool.lookup(key(s, j)) for s in range(6) for j in range(18)],
+            )
+        )
+    return seen
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_chain_keys_evict_and_hit_as_dict_keys_do(seed):
+    chains, dicts = BlockPool(40), BlockPool(40)
+    assert _drive(chains, lambda s, j: (s << 32) | j, seed) == _drive(
+        dicts, lambda s, j: f"{s}/{j}", seed
+    )
+    assert not dicts.chains and not chains.cached  # each kept its keys where it should
 
 
 # --- decode spans: blocks taken at once -----------------------------------------------------------
