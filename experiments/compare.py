@@ -28,7 +28,7 @@ import pandas as pd
 import yaml
 
 from experiments.results import CONFIG_FILE, SUMMARY_FILE
-from experiments.schema import LABEL_COLUMNS
+from experiments.schema import ALL_LABEL_COLUMNS
 
 # The metrics the README and docs/results.md read first, in that order.
 HEADLINE_METRICS: tuple[str, ...] = (
@@ -43,7 +43,7 @@ HEADLINE_METRICS: tuple[str, ...] = (
 )
 # Metrics drawn by --plot when none are named (one panel each).
 PLOT_METRICS: tuple[str, ...] = ("reprefill_rate", "gpu_hit_rate", "jain_service", "ttft_p50_s")
-AXES: tuple[str, ...] = tuple(c for c in LABEL_COLUMNS if c != "name")
+AXES: tuple[str, ...] = tuple(c for c in ALL_LABEL_COLUMNS if c != "name")
 # The key of config.resolved.yaml each grid label comes from.
 CONFIG_KEYS: dict[str, str] = {
     "policy": "policies",
@@ -60,6 +60,8 @@ CONFIG_KEYS: dict[str, str] = {
     "budget": "budgets",
     "sparse": "sparse",
     "seed": "seeds",
+    "router": "cluster.router",
+    "replicas": "cluster.replicas",
     "time_scale": "trace[].time_scale",  # [] stands for any index of the trace list
 }
 # Settings of config.resolved.yaml that cannot change a metric (or are recorded elsewhere).
@@ -467,7 +469,7 @@ def _metrics(a: pd.DataFrame, b: pd.DataFrame, asked: Sequence[str] | None) -> l
 
 
 def _is_metric(column: str) -> bool:
-    return column not in LABEL_COLUMNS and not column.startswith("pass_")
+    return column not in ALL_LABEL_COLUMNS and not column.startswith("pass_")
 
 
 def _same_kind(column: str, a: pd.Series, b: pd.Series) -> None:

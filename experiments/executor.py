@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import signal
 import sys
@@ -159,7 +160,10 @@ def run_point(
         emit = (
             (lambda e: steps.append(json.dumps({"point": index, **e}))) if point.step_log else None
         )
-        if point.engine.kind == "vllm-v1":
+        extra: dict[str, Any] = {}
+        if point.cluster is not None:
+            result, extra = _simulate_cluster(point, sessions, cost, debug)
+        elif point.engine.kind == "vllm-v1":
             from sim.vllm_v1.run import simulate_vllm
 
             result = simulate_vllm(
@@ -197,6 +201,7 @@ def run_point(
         summary = summarize(result, sessions, point.slo)
         layers = costmodels.get_model(point.model).num_layers
         summary.update(budget_quality(result, point.budget, layers, point.seed))
+        summary.update(extra)
         return PointResult(
             index=index,
             point=point,
@@ -210,6 +215,50 @@ def run_point(
         raise PointError(
             f"grid point {index} ({point.describe()}) failed: {type(exc).__name__}: {exc}"
         ) from exc
+
+
+def _simulate_cluster(
+    point: GridPoint, sessions: Sequence[Any], cost: Any, debug: bool
+) -> tuple[Any, dict[str, Any]]:
+    """A cluster point: the cluster as one run (``ClusterResult.merged``, which the summary reads
+    as any run's; its ledger keeps ``replica`` and ``elsewhere_tokens``) and the cluster's own
+    summary columns."""
+    from sim.cluster import simulate_cluster
+
+    if point.step_log:
+        raise ValueError("step_log: a cluster run writes no step log")
+    result = simulate_cluster(
+        list(sessions),  # the router reads sessions by index: the whole trace
+        cost,
+        point.memory,
+        point.engine,
+        policy=point.policy,
+        seed=point.seed,
+        cluster=point.cluster,
+        debug=debug,
+    )
+    return result.merged(), cluster_columns(result)
+
+
+def cluster_columns(result: Any) -> dict[str, float]:
+    """A cluster run's summary columns: the share of history tokens computed only on another
+    replica (``elsewhere_rate``, token weighted over turns with history as re-prefill is; 0.0
+    with no history), Jain's index of the turns each replica served, and the worst replica's
+    TTFT p90."""
+    from sim.metrics import jain_index
+    from sim.samples import finite_percentile
+
+    t = result.turns
+    with_history = t["history_tokens"].to_numpy() > 0
+    history = float(t["history_tokens"].to_numpy()[with_history].sum())
+    elsewhere = float(t["elsewhere_tokens"].to_numpy()[with_history].sum())
+    p90s = [finite_percentile(r.turns["ttft_s"], 90) for r in result.replicas]
+    finite = [v for v in p90s if math.isfinite(v)]  # a replica that served no turn has none
+    return {
+        "elsewhere_rate": elsewhere / history if history > 0 else 0.0,
+        "replica_jain_turns": jain_index([len(r.turns) for r in result.replicas]),
+        "replica_ttft_p90_max_s": max(finite) if finite else math.nan,
+    }
 
 
 def _with_labels(df: pd.DataFrame, labels: dict[str, Any]) -> pd.DataFrame:

@@ -218,6 +218,10 @@ def describe(dim: str, value: object) -> str:
         return "no sparse decode" if str(value) == "off" else f"sparse decode {value}"
     if dim == "policy":
         return str(value)
+    if dim == "router":
+        return f"router {value}"
+    if dim == "replicas":
+        return "1 replica" if str(value) == "1" else f"{_num(value)} replicas"
     return f"{dim.replace('_', ' ')}: {_num(value)}"
 
 

@@ -39,6 +39,8 @@ _LINE_LABELS = (
     "pipelining",
     "budget",
     "sparse",
+    "router",
+    "replicas",
 )
 PANELS: tuple[tuple[str, str, bool], ...] = (  # column, axis title, log y
     ("ttft_p50_s", "TTFT p50 (s)", True),

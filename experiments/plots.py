@@ -7,7 +7,8 @@
 * ``ttft_cdf.png``: TTFT CDF per policy at the smallest GPU capacity (log x).
 
 Every figure has one panel per combination of the other grid dimensions that vary (trace, model,
-hardware, evict_unit, block_tokens, cpu_kv_gb); seeds are averaged (lines show the mean and a band:
+hardware, evict_unit, block_tokens, cpu_kv_gb, and a cluster's router and replicas); seeds are
+averaged (lines show the mean and a band:
 the 95 % confidence interval of the mean over seeds, ``seed_interval``). Rows with gpu_kv_gb = inf (the infinite-memory baseline) are
 left out of the capacity axes.
 
@@ -47,6 +48,8 @@ FACET_DIMS: tuple[str, ...] = (
     "sparse",
     "block_tokens",
     "cpu_kv_gb",
+    "router",  # a cluster's: each router and size its own panel (routers_vs_replicas compares them)
+    "replicas",
 )
 MAX_FACETS = 12
 

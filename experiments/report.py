@@ -32,6 +32,8 @@ _VARYING_LABELS = (  # every grid label but policy and gpu_kv_gb, in summary.csv
     "pipelining",
     "budget",
     "sparse",
+    "router",
+    "replicas",
     "seed",
 )
 _METRICS = {  # column -> (header, format)

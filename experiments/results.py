@@ -29,7 +29,7 @@ import yaml
 
 from experiments.executor import PointResult, TraceInfo
 from experiments.plot_points import NO_FIGURES, drawable_points
-from experiments.schema import LABEL_COLUMNS, Experiment
+from experiments.schema import ALL_LABEL_COLUMNS, LABEL_COLUMNS, Experiment
 from experiments.targets import DEFAULT_TARGETS, is_offline, judge
 from experiments.version import kvsim_version
 from sim.metrics import SUMMARY_COLUMNS
@@ -86,7 +86,7 @@ def collect(
 
 
 def _baseline_key(row: dict[str, Any]) -> tuple:
-    return tuple(row[k] for k in LABEL_COLUMNS if k != "gpu_kv_gb")
+    return tuple(row.get(k) for k in ALL_LABEL_COLUMNS if k != "gpu_kv_gb")
 
 
 def _add_throughput_impact(rows: list[dict[str, Any]]) -> None:
@@ -103,9 +103,11 @@ def _add_throughput_impact(rows: list[dict[str, Any]]) -> None:
 
 
 def _summary_columns(rows: list[dict[str, Any]]) -> list[str]:
-    """Labels, SUMMARY_COLUMNS, extra metric columns (per-class Jain) in first-seen order, then
-    throughput_impact and the pass_* columns."""
-    fixed = list(LABEL_COLUMNS) + list(SUMMARY_COLUMNS)
+    """Labels (a cluster's router and replicas only when the rows have them), SUMMARY_COLUMNS,
+    extra metric columns (per-class Jain, a cluster's) in first-seen order, then throughput_impact
+    and the pass_* columns."""
+    labels = [c for c in ALL_LABEL_COLUMNS if c in LABEL_COLUMNS or any(c in r for r in rows)]
+    fixed = labels + list(SUMMARY_COLUMNS)
     extra: list[str] = []
     passes: list[str] = []
     for row in rows:
@@ -206,16 +208,19 @@ def _draw(
     resolved: Mapping[str, Any] | None = None,
     fmt: str = "png",
 ) -> list:
-    """The figures (``plots.make_plots``, and ``load_plots.load_figures`` for a request-rate
-    sweep); matplotlib is imported only when one can be drawn."""
+    """The figures (``plots.make_plots``, ``load_plots.load_figures`` for a request-rate sweep,
+    ``cluster_plots.cluster_figures`` for a cluster's routers); matplotlib is imported only when
+    one can be drawn."""
     if drawable_points(summary).empty:
         notes.append(NO_FIGURES)
         return []
+    from experiments.cluster_plots import cluster_figures
     from experiments.load_plots import load_figures
     from experiments.plots import make_plots
 
     drawn = make_plots(summary, turns, out_dir, notes, targets, resolved=resolved, fmt=fmt)
-    return drawn + load_figures(summary, out_dir, notes, fmt, resolved)
+    drawn += load_figures(summary, out_dir, notes, fmt, resolved)
+    return drawn + cluster_figures(summary, out_dir, notes, fmt, resolved)
 
 
 def _move_into_place(tmp: Path, out: Path, force: bool) -> None:

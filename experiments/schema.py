@@ -7,8 +7,8 @@ request-rate sweep: each value multiplies the trace's arrival and think times; s
 ``ConfigError`` whose lines read ``FILE: KEY.PATH[i]: message``.
 
 Grid order (deterministic, lists in the order written): trace, time_scale, model, hardware, tp, engine.kind,
-evict_unit, pipelining, budgets, sparse, block_tokens, cpu_kv_gb, policy, gpu_kv_gb, seed -- the last one
-varies fastest. ``tp`` is the tensor-parallel degree: the run prices one GPU of a group of tp, and
+evict_unit, pipelining, budgets, sparse, block_tokens, cpu_kv_gb, policy, gpu_kv_gb, cluster.router,
+cluster.replicas, seed -- the last one varies fastest. ``tp`` is the tensor-parallel degree: the run prices one GPU of a group of tp, and
 ``memory.gpu_kv_gb`` / ``cpu_kv_gb`` are the whole group's (each GPU holds 1/tp of every page).
 ``tp`` may instead map each model to its own degree or list of degrees (``{llama-3-8b: 1,
 llama-3-70b: [2, 4]}``), so one grid runs a small model on one GPU and a large one on several.
@@ -18,6 +18,12 @@ with ``cpu_kv_gb = 0`` cannot run: those combinations are left out of the grid (
 one grid holds recompute, swap-in and offload). ``targets`` (a mapping of target -> threshold, or
 none) is no axis: it sets the thresholds of summary.csv's pass_* columns (``experiments.targets``);
 nor is ``figures`` (``format``: png, pdf, svg or a list of them), the file format of plots/.
+
+An optional ``cluster`` section runs every point on ``replicas`` kvsim engines behind a ``router``
+(``sim.cluster``); both are grid axes, and summary.csv gains their ``router`` and ``replicas``
+label columns (only then: a run without the section keeps its columns). ``memory`` is then each
+replica's. A cluster runs engine.kind kvsim only, with full KV (budgets kind full), no sparse
+decode and an online policy; anything else is refused naming its key.
 
 Relative paths (``trace.path``, a model or hardware given as a file) resolve against the YAML
 file's folder first, then the current directory; a path that starts with ``${KVSIM_SHARED_DATA}``
@@ -78,6 +84,9 @@ from sim.config import (
     SparseConfig,
 )
 from sim.metrics import DEFAULT_SLO, Slo
+
+if TYPE_CHECKING:
+    from sim.cluster.run import ClusterConfig
 
 TRACE_KINDS = ("synthetic", "sharegpt", "mooncake", "azure", "burstgpt", "jsonl")
 FILE_TRACE_KINDS = ("sharegpt", "mooncake", "azure", "burstgpt", "jsonl")  # need trace.path
@@ -549,6 +558,58 @@ class FiguresSpec(_Strict):
         return tuple(_as_list(self.format))
 
 
+def _check_router(value: str, info: ValidationInfo) -> str:
+    """A built-in router's name, or ``module:Class`` importable here (as a user's policy is)."""
+    from sim.cluster.routers import router_class
+
+    if ":" in value:
+        add_user_import_dirs((info.context or {}).get("base_dir"))
+    try:
+        router_class(value)
+    except ValueError as exc:
+        raise ValueError(_after_key(str(exc))) from None
+    return value
+
+
+def _after_key(message: str) -> str:
+    """A message of ``sim.cluster`` without the key path it starts with (the caller names the key):
+    "cluster.router: unknown router 'x'" -> "unknown router 'x'"."""
+    return re.sub(r"^cluster\.[a-z_]+(?=[ :])", "", message).lstrip(": ")
+
+
+class ClusterSpec(_Strict):
+    """Replicas behind a router (``sim.cluster``): ``replicas`` and ``router`` are grid axes."""
+
+    replicas: Annotated[list[PosInt], Field(min_length=1), AfterValidator(_no_duplicates)] = Field(
+        default=[1],
+        description="kvsim engines serving the trace, each with the memory section's KV",
+    )
+    router: Annotated[
+        list[Annotated[StrictStr, AfterValidator(_check_router)]],
+        Field(min_length=1),
+        AfterValidator(_no_duplicates),
+    ] = Field(
+        default=["round-robin"],
+        description="which replica a turn goes to: round-robin, least-loaded, session-affinity, "
+        "kv-aware, or module:Class (a sim.cluster.Router)",
+    )
+    router_params: dict[StrictStr, dict[StrictStr, Any]] = Field(
+        default_factory=dict,
+        description="router name -> its parameters (kv-aware: prefill_weight, cpu_hit_value, "
+        "load_weight; session-affinity: overload)",
+    )
+
+    wrap_lists = field_validator("replicas", "router", mode="before")(_as_list)
+
+    def config(self, router: str, replicas: int) -> ClusterConfig:
+        """The ``sim.cluster`` configuration of one grid point (its parameters in name order, so a
+        point's checkpoint key does not depend on the order they were written in)."""
+        from sim.cluster.run import ClusterConfig  # here: a run without a cluster never imports it
+
+        params = dict(sorted(self.router_params.get(router, {}).items()))
+        return ClusterConfig(replicas=replicas, router=router, router_params=params)
+
+
 def _targets_off(v: Any) -> Any:
     """``targets: none`` (or ``off``) as null: no judging."""
     if isinstance(v, str):
@@ -620,6 +681,10 @@ class Experiment(_Strict):
     slo: SloSpec = Field(
         default=SloSpec(),
         description="per-turn TTFT and TPOT objectives of the SLO attainment and goodput columns",
+    )
+    cluster: ClusterSpec | None = Field(
+        default=None,
+        description="replicas behind a router (router and replicas are grid axes); none: one engine",
     )
     figures: FiguresSpec = Field(
         default=FiguresSpec(),
@@ -705,6 +770,14 @@ class Experiment(_Strict):
         opts = self.engine.config_options()
         m = self.memory
         slo = self.slo.config()
+        # gpu_kv_gb, then the cluster's router and replicas (without a cluster section: one
+        # value, no cluster), as one axis of the product: the grid order stays documented
+        clusters = (
+            list(itertools.product(self.cluster.router, self.cluster.replicas))
+            if self.cluster
+            else [None]
+        )
+        gpu_clusters = list(itertools.product(m.gpu_kv_gb, clusters))
         points = []
         for (
             trace,
@@ -719,7 +792,7 @@ class Experiment(_Strict):
             bt,
             cpu,
             policy,
-            gpu,
+            (gpu, cluster_axes),
             seed,
         ) in (
             (trace, model, hw, tp, *rest)
@@ -734,7 +807,7 @@ class Experiment(_Strict):
                 m.block_tokens,
                 m.cpu_kv_gb,
                 self.policies,
-                m.gpu_kv_gb,
+                gpu_clusters,
                 self.seeds,
             )
         ):
@@ -748,6 +821,11 @@ class Experiment(_Strict):
                 prefix_sharing=m.prefix_sharing,
             )
             engine = EngineConfig(**opts, kind=kind, pipelining=pipe)
+            cluster = (
+                None
+                if self.cluster is None or cluster_axes is None
+                else self.cluster.config(*cluster_axes)
+            )
             points.append(
                 GridPoint(
                     self.name,
@@ -763,6 +841,7 @@ class Experiment(_Strict):
                     tp,
                     self.step_log,
                     slo,
+                    cluster,
                 )
             )
         return points
@@ -844,6 +923,14 @@ LABEL_COLUMNS: tuple[str, ...] = (
     "sparse",
     "seed",
 )
+# The labels of a point with a cluster (an experiment with a cluster section), before seed.
+CLUSTER_LABEL_COLUMNS: tuple[str, ...] = ("router", "replicas")
+# Every label column there can be, in summary.csv's order (a run has the cluster's or not).
+ALL_LABEL_COLUMNS: tuple[str, ...] = (
+    *LABEL_COLUMNS[: LABEL_COLUMNS.index("seed")],
+    *CLUSTER_LABEL_COLUMNS,
+    "seed",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -863,10 +950,12 @@ class GridPoint:
     tp: int = 1  # tensor-parallel degree: the memory is the group's, the prices one GPU's
     step_log: bool = False  # keep the run's step log (steps.jsonl)
     slo: Slo = DEFAULT_SLO  # the thresholds of the summary's SLO columns (not a grid label)
+    cluster: ClusterConfig | None = None  # replicas behind a router; None: one engine
 
     def labels(self) -> dict[str, Any]:
-        """The grid columns of this point (LABEL_COLUMNS order) for summary.csv and the ledgers."""
-        return {
+        """The grid columns of this point (LABEL_COLUMNS order, with the cluster's router and
+        replicas before seed when it has a cluster) for summary.csv and the ledgers."""
+        labels = {
             "name": self.name,
             "policy": self.policy,
             "engine": self.engine.kind,
@@ -882,8 +971,10 @@ class GridPoint:
             "pipelining": self.engine.pipelining,
             "budget": self.budget.label,
             "sparse": self.sparse.label,
-            "seed": self.seed,
         }
+        if self.cluster is not None:
+            labels |= {"router": self.cluster.router, "replicas": self.cluster.replicas}
+        return labels | {"seed": self.seed}
 
     def describe(self) -> str:
         return " ".join(f"{k}={v}" for k, v in self.labels().items() if k != "name")
@@ -1069,6 +1160,62 @@ def _impossible_combinations(exp: Experiment) -> list[tuple[tuple[str | int, ...
         out.append((("engine", "max_batch_tokens"), msg))
     out += _combination_rules(exp)
     out += _vllm_problems(exp)
+    out += _cluster_problems(exp)
+    return out
+
+
+def _cluster_problems(exp: Experiment) -> list[tuple[tuple[str | int, ...], str]]:
+    """What a ``cluster`` section cannot run with, and router parameters its routers refuse."""
+    c = exp.cluster
+    if c is None:
+        return []
+    from sim.policies import policy_class
+
+    out: list[tuple[tuple[str | int, ...], str]] = []
+    why = "a cluster (the cluster section) "
+    for i, kind in enumerate(exp.engine.kind):
+        if kind != "kvsim":
+            out.append((("engine", "kind", i), why + "runs engine.kind kvsim replicas only"))
+    for i, b in enumerate(exp.budgets):
+        if b.kind != "full":
+            out.append((("budgets", i), why + "keeps full KV: give budgets only kind full"))
+    for i, sp in enumerate(exp.sparse):
+        if sp.kind != "off":
+            out.append((("sparse", i), why + "has no CPU offload decode: give sparse kind off"))
+    for i, name in enumerate(exp.policies):
+        if policy_class(name).offline:
+            out.append(
+                (
+                    ("policies", i),
+                    f"{name!r} reads each session's next access, which depends on where the "
+                    "router sends it: an offline bound runs without a cluster section only",
+                )
+            )
+    if exp.step_log:
+        out.append((("step_log",), why + "writes no step log"))
+    out += _router_param_problems(c)
+    return out
+
+
+def _router_param_problems(c: ClusterSpec) -> list[tuple[tuple[str | int, ...], str]]:
+    """Each router's parameters as its class takes them (``make_router``), at the key they name."""
+    from sim.cluster.routers import make_router
+
+    out: list[tuple[tuple[str | int, ...], str]] = []
+    for name, params in c.router_params.items():
+        where: tuple[str | int, ...] = ("cluster", "router_params", name)
+        if name not in c.router:
+            out.append((where, f"{name!r} is not one of cluster.router ({', '.join(c.router)})"))
+            continue
+        try:
+            make_router(name, 1, params)
+        except (ValueError, TypeError) as exc:
+            # "cluster.router_params.KEY: why" names one parameter: the key path goes on to it
+            m = re.match(r"cluster\.router_params(?:\.([^:\s]+))?: (.*)", str(exc), re.S)
+            if m is None:
+                out.append((where, str(exc)))
+            else:
+                out.append(((*where, m[1]) if m[1] else where, m[2]))
     return out
 
 
@@ -1267,6 +1414,7 @@ _SECTIONS: dict[tuple[str, ...], type[BaseModel]] = {
     ("targets",): TargetsSpec,
     ("slo",): SloSpec,
     ("figures",): FiguresSpec,
+    ("cluster",): ClusterSpec,
 }
 
 

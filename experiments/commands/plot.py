@@ -34,6 +34,7 @@ def main(args: argparse.Namespace) -> int:
 
     import pandas as pd
 
+    from experiments.cluster_plots import cluster_figures
     from experiments.figure_style import formats
     from experiments.load_plots import load_figures
     from experiments.plots import make_plots
@@ -61,6 +62,7 @@ def main(args: argparse.Namespace) -> int:
             said = notes if i == 0 else []  # the same data: the same notes, once
             drawn += make_plots(summary, turns, tmp, said, targets, resolved=resolved, fmt=fmt)
             drawn += load_figures(summary, tmp, said, fmt, resolved)  # a request-rate sweep
+            drawn += cluster_figures(summary, tmp, said, fmt, resolved)  # a cluster's routers
         old = out / PLOTS_DIR
         if old.exists():
             shutil.rmtree(old)

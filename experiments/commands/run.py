@@ -84,7 +84,7 @@ def main(args: argparse.Namespace) -> int:
     from experiments.checkpoint import partial_dir
     from experiments.report import axis_columns, summary_table
     from experiments.runner import default_out_dir, finished_points, run_experiment
-    from experiments.schema import load_experiment
+    from experiments.schema import ConfigError, load_experiment
     from experiments.shared_data import check_data_dir
 
     check_data_dir(args.data_dir)
@@ -95,6 +95,12 @@ def main(args: argparse.Namespace) -> int:
     if args.debug:
         updates["debug"] = True
     if args.step_log:
+        if exp.cluster is not None:  # the YAML's step_log is refused the same way
+            raise ConfigError(
+                f"{exp.source}: --step-log: a cluster (the cluster section) writes no step log",
+                file=exp.source,
+                key="step_log",
+            )
         updates["step_log"] = True
     if updates:
         exp = exp.with_overrides(**updates)
