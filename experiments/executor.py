@@ -162,7 +162,7 @@ def run_point(
         )
         extra: dict[str, Any] = {}
         if point.cluster is not None:
-            result, extra = _simulate_cluster(point, sessions, cost, debug)
+            result, extra = _simulate_cluster(point, sessions, cost, debug, progress)
         elif point.engine.kind == "vllm-v1":
             from sim.vllm_v1.run import simulate_vllm
 
@@ -218,7 +218,11 @@ def run_point(
 
 
 def _simulate_cluster(
-    point: GridPoint, sessions: Sequence[Any], cost: Any, debug: bool
+    point: GridPoint,
+    sessions: Sequence[Any],
+    cost: Any,
+    debug: bool,
+    progress: Callable[[int], None] | None,
 ) -> tuple[Any, dict[str, Any]]:
     """A cluster point: the cluster as one run (``ClusterResult.merged``, which the summary reads
     as any run's; its ledger keeps ``replica`` and ``elsewhere_tokens``) and the cluster's own
@@ -236,6 +240,7 @@ def _simulate_cluster(
         seed=point.seed,
         cluster=point.cluster,
         debug=debug,
+        progress=progress,
     )
     return result.merged(), cluster_columns(result)
 

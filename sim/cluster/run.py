@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,9 +32,13 @@ from traces.records import Session
 class ClusterConfig:
     replicas: int = 1  # serving instances, each with the memory and engine of the run
     router: str = "round-robin"  # a built-in router's name, or module:Class
-    router_params: dict[str, Any] = field(default_factory=dict)  # the router's weights
+    # the router's parameters (a mapping; kept as sorted pairs, so the config is hashable)
+    router_params: Any = ()
 
     def __post_init__(self) -> None:
+        params = self.router_params
+        pairs = params.items() if isinstance(params, Mapping) else params
+        object.__setattr__(self, "router_params", tuple(sorted(pairs)))
         if isinstance(self.replicas, bool) or not isinstance(self.replicas, int):
             raise ValueError(f"cluster.replicas: must be an integer, got {self.replicas!r}")
         if self.replicas < 1:
@@ -129,10 +133,12 @@ def simulate_cluster(
     cluster: ClusterConfig | None = None,
     debug: bool = False,
     decode_spans: bool = True,
+    progress: Callable[[int], None] | None = None,
 ) -> ClusterResult:
     """Replay ``sessions`` (a list: the router needs the whole trace's sessions by index) on
     ``cluster.replicas`` replicas. ``debug`` checks every replica's invariants after each
-    iteration; ``decode_spans=False`` steps every iteration (the same ledger)."""
+    iteration; ``decode_spans=False`` steps every iteration (the same ledger); ``progress(n)``
+    hears of every n turns completed, 256 at a time."""
     engine = engine or EngineConfig()
     cluster = cluster or ClusterConfig()
     if engine.kind != "kvsim":
@@ -145,7 +151,7 @@ def simulate_cluster(
     if not isinstance(sessions, Sequence):
         raise ValueError("cluster: sessions must be a list (the whole trace), not a stream")
     wall0 = time.perf_counter()
-    router = make_router(cluster.router, cluster.replicas, cluster.router_params)
+    router = make_router(cluster.router, cluster.replicas, dict(cluster.router_params))
     front: list[Cluster] = []  # the cluster, once built (the replicas call into it)
     replicas = [
         Replica(
@@ -163,7 +169,7 @@ def simulate_cluster(
         )
         for r in range(cluster.replicas)
     ]
-    shell = Cluster(sessions, replicas, router, engine.replay)
+    shell = Cluster(sessions, replicas, router, engine.replay, progress)
     front.append(shell)
     with gc_paused():
         shell.run()

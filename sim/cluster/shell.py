@@ -20,7 +20,7 @@ iteration of every replica in time order gives. With one replica it is the singl
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import simpy
@@ -33,7 +33,12 @@ from traces.records import Session
 
 class Cluster:
     def __init__(
-        self, sessions: Sequence[Session], replicas: list[Replica], router: Router, replay: str
+        self,
+        sessions: Sequence[Session],
+        replicas: list[Replica],
+        router: Router,
+        replay: str,
+        progress: Callable[[int], None] | None = None,
     ) -> None:
         self.sessions = sessions
         self.replicas = replicas
@@ -46,6 +51,8 @@ class Cluster:
         self.turns_in = [0] * len(replicas)  # the router's in-flight count per replica
         self.tokens_in = [0] * len(replicas)
         self.min_think_s = shortest_think_s(sessions, replay)
+        self.progress = progress
+        self.ended = 0  # turns completed, not yet reported to ``progress``
         # (session, turn) -> history tokens its replica never computed (they ran elsewhere)
         self.elsewhere: dict[tuple[int, int], int] = {}
         first = replicas[0].sched
@@ -82,7 +89,12 @@ class Cluster:
         self.turns_in[r] -= 1
         self.tokens_in[r] -= arrival.tokens
         self.router.turn_ended(arrival, r)
-        if self.replicas[r].sched.kv[i].done:  # its last turn, or the rest of it rejected
+        kv = self.replicas[r].sched.kv[i]
+        self.ended += kv.next_turn > arrival.k  # completed (a rejected turn is not)
+        if self.progress is not None and self.ended >= 256:
+            self.progress(self.ended)
+            self.ended = 0
+        if kv.done:  # its last turn, or the rest of it rejected
             for other in self.replicas:
                 if other is not self.replicas[r]:
                     other.session_over(i)
@@ -130,6 +142,8 @@ class Cluster:
                     r.loop_top(now)
             for r in spans:
                 r.advance(now, self.horizon(r, now))
+        if self.progress is not None and self.ended:
+            self.progress(self.ended)
         for r in replicas:
             if r.sched.waiting:
                 head = r.sched.waiting[0]

@@ -134,7 +134,7 @@ def test_cluster_axes_come_after_gpu_kv_gb_and_before_seed(write_yaml):
     ]
     assert order[8][:2] == ("lru", 0.5) and order[16][0] == "fifo"
     # each router gets its own parameters
-    assert {p.cluster.router: p.cluster.router_params for p in grid} == {
+    assert {p.cluster.router: dict(p.cluster.router_params) for p in grid} == {
         "round-robin": {},
         "kv-aware": {"load_weight": 0.5},
     }

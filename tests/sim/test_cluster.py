@@ -340,3 +340,17 @@ def test_the_merged_cluster_run_adds_up_its_replicas():
     assert merged.gpu_util == pytest.approx(
         byte_s / (merged.gpu_capacity_bytes * merged.sim_time_s)
     )
+
+
+def test_progress_hears_of_every_turn_and_the_config_is_hashable():
+    heard: list[int] = []
+    cfg = ClusterConfig(2, "kv-aware", {"load_weight": 0.5, "cpu_hit_value": 0.25})
+    assert hash(cfg) == hash(
+        ClusterConfig(2, "kv-aware", {"cpu_hit_value": 0.25, "load_weight": 0.5})
+    )
+    sessions = synthetic(60)
+    res = simulate_cluster(
+        sessions, COST, mem(400), EngineConfig(), cluster=cfg, progress=heard.append
+    )
+    assert sum(heard) == len(res.turns) > 256
+    assert max(heard) <= 256 and len(heard) > 1
