@@ -7,14 +7,14 @@ replica that have not ended yet (and their tokens), the fleet's configuration, a
 KV-aware router, each replica's KV of the session as the replica's KV events report it (applied
 with no delay). It never sees queues, batches or policies inside a replica.
 
-Ties go to the lowest replica index, so a run is deterministic.
+Ties go round robin: to the first tied replica at or after the one after the last pick, so an
+idle cluster spreads new conversations and a run stays deterministic.
 """
 
 from __future__ import annotations
 
 import difflib
 import importlib
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
@@ -79,6 +79,7 @@ class Router:
                 f"{self.name!r} (its parameters: {known})"
             )
         self.params = {**self.defaults, **params}
+        self.after_last = 0  # where the next tie-break starts: the replica after the last pick
         for key, value in self.params.items():
             if not isinstance(value, int | float) or isinstance(value, bool) or value < 0:
                 raise ValueError(
@@ -91,10 +92,21 @@ class Router:
     def turn_ended(self, arrival: Arrival, replica: int) -> None:
         """The turn routed to ``replica`` completed (or was rejected); nothing by default."""
 
+    def lowest(self, costs: list[float]) -> int:
+        """The replica of the lowest cost; among tied ones the first at or after the replica
+        after the last pick (round robin among ties)."""
+        best = min(costs)
+        n = len(costs)
+        for j in range(n):
+            r = (self.after_last + j) % n
+            if costs[r] == best:
+                self.after_last = (r + 1) % n
+                return r
+        raise AssertionError("no replica has the lowest cost")  # pragma: no cover
 
-def least_loaded(view: RouterView) -> int:
-    """The replica with the fewest in-flight tokens (the lowest index on a tie)."""
-    return min(range(view.replica_count), key=view.inflight_tokens)
+    def least_loaded(self, view: RouterView) -> int:
+        """The replica with the fewest in-flight tokens (ties round robin)."""
+        return self.lowest([view.inflight_tokens(r) for r in range(view.replica_count)])
 
 
 class RoundRobin(Router):
@@ -118,7 +130,7 @@ class LeastLoaded(Router):
     name = "least-loaded"
 
     def route(self, arrival: Arrival, view: RouterView) -> int:
-        return least_loaded(view)
+        return self.least_loaded(view)
 
 
 class SessionAffinity(Router):
@@ -136,16 +148,14 @@ class SessionAffinity(Router):
     def route(self, arrival: Arrival, view: RouterView) -> int:
         home = self.home.get(arrival.session)
         limit = self.params["overload"] * view.kv_capacity_tokens
-        if home is None or view.inflight_tokens(home) + arrival.tokens > limit:
-            home = least_loaded(view) if home is None else self._fallback(home, view)
-            self.home[arrival.session] = home
+        if home is None:
+            home = self.home[arrival.session] = self.least_loaded(view)
+        elif view.inflight_tokens(home) + arrival.tokens > limit:
+            best = self.least_loaded(view)
+            # it moves only to a replica less loaded than its home
+            if view.inflight_tokens(best) < view.inflight_tokens(home):
+                home = self.home[arrival.session] = best
         return home
-
-    @staticmethod
-    def _fallback(home: int, view: RouterView) -> int:
-        best = least_loaded(view)
-        # stay when no replica is less loaded than home
-        return home if view.inflight_tokens(best) >= view.inflight_tokens(home) else best
 
 
 class KVAware(Router):
@@ -166,14 +176,12 @@ class KVAware(Router):
 
     def route(self, arrival: Arrival, view: RouterView) -> int:
         p = self.params
-        best, best_cost = 0, math.inf
+        costs = []
         for r in range(view.replica_count):
             g, c = view.cached_tokens(r, arrival) if arrival.history_tokens else (0, 0)
             prefill = arrival.tokens - g - p["cpu_hit_value"] * c
-            cost = p["prefill_weight"] * prefill + p["load_weight"] * view.inflight_tokens(r)
-            if cost < best_cost:
-                best, best_cost = r, cost
-        return best
+            costs.append(p["prefill_weight"] * prefill + p["load_weight"] * view.inflight_tokens(r))
+        return self.lowest(costs)
 
 
 ROUTERS: dict[str, type[Router]] = {

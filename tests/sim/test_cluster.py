@@ -213,8 +213,9 @@ def test_round_robin_splits_conversations_and_recomputes_what_ran_elsewhere():
 @pytest.mark.parametrize("router", ["session-affinity", "kv-aware"])
 def test_affinity_and_kv_aware_routing_keep_every_conversation_warm(router):
     t = by_turn(cluster(THREE, mem(math.inf), 2, router))
-    # A0 goes to replica 0 (a tie: the lowest index); B0 finds A0 running there and goes to 1;
-    # C0 finds one turn on each: a tie again, replica 0. Each conversation then stays home.
+    # A0 goes to replica 0 (a tie: round robin starts at 0); B0 finds A0 running there and goes
+    # to 1; C0 finds one turn on each: a tie again, and the replica after 1 is 0. Each
+    # conversation then stays home.
     homes = {"A": 0, "B": 1, "C": 0}
     for (s, _), replica in t.replica.items():
         assert replica == homes[s]
@@ -248,8 +249,10 @@ def test_kv_aware_prefers_the_holder_until_its_load_outweighs_the_hit():
     held = {0: (1010, 0)}  # replica 0 holds the whole history on its GPU
     # cost 0 = 50 + load 0, cost 1 = 1060 + load 1: replica 0 while load 0 - load 1 < 1010
     assert router.route(turn, FakeView(held, {0: 1009})) == 0
-    assert router.route(turn, FakeView(held, {0: 1010})) == 0  # a tie: the lower index
     assert router.route(turn, FakeView(held, {0: 1011})) == 1
+    # a tie goes round robin: to the replica after the last pick, here 1 then 0
+    assert router.route(turn, FakeView(held, {0: 1010})) == 0
+    assert router.route(turn, FakeView(held, {0: 1010})) == 1
     assert router.route(turn, FakeView(held, {0: 3000, 1: 2000})) == 0
     # history on the CPU counts at cpu_hit_value (0.5 by default): the hit is worth 505
     on_cpu = {0: (0, 1010)}
@@ -305,6 +308,16 @@ def test_offline_bounds_and_vllm_engine_are_refused():
         cluster(THREE, mem(100), 2, policy="belady")
     with pytest.raises(ValueError, match="kvsim only"):
         cluster(THREE, mem(100), 2, engine=EngineConfig(kind="vllm-v1"))
+
+
+def test_least_loaded_spreads_an_idle_cluster_round_robin():
+    router = make_router("least-loaded", 3)
+    idle = FakeView({}, {})
+    idle.replica_count = 3
+    assert [router.route(Arrival(i, 0, 0, 10, 0.0), idle) for i in range(4)] == [0, 1, 2, 0]
+    busy = FakeView({}, {0: 5, 2: 5})  # replica 1 is the least loaded whatever the turn
+    busy.replica_count = 3
+    assert [router.route(Arrival(i, 0, 0, 10, 0.0), busy) for i in range(2)] == [1, 1]
 
 
 def test_round_robin_cycles_whatever_the_session():
