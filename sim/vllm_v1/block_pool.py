@@ -32,6 +32,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Hashable, Iterable, Iterator, Sequence
+from operator import itemgetter
 from typing import cast
 
 from sim.cachesim import ObjectView
@@ -215,7 +216,8 @@ class BlockPool:
             )
         self.num_blocks = num_blocks
         self.free = FreeQueue(range(1, num_blocks))  # a free block's key travels with it
-        self.held: dict[int, int] = {}  # block -> its holders (a free block is not in it)
+        # block -> its holders (0: free); a list, as a block is taken and freed by the hundred
+        self.held = [0] * num_blocks
         # key -> the first block cached under it: session chains (0: none), and a dict
         self.chains: dict[int, list[int]] = {}
         self.cached: dict[Key, int] = {}
@@ -231,11 +233,12 @@ class BlockPool:
         return self.free.size
 
     def holders(self, block: int) -> int:
-        return self.held.get(block, 0)
+        return self.held[block]
 
     def count_free(self, blocks: Sequence[int]) -> int:
         """How many of ``blocks`` are free (a hit on them takes free capacity)."""
-        return len(blocks) - sum(map(self.held.__contains__, blocks))
+        held = self.held
+        return sum(1 for block in blocks if not held[block])
 
     def cached_blocks(self) -> set[int]:
         """The blocks that hold a key, held or free (for tests and checks)."""
@@ -320,7 +323,9 @@ class BlockPool:
             t0 = time.perf_counter_ns()
             self._drop_keys(out, parts)
             self._evicted(evicted, t0)
-        self.held.update(dict.fromkeys(out, 1))
+        held = self.held
+        for block in out:
+            held[block] = 1
         return out
 
     def take_each(self, n: int) -> tuple[list[int], list[bool]]:
@@ -337,7 +342,9 @@ class BlockPool:
             self.evictions += evicted
             each = (time.perf_counter_ns() - t0) // evicted
             self.evict_ns.extend([each] * evicted)
-        self.held.update(dict.fromkeys(out, 1))
+        held = self.held
+        for block in out:
+            held[block] = 1
         held_key: list[bool] = []
         for part in parts:
             held_key += [True] * len(part) if type(part) is range else [k is not None for k in part]
@@ -397,7 +404,7 @@ class BlockPool:
         """A hit: one more holder for each block, taken out of the free queue if it was there."""
         held, free = self.held, self.free
         for block in blocks:
-            count = held.get(block, 0)
+            count = held[block]
             if not count:
                 free.remove(block)
                 self.num_free_cached -= 1  # only a keyed block is hit
@@ -410,8 +417,7 @@ class BlockPool:
         blocks, keys = list(ordered), list(keys)
         if len(keys) != len(blocks):
             raise ValueError(f"{len(keys)} keys for {len(blocks)} blocks")
-        counts = list(map(self.held.pop, blocks))
-        self._release_counted(blocks, keys, counts)
+        self._release_counted(blocks, keys, self._unhold(blocks))
 
     def free_request(
         self, blocks: list[int], unkeyed: int, parts: Sequence[Sequence[Key]], now: float = 0.0
@@ -421,7 +427,7 @@ class BlockPool:
         of keys without a copy. ``blocks`` is the caller's to give."""
         if sum(map(len, parts)) != len(blocks) - unkeyed:
             raise ValueError(f"keys for {len(blocks) - unkeyed} of {len(blocks)} blocks expected")
-        counts = list(map(self.held.pop, blocks))
+        counts = self._unhold(blocks)
         if counts.count(1) != len(counts):  # others hold some of them
             keys: list[Key | None] = [None] * unkeyed
             for part in parts:
@@ -437,10 +443,20 @@ class BlockPool:
             at += len(part)
         self.num_free_cached += len(blocks) - unkeyed
 
+    def _unhold(self, blocks: list[int]) -> list[int]:
+        """The blocks' holder counts, each now 0."""
+        held = self.held
+        counts = list(itemgetter(*blocks)(held)) if len(blocks) > 1 else [held[b] for b in blocks]
+        if 0 in counts:
+            raise KeyError(f"block {blocks[counts.index(0)]} is not held")
+        for block in blocks:
+            held[block] = 0
+        return counts
+
     def _release_counted(
         self, blocks: list[int], keys: list[Key | None], counts: list[int]
     ) -> None:
-        """The blocks' holder counts were popped (``counts``): queue the ones now free."""
+        """The blocks' holder counts were taken (``counts``): queue the ones now free."""
         if counts.count(1) != len(counts):
             blocks, keys = self._still_held(blocks, keys, counts)
         unkeyed = keys.count(None)
@@ -645,7 +661,7 @@ class PolicyBlockPool(BlockPool):
             uid = uid_of[block]
             pol.access(uid, now)
             last[uid] = now
-            count = held.get(block, 0)
+            count = held[block]
             if not count:
                 pol.pin(uid)
                 self.num_free_cached -= 1
@@ -655,9 +671,11 @@ class PolicyBlockPool(BlockPool):
         held, uid_of, pol, last = self.held, self.uid_of, self.policy, self.view.last
         first: list[int] = []
         for block in ordered:
-            count = held.pop(block)
+            count = held[block]
+            if not count:
+                raise KeyError(f"block {block} is not held")
+            held[block] = count - 1
             if count > 1:
-                held[block] = count - 1
                 continue
             uid = uid_of[block]
             if uid < 0:

@@ -406,25 +406,27 @@ class VllmScheduler:
                 _, blocks, unkeyed, parts = deferred.popleft()
                 self.pool.free_request(blocks, unkeyed, parts, self.now)
         done = []
+        bs, model_len = self.bs, self.model_len
         for req, n, _ in plan.sched:
             req.in_flight -= n
-            stale = req.stale > 0
-            if stale:
+            if req.stale > 0:
                 req.stale -= n
-            if req.status == FINISHED or req not in sampled:
-                continue
-            req.num_tokens += 1
-            had_placeholders = req.placeholders > 0
-            if not stale and had_placeholders:
-                req.placeholders -= 1
+                if req.status == FINISHED or req not in sampled:
+                    continue
+                req.num_tokens += 1
+            else:
+                if req.status == FINISHED or req not in sampled:
+                    continue
+                req.num_tokens += 1
+                if req.placeholders > 0:
+                    req.placeholders -= 1
+                    known = req.num_computed - req.in_flight
+                    if req.status == RUNNING and known // bs > req.num_cached:
+                        self._cache(req, known)  # the token is known now
             if (
-                not stale
-                and had_placeholders
-                and req.status == RUNNING
-                and (req.num_computed - req.in_flight) // self.bs > req.num_cached
+                req.num_tokens - req.num_prompt_tokens >= req.max_tokens
+                or req.num_tokens >= model_len
             ):
-                self._cache(req, req.num_computed - req.in_flight)  # the token is known now
-            if req.num_output >= req.max_tokens or req.num_tokens >= self.model_len:
                 self._finish(req)
                 done.append(req)
         if done:
@@ -606,14 +608,16 @@ class VllmScheduler:
             counts = self._decode_blocks_at_once(reqs, c0, x0, ks)
         if counts is None:
             counts = self._decode_blocks_by_step(reqs, c0, x0, ks, plan_times)
-        for i, req in enumerate(reqs):
-            req.num_computed, req.num_tokens = c0[i] + ks[i], n0[i] + k
-        if not sync:  # step k is in flight now, one token of each (and step k+1, of the rest)
-            for i, req in enumerate(reqs):
-                req.in_flight = req.placeholders = 1 + ks[i] - k
-            self.in_flight[0] = StepPlan(
-                [(r, 1, c0[i] + k - 1) for i, r in enumerate(reqs)], [], []
-            )
+        if sync:
+            for req, c, n in zip(reqs, c0, n0):
+                req.num_computed, req.num_tokens = c + k, n + k
+        else:  # step k is in flight now, one token of each (and step k+1, of the rest)
+            sched = []
+            for req, c, n, kr in zip(reqs, c0, n0, ks):
+                req.num_computed, req.num_tokens = c + kr, n + k
+                req.in_flight = req.placeholders = 1 + kr - k
+                sched.append((req, 1, c + k - 1))
+            self.in_flight[0] = StepPlan(sched, [], [])
             if skip_step:
                 self.in_flight.append(
                     StepPlan([(r, 1, c0[i] + k) for i, r in enumerate(reqs) if ks[i] > k], [], [])
@@ -710,11 +714,14 @@ class VllmScheduler:
         # (step, request) of each block taken, in the order the steps take them
         takes: list[tuple[int, int]] = []
         for i, req in enumerate(reqs):
-            first = len(req.blocks) * bs - c0[i] + 1  # the step whose token needs a new block
-            if first < 1:
+            j = len(req.blocks) * bs - c0[i] + 1  # the step whose token needs a new block
+            if j > ks[i]:
+                continue  # none in the span (most requests)
+            if j < 1:
                 raise AssertionError(f"{req.rid}: its blocks are behind its tokens")
-            for j in range(first, ks[i] + 1, bs):
+            while j <= ks[i]:
                 takes.append((j, i))
+                j += bs
         takes.sort()
         blocks, evicted = pool.take_each(len(takes))
         free, held = self._counts_after_takes(takes, evicted, max(ks))
