@@ -48,6 +48,8 @@ class PointResult:
     turns: pd.DataFrame  # per-turn ledger, label columns first
     sessions: pd.DataFrame  # sim.metrics.session_table(), label columns first
     steps: tuple[str, ...] = ()  # the step log as JSON lines, when the point asks for it
+    # a cluster point: each replica's summary row, as a run of its own (``replica`` first)
+    replicas: tuple[dict[str, Any], ...] = ()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -161,8 +163,9 @@ def run_point(
             (lambda e: steps.append(json.dumps({"point": index, **e}))) if point.step_log else None
         )
         extra: dict[str, Any] = {}
+        per_replica: tuple[dict[str, Any], ...] = ()
         if point.cluster is not None:
-            result, extra = _simulate_cluster(point, sessions, cost, debug, progress)
+            result, extra, per_replica = _simulate_cluster(point, sessions, cost, debug, progress)
         elif point.engine.kind == "vllm-v1":
             from sim.vllm_v1.run import simulate_vllm
 
@@ -210,6 +213,7 @@ def run_point(
             turns=_with_labels(result.turns, labels),
             sessions=_with_labels(sessions, labels),
             steps=tuple(steps),
+            replicas=tuple({**labels, **row} for row in per_replica),
         )
     except Exception as exc:
         raise PointError(
@@ -223,11 +227,13 @@ def _simulate_cluster(
     cost: Any,
     debug: bool,
     progress: Callable[[int], None] | None,
-) -> tuple[Any, dict[str, Any]]:
+) -> tuple[Any, dict[str, Any], tuple[dict[str, Any], ...]]:
     """A cluster point: the cluster as one run (``ClusterResult.merged``, which the summary reads
-    as any run's; its ledger keeps ``replica`` and ``elsewhere_tokens``) and the cluster's own
-    summary columns."""
+    as any run's; its ledger keeps ``replica`` and ``elsewhere_tokens``), the cluster's own
+    summary columns, and each replica's summary row (``replica`` and ``summarize``'s columns of
+    its own ledger and statistics, with its ``elsewhere_rate``)."""
     from sim.cluster import simulate_cluster
+    from sim.metrics import summarize
 
     if point.step_log:
         raise ValueError("step_log: a cluster run writes no step log")
@@ -242,7 +248,25 @@ def _simulate_cluster(
         debug=debug,
         progress=progress,
     )
-    return result.merged(), cluster_columns(result)
+    on = result.turns["replica"].to_numpy()
+    replicas = tuple(
+        {
+            "replica": i,
+            **summarize(r, slo=point.slo),
+            "elsewhere_rate": elsewhere_rate(result.turns[on == i]),
+        }
+        for i, r in enumerate(result.replicas)
+    )
+    return result.merged(), cluster_columns(result), replicas
+
+
+def elsewhere_rate(turns: pd.DataFrame) -> float:
+    """The share of history tokens computed only on another replica, token weighted over turns
+    with history as re-prefill is (0.0 with no history)."""
+    with_history = turns["history_tokens"].to_numpy() > 0
+    history = float(turns["history_tokens"].to_numpy()[with_history].sum())
+    elsewhere = float(turns["elsewhere_tokens"].to_numpy()[with_history].sum())
+    return elsewhere / history if history > 0 else 0.0
 
 
 def cluster_columns(result: Any) -> dict[str, float]:
@@ -253,14 +277,10 @@ def cluster_columns(result: Any) -> dict[str, float]:
     from sim.metrics import jain_index
     from sim.samples import finite_percentile
 
-    t = result.turns
-    with_history = t["history_tokens"].to_numpy() > 0
-    history = float(t["history_tokens"].to_numpy()[with_history].sum())
-    elsewhere = float(t["elsewhere_tokens"].to_numpy()[with_history].sum())
     p90s = [finite_percentile(r.turns["ttft_s"], 90) for r in result.replicas]
     finite = [v for v in p90s if math.isfinite(v)]  # a replica that served no turn has none
     return {
-        "elsewhere_rate": elsewhere / history if history > 0 else 0.0,
+        "elsewhere_rate": elsewhere_rate(result.turns),
         "replica_jain_turns": jain_index([len(r.turns) for r in result.replicas]),
         "replica_ttft_p90_max_s": max(finite) if finite else math.nan,
     }

@@ -8,7 +8,9 @@ new one is in place).
 Files: summary.csv (one row per grid point: grid labels, every ``sim.metrics.summarize`` column,
 ``throughput_impact`` when an infinite-memory baseline ran, then one ``pass_*`` column per target of
 the experiment's ``targets``: True, False, or empty for an offline policy (``experiments.targets``)),
-turns.parquet and sessions.parquet (ledgers with the grid labels), config.resolved.yaml, plots/*.png (or .pdf, .svg).
+turns.parquet and sessions.parquet (ledgers with the grid labels), replicas.csv (a cluster run: one
+row per grid point and replica, that replica's summary as a run of its own), config.resolved.yaml,
+plots/*.png (or .pdf, .svg).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from sim.metrics import SUMMARY_COLUMNS
 SUMMARY_FILE = "summary.csv"
 TURNS_FILE = "turns.parquet"
 SESSIONS_FILE = "sessions.parquet"
+REPLICAS_FILE = "replicas.csv"
 STEPS_FILE = "steps.jsonl"
 CONFIG_FILE = "config.resolved.yaml"
 PLOTS_DIR = "plots"
@@ -50,6 +53,7 @@ class ResultTables:
     turns: pd.DataFrame  # all per-turn ledgers, label columns first
     sessions: pd.DataFrame  # all session tables, label columns first
     steps: tuple[str, ...] = ()  # every point's step log (JSON lines), when asked for
+    replicas: pd.DataFrame | None = None  # a cluster run: one row per (grid point, replica)
 
 
 @dataclass(frozen=True)
@@ -82,7 +86,19 @@ def collect(
         pd.concat([r.sessions for r in results], ignore_index=True) if results else pd.DataFrame()
     )
     steps = tuple(line for r in results for line in r.steps)
-    return ResultTables(summary=summary, turns=turns, sessions=sessions, steps=steps)
+    per_replica = [row for r in results for row in r.replicas]
+    replicas = (
+        pd.DataFrame(per_replica, columns=_replica_columns(per_replica)) if per_replica else None
+    )
+    return ResultTables(summary, turns, sessions, steps, replicas)
+
+
+def _replica_columns(rows: list[dict[str, Any]]) -> list[str]:
+    """replicas.csv's columns: the labels, ``replica``, then the summary's columns."""
+    labels = [c for c in ALL_LABEL_COLUMNS if any(c in r for r in rows)]
+    rest = [k for k in dict.fromkeys(k for r in rows for k in r) if k not in labels]
+    rest.remove("replica")
+    return [*labels, "replica", *rest]
 
 
 def _baseline_key(row: dict[str, Any]) -> tuple:
@@ -157,6 +173,8 @@ def write_results(
         tables.summary.to_csv(tmp / SUMMARY_FILE, index=False)
         tables.turns.to_parquet(tmp / TURNS_FILE, index=False)
         tables.sessions.to_parquet(tmp / SESSIONS_FILE, index=False)
+        if tables.replicas is not None:
+            tables.replicas.to_csv(tmp / REPLICAS_FILE, index=False)
         if tables.steps:
             with (tmp / STEPS_FILE).open("w", encoding="utf-8") as f:
                 for line in tables.steps:

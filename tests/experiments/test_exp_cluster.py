@@ -209,6 +209,21 @@ def test_a_cluster_experiment_runs_end_to_end(cluster_run):
     assert (cluster_run / "plots" / "routers_vs_replicas.png").is_file()
 
 
+def test_replicas_csv_holds_each_replicas_own_summary(cluster_run):
+    summary = pd.read_csv(cluster_run / "summary.csv")
+    replicas = pd.read_csv(cluster_run / "replicas.csv")
+    assert len(replicas) == summary.replicas.sum()  # one row per grid point and replica
+    assert list(replicas.columns[: len(ALL_LABEL_COLUMNS) + 1]) == [*ALL_LABEL_COLUMNS, "replica"]
+    assert {"ttft_p90_s", "tbt_p90_s", "reprefill_rate", "elsewhere_rate"} <= set(replicas.columns)
+    keys = ["router", "replicas"]
+    per_point = replicas.groupby(keys)[["turns", "rejected_turns"]].sum().sort_index()
+    whole = summary.set_index(keys).sort_index()
+    pd.testing.assert_frame_equal(per_point, whole[["turns", "rejected_turns"]], check_dtype=False)
+    # the worst replica's TTFT p90 is the cluster's replica_ttft_p90_max_s
+    worst = replicas.groupby(keys)["ttft_p90_s"].max().sort_index()
+    assert worst.to_numpy() == pytest.approx(whole["replica_ttft_p90_max_s"].to_numpy())
+
+
 def test_the_report_shows_the_routers_figure(cluster_run, tmp_path):
     page = tmp_path / "report.html"
     assert main(["report", str(cluster_run), "--out", str(page)]) == 0
