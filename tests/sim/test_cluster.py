@@ -153,7 +153,16 @@ def test_decode_spans_on_one_clock_give_the_iteration_by_iteration_run(sessions)
     assert_conserved(spans.turns)
 
 
-@pytest.mark.parametrize("router", ROUTERS)
+# least-loaded and session-affinity run in the slow suite (the default run keeps one router that
+# splits conversations and one that reads the replicas' KV)
+@pytest.mark.parametrize(
+    "router",
+    [
+        "round-robin",
+        "kv-aware",
+        *(pytest.param(r, marks=pytest.mark.slow) for r in ("least-loaded", "session-affinity")),
+    ],
+)
 @pytest.mark.parametrize(
     "unit", ["block", "session", pytest.param("layer_block", marks=pytest.mark.slow)]
 )
