@@ -23,24 +23,13 @@ import numpy as np
 import pandas as pd
 
 from experiments.plot_points import drawable_points
+from experiments.schema import LABEL_COLUMNS
 
 CLUSTER_FIGURE = "routers_vs_replicas"  # .png, or the run's figure format
 SIZE_AXIS = "replicas"
-# The grid labels a line may be told apart by besides the router (seed is averaged over).
-_LINE_LABELS = (
-    "policy",
-    "engine",
-    "model",
-    "hardware",
-    "tp",
-    "trace",
-    "time_scale",
-    "gpu_kv_gb",
-    "cpu_kv_gb",
-    "block_tokens",
-    "evict_unit",
-    "pipelining",
-)
+# The grid labels a line may be told apart by besides the router: seed is averaged over, and a
+# cluster runs full KV without sparse decode, so budget and sparse never vary.
+_LINE_LABELS = tuple(c for c in LABEL_COLUMNS if c not in ("name", "budget", "sparse", "seed"))
 PANELS: tuple[tuple[str, str, bool], ...] = (  # column, axis title, a share (0 to 1)
     ("ttft_p50_s", "TTFT p50 (s)", False),
     ("ttft_p90_s", "TTFT p90 (s)", False),

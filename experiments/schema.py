@@ -1105,6 +1105,19 @@ def parse_experiment(
     return exp
 
 
+def _full_kv_problems(exp: Experiment, why: str) -> list[tuple[tuple[str | int, ...], str]]:
+    """The budgets and sparse modes an engine that keeps full KV and decodes from the GPU (a
+    vLLM engine, a cluster) cannot run, each at its key."""
+    out: list[tuple[tuple[str | int, ...], str]] = []
+    for i, b in enumerate(exp.budgets):
+        if b.kind != "full":
+            out.append((("budgets", i), why + "keeps full KV: give budgets only kind full"))
+    for i, sp in enumerate(exp.sparse):
+        if sp.kind != "off":
+            out.append((("sparse", i), why + "has no CPU offload decode: give sparse kind off"))
+    return out
+
+
 def _impossible_combinations(exp: Experiment) -> list[tuple[tuple[str | int, ...], str]]:
     """Values valid one by one that no run can use together: (pydantic-style loc, message).
 
@@ -1176,12 +1189,7 @@ def _cluster_problems(exp: Experiment) -> list[tuple[tuple[str | int, ...], str]
     for i, kind in enumerate(exp.engine.kind):
         if kind != "kvsim":
             out.append((("engine", "kind", i), why + "runs engine.kind kvsim replicas only"))
-    for i, b in enumerate(exp.budgets):
-        if b.kind != "full":
-            out.append((("budgets", i), why + "keeps full KV: give budgets only kind full"))
-    for i, sp in enumerate(exp.sparse):
-        if sp.kind != "off":
-            out.append((("sparse", i), why + "has no CPU offload decode: give sparse kind off"))
+    out += _full_kv_problems(exp, why)
     for i, name in enumerate(exp.policies):
         if policy_class(name).offline:
             out.append(
@@ -1264,12 +1272,7 @@ def _vllm_problems(exp: Experiment) -> list[tuple[tuple[str | int, ...], str]]:
     for i, unit in enumerate(m.evict_unit):
         if unit != "block":
             out.append((("memory", "evict_unit", i), why + "evicts vLLM's blocks: use block"))
-    for i, b in enumerate(exp.budgets):
-        if b.kind != "full":
-            out.append((("budgets", i), why + "keeps full KV: give budgets only kind full"))
-    for i, sp in enumerate(exp.sparse):
-        if sp.kind != "off":
-            out.append((("sparse", i), why + "has no CPU offload decode: give sparse kind off"))
+    out += _full_kv_problems(exp, why)
     for i, name in enumerate(exp.policies):
         try:
             check_policy(name)
