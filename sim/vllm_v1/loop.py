@@ -89,7 +89,13 @@ class StepPrices:
             out[j] = self(BatchShape.decode(seqs, sum(grown), grown))
         return out
 
-    def book_decodes(self, durations: np.ndarray, seqs: int, held: list[int]) -> None:
+    def pricer(self, seqs: int) -> Callable[[int], float] | None:
+        """The price of a decode-only step of ``seqs`` requests from their summed context, in
+        plain floats (the same operations as ``decodes``: the same bits); None where each
+        request's context counts."""
+        return None if self.cost.decode_lens_matter else self.cost.decode_pricer(seqs)
+
+    def book_decodes(self, durations: list[float], seqs: int, held: list[int]) -> None:
         """A run of decode steps priced by ``decodes`` ran (``held``: blocks holding KV in each)."""
 
 
@@ -481,31 +487,23 @@ def _decode_span(
     lens = [r.num_computed + 1 for r in reqs]  # each decode's context in the first step
     sync = not queue
     start = max(now, gpu_free)
-    want = min(64, run.steps)
-    while True:
-        dur = prices.decodes(lens, want)
-        ends = running_sum(start, dur)[1:]  # step j ends at ends[j - 1]
-        if sync:
-            plan = np.concatenate(([now], ends[:-1]))
-        else:  # planned when step j - 2 ended (step 0, in flight, ends at gpu_free)
-            plan = np.concatenate(([now, gpu_free], ends[:-2]))[:want]
-        k = int(np.searchsorted(plan[1:], horizon, side="left")) + 1
-        if k < want or want == run.steps:
-            break
-        want = min(2 * want, run.steps)
-    dur, plans = dur[:k], plan[:k].tolist()
+    got = _span_prices(prices, lens, run.steps, start, now, None if sync else gpu_free, horizon)
+    durs, ends, plans = got
+    k = len(durs)
     keep: list[int] = []  # the step after the run: who it decodes
     if not sync and run.ending and k == run.steps:
-        after = float(ends[k - 2]) if k > 1 else gpu_free  # planned when step k - 1 ended
+        after = ends[k - 2] if k > 1 else gpu_free  # planned when step k - 1 ended
         if after < horizon:
             ending = set(run.ending)
             keep = [i for i, r in enumerate(reqs) if r not in ending]
     if keep:
-        last = prices.decodes([lens[i] + k for i in keep], 1)
-        ends = running_sum(start, np.concatenate((dur, last)))[1:]
+        kept = [lens[i] + k for i in keep]
+        price = prices.pricer(len(kept))
+        last = [price(sum(kept))] if price is not None else prices.decodes(kept, 1).tolist()
+        ends.append(ends[-1] + last[0])
         plans.append(after)
     free, held = side.advance_decodes(run, k, plans, skip_step=bool(keep))
-    prices.book_decodes(dur, len(reqs), held[:k])
+    prices.book_decodes(durs, len(reqs), held[:k])
     rids = [r.rid for r in reqs]
     for rid, c in zip(rids, lens, strict=True):
         st = live[rid]
@@ -517,8 +515,7 @@ def _decode_span(
             st = live[rids[i]]
             st.num_tokens += 1
             st.computed += 1
-    starts = np.concatenate(([start], ends[: len(plans) - 1])).tolist()
-    durs = dur.tolist()
+    starts = [start] + ends[: len(plans) - 1]
     waiting = side.waiting_count()
     arrived = joined(plans[-1]) if joined is not None else []
 
@@ -540,14 +537,82 @@ def _decode_span(
             sched = [(rids[i], 1, lens[i] + k - 1) for i in keep]
             queued = waiting + bisect.bisect_right(arrived, plans[k]) if arrived else waiting
             view_after = StepView(sched, [], [], free[k], len(rids), queued)
-            dur_after = float(last[0])
+            dur_after = last[0]
             queue.append(
                 _Planned(view_after, step + k, starts[k], dur_after, [e[0] for e in sched])
             )
     if on_step is not None:
         for j in range(1, k + 1 if sync else k):
             on_step(_Planned(view(j), step + j - 1, starts[j - 1], durs[j - 1], rids).log_entry([]))
-    end = float(ends[len(plans) - 1])
+    end = ends[len(plans) - 1]
     if keep:
         return plans[k], end, step + k + 1
-    return (end if sync else float(ends[k - 2]) if k > 1 else gpu_free), end, step + k
+    return (end if sync else ends[k - 2] if k > 1 else gpu_free), end, step + k
+
+
+_SCALAR_STEPS = 16  # spans priced step by step up to this length; longer ones in numpy
+
+
+def _span_prices(
+    prices: StepPrices,
+    lens: list[int],
+    most: int,
+    start: float,
+    now: float,
+    in_flight_end: float | None,
+    horizon: float,
+) -> tuple[list[float], list[float], list[float]]:
+    """The durations, ends and planning times of a run's steps: the first always, each later
+    one (up to ``most``) if it is planned before ``horizon``. Step j is planned when step j-1
+    ends (sync), or j-2 (async: step 0, in flight, ends at ``in_flight_end``); they run back to
+    back from ``start``. Short runs in plain floats (the same bits as numpy: the same operations,
+    and the ends summed in order either way)."""
+    seqs, ctx = len(lens), sum(lens)
+    price = prices.pricer(seqs)
+    if price is None:
+        return _span_prices_numpy(prices, lens, most, start, now, in_flight_end, horizon)
+    durs: list[float] = []
+    ends: list[float] = []
+    plans = [now]
+    t = start
+    while True:
+        d = price(ctx + seqs * len(durs))
+        durs.append(d)
+        t += d
+        ends.append(t)
+        j = len(durs)  # steps priced
+        if j == most:
+            break
+        if j == _SCALAR_STEPS:
+            return _span_prices_numpy(prices, lens, most, start, now, in_flight_end, horizon)
+        plan = t if in_flight_end is None else ends[j - 2] if j > 1 else in_flight_end
+        if plan >= horizon:
+            break
+        plans.append(plan)
+    return durs, ends, plans
+
+
+def _span_prices_numpy(
+    prices: StepPrices,
+    lens: list[int],
+    most: int,
+    start: float,
+    now: float,
+    in_flight_end: float | None,
+    horizon: float,
+) -> tuple[list[float], list[float], list[float]]:
+    """``_span_prices`` for a long run (or one whose requests' contexts count): 64 steps priced
+    at once, doubled while all are planned before ``horizon``."""
+    want = min(64, most)
+    while True:
+        dur = prices.decodes(lens, want)
+        ends = running_sum(start, dur)[1:]  # step j ends at ends[j - 1]
+        if in_flight_end is None:
+            plan = np.concatenate(([now], ends[:-1]))
+        else:  # planned when step j - 2 ended (step 0, in flight, ends at in_flight_end)
+            plan = np.concatenate(([now, in_flight_end], ends[:-2]))[:want]
+        k = int(np.searchsorted(plan[1:], horizon, side="left")) + 1
+        if k < want or want == most:
+            break
+        want = min(2 * want, most)
+    return dur[:k].tolist(), ends[:k].tolist(), plan[:k].tolist()

@@ -14,8 +14,6 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
-import numpy as np
-
 from costmodels import BatchShape, CostModel
 from sim.config import GIB, EngineConfig, MemoryConfig
 from sim.policies import PolicyContext, policy_class
@@ -224,15 +222,14 @@ class _BookedPrices(StepPrices):
             self.step_decode.append(shape.decode_seqs)
         return dur
 
-    def book_decodes(self, durations: np.ndarray, seqs: int, held: list[int]) -> None:
-        durs = durations.tolist()
+    def book_decodes(self, durations: list[float], seqs: int, held: list[int]) -> None:
         block_s = self.block_s
-        for h, d in zip(held, durs, strict=True):  # in step order: the same sum as step by step
+        for h, d in zip(held, durations, strict=True):  # in step order: as step by step
             block_s += h * d
         self.block_s = block_s
         self.peak_held = max(self.peak_held, max(held))
-        self.step_s.extend(durs)
-        self.step_decode.extend([seqs] * len(durs))
+        self.step_s.extend(durations)
+        self.step_decode.extend([seqs] * len(durations))
 
 
 def _ledger_row(s: Session, st: TurnState, turn, bs: int, cost: CostModel) -> tuple:
