@@ -17,10 +17,12 @@ The rules, as vLLM 0.33.0's ``BlockPool`` and ``FreeKVCacheBlockQueue`` apply th
 
 The free queue is a queue of *runs* (``FreeQueue``): a request frees its blocks together and
 takes them together, so blocks come and go as lists, each free block with the key it holds (the
-caller of ``release`` names them), and no block -> key map is kept. What stays per block (the
-key -> block map, the holder counts) is updated by C-level bulk operations (``dict.update``,
-``map``): a C dict operation costs about what an interpreted one does, so the count of operations
-a block costs is what matters. The queue's observable order is vLLM's, block by block.
+caller of ``release`` names them), and no block -> key map is kept. The key -> block map keeps a
+session's own keys (``(index << 32) | j``, ``sim.vllm_v1.tokens``) in per-session *chains*, lists
+indexed by j, and any other key in a dict: a request's own keys come as a range, so caching its
+blocks, the run it frees and evicting a slice of that run are slice operations, not one dict
+operation a block. Holder counts are a list indexed by block. The queue's observable order is
+vLLM's, block by block.
 
 ``PolicyBlockPool`` hands the choice among free *cached* blocks to a kvsim eviction policy: what
 vLLM would do with ARC, S3-FIFO or a Pensieve value in its prefix cache. Free blocks without a key
