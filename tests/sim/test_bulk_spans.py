@@ -32,7 +32,15 @@ def test_the_bulk_policies():
     )
 
 
-@pytest.mark.parametrize("policy", BULK)
+# The default run checks four of them (the two structures LRU and FIFO share with most, ARC's
+# lists, an offline bound); the slow suite checks every one.
+DEFAULT_RUN = ("lru", "fifo", "arc", "belady")
+
+
+@pytest.mark.parametrize(
+    "policy",
+    [p if p in DEFAULT_RUN else pytest.param(p, marks=pytest.mark.slow) for p in BULK],
+)
 def test_bulk_spans_equal_strict_replay(policy, monkeypatch):
     taken = []
     bulk = sim.spans.bulk_span

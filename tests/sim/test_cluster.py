@@ -109,7 +109,19 @@ ROUTERS = ["round-robin", "least-loaded", "session-affinity", "kv-aware"]
 
 
 # With one replica every router sends every turn to it; kv-aware also reads the replica's KV.
-@pytest.mark.parametrize("case", ONE_REPLICA_CASES)
+# The default run takes four set-ups with it, the slow suite every set-up with every router.
+DEFAULT_CASES = ("block, CPU tier, arc", "session units, s3fifo", "chunked prefill, open loop")
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        c
+        if c in DEFAULT_CASES or c == "shared prefixes"
+        else pytest.param(c, marks=pytest.mark.slow)
+        for c in ONE_REPLICA_CASES
+    ],
+)
 @pytest.mark.parametrize(
     "router", ["kv-aware", *(pytest.param(r, marks=pytest.mark.slow) for r in ROUTERS[:3])]
 )
@@ -142,7 +154,7 @@ def test_one_replica_matches_the_single_engine_on_random_traces(sessions):
 
 
 # -- several replicas: spans, invariants, conservation --------------------------------------------
-@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(traces())
 def test_decode_spans_on_one_clock_give_the_iteration_by_iteration_run(sessions):
     # debug=True checks every replica's invariants after each iteration and span
