@@ -13,7 +13,6 @@ other replicas was never computed here (``catch_up``).
 
 from __future__ import annotations
 
-import heapq
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -43,7 +42,7 @@ class RoutedArrivals(Arrivals):
         self.to_front(session_index, t)
 
     def deliver(self, session_index: int, t: float, order: int) -> None:
-        heapq.heappush(self._heap, (t, order, session_index))
+        super().schedule(session_index, t, order)
 
 
 class Replica:

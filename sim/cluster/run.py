@@ -152,9 +152,9 @@ def simulate_cluster(
         raise ValueError("cluster: sessions must be a list (the whole trace), not a stream")
     wall0 = time.perf_counter()
     router = make_router(cluster.router, cluster.replicas, dict(cluster.router_params))
-    front: list[Cluster] = []  # the cluster, once built (the replicas call into it)
-    replicas = [
-        Replica(
+
+    def replica(r: int, shell: Cluster) -> Replica:
+        return Replica(
             r,
             sessions,
             cost,
@@ -162,15 +162,14 @@ def simulate_cluster(
             engine,
             policy,
             seed,
-            to_front=lambda r, i, t: front[0].next_turn(r, i, t),
-            turn_ended=lambda r, i: front[0].turn_ended(r, i),
+            to_front=shell.next_turn,
+            turn_ended=shell.turn_ended,
             decode_spans=decode_spans,
             debug=debug,
         )
-        for r in range(cluster.replicas)
-    ]
-    shell = Cluster(sessions, replicas, router, engine.replay, progress)
-    front.append(shell)
+
+    shell = Cluster(sessions, replica, router, engine.replay, progress)
+    replicas = shell.replicas
     with gc_paused():
         shell.run()
     wall = time.perf_counter() - wall0

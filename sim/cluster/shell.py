@@ -35,27 +35,28 @@ class Cluster:
     def __init__(
         self,
         sessions: Sequence[Session],
-        replicas: list[Replica],
+        make_replica: Callable[[int, Cluster], Replica],
         router: Router,
         replay: str,
         progress: Callable[[int], None] | None = None,
     ) -> None:
         self.sessions = sessions
-        self.replicas = replicas
         self.router = router
+        # built here, since each replica calls back into the cluster
+        self.replicas = [make_replica(r, self) for r in range(router.replicas)]
         self.replay = replay
         self.front = Arrivals()  # turns not yet routed
         self.next_k = [0] * len(sessions)  # each session's next turn
         self.history = [0] * len(sessions)  # ... and the context it brings
         self.routed: dict[int, tuple[int, Arrival]] = {}  # session -> (replica, its turn there)
-        self.turns_in = [0] * len(replicas)  # the router's in-flight count per replica
-        self.tokens_in = [0] * len(replicas)
+        self.turns_in = [0] * router.replicas  # the router's in-flight count per replica
+        self.tokens_in = [0] * router.replicas
         self.min_think_s = shortest_think_s(sessions, replay)
         self.progress = progress
         self.ended = 0  # turns completed, not yet reported to ``progress``
         # (session, turn) -> history tokens its replica never computed (they ran elsewhere)
         self.elsewhere: dict[tuple[int, int], int] = {}
-        first = replicas[0].sched
+        first = self.replicas[0].sched
         self.kv_capacity_tokens = first.mem.capacity[0] / first.page_bytes * first.bt
         for i, s in enumerate(sessions):
             self.front.schedule(i, s.turns[0].arrival_s or 0.0)
