@@ -75,6 +75,7 @@ def add_into(acc: Prefill, pf: Prefill) -> None:
     acc.pairs += pf.pairs
     acc.h2d_bytes += pf.h2d_bytes
     acc.h2d_pages += pf.h2d_pages
+    acc.remote_bytes += pf.remote_bytes
     acc.recompute_tokens += pf.recompute_tokens
     acc.recompute_pairs += pf.recompute_pairs
     acc.recompute_seqs += pf.recompute_seqs

@@ -57,6 +57,8 @@ class Prefill:
     flight: it copies layer by layer), relative to the iteration's start; None when none is.
     ``lens``/``recomputed``: each admitted sequence's (new tokens, cached tokens) and, of its new
     tokens, those recomputed (at ``layer_block`` the per-layer recomputes are not in ``lens``).
+    ``remote_bytes``: KV that comes from outside the replica over its remote link (a shared store),
+    from the iteration's start, layer by layer (``Pricer.remote_link``).
     """
 
     tokens: int = 0
@@ -71,6 +73,7 @@ class Prefill:
     deep_pairs: np.ndarray | None = None
     h2d_units: np.ndarray | None = None
     ready_s: np.ndarray | None = None  # per layer: when an in-flight prefetch has it in
+    remote_bytes: int = 0
     lens: list[tuple[int, int]] = field(default_factory=list)
     recomputed: list[int] = field(default_factory=list)
 
@@ -109,6 +112,7 @@ class Prefill:
             self.h2d_pages,
             h2d_units=self.h2d_units,
             ready_s=self.ready_s,
+            remote_bytes=self.remote_bytes,
             lens=[(n - r, c + r) for (n, c), r in zip(self.lens, self.recomputed, strict=True)],
             recomputed=[0] * len(self.lens),
         )
@@ -155,6 +159,8 @@ class Pricer:
         self.async_save = async_save
         self.fused_recompute = fused_recompute
         self.per_layer_copies = per_layer_copies
+        # (latency s, bytes/s) of the link KV from outside the replica arrives on; None: none
+        self.remote_link: tuple[float, float] | None = None
         # The shape-free prices bypass ``iteration`` and ``layer_s``: only where a subclass (a
         # recording model) does not override them.
         self._shape_free = (
@@ -216,7 +222,11 @@ class Pricer:
             head_pass = self._recompute_pass_s(pf)
             pf = pf.without_recompute()
         shape = pf.with_decode(dec_seqs, dec_ctx, dec_lens)
-        if not pf.layered and pf.h2d_units is None and not copy_start_s and pf.ready_s is None:
+        ready = pf.ready_s
+        if pf.remote_bytes:
+            arrive = self.remote_ready_s(pf.remote_bytes)
+            ready = arrive if ready is None else np.maximum(ready, arrive)
+        if not pf.layered and pf.h2d_units is None and not copy_start_s and ready is None:
             it = self.cost.iteration(
                 shape,
                 h2d_bytes=pf.h2d_bytes,
@@ -237,9 +247,18 @@ class Pricer:
             self.async_save,
             copy_start_s,
             0.0,
-            None if pf.ready_s is None else pf.ready_s.tolist(),
+            None if ready is None else ready.tolist(),
         )
         return head_pass + it.total_s, it.stall_s
+
+    def remote_ready_s(self, nbytes: int) -> np.ndarray:
+        """When each layer of ``nbytes`` of KV sent over the remote link from the iteration's start
+        is in: the link's latency, then the layers one after another at its bandwidth."""
+        if self.remote_link is None:
+            raise ValueError("KV from outside the replica, but it has no remote link")
+        latency_s, bytes_per_s = self.remote_link
+        per_layer = nbytes / self.layers / bytes_per_s
+        return latency_s + per_layer * np.arange(1, self.layers + 1)
 
     def _layer_compute(self, base: BatchShape, pf: Prefill) -> list[float]:
         """Each layer's compute: the base shape plus the pages recomputed through that layer."""

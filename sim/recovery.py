@@ -57,6 +57,7 @@ class PageRecovery:
         core = self.core
         sess, bt = run.sess, core.bt
         swapped, swapped_pages, recomputed = core.mem.bring_to_gpu(sess, now)
+        recomputed = self.fetch_dropped(run, recomputed, now, pf)
         redo = recompute_pairs(
             recomputed, sess.unit_pages if core.per_session_unit else 1, bt, old_tokens
         )
@@ -84,6 +85,12 @@ class PageRecovery:
             pf.recompute_pairs += redo
             pf.recompute_seqs += 1
         return swapped, prompt_redo
+
+    def fetch_dropped(self, run: TurnRun, dropped_units, now: float, pf: Prefill):
+        """Of the session's dropped units (indices, in page order) now on the GPU, those to
+        recompute: all of them, unless a source outside the replica sends some (its bytes go to
+        ``pf.remote_bytes``)."""
+        return dropped_units
 
 
 class LayerRecovery:

@@ -20,6 +20,7 @@ from costmodels import CostModel
 from sim.cluster.replica import Replica
 from sim.cluster.routers import make_router
 from sim.cluster.shell import Cluster
+from sim.cluster.store import SharedStore, StoreConfig, StoreRecovery, StoreStats
 from sim.config import EngineConfig, MemoryConfig
 from sim.policies import policy_class
 from sim.results import EngineStats, SimResult, ledger_frame, run_labels
@@ -34,6 +35,7 @@ class ClusterConfig:
     router: str = "round-robin"  # a built-in router's name, or module:Class
     # the router's parameters (a mapping; kept as sorted pairs, so the config is hashable)
     router_params: Any = ()
+    store: StoreConfig | None = None  # a shared KV store behind every replica
 
     def __post_init__(self) -> None:
         params = self.router_params
@@ -47,14 +49,16 @@ class ClusterConfig:
 
 @dataclass(frozen=True, slots=True)
 class ClusterResult:
-    """The cluster's ledger (the single engine's columns, ``replica`` and ``elsewhere_tokens``),
-    and each replica's run (its own ledger and engine statistics)."""
+    """The cluster's ledger (the single engine's columns, ``replica`` and ``elsewhere_tokens``,
+    and ``store_tokens`` with a store), each replica's run (its own ledger and engine statistics)
+    and the store's traffic (None without one)."""
 
     turns: pd.DataFrame
     replicas: tuple[SimResult, ...]
     labels: dict = field(default_factory=dict)
     wall_s: float = 0.0
     active: tuple[tuple[float, float], ...] = ()  # each replica's first and last iteration time
+    store: StoreStats | None = None
 
     def merged(self) -> SimResult:
         """The cluster as one run (``sim.metrics.summarize`` reads it): the whole ledger, and
@@ -150,11 +154,16 @@ def simulate_cluster(
         )
     if not isinstance(sessions, Sequence):
         raise ValueError("cluster: sessions must be a list (the whole trace), not a stream")
+    if cluster.store is not None:
+        store_refusals(memory, engine)
     wall0 = time.perf_counter()
     router = make_router(cluster.router, cluster.replicas, dict(cluster.router_params))
+    store: SharedStore | None = None
+    store_hits: dict[tuple[int, int], int] = {}  # (session, turn) -> history tokens from the store
 
     def replica(r: int, shell: Cluster) -> Replica:
-        return Replica(
+        nonlocal store
+        rep = Replica(
             r,
             sessions,
             cost,
@@ -167,8 +176,16 @@ def simulate_cluster(
             decode_spans=decode_spans,
             debug=debug,
         )
+        if cluster.store is not None:
+            sched = rep.sched
+            if store is None:
+                store = SharedStore(cluster.store, sched.page_bytes, sched.bt)
+            sched.recovery = StoreRecovery(sched, store, store_hits)
+            sched.pricer.remote_link = cluster.store.link
+        return rep
 
     shell = Cluster(sessions, replica, router, engine.replay, progress)
+    shell.store = store
     replicas = shell.replicas
     with gc_paused():
         shell.run()
@@ -188,6 +205,24 @@ def simulate_cluster(
     frames = [res.turns.assign(replica=np.int64(res.labels["replica"])) for res in results]
     turns = pd.concat(frames, ignore_index=True)
     turns = turns.sort_values(["session_id", "turn"], kind="stable", ignore_index=True)
-    turns["elsewhere_tokens"] = shell.elsewhere_column(turns)
+    turns["elsewhere_tokens"] = shell.turn_column(turns, shell.elsewhere)
+    if store is not None:
+        turns["store_tokens"] = shell.turn_column(turns, store_hits)
     active = tuple((r.start_s or 0.0, r.end_s) for r in replicas)
-    return ClusterResult(turns, results, labels, wall, active)
+    return ClusterResult(
+        turns, results, labels, wall, active, None if store is None else store.stats
+    )
+
+
+def store_refusals(memory: MemoryConfig, engine: EngineConfig) -> None:
+    """What a shared store does not work with yet, each named by its key."""
+    if memory.evict_unit != "block":
+        raise ValueError(
+            f"memory.evict_unit: {memory.evict_unit!r} with cluster.store: the store sends "
+            f"whole pages of all layers (block units only)"
+        )
+    if engine.prefetch != "off":
+        raise ValueError(
+            "engine.prefetch with cluster.store: a prefetch and a store load in one admission "
+            "are not modelled together"
+        )

@@ -12,8 +12,11 @@ decode span ends, a turn arrives):
    arrival at the front end, or the earliest moment another replica's completion could add one
    (its next event, plus the trace's shortest think time).
 
-A replica's decisions depend on the others only through the turns routed to it, and no turn can
-arrive inside a span, so the spans change nothing: the run is the one that stepping every
+A replica's decisions depend on the others only through the turns routed to it and, with a shared
+store, through what the store holds of a waiting turn's session; while that turn waits its session
+writes nothing (its previous turn has completed), so the store can only lose its chunks, which
+never makes a turn that could not be admitted admissible. No turn can arrive inside a span, so the
+spans change nothing: the run is the one that stepping every
 iteration of every replica in time order gives. With one replica it is the single engine's run.
 """
 
@@ -28,6 +31,7 @@ import simpy
 from sim.arrivals import Arrivals, next_arrival_s
 from sim.cluster.replica import Replica
 from sim.cluster.routers import Arrival, Router
+from sim.cluster.store import SharedStore
 from traces.records import Session
 
 
@@ -56,6 +60,8 @@ class Cluster:
         self.ended = 0  # turns completed, not yet reported to ``progress``
         # (session, turn) -> history tokens its replica never computed (they ran elsewhere)
         self.elsewhere: dict[tuple[int, int], int] = {}
+        self.store: SharedStore | None = None  # a shared KV store the replicas write to
+        self.now = 0.0
         first = self.replicas[0].sched
         self.kv_capacity_tokens = first.mem.capacity[0] / first.page_bytes * first.bt
         for i, s in enumerate(sessions):
@@ -91,7 +97,10 @@ class Cluster:
         self.tokens_in[r] -= arrival.tokens
         self.router.turn_ended(arrival, r)
         kv = self.replicas[r].sched.kv[i]
-        self.ended += kv.next_turn > arrival.k  # completed (a rejected turn is not)
+        completed = kv.next_turn > arrival.k  # (a rejected turn is not)
+        self.ended += completed
+        if completed and self.store is not None:  # its context is all on the replica's GPU now
+            self.store.write(i, kv.tokens, self.now)
         if self.progress is not None and self.ended >= 256:
             self.progress(self.ended)
             self.ended = 0
@@ -132,6 +141,7 @@ class Cluster:
                 break
             if now > env.now:
                 yield env.timeout(now - env.now)
+            self.now = now
             due = [r for r in replicas if r.next_s == now]
             for r in due:
                 r.event(now)
@@ -165,10 +175,10 @@ class Cluster:
                 h = min(h, busy_until + self.min_think_s)
         return h
 
-    def elsewhere_column(self, turns) -> np.ndarray:
-        """Each ledger row's history tokens that ran on another replica, never on its own."""
+    def turn_column(self, turns, values: dict[tuple[int, int], int]) -> np.ndarray:
+        """A ledger column from ``values`` by (session index, turn), 0 where it has none."""
         index = {s.session_id: i for i, s in enumerate(self.sessions)}
-        get = self.elsewhere.get
+        get = values.get
         return np.fromiter(
             (get((index[sid], k), 0) for sid, k in zip(turns["session_id"], turns["turn"])),
             dtype=np.int64,
