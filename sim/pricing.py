@@ -159,8 +159,8 @@ class Pricer:
         self.async_save = async_save
         self.fused_recompute = fused_recompute
         self.per_layer_copies = per_layer_copies
-        # (latency s, bytes/s) of the link KV from outside the replica arrives on; None: none
-        self.remote_link: tuple[float, float] | None = None
+        # (latency s, bytes/s, layer by layer) of the link KV from outside the replica arrives on
+        self.remote_link: tuple[float, float, bool] | None = None
         # The shape-free prices bypass ``iteration`` and ``layer_s``: only where a subclass (a
         # recording model) does not override them.
         self._shape_free = (
@@ -253,10 +253,13 @@ class Pricer:
 
     def remote_ready_s(self, nbytes: int) -> np.ndarray:
         """When each layer of ``nbytes`` of KV sent over the remote link from the iteration's start
-        is in: the link's latency, then the layers one after another at its bandwidth."""
+        is in: the link's latency, then the layers one after another at its bandwidth (or, not
+        layer by layer, every layer once the whole transfer is in)."""
         if self.remote_link is None:
             raise ValueError("KV from outside the replica, but it has no remote link")
-        latency_s, bytes_per_s = self.remote_link
+        latency_s, bytes_per_s, layerwise = self.remote_link
+        if not layerwise:
+            return np.full(self.layers, latency_s + nbytes / bytes_per_s)
         per_layer = nbytes / self.layers / bytes_per_s
         return latency_s + per_layer * np.arange(1, self.layers + 1)
 

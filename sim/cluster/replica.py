@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 
 from costmodels import CostModel
 from sim.arrivals import Arrivals
+from sim.cluster.disagg import DecodeRecovery
 from sim.config import EngineConfig, MemoryConfig
 from sim.invariants import check_invariants
 from sim.memory import CPU, DROPPED, GPU
@@ -107,6 +108,15 @@ class Replica:
         if self.idle:
             self.wake(now)
         return missing
+
+    def expect_transfer(self, i: int) -> None:
+        """Session i's turn just delivered is a decode part: what this replica lacks of its
+        context comes over the link at its first admission (``sim.cluster.disagg``)."""
+        recovery = self.sched.recovery
+        assert isinstance(recovery, DecodeRecovery), (
+            "a decode part on a replica that does not decode"
+        )
+        recovery.pending.add(i)
 
     def catch_up(self, kv: SessionKV, history: int, now: float) -> None:
         """Extend the session's KV here to ``history`` tokens: the tokens added on other replicas

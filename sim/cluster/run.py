@@ -10,13 +10,14 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from costmodels import CostModel
+from sim.cluster.disagg import DecodeRecovery, DisaggConfig, decode_part, merge_parts, prefill_part
 from sim.cluster.replica import Replica
 from sim.cluster.routers import make_router
 from sim.cluster.shell import Cluster
@@ -36,6 +37,7 @@ class ClusterConfig:
     # the router's parameters (a mapping; kept as sorted pairs, so the config is hashable)
     router_params: Any = ()
     store: StoreConfig | None = None  # a shared KV store behind every replica
+    disaggregation: DisaggConfig | None = None  # prefill and decode pools (None: colocated)
 
     def __post_init__(self) -> None:
         params = self.router_params
@@ -45,6 +47,8 @@ class ClusterConfig:
             raise ValueError(f"cluster.replicas: must be an integer, got {self.replicas!r}")
         if self.replicas < 1:
             raise ValueError(f"cluster.replicas: must be >= 1, got {self.replicas}")
+        if self.disaggregation is not None:
+            self.disaggregation.check(self.replicas)
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,11 +63,14 @@ class ClusterResult:
     wall_s: float = 0.0
     active: tuple[tuple[float, float], ...] = ()  # each replica's first and last iteration time
     store: StoreStats | None = None
+    discarded_tokens: int = 0  # first tokens of prefill parts, emitted again by the decode part
 
     def merged(self) -> SimResult:
         """The cluster as one run (``sim.metrics.summarize`` reads it): the whole ledger, and
         the replicas' statistics added up (docs/semantics.md, "Clusters")."""
         stats = cluster_stats(self.replicas, self.active, self.wall_s)
+        if self.discarded_tokens:
+            stats = replace(stats, output_tokens=stats.output_tokens - self.discarded_tokens)
         return SimResult(self.turns, stats, self.labels)
 
 
@@ -156,16 +163,33 @@ def simulate_cluster(
         raise ValueError("cluster: sessions must be a list (the whole trace), not a stream")
     if cluster.store is not None:
         store_refusals(memory, engine)
+    if cluster.disaggregation is not None:
+        disaggregation_refusals(memory, engine)
     wall0 = time.perf_counter()
-    router = make_router(cluster.router, cluster.replicas, dict(cluster.router_params))
+    params = dict(cluster.router_params)
+    disagg = cluster.disaggregation
+    if disagg is None:
+        router, decode_router, first_decode = (
+            make_router(cluster.router, cluster.replicas, params),
+            None,
+            cluster.replicas,
+        )
+        views: tuple[Sequence[Session], ...] = (sessions,)
+    else:  # each pool has its own instance of the router
+        first_decode = disagg.prefill_replicas
+        router = make_router(cluster.router, first_decode, params)
+        decode_router = make_router(cluster.router, cluster.replicas - first_decode, params)
+        views = ([prefill_part(s) for s in sessions], [decode_part(s) for s in sessions])
     store: SharedStore | None = None
     store_hits: dict[tuple[int, int], int] = {}  # (session, turn) -> history tokens from the store
+    transfers: dict[tuple[int, int], tuple[int, int]] = {}  # (session, turn) -> (tokens, bytes)
 
     def replica(r: int, shell: Cluster) -> Replica:
         nonlocal store
+        decodes = r >= first_decode
         rep = Replica(
             r,
-            sessions,
+            views[-1] if decodes else views[0],
             cost,
             memory,
             engine,
@@ -176,15 +200,19 @@ def simulate_cluster(
             decode_spans=decode_spans,
             debug=debug,
         )
-        if cluster.store is not None:
-            sched = rep.sched
-            if store is None:
-                store = SharedStore(cluster.store, sched.page_bytes, sched.bt)
+        sched = rep.sched
+        if cluster.store is not None and store is None:
+            store = SharedStore(cluster.store, sched.page_bytes, sched.bt)
+        if decodes:
+            assert disagg is not None
+            sched.recovery = DecodeRecovery(sched, transfers)
+            sched.pricer.remote_link = disagg.link
+        elif store is not None and cluster.store is not None:
             sched.recovery = StoreRecovery(sched, store, store_hits)
             sched.pricer.remote_link = cluster.store.link
         return rep
 
-    shell = Cluster(sessions, replica, router, engine.replay, progress)
+    shell = Cluster(sessions, replica, router, engine.replay, progress, decode_router)
     shell.store = store
     replicas = shell.replicas
     with gc_paused():
@@ -203,26 +231,46 @@ def simulate_cluster(
         for r in replicas
     )
     frames = [res.turns.assign(replica=np.int64(res.labels["replica"])) for res in results]
-    turns = pd.concat(frames, ignore_index=True)
+    turns = pd.concat(frames[:first_decode], ignore_index=True)
+    discarded = 0
+    if disagg is not None:
+        decoded = pd.concat(frames[first_decode:], ignore_index=True)
+        turns, _ = merge_parts(turns, decoded, list(sessions), transfers)
+        discarded = shell.handed_off  # a prefill part's first token, emitted again by decode
     turns = turns.sort_values(["session_id", "turn"], kind="stable", ignore_index=True)
     turns["elsewhere_tokens"] = shell.turn_column(turns, shell.elsewhere)
     if store is not None:
         turns["store_tokens"] = shell.turn_column(turns, store_hits)
     active = tuple((r.start_s or 0.0, r.end_s) for r in replicas)
     return ClusterResult(
-        turns, results, labels, wall, active, None if store is None else store.stats
+        turns,
+        results,
+        labels,
+        wall,
+        active,
+        None if store is None else store.stats,
+        discarded,
     )
 
 
-def store_refusals(memory: MemoryConfig, engine: EngineConfig) -> None:
-    """What a shared store does not work with yet, each named by its key."""
+def pages_from_outside_refusals(memory: MemoryConfig, engine: EngineConfig, key: str) -> None:
+    """What KV from outside a replica (a store's, a prefill replica's) does not work with yet,
+    each named by its key."""
     if memory.evict_unit != "block":
         raise ValueError(
-            f"memory.evict_unit: {memory.evict_unit!r} with cluster.store: the store sends "
-            f"whole pages of all layers (block units only)"
+            f"memory.evict_unit: {memory.evict_unit!r} with {key}: pages arrive whole, all "
+            f"layers at once (block units only)"
         )
     if engine.prefetch != "off":
         raise ValueError(
-            "engine.prefetch with cluster.store: a prefetch and a store load in one admission "
-            "are not modelled together"
+            f"engine.prefetch with {key}: a prefetch and a load from outside the replica in one "
+            f"admission are not modelled together"
         )
+
+
+def store_refusals(memory: MemoryConfig, engine: EngineConfig) -> None:
+    pages_from_outside_refusals(memory, engine, "cluster.store")
+
+
+def disaggregation_refusals(memory: MemoryConfig, engine: EngineConfig) -> None:
+    pages_from_outside_refusals(memory, engine, "cluster.disaggregation")

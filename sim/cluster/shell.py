@@ -43,18 +43,28 @@ class Cluster:
         router: Router,
         replay: str,
         progress: Callable[[int], None] | None = None,
+        decode_router: Router | None = None,
     ) -> None:
         self.sessions = sessions
-        self.router = router
+        count = router.replicas + (decode_router.replicas if decode_router else 0)
         # built here, since each replica calls back into the cluster
-        self.replicas = [make_replica(r, self) for r in range(router.replicas)]
+        self.replicas = [make_replica(r, self) for r in range(count)]
+        # Turns from the front end go to the first pool (every replica, or the prefill pool);
+        # with disaggregation, decode parts go to the second.
+        self.pool = PoolView(self, router, 0)
+        self.decode_pool = (
+            None if decode_router is None else PoolView(self, decode_router, router.replicas)
+        )
+        self.handoffs: list[tuple[int, int, int]] = []  # (session, turn, context) to decode
+        self.handoff_order = 0
+        self.handed_off = 0  # prefill parts handed to decode (their first token is discarded)
         self.replay = replay
         self.front = Arrivals()  # turns not yet routed
         self.next_k = [0] * len(sessions)  # each session's next turn
         self.history = [0] * len(sessions)  # ... and the context it brings
         self.routed: dict[int, tuple[int, Arrival]] = {}  # session -> (replica, its turn there)
-        self.turns_in = [0] * router.replicas  # the router's in-flight count per replica
-        self.tokens_in = [0] * router.replicas
+        self.turns_in = [0] * count  # the routers' in-flight count per replica
+        self.tokens_in = [0] * count
         self.min_think_s = shortest_think_s(sessions, replay)
         self.progress = progress
         self.ended = 0  # turns completed, not yet reported to ``progress``
@@ -67,24 +77,20 @@ class Cluster:
         for i, s in enumerate(sessions):
             self.front.schedule(i, s.turns[0].arrival_s or 0.0)
 
-    # -- RouterView ------------------------------------------------------------------------------
-    @property
-    def replica_count(self) -> int:
-        return len(self.replicas)
+    def is_prefill(self, replica: int) -> bool:
+        """Does ``replica`` run prefill parts only (a disaggregated cluster's prefill pool)?"""
+        return self.decode_pool is not None and replica < self.decode_pool.first
 
-    def inflight_turns(self, replica: int) -> int:
-        return self.turns_in[replica]
-
-    def inflight_tokens(self, replica: int) -> int:
-        return self.tokens_in[replica]
-
-    def cached_tokens(self, replica: int, arrival: Arrival) -> tuple[int, int]:
-        return self.replicas[replica].cached_tokens(arrival.session, arrival.history_tokens)
+    def hands_off(self, replica: int, i: int, k: int) -> bool:
+        """Does turn k of session i, completed on ``replica``, go on to a decode replica?"""
+        return self.is_prefill(replica) and self.sessions[i].turns[k].output_tokens > 1
 
     # -- the front end ---------------------------------------------------------------------------
     def next_turn(self, replica: int, i: int, t: float) -> None:
         """Session i's turn completed on ``replica``; its next turn arrives at ``t``."""
         kv = self.replicas[replica].sched.kv[i]
+        if self.hands_off(replica, i, kv.next_turn - 1):
+            return  # a prefill part: the turn goes on to decode, whose completion schedules this
         self.next_k[i] = kv.next_turn
         self.history[i] = kv.tokens
         self.front.schedule(i, t)
@@ -95,12 +101,17 @@ class Cluster:
         assert r == replica
         self.turns_in[r] -= 1
         self.tokens_in[r] -= arrival.tokens
-        self.router.turn_ended(arrival, r)
+        pool = self.decode_pool if self.decode_pool and r >= self.decode_pool.first else self.pool
+        pool.router.turn_ended(arrival, r - pool.first)
         kv = self.replicas[r].sched.kv[i]
         completed = kv.next_turn > arrival.k  # (a rejected turn is not)
-        self.ended += completed
         if completed and self.store is not None:  # its context is all on the replica's GPU now
             self.store.write(i, kv.tokens, self.now)
+        if completed and self.hands_off(r, i, arrival.k):
+            self.handoffs.append((i, arrival.k, arrival.tokens))
+            self.handed_off += 1
+            return  # the turn is not over: its decode part is
+        self.ended += completed
         if self.progress is not None and self.ended >= 256:
             self.progress(self.ended)
             self.ended = 0
@@ -110,21 +121,38 @@ class Cluster:
                     other.session_over(i)
 
     def route_due(self, now: float) -> None:
+        """Route the decode parts handed off now (in the order their prefills completed), then
+        the turns arriving at the front end now."""
+        if self.handoffs:
+            assert self.decode_pool is not None
+            for i, k, context in self.handoffs:
+                arrival = Arrival(i, k, context, 0, now)
+                r = self.send(self.decode_pool, arrival)
+                self.handoff_order += 1
+                self.replicas[r].deliver(i, k, context, now, self.handoff_order, now)
+                self.replicas[r].expect_transfer(i)
+            self.handoffs.clear()
         for t, order, i in self.front.pop_due(now):
             k = self.next_k[i]
             arrival = Arrival(i, k, self.history[i], self.sessions[i].turns[k].prompt_tokens, t)
-            r = self.router.route(arrival, self)
-            if not 0 <= r < len(self.replicas):
-                raise ValueError(
-                    f"router {type(self.router).__name__} sent a turn to replica {r} of "
-                    f"{len(self.replicas)}"
-                )
-            self.routed[i] = (r, arrival)
-            self.turns_in[r] += 1
-            self.tokens_in[r] += arrival.tokens
+            r = self.send(self.pool, arrival)
             missing = self.replicas[r].deliver(i, k, arrival.history_tokens, t, order, now)
             if missing:
                 self.elsewhere[i, k] = missing
+
+    def send(self, pool: PoolView, arrival: Arrival) -> int:
+        """The replica ``pool``'s router picks for ``arrival``, counted in flight there."""
+        r = pool.router.route(arrival, pool)
+        if not 0 <= r < pool.replica_count:
+            raise ValueError(
+                f"router {type(pool.router).__name__} sent a turn to replica {r} of "
+                f"{pool.replica_count}"
+            )
+        r += pool.first
+        self.routed[arrival.session] = (r, arrival)
+        self.turns_in[r] += 1
+        self.tokens_in[r] += arrival.tokens
+        return r
 
     # -- the clock -------------------------------------------------------------------------------
     def run(self) -> None:
@@ -168,11 +196,14 @@ class Cluster:
         t = replica.sched.next_arrival_s()
         nxt = self.front.next_s()
         h = min(math.inf if t is None else t, math.inf if nxt is None else nxt)
+        # a prefill replica's completion hands a decode replica its turn at once, no think time
+        to_decode = self.decode_pool is not None and not self.is_prefill(replica.index)
         for q in self.replicas:
             if q is not replica:
                 # a replica still to go on now has no next event yet: its completions come later
                 busy_until = now if q.after_step else q.next_s
-                h = min(h, busy_until + self.min_think_s)
+                gap = 0.0 if to_decode and self.is_prefill(q.index) else self.min_think_s
+                h = min(h, busy_until + gap)
         return h
 
     def turn_column(self, turns, values: dict[tuple[int, int], int]) -> np.ndarray:
@@ -184,6 +215,34 @@ class Cluster:
             dtype=np.int64,
             count=len(turns),
         )
+
+
+class PoolView:
+    """What a pool's router sees (``sim.cluster.RouterView``): the replicas ``first`` ..
+    ``first + router.replicas - 1`` as 0, 1, ..."""
+
+    def __init__(self, shell: Cluster, router: Router, first: int) -> None:
+        self.shell = shell
+        self.router = router
+        self.first = first
+
+    @property
+    def replica_count(self) -> int:
+        return self.router.replicas
+
+    @property
+    def kv_capacity_tokens(self) -> float:
+        return self.shell.kv_capacity_tokens
+
+    def inflight_turns(self, replica: int) -> int:
+        return self.shell.turns_in[self.first + replica]
+
+    def inflight_tokens(self, replica: int) -> int:
+        return self.shell.tokens_in[self.first + replica]
+
+    def cached_tokens(self, replica: int, arrival: Arrival) -> tuple[int, int]:
+        held = self.shell.replicas[self.first + replica]
+        return held.cached_tokens(arrival.session, arrival.history_tokens)
 
 
 def shortest_think_s(sessions: Sequence[Session], replay: str) -> float:

@@ -33,6 +33,18 @@ _DROPPED_BYTE = bytes([DROPPED])
 _CHUNK_BITS = 24  # an object's id: session index << _CHUNK_BITS | chunk index
 
 
+def check_number(key: str, value, above: float | None = None, at_least: float | None = None):
+    """A finite number (not a bool) > ``above`` or >= ``at_least``, else an error naming ``key``."""
+    ok = not isinstance(value, bool) and isinstance(value, int | float) and math.isfinite(value)
+    if ok and above is not None:
+        ok = value > above
+    if ok and at_least is not None:
+        ok = value >= at_least
+    if not ok:
+        bound = f"> {above:g}" if above is not None else f">= {at_least:g}"
+        raise ValueError(f"{key}: must be a finite number {bound}, got {value!r}")
+
+
 # The policies that order plain objects (the ones libCacheSim has); the others order a session's
 # pages by what only the engine knows of them.
 STORE_POLICIES = ("lru", "fifo", "lfu", "arc", "clock", "sieve", "s3fifo", "slru", "twoq")
@@ -54,13 +66,9 @@ class StoreConfig:
     chunk_tokens: int = 256  # tokens per stored object (LMCache's default chunk)
 
     def __post_init__(self) -> None:
-        for key in ("capacity_gb", "bandwidth_gb_s"):
-            value = getattr(self, key)
-            if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-                raise ValueError(f"cluster.store.{key}: must be a number > 0, got {value!r}")
-        latency = self.latency_us
-        if isinstance(latency, bool) or not isinstance(latency, int | float) or not latency >= 0:
-            raise ValueError(f"cluster.store.latency_us: must be a number >= 0, got {latency!r}")
+        check_number("cluster.store.capacity_gb", self.capacity_gb, above=0)
+        check_number("cluster.store.bandwidth_gb_s", self.bandwidth_gb_s, above=0)
+        check_number("cluster.store.latency_us", self.latency_us, at_least=0)
         chunk = self.chunk_tokens
         if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
             raise ValueError(f"cluster.store.chunk_tokens: must be an integer >= 1, got {chunk!r}")
@@ -76,9 +84,10 @@ class StoreConfig:
             )
 
     @property
-    def link(self) -> tuple[float, float]:
-        """(latency s, bytes/s): a replica's remote link (``sim.pricing.Pricer.remote_link``)."""
-        return self.latency_us * 1e-6, self.bandwidth_gb_s * 1e9
+    def link(self) -> tuple[float, float, bool]:
+        """A replica's link to the store (``sim.pricing.Pricer.remote_link``): loads arrive
+        layer by layer, as LMCache's layer-wise retrieval sends them."""
+        return self.latency_us * 1e-6, self.bandwidth_gb_s * 1e9, True
 
 
 @dataclass(slots=True)

@@ -1,0 +1,159 @@
+"""Prefill/decode disaggregation: a pool of prefill replicas and a pool of decode replicas, and the
+KV transfer between them (DistServe, Splitwise, Mooncake; vLLM's disaggregated proxy).
+
+A turn runs twice. Its *prefill part* runs on a prefill replica as a turn of one output token:
+the history is found or recomputed there and the prompt computed. Its *decode part* then goes to
+a decode replica (the decode pool's router picks it) as a turn of no prompt and the turn's output
+tokens, whose history is the whole context so far: the pages the decode replica lacks come over
+the link from the prefill replica when the decode replica admits it (it pulls them into the pages
+it allocates), then its first iteration computes one token and emits the user's first token, and
+decoding goes on there (docs/semantics.md, "Prefill/decode disaggregation"). A turn of one output
+token has no decode part.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pandas as pd
+
+from sim.cluster.store import check_number
+from sim.recovery import PageRecovery
+from traces.records import Session
+
+if TYPE_CHECKING:
+    from sim.pricing import Prefill
+    from sim.scheduler import Scheduler
+    from sim.turns import TurnRun
+    from sim.units import SessionKV
+
+
+@dataclass(frozen=True, slots=True)
+class DisaggConfig:
+    prefill_replicas: int  # the first replicas; the rest decode
+    bandwidth_gb_s: float = 50.0  # the link between a prefill and a decode replica: 400 Gb/s RDMA
+    latency_us: float = 20.0  # before a transfer's first byte arrives
+    layerwise: bool = True  # layer l may run once its KV is in (else: once all of it is)
+
+    def __post_init__(self) -> None:
+        n = self.prefill_replicas
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ValueError(
+                f"cluster.disaggregation.prefill_replicas: must be an integer >= 1, got {n!r}"
+            )
+        check_number("cluster.disaggregation.bandwidth_gb_s", self.bandwidth_gb_s, above=0)
+        check_number("cluster.disaggregation.latency_us", self.latency_us, at_least=0)
+        if not isinstance(self.layerwise, bool):
+            raise ValueError(
+                f"cluster.disaggregation.layerwise: must be true or false, got {self.layerwise!r}"
+            )
+
+    def check(self, replicas: int) -> None:
+        if self.prefill_replicas >= replicas:
+            raise ValueError(
+                f"cluster.disaggregation.prefill_replicas: {self.prefill_replicas} of "
+                f"{replicas} replicas leaves no decode replica"
+            )
+
+    @property
+    def link(self) -> tuple[float, float, bool]:
+        """A decode replica's link (``sim.pricing.Pricer.remote_link``)."""
+        return self.latency_us * 1e-6, self.bandwidth_gb_s * 1e9, self.layerwise
+
+
+def prefill_part(session: Session) -> Session:
+    """The session as a prefill replica runs it: each turn stops at its first output token."""
+    return replace(session, turns=tuple(replace(t, output_tokens=1) for t in session.turns))
+
+
+def decode_part(session: Session) -> Session:
+    """The session as a decode replica runs it: each turn brings no prompt (its KV arrives with the
+    history) and generates all its output. No shared-prefix keys: the decode replica receives the
+    prefix's pages as the session's own."""
+    turns = tuple(replace(t, prompt_tokens=0, prefix_hashes=()) for t in session.turns)
+    return replace(session, turns=turns, block_tokens=None)
+
+
+class DecodeRecovery(PageRecovery):
+    """A decode replica's recovery: a decode part's pages that the replica lacks at its first
+    admission come over the link (all of them: the prefill replica has just computed the whole
+    context); ``transfers`` records (tokens, bytes) per (session, turn). A decode part preempted
+    and admitted again recomputes what it lost, as any turn does."""
+
+    def __init__(self, core: Scheduler, transfers: dict) -> None:
+        super().__init__(core)
+        self.transfers = transfers
+        self.pending: set[int] = set()  # sessions whose decode part awaits its first admission
+
+    def split(self, sess: SessionKV) -> tuple[int, int, int]:
+        g, c, d = super().split(sess)
+        return (g, c, 0) if sess.index in self.pending else (g, c, d)
+
+    def dropped_tokens(self, sess: SessionKV) -> int:
+        return 0 if sess.index in self.pending else super().dropped_tokens(sess)
+
+    def fetch_dropped(self, run: TurnRun, dropped_units, now: float, pf: Prefill):
+        sess = run.sess
+        if sess.index not in self.pending:
+            return dropped_units
+        self.pending.discard(sess.index)
+        units, bt = np.asarray(dropped_units, dtype=np.int64), self.core.bt
+        tokens = len(units) * bt  # whole pages, less the unfilled tail of the session's last
+        if len(units) and units[-1] == (sess.tokens - 1) // bt and sess.tokens % bt:
+            tokens -= bt - sess.tokens % bt
+        nbytes = len(dropped_units) * self.core.page_bytes
+        pf.remote_bytes += nbytes
+        self.transfers[sess.index, run.k] = (tokens, nbytes)
+        return np.empty(0, dtype=np.int64)
+
+
+def merge_parts(
+    prefill: pd.DataFrame,
+    decode: pd.DataFrame,
+    sessions: list[Session],
+    transfers: dict[tuple[int, int], tuple[int, int]],
+) -> tuple[pd.DataFrame, int]:
+    """One ledger row per turn from its prefill part's row and its decode part's (a turn of one
+    output token has only the first): arrival, admission, history split and queueing from the
+    prefill part; first token, finish and TBT from the decode part (so TTFT is prefill, transfer
+    and the first decode step); swap-ins and preemptions of both. Also the count of prefill parts
+    whose decode part was rejected (those turns are not served: no row)."""
+    index = {s.session_id: i for i, s in enumerate(sessions)}
+    out_tokens = np.fromiter(
+        (
+            sessions[index[sid]].turns[k].output_tokens
+            for sid, k in zip(prefill.session_id, prefill.turn)
+        ),
+        dtype=np.int64,
+        count=len(prefill),
+    )
+    keys = ["session_id", "turn"]
+    d = decode.set_index(keys)
+    p = prefill.assign(output_tokens=out_tokens).set_index(keys)
+    has_decode = p.index.isin(d.index)
+    lost = int(((out_tokens > 1) & ~has_decode).sum())
+    p = p[(out_tokens == 1) | has_decode]
+    both = p.index.isin(d.index)
+    dd = d.loc[p.index[both]]
+    merged = p.copy()
+    merged["decode_replica"] = np.int64(-1)
+    merged["transfer_tokens"] = np.int64(0)
+    merged["transfer_bytes"] = np.int64(0)
+    merged["transfer_stall_s"] = 0.0
+    if both.any():
+        rows = merged.index[both]
+        for col in ("first_token_s", "finish_s", "tbt_mean_s"):
+            merged.loc[rows, col] = dd[col].to_numpy()
+        for col in ("swap_in_bytes", "preemptions", "preempt_recompute_tokens"):
+            merged.loc[rows, col] = merged.loc[rows, col].to_numpy() + dd[col].to_numpy()
+        merged.loc[rows, "decode_replica"] = dd["replica"].to_numpy()
+        merged.loc[rows, "transfer_stall_s"] = dd["copy_stall_s"].to_numpy()
+        sent = [transfers.get((index[sid], k), (0, 0)) for sid, k in rows]
+        merged.loc[rows, "transfer_tokens"] = np.array([t for t, _ in sent], dtype=np.int64)
+        merged.loc[rows, "transfer_bytes"] = np.array([b for _, b in sent], dtype=np.int64)
+    merged["ttft_s"] = merged["first_token_s"] - merged["arrival_s"]
+    merged["e2e_s"] = merged["finish_s"] - merged["arrival_s"]
+    merged = merged.reset_index()
+    return merged, lost

@@ -1,0 +1,192 @@
+"""Prefill/decode disaggregation: a hand-worked turn (TTFT = prefill + transfer + first decode
+step), what each pool holds and sends, conservation on both sides, exact decode spans, and bad
+input."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+from costmodels import BatchShape, attention_pairs
+from sim import EngineConfig
+from sim.cluster import ClusterConfig, simulate_cluster
+from sim.cluster.disagg import DisaggConfig
+from sim.cluster.store import StoreConfig
+from tests.sim.test_cluster import COST, PAGE, conversation, mem, synthetic
+from tests.sim.trace_strategies import traces
+
+L = COST.model.num_layers
+STEP = COST.profile.step_overhead_s
+
+
+def run(sessions, memory, replicas=2, prefill=1, router="round-robin", **kw):
+    link = {k: kw.pop(k) for k in ("bandwidth_gb_s", "latency_us", "layerwise") if k in kw}
+    cfg = ClusterConfig(
+        replicas,
+        router,
+        store=kw.pop("store", None),
+        disaggregation=DisaggConfig(prefill, **link),
+    )
+    engine = kw.pop("engine", EngineConfig())
+    return simulate_cluster(
+        sessions, COST, memory, engine, "lru", 0, cfg, debug=kw.pop("debug", True), **kw
+    )
+
+
+def assert_conserved(res, prefill: int) -> None:
+    """The prefill side: every history token a GPU, CPU or store hit or recomputed, once. The
+    decode side: every token of the context it receives (history + prompt) held there or sent,
+    once, at a decode part's first admission."""
+    t = res.turns
+    store = t.store_tokens if "store_tokens" in t else 0
+    split = t.gpu_hit_tokens + t.cpu_hit_tokens + store + t.recomputed_tokens + t.pruned_tokens
+    assert (split == t.history_tokens).all()
+    decoded = t[t.decode_replica >= 0].set_index(["session_id", "turn"])
+    parts = pd.concat([r.turns for r in res.replicas[prefill:]]).set_index(["session_id", "turn"])
+    assert len(parts) == len(decoded)
+    mine = decoded.loc[parts.index]
+    assert (parts.recomputed_tokens == 0).all() and (parts.prompt_tokens == 0).all()
+    held = parts.gpu_hit_tokens + parts.cpu_hit_tokens
+    assert (held + mine.transfer_tokens == parts.history_tokens).all()
+    assert (parts.history_tokens == mine.history_tokens + mine.prompt_tokens).all()
+
+
+# -- hand-worked ----------------------------------------------------------------------------------
+# One conversation, two turns: (120 prompt, 200 output), then (100, 5) after 100 s; one prefill
+# and one decode replica, unbounded GPUs; a link of 0.5 GB/s and 1 ms, whole transfers.
+ONE = [conversation("A", 0.0, [(120, 200), (100, 5)])]
+
+
+def test_ttft_is_prefill_then_transfer_then_the_first_decode_step():
+    res = run(ONE, mem(math.inf), bandwidth_gb_s=0.5, latency_us=1000, layerwise=False)
+    t = res.turns.set_index("turn")
+    assert t.replica.tolist() == [0, 0] and t.decode_replica.tolist() == [1, 1]
+    # turn 0: the prefill replica computes the 120 prompt tokens alone; the decode replica holds
+    # nothing, so all 8 pages (7 full, one of 8 tokens) cross the link before its first step,
+    # which computes one token over the 120 received
+    prefill = COST.lone_prefill_s(120, 0)
+    transfer = 1e-3 + 8 * PAGE / 0.5e9
+    first_step = COST.lone_prefill_s(1, 120)
+    assert t.loc[0, ["transfer_tokens", "transfer_bytes"]].tolist() == [120, 8 * PAGE]
+    assert t.loc[0, "transfer_stall_s"] == pytest.approx(transfer, rel=1e-9)
+    assert t.loc[0, "ttft_s"] == pytest.approx(prefill + transfer + first_step, rel=1e-9)
+    # the decode part then runs the other 199 tokens; the turn's TBT is the decode replica's
+    d0 = res.replicas[1].turns.set_index("turn").loc[0]
+    assert d0.output_tokens == 200 and t.loc[0, "finish_s"] == d0.finish_s
+    assert t.loc[0, "tbt_mean_s"] == pytest.approx((d0.finish_s - d0.first_token_s) / 199)
+    assert t.loc[0, "output_tokens"] == 200 and t.loc[0, "prompt_tokens"] == 120
+
+
+def test_each_pool_keeps_what_it_computed():
+    t = run(ONE, mem(math.inf), bandwidth_gb_s=0.5, latency_us=1000).turns.set_index("turn")
+    # turn 1 (history 320): the prefill replica computed 121 tokens of turn 0 (the prompt and
+    # the first output token): 7 full pages hit, the partial eighth and the 200 tokens decoded
+    # elsewhere are recomputed
+    assert t.loc[1, ["gpu_hit_tokens", "recomputed_tokens"]].tolist() == [112, 208]
+    assert t.loc[1, "elsewhere_tokens"] == 199
+    # the decode replica holds the 320 tokens of context (20 full pages): only the new prompt's
+    # 100 tokens (7 pages) cross
+    assert t.loc[1, ["transfer_tokens", "transfer_bytes"]].tolist() == [100, 7 * PAGE]
+
+
+def test_a_layer_by_layer_transfer_overlaps_the_first_step():
+    whole = run(ONE, mem(math.inf), bandwidth_gb_s=0.1, latency_us=1000, layerwise=False)
+    layered = run(ONE, mem(math.inf), bandwidth_gb_s=0.1, latency_us=1000, layerwise=True)
+    # the link is slow: each layer of the first step waits for its KV, and the last layer's
+    # compute (then the LM head and the step's overhead) follows the last byte
+    transfer = 1e-3 + 8 * PAGE / 0.1e9
+    layer = COST.layer_s(BatchShape(1, attention_pairs(1, 120), 1, 0, 0, ((1, 120),), None))
+    assert transfer / L > 10 * layer
+    ttft = COST.lone_prefill_s(120, 0) + transfer + layer + COST.lm_head_s(1) + STEP
+    assert layered.turns.ttft_s.iloc[0] == pytest.approx(ttft, rel=1e-9)
+    assert layered.turns.ttft_s.iloc[0] < whole.turns.ttft_s.iloc[0]
+
+
+def test_a_one_token_turn_ends_on_the_prefill_replica():
+    one = [conversation("A", 0.0, [(120, 1), (50, 30)])]
+    t = run(one, mem(math.inf)).turns.set_index("turn")
+    assert t.loc[0, "decode_replica"] == -1 and t.loc[0, "transfer_bytes"] == 0
+    assert t.loc[0, "ttft_s"] == pytest.approx(COST.lone_prefill_s(120, 0), rel=1e-12)
+    # its whole context (the prompt and the one output token) stays on the prefill replica
+    assert t.loc[1, ["history_tokens", "gpu_hit_tokens", "recomputed_tokens"]].tolist() == [
+        121,
+        121,
+        0,
+    ]
+    assert t.loc[1, "decode_replica"] == 1
+
+
+def test_a_store_gives_the_prefill_pool_what_decode_wrote():
+    st = StoreConfig(capacity_gb=1000 * PAGE / 1e9, chunk_tokens=16)
+    t = run(ONE, mem(math.inf), store=st).turns.set_index("turn")
+    # the decode replica wrote turn 0's 320 tokens (20 full pages) at its completion; the prefill
+    # replica holds 7 of them and loads the other 13 (its partial page among them)
+    assert t.loc[1, ["gpu_hit_tokens", "store_tokens", "recomputed_tokens"]].tolist() == [
+        112,
+        208,
+        0,
+    ]
+
+
+# -- random traces ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("router", ["round-robin", "kv-aware", "session-affinity"])
+def test_pools_conserve_and_spans_give_the_iteration_by_iteration_run(router):
+    sessions = synthetic(30, seed=2)
+    engine = EngineConfig(max_batch_tokens=512, chunked_prefill=True)
+    res = run(sessions, mem(400, 100), 4, 2, router, engine=engine)
+    strict = run(
+        sessions, mem(400, 100), 4, 2, router, engine=engine, decode_spans=False, debug=False
+    )
+    pd.testing.assert_frame_equal(res.turns, strict.turns)
+    assert_conserved(res, 2)
+    rejected = sum(r.stats.rejected_turns for r in res.replicas)
+    assert len(res.turns) + rejected == sum(len(s.turns) for s in sessions)
+    assert set(res.turns.replica) <= {0, 1} and set(res.turns.decode_replica) <= {-1, 2, 3}
+    merged = res.merged()
+    assert merged.stats.output_tokens == res.turns.output_tokens.sum()
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(sessions=traces())
+def test_random_traces_conserve_on_both_pools(sessions):
+    st = StoreConfig(capacity_gb=60 * PAGE / 1e9, chunk_tokens=32)
+    res = run(sessions, mem(120, 40), 3, 1, store=st)
+    assert_conserved(res, 1)
+    strict = run(sessions, mem(120, 40), 3, 1, store=st, decode_spans=False, debug=False)
+    pd.testing.assert_frame_equal(res.turns, strict.turns)
+
+
+# -- bad input ---------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("kw", "message"),
+    [
+        ({"prefill_replicas": 0}, "cluster.disaggregation.prefill_replicas"),
+        ({"prefill_replicas": 1, "bandwidth_gb_s": 0}, "cluster.disaggregation.bandwidth_gb_s"),
+        ({"prefill_replicas": 1, "latency_us": -1}, "cluster.disaggregation.latency_us"),
+        ({"prefill_replicas": 1, "layerwise": "yes"}, "cluster.disaggregation.layerwise"),
+    ],
+)
+def test_bad_disaggregation_names_the_key(kw, message):
+    with pytest.raises(ValueError, match=message):
+        DisaggConfig(**kw)
+
+
+def test_zero_decode_replicas_is_an_error():
+    with pytest.raises(ValueError, match="prefill_replicas: 2 of 2 replicas leaves no decode"):
+        ClusterConfig(2, disaggregation=DisaggConfig(2))
+
+
+@pytest.mark.parametrize(
+    ("memory", "engine", "message"),
+    [
+        (mem(100, unit="session"), EngineConfig(), "memory.evict_unit.*cluster.disaggregation"),
+        (mem(100, unit="layer_block"), EngineConfig(), "memory.evict_unit"),
+        (mem(100, 100), EngineConfig(prefetch="think"), "engine.prefetch"),
+    ],
+)
+def test_what_disaggregation_does_not_work_with_is_refused_by_key(memory, engine, message):
+    with pytest.raises(ValueError, match=message):
+        run(ONE, memory, engine=engine)
