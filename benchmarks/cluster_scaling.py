@@ -7,10 +7,14 @@ no CPU tier, policy lru, router ``--router``. Reported per size: wall and CPU se
 ``simulate_cluster`` call, turns per CPU second, iterations (all replicas), the cluster's
 re-prefill rate, and peak RSS (getrusage ru_maxrss) after the run. ``--repeats`` runs each size
 that many times and reports min / median / max of the CPU seconds. Size 0 is the single engine
-(``simulate``) on the same trace and one replica's memory, for comparison.
+(``simulate``) on the same trace and one replica's memory, for comparison. ``--store-gb`` puts a
+shared KV store of that size (LRU, default link) behind the replicas; ``--prefill N`` makes the
+first N replicas of each size a prefill pool and the rest a decode pool (sizes without a decode
+replica are skipped).
 
     python benchmarks/cluster_scaling.py                                 # 10,000 sessions, 0 1 2 4 8 16
     python benchmarks/cluster_scaling.py --sessions 100000 --replicas 16 # the large run
+    python benchmarks/cluster_scaling.py --replicas 2 4 8 16 --store-gb 512 --prefill 1
 """
 
 from __future__ import annotations
@@ -24,11 +28,21 @@ import sys
 import time
 
 
-def one_run(sessions: int, replicas: int, gpu_kv_gb: float, router: str, seed: int) -> dict:
+def one_run(
+    sessions: int,
+    replicas: int,
+    gpu_kv_gb: float,
+    router: str,
+    seed: int,
+    store_gb: float = 0.0,
+    prefill: int = 0,
+) -> dict:
     """Run one cluster size in this process and return its figures."""
     from costmodels import cost_model
     from sim import EngineConfig, MemoryConfig, simulate
     from sim.cluster import ClusterConfig, simulate_cluster
+    from sim.cluster.disagg import DisaggConfig
+    from sim.cluster.store import StoreConfig
     from traces import load_trace
 
     trace = load_trace({"kind": "synthetic", "sessions": sessions, "seed": seed}).sessions
@@ -39,9 +53,13 @@ def one_run(sessions: int, replicas: int, gpu_kv_gb: float, router: str, seed: i
         res = simulate(trace, cost, memory, EngineConfig(), "lru", 0)
         turns, steps = res.turns, res.stats.steps
     else:
-        cres = simulate_cluster(
-            trace, cost, memory, EngineConfig(), "lru", 0, ClusterConfig(replicas, router)
+        cfg = ClusterConfig(
+            replicas,
+            router,
+            store=StoreConfig(store_gb) if store_gb else None,
+            disaggregation=DisaggConfig(prefill) if prefill else None,
         )
+        cres = simulate_cluster(trace, cost, memory, EngineConfig(), "lru", 0, cfg)
         turns, steps = cres.turns, sum(r.stats.steps for r in cres.replicas)
     cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
     history = turns.history_tokens.sum()
@@ -64,26 +82,36 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--router", default="kv-aware")
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--store-gb", type=float, default=0.0, help="a shared store (0: none)")
+    ap.add_argument("--prefill", type=int, default=0, help="prefill replicas (0: colocated)")
     ap.add_argument("--one", action="store_true", help=argparse.SUPPRESS)  # a child process
     args = ap.parse_args(argv)
     if args.one:
         r = args.replicas[0]
-        print(json.dumps(one_run(args.sessions, r, args.gpu_kv_gb, args.router, args.seed)))
+        fig = one_run(
+            args.sessions, r, args.gpu_kv_gb, args.router, args.seed, args.store_gb, args.prefill
+        )
+        print(json.dumps(fig))
         return 0
     print(
         f"{args.sessions:,} synthetic sessions, {args.gpu_kv_gb} GiB GPU KV per replica, "
         f"router {args.router}, lru; CPU seconds min / median / max of {args.repeats}"
+        + (f"; a {args.store_gb} GB store" if args.store_gb else "")
+        + (f"; {args.prefill} prefill replica(s), the rest decode" if args.prefill else "")
     )
     print(
         f"{'replicas':>8} {'turns':>8} {'cpu s (min/med/max)':>22} {'turns/cpu-s':>11} "
         f"{'steps':>10} {'re-prefill':>10} {'peak MiB':>9}"
     )
     for r in args.replicas:
+        if args.prefill and not 0 < args.prefill < r:
+            continue  # no decode replica (or the single engine): not a disaggregated cluster
         runs = []
         for _ in range(args.repeats):
             cmd = [sys.executable, __file__, "--one", "--replicas", str(r)]
             cmd += ["--sessions", str(args.sessions), "--gpu-kv-gb", str(args.gpu_kv_gb)]
             cmd += ["--router", args.router, "--seed", str(args.seed)]
+            cmd += ["--store-gb", str(args.store_gb), "--prefill", str(args.prefill)]
             out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
             runs.append(json.loads(out.strip().splitlines()[-1]))
         cpu = sorted(x["cpu_s"] for x in runs)
