@@ -1,4 +1,4 @@
-"""Routers against cluster size: the figure of an experiment with a ``cluster`` section.
+"""Routers against cluster size: the figures of an experiment with a ``cluster`` section.
 
 ``routers_vs_replicas.png`` (or .pdf, .svg: the run's figure format) has three panels against the
 number of replicas, one line per router: TTFT p50, TTFT p90 and the re-prefill rate (the history
@@ -7,6 +7,17 @@ summary.csv has a ``router`` column. A line is one router at one value of every 
 that varies (``policy=lru``, ``gpu_kv_gb=1``, ... name it in the legend); seeds are averaged.
 Points whose value is not finite, and rows with gpu_kv_gb = inf (the infinite-memory baseline), are
 left out; a figure with no finite point is not written, and ``notes`` says so.
+
+``store_vs_replicas.png`` is drawn when the cluster has a shared KV store axis
+(``cluster.store.capacity_gb``, summary.csv's ``store_gb``) with at least two capacities: the
+re-prefill rate, the store hit rate (history tokens loaded from the store) and TTFT p90 against the
+number of replicas, a line per (router, store capacity). It is a figure of its own rather than
+more line styles in ``routers_vs_replicas``: its panels put first what the store changes (the
+recompute it saves, the share of history it serves, and what that does to TTFT's tail), and
+its title says what is compared. In both figures a router keeps its colour and marker and a store
+capacity has its own line style (solid: the smallest, usually 0 = no store; then dashed, dotted,
+dash-dot), so ``routers_vs_replicas`` of such a run draws a line per (router, store capacity)
+too, never a mean over capacities.
 
 It is drawn in the look of the run's other figures (``experiments.figure_style``: the page width,
 the stamp under the panels); pyplot and the global backend are left alone.
@@ -26,7 +37,9 @@ from experiments.plot_points import drawable_points
 from experiments.schema import LABEL_COLUMNS
 
 CLUSTER_FIGURE = "routers_vs_replicas"  # .png, or the run's figure format
+STORE_FIGURE = "store_vs_replicas"  # with a store axis of two capacities or more
 SIZE_AXIS = "replicas"
+STORE_AXIS = "store_gb"  # the cluster.store.capacity_gb axis (0: no store)
 # The grid labels a line may be told apart by besides the router: seed is averaged over, and a
 # cluster runs full KV without sparse decode, so budget and sparse never vary.
 _LINE_LABELS = tuple(c for c in LABEL_COLUMNS if c not in ("name", "budget", "sparse", "seed"))
@@ -43,6 +56,11 @@ ROUTER_STYLES = {
     "session-affinity": ("#2ca02c", "^", "-."),
     "kv-aware": ("#d62728", "D", ":"),
 }
+STORE_PANELS: tuple[tuple[str, str, bool], ...] = (
+    ("reprefill_rate", "re-prefill rate (% of history tokens)", True),
+    ("store_hit_rate", "store hit rate (% of history tokens)", True),
+    ("ttft_p90_s", "TTFT p90 (s)", False),
+)
 _DASHES = ("-", "--", ":", "-.")
 
 
@@ -51,30 +69,47 @@ def has_cluster(summary: pd.DataFrame) -> bool:
     return {"router", SIZE_AXIS} <= set(summary.columns)
 
 
-def router_lines(summary: pd.DataFrame, column: str) -> dict[tuple[str, str], pd.Series]:
-    """Each line of one panel: (router, legend text) -> ``column`` by replicas (ascending), the
-    mean over seeds, non-finite values left out."""
-    others = [c for c in _LINE_LABELS if c in summary.columns and summary[c].map(str).nunique() > 1]
+def store_capacities(summary: pd.DataFrame) -> list[float]:
+    """The store capacities of the run's points, ascending (none without a store axis)."""
+    if STORE_AXIS not in summary.columns:
+        return []
+    values = summary[STORE_AXIS].dropna().astype(float)
+    return sorted(set(values[np.isfinite(values)]))
+
+
+def router_lines(
+    summary: pd.DataFrame, column: str
+) -> dict[tuple[str, float | None, str], pd.Series]:
+    """Each line of one panel: (router, store capacity or None, legend text) -> ``column`` by
+    replicas (ascending), the mean over seeds, non-finite values left out. A store capacity that
+    varies splits the lines as any other varying label does."""
+    labels = [*_LINE_LABELS, STORE_AXIS]
+    others = [c for c in labels if c in summary.columns and summary[c].map(str).nunique() > 1]
     rows = summary[np.isfinite(summary[column].astype(float))]
-    out: dict[tuple[str, str], pd.Series] = {}
+    out: dict[tuple[str, float | None, str], pd.Series] = {}
     for key, group in rows.groupby(["router", *others], sort=False, dropna=False):
         values = key if isinstance(key, tuple) else (key,)
-        name = ", ".join(
-            [str(values[0]), *(f"{c}={_plain(v)}" for c, v in zip(others, values[1:]))]
-        )
+        named = dict(zip(others, values[1:]))
+        name = ", ".join([str(values[0]), *(_name(c, v) for c, v in named.items())])
         series = group.groupby(SIZE_AXIS)[column].mean().astype(float).sort_index()
-        out[(str(values[0]), name)] = series
+        store = named.get(STORE_AXIS)
+        out[(str(values[0]), None if store is None else float(store), name)] = series
     return out
 
 
-def router_style(router: str, variant: int, i: int) -> dict[str, Any]:
-    """A router's look; the lines of one router told apart by their dashes."""
+def router_style(router: str, variant: int, i: int, dash: str | None = None) -> dict[str, Any]:
+    """A router's look; the lines of one router told apart by their dashes: ``dash`` (a store
+    capacity's) where given, with hollow markers for further lines of the same dash."""
     from experiments import figure_style as fs
 
     look = fs.series_style(router, i)
     if router in ROUTER_STYLES:
         look["color"], look["marker"], look["linestyle"] = ROUTER_STYLES[router]
-    if variant:
+    if dash is not None:
+        look["linestyle"] = dash
+        if variant:
+            look["markerfacecolor"] = "none"
+    elif variant:
         look["linestyle"] = _DASHES[variant % len(_DASHES)]
     return look
 
@@ -86,30 +121,78 @@ def cluster_figures(
     fmt: str = "png",
     resolved: Mapping[str, Any] | None = None,
 ) -> list[Path]:
-    """Write ``CLUSTER_FIGURE``.``fmt`` into ``out_dir`` when the run ran clusters; the paths
-    written. ``resolved``: the run's config.resolved.yaml, for the stamp under the panels."""
+    """Write ``CLUSTER_FIGURE``.``fmt`` into ``out_dir`` when the run ran clusters, and
+    ``STORE_FIGURE``.``fmt`` when they had two store capacities or more; the paths written.
+    ``resolved``: the run's config.resolved.yaml, for the stamp under the panels."""
     if not has_cluster(summary):
         return []
     rows = drawable_points(summary)
     rows = rows[rows["router"].notna()]
-    panels = [(col, title, share, router_lines(rows, col)) for col, title, share in PANELS]
+    out = _figure(
+        rows,
+        PANELS,
+        CLUSTER_FIGURE,
+        "Routers against cluster size: TTFT and re-prefill",
+        "TTFT or re-prefill rate",
+        Path(out_dir),
+        notes,
+        fmt,
+        resolved,
+        summary,
+    )
+    if len(store_capacities(rows)) >= 2:
+        out += _figure(
+            rows,
+            STORE_PANELS,
+            STORE_FIGURE,
+            "A shared KV store against cluster size: re-prefill, store hits and TTFT p90",
+            "re-prefill rate, store hit rate or TTFT p90",
+            Path(out_dir),
+            notes,
+            fmt,
+            resolved,
+            summary,
+        )
+    return out
+
+
+def _figure(
+    rows: pd.DataFrame,
+    panel_specs: tuple[tuple[str, str, bool], ...],
+    stem: str,
+    title: str,
+    measured: str,
+    out_dir: Path,
+    notes: list[str],
+    fmt: str,
+    resolved: Mapping[str, Any] | None,
+    summary: pd.DataFrame,
+) -> list[Path]:
+    """One figure of panels against replicas, a line per router (and store capacity, and any
+    other label that varies); nothing written when no panel has a finite point."""
+    panels = [
+        (col, head, share, router_lines(rows, col) if col in rows.columns else {})
+        for col, head, share in panel_specs
+    ]
     if not any(lines for *_, lines in panels):
-        notes.append(f"plots: {CLUSTER_FIGURE}.{fmt}: no finite TTFT or re-prefill rate")
+        notes.append(f"plots: {stem}.{fmt}: no finite {measured}")
         return []
     from matplotlib.ticker import PercentFormatter
 
     from experiments import figure_style as fs
 
     sizes = sorted(set(rows[SIZE_AXIS].astype(float)))
-    title = "Routers against cluster size: TTFT and re-prefill"
+    stores = store_capacities(rows)
+    dashes = {gb: _DASHES[i % len(_DASHES)] for i, gb in enumerate(stores)} if stores else {}
     with fs.style():
         fig, axes, _, _ = fs.grid(len(panels))
         handles: dict[str, Any] = {}
-        for ax, (col, head, share, lines) in zip(axes, panels):
-            variants: dict[str, int] = {}
-            for i, ((router, name), series) in enumerate(lines.items()):
-                n = variants[router] = variants.get(router, -1) + 1
-                look = router_style(router, n, i)
+        for ax, (_, head, share, lines) in zip(axes, panels):
+            variants: dict[tuple[str, float | None], int] = {}
+            for i, ((router, store, name), series) in enumerate(lines.items()):
+                n = variants[router, store] = variants.get((router, store), -1) + 1
+                dash = dashes.get(store) if store is not None and len(stores) > 1 else None
+                look = router_style(router, n, i, dash)
                 (handles[name],) = ax.plot(series.index, series.to_numpy(), label=name, **look)
             if not lines:
                 ax.text(0.5, 0.5, "no data", transform=ax.transAxes, ha="center", va="center")
@@ -118,11 +201,43 @@ def cluster_figures(
             if share:
                 ax.yaxis.set_major_formatter(PercentFormatter(1.0))
             ax.set_ylim(bottom=0)
+        if len(stores) > 1 and all(
+            name == f"{router}, {_name(STORE_AXIS, store)}"
+            for *_, lines in panels
+            for router, store, name in lines
+        ):  # lines told apart by router and store only: a key of each, not of every pair
+            handles = _key_handles(panels, dashes)
         fs.finish(
             fig, title, list(handles.values()), list(handles), fs.run_stamp(summary, resolved)
         )
-        path = fs.save(fig, Path(out_dir) / f"{CLUSTER_FIGURE}.{fmt}", fmt, title)
+        path = fs.save(fig, out_dir / f"{stem}.{fmt}", fmt, title)
     return [path]
+
+
+def _key_handles(panels: list, dashes: Mapping[float, str]) -> dict[str, Any]:
+    """A legend of the routers (their colour and marker, solid) and then the store capacities
+    (their line style, in grey)."""
+    from matplotlib.lines import Line2D
+
+    out: dict[str, Any] = {}
+    for *_, lines in panels:
+        for router, _, _ in lines:
+            if router not in out:
+                look = router_style(router, 0, len(out), "-")
+                out[router] = Line2D([], [], **look)
+    for gb, dash in dashes.items():
+        grey: dict[str, Any] = {"color": "0.35", "linestyle": dash, "linewidth": 1.4}
+        out[_name(STORE_AXIS, gb)] = Line2D([], [], **grey)
+    return out
+
+
+def _name(column: str, value: object) -> str:
+    """A line's label value in its legend: ``policy=lru``; a store capacity as ``store 64 GB``,
+    0 as ``no store``."""
+    if column == STORE_AXIS:
+        gb = float(str(value))
+        return "no store" if gb == 0 else f"store {_plain(gb)} GB"
+    return f"{column}={_plain(value)}"
 
 
 def _plain(v: object) -> str:

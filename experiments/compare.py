@@ -62,6 +62,7 @@ CONFIG_KEYS: dict[str, str] = {
     "seed": "seeds",
     "router": "cluster.router",
     "replicas": "cluster.replicas",
+    "store_gb": "cluster.store.capacity_gb",
     "time_scale": "trace[].time_scale",  # [] stands for any index of the trace list
 }
 # Settings of config.resolved.yaml that cannot change a metric (or are recorded elsewhere).

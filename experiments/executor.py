@@ -230,8 +230,9 @@ def _simulate_cluster(
 ) -> tuple[Any, dict[str, Any], tuple[dict[str, Any], ...]]:
     """A cluster point: the cluster as one run (``ClusterResult.merged``, which the summary reads
     as any run's; its ledger keeps ``replica`` and ``elsewhere_tokens``), the cluster's own
-    summary columns, and each replica's summary row (``replica`` and ``summarize``'s columns of
-    its own ledger and statistics, with its ``elsewhere_rate``)."""
+    summary columns (``cluster_columns``; with a ``cluster.store`` section ``store_columns`` too),
+    and each replica's summary row (``replica`` and ``summarize``'s columns of its own ledger and
+    statistics, with its ``elsewhere_rate`` and, with a store section, its ``store_hit_rate``)."""
     from sim.cluster import simulate_cluster
     from sim.metrics import summarize
 
@@ -249,24 +250,39 @@ def _simulate_cluster(
         progress=progress,
     )
     on = result.turns["replica"].to_numpy()
+    with_store = point.store_gb is not None or result.store is not None
+    if with_store and "store_tokens" not in result.turns:  # capacity 0: nothing from a store
+        result.turns["store_tokens"] = 0
     replicas = tuple(
         {
             "replica": i,
             **summarize(r, slo=point.slo),
             "elsewhere_rate": elsewhere_rate(result.turns[on == i]),
+            **({"store_hit_rate": store_hit_rate(result.turns[on == i])} if with_store else {}),
         }
         for i, r in enumerate(result.replicas)
     )
-    return result.merged(), cluster_columns(result), replicas
+    columns = cluster_columns(result) | (store_columns(result) if with_store else {})
+    return result.merged(), columns, replicas
 
 
 def elsewhere_rate(turns: pd.DataFrame) -> float:
     """The share of history tokens computed only on another replica, token weighted over turns
     with history as re-prefill is (0.0 with no history)."""
+    return _history_share(turns, "elsewhere_tokens")
+
+
+def store_hit_rate(turns: pd.DataFrame) -> float:
+    """The share of history tokens loaded from the shared store, token weighted over turns with
+    history as ``elsewhere_rate`` is (0.0 with no history, or no store: no ``store_tokens``)."""
+    return _history_share(turns, "store_tokens") if "store_tokens" in turns else 0.0
+
+
+def _history_share(turns: pd.DataFrame, column: str) -> float:
     with_history = turns["history_tokens"].to_numpy() > 0
     history = float(turns["history_tokens"].to_numpy()[with_history].sum())
-    elsewhere = float(turns["elsewhere_tokens"].to_numpy()[with_history].sum())
-    return elsewhere / history if history > 0 else 0.0
+    part = float(turns[column].to_numpy()[with_history].sum())
+    return part / history if history > 0 else 0.0
 
 
 def cluster_columns(result: Any) -> dict[str, float]:
@@ -283,6 +299,19 @@ def cluster_columns(result: Any) -> dict[str, float]:
         "elsewhere_rate": elsewhere_rate(result.turns),
         "replica_jain_turns": jain_index([len(r.turns) for r in result.replicas]),
         "replica_ttft_p90_max_s": max(finite) if finite else math.nan,
+    }
+
+
+def store_columns(result: Any) -> dict[str, float]:
+    """A cluster run's store columns (an experiment with a ``cluster.store`` section): the share
+    of history tokens loaded from the store (``store_hit_rate``), and the store's traffic in GB
+    (1e9 bytes): loaded by replicas, written by them. A point without a store (capacity 0) has
+    0.0 in each, so that a figure compares it with the others."""
+    stats = result.store
+    return {
+        "store_hit_rate": store_hit_rate(result.turns),
+        "store_loaded_gb": stats.loaded_bytes / 1e9 if stats is not None else 0.0,
+        "store_written_gb": stats.written_bytes / 1e9 if stats is not None else 0.0,
     }
 
 

@@ -222,6 +222,8 @@ def describe(dim: str, value: object) -> str:
         return f"router {value}"
     if dim == "replicas":
         return "1 replica" if str(value) == "1" else f"{_num(value)} replicas"
+    if dim == "store_gb":  # a cluster's shared KV store (GB = 1e9 bytes)
+        return "no store" if float(str(value)) == 0 else f"store: {float(str(value)):g} GB"
     return f"{dim.replace('_', ' ')}: {_num(value)}"
 
 

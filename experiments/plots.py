@@ -2,13 +2,14 @@
 
 * ``reprefill_vs_capacity.png``: re-prefill rate against GPU KV capacity, one line per policy.
 * ``jain_vs_capacity.png``: Jain's index of service against GPU KV capacity, one line per policy.
-* ``hit_rate_by_tier.png``: history tokens served from GPU / CPU / recomputed, stacked bars per
-  capacity, one panel per policy.
+* ``hit_rate_by_tier.png``: history tokens served from GPU / CPU / recomputed (and from a
+  cluster's shared store, where summary.csv has ``store_hit_rate``), stacked bars per capacity,
+  one panel per policy.
 * ``ttft_cdf.png``: TTFT CDF per policy at the smallest GPU capacity (log x).
 
 Every figure has one panel per combination of the other grid dimensions that vary (trace, model,
-hardware, evict_unit, block_tokens, cpu_kv_gb, and a cluster's router and replicas); seeds are
-averaged (lines show the mean and a band:
+hardware, evict_unit, block_tokens, cpu_kv_gb, and a cluster's router, replicas and store_gb);
+seeds are averaged (lines show the mean and a band:
 the 95 % confidence interval of the mean over seeds, ``seed_interval``). Rows with gpu_kv_gb = inf (the infinite-memory baseline) are
 left out of the capacity axes.
 
@@ -50,8 +51,11 @@ FACET_DIMS: tuple[str, ...] = (
     "cpu_kv_gb",
     "router",  # a cluster's: each router and size its own panel (routers_vs_replicas compares them)
     "replicas",
+    "store_gb",  # a cluster's shared store: each capacity its own panel (store_vs_replicas compares)
 )
 MAX_FACETS = 12
+# history tokens a cluster's shared store served (summary.csv's store_hit_rate): a fourth tier
+STORE_TIER = ("store_hit_rate", "store hit (loaded)", "#f08c00")
 
 
 def make_plots(
@@ -330,6 +334,9 @@ def _tier_bars(df: pd.DataFrame, facets, policies, path: Path, stamp: str | None
     """One panel per facet: at each GPU capacity a stacked bar per policy (named under it)."""
     fig, axes, cols, panel_w = _grid(len(facets))
     handles: dict[str, object] = {}
+    tiers = list(TIERS)
+    if "store_hit_rate" in df.columns:  # a cluster's shared store: loaded, not recomputed
+        tiers.insert(2, STORE_TIER)
     caps = sorted(df["gpu_kv_gb"].unique())
     n_pol = len(policies)
     width = 0.8 / n_pol
@@ -340,11 +347,11 @@ def _tier_bars(df: pd.DataFrame, facets, policies, path: Path, stamp: str | None
         ticks: list[float] = []
         names: list[str] = []
         for j, pol in enumerate(policies):
-            g = sub[sub["policy"] == pol].groupby("gpu_kv_gb")[[c for c, _, _ in TIERS]].mean()
+            g = sub[sub["policy"] == pol].groupby("gpu_kv_gb")[[c for c, _, _ in tiers]].mean()
             g = g.reindex(caps)
             x = np.arange(len(caps)) + (j - (n_pol - 1) / 2) * width
             bottom = np.zeros(len(caps))
-            for col, label, color in TIERS:
+            for col, label, color in tiers:
                 vals = g[col].fillna(0.0).to_numpy()
                 bars = ax.bar(
                     x, vals, bottom=bottom, color=color, width=width * 0.9, label=label, lw=0
@@ -382,7 +389,9 @@ def _tier_bars(df: pd.DataFrame, facets, policies, path: Path, stamp: str | None
     _outer_labels(axes, cols)
     return _save(
         fig,
-        "Where history tokens came from: GPU hit, CPU hit, recomputed",
+        "Where history tokens came from: GPU hit, CPU hit, "
+        + ("store hit, " if len(tiers) > len(TIERS) else "")
+        + "recomputed",
         path,
         list(handles.values()),
         list(handles.keys()),

@@ -34,6 +34,7 @@ _VARYING_LABELS = (  # every grid label but policy and gpu_kv_gb, in summary.csv
     "sparse",
     "router",
     "replicas",
+    "store_gb",
     "seed",
 )
 _METRICS = {  # column -> (header, format)

@@ -8,7 +8,7 @@ request-rate sweep: each value multiplies the trace's arrival and think times; s
 
 Grid order (deterministic, lists in the order written): trace, time_scale, model, hardware, tp, engine.kind,
 evict_unit, pipelining, budgets, sparse, block_tokens, cpu_kv_gb, policy, gpu_kv_gb, cluster.router,
-cluster.replicas, seed -- the last one varies fastest. ``tp`` is the tensor-parallel degree: the run prices one GPU of a group of tp, and
+cluster.replicas, cluster.store.capacity_gb, seed -- the last one varies fastest. ``tp`` is the tensor-parallel degree: the run prices one GPU of a group of tp, and
 ``memory.gpu_kv_gb`` / ``cpu_kv_gb`` are the whole group's (each GPU holds 1/tp of every page).
 ``tp`` may instead map each model to its own degree or list of degrees (``{llama-3-8b: 1,
 llama-3-70b: [2, 4]}``), so one grid runs a small model on one GPU and a large one on several.
@@ -23,7 +23,10 @@ An optional ``cluster`` section runs every point on ``replicas`` kvsim engines b
 (``sim.cluster``); both are grid axes, and summary.csv gains their ``router`` and ``replicas``
 label columns (only then: a run without the section keeps its columns). ``memory`` is then each
 replica's. A cluster runs engine.kind kvsim only, with full KV (budgets kind full), no sparse
-decode and an online policy; anything else is refused naming its key.
+decode and an online policy; anything else is refused naming its key. Its optional ``store``
+mapping puts a shared KV store behind the replicas (``sim.cluster.store``): ``capacity_gb`` is a
+grid axis (0: no store at that point) and summary.csv gains its ``store_gb`` label column (again
+only then); the store's other keys are scalars, checked as ``StoreConfig`` checks them.
 
 Relative paths (``trace.path``, a model or hardware given as a file) resolve against the YAML
 file's folder first, then the current directory; a path that starts with ``${KVSIM_SHARED_DATA}``
@@ -87,6 +90,7 @@ from sim.metrics import DEFAULT_SLO, Slo
 
 if TYPE_CHECKING:
     from sim.cluster.run import ClusterConfig
+    from sim.cluster.store import StoreConfig
 
 TRACE_KINDS = ("synthetic", "sharegpt", "mooncake", "azure", "burstgpt", "jsonl")
 FILE_TRACE_KINDS = ("sharegpt", "mooncake", "azure", "burstgpt", "jsonl")  # need trace.path
@@ -577,8 +581,76 @@ def _after_key(message: str) -> str:
     return re.sub(r"^cluster\.[a-z_]+(?=[ :])", "", message).lstrip(": ")
 
 
+# StoreConfig's defaults, written here so that loading an experiment without a store does not
+# import sim.cluster (tests/experiments/test_exp_store.py holds them equal).
+STORE_DEFAULTS: dict[str, Any] = {
+    "policy": "lru",
+    "bandwidth_gb_s": 25.0,
+    "latency_us": 20.0,
+    "chunk_tokens": 256,
+}
+
+
+def _finite_capacity(v: list[float]) -> list[float]:
+    for i, x in enumerate(v):
+        if math.isinf(x):
+            raise ValueError(f"entry {i}: must be a finite number of GB (0: no store), got {x!r}")
+    return v
+
+
+class StoreSpec(_Strict):
+    """A shared KV store behind every replica (``sim.cluster.store``): ``capacity_gb`` is a grid
+    axis (0: no store at that point); the other keys are scalars, checked by ``StoreConfig``
+    itself (``_store_problems``) so that the YAML and the simulator refuse the same values."""
+
+    capacity_gb: Annotated[
+        list[NonNegFloat],
+        Field(min_length=1),
+        AfterValidator(_no_duplicates),
+        AfterValidator(_finite_capacity),
+    ] = Field(description="the store's KV capacity in GB (1e9 bytes); 0: no store")
+    policy: StrictStr = Field(
+        default=STORE_DEFAULTS["policy"],
+        description="its eviction policy: an online policy of plain objects (lru, fifo, lfu, "
+        "arc, clock, sieve, s3fifo, slru, twoq) or module:Class",
+    )
+    bandwidth_gb_s: float = Field(
+        default=STORE_DEFAULTS["bandwidth_gb_s"],
+        description="each replica's link to the store, GB/s",
+    )
+    latency_us: float = Field(
+        default=STORE_DEFAULTS["latency_us"],
+        description="before a load's first byte arrives, microseconds",
+    )
+    chunk_tokens: StrictInt = Field(
+        default=STORE_DEFAULTS["chunk_tokens"],
+        description="tokens per stored object (a whole number of pages)",
+    )
+
+    wrap_lists = field_validator("capacity_gb", mode="before")(_as_list)
+
+    @field_validator("policy")
+    @classmethod
+    def _policy(cls, v: str, info: ValidationInfo) -> str:
+        if ":" in v:  # a user's policy, found as the policies' are (checked in _store_problems)
+            add_user_import_dirs((info.context or {}).get("base_dir"))
+        return v
+
+    def config(self, capacity_gb: float) -> StoreConfig | None:
+        """The store of one grid point: None at capacity 0 (no store)."""
+        from sim.cluster.store import StoreConfig  # here, as ClusterConfig is
+
+        if capacity_gb == 0:
+            return None
+        return StoreConfig(
+            capacity_gb=capacity_gb,
+            **self.model_dump(exclude={"capacity_gb"}),
+        )
+
+
 class ClusterSpec(_Strict):
-    """Replicas behind a router (``sim.cluster``): ``replicas`` and ``router`` are grid axes."""
+    """Replicas behind a router (``sim.cluster``): ``replicas`` and ``router`` are grid axes, and
+    with a ``store``, its ``capacity_gb``."""
 
     replicas: Annotated[list[PosInt], Field(min_length=1), AfterValidator(_no_duplicates)] = Field(
         default=[1],
@@ -599,15 +671,27 @@ class ClusterSpec(_Strict):
         "load_weight; session-affinity: overload)",
     )
 
+    store: StoreSpec | None = Field(
+        default=None,
+        description="a shared KV store behind every replica (capacity_gb is a grid axis; 0: no "
+        "store); none: no store",
+    )
+
     wrap_lists = field_validator("replicas", "router", mode="before")(_as_list)
 
-    def config(self, router: str, replicas: int) -> ClusterConfig:
+    def store_capacities(self) -> list[float] | list[None]:
+        """The values of the store's capacity axis; [None] without a store section."""
+        return list(self.store.capacity_gb) if self.store is not None else [None]
+
+    def config(self, router: str, replicas: int, store_gb: float | None = None) -> ClusterConfig:
         """The ``sim.cluster`` configuration of one grid point (its parameters in name order, so a
-        point's checkpoint key does not depend on the order they were written in)."""
+        point's checkpoint key does not depend on the order they were written in); a store of
+        ``store_gb`` GB (None or 0: none)."""
         from sim.cluster.run import ClusterConfig  # here: a run without a cluster never imports it
 
         params = dict(sorted(self.router_params.get(router, {}).items()))
-        return ClusterConfig(replicas=replicas, router=router, router_params=params)
+        store = None if self.store is None or not store_gb else self.store.config(store_gb)
+        return ClusterConfig(replicas=replicas, router=router, router_params=params, store=store)
 
 
 def _targets_off(v: Any) -> Any:
@@ -684,7 +768,8 @@ class Experiment(_Strict):
     )
     cluster: ClusterSpec | None = Field(
         default=None,
-        description="replicas behind a router (router and replicas are grid axes); none: one engine",
+        description="replicas behind a router (router, replicas and store.capacity_gb are grid "
+        "axes); none: one engine",
     )
     figures: FiguresSpec = Field(
         default=FiguresSpec(),
@@ -770,10 +855,15 @@ class Experiment(_Strict):
         opts = self.engine.config_options()
         m = self.memory
         slo = self.slo.config()
-        # gpu_kv_gb, then the cluster's router and replicas (without a cluster section: one
-        # value, no cluster), as one axis of the product: the grid order stays documented
+        # gpu_kv_gb, then the cluster's router, replicas and store capacity (without a cluster
+        # section: one value, no cluster), as one axis of the product: the grid order stays
+        # documented
         clusters = (
-            list(itertools.product(self.cluster.router, self.cluster.replicas))
+            list(
+                itertools.product(
+                    self.cluster.router, self.cluster.replicas, self.cluster.store_capacities()
+                )
+            )
             if self.cluster
             else [None]
         )
@@ -842,6 +932,7 @@ class Experiment(_Strict):
                     self.step_log,
                     slo,
                     cluster,
+                    None if cluster_axes is None else cluster_axes[2],
                 )
             )
         return points
@@ -923,8 +1014,9 @@ LABEL_COLUMNS: tuple[str, ...] = (
     "sparse",
     "seed",
 )
-# The labels of a point with a cluster (an experiment with a cluster section), before seed.
-CLUSTER_LABEL_COLUMNS: tuple[str, ...] = ("router", "replicas")
+# The labels of a point with a cluster (an experiment with a cluster section; store_gb only with
+# a cluster.store section), before seed.
+CLUSTER_LABEL_COLUMNS: tuple[str, ...] = ("router", "replicas", "store_gb")
 # Every label column there can be, in summary.csv's order (a run has the cluster's or not).
 ALL_LABEL_COLUMNS: tuple[str, ...] = (
     *LABEL_COLUMNS[: LABEL_COLUMNS.index("seed")],
@@ -951,10 +1043,13 @@ class GridPoint:
     step_log: bool = False  # keep the run's step log (steps.jsonl)
     slo: Slo = DEFAULT_SLO  # the thresholds of the summary's SLO columns (not a grid label)
     cluster: ClusterConfig | None = None  # replicas behind a router; None: one engine
+    # the cluster.store.capacity_gb axis' value (0: no store at this point); None: no such section
+    store_gb: float | None = None
 
     def labels(self) -> dict[str, Any]:
         """The grid columns of this point (LABEL_COLUMNS order, with the cluster's router and
-        replicas before seed when it has a cluster) for summary.csv and the ledgers."""
+        replicas, and the store's capacity when the experiment has a cluster.store section,
+        before seed when it has a cluster) for summary.csv and the ledgers."""
         labels = {
             "name": self.name,
             "policy": self.policy,
@@ -974,6 +1069,8 @@ class GridPoint:
         }
         if self.cluster is not None:
             labels |= {"router": self.cluster.router, "replicas": self.cluster.replicas}
+            if self.store_gb is not None:
+                labels["store_gb"] = float(self.store_gb)
         return labels | {"seed": self.seed}
 
     def describe(self) -> str:
@@ -1202,7 +1299,67 @@ def _cluster_problems(exp: Experiment) -> list[tuple[tuple[str | int, ...], str]
     if exp.step_log:
         out.append((("step_log",), why + "writes no step log"))
     out += _router_param_problems(c)
+    out += _store_problems(exp)
     return out
+
+
+def _store_problems(exp: Experiment) -> list[tuple[tuple[str | int, ...], str]]:
+    """A ``cluster.store`` as ``sim.cluster`` checks it, each problem once at the key it names:
+    the store's own keys (``StoreConfig``), its chunk against each page size and its capacity
+    against a chunk of each model (``SharedStore``), and what ``simulate_cluster`` refuses with a
+    store (memory.evict_unit other than block, engine.prefetch other than off). Capacity 0 (no
+    store) is never checked against anything."""
+    import costmodels
+
+    store = exp.cluster.store if exp.cluster is not None else None
+    if store is None or not any(store.capacity_gb):
+        return []
+    from sim.cluster.store import SharedStore
+
+    out: list[tuple[tuple[str | int, ...], str]] = []
+
+    def add(message: str, index: int) -> None:
+        m = re.match(r"cluster\.store\.([a-z_]+): (.*)", message, re.S)
+        if m is None:
+            out.append((("cluster", "store"), message))
+            return
+        where: tuple[str | int, ...] = ("cluster", "store", m[1])
+        out.append(((*where, index) if m[1] == "capacity_gb" else where, m[2]))
+
+    pages = [
+        costmodels.get_model(model).shard(tp).kv_bytes_per_token  # a replica's page, per token
+        for model in exp.model
+        for tp in exp.tp_for(model)
+        if _splits(model, tp)
+    ]
+    for i, gb in enumerate(store.capacity_gb):
+        if gb == 0:
+            continue
+        try:
+            cfg = store.config(gb)
+        except ValueError as exc:
+            add(str(exc), i)
+            continue
+        assert cfg is not None  # a capacity > 0 has a store
+        for per_token, bt in itertools.product(pages, exp.memory.block_tokens):
+            try:
+                SharedStore(cfg, per_token * bt, bt)
+            except ValueError as exc:
+                add(str(exc), i)
+    # what simulate_cluster refuses with a store (tests/experiments/test_exp_store.py holds the
+    # two in step)
+    why = "with cluster.store: "
+    for j, unit in enumerate(exp.memory.evict_unit):
+        if unit != "block":
+            msg = f"{unit!r} {why}the store sends whole pages of every layer: use block"
+            out.append((("memory", "evict_unit", j), msg))
+    if exp.engine.prefetch != "off":
+        msg = (
+            f"{exp.engine.prefetch!r} {why}a prefetch and a store load in one admission are not "
+            "modelled together: use off"
+        )
+        out.append((("engine", "prefetch"), msg))
+    return list(dict.fromkeys(out))
 
 
 def _router_param_problems(c: ClusterSpec) -> list[tuple[tuple[str | int, ...], str]]:
@@ -1418,6 +1575,7 @@ _SECTIONS: dict[tuple[str, ...], type[BaseModel]] = {
     ("slo",): SloSpec,
     ("figures",): FiguresSpec,
     ("cluster",): ClusterSpec,
+    ("cluster", "store"): StoreSpec,
 }
 
 

@@ -36,6 +36,8 @@ cluster:
   router_params: {kv-aware: {load_weight: 0.5}}
 """
 CLUSTER_COLUMNS = ("elsewhere_rate", "replica_jain_turns", "replica_ttft_p90_max_s")
+# The label columns of a cluster without a store section (store_gb: test_exp_store.py).
+CLUSTER_LABELS = [c for c in ALL_LABEL_COLUMNS if c != "store_gb"]
 
 
 def error_of(path) -> ConfigError:
@@ -139,7 +141,7 @@ def test_cluster_axes_come_after_gpu_kv_gb_and_before_seed(write_yaml):
         "kv-aware": {"load_weight": 0.5},
     }
     labels = grid[2].labels()
-    assert list(labels) == list(ALL_LABEL_COLUMNS)
+    assert list(labels) == CLUSTER_LABELS
     assert (labels["router"], labels["replicas"], labels["seed"]) == ("round-robin", 2, 1)
     # a checkpoint is keyed by the cluster too: points that differ only there never share one
     ckpt = Checkpoints("unused")
@@ -187,11 +189,12 @@ def cluster_run(tmp_path_factory):
 def test_a_cluster_experiment_runs_end_to_end(cluster_run):
     summary = pd.read_csv(cluster_run / "summary.csv")
     cols = list(summary.columns)
-    assert cols[: len(ALL_LABEL_COLUMNS)] == list(ALL_LABEL_COLUMNS)
-    assert cols[len(ALL_LABEL_COLUMNS) : len(ALL_LABEL_COLUMNS) + len(SUMMARY_COLUMNS)] == list(
+    assert cols[: len(CLUSTER_LABELS)] == CLUSTER_LABELS
+    assert cols[len(CLUSTER_LABELS) : len(CLUSTER_LABELS) + len(SUMMARY_COLUMNS)] == list(
         SUMMARY_COLUMNS
     )
     assert set(CLUSTER_COLUMNS) <= set(cols)
+    assert not {"store_gb", "store_hit_rate", "store_loaded_gb"} & set(cols)  # no store section
     assert list(zip(summary.router, summary.replicas)) == [
         ("round-robin", 1),
         ("round-robin", 2),
@@ -213,7 +216,7 @@ def test_replicas_csv_holds_each_replicas_own_summary(cluster_run):
     summary = pd.read_csv(cluster_run / "summary.csv")
     replicas = pd.read_csv(cluster_run / "replicas.csv")
     assert len(replicas) == summary.replicas.sum()  # one row per grid point and replica
-    assert list(replicas.columns[: len(ALL_LABEL_COLUMNS) + 1]) == [*ALL_LABEL_COLUMNS, "replica"]
+    assert list(replicas.columns[: len(CLUSTER_LABELS) + 1]) == [*CLUSTER_LABELS, "replica"]
     assert {"ttft_p90_s", "tbt_p90_s", "reprefill_rate", "elsewhere_rate"} <= set(replicas.columns)
     keys = ["router", "replicas"]
     per_point = replicas.groupby(keys)[["turns", "rejected_turns"]].sum().sort_index()
