@@ -103,9 +103,9 @@ class DecodeRecovery(PageRecovery):
         tokens = len(units) * bt  # whole pages, less the unfilled tail of the session's last
         if len(units) and units[-1] == (sess.tokens - 1) // bt and sess.tokens % bt:
             tokens -= bt - sess.tokens % bt
-        nbytes = len(dropped_units) * self.core.page_bytes
+        nbytes = len(units) * self.core.page_bytes  # one GPU's shard, over its own link
         pf.remote_bytes += nbytes
-        self.transfers[sess.index, run.k] = (tokens, nbytes)
+        self.transfers[sess.index, run.k] = (tokens, nbytes * self.core.cost.tp)
         return np.empty(0, dtype=np.int64)
 
 

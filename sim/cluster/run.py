@@ -202,7 +202,7 @@ def simulate_cluster(
         )
         sched = rep.sched
         if cluster.store is not None and store is None:
-            store = SharedStore(cluster.store, sched.page_bytes, sched.bt)
+            store = SharedStore(cluster.store, sched.page_bytes * cost.tp, sched.bt)
         if decodes:
             assert disagg is not None
             sched.recovery = DecodeRecovery(sched, transfers)

@@ -102,6 +102,7 @@ class SharedStore:
     """The store's contents: chunk objects under a byte capacity and a kvsim policy."""
 
     def __init__(self, cfg: StoreConfig, page_bytes: int, block_tokens: int) -> None:
+        """``page_bytes``: a page of the whole model (every GPU's shard of it)."""
         if cfg.chunk_tokens % block_tokens:
             raise ValueError(
                 f"cluster.store.chunk_tokens: {cfg.chunk_tokens} is not a whole number of pages "
@@ -138,12 +139,22 @@ class SharedStore:
 
     def write(self, session: int, tokens: int, now: float) -> None:
         """A replica holding ``tokens`` of the session's context (every page on its GPU: a turn
-        just completed) writes the full chunks the store lacks, in order."""
-        cache = self.cache
-        for chunk in range(tokens // self.block_tokens // self.chunk_pages):
+        just completed) puts its full chunks: those the store holds are hits, then those it lacks
+        are written (each may evict), both from the last chunk to the first. Tail first, so that
+        under a recency policy a conversation's later chunks go before its first ones (as vLLM
+        frees a request's blocks tail first: a run of chunks that starts with a gap is of no
+        use); hits first, so that a write does not evict the conversation's own chunks."""
+        cache, pol, last = self.cache, self.cache.policy, self.cache.view.last
+        chunks = range(tokens // self.block_tokens // self.chunk_pages - 1, -1, -1)
+        missing = []
+        for chunk in chunks:
             uid = self._uid(session, chunk)
             if uid in cache.cached:
-                continue
+                last[uid] = now
+                pol.access(uid, now)
+            else:
+                missing.append(uid)
+        for uid in missing:
             before = len(cache.cached)
             cache.get(uid, self.chunk_bytes, math.inf, now)
             self.stats.written_chunks += 1
@@ -152,15 +163,14 @@ class SharedStore:
             self.version += 1
 
     def read(self, session: int, pages: np.ndarray, now: float) -> None:
-        """A replica loads these pages (indices under ``prefix_pages``): their chunks are hits."""
-        pol = self.cache.policy
-        last = -1
-        for chunk in (pages // self.chunk_pages).tolist():
-            if chunk != last:
-                uid = self._uid(session, chunk)
-                self.cache.view.last[uid] = now
-                pol.access(uid, now)
-                last = chunk
+        """A replica loads these pages (indices under ``prefix_pages``): the lookup walked the
+        chunks from the session's first to the last it loads from, each a hit (tail first, as
+        ``write``)."""
+        pol, last = self.cache.policy, self.cache.view.last
+        for chunk in range(int(pages[-1]) // self.chunk_pages, -1, -1):
+            uid = self._uid(session, chunk)
+            last[uid] = now
+            pol.access(uid, now)
         self.stats.loaded_bytes += len(pages) * self.page_bytes
 
 

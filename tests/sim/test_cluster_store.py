@@ -111,8 +111,8 @@ def test_a_fast_link_hides_the_load_behind_the_prefill():
     one = [conversation("A", 0.0, [(120, 200), (100, 5)])]
     st = store(chunk_tokens=16, bandwidth_gb_s=1e4, latency_us=0)
     with_store = run(one, mem(math.inf), st=st).turns
-    recomputed = run(one, mem(math.inf), st=store(10, chunk_tokens=160)).turns
-    assert recomputed.store_tokens.tolist() == [0, 0]  # its one chunk of 10 pages: too long
+    recomputed = cluster(one, mem(math.inf), 2).turns  # no store
+    assert with_store.store_tokens.tolist() == [0, 320]
     first_layer = 20 * PAGE / 1e13 / COST.model.num_layers
     lone = COST.lone_prefill_s(100, 320)
     assert with_store.ttft_s.iloc[1] == pytest.approx(lone + first_layer, rel=1e-9)
@@ -120,22 +120,34 @@ def test_a_fast_link_hides_the_load_behind_the_prefill():
 
 
 # -- the store's contents ---------------------------------------------------------------------
-def test_writes_are_whole_missing_chunks_and_a_lookup_stops_at_the_first_gap():
+def test_writes_go_tail_first_so_recency_evicts_a_conversations_last_chunks_first():
     st = SharedStore(store(capacity_pages=12, chunk_tokens=64), PAGE, 16)  # 3 chunks of 4 pages
-    st.write(0, 200, now=1.0)  # 12 full pages: chunks 0, 1, 2
+    st.write(0, 200, now=1.0)  # 12 full pages: chunks 2, 1, 0 written, in that order
     assert st.prefix_pages(0) == 12 and st.stats.written_chunks == 3
-    st.write(0, 250, now=2.0)  # 15 full pages: still 3 whole chunks, nothing new
+    st.write(0, 250, now=2.0)  # 15 full pages: still 3 whole chunks: each a hit, tail first
     assert st.stats.written_chunks == 3
-    st.write(1, 64, now=3.0)  # session 1's chunk 0 evicts the least recent: session 0's chunk 0
+    st.write(1, 64, now=3.0)  # session 1's chunk evicts the least recent: session 0's last
     assert st.stats.evicted_chunks == 1
-    assert st.prefix_pages(0) == 0  # chunks 1 and 2 are held but follow a gap: useless
-    assert st.prefix_pages(1) == 4
-    # Session 0 writes what is missing, in order: chunk 0 evicts its own chunk 1 (least recent),
-    # which it writes next, evicting chunk 2, which it writes last, evicting session 1's chunk.
+    assert st.prefix_pages(0) == 8 and st.prefix_pages(1) == 4
+    # chunks 1 and 0 are hits first; then chunk 2 is written again, evicting the least recent:
+    # session 1's chunk, not one of session 0's own
     st.write(0, 200, now=4.0)
     assert st.prefix_pages(0) == 12 and st.prefix_pages(1) == 0
-    assert st.stats.written_chunks == 7 and st.stats.evicted_chunks == 4
-    assert st.stats.written_bytes == 7 * 4 * PAGE
+    assert st.stats.written_chunks == 5 and st.stats.evicted_chunks == 2
+    assert st.stats.written_bytes == 5 * 4 * PAGE
+
+
+def test_a_lookup_stops_at_the_first_missing_chunk():
+    # FIFO ignores hits: session 0's first chunk, written first, is the first to go
+    st = SharedStore(store(capacity_pages=12, chunk_tokens=64, policy="fifo"), PAGE, 16)
+    st.write(0, 64, now=1.0)  # session 0's chunk 0
+    st.write(0, 128, now=2.0)  # ... and its chunk 1, after it
+    st.write(1, 64, now=3.0)  # session 1's chunk 0: the store is full
+    assert st.prefix_pages(0) == 8
+    st.write(2, 64, now=4.0)  # evicts the first in: session 0's chunk 0
+    held = {uid & ((1 << 24) - 1) for uid in st.cache.cached if uid >> 24 == 0}
+    assert held == {1}  # held, but behind a gap: of no use
+    assert st.prefix_pages(0) == 0 and st.prefix_pages(1) == 4 and st.prefix_pages(2) == 4
 
 
 def test_a_read_is_a_hit_for_the_store_policy():
