@@ -19,6 +19,15 @@ capacity has its own line style (solid: the smallest, usually 0 = no store; then
 dash-dot), so ``routers_vs_replicas`` of such a run draws a line per (router, store capacity)
 too, never a mean over capacities.
 
+``disagg_vs_colocated.png`` is drawn when the cluster has a prefill/decode disaggregation axis
+(``cluster.disaggregation.prefill_replicas``, summary.csv's ``prefill_replicas``) with at least two
+values: at equal GPU count (x: the number of replicas, prefill and decode together), TTFT p90, TBT
+p90 (every decode iteration's, pooled over the replicas) and the re-prefill rate, a line per
+(router, prefill pool): a router keeps its colour and marker, colocated (0) is solid with filled
+markers, a prefill pool dashed (then dotted, dash-dot) with hollow ones. With a store axis too, each
+store capacity has its row of the three panels, so no line averages over capacities.
+``routers_vs_replicas`` of such a run splits its lines by the prefill pool as well.
+
 It is drawn in the look of the run's other figures (``experiments.figure_style``: the page width,
 the stamp under the panels); pyplot and the global backend are left alone.
 """
@@ -40,6 +49,8 @@ CLUSTER_FIGURE = "routers_vs_replicas"  # .png, or the run's figure format
 STORE_FIGURE = "store_vs_replicas"  # with a store axis of two capacities or more
 SIZE_AXIS = "replicas"
 STORE_AXIS = "store_gb"  # the cluster.store.capacity_gb axis (0: no store)
+DISAGG_FIGURE = "disagg_vs_colocated"  # with a prefill_replicas axis of two values or more
+PREFILL_AXIS = "prefill_replicas"  # the cluster.disaggregation.prefill_replicas axis (0: colocated)
 # The grid labels a line may be told apart by besides the router: seed is averaged over, and a
 # cluster runs full KV without sparse decode, so budget and sparse never vary.
 _LINE_LABELS = tuple(c for c in LABEL_COLUMNS if c not in ("name", "budget", "sparse", "seed"))
@@ -60,6 +71,11 @@ STORE_PANELS: tuple[tuple[str, str, bool], ...] = (
     ("reprefill_rate", "re-prefill rate (% of history tokens)", True),
     ("store_hit_rate", "store hit rate (% of history tokens)", True),
     ("ttft_p90_s", "TTFT p90 (s)", False),
+)
+DISAGG_PANELS: tuple[tuple[str, str, bool], ...] = (
+    ("ttft_p90_s", "TTFT p90 (s)", False),
+    ("tbt_p90_s", "TBT p90 (s)", False),
+    ("reprefill_rate", "re-prefill rate (% of history tokens)", True),
 )
 _DASHES = ("-", "--", ":", "-.")
 
@@ -83,7 +99,7 @@ def router_lines(
     """Each line of one panel: (router, store capacity or None, legend text) -> ``column`` by
     replicas (ascending), the mean over seeds, non-finite values left out. A store capacity that
     varies splits the lines as any other varying label does."""
-    labels = [*_LINE_LABELS, STORE_AXIS]
+    labels = [*_LINE_LABELS, STORE_AXIS, PREFILL_AXIS]
     others = [c for c in labels if c in summary.columns and summary[c].map(str).nunique() > 1]
     rows = summary[np.isfinite(summary[column].astype(float))]
     out: dict[tuple[str, float | None, str], pd.Series] = {}
@@ -121,8 +137,9 @@ def cluster_figures(
     fmt: str = "png",
     resolved: Mapping[str, Any] | None = None,
 ) -> list[Path]:
-    """Write ``CLUSTER_FIGURE``.``fmt`` into ``out_dir`` when the run ran clusters, and
-    ``STORE_FIGURE``.``fmt`` when they had two store capacities or more; the paths written.
+    """Write ``CLUSTER_FIGURE``.``fmt`` into ``out_dir`` when the run ran clusters,
+    ``STORE_FIGURE``.``fmt`` when they had two store capacities or more, and
+    ``DISAGG_FIGURE``.``fmt`` when they had two prefill pool sizes or more; the paths written.
     ``resolved``: the run's config.resolved.yaml, for the stamp under the panels."""
     if not has_cluster(summary):
         return []
@@ -153,7 +170,97 @@ def cluster_figures(
             resolved,
             summary,
         )
+    if len(prefill_counts(rows)) >= 2:
+        out += _disagg_figure(rows, Path(out_dir), notes, fmt, resolved, summary)
     return out
+
+
+def prefill_counts(summary: pd.DataFrame) -> list[int]:
+    """The prefill pool sizes of the run's points, ascending (none without a disaggregation
+    axis; 0: colocated)."""
+    if PREFILL_AXIS not in summary.columns:
+        return []
+    return sorted({int(v) for v in summary[PREFILL_AXIS].dropna()})
+
+
+def disagg_lines(summary: pd.DataFrame, column: str) -> dict[tuple[str, int, str], pd.Series]:
+    """Each line of one panel of ``DISAGG_FIGURE`` (the rows of one store capacity): (router,
+    prefill pool, legend text) -> ``column`` by replicas (ascending), the mean over seeds,
+    non-finite values left out; any other label that varies splits the lines and is named."""
+    others = [c for c in _LINE_LABELS if c in summary.columns and summary[c].map(str).nunique() > 1]
+    rows = summary[np.isfinite(summary[column].astype(float))]
+    out: dict[tuple[str, int, str], pd.Series] = {}
+    for key, group in rows.groupby(["router", PREFILL_AXIS, *others], sort=True, dropna=False):
+        router, prefill, *rest = key
+        named = [_name(PREFILL_AXIS, prefill), *(_name(c, v) for c, v in zip(others, rest))]
+        series = group.groupby(SIZE_AXIS)[column].mean().astype(float).sort_index()
+        out[(str(router), int(prefill), ", ".join([str(router), *named]))] = series
+    return out
+
+
+def _disagg_figure(
+    rows: pd.DataFrame,
+    out_dir: Path,
+    notes: list[str],
+    fmt: str,
+    resolved: Mapping[str, Any] | None,
+    summary: pd.DataFrame,
+) -> list[Path]:
+    """``DISAGG_FIGURE``: the three ``DISAGG_PANELS`` against replicas, a row of them per store
+    capacity (one row without a store axis), a line per (router, prefill pool)."""
+    stores: list[float | None] = list(store_capacities(rows)) or [None]
+    if len(stores) == 1:
+        stores = [None]  # one capacity (or none): one row, nothing to name
+    panels = []
+    for gb in stores:
+        part = rows if gb is None else rows[rows[STORE_AXIS].astype(float) == gb]
+        for col, head, share in DISAGG_PANELS:
+            lines = disagg_lines(part, col) if col in part.columns else {}
+            where = "" if gb is None else f"\n{_name(STORE_AXIS, gb)}"
+            panels.append((head + where, share, lines))
+    if not any(lines for *_, lines in panels):
+        notes.append(f"plots: {DISAGG_FIGURE}.{fmt}: no finite TTFT, TBT or re-prefill rate")
+        return []
+    from matplotlib.lines import Line2D
+    from matplotlib.ticker import PercentFormatter
+
+    from experiments import figure_style as fs
+
+    sizes = sorted(set(rows[SIZE_AXIS].astype(float)))
+    pools = prefill_counts(rows)
+    dashes = {n: _DASHES[i % len(_DASHES)] for i, n in enumerate(pools)}
+    title = "Prefill/decode disaggregation against colocated replicas, at equal GPU count"
+    with fs.style():
+        fig, axes, _, _ = fs.grid(len(panels), max_cols=len(DISAGG_PANELS))
+        handles: dict[str, Any] = {}
+        plain = True  # lines told apart by router and prefill pool only
+        for ax, (head, share, lines) in zip(axes, panels):
+            for i, ((router, prefill, name), series) in enumerate(lines.items()):
+                look = router_style(router, 1 if prefill else 0, i, dashes[prefill])
+                (handles[name],) = ax.plot(series.index, series.to_numpy(), label=name, **look)
+                plain = plain and name == f"{router}, {_name(PREFILL_AXIS, prefill)}"
+            if not lines:
+                ax.text(0.5, 0.5, "no data", transform=ax.transAxes, ha="center", va="center")
+            ax.set_title(head)
+            fs.capacity_axis(ax, sizes, "replicas (GPUs, both pools)")
+            if share:
+                ax.yaxis.set_major_formatter(PercentFormatter(1.0))
+            ax.set_ylim(bottom=0)
+        if plain:  # a key of each router and each prefill pool, not of every pair
+            key: dict[str, Any] = {}
+            for *_, lines in panels:
+                for router, _, _ in lines:
+                    if router not in key:
+                        key[router] = Line2D([], [], **router_style(router, 0, len(key), "-"))
+            for n, dash in dashes.items():
+                grey: dict[str, Any] = {"color": "0.35", "linestyle": dash, "linewidth": 1.4}
+                key[_name(PREFILL_AXIS, n)] = Line2D([], [], **grey)
+            handles = key
+        fs.finish(
+            fig, title, list(handles.values()), list(handles), fs.run_stamp(summary, resolved)
+        )
+        path = fs.save(fig, out_dir / f"{DISAGG_FIGURE}.{fmt}", fmt, title)
+    return [path]
 
 
 def _figure(
@@ -233,10 +340,13 @@ def _key_handles(panels: list, dashes: Mapping[float, str]) -> dict[str, Any]:
 
 def _name(column: str, value: object) -> str:
     """A line's label value in its legend: ``policy=lru``; a store capacity as ``store 64 GB``,
-    0 as ``no store``."""
+    0 as ``no store``; a prefill pool as ``1 prefill replica``, 0 as ``colocated``."""
     if column == STORE_AXIS:
         gb = float(str(value))
         return "no store" if gb == 0 else f"store {_plain(gb)} GB"
+    if column == PREFILL_AXIS:
+        n = int(float(str(value)))
+        return "colocated" if n == 0 else f"{n} prefill replica" + ("" if n == 1 else "s")
     return f"{column}={_plain(value)}"
 
 

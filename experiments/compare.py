@@ -63,6 +63,7 @@ CONFIG_KEYS: dict[str, str] = {
     "router": "cluster.router",
     "replicas": "cluster.replicas",
     "store_gb": "cluster.store.capacity_gb",
+    "prefill_replicas": "cluster.disaggregation.prefill_replicas",
     "time_scale": "trace[].time_scale",  # [] stands for any index of the trace list
 }
 # Settings of config.resolved.yaml that cannot change a metric (or are recorded elsewhere).

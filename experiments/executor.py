@@ -230,9 +230,11 @@ def _simulate_cluster(
 ) -> tuple[Any, dict[str, Any], tuple[dict[str, Any], ...]]:
     """A cluster point: the cluster as one run (``ClusterResult.merged``, which the summary reads
     as any run's; its ledger keeps ``replica`` and ``elsewhere_tokens``), the cluster's own
-    summary columns (``cluster_columns``; with a ``cluster.store`` section ``store_columns`` too),
-    and each replica's summary row (``replica`` and ``summarize``'s columns of its own ledger and
-    statistics, with its ``elsewhere_rate`` and, with a store section, its ``store_hit_rate``)."""
+    summary columns (``cluster_columns``; with a ``cluster.store`` section ``store_columns`` too,
+    with a ``cluster.disaggregation`` section ``disagg_columns``), and each replica's summary row
+    (``replica``, with a disaggregation section its ``role``, and ``summarize``'s columns of its
+    own ledger and statistics, with its ``elsewhere_rate`` and, with a store section, its
+    ``store_hit_rate``)."""
     from sim.cluster import simulate_cluster
     from sim.metrics import summarize
 
@@ -253,17 +255,63 @@ def _simulate_cluster(
     with_store = point.store_gb is not None or result.store is not None
     if with_store and "store_tokens" not in result.turns:  # capacity 0: nothing from a store
         result.turns["store_tokens"] = 0
+    disagg = point.cluster.disaggregation if point.cluster is not None else None
+    with_disagg = point.prefill_replicas is not None or disagg is not None
+    if with_disagg and "decode_replica" not in result.turns:  # colocated: no part went anywhere
+        for column, value in NO_TRANSFER.items():
+            result.turns[column] = value
+    prefill = disagg.prefill_replicas if disagg is not None else 0
     replicas = tuple(
         {
             "replica": i,
+            **({"role": replica_role(i, prefill)} if with_disagg else {}),
             **summarize(r, slo=point.slo),
             "elsewhere_rate": elsewhere_rate(result.turns[on == i]),
             **({"store_hit_rate": store_hit_rate(result.turns[on == i])} if with_store else {}),
         }
         for i, r in enumerate(result.replicas)
     )
-    columns = cluster_columns(result) | (store_columns(result) if with_store else {})
+    columns = (
+        cluster_columns(result)
+        | (store_columns(result) if with_store else {})
+        | (disagg_columns(result.turns) if with_disagg else {})
+    )
     return result.merged(), columns, replicas
+
+
+# A colocated point's transfer columns (an experiment with a cluster.disaggregation section):
+# no decode part, nothing sent.
+NO_TRANSFER: dict[str, Any] = {
+    "decode_replica": -1,
+    "transfer_tokens": 0,
+    "transfer_bytes": 0,
+    "transfer_stall_s": 0.0,
+}
+
+
+def replica_role(replica: int, prefill_replicas: int) -> str:
+    """replicas.csv's ``role``: the first ``prefill_replicas`` replicas prefill, the rest decode;
+    without a prefill pool (0) every replica is colocated."""
+    if not prefill_replicas:
+        return "colocated"
+    return "prefill" if replica < prefill_replicas else "decode"
+
+
+def disagg_columns(turns: pd.DataFrame) -> dict[str, float]:
+    """A cluster run's disaggregation columns (an experiment with a ``cluster.disaggregation``
+    section), from its ledger: the KV sent from prefill to decode replicas in GB (1e9 bytes), the
+    p90 of the transfer stall over turns with a decode part (0.0 when none), and the share of
+    turns with a decode part. A colocated point has 0.0 in each."""
+    from sim.samples import finite_percentile
+
+    decoded = turns["decode_replica"].to_numpy() >= 0
+    stalls = turns["transfer_stall_s"].to_numpy(dtype=float)[decoded]
+    p90 = finite_percentile(stalls, 90) if decoded.any() else 0.0
+    return {
+        "transfer_gb": float(turns["transfer_bytes"].to_numpy().sum()) / 1e9,
+        "transfer_stall_p90_s": p90 if math.isfinite(p90) else 0.0,
+        "decoded_share": float(decoded.sum()) / len(turns) if len(turns) else 0.0,
+    }
 
 
 def elsewhere_rate(turns: pd.DataFrame) -> float:

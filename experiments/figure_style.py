@@ -224,6 +224,9 @@ def describe(dim: str, value: object) -> str:
         return "1 replica" if str(value) == "1" else f"{_num(value)} replicas"
     if dim == "store_gb":  # a cluster's shared KV store (GB = 1e9 bytes)
         return "no store" if float(str(value)) == 0 else f"store: {float(str(value)):g} GB"
+    if dim == "prefill_replicas":  # a cluster's prefill pool (0: colocated)
+        n = int(float(str(value)))
+        return "colocated" if n == 0 else f"{n} prefill replica" + ("" if n == 1 else "s")
     return f"{dim.replace('_', ' ')}: {_num(value)}"
 
 

@@ -8,7 +8,8 @@
 * ``ttft_cdf.png``: TTFT CDF per policy at the smallest GPU capacity (log x).
 
 Every figure has one panel per combination of the other grid dimensions that vary (trace, model,
-hardware, evict_unit, block_tokens, cpu_kv_gb, and a cluster's router, replicas and store_gb);
+hardware, evict_unit, block_tokens, cpu_kv_gb, and a cluster's router, replicas, store_gb and
+prefill_replicas);
 seeds are averaged (lines show the mean and a band:
 the 95 % confidence interval of the mean over seeds, ``seed_interval``). Rows with gpu_kv_gb = inf (the infinite-memory baseline) are
 left out of the capacity axes.
@@ -52,6 +53,7 @@ FACET_DIMS: tuple[str, ...] = (
     "router",  # a cluster's: each router and size its own panel (routers_vs_replicas compares them)
     "replicas",
     "store_gb",  # a cluster's shared store: each capacity its own panel (store_vs_replicas compares)
+    "prefill_replicas",  # a cluster's prefill pool: each its own panel (disagg_vs_colocated compares)
 )
 MAX_FACETS = 12
 # history tokens a cluster's shared store served (summary.csv's store_hit_rate): a fourth tier

@@ -35,6 +35,7 @@ _VARYING_LABELS = (  # every grid label but policy and gpu_kv_gb, in summary.csv
     "router",
     "replicas",
     "store_gb",
+    "prefill_replicas",
     "seed",
 )
 _METRICS = {  # column -> (header, format)

@@ -8,7 +8,7 @@ request-rate sweep: each value multiplies the trace's arrival and think times; s
 
 Grid order (deterministic, lists in the order written): trace, time_scale, model, hardware, tp, engine.kind,
 evict_unit, pipelining, budgets, sparse, block_tokens, cpu_kv_gb, policy, gpu_kv_gb, cluster.router,
-cluster.replicas, cluster.store.capacity_gb, seed -- the last one varies fastest. ``tp`` is the tensor-parallel degree: the run prices one GPU of a group of tp, and
+cluster.replicas, cluster.store.capacity_gb, cluster.disaggregation.prefill_replicas, seed -- the last one varies fastest. ``tp`` is the tensor-parallel degree: the run prices one GPU of a group of tp, and
 ``memory.gpu_kv_gb`` / ``cpu_kv_gb`` are the whole group's (each GPU holds 1/tp of every page).
 ``tp`` may instead map each model to its own degree or list of degrees (``{llama-3-8b: 1,
 llama-3-70b: [2, 4]}``), so one grid runs a small model on one GPU and a large one on several.
@@ -26,7 +26,12 @@ replica's. A cluster runs engine.kind kvsim only, with full KV (budgets kind ful
 decode and an online policy; anything else is refused naming its key. Its optional ``store``
 mapping puts a shared KV store behind the replicas (``sim.cluster.store``): ``capacity_gb`` is a
 grid axis (0: no store at that point) and summary.csv gains its ``store_gb`` label column (again
-only then); the store's other keys are scalars, checked as ``StoreConfig`` checks them.
+only then); the store's other keys are scalars, checked as ``StoreConfig`` checks them. Its
+optional ``disaggregation`` mapping splits the replicas into a prefill and a decode pool
+(``sim.cluster.disagg``): ``prefill_replicas`` is a grid axis (0: colocated at that point; a value
+that leaves a grid point no decode replica is an error) and summary.csv gains its
+``prefill_replicas`` label column (only then); the link's keys are scalars, checked as
+``DisaggConfig`` checks them.
 
 Relative paths (``trace.path``, a model or hardware given as a file) resolve against the YAML
 file's folder first, then the current directory; a path that starts with ``${KVSIM_SHARED_DATA}``
@@ -89,6 +94,7 @@ from sim.config import (
 from sim.metrics import DEFAULT_SLO, Slo
 
 if TYPE_CHECKING:
+    from sim.cluster.disagg import DisaggConfig
     from sim.cluster.run import ClusterConfig
     from sim.cluster.store import StoreConfig
 
@@ -648,9 +654,55 @@ class StoreSpec(_Strict):
         )
 
 
+# DisaggConfig's defaults, written here so that loading an experiment without disaggregation does
+# not import sim.cluster (tests/experiments/test_exp_disagg.py holds them equal).
+DISAGG_DEFAULTS: dict[str, Any] = {
+    "bandwidth_gb_s": 50.0,
+    "latency_us": 20.0,
+    "layerwise": True,
+}
+
+
+class DisaggSpec(_Strict):
+    """Prefill/decode disaggregation (``sim.cluster.disagg``): the first ``prefill_replicas``
+    replicas prefill, the rest decode; ``prefill_replicas`` is a grid axis (0: colocated at that
+    point); the link's keys are scalars, checked by ``DisaggConfig`` itself
+    (``_disagg_problems``) so that the YAML and the simulator refuse the same values."""
+
+    prefill_replicas: Annotated[
+        list[NonNegInt], Field(min_length=1), AfterValidator(_no_duplicates)
+    ] = Field(description="replicas in the prefill pool (the first ones); 0: colocated")
+    bandwidth_gb_s: float = Field(
+        default=DISAGG_DEFAULTS["bandwidth_gb_s"],
+        description="the link between a prefill and a decode replica, GB/s",
+    )
+    latency_us: float = Field(
+        default=DISAGG_DEFAULTS["latency_us"],
+        description="before a transfer's first byte arrives, microseconds",
+    )
+    layerwise: StrictBool = Field(
+        default=DISAGG_DEFAULTS["layerwise"],
+        description="a decode part's first step runs layer l once its KV is in (false: once all "
+        "of it is)",
+    )
+
+    wrap_lists = field_validator("prefill_replicas", mode="before")(_as_list)
+
+    def config(self, prefill_replicas: int) -> DisaggConfig | None:
+        """The disaggregation of one grid point: None at 0 prefill replicas (colocated)."""
+        from sim.cluster.disagg import DisaggConfig  # here, as ClusterConfig is
+
+        if prefill_replicas == 0:
+            return None
+        return DisaggConfig(
+            prefill_replicas=prefill_replicas,
+            **self.model_dump(exclude={"prefill_replicas"}),
+        )
+
+
 class ClusterSpec(_Strict):
     """Replicas behind a router (``sim.cluster``): ``replicas`` and ``router`` are grid axes, and
-    with a ``store``, its ``capacity_gb``."""
+    with a ``store``, its ``capacity_gb``, with a ``disaggregation``, its ``prefill_replicas``."""
 
     replicas: Annotated[list[PosInt], Field(min_length=1), AfterValidator(_no_duplicates)] = Field(
         default=[1],
@@ -676,6 +728,11 @@ class ClusterSpec(_Strict):
         description="a shared KV store behind every replica (capacity_gb is a grid axis; 0: no "
         "store); none: no store",
     )
+    disaggregation: DisaggSpec | None = Field(
+        default=None,
+        description="prefill and decode pools (prefill_replicas is a grid axis; 0: colocated); "
+        "none: colocated",
+    )
 
     wrap_lists = field_validator("replicas", "router", mode="before")(_as_list)
 
@@ -683,15 +740,35 @@ class ClusterSpec(_Strict):
         """The values of the store's capacity axis; [None] without a store section."""
         return list(self.store.capacity_gb) if self.store is not None else [None]
 
-    def config(self, router: str, replicas: int, store_gb: float | None = None) -> ClusterConfig:
+    def prefill_counts(self) -> list[int] | list[None]:
+        """The values of the prefill_replicas axis; [None] without a disaggregation section."""
+        d = self.disaggregation
+        return list(d.prefill_replicas) if d is not None else [None]
+
+    def config(
+        self,
+        router: str,
+        replicas: int,
+        store_gb: float | None = None,
+        prefill_replicas: int | None = None,
+    ) -> ClusterConfig:
         """The ``sim.cluster`` configuration of one grid point (its parameters in name order, so a
         point's checkpoint key does not depend on the order they were written in); a store of
-        ``store_gb`` GB (None or 0: none)."""
+        ``store_gb`` GB (None or 0: none); ``prefill_replicas`` of them prefill (None or 0:
+        colocated)."""
         from sim.cluster.run import ClusterConfig  # here: a run without a cluster never imports it
 
         params = dict(sorted(self.router_params.get(router, {}).items()))
         store = None if self.store is None or not store_gb else self.store.config(store_gb)
-        return ClusterConfig(replicas=replicas, router=router, router_params=params, store=store)
+        d = self.disaggregation
+        disagg = None if d is None or not prefill_replicas else d.config(prefill_replicas)
+        return ClusterConfig(
+            replicas=replicas,
+            router=router,
+            router_params=params,
+            store=store,
+            disaggregation=disagg,
+        )
 
 
 def _targets_off(v: Any) -> Any:
@@ -768,8 +845,8 @@ class Experiment(_Strict):
     )
     cluster: ClusterSpec | None = Field(
         default=None,
-        description="replicas behind a router (router, replicas and store.capacity_gb are grid "
-        "axes); none: one engine",
+        description="replicas behind a router (router, replicas, store.capacity_gb and "
+        "disaggregation.prefill_replicas are grid axes); none: one engine",
     )
     figures: FiguresSpec = Field(
         default=FiguresSpec(),
@@ -855,13 +932,16 @@ class Experiment(_Strict):
         opts = self.engine.config_options()
         m = self.memory
         slo = self.slo.config()
-        # gpu_kv_gb, then the cluster's router, replicas and store capacity (without a cluster
-        # section: one value, no cluster), as one axis of the product: the grid order stays
-        # documented
+        # gpu_kv_gb, then the cluster's router, replicas, store capacity and prefill replicas
+        # (without a cluster section: one value, no cluster), as one axis of the product: the
+        # grid order stays documented
         clusters = (
             list(
                 itertools.product(
-                    self.cluster.router, self.cluster.replicas, self.cluster.store_capacities()
+                    self.cluster.router,
+                    self.cluster.replicas,
+                    self.cluster.store_capacities(),
+                    self.cluster.prefill_counts(),
                 )
             )
             if self.cluster
@@ -933,6 +1013,7 @@ class Experiment(_Strict):
                     slo,
                     cluster,
                     None if cluster_axes is None else cluster_axes[2],
+                    None if cluster_axes is None else cluster_axes[3],
                 )
             )
         return points
@@ -1015,8 +1096,9 @@ LABEL_COLUMNS: tuple[str, ...] = (
     "seed",
 )
 # The labels of a point with a cluster (an experiment with a cluster section; store_gb only with
-# a cluster.store section), before seed.
-CLUSTER_LABEL_COLUMNS: tuple[str, ...] = ("router", "replicas", "store_gb")
+# a cluster.store section, prefill_replicas only with a cluster.disaggregation section), before
+# seed.
+CLUSTER_LABEL_COLUMNS: tuple[str, ...] = ("router", "replicas", "store_gb", "prefill_replicas")
 # Every label column there can be, in summary.csv's order (a run has the cluster's or not).
 ALL_LABEL_COLUMNS: tuple[str, ...] = (
     *LABEL_COLUMNS[: LABEL_COLUMNS.index("seed")],
@@ -1045,11 +1127,15 @@ class GridPoint:
     cluster: ClusterConfig | None = None  # replicas behind a router; None: one engine
     # the cluster.store.capacity_gb axis' value (0: no store at this point); None: no such section
     store_gb: float | None = None
+    # the cluster.disaggregation.prefill_replicas axis' value (0: colocated at this point); None:
+    # no such section
+    prefill_replicas: int | None = None
 
     def labels(self) -> dict[str, Any]:
         """The grid columns of this point (LABEL_COLUMNS order, with the cluster's router and
-        replicas, and the store's capacity when the experiment has a cluster.store section,
-        before seed when it has a cluster) for summary.csv and the ledgers."""
+        replicas, the store's capacity when the experiment has a cluster.store section and the
+        prefill pool's size when it has a cluster.disaggregation section, before seed when it has
+        a cluster) for summary.csv and the ledgers."""
         labels = {
             "name": self.name,
             "policy": self.policy,
@@ -1071,6 +1157,8 @@ class GridPoint:
             labels |= {"router": self.cluster.router, "replicas": self.cluster.replicas}
             if self.store_gb is not None:
                 labels["store_gb"] = float(self.store_gb)
+            if self.prefill_replicas is not None:
+                labels["prefill_replicas"] = int(self.prefill_replicas)
         return labels | {"seed": self.seed}
 
     def describe(self) -> str:
@@ -1300,6 +1388,7 @@ def _cluster_problems(exp: Experiment) -> list[tuple[tuple[str | int, ...], str]
         out.append((("step_log",), why + "writes no step log"))
     out += _router_param_problems(c)
     out += _store_problems(exp)
+    out += _disagg_problems(exp)
     return out
 
 
@@ -1356,6 +1445,54 @@ def _store_problems(exp: Experiment) -> list[tuple[tuple[str | int, ...], str]]:
     if exp.engine.prefetch != "off":
         msg = (
             f"{exp.engine.prefetch!r} {why}a prefetch and a store load in one admission are not "
+            "modelled together: use off"
+        )
+        out.append((("engine", "prefetch"), msg))
+    return list(dict.fromkeys(out))
+
+
+def _disagg_problems(exp: Experiment) -> list[tuple[tuple[str | int, ...], str]]:
+    """A ``cluster.disaggregation`` as ``sim.cluster`` checks it, each problem once at the key it
+    names: the link's keys (``DisaggConfig``, whatever the axis holds), each prefill pool against
+    each cluster size (``ClusterConfig``: a grid point needs a decode replica; the user fixes the
+    grid, nothing is skipped), and what ``simulate_cluster`` refuses with disaggregation
+    (memory.evict_unit other than block, engine.prefetch other than off) where a point
+    disaggregates. 0 prefill replicas (colocated) conflict with nothing."""
+    c = exp.cluster
+    d = c.disaggregation if c is not None else None
+    if c is None or d is None:
+        return []
+    from sim.cluster.disagg import DisaggConfig
+
+    out: list[tuple[tuple[str | int, ...], str]] = []
+    where: tuple[str | int, ...] = ("cluster", "disaggregation")
+    try:  # the link's keys, on a pool of one (prefill_replicas is checked below, per value)
+        DisaggConfig(1, **d.model_dump(exclude={"prefill_replicas"}))
+    except ValueError as exc:
+        m = re.match(r"cluster\.disaggregation\.([a-z_]+): (.*)", str(exc), re.S)
+        out.append(((*where, m[1]), m[2]) if m is not None else (where, str(exc)))
+    for i, n in enumerate(d.prefill_replicas):
+        for j, r in enumerate(c.replicas):
+            if n and n >= r:
+                size = "cluster.replicas" + ("" if len(c.replicas) == 1 else f"[{j}]")
+                pool = f"{n} prefill replica" + (" leaves" if n == 1 else "s leave")
+                msg = (
+                    f"{pool} no decode replica with {size} = {r}: give every cluster size "
+                    "more replicas than the prefill pool (0: colocated)"
+                )
+                out.append(((*where, "prefill_replicas", i), msg))
+    if not any(d.prefill_replicas):
+        return out
+    # what simulate_cluster refuses with disaggregation (sim.cluster.run.disaggregation_refusals;
+    # tests/experiments/test_exp_disagg.py holds the two in step)
+    why = "with cluster.disaggregation: "
+    for j, unit in enumerate(exp.memory.evict_unit):
+        if unit != "block":
+            msg = f"{unit!r} {why}a transfer sends whole pages of every layer: use block"
+            out.append((("memory", "evict_unit", j), msg))
+    if exp.engine.prefetch != "off":
+        msg = (
+            f"{exp.engine.prefetch!r} {why}a prefetch and a transfer in one admission are not "
             "modelled together: use off"
         )
         out.append((("engine", "prefetch"), msg))
@@ -1576,6 +1713,7 @@ _SECTIONS: dict[tuple[str, ...], type[BaseModel]] = {
     ("figures",): FiguresSpec,
     ("cluster",): ClusterSpec,
     ("cluster", "store"): StoreSpec,
+    ("cluster", "disaggregation"): DisaggSpec,
 }
 
 

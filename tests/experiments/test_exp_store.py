@@ -41,8 +41,10 @@ cluster:
   store: {capacity_gb: [0, 8], policy: lru, chunk_tokens: 32}
 """
 STORE_COLUMNS = ("store_hit_rate", "store_loaded_gb", "store_written_gb")
-# The labels of a point with a cluster but no store section.
-NO_STORE_LABELS = [c for c in ALL_LABEL_COLUMNS if c != "store_gb"]
+# The labels of a point with a cluster and a store section, and with neither (no disaggregation
+# section: prefill_replicas is test_exp_disagg.py's).
+STORE_LABELS = [c for c in ALL_LABEL_COLUMNS if c != "prefill_replicas"]
+NO_STORE_LABELS = [c for c in STORE_LABELS if c != "store_gb"]
 
 
 def error_of(path) -> ConfigError:
@@ -131,7 +133,7 @@ def test_the_store_axis_comes_after_replicas_and_before_seed(write_yaml):
         else:
             assert p.cluster.store == StoreConfig(capacity_gb=8.0, chunk_tokens=32)
     labels = grid[2].labels()
-    assert list(labels) == list(ALL_LABEL_COLUMNS)
+    assert list(labels) == STORE_LABELS
     assert (labels["replicas"], labels["store_gb"], labels["seed"]) == (1, 8.0, 1)
     assert "store_gb" in AXES  # kvsim compare matches on it
     # points that differ only in the store never share a checkpoint
@@ -204,7 +206,7 @@ def _share(turns: pd.DataFrame, column: str) -> float:
 def test_a_store_experiment_runs_end_to_end(store_run):
     _, out = store_run
     summary = pd.read_csv(out / "summary.csv")
-    assert list(summary.columns[: len(ALL_LABEL_COLUMNS)]) == list(ALL_LABEL_COLUMNS)
+    assert list(summary.columns[: len(STORE_LABELS)]) == STORE_LABELS
     assert set(STORE_COLUMNS) <= set(summary.columns)
     assert list(zip(summary.replicas, summary.store_gb)) == [(1, 0.0), (1, 2.0), (2, 0.0), (2, 2.0)]
     turns = pd.read_parquet(out / "turns.parquet")
