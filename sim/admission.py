@@ -91,7 +91,7 @@ class Admission:
         unheld = 0
         if core.share is not None and units[SHARED]:  # the prefix's pages not on the GPU too
             _, on_cpu, gone, unheld = core.share.counts(sess.index)
-            dropped += gone * core.bt
+            dropped += (gone - core.recovery.shared_from_outside(sess)) * core.bt
             fetch += (on_cpu + gone) * core.page_bytes
         new_tokens = max(1, dropped + (target - 1 - sess.tokens))
         return target, new_tokens, fetch, unheld
@@ -167,9 +167,9 @@ class Admission:
         found = None
         if core.share is not None and sess.tier_pages[SHARED]:
             found = core.share.counts(sess.index)[:3]  # the prefix, by its pages' tiers
-            if run.k > 0:  # it is history: g, c, d as the own pages
+            if run.k > 0:  # it is history: g, c, d as the own pages (d: what is computed)
                 g, c, d = (a + n * bt for a, n in zip(split, found, strict=True))
-                split = g, c, d
+                split = g, c, d - core.recovery.shared_from_outside(sess) * bt
                 tiers = [a + n for a, n in zip(tiers, found, strict=True)]
         if ahead is not None and len(ahead):  # its pages count where they came from
             moved = len(ahead) * (sess.unit_pages if core.per_session_unit else 1)

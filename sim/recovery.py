@@ -66,6 +66,7 @@ class PageRecovery:
             # The prefix's pages from the CPU are swapped in; dropped ones (or never computed)
             # are computed: history at a later turn, prompt at the first.
             p_swapped, computed = share.fetch(sess.index, now)
+            computed = self.fetch_shared(run, computed, now, pf)
             swapped += p_swapped * core.page_bytes
             swapped_pages += p_swapped
             if len(computed):
@@ -91,6 +92,15 @@ class PageRecovery:
         recompute: all of them, unless a source outside the replica sends some (its bytes go to
         ``pf.remote_bytes``)."""
         return dropped_units
+
+    def shared_from_outside(self, sess: SessionKV) -> int:
+        """Dropped pages of the session's shared prefix that a source outside the replica would
+        send now (none: the pool's dropped pages are computed)."""
+        return 0
+
+    def fetch_shared(self, run: TurnRun, computed, now: float, pf: Prefill):
+        """``fetch_dropped`` for the shared prefix's dropped pages (session page indices)."""
+        return computed
 
 
 class LayerRecovery:
@@ -158,3 +168,6 @@ class LayerRecovery:
         pf.lens.append((new, old_tokens))
         pf.recomputed.append(0)
         return swapped, 0
+
+    def shared_from_outside(self, sess: SessionKV) -> int:
+        return 0  # no shared prefixes at this unit

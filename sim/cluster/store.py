@@ -189,7 +189,7 @@ class StoreRecovery(PageRecovery):
         """The session's dropped pages that the store would send now (all full pages)."""
         if not sess.tier_pages[DROPPED]:
             return 0
-        n = min(self.store.prefix_pages(sess.index), sess.tokens // self.core.bt)
+        n = self.stored_run(sess)
         return sess.tier.count(_DROPPED_BYTE, 0, n) if n else 0
 
     def split(self, sess: SessionKV) -> tuple[int, int, int]:
@@ -199,9 +199,31 @@ class StoreRecovery(PageRecovery):
     def dropped_tokens(self, sess: SessionKV) -> int:
         return super().dropped_tokens(sess) - self.stored_dropped_pages(sess) * self.core.bt
 
+    def stored_run(self, sess: SessionKV) -> int:
+        """Pages of the session's history the store's unbroken run covers (whole pages)."""
+        return min(self.store.prefix_pages(sess.index), sess.tokens // self.core.bt)
+
+    def shared_from_outside(self, sess: SessionKV) -> int:
+        share = self.core.share
+        units = None if share is None else share.units.get(sess.index)
+        if units is None:
+            return 0
+        n = min(self.stored_run(sess), len(units))
+        codes = np.frombuffer(share.pool.tier, dtype=np.uint8)[units[:n]]  # type: ignore[union-attr]
+        return int(np.count_nonzero(codes == DROPPED))
+
+    def fetch_shared(self, run: TurnRun, computed, now: float, pf: Prefill):
+        pages, n = np.asarray(computed, dtype=np.int64), self.stored_run(run.sess)
+        loaded = pages[pages < n]
+        if len(loaded):
+            self.store.read(run.sess.index, loaded, now)
+            pf.remote_bytes += len(loaded) * self.core.page_bytes
+            if not run.admitted_once:
+                self.hits[run.sess.index, run.k] += len(loaded) * self.core.bt
+        return pages[pages >= n]
+
     def fetch_dropped(self, run: TurnRun, dropped_units, now: float, pf: Prefill):
-        units = np.asarray(dropped_units, dtype=np.int64)
-        n = min(self.store.prefix_pages(run.sess.index), run.sess.tokens // self.core.bt)
+        units, n = np.asarray(dropped_units, dtype=np.int64), self.stored_run(run.sess)
         loaded = units[units < n]
         if len(loaded):
             self.store.read(run.sess.index, loaded, now)

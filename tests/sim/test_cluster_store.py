@@ -18,6 +18,7 @@ from tests.sim.test_cluster import (
     COST,
     PAGE,
     THREE,
+    _shared_prefix_trace,
     by_turn,
     cluster,
     conversation,
@@ -25,6 +26,7 @@ from tests.sim.test_cluster import (
     synthetic,
 )
 from tests.sim.trace_strategies import traces
+from traces.records import Session, Turn
 
 
 def store(capacity_pages: float = 10_000, **kw) -> StoreConfig:
@@ -119,6 +121,30 @@ def test_a_fast_link_hides_the_load_behind_the_prefill():
     assert recomputed.ttft_s.iloc[1] > with_store.ttft_s.iloc[1]
 
 
+def test_the_store_sends_a_shared_prefix_the_replica_never_computed():
+    # One conversation whose first 64 prompt tokens are a hashed shared prefix (two blocks of 32:
+    # four pages). Turn 0 (100 + 20 tokens) runs on replica 0 and writes 7 full pages; turn 1
+    # goes to replica 1, whose pool has never computed the prefix: its 4 pool pages and the
+    # session's own pages 4..6 come from the store, the partial 8th page's 8 tokens are
+    # recomputed.
+    one = [
+        Session(
+            "A",
+            (Turn(100, 20, arrival_s=0.0, prefix_hashes=(1, 2)), Turn(30, 5, think_s=50.0)),
+            block_tokens=32,
+        )
+    ]
+    t = run(one, mem(math.inf)).turns.set_index("turn")
+    assert t.loc[1, ["replica", "history_tokens"]].tolist() == [1, 120]
+    assert t.loc[1, ["gpu_hit_tokens", "store_tokens", "recomputed_tokens"]].tolist() == [
+        0,
+        112,
+        8,
+    ]
+    plain = cluster(one, mem(math.inf), 2).turns.set_index("turn")
+    assert plain.loc[1, ["gpu_hit_tokens", "recomputed_tokens"]].tolist() == [0, 120]
+
+
 # -- the store's contents ---------------------------------------------------------------------
 def test_writes_go_tail_first_so_recency_evicts_a_conversations_last_chunks_first():
     st = SharedStore(store(capacity_pages=12, chunk_tokens=64), PAGE, 16)  # 3 chunks of 4 pages
@@ -190,6 +216,16 @@ def test_spans_give_the_iteration_by_iteration_run_with_a_store(router, chunked)
     strict = run(sessions, mem(400, 100), 3, router, st, engine, decode_spans=False, debug=False)
     pd.testing.assert_frame_equal(res.turns, strict.turns)
     assert res.store == strict.store and res.store.evicted_chunks > 0
+    assert_conserved_with_store(res.turns)
+    assert res.turns.store_tokens.sum() > 0
+
+
+def test_shared_prefixes_with_a_store_conserve_and_spans_stay_exact():
+    sessions = _shared_prefix_trace()
+    st = store(40, chunk_tokens=32)
+    res = run(sessions, mem(60, 20), 3, "round-robin", st)
+    strict = run(sessions, mem(60, 20), 3, "round-robin", st, decode_spans=False, debug=False)
+    pd.testing.assert_frame_equal(res.turns, strict.turns)
     assert_conserved_with_store(res.turns)
     assert res.turns.store_tokens.sum() > 0
 
