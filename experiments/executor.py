@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from experiments.schema import ConfigError, ExecutorSpec, GridPoint, TraceSpec
@@ -337,11 +338,18 @@ def cluster_columns(result: Any) -> dict[str, float]:
     """A cluster run's summary columns: the share of history tokens computed only on another
     replica (``elsewhere_rate``, token weighted over turns with history as re-prefill is; 0.0
     with no history), Jain's index of the turns each replica served, and the worst replica's
-    TTFT p90."""
+    TTFT p90: of the turns whose first token it emitted (with disaggregation, a turn's first
+    token comes from its decode replica, and its TTFT runs from the prefill part's arrival)."""
     from sim.metrics import jain_index
     from sim.samples import finite_percentile
 
-    p90s = [finite_percentile(r.turns["ttft_s"], 90) for r in result.replicas]
+    turns = result.turns
+    emitter = turns["replica"].to_numpy()
+    if "decode_replica" in turns:
+        decoded = turns["decode_replica"].to_numpy()
+        emitter = np.where(decoded >= 0, decoded, emitter)
+    ttft = turns["ttft_s"].to_numpy()
+    p90s = [finite_percentile(ttft[emitter == r], 90) for r in range(len(result.replicas))]
     finite = [v for v in p90s if math.isfinite(v)]  # a replica that served no turn has none
     return {
         "elsewhere_rate": elsewhere_rate(result.turns),

@@ -537,3 +537,18 @@ def _tiny(prefill: int) -> dict:
         "policies": ["lru"],
         "cluster": {"replicas": 2, "disaggregation": {"prefill_replicas": prefill}},
     }
+
+
+def test_the_worst_replicas_ttft_is_of_the_turns_whose_first_token_it_emitted(disagg_run):
+    """With disaggregation a turn's first token comes from its decode replica (its TTFT runs from
+    the prefill part's arrival); a turn of one output token ends on its prefill replica."""
+    _, out = disagg_run
+    summary = pd.read_csv(out / "summary.csv")
+    turns = pd.read_parquet(out / "turns.parquet")
+    for row in summary.itertuples():
+        mine = turns[
+            (turns.replicas == row.replicas) & (turns.prefill_replicas == row.prefill_replicas)
+        ]
+        emitter = mine.decode_replica.where(mine.decode_replica >= 0, mine.replica)
+        worst = max(np.percentile(g.ttft_s, 90) for _, g in mine.groupby(emitter))
+        assert row.replica_ttft_p90_max_s == pytest.approx(worst, rel=1e-12)
