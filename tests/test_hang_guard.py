@@ -56,15 +56,17 @@ def test_leaves_a_child():
 """
 
 SLOW = """
+import pathlib
 import time
 
 
 def test_takes_for_ever():
+    pathlib.Path("sleeping").touch()  # the module's other runs start once this one sleeps
     time.sleep(120)
 """
 
 
-def _pytest(tmp_path: Path, body: str, *, bounded: int | None = None, timeout: float = 120):
+def _command(tmp_path: Path, body: str, bounded: int | None) -> tuple[list[str], dict[str, str]]:
     (tmp_path / "test_inner.py").write_text(body)
     env = {
         **os.environ,
@@ -76,11 +78,35 @@ def _pytest(tmp_path: Path, body: str, *, bounded: int | None = None, timeout: f
     cmd = [sys.executable, "-m", "pytest", *args]
     if bounded is not None:
         cmd = ["bash", str(REPO / ".ci" / "pytest-bounded"), str(bounded), *args]
+    return cmd, env
+
+
+def _pytest(tmp_path: Path, body: str, *, bounded: int | None = None, timeout: float = 120):
+    cmd, env = _command(tmp_path, body, bounded)
     t0 = time.monotonic()
     got = subprocess.run(
         cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=timeout
     )
     return got, time.monotonic() - t0
+
+
+@pytest.fixture(scope="module", autouse=True)
+def past_bound(tmp_path_factory):
+    """The bounded run of SLOW, started before this module's other tests: it sleeps out its bound
+    and KILL_AFTER while they run (it waits for its test to be sleeping before they start, so
+    they do not slow its start-up). Yields (process, start time, folder of its output)."""
+    tmp_path = tmp_path_factory.mktemp("past_bound")
+    cmd, env = _command(tmp_path, SLOW, bounded=4)
+    t0 = time.monotonic()
+    with (tmp_path / "stdout").open("w") as out, (tmp_path / "stderr").open("w") as err:
+        proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=out, stderr=err, text=True)
+    while not (tmp_path / "sleeping").exists() and proc.poll() is None:
+        if time.monotonic() - t0 > 60:
+            break
+        time.sleep(0.05)
+    yield proc, t0, tmp_path
+    if proc.poll() is None:
+        proc.wait(timeout=120)
 
 
 def test_a_clean_session_passes(tmp_path):
@@ -126,9 +152,12 @@ def test_a_leftover_child_process_fails_the_session_and_is_killed(tmp_path):
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc")
-def test_a_run_past_its_bound_is_stopped_with_the_stacks_and_a_message(tmp_path):
-    got, took = _pytest(tmp_path, SLOW, bounded=4)
-    assert got.returncode == 1
-    assert "ran past its bound of 4 s and was stopped: a hang" in got.stderr
-    assert "test_takes_for_ever" in got.stderr  # faulthandler's dump names where it stood
+def test_a_run_past_its_bound_is_stopped_with_the_stacks_and_a_message(past_bound):
+    proc, t0, folder = past_bound
+    returncode = proc.wait(timeout=120)
+    took = time.monotonic() - t0  # when it was seen to end: no earlier than it ended
+    stderr = (folder / "stderr").read_text()
+    assert returncode == 1
+    assert "ran past its bound of 4 s and was stopped: a hang" in stderr
+    assert "test_takes_for_ever" in stderr  # faulthandler's dump names where it stood
     assert took < 30  # the bound, then KILL_AFTER

@@ -83,11 +83,25 @@ def layer_times(draw):
     return copy_s, compute_s, ready
 
 
+# Each property draws 50 cases in the default run and its slow twin the full count (150, 100).
+PIPELINED_CASES = given(layers=layer_times(), slowdown=eps, copy_start=starts, compute_start=starts)
+SERIAL_CASES = given(layers=layer_times(), copy_start=starts, compute_start=starts)
+
+
+@settings(max_examples=50, deadline=None)
+@PIPELINED_CASES
+def test_pipelined_schedule_ends_where_pipelined_time_does(**case) -> None:
+    _check_pipelined_schedule(**case)
+
+
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None)
-@given(layers=layer_times(), slowdown=eps, copy_start=starts, compute_start=starts)
-def test_pipelined_schedule_ends_where_pipelined_time_does(
-    layers, slowdown, copy_start, compute_start
-) -> None:
+@PIPELINED_CASES
+def test_pipelined_schedule_ends_where_pipelined_time_does_at_length(**case) -> None:
+    _check_pipelined_schedule(**case)
+
+
+def _check_pipelined_schedule(layers, slowdown, copy_start, compute_start) -> None:
     copy_s, compute_s, ready = layers
     schedule = pipelined_schedule(copy_s, compute_s, slowdown, copy_start, compute_start, ready)
     expected = pipelined_time(copy_s, compute_s, slowdown, copy_start, compute_start, ready)
@@ -106,9 +120,20 @@ def test_pipelined_schedule_ends_where_pipelined_time_does(
         prev_end = t.compute_end
 
 
+@settings(max_examples=50, deadline=None)
+@SERIAL_CASES
+def test_serial_schedule_ends_where_serial_time_does(**case) -> None:
+    _check_serial_schedule(**case)
+
+
+@pytest.mark.slow
 @settings(max_examples=100, deadline=None)
-@given(layers=layer_times(), copy_start=starts, compute_start=starts)
-def test_serial_schedule_ends_where_serial_time_does(layers, copy_start, compute_start) -> None:
+@SERIAL_CASES
+def test_serial_schedule_ends_where_serial_time_does_at_length(**case) -> None:
+    _check_serial_schedule(**case)
+
+
+def _check_serial_schedule(layers, copy_start, compute_start) -> None:
     copy_s, compute_s, ready = layers
     schedule = serial_schedule(copy_s, compute_s, copy_start, compute_start, ready)
     expected = serial_time(copy_s, compute_s, copy_start, compute_start, ready)

@@ -308,7 +308,7 @@ def test_kinetic_min_many_groups(mode):
 
 
 @pytest.mark.parametrize("mode", ["since", "until"])
-@pytest.mark.parametrize("seed", [1, 2])
+@pytest.mark.parametrize("seed", [1, pytest.param(2, marks=pytest.mark.slow)])  # seed 2: -m slow
 def test_kinetic_batches_match_one_at_a_time(mode, seed):
     # add_many / discard_many / pop_many against brute force in exact arithmetic: batches of one
     # time (a session's units) with repeated and distinct costs, batch removals, and runs of

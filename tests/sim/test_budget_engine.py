@@ -108,8 +108,7 @@ BUDGETS = [
 ]
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(
+BUDGET_CASES = given(
     sessions=traces(),
     gpu_pages=st.integers(8, 120),
     cpu_pages=st.sampled_from([0, 10, 60]),
@@ -119,7 +118,23 @@ BUDGETS = [
     budget=st.sampled_from(BUDGETS),
     prefetch=st.sampled_from(["off", "think"]),
 )
-def test_budgets_keep_the_invariants_and_the_ledger_of_strict_replay(
+
+
+# The default run draws 20 cases, the slow suite 60.
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@BUDGET_CASES
+def test_budgets_keep_the_invariants_and_the_ledger_of_strict_replay(**case):
+    _check_budgets_against_strict_replay(**case)
+
+
+@pytest.mark.slow
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@BUDGET_CASES
+def test_budgets_keep_the_invariants_and_the_ledger_of_strict_replay_at_length(**case):
+    _check_budgets_against_strict_replay(**case)
+
+
+def _check_budgets_against_strict_replay(
     sessions, gpu_pages, cpu_pages, unit, policy, max_running, budget, prefetch
 ):
     mem = MemoryConfig(

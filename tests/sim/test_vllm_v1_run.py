@@ -5,6 +5,7 @@ choices, so the step logs of a run under memory pressure are equal line for line
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
@@ -56,11 +57,21 @@ def _log(sessions, sched: VllmScheduler) -> list[dict]:
     ).steps
 
 
-def test_lru_through_the_policy_interface_is_vllms_free_queue(sessions):
-    cfg = VllmConfig(num_blocks=700, block_size=16, max_num_seqs=32)
-    queue = VllmScheduler(cfg)
+PRESSED = VllmConfig(num_blocks=700, block_size=16, max_num_seqs=32)
+
+
+@pytest.fixture(scope="module")
+def free_queue_run(sessions):
+    """vLLM's own free queue on the trace under pressure, run once: (scheduler, step log)."""
+    queue = VllmScheduler(PRESSED)
+    return queue, _log(sessions, queue)
+
+
+def test_lru_through_the_policy_interface_is_vllms_free_queue(sessions, free_queue_run):
+    cfg = PRESSED
+    queue, a = free_queue_run
     policy = VllmScheduler(cfg, _policy_pool(cfg, "lru"))
-    a, b = _log(sessions, queue), _log(sessions, policy)
+    b = _log(sessions, policy)
     assert queue.pool.evictions > 500  # under pressure: the eviction order matters
     assert a == b
     assert policy.pool.evictions == queue.pool.evictions
@@ -68,10 +79,10 @@ def test_lru_through_the_policy_interface_is_vllms_free_queue(sessions):
         assert pool.num_free_cached == sum(1 for b in pool.cached_blocks() if pool.holders(b) == 0)
 
 
-def test_another_policy_changes_the_hits(sessions):
-    cfg = VllmConfig(num_blocks=700, block_size=16, max_num_seqs=32)
-    lru, fifo = VllmScheduler(cfg), VllmScheduler(cfg, _policy_pool(cfg, "fifo"))
-    a, b = _log(sessions, lru), _log(sessions, fifo)
+def test_another_policy_changes_the_hits(sessions, free_queue_run):
+    cfg = PRESSED
+    _, a = free_queue_run  # LRU, vLLM's free queue
+    b = _log(sessions, VllmScheduler(cfg, _policy_pool(cfg, "fifo")))
     hits = lambda log: sum(sum(e["hit"].values()) for e in log)  # noqa: E731
     assert hits(a) != hits(b)
 
@@ -214,9 +225,22 @@ class _CountingSide(KvsimSide):
         return super().advance_decodes(run, k, plan_times, skip_step)
 
 
-@pytest.mark.parametrize("policy", ["lru", "arc"])
-@pytest.mark.parametrize("async_scheduling", [False, True])
-@pytest.mark.parametrize("reserve", [True, False])
+# The default run takes two of the eight set-ups, between them every value of each axis; the slow
+# suite takes the other six.
+STEADY_DEFAULT = {("lru", False, True), ("arc", True, False)}
+
+
+@pytest.mark.parametrize(
+    ("policy", "async_scheduling", "reserve"),
+    [
+        pytest.param(
+            *case,
+            id="-".join(map(str, case[::-1])),
+            marks=() if case in STEADY_DEFAULT else pytest.mark.slow,
+        )
+        for case in itertools.product(["lru", "arc"], [False, True], [True, False])
+    ],
+)
 def test_steady_decode_runs_give_the_step_by_step_log_and_clock(policy, async_scheduling, reserve):
     """Runs of steady decode steps taken in one go must give the step log (every step, its
     time, duration, free blocks), the turns and the booked prices of the step-by-step loop, under
