@@ -18,6 +18,11 @@ LRU and with ARC: chunked prefill, both token budgets, CPU-offload
 decode, both prefetch modes, per-layer swap copies, synchronous saves, session units, a streamed
 trace, prefix sharing on the first 400 requests of Mooncake's conversation trace (when the shared
 data is there: beside the repository, or at $KVSIM_SHARED_DATA). A change to the engine's structure must leave every one identical.
+
+``--engine vllm-v1`` digests the vLLM v1 engine instead (``sim.vllm_v1``): tight and loose GPU
+blocks, a long-prefill threshold (chunked prefills), synchronous scheduling, no prefix caching,
+and vLLM's CPU offloading connector with each of its two policies, each with LRU and ARC as the
+prefix cache's policy.
 """
 
 from __future__ import annotations
@@ -66,6 +71,37 @@ FEATURES: dict[str, Feature] = {
     "stream": (0.5, 0.8, "block", {}, None, None),
     "sharing": (0.4, 0.6, "block", {}, None, None),
 }
+
+
+# name -> (gpu GiB, cpu GiB, engine options); every one evicts
+VLLM: dict[str, tuple[float, float, dict]] = {
+    "tight": (0.3, 0.0, {}),
+    "loose": (0.8, 0.0, {}),
+    "threshold": (0.5, 0.0, {"long_prefill_token_threshold": 256, "max_batch_tokens": 1024}),
+    "sync": (0.5, 0.0, {"async_scheduling": False}),
+    "no-prefix-cache": (0.5, 0.0, {"enable_prefix_caching": False}),
+    "offload-lru": (0.4, 0.8, {"offload_eviction_policy": "lru"}),
+    "offload-arc": (0.4, 0.8, {"offload_eviction_policy": "arc", "offload_blocks_per_chunk": 4}),
+}
+
+
+def vllm_digest(config: str, policy: str, sessions: int, seed: int) -> str:
+    from costmodels import cost_model
+    from sim import MemoryConfig, simulate
+    from sim.config import EngineConfig
+    from traces import load_trace
+
+    gpu, cpu, engine = VLLM[config]
+    trace = load_trace({"kind": "synthetic", "sessions": sessions, "seed": seed}).sessions
+    res = simulate(
+        trace,
+        cost_model("llama-3-8b", "h100-sxm"),
+        MemoryConfig(gpu_kv_gb=gpu, cpu_kv_gb=cpu, block_tokens=16, evict_unit="block"),
+        engine=EngineConfig(kind="vllm-v1", **engine),
+        policy=policy,
+        seed=seed,
+    )
+    return _hash(res)
 
 
 def digest(policy: str, config: str, sessions: int, seed: int) -> str:
@@ -149,9 +185,24 @@ def main(argv=None) -> int:
     p.add_argument(
         "--features", action="store_true", help="the serving features' grid (lru and arc)"
     )
+    p.add_argument(
+        "--engine",
+        choices=("kvsim", "vllm-v1"),
+        default="kvsim",
+        help="vllm-v1: the vLLM engine's grid (lru and arc) instead",
+    )
     args = p.parse_args(argv)
     got: dict[str, str] = {}
-    if args.features:
+    if args.engine == "vllm-v1":
+        for config in VLLM:
+            for policy in args.policies or ("lru", "arc"):
+                t0 = time.perf_counter()
+                got[f"vllm-v1/{policy}/{config}"] = vllm_digest(
+                    config, policy, args.sessions, args.seed
+                )
+                took = time.perf_counter() - t0
+                print(f"vllm-v1 {policy:10s} {config:16s} {took:6.2f} s", file=sys.stderr)
+    if args.features and args.engine == "kvsim":
         for feature in FEATURES:
             for policy in args.policies or ("lru", "arc"):
                 t0 = time.perf_counter()
@@ -162,7 +213,8 @@ def main(argv=None) -> int:
                 got[f"{policy}/{feature}"] = d
                 took = time.perf_counter() - t0
                 print(f"{policy:18s} {feature:16s} {took:6.2f} s", file=sys.stderr)
-    for policy in [] if args.features else args.policies or available_policies():
+    plain = not args.features and args.engine == "kvsim"
+    for policy in args.policies or available_policies() if plain else []:
         for config in CONFIGS:
             t0 = time.perf_counter()
             got[f"{policy}/{config}"] = digest(policy, config, args.sessions, args.seed)

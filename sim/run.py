@@ -38,7 +38,8 @@ def simulate(
     sparse: SparseConfig | None = None,
     on_iteration: Callable[[Scheduler, Step, float], None] | None = None,
 ) -> SimResult:
-    """Replay ``sessions`` through the engine. ``progress(n)`` hears of every n turns completed.
+    """Replay ``sessions`` through the engine (``engine.kind`` vllm-v1: through
+    ``sim.vllm_v1.run.simulate_vllm``). ``progress(n)`` hears of every n turns completed.
 
     ``sessions``: a list (any Sequence) of the whole trace, or a stream (any other iterable, e.g.
     ``traces.jsonl.iter_jsonl(path)``) in order of first arrival, each session with turn 0's
@@ -54,6 +55,16 @@ def simulate(
     decode-only iterations without planning them one by one.
     """
     engine = engine or EngineConfig()
+    if engine.kind == "vllm-v1":  # the other engine: its own loop (sim.vllm_v1)
+        full_kv = budget is None or budget == BudgetConfig()
+        if not full_kv or sparse is not None or on_iteration is not None or debug:
+            raise ValueError(
+                "engine.kind vllm-v1 runs full KV, without sparse decode, iteration hooks or "
+                "invariant checks"
+            )
+        from sim.vllm_v1.run import simulate_vllm
+
+        return simulate_vllm(sessions, cost, memory, engine, policy, seed, progress=progress)
     budget = budget or BudgetConfig()
     wall0 = time.perf_counter()
     if budget.scores_tokens:  # the scorer runs on every new token at every layer

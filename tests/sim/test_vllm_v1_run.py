@@ -342,3 +342,26 @@ def test_tensor_parallel_blocks_are_one_gpus_share_of_the_groups_pool(sessions):
     assert offload_config(tp2, mem, eng) == offload_config(COST, mem, eng)
     one, two = (simulate_vllm(sessions, c, MemoryConfig(gpu_kv_gb=0.5), VLLM) for c in (COST, tp2))
     assert one.stats.gpu_capacity_bytes == 2 * two.stats.gpu_capacity_bytes  # one GPU's bytes
+
+
+def test_simulate_runs_the_vllm_engine_when_the_config_names_it():
+    """``sim.simulate`` with engine.kind vllm-v1 is ``simulate_vllm`` (it used to run kvsim's
+    engine and ignore every vLLM option), and the vLLM options change the run."""
+    import pandas as pd
+
+    from sim import simulate
+    from sim.config import BudgetConfig, SparseConfig
+
+    trace = load_trace({"kind": "synthetic", "sessions": 40, "seed": 3}).sessions
+    mem = MemoryConfig(gpu_kv_gb=0.5, block_tokens=16)
+    got = simulate(trace, COST, mem, VLLM, "lru", 3)
+    want = simulate_vllm(trace, COST, mem, VLLM, "lru", 3)
+    cols = [c for c in want.turns.columns if c != "evict_ns"]
+    pd.testing.assert_frame_equal(got.turns[cols], want.turns[cols])
+    kvsim = simulate(trace, COST, mem, EngineConfig(), "lru", 3)
+    assert not kvsim.turns[cols].equals(got.turns[cols])
+    no_cache = simulate(trace, COST, mem, EngineConfig("vllm-v1", enable_prefix_caching=False))
+    assert got.turns.gpu_hit_tokens.sum() > 0 and no_cache.turns.gpu_hit_tokens.sum() == 0
+    with pytest.raises(ValueError, match="vllm-v1 runs full KV"):
+        simulate(trace, COST, mem, VLLM, sparse=SparseConfig("quest", k=4, ring_slots=8))
+    simulate(trace[:2], COST, mem, VLLM, budget=BudgetConfig())  # full KV: fine
