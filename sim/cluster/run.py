@@ -64,6 +64,9 @@ class ClusterResult:
     active: tuple[tuple[float, float], ...] = ()  # each replica's first and last iteration time
     store: StoreStats | None = None
     discarded_tokens: int = 0  # first tokens of prefill parts, emitted again by the decode part
+    # turns whose prefill part ran but whose decode part was rejected (longer than a decode
+    # replica's GPU KV): not in the ledger, counted in the decode replica's rejected_turns
+    decode_rejected: int = 0
 
     def merged(self) -> SimResult:
         """The cluster as one run (``sim.metrics.summarize`` reads it): the whole ledger, and
@@ -232,10 +235,10 @@ def simulate_cluster(
     )
     frames = [res.turns.assign(replica=np.int64(res.labels["replica"])) for res in results]
     turns = pd.concat(frames[:first_decode], ignore_index=True)
-    discarded = 0
+    discarded = decode_rejected = 0
     if disagg is not None:
         decoded = pd.concat(frames[first_decode:], ignore_index=True)
-        turns, _ = merge_parts(turns, decoded, list(sessions), transfers)
+        turns, decode_rejected = merge_parts(turns, decoded, list(sessions), transfers)
         discarded = shell.handed_off  # a prefill part's first token, emitted again by decode
     turns = turns.sort_values(["session_id", "turn"], kind="stable", ignore_index=True)
     turns["elsewhere_tokens"] = shell.turn_column(turns, shell.elsewhere)
@@ -250,6 +253,7 @@ def simulate_cluster(
         active,
         None if store is None else store.stats,
         discarded,
+        decode_rejected,
     )
 
 

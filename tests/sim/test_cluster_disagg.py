@@ -190,3 +190,12 @@ def test_zero_decode_replicas_is_an_error():
 def test_what_disaggregation_does_not_work_with_is_refused_by_key(memory, engine, message):
     with pytest.raises(ValueError, match=message):
         run(ONE, memory, engine=engine)
+
+
+def test_a_decode_part_too_long_for_a_decode_replica_is_counted():
+    # 10 pages of GPU KV (160 tokens): the prefill part needs 101 tokens, the decode part 200
+    one = [conversation("A", 0.0, [(100, 100)])]
+    res = run(one, mem(10))
+    assert len(res.turns) == 0 and res.decode_rejected == 1
+    assert res.replicas[0].stats.rejected_turns == 0 and len(res.replicas[0].turns) == 1
+    assert res.replicas[1].stats.rejected_turns == 1
