@@ -160,3 +160,26 @@ def test_lo_above_hi_is_an_input_error(experiment_file, capsys):
     rc = main(["search", str(experiment_file), "--policy", "lru", "--lo", "0.02", "--hi", "0.01"])
     assert rc == 2
     assert "--lo (0.02 GiB) is above --hi (0.01 GiB)" in capsys.readouterr().err
+
+
+def test_a_cluster_searches_each_replicas_gpu_kv(experiment_file, monkeypatch):
+    """With a cluster section every probe runs the cluster, and the axis is each replica's GPU
+    KV: the ten sessions never overlap, so whichever replica a session goes to, sessions 1..N
+    complete at N pages a replica, as on one engine."""
+    import sim.cluster
+
+    text = experiment_file.read_text().replace("policies: [lru, fifo]", "policies: [lru]")
+    experiment_file.write_text(text + "cluster: {replicas: 2, router: round-robin}\n")
+    calls = []
+    real = sim.cluster.simulate_cluster
+
+    def counted(*args, **kwargs):
+        calls.append(kwargs["cluster"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(sim.cluster, "simulate_cluster", counted)
+    result = search(load_experiment(experiment_file), target=0.7)
+    assert [p.pages for p in result.probes] == [10, 1, 5, 7, 6]
+    assert all(p.slo_attainment == pytest.approx(min(p.pages, 10) / 10) for p in result.probes)
+    assert result.answer is not None and result.answer.pages == 7
+    assert len(calls) == 5 and {(c.replicas, c.router) for c in calls} == {(2, "round-robin")}
