@@ -64,7 +64,7 @@ def simulate(
             )
         from sim.vllm_v1.run import simulate_vllm
 
-        return simulate_vllm(sessions, cost, memory, engine, policy, seed, progress=progress)
+        return simulate_vllm(list(sessions), cost, memory, engine, policy, seed, progress=progress)
     budget = budget or BudgetConfig()
     wall0 = time.perf_counter()
     if budget.scores_tokens:  # the scorer runs on every new token at every layer
