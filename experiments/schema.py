@@ -1437,17 +1437,7 @@ def _store_problems(exp: Experiment) -> list[tuple[tuple[str | int, ...], str]]:
                 add(str(exc), i)
     # what simulate_cluster refuses with a store (tests/experiments/test_exp_store.py holds the
     # two in step)
-    why = "with cluster.store: "
-    for j, unit in enumerate(exp.memory.evict_unit):
-        if unit != "block":
-            msg = f"{unit!r} {why}the store sends whole pages of every layer: use block"
-            out.append((("memory", "evict_unit", j), msg))
-    if exp.engine.prefetch != "off":
-        msg = (
-            f"{exp.engine.prefetch!r} {why}a prefetch and a store load in one admission are not "
-            "modelled together: use off"
-        )
-        out.append((("engine", "prefetch"), msg))
+    out += _outside_kv_problems(exp, "cluster.store", "the store sends", "a store load")
     return list(dict.fromkeys(out))
 
 
@@ -1485,18 +1475,28 @@ def _disagg_problems(exp: Experiment) -> list[tuple[tuple[str | int, ...], str]]
         return out
     # what simulate_cluster refuses with disaggregation (sim.cluster.run.disaggregation_refusals;
     # tests/experiments/test_exp_disagg.py holds the two in step)
-    why = "with cluster.disaggregation: "
+    out += _outside_kv_problems(exp, "cluster.disaggregation", "a transfer sends", "a transfer")
+    return list(dict.fromkeys(out))
+
+
+def _outside_kv_problems(
+    exp: Experiment, key: str, sends: str, load: str
+) -> list[tuple[tuple[str | int, ...], str]]:
+    """What KV from outside a replica (``key``: a store's, a prefill replica's) does not work
+    with, at the keys ``sim.cluster.run.pages_from_outside_refusals`` names: memory.evict_unit
+    other than block, engine.prefetch other than off."""
+    out: list[tuple[tuple[str | int, ...], str]] = []
     for j, unit in enumerate(exp.memory.evict_unit):
         if unit != "block":
-            msg = f"{unit!r} {why}a transfer sends whole pages of every layer: use block"
+            msg = f"{unit!r} with {key}: {sends} whole pages of every layer: use block"
             out.append((("memory", "evict_unit", j), msg))
     if exp.engine.prefetch != "off":
         msg = (
-            f"{exp.engine.prefetch!r} {why}a prefetch and a transfer in one admission are not "
+            f"{exp.engine.prefetch!r} with {key}: a prefetch and {load} in one admission are not "
             "modelled together: use off"
         )
         out.append((("engine", "prefetch"), msg))
-    return list(dict.fromkeys(out))
+    return out
 
 
 def _router_param_problems(c: ClusterSpec) -> list[tuple[tuple[str | int, ...], str]]:

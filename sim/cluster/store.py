@@ -213,21 +213,23 @@ class StoreRecovery(PageRecovery):
         return int(np.count_nonzero(codes == DROPPED))
 
     def fetch_shared(self, run: TurnRun, computed, now: float, pf: Prefill):
-        pages, n = np.asarray(computed, dtype=np.int64), self.stored_run(run.sess)
+        rest, tokens = self._load(run, computed, now, pf)
+        if not run.admitted_once:  # after fetch_dropped, which set the turn's count
+            self.hits[run.sess.index, run.k] += tokens
+        return rest
+
+    def fetch_dropped(self, run: TurnRun, dropped_units, now: float, pf: Prefill):
+        rest, tokens = self._load(run, dropped_units, now, pf)
+        if not run.admitted_once:
+            self.hits[run.sess.index, run.k] = tokens
+        return rest
+
+    def _load(self, run: TurnRun, pages, now: float, pf: Prefill) -> tuple[np.ndarray, int]:
+        """Load the dropped ``pages`` (session page indices) that the store's run covers: (the
+        rest, to recompute; the tokens loaded)."""
+        pages, n = np.asarray(pages, dtype=np.int64), self.stored_run(run.sess)
         loaded = pages[pages < n]
         if len(loaded):
             self.store.read(run.sess.index, loaded, now)
             pf.remote_bytes += len(loaded) * self.core.page_bytes
-            if not run.admitted_once:
-                self.hits[run.sess.index, run.k] += len(loaded) * self.core.bt
-        return pages[pages >= n]
-
-    def fetch_dropped(self, run: TurnRun, dropped_units, now: float, pf: Prefill):
-        units, n = np.asarray(dropped_units, dtype=np.int64), self.stored_run(run.sess)
-        loaded = units[units < n]
-        if len(loaded):
-            self.store.read(run.sess.index, loaded, now)
-            pf.remote_bytes += len(loaded) * self.core.page_bytes
-        if not run.admitted_once:
-            self.hits[run.sess.index, run.k] = len(loaded) * self.core.bt
-        return units[units >= n]
+        return pages[pages >= n], len(loaded) * self.core.bt
