@@ -154,15 +154,26 @@ def test_one_replica_matches_the_single_engine_on_random_traces(sessions):
 
 
 # -- several replicas: spans, invariants, conservation --------------------------------------------
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(traces())
-def test_decode_spans_on_one_clock_give_the_iteration_by_iteration_run(sessions):
+def spans_are_the_iteration_by_iteration_run(sessions) -> None:
     # debug=True checks every replica's invariants after each iteration and span
     memory = mem(30, 20)
     spans = cluster(sessions, memory, 3, "least-loaded")
     steps = cluster(sessions, memory, 3, "least-loaded", decode_spans=False)
     pd.testing.assert_frame_equal(spans.turns, steps.turns)
     assert_conserved(spans.turns)
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(traces())
+def test_decode_spans_on_one_clock_give_the_iteration_by_iteration_run(sessions):
+    spans_are_the_iteration_by_iteration_run(sessions)
+
+
+@pytest.mark.slow
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(traces())
+def test_decode_spans_on_one_clock_give_the_iteration_by_iteration_run_at_length(sessions):
+    spans_are_the_iteration_by_iteration_run(sessions)
 
 
 # least-loaded and session-affinity run in the slow suite (the default run keeps one router that
