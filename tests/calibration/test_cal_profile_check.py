@@ -56,7 +56,20 @@ def _check_profile_file(c: TermCheck) -> None:
     entry = c.random or c.transfer
     if c.term in p.validation and entry is not None:
         v = p.validation[c.term]
-        assert (v.mape, v.max_ape, v.n) == (round(entry.mape, 4), round(entry.max_ape, 4), entry.n)
+        if c.term == "layer":
+            # The whole layer prices the KV write as an add at 8192 B rows, a row size the public
+            # tables never time, so its floor is wherever the add's fit stopped on a line the
+            # tables leave free (0.768 or 0.777 us on two machines): its APEs move by about 1e-5
+            # (max 0.301876 / 0.301846), one unit of the 4 written decimals.
+            assert v.n == entry.n
+            assert v.mape == pytest.approx(entry.mape, abs=1e-4)
+            assert v.max_ape == pytest.approx(entry.max_ape, abs=1e-4)
+        else:
+            assert (v.mape, v.max_ape, v.n) == (
+                round(entry.mape, 4),
+                round(entry.max_ape, 4),
+                entry.n,
+            )
     for split, s in c.stats():
         if c.term == "gemm" and c.profile in ("a100-vidur", "h100-public"):
             continue  # the public profiles' notes carry the linear and elementwise lines
