@@ -660,6 +660,7 @@ DISAGG_DEFAULTS: dict[str, Any] = {
     "bandwidth_gb_s": 50.0,
     "latency_us": 20.0,
     "layerwise": True,
+    "link": "network",
 }
 
 
@@ -684,6 +685,11 @@ class DisaggSpec(_Strict):
         default=DISAGG_DEFAULTS["layerwise"],
         description="a decode part's first step runs layer l once its KV is in (false: once all "
         "of it is)",
+    )
+    link: StrictStr = Field(
+        default=DISAGG_DEFAULTS["link"],
+        description="network (bandwidth_gb_s, latency_us: RDMA, NVLink) or pcie-host (a copy to "
+        "the sender's host, then one to the receiving GPU, priced by the cost model)",
     )
 
     wrap_lists = field_validator("prefill_replicas", mode="before")(_as_list)
@@ -1461,6 +1467,10 @@ def _disagg_problems(exp: Experiment) -> list[tuple[tuple[str | int, ...], str]]
     except ValueError as exc:
         m = re.match(r"cluster\.disaggregation\.([a-z_]+): (.*)", str(exc), re.S)
         out.append(((*where, m[1]), m[2]) if m is not None else (where, str(exc)))
+    if d.link == "pcie-host":  # the cost model prices those copies: a network's numbers mislead
+        for key in sorted({"bandwidth_gb_s", "latency_us"} & d.model_fields_set):
+            msg = "a network link's: with link pcie-host the cost model prices the copies"
+            out.append(((*where, key), msg))
     for i, n in enumerate(d.prefill_replicas):
         for j, r in enumerate(c.replicas):
             if n and n >= r:

@@ -159,8 +159,9 @@ class Pricer:
         self.async_save = async_save
         self.fused_recompute = fused_recompute
         self.per_layer_copies = per_layer_copies
-        # (latency s, bytes/s, layer by layer) of the link KV from outside the replica arrives on
-        self.remote_link: tuple[float, float, bool] | None = None
+        # the link KV from outside the replica arrives on: (latency s, bytes/s, layer by layer),
+        # or "pcie-host" with layer by layer (a copy to the sender's host, then one to this GPU)
+        self.remote_link: tuple[float, float, bool] | tuple[str, bool] | None = None
         # The shape-free prices bypass ``iteration`` and ``layer_s``: only where a subclass (a
         # recording model) does not override them.
         self._shape_free = (
@@ -253,11 +254,31 @@ class Pricer:
 
     def remote_ready_s(self, nbytes: int) -> np.ndarray:
         """When each layer of ``nbytes`` of KV sent over the remote link from the iteration's start
-        is in: the link's latency, then the layers one after another at its bandwidth (or, not
-        layer by layer, every layer once the whole transfer is in)."""
-        if self.remote_link is None:
+        is in. A network link: its latency, then the layers one after another at its bandwidth.
+        Through the host (``pcie-host``): each layer copied device to host on the sender, then
+        host to device here, priced by the cost model's copy terms, a layer's second copy after
+        its first and after the layer before's. Not layer by layer: every layer once all is in."""
+        link = self.remote_link
+        if link is None:
             raise ValueError("KV from outside the replica, but it has no remote link")
-        latency_s, bytes_per_s, layerwise = self.remote_link
+        if link[0] == "pcie-host":
+            layerwise = bool(link[1])
+            if not layerwise:
+                whole = self.copy_s("d2h", nbytes) + self.copy_s("h2d", nbytes)
+                return np.full(self.layers, whole)
+            layer = nbytes // self.layers  # whole pages of one layer each
+            out, t_out, t_in = (
+                np.empty(self.layers),
+                self.copy_s("d2h", layer),
+                self.copy_s("h2d", layer),
+            )
+            sent = done = 0.0
+            for i in range(self.layers):
+                sent += t_out
+                done = max(sent, done) + t_in
+                out[i] = done
+            return out
+        latency_s, bytes_per_s, layerwise = link  # type: ignore[misc]
         if not layerwise:
             return np.full(self.layers, latency_s + nbytes / bytes_per_s)
         per_layer = nbytes / self.layers / bytes_per_s

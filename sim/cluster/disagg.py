@@ -30,18 +30,29 @@ if TYPE_CHECKING:
     from sim.units import SessionKV
 
 
+LINKS = ("network", "pcie-host")
+
+
 @dataclass(frozen=True, slots=True)
 class DisaggConfig:
     prefill_replicas: int  # the first replicas; the rest decode
-    bandwidth_gb_s: float = 50.0  # the link between a prefill and a decode replica: 400 Gb/s RDMA
-    latency_us: float = 20.0  # before a transfer's first byte arrives
+    bandwidth_gb_s: float = 50.0  # a network link's bandwidth: a 400 Gb/s RDMA NIC
+    latency_us: float = 20.0  # ... and its latency, before a transfer's first byte arrives
     layerwise: bool = True  # layer l may run once its KV is in (else: once all of it is)
+    # the link between a prefill and a decode replica: network (RDMA, NVLink: bandwidth_gb_s and
+    # latency_us), or pcie-host (a copy to the sender's host memory, then one to the receiving
+    # GPU, each priced by the cost model's copy terms; bandwidth_gb_s and latency_us unused)
+    link: str = "network"
 
     def __post_init__(self) -> None:
         n = self.prefill_replicas
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             raise ValueError(
                 f"cluster.disaggregation.prefill_replicas: must be an integer >= 1, got {n!r}"
+            )
+        if self.link not in LINKS:
+            raise ValueError(
+                f"cluster.disaggregation.link: must be one of {', '.join(LINKS)}, got {self.link!r}"
             )
         check_number("cluster.disaggregation.bandwidth_gb_s", self.bandwidth_gb_s, above=0)
         check_number("cluster.disaggregation.latency_us", self.latency_us, at_least=0)
@@ -58,8 +69,10 @@ class DisaggConfig:
             )
 
     @property
-    def link(self) -> tuple[float, float, bool]:
+    def remote_link(self) -> tuple[float, float, bool] | tuple[str, bool]:
         """A decode replica's link (``sim.pricing.Pricer.remote_link``)."""
+        if self.link == "pcie-host":
+            return "pcie-host", self.layerwise
         return self.latency_us * 1e-6, self.bandwidth_gb_s * 1e9, self.layerwise
 
 

@@ -209,7 +209,7 @@ def simulate_cluster(
         if decodes:
             assert disagg is not None
             sched.recovery = DecodeRecovery(sched, transfers)
-            sched.pricer.remote_link = disagg.link
+            sched.pricer.remote_link = disagg.remote_link
         elif store is not None and cluster.store is not None:
             sched.recovery = StoreRecovery(sched, store, store_hits)
             sched.pricer.remote_link = cluster.store.link

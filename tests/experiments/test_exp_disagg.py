@@ -149,6 +149,18 @@ def error_of(path) -> ConfigError:
             "'queue' with cluster.disaggregation",
         ),
         ("disaggregation: {", "disaggregation: 3 #{", "cluster.disaggregation", "a mapping"),
+        (
+            "layerwise: true",
+            "layerwise: true, link: pcie",
+            "cluster.disaggregation.link",
+            "must be one of network, pcie-host",
+        ),
+        (
+            "layerwise: true",
+            "layerwise: true, link: pcie-host",
+            "cluster.disaggregation.bandwidth_gb_s",
+            "with link pcie-host the cost model prices the copies",
+        ),
     ],
 )
 def test_disaggregation_errors_name_file_and_key(write_yaml, old, new, key, words):

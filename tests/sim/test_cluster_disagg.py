@@ -23,7 +23,8 @@ STEP = COST.profile.step_overhead_s
 
 
 def run(sessions, memory, replicas=2, prefill=1, router="round-robin", **kw):
-    link = {k: kw.pop(k) for k in ("bandwidth_gb_s", "latency_us", "layerwise") if k in kw}
+    keys = ("bandwidth_gb_s", "latency_us", "layerwise", "link")
+    link = {k: kw.pop(k) for k in keys if k in kw}
     cfg = ClusterConfig(
         replicas,
         router,
@@ -199,3 +200,31 @@ def test_a_decode_part_too_long_for_a_decode_replica_is_counted():
     assert len(res.turns) == 0 and res.decode_rejected == 1
     assert res.replicas[0].stats.rejected_turns == 0 and len(res.replicas[0].turns) == 1
     assert res.replicas[1].stats.rejected_turns == 1
+
+
+def test_through_the_host_a_transfer_is_two_copies_priced_by_the_cost_model():
+    # turn 0's 8 pages (one GPU's KV, all layers) go device to host on the prefill replica, then
+    # host to device on the decode replica, each at the cost model's copy price
+    whole = run(ONE, mem(math.inf), link="pcie-host", layerwise=False).turns
+    nbytes = 8 * PAGE
+    per_layer_pages = 8  # a page of one layer is one copy: 8 copies a layer, 256 in all
+    transfer = COST.copy_s("d2h", nbytes, 8 * L) + COST.copy_s("h2d", nbytes, 8 * L)
+    assert per_layer_pages * L == 256
+    assert whole.transfer_stall_s.iloc[0] == pytest.approx(transfer, rel=1e-9)
+    ttft = COST.lone_prefill_s(120, 0) + transfer + COST.lone_prefill_s(1, 120)
+    assert whole.ttft_s.iloc[0] == pytest.approx(ttft, rel=1e-9)
+    # layer by layer: layer l's second copy follows its first and the layer before's second
+    layered = run(ONE, mem(math.inf), link="pcie-host").turns
+    t_out = COST.copy_s("d2h", nbytes // L, 8)
+    t_in = COST.copy_s("h2d", nbytes // L, 8)
+    layer = COST.layer_s(BatchShape(1, attention_pairs(1, 120), 1, 0, 0, ((1, 120),), None))
+    sent = done = end = 0.0
+    for _ in range(L):
+        sent += t_out
+        done = max(sent, done) + t_in  # this layer's KV is in
+        end = max(done, end) + layer  # and its compute follows it and the layer before
+    step = end + COST.lm_head_s(1) + STEP
+    assert layered.ttft_s.iloc[0] == pytest.approx(COST.lone_prefill_s(120, 0) + step, rel=1e-9)
+    assert layered.ttft_s.iloc[0] < whole.ttft_s.iloc[0]
+    with pytest.raises(ValueError, match="cluster.disaggregation.link"):
+        DisaggConfig(1, link="carrier-pigeon")
