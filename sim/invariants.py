@@ -21,6 +21,7 @@ def check_invariants(sched) -> None:
     running = {run.sess.index: run for run in sched.running.values()}
     # turns in the middle of a chunked prefill hold their session (its KV is as admitted)
     holding = running | {run.sess.index: run for run in sched.chunking}
+    holding |= dict.fromkeys(sched.held_for_transfer)  # a cluster holds them for a transfer out
     offload = sched.offload.sparse if sched.offload is not None else None
     for sess in sched.kv:
         run = running.get(sess.index)

@@ -224,6 +224,21 @@ class TieredMemory:
                 self.evictable[tier] -= len(uids) * size
         sess.pinned = True
 
+    def pin(self, sess: SessionKV) -> None:
+        """Hold all the session's units where they are, with no use of them (no hit): they stop
+        being candidates until ``release``."""
+        if sess.pinned:
+            raise AssertionError(f"session {sess.session_id} pinned twice")
+        size = self.unit_size(sess)
+        for tier in (GPU, CPU):
+            uids = sess.uids(tier)
+            if uids:
+                pin = self.policy[tier].pin
+                for uid in uids:
+                    pin(uid)
+                self.evictable[tier] -= len(uids) * size
+        sess.pinned = True
+
     def release(self, sess: SessionKV, now: float) -> None:
         """The turn using the session's units finished: they are candidates again, in page order."""
         if not sess.pinned:

@@ -151,6 +151,9 @@ class Scheduler:
         # Hears of each turn that ends, completed or rejected, by its session index (a cluster's
         # router counts its in-flight turns).
         self.on_turn_end: Callable[[int], None] | None = None
+        # Sessions whose KV is pinned with no turn running: a cluster's prefill replica holds a
+        # turn's pages until its decode replica has pulled them.
+        self.held_for_transfer: set[int] = set()
         # Each decode step's duration and sequences (TBT), appended to in place; compacted as
         # turns complete, so that a long run's record stops growing (sim.samples).
         self.tbt = Samples(weighted=True)

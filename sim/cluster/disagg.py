@@ -13,6 +13,7 @@ token has no decode part.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -99,6 +100,8 @@ class DecodeRecovery(PageRecovery):
         super().__init__(core)
         self.transfers = transfers
         self.pending: set[int] = set()  # sessions whose decode part awaits its first admission
+        # hears that session i's pages were pulled at ``now`` (the sender frees them)
+        self.pulled: Callable[[int, float], None] = lambda i, now: None
 
     def split(self, sess: SessionKV) -> tuple[int, int, int]:
         g, c, d = super().split(sess)
@@ -112,6 +115,7 @@ class DecodeRecovery(PageRecovery):
         if sess.index not in self.pending:
             return dropped_units
         self.pending.discard(sess.index)
+        self.pulled(sess.index, now)
         units, bt = np.asarray(dropped_units, dtype=np.int64), self.core.bt
         tokens = len(units) * bt  # whole pages, less the unfilled tail of the session's last
         if len(units) and units[-1] == (sess.tokens - 1) // bt and sess.tokens % bt:

@@ -109,6 +109,21 @@ class Replica:
             self.wake(now)
         return missing
 
+    def hold_for_transfer(self, i: int) -> None:
+        """Session i's prefill part completed here and its decode replica will pull the pages:
+        they stay pinned until then (vLLM's connector frees a request's blocks once sent)."""
+        self.sched.mem.pin(self.sched.kv[i])
+        self.sched.held_for_transfer.add(i)
+
+    def transfer_done(self, i: int, now: float) -> None:
+        """The decode replica has pulled session i's pages (or rejected its decode part): they
+        are candidates again, freed at ``now``."""
+        if i in self.sched.held_for_transfer:
+            self.sched.held_for_transfer.discard(i)
+            self.sched.mem.release(self.sched.kv[i], now)
+            if self.idle and self.sched.waiting:  # the room may admit a waiting turn now
+                self.next_s = min(self.next_s, now)
+
     def expect_transfer(self, i: int) -> None:
         """Session i's turn just delivered is a decode part: what this replica lacks of its
         context comes over the link at its first admission (``sim.cluster.disagg``)."""

@@ -209,6 +209,7 @@ def simulate_cluster(
         if decodes:
             assert disagg is not None
             sched.recovery = DecodeRecovery(sched, transfers)
+            sched.recovery.pulled = shell.pulled
             sched.pricer.remote_link = disagg.remote_link
         elif store is not None and cluster.store is not None:
             sched.recovery = StoreRecovery(sched, store, store_hits)

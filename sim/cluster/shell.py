@@ -58,6 +58,7 @@ class Cluster:
         self.handoffs: list[tuple[int, int, int]] = []  # (session, turn, context) to decode
         self.handoff_order = 0
         self.handed_off = 0  # prefill parts handed to decode (their first token is discarded)
+        self.sender: dict[int, int] = {}  # session -> the prefill replica holding its pages
         self.replay = replay
         self.front = Arrivals()  # turns not yet routed
         self.next_k = [0] * len(sessions)  # each session's next turn
@@ -110,7 +111,11 @@ class Cluster:
         if completed and self.hands_off(r, i, arrival.k):
             self.handoffs.append((i, arrival.k, arrival.tokens))
             self.handed_off += 1
+            self.replicas[r].hold_for_transfer(i)
+            self.sender[i] = r
             return  # the turn is not over: its decode part is
+        if not completed and i in self.sender:  # a decode part rejected: nothing will be pulled
+            self.pulled(i, self.now)
         self.ended += completed
         if self.progress is not None and self.ended >= 256:
             self.progress(self.ended)
@@ -119,6 +124,10 @@ class Cluster:
             for other in self.replicas:
                 if other is not self.replicas[r]:
                     other.session_over(i)
+
+    def pulled(self, i: int, now: float) -> None:
+        """Session i's decode replica has pulled its pages: its prefill replica frees them."""
+        self.replicas[self.sender.pop(i)].transfer_done(i, now)
 
     def route_due(self, now: float) -> None:
         """Route the decode parts handed off now (in the order their prefills completed), then

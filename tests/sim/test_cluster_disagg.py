@@ -194,12 +194,15 @@ def test_what_disaggregation_does_not_work_with_is_refused_by_key(memory, engine
 
 
 def test_a_decode_part_too_long_for_a_decode_replica_is_counted():
-    # 10 pages of GPU KV (160 tokens): the prefill part needs 101 tokens, the decode part 200
-    one = [conversation("A", 0.0, [(100, 100)])]
-    res = run(one, mem(10))
-    assert len(res.turns) == 0 and res.decode_rejected == 1
-    assert res.replicas[0].stats.rejected_turns == 0 and len(res.replicas[0].turns) == 1
+    # 10 pages of GPU KV (160 tokens): the prefill part needs 101 tokens, the decode part 200.
+    # The rejection frees A's pages on the prefill replica (held for a pull that never comes),
+    # so B (7 pages) is admitted there at once.
+    two = [conversation("A", 0.0, [(100, 100)]), conversation("B", 1.0, [(100, 20)])]
+    res = run(two, mem(10))
+    assert res.turns.session_id.tolist() == ["B"] and res.decode_rejected == 1
+    assert res.replicas[0].stats.rejected_turns == 0 and len(res.replicas[0].turns) == 2
     assert res.replicas[1].stats.rejected_turns == 1
+    assert res.turns.queue_s.iloc[0] == 0.0
 
 
 def test_through_the_host_a_transfer_is_two_copies_priced_by_the_cost_model():
@@ -228,3 +231,23 @@ def test_through_the_host_a_transfer_is_two_copies_priced_by_the_cost_model():
     assert layered.ttft_s.iloc[0] < whole.ttft_s.iloc[0]
     with pytest.raises(ValueError, match="cluster.disaggregation.link"):
         DisaggConfig(1, link="carrier-pigeon")
+
+
+def test_the_prefill_replica_holds_the_pages_until_the_decode_replica_pulls_them():
+    # Two replicas of 12 pages. C (t=0) decodes 60 tokens on the decode replica, which then has
+    # no room for A's decode part (t=0.05) until C ends; A's 7 pages stay pinned on the prefill
+    # replica meanwhile, so B (t=0.1, 7 pages) waits there until A is pulled, and is admitted at
+    # that very moment.
+    sessions = [
+        conversation("C", 0.0, [(100, 60)]),
+        conversation("A", 0.05, [(100, 20)]),
+        conversation("B", 0.1, [(100, 20)]),
+    ]
+    res = run(sessions, mem(12))
+    t = res.turns.set_index("session_id")
+    decoded = res.replicas[1].turns.set_index("session_id")
+    c_done, a_pulled = decoded.loc["C", "finish_s"], decoded.loc["A", "admit_s"]
+    assert a_pulled == c_done  # A's decode part waited for C's to end
+    assert t.loc["B", "admit_s"] == a_pulled  # B waited for A's pages to be freed
+    assert t.loc["B", "queue_s"] > 0.3
+    assert res.replicas[0].stats.rejected_turns == 0 and len(t) == 3
