@@ -222,7 +222,6 @@ def _disagg_figure(
         notes.append(f"plots: {DISAGG_FIGURE}.{fmt}: no finite TTFT, TBT or re-prefill rate")
         return []
     from matplotlib.lines import Line2D
-    from matplotlib.ticker import PercentFormatter
 
     from experiments import figure_style as fs
 
@@ -239,13 +238,7 @@ def _disagg_figure(
                 look = router_style(router, 1 if prefill else 0, i, dashes[prefill])
                 (handles[name],) = ax.plot(series.index, series.to_numpy(), label=name, **look)
                 plain = plain and name == f"{router}, {_name(PREFILL_AXIS, prefill)}"
-            if not lines:
-                ax.text(0.5, 0.5, "no data", transform=ax.transAxes, ha="center", va="center")
-            ax.set_title(head)
-            fs.capacity_axis(ax, sizes, "replicas (GPUs, both pools)")
-            if share:
-                ax.yaxis.set_major_formatter(PercentFormatter(1.0))
-            ax.set_ylim(bottom=0)
+            _finish_panel(ax, head, share, sizes, "replicas (GPUs, both pools)", bool(lines))
         if plain:  # a key of each router and each prefill pool, not of every pair
             key: dict[str, Any] = {}
             for *_, lines in panels:
@@ -284,8 +277,6 @@ def _figure(
     if not any(lines for *_, lines in panels):
         notes.append(f"plots: {stem}.{fmt}: no finite {measured}")
         return []
-    from matplotlib.ticker import PercentFormatter
-
     from experiments import figure_style as fs
 
     sizes = sorted(set(rows[SIZE_AXIS].astype(float)))
@@ -301,13 +292,7 @@ def _figure(
                 dash = dashes.get(store) if store is not None and len(stores) > 1 else None
                 look = router_style(router, n, i, dash)
                 (handles[name],) = ax.plot(series.index, series.to_numpy(), label=name, **look)
-            if not lines:
-                ax.text(0.5, 0.5, "no data", transform=ax.transAxes, ha="center", va="center")
-            ax.set_title(head)
-            fs.capacity_axis(ax, sizes, "replicas (cluster size)")
-            if share:
-                ax.yaxis.set_major_formatter(PercentFormatter(1.0))
-            ax.set_ylim(bottom=0)
+            _finish_panel(ax, head, share, sizes, "replicas (cluster size)", bool(lines))
         if len(stores) > 1 and all(
             name == f"{router}, {_name(STORE_AXIS, store)}"
             for *_, lines in panels
@@ -319,6 +304,22 @@ def _figure(
         )
         path = fs.save(fig, out_dir / f"{stem}.{fmt}", fmt, title)
     return [path]
+
+
+def _finish_panel(ax, head: str, share: bool, sizes, xlabel: str, drawn: bool) -> None:
+    """A panel's title, cluster-size axis and y range from 0 (a share as percent); "no data"
+    where no line was drawn."""
+    from matplotlib.ticker import PercentFormatter  # here: a run without figures never imports it
+
+    from experiments import figure_style as fs
+
+    if not drawn:
+        ax.text(0.5, 0.5, "no data", transform=ax.transAxes, ha="center", va="center")
+    ax.set_title(head)
+    fs.capacity_axis(ax, sizes, xlabel)
+    if share:
+        ax.yaxis.set_major_formatter(PercentFormatter(1.0))
+    ax.set_ylim(bottom=0)
 
 
 def _key_handles(panels: list, dashes: Mapping[float, str]) -> dict[str, Any]:
