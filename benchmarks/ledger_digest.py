@@ -86,35 +86,33 @@ VLLM: dict[str, tuple[float, float, dict]] = {
 
 
 def vllm_digest(config: str, policy: str, sessions: int, seed: int) -> str:
-    from costmodels import cost_model
-    from sim import MemoryConfig, simulate
     from sim.config import EngineConfig
-    from traces import load_trace
 
     gpu, cpu, engine = VLLM[config]
-    trace = load_trace({"kind": "synthetic", "sessions": sessions, "seed": seed}).sessions
-    res = simulate(
-        trace,
-        cost_model("llama-3-8b", "h100-sxm"),
-        MemoryConfig(gpu_kv_gb=gpu, cpu_kv_gb=cpu, block_tokens=16, evict_unit="block"),
-        engine=EngineConfig(kind="vllm-v1", **engine),
-        policy=policy,
-        seed=seed,
+    return _synthetic_digest(
+        policy, sessions, seed, gpu, cpu, "block", EngineConfig("vllm-v1", **engine)
     )
-    return _hash(res)
 
 
 def digest(policy: str, config: str, sessions: int, seed: int) -> str:
+    gpu, cpu, unit = CONFIGS[config]
+    return _synthetic_digest(policy, sessions, seed, gpu, cpu, unit)
+
+
+def _synthetic_digest(
+    policy: str, sessions: int, seed: int, gpu: float, cpu: float, unit: str, engine=None
+) -> str:
+    """The digest of one run on the synthetic trace (Llama-3-8B on an H100, pages of 16)."""
     from costmodels import cost_model
     from sim import MemoryConfig, simulate
     from traces import load_trace
 
-    gpu, cpu, unit = CONFIGS[config]
     trace = load_trace({"kind": "synthetic", "sessions": sessions, "seed": seed}).sessions
     res = simulate(
         trace,
         cost_model("llama-3-8b", "h100-sxm"),
         MemoryConfig(gpu_kv_gb=gpu, cpu_kv_gb=cpu, block_tokens=16, evict_unit=unit),
+        engine=engine,
         policy=policy,
         seed=seed,
     )
