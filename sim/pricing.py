@@ -133,6 +133,48 @@ class DecodeRun:
     gpu_byte_seconds: float
 
 
+@dataclass(frozen=True, slots=True)
+class NetworkLink:
+    """A link of ``bytes_per_s`` after ``latency_s`` (RDMA, NVLink): layer by layer, layer l of
+    B bytes is in at latency + (l + 1) B / (L x bandwidth); else every layer at latency + B /
+    bandwidth."""
+
+    latency_s: float
+    bytes_per_s: float
+    layerwise: bool = True
+
+    def ready_s(self, pricer: Pricer, nbytes: int) -> np.ndarray:
+        layers = pricer.layers
+        if not self.layerwise:
+            return np.full(layers, self.latency_s + nbytes / self.bytes_per_s)
+        per_layer = nbytes / layers / self.bytes_per_s
+        return self.latency_s + per_layer * np.arange(1, layers + 1)
+
+
+@dataclass(frozen=True, slots=True)
+class HostStagedLink:
+    """KV staged through the sender's host memory: a device-to-host copy there, then a
+    host-to-device one here, each priced by the cost model's copy terms. Layer by layer, a layer's
+    second copy follows its first and the layer before's second; else the two whole copies, one
+    after the other."""
+
+    layerwise: bool = True
+
+    def ready_s(self, pricer: Pricer, nbytes: int) -> np.ndarray:
+        layers = pricer.layers
+        if not self.layerwise:
+            return np.full(layers, pricer.copy_s("d2h", nbytes) + pricer.copy_s("h2d", nbytes))
+        layer = nbytes // layers  # whole pages of one layer each
+        t_out, t_in = pricer.copy_s("d2h", layer), pricer.copy_s("h2d", layer)
+        out = np.empty(layers)
+        sent = done = 0.0
+        for i in range(layers):
+            sent += t_out
+            done = max(sent, done) + t_in
+            out[i] = done
+        return out
+
+
 class Pricer:
     """Prices the scheduler's iterations for one cost model, page size and engine options.
 
@@ -159,9 +201,8 @@ class Pricer:
         self.async_save = async_save
         self.fused_recompute = fused_recompute
         self.per_layer_copies = per_layer_copies
-        # the link KV from outside the replica arrives on: (latency s, bytes/s, layer by layer),
-        # or "pcie-host" with layer by layer (a copy to the sender's host, then one to this GPU)
-        self.remote_link: tuple[float, float, bool] | tuple[str, bool] | None = None
+        # the link KV from outside the replica arrives on (a store's, a prefill replica's)
+        self.remote_link: NetworkLink | HostStagedLink | None = None
         # The shape-free prices bypass ``iteration`` and ``layer_s``: only where a subclass (a
         # recording model) does not override them.
         self._shape_free = (
@@ -254,35 +295,10 @@ class Pricer:
 
     def remote_ready_s(self, nbytes: int) -> np.ndarray:
         """When each layer of ``nbytes`` of KV sent over the remote link from the iteration's start
-        is in. A network link: its latency, then the layers one after another at its bandwidth.
-        Through the host (``pcie-host``): each layer copied device to host on the sender, then
-        host to device here, priced by the cost model's copy terms, a layer's second copy after
-        its first and after the layer before's. Not layer by layer: every layer once all is in."""
-        link = self.remote_link
-        if link is None:
+        is in (``NetworkLink``, ``HostStagedLink``)."""
+        if self.remote_link is None:
             raise ValueError("KV from outside the replica, but it has no remote link")
-        if link[0] == "pcie-host":
-            layerwise = bool(link[1])
-            if not layerwise:
-                whole = self.copy_s("d2h", nbytes) + self.copy_s("h2d", nbytes)
-                return np.full(self.layers, whole)
-            layer = nbytes // self.layers  # whole pages of one layer each
-            out, t_out, t_in = (
-                np.empty(self.layers),
-                self.copy_s("d2h", layer),
-                self.copy_s("h2d", layer),
-            )
-            sent = done = 0.0
-            for i in range(self.layers):
-                sent += t_out
-                done = max(sent, done) + t_in
-                out[i] = done
-            return out
-        latency_s, bytes_per_s, layerwise = link  # type: ignore[misc]
-        if not layerwise:
-            return np.full(self.layers, latency_s + nbytes / bytes_per_s)
-        per_layer = nbytes / self.layers / bytes_per_s
-        return latency_s + per_layer * np.arange(1, self.layers + 1)
+        return self.remote_link.ready_s(self, nbytes)
 
     def _layer_compute(self, base: BatchShape, pf: Prefill) -> list[float]:
         """Each layer's compute: the base shape plus the pages recomputed through that layer."""

@@ -21,11 +21,11 @@ import numpy as np
 import pandas as pd
 
 from sim.cluster.store import check_number
+from sim.pricing import HostStagedLink, NetworkLink, Prefill
 from sim.recovery import PageRecovery
 from traces.records import Session
 
 if TYPE_CHECKING:
-    from sim.pricing import Prefill
     from sim.scheduler import Scheduler
     from sim.turns import TurnRun
     from sim.units import SessionKV
@@ -70,11 +70,11 @@ class DisaggConfig:
             )
 
     @property
-    def remote_link(self) -> tuple[float, float, bool] | tuple[str, bool]:
+    def remote_link(self) -> NetworkLink | HostStagedLink:
         """A decode replica's link (``sim.pricing.Pricer.remote_link``)."""
         if self.link == "pcie-host":
-            return "pcie-host", self.layerwise
-        return self.latency_us * 1e-6, self.bandwidth_gb_s * 1e9, self.layerwise
+            return HostStagedLink(self.layerwise)
+        return NetworkLink(self.latency_us * 1e-6, self.bandwidth_gb_s * 1e9, self.layerwise)
 
 
 def prefill_part(session: Session) -> Session:

@@ -21,10 +21,10 @@ import numpy as np
 from sim.cachesim import CacheSim
 from sim.memory import DROPPED
 from sim.policies import policy_class
+from sim.pricing import NetworkLink, Prefill
 from sim.recovery import PageRecovery
 
 if TYPE_CHECKING:
-    from sim.pricing import Prefill
     from sim.scheduler import Scheduler
     from sim.turns import TurnRun
     from sim.units import SessionKV
@@ -84,10 +84,10 @@ class StoreConfig:
             )
 
     @property
-    def link(self) -> tuple[float, float, bool]:
+    def link(self) -> NetworkLink:
         """A replica's link to the store (``sim.pricing.Pricer.remote_link``): loads arrive
         layer by layer, as LMCache's layer-wise retrieval sends them."""
-        return self.latency_us * 1e-6, self.bandwidth_gb_s * 1e9, True
+        return NetworkLink(self.latency_us * 1e-6, self.bandwidth_gb_s * 1e9)
 
 
 @dataclass(slots=True)
