@@ -1483,7 +1483,7 @@ def _disagg_problems(exp: Experiment) -> list[tuple[tuple[str | int, ...], str]]
                 out.append(((*where, "prefill_replicas", i), msg))
     if not any(d.prefill_replicas):
         return out
-    # what simulate_cluster refuses with disaggregation (sim.cluster.run.disaggregation_refusals;
+    # what simulate_cluster refuses with disaggregation (sim.cluster.run.pages_from_outside_refusals;
     # tests/experiments/test_exp_disagg.py holds the two in step)
     out += _outside_kv_problems(exp, "cluster.disaggregation", "a transfer sends", "a transfer")
     return list(dict.fromkeys(out))

@@ -165,9 +165,9 @@ def simulate_cluster(
     if not isinstance(sessions, Sequence):
         raise ValueError("cluster: sessions must be a list (the whole trace), not a stream")
     if cluster.store is not None:
-        store_refusals(memory, engine)
+        pages_from_outside_refusals(memory, engine, "cluster.store")
     if cluster.disaggregation is not None:
-        disaggregation_refusals(memory, engine)
+        pages_from_outside_refusals(memory, engine, "cluster.disaggregation")
     wall0 = time.perf_counter()
     params = dict(cluster.router_params)
     disagg = cluster.disaggregation
@@ -271,11 +271,3 @@ def pages_from_outside_refusals(memory: MemoryConfig, engine: EngineConfig, key:
             f"engine.prefetch with {key}: a prefetch and a load from outside the replica in one "
             f"admission are not modelled together"
         )
-
-
-def store_refusals(memory: MemoryConfig, engine: EngineConfig) -> None:
-    pages_from_outside_refusals(memory, engine, "cluster.store")
-
-
-def disaggregation_refusals(memory: MemoryConfig, engine: EngineConfig) -> None:
-    pages_from_outside_refusals(memory, engine, "cluster.disaggregation")

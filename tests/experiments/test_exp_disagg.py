@@ -513,7 +513,7 @@ def test_a_colocated_point_equals_the_same_point_without_the_section():
 )
 def test_what_the_yaml_refuses_with_disaggregation_the_simulator_refuses(memory, engine, key):
     """The load-time refusals (``schema._disagg_problems``) stay in step with simulate_cluster's
-    (``disaggregation_refusals``): each is refused there too, by the same key, and the YAML names
+    (``pages_from_outside_refusals``): each is refused there too, by the same key, and the YAML names
     it."""
     from sim.config import EngineConfig, MemoryConfig
 
