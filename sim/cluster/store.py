@@ -144,14 +144,13 @@ class SharedStore:
         under a recency policy a conversation's later chunks go before its first ones (as vLLM
         frees a request's blocks tail first: a run of chunks that starts with a gap is of no
         use); hits first, so that a write does not evict the conversation's own chunks."""
-        cache, pol, last = self.cache, self.cache.policy, self.cache.view.last
+        cache = self.cache
         chunks = range(tokens // self.block_tokens // self.chunk_pages - 1, -1, -1)
         missing = []
         for chunk in chunks:
             uid = self._uid(session, chunk)
             if uid in cache.cached:
-                last[uid] = now
-                pol.access(uid, now)
+                cache.get(uid, self.chunk_bytes, math.inf, now)  # a hit
             else:
                 missing.append(uid)
         for uid in missing:
@@ -166,11 +165,9 @@ class SharedStore:
         """A replica loads these pages (indices under ``prefix_pages``): the lookup walked the
         chunks from the session's first to the last it loads from, each a hit (tail first, as
         ``write``)."""
-        pol, last = self.cache.policy, self.cache.view.last
         for chunk in range(int(pages[-1]) // self.chunk_pages, -1, -1):
-            uid = self._uid(session, chunk)
-            last[uid] = now
-            pol.access(uid, now)
+            hit = self.cache.get(self._uid(session, chunk), self.chunk_bytes, math.inf, now)
+            assert hit, "a chunk of the stored run is missing"
         self.stats.loaded_bytes += len(pages) * self.page_bytes
 
 
