@@ -207,7 +207,9 @@ class EvictionPolicy(ABC):
 
     def evict_extents(self, nbytes: int, now: float) -> list[tuple[int, int]]:
         """``evict_bytes`` as extents: (first, stop) ranges of consecutive uids, in eviction order.
-        Policies that keep runs (LRU) hand them over without listing their pages."""
+        Policies that keep runs (LRU) hand them over without listing their pages. Victims that
+        are dropped (the CPU tier's, or the GPU's with no CPU tier: no policy hears their order)
+        may come as increasing runs instead; the set of victims is the same."""
         return extents_of(self.evict_bytes(nbytes, now))
 
     def take_in_extents(

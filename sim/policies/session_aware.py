@@ -15,24 +15,33 @@ trade-off, and within a multi-turn trace idle time is the strongest single signa
 conversation (``predictive`` is the model-based alternative). An object without a session
 (``kvsim cachesim``) is its own session, so objects rank by idle time (LRU).
 
-O(log S + log u) per operation: a ``LazyHeap`` of sessions keyed (a_s, index) and, per session, a
-``LazyHeap`` of its units keyed (-first_page, -layer, -uid). A session's a_s can only change while
-it gains units (the max over a multiset of times, kept as counts).
+Structure: a ``LazyHeap`` of sessions keyed (a_s, index) and, per session, a list of its candidate
+units sorted so that the next victim is last. A session's units come and go together (released at
+a turn's end, pinned at its next admission, evicted from the tail), so those are list slices, not
+one heap operation a unit. A session's a_s can only change while it gains units (the max over a
+multiset of times, kept as counts).
 """
 
 from __future__ import annotations
 
+from bisect import insort
+from collections import Counter
+from itertools import repeat
+
+import numpy as np
+
 from sim.policies.base import EvictionPolicy
 from sim.policies.registry import register
 from sim.policies.structures import LazyHeap
+from sim.units import UNIT_BITS, UNIT_MASK, Tier, UnitView, extents_of
 
 
 class _Sess:
-    __slots__ = ("a", "index", "times", "units")
+    __slots__ = ("a", "cand", "index", "times")
 
     def __init__(self, index: int) -> None:
         self.index = index
-        self.units = LazyHeap()  # uid keyed (-first_page, -layer, -uid)
+        self.cand: list[int] = []  # candidate uids, sorted: the next victim last
         self.times: dict[float, int] = {}  # last-use time -> units with it
         self.a = -float("inf")
 
@@ -47,54 +56,178 @@ class SessionAware(EvictionPolicy):
         self._sessions: dict[int, _Sess] = {}  # session index -> state
         self._order = LazyHeap()  # session index keyed (a_s, index)
         self._where: dict[int, tuple[_Sess, float]] = {}  # uid -> (session, its time)
+        view = self.view
+        # The engine's uids carry their session and page, so the in-session order is the uid's
+        # (one layer) or a number made of it; another view is asked for page and layer.
+        self._engine_uids = isinstance(view, UnitView)
+        if self._engine_uids and view.layers == 1:
+            self._key = None
+        elif self._engine_uids:
+            layers = view.layers
+            self._key = lambda u: u + layers - 1 - 2 * ((u & UNIT_MASK) % layers)
+        else:
+            self._key = lambda u: (view.first_page(u), view.layer(u), u)
+        # Victims that are dropped (no tier below hears their order) may leave as increasing runs.
+        self._drops = ctx.tier == Tier.CPU or not getattr(ctx, "cpu_kv_bytes", None)
 
+    # -- one unit --------------------------------------------------------------------------------
     def _add(self, uid: int, now: float) -> None:
-        a = self.view.last_access_s(uid)
-        self._put(uid, min(now, a))
+        self._put(uid, min(now, self.view.last_access_s(uid)))
 
     def access(self, uid: int, now: float) -> None:
         if uid in self._where:  # a hit on a candidate (cachesim): the session is used now
             self._discard(uid)
             self._put(uid, now)
 
-    def _put(self, uid: int, a: float) -> None:
-        if uid in self._where:
-            self._discard(uid)
-        view = self.view
-        sess = view.session(uid)
+    def _state(self, uid: int) -> _Sess:
+        sess = self.view.session(uid)
         idx = sess.index if sess is not None else uid  # a cachesim object
         s = self._sessions.get(idx)
         if s is None:
             s = self._sessions[idx] = _Sess(idx)
-        s.units.push(uid, (-view.first_page(uid), -view.layer(uid), -uid))
+        return s
+
+    def _put(self, uid: int, a: float) -> None:
+        if uid in self._where:
+            self._discard(uid)
+        s = self._state(uid)
+        insort(s.cand, uid, key=self._key)
         s.times[a] = s.times.get(a, 0) + 1
         self._where[uid] = (s, a)
-        if len(s.units) == 1 or a > s.a:
+        if len(s.cand) == 1 or a > s.a:
             s.a = a
-            self._order.push(idx, (a, idx))
+            self._order.push(s.index, (a, s.index))
 
     def _discard(self, uid: int) -> None:
         entry = self._where.pop(uid, None)
-        if entry is None:
-            return
-        s, a = entry
-        s.units.discard(uid)
-        n = s.times[a] - 1
-        if n:
-            s.times[a] = n
-        else:
-            del s.times[a]
-        if not s.units:
+        if entry is not None:
+            s = entry[0]
+            s.cand.remove(uid)
+            self._untime(s, [entry[1]])
+
+    def _untime(self, s: _Sess, ts: list[float]) -> None:
+        """Units with last-use times ``ts`` left ``s`` (its ``cand`` already without them)."""
+        times = s.times
+        groups = ((ts[0], len(ts)),) if ts.count(ts[0]) == len(ts) else Counter(ts).items()
+        top_gone = False
+        for a, k in groups:
+            n = times[a] - k
+            if n:
+                times[a] = n
+            else:
+                del times[a]
+                top_gone = top_gone or a == s.a
+        if not s.cand:
             del self._sessions[s.index]
             self._order.discard(s.index)
-            return
-        if not n and a == s.a:
-            s.a = max(s.times)
+        elif top_gone:
+            s.a = max(times)
             self._order.push(s.index, (s.a, s.index))
 
+    # -- batches: a session's units at once ------------------------------------------------------
+    def _one_session(self, uids: list[int]) -> bool:
+        return self._engine_uids and min(uids) >> UNIT_BITS == max(uids) >> UNIT_BITS
+
+    def release(self, uids, now: float) -> None:
+        if not isinstance(uids, range):  # a range's min and max are free
+            uids = list(uids)
+        if not uids:
+            return
+        if not self._one_session(uids) or not self._where.keys().isdisjoint(uids):
+            for uid in uids:
+                self._add(uid, now)
+            return
+        a = min(now, self.view.last_access_s(uids[0]))  # the engine's: its session's last use
+        s = self._state(uids[0])
+        self._where.update(dict.fromkeys(uids, (s, a)))
+        s.times[a] = s.times.get(a, 0) + len(uids)
+        fresh = not s.cand
+        s.cand.extend(uids)
+        if self._key is None:
+            s.cand.sort()
+        else:  # page-layer units: the sort key as numbers, in C
+            cand = np.array(s.cand, dtype=np.int64)
+            layers = self.view.layers
+            keys = cand + (layers - 1) - 2 * ((cand & UNIT_MASK) % layers)
+            s.cand = cand[np.argsort(keys, kind="stable")].tolist()
+        if fresh or a > s.a:
+            s.a = a
+            self._order.push(s.index, (a, s.index))
+
+    def insert_many(self, uids, now: float, pinned: bool = False) -> None:
+        if not pinned:  # an unpinned insert is an unpin; a pinned one is nothing to this order
+            self.release(uids, now)
+
+    def acquire(self, uids, now: float) -> None:
+        # a hit then a pin leaves nothing behind: the units simply stop being candidates
+        self._forget(uids)
+
+    def remove_many(self, uids, pinned: bool = False) -> None:
+        if not pinned:
+            self._forget(uids)
+
+    def _forget(self, uids) -> None:
+        uids = list(uids)
+        where = self._where
+        entries = list(map(where.pop, uids, repeat(None)))
+        if not entries:
+            return
+        first = entries[0]
+        if first is None or entries.count(first) != len(entries):  # not one session's units
+            where.update((u, e) for u, e in zip(uids, entries, strict=True) if e is not None)
+            for uid in uids:
+                self._discard(uid)
+            return
+        s = first[0]
+        if len(uids) == len(s.cand):
+            s.cand = []
+        else:
+            gone = set(uids)
+            s.cand = [u for u in s.cand if u not in gone]
+        self._untime(s, [first[1]] * len(uids))
+
+    # -- the choice ------------------------------------------------------------------------------
     def peek(self, now: float) -> int | None:
         idx = self._order.min()
-        return None if idx is None else self._sessions[idx].units.min()
+        return None if idx is None else self._sessions[idx].cand[-1]
+
+    def _take(self, n: int) -> list[list[int]]:
+        """Evict ``n`` units (fewer when the candidates run out): each session's share, as the
+        slice of its ``cand`` it lost (ascending; the victims went from its end)."""
+        out = []
+        order, sessions, where = self._order, self._sessions, self._where
+        while n > 0:
+            idx = order.min()
+            if idx is None:
+                break
+            s = sessions[idx]
+            k = min(n, len(s.cand))
+            taken = s.cand[-k:]
+            del s.cand[-k:]
+            entries = list(map(where.pop, taken))
+            ts = [entries[0][1]] * k if entries.count(entries[0]) == k else [e[1] for e in entries]
+            self._untime(s, ts)
+            out.append(taken)
+            n -= k
+        return out
+
+    def evict_bytes(self, nbytes: int, now: float) -> list[int]:
+        n = self._units_in(nbytes)
+        if n is None:
+            return super().evict_bytes(nbytes, now)
+        return [uid for taken in self._take(n) for uid in reversed(taken)]
+
+    def evict_extents(self, nbytes: int, now: float) -> list[tuple[int, int]]:
+        n = self._units_in(nbytes)
+        if n is None or not self._drops or not self._engine_uids:
+            return super().evict_extents(nbytes, now)
+        out: list[tuple[int, int]] = []
+        for taken in self._take(n):  # dropped: their order is nobody's, so increasing runs
+            if self._key is None and taken[-1] - taken[0] == len(taken) - 1:
+                out.append((taken[0], taken[-1] + 1))
+            else:
+                out.extend(extents_of(sorted(taken)))
+        return out
 
     def __len__(self) -> int:
         return len(self._where)
