@@ -55,3 +55,25 @@ def test_bench_runs_the_vllm_engine_against_its_own_target(capsys):
 def test_bench_refuses_what_the_vllm_engine_cannot_take(capsys):
     assert main([*ARGS, "--quiet", "--engine", "vllm-v1", "--cpu-kv-gb", "4"]) == 2
     assert "--engine vllm-v1 takes no --cpu-kv-gb" in capsys.readouterr().err
+
+
+def test_peak_demand_is_the_same_under_every_policy():
+    """The bench replays the unbounded run under LRU whatever policy it times: with unbounded GPU
+    KV nothing is evicted, so every policy gives the same peak demand."""
+    import math
+
+    from costmodels import cost_model
+    from experiments.bench import _trace
+    from sim import MemoryConfig, simulate
+
+    peaks = {
+        policy: simulate(
+            _trace(60, 1),
+            cost_model("llama-3-8b", "h100-sxm"),
+            MemoryConfig(gpu_kv_gb=math.inf, block_tokens=16),
+            policy=policy,
+            seed=1,
+        ).stats.peak_demand_bytes
+        for policy in ("lru", "pensieve", "session-aware", "s3fifo", "belady")
+    }
+    assert len(set(peaks.values())) == 1 and peaks["lru"] > 0, peaks
