@@ -27,10 +27,24 @@ the tier has held. O(1) per operation (4 segments), amortised over cooling moves
 from __future__ import annotations
 
 from collections import OrderedDict
+from itertools import chain, groupby, islice
+from operator import itemgetter
 
 from sim.policies.base import EvictionPolicy
 from sim.policies.registry import register
-from sim.policies.structures import ByteBudget
+from sim.policies.structures import ByteBudget, consume
+from sim.units import Tier, extents_of
+
+
+def _take_oldest(od: OrderedDict[int, None], k: int) -> list[int]:
+    """Take the ``k`` oldest keys (k <= len) out of an ordered dict, oldest first, in C."""
+    if k >= len(od):
+        out = list(od)
+        od.clear()
+        return out
+    out = list(islice(od, k))
+    consume(map(od.__delitem__, out))
+    return out
 
 
 @register("slru")
@@ -46,6 +60,8 @@ class SLRU(EvictionPolicy):
         self._size: dict[int, int] = {}  # every member -> bytes accounted
         self._pinned: set[int] = set()
         self._budget = ByteBudget()
+        # Victims that are dropped (no tier below hears their order) may leave as increasing runs.
+        self._drops = ctx.tier == Tier.CPU or not getattr(ctx, "cpu_kv_bytes", None)
 
     def set_capacity(self, capacity: int) -> None:
         self._budget.set(capacity)
@@ -124,7 +140,7 @@ class SLRU(EvictionPolicy):
             self._size,
             self._pinned,
         )
-        top = self.n_seg - 1
+        top, cap = self.n_seg - 1, self._seg_cap()
         for uid in uids:
             seg = seg_of.get(uid)
             if seg is None:
@@ -140,11 +156,94 @@ class SLRU(EvictionPolicy):
                 segs[seg][uid] = None
                 nbytes[seg] += size
                 seg_of[uid] = seg
-                self._cool_from(seg)
-                seg = seg_of[uid]  # (cooling moves it down only when it alone is over a share)
+                if nbytes[seg] > cap:
+                    self._cool_from(seg)
+                    seg = seg_of[uid]  # (cooling moves it down only when it alone is over a share)
             del segs[seg][uid]
             nbytes[seg] -= size
             pinned.add(uid)
+
+    def insert_many(self, uids, now: float, pinned: bool = False) -> None:
+        """``insert`` each; where all have one size and are pinned new members, at once: a pinned
+        insert adds no candidate bytes, so with c fixed over the batch all land in one segment."""
+        unit = self.view.unit_bytes
+        if not isinstance(uids, range):
+            uids = list(uids)
+        n, budget = len(uids), self._budget
+        if (
+            not (unit and pinned and n)
+            or not self._seg.keys().isdisjoint(uids)
+            or (not isinstance(uids, range) and len(set(uids)) < n)
+            or (budget.capacity is None and budget.hwm < budget.resident + n * unit)
+        ):
+            super().insert_many(uids, now, pinned)
+            return
+        budget.grow(n * unit)
+        cap, nbytes = self._seg_cap(), self._bytes
+        seg = next((i for i in range(self.n_seg) if nbytes[i] + unit <= cap), 0)
+        self._seg.update(dict.fromkeys(uids, seg))
+        self._size.update(dict.fromkeys(uids, unit))
+        self._pinned.update(uids)
+
+    def release(self, uids, now: float) -> None:
+        """``unpin`` each, in page order. Where all have one size and are pinned members, by runs
+        of one segment: a run enters its segment's MRU end, and the segment's oldest units over its
+        share go down to the next, a run cascading as its units would one by one."""
+        unit = self.view.unit_bytes
+        if not isinstance(uids, range):
+            uids = list(uids)
+        pinned, n = self._pinned, len(uids)
+        if (
+            not unit
+            or n < 2
+            or not pinned.issuperset(uids)
+            or (not isinstance(uids, range) and len(set(uids)) < n)
+        ):
+            super().release(uids, now)
+            return
+        pinned.difference_update(uids)
+        segs = list(map(self._seg.__getitem__, uids))
+        cap = self._seg_cap()
+        if segs.count(segs[0]) == n:
+            self._pour(segs[0], uids, unit, cap)
+            return
+        for seg, run in groupby(zip(segs, uids, strict=True), key=itemgetter(0)):
+            self._pour(seg, list(map(itemgetter(1), run)), unit, cap)
+
+    def _pour(self, i: int, uids, unit: int, cap: int) -> None:
+        """Units of one size (already in segment i by ``_seg``) enter segment i's MRU end in order;
+        segment i, then the ones below, cool as they would after each unit."""
+        segs, nbytes, seg_of = self._segs, self._bytes, self._seg
+        while True:
+            seg = segs[i]
+            seg.update(dict.fromkeys(uids))
+            nbytes[i] += unit * len(uids)
+            if i == 0 or nbytes[i] <= cap:
+                return
+            k = -(-(nbytes[i] - cap) // unit)  # the oldest units over its share go down
+            uids = _take_oldest(seg, k)
+            nbytes[i] -= k * unit
+            i -= 1
+            seg_of.update(dict.fromkeys(uids, i))
+
+    def remove_many(self, uids, pinned: bool = False) -> None:
+        """``remove`` each; pinned members of one size at once."""
+        unit = self.view.unit_bytes
+        if not isinstance(uids, range):
+            uids = list(uids)
+        n = len(uids)
+        if (
+            not unit
+            or not n
+            or not self._pinned.issuperset(uids)
+            or (not isinstance(uids, range) and len(set(uids)) < n)
+        ):
+            super().remove_many(uids, pinned)
+            return
+        consume(map(self._seg.__delitem__, uids))
+        consume(map(self._size.__delitem__, uids))
+        self._pinned.difference_update(uids)
+        self._budget.shrink(n * unit)
 
     def unpin(self, uid: int, now: float) -> None:
         if uid not in self._pinned:
@@ -186,6 +285,9 @@ class SLRU(EvictionPolicy):
     def evict_bytes(self, nbytes: int, now: float) -> list[int]:
         """Successive victims: the LRU units of the lowest segment, then of the next (an eviction
         makes no segment go over its share, so nothing cools in between)."""
+        n = self._units_in(nbytes)
+        if n is not None:  # equal sizes: each segment's share of the victims at once
+            return list(chain.from_iterable(self._take(n)))
         out: list[int] = []
         size_of, seg_of, sizes, nbytes_of = self.view.size, self._seg, self._size, self._bytes
         for i, seg in enumerate(self._segs):
@@ -200,6 +302,36 @@ class SLRU(EvictionPolicy):
             if nbytes <= 0:
                 break
         return out
+
+    def _take(self, n: int) -> list[list[int]]:
+        """Evict ``n`` units of one size (fewer when the candidates run out): the oldest of each
+        segment, lowest first, as one list per segment."""
+        unit = self.view.unit_bytes
+        seg_of, sizes, nbytes_of = self._seg, self._size, self._bytes
+        out: list[list[int]] = []
+        for i, seg in enumerate(self._segs):
+            if n <= 0:
+                break
+            k = min(n, len(seg))
+            if not k:
+                continue
+            taken = _take_oldest(seg, k)
+            consume(map(seg_of.__delitem__, taken))
+            consume(map(sizes.__delitem__, taken))
+            nbytes_of[i] -= k * unit
+            self._budget.shrink(k * unit)
+            out.append(taken)
+            n -= k
+        return out
+
+    def evict_extents(self, nbytes: int, now: float) -> list[tuple[int, int]]:
+        n = self._units_in(nbytes)
+        if n is None:
+            return super().evict_extents(nbytes, now)
+        victims = list(chain.from_iterable(self._take(n)))
+        if self._drops:  # dropped: their order is nobody's, so increasing runs
+            victims.sort()
+        return extents_of(victims)
 
     def segment(self, uid: int) -> int | None:
         """The segment (0 = probation) the unit belongs to, or None."""
