@@ -30,11 +30,12 @@ c is the high-water mark of the bytes the tier has held.
 from __future__ import annotations
 
 from itertools import compress, repeat
-from operator import add, is_not
+from operator import add, is_not, not_
 
 from sim.policies.base import EvictionPolicy
 from sim.policies.registry import register
 from sim.policies.structures import ByteBudget, GhostFIFO, SizedOrder
+from sim.units import Tier, extents_of
 
 SMALL, MAIN = 0, 1
 
@@ -58,6 +59,8 @@ class S3FIFO(EvictionPolicy):
         self._shares = (0, 0, 0)
         self._has_evicted = False
         self._incoming: tuple[int, bool] | None = None  # (uid, ghost hit) from admitting
+        # Victims that are dropped (no tier below hears their order) may leave as increasing runs.
+        self._drops = ctx.tier == Tier.CPU or not getattr(ctx, "cpu_kv_bytes", None)
 
     # -- sizes -----------------------------------------------------------------------------------
     def set_capacity(self, capacity: int) -> None:
@@ -102,18 +105,31 @@ class S3FIFO(EvictionPolicy):
 
     def insert_many(self, uids, now: float, pinned: bool = False) -> None:
         """``insert`` each, in order; in C once something was evicted, when all have one size and
-        none is a member or a ghost (then each enters S)."""
+        none is a member (then each ghost enters M, each other unit S)."""
         uids = list(uids)
         unit = self.view.unit_bytes
         members = not self._queue_of.keys().isdisjoint(uids) or len(set(uids)) < len(uids)
-        fresh = not (members or self._ghost.holds_any(uids) or self._incoming is not None)
+        fresh = not (members or self._incoming is not None)
         if not (unit and self._has_evicted and fresh):
             super().insert_many(uids, now, pinned)
             return
         self._freq.update(dict.fromkeys(uids, 0))
         self._budget.grow(unit * len(uids))
-        self._queue_of.update(dict.fromkeys(uids, SMALL))
-        self._q[SMALL].enter_many(uids, unit, candidate=not pinned)
+        ghosts = self._ghost.ghosts()
+        if ghosts.keys().isdisjoint(uids):
+            self._queue_of.update(dict.fromkeys(uids, SMALL))
+            self._q[SMALL].enter_many(uids, unit, candidate=not pinned)
+            return
+        # Ghost hits leave G and enter M, the others S, each queue in order.
+        hit = list(map(ghosts.__contains__, uids))
+        hits = list(compress(uids, hit))
+        misses = list(compress(uids, map(not_, hit)))
+        self._ghost.bytes -= sum(map(ghosts.pop, hits))
+        self._queue_of.update(dict.fromkeys(misses, SMALL))
+        self._queue_of.update(dict.fromkeys(hits, MAIN))
+        if misses:
+            self._q[SMALL].enter_many(misses, unit, candidate=not pinned)
+        self._q[MAIN].enter_many(hits, unit, candidate=not pinned)
 
     def access(self, uid: int, now: float) -> None:
         f = self._freq.get(uid)
@@ -223,7 +239,8 @@ class S3FIFO(EvictionPolicy):
     def evict_bytes(self, nbytes: int, now: float) -> list[int]:
         """``evict`` until ``nbytes`` are freed. Where every unit has one size, in one loop (the
         same moves, reinsertions and victims; nothing reads G while evicting, so S's victims
-        enter it at the end, where it keeps its newest G bytes, as one by one)."""
+        enter it at the end, where it keeps its newest G bytes, as one by one): stretches of M
+        steps and of S steps, each a scan of its queue's entries."""
         unit = self.view.unit_bytes
         if not unit:
             return super().evict_bytes(nbytes, now)
@@ -232,44 +249,121 @@ class S3FIFO(EvictionPolicy):
             return []
         self._has_evicted = True
         small_q, main_q = self._q
-        freq, queue_of = self._freq, self._queue_of
+        small_order = small_q._order
         _, main_size, ghost_size = self._sizes()
-        threshold, max_freq = self.move_to_main_threshold, self.max_freq
         out: list[int] = []
         to_ghost: list[int] = []
         while len(out) < n:
-            if main_q.nbytes > main_size or not small_q:
-                uid = main_q.oldest()
-                if uid is None:
-                    if not small_q:
-                        break  # nothing to evict
-                else:
-                    f = freq[uid]
-                    if f >= 1:  # reinsert at the newest end of M
-                        freq[uid] = min(f, max_freq) - 1
-                        main_q.move_to_end(uid)
-                    else:
-                        del freq[uid], queue_of[uid]
-                        main_q.leave(uid)
-                        out.append(uid)
-                    continue
-            uid = small_q.oldest()
-            while uid is not None:
-                if freq[uid] >= threshold:  # S -> M, counter cleared
-                    freq[uid] = 0
-                    small_q.leave(uid)
-                    main_q.enter(uid, unit)
-                    queue_of[uid] = MAIN
-                    uid = small_q.oldest()
-                else:  # a one-hit wonder leaves S for the ghost
-                    del freq[uid], queue_of[uid]
-                    small_q.leave(uid)
-                    out.append(uid)
-                    to_ghost.append(uid)
-                    break
+            if main_q.nbytes > main_size or not small_order._n:
+                if self._main_steps(n - len(out), unit, main_size, out):
+                    continue  # M is not over its share any more (or enough victims): S next
+                if not small_order._n:
+                    break  # nothing to evict
+            self._small_steps(n - len(out), unit, main_size, out, to_ghost)
         self._budget.shrink(unit * len(out))
-        self._ghost.put_many(to_ghost, unit, ghost_size)
+        self._ghost_in(to_ghost, unit, ghost_size)
         return out
+
+    def _ghost_in(self, uids: list[int], unit: int, max_bytes: int) -> None:
+        """``GhostFIFO.put_many`` of S's victims (none of them a ghost: a member is not one), its
+        trim a loop of C calls."""
+        ghost = self._ghost
+        if unit > max_bytes or not uids:
+            return
+        q = ghost.ghosts()
+        if not q.keys().isdisjoint(uids):
+            ghost.put_many(uids, unit, max_bytes)
+            return
+        q.update(dict.fromkeys(uids, unit))
+        held = ghost.bytes + unit * len(uids)
+        popitem = q.popitem
+        while held > max_bytes and q:
+            held -= popitem(last=False)[1]
+        ghost.bytes = held
+
+    def _main_steps(self, k: int, unit: int, main_size: int, out: list[int]) -> bool:
+        """Evict from M (units of one size) while it is over its share or S is empty, up to ``k``
+        victims: the oldest unit with a counter is reinserted at the newest end, one without is the
+        victim. False when M has no candidate left."""
+        small_order = self._q[SMALL]._order
+        main_q = self._q[MAIN]
+        order, sizes = main_q._order, main_q._size
+        freq, queue_of, max_freq = self._freq, self._queue_of, self.max_freq
+        flag, uid_at, seq = order._flag, order._uid_at, order._seq
+        i, taken, found = order._lo, 0, True
+        while taken < k and (main_q.nbytes > main_size or not small_order._n):
+            i = flag.find(1, i)
+            if i < 0:
+                found = False
+                break
+            uid = uid_at[i]
+            f = freq[uid]
+            if f >= 1:  # reinsert at the newest end of M
+                freq[uid] = min(f, max_freq) - 1
+                order._lo = i
+                order.move_to_end(uid)
+                if order._flag is not flag:  # renumbered: scan the new arrays from the start
+                    flag, uid_at, seq = order._flag, order._uid_at, order._seq
+                    i = order._lo
+                else:
+                    i += 1
+                continue
+            flag[i] = 0
+            del seq[uid], sizes[uid], freq[uid], queue_of[uid]
+            order._n -= 1
+            main_q.nbytes -= unit
+            out.append(uid)
+            taken += 1
+            i += 1
+        order._lo = len(flag) if i < 0 else i
+        return found
+
+    def _small_steps(
+        self, k: int, unit: int, main_size: int, out: list[int], to_ghost: list[int]
+    ) -> None:
+        """Evict from S (units of one size): its oldest units with counter >= 2 move to M, the
+        first below 2 is the victim; again while M is within its share and S is not empty, up to
+        ``k`` victims (at least one step, as ``evict`` takes one)."""
+        small_q, main_q = self._q
+        order, sizes = small_q._order, small_q._size
+        freq, queue_of, threshold = self._freq, self._queue_of, self.move_to_main_threshold
+        flag, uid_at, seq = order._flag, order._uid_at, order._seq
+        room = main_size - main_q.nbytes  # M's bytes below its share
+        moved: list[int] = []
+        i, taken, left = order._lo, 0, order._n
+        while True:
+            i = flag.find(1, i)
+            if i < 0:
+                break
+            uid = uid_at[i]
+            flag[i] = 0
+            del seq[uid], sizes[uid]
+            left -= 1
+            i += 1
+            if freq[uid] >= threshold:  # S -> M, counter cleared
+                freq[uid] = 0
+                queue_of[uid] = MAIN
+                moved.append(uid)
+                room -= unit
+                continue
+            del freq[uid], queue_of[uid]  # a one-hit wonder leaves S for the ghost
+            out.append(uid)
+            to_ghost.append(uid)
+            taken += 1
+            if taken >= k or room < 0 or not left:
+                break
+        order._lo = len(flag) if i < 0 else i
+        small_q.nbytes -= unit * (order._n - left)
+        order._n = left
+        main_q.enter_many(moved, unit)
+
+    def evict_extents(self, nbytes: int, now: float) -> list[tuple[int, int]]:
+        """``evict_bytes`` as extents; dropped victims (no tier below hears their order) as
+        increasing runs."""
+        victims = self.evict_bytes(nbytes, now)
+        if self._drops:
+            victims.sort()
+        return extents_of(victims)
 
     def __len__(self) -> int:
         return len(self._q[SMALL]) + len(self._q[MAIN])
