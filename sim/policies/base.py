@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from itertools import chain, starmap
 from typing import Any, ClassVar, NamedTuple
 
-from sim.units import extents_of
+from sim.units import Tier, extents_of
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +78,9 @@ class EvictionPolicy(ABC):
     def __init__(self, ctx: PolicyContext) -> None:
         self.ctx = ctx
         self.view = ctx.view
+        # Victims of the CPU tier, and of a GPU with no CPU tier, are dropped: no policy hears
+        # their order, so ``evict_extents`` may hand them over as increasing runs.
+        self.drops_victims = ctx.tier == Tier.CPU or not getattr(ctx, "cpu_kv_bytes", None)
 
     def set_capacity(self, capacity: int) -> None:
         """The tier's capacity in bytes, told once when finite (ARC, S3-FIFO, SLRU, 2Q size their

@@ -29,7 +29,9 @@ certificates that expired since the previous query, and never more than one eval
 lines process O(log n) amortised events per update (Basch-Guibas-Hershberger; Agarwal et al. with
 insertions and deletions); measured with 100,000 units: a mean of ~3 node evaluations per decision
 (``sim/policies/_bench_kv.py``). The clock of one instance must not run backwards (``peek`` raises
-if it does).
+if it does). Many minima at one time (``pop_many``, an eviction of many units) need no tournament:
+at a fixed time each group's order is a static list, so they are a merge of the groups' heads,
+keyed by their float values in a C heap, with heads a rounding apart decided exactly.
 
 ``KineticPolicy`` is the eviction-policy shell over a ``KineticMin``: subclasses give each candidate
 a cost and a time.
@@ -37,6 +39,7 @@ a cost and a time.
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Callable
 from fractions import Fraction
@@ -45,13 +48,15 @@ from operator import attrgetter
 
 from sim.policies.base import EvictionPolicy
 from sim.policies.structures import LazyHeap
-from sim.units import UNIT_BITS, UnitView
+from sim.units import UNIT_BITS, UnitView, extents_of
 
 INF = math.inf
 _REL = 4e-16  # > 2u(1 + u): relative error of fl(m * fl(t - tau)) (u = 2^-53), with slack
 _TINY = 1e-280  # below this the float filter is not trusted (subnormal products)
 _CROSS_REL = 1e-15  # margin on a float crossing time (true error < 4u of the same terms)
 _FEW_GROUPS = 4  # discard_many: up to this many groups, each is handed the whole list
+_MERGE_GROUPS = 16  # pop_many merges the groups' heads when there are at most this many per victim
+_MERGE_REL = 1e-15  # float values further apart than this (relative) are in their exact order
 _slot = attrgetter("slot")
 
 
@@ -283,13 +288,54 @@ class KineticMin:
         out: list[int] = []
         self.begin_batch(now)
         try:
-            win = self._win
-            while len(out) < n and win[1] is not None:
-                out.append(win[1].mkey)
-                self.discard(out[-1])
+            if self._before is _since_before and len(self._groups) <= _MERGE_GROUPS * n:
+                self._merge_since(n, now, out)
+            else:
+                win = self._win
+                while len(out) < n and win[1] is not None:
+                    out.append(win[1].mkey)
+                    self.discard(out[-1])
         finally:
             self.end_batch()
         return out
+
+    def _merge_since(self, n: int, t: float, out: list[int]) -> None:
+        """``SINCE`` minima at one time ``t`` as a merge of the groups' static orders: a heap of
+        each group's head keyed by its float value cost / (t - tau), in C. A head whose float
+        value is within the rounding bound of another's (or tiny) is settled by the exact
+        comparison among all such heads, so the victims are the tournament's, in its order; the
+        leaves of the groups touched follow once, at the end."""
+        before, where = self._before, self._where
+        heap = [
+            (g.m / (t - g.tau) if t > g.tau else INF, g.m, g.tau, g) for g in self._groups.values()
+        ]
+        heapq.heapify(heap)
+        touched: dict[_Group, None] = {}
+        while len(out) < n and heap:
+            item = heapq.heappop(heap)
+            lim = item[0] * (1.0 + _MERGE_REL)
+            if heap and heap[0][0] <= max(lim, _TINY):  # near-equal values: decide exactly
+                near = [item]
+                while heap and heap[0][0] <= max(lim, _TINY):
+                    near.append(heapq.heappop(heap))
+                item = near[0]
+                for other in near[1:]:
+                    if before(other[3], item[3], t):
+                        item = other
+                for other in near:
+                    if other is not item:
+                        heapq.heappush(heap, other)
+            g = item[3]
+            uid = g.mkey
+            out.append(uid)
+            del where[uid]
+            g.heap.discard(uid)
+            touched[g] = None
+            if g.heap:
+                g.settle()
+                heapq.heappush(heap, (g.m / (t - g.tau) if t > g.tau else INF, g.m, g.tau, g))
+        for g in sorted(touched, key=_slot):  # a fixed order of leaf updates
+            self._changed(g)
 
     def begin_batch(self, now: float) -> None:
         """Changes at one time ``now``, many of them: until ``end_batch`` a changed leaf updates
@@ -505,6 +551,12 @@ class KineticPolicy(EvictionPolicy):
         if n is None or type(self)._evicted is not EvictionPolicy._evicted:
             return super().evict_bytes(nbytes, now)
         return self._kin.pop_many(n, now)  # equal sizes: a count
+
+    def evict_extents(self, nbytes: int, now: float) -> list[tuple[int, int]]:
+        victims = self.evict_bytes(nbytes, now)
+        if self.drops_victims:  # nobody hears their order: a session's pages as runs
+            victims.sort()
+        return extents_of(victims)
 
     def remove_many(self, uids, pinned: bool = False) -> None:
         if not pinned:

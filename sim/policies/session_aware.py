@@ -33,7 +33,7 @@ import numpy as np
 from sim.policies.base import EvictionPolicy
 from sim.policies.registry import register
 from sim.policies.structures import LazyHeap
-from sim.units import UNIT_BITS, UNIT_MASK, Tier, UnitView, extents_of
+from sim.units import UNIT_BITS, UNIT_MASK, UnitView, extents_of
 
 
 class _Sess:
@@ -67,8 +67,6 @@ class SessionAware(EvictionPolicy):
             self._key = lambda u: u + layers - 1 - 2 * ((u & UNIT_MASK) % layers)
         else:
             self._key = lambda u: (view.first_page(u), view.layer(u), u)
-        # Victims that are dropped (no tier below hears their order) may leave as increasing runs.
-        self._drops = ctx.tier == Tier.CPU or not getattr(ctx, "cpu_kv_bytes", None)
 
     # -- one unit --------------------------------------------------------------------------------
     def _add(self, uid: int, now: float) -> None:
@@ -219,7 +217,7 @@ class SessionAware(EvictionPolicy):
 
     def evict_extents(self, nbytes: int, now: float) -> list[tuple[int, int]]:
         n = self._units_in(nbytes)
-        if n is None or not self._drops or not self._engine_uids:
+        if n is None or not self.drops_victims or not self._engine_uids:
             return super().evict_extents(nbytes, now)
         out: list[tuple[int, int]] = []
         for taken in self._take(n):  # dropped: their order is nobody's, so increasing runs

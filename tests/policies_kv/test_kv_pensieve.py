@@ -349,6 +349,33 @@ def test_kinetic_batches_match_one_at_a_time(mode, seed):
         assert len(kin) == len(live)
 
 
+def test_kinetic_pop_many_decides_float_near_ties_exactly():
+    # pop_many merges the groups' heads by their float values; heads whose floats are equal or a
+    # rounding apart while their exact values differ (or tie, broken by cost then time) must come
+    # out in the exact order. Costs c and c * k rounded, idle times 1 and k: value c either way in
+    # floats, not exactly.
+    rng = random.Random(5)
+    for trial in range(40):
+        kin = KineticMin(SINCE)
+        live: dict[int, tuple[float, float]] = {}
+        now, key = 100.0, 0
+        for _ in range(rng.randint(2, 30)):
+            c = rng.choice([0.1, 0.7, 1.3, rng.random()])
+            k = rng.choice([1, 3, 7, 10])
+            tau = now - k
+            if tau in {t for _, t in live.values()}:
+                continue
+            n = rng.randint(1, 4)
+            uids = list(range(key + 1, key + n + 1))
+            key += n
+            costs = [c * k * (j + 1) for j in range(n)]  # rounded products: near ties
+            kin.add_many(uids, costs, tau, now - 0.5)
+            live.update({u: (cost, tau) for u, cost in zip(uids, costs)})
+        n = rng.randint(1, len(live))
+        want = sorted(live, key=lambda uid: _exact_key("since", uid, *live[uid], now))[:n]
+        assert kin.pop_many(n, now) == want, f"trial {trial}"
+
+
 @pytest.mark.parametrize("tier", [Tier.GPU, Tier.CPU])
 def test_physics_memo_gives_the_cost_models_answer_for_every_unit(tier):
     # Units that share and units that differ in every input the recovery reads; each asked
