@@ -29,12 +29,12 @@ c is the high-water mark of the bytes the tier has held.
 
 from __future__ import annotations
 
-from itertools import compress, repeat
+from itertools import compress, islice, repeat
 from operator import add, is_not, not_
 
 from sim.policies.base import EvictionPolicy
 from sim.policies.registry import register
-from sim.policies.structures import ByteBudget, GhostFIFO, SizedOrder
+from sim.policies.structures import ByteBudget, GhostFIFO, SizedOrder, consume
 from sim.units import Tier, extents_of
 
 SMALL, MAIN = 0, 1
@@ -276,6 +276,10 @@ class S3FIFO(EvictionPolicy):
             return
         q.update(dict.fromkeys(uids, unit))
         held = ghost.bytes + unit * len(uids)
+        if held > max_bytes and held == unit * len(q):  # every ghost of one size: k at once
+            k = min(len(q), -(-(held - max_bytes) // unit))
+            consume(map(q.__delitem__, list(islice(q, k))))
+            held -= unit * k
         popitem = q.popitem
         while held > max_bytes and q:
             held -= popitem(last=False)[1]
