@@ -16,9 +16,19 @@ sublinear structure is known for it. ``P(next turn | c, e)`` is non-increasing i
 law (the predictor evaluates it with monotone float operations), so within a bucket the least likely
 candidate is the one idle longest. The predictor still exposes the horizon form and expected think times.
 
-Exact and sublinear: one ``LazyHeap`` per bucket keyed by (last use, insertion order); ``peek``
+Exact and sublinear: per bucket, a heap of *runs* keyed (last use, first insertion number). A run is
+units that became candidates together with one last use and one bucket (a session's units released
+at a turn's end), numbered consecutively, so the bucket's order (last use, insertion number) never
+puts another run's unit inside a run; a unit that stops being a candidate is skipped lazily. ``peek``
 evaluates the score of each non-empty bucket's oldest candidate and takes the minimum: O(K) score
-evaluations + O(log n) heap work, K = buckets (16 by default).
+evaluations + O(log r) heap work, K = buckets (16 by default), r = runs. A run's units score alike at
+one time, so once its head is the minimum the rest of it follows: an eviction of many units takes
+whole runs as slices, and a release, pin or removal of a session's units is one run, not a heap
+operation a unit. The engine's runs (a session's units, released at once) are not even listed
+unit by unit: a session's latest run is kept whole while its units leave only from its front (as
+victims) or all together (pinned by the next turn), and is listed in a dict a unit only when a call
+takes a unit out of its middle. The heads' scores are kept for the time they were taken at, so
+evictions repeated at one time rescore only the buckets that changed since.
 
 The predictor comes from ``ctx.predictor`` (the engine fits it on the trace's training split, see
 ``sim.lifetime``); without one, ``LifetimePredictor.prior()``.
@@ -26,10 +36,41 @@ The predictor comes from ``ctx.predictor`` (the engine fits it on the trace's tr
 
 from __future__ import annotations
 
+from collections import deque
+from heapq import heapify, heappop, heappush
+from itertools import repeat
+
 from sim.lifetime import LifetimePredictor
 from sim.policies.base import EvictionPolicy
 from sim.policies.registry import register
-from sim.policies.structures import LazyHeap
+from sim.units import UNIT_BITS, UnitView, extents_of
+
+
+class _Run:
+    """Units that became candidates together: ``uids[i]`` has insertion number ``seq0 + i``; the
+    live ones all lie at ``start`` or after, ``live`` of them. A *keyed* run's live units are those
+    there with ``where[uid] is self``; a session's run (``sidx`` >= 0, not keyed) has no gaps: its
+    live units are ``uids[start:]``, listed nowhere else."""
+
+    __slots__ = ("b", "keyed", "live", "sidx", "start", "uids")
+
+    def __init__(self, b: int, uids: list[int] | range, sidx: int = -1) -> None:
+        self.b = b
+        self.uids = uids
+        self.start = 0
+        self.live = len(uids)
+        self.sidx = sidx
+        self.keyed = sidx < 0
+
+
+def _run_extents(piece: list[int] | range) -> list[tuple[int, int]]:
+    """``extents_of(piece)``; a range or an increasing run of consecutive uids in C."""
+    if isinstance(piece, range):
+        return [(piece.start, piece.stop)]
+    first, last = piece[0], piece[-1]
+    if last - first == len(piece) - 1 and piece == list(range(first, last + 1)):
+        return [(first, last + 1)]
+    return extents_of(piece)
 
 
 @register("predictive")
@@ -41,17 +82,76 @@ class Predictive(EvictionPolicy):
         pred = getattr(ctx, "predictor", None)
         self.predictor: LifetimePredictor = pred if pred is not None else LifetimePredictor.prior()
         k = self.predictor.num_buckets
-        self._heaps = [LazyHeap() for _ in range(k + 1)]  # bucket -> uid keyed (a, seq)
-        self._bucket: dict[int, int] = {}  # candidate uid -> its bucket
+        # bucket -> heap of (last use a, seq0, run); seq0 is unique, so a run is never compared
+        self._heaps: list[list[tuple[float, int, _Run]]] = [[] for _ in range(k + 1)]
+        self._runs = [0] * (k + 1)  # bucket -> runs in its heap with a live unit
+        self._where: dict[int, _Run] = {}  # candidate uid of a keyed run -> its run
+        self._sess: dict[int, _Run] = {}  # session index -> its (unkeyed) run, if any
+        self._count = 0  # candidates
         self._seq = 0
+        self._engine_uids = isinstance(self.view, UnitView)  # uids carry their session
+        # The heads of the non-empty buckets at time ``_now`` (repeated evictions at one time
+        # rescore only the buckets that changed since: those in ``_dirty``).
+        self._heads_at: dict[int, tuple[tuple[float, float, int], _Run]] = {}
+        self._now = -float("inf")
+        self._dirty: set[int] = set()
+        # no per-victim hook to call: victims leave in batches
+        self._batches = type(self)._evicted is EvictionPolicy._evicted
 
-    def _put(self, uid: int, a: float) -> None:
+    # -- runs ------------------------------------------------------------------------------------
+    def _push(self, b: int, a: float, uids: list[int] | range, sidx: int = -1) -> None:
+        """``uids`` (distinct, none a candidate) become candidates of bucket b with last use a;
+        ``sidx`` >= 0: they are all of session ``sidx``'s candidates, kept as its run."""
+        run = _Run(b, uids, sidx)
+        seq0 = self._seq + 1
+        self._seq += len(uids)
+        self._count += len(uids)
+        if sidx >= 0:
+            self._sess[sidx] = run
+        elif len(uids) == 1:
+            self._where[uids[0]] = run
+        else:
+            self._where.update(dict.fromkeys(uids, run))
+        heap = self._heaps[b]
+        heappush(heap, (a, seq0, run))
+        self._dirty.add(b)
+        self._runs[b] += 1
+        if len(heap) > 2 * self._runs[b] + 64:  # dead runs outnumber live ones: drop them
+            heap[:] = [entry for entry in heap if entry[2].live]
+            heapify(heap)
+
+    def _lost(self, run: _Run, k: int) -> None:
+        """``k`` of ``run``'s units stopped being candidates (``where`` already without them)."""
+        run.live -= k
+        self._count -= k
+        self._dirty.add(run.b)
+        if not run.live:
+            self._runs[run.b] -= 1
+            run.uids = range(0)  # its heap entry is skipped when it comes up
+            if not run.keyed:
+                del self._sess[run.sidx]
+
+    def _key(self, run: _Run) -> None:
+        """List a session's run in ``where`` (a unit is about to leave from its middle)."""
+        del self._sess[run.sidx]
+        run.keyed = True
+        self._where.update(dict.fromkeys(run.uids[run.start :], run))
+
+    def _key_session_of(self, uid: int) -> None:
+        """Key the run of ``uid``'s session, if it has one."""
+        if self._sess:
+            run = self._sess.get(uid >> UNIT_BITS)
+            if run is not None:
+                self._key(run)
+
+    def _bucket_of(self, uid: int) -> int:
         sess = self.view.session(uid)
         c = sess.next_turn if sess is not None else 1  # a cachesim object: used once
-        b = self.predictor.bucket_index(c)
-        self._seq += 1
-        self._bucket[uid] = b
-        self._heaps[b].push(uid, (a, self._seq))
+        return self.predictor.bucket_index(c)
+
+    # -- one unit --------------------------------------------------------------------------------
+    def _put(self, uid: int, a: float) -> None:
+        self._push(self._bucket_of(uid), a, [uid])
 
     def _add(self, uid: int, now: float) -> None:
         self._discard(uid)
@@ -59,50 +159,205 @@ class Predictive(EvictionPolicy):
         self._put(uid, min(now, a))
 
     def access(self, uid: int, now: float) -> None:
-        if uid in self._bucket:  # a hit on a candidate (cachesim): used now
+        if uid in self:  # a hit on a candidate (cachesim): used now
             self._discard(uid)
             self._put(uid, now)
 
     def _discard(self, uid: int) -> None:
-        b = self._bucket.pop(uid, None)
-        if b is not None:
-            self._heaps[b].discard(uid)
+        if self._engine_uids:
+            self._key_session_of(uid)
+        run = self._where.pop(uid, None)
+        if run is not None:
+            self._lost(run, 1)
 
-    def _head(self, b: int, now: float) -> tuple[tuple[float, float, int], int]:
-        """(score key, uid) of bucket b's oldest candidate (the bucket must not be empty)."""
-        heap = self._heaps[b]
-        uid = heap.min()
-        assert uid is not None  # the bucket is not empty
-        a, seq = heap.key(uid)
-        # bucket b stands for completed = b (0 -> mid-turn-0; K pools c >= K, same law)
-        return (self.predictor.p_return(b, now - a), a, seq), uid
+    # -- batches: a session's units at once ------------------------------------------------------
+    def release(self, uids, now: float) -> None:
+        if not isinstance(uids, range) or uids.step != 1:  # a range: distinct, consecutive
+            uids = list(uids)
+        if not uids:
+            return
+        if isinstance(uids, range):  # min and max without a pass
+            lo, hi = uids[0], uids[-1]
+        else:
+            lo, hi = min(uids), max(uids)
+        one_session = self._engine_uids and lo >> UNIT_BITS == hi >> UNIT_BITS
+        if not one_session or (not isinstance(uids, range) and len(set(uids)) != len(uids)):
+            for uid in uids:
+                self._add(uid, now)
+            return
+        # One session's units (the engine's view): one last use, one bucket, consecutive numbers.
+        first = uids[0]
+        self._key_session_of(first)  # the session's older run, if any, is keyed from now on
+        if self._where and not self._where.keys().isdisjoint(uids):
+            self._forget(uids)  # a candidate released again is numbered anew
+        b = self._bucket_of(first)
+        self._push(b, min(now, self.view.last_access_s(first)), uids, first >> UNIT_BITS)
+
+    def insert_many(self, uids, now: float, pinned: bool = False) -> None:
+        if not pinned:  # an unpinned insert is an unpin; a pinned one is nothing to this order
+            self.release(uids, now)
+
+    def acquire(self, uids, now: float) -> None:
+        # a hit then a pin leaves nothing behind (the hit's new number is never compared): the
+        # units simply stop being candidates
+        self._forget(uids)
+
+    def remove_many(self, uids, pinned: bool = False) -> None:
+        if not pinned:
+            self._forget(uids)
+
+    def _forget(self, uids) -> None:
+        if not isinstance(uids, list | range):
+            uids = list(uids)
+        if not uids:
+            return
+        if self._sess and self._engine_uids:
+            sidx = uids[0] >> UNIT_BITS
+            if min(uids) >> UNIT_BITS != max(uids) >> UNIT_BITS:  # several sessions' units
+                for run in [self._sess.get(i) for i in {uid >> UNIT_BITS for uid in uids}]:
+                    if run is not None:
+                        self._key(run)
+            elif (run := self._sess.get(sidx)) is not None:
+                rest = run.uids[run.start :]
+                if len(uids) == len(rest) and (
+                    uids == rest
+                    or (type(rest) is range and uids == list(rest))
+                    or (type(uids) is range and list(uids) == rest)
+                ):  # all of the session's candidates (in their order: the engine's case)
+                    self._lost(run, run.live)
+                    return
+                self._key(run)
+        runs = list(map(self._where.pop, uids, repeat(None)))
+        first = runs[0]
+        if first is not None and runs.count(first) == len(runs):  # one run's units
+            self._lost(first, len(runs))
+            return
+        for run in runs:
+            if run is not None:
+                self._lost(run, 1)
+
+    # -- the choice ------------------------------------------------------------------------------
+    def _head(self, b: int, now: float) -> tuple[tuple[float, float, int], _Run] | None:
+        """(score key, run) of bucket b's oldest candidate, the run's ``start`` moved onto it;
+        None when the bucket has no candidate."""
+        heap, where = self._heaps[b], self._where
+        while heap:
+            a, seq0, run = heap[0]
+            if not run.live:
+                heappop(heap)
+                continue
+            i = run.start
+            if run.keyed:
+                uids = run.uids
+                while where.get(uids[i]) is not run:
+                    i += 1
+                run.start = i
+            # bucket b stands for completed = b (0 -> mid-turn-0; K pools c >= K, same law)
+            return (self.predictor.p_return(b, now - a), a, seq0 + i), run
+        return None
+
+    def _heads(self, now: float) -> dict[int, tuple[tuple[float, float, int], _Run]]:
+        """The heads of the non-empty buckets at ``now`` (the cached dict, kept up to date)."""
+        heads = self._heads_at
+        if now != self._now:
+            self._now = now
+            heads.clear()
+            todo: set[int] | list[int] = [b for b, heap in enumerate(self._heaps) if heap]
+        else:
+            todo = self._dirty
+        for b in todo:
+            head = self._head(b, now)
+            if head is not None:
+                heads[b] = head
+            else:
+                heads.pop(b, None)
+        self._dirty = set()
+        return heads
 
     def peek(self, now: float) -> int | None:
-        heads = [self._head(b, now) for b, heap in enumerate(self._heaps) if heap]
-        return min(heads)[1] if heads else None  # keys are unique (seq)
+        heads = self._heads(now)
+        if not heads:
+            return None
+        run = min(heads.values())[1]  # keys are unique (seq)
+        return run.uids[run.start]
+
+    def _take(self, n: int, now: float) -> list[list[int] | range]:
+        """The victims of ``n`` successive ``evict`` calls at one time (fewer when the candidates
+        run out), as slices of runs in eviction order. Only the bucket a victim left has a new
+        head; a run's units share its score and follow each other in its bucket, so once its head
+        is the minimum of the heads, its units are the next victims until it is used up."""
+        heaps, where = self._heaps, self._where
+        heads = self._heads(now)
+        out: list[list[int] | range] = []
+        while n > 0 and heads:
+            b = min(heads, key=heads.__getitem__)
+            run = heads[b][1]
+            k = min(n, run.live)
+            uids, s = run.uids, run.start
+            if run.live == len(uids) - s:  # no gaps: a slice
+                taken = uids[s : s + k]
+                run.start = s + k
+            else:
+                taken = []
+                i = s
+                while len(taken) < k:
+                    uid = uids[i]
+                    i += 1
+                    if where.get(uid) is run:
+                        taken.append(uid)
+                run.start = i
+            if run.keyed:
+                deque(map(where.__delitem__, taken), maxlen=0)
+            out.append(taken)
+            n -= k
+            self._lost(run, k)  # b is dirty: its head is rescored at the next call
+            if n > 0:  # the run is used up
+                heappop(heaps[b])
+                head = self._head(b, now)
+                if head is None:
+                    del heads[b]
+                else:
+                    heads[b] = head
+                self._dirty.discard(b)  # scored after its last change
+        return out
+
+    def evict(self, now: float) -> int | None:
+        if not self._batches:
+            return super().evict(now)
+        taken = self._take(1, now)  # the victim ``peek`` names, its run left as it was
+        return taken[0][0] if taken else None
 
     def evict_bytes(self, nbytes: int, now: float) -> list[int]:
-        """The victims of successive ``evict`` calls at one time: only the bucket a victim left
-        has a new head, so each victim scores one candidate, not one per bucket."""
         n = self._units_in(nbytes)
-        if n is None:
+        if n is None or not self._batches:
             return super().evict_bytes(nbytes, now)
-        heaps = self._heaps
-        heads = {b: self._head(b, now) for b, heap in enumerate(heaps) if heap}
         out: list[int] = []
-        while len(out) < n and heads:
-            b = min(heads, key=heads.__getitem__)
-            uid = heads[b][1]
-            self._evicted(uid)
-            out.append(uid)
-            if heaps[b]:
-                heads[b] = self._head(b, now)
-            else:
-                del heads[b]
+        for taken in self._take(n, now):
+            out.extend(taken)
+        return out
+
+    def evict_extents(self, nbytes: int, now: float) -> list[tuple[int, int]]:
+        unit_bytes = self.view.unit_bytes
+        if not unit_bytes or not self._batches:
+            return super().evict_extents(nbytes, now)
+        out: list[tuple[int, int]] = []
+        for taken in self._take(-(-nbytes // unit_bytes), now):
+            # extents_of of the victims in order, a run at a time
+            if type(taken) is range and not out:
+                out.append((taken.start, taken.stop))
+                continue
+            for first, stop in _run_extents(taken):
+                if out and out[-1][1] == first:
+                    out[-1] = (out[-1][0], stop)
+                else:
+                    out.append((first, stop))
         return out
 
     def __len__(self) -> int:
-        return len(self._bucket)
+        return self._count
 
     def __contains__(self, uid: int) -> bool:
-        return uid in self._bucket
+        if uid in self._where:
+            return True
+        run = self._sess.get(uid >> UNIT_BITS) if self._sess and self._engine_uids else None
+        return run is not None and uid in run.uids[run.start :]
