@@ -213,7 +213,10 @@ class EvictionPolicy(ABC):
         Policies that keep runs (LRU) hand them over without listing their pages. Victims that
         are dropped (the CPU tier's, or the GPU's with no CPU tier: no policy hears their order)
         may come as increasing runs instead; the set of victims is the same."""
-        return extents_of(self.evict_bytes(nbytes, now))
+        victims = self.evict_bytes(nbytes, now)
+        if self.drops_victims:  # nobody hears their order: a session's pages as runs
+            victims = sorted(victims)
+        return extents_of(victims)
 
     def take_in_extents(
         self, extents: list[tuple[int, int]], free_bytes: int, now: float

@@ -48,7 +48,7 @@ from operator import attrgetter
 
 from sim.policies.base import EvictionPolicy
 from sim.policies.structures import LazyHeap
-from sim.units import UNIT_BITS, UnitView, extents_of
+from sim.units import UNIT_BITS, UnitView
 
 INF = math.inf
 _REL = 4e-16  # > 2u(1 + u): relative error of fl(m * fl(t - tau)) (u = 2^-53), with slack
@@ -551,12 +551,6 @@ class KineticPolicy(EvictionPolicy):
         if n is None or type(self)._evicted is not EvictionPolicy._evicted:
             return super().evict_bytes(nbytes, now)
         return self._kin.pop_many(n, now)  # equal sizes: a count
-
-    def evict_extents(self, nbytes: int, now: float) -> list[tuple[int, int]]:
-        victims = self.evict_bytes(nbytes, now)
-        if self.drops_victims:  # nobody hears their order: a session's pages as runs
-            victims.sort()
-        return extents_of(victims)
 
     def remove_many(self, uids, pinned: bool = False) -> None:
         if not pinned:

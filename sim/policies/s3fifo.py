@@ -35,7 +35,7 @@ from operator import add, is_not, not_
 from sim.policies.base import EvictionPolicy
 from sim.policies.registry import register
 from sim.policies.structures import ByteBudget, GhostFIFO, SizedOrder, consume
-from sim.units import Tier, extents_of
+from sim.units import extents_of
 
 SMALL, MAIN = 0, 1
 
@@ -60,7 +60,6 @@ class S3FIFO(EvictionPolicy):
         self._has_evicted = False
         self._incoming: tuple[int, bool] | None = None  # (uid, ghost hit) from admitting
         # Victims that are dropped (no tier below hears their order) may leave as increasing runs.
-        self._drops = ctx.tier == Tier.CPU or not getattr(ctx, "cpu_kv_bytes", None)
 
     # -- sizes -----------------------------------------------------------------------------------
     def set_capacity(self, capacity: int) -> None:
@@ -365,7 +364,7 @@ class S3FIFO(EvictionPolicy):
         """``evict_bytes`` as extents; dropped victims (no tier below hears their order) as
         increasing runs."""
         victims = self.evict_bytes(nbytes, now)
-        if self._drops:
+        if self.drops_victims:
             victims.sort()
         return extents_of(victims)
 

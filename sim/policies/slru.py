@@ -33,7 +33,7 @@ from operator import itemgetter
 from sim.policies.base import EvictionPolicy
 from sim.policies.registry import register
 from sim.policies.structures import ByteBudget, consume
-from sim.units import Tier, extents_of
+from sim.units import extents_of
 
 
 def _take_oldest(od: OrderedDict[int, None], k: int) -> list[int]:
@@ -61,7 +61,6 @@ class SLRU(EvictionPolicy):
         self._pinned: set[int] = set()
         self._budget = ByteBudget()
         # Victims that are dropped (no tier below hears their order) may leave as increasing runs.
-        self._drops = ctx.tier == Tier.CPU or not getattr(ctx, "cpu_kv_bytes", None)
 
     def set_capacity(self, capacity: int) -> None:
         self._budget.set(capacity)
@@ -329,7 +328,7 @@ class SLRU(EvictionPolicy):
         if n is None:
             return super().evict_extents(nbytes, now)
         victims = list(chain.from_iterable(self._take(n)))
-        if self._drops:  # dropped: their order is nobody's, so increasing runs
+        if self.drops_victims:  # dropped: their order is nobody's, so increasing runs
             victims.sort()
         return extents_of(victims)
 
