@@ -243,3 +243,25 @@ class EvictionPolicy(ABC):
 
     @abstractmethod
     def __contains__(self, uid: int) -> bool: ...
+
+
+class Memoryless(EvictionPolicy):
+    """A policy that keeps nothing of a unit once it stops being a candidate (no ghost, no count):
+    a hit then a pin is a plain removal, and an unpinned insert is an unpin. Its batches then come
+    down to two calls it gives: ``release`` (units become candidates) and ``_forget`` (they stop
+    being candidates)."""
+
+    @abstractmethod
+    def _forget(self, uids) -> None:
+        """These units stop being candidates (those that are not are ignored)."""
+
+    def insert_many(self, uids, now: float, pinned: bool = False) -> None:
+        if not pinned:  # a pinned insert is nothing to a plain order
+            self.release(uids, now)
+
+    def acquire(self, uids, now: float) -> None:
+        self._forget(uids)
+
+    def remove_many(self, uids, pinned: bool = False) -> None:
+        if not pinned:
+            self._forget(uids)

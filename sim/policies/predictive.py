@@ -41,7 +41,7 @@ from heapq import heapify, heappop, heappush
 from itertools import repeat
 
 from sim.lifetime import LifetimePredictor
-from sim.policies.base import EvictionPolicy
+from sim.policies.base import EvictionPolicy, Memoryless
 from sim.policies.registry import register
 from sim.units import UNIT_BITS, UnitView, extents_of
 
@@ -74,7 +74,7 @@ def _run_extents(piece: list[int] | range) -> list[tuple[int, int]]:
 
 
 @register("predictive")
-class Predictive(EvictionPolicy):
+class Predictive(Memoryless):
     needs_predictor = True
 
     def __init__(self, ctx) -> None:
@@ -192,19 +192,6 @@ class Predictive(EvictionPolicy):
             self._forget(uids)  # a candidate released again is numbered anew
         b = self._bucket_of(first)
         self._push(b, min(now, self.view.last_access_s(first)), uids, first >> UNIT_BITS)
-
-    def insert_many(self, uids, now: float, pinned: bool = False) -> None:
-        if not pinned:  # an unpinned insert is an unpin; a pinned one is nothing to this order
-            self.release(uids, now)
-
-    def acquire(self, uids, now: float) -> None:
-        # a hit then a pin leaves nothing behind (the hit's new number is never compared): the
-        # units simply stop being candidates
-        self._forget(uids)
-
-    def remove_many(self, uids, pinned: bool = False) -> None:
-        if not pinned:
-            self._forget(uids)
 
     def _forget(self, uids) -> None:
         if not isinstance(uids, list | range):

@@ -30,7 +30,7 @@ from itertools import repeat
 
 import numpy as np
 
-from sim.policies.base import EvictionPolicy
+from sim.policies.base import Memoryless
 from sim.policies.registry import register
 from sim.policies.structures import LazyHeap
 from sim.units import UNIT_BITS, UNIT_MASK, UnitView, extents_of
@@ -47,7 +47,7 @@ class _Sess:
 
 
 @register("session-aware")
-class SessionAware(EvictionPolicy):
+class SessionAware(Memoryless):
     reads_session = True  # its units are evicted together, by its last use
     grows_in_bulk = True  # a session's rank is fixed while it loses units; pins are not heard
 
@@ -151,18 +151,6 @@ class SessionAware(EvictionPolicy):
         if fresh or a > s.a:
             s.a = a
             self._order.push(s.index, (a, s.index))
-
-    def insert_many(self, uids, now: float, pinned: bool = False) -> None:
-        if not pinned:  # an unpinned insert is an unpin; a pinned one is nothing to this order
-            self.release(uids, now)
-
-    def acquire(self, uids, now: float) -> None:
-        # a hit then a pin leaves nothing behind: the units simply stop being candidates
-        self._forget(uids)
-
-    def remove_many(self, uids, pinned: bool = False) -> None:
-        if not pinned:
-            self._forget(uids)
 
     def _forget(self, uids) -> None:
         uids = list(uids)
