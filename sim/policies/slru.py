@@ -20,7 +20,7 @@ agree up to the first hit at which libCacheSim evicts.
 
 Pins: a pinned unit leaves its segment and remembers it; a hit while pinned promotes it by one
 segment, applied on unpin, when it returns to the MRU end of its segment (then that segment cools
-if it is over its share). Without ``set_capacity`` (the engine) c is the high-water mark of the bytes
+if it is over its share). Without ``set_capacity`` (an unbounded tier) c is the high-water mark of the bytes
 the tier has held. O(1) per operation (4 segments), amortised over cooling moves.
 """
 
