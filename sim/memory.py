@@ -19,6 +19,7 @@ import math
 from array import array
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -56,6 +57,12 @@ class LayerFetch:
     @property
     def swapped_units(self) -> int:
         return int(self.swapped_per_layer.sum())
+
+
+def _pin_each(policy, uids) -> None:
+    pin = policy.pin
+    for uid in uids:
+        pin(uid)
 
 
 class TieredMemory:
@@ -214,28 +221,22 @@ class TieredMemory:
 
     def acquire(self, sess: SessionKV, now: float) -> None:
         """A turn uses all the session's units where they are: a hit in their tier, then pinned."""
-        if sess.pinned:
-            raise AssertionError(f"session {sess.session_id} pinned twice")
-        size = self.unit_size(sess)
-        for tier in (GPU, CPU):
-            uids = sess.uids(tier)
-            if uids:
-                self.policy[tier].acquire(uids, now)
-                self.evictable[tier] -= len(uids) * size
-        sess.pinned = True
+        self._hold(sess, lambda policy, uids: policy.acquire(uids, now))
 
     def pin(self, sess: SessionKV) -> None:
         """Hold all the session's units where they are, with no use of them (no hit): they stop
         being candidates until ``release``."""
+        self._hold(sess, _pin_each)
+
+    def _hold(self, sess: SessionKV, take: Callable[[Any, Any], None]) -> None:
+        """Pin the session: ``take(policy, uids)`` tells each tier's policy of its units."""
         if sess.pinned:
             raise AssertionError(f"session {sess.session_id} pinned twice")
         size = self.unit_size(sess)
         for tier in (GPU, CPU):
             uids = sess.uids(tier)
             if uids:
-                pin = self.policy[tier].pin
-                for uid in uids:
-                    pin(uid)
+                take(self.policy[tier], uids)
                 self.evictable[tier] -= len(uids) * size
         sess.pinned = True
 

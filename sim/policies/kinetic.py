@@ -138,6 +138,12 @@ def _since_before(g: _Group, h: _Group, t: float) -> bool:
     return gm < hm or (gm == hm and g.tau < h.tau)
 
 
+def _since_head(g: _Group, t: float) -> tuple[float, float, float, _Group]:
+    """The group's head in ``pop_many``'s merge: its float value m / (t - tau) (+inf at an idle
+    time of 0), then the tie-breaks of ``_since_before``."""
+    return (g.m / (t - g.tau) if t > g.tau else INF, g.m, g.tau, g)
+
+
 def _since_expiry(w: _Group, x: _Group, t: float) -> float:
     """W wins at t. W's value falls slower than X's only if m_W > m_X; then X wins from
     t* = (m_W a_X - m_X a_W) / (m_W - m_X) on (at equality the tie goes to X, the cheaper)."""
@@ -306,17 +312,15 @@ class KineticMin:
         comparison among all such heads, so the victims are the tournament's, in its order; the
         leaves of the groups touched follow once, at the end."""
         before, where = self._before, self._where
-        heap = [
-            (g.m / (t - g.tau) if t > g.tau else INF, g.m, g.tau, g) for g in self._groups.values()
-        ]
+        heap = [_since_head(g, t) for g in self._groups.values()]
         heapq.heapify(heap)
         touched: dict[_Group, None] = {}
         while len(out) < n and heap:
             item = heapq.heappop(heap)
-            lim = item[0] * (1.0 + _MERGE_REL)
-            if heap and heap[0][0] <= max(lim, _TINY):  # near-equal values: decide exactly
+            lim = max(item[0] * (1.0 + _MERGE_REL), _TINY)
+            if heap and heap[0][0] <= lim:  # near-equal values: decide exactly
                 near = [item]
-                while heap and heap[0][0] <= max(lim, _TINY):
+                while heap and heap[0][0] <= lim:
                     near.append(heapq.heappop(heap))
                 item = near[0]
                 for other in near[1:]:
@@ -333,7 +337,7 @@ class KineticMin:
             touched[g] = None
             if g.heap:
                 g.settle()
-                heapq.heappush(heap, (g.m / (t - g.tau) if t > g.tau else INF, g.m, g.tau, g))
+                heapq.heappush(heap, _since_head(g, t))
         for g in sorted(touched, key=_slot):  # a fixed order of leaf updates
             self._changed(g)
 

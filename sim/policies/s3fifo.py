@@ -35,7 +35,6 @@ from operator import add, is_not, not_
 from sim.policies.base import EvictionPolicy
 from sim.policies.registry import register
 from sim.policies.structures import ByteBudget, GhostFIFO, SizedOrder, consume
-from sim.units import extents_of
 
 SMALL, MAIN = 0, 1
 
@@ -359,14 +358,6 @@ class S3FIFO(EvictionPolicy):
         small_q.nbytes -= unit * (order._n - left)
         order._n = left
         main_q.enter_many(moved, unit)
-
-    def evict_extents(self, nbytes: int, now: float) -> list[tuple[int, int]]:
-        """``evict_bytes`` as extents; dropped victims (no tier below hears their order) as
-        increasing runs."""
-        victims = self.evict_bytes(nbytes, now)
-        if self.drops_victims:
-            victims.sort()
-        return extents_of(victims)
 
     def __len__(self) -> int:
         return len(self._q[SMALL]) + len(self._q[MAIN])

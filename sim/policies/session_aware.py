@@ -143,11 +143,9 @@ class SessionAware(Memoryless):
         s.cand.extend(uids)
         if self._key is None:
             s.cand.sort()
-        else:  # page-layer units: the sort key as numbers, in C
+        else:  # page-layer units: the same key on an array, in C
             cand = np.array(s.cand, dtype=np.int64)
-            layers = self.view.layers
-            keys = cand + (layers - 1) - 2 * ((cand & UNIT_MASK) % layers)
-            s.cand = cand[np.argsort(keys, kind="stable")].tolist()
+            s.cand = cand[np.argsort(self._key(cand), kind="stable")].tolist()
         if fresh or a > s.a:
             s.a = a
             self._order.push(s.index, (a, s.index))

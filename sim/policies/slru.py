@@ -33,7 +33,6 @@ from operator import itemgetter
 from sim.policies.base import EvictionPolicy
 from sim.policies.registry import register
 from sim.policies.structures import ByteBudget, consume
-from sim.units import extents_of
 
 
 def _take_oldest(od: OrderedDict[int, None], k: int) -> list[int]:
@@ -322,15 +321,6 @@ class SLRU(EvictionPolicy):
             out.append(taken)
             n -= k
         return out
-
-    def evict_extents(self, nbytes: int, now: float) -> list[tuple[int, int]]:
-        n = self._units_in(nbytes)
-        if n is None:
-            return super().evict_extents(nbytes, now)
-        victims = list(chain.from_iterable(self._take(n)))
-        if self.drops_victims:  # dropped: their order is nobody's, so increasing runs
-            victims.sort()
-        return extents_of(victims)
 
     def segment(self, uid: int) -> int | None:
         """The segment (0 = probation) the unit belongs to, or None."""
