@@ -4,7 +4,7 @@ benchmark, not a test).
 Each policy runs ``kvsim bench --sessions N --repeats R --policy P --no-scaling --quiet`` in its
 own process (the bench itself times each repeat in a fresh process), and the table gives turns/s
 as min / median / max of the repeats and the ratio of LRU's median to the policy's: the slowdown
-the issue's targets bound (online policies within 2x of LRU, the offline bounds within 4x).
+that the speed targets bound (online policies within 2x of LRU, the offline bounds within 4x).
 ``--jobs 2`` runs two policies at a time, each on its own core: faster on a 2-core machine, but
 each run then shares the machine's memory bandwidth with another, so rows measured alone and rows
 measured in pairs are not comparable.
