@@ -23,10 +23,11 @@ from __future__ import annotations
 
 import heapq
 from collections import OrderedDict
+from itertools import repeat
 
 from sim.policies.base import EvictionPolicy
 from sim.policies.registry import register
-from sim.policies.structures import pop_oldest
+from sim.policies.structures import consume, pop_oldest
 
 
 @register("lfu")
@@ -90,6 +91,53 @@ class LFU(EvictionPolicy):
         self._bucket_add(uid, c)
         self._n += 1
 
+    # -- batches: where the units share one count (a session's pages, which enter and are used
+    # together), one C-level update of that count's bucket; else one call per unit
+    def _one_count(self, uids: list[int]) -> int | None:
+        """The count every one of ``uids`` has, if they are distinct members sharing one."""
+        counts = set(map(self._count.get, uids))
+        if len(counts) != 1 or None in counts or len(set(uids)) < len(uids):
+            return None
+        return counts.pop()
+
+    def acquire(self, uids, now: float) -> None:
+        uids = list(uids)
+        c = self._one_count(uids)
+        if c is None:
+            return super().acquire(uids, now)
+        # each is used (its count grows) and pinned (it leaves its bucket), so the next count's
+        # bucket it passes through is left as it was, bar the heap's lazy entry
+        self._count.update(zip(uids, repeat(c + 1)))
+        b = self._buckets.get(c)
+        if b is not None:
+            held = len(b)
+            consume(map(b.pop, uids, repeat(None)))
+            self._n -= held - len(b)
+            if not b:
+                del self._buckets[c]
+            if c + 1 not in self._in_heap and held > len(b):
+                self._in_heap.add(c + 1)
+                heapq.heappush(self._heap, c + 1)
+
+    def release(self, uids, now: float) -> None:
+        uids = list(uids)
+        c = self._one_count(uids)
+        if c is None:
+            return super().release(uids, now)
+        self._bucket_add(uids[0], c)  # the bucket (and its heap entry), then the rest in order
+        self._buckets[c].update(zip(uids, repeat(None)))
+        self._n += len(uids)
+
+    def insert_many(self, uids, now: float, pinned: bool = False) -> None:
+        uids = list(uids)
+        if not uids:
+            return
+        self._count.update(zip(uids, repeat(1)))
+        if not pinned:
+            self._bucket_add(uids[0], 1)
+            self._buckets[1].update(zip(uids, repeat(None)))
+            self._n += len(uids)
+
     def remove(self, uid: int, pinned: bool = False) -> None:
         c = self._count.pop(uid, None)
         if c is not None and self._bucket_del(uid, c):
@@ -118,8 +166,7 @@ class LFU(EvictionPolicy):
                 self._in_heap.discard(heapq.heappop(heap))
                 continue
             taken = pop_oldest(b, min(k, len(b)))
-            for uid in taken:
-                del count[uid]  # counts reset on eviction
+            consume(map(count.__delitem__, taken))  # counts reset on eviction
             out += taken
             k -= len(taken)
             if not b:

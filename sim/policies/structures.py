@@ -18,7 +18,7 @@ from bisect import bisect_left
 from collections import OrderedDict, deque
 from collections.abc import Sequence
 from functools import partial
-from itertools import compress, repeat
+from itertools import compress, islice, repeat
 from operator import is_not
 
 
@@ -43,7 +43,13 @@ def consume(it) -> None:
 
 def pop_oldest(od: OrderedDict, n: int) -> list:
     """Take the ``n`` oldest keys out of an ordered dict (n <= its length), oldest first."""
-    return [od.popitem(last=False)[0] for _ in range(n)]
+    if n >= len(od):
+        out = list(od)
+        od.clear()
+        return out
+    out = list(islice(od, n))
+    consume(map(od.__delitem__, out))  # in C: a list's worth of popitem calls costs half again
+    return out
 
 
 class LazyHeap:
