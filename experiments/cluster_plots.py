@@ -9,15 +9,16 @@ Points whose value is not finite, and rows with gpu_kv_gb = inf (the infinite-me
 left out; a figure with no finite point is not written, and ``notes`` says so.
 
 ``store_vs_replicas.png`` is drawn when the cluster has a shared KV store axis
-(``cluster.store.capacity_gb``, summary.csv's ``store_gb``) with at least two capacities: the
-re-prefill rate, the store hit rate (history tokens loaded from the store) and TTFT p90 against the
-number of replicas, a line per (router, store capacity). It is a figure of its own rather than
+(``cluster.store.capacity_gb``, summary.csv's ``store_gb``) with at least two capacities, or a
+store policy axis (``cluster.store.policy``, summary.csv's ``store_policy``) with at least two
+policies: the re-prefill rate, the store hit rate (history tokens loaded from the store) and TTFT
+p90 against the number of replicas, a line per (router, store: its capacity and policy). It is a figure of its own rather than
 more line styles in ``routers_vs_replicas``: its panels put first what the store changes (the
 recompute it saves, the share of history it serves, and what that does to TTFT's tail), and
 its title says what is compared. In both figures a router keeps its colour and marker and a store
-capacity has its own line style (solid: the smallest, usually 0 = no store; then dashed, dotted,
-dash-dot), so ``routers_vs_replicas`` of such a run draws a line per (router, store capacity)
-too, never a mean over capacities.
+has its own line style (solid: the smallest capacity, usually 0 = no store; then dashed, dotted,
+dash-dot, by capacity then policy), so ``routers_vs_replicas`` of such a run draws a line per
+(router, store) too, never a mean over capacities or store policies.
 
 ``disagg_vs_colocated.png`` is drawn when the cluster has a prefill/decode disaggregation axis
 (``cluster.disaggregation.prefill_replicas``, summary.csv's ``prefill_replicas``) with at least two
@@ -25,7 +26,7 @@ values: at equal GPU count (x: the number of replicas, prefill and decode togeth
 p90 (every decode iteration's, pooled over the replicas) and the re-prefill rate, a line per
 (router, prefill pool): a router keeps its colour and marker, colocated (0) is solid with filled
 markers, a prefill pool dashed (then dotted, dash-dot) with hollow ones. With a store axis too, each
-store capacity has its row of the three panels, so no line averages over capacities.
+store (capacity and policy) has its row of the three panels, so no line averages over stores.
 ``routers_vs_replicas`` of such a run splits its lines by the prefill pool as well.
 
 It is drawn in the look of the run's other figures (``experiments.figure_style``: the page width,
@@ -43,12 +44,13 @@ import numpy as np
 import pandas as pd
 
 from experiments.plot_points import drawable_points
-from experiments.schema import LABEL_COLUMNS
+from experiments.schema import LABEL_COLUMNS, NO_STORE_POLICY, store_policies_vary
 
 CLUSTER_FIGURE = "routers_vs_replicas"  # .png, or the run's figure format
 STORE_FIGURE = "store_vs_replicas"  # with a store axis of two capacities or more
 SIZE_AXIS = "replicas"
 STORE_AXIS = "store_gb"  # the cluster.store.capacity_gb axis (0: no store)
+STORE_POLICY_AXIS = "store_policy"  # the cluster.store.policy axis ("none" where there is no store)
 DISAGG_FIGURE = "disagg_vs_colocated"  # with a prefill_replicas axis of two values or more
 PREFILL_AXIS = "prefill_replicas"  # the cluster.disaggregation.prefill_replicas axis (0: colocated)
 # The grid labels a line may be told apart by besides the router: seed is averaged over, and a
@@ -85,32 +87,82 @@ def has_cluster(summary: pd.DataFrame) -> bool:
     return {"router", SIZE_AXIS} <= set(summary.columns)
 
 
-def store_capacities(summary: pd.DataFrame) -> list[float]:
-    """The store capacities of the run's points, ascending (none without a store axis)."""
-    if STORE_AXIS not in summary.columns:
+# A line's store: (capacity, store policy), each None where that axis does not vary.
+StoreKey = tuple[float | None, str | None]
+
+
+def _store_labels(summary: pd.DataFrame) -> list[str]:
+    """The store's labels that vary in ``summary``: its capacity where two values are there, its
+    policy where two policies are (a point without a store, ``none``, is no policy: the lines of
+    one policy at capacities 0 and 64 are told apart by capacity alone)."""
+    out = []
+    if STORE_AXIS in summary.columns and summary[STORE_AXIS].map(str).nunique() > 1:
+        out.append(STORE_AXIS)
+    if store_policies_vary(summary):
+        out.append(STORE_POLICY_AXIS)
+    return out
+
+
+def _store_key(named: Mapping[str, object]) -> StoreKey | None:
+    """The store of a line from its varying labels; None when no store label varies."""
+    gb, policy = named.get(STORE_AXIS), named.get(STORE_POLICY_AXIS)
+    if gb is None and policy is None:
+        return None
+    return (None if gb is None else float(str(gb)), None if policy is None else str(policy))
+
+
+def store_variants(summary: pd.DataFrame) -> list[StoreKey]:
+    """The stores the run's points vary over, as line keys (``_store_key``), ascending by
+    capacity then policy; none without a store axis of two capacities or two policies."""
+    labels = _store_labels(summary)
+    if not labels:
         return []
-    values = summary[STORE_AXIS].dropna().astype(float)
-    return sorted(set(values[np.isfinite(values)]))
+    rows = summary[labels].dropna().drop_duplicates()
+    keys = {_store_key(dict(zip(labels, r))) for r in rows.itertuples(index=False)}
+    keys = {k for k in keys if k is not None and (k[0] is None or math.isfinite(k[0]))}
+    return sorted(keys, key=lambda k: (k[0] if k[0] is not None else -1.0, k[1] or ""))
 
 
 def router_lines(
     summary: pd.DataFrame, column: str
-) -> dict[tuple[str, float | None, str], pd.Series]:
-    """Each line of one panel: (router, store capacity or None, legend text) -> ``column`` by
-    replicas (ascending), the mean over seeds, non-finite values left out. A store capacity that
-    varies splits the lines as any other varying label does."""
-    labels = [*_LINE_LABELS, STORE_AXIS, PREFILL_AXIS]
-    others = [c for c in labels if c in summary.columns and summary[c].map(str).nunique() > 1]
+) -> dict[tuple[str, StoreKey | None, str], pd.Series]:
+    """Each line of one panel: (router, store or None, legend text) -> ``column`` by replicas
+    (ascending), the mean over seeds, non-finite values left out. A store capacity or store
+    policy that varies splits the lines as any other varying label does (the store named once
+    in the legend: ``store 64 GB (lru)``)."""
+    stores = _store_labels(summary)
+    labels = [*_LINE_LABELS, *stores, PREFILL_AXIS]
+    others = [
+        c
+        for c in labels
+        if c in stores or (c in summary.columns and summary[c].map(str).nunique() > 1)
+    ]
     rows = summary[np.isfinite(summary[column].astype(float))]
-    out: dict[tuple[str, float | None, str], pd.Series] = {}
+    out: dict[tuple[str, StoreKey | None, str], pd.Series] = {}
     for key, group in rows.groupby(["router", *others], sort=False, dropna=False):
         values = key if isinstance(key, tuple) else (key,)
         named = dict(zip(others, values[1:]))
-        name = ", ".join([str(values[0]), *(_name(c, v) for c, v in named.items())])
+        store = _store_key(named)
+        parts = [str(values[0])]
+        for c, v in named.items():
+            if c not in stores:
+                parts.append(_name(c, v))
+            elif c == stores[0] and store is not None:  # the store once, where it first varies
+                parts.append(store_name(store))
         series = group.groupby(SIZE_AXIS)[column].mean().astype(float).sort_index()
-        store = named.get(STORE_AXIS)
-        out[(str(values[0]), None if store is None else float(store), name)] = series
+        out[(str(values[0]), store, ", ".join(parts))] = series
     return out
+
+
+def store_name(store: StoreKey) -> str:
+    """A line's store in words: ``no store``, ``store 64 GB``, ``store 64 GB (lru)``, ``store
+    lru``."""
+    gb, policy = store
+    if (gb is not None and gb == 0) or policy == NO_STORE_POLICY:
+        return "no store"
+    if gb is None:
+        return f"store {policy}"
+    return _name(STORE_AXIS, gb) + ("" if policy is None else f" ({policy})")
 
 
 def router_style(router: str, variant: int, i: int, dash: str | None = None) -> dict[str, Any]:
@@ -138,7 +190,7 @@ def cluster_figures(
     resolved: Mapping[str, Any] | None = None,
 ) -> list[Path]:
     """Write ``CLUSTER_FIGURE``.``fmt`` into ``out_dir`` when the run ran clusters,
-    ``STORE_FIGURE``.``fmt`` when they had two store capacities or more, and
+    ``STORE_FIGURE``.``fmt`` when they had two store capacities or store policies or more, and
     ``DISAGG_FIGURE``.``fmt`` when they had two prefill pool sizes or more; the paths written.
     ``resolved``: the run's config.resolved.yaml, for the stamp under the panels."""
     if not has_cluster(summary):
@@ -157,7 +209,7 @@ def cluster_figures(
         resolved,
         summary,
     )
-    if len(store_capacities(rows)) >= 2:
+    if len(store_variants(rows)) >= 2:
         out += _figure(
             rows,
             STORE_PANELS,
@@ -207,16 +259,14 @@ def _disagg_figure(
     summary: pd.DataFrame,
 ) -> list[Path]:
     """``DISAGG_FIGURE``: the three ``DISAGG_PANELS`` against replicas, a row of them per store
-    capacity (one row without a store axis), a line per (router, prefill pool)."""
-    stores: list[float | None] = list(store_capacities(rows)) or [None]
-    if len(stores) == 1:
-        stores = [None]  # one capacity (or none): one row, nothing to name
+    (capacity and policy; one row without a store axis), a line per (router, prefill pool)."""
+    stores: list[StoreKey | None] = list(store_variants(rows)) or [None]
     panels = []
-    for gb in stores:
-        part = rows if gb is None else rows[rows[STORE_AXIS].astype(float) == gb]
+    for store in stores:
+        part = rows if store is None else _store_rows(rows, store)
         for col, head, share in DISAGG_PANELS:
             lines = disagg_lines(part, col) if col in part.columns else {}
-            where = "" if gb is None else f"\n{_name(STORE_AXIS, gb)}"
+            where = "" if store is None else f"\n{store_name(store)}"
             panels.append((head + where, share, lines))
     if not any(lines for *_, lines in panels):
         notes.append(f"plots: {DISAGG_FIGURE}.{fmt}: no finite TTFT, TBT or re-prefill rate")
@@ -280,13 +330,13 @@ def _figure(
     from experiments import figure_style as fs
 
     sizes = sorted(set(rows[SIZE_AXIS].astype(float)))
-    stores = store_capacities(rows)
-    dashes = {gb: _DASHES[i % len(_DASHES)] for i, gb in enumerate(stores)} if stores else {}
+    stores = store_variants(rows)
+    dashes = {key: _DASHES[i % len(_DASHES)] for i, key in enumerate(stores)}
     with fs.style():
         fig, axes, _, _ = fs.grid(len(panels))
         handles: dict[str, Any] = {}
         for ax, (_, head, share, lines) in zip(axes, panels):
-            variants: dict[tuple[str, float | None], int] = {}
+            variants: dict[tuple[str, StoreKey | None], int] = {}
             for i, ((router, store, name), series) in enumerate(lines.items()):
                 n = variants[router, store] = variants.get((router, store), -1) + 1
                 dash = dashes.get(store) if store is not None and len(stores) > 1 else None
@@ -294,7 +344,7 @@ def _figure(
                 (handles[name],) = ax.plot(series.index, series.to_numpy(), label=name, **look)
             _finish_panel(ax, head, share, sizes, "replicas (cluster size)", bool(lines))
         if len(stores) > 1 and all(
-            name == f"{router}, {_name(STORE_AXIS, store)}"
+            store is not None and name == f"{router}, {store_name(store)}"
             for *_, lines in panels
             for router, store, name in lines
         ):  # lines told apart by router and store only: a key of each, not of every pair
@@ -322,9 +372,9 @@ def _finish_panel(ax, head: str, share: bool, sizes, xlabel: str, drawn: bool) -
     ax.set_ylim(bottom=0)
 
 
-def _key_handles(panels: list, dashes: Mapping[float, str]) -> dict[str, Any]:
-    """A legend of the routers (their colour and marker, solid) and then the store capacities
-    (their line style, in grey)."""
+def _key_handles(panels: list, dashes: Mapping[StoreKey, str]) -> dict[str, Any]:
+    """A legend of the routers (their colour and marker, solid) and then the stores (capacity
+    and policy: their line style, in grey)."""
     from matplotlib.lines import Line2D
 
     out: dict[str, Any] = {}
@@ -333,10 +383,21 @@ def _key_handles(panels: list, dashes: Mapping[float, str]) -> dict[str, Any]:
             if router not in out:
                 look = router_style(router, 0, len(out), "-")
                 out[router] = Line2D([], [], **look)
-    for gb, dash in dashes.items():
+    for store, dash in dashes.items():
         grey: dict[str, Any] = {"color": "0.35", "linestyle": dash, "linewidth": 1.4}
-        out[_name(STORE_AXIS, gb)] = Line2D([], [], **grey)
+        out[store_name(store)] = Line2D([], [], **grey)
     return out
+
+
+def _store_rows(rows: pd.DataFrame, store: StoreKey) -> pd.DataFrame:
+    """The rows of one store (``store_variants``' key: the labels that are None do not vary)."""
+    gb, policy = store
+    mask = np.ones(len(rows), dtype=bool)
+    if gb is not None:
+        mask &= rows[STORE_AXIS].astype(float).to_numpy() == gb
+    if policy is not None:
+        mask &= rows[STORE_POLICY_AXIS].map(str).to_numpy() == policy
+    return rows[mask]
 
 
 def _name(column: str, value: object) -> str:

@@ -28,7 +28,7 @@ import pandas as pd
 import yaml
 
 from experiments.results import CONFIG_FILE, SUMMARY_FILE
-from experiments.schema import ALL_LABEL_COLUMNS
+from experiments.schema import ALL_LABEL_COLUMNS, store_policies_vary
 
 # The metrics the README and docs/results.md read first, in that order.
 HEADLINE_METRICS: tuple[str, ...] = (
@@ -63,6 +63,7 @@ CONFIG_KEYS: dict[str, str] = {
     "router": "cluster.router",
     "replicas": "cluster.replicas",
     "store_gb": "cluster.store.capacity_gb",
+    "store_policy": "cluster.store.policy",
     "prefill_replicas": "cluster.disaggregation.prefill_replicas",
     "time_scale": "trace[].time_scale",  # [] stands for any index of the trace list
 }
@@ -394,6 +395,8 @@ def _plot_title(metric: str) -> str:
 def _varying(summary: pd.DataFrame) -> set[str]:
     """The grid labels that take more than one value (policy always counts)."""
     out = {c for c in AXES if c in summary and summary[c].map(_key).nunique() > 1}
+    if not store_policies_vary(summary):  # "none" and one policy: store_gb's points
+        out.discard("store_policy")
     return out | {"policy"}
 
 

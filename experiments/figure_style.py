@@ -224,6 +224,8 @@ def describe(dim: str, value: object) -> str:
         return "1 replica" if str(value) == "1" else f"{_num(value)} replicas"
     if dim == "store_gb":  # a cluster's shared KV store (GB = 1e9 bytes)
         return "no store" if float(str(value)) == 0 else f"store: {float(str(value)):g} GB"
+    if dim == "store_policy":  # the store's eviction policy ("none": no store at that point)
+        return "no store" if str(value) == "none" else f"store policy {value}"
     if dim == "prefill_replicas":  # a cluster's prefill pool (0: colocated)
         n = int(float(str(value)))
         return "colocated" if n == 0 else f"{n} prefill replica" + ("" if n == 1 else "s")
@@ -233,7 +235,7 @@ def describe(dim: str, value: object) -> str:
 def panel_title(where: Mapping[str, object], width_in: float | None = None) -> str:
     """The words of a panel's grid labels, joined by commas; wrapped (at the commas) to fit a
     panel ``width_in`` inches wide."""
-    text = ", ".join(describe(d, v) for d, v in where.items())
+    text = ", ".join(dict.fromkeys(describe(d, v) for d, v in where.items()))  # "no store" once
     if width_in is None:
         return text
     chars = max(16, int(width_in * 72 / (TITLE_PT * 0.6)))

@@ -8,8 +8,8 @@
 * ``ttft_cdf.png``: TTFT CDF per policy at the smallest GPU capacity (log x).
 
 Every figure has one panel per combination of the other grid dimensions that vary (trace, model,
-hardware, evict_unit, block_tokens, cpu_kv_gb, and a cluster's router, replicas, store_gb and
-prefill_replicas);
+hardware, evict_unit, block_tokens, cpu_kv_gb, and a cluster's router, replicas, store_gb,
+store_policy and prefill_replicas);
 seeds are averaged (lines show the mean and a band:
 the 95 % confidence interval of the mean over seeds, ``seed_interval``). Rows with gpu_kv_gb = inf (the infinite-memory baseline) are
 left out of the capacity axes.
@@ -35,6 +35,7 @@ from matplotlib.ticker import FuncFormatter, PercentFormatter
 from experiments import figure_style as fs
 from experiments.design_plots import TIERS, budget_figure, engine_figure, offload_figure
 from experiments.plot_points import NO_FIGURES, drawable_points
+from experiments.schema import store_policies_vary
 from experiments.targets import DEFAULT_TARGETS
 
 FACET_DIMS: tuple[str, ...] = (
@@ -53,6 +54,7 @@ FACET_DIMS: tuple[str, ...] = (
     "router",  # a cluster's: each router and size its own panel (routers_vs_replicas compares them)
     "replicas",
     "store_gb",  # a cluster's shared store: each capacity its own panel (store_vs_replicas compares)
+    "store_policy",  # and each of its eviction policies
     "prefill_replicas",  # a cluster's prefill pool: each its own panel (disagg_vs_colocated compares)
 )
 MAX_FACETS = 12
@@ -182,7 +184,13 @@ def seed_interval(values) -> tuple[float, float]:
 
 def _facets(df: pd.DataFrame) -> list[tuple[str, dict]]:
     """(title in words, {dim: value}) per combination of the varying non-capacity dimensions."""
-    dims = [d for d in FACET_DIMS if d in df.columns and df[d].nunique(dropna=False) > 1]
+    dims = [
+        d
+        for d in FACET_DIMS
+        if d in df.columns
+        and df[d].nunique(dropna=False) > 1
+        and (d != "store_policy" or store_policies_vary(df))
+    ]
     if not dims:
         return [("", {})]
     combos = df[dims].drop_duplicates().to_dict("records")[:MAX_FACETS]

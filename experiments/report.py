@@ -16,7 +16,7 @@ from typing import Any
 
 import pandas as pd
 
-from experiments.schema import GridPoint
+from experiments.schema import GridPoint, store_policies_vary
 from experiments.targets import DEFAULT_TARGETS, RULES, short_header
 
 _VARYING_LABELS = (  # every grid label but policy and gpu_kv_gb, in summary.csv's order
@@ -35,6 +35,7 @@ _VARYING_LABELS = (  # every grid label but policy and gpu_kv_gb, in summary.csv
     "router",
     "replicas",
     "store_gb",
+    "store_policy",
     "prefill_replicas",
     "seed",
 )
@@ -65,7 +66,9 @@ def summary_table(
     extras = {} if axes is None else {str(a): list(axes[a].map(_plain)) for a in axes.columns}
     out = pd.DataFrame(index=summary.index)
     for c in ("policy", "gpu_kv_gb", *_VARYING_LABELS):
-        if c in ("policy", "gpu_kv_gb") or (c in summary and summary[c].nunique() > 1):
+        if c == "store_policy" and not store_policies_vary(summary):
+            pass  # one policy: store_gb shows which points have a store
+        elif c in ("policy", "gpu_kv_gb") or (c in summary and summary[c].nunique() > 1):
             out[c] = summary[c].map(_plain)
         for name, values in extras.items():
             if name.startswith(f"{c}."):

@@ -8,7 +8,7 @@ request-rate sweep: each value multiplies the trace's arrival and think times; s
 
 Grid order (deterministic, lists in the order written): trace, time_scale, model, hardware, tp, engine.kind,
 evict_unit, pipelining, budgets, sparse, block_tokens, cpu_kv_gb, policy, gpu_kv_gb, cluster.router,
-cluster.replicas, cluster.store.capacity_gb, cluster.disaggregation.prefill_replicas, seed -- the last one varies fastest. ``tp`` is the tensor-parallel degree: the run prices one GPU of a group of tp, and
+cluster.replicas, cluster.store.capacity_gb, cluster.store.policy, cluster.disaggregation.prefill_replicas, seed -- the last one varies fastest. ``tp`` is the tensor-parallel degree: the run prices one GPU of a group of tp, and
 ``memory.gpu_kv_gb`` / ``cpu_kv_gb`` are the whole group's (each GPU holds 1/tp of every page).
 ``tp`` may instead map each model to its own degree or list of degrees (``{llama-3-8b: 1,
 llama-3-70b: [2, 4]}``), so one grid runs a small model on one GPU and a large one on several.
@@ -25,8 +25,10 @@ label columns (only then: a run without the section keeps its columns). ``memory
 replica's. A cluster runs engine.kind kvsim only, with full KV (budgets kind full), no sparse
 decode and an online policy; anything else is refused naming its key. Its optional ``store``
 mapping puts a shared KV store behind the replicas (``sim.cluster.store``): ``capacity_gb`` is a
-grid axis (0: no store at that point) and summary.csv gains its ``store_gb`` label column (again
-only then); the store's other keys are scalars, checked as ``StoreConfig`` checks them. Its
+grid axis (0: no store at that point) and so is ``policy`` (a capacity of 0 is one point, with
+no policy), and summary.csv gains their ``store_gb`` and ``store_policy`` label columns (again
+only then; ``store_policy`` is ``none`` where there is no store); the store's other keys are
+scalars, checked as ``StoreConfig`` checks them (each policy too). Its
 optional ``disaggregation`` mapping splits the replicas into a prefill and a decode pool
 (``sim.cluster.disagg``): ``prefill_replicas`` is a grid axis (0: colocated at that point; a value
 that leaves a grid point no decode replica is an error) and summary.csv gains its
@@ -615,10 +617,14 @@ class StoreSpec(_Strict):
         AfterValidator(_no_duplicates),
         AfterValidator(_finite_capacity),
     ] = Field(description="the store's KV capacity in GB (1e9 bytes); 0: no store")
-    policy: StrictStr = Field(
-        default=STORE_DEFAULTS["policy"],
+    policy: Annotated[
+        list[StrictStr],
+        Field(min_length=1),
+        AfterValidator(_no_duplicates),
+    ] = Field(
+        default=[STORE_DEFAULTS["policy"]],
         description="its eviction policy: an online policy of plain objects (lru, fifo, lfu, "
-        "arc, clock, sieve, s3fifo, slru, twoq) or module:Class",
+        "arc, clock, sieve, s3fifo, slru, twoq) or module:Class, or a list of them (a grid axis)",
     )
     bandwidth_gb_s: float = Field(
         default=STORE_DEFAULTS["bandwidth_gb_s"],
@@ -633,24 +639,35 @@ class StoreSpec(_Strict):
         description="tokens per stored object (a whole number of pages)",
     )
 
-    wrap_lists = field_validator("capacity_gb", mode="before")(_as_list)
+    wrap_lists = field_validator("capacity_gb", "policy", mode="before")(_as_list)
 
     @field_validator("policy")
     @classmethod
-    def _policy(cls, v: str, info: ValidationInfo) -> str:
-        if ":" in v:  # a user's policy, found as the policies' are (checked in _store_problems)
-            add_user_import_dirs((info.context or {}).get("base_dir"))
+    def _policy(cls, v: list[str], info: ValidationInfo) -> list[str]:
+        if any(":" in p for p in v):  # a user's policy, found as the policies' are (checked in
+            add_user_import_dirs((info.context or {}).get("base_dir"))  # _store_problems)
         return v
 
-    def config(self, capacity_gb: float) -> StoreConfig | None:
-        """The store of one grid point: None at capacity 0 (no store)."""
+    def points(self) -> list[tuple[float, str | None]]:
+        """The store axes' values, capacity then policy (the policy varies faster): one point of
+        capacity 0 (no store, so no policy: None), and every policy at each other capacity."""
+        return [
+            (gb, policy)
+            for gb in self.capacity_gb
+            for policy in ([None] if gb == 0 else self.policy)
+        ]
+
+    def config(self, capacity_gb: float, policy: str | None = None) -> StoreConfig | None:
+        """The store of one grid point: None at capacity 0 (no store); ``policy``: one of the
+        policy axis' values (None: the first)."""
         from sim.cluster.store import StoreConfig  # here, as ClusterConfig is
 
         if capacity_gb == 0:
             return None
         return StoreConfig(
             capacity_gb=capacity_gb,
-            **self.model_dump(exclude={"capacity_gb"}),
+            policy=self.policy[0] if policy is None else policy,
+            **self.model_dump(exclude={"capacity_gb", "policy"}),
         )
 
 
@@ -742,9 +759,10 @@ class ClusterSpec(_Strict):
 
     wrap_lists = field_validator("replicas", "router", mode="before")(_as_list)
 
-    def store_capacities(self) -> list[float] | list[None]:
-        """The values of the store's capacity axis; [None] without a store section."""
-        return list(self.store.capacity_gb) if self.store is not None else [None]
+    def store_points(self) -> list[tuple[float, str | None]] | list[tuple[None, None]]:
+        """The values of the store's capacity and policy axes, as (capacity, policy) pairs
+        (``StoreSpec.points``); [(None, None)] without a store section."""
+        return self.store.points() if self.store is not None else [(None, None)]
 
     def prefill_counts(self) -> list[int] | list[None]:
         """The values of the prefill_replicas axis; [None] without a disaggregation section."""
@@ -757,15 +775,20 @@ class ClusterSpec(_Strict):
         replicas: int,
         store_gb: float | None = None,
         prefill_replicas: int | None = None,
+        store_policy: str | None = None,
     ) -> ClusterConfig:
         """The ``sim.cluster`` configuration of one grid point (its parameters in name order, so a
         point's checkpoint key does not depend on the order they were written in); a store of
-        ``store_gb`` GB (None or 0: none); ``prefill_replicas`` of them prefill (None or 0:
-        colocated)."""
+        ``store_gb`` GB (None or 0: none) under ``store_policy`` (None: the first of
+        cluster.store.policy); ``prefill_replicas`` of them prefill (None or 0: colocated)."""
         from sim.cluster.run import ClusterConfig  # here: a run without a cluster never imports it
 
         params = dict(sorted(self.router_params.get(router, {}).items()))
-        store = None if self.store is None or not store_gb else self.store.config(store_gb)
+        store = (
+            None
+            if self.store is None or not store_gb
+            else self.store.config(store_gb, store_policy)
+        )
         d = self.disaggregation
         disagg = None if d is None or not prefill_replicas else d.config(prefill_replicas)
         return ClusterConfig(
@@ -938,18 +961,19 @@ class Experiment(_Strict):
         opts = self.engine.config_options()
         m = self.memory
         slo = self.slo.config()
-        # gpu_kv_gb, then the cluster's router, replicas, store capacity and prefill replicas
-        # (without a cluster section: one value, no cluster), as one axis of the product: the
-        # grid order stays documented
+        # gpu_kv_gb, then the cluster's router, replicas, store capacity and policy (one point of
+        # capacity 0: no store, no policy) and prefill replicas (without a cluster section: one
+        # value, no cluster), as one axis of the product: the grid order stays documented
         clusters = (
-            list(
-                itertools.product(
+            [
+                (router, replicas, gb, prefill, policy)
+                for router, replicas, (gb, policy), prefill in itertools.product(
                     self.cluster.router,
                     self.cluster.replicas,
-                    self.cluster.store_capacities(),
+                    self.cluster.store_points(),
                     self.cluster.prefill_counts(),
                 )
-            )
+            ]
             if self.cluster
             else [None]
         )
@@ -1101,10 +1125,29 @@ LABEL_COLUMNS: tuple[str, ...] = (
     "sparse",
     "seed",
 )
-# The labels of a point with a cluster (an experiment with a cluster section; store_gb only with
-# a cluster.store section, prefill_replicas only with a cluster.disaggregation section), before
-# seed.
-CLUSTER_LABEL_COLUMNS: tuple[str, ...] = ("router", "replicas", "store_gb", "prefill_replicas")
+# The labels of a point with a cluster (an experiment with a cluster section; store_gb and
+# store_policy only with a cluster.store section, prefill_replicas only with a
+# cluster.disaggregation section), before seed.
+CLUSTER_LABEL_COLUMNS: tuple[str, ...] = (
+    "router",
+    "replicas",
+    "store_gb",
+    "store_policy",
+    "prefill_replicas",
+)
+# store_policy where a point has no store (capacity 0)
+NO_STORE_POLICY = "none"
+
+
+def store_policies_vary(summary: Any) -> bool:
+    """summary.csv (a DataFrame) names two store policies or more in ``store_policy``. A point
+    without a store (``none``) is no policy of its own: ``store_gb`` tells it apart already, so a
+    run of one store policy at capacities 0 and 64 does not vary its store policy."""
+    if "store_policy" not in summary:
+        return False
+    return len(set(summary["store_policy"].dropna().map(str)) - {NO_STORE_POLICY}) > 1
+
+
 # Every label column there can be, in summary.csv's order (a run has the cluster's or not).
 ALL_LABEL_COLUMNS: tuple[str, ...] = (
     *LABEL_COLUMNS[: LABEL_COLUMNS.index("seed")],
@@ -1132,6 +1175,7 @@ class GridPoint:
     slo: Slo = DEFAULT_SLO  # the thresholds of the summary's SLO columns (not a grid label)
     cluster: ClusterConfig | None = None  # replicas behind a router; None: one engine
     # the cluster.store.capacity_gb axis' value (0: no store at this point); None: no such section
+    # (the cluster.store.policy axis' value is the store's: cluster.store.policy)
     store_gb: float | None = None
     # the cluster.disaggregation.prefill_replicas axis' value (0: colocated at this point); None:
     # no such section
@@ -1139,9 +1183,9 @@ class GridPoint:
 
     def labels(self) -> dict[str, Any]:
         """The grid columns of this point (LABEL_COLUMNS order, with the cluster's router and
-        replicas, the store's capacity when the experiment has a cluster.store section and the
-        prefill pool's size when it has a cluster.disaggregation section, before seed when it has
-        a cluster) for summary.csv and the ledgers."""
+        replicas, the store's capacity and policy when the experiment has a cluster.store section
+        and the prefill pool's size when it has a cluster.disaggregation section, before seed when
+        it has a cluster) for summary.csv and the ledgers."""
         labels = {
             "name": self.name,
             "policy": self.policy,
@@ -1162,7 +1206,9 @@ class GridPoint:
         if self.cluster is not None:
             labels |= {"router": self.cluster.router, "replicas": self.cluster.replicas}
             if self.store_gb is not None:
+                store = self.cluster.store
                 labels["store_gb"] = float(self.store_gb)
+                labels["store_policy"] = NO_STORE_POLICY if store is None else store.policy
             if self.prefill_replicas is not None:
                 labels["prefill_replicas"] = int(self.prefill_replicas)
         return labels | {"seed": self.seed}
@@ -1400,10 +1446,10 @@ def _cluster_problems(exp: Experiment) -> list[tuple[tuple[str | int, ...], str]
 
 def _store_problems(exp: Experiment) -> list[tuple[tuple[str | int, ...], str]]:
     """A ``cluster.store`` as ``sim.cluster`` checks it, each problem once at the key it names:
-    the store's own keys (``StoreConfig``), its chunk against each page size and its capacity
-    against a chunk of each model (``SharedStore``), and what ``simulate_cluster`` refuses with a
-    store (memory.evict_unit other than block, engine.prefetch other than off). Capacity 0 (no
-    store) is never checked against anything."""
+    the store's own keys (``StoreConfig``, at each capacity under each policy), its chunk against
+    each page size and its capacity against a chunk of each model (``SharedStore``), and what
+    ``simulate_cluster`` refuses with a store (memory.evict_unit other than block,
+    engine.prefetch other than off). Capacity 0 (no store) is never checked against anything."""
     import costmodels
 
     store = exp.cluster.store if exp.cluster is not None else None
@@ -1413,13 +1459,14 @@ def _store_problems(exp: Experiment) -> list[tuple[tuple[str | int, ...], str]]:
 
     out: list[tuple[tuple[str | int, ...], str]] = []
 
-    def add(message: str, index: int) -> None:
+    def add(message: str, index: int, policy: int) -> None:
         m = re.match(r"cluster\.store\.([a-z_]+): (.*)", message, re.S)
         if m is None:
             out.append((("cluster", "store"), message))
             return
         where: tuple[str | int, ...] = ("cluster", "store", m[1])
-        out.append(((*where, index) if m[1] == "capacity_gb" else where, m[2]))
+        at = {"capacity_gb": (index,), "policy": (policy,)}.get(m[1], ())
+        out.append(((*where, *at), m[2]))
 
     pages = [
         costmodels.get_model(model).shard(tp).kv_bytes_per_token  # a replica's page, per token
@@ -1427,20 +1474,22 @@ def _store_problems(exp: Experiment) -> list[tuple[tuple[str | int, ...], str]]:
         for tp in exp.tp_for(model)
         if _splits(model, tp)
     ]
-    for i, gb in enumerate(store.capacity_gb):
+    for (i, gb), (j, policy) in itertools.product(
+        enumerate(store.capacity_gb), enumerate(store.policy)
+    ):
         if gb == 0:
             continue
         try:
-            cfg = store.config(gb)
+            cfg = store.config(gb, policy)
         except ValueError as exc:
-            add(str(exc), i)
+            add(str(exc), i, j)
             continue
         assert cfg is not None  # a capacity > 0 has a store
         for per_token, bt in itertools.product(pages, exp.memory.block_tokens):
             try:
                 SharedStore(cfg, per_token * bt, bt)
             except ValueError as exc:
-                add(str(exc), i)
+                add(str(exc), i, j)
     # what simulate_cluster refuses with a store (tests/experiments/test_exp_store.py holds the
     # two in step)
     out += _outside_kv_problems(exp, "cluster.store", "the store sends", "a store load")

@@ -50,7 +50,7 @@ cluster:
 DISAGG_COLUMNS = ("transfer_gb", "transfer_stall_p90_s", "decoded_share")
 LEDGER_COLUMNS = ("decode_replica", "transfer_tokens", "transfer_bytes", "transfer_stall_s")
 # The labels of a point with a cluster and a disaggregation section but no store section.
-DISAGG_LABELS = [c for c in ALL_LABEL_COLUMNS if c != "store_gb"]
+DISAGG_LABELS = [c for c in ALL_LABEL_COLUMNS if c not in ("store_gb", "store_policy")]
 
 
 def error_of(path) -> ConfigError:

@@ -44,7 +44,7 @@ STORE_COLUMNS = ("store_hit_rate", "store_loaded_gb", "store_written_gb")
 # The labels of a point with a cluster and a store section, and with neither (no disaggregation
 # section: prefill_replicas is test_exp_disagg.py's).
 STORE_LABELS = [c for c in ALL_LABEL_COLUMNS if c != "prefill_replicas"]
-NO_STORE_LABELS = [c for c in STORE_LABELS if c != "store_gb"]
+NO_STORE_LABELS = [c for c in STORE_LABELS if c not in ("store_gb", "store_policy")]
 
 
 def error_of(path) -> ConfigError:
@@ -305,8 +305,11 @@ def test_capacity_0_equals_the_same_point_without_a_store_section():
     for k in shared:
         x, y = a.summary[k], b.summary[k]
         assert x == y or (math.isnan(x) and math.isnan(y)), k
-    # the ledgers too, but b's store_gb label and store_tokens column (0 at every turn)
-    pd.testing.assert_frame_equal(a.turns, b.turns.drop(columns=["store_gb", "store_tokens"]))
+    # the ledgers too, but b's store_gb and store_policy labels and store_tokens column (0 at every
+    # turn)
+    labels = ["store_gb", "store_policy", "store_tokens"]
+    pd.testing.assert_frame_equal(a.turns, b.turns.drop(columns=labels))
+    assert (b.turns.store_policy == "none").all()
     assert (b.turns.store_tokens == 0).all()
 
 
@@ -371,11 +374,12 @@ def test_router_lines_split_by_store_capacity_never_average_over_it():
         }
     )
     lines = router_lines(summary, "reprefill_rate")
+    # a line's store: (capacity, store policy), the policy None where it does not vary
     assert list(lines) == [
-        ("kv-aware", 0.0, "kv-aware, no store"),
-        ("kv-aware", 64.0, "kv-aware, store 64 GB"),
+        ("kv-aware", (0.0, None), "kv-aware, no store"),
+        ("kv-aware", (64.0, None), "kv-aware, store 64 GB"),
     ]
-    assert lines["kv-aware", 64.0, "kv-aware, store 64 GB"].tolist() == [0.1, 0.05]
+    assert lines["kv-aware", (64.0, None), "kv-aware, store 64 GB"].tolist() == [0.1, 0.05]
     # one capacity: no split, no store in the name
     one = router_lines(summary[summary.store_gb == 64.0], "reprefill_rate")
     assert list(one) == [("kv-aware", None, "kv-aware")]
