@@ -208,3 +208,27 @@ def test_the_store_figure_compares_policies_at_one_capacity(tmp_path):
     assert all(math.isclose(v, 0.3 / n) for n, v in s3.items())
     drawn = cluster_figures(summary, tmp_path, [])
     assert sorted(p.name for p in drawn) == ["routers_vs_replicas.png", "store_vs_replicas.png"]
+
+
+def test_the_bundled_scale_experiment_loads_and_expands():
+    from pathlib import Path
+
+    exp = load_experiment(
+        Path(__file__).resolve().parents[2] / "experiments" / "cluster_scale.yaml"
+    )
+    grid = exp.grid()
+    assert len(grid) == 4 * 5 * 3
+    assert sorted({p.cluster.replicas for p in grid}) == [1, 2, 4, 8, 16]
+    assert {p.cluster.router for p in grid} == {
+        "round-robin",
+        "least-loaded",
+        "session-affinity",
+        "kv-aware",
+    }
+    stores = {(p.store_gb, p.labels()["store_policy"]) for p in grid}
+    assert stores == {(0.0, "none"), (16.0, "lru"), (16.0, "s3fifo")}
+    for p in grid:
+        store = p.cluster.store
+        assert (store is None) == (p.store_gb == 0)
+        if store is not None:
+            assert store.policy == p.labels()["store_policy"]
