@@ -1,0 +1,461 @@
+"""``RunOrder``: the members of a tier in the order they entered it, kept as runs of one
+session's consecutive units, with pins kept per session.
+
+The order of ``EntryOrder`` (``sim.policies.structures``): candidates are taken oldest entry
+first, and a pinned member that is released comes back to its old place. Here an entry is a
+*run*, uids ``[first, stop)`` of one session (``uid >> UNIT_BITS``) that entered together, less
+the uids inside it that left (its holes). The engine pins and releases all of a session's units
+in a tier at once, so which members are candidates is kept per session: none pinned, all pinned
+(``ALL``), or the set of those pinned (a shared prefix pool's units, held one by one). Entering a
+session's history, pinning or releasing a session, and taking the oldest candidates then cost
+O(runs), not O(units). The answers are ``EntryOrder``'s, call for call.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections import OrderedDict
+from functools import partial
+from itertools import chain, islice, starmap
+from operator import lt
+from typing import Any
+
+from sim.units import UNIT_BITS
+
+ALL = True  # a session's pin state: every member pinned (absent: none; a set: those pinned)
+COMPACT_SLACK = 4096  # entries of emptied runs kept before they may be compacted away
+
+
+def merged(extents: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Extents with each one that starts where the one before stops joined to it."""
+    out: list[tuple[int, int]] = []
+    for a, s in extents:
+        if out and out[-1][1] == a:
+            out[-1] = (out[-1][0], s)
+        else:
+            out.append((a, s))
+    return out
+
+
+class RunOrder:
+    """Members in entry order as runs; candidates are the members their session has not pinned."""
+
+    __slots__ = (
+        "_first",
+        "_stop",
+        "_holes",
+        "_bucket",
+        "_flag",
+        "_runs",
+        "_count",
+        "_pins",
+        "_top",
+        "_lo",
+        "_n",
+        "_live",
+        "_replay",
+    )
+
+    def __init__(self) -> None:
+        self._first: list[int] = []  # entry -> its first member (moves up as its head leaves)
+        self._stop: list[int] = []  # entry -> one past its last member
+        self._holes: list[set[int] | None] = []  # entry -> uids inside [first, stop) that left
+        self._bucket: list[int] = []  # entry -> its session
+        self._flag = bytearray()  # entry -> 1 if the run holds a candidate
+        self._runs: dict[int, list[int]] = {}  # session -> its non-empty entries, oldest first
+        self._count: dict[int, int] = {}  # session -> its members
+        self._pins: dict[int, Any] = {}  # session -> ALL or the set of its pinned members
+        self._top: dict[int, int] = {}  # session -> no member at or above this uid
+        self._lo = 0  # no entry below holds a candidate
+        self._n = 0  # candidates
+        self._live = 0  # non-empty entries
+        self._replay: OrderedDict[int, object] | None = None
+
+    # -- looking up ------------------------------------------------------------------------------
+    def _members(self, e: int):
+        holes = self._holes[e]
+        run = range(self._first[e], self._stop[e])
+        return run if holes is None else (u for u in run if u not in holes)
+
+    def _entry_of(self, uid: int) -> int | None:
+        """The entry holding member ``uid``, or None."""
+        first, stop, holes = self._first, self._stop, self._holes
+        for e in self._runs.get(uid >> UNIT_BITS, ()):
+            h = holes[e]
+            if first[e] <= uid < stop[e] and (h is None or uid not in h):
+                return e  # (a uid may lie in another run's range as a hole: it re-entered)
+        return None
+
+    def _pinned(self, b: int, uid: int) -> bool:
+        st = self._pins.get(b)
+        return st is not None and (st is ALL or uid in st)
+
+    def _whole(self, uids) -> int | None:
+        """The session whose members are exactly ``uids`` (a range, or an increasing list), or
+        None: then the batch goes one uid at a time."""
+        n = len(uids)
+        if not n:
+            return None
+        a, last = uids[0], uids[-1]
+        b = a >> UNIT_BITS
+        if self._count.get(b) != n or last >> UNIT_BITS != b:
+            return None
+        first, stop, holes = self._first, self._stop, self._holes
+        if isinstance(uids, range):
+            if uids.step != 1:
+                return None
+            # n members, all inside the n uids of the range: the same uids
+            return b if all(first[e] >= a and stop[e] <= last + 1 for e in self._runs[b]) else None
+        if not all(map(lt, uids, islice(uids, 1, None))):
+            return None
+        for e in self._runs[b]:  # each run's members are a stretch of the list
+            if holes[e] is not None:
+                return None
+            i = bisect_left(uids, first[e])
+            j = i + stop[e] - first[e] - 1
+            if j >= n or uids[i] != first[e] or uids[j] != stop[e] - 1:
+                return None
+        return b
+
+    # -- flags and sessions ----------------------------------------------------------------------
+    def _refresh(self, e: int) -> None:
+        """Set entry ``e``'s flag from its members and its session's pins."""
+        st = self._pins.get(self._bucket[e])
+        if self._first[e] >= self._stop[e] or st is ALL:
+            self._flag[e] = 0
+        elif st is None:
+            self._flag[e] = 1
+        else:
+            self._flag[e] = any(u not in st for u in self._members(e))
+        if self._flag[e] and e < self._lo:
+            self._lo = e
+
+    def _pinned_set(self, b: int) -> set[int]:
+        """Session ``b``'s pins as an explicit set (a partial pin or unpin follows)."""
+        st = self._pins.get(b)
+        if st is ALL:
+            st = self._pins[b] = set(chain.from_iterable(map(self._members, self._runs[b])))
+        elif st is None:
+            st = self._pins[b] = set()
+        return st
+
+    def _settle(self, b: int) -> None:
+        """An explicit set of pins that is empty, or every member, becomes the plain state."""
+        st = self._pins.get(b)
+        if isinstance(st, set):
+            if not st:
+                del self._pins[b]
+            elif len(st) == self._count[b]:
+                self._pins[b] = ALL
+
+    def _retire(self, e: int) -> None:
+        b = self._bucket[e]
+        self._flag[e] = 0
+        self._first[e] = self._stop[e] = 0
+        self._holes[e] = None
+        self._runs[b].remove(e)
+        self._live -= 1
+
+    def _forget(self, b: int) -> None:
+        """Session ``b`` has no member left."""
+        del self._runs[b], self._count[b], self._top[b]
+        self._pins.pop(b, None)
+
+    # -- entering --------------------------------------------------------------------------------
+    def _new_run(self, a: int, s: int, b: int, candidate: bool) -> None:
+        """Uids ``a .. s-1`` of session ``b``, none of them a member, enter at the newest end."""
+        had = self._count.get(b, 0)
+        st = self._pins.get(b)
+        if candidate:
+            if st is ALL and had:
+                self._pinned_set(b)
+        elif not had:
+            self._pins[b] = ALL
+        elif st is not ALL:
+            self._pinned_set(b).update(range(a, s))
+        first, stop = self._first, self._stop
+        e = len(first) - 1
+        if e >= 0 and self._bucket[e] == b and stop[e] == a and first[e] < a:
+            stop[e] = s  # the newest run goes on
+        else:
+            if len(first) >= 4 * self._live + COMPACT_SLACK:
+                self._compact()
+                first, stop = self._first, self._stop
+            e = len(first)
+            first.append(a)
+            stop.append(s)
+            self._holes.append(None)
+            self._bucket.append(b)
+            self._flag.append(0)
+            self._live += 1
+            if had:
+                self._runs[b].append(e)
+            else:
+                self._runs[b] = [e]
+        self._count[b] = had + s - a
+        self._top[b] = max(self._top.get(b, 0), s)
+        if candidate:
+            self._n += s - a
+            self._flag[e] = 1
+            if e < self._lo:
+                self._lo = e
+        self._settle(b)
+
+    def _disjoint(self, a: int, s: int, b: int) -> bool:
+        """Is no uid of ``a .. s-1`` a member of session ``b`` (by the runs' bounds)?"""
+        if self._top.get(b, 0) <= a:
+            return True
+        first, stop = self._first, self._stop
+        return not any(first[e] < s and a < stop[e] for e in self._runs[b])
+
+    def enter_many(self, uids, candidate: bool = True) -> None:
+        """``uids`` enter in order, each at the newest end (a member moves there)."""
+        extents: list[list[int]] = []
+        if isinstance(uids, range) and uids.step == 1:
+            if len(uids):
+                extents.append([uids.start, uids.stop])
+        else:
+            for u in uids:
+                if extents and extents[-1][1] == u:
+                    extents[-1][1] = u + 1
+                else:
+                    extents.append([u, u + 1])
+        for a, s in extents:
+            while a < s:
+                b = a >> UNIT_BITS
+                end = min(s, (b + 1) << UNIT_BITS)  # a run never spans two sessions
+                if self._disjoint(a, end, b):
+                    self._new_run(a, end, b, candidate)
+                else:  # some enter again: one at a time
+                    for u in range(a, end):
+                        self.leave(u)
+                        self._new_run(u, u + 1, b, candidate)
+                a = end
+
+    def enter(self, uid: int, candidate: bool = True) -> None:
+        """``uid`` enters (again, if it was a member: then it moves to the newest end)."""
+        self.enter_many((uid,), candidate)
+
+    # -- leaving ---------------------------------------------------------------------------------
+    def _take_out(self, e: int, uid: int) -> None:
+        """Member ``uid`` of entry ``e`` is no longer in the run."""
+        first, stop, holes = self._first, self._stop, self._holes
+        h = holes[e]
+        if uid == first[e]:
+            first[e] += 1
+            while h and first[e] in h:
+                h.discard(first[e])
+                first[e] += 1
+        elif uid == stop[e] - 1:
+            stop[e] -= 1
+            while h and stop[e] - 1 in h:
+                h.discard(stop[e] - 1)
+                stop[e] -= 1
+        elif h is None:
+            holes[e] = {uid}
+        else:
+            h.add(uid)
+        if first[e] >= stop[e]:
+            self._retire(e)
+
+    def leave(self, uid: int) -> bool:
+        """``uid`` leaves the tier; returns whether it was a candidate."""
+        e = self._entry_of(uid)
+        if e is None:
+            return False
+        b = uid >> UNIT_BITS
+        was = not self._pinned(b, uid)
+        st = self._pins.get(b)
+        if isinstance(st, set):
+            st.discard(uid)
+        self._take_out(e, uid)
+        self._count[b] -= 1
+        if was:
+            self._n -= 1
+        if not self._count[b]:
+            self._forget(b)
+            return was
+        self._settle(b)
+        if self._first[e] < self._stop[e]:
+            self._refresh(e)
+        return was
+
+    def leave_many(self, uids) -> None:
+        """``leave`` each: all of a session's members at once where they are the batch."""
+        b = self._whole(uids)
+        if b is None:
+            for uid in uids:
+                self.leave(uid)
+            return
+        st = self._pins.get(b)
+        held = self._count[b]
+        self._n -= 0 if st is ALL else held - (len(st) if st else 0)
+        for e in list(self._runs[b]):
+            self._retire(e)
+        self._forget(b)
+
+    # -- pins ------------------------------------------------------------------------------------
+    def discard(self, uid: int) -> bool:
+        """``uid`` is no longer a candidate (pinned); it stays a member. False if it was not one."""
+        e = self._entry_of(uid)
+        b = uid >> UNIT_BITS
+        if e is None or self._pinned(b, uid):
+            return False
+        self._pinned_set(b).add(uid)
+        self._n -= 1
+        self._settle(b)
+        self._refresh(e)
+        return True
+
+    def discard_many(self, uids) -> list[int]:
+        """``discard`` each; returns those that were candidates, in order."""
+        b = self._whole(uids)
+        if b is None:
+            return [uid for uid in uids if self.discard(uid)]
+        st = self._pins.get(b)
+        if st is ALL:
+            return []
+        if st:
+            return [uid for uid in uids if self.discard(uid)]
+        self._pins[b] = ALL
+        self._n -= self._count[b]
+        flag = self._flag
+        for e in self._runs[b]:
+            flag[e] = 0
+        return list(uids)
+
+    def back(self, uid: int) -> None:
+        """A pinned member is a candidate again, in its old place (a non-member enters)."""
+        e = self._entry_of(uid)
+        if e is None:
+            self.enter(uid)
+            return
+        b = uid >> UNIT_BITS
+        if not self._pinned(b, uid):
+            return
+        self._pinned_set(b).discard(uid)
+        self._settle(b)
+        self._n += 1
+        self._flag[e] = 1
+        if e < self._lo:
+            self._lo = e
+
+    def back_many(self, uids) -> None:
+        """``back`` each, in order (non-members enter after the others' return: the same order)."""
+        b = self._whole(uids)
+        if b is not None and self._pins.get(b) is ALL:
+            del self._pins[b]
+            self._n += self._count[b]
+            runs, flag = self._runs[b], self._flag
+            for e in runs:
+                flag[e] = 1
+            self._lo = min(self._lo, runs[0])
+            return
+        new = []
+        for uid in uids:
+            if self._entry_of(uid) is None:
+                new.append(uid)
+            else:
+                self.back(uid)
+        if new:
+            self.enter_many(new)
+
+    # -- taking the oldest -----------------------------------------------------------------------
+    def pop_runs(self, k: int) -> list[tuple[int, int]]:
+        """Take out the ``k`` oldest candidates (fewer if there are fewer), as (first, stop)
+        extents of consecutive uids, oldest first."""
+        out: list[tuple[int, int]] = []
+        first, stop, holes, flag = self._first, self._stop, self._holes, self._flag
+        lo = self._lo
+        while k > 0:
+            e = flag.find(1, lo)
+            if e < 0:
+                lo = len(flag)
+                break
+            lo = e
+            b = self._bucket[e]
+            st = self._pins.get(b)
+            if st is None and holes[e] is None:
+                f = first[e]
+                taken = min(k, stop[e] - f)
+                out.append((f, f + taken))
+                first[e] = f + taken
+                if first[e] >= stop[e]:
+                    self._retire(e)
+            else:  # holes or pins inside: one member at a time
+                chosen = [u for u in self._members(e) if st is None or u not in st]
+                chosen = chosen[:k]
+                taken = len(chosen)
+                for u in chosen:
+                    self._take_out(e, u)
+                out.extend((u, u + 1) for u in chosen)
+                if first[e] < stop[e]:
+                    self._refresh(e)
+            self._n -= taken
+            k -= taken
+            self._count[b] -= taken
+            if not self._count[b]:
+                self._forget(b)
+            else:
+                self._settle(b)
+        self._lo = lo
+        return merged(out)
+
+    def pop_many(self, k: int) -> list[int]:
+        """The ``k`` oldest candidates, taken out, oldest first."""
+        return list(chain.from_iterable(starmap(range, self.pop_runs(k))))
+
+    def pop_first(self) -> int | None:
+        """Take out the oldest candidate (it leaves the tier) and return it, or None."""
+        got = self.pop_runs(1)
+        return got[0][0] if got else None
+
+    def min(self) -> int | None:
+        """The oldest candidate, or None."""
+        for uid in self.candidates():
+            return uid
+        return None
+
+    def candidates(self):
+        """The candidates, oldest first (a scan: for peeks, not for the engine's hot path)."""
+        flag, e = self._flag, self._lo
+        while (e := flag.find(1, e)) >= 0:
+            st = self._pins.get(self._bucket[e])
+            for u in self._members(e):
+                if st is None or u not in st:
+                    yield u
+            e += 1
+
+    def is_member(self, uid: int) -> bool:
+        """Is ``uid`` in the tier (a candidate or pinned)?"""
+        return self._entry_of(uid) is not None
+
+    def _compact(self) -> None:
+        """Drop the entries of runs that emptied (most of the arrays by now)."""
+        keep = [e for e in range(len(self._first)) if self._first[e] < self._stop[e]]
+        new = {e: i for i, e in enumerate(keep)}
+        self._first = [self._first[e] for e in keep]
+        self._stop = [self._stop[e] for e in keep]
+        self._holes = [self._holes[e] for e in keep]
+        self._bucket = [self._bucket[e] for e in keep]
+        self._flag = bytearray(self._flag[e] for e in keep)
+        for b, runs in self._runs.items():
+            self._runs[b] = [new[e] for e in runs]
+        self._lo = 0
+
+    def replay_view(self):
+        """(members, push, pop-oldest) as C-level calls, for a replay without pins onto an empty
+        order (``kvsim cachesim``), as ``EntryOrder.replay_view``."""
+        if self._count or self._replay is not None:
+            raise ValueError("replay_view needs an empty order")
+        fresh = self._replay = OrderedDict()
+        return fresh, fresh.setdefault, partial(fresh.popitem, last=False)
+
+    def __len__(self) -> int:
+        return self._n if self._replay is None else len(self._replay)
+
+    def __contains__(self, uid: int) -> bool:
+        """Is ``uid`` a candidate?"""
+        if self._replay is not None:
+            return uid in self._replay
+        return self._entry_of(uid) is not None and not self._pinned(uid >> UNIT_BITS, uid)
