@@ -408,7 +408,7 @@ def measure(
     warmup: int = 2,
     seed: int = 0,
     log: Callable[[str], None] = lambda _: None,
-    done: Callable[[list[CaseResult]], None] = lambda _: None,
+    done: Callable[[list[CaseResult]], object] = lambda _: None,
     failed: list[str] | None = None,
 ) -> list[CaseResult]:
     """Every case on one set of buffers; ``done`` hears the results so far after each case. A

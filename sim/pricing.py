@@ -165,7 +165,7 @@ class HostStagedLink:
         if not self.layerwise:
             return np.full(layers, pricer.copy_s("d2h", nbytes) + pricer.copy_s("h2d", nbytes))
         layer = nbytes // layers  # whole pages of one layer each
-        t_out, t_in = pricer.copy_s("d2h", layer), pricer.copy_s("h2d", layer)
+        t_out, t_in = pricer.layer_copy_s("d2h", layer), pricer.layer_copy_s("h2d", layer)
         out = np.empty(layers)
         sent = done = 0.0
         for i in range(layers):
@@ -216,6 +216,14 @@ class Pricer:
     def copy_s(self, direction: str, nbytes: int) -> float:
         """A copy of ``nbytes`` of whole pages of one layer each, with this engine's calls."""
         return self.cost.copy_s(direction, nbytes, self.copy_calls(nbytes // self.layer_page_bytes))
+
+    def layer_copy_s(self, direction: str, nbytes: int) -> float:
+        """A copy of ``nbytes`` of whole pages of *one* layer: one call with per-layer copies, else
+        a call per page (``copy_s`` spreads its pages over the layers)."""
+        pages = nbytes // self.layer_page_bytes
+        return self.cost.copy_s(
+            direction, nbytes, min(pages, 1) if self.per_layer_copies else pages
+        )
 
     def iteration_s(
         self,
