@@ -608,8 +608,9 @@ def _finite_capacity(v: list[float]) -> list[float]:
 
 class StoreSpec(_Strict):
     """A shared KV store behind every replica (``sim.cluster.store``): ``capacity_gb`` is a grid
-    axis (0: no store at that point); the other keys are scalars, checked by ``StoreConfig``
-    itself (``_store_problems``) so that the YAML and the simulator refuse the same values."""
+    axis (0: no store at that point), and so is ``policy`` (after it); the other keys are
+    scalars, checked by ``StoreConfig`` itself (``_store_problems``) so that the YAML and the
+    simulator refuse the same values."""
 
     capacity_gb: Annotated[
         list[NonNegFloat],
@@ -725,7 +726,8 @@ class DisaggSpec(_Strict):
 
 class ClusterSpec(_Strict):
     """Replicas behind a router (``sim.cluster``): ``replicas`` and ``router`` are grid axes, and
-    with a ``store``, its ``capacity_gb``, with a ``disaggregation``, its ``prefill_replicas``."""
+    with a ``store``, its ``capacity_gb`` and ``policy``, with a ``disaggregation``, its
+    ``prefill_replicas``."""
 
     replicas: Annotated[list[PosInt], Field(min_length=1), AfterValidator(_no_duplicates)] = Field(
         default=[1],
@@ -748,8 +750,8 @@ class ClusterSpec(_Strict):
 
     store: StoreSpec | None = Field(
         default=None,
-        description="a shared KV store behind every replica (capacity_gb is a grid axis; 0: no "
-        "store); none: no store",
+        description="a shared KV store behind every replica (capacity_gb and policy are grid "
+        "axes; capacity 0: no store); none: no store",
     )
     disaggregation: DisaggSpec | None = Field(
         default=None,
