@@ -118,8 +118,11 @@ def store_variants(summary: pd.DataFrame) -> list[StoreKey]:
     if not labels:
         return []
     rows = summary[labels].dropna().drop_duplicates()
-    keys = {_store_key(dict(zip(labels, r))) for r in rows.itertuples(index=False)}
-    keys = {k for k in keys if k is not None and (k[0] is None or math.isfinite(k[0]))}
+    keys: set[StoreKey] = set()
+    for r in rows.itertuples(index=False):
+        k = _store_key(dict(zip(labels, r)))
+        if k is not None and (k[0] is None or math.isfinite(k[0])):
+            keys.add(k)
     return sorted(keys, key=lambda k: (k[0] if k[0] is not None else -1.0, k[1] or ""))
 
 
