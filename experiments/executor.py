@@ -361,13 +361,16 @@ def cluster_columns(result: Any) -> dict[str, float]:
 def store_columns(result: Any) -> dict[str, float]:
     """A cluster run's store columns (an experiment with a ``cluster.store`` section): the share
     of history tokens loaded from the store (``store_hit_rate``), and the store's traffic in GB
-    (1e9 bytes): loaded by replicas, written by them. A point without a store (capacity 0) has
-    0.0 in each, so that a figure compares it with the others."""
+    (1e9 bytes): loaded by replicas, written by them, and of that written, what they wrote as
+    they dropped it (``cluster.store.write``: eviction or both; the rest was written at turns'
+    completions). A point without a store (capacity 0) has 0.0 in each, so that a figure compares
+    it with the others."""
     stats = result.store
     return {
         "store_hit_rate": store_hit_rate(result.turns),
         "store_loaded_gb": stats.loaded_bytes / 1e9 if stats is not None else 0.0,
         "store_written_gb": stats.written_bytes / 1e9 if stats is not None else 0.0,
+        "store_drop_written_gb": stats.drop_written_bytes / 1e9 if stats is not None else 0.0,
     }
 
 

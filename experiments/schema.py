@@ -596,6 +596,7 @@ STORE_DEFAULTS: dict[str, Any] = {
     "bandwidth_gb_s": 25.0,
     "latency_us": 20.0,
     "chunk_tokens": 256,
+    "write": "completion",
 }
 
 
@@ -638,6 +639,11 @@ class StoreSpec(_Strict):
     chunk_tokens: StrictInt = Field(
         default=STORE_DEFAULTS["chunk_tokens"],
         description="tokens per stored object (a whole number of pages)",
+    )
+    write: StrictStr = Field(
+        default=STORE_DEFAULTS["write"],
+        description="when a replica writes to the store: completion (a completed turn's context), "
+        "eviction (the whole chunks it holds as their KV is dropped from its last tier) or both",
     )
 
     wrap_lists = field_validator("capacity_gb", "policy", mode="before")(_as_list)

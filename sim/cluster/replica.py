@@ -75,6 +75,9 @@ class Replica:
         self.sched = sched
         self.trace = sessions
         self.decode_spans = decode_spans
+        # it writes to a shared store what it drops (``sim.cluster.store.DropWriting``): every
+        # event of it may change the store, and its decode spans allow for that
+        self.writes_on_drop = False
         self.debug = debug
         self.step: Step | None = None  # the iteration in flight
         self.after_step = False  # its last event applied an iteration (a span may follow)
@@ -103,6 +106,7 @@ class Replica:
                 sched.share.place(kv, s)
         missing = history - kv.tokens
         self.catch_up(kv, history, now)
+        self.flush_drops()
         kv.next_turn = k
         sched.arrivals.deliver(i, t, order)  # type: ignore[attr-defined]
         if self.idle:
@@ -204,12 +208,18 @@ class Replica:
                 c -= kv.tokens % bt
         return g, c
 
+    def flush_drops(self) -> None:
+        """Send the store what this replica dropped since its last flush (``DropWriting``)."""
+        if self.writes_on_drop:
+            self.sched.mem.flush()  # type: ignore[attr-defined]
+
     # -- the engine loop, one event at a time ----------------------------------------------------
     def event(self, now: float) -> None:
         """Its event due at ``now``: an iteration ends (applied), a decode span ends, or an idle
         replica's own next arrival (a prefetch) is due."""
         if self.step is not None:
             self.sched.finish(self.step, now)
+            self.flush_drops()
             self.step = None
             self.after_step = True
             if self.debug:
@@ -233,8 +243,11 @@ class Replica:
         the next iteration (or go idle)."""
         if self.after_step:
             self.after_step = False
-            if self.decode_spans:
+            # With a turn waiting, a span's drops could write to the store what makes the turn
+            # admissible before the span ends: the replica steps one iteration at a time then.
+            if self.decode_spans and not (self.writes_on_drop and self.sched.waiting):
                 span = self.sched.decode_span(now, horizon)
+                self.flush_drops()
                 if span.steps:
                     if self.sched.gpu_bounded:
                         self.gpu_byte_seconds += span.gpu_byte_seconds
@@ -250,6 +263,7 @@ class Replica:
         sched = self.sched
         sched.release(now)
         step = sched.plan(now)
+        self.flush_drops()
         used = sched.mem.used[0]
         if step is None:
             nxt = sched.next_arrival_s()

@@ -21,7 +21,7 @@ from sim.cluster.disagg import DecodeRecovery, DisaggConfig, decode_part, merge_
 from sim.cluster.replica import Replica
 from sim.cluster.routers import make_router
 from sim.cluster.shell import Cluster
-from sim.cluster.store import SharedStore, StoreConfig, StoreRecovery, StoreStats
+from sim.cluster.store import DropWriting, SharedStore, StoreConfig, StoreRecovery, StoreStats
 from sim.config import EngineConfig, MemoryConfig
 from sim.policies import policy_class
 from sim.results import EngineStats, SimResult, ledger_frame, run_labels
@@ -214,6 +214,9 @@ def simulate_cluster(
         elif store is not None and cluster.store is not None:
             sched.recovery = StoreRecovery(sched, store, store_hits)
             sched.pricer.remote_link = cluster.store.link
+        if store is not None and store.cfg.on_drop:  # what it drops goes to the store
+            DropWriting.attach(sched.mem, store, sched)
+            rep.writes_on_drop = True
         return rep
 
     shell = Cluster(sessions, replica, router, engine.replay, progress, decode_router)

@@ -14,8 +14,11 @@ decode span ends, a turn arrives):
 
 A replica's decisions depend on the others only through the turns routed to it and, with a shared
 store, through what the store holds of a waiting turn's session; while that turn waits its session
-writes nothing (its previous turn has completed), so the store can only lose its chunks, which
-never makes a turn that could not be admitted admissible. No turn can arrive inside a span, so the
+writes nothing at completions (its previous turn has completed), so the store can only lose its
+chunks, which never makes a turn that could not be admitted admissible. A store written as
+replicas drop KV (``write: eviction``) changes at any replica's event: there a span ends at every
+other replica's next event, and a replica with a turn waiting runs none (its own drops may write
+what that turn needs). No turn can arrive inside a span, so the
 spans change nothing: the run is the one that stepping every
 iteration of every replica in time order gives. With one replica it is the single engine's run.
 """
@@ -106,8 +109,9 @@ class Cluster:
         pool.router.turn_ended(arrival, r - pool.first)
         kv = self.replicas[r].sched.kv[i]
         completed = kv.next_turn > arrival.k  # (a rejected turn is not)
-        if completed and self.store is not None:  # its context is all on the replica's GPU now
-            self.store.write(i, kv.tokens, self.now)
+        store = self.store
+        if completed and store is not None and store.cfg.on_completion:  # its context is all on
+            store.write(i, kv.tokens, self.now)  # the replica's GPU now
         if completed and self.hands_off(r, i, arrival.k):
             self.handoffs.append((i, arrival.k, arrival.tokens))
             self.handed_off += 1
@@ -211,7 +215,9 @@ class Cluster:
             if q is not replica:
                 # a replica still to go on now has no next event yet: its completions come later
                 busy_until = now if q.after_step else q.next_s
-                gap = 0.0 if to_decode and self.is_prefill(q.index) else self.min_think_s
+                # a replica that writes what it drops changes the store at any of its events
+                instant = (to_decode and self.is_prefill(q.index)) or q.writes_on_drop
+                gap = 0.0 if instant else self.min_think_s
                 h = min(h, busy_until + gap)
         return h
 

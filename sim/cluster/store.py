@@ -7,7 +7,9 @@ replayed as ``kvsim cachesim`` does). A replica writes a session's full chunks t
 when a turn of it completes there; a turn admitted on a replica loads, over the replica's link to
 the store, the dropped pages that the store's *unbroken run of chunks from the session's start*
 covers (a lookup by chained prefix keys stops at the first missing chunk), and recomputes the rest
-(docs/semantics.md, "A shared KV store").
+(docs/semantics.md, "A shared KV store"). With ``write: eviction`` (or ``both``) a replica also
+writes a chunk when its KV leaves the replica (``DropWriting``): evicted KV goes to the store
+instead of being lost.
 """
 
 from __future__ import annotations
@@ -19,18 +21,24 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from sim.cachesim import CacheSim
-from sim.memory import DROPPED
+from sim.memory import CPU, DROPPED, GPU, SHARED, Tier, TieredMemory
 from sim.policies import policy_class
 from sim.pricing import NetworkLink, Prefill
 from sim.recovery import PageRecovery
+from sim.units import UNIT_BITS, UNIT_MASK, extents_of
 
 if TYPE_CHECKING:
+    from sim.prefix import SharedPrefixes
     from sim.scheduler import Scheduler
     from sim.turns import TurnRun
     from sim.units import SessionKV
 
 _DROPPED_BYTE = bytes([DROPPED])
+_SHARED_BYTE = bytes([SHARED])
 _CHUNK_BITS = 24  # an object's id: session index << _CHUNK_BITS | chunk index
+# When a replica writes to the store: when a turn completes (the whole context), when its KV is
+# dropped from the replica's last tier (the chunks it still holds whole), or both.
+STORE_WRITES = ("completion", "eviction", "both")
 
 
 def check_number(key: str, value, above: float | None = None, at_least: float | None = None):
@@ -64,8 +72,13 @@ class StoreConfig:
     bandwidth_gb_s: float = 25.0  # each replica's link to it (GB/s): a 200 Gb/s RDMA NIC
     latency_us: float = 20.0  # before a load's first byte arrives
     chunk_tokens: int = 256  # tokens per stored object (LMCache's default chunk)
+    write: str = "completion"  # when a replica writes: one of STORE_WRITES
 
     def __post_init__(self) -> None:
+        if self.write not in STORE_WRITES:
+            raise ValueError(
+                f"cluster.store.write: must be one of {', '.join(STORE_WRITES)}, got {self.write!r}"
+            )
         check_number("cluster.store.capacity_gb", self.capacity_gb, above=0)
         check_number("cluster.store.bandwidth_gb_s", self.bandwidth_gb_s, above=0)
         check_number("cluster.store.latency_us", self.latency_us, at_least=0)
@@ -84,6 +97,16 @@ class StoreConfig:
             )
 
     @property
+    def on_completion(self) -> bool:
+        """Does a replica write a session's context when its turn completes?"""
+        return self.write != "eviction"
+
+    @property
+    def on_drop(self) -> bool:
+        """Does a replica write the chunks its dropped pages leave (``DropWriting``)?"""
+        return self.write != "completion"
+
+    @property
     def link(self) -> NetworkLink:
         """A replica's link to the store (``sim.pricing.Pricer.remote_link``): loads arrive
         layer by layer, as LMCache's layer-wise retrieval sends them."""
@@ -93,9 +116,12 @@ class StoreConfig:
 @dataclass(slots=True)
 class StoreStats:
     loaded_bytes: int = 0  # read by replicas
-    written_bytes: int = 0  # written by replicas
+    written_bytes: int = 0  # written by replicas (at completions and at drops)
     written_chunks: int = 0
     evicted_chunks: int = 0
+    # of those written, the ones written as a replica dropped them (``write: eviction``, ``both``)
+    drop_written_bytes: int = 0
+    drop_written_chunks: int = 0
 
 
 class SharedStore:
@@ -154,12 +180,30 @@ class SharedStore:
             else:
                 missing.append(uid)
         for uid in missing:
-            before = len(cache.cached)
-            cache.get(uid, self.chunk_bytes, math.inf, now)
-            self.stats.written_chunks += 1
-            self.stats.written_bytes += self.chunk_bytes
-            self.stats.evicted_chunks += before + 1 - len(cache.cached)
-            self.version += 1
+            self._insert(uid, now)
+
+    def _insert(self, uid: int, now: float) -> None:
+        """Write a chunk the store lacks: the policy admits it, evicting until it fits."""
+        cache = self.cache
+        before = len(cache.cached)
+        cache.get(uid, self.chunk_bytes, math.inf, now)
+        self.stats.written_chunks += 1
+        self.stats.written_bytes += self.chunk_bytes
+        self.stats.evicted_chunks += before + 1 - len(cache.cached)
+        self.version += 1
+
+    def write_dropped(self, session: int, chunks: list[int], now: float) -> None:
+        """A replica drops pages of these whole chunks of the session (each held whole on the
+        replica until now), in the order it drops them: each chunk the store lacks is written (an
+        insert that may evict); one it holds is left alone, with no hit for its policy (the
+        replica asks whether it is there, which is no use of it)."""
+        cached = self.cache.cached
+        for chunk in chunks:
+            uid = self._uid(session, chunk)
+            if uid not in cached:
+                self._insert(uid, now)
+                self.stats.drop_written_chunks += 1
+                self.stats.drop_written_bytes += self.chunk_bytes
 
     def read(self, session: int, pages: np.ndarray, now: float) -> None:
         """A replica loads these pages (indices under ``prefix_pages``): the lookup walked the
@@ -230,3 +274,102 @@ class StoreRecovery(PageRecovery):
             self.store.read(run.sess.index, loaded, now)
             pf.remote_bytes += len(loaded) * self.core.page_bytes
         return pages[pages >= n], len(loaded) * self.core.bt
+
+
+class DropWriting(TieredMemory):
+    """A replica's memory that writes to the store the KV it drops (``write: eviction``, ``both``):
+    when pages of a session leave the replica's last tier (a GPU victim with no CPU tier to take
+    it, a CPU victim, a preemption's discard), each whole chunk they touch is written if the
+    chunk is full (every token of its pages computed) and the replica holds every page of it at
+    that moment (on its GPU or CPU, a shared prefix's pages in the pool), in the order the pages
+    drop (the policy's victims' order, pages in order within a run of them). A chunk any page of
+    which was already gone, or which is not full, is lost as before. A shared prefix's pool pages
+    belong to no conversation: dropping them writes nothing. Nothing else changes: which pages
+    leave, and when, is the single engine's (``attach`` makes a replica's ``TieredMemory`` one of
+    these in place, since the scheduler's parts hold it)."""
+
+    store: SharedStore
+    sched: Scheduler
+    now: float
+    pending: list[tuple[int, list[int], float]]  # (session, chunks, when) dropped, not yet sent
+
+    @classmethod
+    def attach(cls, mem: TieredMemory, store: SharedStore, sched: Scheduler) -> None:
+        mem.__class__ = cls
+        assert isinstance(mem, cls)
+        mem.store, mem.sched, mem.now, mem.pending = store, sched, 0.0, []
+
+    # every path that drops a page passes through one of these with the moment it happens
+    def make_room(self, nbytes: int, now: float) -> bool:
+        self.now = now
+        return super().make_room(nbytes, now)
+
+    def offload_pinned(self, sess: SessionKV, first: int, stop: int, now: float) -> bool:
+        self.now = now
+        return super().offload_pinned(sess, first, stop, now)
+
+    def drop_from(self, sess: SessionKV, first_unit: int, now: float) -> None:
+        self.now = now
+        codes = np.frombuffer(sess.tier, dtype=np.uint8)[first_unit:]
+        leaving = np.flatnonzero((codes == GPU) | (codes == CPU)) + first_unit
+        del codes
+        if len(leaving):
+            self._write(((sess, a, b) for a, b in extents_of(leaving)), set())
+        super().drop_from(sess, first_unit, now)
+
+    def _move_extents(
+        self, extents: list[tuple[int, int]], frm: Tier, to: Tier, policy: Tier = GPU
+    ) -> None:
+        if to == DROPPED and extents:  # before they leave: the replica still holds them
+            sessions = self.view.sessions
+            self._write(
+                (
+                    (sessions[a >> UNIT_BITS], a & UNIT_MASK, (a & UNIT_MASK) + b - a)
+                    for a, b in extents
+                ),
+                set(),
+            )
+        super()._move_extents(extents, frm, to, policy)
+
+    def _write(self, runs, seen: set[tuple[int, int]]) -> None:
+        """Write the chunks that these runs of dropped pages (session, first, stop) touch."""
+        store, share = self.store, self.sched.share
+        pool = share.pool if share is not None else None
+        cp, ct = store.chunk_pages, store.cfg.chunk_tokens
+        for sess, first, stop in runs:
+            if sess is pool:
+                continue
+            chunks = []
+            for chunk in range(first // cp, min((stop - 1) // cp + 1, sess.tokens // ct)):
+                if (sess.index, chunk) not in seen and self._holds(sess, chunk * cp, cp, share):
+                    seen.add((sess.index, chunk))
+                    chunks.append(chunk)
+            if chunks:
+                self.pending.append((sess.index, chunks, self.now))
+
+    def flush(self) -> None:
+        """The writes of the drops since the last flush reach the store, in the order of the
+        drops. The replica flushes when its planning of an iteration is over (after the lookups
+        of the turns it admits: a lookup keeps what it found until it is loaded, as LMCache's
+        does), after a decode span, and after any other event of it."""
+        if self.pending:
+            for session, chunks, now in self.pending:
+                self.store.write_dropped(session, chunks, now)
+            self.pending.clear()
+
+    @staticmethod
+    def _holds(sess: SessionKV, first: int, count: int, share: SharedPrefixes | None) -> bool:
+        """Does the replica hold every page ``first .. first + count - 1`` of the session?"""
+        tier = sess.tier
+        if tier.count(_DROPPED_BYTE, first, first + count):
+            return False
+        if share is None or not tier.count(_SHARED_BYTE, first, first + count):
+            return True
+        codes = np.frombuffer(tier, dtype=np.uint8)[first : first + count]
+        pages = np.flatnonzero(codes == SHARED) + first
+        del codes
+        units = share.units.get(sess.index)
+        if units is None:  # a finished session's prefix, let go of: its pool pages are not its
+            return False
+        pool = np.frombuffer(share.pool.tier, dtype=np.uint8)[units[pages]]
+        return not np.any(pool == DROPPED)

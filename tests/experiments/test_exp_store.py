@@ -40,7 +40,12 @@ cluster:
   router: [round-robin, kv-aware]
   store: {capacity_gb: [0, 8], policy: lru, chunk_tokens: 32}
 """
-STORE_COLUMNS = ("store_hit_rate", "store_loaded_gb", "store_written_gb")
+STORE_COLUMNS = (
+    "store_hit_rate",
+    "store_loaded_gb",
+    "store_written_gb",
+    "store_drop_written_gb",
+)
 # The labels of a point with a cluster and a store section, and with neither (no disaggregation
 # section: prefill_replicas is test_exp_disagg.py's).
 STORE_LABELS = [c for c in ALL_LABEL_COLUMNS if c != "prefill_replicas"]
