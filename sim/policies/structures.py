@@ -14,7 +14,7 @@ next victim is a C-level scan.
 from __future__ import annotations
 
 import heapq
-from bisect import bisect_left
+from bisect import bisect_left, insort
 from collections import OrderedDict, deque
 from collections.abc import Sequence
 from functools import partial
@@ -155,6 +155,76 @@ def _mostly_departed(entries: int, members: int) -> bool:
     """Are the entry numbers of members that left three quarters of the array (and more than a
     few thousand)? Then it is compacted, so memory follows the members."""
     return entries >= 4 * members + 4096
+
+
+class SortedQueue:
+    """``LazyHeap``'s calls for keys that are mostly pushed in batches and taken from the front: a
+    list of (key, uid) kept sorted from a read position on, with lazy deletion. A batch pushed
+    onto nothing is one sort; the minimum moves the read position past stale entries, so taking
+    the candidates in order costs O(1) each where a heap pays a pop. A push into the middle is a
+    list insertion (rare where it is used: a kinetic group's units share their time)."""
+
+    __slots__ = ("_items", "_pos", "_live")
+
+    def __init__(self) -> None:
+        self._items: list[tuple] = []  # (key, uid), sorted from _pos on
+        self._pos = 0
+        self._live: dict[int, object] = {}  # uid -> key of candidates
+
+    def push(self, uid: int, key) -> None:
+        self._live[uid] = key
+        items = self._items
+        entry = (key, uid)
+        if not items or entry >= items[-1]:
+            items.append(entry)
+        else:
+            insort(items, entry, lo=self._pos)
+        self._compact_if_stale()
+
+    def push_many(self, items) -> None:
+        """``push`` each (uid, key): one sort of the batch, merged with what is here."""
+        fresh = dict(items)
+        self._live.update(fresh)
+        batch = sorted(zip(fresh.values(), fresh.keys()))
+        if self._pos >= len(self._items):
+            self._items, self._pos = batch, 0
+        else:  # two sorted runs: timsort merges them in one pass
+            self._items = sorted(self._items[self._pos :] + batch)
+            self._pos = 0
+        self._compact_if_stale()
+
+    def discard(self, uid: int) -> bool:
+        return self._live.pop(uid, None) is not None
+
+    def discard_many(self, uids) -> None:
+        """``discard`` each (those not here are ignored), in C."""
+        consume(map(self._live.pop, uids, repeat(None)))
+
+    def key(self, uid: int):
+        return self._live.get(uid)
+
+    def min(self) -> int | None:
+        """The uid with the smallest live (key, uid), or None."""
+        items, live, pos = self._items, self._live, self._pos
+        while pos < len(items):
+            key, uid = items[pos]
+            if live.get(uid, items) == key:
+                self._pos = pos
+                return uid
+            pos += 1
+        self._items, self._pos = [], 0
+        return None
+
+    def _compact_if_stale(self) -> None:
+        if len(self._items) - self._pos > 2 * len(self._live) + 64:
+            self._items = sorted((k, u) for u, k in self._live.items())
+            self._pos = 0
+
+    def __len__(self) -> int:
+        return len(self._live)
+
+    def __contains__(self, uid: int) -> bool:
+        return uid in self._live
 
 
 class EntryOrder:

@@ -15,6 +15,7 @@ from sim.policies.structures import (
     LazyHeap,
     RunQueue,
     SizedOrder,
+    SortedQueue,
     SweepOrder,
 )
 
@@ -84,6 +85,36 @@ def test_lazy_heap_gives_the_smallest_live_key(ops):
         assert len(heap) == len(live)
     drained = [u for _, u in sorted((k, u) for u, k in live.items())]
     assert [heap.pop() for _ in range(len(live))] == drained and heap.pop() is None
+
+
+@settings(max_examples=300, deadline=None)
+@given(ops=OPS)
+def test_sorted_queue_gives_what_a_lazy_heap_gives(ops):
+    """Pushes (single, and batches onto nothing or onto a queue), discards and reads of the
+    minimum: the same minimum, key and length as ``LazyHeap`` after every call, ties by uid."""
+    queue, heap = SortedQueue(), LazyHeap()
+    for op, flag, a, b in ops:
+        if op <= 1:
+            queue.push(a, b % 4)
+            heap.push(a, b % 4)
+        elif op == 2:
+            assert queue.discard(a) == heap.discard(a)
+        elif op == 3:
+            items = [((a + 3 * i) % 41, (a * i + flag) % 5) for i in range(b)]
+            queue.push_many(items)
+            heap.push_many(items)
+        elif op == 4:
+            uids = [(a + i) % 41 for i in range(b)]
+            queue.discard_many(uids)
+            heap.discard_many(uids)
+        elif op == 5 and heap.min() is not None:  # the minimum leaves, as a group's head does
+            uid = heap.min()
+            assert queue.min() == uid
+            queue.discard(uid)
+            heap.discard(uid)
+        assert queue.min() == heap.min()
+        assert len(queue) == len(heap)
+        assert all(queue.key(u) == heap.key(u) and (u in queue) == (u in heap) for u in range(41))
 
 
 class _EntryRef:
