@@ -452,6 +452,32 @@ class TieredMemory:
                 self.policy[t].unpin(base | idx, now)
 
     # -- reclaiming room -------------------------------------------------------------------------
+    def drops_victims(self) -> bool:
+        """Would ``make_room`` drop its GPU victims (no CPU tier can take one) rather than demote
+        them? Dropping leaves the CPU tier as it is, so the answer holds until the CPU changes."""
+        size = self.view.unit_bytes or 0
+        return not (self.capacity[CPU] >= size and self.reclaimable(CPU) >= size)
+
+    def drop_at(self, schedule: list[tuple[float, int]]) -> None:
+        """``make_room``'s evictions of several calls, each (time, bytes to evict) in turn, where
+        units have one size and every victim is dropped (``drops_victims``): the GPU policy chooses
+        each call's victims at its time (``evict_extents_at``), and all of them leave at once."""
+        size = self.view.unit_bytes
+        need = sum(nbytes for _, nbytes in schedule)
+        t0 = self.clock()
+        extents = self.policy[GPU].evict_extents_at(schedule)
+        self.evict_ns.append(self.clock() - t0)
+        k = sum(b - a for a, b in extents)
+        if k * size < need:
+            raise AssertionError(
+                f"{type(self.policy[GPU]).__name__} freed {k * size} of {need} "
+                f"bytes with {self.evictable[GPU]} evictable"
+            )
+        self.used[GPU] -= k * size
+        self.evictable[GPU] -= k * size
+        self._move_extents(extents, GPU, DROPPED)
+        self.dropped_bytes += k * size
+
     def make_room(self, nbytes: int, now: float) -> bool:
         """Evict GPU victims until ``nbytes`` are free. False (and no change) if that is impossible."""
         if self.reclaimable(GPU) < nbytes:

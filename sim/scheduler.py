@@ -121,11 +121,10 @@ class Scheduler:
         self.share: PrefixSharing | None = None  # started by the first session that shares
         # Decode spans allocate their pages in one batch when that cannot change a decision (every
         # page step of an offloading run moves a page: those go step by step).
-        self.grows_in_bulk = (
-            type(self.mem.policy[GPU]).grows_in_bulk
-            and not self.per_session_unit
-            and self.offload is None
-        )
+        bulk = not self.per_session_unit and self.offload is None
+        self.grows_in_bulk = bulk and type(self.mem.policy[GPU]).grows_in_bulk
+        # ... or, for an order that reads the clock, where their victims are dropped
+        self.grows_by_time = bulk and type(self.mem.policy[GPU]).grows_by_time
         # GPU occupancy over time is integrated (for utilization) only under a finite GPU KV.
         self.gpu_bounded = not math.isinf(self.mem.capacity[GPU])
         self.arrivals = Arrivals()

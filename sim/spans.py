@@ -49,7 +49,7 @@ def decode_span(core: Scheduler, now: float, next_arrival_s: float | None) -> De
     stop = core.finish_due.next_step()
     if core.budget is not None:
         stop = min(stop, core.budget.next_step() + 1)
-    if core.grows_in_bulk and bulk_span(core, span, now, horizon, stop):
+    if (core.grows_in_bulk or core.grows_by_time) and bulk_span(core, span, now, horizon, stop):
         if core.budget is not None:
             core.budget.reach(core.step - 1)
         return span
@@ -100,7 +100,9 @@ def bulk_span(core: Scheduler, span: DecodeSpan, now: float, horizon: float, sto
     """The whole span at once, when its page allocations can be made in one batch: the GPU
     policy's victims do not depend on pinned inserts and its demotions batch exactly
     (``grows_in_bulk``), every demotion's copy hides behind its step's compute, and the GPU can
-    give every page the span needs without a preemption. Same ledger, memory and policy state as
+    give every page the span needs without a preemption. A policy whose order reads the clock
+    (``grows_by_time``) takes the batch where its victims are dropped, each allocation's chosen
+    at its step's start. Same ledger, memory and policy state as
     ``decode_span``'s loop (which runs instead, returning False here, when a condition fails).
 
     When the GPU's free room holds every page of the span (an unbounded GPU KV, or room enough),
@@ -127,10 +129,23 @@ def bulk_span(core: Scheduler, span: DecodeSpan, now: float, horizon: float, sto
         d = np.asarray(durations)
         due = np.sort(np.asarray(steps, dtype=np.int64)) - step0  # relative, in step order
         evicted = evicted_units(core, total)
-        if not demotions_hide(core, due, evicted, d):
-            return False
-        mem.make_room(total * core.page_bytes, now)  # the victims of every single-page make_room
-        core.d2h_mark = mem.swap_out_bytes  # their copies were priced in their own steps
+        if core.grows_in_bulk:
+            if not demotions_hide(core, due, evicted, d):
+                return False
+            mem.make_room(total * core.page_bytes, now)  # every single-page make_room's victims
+            core.d2h_mark = mem.swap_out_bytes  # their copies were priced in their own steps
+        else:  # the order reads the clock: each allocation's victims at its step's start
+            if not mem.drops_victims():
+                return False  # a demotion's place in the CPU tier has its own time: step by step
+            starts = running_sum(now, d)
+            unit = core.unit_bytes
+            mem.drop_at(
+                [
+                    (float(starts[j]), int(e) * unit)
+                    for j, e in zip(due.tolist(), evicted.tolist(), strict=True)
+                    if e
+                ]
+            )
         grow_pages(core, growing, touched, steps, total, now)
         span.gpu_byte_seconds = evicting_byte_seconds(core, span.gpu_byte_seconds, due, evicted, d)
     core.step_s.extend(durations)

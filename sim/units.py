@@ -119,6 +119,17 @@ def extents_of(uids) -> list[tuple[int, int]]:
     return out
 
 
+def join_extents(extents) -> list[tuple[int, int]]:
+    """Extents in order, each one that starts where the one before stops joined to it."""
+    out: list[tuple[int, int]] = []
+    for a, s in extents:
+        if out and out[-1][1] == a:
+            out[-1] = (out[-1][0], s)
+        else:
+            out.append((a, s))
+    return out
+
+
 def layer_codes(sess: SessionKV, layers: int) -> np.ndarray:
     """The tiers of a ``layer_block`` session's units as a (pages, layers) array indexed by layer
     (column l is layer l): a read-only view of the session's byte array, columns reversed."""

@@ -304,6 +304,12 @@ class DropWriting(TieredMemory):
         self.now = now
         return super().make_room(nbytes, now)
 
+    def drop_at(self, schedule: list[tuple[float, int]]) -> None:
+        # one call at a time, so that each call's drops are written at its time and in its order
+        for now, nbytes in schedule:
+            self.now = now
+            super().drop_at([(now, nbytes)])
+
     def offload_pinned(self, sess: SessionKV, first: int, stop: int, now: float) -> bool:
         self.now = now
         return super().offload_pinned(sess, first, stop, now)

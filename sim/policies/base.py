@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from itertools import chain, starmap
 from typing import Any, ClassVar, NamedTuple
 
-from sim.units import Tier, extents_of
+from sim.units import Tier, extents_of, join_extents
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +71,10 @@ class EvictionPolicy(ABC):
     # taking its units in one at a time (a queue): the engine may then give a decode span's new
     # pages, and demote their victims, in one batch.
     grows_in_bulk: ClassVar[bool] = False
+    # True when a pinned insert never changes the next victims though the order reads the clock:
+    # the engine may then give a decode span's new pages in one batch where their victims are
+    # dropped, asking for each allocation's victims at its step's start (``evict_extents_at``).
+    grows_by_time: ClassVar[bool] = False
     # True when the choice reads the unit's session (its priority, its other units): a unit that
     # belongs to no one session (a prefix-cache block) gives it nothing to go on.
     reads_session: ClassVar[bool] = False
@@ -217,6 +221,15 @@ class EvictionPolicy(ABC):
         if self.drops_victims:  # nobody hears their order: a session's pages as runs
             victims = sorted(victims)
         return extents_of(victims)
+
+    def evict_extents_at(self, schedule: list[tuple[float, int]]) -> list[tuple[int, int]]:
+        """``evict_extents(nbytes, now)`` for each (now, nbytes) of ``schedule`` in turn (times
+        that never decrease), all its victims as one list of extents: increasing runs when they
+        are dropped (``drops_victims``), else in eviction order."""
+        out: list[tuple[int, int]] = []
+        for now, nbytes in schedule:
+            out += self.evict_extents(nbytes, now)
+        return join_extents(sorted(out)) if self.drops_victims else join_extents(out)
 
     def take_in_extents(
         self, extents: list[tuple[int, int]], free_bytes: int, now: float

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from sim.policies.base import EvictionPolicy, ReplayHooks
 from sim.policies.registry import register
-from sim.policies.run_order import RunOrder, merged
+from sim.policies.run_order import RunOrder
+from sim.units import join_extents
 
 
 @register("fifo")
@@ -63,7 +64,7 @@ class FIFO(EvictionPolicy):
         if n is None:
             return super().evict_extents(nbytes, now)
         extents = self._order.pop_runs(n)
-        return merged(sorted(extents)) if self.drops_victims else extents
+        return join_extents(sorted(extents)) if self.drops_victims else extents
 
     def take_in_extents(
         self, extents: list[tuple[int, int]], free_bytes: int, now: float

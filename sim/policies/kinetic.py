@@ -17,13 +17,15 @@ down (conservative), so an early wake-up only costs a re-check.
 
 Complexity. The values are time-dependent, so no static heap works. Candidates sharing ``tau`` (all
 units of a session are released together; sessions completing in the same iteration too) form a
-group whose internal order is static (by cost, then uid: a ``LazyHeap``); the groups' minima are the
+group whose internal order is static (by cost, then uid: a ``SortedQueue``); the groups' minima are the
 leaves of a kinetic tournament (Basch-Guibas-Hershberger): each internal node holds the winner of
 its two children and the time at which that comparison can next flip (two values m_1/(t - a_1),
 m_2/(t - a_2) cross at most once, at t* = (m_1 a_2 - m_2 a_1)/(m_1 - m_2)), and the minimum of those
 times over its subtree. ``peek(now)`` re-evaluates exactly the nodes whose certificate expired by
 ``now`` (bottom-up), so it is exact at every call; that catch-up changes no decision. Updates are
-O(log n) (a group heap plus one leaf-to-root path); a query costs O(1 + E log n) for the E
+O(log n) (a group's queue plus one leaf-to-root path, evaluated lazily: a changed leaf's path
+waits for the next read of the tree, so changes in a row pay for a shared path once); a query
+costs O(1 + E log n) for the E
 certificates that expired since the previous query, and never more than one evaluation per node
 (O(G) for G groups: the catch-up after a long stretch without evictions). Kinetic tournaments over
 lines process O(log n) amortised events per update (Basch-Guibas-Hershberger; Agarwal et al. with
@@ -31,7 +33,8 @@ insertions and deletions); measured with 100,000 units: a mean of ~3 node evalua
 (``sim/policies/_bench_kv.py``). The clock of one instance must not run backwards (``peek`` raises
 if it does). Many minima at one time (``pop_many``, an eviction of many units) need no tournament:
 at a fixed time each group's order is a static list, so they are a merge of the groups' heads,
-keyed by their float values in a C heap, with heads a rounding apart decided exactly.
+keyed by their float values in a C heap, with heads a rounding apart decided exactly; such a merge
+reads the groups only, and leaves the tree's paths to wait.
 
 ``KineticPolicy`` is the eviction-policy shell over a ``KineticMin``: subclasses give each candidate
 a cost and a time.
@@ -47,8 +50,8 @@ from itertools import repeat
 from operator import attrgetter
 
 from sim.policies.base import EvictionPolicy
-from sim.policies.structures import LazyHeap
-from sim.units import UNIT_BITS, UnitView
+from sim.policies.structures import SortedQueue
+from sim.units import UNIT_BITS, UnitView, extents_of
 
 INF = math.inf
 _REL = 4e-16  # > 2u(1 + u): relative error of fl(m * fl(t - tau)) (u = 2^-53), with slack
@@ -67,7 +70,7 @@ class _Group:
 
     def __init__(self, tau: float, slot: int) -> None:
         self.tau = tau
-        self.heap = LazyHeap()  # uid by cost
+        self.heap = SortedQueue()  # uid by cost
         self.slot = slot
         self.m = INF  # (m, mkey): the group's minimum cost and its uid
         self.mkey = -1
@@ -240,6 +243,10 @@ class KineticMin:
         self._where: dict[int, _Group] = {}  # uid -> its group
         self._t = -INF  # the latest time seen: nodes are valid from here on
         self._batch: set[int] | None = None  # leaves changed in a batch at one time (see batch)
+        # Leaves changed outside a batch whose paths wait: the tree is brought up to date only
+        # when it is read (``peek``, a batch), so a run of changes and of merged evictions, which
+        # read the groups and not the tree, pays for each path once.
+        self._stale: set[int] = set()
 
     # -- membership ------------------------------------------------------------------------------
     def add(self, uid: int, cost: float, tau: float, now: float) -> None:
@@ -290,17 +297,27 @@ class KineticMin:
 
     def pop_many(self, n: int, now: float) -> list[int]:
         """The ``n`` successive minima at ``now`` (fewer if it runs out), taken out: what ``n``
-        rounds of ``peek`` and ``discard`` give, in one batch (``begin_batch``)."""
+        rounds of ``peek`` and ``discard`` give. A merge of the groups' heads where there are few
+        groups per victim (the tree is not read: the leaves it touched wait, ``_stale``); else
+        one ``peek`` for one victim, and the tournament in one batch (``begin_batch``) for more."""
         out: list[int] = []
+        if self._before is _since_before and len(self._groups) <= _MERGE_GROUPS * n:
+            self._check_time(now)
+            self._t = now
+            self._merge_since(n, now, out)
+            return out
+        if n == 1:  # a decode step's page, often: the minimum, its path left to the next peek
+            uid = self.peek(now)
+            if uid is not None:
+                self.discard(uid)
+                out.append(uid)
+            return out
         self.begin_batch(now)
         try:
-            if self._before is _since_before and len(self._groups) <= _MERGE_GROUPS * n:
-                self._merge_since(n, now, out)
-            else:
-                win = self._win
-                while len(out) < n and win[1] is not None:
-                    out.append(win[1].mkey)
-                    self.discard(out[-1])
+            win = self._win
+            while len(out) < n and win[1] is not None:
+                out.append(win[1].mkey)
+                self.discard(out[-1])
         finally:
             self.end_batch()
         return out
@@ -352,16 +369,20 @@ class KineticMin:
 
     def end_batch(self) -> None:
         dirty, self._batch = self._batch, None
-        if not dirty:
-            return
+        if dirty:
+            self._refresh_paths(dirty, self._t)
+
+    def _refresh_paths(self, leaves: set[int], t: float) -> None:
+        """Evaluate at ``t`` every node above these leaves, each once, children before parents.
+        A node beside the paths whose certificate expired keeps its mark in ``_smin``, so the
+        next ``_fix`` evaluates it and, again, the paths above it."""
         nodes: set[int] = set()
-        for i in dirty:
+        for i in leaves:
             i >>= 1
             while i and i not in nodes:
                 nodes.add(i)
                 i >>= 1
-        t = self._t
-        for i in sorted(nodes, reverse=True):  # children before parents
+        for i in sorted(nodes, reverse=True):
             self._node(i, t)
 
     def discard_many(self, uids) -> None:
@@ -400,18 +421,25 @@ class KineticMin:
             g.settle()
             self._set_leaf(g.slot, g)
 
-    def peek(self, now: float) -> int | None:
-        """The minimum at ``now``; re-evaluates expired certificates only (no decision changes)."""
+    def _check_time(self, now: float) -> None:
         if now < self._t:
             raise ValueError(
                 f"time went backwards: peek(now={now!r}) after {self._t!r}; "
                 "one policy instance follows one simulated clock"
             )
+
+    def peek(self, now: float) -> int | None:
+        """The minimum at ``now``; re-evaluates the waiting paths and the expired certificates
+        only (no decision changes)."""
+        self._check_time(now)
         if self._batch is not None:  # winners are kept exact at _t; certificates wait
             if now != self._t:
                 raise ValueError(f"peek(now={now!r}) inside a batch at {self._t!r}")
         else:
             self._t = now
+            if self._stale:
+                self._refresh_paths(self._stale, now)
+                self._stale = set()
             if self._smin[1] <= now:
                 self._fix(1, now)
         g = self._win[1]
@@ -460,10 +488,7 @@ class KineticMin:
                 win[i] = a if b is None else b if a is None else a if before(a, b, t) else b
                 i >>= 1
             return
-        i >>= 1
-        while i:
-            self._node(i, t)
-            i >>= 1
+        self._stale.add(i)
 
     def _fix(self, i: int, now: float) -> None:
         """Re-evaluate, bottom-up, every node of the subtree whose certificate expired by ``now``."""
@@ -481,6 +506,7 @@ class KineticMin:
             self._grow()
             self._batch = set()
             return
+        self._stale = set()  # leaf indices move; every node is evaluated below
         old = self._cap
         cap = 2 * old
         leaves = self._win[old : 2 * old]
@@ -501,6 +527,9 @@ class KineticPolicy(EvictionPolicy):
     mode = SINCE
     # True when ``unit_time`` depends on the unit's session alone (one answer per session).
     session_time = False
+    # A pinned unit is no candidate and enters no group: a decode span's pages may be given in
+    # one batch, each allocation's victims the minima at its step's start.
+    grows_by_time = True
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
@@ -555,6 +584,28 @@ class KineticPolicy(EvictionPolicy):
         if n is None or type(self)._evicted is not EvictionPolicy._evicted:
             return super().evict_bytes(nbytes, now)
         return self._kin.pop_many(n, now)  # equal sizes: a count
+
+    def evict_extents_at(self, schedule: list[tuple[float, int]]) -> list[tuple[int, int]]:
+        """The successive minima at each time: one ``pop_many`` per time for its allocations
+        together (minima taken in two calls at one time are the minima taken in one)."""
+        unit_bytes = self.view.unit_bytes
+        if (
+            not unit_bytes
+            or type(self).evict_bytes is not KineticPolicy.evict_bytes
+            or type(self)._evicted is not EvictionPolicy._evicted
+        ):
+            return super().evict_extents_at(schedule)
+        victims: list[int] = []
+        i = 0
+        while i < len(schedule):
+            now, units = schedule[i][0], 0
+            while i < len(schedule) and schedule[i][0] == now:
+                units += -(-schedule[i][1] // unit_bytes)
+                i += 1
+            victims += self._kin.pop_many(units, now)
+        if self.drops_victims:
+            victims.sort()
+        return extents_of(victims)
 
     def remove_many(self, uids, pinned: bool = False) -> None:
         if not pinned:

@@ -20,21 +20,10 @@ from itertools import chain, islice, starmap
 from operator import lt
 from typing import Any
 
-from sim.units import UNIT_BITS
+from sim.units import UNIT_BITS, join_extents
 
 ALL = True  # a session's pin state: every member pinned (absent: none; a set: those pinned)
 COMPACT_SLACK = 4096  # entries of emptied runs kept before they may be compacted away
-
-
-def merged(extents: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """Extents with each one that starts where the one before stops joined to it."""
-    out: list[tuple[int, int]] = []
-    for a, s in extents:
-        if out and out[-1][1] == a:
-            out[-1] = (out[-1][0], s)
-        else:
-            out.append((a, s))
-    return out
 
 
 class RunOrder:
@@ -399,7 +388,7 @@ class RunOrder:
             else:
                 self._settle(b)
         self._lo = lo
-        return merged(out)
+        return join_extents(out)
 
     def pop_many(self, k: int) -> list[int]:
         """The ``k`` oldest candidates, taken out, oldest first."""

@@ -8,8 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sim.policies import run_order
-from sim.policies.run_order import RunOrder, merged
-from sim.units import UNIT_BITS
+from sim.policies.run_order import RunOrder
+from sim.units import UNIT_BITS, join_extents
 
 
 class EntryRef:
@@ -112,7 +112,7 @@ def _apply(order: RunOrder, ref: EntryRef, op: int, s: int, a: int, b: int) -> N
     else:  # the oldest b candidates leave, as extents
         got = order.pop_runs(b)
         expect = ref.candidates()[:b]
-        assert merged(got) == got and [u for x, y in got for u in range(x, y)] == expect
+        assert join_extents(got) == got and [u for x, y in got for u in range(x, y)] == expect
         for u in expect:
             ref.leave(u)
 

@@ -65,6 +65,59 @@ def test_bulk_spans_equal_strict_replay(policy, monkeypatch):
         assert np.array_equal(fast.stats.step_s, slow.stats.step_s)
 
 
+BY_TIME = [p for p in available_policies() if policy_class(p).grows_by_time]
+BY_TIME_CONFIGS = [  # (gpu GiB, cpu GiB, unit, token budget): victims dropped, then demoted
+    (0.3, 0.0, "block", None),
+    (0.4, 0.0, "layer_block", None),
+    (0.1, 0.0, "block", WINDOW),
+    (0.4, 0.5, "block", None),
+]
+
+
+def test_the_clock_reading_bulk_policies():
+    assert {"pensieve", "pensieve-flat", "pensieve-depth", "pensieve-physics", "cost-belady"} <= (
+        set(BY_TIME)
+    )
+
+
+@pytest.mark.parametrize(
+    "policy",
+    [
+        p if p in ("pensieve", "cost-belady") else pytest.param(p, marks=pytest.mark.slow)
+        for p in BY_TIME
+    ],
+)
+def test_bulk_spans_by_time_equal_strict_replay(policy, monkeypatch):
+    """A policy whose order reads the clock takes a span's allocations in one batch where their
+    victims are dropped, each allocation's victims chosen at its step's start: the ledger of
+    strict replay. Where a CPU tier takes victims the span goes step by step."""
+    from sim.memory import TieredMemory
+
+    schedules: list[list[tuple[float, int]]] = []
+    drop_at = TieredMemory.drop_at
+
+    def recorded(mem, schedule):
+        schedules.append(list(schedule))
+        return drop_at(mem, schedule)
+
+    monkeypatch.setattr(TieredMemory, "drop_at", recorded)
+    for gpu, cpu, unit, budget in BY_TIME_CONFIGS:
+        mem = MemoryConfig(gpu_kv_gb=gpu, cpu_kv_gb=cpu, block_tokens=16, evict_unit=unit)
+        eng = EngineConfig()
+        schedules.clear()
+        fast = simulate(SESSIONS, COST, mem, eng, policy=policy, seed=1, budget=budget)
+        if cpu:
+            assert not schedules, (policy, gpu, cpu, unit)
+        else:  # some span evicted in bulk, at more than one time
+            assert any(len({t for t, _ in s}) > 1 for s in schedules), (policy, gpu, unit)
+        slow = simulate(
+            SESSIONS, COST, mem, eng, policy=policy, seed=1, decode_spans=False, budget=budget
+        )
+        assert fast.turns.equals(slow.turns), (policy, gpu, cpu, unit)
+        assert fast.stats.steps == slow.stats.steps
+        assert np.array_equal(fast.stats.step_s, slow.stats.step_s)
+
+
 # A span whose pages all fit in the GPU's free room evicts nothing: it runs in plain Python
 # (``sim.spans.fits_free_room``), pricing its first SCALAR_STEPS steps one by one and the rest in
 # numpy. (gpu GiB, token budget): unbounded, room for the whole trace, and a tight GPU where only

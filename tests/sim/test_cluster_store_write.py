@@ -8,10 +8,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from experiments.schema import ConfigError, load_experiment
+from sim import EngineConfig
+from sim.cluster import ClusterConfig, simulate_cluster
 from sim.cluster.store import SharedStore, StoreConfig
 from sim.memory import TieredMemory
 from tests.sim.test_cluster import PAGE, _shared_prefix_trace, by_turn, conversation, mem, synthetic
-from tests.sim.test_cluster_store import assert_conserved_with_store, run, store
+from tests.sim.test_cluster_store import COST, assert_conserved_with_store, run, store
 from tests.sim.trace_strategies import traces
 
 # -- hand-worked ----------------------------------------------------------------------------------
@@ -117,6 +119,20 @@ def test_spans_stay_exact_and_history_is_conserved_with_writes_at_drops(write, r
     assert res.store.drop_written_chunks > 0 and res.turns.store_tokens.sum() > 0
     if write == "both":
         assert res.store.written_chunks > res.store.drop_written_chunks
+
+
+def test_a_clock_reading_replica_policy_writes_its_span_drops_at_their_times():
+    """Pensieve's decode spans drop their victims in one batch, each chosen at its step's start
+    (one replica: nothing cuts its spans short): written one call at a time, at that time and in
+    that order, as step by step."""
+    sessions = synthetic(30, seed=4)
+    st = store(600, chunk_tokens=32, policy="lru", write="eviction")
+    cfg = (sessions, COST, mem(400), EngineConfig(), "pensieve", 0, ClusterConfig(1, store=st))
+    res = simulate_cluster(*cfg, debug=True)
+    strict = simulate_cluster(*cfg, decode_spans=False, debug=False)
+    pd.testing.assert_frame_equal(res.turns, strict.turns)
+    assert res.store == strict.store
+    assert res.store.drop_written_chunks > 0
 
 
 def test_shared_prefixes_with_writes_at_drops_conserve_and_spans_stay_exact():
