@@ -93,15 +93,17 @@ class LFU(EvictionPolicy):
 
     # -- batches: where the units share one count (a session's pages, which enter and are used
     # together), one C-level update of that count's bucket; else one call per unit
-    def _one_count(self, uids: list[int]) -> int | None:
+    def _one_count(self, uids) -> int | None:
         """The count every one of ``uids`` has, if they are distinct members sharing one."""
         counts = set(map(self._count.get, uids))
-        if len(counts) != 1 or None in counts or len(set(uids)) < len(uids):
+        if len(counts) != 1 or None in counts:
+            return None
+        if not isinstance(uids, range) and len(set(uids)) < len(uids):  # (a range has no repeat)
             return None
         return counts.pop()
 
     def acquire(self, uids, now: float) -> None:
-        uids = list(uids)
+        uids = uids if isinstance(uids, range) else list(uids)
         c = self._one_count(uids)
         if c is None:
             return super().acquire(uids, now)
@@ -120,7 +122,7 @@ class LFU(EvictionPolicy):
                 heapq.heappush(self._heap, c + 1)
 
     def release(self, uids, now: float) -> None:
-        uids = list(uids)
+        uids = uids if isinstance(uids, range) else list(uids)
         c = self._one_count(uids)
         if c is None:
             return super().release(uids, now)
