@@ -11,8 +11,8 @@ layers, and ``per_layer_copies`` set for the variants that issue one call per la
 Two diagnostic prices go beside it (``staged_ready_s``, the same recurrence on ``CostModel.copy_s``):
 
 - ``as issued``: the copy calls the variant issued (a page of one layer a call, or one call per
-  layer). It differs from the link's price only where ``Pricer.copy_calls`` counts otherwise: a
-  layer's copy under ``per_layer_copies`` is min(pages, layers) calls there, one call here.
+  layer), priced in the same recurrence on ``CostModel.copy_s``; the link prices the same calls
+  (``Pricer.layer_copy_s``), so the two agree: a check of the link's call count.
 - ``duplex``: as issued, with every layer-by-layer copy moving its bytes at the profile's duplex
   share of its rate (``costmodels.cost.duplex_share``): the two directions overlap on one GPU, and
   on one PCIe link they share the duplex rate. Every copy is slowed, so it is a bound, not a fit.
@@ -34,7 +34,7 @@ import numpy as np
 
 from costmodels import CostModel, ModelSpec, Profile, get_model, load_profile
 from costmodels.cost import duplex_share
-from sim.pricing import HostStagedLink, Pricer
+from sim.pricing import HostStagedLink, Pricer, staged_layers_s
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,15 +125,11 @@ def staged_ready_s(
         calls = layers * calls_per_layer
         return np.full(layers, cost.copy_s("d2h", total, calls) + cost.copy_s("h2d", total, calls))
     moved = layer_bytes / min(1.0, share)
-    t_out = cost.copy_s("d2h", moved, calls_per_layer)
-    t_in = cost.copy_s("h2d", moved, calls_per_layer)
-    out = np.empty(layers)
-    sent = done = 0.0
-    for i in range(layers):
-        sent += t_out
-        done = max(sent, done) + t_in
-        out[i] = done
-    return out
+    return staged_layers_s(
+        cost.copy_s("d2h", moved, calls_per_layer),
+        cost.copy_s("h2d", moved, calls_per_layer),
+        layers,
+    )
 
 
 @dataclass(frozen=True, slots=True)

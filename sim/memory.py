@@ -462,11 +462,17 @@ class TieredMemory:
         """``make_room``'s evictions of several calls, each (time, bytes to evict) in turn, where
         units have one size and every victim is dropped (``drops_victims``): the GPU policy chooses
         each call's victims at its time (``evict_extents_at``), and all of them leave at once."""
-        size = self.view.unit_bytes
-        need = sum(nbytes for _, nbytes in schedule)
         t0 = self.clock()
         extents = self.policy[GPU].evict_extents_at(schedule)
         self.evict_ns.append(self.clock() - t0)
+        k = self._free_victims(extents, sum(nbytes for _, nbytes in schedule))
+        self._move_extents(extents, GPU, DROPPED)
+        self.dropped_bytes += k * (self.view.unit_bytes or 0)
+
+    def _free_victims(self, extents: list[tuple[int, int]], need: float) -> int:
+        """The GPU bytes of equal-sized victims leave its count (at least ``need``: else the
+        policy failed); returns how many units they are."""
+        size = self.view.unit_bytes or 0  # (set wherever victims come as extents)
         k = sum(b - a for a, b in extents)
         if k * size < need:
             raise AssertionError(
@@ -475,8 +481,7 @@ class TieredMemory:
             )
         self.used[GPU] -= k * size
         self.evictable[GPU] -= k * size
-        self._move_extents(extents, GPU, DROPPED)
-        self.dropped_bytes += k * size
+        return k
 
     def make_room(self, nbytes: int, now: float) -> bool:
         """Evict GPU victims until ``nbytes`` are free. False (and no change) if that is impossible."""
@@ -492,14 +497,7 @@ class TieredMemory:
             t0 = clock()
             extents = self.policy[GPU].evict_extents(need, now)
             spent = clock() - t0
-            k = sum(b - a for a, b in extents)
-            if k * size < need:
-                raise AssertionError(
-                    f"{type(self.policy[GPU]).__name__} freed {k * size} of {need} "
-                    f"bytes with {self.evictable[GPU]} evictable"
-                )
-            self.used[GPU] -= k * size
-            self.evictable[GPU] -= k * size
+            k = self._free_victims(extents, need)
             # Demotion keeps the CPU's reclaimable bytes constant, so either all go or none.
             if self.capacity[CPU] >= size and self.reclaimable(CPU) >= size:
                 self._move_extents(extents, GPU, CPU)

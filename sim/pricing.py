@@ -165,14 +165,21 @@ class HostStagedLink:
         if not self.layerwise:
             return np.full(layers, pricer.copy_s("d2h", nbytes) + pricer.copy_s("h2d", nbytes))
         layer = nbytes // layers  # whole pages of one layer each
-        t_out, t_in = pricer.layer_copy_s("d2h", layer), pricer.layer_copy_s("h2d", layer)
-        out = np.empty(layers)
-        sent = done = 0.0
-        for i in range(layers):
-            sent += t_out
-            done = max(sent, done) + t_in
-            out[i] = done
-        return out
+        return staged_layers_s(
+            pricer.layer_copy_s("d2h", layer), pricer.layer_copy_s("h2d", layer), layers
+        )
+
+
+def staged_layers_s(t_out: float, t_in: float, layers: int) -> np.ndarray:
+    """When each layer is in, staged layer by layer: a layer's copy out takes ``t_out`` after the
+    one before it, its copy in ``t_in`` after both its copy out and the layer before's copy in."""
+    out = np.empty(layers)
+    sent = done = 0.0
+    for i in range(layers):
+        sent += t_out
+        done = max(sent, done) + t_in
+        out[i] = done
+    return out
 
 
 class Pricer:

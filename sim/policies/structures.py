@@ -52,7 +52,33 @@ def pop_oldest(od: OrderedDict, n: int) -> list:
     return out
 
 
-class LazyHeap:
+class _LiveKeys:
+    """The candidates' live keys, for the lazy structures below: an entry whose key is no longer
+    its uid's live key is stale, skipped when it is read."""
+
+    __slots__ = ("_live",)
+
+    def __init__(self) -> None:
+        self._live: dict[int, object] = {}  # uid -> key of candidates
+
+    def discard(self, uid: int) -> bool:
+        return self._live.pop(uid, None) is not None
+
+    def discard_many(self, uids) -> None:
+        """``discard`` each (those not here are ignored), in C."""
+        consume(map(self._live.pop, uids, repeat(None)))
+
+    def key(self, uid: int):
+        return self._live.get(uid)
+
+    def __len__(self) -> int:
+        return len(self._live)
+
+    def __contains__(self, uid: int) -> bool:
+        return uid in self._live
+
+
+class LazyHeap(_LiveKeys):
     """A min-heap of candidates ``uid`` ordered by a key, with O(log n) push and O(1) discard.
 
     ``discard`` only forgets the uid's live key; stale heap entries are skipped (and popped) when
@@ -62,11 +88,11 @@ class LazyHeap:
     Keys must be totally ordered; equal keys fall back to the uid (deterministic ties).
     """
 
-    __slots__ = ("_heap", "_heaped", "_live")
+    __slots__ = ("_heap", "_heaped")
 
     def __init__(self) -> None:
+        super().__init__()
         self._heap: list[tuple] = []  # (key, uid)
-        self._live: dict[int, object] = {}  # uid -> key of candidates
         self._heaped: dict[int, object] = {}  # uid -> key of its entry in the heap
 
     def push(self, uid: int, key) -> None:
@@ -100,16 +126,6 @@ class LazyHeap:
         if len(heap) > 2 * len(live) + 64:
             self._compact()
 
-    def discard(self, uid: int) -> bool:
-        return self._live.pop(uid, None) is not None
-
-    def discard_many(self, uids) -> None:
-        """``discard`` each (those not here are ignored), in C."""
-        consume(map(self._live.pop, uids, repeat(None)))
-
-    def key(self, uid: int):
-        return self._live.get(uid)
-
     def min(self) -> int | None:
         """The uid with the smallest live key, or None."""
         heap, live = self._heap, self._live
@@ -133,12 +149,6 @@ class LazyHeap:
         heapq.heapify(self._heap)
         self._heaped = dict(self._live)
 
-    def __len__(self) -> int:
-        return len(self._live)
-
-    def __contains__(self, uid: int) -> bool:
-        return uid in self._live
-
     def __iter__(self):
         return iter(self._live)
 
@@ -157,19 +167,19 @@ def _mostly_departed(entries: int, members: int) -> bool:
     return entries >= 4 * members + 4096
 
 
-class SortedQueue:
+class SortedQueue(_LiveKeys):
     """``LazyHeap``'s calls for keys that are mostly pushed in batches and taken from the front: a
     list of (key, uid) kept sorted from a read position on, with lazy deletion. A batch pushed
     onto nothing is one sort; the minimum moves the read position past stale entries, so taking
     the candidates in order costs O(1) each where a heap pays a pop. A push into the middle is a
     list insertion (rare where it is used: a kinetic group's units share their time)."""
 
-    __slots__ = ("_items", "_pos", "_live")
+    __slots__ = ("_items", "_pos")
 
     def __init__(self) -> None:
+        super().__init__()
         self._items: list[tuple] = []  # (key, uid), sorted from _pos on
         self._pos = 0
-        self._live: dict[int, object] = {}  # uid -> key of candidates
 
     def push(self, uid: int, key) -> None:
         self._live[uid] = key
@@ -193,16 +203,6 @@ class SortedQueue:
             self._pos = 0
         self._compact_if_stale()
 
-    def discard(self, uid: int) -> bool:
-        return self._live.pop(uid, None) is not None
-
-    def discard_many(self, uids) -> None:
-        """``discard`` each (those not here are ignored), in C."""
-        consume(map(self._live.pop, uids, repeat(None)))
-
-    def key(self, uid: int):
-        return self._live.get(uid)
-
     def min(self) -> int | None:
         """The uid with the smallest live (key, uid), or None."""
         items, live, pos = self._items, self._live, self._pos
@@ -219,12 +219,6 @@ class SortedQueue:
         if len(self._items) - self._pos > 2 * len(self._live) + 64:
             self._items = sorted((k, u) for u, k in self._live.items())
             self._pos = 0
-
-    def __len__(self) -> int:
-        return len(self._live)
-
-    def __contains__(self, uid: int) -> bool:
-        return uid in self._live
 
 
 class EntryOrder:
