@@ -30,6 +30,19 @@ from traces.records import Session
 
 _DROPPED_BYTE = bytes([DROPPED])
 
+# What a router's ``cached_tokens`` reads of a session on a replica (``Replica.residency``).
+Residency = tuple[int, int, int, int, int]
+
+
+def cached_of(res: Residency | None, history: int) -> tuple[int, int]:
+    """(GPU, CPU) tokens of a ``history`` a replica could reuse, from its ``residency``: all its
+    tokens when the history is what it holds, less its partial last page when the history is
+    longer (``Replica.catch_up`` drops that page)."""
+    if res is None:
+        return 0, 0
+    tokens, g, c, cut_g, cut_c = res
+    return (g, c) if tokens == history else (g - cut_g, c - cut_c)
+
 
 class RoutedArrivals(Arrivals):
     """A replica's arrivals: the turns the router delivered (``deliver``); a session's next turn,
@@ -78,6 +91,9 @@ class Replica:
         # it writes to a shared store what it drops (``sim.cluster.store.DropWriting``): every
         # event of it may change the store, and its decode spans allow for that
         self.writes_on_drop = False
+        # None, or whether a decode span may run now: not while the cluster keeps a step-by-step
+        # record of a session held here for a router that sees the past (``sim.cluster.kvevents``)
+        self.may_span: Callable[[], bool] | None = None
         self.debug = debug
         self.step: Step | None = None  # the iteration in flight
         self.after_step = False  # its last event applied an iteration (a span may follow)
@@ -187,26 +203,31 @@ class Replica:
         """(GPU, CPU) tokens of session i's ``history`` that this replica holds and could reuse,
         as its KV events tell a router: its own pages in each tier (a shared prefix's pages are
         the pool's, not counted), less what ``catch_up`` would drop."""
+        return cached_of(self.residency(i), history)
+
+    def residency(self, i: int) -> Residency | None:
+        """What ``cached_tokens`` reads of session i here, whatever the history asked about:
+        (tokens, GPU tokens, CPU tokens, and the GPU and CPU tokens to take off when the
+        history asked about is longer than ``tokens``); None: nothing held."""
         sched = self.sched
         kv = sched.kv.get(i)
         if kv is None or not kv.tokens or not kv.tier:
-            return 0, 0
-        bt, stale = sched.bt, kv.tokens != history
-        if sched.per_session_unit:
-            if stale or kv.tier[0] == DROPPED:
-                return 0, 0
-            return (kv.tokens, 0) if kv.tier[0] == GPU else (0, kv.tokens)
+            return None
+        bt, tokens = sched.bt, kv.tokens
+        if sched.per_session_unit:  # all or nothing, and nothing once it ran elsewhere
+            if kv.tier[0] == DROPPED:
+                return tokens, 0, 0, 0, 0
+            if kv.tier[0] == GPU:
+                return tokens, tokens, 0, tokens, 0
+            return tokens, 0, tokens, 0, tokens
         if sched.upp > 1:  # per-layer units: pages of every layer, in proportion
-            cut = bt if stale and kv.tokens % bt else 0
             per = bt / sched.upp
-            return int(kv.tier_pages[GPU] * per) - cut, int(kv.tier_pages[CPU] * per)
+            cut = bt if tokens % bt else 0
+            return tokens, int(kv.tier_pages[GPU] * per), int(kv.tier_pages[CPU] * per), cut, 0
         g, c = kv.tokens_in(GPU, bt), kv.tokens_in(CPU, bt)
-        if stale and kv.tokens % bt:  # its partial last page would be dropped
-            if kv.tier[-1] == GPU:
-                g -= kv.tokens % bt
-            elif kv.tier[-1] == CPU:
-                c -= kv.tokens % bt
-        return g, c
+        part = tokens % bt  # its partial last page, dropped when a longer history arrives
+        last = kv.tier[-1]
+        return tokens, g, c, part if last == GPU else 0, part if last == CPU else 0
 
     def flush_drops(self) -> None:
         """Send the store what this replica dropped since its last flush (``DropWriting``)."""
@@ -245,7 +266,11 @@ class Replica:
             self.after_step = False
             # With a turn waiting, a span's drops could write to the store what makes the turn
             # admissible before the span ends: the replica steps one iteration at a time then.
-            if self.decode_spans and not (self.writes_on_drop and self.sched.waiting):
+            if (
+                self.decode_spans
+                and not (self.writes_on_drop and self.sched.waiting)
+                and (self.may_span is None or self.may_span())
+            ):
                 span = self.sched.decode_span(now, horizon)
                 self.flush_drops()
                 if span.steps:

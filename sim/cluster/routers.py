@@ -5,7 +5,8 @@ built from the replica count and its YAML parameters; a user names their own as 
 It sees what a real router sees (``RouterView``): its own count of the turns it sent to each
 replica that have not ended yet (and their tokens), the fleet's configuration, and, for a
 KV-aware router, each replica's KV of the session as the replica's KV events report it (applied
-with no delay). It never sees queues, batches or policies inside a replica.
+at once, or ``cluster.kv_events.delay_ms`` late: ``sim.cluster.kvevents``). It never sees queues,
+batches or policies inside a replica.
 
 Ties go round robin: to the first tied replica at or after the one after the last pick, so an
 idle cluster spreads new conversations and a run stays deterministic.
@@ -56,7 +57,8 @@ class RouterView(Protocol):
         ...
 
     def cached_tokens(self, replica: int, arrival: Arrival) -> tuple[int, int]:
-        """(GPU, CPU) tokens of the arrival's history that ``replica`` holds and could reuse."""
+        """(GPU, CPU) tokens of the arrival's history that ``replica`` holds and could reuse (as
+        of the KV events' delay ago)."""
         ...
 
 

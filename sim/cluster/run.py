@@ -21,7 +21,14 @@ from sim.cluster.disagg import DecodeRecovery, DisaggConfig, decode_part, merge_
 from sim.cluster.replica import Replica
 from sim.cluster.routers import make_router
 from sim.cluster.shell import Cluster
-from sim.cluster.store import DropWriting, SharedStore, StoreConfig, StoreRecovery, StoreStats
+from sim.cluster.store import (
+    DropWriting,
+    SharedStore,
+    StoreConfig,
+    StoreRecovery,
+    StoreStats,
+    check_number,
+)
 from sim.config import EngineConfig, MemoryConfig
 from sim.policies import policy_class
 from sim.results import EngineStats, SimResult, ledger_frame, run_labels
@@ -38,6 +45,8 @@ class ClusterConfig:
     router_params: Any = ()
     store: StoreConfig | None = None  # a shared KV store behind every replica
     disaggregation: DisaggConfig | None = None  # prefill and decode pools (None: colocated)
+    # how late the router applies the replicas' KV events, ms (``sim.cluster.kvevents``)
+    kv_events_delay_ms: float = 0.0
 
     def __post_init__(self) -> None:
         params = self.router_params
@@ -49,6 +58,12 @@ class ClusterConfig:
             raise ValueError(f"cluster.replicas: must be >= 1, got {self.replicas}")
         if self.disaggregation is not None:
             self.disaggregation.check(self.replicas)
+        check_number("cluster.kv_events.delay_ms", self.kv_events_delay_ms, at_least=0)
+        if self.kv_events_delay_ms and self.disaggregation is not None:
+            raise ValueError(
+                "cluster.kv_events.delay_ms with cluster.disaggregation: a delayed view of the "
+                "replicas' KV is modelled for colocated replicas only"
+            )
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,7 +234,15 @@ def simulate_cluster(
             rep.writes_on_drop = True
         return rep
 
-    shell = Cluster(sessions, replica, router, engine.replay, progress, decode_router)
+    shell = Cluster(
+        sessions,
+        replica,
+        router,
+        engine.replay,
+        progress,
+        decode_router,
+        cluster.kv_events_delay_ms / 1e3,
+    )
     shell.store = store
     replicas = shell.replicas
     with gc_paused():

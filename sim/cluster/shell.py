@@ -21,6 +21,9 @@ other replica's next event, and a replica with a turn waiting runs none (its own
 what that turn needs). No turn can arrive inside a span, so the
 spans change nothing: the run is the one that stepping every
 iteration of every replica in time order gives. With one replica it is the single engine's run.
+A router that sees the replicas' KV late (``sim.cluster.kvevents``) reads it at view points that
+are on the horizon too, or from a record kept of replicas that run no span meanwhile, so neither
+does it see anything a span would not have shown step by step.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ import numpy as np
 import simpy
 
 from sim.arrivals import Arrivals, next_arrival_s
+from sim.cluster.kvevents import DelayedKV
 from sim.cluster.replica import Replica
 from sim.cluster.routers import Arrival, Router
 from sim.cluster.store import SharedStore
@@ -47,6 +51,7 @@ class Cluster:
         replay: str,
         progress: Callable[[int], None] | None = None,
         decode_router: Router | None = None,
+        kv_delay_s: float = 0.0,
     ) -> None:
         self.sessions = sessions
         count = router.replicas + (decode_router.replicas if decode_router else 0)
@@ -80,6 +85,8 @@ class Cluster:
         self.kv_capacity_tokens = first.mem.capacity[0] / first.page_bytes * first.bt
         for i, s in enumerate(sessions):
             self.front.schedule(i, s.turns[0].arrival_s or 0.0)
+        # the router's view of the replicas' KV as of kv_delay_s ago (None: no delay)
+        self.delayed = DelayedKV(self, kv_delay_s, sessions, replay) if kv_delay_s > 0 else None
 
     def is_prefill(self, replica: int) -> bool:
         """Does ``replica`` run prefill parts only (a disaggregated cluster's prefill pool)?"""
@@ -98,6 +105,8 @@ class Cluster:
         self.next_k[i] = kv.next_turn
         self.history[i] = kv.tokens
         self.front.schedule(i, t)
+        if self.delayed is not None:
+            self.delayed.arriving(i, t, kv.tokens, self.now)
 
     def turn_ended(self, replica: int, i: int) -> None:
         """Session i's turn on ``replica`` completed or was rejected."""
@@ -152,6 +161,10 @@ class Cluster:
             missing = self.replicas[r].deliver(i, k, arrival.history_tokens, t, order, now)
             if missing:
                 self.elsewhere[i, k] = missing
+            if self.delayed is not None:
+                self.delayed.routed(i)
+                self.delayed.delivered(r, i)
+                self.delayed.record(r, now)
 
     def send(self, pool: PoolView, arrival: Arrival) -> int:
         """The replica ``pool``'s router picks for ``arrival``, counted in flight there."""
@@ -174,26 +187,39 @@ class Cluster:
         env.run()
 
     def _loop(self, env: simpy.Environment):
-        replicas = self.replicas
+        replicas, delayed = self.replicas, self.delayed
         while True:
             nxt = self.front.next_s()
             now = min(min(r.next_s for r in replicas), math.inf if nxt is None else nxt)
+            if delayed is not None:
+                now = min(now, delayed.next_s())
             if now == math.inf:
                 break
             if now > env.now:
                 yield env.timeout(now - env.now)
             self.now = now
+            if delayed is not None:
+                delayed.begin(now)
             due = [r for r in replicas if r.next_s == now]
             for r in due:
                 r.event(now)
+                if delayed is not None:
+                    delayed.record(r.index, now)
             self.route_due(now)
+            if delayed is not None:
+                delayed.view_due(now)  # the view points at now: after steps 1 and 2
+                delayed.planning()
             due = [r for r in replicas if r.next_s == now]  # with those woken by a delivery
             spans = [r for r in due if r.after_step]
             for r in due:
                 if not r.after_step:
                     r.loop_top(now)
+                    if delayed is not None:
+                        delayed.record(r.index, now)
             for r in spans:
                 r.advance(now, self.horizon(r, now))
+                if delayed is not None:
+                    delayed.record(r.index, now)
         if self.progress is not None and self.ended:
             self.progress(self.ended)
         for r in replicas:
@@ -211,6 +237,9 @@ class Cluster:
         h = min(math.inf if t is None else t, math.inf if nxt is None else nxt)
         # a prefill replica's completion hands a decode replica its turn at once, no think time
         to_decode = self.decode_pool is not None and not self.is_prefill(replica.index)
+        delayed = self.delayed
+        if delayed is not None:  # nor a view point of a delayed router (``sim.cluster.kvevents``)
+            h = min(h, delayed.next_s())
         for q in self.replicas:
             if q is not replica:
                 # a replica still to go on now has no next event yet: its completions come later
@@ -218,6 +247,8 @@ class Cluster:
                 # a replica that writes what it drops changes the store at any of its events
                 instant = (to_decode and self.is_prefill(q.index)) or q.writes_on_drop
                 gap = 0.0 if instant else self.min_think_s
+                if delayed is not None:
+                    gap = min(gap, delayed.gap_s)
                 h = min(h, busy_until + gap)
         return h
 
@@ -256,6 +287,9 @@ class PoolView:
         return self.shell.tokens_in[self.first + replica]
 
     def cached_tokens(self, replica: int, arrival: Arrival) -> tuple[int, int]:
+        delayed = self.shell.delayed
+        if delayed is not None and self.shell.decode_pool is None:  # as of the delay ago
+            return delayed.cached_tokens(replica, arrival.session, arrival.history_tokens)
         held = self.shell.replicas[self.first + replica]
         return held.cached_tokens(arrival.session, arrival.history_tokens)
 
