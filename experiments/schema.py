@@ -730,6 +730,24 @@ class DisaggSpec(_Strict):
         )
 
 
+class KVEventsSpec(_Strict):
+    """How the router hears of the replicas' KV (``sim.cluster.kvevents``): ``delay_ms``, how long
+    after a replica's KV changes the router knows (0: at once)."""
+
+    delay_ms: NonNegFloat = Field(
+        default=0.0,
+        description="the router sees each replica's KV as it was this long ago (its in-flight "
+        "counts are its own, not delayed), ms; 0: at once",
+    )
+
+    @field_validator("delay_ms")
+    @classmethod
+    def _finite(cls, v: float) -> float:
+        if not math.isfinite(v):
+            raise ValueError(f"must be a finite number >= 0, got {v!r}")
+        return v
+
+
 class ClusterSpec(_Strict):
     """Replicas behind a router (``sim.cluster``): ``replicas`` and ``router`` are grid axes, and
     with a ``store``, its ``capacity_gb`` and ``policy``, with a ``disaggregation``, its
@@ -763,6 +781,11 @@ class ClusterSpec(_Strict):
         default=None,
         description="prefill and decode pools (prefill_replicas is a grid axis; 0: colocated); "
         "none: colocated",
+    )
+    kv_events: KVEventsSpec | None = Field(
+        default=None,
+        description="how late the router applies the replicas' KV events: delay_ms (0: at once); "
+        "none: at once",
     )
 
     wrap_lists = field_validator("replicas", "router", mode="before")(_as_list)
@@ -805,6 +828,7 @@ class ClusterSpec(_Strict):
             router_params=params,
             store=store,
             disaggregation=disagg,
+            kv_events_delay_ms=self.kv_events.delay_ms if self.kv_events is not None else 0.0,
         )
 
 
@@ -1449,6 +1473,14 @@ def _cluster_problems(exp: Experiment) -> list[tuple[tuple[str | int, ...], str]
     out += _router_param_problems(c)
     out += _store_problems(exp)
     out += _disagg_problems(exp)
+    d = c.disaggregation
+    delayed = c.kv_events is not None and c.kv_events.delay_ms > 0
+    if delayed and d is not None and any(d.prefill_replicas):
+        msg = (
+            "with cluster.disaggregation: a delayed view of the replicas' KV is modelled for "
+            "colocated replicas only"
+        )
+        out.append((("cluster", "kv_events", "delay_ms"), msg))
     return out
 
 
