@@ -196,6 +196,19 @@ def _until_before(g: _Group, h: _Group, t: float) -> bool:
     return _until_tie(g, h)
 
 
+def _until_head(g: _Group, t: float) -> tuple[float, float, float, _Group]:
+    """The group's head in ``pop_many``'s merge: its float value m / (tau - t) (+inf when its turn
+    has come, 0 when never used again or free to recompute), then ``_since_head``'s fields."""
+    tau = g.tau
+    if tau <= t:
+        value = INF
+    elif tau == INF or g.m == 0.0:
+        value = 0.0
+    else:
+        value = g.m / (tau - t)
+    return (value, g.m, tau, g)
+
+
 def _until_expiry(w: _Group, x: _Group, t: float) -> float:
     """W wins at t. A due W has a due X behind it (static); a never-used W stays first. A future W
     loses when it falls due (tau_W), or, against a future X with m_X > m_W, from the crossing
@@ -221,6 +234,7 @@ def _until_expiry(w: _Group, x: _Group, t: float) -> float:
 
 SINCE = (_since_before, _since_expiry)
 UNTIL = (_until_before, _until_expiry)
+_HEAD = {_since_before: _since_head, _until_before: _until_head}  # a mode's heads for the merge
 
 
 # -- the tournament ------------------------------------------------------------------------------
@@ -301,10 +315,11 @@ class KineticMin:
         groups per victim (the tree is not read: the leaves it touched wait, ``_stale``); else
         one ``peek`` for one victim, and the tournament in one batch (``begin_batch``) for more."""
         out: list[int] = []
-        if self._before is _since_before and len(self._groups) <= _MERGE_GROUPS * n:
+        head = _HEAD.get(self._before)
+        if head is not None and len(self._groups) <= _MERGE_GROUPS * n:
             self._check_time(now)
             self._t = now
-            self._merge_since(n, now, out)
+            self._merge(n, now, out, head)
             return out
         if n == 1:  # a decode step's page, often: the minimum, its path left to the next peek
             uid = self.peek(now)
@@ -322,14 +337,14 @@ class KineticMin:
             self.end_batch()
         return out
 
-    def _merge_since(self, n: int, t: float, out: list[int]) -> None:
-        """``SINCE`` minima at one time ``t`` as a merge of the groups' static orders: a heap of
-        each group's head keyed by its float value cost / (t - tau), in C. A head whose float
-        value is within the rounding bound of another's (or tiny) is settled by the exact
-        comparison among all such heads, so the victims are the tournament's, in its order; the
-        leaves of the groups touched follow once, at the end."""
+    def _merge(self, n: int, t: float, out: list[int], head: Callable) -> None:
+        """The minima at one time ``t`` as a merge of the groups' static orders: a heap of each
+        group's head keyed by its float value (``head``: cost / (t - tau), or cost / (tau - t)),
+        in C. A head whose float value is within the rounding bound of another's (or tiny) is
+        settled by the exact comparison among all such heads, so the victims are the
+        tournament's, in its order; the leaves of the groups touched follow once, at the end."""
         before, where = self._before, self._where
-        heap = [_since_head(g, t) for g in self._groups.values()]
+        heap = [head(g, t) for g in self._groups.values()]
         heapq.heapify(heap)
         touched: dict[_Group, None] = {}
         while len(out) < n and heap:
@@ -354,7 +369,7 @@ class KineticMin:
             touched[g] = None
             if g.heap:
                 g.settle()
-                heapq.heappush(heap, _since_head(g, t))
+                heapq.heappush(heap, head(g, t))
         for g in sorted(touched, key=_slot):  # a fixed order of leaf updates
             self._changed(g)
 

@@ -349,20 +349,24 @@ def test_kinetic_batches_match_one_at_a_time(mode, seed):
         assert len(kin) == len(live)
 
 
-def test_kinetic_pop_many_decides_float_near_ties_exactly():
+@pytest.mark.parametrize("mode", ["since", "until"])
+def test_kinetic_pop_many_decides_float_near_ties_exactly(mode):
     # pop_many merges the groups' heads by their float values; heads whose floats are equal or a
     # rounding apart while their exact values differ (or tie, broken by cost then time) must come
-    # out in the exact order. Costs c and c * k rounded, idle times 1 and k: value c either way in
-    # floats, not exactly.
+    # out in the exact order. Costs c and c * k rounded, idle times (or times to the next use) 1
+    # and k: value c either way in floats, not exactly. Until: never-used groups (value 0) and
+    # groups whose turn has come (+inf) too, each a tie among its kind.
     rng = random.Random(5)
     for trial in range(40):
-        kin = KineticMin(SINCE)
+        kin = KineticMin(SINCE if mode == "since" else UNTIL)
         live: dict[int, tuple[float, float]] = {}
         now, key = 100.0, 0
         for _ in range(rng.randint(2, 30)):
             c = rng.choice([0.1, 0.7, 1.3, rng.random()])
             k = rng.choice([1, 3, 7, 10])
-            tau = now - k
+            tau = now - k if mode == "since" else now + k
+            if mode == "until" and rng.random() < 0.2:
+                tau = rng.choice([math.inf, now - k])
             if tau in {t for _, t in live.values()}:
                 continue
             n = rng.randint(1, 4)
@@ -372,7 +376,7 @@ def test_kinetic_pop_many_decides_float_near_ties_exactly():
             kin.add_many(uids, costs, tau, now - 0.5)
             live.update({u: (cost, tau) for u, cost in zip(uids, costs)})
         n = rng.randint(1, len(live))
-        want = sorted(live, key=lambda uid: _exact_key("since", uid, *live[uid], now))[:n]
+        want = sorted(live, key=lambda uid: _exact_key(mode, uid, *live[uid], now))[:n]
         assert kin.pop_many(n, now) == want, f"trial {trial}"
 
 
