@@ -71,9 +71,11 @@ class EvictionPolicy(ABC):
     # taking its units in one at a time (a queue): the engine may then give a decode span's new
     # pages, and demote their victims, in one batch.
     grows_in_bulk: ClassVar[bool] = False
-    # True when a pinned insert never changes the next victims though the order reads the clock:
-    # the engine may then give a decode span's new pages in one batch where their victims are
-    # dropped, asking for each allocation's victims at its step's start (``evict_extents_at``).
+    # True when a pinned insert never changes the next victims though the order reads the clock,
+    # and a call's victims change the next call's choice only through the policy's own state (not
+    # through the tier arrays, which the engine updates after each call): the engine may then give
+    # a decode span's new pages in one batch where their victims are dropped, asking for each
+    # allocation's victims at its step's start (``evict_extents_at``).
     grows_by_time: ClassVar[bool] = False
     # True when the choice reads the unit's session (its priority, its other units): a unit that
     # belongs to no one session (a prefix-cache block) gives it nothing to go on.

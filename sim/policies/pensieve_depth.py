@@ -75,6 +75,10 @@ class PensieveDepth(PensievePhysics):
 
     The module docstring has the formula and its exactness."""
 
+    # A drop deepens its page, and the next call reads the depth from the tier array, which the
+    # engine updates after each call: a span's calls cannot run before their victims move.
+    grows_by_time = False
+
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
         view = self.view
