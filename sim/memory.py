@@ -499,7 +499,7 @@ class TieredMemory:
             spent = clock() - t0
             k = self._free_victims(extents, need)
             # Demotion keeps the CPU's reclaimable bytes constant, so either all go or none.
-            if self.capacity[CPU] >= size and self.reclaimable(CPU) >= size:
+            if not self.drops_victims():
                 self._move_extents(extents, GPU, CPU)
                 t1 = clock()
                 dropped = self.policy[CPU].take_in_extents(

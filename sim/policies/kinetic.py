@@ -232,9 +232,9 @@ def _until_expiry(w: _Group, x: _Group, t: float) -> float:
     return wt
 
 
-SINCE = (_since_before, _since_expiry)
-UNTIL = (_until_before, _until_expiry)
-_HEAD = {_since_before: _since_head, _until_before: _until_head}  # a mode's heads for the merge
+# a mode: (the exact order at t, when a winner's certificate expires, a head's merge key)
+SINCE = (_since_before, _since_expiry, _since_head)
+UNTIL = (_until_before, _until_expiry, _until_head)
 
 
 # -- the tournament ------------------------------------------------------------------------------
@@ -247,7 +247,7 @@ class KineticMin:
     """
 
     def __init__(self, mode=SINCE, capacity: int = 64) -> None:
-        self._before, self._expiry = mode
+        self._before, self._expiry, self._head = mode
         self._cap = 1 << max(1, (capacity - 1).bit_length())
         self._win: list[_Group | None] = [None] * (2 * self._cap)
         self._exp: list[float] = [INF] * (2 * self._cap)
@@ -315,11 +315,10 @@ class KineticMin:
         groups per victim (the tree is not read: the leaves it touched wait, ``_stale``); else
         one ``peek`` for one victim, and the tournament in one batch (``begin_batch``) for more."""
         out: list[int] = []
-        head = _HEAD.get(self._before)
-        if head is not None and len(self._groups) <= _MERGE_GROUPS * n:
+        if len(self._groups) <= _MERGE_GROUPS * n:
             self._check_time(now)
             self._t = now
-            self._merge(n, now, out, head)
+            self._merge(n, now, out)
             return out
         if n == 1:  # a decode step's page, often: the minimum, its path left to the next peek
             uid = self.peek(now)
@@ -337,13 +336,13 @@ class KineticMin:
             self.end_batch()
         return out
 
-    def _merge(self, n: int, t: float, out: list[int], head: Callable) -> None:
+    def _merge(self, n: int, t: float, out: list[int]) -> None:
         """The minima at one time ``t`` as a merge of the groups' static orders: a heap of each
-        group's head keyed by its float value (``head``: cost / (t - tau), or cost / (tau - t)),
-        in C. A head whose float value is within the rounding bound of another's (or tiny) is
+        group's head keyed by its float value (the mode's head: cost / (t - tau), or
+        cost / (tau - t)), in C. A head whose float value is within the rounding bound of another's (or tiny) is
         settled by the exact comparison among all such heads, so the victims are the
         tournament's, in its order; the leaves of the groups touched follow once, at the end."""
-        before, where = self._before, self._where
+        before, where, head = self._before, self._where, self._head
         heap = [head(g, t) for g in self._groups.values()]
         heapq.heapify(heap)
         touched: dict[_Group, None] = {}

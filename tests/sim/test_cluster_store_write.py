@@ -62,8 +62,8 @@ def test_eviction_writes_what_the_replica_drops_and_keeps_it_for_the_next_turn()
     ]
     st = res.store
     assert (st.written_chunks, st.drop_written_chunks, st.evicted_chunks) == (12, 12, 8)
-    assert st.drop_written_bytes == st.written_bytes == 12 * 2 * 16 * _kv_per_token()
-    assert st.loaded_bytes == (64 + 128) // 16 * 16 * _kv_per_token()
+    assert st.drop_written_bytes == st.written_bytes == 12 * 2 * 16 * COST.kv_bytes_per_token
+    assert st.loaded_bytes == (64 + 128) // 16 * 16 * COST.kv_bytes_per_token
     assert_conserved_with_store(res.turns)
 
 
@@ -84,12 +84,6 @@ def test_completion_writes_evict_the_chunks_a_small_store_needed():
     assert (st.written_chunks, st.drop_written_chunks, st.evicted_chunks) == (20, 0, 16)
     assert st.loaded_bytes == 0
     assert_conserved_with_store(res.turns)
-
-
-def _kv_per_token() -> int:
-    from tests.sim.test_cluster import COST
-
-    return COST.kv_bytes_per_token
 
 
 def test_a_dropped_chunk_the_store_holds_is_no_hit():
