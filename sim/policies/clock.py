@@ -11,18 +11,31 @@ Pins: a pinned unit leaves the ring but keeps its place and its bit; on unpin it
 place it had (as ``fifo`` does), so a use by a running turn counts as one reference (the engine calls
 ``access`` before ``pin``), not as a re-insertion.
 
-Order: ``EntryOrder`` (the entry order with candidate flags, as ``fifo``) and the set of members
-whose bit is set. A second chance is the unit entering again at the newest end (O(1), paid for by
-the hit that set the bit); pins, returns and hits are O(1) with no heap. ``peek`` scans the
-candidates oldest first (only tests and users peek). Matches libCacheSim's Clock
-(``init_freq=0, n_bit_counter=1``) request by request.
+Order: ``RunOrder`` (the entry order as runs of a session's consecutive units, pins per session,
+as ``fifo``) and the set of members whose bit is set. The hand moves a run at a time: it takes the
+oldest stretch of consecutive candidates and reads their bits with set operations over the
+stretch's range, so a stretch with no bit set gives its victims at once and one with every bit
+set goes back to the newest end as one run. A session's history entering, its pin and release,
+and its removal cost O(runs) plus C-level set updates of its bits. ``peek`` scans the candidates
+oldest first (only tests and users peek). Matches libCacheSim's Clock (``init_freq=0,
+n_bit_counter=1``) request by request.
 """
 
 from __future__ import annotations
 
+from itertools import chain, starmap
+
 from sim.policies.base import EvictionPolicy
 from sim.policies.registry import register
-from sim.policies.structures import EntryOrder
+from sim.policies.run_order import RunOrder
+from sim.units import extents_of, join_extents
+
+FIRST_LOOK = 64  # units of a stretch whose bits the hand reads first (it doubles while short)
+
+
+def _sequence(uids):
+    """``uids`` as a range or a list (the structure's batch paths index them)."""
+    return uids if isinstance(uids, (range, list)) else list(uids)
 
 
 @register("clock")
@@ -31,12 +44,19 @@ class Clock(EvictionPolicy):
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
-        self._order = EntryOrder()
+        self._order = RunOrder()
         self._referenced: set[int] = set()  # members (pinned or not) whose bit is set
 
+    # -- membership ------------------------------------------------------------------------------
     def insert(self, uid: int, now: float, pinned: bool = False) -> None:
         self._referenced.discard(uid)
         self._order.enter(uid, candidate=not pinned)
+
+    def insert_many(self, uids, now: float, pinned: bool = False) -> None:
+        uids = _sequence(uids)
+        if self._referenced:
+            self._referenced.difference_update(uids)
+        self._order.enter_many(uids, candidate=not pinned)
 
     def access(self, uid: int, now: float) -> None:
         if self._order.is_member(uid):
@@ -53,17 +73,22 @@ class Clock(EvictionPolicy):
         self._order.back(uid)  # a non-member enters, with a clear bit
 
     def acquire(self, uids, now: float) -> None:
-        uids = list(uids)
-        is_member = self._order.is_member
-        self._referenced.update(u for u in uids if is_member(u))
-        self._order.discard_many(uids)
+        uids = _sequence(uids)
+        self._referenced.update(self._order.members_among(uids))
+        self._order.discard_all(uids)
 
     def release(self, uids, now: float) -> None:
-        self._order.back_many(uids)
+        self._order.back_many(_sequence(uids))
 
     def remove(self, uid: int, pinned: bool = False) -> None:
         self._order.leave(uid)
         self._referenced.discard(uid)
+
+    def remove_many(self, uids, pinned: bool = False) -> None:
+        uids = _sequence(uids)
+        self._order.leave_many(uids)
+        if self._referenced:
+            self._referenced.difference_update(uids)
 
     def _add(self, uid: int, now: float) -> None:  # not used: insert/unpin are overridden
         self.insert(uid, now)
@@ -71,23 +96,155 @@ class Clock(EvictionPolicy):
     def _discard(self, uid: int) -> None:
         self.remove(uid)
 
+    # -- the hand --------------------------------------------------------------------------------
+    def _bits_ahead(self, a: int, s: int, k: int) -> tuple[int, list[int]]:
+        """The referenced uids of ``a .. s-1``, increasing, read far enough for ``k`` victims:
+        (how far they were read, those uids)."""
+        referenced, look = self._referenced, max(FIRST_LOOK, 2 * k)
+        while True:
+            stop = min(s, a + look)
+            hits = referenced.intersection(range(a, stop))
+            if stop == s or stop - a - len(hits) >= k:
+                return stop, sorted(hits)
+            look *= 2
+
+    def _turn(self, k: int, lone: bool = False) -> list[tuple[int, int]] | None:
+        """Move the hand over the oldest stretch of consecutive candidates until ``k`` victims
+        leave or the stretch ends: a unit with its bit set goes to the newest end with the bit
+        cleared, one with a clear bit leaves. ``lone``: stop before the first second chance that
+        follows a victim (``take_in``'s new units enter between them). The victims as extents in
+        order (none when every unit had its bit set), or None when there is no candidate."""
+        order = self._order
+        head = order.head_run()
+        if head is None:
+            return None
+        a, s = head
+        referenced = self._referenced
+        if not referenced or referenced.isdisjoint(range(a, min(s, a + k))):
+            n = min(k, s - a)
+            order.pop_runs(n)
+            return [(a, a + n)]
+        limit, hits = self._bits_ahead(a, s, k)
+        victims: list[tuple[int, int]] = []
+        again: list[int] = []
+        pos = a
+        for h in hits:
+            if h > pos:
+                if lone or h - pos >= k:
+                    limit = h
+                    break
+                victims.append((pos, h))
+                k -= h - pos
+            again.append(h)
+            pos = h + 1
+        end = min(limit, pos + k)
+        if end > pos:
+            victims.append((pos, end))
+        order.pop_runs(end - a)
+        if again:
+            self._second_chance(again)
+        return victims
+
+    def _second_chance(self, again: list[int]) -> None:
+        """These members (taken out, increasing) enter again at the newest end, bits cleared."""
+        a, last = again[0], again[-1]
+        back = range(a, last + 1) if last - a + 1 == len(again) else again
+        self._referenced.difference_update(back)
+        self._order.enter_many(back)
+
+    def _hand(self, k: int) -> list[tuple[int, int]]:
+        """The next ``k`` victims (fewer if the candidates run out), as extents in order."""
+        out: list[tuple[int, int]] = []
+        while k > 0:
+            got = self._turn(k)
+            if got is None:
+                break
+            out += got
+            k -= sum(s - a for a, s in got)
+        return join_extents(out)
+
+    def evict(self, now: float) -> int | None:
+        got = self._hand(1)
+        return got[0][0] if got else None
+
+    def evict_bytes(self, nbytes: int, now: float) -> list[int]:
+        n = self._units_in(nbytes)
+        if n is None:
+            return super().evict_bytes(nbytes, now)
+        return list(chain.from_iterable(starmap(range, self._hand(n))))
+
+    def evict_extents(self, nbytes: int, now: float) -> list[tuple[int, int]]:
+        n = self._units_in(nbytes)
+        if n is None:
+            return super().evict_extents(nbytes, now)
+        extents = self._hand(n)
+        return join_extents(sorted(extents)) if self.drops_victims else extents
+
+    # -- demotions into a full tier --------------------------------------------------------------
+    def _fresh(self, extents: list[tuple[int, int]]) -> bool:
+        """Are these extents' uids distinct and none of them a member? (then ``take_in`` may
+        enter them a stretch at a time)"""
+        spans = sorted(extents)
+        if any(s0 > a1 for (_, s0), (a1, _) in zip(spans, spans[1:], strict=False)):
+            return False
+        return not any(self._order.may_hold(a, s) for a, s in spans)
+
+    def _take_in_runs(self, extents: list[tuple[int, int]], room: int) -> list[tuple[int, int]]:
+        """``take_in`` of new uids with room for ``room`` units: each unit past the room follows
+        one victim. A stretch of victims with no second chance between them, then as many new
+        units, is that interleaving; the victims as extents in order."""
+        pending = [range(a, s) for a, s in extents if s > a][::-1]  # the next at the end
+
+        def enter(n: int) -> None:
+            while n > 0:
+                run = pending.pop()
+                if len(run) > n:
+                    pending.append(run[n:])
+                    run = run[:n]
+                self._order.enter_many(run)
+                n -= len(run)
+
+        out: list[tuple[int, int]] = []
+        if room < 0:  # (no room at all: the first unit follows 1 - room victims)
+            out = self._hand(-room)
+            room = 0
+        total = sum(s - a for a, s in extents)
+        enter(min(room, total))
+        need = total - room
+        while need > 0:
+            got = self._turn(need, lone=True)
+            if got is None:
+                raise AssertionError(f"{type(self).__name__}: no victim to make room")
+            n = sum(s - a for a, s in got)
+            out += got
+            enter(n)
+            need -= n
+        return join_extents(out)
+
+    def take_in_extents(
+        self, extents: list[tuple[int, int]], free_bytes: int, now: float
+    ) -> list[tuple[int, int]]:
+        unit_bytes = self.view.unit_bytes
+        if not unit_bytes or not self._fresh(extents):
+            return super().take_in_extents(extents, free_bytes, now)
+        return self._take_in_runs(extents, free_bytes // unit_bytes)
+
+    def take_in(self, uids, free_bytes: int, now: float) -> list[int]:
+        unit_bytes = self.view.unit_bytes
+        uids = _sequence(uids)
+        extents = extents_of(uids)
+        if not unit_bytes or not self._fresh(extents):
+            return super().take_in(uids, free_bytes, now)
+        victims = self._take_in_runs(extents, free_bytes // unit_bytes)
+        return list(chain.from_iterable(starmap(range, victims)))
+
+    # -- looking -------------------------------------------------------------------------------
     def peek(self, now: float) -> int | None:
         referenced = self._referenced
         for uid in self._order.candidates():
             if uid not in referenced:
                 return uid
         return self._order.min()  # every bit set: a full turn clears them, the oldest goes
-
-    def evict(self, now: float) -> int | None:
-        order, referenced = self._order, self._referenced
-        while True:
-            uid = order.min()
-            if uid is None:
-                return None
-            if uid not in referenced:
-                return order.pop_first()
-            referenced.discard(uid)  # second chance: the bit cleared, back to the newest end
-            order.enter(uid)
 
     def __len__(self) -> int:
         return len(self._order)

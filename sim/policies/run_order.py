@@ -313,6 +313,27 @@ class RunOrder:
             flag[e] = 0
         return list(uids)
 
+    def discard_all(self, uids) -> None:
+        """``discard_many`` without its answer, one uid at a time where the batch is not a whole
+        session but each entry's flag read once, after all its members' pins (O(uids x the
+        session's runs + the runs' members), not O(uids x members))."""
+        if self._whole(uids) is not None:
+            self.discard_many(uids)
+            return
+        touched: dict[int, int] = {}  # entry -> its session
+        for uid in uids:
+            e = self._entry_of(uid)
+            b = uid >> UNIT_BITS
+            if e is None or self._pinned(b, uid):
+                continue
+            self._pinned_set(b).add(uid)
+            self._n -= 1
+            touched[e] = b
+        for b in set(touched.values()):
+            self._settle(b)
+        for e in touched:
+            self._refresh(e)
+
     def back(self, uid: int) -> None:
         """A pinned member is a candidate again, in its old place (a non-member enters)."""
         e = self._entry_of(uid)
@@ -398,6 +419,40 @@ class RunOrder:
         """Take out the oldest candidate (it leaves the tier) and return it, or None."""
         got = self.pop_runs(1)
         return got[0][0] if got else None
+
+    def head_run(self) -> tuple[int, int] | None:
+        """The oldest candidates that are consecutive uids of one run, as (first, stop), or None:
+        ``pop_runs`` of any number up to ``stop - first`` takes the first of them. The whole run
+        where its session pins none of it and none of it left; else up to its first hole, or the
+        first candidate alone where some of the session is pinned."""
+        e = self._flag.find(1, self._lo)
+        if e < 0:
+            return None
+        self._lo = e
+        st = self._pins.get(self._bucket[e])
+        f, holes = self._first[e], self._holes[e]
+        if st is None:
+            return f, min(holes) if holes else self._stop[e]  # (first is never a hole)
+        u = next(u for u in self._members(e) if u not in st)
+        return u, u + 1
+
+    def members_among(self, uids) -> list[int]:
+        """Those of ``uids`` that are members, in order (all of them, at once, where they are all
+        of a session's members)."""
+        if self._whole(uids) is not None:
+            return list(uids)
+        return [u for u in uids if self._entry_of(u) is not None]
+
+    def may_hold(self, a: int, s: int) -> bool:
+        """Might a uid of ``a .. s-1`` be a member? False only where none is (by the runs'
+        bounds: a hole inside a run's bounds counts as a member here)."""
+        while a < s:
+            b = a >> UNIT_BITS
+            end = min(s, (b + 1) << UNIT_BITS)
+            if not self._disjoint(a, end, b):
+                return True
+            a = end
+        return False
 
     def min(self) -> int | None:
         """The oldest candidate, or None."""
