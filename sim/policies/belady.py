@@ -11,50 +11,202 @@ The key is ``view.next_access_s(uid)``, read when the unit becomes a candidate a
   session's units all share one value.
 
 Ties (never in cachesim for finite values, whose next requests are distinct indices; in the engine,
-all units of a session) go to the larger key first, so a session loses its last pages before its
-first (its prefix stays). Units with no next use (``inf``) go first. Among those, libCacheSim breaks
-ties by its binary heap's layout; which dead object goes first never changes a hit (dead objects are
-always evicted before any live one, so the bytes left for live objects are the same), so the hit
-sequence equals libCacheSim's request by request, unit and variable sizes (tested).
+all units of a session) go to the larger uid first, so a session loses its last pages before its
+first (its prefix stays), and between sessions the later one in the trace goes first. Units with no
+next use (``inf``) go first. Among those, libCacheSim breaks ties by its binary heap's layout; which
+dead object goes first never changes a hit (dead objects are always evicted before any live one, so
+the bytes left for live objects are the same), so the hit sequence equals libCacheSim's request by
+request, unit and variable sizes (tested).
 
-Structure: a ``LazyHeap`` on (-next_access_s, -uid); a hit (or an unpin) pushes the new key and
-voids the old entry. O(log n) per operation, amortised. Pins: a pinned unit is no candidate; it
-rejoins with its next_access_s as it is at unpin. (Ties between sessions go to the larger uid, i.e.
-the later session in the trace; the uid's page part keeps a session's last pages first.)
+Structure: the order is (-next use, -uid). Candidates that share a next use and a session bucket
+(``uid >> UNIT_BITS``) form a *group*: a list of their uids, ascending, the next victim last. Two
+groups with one next use are ordered by bucket, larger first, because a bucket's uids all lie above
+a smaller bucket's; so the order is (-next use, -bucket) between groups and -uid inside one, and a
+heap of the groups (an emptied group's entry skipped when it surfaces) gives it. The engine releases, pins and evicts a session's units together,
+and they share a next use: one group, so each of those is a list operation, not a heap operation a
+unit. (cachesim's objects have distinct next uses: a group each.) Pins: a pinned unit is no
+candidate; it rejoins with its next_access_s as it is at unpin.
 """
 
 from __future__ import annotations
 
-from sim.policies.base import EvictionPolicy
+from heapq import heapify, heappop, heappush
+from itertools import repeat
+
+from sim.policies.base import Memoryless
 from sim.policies.registry import register
-from sim.policies.structures import LazyHeap
+from sim.units import UNIT_BITS, extents_of
+
+Group = tuple[float, int]  # (-next use, -bucket): the group's place in the order, smallest first
 
 
 @register("belady")
-class Belady(EvictionPolicy):
+class Belady(Memoryless):
     offline = True  # reads view.next_access_s (cachesim fills it from the stream)
     reads_last_access = False
     grows_in_bulk = True  # keys are read when a unit becomes a candidate, never at eviction
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
-        self._heap = LazyHeap()
+        self._groups: dict[Group, list[int]] = {}  # group -> its uids, ascending (victim last)
+        self._where: dict[int, Group] = {}  # candidate -> its group
+        self._heap: list[Group] = []  # the groups (and groups since emptied), a heap
 
+    def _group(self, uid: int) -> Group:
+        return (-self.view.next_access_s(uid), -(uid >> UNIT_BITS))
+
+    # -- becoming a candidate --------------------------------------------------------------------
     def _add(self, uid: int, now: float) -> None:
-        self._heap.push(uid, (-self.view.next_access_s(uid), -uid))
+        if uid in self._where:
+            self._discard(uid)
+        g = self._group(uid)
+        members = self._groups.get(g)
+        if members is None or members[-1] < uid:  # (cachesim's objects: a new group each)
+            self._where[uid] = g
+            if members is None:
+                self._new_group(g, [uid])
+            else:
+                members.append(uid)
+        else:
+            self._join(g, [uid])
 
-    def _discard(self, uid: int) -> None:
-        self._heap.discard(uid)
+    def _join(self, g: Group, uids: list[int]) -> None:
+        """``uids`` (ascending, none a candidate) become candidates of group ``g``."""
+        self._where.update(dict.fromkeys(uids, g))
+        members = self._groups.get(g)
+        if members is None:
+            self._new_group(g, uids)
+        elif members[-1] < uids[0]:
+            members.extend(uids)
+        else:  # two sorted runs: one merge pass of the sort
+            members.extend(uids)
+            members.sort()
+
+    def _new_group(self, g: Group, uids: list[int]) -> None:
+        self._groups[g] = uids
+        heappush(self._heap, g)  # (a twin left by an emptied group of this key is harmless)
+        if len(self._heap) > 2 * len(self._groups) + 64:  # emptied groups' entries: drop them
+            self._heap = list(self._groups)
+            heapify(self._heap)
 
     def access(self, uid: int, now: float) -> None:
-        if uid in self._heap:
+        if uid in self._where:  # a hit on a candidate (cachesim): its next use moved
             self._add(uid, now)
 
+    def release(self, uids, now: float) -> None:
+        uids = sorted(uids) if not isinstance(uids, range) else list(uids)
+        if not uids:
+            return
+        where = self._where
+        g = self._group(uids[0])
+        if (
+            uids[0] >> UNIT_BITS != uids[-1] >> UNIT_BITS
+            or self._group(uids[-1]) != g
+            or not where.keys().isdisjoint(uids)
+        ):
+            for uid in uids:
+                self._add(uid, now)
+            return
+        self._join(g, uids)  # a session's units: one next use, one group
+
+    # -- no longer a candidate -------------------------------------------------------------------
+    def _forget(self, uids) -> None:
+        uids = list(uids)
+        groups = list(map(self._where.pop, uids, repeat(None)))
+        if not groups:
+            return
+        g = groups[0]
+        if g is None or groups.count(g) != len(groups):  # not all of one group's
+            for uid, h in zip(uids, groups, strict=True):
+                if h is not None:
+                    self._leave(h, {uid})
+            return
+        self._leave(g, uids)
+
+    def _discard(self, uid: int) -> None:
+        g = self._where.pop(uid, None)
+        if g is not None:
+            members = self._groups[g]
+            if len(members) == 1:
+                del self._groups[g]
+            else:
+                members.remove(uid)
+
+    def _leave(self, g: Group, uids) -> None:
+        """``uids`` (members of group ``g``, already out of ``_where``) leave it."""
+        members = self._groups[g]
+        if len(uids) == len(members):
+            del self._groups[g]
+            return
+        gone = uids if isinstance(uids, set) else set(uids)
+        members[:] = [u for u in members if u not in gone]
+
+    # -- the choice ------------------------------------------------------------------------------
+    def _top(self) -> Group | None:
+        """The first non-empty group, or None."""
+        heap, groups = self._heap, self._groups
+        while heap and heap[0] not in groups:
+            heappop(heap)
+        return heap[0] if heap else None
+
     def peek(self, now: float) -> int | None:
-        return self._heap.min()
+        g = self._top()
+        return None if g is None else self._groups[g][-1]
+
+    def _take(self, n: int) -> list[list[int]]:
+        """Evict ``n`` units (fewer when the candidates run out): each group's share, ascending
+        (the victims went from its end, so in eviction order each share is reversed)."""
+        out = []
+        groups, where = self._groups, self._where
+        while n > 0:
+            g = self._top()
+            if g is None:
+                break
+            members = groups[g]
+            k = min(n, len(members))
+            if k == len(members):
+                taken = members
+                del groups[g]
+            else:
+                taken = members[-k:]
+                del members[-k:]
+            for uid in taken:
+                del where[uid]
+            out.append(taken)
+            n -= k
+        return out
+
+    def evict(self, now: float) -> int | None:
+        g = self._top()
+        if g is None:
+            return None
+        members = self._groups[g]
+        uid = members.pop()
+        if not members:
+            del self._groups[g]
+        del self._where[uid]
+        return uid
+
+    def evict_bytes(self, nbytes: int, now: float) -> list[int]:
+        n = self._units_in(nbytes)
+        if n is None:
+            return super().evict_bytes(nbytes, now)
+        return [uid for taken in self._take(n) for uid in reversed(taken)]
+
+    def evict_extents(self, nbytes: int, now: float) -> list[tuple[int, int]]:
+        n = self._units_in(nbytes)
+        if n is None or not self.drops_victims:
+            return super().evict_extents(nbytes, now)
+        out: list[tuple[int, int]] = []
+        for taken in self._take(n):  # dropped: their order is nobody's, so increasing runs
+            if taken[-1] - taken[0] == len(taken) - 1:
+                out.append((taken[0], taken[-1] + 1))
+            else:
+                out.extend(extents_of(taken))
+        return out
 
     def __len__(self) -> int:
-        return len(self._heap)
+        return len(self._where)
 
     def __contains__(self, uid: int) -> bool:
-        return uid in self._heap
+        return uid in self._where
