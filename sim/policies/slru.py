@@ -21,35 +21,47 @@ agree up to the first hit at which libCacheSim evicts.
 Pins: a pinned unit leaves its segment and remembers it; a hit while pinned promotes it by one
 segment, applied on unpin, when it returns to the MRU end of its segment (then that segment cools
 if it is over its share). Without ``set_capacity`` (an unbounded tier) c is the high-water mark of the bytes
-the tier has held. O(1) per operation (4 segments), amortised over cooling moves.
+the tier has held.
+
+Two forms, the same decisions hook by hook. ``SLRU`` (sizes that vary: session units, cachesim):
+each segment an ordered dict of uids, O(1) per unit and per cooling move. ``UniformSLRU`` (units
+of one size, ``view.unit_bytes``: the engine's pages; ``SLRU(ctx)`` gives it): each segment a
+``SegmentQueue``, an LRU list of runs of consecutive uids grouped by session, and the pinned units'
+segments a ``HeldRuns``, extents per session. The engine acquires and releases a session's units
+together and its pages are consecutive uids, so a session acquired or released, a decode step's
+page, a batch of victims and a demotion batch cost O(runs), not O(units): a release pours each of
+the session's extents into its segment and cools the oldest runs over a share down at once; an
+acquire promotes an extent at once (only its first unit can overfill the segment above, whose one
+cooled unit may be a later unit of the same session).
+
+Not ``grows_in_bulk``: a pinned insert enters the lowest segment with room, which reads the bytes
+the victims before it freed, so a decode span's pages given after all its victims could land in
+S0 where one at a time they land higher.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from itertools import chain, groupby, islice
-from operator import itemgetter
+from itertools import chain, pairwise, starmap
 
 from sim.policies.base import EvictionPolicy
 from sim.policies.registry import register
-from sim.policies.structures import ByteBudget, consume
-
-
-def _take_oldest(od: OrderedDict[int, None], k: int) -> list[int]:
-    """Take the ``k`` oldest keys (k <= len) out of an ordered dict, oldest first, in C."""
-    if k >= len(od):
-        out = list(od)
-        od.clear()
-        return out
-    out = list(islice(od, k))
-    consume(map(od.__delitem__, out))
-    return out
+from sim.policies.segment_runs import HeldRuns, SegmentQueue
+from sim.policies.structures import ByteBudget
+from sim.units import UNIT_BITS, extents_of, join_extents
 
 
 @register("slru")
 class SLRU(EvictionPolicy):
     n_seg = 4
     reads_last_access = False
+
+    def __new__(cls, ctx=None):
+        """Units of one size (``view.unit_bytes``, the engine's pages) get ``UniformSLRU``, the same
+        policy on runs of consecutive uids."""
+        if cls is SLRU and getattr(getattr(ctx, "view", None), "unit_bytes", None):
+            cls = UniformSLRU
+        return super().__new__(cls)
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
@@ -161,88 +173,6 @@ class SLRU(EvictionPolicy):
             nbytes[seg] -= size
             pinned.add(uid)
 
-    def insert_many(self, uids, now: float, pinned: bool = False) -> None:
-        """``insert`` each; where all have one size and are pinned new members, at once: a pinned
-        insert adds no candidate bytes, so with c fixed over the batch all land in one segment."""
-        unit = self.view.unit_bytes
-        if not isinstance(uids, range):
-            uids = list(uids)
-        n, budget = len(uids), self._budget
-        if (
-            not (unit and pinned and n)
-            or not self._seg.keys().isdisjoint(uids)
-            or (not isinstance(uids, range) and len(set(uids)) < n)
-            or (budget.capacity is None and budget.hwm < budget.resident + n * unit)
-        ):
-            super().insert_many(uids, now, pinned)
-            return
-        budget.grow(n * unit)
-        cap, nbytes = self._seg_cap(), self._bytes
-        seg = next((i for i in range(self.n_seg) if nbytes[i] + unit <= cap), 0)
-        self._seg.update(dict.fromkeys(uids, seg))
-        self._size.update(dict.fromkeys(uids, unit))
-        self._pinned.update(uids)
-
-    def release(self, uids, now: float) -> None:
-        """``unpin`` each, in page order. Where all have one size and are pinned members, by runs
-        of one segment: a run enters its segment's MRU end, and the segment's oldest units over its
-        share go down to the next, a run cascading as its units would one by one."""
-        unit = self.view.unit_bytes
-        if not isinstance(uids, range):
-            uids = list(uids)
-        pinned, n = self._pinned, len(uids)
-        if (
-            not unit
-            or n < 2
-            or not pinned.issuperset(uids)
-            or (not isinstance(uids, range) and len(set(uids)) < n)
-        ):
-            super().release(uids, now)
-            return
-        pinned.difference_update(uids)
-        segs = list(map(self._seg.__getitem__, uids))
-        cap = self._seg_cap()
-        if segs.count(segs[0]) == n:
-            self._pour(segs[0], uids, unit, cap)
-            return
-        for seg, run in groupby(zip(segs, uids, strict=True), key=itemgetter(0)):
-            self._pour(seg, list(map(itemgetter(1), run)), unit, cap)
-
-    def _pour(self, i: int, uids, unit: int, cap: int) -> None:
-        """Units of one size (already in segment i by ``_seg``) enter segment i's MRU end in order;
-        segment i, then the ones below, cool as they would after each unit."""
-        segs, nbytes, seg_of = self._segs, self._bytes, self._seg
-        while True:
-            seg = segs[i]
-            seg.update(dict.fromkeys(uids))
-            nbytes[i] += unit * len(uids)
-            if i == 0 or nbytes[i] <= cap:
-                return
-            k = -(-(nbytes[i] - cap) // unit)  # the oldest units over its share go down
-            uids = _take_oldest(seg, k)
-            nbytes[i] -= k * unit
-            i -= 1
-            seg_of.update(dict.fromkeys(uids, i))
-
-    def remove_many(self, uids, pinned: bool = False) -> None:
-        """``remove`` each; pinned members of one size at once."""
-        unit = self.view.unit_bytes
-        if not isinstance(uids, range):
-            uids = list(uids)
-        n = len(uids)
-        if (
-            not unit
-            or not n
-            or not self._pinned.issuperset(uids)
-            or (not isinstance(uids, range) and len(set(uids)) < n)
-        ):
-            super().remove_many(uids, pinned)
-            return
-        consume(map(self._seg.__delitem__, uids))
-        consume(map(self._size.__delitem__, uids))
-        self._pinned.difference_update(uids)
-        self._budget.shrink(n * unit)
-
     def unpin(self, uid: int, now: float) -> None:
         if uid not in self._pinned:
             self.insert(uid, now)
@@ -283,9 +213,6 @@ class SLRU(EvictionPolicy):
     def evict_bytes(self, nbytes: int, now: float) -> list[int]:
         """Successive victims: the LRU units of the lowest segment, then of the next (an eviction
         makes no segment go over its share, so nothing cools in between)."""
-        n = self._units_in(nbytes)
-        if n is not None:  # equal sizes: each segment's share of the victims at once
-            return list(chain.from_iterable(self._take(n)))
         out: list[int] = []
         size_of, seg_of, sizes, nbytes_of = self.view.size, self._seg, self._size, self._bytes
         for i, seg in enumerate(self._segs):
@@ -301,27 +228,6 @@ class SLRU(EvictionPolicy):
                 break
         return out
 
-    def _take(self, n: int) -> list[list[int]]:
-        """Evict ``n`` units of one size (fewer when the candidates run out): the oldest of each
-        segment, lowest first, as one list per segment."""
-        unit = self.view.unit_bytes
-        seg_of, sizes, nbytes_of = self._seg, self._size, self._bytes
-        out: list[list[int]] = []
-        for i, seg in enumerate(self._segs):
-            if n <= 0:
-                break
-            k = min(n, len(seg))
-            if not k:
-                continue
-            taken = _take_oldest(seg, k)
-            consume(map(seg_of.__delitem__, taken))
-            consume(map(sizes.__delitem__, taken))
-            nbytes_of[i] -= k * unit
-            self._budget.shrink(k * unit)
-            out.append(taken)
-            n -= k
-        return out
-
     def segment(self, uid: int) -> int | None:
         """The segment (0 = probation) the unit belongs to, or None."""
         return self._seg.get(uid)
@@ -331,3 +237,350 @@ class SLRU(EvictionPolicy):
 
     def __contains__(self, uid: int) -> bool:
         return uid in self._seg and uid not in self._pinned
+
+
+class UniformSLRU(SLRU):
+    """SLRU for units of one size, on runs: each segment is a ``SegmentQueue`` (an LRU list of runs
+    of consecutive uids) and pinned units remember their segment in a ``HeldRuns`` (extents per
+    session). A segment's bytes are its length times the unit, over its share when longer than
+    ``m = (c // 4) // unit`` units. The engine's batches, a whole session acquired or released, a
+    span of new pages, victims many at a time, then cost O(runs), not O(units); one-uid hooks work
+    on the same runs. Same decisions as ``SLRU``, hook by hook."""
+
+    def __init__(self, ctx) -> None:
+        EvictionPolicy.__init__(self, ctx)
+        self._unit: int = ctx.view.unit_bytes
+        self._q = [SegmentQueue() for _ in range(self.n_seg)]
+        self._held = HeldRuns()
+        self._budget = ByteBudget()
+
+    def _share(self) -> int:
+        """Units a segment holds before it is over its share."""
+        return self._seg_cap() // self._unit
+
+    def _room_seg(self) -> int:
+        """The lowest segment with room for one more unit, else S0 (where a miss enters)."""
+        m = self._share()
+        for i, q in enumerate(self._q):
+            if len(q) < m:
+                return i
+        return 0
+
+    def _seg_of(self, uid: int) -> int | None:
+        """The segment holding ``uid`` as a candidate, or None."""
+        return next((i for i, q in enumerate(self._q) if uid in q), None)
+
+    def _cool_from(self, i: int) -> None:
+        """Move LRU units down while segment i (then the ones below) is over its share."""
+        q, m = self._q, self._share()
+        while i > 0 and len(q[i]) > m:
+            q[i - 1].extend(q[i].pop(1))
+            if len(q[i - 1]) > m:
+                self._cool_from(i - 1)
+
+    # -- one unit --------------------------------------------------------------------------------
+    def insert(self, uid: int, now: float, pinned: bool = False) -> None:
+        self._budget.grow(self._unit)
+        seg = self._room_seg()
+        if pinned:
+            self._held.add(uid, uid + 1, seg)
+        else:
+            self._q[seg].push(uid)
+
+    def access(self, uid: int, now: float) -> None:
+        top = self.n_seg - 1
+        held = self._held.segment(uid)
+        if held is not None:
+            self._held.set_segment(uid, min(held + 1, top))
+            return
+        seg = self._seg_of(uid)
+        if seg is None:
+            return
+        self._q[seg].discard(uid)
+        self._q[min(seg + 1, top)].push(uid)  # S3: to its MRU end
+        if seg < top:
+            self._cool_from(seg + 1)
+
+    def pin(self, uid: int) -> None:
+        seg = self._seg_of(uid)
+        if seg is None:
+            return
+        self._q[seg].discard(uid)
+        self._held.add(uid, uid + 1, seg)
+
+    def unpin(self, uid: int, now: float) -> None:
+        seg = self._held.take(uid)
+        if seg is None:
+            self.insert(uid, now)
+            return
+        self._q[seg].push(uid)
+        self._cool_from(seg)
+
+    def remove(self, uid: int, pinned: bool = False) -> None:
+        if self._held.take(uid) is None:
+            seg = self._seg_of(uid)
+            if seg is None:
+                return
+            self._q[seg].discard(uid)
+        self._budget.shrink(self._unit)
+
+    # -- a session at a time ---------------------------------------------------------------------
+    def insert_many(self, uids, now: float, pinned: bool = False) -> None:
+        """``insert`` each; pinned new members at once, by extents: a pinned insert adds no
+        candidate, so with c fixed over the batch all land in one segment."""
+        budget = self._budget
+        if pinned and type(uids) is range and budget.capacity is not None:  # a decode step's pages
+            a, b = uids.start, uids.stop
+            if uids.step == 1 and a < b and a >> UNIT_BITS == (b - 1) >> UNIT_BITS:
+                if not self._holds_any(a, b):
+                    budget.grow((b - a) * self._unit)
+                    self._held.add(a, b, self._room_seg())
+                    return
+        if not isinstance(uids, range):
+            uids = list(uids)
+        extents = _increasing_extents(uids)
+        n = len(uids)
+        if (
+            not (pinned and extents)
+            or (budget.capacity is None and budget.hwm < budget.resident + n * self._unit)
+            or any(self._holds_any(a, b) for a, b in extents)
+        ):
+            EvictionPolicy.insert_many(self, uids, now, pinned)
+            return
+        budget.grow(n * self._unit)
+        seg = self._room_seg()
+        for a, b in extents:
+            self._held.add(a, b, seg)
+
+    def _holds_any(self, a: int, b: int) -> bool:
+        """Is any of ``a .. b-1`` (one bucket) a member, pinned or not?"""
+        if self._held.count_in(a, b):
+            return True
+        for q in self._q:
+            if q.holds_any(a, b):
+                return True
+        return False
+
+    def acquire(self, uids, now: float) -> None:
+        """``access`` then ``pin`` each, in page order. For a whole session of candidates, by
+        extents of one segment: in a segment below S3, the first unit's promotion fills the segment
+        above past its share when it was full, so that segment's LRU unit cools down into this
+        one; each later unit goes up and is pinned at once, leaving the one above as it was."""
+        plan = self._acquire_plan(uids)
+        if plan is None:
+            EvictionPolicy.acquire(self, uids, now)
+            return
+        q, held, top, m = self._q, self._held, self.n_seg - 1, self._share()
+        bucket = uids[0] >> UNIT_BITS
+        k = 0
+        while k < len(plan):
+            a, b, seg = plan[k]
+            k += 1
+            q[seg].discard_extent(a, b)
+            if seg == top:
+                held.add(a, b, top)
+                continue
+            held.add(a, b, seg + 1)
+            if len(q[seg + 1]) >= m:
+                cooled = q[seg + 1].pop(1)[0]
+                q[seg].push(cooled)
+                if cooled >> UNIT_BITS == bucket:  # one of this session's later units
+                    _move_to_segment(plan, k, cooled, seg)
+
+    def _acquire_plan(self, uids) -> list[list[int]] | None:
+        """The session's candidates as sorted extents ``[first, stop, segment]`` when ``uids`` are
+        exactly they, none of its units is pinned, and every segment above S0 is within its share
+        (so a cooled unit never cascades); else None."""
+        if len(uids) < 2:
+            return None
+        bucket = uids[0] >> UNIT_BITS
+        m = self._share()
+        if (
+            uids[-1] >> UNIT_BITS != bucket
+            or self._held.holds_bucket(bucket)
+            or m < 1
+            or any(len(q) > m for q in self._q[1:])
+        ):
+            return None
+        plan = sorted([a, b, seg] for seg, q in enumerate(self._q) for a, b in q.extents_in(bucket))
+        if sum(b - a for a, b, _ in plan) != len(uids):
+            return None
+        if isinstance(uids, range):
+            exact = uids.step == 1 and plan[0][0] >= uids.start and plan[-1][1] <= uids.stop
+        else:
+            exact = list(chain.from_iterable(range(a, b) for a, b, _ in plan)) == list(uids)
+        return plan if exact else None
+
+    def release(self, uids, now: float) -> None:
+        """``unpin`` each, in page order. For a whole pinned session, by extents: each enters its
+        segment's MRU end, and the segment's oldest units over its share go down to the next, a
+        run cascading as its units would one by one."""
+        ext = self._held.bucket(uids[0] >> UNIT_BITS) if len(uids) > 1 else []
+        if not ext or not _covers_exactly(ext, uids):
+            EvictionPolicy.release(self, uids, now)
+            return
+        self._held.pop_bucket(uids[0] >> UNIT_BITS)
+        for a, b, seg in ext:
+            self._pour_run(seg, a, b)
+
+    def _pour_run(self, i: int, a: int, b: int) -> None:
+        """Units ``a .. b-1`` enter segment i's MRU end in order; segment i, then the ones below,
+        cool as they would after each unit."""
+        q, m = self._q, self._share()
+        q[i].push_run(a, b)
+        while i > 0 and len(q[i]) > m:
+            runs = q[i].pop_runs(len(q[i]) - m)  # the oldest units over its share go down
+            i -= 1
+            for first, stop in runs:
+                q[i].push_run(first, stop)
+
+    def remove_many(self, uids, pinned: bool = False) -> None:
+        """``remove`` each; pinned members at once, by extents."""
+        if not isinstance(uids, range):
+            uids = list(uids)
+        extents = _increasing_extents(uids)
+        held = self._held
+        if not extents or any(held.count_in(a, b) != b - a for a, b in extents):
+            EvictionPolicy.remove_many(self, uids, pinned)
+            return
+        for a, b in extents:
+            held.cut(a, b)
+        self._budget.shrink(len(uids) * self._unit)
+
+    # -- a demotion batch -------------------------------------------------------------------------
+    def take_in(self, uids, free_bytes: int, now: float) -> list[int]:
+        if self._budget.capacity is None:  # c would move with every unit: one at a time
+            return EvictionPolicy.take_in(self, uids, free_bytes, now)
+        victims = self.take_in_extents(extents_of(list(uids)), free_bytes, now)
+        return list(chain.from_iterable(starmap(range, victims)))
+
+    def take_in_extents(
+        self, extents: list[tuple[int, int]], free_bytes: int, now: float
+    ) -> list[tuple[int, int]]:
+        """``take_in`` by stretches: the first ``free_bytes // unit`` units enter without a victim,
+        each later one after the LRU unit of the lowest segment leaves. Units enter the lowest
+        segment with room (S0 if none), so a stretch goes in at once while neither its segment nor
+        the victims' segment changes."""
+        if self._budget.capacity is None:
+            uids = list(chain.from_iterable(starmap(range, extents)))
+            return extents_of(EvictionPolicy.take_in(self, uids, free_bytes, now))
+        free = max(0, free_bytes // self._unit)
+        victims: list[tuple[int, int]] = []
+        for a, b in extents:
+            while a < b:
+                k = self._enter_free(a, b, free) if free else self._enter_evicting(a, b, victims)
+                free = max(0, free - k)
+                a += k
+        return join_extents(victims)
+
+    def _enter_free(self, a: int, b: int, free: int) -> int:
+        """Units from ``a`` (before ``b``) enter without a victim, while they fit in ``free`` units
+        and the segment they enter keeps room (or none has room); how many entered."""
+        q, m = self._q, self._share()
+        seg = self._room_seg()
+        k = min(b - a, free, m - len(q[seg]) if len(q[seg]) < m else b - a)
+        q[seg].push_run(a, a + k)
+        self._budget.grow(k * self._unit)
+        return k
+
+    def _enter_evicting(self, a: int, b: int, victims: list[tuple[int, int]]) -> int:
+        """Units from ``a`` (before ``b``) enter, each after one victim leaves; the victims are added
+        to ``victims``. How many entered."""
+        q, m = self._q, self._share()
+        low = next((i for i, s in enumerate(q) if len(s)), None)
+        if low is None:
+            raise AssertionError(f"{type(self).__name__}: no victim to make room for {a}")
+        if low == 0 and (len(q[0]) <= m or m < 1):
+            # the unit enters S0, where the victims leave: S0 turns over as a queue
+            q[0].push_run(a, b)
+            victims += q[0].pop_runs(b - a)
+            return b - a
+        if low == 0:  # S0 over its share: the units go up to the lowest segment with room
+            up = next(i for i in range(1, self.n_seg) if len(q[i]) < m or i == self.n_seg - 1)
+            if len(q[up]) < m:
+                k = min(b - a, len(q[0]) - m, m - len(q[up]))
+                victims += q[0].pop_runs(k)
+                q[up].push_run(a, a + k)
+                return k
+        # one unit: its victim empties a segment or leaves room below the lowest non-empty one
+        victims += q[low].pop_runs(1)
+        q[self._room_seg()].push(a)
+        return 1
+
+    # -- the choice ------------------------------------------------------------------------------
+    def _add(self, uid: int, now: float) -> None:
+        self.insert(uid, now)
+
+    def _discard(self, uid: int) -> None:
+        self.remove(uid)
+
+    def peek(self, now: float) -> int | None:
+        return next((q.first() for q in self._q if len(q)), None)
+
+    def evict_bytes(self, nbytes: int, now: float) -> list[int]:
+        """Successive victims: the LRU units of the lowest segment, then of the next (an eviction
+        makes no segment go over its share, so nothing cools in between)."""
+        return list(chain.from_iterable(starmap(range, self._take_runs(nbytes))))
+
+    def evict_extents(self, nbytes: int, now: float) -> list[tuple[int, int]]:
+        runs = self._take_runs(nbytes)
+        return join_extents(sorted(runs) if self.drops_victims else runs)
+
+    def _take_runs(self, nbytes: int) -> list[tuple[int, int]]:
+        """Evict the units ``nbytes`` need (fewer when the candidates run out), the oldest of each
+        segment, lowest first, as runs."""
+        n = -(-nbytes // self._unit)
+        out: list[tuple[int, int]] = []
+        taken = 0
+        for q in self._q:
+            if taken >= n:
+                break
+            runs = q.pop_runs(n - taken)
+            taken += sum(b - a for a, b in runs)
+            out += runs
+        self._budget.shrink(taken * self._unit)
+        return out
+
+    def segment(self, uid: int) -> int | None:
+        """The segment (0 = probation) the unit belongs to, or None."""
+        seg = self._seg_of(uid)
+        return self._held.segment(uid) if seg is None else seg
+
+    def __len__(self) -> int:
+        return sum(map(len, self._q))
+
+    def __contains__(self, uid: int) -> bool:
+        return self._seg_of(uid) is not None
+
+
+def _increasing_extents(uids) -> list[tuple[int, int]]:
+    """``uids`` as extents (first, stop), each within one bucket, when they increase strictly;
+    else (or when empty) an empty list."""
+    if isinstance(uids, range):
+        if uids.step != 1 or not uids or uids[0] >> UNIT_BITS != uids[-1] >> UNIT_BITS:
+            return []
+        return [(uids.start, uids.stop)]
+    extents = extents_of(uids)
+    for (_, stop), (first, _) in pairwise(extents):
+        if first < stop:
+            return []
+    if any(a >> UNIT_BITS != (b - 1) >> UNIT_BITS for a, b in extents):
+        return []
+    return extents
+
+
+def _covers_exactly(extents: list[list[int]], uids) -> bool:
+    """Are ``uids`` (in page order) exactly the uids of the sorted ``extents``?"""
+    if sum(b - a for a, b, _ in extents) != len(uids):
+        return False
+    if isinstance(uids, range):
+        return uids.step == 1 and extents[0][0] >= uids.start and extents[-1][1] <= uids.stop
+    return list(chain.from_iterable(range(a, b) for a, b, _ in extents)) == list(uids)
+
+
+def _move_to_segment(plan: list[list[int]], k: int, uid: int, seg: int) -> None:
+    """In the sorted extents ``plan[k:]``, ``uid`` is now in ``seg``: its extent is split."""
+    j = next(j for j in range(k, len(plan)) if plan[j][0] <= uid < plan[j][1])
+    a, b, old = plan[j]
+    pieces = [[a, uid, old], [uid, uid + 1, seg], [uid + 1, b, old]]
+    plan[j : j + 1] = [p for p in pieces if p[0] < p[1]]
