@@ -25,6 +25,15 @@ it returns to the MRU end of T2 if it was in T2 or was accessed, else of T1 (the
 ``access`` before ``pin``, so a unit a turn used returns to T2). A unit inserted pinned (a miss,
 placed for a running turn) joins T1, or T2 if its key was in a ghost, when it is released.
 
+Where every unit has one size (``view.unit_bytes``: the engine), ``ARC`` builds a ``RunARC``: the
+four lists and the pinned units are ``RunList``s (``sim.policies.run_lists``), so a session's pages
+entering, moving between lists, leaving a ghost list or being evicted together cost O(runs), not
+O(pages). Its eviction takes victims a stretch at a time, a stretch being as many victims as keep
+the same trim (B1's LRU, B2's LRU or none) and the same list giving them, and a demotion batch
+(``take_in``) alternates evict/insert a stretch at a time where that leaves every list's size as it
+was. The cachesim's objects have sizes, so it keeps the dict form; the two are checked against each
+other call by call (tests/policies/test_run_arc.py).
+
 Differences from libCacheSim: none on cachesim streams with positive sizes (tested request by
 request, unit and variable sizes). libCacheSim keeps ghost entries in its hash table; here they live
 in B1/B2 only.
@@ -32,12 +41,15 @@ in B1/B2 only.
 
 from __future__ import annotations
 
+import math
 from collections import OrderedDict
-from itertools import compress
+from itertools import chain, compress, starmap
 
 from sim.policies.base import EvictionPolicy
 from sim.policies.registry import register
+from sim.policies.run_lists import RunList
 from sim.policies.structures import ByteBudget, GhostFIFO, consume
+from sim.units import UNIT_BITS, extents_of, join_extents
 
 
 @register("arc")
@@ -48,6 +60,12 @@ class ARC(EvictionPolicy):
     # uids evicted from this tier; a page index a token budget pruned was on the GPU when it went,
     # so its ghost entry, if any, was taken when it came back).
     grows_in_bulk = True
+
+    def __new__(cls, ctx=None, *args, **kwargs):
+        # Where every unit has one size (the engine), the lists are kept as runs (``RunARC``).
+        if cls is ARC and getattr(getattr(ctx, "view", None), "unit_bytes", None):
+            cls = RunARC
+        return super().__new__(cls)
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
@@ -355,3 +373,425 @@ class ARC(EvictionPolicy):
 
     def __contains__(self, uid: int) -> bool:
         return uid in self._t1 or uid in self._t2
+
+
+def _steps_above(top: int, floor, unit: int) -> int:
+    """How many of ``top``, ``top - unit``, ``top - 2 unit`` ... are > ``floor`` (an int or a
+    float, compared exactly), i.e. how many steps of ``unit`` keep a value above a bound."""
+    if top <= floor:
+        return 0
+    if isinstance(floor, int):
+        return (top - floor + unit - 1) // unit
+    k = math.ceil((top - floor) / unit)  # in floats: then made exact
+    while k > 1 and top - (k - 1) * unit <= floor:
+        k -= 1
+    while top - k * unit > floor:
+        k += 1
+    return k
+
+
+def _steps_at_least(top: int, floor: int, unit: int) -> int:
+    """How many of ``top``, ``top - unit`` ... are >= ``floor``."""
+    return (top - floor) // unit + 1 if top >= floor else 0
+
+
+def _runs_of(uids) -> list[tuple[int, int]] | None:
+    """``uids`` as increasing runs, or None when they do not increase strictly."""
+    if isinstance(uids, range):
+        return [(uids.start, uids.stop)] if uids.step == 1 and len(uids) else None
+    runs = extents_of(uids)
+    if any(a >= b for (_, a), (b, _) in zip(runs, runs[1:], strict=False)):
+        return None
+    return runs
+
+
+class RunARC(ARC):
+    """ARC where every unit has one size (``view.unit_bytes``): T1, T2, B1 and B2 and the pinned
+    units (by the list they return to) are ``RunList``s, so a session's pages moving together cost
+    O(runs), and the sizes are counts times the unit. ``ARC`` builds one of these whenever its view
+    has a unit size; the decisions are ARC's, unit for unit."""
+
+    # The same names as ARC's lists (the hand tests read them), here as runs.
+    _t1: RunList  # type: ignore[assignment]
+    _t2: RunList  # type: ignore[assignment]
+    _b1: RunList  # type: ignore[assignment]
+    _b2: RunList  # type: ignore[assignment]
+
+    def __init__(self, ctx) -> None:
+        EvictionPolicy.__init__(self, ctx)
+        self._unit: int = ctx.view.unit_bytes
+        self._t1 = RunList()  # LRU first
+        self._t2 = RunList()
+        self._b1 = RunList()  # ghosts: entries leave by a hit or
+        self._b2 = RunList()  # from the old end, so FIFO = LRU
+        self._h1 = RunList()  # pinned, returning to T1 (order unused)
+        self._h2 = RunList()  # pinned, returning to T2
+        self.p = 0.0
+        self._budget = ByteBudget()
+        self._incoming = None
+
+    def _bytes(self) -> tuple[int, int, int, int]:
+        u = self._unit
+        return len(self._t1) * u, len(self._t2) * u, len(self._b1) * u, len(self._b2) * u
+
+    # -- the incoming request --------------------------------------------------------------------
+    def admitting(self, uid: int, now: float) -> None:
+        self._incoming = (uid, self._unit, self._ghost_hit(uid))
+
+    def _ghost_hit(self, uid: int) -> int:
+        """Cases II and III of the paper: adapt p and take the key out of its ghost."""
+        _, _, b1b, b2b = self._bytes()
+        if self._b1.discard(uid):
+            delta = max(b2b / b1b, 1) if b1b > 0 else 1
+            self.p = min(self.p + delta, self._c())
+            return 1
+        if self._b2.discard(uid):
+            delta = max(b1b / b2b, 1) if b2b > 0 else 1
+            self.p = max(self.p - delta, 0)
+            return 2
+        return 0
+
+    # -- membership ------------------------------------------------------------------------------
+    def insert(self, uid: int, now: float, pinned: bool = False) -> None:
+        inc = self._incoming
+        ghost = inc[2] if inc is not None and inc[0] == uid else self._ghost_hit(uid)
+        self._incoming = None
+        self._budget.grow(self._unit)
+        if pinned:
+            (self._h2 if ghost else self._h1).push(uid)
+        else:
+            (self._t2 if ghost else self._t1).push(uid)
+
+    def insert_many(self, uids, now: float, pinned: bool = False) -> None:
+        """``insert`` each, in order, as runs: the ghosts among them are taken out of B1/B2 by run,
+        p adapts hit by hit in page order, and each list takes its units in page order."""
+        runs = _runs_of(uids) if self._incoming is None else None
+        if runs is None:
+            EvictionPolicy.insert_many(self, uids, now, pinned)
+            return
+        runs = list(_one_bucket(runs))
+        count = sum(s - a for a, s in runs)
+        hits1 = [r for a, s in runs for r in self._b1.take_range(a, s)]
+        hits2 = [r for a, s in runs for r in self._b2.take_range(a, s)]
+        seen_once, seen_before = (self._h1, self._h2) if pinned else (self._t1, self._t2)
+        if hits1 or hits2:
+            self._adapt_p(hits1, hits2)
+            hits = join_extents(sorted(hits1 + hits2))
+            seen_before.push_runs(hits)
+            runs = _less(runs, hits)
+        self._budget.grow(self._unit * count)
+        seen_once.push_runs(runs)
+
+    def _adapt_p(self, hits1: list[tuple[int, int]], hits2: list[tuple[int, int]]) -> None:
+        """``_ghost_hit``'s changes to p for a batch's ghost hits, in page order: B1's runs
+        ``hits1`` and B2's ``hits2``, already taken out of their lists."""
+        u, c, p = self._unit, self._c(), self.p
+        b1b = (len(self._b1) + sum(s - a for a, s in hits1)) * u
+        b2b = (len(self._b2) + sum(s - a for a, s in hits2)) * u
+        for a, s, ghost in sorted([(a, s, 1) for a, s in hits1] + [(a, s, 2) for a, s in hits2]):
+            for _ in range(s - a):
+                if ghost == 1:
+                    p = min(p + (max(b2b / b1b, 1) if b1b > 0 else 1), c)
+                    b1b -= u
+                else:
+                    p = max(p - (max(b1b / b2b, 1) if b2b > 0 else 1), 0)
+                    b2b -= u
+        self.p = p
+
+    def access(self, uid: int, now: float) -> None:
+        self._incoming = None
+        if self._t2.discard(uid) or self._t1.discard(uid):
+            self._t2.push(uid)
+        elif self._h1.discard(uid):
+            self._h2.push(uid)
+
+    def pin(self, uid: int) -> None:
+        if self._t1.discard(uid):
+            self._h1.push(uid)
+        elif self._t2.discard(uid):
+            self._h2.push(uid)
+
+    def unpin(self, uid: int, now: float) -> None:
+        if self._h1.discard(uid):
+            self._t1.push(uid)
+        elif self._h2.discard(uid):
+            self._t2.push(uid)
+        else:
+            self.insert(uid, now)
+
+    def acquire(self, uids, now: float) -> None:
+        """``access`` then ``pin`` each: a member leaves T1/T2 for good and returns to T2."""
+        self._incoming = None
+        runs = _runs_of(uids)
+        if runs is None:
+            EvictionPolicy.acquire(self, uids, now)
+            return
+        held: list[tuple[int, int]] = []
+        for a, s in _one_bucket(runs):
+            for lst in (self._t1, self._t2, self._h1):
+                held += lst.take_range(a, s)
+        self._h2.push_runs(join_extents(sorted(held)))
+
+    def release(self, uids, now: float) -> None:
+        """``unpin`` each, in page order: each list takes its units as runs, in page order."""
+        runs = _runs_of(uids)
+        h1, h2 = self._h1, self._h2
+        if runs is None or any(
+            h1.count_in(a, s) + h2.count_in(a, s) < s - a for a, s in _one_bucket(runs)
+        ):
+            EvictionPolicy.release(self, uids, now)
+            return
+        for a, s in _one_bucket(runs):
+            self._t1.push_runs(h1.take_range(a, s))
+            self._t2.push_runs(h2.take_range(a, s))
+
+    def remove(self, uid: int, pinned: bool = False) -> None:
+        for lst in (self._h1, self._h2, self._t1, self._t2):
+            if lst.discard(uid):
+                self._budget.shrink(self._unit)
+                return
+
+    def remove_many(self, uids, pinned: bool = False) -> None:
+        runs = _runs_of(uids)
+        if runs is None:
+            EvictionPolicy.remove_many(self, uids, pinned)
+            return
+        gone = 0
+        for a, s in _one_bucket(runs):
+            for lst in (self._h1, self._h2, self._t1, self._t2):
+                gone += sum(y - x for x, y in lst.take_range(a, s))
+        self._budget.shrink(self._unit * gone)
+
+    # -- eviction --------------------------------------------------------------------------------
+    def _plan(self):
+        inc = self._incoming
+        size, ghost = (inc[1], inc[2]) if inc is not None else (0, 0)
+        c = self._c()
+        t1b, t2b, b1b, b2b = self._bytes()
+        trim_b1 = trim_b2 = False
+        if not ghost:  # case IV
+            if t1b + b1b + size > c:
+                if b1b > 0:
+                    trim_b1 = True
+                elif t1b:  # T1 >= c: evict from T1, no ghost
+                    return (self._t1.first(), 1, False, False, False)
+            elif t1b + b1b + t2b + b2b >= 2 * c and b2b > 0:
+                trim_b2 = True
+        if not t1b:
+            lst = 2 if t2b else 0
+        elif not t2b:
+            lst = 1
+        else:
+            lst = 1 if t1b > self.p or (t1b == self.p and ghost == 2) else 2
+        if lst == 0:
+            return None
+        uid = (self._t1 if lst == 1 else self._t2).first()
+        return (uid, lst, trim_b1, trim_b2, True)
+
+    def evict(self, now: float) -> int | None:
+        plan = self._plan()
+        if plan is None:
+            return None
+        uid, lst, trim_b1, trim_b2, ghost = plan
+        if trim_b1:
+            self._b1.pop_runs(1)
+        if trim_b2:
+            self._b2.pop_runs(1)
+        (self._t1 if lst == 1 else self._t2).pop_runs(1)
+        self._budget.shrink(self._unit)
+        if ghost:
+            (self._b1 if lst == 1 else self._b2).push(uid)
+        return uid
+
+    def evict_bytes(self, nbytes: int, now: float) -> list[int]:
+        if self._incoming is not None:
+            return super().evict_bytes(nbytes, now)
+        return list(chain.from_iterable(starmap(range, self._evict_runs(nbytes))))
+
+    def evict_extents(self, nbytes: int, now: float) -> list[tuple[int, int]]:
+        if self._incoming is not None:
+            return super().evict_extents(nbytes, now)
+        runs = self._evict_runs(nbytes)
+        return join_extents(sorted(runs) if self.drops_victims else runs)
+
+    def _evict_runs(self, nbytes: int) -> list[tuple[int, int]]:
+        """The victims of ``nbytes`` (no request incoming) as runs, in eviction order: the same
+        victims, trims and ghosts as victim by victim, taken a stretch at a time. Within a stretch
+        the trim (B1's LRU, B2's LRU or none) and the list giving victims stay the same, and so
+        each list's changes are one batch (p and c do not change while evicting)."""
+        u, c, p = self._unit, self._c(), self.p
+        t1, t2, b1, b2 = self._t1, self._t2, self._b1, self._b2
+        out: list[tuple[int, int]] = []
+        left = -(-nbytes // u)
+        while left > 0:
+            t1b, t2b, b1b, b2b = self._bytes()
+            total = t1b + t2b + b1b + b2b
+            k = left
+            trim = 0
+            if t1b + b1b > c:  # case IV, incoming size 0
+                if b1b > 0:
+                    trim = 1  # each victim leaves T1 + B1 one unit smaller
+                    k = min(k, _steps_above(t1b + b1b, c, u))
+                elif t1b:  # T1 >= c: T1's LRU goes, no ghost, while T1 > c
+                    k = min(k, _steps_above(t1b, c, u))
+                    out += join_extents(t1.pop_runs(k))
+                    self._budget.shrink(k * u)
+                    left -= k
+                    continue
+                else:
+                    k = 1
+            elif total >= 2 * c:
+                if b2b > 0:
+                    trim = 2  # each victim leaves the four lists one unit smaller
+                    k = min(k, _steps_at_least(total, 2 * c, u))
+                else:
+                    trim = -1  # no trim until a victim enters B2
+            if not t1b:
+                lst = 2 if t2b else 0
+            elif not t2b:
+                lst = 1
+            else:
+                lst = 1 if t1b > p else 2
+            if lst == 0:
+                break
+            if lst == 1:
+                k = min(k, len(t1))
+                if t2b:  # T1 stays above p
+                    k = min(k, _steps_above(t1b, p, u))
+                if trim == 2:  # B2 runs out
+                    k = min(k, len(b2))
+            else:
+                k = min(k, len(t2))
+                if trim == 1:  # B1 runs out
+                    k = min(k, len(b1))
+                elif trim == -1:  # the first ghost in B2 starts its trims
+                    k = 1
+            victims = join_extents((t1 if lst == 1 else t2).pop_runs(k))
+            ghosts = b1 if lst == 1 else b2
+            trimmed = b1 if trim == 1 else b2 if trim == 2 else None
+            if trimmed is ghosts:  # a pop then a push, k times, keeps its length: FIFO
+                ghosts.push_runs(victims)
+                ghosts.pop_runs(k)
+            else:
+                if trimmed is not None:
+                    trimmed.pop_runs(k)
+                ghosts.push_runs(victims)
+            self._budget.shrink(k * u)
+            out += victims
+            left -= k
+        return out
+
+    def take_in(self, uids, free_bytes: int, now: float) -> list[int]:
+        if self._incoming is not None or free_bytes < 0:
+            return EvictionPolicy.take_in(self, uids, free_bytes, now)
+        victims = self._take_in_runs(extents_of(uids), free_bytes, now)
+        return list(chain.from_iterable(starmap(range, victims)))
+
+    def take_in_extents(
+        self, extents: list[tuple[int, int]], free_bytes: int, now: float
+    ) -> list[tuple[int, int]]:
+        if self._incoming is not None or free_bytes < 0:
+            return EvictionPolicy.take_in_extents(self, extents, free_bytes, now)
+        return join_extents(self._take_in_runs(extents, free_bytes, now))
+
+    def _take_in_runs(self, runs, free_bytes: int, now: float) -> list[tuple[int, int]]:
+        """``take_in`` of the uids of ``runs`` (in that order), its victims as runs in eviction
+        order. The units that fit come in first; each of the rest needs one victim before it. That
+        alternation is taken a stretch at a time where it changes no list's size (T1 and B1 give
+        as much as they take: case IV with B1 trimmed and T1's LRU evicted, or B1 empty and T1
+        over c) and no unit of the stretch is a ghost; elsewhere one unit at a time."""
+        u = self._unit
+        fits = max(0, free_bytes // u)
+        out: list[tuple[int, int]] = []
+        for a, s in runs:
+            if fits > 0:  # no victim needed
+                end = min(s, a + fits)
+                self.insert_many(range(a, end), now)
+                fits -= end - a
+                a = end
+            while a < s:
+                end = self._stretch_end(a, s)
+                if end > a:
+                    out += self._evict_then_insert(a, end)
+                    a = end
+                    continue
+                victim = self.evict(now)
+                if victim is None:
+                    raise AssertionError(f"ARC: no victim to make room for {a}")
+                out.append((victim, victim + 1))
+                self.insert(a, now)
+                a += 1
+        return out
+
+    def _steady_t1(self) -> bool:
+        """Does each victim come from T1's LRU and leave T1, B1 (and B2, T2) as long as they were
+        once a non-ghost unit joins T1? Case IV with B1 trimmed and T1 giving the victim, or with B1
+        empty and T1 over c."""
+        t1b, t2b, b1b, _ = self._bytes()
+        if not t1b or t1b + b1b <= self._c():
+            return False
+        return not b1b or not t2b or t1b > self.p
+
+    def _stretch_end(self, a: int, s: int) -> int:
+        """Where the stretch of ``[a, s)`` that ``_evict_then_insert`` may take ends (``a``: none):
+        the state is steady and none of its uids is a ghost."""
+        if not self._steady_t1():
+            return a
+        end = s
+        for b, e in _one_bucket([(a, s)]):
+            for ghosts in (self._b1, self._b2):
+                g = ghosts.first_in(b, e)
+                if g is not None:
+                    end = min(end, g)
+            if end < e:
+                break
+        return end
+
+    def _evict_then_insert(self, a: int, s: int) -> list[tuple[int, int]]:
+        """``evict`` then ``insert`` for each of ``a .. s-1`` in a steady state (``_steady_t1``):
+        T1 (and B1, with a victim in and its oldest out) is a queue that takes as many as it gives,
+        so pushing all then popping as many is the alternation."""
+        k = s - a
+        self._t1.push_run(a, s)
+        victims = join_extents(self._t1.pop_runs(k))
+        if self._b1:
+            self._b1.push_runs(victims)
+            self._b1.pop_runs(k)
+        self._budget.shrink(k * self._unit)  # each victim leaves before its unit comes
+        self._budget.grow(k * self._unit)
+        return victims
+
+    def __len__(self) -> int:
+        return len(self._t1) + len(self._t2)
+
+    def __contains__(self, uid: int) -> bool:
+        return uid in self._t1 or uid in self._t2
+
+
+def _one_bucket(runs):
+    """``runs`` split where they cross a bucket (session) boundary."""
+    for a, s in runs:
+        while a < s:
+            end = min(s, ((a >> UNIT_BITS) + 1) << UNIT_BITS)
+            yield a, end
+            a = end
+
+
+def _less(runs: list[tuple[int, int]], taken: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The increasing runs ``runs`` less ``taken`` (increasing runs inside them)."""
+    out: list[tuple[int, int]] = []
+    i = 0
+    for a, s in runs:
+        while i < len(taken) and taken[i][1] <= a:
+            i += 1
+        while i < len(taken) and taken[i][0] < s:
+            x, y = taken[i]
+            if a < x:
+                out.append((a, x))
+            a = max(a, y)
+            if y > s:
+                break
+            i += 1
+        if a < s:
+            out.append((a, s))
+    return out

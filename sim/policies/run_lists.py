@@ -1,0 +1,277 @@
+"""``RunList``: an ordered list of uids kept as runs of consecutive uids, with range removal.
+
+ARC's four lists (T1, T2 and their ghosts B1, B2) and its pinned units, where a session's pages
+move between lists together: a whole session leaving T1 for the pinned set, coming back to T2,
+or a batch of victims entering a ghost list, is O(runs), not O(pages).
+
+A run is ``[first, stop)`` less a set of holes (uids taken out of its middle); taking uids off
+either end moves ``first`` or ``stop``. Runs are kept oldest first, keyed by the uid they started
+at (a fresh negative key if that uid starts another run already), and grouped by bucket
+(``uid >> 24``, the session) so the runs holding a uid or a range are found without a scan of the
+list; a run never spans two buckets.
+
+Costs: appending a run O(1); popping n uids from the oldest end O(runs popped); finding, counting
+or taking out the members of a range of one bucket O(runs of the bucket), plus the uids taken out
+of the middle of a run (they become holes).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+from sim.units import UNIT_BITS, join_extents
+
+BUCKET_BITS = UNIT_BITS  # a bucket is a session
+SHORT_RUN = 64  # runs this long or shorter have their uids indexed: found in O(1)
+
+
+class RunList:
+    __slots__ = ("_runs", "_in", "_long", "_where", "_n", "_spare")
+
+    def __init__(self) -> None:
+        # key -> [first, stop, holes, bucket, short]
+        self._runs: OrderedDict[int, list] = OrderedDict()
+        self._in: dict[int, set[int]] = {}  # bucket -> keys of its runs
+        self._long: dict[int, set[int]] = {}  # bucket -> keys of its long runs
+        self._where: dict[int, int] = {}  # uid -> key, for the members of short runs
+        self._n = 0  # uids in the list
+        self._spare = 0  # last negative key handed out
+
+    # -- adding ----------------------------------------------------------------------------------
+    def push_run(self, start: int, stop: int) -> None:
+        """Append uids ``start .. stop-1`` (none of them in the list) at the newest end."""
+        while start < stop:
+            b = start >> BUCKET_BITS
+            end = min(stop, (b + 1) << BUCKET_BITS)
+            key = start
+            if key in self._runs:  # that run moved on from start: a fresh key
+                self._spare -= 1
+                key = self._spare
+            short = end - start <= SHORT_RUN
+            self._runs[key] = [start, end, None, b, short]
+            keys = self._in.get(b)
+            if keys is None:
+                self._in[b] = {key}
+            else:
+                keys.add(key)
+            if short:
+                self._where.update(dict.fromkeys(range(start, end), key))
+            else:
+                longs = self._long.get(b)
+                if longs is None:
+                    self._long[b] = {key}
+                else:
+                    longs.add(key)
+            self._n += end - start
+            start = end
+
+    def push_runs(self, runs) -> None:
+        """Append each ``(first, stop)`` of ``runs`` in turn."""
+        for a, s in runs:
+            self.push_run(a, s)
+
+    def push(self, uid: int) -> None:
+        self.push_run(uid, uid + 1)
+
+    # -- finding ---------------------------------------------------------------------------------
+    def _key_of(self, uid: int) -> int | None:
+        """The key of the run holding ``uid`` (not as a hole), or None."""
+        key = self._where.get(uid)
+        if key is not None:
+            return key
+        keys = self._long.get(uid >> BUCKET_BITS)
+        if not keys:
+            return None
+        runs = self._runs
+        for key in keys:
+            first, stop, holes, _, _ = runs[key]
+            if first <= uid < stop and (holes is None or uid not in holes):
+                return key
+        return None
+
+    def __contains__(self, uid: int) -> bool:
+        return self._key_of(uid) is not None
+
+    def _overlaps(self, start: int, stop: int):
+        """(key, run, lo, hi) for each run of ``start``'s bucket that meets ``[start, stop)``
+        (which lies in one bucket), ``[lo, hi)`` being the part in the range."""
+        keys = self._in.get(start >> BUCKET_BITS)
+        if not keys:
+            return []
+        out = []
+        runs = self._runs
+        for key in keys:
+            run = runs[key]
+            lo, hi = max(run[0], start), min(run[1], stop)
+            if lo < hi:
+                out.append((key, run, lo, hi))
+        return out
+
+    def count_in(self, start: int, stop: int) -> int:
+        """How many members lie in ``[start, stop)`` (one bucket)."""
+        n = 0
+        for _, run, lo, hi in self._overlaps(start, stop):
+            holes = run[2]
+            n += hi - lo - (sum(1 for h in holes if lo <= h < hi) if holes else 0)
+        return n
+
+    def first_in(self, start: int, stop: int) -> int | None:
+        """The smallest member in ``[start, stop)`` (one bucket), or None."""
+        best = None
+        for _, run, lo, hi in self._overlaps(start, stop):
+            holes = run[2]
+            while holes and lo < hi and lo in holes:
+                lo += 1
+            if lo < hi and (best is None or lo < best):
+                best = lo
+        return best
+
+    # -- taking out ------------------------------------------------------------------------------
+    def discard(self, uid: int) -> bool:
+        """Take ``uid`` out; False if it was not a member."""
+        key = self._key_of(uid)
+        if key is None:
+            return False
+        self._cut(key, self._runs[key], uid, uid + 1)
+        self._n -= 1
+        return True
+
+    def take_range(self, start: int, stop: int) -> list[tuple[int, int]]:
+        """Take out the members of ``[start, stop)``; returns them as increasing runs, consecutive
+        uids joined."""
+        out: list[tuple[int, int]] = []
+        while start < stop:
+            end = min(stop, ((start >> BUCKET_BITS) + 1) << BUCKET_BITS)
+            out += self._take_in_bucket(start, end)
+            start = end
+        return join_extents(out)
+
+    def _take_in_bucket(self, start: int, stop: int) -> list[tuple[int, int]]:
+        out: list[tuple[int, int]] = []
+        for key, run, lo, hi in self._overlaps(start, stop):
+            holes = run[2]
+            if holes:
+                inner = sorted(h for h in holes if lo <= h < hi)
+                a = lo
+                for h in inner:
+                    if a < h:
+                        out.append((a, h))
+                    a = h + 1
+                if a < hi:
+                    out.append((a, hi))
+                self._n -= hi - lo - len(inner)
+            else:
+                out.append((lo, hi))
+                self._n -= hi - lo
+            self._cut(key, run, lo, hi)
+        out.sort()
+        return out
+
+    def _cut(self, key: int, run: list, lo: int, hi: int) -> None:
+        """Remove ``[lo, hi)`` (inside the run) from the run; the count is the caller's."""
+        first, stop = run[0], run[1]
+        if run[4]:
+            self._unindex(key, lo, hi)
+        if lo == first and hi == stop:
+            self._drop(key)
+            return
+        if lo == first:
+            run[0] = hi
+        elif hi == stop:
+            run[1] = lo
+        else:  # out of the middle: holes
+            if run[2] is None:
+                run[2] = set()
+            run[2].update(range(lo, hi))
+            return
+        self._tidy(key, run)
+
+    def _tidy(self, key: int, run: list) -> None:
+        """After an end moved: forget holes outside the run, and move ends off holes."""
+        holes = run[2]
+        if holes:
+            first, stop = run[0], run[1]
+            holes.difference_update([h for h in holes if not first <= h < stop])
+            while holes and run[0] in holes:
+                holes.discard(run[0])
+                run[0] += 1
+            while holes and run[1] - 1 in holes:
+                holes.discard(run[1] - 1)
+                run[1] -= 1
+            if not holes:
+                run[2] = None
+        if run[0] >= run[1]:
+            self._drop(key)
+
+    def _unindex(self, key: int, lo: int, hi: int) -> None:
+        """``[lo, hi)`` of short run ``key`` leave the index (a uid there may be another run's)."""
+        where = self._where
+        for uid in range(lo, hi):
+            if where.get(uid) == key:
+                del where[uid]
+
+    def _drop(self, key: int) -> None:
+        first, stop, _, b, short = self._runs.pop(key)
+        keys = self._in[b]
+        keys.discard(key)
+        if not keys:
+            del self._in[b]
+        if short:
+            self._unindex(key, first, stop)
+        else:
+            longs = self._long[b]
+            longs.discard(key)
+            if not longs:
+                del self._long[b]
+
+    # -- the oldest end --------------------------------------------------------------------------
+    def first(self) -> int | None:
+        """The oldest uid, or None (runs never start on a hole)."""
+        for run in self._runs.values():
+            return run[0]
+        return None
+
+    def pop_runs(self, n: int) -> list[tuple[int, int]]:
+        """Take out the ``n`` oldest uids (fewer if the list is shorter), as (first, stop) runs of
+        consecutive uids, oldest first."""
+        out: list[tuple[int, int]] = []
+        runs = self._runs
+        while n > 0 and runs:
+            key, run = next(iter(runs.items()))
+            first, stop, holes, _, short = run
+            if holes is None:
+                end = min(stop, first + n)
+                out.append((first, end))
+                n -= end - first
+                self._n -= end - first
+            else:
+                end = a = first
+                while end < stop and n > 0:
+                    if end in holes:  # a hole ends the current extent
+                        if a < end:
+                            out.append((a, end))
+                        a = end + 1
+                    else:
+                        n -= 1
+                        self._n -= 1
+                    end += 1
+                if a < end:
+                    out.append((a, end))
+            if end >= stop:
+                self._drop(key)
+            else:
+                if short:
+                    self._unindex(key, first, end)
+                run[0] = end
+                self._tidy(key, run)
+        return out
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __iter__(self):
+        """The members, oldest first."""
+        for first, stop, holes, _, _ in list(self._runs.values()):
+            for uid in range(first, stop):
+                if holes is None or uid not in holes:
+                    yield uid
