@@ -108,12 +108,13 @@ class Clock(EvictionPolicy):
                 return stop, sorted(hits)
             look *= 2
 
-    def _turn(self, k: int, lone: bool = False) -> list[tuple[int, int]] | None:
+    def _turn(self, k: int, out: list[tuple[int, int]], lone: bool = False) -> int | None:
         """Move the hand over the oldest stretch of consecutive candidates until ``k`` victims
         leave or the stretch ends: a unit with its bit set goes to the newest end with the bit
         cleared, one with a clear bit leaves. ``lone``: stop before the first second chance that
-        follows a victim (``take_in``'s new units enter between them). The victims as extents in
-        order (none when every unit had its bit set), or None when there is no candidate."""
+        follows a victim (``take_in``'s new units enter between them). Appends the victims to
+        ``out`` as extents in order and returns how many (0 when every unit had its bit set), or
+        None when there is no candidate."""
         order = self._order
         head = order.head_run()
         if head is None:
@@ -122,28 +123,29 @@ class Clock(EvictionPolicy):
         referenced = self._referenced
         if not referenced or referenced.isdisjoint(range(a, min(s, a + k))):
             n = min(k, s - a)
-            order.pop_runs(n)
-            return [(a, a + n)]
+            order.drop_head(n)
+            out.append((a, a + n))
+            return n
         limit, hits = self._bits_ahead(a, s, k)
-        victims: list[tuple[int, int]] = []
         again: list[int] = []
-        pos = a
+        pos, want = a, k
         for h in hits:
             if h > pos:
                 if lone or h - pos >= k:
                     limit = h
                     break
-                victims.append((pos, h))
+                out.append((pos, h))
                 k -= h - pos
             again.append(h)
             pos = h + 1
         end = min(limit, pos + k)
         if end > pos:
-            victims.append((pos, end))
-        order.pop_runs(end - a)
+            out.append((pos, end))
+            k -= end - pos
+        order.drop_head(end - a)
         if again:
             self._second_chance(again)
-        return victims
+        return want - k
 
     def _second_chance(self, again: list[int]) -> None:
         """These members (taken out, increasing) enter again at the newest end, bits cleared."""
@@ -156,12 +158,11 @@ class Clock(EvictionPolicy):
         """The next ``k`` victims (fewer if the candidates run out), as extents in order."""
         out: list[tuple[int, int]] = []
         while k > 0:
-            got = self._turn(k)
+            got = self._turn(k, out)
             if got is None:
                 break
-            out += got
-            k -= sum(s - a for a, s in got)
-        return join_extents(out)
+            k -= got
+        return join_extents(out) if len(out) > 1 else out
 
     def evict(self, now: float) -> int | None:
         got = self._hand(1)
@@ -178,7 +179,7 @@ class Clock(EvictionPolicy):
         if n is None:
             return super().evict_extents(nbytes, now)
         extents = self._hand(n)
-        return join_extents(sorted(extents)) if self.drops_victims else extents
+        return join_extents(sorted(extents)) if self.drops_victims and len(extents) > 1 else extents
 
     # -- demotions into a full tier --------------------------------------------------------------
     def _fresh(self, extents: list[tuple[int, int]]) -> bool:
@@ -212,11 +213,9 @@ class Clock(EvictionPolicy):
         enter(min(room, total))
         need = total - room
         while need > 0:
-            got = self._turn(need, lone=True)
-            if got is None:
+            n = self._turn(need, out, lone=True)
+            if n is None:
                 raise AssertionError(f"{type(self).__name__}: no victim to make room")
-            n = sum(s - a for a, s in got)
-            out += got
             enter(n)
             need -= n
         return join_extents(out)

@@ -436,6 +436,25 @@ class RunOrder:
         u = next(u for u in self._members(e) if u not in st)
         return u, u + 1
 
+    def drop_head(self, n: int) -> None:
+        """Take out the first ``n`` of the stretch ``head_run`` just named (``n`` at most its
+        length): ``pop_runs(n)`` without listing them, in O(1) where the run is plain."""
+        e = self._lo
+        b = self._bucket[e]
+        if b in self._pins or self._holes[e]:
+            self.pop_runs(n)
+            return
+        first = self._first
+        first[e] += n
+        if first[e] >= self._stop[e]:
+            self._retire(e)
+        self._n -= n
+        left = self._count[b] - n
+        if left:
+            self._count[b] = left
+        else:
+            self._forget(b)
+
     def members_among(self, uids) -> list[int]:
         """Those of ``uids`` that are members, in order (all of them, at once, where they are all
         of a session's members)."""

@@ -223,3 +223,34 @@ def test_take_in_lets_each_new_unit_in_after_its_victim():
     ]
     assert ref.take_in(new, 0) == [old[0], old[2]]
     assert list(pol._order.candidates()) == ref.candidates() == [new[0], old[1], new[1]]
+
+
+def test_a_pinned_insert_between_two_evictions_keeps_its_place_among_second_chances():
+    """Why CLOCK does not declare ``grows_in_bulk``: a decode step's page enters (pinned) between
+    one step's eviction and the next, behind the units the first eviction sent round and before
+    those the second sends. Evicting for both steps first, then taking both pages in, gives the
+    same victims but another order once the pages are released."""
+
+    def order(step_by_step: bool) -> list[int]:
+        pol = _clock(True)
+        r1, x, r2, y = (s << UNIT_BITS for s in range(4))
+        for u in (r1, x, r2, y):
+            pol.insert(u, 0.0)
+        pol.access(r1, 0.0)
+        pol.access(r2, 0.0)
+        p1, p2 = (9 << UNIT_BITS) + 0, (9 << UNIT_BITS) + 1
+        if step_by_step:
+            assert pol.evict_extents(UNIT, 0.0) == [(x, x + 1)]
+            pol.insert_many([p1], 0.0, pinned=True)
+            assert pol.evict_extents(UNIT, 0.0) == [(y, y + 1)]
+            pol.insert_many([p2], 0.0, pinned=True)
+        else:
+            assert pol.evict_extents(2 * UNIT, 0.0) == [(x, x + 1), (y, y + 1)]
+            pol.insert_many([p1, p2], 0.0, pinned=True)
+        pol.release([p1, p2], 0.0)
+        return list(pol._order.candidates())
+
+    r1, r2, p1, p2 = 0, 2 << UNIT_BITS, 9 << UNIT_BITS, (9 << UNIT_BITS) + 1
+    assert order(True) == [r1, p1, r2, p2]
+    assert order(False) == [r1, r2, p1, p2]
+    assert not Clock.grows_in_bulk
