@@ -35,6 +35,9 @@ class Sieve(EvictionPolicy):
     def insert(self, uid: int, now: float, pinned: bool = False) -> None:
         self._order.enter(uid, candidate=not pinned)
 
+    def insert_many(self, uids, now: float, pinned: bool = False) -> None:
+        self._order.enter_many(uids, candidate=not pinned)
+
     def access(self, uid: int, now: float) -> None:
         self._order.mark(uid)
 
@@ -73,13 +76,7 @@ class Sieve(EvictionPolicy):
         n = self._units_in(nbytes)
         if n is None:
             return super().evict_bytes(nbytes, now)
-        sweep, out = self._order.sweep, []
-        for _ in range(n):
-            uid = sweep()
-            if uid is None:
-                break
-            out.append(uid)
-        return out
+        return self._order.sweep_many(n)
 
     def __len__(self) -> int:
         return len(self._order)

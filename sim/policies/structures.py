@@ -14,12 +14,17 @@ next victim is a C-level scan.
 from __future__ import annotations
 
 import heapq
+from array import array
 from bisect import bisect_left, insort
 from collections import OrderedDict, deque
 from collections.abc import Sequence
 from functools import partial
 from itertools import compress, islice, repeat
-from operator import is_not
+from operator import and_, countOf, is_not
+
+import numpy as np
+
+from sim.units import UNIT_BITS, UNIT_MASK
 
 
 def _run_within(uids: list[int], first: int, stop: int, holes: set[int] | None) -> bool:
@@ -440,107 +445,269 @@ class EntryOrder:
         return s is not None and self._flag[s] == 1
 
 
-_PASS = bytes.maketrans(b"\x03", b"\x01")  # a marked candidate's mark cleared, other states kept
+# SweepOrder's state bytes: MEMBER | CAND | MARK; 0 is an entry whose member left.
+_MEMBER, _CAND, _MARK = 4, 1, 2
+_UNMARKED, _MARKED = _MEMBER | _CAND, _MEMBER | _CAND | _MARK  # the candidates' two states
+
+
+def _table(pairs: dict[int, int]) -> bytes:
+    """A ``translate`` table mapping each state byte as ``pairs`` says, the others to themselves."""
+    return bytes(pairs.get(b, b) for b in range(256))
+
+
+_PASS = _table({_MARKED: _UNMARKED})  # the hand passes a marked candidate: its mark is cleared
+_SWEPT = _table({_MARKED: _UNMARKED, _UNMARKED: 0})  # ... and takes the unmarked ones out
+_BACK = _table({_MEMBER: _UNMARKED, _MEMBER | _MARK: _MARKED})  # pinned -> candidate, same mark
+_PIN = _table({_UNMARKED: _MEMBER, _MARKED: _MEMBER | _MARK})  # candidate -> pinned, same mark
+_PIN_MARKED = _table({s: _MEMBER | _MARK for s in range(_MEMBER, _MARKED + 1)})  # a hit, then pin
+_IS_CAND = _table({s: 1 if s & _CAND else 0 for s in range(256)})  # 1 for a candidate, else 0
+_IS_PINNED = _table({s: 1 if s & (_MEMBER | _CAND) == _MEMBER else 0 for s in range(256)})
+
+_IS_MEMBER = _table({s: 1 if s else 0 for s in range(256)})  # 1 for a member's entry, else 0
 
 
 class SweepOrder:
     """Members of a tier in the order they entered, each with a mark (a hit's visited bit), and a
     hand that sweeps them from the oldest to the newest: SIEVE's queue, which never reorders.
 
-    One state byte per entry number: ``CAND`` (1) while the member is a candidate (not pinned),
-    ``MARK`` (2) while it is marked; a pinned member keeps its place and its mark. So the first
-    unmarked candidate at or after entry i is ``state.find(1, i)`` (memchr, in C), and passing a
-    stretch of marked candidates (clearing their marks) is one ``translate``. ``hand`` is the entry
-    number the hand last stopped at (-1 before a sweep), ``ahead`` the candidates after it. When
-    none is left ahead the hand wraps to the oldest at once, so a unit that enters later is swept
+    One state byte per entry number: ``MEMBER`` (4) while its uid is a member there, ``CAND`` (1)
+    while that member is a candidate (not pinned), ``MARK`` (2) while it is marked; a pinned member
+    keeps its place and its mark, and an entry whose member left is 0. So the first unmarked
+    candidate at or after entry i is ``state.find(5, i)`` (memchr, in C), passing a stretch of
+    marked candidates (clearing their marks) is one ``translate``, and dropping the entries of
+    members that left is ``state.replace(b"\\0", b"")``. ``hand`` is the entry number the hand last
+    stopped at (0 before a sweep: entry 0 holds no one), ``ahead`` the candidates after it. When
+    none is left ahead the hand wraps to the start at once, so a unit that enters later is swept
     after the older ones. Entry numbers of members that left are compacted away once they are
     three quarters of the array (the hand keeps its place among the members).
+
+    Each session's units are found by page: a list per session, page -> the entry number the
+    unit last had (0: none). An entry number is never given twice between compactions, so a uid is
+    a member exactly when its entry's state is not 0, and a unit that leaves needs no bookkeeping
+    there. A batch of one session's units (the engine's: a range, or a list of its pages) looks up
+    or assigns its entry numbers as a slice of that list, in C; a batch across sessions (a decode
+    step's new pages) goes unit by unit.
+
+    Costs: the batches (``enter_many``, ``pin_many``, ``back_many``, ``sweep_many``) run their
+    per-unit work in C (list slices, ``map`` of a byte array's methods, ``translate``), with a
+    Python step per victim (one ``find``); a batch that is not the plain case (a uid listed twice,
+    or entering while a member) goes one unit at a time. ``mark``, ``leave`` and ``sweep`` are
+    O(1) plus a C-level scan; a compaction is C-level, O(entries + the pages of the sessions).
     """
 
-    __slots__ = ("_seq", "_uid_at", "_state", "_n", "hand", "ahead")
+    __slots__ = ("_entry_of", "_uid_at", "_state", "_members", "_n", "hand", "ahead")
+    compact_slack = 4096  # entry numbers of members that left kept before a compaction may run
 
     def __init__(self) -> None:
-        self._seq: dict[int, int] = {}  # uid -> entry number, for every member
-        self._uid_at: list[int] = []  # entry number -> uid (stale where the member left)
-        self._state = bytearray()  # entry number -> CAND | MARK bits
+        self._entry_of: dict[int, array] = {}  # session -> page -> its last entry number
+        self._uid_at: list[int] = [-1]  # entry number -> uid (stale where the state byte is 0)
+        self._state = bytearray(1)  # entry number -> MEMBER | CAND | MARK bits
+        self._members = 0
         self._n = 0  # candidates
-        self.hand = -1
+        self.hand = 0
         self.ahead = 0
 
     def _wrap_if_done(self) -> None:
         if not self.ahead:
-            self.hand, self.ahead = -1, self._n
+            self.hand, self.ahead = 0, self._n
 
+    # -- entry numbers by uid --------------------------------------------------------------------
+    def _entry(self, uid: int) -> int:
+        """The entry number ``uid`` had last (0 if none): a member's if its state is not 0."""
+        pages = self._entry_of.get(uid >> UNIT_BITS)
+        page = uid & UNIT_MASK
+        return pages[page] if pages is not None and page < len(pages) else 0
+
+    def _set_entry(self, uid: int, e: int) -> None:
+        pages = self._entry_of.get(uid >> UNIT_BITS)
+        if pages is None:
+            pages = self._entry_of[uid >> UNIT_BITS] = array("q")
+        page = uid & UNIT_MASK
+        if page >= len(pages):
+            pages.frombytes(bytes(8 * (page + 1 - len(pages))))
+        pages[page] = e
+
+    def _pages_of(self, uids) -> tuple[array, int, int] | None:
+        """(the page list of the session of ``uids``, grown to hold them, its first page, one past
+        its last) when they are a non-empty batch of one session, else None."""
+        if not uids:
+            return None
+        if type(uids) is range and uids.step == 1:
+            lo, hi = uids.start, uids.stop - 1
+        else:
+            lo, hi = min(uids), max(uids)
+        session = lo >> UNIT_BITS
+        if hi >> UNIT_BITS != session:
+            return None
+        pages = self._entry_of.get(session)
+        if pages is None:
+            pages = self._entry_of[session] = array("q")
+        stop = (hi & UNIT_MASK) + 1
+        if stop > len(pages):
+            pages.frombytes(bytes(8 * (stop - len(pages))))
+        return pages, lo & UNIT_MASK, stop
+
+    def _entries(self, uids) -> Sequence[int]:
+        """The entry numbers ``uids`` had last (0 if none), in order."""
+        one = self._pages_of(uids)
+        if one is None:
+            return list(map(self._entry, uids))
+        pages, first, stop = one
+        if type(uids) is range:
+            return pages[first:stop]
+        return list(map(pages.__getitem__, map(and_, uids, repeat(UNIT_MASK))))
+
+    def _set_entries(self, uids, first_entry: int) -> None:
+        """``uids`` take the entry numbers from ``first_entry`` on, in order."""
+        entries = range(first_entry, first_entry + len(uids))
+        one = self._pages_of(uids)
+        if one is None:
+            consume(map(self._set_entry, uids, entries))
+        elif type(uids) is range:
+            one[0][one[1] : one[2]] = array("q", entries)
+        else:
+            consume(map(one[0].__setitem__, map(and_, uids, repeat(UNIT_MASK)), entries))
+
+    @staticmethod
+    def _distinct(uids) -> bool:
+        return type(uids) is range or len(set(uids)) == len(uids)
+
+    @staticmethod
+    def _as_range(uids):
+        """``uids`` as a range when they are one (a session's history, listed), else as given:
+        a range's entry numbers are a slice."""
+        if type(uids) is list and uids:
+            first = uids[0]
+            if uids[-1] - first == len(uids) - 1 and uids == list(range(first, first + len(uids))):
+                return range(first, first + len(uids))
+        return uids
+
+    # -- entering --------------------------------------------------------------------------------
     def enter(self, uid: int, candidate: bool = True) -> None:
         """``uid`` enters at the newest end, unmarked (after the hand: this sweep reaches it)."""
-        if uid in self._seq:
-            self.leave(uid)
-        if _mostly_departed(len(self._uid_at) + 1, len(self._seq) + 1):
-            self._compact()
-        self._seq[uid] = len(self._uid_at)
+        self.leave(uid)
+        self._make_room_for(1)
+        self._set_entry(uid, len(self._uid_at))
         self._uid_at.append(uid)
-        self._state.append(candidate)
+        self._state.append(_UNMARKED if candidate else _MEMBER)
+        self._members += 1
         self._n += candidate
         self.ahead += candidate
 
+    def enter_many(self, uids, candidate: bool = True) -> None:
+        """``enter`` each of ``uids``, in order: when none is a member (and none is listed twice),
+        they take the next entry numbers in one step."""
+        uids = self._as_range(uids)
+        if not self._distinct(uids) or any(map(self._state.__getitem__, self._entries(uids))):
+            for uid in uids:
+                self.enter(uid, candidate)
+            return
+        k = len(uids)
+        self._make_room_for(k)
+        self._set_entries(uids, len(self._uid_at))
+        self._uid_at.extend(uids)
+        self._state.extend(bytes((_UNMARKED if candidate else _MEMBER,)) * k)
+        self._members += k
+        if candidate:
+            self._n += k
+            self.ahead += k
+
+    def _make_room_for(self, k: int) -> None:
+        """Compact before ``k`` members enter if the members that left would then hold three
+        quarters of the entry numbers (and more than a few thousand)."""
+        if len(self._uid_at) - 1 + k >= 4 * (self._members + k) + self.compact_slack:
+            self._compact()
+
+    # -- marks and pins --------------------------------------------------------------------------
     def mark(self, uid: int) -> None:
-        s = self._seq.get(uid)
-        if s is not None:
-            self._state[s] |= 2
+        s = self._entry(uid)
+        if self._state[s]:
+            self._state[s] |= _MARK
 
     def marked(self, uid: int) -> bool:
-        return bool(self._state[self._seq[uid]] & 2)
+        return bool(self._state[self._entry(uid)] & _MARK)
 
     def pin_many(self, uids, mark: bool) -> None:
-        """Each member of ``uids`` (marked first, if ``mark``) is no longer a candidate."""
-        seq, state = self._seq, self._state
-        n, ahead, hand = self._n, self.ahead, self.hand
-        for uid in uids:
-            s = seq.get(uid)
-            if s is None:
-                continue
-            v = state[s]
-            state[s] = 2 if mark else v & 2
-            if v & 1:
-                n -= 1
-                if s > hand:
-                    ahead -= 1
-                    if not ahead:  # the last one ahead: the hand wraps at once
-                        hand, ahead = -1, n
-        self._n, self.ahead, self.hand = n, ahead, hand
+        """Each member of ``uids`` (marked first, if ``mark``) is no longer a candidate.
+
+        The outcome does not depend on the order of the members: candidates after the hand leave
+        ``ahead``, and if they were all of it the hand wraps (the later ones are then ahead of it,
+        so ``ahead`` is the candidates left)."""
+        uids = self._as_range(uids)
+        if not self._distinct(uids):
+            for uid in uids:
+                self.pin_many((uid,), mark)
+            return
+        state, hand, entries = self._state, self.hand, self._entries(uids)
+        before = bytes(map(state.__getitem__, entries))  # 0 where none is a member: kept 0
+        consume(map(state.__setitem__, entries, before.translate(_PIN_MARKED if mark else _PIN)))
+        pinned = list(compress(entries, before.translate(_IS_CAND)))  # those that were candidates
+        passed = countOf(map(hand.__lt__, pinned), True)  # ... after the hand
+        self._n -= len(pinned)
+        self.ahead -= passed
+        if passed and not self.ahead:
+            self.hand, self.ahead = 0, self._n
 
     def back_many(self, uids) -> None:
         """Each pinned member is a candidate again in its old place (ahead of the hand if the hand
         has not passed it); a non-member, or a member that was no pinned one, enters anew."""
-        seq, state = self._seq, self._state
+        uids = self._as_range(uids)
+        if not self._distinct(uids) or not self._back_in_place(self._entries(uids)):
+            self._back_each(uids)
+
+    def _back_in_place(self, entries: Sequence[int]) -> bool:
+        """Make the members at ``entries`` candidates again, if they are all pinned members;
+        returns whether they were (else nothing changed)."""
+        state, k = self._state, len(entries)
+        first = entries[0] if k else 0
+        if type(entries) is array and entries == array("q", range(first, first + k)):
+            before = state[first : first + k]  # consecutive entry numbers: a slice
+            if before.translate(_IS_PINNED).count(1) < k:
+                return False
+            state[first : first + k] = before.translate(_BACK)
+            self.ahead += max(0, first + k - max(self.hand + 1, first))
+        else:
+            pinned = bytes(map(state.__getitem__, entries))
+            if pinned.translate(_IS_PINNED).count(1) < k:
+                return False
+            consume(map(state.__setitem__, entries, pinned.translate(_BACK)))
+            self.ahead += countOf(map(self.hand.__lt__, entries), True)
+        self._n += k
+        return True
+
+    def _back_each(self, uids) -> None:
+        state, entry = self._state, self._entry
         n, ahead, hand = self._n, self.ahead, self.hand
         new = []
         for uid in uids:
-            s = seq.get(uid)
-            if s is None or state[s] & 1:
+            s = entry(uid)
+            if state[s] & (_MEMBER | _CAND) != _MEMBER:  # not a pinned member
                 new.append(uid)
                 continue
-            state[s] |= 1
+            state[s] |= _CAND
             n += 1
             ahead += s > hand
         self._n, self.ahead = n, ahead
         for uid in new:  # after the others' return: entering is the only order-giving act
             self.enter(uid)
 
+    # -- leaving ---------------------------------------------------------------------------------
     def leave(self, uid: int) -> bool:
         """``uid`` leaves the tier; returns whether it was a candidate. When it was the candidate
         the hand points at (the first after it), the hand stays where it was."""
-        s = self._seq.pop(uid, None)
-        if s is None:
+        state = self._state
+        s = self._entry(uid)
+        v = state[s]
+        if not v:
             return False
-        v, state = self._state[s], self._state
         state[s] = 0
-        if not v & 1:
+        self._members -= 1
+        if not v & _CAND:
             return False
         self._n -= 1
         if s > self.hand:
             start = self.hand + 1
-            if state.find(1, start, s) < 0 and state.find(3, start, s) < 0:
+            if state.find(_UNMARKED, start, s) < 0 and state.find(_MARKED, start, s) < 0:
                 self.hand = s
             self.ahead -= 1
             self._wrap_if_done()
@@ -549,44 +716,65 @@ class SweepOrder:
     def sweep(self) -> int | None:
         """Move the hand to the first unmarked candidate, clearing the marks it passes, and take
         that candidate out (it leaves the tier); None when there is no candidate."""
-        state = self._state
-        while True:
-            if not self._n:
-                return None
-            start = self.hand + 1
-            i = state.find(1, start)
-            if i < 0:  # every candidate ahead is marked: pass them all, and wrap
-                state[start:] = state[start:].translate(_PASS)
-                self.hand, self.ahead = -1, self._n
-                continue
-            if i > start:
-                stretch = state[start:i]
-                passed = stretch.count(3)
-                if passed:
-                    state[start:i] = stretch.translate(_PASS)
-                    self.ahead -= passed
-            state[i] = 0
-            self.hand = i
-            self._n -= 1
-            self.ahead -= 1
-            uid = self._uid_at[i]
-            del self._seq[uid]
-            self._wrap_if_done()
-            return uid
+        got = self.sweep_many(1)
+        return got[0] if got else None
+
+    def sweep_many(self, k: int) -> list[int]:
+        """``sweep`` up to ``k`` times: the victims in order (fewer only when the candidates run
+        out). Each lap takes the unmarked candidates ahead of the hand, up to the k-th, and clears
+        the marks it passes on the way; a lap that reaches the end wraps the hand."""
+        out: list[int] = []
+        while len(out) < k and self._n:
+            out += self._lap(k - len(out))
+        return out
+
+    def _lap(self, k: int) -> list[int]:
+        """Up to ``k`` victims from the hand on, before it wraps."""
+        state, find = self._state, self._state.find
+        start = self.hand + 1
+        at: list[int] = []
+        i = start - 1
+        for _ in range(min(k, self.ahead)):
+            i = find(_UNMARKED, i + 1)
+            if i < 0:
+                break
+            at.append(i)
+        wraps = len(at) < k  # no k-th victim ahead: the hand passes all and wraps
+        stop = len(state) if wraps else at[-1] + 1
+        stretch = state[start:stop]
+        passed = stretch.count(_MARKED)
+        state[start:stop] = stretch.translate(_SWEPT)
+        self._members -= len(at)
+        self._n -= len(at)
+        self.ahead -= len(at) + passed
+        if wraps or not self.ahead:
+            self.hand, self.ahead = 0, self._n
+        else:
+            self.hand = at[-1]
+        return list(map(self._uid_at.__getitem__, at))
 
     def _compact(self) -> None:
-        keep, self._uid_at, self._state, self._seq = _renumbered(
-            self._seq, self._uid_at, self._state
-        )
-        self.hand = bisect_left(keep, self.hand + 1) - 1  # members at or before the hand stay so
+        """Drop the entry numbers of members that left (state 0) and renumber the rest in order;
+        the hand keeps its place among the members (after those that were at or before it)."""
+        state = self._state
+        kept = state.translate(_IS_MEMBER)
+        below = np.cumsum(np.frombuffer(kept, dtype=np.uint8))  # members up to each entry
+        renumber = below * np.frombuffer(kept, dtype=np.uint8)  # its new number (0: it left)
+        self.hand = int(below[self.hand])
+        self._uid_at = [-1, *compress(self._uid_at, kept)]
+        self._state = bytearray(1) + state.replace(b"\0", b"")
+        for session, pages in list(self._entry_of.items()):
+            entries = np.frombuffer(pages, dtype=np.int64)
+            entries[:] = renumber[entries]
+            if not entries.any():  # none of its units is a member: forget the session
+                del self._entry_of[session]
 
     def __len__(self) -> int:
         return self._n
 
     def __contains__(self, uid: int) -> bool:
         """Is ``uid`` a candidate?"""
-        s = self._seq.get(uid)
-        return s is not None and self._state[s] & 1 == 1
+        return self._state[self._entry(uid)] & _CAND == _CAND
 
 
 class RunQueue:
