@@ -36,7 +36,7 @@ class FIFO(EvictionPolicy):
         self._order.leave_many(uids)
 
     def acquire(self, uids, now: float) -> None:
-        self._order.discard_many(uids)  # a use changes nothing here: each is pinned
+        self._order.discard_all(uids)  # a use changes nothing here: each is pinned
 
     def _add(self, uid: int, now: float) -> None:
         self._order.back(uid)  # (a member the policy never saw enter, from adapters, enters)
