@@ -255,8 +255,10 @@ class UniformSLRU(SLRU):
         self._budget = ByteBudget()
 
     def _share(self) -> int:
-        """Units a segment holds before it is over its share."""
-        return self._seg_cap() // self._unit
+        """Units a segment holds before it is over its share (``_seg_cap() // unit``)."""
+        budget = self._budget
+        c = budget.hwm if budget.capacity is None else budget.capacity
+        return c // self.n_seg // self._unit
 
     def _room_seg(self) -> int:
         """The lowest segment with room for one more unit, else S0 (where a miss enters)."""
@@ -535,9 +537,9 @@ class UniformSLRU(SLRU):
         for q in self._q:
             if taken >= n:
                 break
-            runs = q.pop_runs(n - taken)
-            taken += sum(b - a for a, b in runs)
-            out += runs
+            held = len(q)
+            out += q.pop_runs(n - taken)
+            taken += held - len(q)
         self._budget.shrink(taken * self._unit)
         return out
 
