@@ -535,15 +535,22 @@ class RunARC(ARC):
     def release(self, uids, now: float) -> None:
         """``unpin`` each, in page order: each list takes its units as runs, in page order."""
         runs = _runs_of(uids)
-        h1, h2 = self._h1, self._h2
-        if runs is None or any(
-            h1.count_in(a, s) + h2.count_in(a, s) < s - a for a, s in _one_bucket(runs)
-        ):
+        if runs is None:
             EvictionPolicy.release(self, uids, now)
             return
+        h1, h2 = self._h1, self._h2
+        to_t1: list[tuple[int, int]] = []
+        to_t2: list[tuple[int, int]] = []
         for a, s in _one_bucket(runs):
-            self._t1.push_runs(h1.take_range(a, s))
-            self._t2.push_runs(h2.take_range(a, s))
+            to_t1 += h1.take_range(a, s)
+            to_t2 += h2.take_range(a, s)
+        if sum(s - a for a, s in chain(to_t1, to_t2)) < sum(s - a for a, s in runs):
+            h1.push_runs(to_t1)  # some are not pinned here: back as they were (the pinned
+            h2.push_runs(to_t2)  # units' order is unused), and one unit at a time
+            EvictionPolicy.release(self, uids, now)
+            return
+        self._t1.push_runs(join_extents(to_t1))
+        self._t2.push_runs(join_extents(to_t2))
 
     def remove(self, uid: int, pinned: bool = False) -> None:
         for lst in (self._h1, self._h2, self._t1, self._t2):
