@@ -205,11 +205,13 @@ class Clock(EvictionPolicy):
                 self._order.enter_many(run)
                 n -= len(run)
 
+        total = sum(s - a for a, s in extents)
+        if not total:
+            return []  # (no unit asks for room)
         out: list[tuple[int, int]] = []
-        if room < 0:  # (no room at all: the first unit follows 1 - room victims)
+        if room < 0:  # (less than no room: the first unit follows 1 - room victims)
             out = self._hand(-room)
             room = 0
-        total = sum(s - a for a, s in extents)
         enter(min(room, total))
         need = total - room
         while need > 0:

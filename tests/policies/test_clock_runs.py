@@ -254,3 +254,27 @@ def test_a_pinned_insert_between_two_evictions_keeps_its_place_among_second_chan
     assert order(True) == [r1, p1, r2, p2]
     assert order(False) == [r1, r2, p1, p2]
     assert not Clock.grows_in_bulk
+
+
+def test_take_in_with_no_units_or_less_than_no_room():
+    """No unit: no victim, whatever the room. Less than no room (``free_bytes`` < 0): the first
+    unit follows as many victims as it takes to make room for it, one at a time."""
+    for free in (-UNIT - 5, -UNIT, -1, 0, 5, UNIT):
+        pol, ref = _clock(False), ClockRef()
+        old = list(range(1 << UNIT_BITS, (1 << UNIT_BITS) + 6))
+        pol.insert_many(old, 0.0)
+        pol.access(old[2], 0.0)
+        for u in old:
+            ref.insert(u, False)
+        ref.bits.add(old[2])
+        assert pol.take_in([], free, 0.0) == pol.take_in_extents([], free, 0.0) == []
+        new = [2 << UNIT_BITS, (2 << UNIT_BITS) + 1]
+        expect, room = [], free
+        for u in new:
+            while room < UNIT:
+                expect.append(ref.evict())
+                room += UNIT
+            ref.insert(u, False)
+            room -= UNIT
+        assert pol.take_in(new, free, 0.0) == expect
+        assert list(pol._order.candidates()) == ref.candidates()
