@@ -500,7 +500,7 @@ class SweepOrder:
 
     def __init__(self) -> None:
         self._entry_of: dict[int, array] = {}  # session -> page -> its last entry number
-        self._uid_at: list[int] = [-1]  # entry number -> uid (stale where the state byte is 0)
+        self._uid_at = array("q", (-1,))  # entry number -> uid (stale where the state is 0)
         self._state = bytearray(1)  # entry number -> MEMBER | CAND | MARK bits
         self._members = 0
         self._n = 0  # candidates
@@ -730,15 +730,11 @@ class SweepOrder:
 
     def _lap(self, k: int) -> list[int]:
         """Up to ``k`` victims from the hand on, before it wraps."""
-        state, find = self._state, self._state.find
-        start = self.hand + 1
-        at: list[int] = []
-        i = start - 1
-        for _ in range(min(k, self.ahead)):
-            i = find(_UNMARKED, i + 1)
-            if i < 0:
-                break
-            at.append(i)
+        state, start = self._state, self.hand + 1
+        if state.count(_UNMARKED, start, start + k) == k:  # the next k entries: the common case
+            at: Sequence[int] = range(start, start + k)
+        else:
+            at = self._unmarked_from(start, min(k, self.ahead))
         wraps = len(at) < k  # no k-th victim ahead: the hand passes all and wraps
         stop = len(state) if wraps else at[-1] + 1
         stretch = state[start:stop]
@@ -751,7 +747,21 @@ class SweepOrder:
             self.hand, self.ahead = 0, self._n
         else:
             self.hand = at[-1]
+        if type(at) is range:
+            return self._uid_at[start : start + k].tolist()
         return list(map(self._uid_at.__getitem__, at))
+
+    def _unmarked_from(self, start: int, k: int) -> list[int]:
+        """The entry numbers of the first ``k`` unmarked candidates from ``start`` on (fewer if
+        there are fewer)."""
+        find, at = self._state.find, []
+        i = start - 1
+        for _ in range(k):
+            i = find(_UNMARKED, i + 1)
+            if i < 0:
+                break
+            at.append(i)
+        return at
 
     def _compact(self) -> None:
         """Drop the entry numbers of members that left (state 0) and renumber the rest in order;
@@ -761,7 +771,9 @@ class SweepOrder:
         below = np.cumsum(np.frombuffer(kept, dtype=np.uint8))  # members up to each entry
         renumber = below * np.frombuffer(kept, dtype=np.uint8)  # its new number (0: it left)
         self.hand = int(below[self.hand])
-        self._uid_at = [-1, *compress(self._uid_at, kept)]
+        uids = np.frombuffer(self._uid_at, dtype=np.int64)[np.frombuffer(kept, dtype=np.bool_)]
+        self._uid_at = array("q", (-1,))
+        self._uid_at.frombytes(uids.tobytes())
         self._state = bytearray(1) + state.replace(b"\0", b"")
         for session, pages in list(self._entry_of.items()):
             entries = np.frombuffer(pages, dtype=np.int64)
