@@ -25,16 +25,23 @@ is that walk on a copy (pure, O(n): only tests and users peek; the engine evicts
 Pins: a pinned unit leaves its queue but keeps its queue, place and counter; on unpin it returns to
 its place. A queue's byte count is that of its candidates. Without ``set_capacity`` (the engine),
 c is the high-water mark of the bytes the tier has held.
+
+Structures and costs: S and M are ``SizedOrder``s (entry numbers and a byte array of candidates),
+G a ``GhostQueue`` (plain dicts and lists; batches of keys enter and leave in C). Where every unit
+has one size, the engine's batches (a session's units entering, released, S's victims going to
+G) cost O(units) in C; the walks over S and M are Python loops per step. A decode step's single
+new page takes the plain ``insert``.
 """
 
 from __future__ import annotations
 
-from itertools import compress, islice, repeat
+from itertools import compress, repeat
 from operator import add, is_not, not_
 
 from sim.policies.base import EvictionPolicy
+from sim.policies.ghost_queue import GhostQueue
 from sim.policies.registry import register
-from sim.policies.structures import ByteBudget, GhostFIFO, SizedOrder, consume
+from sim.policies.structures import ByteBudget, SizedOrder, consume
 
 SMALL, MAIN = 0, 1
 
@@ -50,7 +57,7 @@ class S3FIFO(EvictionPolicy):
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
         self._q = (SizedOrder(), SizedOrder())  # S and M; a pinned unit stays in its place
-        self._ghost = GhostFIFO()
+        self._ghost = GhostQueue()
         self._freq: dict[int, int] = {}
         self._queue_of: dict[int, int] = {}  # every member -> SMALL or MAIN
         self._budget = ByteBudget()
@@ -105,6 +112,9 @@ class S3FIFO(EvictionPolicy):
         """``insert`` each, in order; in C once something was evicted, when all have one size and
         none is a member (then each ghost enters M, each other unit S)."""
         uids = list(uids)
+        if len(uids) == 1:  # a decode step's new page: the plain hook costs less than a batch
+            self.insert(uids[0], now, pinned)
+            return
         unit = self.view.unit_bytes
         members = not self._queue_of.keys().isdisjoint(uids) or len(set(uids)) < len(uids)
         fresh = not (members or self._incoming is not None)
@@ -113,21 +123,37 @@ class S3FIFO(EvictionPolicy):
             return
         self._freq.update(dict.fromkeys(uids, 0))
         self._budget.grow(unit * len(uids))
-        ghosts = self._ghost.ghosts()
-        if ghosts.keys().isdisjoint(uids):
+        ghost = self._ghost
+        if not ghost.holds_any(uids):
             self._queue_of.update(dict.fromkeys(uids, SMALL))
-            self._q[SMALL].enter_many(uids, unit, candidate=not pinned)
+            self._enter_fresh(SMALL, uids, unit, not pinned)
             return
         # Ghost hits leave G and enter M, the others S, each queue in order.
-        hit = list(map(ghosts.__contains__, uids))
+        hit = ghost.holds(uids)
         hits = list(compress(uids, hit))
         misses = list(compress(uids, map(not_, hit)))
-        self._ghost.bytes -= sum(map(ghosts.pop, hits))
+        consume(map(ghost.take, hits))
         self._queue_of.update(dict.fromkeys(misses, SMALL))
         self._queue_of.update(dict.fromkeys(hits, MAIN))
-        if misses:
-            self._q[SMALL].enter_many(misses, unit, candidate=not pinned)
-        self._q[MAIN].enter_many(hits, unit, candidate=not pinned)
+        self._enter_fresh(SMALL, misses, unit, not pinned)
+        self._enter_fresh(MAIN, hits, unit, not pinned)
+
+    def _enter_fresh(self, q: int, uids: list[int], unit: int, candidate: bool) -> None:
+        """``SizedOrder.enter_many`` into queue ``q`` of distinct units of one size that are in no
+        queue (the caller checked): the order's arrays grow in C, without checking again."""
+        if not uids:
+            return
+        sized = self._q[q]
+        order, n = sized._order, len(uids)
+        order._compact_before(n)
+        first = len(order._uid_at)
+        order._seq.update(zip(uids, range(first, first + n)))
+        order._uid_at.extend(uids)
+        order._flag.extend(b"\x01" * n if candidate else bytes(n))
+        sized._size.update(dict.fromkeys(uids, unit))
+        if candidate:
+            order._n += n
+            sized.nbytes += unit * n
 
     def access(self, uid: int, now: float) -> None:
         f = self._freq.get(uid)
@@ -162,6 +188,8 @@ class S3FIFO(EvictionPolicy):
             super().release(uids, now)  # one at a time: a unit may have grown while pinned
             return
         queue = list(map(self._queue_of.get, uids))
+        if MAIN not in queue and None not in queue and self._back_pinned(SMALL, uids):
+            return  # the usual batch: a session's units, all in S
         small = list(compress(uids, map(SMALL.__eq__, queue)))
         main = list(compress(uids, map(MAIN.__eq__, queue)))
         in_small, in_main = self._q[SMALL].pinned_entries(small), self._q[MAIN].pinned_entries(main)
@@ -171,6 +199,17 @@ class S3FIFO(EvictionPolicy):
         # Equal sizes, every unit a pinned member: each returns to its place in its queue.
         self._q[SMALL].back_entries(small, in_small)
         self._q[MAIN].back_entries(main, in_main)
+
+    def _back_pinned(self, q: int, uids: list[int]) -> bool:
+        """``SizedOrder.back_entries`` of ``uids`` (units of one size) in queue ``q`` if each is a
+        pinned member of it; False, changing nothing, if not."""
+        sized = self._q[q]
+        seqs = sized.pinned_entries(uids)
+        if seqs is None:
+            return False
+        sized._order.back_entries(seqs)
+        sized.nbytes += self.view.unit_bytes * len(uids)
+        return True
 
     def unpin(self, uid: int, now: float) -> None:
         q = self._queue_of.get(uid)
@@ -259,29 +298,8 @@ class S3FIFO(EvictionPolicy):
                     break  # nothing to evict
             self._small_steps(n - len(out), unit, main_size, out, to_ghost)
         self._budget.shrink(unit * len(out))
-        self._ghost_in(to_ghost, unit, ghost_size)
+        self._ghost.put_many(to_ghost, unit, ghost_size)  # (a member is never a ghost)
         return out
-
-    def _ghost_in(self, uids: list[int], unit: int, max_bytes: int) -> None:
-        """``GhostFIFO.put_many`` of S's victims (none of them a ghost: a member is not one), its
-        trim a loop of C calls."""
-        ghost = self._ghost
-        if unit > max_bytes or not uids:
-            return
-        q = ghost.ghosts()
-        if not q.keys().isdisjoint(uids):
-            ghost.put_many(uids, unit, max_bytes)
-            return
-        q.update(dict.fromkeys(uids, unit))
-        held = ghost.bytes + unit * len(uids)
-        if held > max_bytes and held == unit * len(q):  # every ghost of one size: k at once
-            k = min(len(q), -(-(held - max_bytes) // unit))
-            consume(map(q.__delitem__, list(islice(q, k))))
-            held -= unit * k
-        popitem = q.popitem
-        while held > max_bytes and q:
-            held -= popitem(last=False)[1]
-        ghost.bytes = held
 
     def _main_steps(self, k: int, unit: int, main_size: int, out: list[int]) -> bool:
         """Evict from M (units of one size) while it is over its share or S is empty, up to ``k``
@@ -357,7 +375,8 @@ class S3FIFO(EvictionPolicy):
         order._lo = len(flag) if i < 0 else i
         small_q.nbytes -= unit * (order._n - left)
         order._n = left
-        main_q.enter_many(moved, unit)
+        if moved:
+            main_q.enter_many(moved, unit)
 
     def __len__(self) -> int:
         return len(self._q[SMALL]) + len(self._q[MAIN])
