@@ -395,6 +395,17 @@ def _steps_at_least(top: int, floor: int, unit: int) -> int:
     return (top - floor) // unit + 1 if top >= floor else 0
 
 
+def _distinct_runs(uids) -> list[tuple[int, int]] | None:
+    """``uids`` as runs of consecutive uids in their order, or None when a uid repeats."""
+    if isinstance(uids, range):
+        return [(uids.start, uids.stop)] if uids.step == 1 else None
+    runs = extents_of(uids)
+    ordered = sorted(runs)
+    if any(s > a for (_, s), (a, _) in zip(ordered, ordered[1:], strict=False)):
+        return None
+    return runs
+
+
 def _runs_of(uids) -> list[tuple[int, int]] | None:
     """``uids`` as increasing runs, or None when they do not increase strictly."""
     if isinstance(uids, range):
@@ -463,32 +474,38 @@ class RunARC(ARC):
             (self._t2 if ghost else self._t1).push(uid)
 
     def insert_many(self, uids, now: float, pinned: bool = False) -> None:
-        """``insert`` each, in order, as runs: the ghosts among them are taken out of B1/B2 by run,
-        p adapts hit by hit in page order, and each list takes its units in page order."""
-        runs = _runs_of(uids) if self._incoming is None else None
+        """``insert`` each, in order, as runs (a batch may list sessions in any order): the ghosts
+        among them are taken out of B1/B2 by run, p adapts hit by hit in the batch's order, and
+        each list takes its units in that order."""
+        runs = _distinct_runs(uids) if self._incoming is None else None
         if runs is None:
             EvictionPolicy.insert_many(self, uids, now, pinned)
             return
-        runs = list(_one_bucket(runs))
-        count = sum(s - a for a, s in runs)
-        hits1 = [r for a, s in runs for r in self._b1.take_range(a, s)]
-        hits2 = [r for a, s in runs for r in self._b2.take_range(a, s)]
+        hits: list[tuple[int, int, int]] = []  # (first, stop, ghost list), in the batch's order
+        once: list[tuple[int, int]] = []
+        count = 0
+        for a, s in _one_bucket(runs):
+            count += s - a
+            in_b1, in_b2 = self._b1.take_range(a, s), self._b2.take_range(a, s)
+            if not in_b1 and not in_b2:
+                once.append((a, s))
+                continue
+            hits += sorted([(x, y, 1) for x, y in in_b1] + [(x, y, 2) for x, y in in_b2])
+            once += _less([(a, s)], join_extents(sorted(in_b1 + in_b2)))
         seen_once, seen_before = (self._h1, self._h2) if pinned else (self._t1, self._t2)
-        if hits1 or hits2:
-            self._adapt_p(hits1, hits2)
-            hits = join_extents(sorted(hits1 + hits2))
-            seen_before.push_runs(hits)
-            runs = _less(runs, hits)
+        if hits:
+            self._adapt_p(hits)
+            seen_before.push_runs(join_extents((a, s) for a, s, _ in hits))
         self._budget.grow(self._unit * count)
-        seen_once.push_runs(runs)
+        seen_once.push_runs(join_extents(once))
 
-    def _adapt_p(self, hits1: list[tuple[int, int]], hits2: list[tuple[int, int]]) -> None:
-        """``_ghost_hit``'s changes to p for a batch's ghost hits, in page order: B1's runs
-        ``hits1`` and B2's ``hits2``, already taken out of their lists."""
+    def _adapt_p(self, hits: list[tuple[int, int, int]]) -> None:
+        """``_ghost_hit``'s changes to p for a batch's ghost hits, in the batch's order: runs
+        ``(first, stop, 1 or 2)`` of B1's or B2's keys, already taken out of their lists."""
         u, c, p = self._unit, self._c(), self.p
-        b1b = (len(self._b1) + sum(s - a for a, s in hits1)) * u
-        b2b = (len(self._b2) + sum(s - a for a, s in hits2)) * u
-        for a, s, ghost in sorted([(a, s, 1) for a, s in hits1] + [(a, s, 2) for a, s in hits2]):
+        b1b = (len(self._b1) + sum(s - a for a, s, g in hits if g == 1)) * u
+        b2b = (len(self._b2) + sum(s - a for a, s, g in hits if g == 2)) * u
+        for a, s, ghost in hits:
             for _ in range(s - a):
                 if ghost == 1:
                     p = min(p + (max(b2b / b1b, 1) if b1b > 0 else 1), c)

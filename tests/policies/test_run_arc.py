@@ -75,6 +75,10 @@ class Twins:
         now = 0.0
         if op == 0:  # new units (pinned or not), some of them ghosts
             uids = [u for u in _uids(s, a, n) if u not in self.state]
+            if a % 3 == 0:  # a batch across sessions, in no uid order
+                uids = [u for u in _uids((s + 1) % SESSIONS, a, n) if u not in self.state] + uids
+            if a % 5 == 0:
+                uids.reverse()
             pinned = n % 2 == 0
             self.both("insert_many", uids, now, pinned)
             self.state.update(dict.fromkeys(uids, "pinned" if pinned else "cand"))
