@@ -466,6 +466,15 @@ _IS_PINNED = _table({s: 1 if s & (_MEMBER | _CAND) == _MEMBER else 0 for s in ra
 _IS_MEMBER = _table({s: 1 if s else 0 for s in range(256)})  # 1 for a member's entry, else 0
 
 
+def _arange(start: int, k: int) -> array:
+    """``array("q", range(start, start + k))``, through numpy when it is long."""
+    if k < 64:
+        return array("q", range(start, start + k))
+    out = array("q")
+    out.frombytes(np.arange(start, start + k, dtype=np.int64).tobytes())
+    return out
+
+
 class SweepOrder:
     """Members of a tier in the order they entered, each with a mark (a hit's visited bit), and a
     hand that sweeps them from the oldest to the newest: SIEVE's queue, which never reorders.
@@ -564,7 +573,7 @@ class SweepOrder:
         if one is None:
             consume(map(self._set_entry, uids, entries))
         elif type(uids) is range:
-            one[0][one[1] : one[2]] = array("q", entries)
+            one[0][one[1] : one[2]] = _arange(first_entry, len(uids))
         else:
             consume(map(one[0].__setitem__, map(and_, uids, repeat(UNIT_MASK)), entries))
 
@@ -598,19 +607,25 @@ class SweepOrder:
         """``enter`` each of ``uids``, in order: when none is a member (and none is listed twice),
         they take the next entry numbers in one step."""
         uids = self._as_range(uids)
-        if not self._distinct(uids) or any(map(self._state.__getitem__, self._entries(uids))):
+        if not self._distinct(uids) or self._any_member(self._entries(uids)):
             for uid in uids:
                 self.enter(uid, candidate)
             return
         k = len(uids)
         self._make_room_for(k)
         self._set_entries(uids, len(self._uid_at))
-        self._uid_at.extend(uids)
+        self._uid_at.extend(_arange(uids.start, k) if type(uids) is range else uids)
         self._state.extend(bytes((_UNMARKED if candidate else _MEMBER,)) * k)
         self._members += k
         if candidate:
             self._n += k
             self.ahead += k
+
+    def _any_member(self, entries: Sequence[int]) -> bool:
+        """Is any of these entry numbers a member's? (Never-entered pages are 0: one compare.)"""
+        if type(entries) is array and entries.tobytes() == bytes(8 * len(entries)):
+            return False
+        return any(map(self._state.__getitem__, entries))
 
     def _make_room_for(self, k: int) -> None:
         """Compact before ``k`` members enter if the members that left would then hold three
