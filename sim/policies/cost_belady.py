@@ -10,7 +10,7 @@ evict the candidate with the lowest
 i.e. cheap to lose and needed late. ``next_access_s`` is the session's next turn arrival under the
 current schedule, which the engine writes at each completion (offline knowledge: this policy is an
 upper-bound reference, never deployable). ``recovery_cost`` is the cost model's price of undoing the
-eviction from this tier (``pensieve.recovery_cost_s``, priced by ``costmodels.recovery``: recompute time for a unit that is dropped,
+eviction from this tier (``pensieve.recovery_cost_s``, asked once per distinct input, priced by ``costmodels.recovery``: recompute time for a unit that is dropped,
 pipelined swap-in time for a GPU unit demoted to a CPU tier that can hold it).
 
 Order, exactly: a unit never used again (next_access = inf) has value 0; a unit whose next turn has
@@ -25,7 +25,7 @@ the E certificates expired since the previous one.
 from __future__ import annotations
 
 from sim.policies.kinetic import UNTIL, KineticPolicy
-from sim.policies.pensieve import _need_cost, recovery_cost_s
+from sim.policies.pensieve import RecoveryCosts, _need_cost
 from sim.policies.registry import register
 
 
@@ -37,9 +37,10 @@ class CostBelady(KineticPolicy):
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
         _need_cost(ctx, self.name)
+        self._recovery = RecoveryCosts(ctx)
 
     def unit_cost(self, uid: int) -> float:
-        return recovery_cost_s(self.ctx, uid)
+        return self._recovery(uid)
 
     session_time = True  # the session's next access
 

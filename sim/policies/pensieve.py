@@ -209,16 +209,16 @@ class PensieveFlat(_PensieveFormula):
     weighted = False
 
 
-@register("pensieve-physics")
-class PensievePhysics(_Retention):
+class RecoveryCosts:
+    """``recovery_cost_s`` of units of one tier, asking the cost model once per distinct input:
+    many units share their recovery's inputs (a session's pages, layer by layer, turn after turn),
+    and the answer is the same number either way."""
+
     def __init__(self, ctx) -> None:
-        super().__init__(ctx)
-        _need_cost(ctx, self.name)
+        self.ctx = ctx
         self._memo: dict[tuple, float] = {}
 
-    def unit_cost(self, uid: int) -> float:
-        # Many units share their recovery's inputs (a session's pages, layer by layer, turn after
-        # turn): the cost model is asked once per distinct input, the same number either way.
+    def __call__(self, uid: int) -> float:
         args = _recovery_args(self.ctx, uid)
         if args["dropped"]:  # recompute: the tokens it holds and those before them
             lo = args["first_page"] * args["block_tokens"]
@@ -236,3 +236,14 @@ class PensievePhysics(_Retention):
                 self._memo.clear()
             cost = self._memo[key] = recovery_s(self.ctx.cost, **args)
         return cost
+
+
+@register("pensieve-physics")
+class PensievePhysics(_Retention):
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        _need_cost(ctx, self.name)
+        self._recovery = RecoveryCosts(ctx)
+
+    def unit_cost(self, uid: int) -> float:
+        return self._recovery(uid)
