@@ -481,6 +481,8 @@ class RunARC(ARC):
         if runs is None:
             EvictionPolicy.insert_many(self, uids, now, pinned)
             return
+        if pinned and self._pin_new(runs):
+            return
         hits: list[tuple[int, int, int]] = []  # (first, stop, ghost list), in the batch's order
         once: list[tuple[int, int]] = []
         count = 0
@@ -498,6 +500,18 @@ class RunARC(ARC):
             seen_before.push_runs(join_extents((a, s) for a, s, _ in hits))
         self._budget.grow(self._unit * count)
         seen_once.push_runs(join_extents(once))
+
+    def _pin_new(self, runs: list[tuple[int, int]]) -> bool:
+        """Units inserted pinned, none of them a ghost (a decode span's new pages, listed step by
+        step across sessions): they join the pinned set as joined runs (its order is unused).
+        False, and nothing done, if one is a ghost."""
+        ordered = join_extents(sorted(runs))
+        for a, s in _one_bucket(ordered):
+            if self._b1.count_in(a, s) or self._b2.count_in(a, s):
+                return False
+        self._budget.grow(self._unit * sum(s - a for a, s in ordered))
+        self._h1.push_runs(ordered)
+        return True
 
     def _adapt_p(self, hits: list[tuple[int, int, int]]) -> None:
         """``_ghost_hit``'s changes to p for a batch's ghost hits, in the batch's order: runs

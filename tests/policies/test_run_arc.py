@@ -156,7 +156,7 @@ OPS = st.lists(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=600, deadline=None)
 @given(OPS, st.sampled_from([None, 6, 20, 45]), st.sampled_from([Tier.GPU, Tier.CPU]))
 def test_arc_on_runs_equals_arc_on_dicts(ops, capacity, tier):
     twins = Twins(tier, capacity)
