@@ -52,7 +52,9 @@ class GhostQueue:
         if uid in self._ticket or size > max_bytes:
             return
         self.trim(max_bytes - size)
-        self._append([uid], (size,))
+        self._ticket[uid] = self._base + len(self._key_at)
+        self._key_at.append(uid)
+        self._size_at.append(size)
         self.bytes += size
 
     def put_many(self, uids: Sequence[int], size: int, max_bytes: float) -> None:
@@ -61,6 +63,9 @@ class GhostQueue:
         remembered key is skipped: a put of one that the batch's own trims would forget first
         is not this.)"""
         if size > max_bytes or not uids:
+            return
+        if len(uids) == 1:  # (one victim: the plain put costs less)
+            self.put(uids[0], size, max_bytes)
             return
         fresh = list(compress(uids, map(not_, map(self._ticket.__contains__, uids))))
         if not fresh:
