@@ -464,6 +464,8 @@ _IS_CAND = _table({s: 1 if s & _CAND else 0 for s in range(256)})  # 1 for a can
 _IS_PINNED = _table({s: 1 if s & (_MEMBER | _CAND) == _MEMBER else 0 for s in range(256)})
 
 _IS_MEMBER = _table({s: 1 if s else 0 for s in range(256)})  # 1 for a member's entry, else 0
+_IS_PINNED_NP = np.frombuffer(_IS_PINNED, dtype=np.uint8).astype(np.bool_)  # the same tables
+_BACK_NP = np.frombuffer(_BACK, dtype=np.uint8)
 
 
 def _arange(start: int, k: int) -> array:
@@ -681,6 +683,14 @@ class SweepOrder:
                 return False
             state[first : first + k] = before.translate(_BACK)
             self.ahead += max(0, first + k - max(self.hand + 1, first))
+        elif type(entries) is array and k >= 64:  # many, scattered: numpy's fixed cost pays
+            at = np.frombuffer(entries, dtype=np.int64)
+            states = np.frombuffer(state, dtype=np.uint8)
+            was = states[at]
+            if not _IS_PINNED_NP[was].all():
+                return False
+            states[at] = _BACK_NP[was]
+            self.ahead += int(np.count_nonzero(at > self.hand))
         else:
             pinned = bytes(map(state.__getitem__, entries))
             if pinned.translate(_IS_PINNED).count(1) < k:

@@ -128,10 +128,10 @@ def _check(order: SweepOrder, ref: PlainSweep) -> None:
         assert order.marked(u) == marked
 
 
-def _run(ops, order: SweepOrder) -> None:
+def _run(ops, order: SweepOrder, scale: int = 1) -> None:
     ref = PlainSweep()
     for op, kind, session, page, count in ops:
-        uids = batch(kind, session, page, count)
+        uids = batch(kind, session, page * scale, count * scale)
         if op <= 1:
             order.enter_many(uids, candidate=op == 0)
             for u in uids:
@@ -195,6 +195,14 @@ def test_compacting_at_every_step_changes_nothing(ops):
     _run(ops, EagerSweepOrder())
 
 
+@settings(max_examples=60, deadline=None)
+@given(ops=OPS)
+@example(ops=EXAMPLE)
+def test_long_batches_are_the_plain_sweep_one_unit_at_a_time(ops):
+    """Batches of up to 240 units: the forms for long batches (numpy's) take the same steps."""
+    _run(ops, SweepOrder(), scale=40)
+
+
 def test_compaction_with_its_slack_keeps_the_hand_among_the_members():
     """A long run of random calls with the real slack: the entry numbers are renumbered many
     times, the victims stay the plain sweep's."""
@@ -212,3 +220,27 @@ def test_compaction_with_its_slack_keeps_the_hand_among_the_members():
     order = SweepOrder()
     _run(ops, order)
     assert len(order._uid_at) < 8000
+
+
+def test_a_long_release_of_scattered_entries_after_a_compaction():
+    """Two sessions' pages entered interleaved, one session pinned and released as a whole (its
+    entry numbers every other one: the long scattered form), with the hand left on one of its
+    pinned units by a compaction: what is ahead of the hand decides when it wraps."""
+    order, ref = SweepOrder(), PlainSweep()
+    a, b = uid_of(0, 0), uid_of(1, 0)
+    both = [u for i in range(80) for u in (a + i, b + i)]
+    order.enter_many(both)
+    for u in both:
+        ref.enter(u)
+    order.pin_many(range(a, a + 80), mark=False)
+    for u in range(a, a + 80):
+        ref.pin(u, mark=False)
+    assert order.sweep() == ref.sweep() == b  # the hand stops on b's entry
+    order._compact()  # ... and now on the last member before it: a, pinned
+    order.back_many(range(a, a + 80))
+    ref.back_many(range(a, a + 80))
+    _check(order, ref)
+    assert order.sweep_many(158) == [ref.sweep() for _ in range(158)]  # all but a: the hand wraps
+    order.enter(b + 100)
+    ref.enter(b + 100)
+    assert order.sweep() == ref.sweep() == a
