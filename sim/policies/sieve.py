@@ -6,9 +6,11 @@ first unvisited unit is the victim, and the hand stays where the victim was (the
 at the next newer unit). Past the newest unit the hand wraps to the oldest. New units enter at the
 newest end with the bit clear, so the hand reaches them in this sweep if it has not finished it.
 
-Implementation: ``SweepOrder``, one state byte per entry (candidate, visited) and the hand as an
-entry number, so finding the next unvisited candidate and clearing the bits the hand passes are
-C-level scans of a byte array, and pins, returns and hits are O(1) with no heap. ``peek`` is the
+Implementation: ``SweepOrder``, one state byte per entry (member, candidate, visited) and the hand
+as an entry number, so finding the next unvisited candidate and clearing the bits the hand passes
+are C-level scans of a byte array; a session's units are found by page in a per-session list, so
+a session's pins, returns and entries are slices, and a lap's victims leave with one
+translation. ``peek`` is the
 sweep on a copy (pure, O(n): only tests and users peek).
 
 Pins: a pinned unit leaves the sweep but keeps its place and its bit; on unpin it returns to its
