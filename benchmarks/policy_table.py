@@ -11,6 +11,11 @@ measured in pairs are not comparable.
 
     python benchmarks/policy_table.py                       # 10,000 sessions, 3 repeats, every policy
     python benchmarks/policy_table.py --sessions 2000 --repeats 1 --policies lru pensieve
+    python benchmarks/policy_table.py --sessions 1000 --layer-block   # each policy: layer_block / block
+
+``--layer-block`` runs every policy at block and at layer_block units (a page's 32 layers each a
+unit) and gives the slowdown of layer_block against the same policy's block run, the bound of the
+layer-wise target (within 2x).
 """
 
 from __future__ import annotations
@@ -32,10 +37,13 @@ def all_policies() -> list[str]:
     return ["lru"] + [n for n in names if n != "lru"]
 
 
-def bench(policy: str, sessions: int, repeats: int) -> tuple[int, int, int]:
+def bench(
+    policy: str, sessions: int, repeats: int, evict_unit: str = "block"
+) -> tuple[int, int, int]:
     """(min, median, max) turns/s of ``kvsim bench`` for one policy."""
     cmd = [sys.executable, "-m", "experiments.cli", "bench", "--sessions", str(sessions)]
     cmd += ["--repeats", str(repeats), "--policy", policy, "--no-scaling", "--quiet"]
+    cmd += ["--evict-unit", evict_unit]
     done = subprocess.run(cmd, capture_output=True, text=True, check=False)
     found = _RATE.search(done.stdout)
     if done.returncode != 0 or found is None:
@@ -52,8 +60,16 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--policies", nargs="*", help="default: every registered policy")
     ap.add_argument("--jobs", type=int, default=1, help="policies run at once (default 1)")
+    ap.add_argument(
+        "--layer-block",
+        action="store_true",
+        help="each policy at block and at layer_block units: the slowdown of layer_block",
+    )
     args = ap.parse_args(argv)
     names = args.policies or all_policies()
+    if args.layer_block:
+        layer_block_table(names, args)
+        return
     if "lru" not in names:
         names = ["lru", *names]
     print(
@@ -82,6 +98,37 @@ def main(argv: list[str] | None = None) -> None:
         )
         label = f"{name} (offline)" if name in OFFLINE else name
         print(f"| {label} | {lo:,} / {mid:,} / {hi:,} | {ratio:.2f} | {verdict} |")
+
+
+def layer_block_table(names: list[str], args) -> None:
+    """Each policy at block and at layer_block units, and the slowdown between the two."""
+    runs = [(name, unit) for name in names for unit in ("block", "layer_block")]
+    print(
+        f"kvsim bench --sessions {args.sessions} --repeats {args.repeats} --no-scaling "
+        f"--evict-unit block|layer_block, {args.jobs} at a time",
+        file=sys.stderr,
+    )
+    rows: dict[tuple[str, str], tuple[int, int, int]] = {}
+
+    def one(run: tuple[str, str]) -> None:
+        rows[run] = bench(run[0], args.sessions, args.repeats, run[1])
+        lo, mid, hi = rows[run]
+        print(
+            f"  {run[0]} {run[1]}: {lo:,} / {mid:,} / {hi:,} turns/s", file=sys.stderr, flush=True
+        )
+
+    with ThreadPoolExecutor(args.jobs) as pool:
+        list(pool.map(one, runs))
+    print("| policy | block turns/s | layer_block turns/s | layer_block slowdown | target |")
+    print("|---|---|---|---|---|")
+    for name in names:
+        block, layer = rows[(name, "block")], rows[(name, "layer_block")]
+        ratio = block[1] / layer[1]
+        verdict = ("within" if ratio <= 2.0 else "outside") + " 2x"
+        print(
+            f"| {name} | {block[0]:,} / {block[1]:,} / {block[2]:,} | "
+            f"{layer[0]:,} / {layer[1]:,} / {layer[2]:,} | {ratio:.2f} | {verdict} |"
+        )
 
 
 if __name__ == "__main__":
