@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import heapq
 from collections import OrderedDict
-from itertools import repeat
+from itertools import compress, repeat
+from operator import eq
 
 from sim.policies.base import EvictionPolicy
 from sim.policies.registry import register
@@ -91,24 +92,35 @@ class LFU(EvictionPolicy):
         self._bucket_add(uid, c)
         self._n += 1
 
-    # -- batches: where the units share one count (a session's pages, which enter and are used
-    # together), one C-level update of that count's bucket; else one call per unit
-    def _one_count(self, uids) -> int | None:
-        """The count every one of ``uids`` has, if they are distinct members sharing one."""
-        counts = set(map(self._count.get, uids))
-        if len(counts) != 1 or None in counts:
-            return None
+    # -- batches: the units grouped by count (a session's pages, which enter and are used together,
+    # mostly share one), one C-level update of each count's bucket; else one call per unit
+    def _counts(self, uids) -> list[int | None] | None:
+        """Each of ``uids``'s count (None for a non-member), if they are distinct; else None."""
         if not isinstance(uids, range) and len(set(uids)) < len(uids):  # (a range has no repeat)
             return None
-        return counts.pop()
+        return list(map(self._count.get, uids))
+
+    @staticmethod
+    def _by_count(uids, counts: list[int | None]) -> list[tuple[int | None, list[int]]]:
+        """``uids`` split by count, each part in the batch's order."""
+        distinct = set(counts)
+        if len(distinct) == 1:
+            return [(counts[0], list(uids))]
+        return [(c, list(compress(uids, map(eq, counts, repeat(c))))) for c in distinct]
 
     def acquire(self, uids, now: float) -> None:
         uids = uids if isinstance(uids, range) else list(uids)
-        c = self._one_count(uids)
-        if c is None:
+        counts = self._counts(uids)
+        if counts is None:
             return super().acquire(uids, now)
-        # each is used (its count grows) and pinned (it leaves its bucket), so the next count's
-        # bucket it passes through is left as it was, bar the heap's lazy entry
+        for c, members in self._by_count(uids, counts):
+            if c is not None:  # (a hit on a non-member is nothing)
+                self._use_and_pin(members, c)
+
+    def _use_and_pin(self, uids: list[int], c: int) -> None:
+        """``access`` then ``pin`` each of ``uids``, members with count ``c``: each is used (its
+        count grows) and pinned (it leaves its bucket), so the next count's bucket it passes
+        through is left as it was, bar the heap's lazy entry."""
         self._count.update(zip(uids, repeat(c + 1)))
         b = self._buckets.get(c)
         if b is not None:
@@ -123,12 +135,18 @@ class LFU(EvictionPolicy):
 
     def release(self, uids, now: float) -> None:
         uids = uids if isinstance(uids, range) else list(uids)
-        c = self._one_count(uids)
-        if c is None:
+        counts = self._counts(uids)
+        if counts is None:
             return super().release(uids, now)
-        self._bucket_add(uids[0], c)  # the bucket (and its heap entry), then the rest in order
-        self._buckets[c].update(zip(uids, repeat(None)))
-        self._n += len(uids)
+        if None in counts:  # a non-member enters at 1, as ``unpin`` inserts it, in its turn
+            fresh = [u for u, c in zip(uids, counts, strict=True) if c is None]
+            self._count.update(zip(fresh, repeat(1)))
+            counts = [1 if c is None else c for c in counts]
+        for c, members in self._by_count(uids, counts):
+            assert c is not None
+            self._bucket_add(members[0], c)  # the bucket (and its heap entry), then the rest
+            self._buckets[c].update(zip(members, repeat(None)))
+            self._n += len(members)
 
     def insert_many(self, uids, now: float, pinned: bool = False) -> None:
         uids = list(uids)
