@@ -20,17 +20,27 @@ libCacheSim request by request; with variable sizes the two agree up to the firs
 An A1in unit that ``evict`` chooses leaves its key in A1out; a unit the engine ``remove``s is
 forgotten. Pins: a pinned unit leaves its queue; an A1in unit returns to its place in A1in, an Am
 unit to Am's MRU end. Without ``set_capacity`` (the engine) c is the high-water mark of the bytes
-the tier has held. O(log n) per operation (A1in is a heap with lazy deletion).
+the tier has held.
+
+Where every unit has one size (``view.unit_bytes``: the engine), ``TwoQ`` builds a ``RunTwoQ``:
+A1in a ``RunOrder``, Am, its pinned units and A1out ``RunList``s, so a session's pages entering,
+pinned, released or evicted together cost O(runs), not O(pages); the decisions are the same, call
+for call. Elsewhere (``kvsim cachesim``, variable sizes) A1in is a ``SizedOrder``, Am an ordered
+dict and A1out a ``GhostFIFO``: O(1) per unit.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from itertools import compress, filterfalse
+from itertools import chain, compress, filterfalse, starmap
 
+from sim.policies.arc import _distinct_runs, _less, _one_bucket, _runs_of
 from sim.policies.base import EvictionPolicy
 from sim.policies.registry import register
+from sim.policies.run_lists import RunList
+from sim.policies.run_order import RunOrder
 from sim.policies.structures import ByteBudget, GhostFIFO, SizedOrder, consume
+from sim.units import extents_of, join_extents
 
 A1IN, AM = 0, 1
 
@@ -44,6 +54,12 @@ class TwoQ(EvictionPolicy):
     # newest end, which evictions never append to, and a new decode page cannot be in A1out (see
     # ARC's note); the capacity is fixed (the engine sets it).
     grows_in_bulk = True
+
+    def __new__(cls, ctx=None, *args, **kwargs):
+        # Where every unit has one size (the engine), the queues are kept as runs (``RunTwoQ``).
+        if cls is TwoQ and getattr(getattr(ctx, "view", None), "unit_bytes", None):
+            cls = RunTwoQ
+        return super().__new__(cls)
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
@@ -232,3 +248,313 @@ class TwoQ(EvictionPolicy):
 
     def __contains__(self, uid: int) -> bool:
         return uid in self._am or uid in self._ain
+
+
+class RunTwoQ(TwoQ):
+    """2Q where every unit has one size (``view.unit_bytes``): A1in is a ``RunOrder`` (entry
+    order; a pinned unit keeps its place), Am a ``RunList`` (LRU first), its pinned units another
+    (order unused), and A1out a ``RunList`` of ghosts holding at most ``kout // unit`` keys, so a
+    session's pages moving together cost O(runs); the sizes are counts times the unit. ``TwoQ``
+    builds one of these whenever its view has a unit size; the decisions are TwoQ's, unit for
+    unit. A member is never a ghost (entering takes its key out of A1out), so a victim's key
+    always enters A1out."""
+
+    _ain: RunOrder  # type: ignore[assignment]
+    _am: RunList  # type: ignore[assignment]
+    _aout: RunList  # type: ignore[assignment]
+
+    def __init__(self, ctx) -> None:
+        EvictionPolicy.__init__(self, ctx)
+        self._unit: int = ctx.view.unit_bytes
+        self._ain = RunOrder()  # candidates and pinned units, in entry order
+        self._am = RunList()  # LRU first
+        self._hm = RunList()  # pinned, returning to Am's MRU end (order unused)
+        self._aout = RunList()  # ghosts, oldest first
+        self._budget = ByteBudget()
+        self._incoming = None
+
+    # -- the incoming request --------------------------------------------------------------------
+    def admitting(self, uid: int, now: float) -> None:
+        self._incoming = (uid, self._aout.discard(uid))
+
+    def admit(self, uid: int) -> bool:
+        return self._unit <= self._sizes()[0]
+
+    # -- membership ------------------------------------------------------------------------------
+    def _is_member(self, uid: int) -> bool:
+        return uid in self._am or uid in self._hm or self._ain.is_member(uid)
+
+    def insert(self, uid: int, now: float, pinned: bool = False) -> None:
+        if self._is_member(uid):  # (a member inserted again enters anew)
+            self.remove(uid)
+        inc = self._incoming
+        hit = inc[1] if inc is not None and inc[0] == uid else self._aout.discard(uid)
+        self._incoming = None
+        self._budget.grow(self._unit)
+        if hit:
+            (self._hm if pinned else self._am).push(uid)
+        else:
+            self._ain.enter(uid, candidate=not pinned)
+
+    def insert_many(self, uids, now: float, pinned: bool = False) -> None:
+        """``insert`` each, in order, as runs (a batch may list sessions in any order) when none
+        is a member: ghosts leave A1out by run and join Am, the rest join A1in, each queue taking
+        its units in the batch's order."""
+        runs = _distinct_runs(uids) if self._incoming is None else None
+        if runs is None or any(map(self._holds_any, _one_bucket(runs))):
+            EvictionPolicy.insert_many(self, uids, now, pinned)
+            return
+        seen_before = self._hm if pinned else self._am
+        count = 0
+        for a, s in _one_bucket(runs):
+            count += s - a
+            ghosts = self._aout.take_range(a, s) if self._aout else []
+            seen_before.push_runs(ghosts)
+            for x, y in _less([(a, s)], ghosts):
+                self._ain.enter_many(range(x, y), candidate=not pinned)
+        self._budget.grow(self._unit * count)
+
+    def _holds_any(self, run: tuple[int, int]) -> bool:
+        """Might a uid of ``run`` (one bucket) be a member?"""
+        a, s = run
+        return bool(self._am.count_in(a, s) or self._hm.count_in(a, s) or self._ain.may_hold(a, s))
+
+    def access(self, uid: int, now: float) -> None:
+        self._incoming = None
+        if self._am.discard(uid):
+            self._am.push(uid)
+
+    def pin(self, uid: int) -> None:
+        if self._am.discard(uid):
+            self._hm.push(uid)
+        else:
+            self._ain.discard(uid)
+
+    def acquire(self, uids, now: float) -> None:
+        """``access`` then ``pin`` each: Am's members leave it for the pinned set, A1in's stay in
+        their places, pinned."""
+        self._incoming = None
+        runs = _runs_of(uids)
+        if runs is None:
+            EvictionPolicy.acquire(self, uids, now)
+            return
+        in_am: list[tuple[int, int]] = []
+        for a, s in _one_bucket(runs):
+            in_am += self._am.take_range(a, s)
+        self._hm.push_runs(join_extents(sorted(in_am)))
+        rest = _less(runs, join_extents(sorted(in_am))) if in_am else runs
+        self._ain.discard_all(_uids_of(rest))
+
+    def unpin(self, uid: int, now: float) -> None:
+        if self._hm.discard(uid):
+            self._am.push(uid)
+        elif self._ain.is_member(uid) and uid not in self._ain:
+            self._ain.back(uid)
+        else:
+            self.insert(uid, now)
+
+    def release(self, uids, now: float) -> None:
+        """``unpin`` each, in page order: Am takes its units at its MRU end in page order, A1in's
+        return to their places; one at a time unless every unit is pinned here."""
+        runs = _runs_of(uids)
+        if runs is None:
+            EvictionPolicy.release(self, uids, now)
+            return
+        to_am: list[tuple[int, int]] = []
+        for a, s in _one_bucket(runs):
+            to_am += self._hm.take_range(a, s)
+        to_am = join_extents(sorted(to_am))
+        rest = _uids_of(_less(runs, to_am) if to_am else runs)
+        if not self._all_pinned_in_ain(rest):
+            self._hm.push_runs(to_am)  # back as they were (the pinned set's order is unused)
+            EvictionPolicy.release(self, uids, now)
+            return
+        self._am.push_runs(to_am)
+        self._ain.back_many(rest)
+
+    def _all_pinned_in_ain(self, uids: list[int]) -> bool:
+        """Is each of ``uids`` a pinned member of A1in? (Pins any that were candidates, then
+        puts them back: the state is as it was.)"""
+        if len(self._ain.members_among(uids)) != len(uids):
+            return False
+        were = self._ain.discard_many(uids)
+        if were:
+            self._ain.back_many(were)
+        return not were
+
+    def remove(self, uid: int, pinned: bool = False) -> None:
+        if self._am.discard(uid) or self._hm.discard(uid):
+            self._budget.shrink(self._unit)
+        elif self._ain.is_member(uid):
+            self._ain.leave(uid)
+            self._budget.shrink(self._unit)
+
+    def remove_many(self, uids, pinned: bool = False) -> None:
+        runs = _runs_of(uids)
+        if runs is None:
+            EvictionPolicy.remove_many(self, uids, pinned)
+            return
+        gone: list[tuple[int, int]] = []
+        for a, s in _one_bucket(runs):
+            gone += self._am.take_range(a, s) + self._hm.take_range(a, s)
+        gone = join_extents(sorted(gone))
+        rest = self._ain.members_among(_uids_of(_less(runs, gone) if gone else runs))
+        self._ain.leave_many(rest)
+        self._budget.shrink(self._unit * (sum(s - a for a, s in gone) + len(rest)))
+
+    # -- eviction --------------------------------------------------------------------------------
+    def _remember(self, runs: list[tuple[int, int]]) -> None:
+        """A1in's victims enter A1out, which keeps its newest ``kout`` bytes (``GhostFIFO.put``:
+        trimming after the last forgets the same oldest keys as before each)."""
+        kout = self._sizes()[1]
+        if not runs or self._unit > kout:
+            return
+        self._aout.push_runs(runs)
+        over = len(self._aout) - kout // self._unit
+        if over > 0:
+            self._aout.pop_runs(over)
+
+    def peek(self, now: float) -> int | None:
+        if len(self._ain) * self._unit > self._sizes()[0] or not self._am:
+            uid = self._ain.min()
+            if uid is not None:
+                return uid
+        return self._am.first()
+
+    def evict(self, now: float) -> int | None:
+        if self._incoming is not None:
+            return super().evict(now)
+        runs = self._evict_runs(1)
+        return runs[0][0] if runs else None
+
+    def _evicted(self, uid: int) -> None:
+        from_ain = uid in self._ain
+        self.remove(uid)
+        if from_ain:
+            self._remember([(uid, uid + 1)])
+
+    def evict_bytes(self, nbytes: int, now: float) -> list[int]:
+        if self._incoming is not None:
+            return EvictionPolicy.evict_bytes(self, nbytes, now)
+        return list(chain.from_iterable(starmap(range, self._evict_runs(-(-nbytes // self._unit)))))
+
+    def evict_extents(self, nbytes: int, now: float) -> list[tuple[int, int]]:
+        if self._incoming is not None:
+            return EvictionPolicy.evict_extents(self, nbytes, now)
+        runs = self._evict_runs(-(-nbytes // self._unit))
+        return join_extents(sorted(runs) if self.drops_victims else runs)
+
+    def _evict_runs(self, n: int) -> list[tuple[int, int]]:
+        """``n`` victims as runs in eviction order, in three stretches (``TwoQ.evict_bytes``):
+        A1in's oldest while it holds more than Kin bytes, then Am's LRU, then, once Am is empty,
+        A1in's oldest again; A1in's victims enter A1out in that order."""
+        if n <= 0:
+            return []
+        u, ain, am = self._unit, self._ain, self._am
+        kin = self._sizes()[0]
+        held = len(ain) * u
+        over = -(-(held - kin) // u) if held > kin else 0
+        out = ain.pop_runs(min(n, over))
+        from_ain = out[:]
+        got = sum(s - a for a, s in out)
+        if got < n and am:
+            take = am.pop_runs(min(n - got, len(am)))
+            out += take
+            got += sum(s - a for a, s in take)
+        if got < n and not am:
+            more = ain.pop_runs(n - got)
+            out += more
+            from_ain += more
+            got += sum(s - a for a, s in more)
+        self._budget.shrink(u * got)
+        self._remember(join_extents(from_ain))
+        return join_extents(out)
+
+    # -- a demotion batch ------------------------------------------------------------------------
+    def take_in(self, uids, free_bytes: int, now: float) -> list[int]:
+        if self._incoming is not None or free_bytes < 0:
+            return EvictionPolicy.take_in(self, uids, free_bytes, now)
+        return list(
+            chain.from_iterable(
+                starmap(range, self._take_in_runs(extents_of(uids), free_bytes, now))
+            )
+        )
+
+    def take_in_extents(
+        self, extents: list[tuple[int, int]], free_bytes: int, now: float
+    ) -> list[tuple[int, int]]:
+        if self._incoming is not None or free_bytes < 0:
+            return EvictionPolicy.take_in_extents(self, extents, free_bytes, now)
+        return join_extents(self._take_in_runs(extents, free_bytes, now))
+
+    def _take_in_runs(self, runs, free_bytes: int, now: float) -> list[tuple[int, int]]:
+        """``take_in`` of the uids of ``runs`` (in that order), its victims as runs in eviction
+        order. The units that fit come in first; each of the rest needs one victim before it. That
+        alternation is taken a stretch at a time while A1in gives the victims and takes the new
+        units (it keeps its length) and no unit of the stretch is a ghost or a member; elsewhere
+        one unit at a time."""
+        fits = max(0, free_bytes // self._unit)
+        out: list[tuple[int, int]] = []
+        for a, s in runs:
+            if fits > 0:  # no victim needed
+                end = min(s, a + fits)
+                self.insert_many(range(a, end), now)
+                fits -= end - a
+                a = end
+            while a < s:
+                end = self._stretch_end(a, s)
+                if end > a:
+                    out += self._evict_then_insert(a, end)
+                    a = end
+                    continue
+                victim = self.evict(now)
+                if victim is None:
+                    raise AssertionError(f"2Q: no victim to make room for {a}")
+                out.append((victim, victim + 1))
+                self.insert(a, now)
+                a += 1
+        return out
+
+    def _stretch_end(self, a: int, s: int) -> int:
+        """Where the stretch of ``[a, s)`` that ``_evict_then_insert`` may take ends (``a``: none):
+        A1in gives each victim (it holds a candidate and more than Kin bytes, or Am is empty) and
+        none of the stretch's uids is a ghost or a member."""
+        ain = self._ain
+        if not len(ain) or (len(ain) * self._unit <= self._sizes()[0] and self._am):
+            return a
+        end = s
+        for b, e in _one_bucket([(a, s)]):
+            g = self._aout.first_in(b, e)
+            if g is not None:
+                end = min(end, g)
+            if self._am.count_in(b, e) or self._hm.count_in(b, e):
+                return a
+            if ain.may_hold(b, e) and ain.members_among(range(b, e)):
+                return a
+            if end < e:
+                break
+        return end
+
+    def _evict_then_insert(self, a: int, s: int) -> list[tuple[int, int]]:
+        """``evict`` then ``insert`` for each of ``a .. s-1`` where A1in gives every victim
+        (``_stretch_end``): A1in is then a queue that takes as many as it gives, so entering all
+        then taking as many oldest is the alternation; the victims' keys enter A1out."""
+        k = s - a
+        self._ain.enter_many(range(a, s))
+        victims = join_extents(self._ain.pop_runs(k))
+        self._remember(victims)  # each victim leaves before its unit comes: the bytes held stay
+        return victims
+
+    def __len__(self) -> int:
+        return len(self._ain) + len(self._am)
+
+    def __contains__(self, uid: int) -> bool:
+        return uid in self._am or uid in self._ain
+
+
+def _uids_of(runs: list[tuple[int, int]]):
+    """The uids of increasing ``runs``: a range where they are one run (``RunOrder`` checks a
+    range against a session's runs without listing it), else a list."""
+    if len(runs) == 1:
+        return range(*runs[0])
+    return list(chain.from_iterable(starmap(range, runs)))
