@@ -28,11 +28,15 @@ from __future__ import annotations
 from bisect import bisect_left, insort
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from itertools import compress, repeat
+from operator import eq
+
+import numpy as np
 
 from sim.policies.base import EvictionPolicy
 from sim.policies.registry import register
-from sim.policies.structures import pop_oldest
-from sim.units import Tier
+from sim.policies.structures import consume, pop_oldest
+from sim.units import UNIT_BITS, Tier, UnitView
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +47,12 @@ class QoSMetrics:
     admission_inversions: int
     inversion_tokens: int
     evictions_by_class: dict[int, int] = field(default_factory=dict)
+
+
+def _one_session(uids) -> bool:
+    """Are the engine's ``uids`` (not empty) all of one session?"""
+    lo, hi = (uids[0], uids[-1]) if isinstance(uids, range) else (min(uids), max(uids))
+    return lo >> UNIT_BITS == hi >> UNIT_BITS
 
 
 @register("qos")
@@ -108,8 +118,7 @@ class QoS(EvictionPolicy):
             cls = present[0]
             od = classes[cls]
             taken = pop_oldest(od, min(k, len(od)))
-            for uid in taken:
-                del filed[uid]
+            consume(map(filed.__delitem__, taken))
             out += taken
             k -= len(taken)
             self._by_class[cls] = self._by_class.get(cls, 0) + len(taken)
@@ -117,6 +126,70 @@ class QoS(EvictionPolicy):
                 del classes[cls]
                 del present[0]
         return out
+
+    # -- batches: a session's units share its class, so they join or leave one class's dict in C --
+    def acquire(self, uids, now: float) -> None:
+        self._forget(uids)  # a hit then a pin: the unit is no longer a candidate
+
+    def release(self, uids, now: float) -> None:
+        self._file_many(uids, now)
+
+    def insert_many(self, uids, now: float, pinned: bool = False) -> None:
+        if not pinned:  # a pinned unit is in no class
+            self._file_many(uids, now)
+
+    def remove_many(self, uids, pinned: bool = False) -> None:
+        if not pinned:
+            self._forget(uids)
+
+    def _file_many(self, uids, now: float) -> None:
+        """``_add`` each, in order: each leaves its class (if filed) and joins its class's end."""
+        if not isinstance(uids, range):
+            uids = list(uids)
+            if len(set(uids)) < len(uids):  # a repeat moves to the end again: one at a time
+                for uid in uids:
+                    self._add(uid, now)
+                return
+        if not uids:
+            return
+        if not self._filed.keys().isdisjoint(uids):
+            self._forget(uids)
+        for cls, members in self._by_unit_class(uids):
+            od = self._classes.get(cls)
+            if od is None:
+                od = self._classes[cls] = OrderedDict()
+                insort(self._present, cls)
+            od.update(zip(members, repeat(None)))
+            self._filed.update(zip(members, repeat(cls)))
+
+    def _by_unit_class(self, uids) -> list[tuple[int, list[int]]]:
+        """``uids`` split by class, each part in the batch's order. The engine's uids carry their
+        session (one class for all its units), so the class is asked once per session."""
+        if not isinstance(self.view, UnitView):
+            classes = list(map(self.unit_class, uids))
+        elif _one_session(uids):
+            return [(self.unit_class(uids[0]), list(uids))]
+        else:
+            sessions = (np.asarray(uids, dtype=np.int64) >> UNIT_BITS).tolist()
+            class_of = {s: self.unit_class(s << UNIT_BITS) for s in set(sessions)}
+            classes = list(map(class_of.__getitem__, sessions))
+        distinct = set(classes)
+        if len(distinct) == 1:
+            return [(classes[0], list(uids))]
+        return [(c, list(compress(uids, map(eq, classes, repeat(c))))) for c in sorted(distinct)]
+
+    def _forget(self, uids) -> None:
+        """``_discard`` each (those not filed are ignored)."""
+        uids = uids if isinstance(uids, range) else list(uids)
+        classes = set(map(self._filed.pop, uids, repeat(None)))
+        for cls in classes:
+            if cls is None:
+                continue
+            od = self._classes[cls]
+            consume(map(od.pop, uids, repeat(None)))
+            if not od:
+                del self._classes[cls]
+                del self._present[bisect_left(self._present, cls)]
 
     def peek(self, now: float) -> int | None:
         if not self._present:
