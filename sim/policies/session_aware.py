@@ -123,8 +123,9 @@ class SessionAware(Memoryless):
             self._order.push(s.index, (s.a, s.index))
 
     # -- batches: a session's units at once ------------------------------------------------------
-    def _one_session(self, uids: list[int]) -> bool:
-        return self._engine_uids and min(uids) >> UNIT_BITS == max(uids) >> UNIT_BITS
+    def _one_session(self, uids) -> bool:
+        lo, hi = (uids[0], uids[-1]) if isinstance(uids, range) else (min(uids), max(uids))
+        return self._engine_uids and lo >> UNIT_BITS == hi >> UNIT_BITS
 
     def release(self, uids, now: float) -> None:
         if not isinstance(uids, range):  # a range's min and max are free
@@ -140,15 +141,17 @@ class SessionAware(Memoryless):
         self._where.update(dict.fromkeys(uids, (s, a)))
         s.times[a] = s.times.get(a, 0) + len(uids)
         fresh = not s.cand
-        s.cand.extend(uids)
-        if self._key is None:
-            s.cand.sort()
-        else:  # page-layer units: the same key on an array, in C
-            cand = np.array(s.cand, dtype=np.int64)
-            s.cand = cand[np.argsort(self._key(cand), kind="stable")].tolist()
+        s.cand = self._sorted(uids) if fresh else self._sorted(s.cand + list(uids))
         if fresh or a > s.a:
             s.a = a
             self._order.push(s.index, (a, s.index))
+
+    def _sorted(self, uids) -> list[int]:
+        """The engine's ``uids`` in ``cand``'s order (the next victim last)."""
+        if self._key is None:
+            return list(uids) if isinstance(uids, range) and uids.step == 1 else sorted(uids)
+        cand = np.asarray(uids, dtype=np.int64)  # page-layer units: the same key on an array, in C
+        return cand[np.argsort(self._key(cand), kind="stable")].tolist()
 
     def _forget(self, uids) -> None:
         uids = list(uids)
@@ -209,6 +212,8 @@ class SessionAware(Memoryless):
         for taken in self._take(n):  # dropped: their order is nobody's, so increasing runs
             if self._key is None and taken[-1] - taken[0] == len(taken) - 1:
                 out.append((taken[0], taken[-1] + 1))
+            elif len(taken) > 2048:  # (page-layer units come in pages, layers reversed)
+                out.extend(extents_of(np.sort(np.asarray(taken, dtype=np.int64))))
             else:
                 out.extend(extents_of(sorted(taken)))
         return out

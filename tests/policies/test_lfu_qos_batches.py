@@ -1,4 +1,4 @@
-"""LFU's and QoS's batch calls (``acquire``, ``release``, ``insert_many``, ``remove_many``) against
+"""LFU's, QoS's and session-aware's batch calls (``acquire``, ``release``, ``insert_many``, ``remove_many``) against
 the base class's one call per unit, on twin instances over the engine's ``UnitView`` (hypothesis):
 the same victims after every call, whatever mix of sessions, counts, classes, members and repeats
 a batch holds (a batch groups its units by count or by class, in the batch's order)."""
@@ -34,10 +34,12 @@ op_st = st.one_of(
 )
 
 
-def _policy(name: str, looped: bool) -> EvictionPolicy:
+def _policy(name: str, looped: bool, layers: int = 1) -> EvictionPolicy:
     sessions = [SessionKV(i, f"s{i}", i % 2 - (i == 2)) for i in range(SESSIONS)]  # classes 0 1 -1
-    view = UnitView(sessions, PAGE)
-    pol = policy_class(name)(PolicyContext(Tier.GPU, 16, 1, view=view))
+    for i, sess in enumerate(sessions):
+        sess.last_access_s = float(i % 2)
+    view = UnitView(sessions, PAGE, layers)
+    pol = policy_class(name)(PolicyContext(Tier.GPU, 16, layers, view=view))
     if looped:
         for call in CALLS:
             setattr(pol, call, types.MethodType(getattr(EvictionPolicy, call), pol))
@@ -61,11 +63,14 @@ def _drain(pol: EvictionPolicy) -> list[int]:
     return pol.evict_bytes(10**6 * PAGE, 1e9)
 
 
-def check(name: str, ops: list[tuple]) -> None:
-    batched, looped = _policy(name, False), _policy(name, True)
+def check(name: str, ops: list[tuple], layers: int = 1, repeats: bool = True) -> None:
+    """``repeats``: a batch may name a unit twice (the engine's never do)."""
+    batched, looped = _policy(name, False, layers), _policy(name, True, layers)
     members: set[int] = set()  # as the engine would: only a non-member enters, once
     for now, op in enumerate(ops):
         call, arg, flag = op
+        if not repeats and isinstance(arg, list):
+            op = (call, arg := list(dict.fromkeys(arg)), flag)
         if call == "insert_many":
             op = (call, [u for u in dict.fromkeys(arg) if u not in members], flag)
             members.update(op[1])
@@ -91,3 +96,9 @@ def test_lfu_batches_equal_one_call_per_unit(ops):
 @given(st.lists(op_st, max_size=30))
 def test_qos_batches_equal_one_call_per_unit(ops):
     check("qos", ops)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(op_st, max_size=30), st.sampled_from([1, 3]))
+def test_session_aware_batches_equal_one_call_per_unit(ops, layers):
+    check("session-aware", ops, layers, repeats=False)
