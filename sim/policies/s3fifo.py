@@ -29,12 +29,15 @@ c is the high-water mark of the bytes the tier has held.
 Structures and costs: S and M are ``SizedOrder``s (entry numbers and a byte array of candidates),
 G a ``GhostQueue`` (plain dicts and lists; batches of keys enter and leave in C). Where every unit
 has one size, the engine's batches (a session's units entering, released, S's victims going to
-G) cost O(units) in C; the walks over S and M are Python loops per step. A decode step's single
-new page takes the plain ``insert``.
+G) cost O(units) in C. M's walk is a Python loop per step; S's walk, where many victims are
+wanted, reads a stretch of candidates at a time (their counters, and where the walk stops: at the
+k-th victim or at the first victim after the move that fills M's share, found by bisection), in
+C. A decode step's single new page takes the plain ``insert``.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from itertools import compress, repeat
 from operator import add, is_not, not_
 
@@ -44,6 +47,8 @@ from sim.policies.registry import register
 from sim.policies.structures import ByteBudget, SizedOrder, consume
 
 SMALL, MAIN = 0, 1
+FEW_VICTIMS = 8  # fewer wanted from S: its walk goes step by step
+STRETCH_SLACK = 64  # candidates looked at beyond those wanted in S's first stretch
 
 
 @register("s3fifo")
@@ -344,6 +349,76 @@ class S3FIFO(EvictionPolicy):
         """Evict from S (units of one size): its oldest units with counter >= 2 move to M, the
         first below 2 is the victim; again while M is within its share and S is not empty, up to
         ``k`` victims (at least one step, as ``evict`` takes one)."""
+        if k < FEW_VICTIMS:
+            self._small_steps_one_by_one(k, unit, main_size, out, to_ghost)
+            return
+        small_q, main_q = self._q
+        order = small_q._order
+        flag, uid_at = order._flag, order._uid_at
+        freq, threshold = self._freq, self.move_to_main_threshold
+        # S's walk stops after the victim that makes k, or after the first victim that follows
+        # the move taking M over its share (the move_limit-th, counting from 1).
+        move_limit = (main_size - main_q.nbytes) // unit + 1
+        moved: list[int] = []
+        taken: list[int] = []
+        i, end, width = order._lo, len(flag), k + STRETCH_SLACK
+        while i < end:
+            j = min(end, i + width)
+            width *= 2
+            window = flag[i:j]
+            places = list(compress(range(i, j), window))
+            if not places:
+                i = j
+                continue
+            uids = list(compress(uid_at[i:j], window))
+            promote = list(map(threshold.__le__, map(freq.__getitem__, uids)))
+            victim_at = list(compress(range(len(uids)), map(not_, promote)))
+            stop = self._small_stop(k - len(taken), move_limit - len(moved), promote, victim_at)
+            if stop is not None:
+                cut = victim_at[stop] + 1
+                del uids[cut:], promote[cut:]
+                j = places[cut - 1] + 1
+            flag[i:j] = bytes(j - i)
+            taken.extend(compress(uids, map(not_, promote)))
+            moved.extend(compress(uids, promote))
+            consume(map(order._seq.__delitem__, uids))
+            consume(map(small_q._size.__delitem__, uids))
+            i = j
+            if stop is not None:
+                break
+        order._lo = i
+        gone = len(taken) + len(moved)
+        order._n -= gone
+        small_q.nbytes -= unit * gone
+        consume(map(freq.__delitem__, taken))
+        consume(map(self._queue_of.__delitem__, taken))
+        out.extend(taken)
+        to_ghost.extend(taken)
+        if moved:  # S -> M, counters cleared
+            freq.update(dict.fromkeys(moved, 0))
+            self._queue_of.update(dict.fromkeys(moved, MAIN))
+            main_q.enter_many(moved, unit)
+
+    @staticmethod
+    def _small_stop(
+        k: int, move_limit: int, promote: list[bool], victim_at: list[int]
+    ) -> int | None:
+        """Which of a stretch's victims (by index in ``victim_at``, the victims' places among its
+        candidates) ends S's walk: the ``k``-th, or the first after the ``move_limit``-th move
+        (counting the stretch's moves only); None if the walk goes on past the stretch."""
+        stop = k - 1
+        if move_limit <= 0:
+            stop = 0
+        else:
+            moves = list(compress(range(len(promote)), promote))
+            if move_limit <= len(moves):
+                stop = min(stop, bisect_right(victim_at, moves[move_limit - 1]))
+        return stop if stop < len(victim_at) else None
+
+    def _small_steps_one_by_one(
+        self, k: int, unit: int, main_size: int, out: list[int], to_ghost: list[int]
+    ) -> None:
+        """``_small_steps`` for a few victims: a loop per step costs less than a stretch's passes."""
         small_q, main_q = self._q
         order, sizes = small_q._order, small_q._size
         freq, queue_of, threshold = self._freq, self._queue_of, self.move_to_main_threshold
