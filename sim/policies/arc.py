@@ -47,9 +47,15 @@ from itertools import chain, compress, starmap
 
 from sim.policies.base import EvictionPolicy
 from sim.policies.registry import register
-from sim.policies.run_lists import RunList
+from sim.policies.run_lists import (
+    RunList,
+    distinct_runs,
+    increasing_runs,
+    runs_less,
+    split_at_sessions,
+)
 from sim.policies.structures import ByteBudget, GhostFIFO, consume
-from sim.units import UNIT_BITS, extents_of, join_extents
+from sim.units import extents_of, join_extents
 
 
 @register("arc")
@@ -395,27 +401,6 @@ def _steps_at_least(top: int, floor: int, unit: int) -> int:
     return (top - floor) // unit + 1 if top >= floor else 0
 
 
-def _distinct_runs(uids) -> list[tuple[int, int]] | None:
-    """``uids`` as runs of consecutive uids in their order, or None when a uid repeats."""
-    if isinstance(uids, range):
-        return [(uids.start, uids.stop)] if uids.step == 1 else None
-    runs = extents_of(uids)
-    ordered = sorted(runs)
-    if any(s > a for (_, s), (a, _) in zip(ordered, ordered[1:], strict=False)):
-        return None
-    return runs
-
-
-def _runs_of(uids) -> list[tuple[int, int]] | None:
-    """``uids`` as increasing runs, or None when they do not increase strictly."""
-    if isinstance(uids, range):
-        return [(uids.start, uids.stop)] if uids.step == 1 and len(uids) else None
-    runs = extents_of(uids)
-    if any(a >= b for (_, a), (b, _) in zip(runs, runs[1:], strict=False)):
-        return None
-    return runs
-
-
 class RunARC(ARC):
     """ARC where every unit has one size (``view.unit_bytes``): T1, T2, B1 and B2 and the pinned
     units (by the list they return to) are ``RunList``s, so a session's pages moving together cost
@@ -477,7 +462,7 @@ class RunARC(ARC):
         """``insert`` each, in order, as runs (a batch may list sessions in any order): the ghosts
         among them are taken out of B1/B2 by run, p adapts hit by hit in the batch's order, and
         each list takes its units in that order."""
-        runs = _distinct_runs(uids) if self._incoming is None else None
+        runs = distinct_runs(uids) if self._incoming is None else None
         if runs is None:
             EvictionPolicy.insert_many(self, uids, now, pinned)
             return
@@ -486,14 +471,14 @@ class RunARC(ARC):
         hits: list[tuple[int, int, int]] = []  # (first, stop, ghost list), in the batch's order
         once: list[tuple[int, int]] = []
         count = 0
-        for a, s in _one_bucket(runs):
+        for a, s in split_at_sessions(runs):
             count += s - a
             in_b1, in_b2 = self._b1.take_range(a, s), self._b2.take_range(a, s)
             if not in_b1 and not in_b2:
                 once.append((a, s))
                 continue
             hits += sorted([(x, y, 1) for x, y in in_b1] + [(x, y, 2) for x, y in in_b2])
-            once += _less([(a, s)], join_extents(sorted(in_b1 + in_b2)))
+            once += runs_less([(a, s)], join_extents(sorted(in_b1 + in_b2)))
         seen_once, seen_before = (self._h1, self._h2) if pinned else (self._t1, self._t2)
         if hits:
             self._adapt_p(hits)
@@ -506,7 +491,7 @@ class RunARC(ARC):
         step across sessions): they join the pinned set as joined runs (its order is unused).
         False, and nothing done, if one is a ghost."""
         ordered = join_extents(sorted(runs))
-        for a, s in _one_bucket(ordered):
+        for a, s in split_at_sessions(ordered):
             if self._b1.count_in(a, s) or self._b2.count_in(a, s):
                 return False
         self._budget.grow(self._unit * sum(s - a for a, s in ordered))
@@ -553,26 +538,26 @@ class RunARC(ARC):
     def acquire(self, uids, now: float) -> None:
         """``access`` then ``pin`` each: a member leaves T1/T2 for good and returns to T2."""
         self._incoming = None
-        runs = _runs_of(uids)
+        runs = increasing_runs(uids)
         if runs is None:
             EvictionPolicy.acquire(self, uids, now)
             return
         held: list[tuple[int, int]] = []
-        for a, s in _one_bucket(runs):
+        for a, s in split_at_sessions(runs):
             for lst in (self._t1, self._t2, self._h1):
                 held += lst.take_range(a, s)
         self._h2.push_runs(join_extents(sorted(held)))
 
     def release(self, uids, now: float) -> None:
         """``unpin`` each, in page order: each list takes its units as runs, in page order."""
-        runs = _runs_of(uids)
+        runs = increasing_runs(uids)
         if runs is None:
             EvictionPolicy.release(self, uids, now)
             return
         h1, h2 = self._h1, self._h2
         to_t1: list[tuple[int, int]] = []
         to_t2: list[tuple[int, int]] = []
-        for a, s in _one_bucket(runs):
+        for a, s in split_at_sessions(runs):
             to_t1 += h1.take_range(a, s)
             to_t2 += h2.take_range(a, s)
         if sum(s - a for a, s in chain(to_t1, to_t2)) < sum(s - a for a, s in runs):
@@ -590,12 +575,12 @@ class RunARC(ARC):
                 return
 
     def remove_many(self, uids, pinned: bool = False) -> None:
-        runs = _runs_of(uids)
+        runs = increasing_runs(uids)
         if runs is None:
             EvictionPolicy.remove_many(self, uids, pinned)
             return
         gone = 0
-        for a, s in _one_bucket(runs):
+        for a, s in split_at_sessions(runs):
             for lst in (self._h1, self._h2, self._t1, self._t2):
                 gone += sum(y - x for x, y in lst.take_range(a, s))
         self._budget.shrink(self._unit * gone)
@@ -776,7 +761,7 @@ class RunARC(ARC):
         if not self._steady_t1():
             return a
         end = s
-        for b, e in _one_bucket([(a, s)]):
+        for b, e in split_at_sessions([(a, s)]):
             for ghosts in (self._b1, self._b2):
                 g = ghosts.first_in(b, e)
                 if g is not None:
@@ -804,32 +789,3 @@ class RunARC(ARC):
 
     def __contains__(self, uid: int) -> bool:
         return uid in self._t1 or uid in self._t2
-
-
-def _one_bucket(runs):
-    """``runs`` split where they cross a bucket (session) boundary."""
-    for a, s in runs:
-        while a < s:
-            end = min(s, ((a >> UNIT_BITS) + 1) << UNIT_BITS)
-            yield a, end
-            a = end
-
-
-def _less(runs: list[tuple[int, int]], taken: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """The increasing runs ``runs`` less ``taken`` (increasing runs inside them)."""
-    out: list[tuple[int, int]] = []
-    i = 0
-    for a, s in runs:
-        while i < len(taken) and taken[i][1] <= a:
-            i += 1
-        while i < len(taken) and taken[i][0] < s:
-            x, y = taken[i]
-            if a < x:
-                out.append((a, x))
-            a = max(a, y)
-            if y > s:
-                break
-            i += 1
-        if a < s:
-            out.append((a, s))
-    return out

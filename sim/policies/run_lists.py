@@ -1,7 +1,7 @@
 """``RunList``: an ordered list of uids kept as runs of consecutive uids, with range removal.
 
-ARC's four lists (T1, T2 and their ghosts B1, B2) and its pinned units, where a session's pages
-move between lists together: a whole session leaving T1 for the pinned set, coming back to T2,
+ARC's four lists (T1, T2 and their ghosts B1, B2) and its pinned units, and 2Q's Am and A1out,
+where a session's pages move between lists together: a whole session leaving T1 for the pinned set, coming back to T2,
 or a batch of victims entering a ghost list, is O(runs), not O(pages).
 
 A run is ``[first, stop)`` less a set of holes (uids taken out of its middle); taking uids off
@@ -12,14 +12,15 @@ list; a run never spans two buckets.
 
 Costs: appending a run O(1); popping n uids from the oldest end O(runs popped); finding, counting
 or taking out the members of a range of one bucket O(runs of the bucket), plus the uids taken out
-of the middle of a run (they become holes).
+of the middle of a run (they become holes). The functions at the end do the arithmetic on runs
+(first, stop) that the policies on these lists share.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
 
-from sim.units import UNIT_BITS, join_extents
+from sim.units import UNIT_BITS, extents_of, join_extents
 
 BUCKET_BITS = UNIT_BITS  # a bucket is a session
 SHORT_RUN = 64  # runs this long or shorter have their uids indexed: found in O(1)
@@ -275,3 +276,56 @@ class RunList:
             for uid in range(first, stop):
                 if holes is None or uid not in holes:
                     yield uid
+
+
+# -- arithmetic on runs (first, stop) of uids, for the policies that keep them -------------------
+
+
+def distinct_runs(uids) -> list[tuple[int, int]] | None:
+    """``uids`` as runs of consecutive uids in their order, or None when a uid repeats."""
+    if isinstance(uids, range):
+        return [(uids.start, uids.stop)] if uids.step == 1 else None
+    runs = extents_of(uids)
+    ordered = sorted(runs)
+    if any(s > a for (_, s), (a, _) in zip(ordered, ordered[1:], strict=False)):
+        return None
+    return runs
+
+
+def increasing_runs(uids) -> list[tuple[int, int]] | None:
+    """``uids`` as increasing runs, or None when they do not increase strictly."""
+    if isinstance(uids, range):
+        return [(uids.start, uids.stop)] if uids.step == 1 and len(uids) else None
+    runs = extents_of(uids)
+    if any(a >= b for (_, a), (b, _) in zip(runs, runs[1:], strict=False)):
+        return None
+    return runs
+
+
+def split_at_sessions(runs):
+    """``runs`` split where they cross a bucket (session) boundary."""
+    for a, s in runs:
+        while a < s:
+            end = min(s, ((a >> UNIT_BITS) + 1) << UNIT_BITS)
+            yield a, end
+            a = end
+
+
+def runs_less(runs: list[tuple[int, int]], taken: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The increasing runs ``runs`` less ``taken`` (increasing runs inside them)."""
+    out: list[tuple[int, int]] = []
+    i = 0
+    for a, s in runs:
+        while i < len(taken) and taken[i][1] <= a:
+            i += 1
+        while i < len(taken) and taken[i][0] < s:
+            x, y = taken[i]
+            if a < x:
+                out.append((a, x))
+            a = max(a, y)
+            if y > s:
+                break
+            i += 1
+        if a < s:
+            out.append((a, s))
+    return out

@@ -34,10 +34,15 @@ from __future__ import annotations
 from collections import OrderedDict
 from itertools import chain, compress, filterfalse, starmap
 
-from sim.policies.arc import _distinct_runs, _less, _one_bucket, _runs_of
 from sim.policies.base import EvictionPolicy
 from sim.policies.registry import register
-from sim.policies.run_lists import RunList
+from sim.policies.run_lists import (
+    RunList,
+    distinct_runs,
+    increasing_runs,
+    runs_less,
+    split_at_sessions,
+)
 from sim.policies.run_order import RunOrder
 from sim.policies.structures import ByteBudget, GhostFIFO, SizedOrder, consume
 from sim.units import extents_of, join_extents
@@ -300,17 +305,17 @@ class RunTwoQ(TwoQ):
         """``insert`` each, in order, as runs (a batch may list sessions in any order) when none
         is a member: ghosts leave A1out by run and join Am, the rest join A1in, each queue taking
         its units in the batch's order."""
-        runs = _distinct_runs(uids) if self._incoming is None else None
-        if runs is None or any(map(self._holds_any, _one_bucket(runs))):
+        runs = distinct_runs(uids) if self._incoming is None else None
+        if runs is None or any(map(self._holds_any, split_at_sessions(runs))):
             EvictionPolicy.insert_many(self, uids, now, pinned)
             return
         seen_before = self._hm if pinned else self._am
         count = 0
-        for a, s in _one_bucket(runs):
+        for a, s in split_at_sessions(runs):
             count += s - a
             ghosts = self._aout.take_range(a, s) if self._aout else []
             seen_before.push_runs(ghosts)
-            for x, y in _less([(a, s)], ghosts):
+            for x, y in runs_less([(a, s)], ghosts):
                 self._ain.enter_many(range(x, y), candidate=not pinned)
         self._budget.grow(self._unit * count)
 
@@ -334,15 +339,15 @@ class RunTwoQ(TwoQ):
         """``access`` then ``pin`` each: Am's members leave it for the pinned set, A1in's stay in
         their places, pinned."""
         self._incoming = None
-        runs = _runs_of(uids)
+        runs = increasing_runs(uids)
         if runs is None:
             EvictionPolicy.acquire(self, uids, now)
             return
         in_am: list[tuple[int, int]] = []
-        for a, s in _one_bucket(runs):
+        for a, s in split_at_sessions(runs):
             in_am += self._am.take_range(a, s)
         self._hm.push_runs(join_extents(sorted(in_am)))
-        rest = _less(runs, join_extents(sorted(in_am))) if in_am else runs
+        rest = runs_less(runs, join_extents(sorted(in_am))) if in_am else runs
         self._ain.discard_all(_uids_of(rest))
 
     def unpin(self, uid: int, now: float) -> None:
@@ -356,15 +361,15 @@ class RunTwoQ(TwoQ):
     def release(self, uids, now: float) -> None:
         """``unpin`` each, in page order: Am takes its units at its MRU end in page order, A1in's
         return to their places; one at a time unless every unit is pinned here."""
-        runs = _runs_of(uids)
+        runs = increasing_runs(uids)
         if runs is None:
             EvictionPolicy.release(self, uids, now)
             return
         to_am: list[tuple[int, int]] = []
-        for a, s in _one_bucket(runs):
+        for a, s in split_at_sessions(runs):
             to_am += self._hm.take_range(a, s)
         to_am = join_extents(sorted(to_am))
-        rest = _uids_of(_less(runs, to_am) if to_am else runs)
+        rest = _uids_of(runs_less(runs, to_am) if to_am else runs)
         if not self._all_pinned_in_ain(rest):
             self._hm.push_runs(to_am)  # back as they were (the pinned set's order is unused)
             EvictionPolicy.release(self, uids, now)
@@ -390,15 +395,15 @@ class RunTwoQ(TwoQ):
             self._budget.shrink(self._unit)
 
     def remove_many(self, uids, pinned: bool = False) -> None:
-        runs = _runs_of(uids)
+        runs = increasing_runs(uids)
         if runs is None:
             EvictionPolicy.remove_many(self, uids, pinned)
             return
         gone: list[tuple[int, int]] = []
-        for a, s in _one_bucket(runs):
+        for a, s in split_at_sessions(runs):
             gone += self._am.take_range(a, s) + self._hm.take_range(a, s)
         gone = join_extents(sorted(gone))
-        rest = self._ain.members_among(_uids_of(_less(runs, gone) if gone else runs))
+        rest = self._ain.members_among(_uids_of(runs_less(runs, gone) if gone else runs))
         self._ain.leave_many(rest)
         self._budget.shrink(self._unit * (sum(s - a for a, s in gone) + len(rest)))
 
@@ -523,7 +528,7 @@ class RunTwoQ(TwoQ):
         if not len(ain) or (len(ain) * self._unit <= self._sizes()[0] and self._am):
             return a
         end = s
-        for b, e in _one_bucket([(a, s)]):
+        for b, e in split_at_sessions([(a, s)]):
             g = self._aout.first_in(b, e)
             if g is not None:
                 end = min(end, g)
