@@ -24,7 +24,7 @@ multiset of times, kept as counts).
 
 from __future__ import annotations
 
-from bisect import insort
+from bisect import bisect_left, insort
 from collections import Counter
 from itertools import repeat
 
@@ -100,8 +100,20 @@ class SessionAware(Memoryless):
         entry = self._where.pop(uid, None)
         if entry is not None:
             s = entry[0]
-            s.cand.remove(uid)
+            self._unlist(s.cand, uid)
             self._untime(s, [entry[1]])
+
+    def _unlist(self, cand: list[int], uid: int) -> None:
+        """Take ``uid`` out of ``cand`` (its first occurrence). The engine's keys are distinct per
+        uid, so a binary search finds it: a preemption drops a session's tail one unit at a time,
+        which a scan from the front made quadratic."""
+        if not self._engine_uids:
+            cand.remove(uid)
+            return
+        i = bisect_left(cand, uid if self._key is None else self._key(uid), key=self._key)
+        if i == len(cand) or cand[i] != uid:
+            raise ValueError(f"{uid} is not a candidate")
+        del cand[i]
 
     def _untime(self, s: _Sess, ts: list[float]) -> None:
         """Units with last-use times ``ts`` left ``s`` (its ``cand`` already without them)."""
