@@ -34,7 +34,11 @@ insertions and deletions); measured with 100,000 units: a mean of ~3 node evalua
 if it does). Many minima at one time (``pop_many``, an eviction of many units) need no tournament:
 at a fixed time each group's order is a static list, so they are a merge of the groups' heads,
 keyed by their float values in a C heap, with heads a rounding apart decided exactly; such a merge
-reads the groups only, and leaves the tree's paths to wait.
+reads the groups only, and leaves the tree's paths to wait. For many victims (a layer_block
+eviction takes a page's layers, hundreds of units) the merge is a numpy sort of the float values
+of each group's first entries, taken as it stands where no values of different groups are within
+the rounding bound of each other where it matters, else left to the heap's exact merge; a group
+whose next entries win at once is taken as a run.
 
 ``KineticPolicy`` is the eviction-policy shell over a ``KineticMin``: subclasses give each candidate
 a cost and a time.
@@ -49,8 +53,10 @@ from fractions import Fraction
 from itertools import repeat
 from operator import attrgetter
 
+import numpy as np
+
 from sim.policies.base import EvictionPolicy
-from sim.policies.structures import SortedQueue
+from sim.policies.structures import SortedQueue, consume
 from sim.units import UNIT_BITS, UnitView, extents_of
 
 INF = math.inf
@@ -60,7 +66,59 @@ _CROSS_REL = 1e-15  # margin on a float crossing time (true error < 4u of the sa
 _FEW_GROUPS = 4  # discard_many: up to this many groups, each is handed the whole list
 _MERGE_GROUPS = 16  # pop_many merges the groups' heads when there are at most this many per victim
 _MERGE_REL = 1e-15  # float values further apart than this (relative) are in their exact order
+_SORT_MIN = 8  # pop_many sorts the groups' values in numpy from this many victims
+_SORT_MAX = 1 << 16  # ... and while groups * victims stays below this
 _slot = attrgetter("slot")
+
+
+class _GroupQueue(SortedQueue):
+    """A group's static order, with its runs taken at once by ``pop_many``'s merge."""
+
+    __slots__ = ()
+
+    def take_run(
+        self, scale: tuple[float | None, float], bound: float | None, need: int, out: list[int]
+    ) -> None:
+        """Take out the minimum, then up to ``need - 1`` more in order while each one's merge
+        value v (cost / d, or the constant where d is None: ``scale``) is certainly below
+        ``bound``: max(v (1 + rel), tiny) < bound, the merge's test for taking a head without an
+        exact comparison (``bound`` None: nothing else left, no test); append them to ``out``."""
+        items, live, pos = self._items, self._live, self._pos
+        d, const = scale
+        end = len(items)
+        taken = 0
+        while pos < end and taken < need:
+            key, uid = items[pos]
+            if live.get(uid, items) != key:  # stale
+                pos += 1
+                continue
+            if taken and bound is not None:
+                lim = max((const if d is None else key / d) * (1.0 + _MERGE_REL), _TINY)
+                if bound <= lim:
+                    break
+            del live[uid]
+            out.append(uid)
+            taken += 1
+            pos += 1
+        self._pos = pos
+
+    def live_prefix(self, k: int) -> list[tuple[float, int]] | None:
+        """The first ``k`` (cost, uid) entries in order (all there are if fewer), or None when a
+        stale or repeated entry is among them."""
+        pos = self._pos
+        run = self._items[pos : pos + k]
+        if len(self._items) - pos == len(self._live):
+            # every live uid has an entry from pos on: as many entries as uids, all are live
+            return run
+        uids = [uid for _, uid in run]
+        if list(map(self._live.get, uids)) != [key for key, _ in run] or len(set(uids)) < len(run):
+            return None
+        return run
+
+    def drop_prefix(self, uids: list[int]) -> None:
+        """Take out the first entries, ``uids`` (from ``live_prefix``)."""
+        consume(map(self._live.__delitem__, uids))
+        self._pos += len(uids)
 
 
 class _Group:
@@ -70,7 +128,7 @@ class _Group:
 
     def __init__(self, tau: float, slot: int) -> None:
         self.tau = tau
-        self.heap = SortedQueue()  # uid by cost
+        self.heap = _GroupQueue()  # uid by cost
         self.slot = slot
         self.m = INF  # (m, mkey): the group's minimum cost and its uid
         self.mkey = -1
@@ -145,6 +203,12 @@ def _since_head(g: _Group, t: float) -> tuple[float, float, float, _Group]:
     """The group's head in ``pop_many``'s merge: its float value m / (t - tau) (+inf at an idle
     time of 0), then the tie-breaks of ``_since_before``."""
     return (g.m / (t - g.tau) if t > g.tau else INF, g.m, g.tau, g)
+
+
+def _since_scale(g: _Group, t: float) -> tuple[float | None, float]:
+    """How the float values of g's entries follow from their costs (``_since_head``): cost / d,
+    or one value for all (d None)."""
+    return (t - g.tau, 0.0) if t > g.tau else (None, INF)
 
 
 def _since_expiry(w: _Group, x: _Group, t: float) -> float:
@@ -232,9 +296,38 @@ def _until_expiry(w: _Group, x: _Group, t: float) -> float:
     return wt
 
 
-# a mode: (the exact order at t, when a winner's certificate expires, a head's merge key)
-SINCE = (_since_before, _since_expiry, _since_head)
-UNTIL = (_until_before, _until_expiry, _until_head)
+def _until_scale(g: _Group, t: float) -> tuple[float | None, float]:
+    """How the float values of g's entries follow from their costs (``_until_head``): cost / d,
+    or one value for all (d None)."""
+    tau = g.tau
+    if tau <= t:
+        return None, INF
+    if tau == INF:
+        return None, 0.0
+    return tau - t, 0.0  # a cost of 0 gives 0 / d = 0, as the head's rule
+
+
+# a mode: (the exact order at t, when a winner's certificate expires, a head's merge key, how
+# its entries' merge values follow from their costs)
+SINCE = (_since_before, _since_expiry, _since_head, _since_scale)
+UNTIL = (_until_before, _until_expiry, _until_head, _until_scale)
+
+
+def _near_across(value: np.ndarray, owner: np.ndarray, order: np.ndarray, n: int) -> bool:
+    """May the float order ``order`` (a stable sort of ``value``) put the first ``n`` wrongly?
+    Only where values of different owners are within the rounding bound: two neighbours among
+    the first n, or the last of them and the least value after it of another owner (a value
+    near an earlier one is near the last too, the neighbours between being of one owner)."""
+    head = order[:n]
+    v, o = value[head], owner[head]
+    lim = np.maximum(v * (1.0 + _MERGE_REL), _TINY)
+    if ((o[1:] != o[:-1]) & (v[1:] <= lim[:-1])).any():
+        return True
+    rest = order[n:]
+    other = owner[rest] != o[-1]
+    if not other.any():
+        return False
+    return bool(value[rest[np.argmax(other)]] <= lim[-1])
 
 
 # -- the tournament ------------------------------------------------------------------------------
@@ -247,7 +340,7 @@ class KineticMin:
     """
 
     def __init__(self, mode=SINCE, capacity: int = 64) -> None:
-        self._before, self._expiry, self._head = mode
+        self._before, self._expiry, self._head, self._scale = mode
         self._cap = 1 << max(1, (capacity - 1).bit_length())
         self._win: list[_Group | None] = [None] * (2 * self._cap)
         self._exp: list[float] = [INF] * (2 * self._cap)
@@ -318,7 +411,8 @@ class KineticMin:
         if len(self._groups) <= _MERGE_GROUPS * n:
             self._check_time(now)
             self._t = now
-            self._merge(n, now, out)
+            if not self._merge_sorted(n, now, out):
+                self._merge(n, now, out)
             return out
         if n == 1:  # a decode step's page, often: the minimum, its path left to the next peek
             uid = self.peek(now)
@@ -336,6 +430,57 @@ class KineticMin:
             self.end_batch()
         return out
 
+    def _merge_sorted(self, n: int, t: float, out: list[int]) -> bool:
+        """``_merge`` for many victims, in numpy: the float values of each group's first k
+        entries, sorted (k grows while some group has all k among the first ``n`` and more
+        behind). That order is the exact one unless values of different groups are within the
+        rounding bound where it matters (``_near_across``; a group's own entries are in its
+        static order, which a stable sort of its monotone values keeps); then it does nothing
+        and returns False (``_merge`` decides those exactly)."""
+        groups = list(self._groups.values())
+        if not groups or n < _SORT_MIN or len(groups) * n > _SORT_MAX:
+            return False
+        k = min(n, 2 * (n // len(groups)) + _SORT_MIN)
+        while True:
+            prefixes = [g.heap.live_prefix(k) for g in groups]
+            runs = [run for run in prefixes if run is not None]
+            if len(runs) < len(groups):
+                return False
+            value, uid, order = self._sorted_values(groups, runs, t)
+            owner = np.repeat(np.arange(len(groups)), [len(run) for run in runs])
+            taken = np.bincount(owner[order[:n]], minlength=len(groups)).tolist()
+            if k >= n or not any(
+                c == k and len(g.heap) > k for g, c in zip(groups, taken, strict=True)
+            ):
+                break
+            k = min(n, 4 * k)  # a group's entries beyond k may belong among the first n
+        if _near_across(value, owner, order, n):
+            return False
+        victims = uid[order[:n]].tolist()
+        touched = []
+        for g, run, c in zip(groups, runs, taken, strict=True):
+            if c:
+                g.heap.drop_prefix([u for _, u in run[:c]])
+                touched.append(g)
+        consume(map(self._where.__delitem__, victims))
+        out += victims
+        for g in sorted(touched, key=_slot):  # a fixed order of leaf updates
+            self._changed(g)
+        return True
+
+    def _sorted_values(self, groups: list[_Group], runs: list, t: float):
+        """The runs' merge values and uids, concatenated, and their stable sort order."""
+        scale = self._scale
+        values: list[np.ndarray] = []
+        uids: list[int] = []
+        for g, run in zip(groups, runs, strict=True):
+            keys, members = zip(*run) if run else ((), ())
+            d, const = scale(g, t)
+            values.append(np.full(len(run), const) if d is None else np.array(keys) / d)
+            uids += members
+        value = np.concatenate(values)
+        return value, np.array(uids, dtype=np.int64), np.argsort(value, kind="stable")
+
     def _merge(self, n: int, t: float, out: list[int]) -> None:
         """The minima at one time ``t`` as a merge of the groups' static orders: a heap of each
         group's head keyed by its float value (the mode's head: cost / (t - tau), or
@@ -343,6 +488,7 @@ class KineticMin:
         settled by the exact comparison among all such heads, so the victims are the
         tournament's, in its order; the leaves of the groups touched follow once, at the end."""
         before, where, head = self._before, self._where, self._head
+        scale = self._scale
         heap = [head(g, t) for g in self._groups.values()]
         heapq.heapify(heap)
         touched: dict[_Group, None] = {}
@@ -361,10 +507,11 @@ class KineticMin:
                     if other is not item:
                         heapq.heappush(heap, other)
             g = item[3]
-            uid = g.mkey
-            out.append(uid)
-            del where[uid]
-            g.heap.discard(uid)
+            # g's head is decided; its next entries follow it while each is the minimum at once
+            # (the rest's least value beyond its rounding bound): a run taken from its order.
+            start = len(out)
+            g.heap.take_run(scale(g, t), heap[0][0] if heap else None, n - start, out)
+            consume(map(where.__delitem__, out[start:]))
             touched[g] = None
             if g.heap:
                 g.settle()
