@@ -49,6 +49,7 @@ from sim.policies.base import EvictionPolicy
 from sim.policies.registry import register
 from sim.policies.run_lists import (
     RunList,
+    StretchTakeIn,
     distinct_runs,
     increasing_runs,
     runs_less,
@@ -401,7 +402,7 @@ def _steps_at_least(top: int, floor: int, unit: int) -> int:
     return (top - floor) // unit + 1 if top >= floor else 0
 
 
-class RunARC(ARC):
+class RunARC(StretchTakeIn, ARC):
     """ARC where every unit has one size (``view.unit_bytes``): T1, T2, B1 and B2 and the pinned
     units (by the list they return to) are ``RunList``s, so a session's pages moving together cost
     O(runs), and the sizes are counts times the unit. ``ARC`` builds one of these whenever its view
@@ -716,35 +717,6 @@ class RunARC(ARC):
         if self._incoming is not None or free_bytes < 0:
             return EvictionPolicy.take_in_extents(self, extents, free_bytes, now)
         return join_extents(self._take_in_runs(extents, free_bytes, now))
-
-    def _take_in_runs(self, runs, free_bytes: int, now: float) -> list[tuple[int, int]]:
-        """``take_in`` of the uids of ``runs`` (in that order), its victims as runs in eviction
-        order. The units that fit come in first; each of the rest needs one victim before it. That
-        alternation is taken a stretch at a time where it changes no list's size (T1 and B1 give
-        as much as they take: case IV with B1 trimmed and T1's LRU evicted, or B1 empty and T1
-        over c) and no unit of the stretch is a ghost; elsewhere one unit at a time."""
-        u = self._unit
-        fits = max(0, free_bytes // u)
-        out: list[tuple[int, int]] = []
-        for a, s in runs:
-            if fits > 0:  # no victim needed
-                end = min(s, a + fits)
-                self.insert_many(range(a, end), now)
-                fits -= end - a
-                a = end
-            while a < s:
-                end = self._stretch_end(a, s)
-                if end > a:
-                    out += self._evict_then_insert(a, end)
-                    a = end
-                    continue
-                victim = self.evict(now)
-                if victim is None:
-                    raise AssertionError(f"ARC: no victim to make room for {a}")
-                out.append((victim, victim + 1))
-                self.insert(a, now)
-                a += 1
-        return out
 
     def _steady_t1(self) -> bool:
         """Does each victim come from T1's LRU and leave T1, B1 (and B2, T2) as long as they were

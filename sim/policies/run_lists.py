@@ -278,6 +278,48 @@ class RunList:
                     yield uid
 
 
+class StretchTakeIn:
+    """``take_in`` of a batch of units of one size taken a stretch at a time where the policy can
+    say how far its evict-then-insert alternation leaves its lists' sizes alone
+    (``_stretch_end``) and take that stretch at once (``_evict_then_insert``); elsewhere one unit
+    at a time. The units that fit come in first; each of the rest needs one victim before it."""
+
+    _unit: int
+
+    def _take_in_runs(self, runs, free_bytes: int, now: float) -> list[tuple[int, int]]:
+        """``take_in`` of the uids of ``runs`` (in that order), its victims as runs in eviction
+        order."""
+        fits = max(0, free_bytes // self._unit)
+        out: list[tuple[int, int]] = []
+        for a, s in runs:
+            if fits > 0:  # no victim needed
+                end = min(s, a + fits)
+                self.insert_many(range(a, end), now)  # type: ignore[attr-defined]
+                fits -= end - a
+                a = end
+            while a < s:
+                end = self._stretch_end(a, s)
+                if end > a:
+                    out += self._evict_then_insert(a, end)
+                    a = end
+                    continue
+                victim = self.evict(now)  # type: ignore[attr-defined]
+                if victim is None:
+                    raise AssertionError(f"{type(self).__name__}: no victim to make room for {a}")
+                out.append((victim, victim + 1))
+                self.insert(a, now)  # type: ignore[attr-defined]
+                a += 1
+        return out
+
+    def _stretch_end(self, a: int, s: int) -> int:
+        """Where the stretch of ``[a, s)`` that ``_evict_then_insert`` may take ends (``a``: none)."""
+        raise NotImplementedError
+
+    def _evict_then_insert(self, a: int, s: int) -> list[tuple[int, int]]:
+        """Each of ``[a, s)`` enters after one victim leaves; the victims as runs."""
+        raise NotImplementedError
+
+
 # -- arithmetic on runs (first, stop) of uids, for the policies that keep them -------------------
 
 

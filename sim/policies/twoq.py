@@ -38,6 +38,7 @@ from sim.policies.base import EvictionPolicy
 from sim.policies.registry import register
 from sim.policies.run_lists import (
     RunList,
+    StretchTakeIn,
     distinct_runs,
     increasing_runs,
     runs_less,
@@ -255,7 +256,7 @@ class TwoQ(EvictionPolicy):
         return uid in self._am or uid in self._ain
 
 
-class RunTwoQ(TwoQ):
+class RunTwoQ(StretchTakeIn, TwoQ):
     """2Q where every unit has one size (``view.unit_bytes``): A1in is a ``RunOrder`` (entry
     order; a pinned unit keeps its place), Am a ``RunList`` (LRU first), its pinned units another
     (order unused), and A1out a ``RunList`` of ghosts holding at most ``kout // unit`` keys, so a
@@ -491,34 +492,6 @@ class RunTwoQ(TwoQ):
         if self._incoming is not None or free_bytes < 0:
             return EvictionPolicy.take_in_extents(self, extents, free_bytes, now)
         return join_extents(self._take_in_runs(extents, free_bytes, now))
-
-    def _take_in_runs(self, runs, free_bytes: int, now: float) -> list[tuple[int, int]]:
-        """``take_in`` of the uids of ``runs`` (in that order), its victims as runs in eviction
-        order. The units that fit come in first; each of the rest needs one victim before it. That
-        alternation is taken a stretch at a time while A1in gives the victims and takes the new
-        units (it keeps its length) and no unit of the stretch is a ghost or a member; elsewhere
-        one unit at a time."""
-        fits = max(0, free_bytes // self._unit)
-        out: list[tuple[int, int]] = []
-        for a, s in runs:
-            if fits > 0:  # no victim needed
-                end = min(s, a + fits)
-                self.insert_many(range(a, end), now)
-                fits -= end - a
-                a = end
-            while a < s:
-                end = self._stretch_end(a, s)
-                if end > a:
-                    out += self._evict_then_insert(a, end)
-                    a = end
-                    continue
-                victim = self.evict(now)
-                if victim is None:
-                    raise AssertionError(f"2Q: no victim to make room for {a}")
-                out.append((victim, victim + 1))
-                self.insert(a, now)
-                a += 1
-        return out
 
     def _stretch_end(self, a: int, s: int) -> int:
         """Where the stretch of ``[a, s)`` that ``_evict_then_insert`` may take ends (``a``: none):
