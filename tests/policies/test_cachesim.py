@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -260,3 +262,18 @@ def test_cli_errors_exit_2_with_one_line(tmp_path, capsys):
         )
         == 2
     )
+
+
+def test_cli_replay_of_a_registered_policy_imports_no_pandas(tmp_path):
+    """Importing pandas or the experiment schema (pydantic) took longer than reading and replaying
+    a million requests; a registered name needs neither."""
+    p = _csv(tmp_path, "obj_id,size\n1,1\n2,1\n1,1\n")
+    code = (
+        "import sys\n"
+        "from experiments.cli import main\n"
+        f"assert main(['cachesim', '--trace', {str(p)!r}, '--policy', 'lru', '--capacity', '5',"
+        " '--json']) == 0\n"
+        "print(sorted(m for m in ('pandas', 'pydantic', 'experiments.schema') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip().splitlines()[-1] == "[]"
