@@ -7,6 +7,10 @@ kvsim's LRU (order of becoming a candidate, a hit moves to the back). Victims al
 lowest class present, so a victim is never a priority inversion; the figures below count what the
 order cannot prevent.
 
+Structure: one ``SegmentQueue`` per class (LRU's queue of runs of consecutive uids): a session's units
+join and leave their class together, so a batch is a few runs whatever the eviction unit. A unit's
+class is found from its session each time (a session's priority is fixed), not kept per unit.
+
 Counted per tier instance at real decisions (``evict``, ``on_admit``; ``peek`` counts nothing) and
 returned by ``metrics()``:
 
@@ -26,17 +30,12 @@ returned by ``metrics()``:
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from collections import OrderedDict
 from dataclasses import dataclass, field
-from itertools import compress, repeat
-from operator import eq
-
-import numpy as np
 
 from sim.policies.base import EvictionPolicy
 from sim.policies.registry import register
-from sim.policies.structures import consume, pop_oldest
-from sim.units import UNIT_BITS, Tier, UnitView
+from sim.policies.segment_runs import SegmentQueue
+from sim.units import UNIT_BITS, Tier, UnitView, join_extents
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,9 +64,8 @@ class QoS(EvictionPolicy):
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
-        self._classes: dict[int, OrderedDict[int, None]] = {}  # class -> its candidates, LRU order
+        self._classes: dict[int, SegmentQueue] = {}  # class -> its candidates, LRU order
         self._present: list[int] = []  # classes with candidates, ascending
-        self._filed: dict[int, int] = {}  # uid -> class it is filed under
         self._admissions = 0
         self._admission_inversions = 0
         self._inversion_tokens = 0
@@ -77,57 +75,126 @@ class QoS(EvictionPolicy):
         sess = self.view.session(uid)
         return sess.priority if sess is not None else 0  # cachesim objects: class 0
 
-    def _add(self, uid: int, now: float) -> None:
-        self._discard(uid)
-        cls = self.unit_class(uid)
-        od = self._classes.get(cls)
-        if od is None:
-            od = self._classes[cls] = OrderedDict()
+    # A unit's class is fixed (its session's priority never changes), so a unit is found in its
+    # class's queue with no map of its own: the queues keep runs of a session's units, and a
+    # layer_block batch of hundreds of a session's units is a few runs.
+    def _queue(self, cls: int) -> SegmentQueue:
+        q = self._classes.get(cls)
+        if q is None:
+            q = self._classes[cls] = SegmentQueue()
             insort(self._present, cls)
-        od[uid] = None
-        self._filed[uid] = cls
+        return q
 
-    def access(self, uid: int, now: float) -> None:
-        cls = self._filed.get(uid)
-        if cls is not None:
-            self._classes[cls].move_to_end(uid)
-
-    def _discard(self, uid: int) -> None:
-        cls = self._filed.pop(uid, None)
-        if cls is None:
-            return
-        od = self._classes[cls]
-        del od[uid]
-        if not od:
+    def _drop_if_empty(self, cls: int, q: SegmentQueue) -> None:
+        if not len(q):
             del self._classes[cls]
             del self._present[bisect_left(self._present, cls)]
 
+    def _add(self, uid: int, now: float) -> None:
+        self._discard(uid)
+        self._queue(self.unit_class(uid)).append(uid)
+
+    def access(self, uid: int, now: float) -> None:
+        q = self._classes.get(self.unit_class(uid))
+        if q is not None and q.discard(uid):
+            q.push(uid)
+
+    def _discard(self, uid: int) -> None:
+        cls = self.unit_class(uid)
+        q = self._classes.get(cls)
+        if q is not None and q.discard(uid):
+            self._drop_if_empty(cls, q)
+
     def _evicted(self, uid: int) -> None:
-        cls = self._filed[uid]
+        cls = self.unit_class(uid)
         self._by_class[cls] = self._by_class.get(cls, 0) + 1
         self._discard(uid)
+
+    def _pop_runs(self, k: int) -> list[tuple[int, int]]:
+        """The ``k`` heads of the lowest classes, in turn, as runs in eviction order."""
+        present, classes = self._present, self._classes
+        out: list[tuple[int, int]] = []
+        while k > 0 and present:
+            cls = present[0]
+            q = classes[cls]
+            taken = min(k, len(q))
+            out += q.pop_runs(taken)
+            k -= taken
+            self._by_class[cls] = self._by_class.get(cls, 0) + taken
+            if not len(q):
+                del classes[cls]
+                del present[0]
+        return out
+
+    def _pop_class(self, cls: int, k: int) -> list[tuple[int, int]]:
+        """The ``k`` heads of class ``cls`` (it holds them), as runs."""
+        q = self._classes[cls]
+        out = q.pop_runs(k)
+        self._by_class[cls] = self._by_class.get(cls, 0) + k
+        self._drop_if_empty(cls, q)
+        return out
 
     def evict_bytes(self, nbytes: int, now: float) -> list[int]:
         """The heads of the lowest classes, in turn: what ``evict`` one at a time takes."""
         k = self._units_in(nbytes)
         if k is None:
             return super().evict_bytes(nbytes, now)
-        present, classes, filed = self._present, self._classes, self._filed
-        out: list[int] = []
-        while k > 0 and present:
-            cls = present[0]
-            od = classes[cls]
-            taken = pop_oldest(od, min(k, len(od)))
-            consume(map(filed.__delitem__, taken))
-            out += taken
-            k -= len(taken)
-            self._by_class[cls] = self._by_class.get(cls, 0) + len(taken)
-            if not od:
-                del classes[cls]
-                del present[0]
-        return out
+        return [uid for a, b in self._pop_runs(k) for uid in range(a, b)]
 
-    # -- batches: a session's units share its class, so they join or leave one class's dict in C --
+    def evict_extents(self, nbytes: int, now: float) -> list[tuple[int, int]]:
+        k = self._units_in(nbytes)
+        if k is None:
+            return super().evict_extents(nbytes, now)
+        runs = self._pop_runs(k)
+        return join_extents(sorted(runs) if self.drops_victims else runs)
+
+    def take_in_extents(self, extents, free_bytes: int, now: float) -> list[tuple[int, int]]:
+        """``take_in``'s insert-and-evict, an extent's stretch at a time: while a lower class
+        than the extent's holds candidates, the new units take their room one for one; once the
+        extent's class is the lowest, its queue turns (each new unit at the end, the head out),
+        which is the whole stretch appended, then as many heads popped."""
+        unit_bytes = self.view.unit_bytes
+        if not unit_bytes or not isinstance(self.view, UnitView) or not self._fresh(extents):
+            return super().take_in_extents(extents, free_bytes, now)
+        free = free_bytes // unit_bytes  # (each victim frees one unit's room)
+        out: list[tuple[int, int]] = []
+        for a, b in extents:
+            cls = self.unit_class(a)
+            while a < b:
+                if free:
+                    n = min(free, b - a)
+                    free -= n
+                elif not self._present:
+                    raise AssertionError(f"QoS: no victim to make room for {a}")
+                elif self._present[0] < cls:
+                    n = min(b - a, len(self._classes[self._present[0]]))
+                    out += self._pop_class(self._present[0], n)
+                elif self._present[0] == cls:
+                    n = b - a
+                    self._queue(cls).push_run(a, b)
+                    out += self._pop_class(cls, n)
+                    a = b
+                    continue
+                else:  # one victim of a higher class; then the extent's class is the lowest
+                    n = 1
+                    out += self._pop_class(self._present[0], 1)
+                self._queue(cls).push_run(a, a + n)
+                a += n
+        return join_extents(out)
+
+    def _fresh(self, extents) -> bool:
+        """Are the extents' uids distinct, each of one session, and none of them a candidate?"""
+        last = -1
+        for a, b in sorted(extents):
+            if a < last or (b - 1) >> UNIT_BITS != a >> UNIT_BITS:
+                return False
+            q = self._classes.get(self.unit_class(a))
+            if q is not None and q.holds_any(a, b):
+                return False
+            last = b
+        return True
+
+    # -- batches: a session's units share its class, so they join or leave one class's runs --
     def acquire(self, uids, now: float) -> None:
         self._forget(uids)  # a hit then a pin: the unit is no longer a candidate
 
@@ -142,6 +209,10 @@ class QoS(EvictionPolicy):
         if not pinned:
             self._forget(uids)
 
+    def _engine_session(self, uids) -> bool:
+        """Are ``uids`` (not empty) the engine's, all of one session (so of one class)?"""
+        return isinstance(self.view, UnitView) and _one_session(uids)
+
     def _file_many(self, uids, now: float) -> None:
         """``_add`` each, in order: each leaves its class (if filed) and joins its class's end."""
         if not isinstance(uids, range):
@@ -152,49 +223,40 @@ class QoS(EvictionPolicy):
                 return
         if not uids:
             return
-        if not self._filed.keys().isdisjoint(uids):
-            self._forget(uids)
-        for cls, members in self._by_unit_class(uids):
-            od = self._classes.get(cls)
-            if od is None:
-                od = self._classes[cls] = OrderedDict()
-                insort(self._present, cls)
-            od.update(zip(members, repeat(None)))
-            self._filed.update(zip(members, repeat(cls)))
-
-    def _by_unit_class(self, uids) -> list[tuple[int, list[int]]]:
-        """``uids`` split by class, each part in the batch's order. The engine's uids carry their
-        session (one class for all its units), so the class is asked once per session."""
-        if not isinstance(self.view, UnitView):
-            classes = list(map(self.unit_class, uids))
-        elif _one_session(uids):
-            return [(self.unit_class(uids[0]), list(uids))]
-        else:
-            sessions = (np.asarray(uids, dtype=np.int64) >> UNIT_BITS).tolist()
-            class_of = {s: self.unit_class(s << UNIT_BITS) for s in set(sessions)}
-            classes = list(map(class_of.__getitem__, sessions))
-        distinct = set(classes)
-        if len(distinct) == 1:
-            return [(classes[0], list(uids))]
-        return [(c, list(compress(uids, map(eq, classes, repeat(c))))) for c in sorted(distinct)]
+        if not self._engine_session(uids):
+            for uid in uids:
+                self._add(uid, now)
+            return
+        q = self._queue(self.unit_class(uids[0]))
+        if q.holds_bucket(q.bucket(uids[0])):  # some may be filed: they leave first
+            for uid in uids:
+                q.discard(uid)
+        q.extend(uids)
 
     def _forget(self, uids) -> None:
         """``_discard`` each (those not filed are ignored)."""
         uids = uids if isinstance(uids, range) else list(uids)
-        classes = set(map(self._filed.pop, uids, repeat(None)))
-        for cls in classes:
-            if cls is None:
-                continue
-            od = self._classes[cls]
-            consume(map(od.pop, uids, repeat(None)))
-            if not od:
-                del self._classes[cls]
-                del self._present[bisect_left(self._present, cls)]
+        if not uids:
+            return
+        if not self._engine_session(uids):
+            for uid in uids:
+                self._discard(uid)
+            return
+        cls = self.unit_class(uids[0])
+        q = self._classes.get(cls)
+        if q is None:
+            return
+        if len(uids) > 1 and q.holds_exactly(uids):
+            q.discard_bucket(q.bucket(uids[0]))  # the session's runs, not its units
+        elif q.holds_bucket(q.bucket(uids[0])):
+            for uid in uids:
+                q.discard(uid)
+        self._drop_if_empty(cls, q)
 
     def peek(self, now: float) -> int | None:
         if not self._present:
             return None
-        return next(iter(self._classes[self._present[0]]))
+        return self._classes[self._present[0]].first()
 
     # -- the engine's admission hook ------------------------------------------------------------
     def on_admit(self, session, split: tuple[int, int, int], now: float) -> None:
@@ -222,7 +284,8 @@ class QoS(EvictionPolicy):
         )
 
     def __len__(self) -> int:
-        return len(self._filed)
+        return sum(map(len, self._classes.values()))
 
     def __contains__(self, uid: int) -> bool:
-        return uid in self._filed
+        q = self._classes.get(self.unit_class(uid))
+        return q is not None and uid in q

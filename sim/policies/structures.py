@@ -24,7 +24,7 @@ from operator import and_, countOf, is_not
 
 import numpy as np
 
-from sim.units import UNIT_BITS, UNIT_MASK
+from sim.units import UNIT_BITS, UNIT_MASK, extents_of
 
 
 def _run_within(uids: list[int], first: int, stop: int, holes: set[int] | None) -> bool:
@@ -868,11 +868,34 @@ class RunQueue:
     def push(self, uid: int) -> None:
         self.push_run(uid, uid + 1)
 
+    def append(self, uid: int) -> None:
+        """``push``, joining the newest run where ``uid`` follows it: a stretch that returns one
+        uid at a time stays one run, so finding one of its uids stays cheap."""
+        runs = self._runs
+        if runs:
+            key = next(reversed(runs))
+            run = runs[key]
+            b = uid >> 24
+            if run[1] == uid and run[3] == b:
+                run[1] = uid + 1
+                longs = self._long.get(b)
+                if longs is None:
+                    self._long[b] = {key}
+                else:
+                    longs.add(key)
+                self._n += 1
+                return
+        self.push_run(uid, uid + 1)
+
     def extend(self, uids) -> None:
         """Append uids in order; consecutive ones become one run (a ``range`` is one run)."""
         if isinstance(uids, range) and uids.step == 1:
             if len(uids):
                 self.push_run(uids.start, uids.stop)
+            return
+        if isinstance(uids, list) and len(uids) > 2048:  # a long list: its runs found in C
+            for first, end in extents_of(uids):
+                self.push_run(first, end)
             return
         start: int | None = None
         prev = 0  # read only once start is set
@@ -956,6 +979,10 @@ class RunQueue:
             if not ranged and not _run_within(uids, first, stop, holes):
                 return False
         return count == len(uids)
+
+    def holds_bucket(self, bucket: int) -> bool:
+        """Does the queue hold any uid of ``bucket``?"""
+        return bucket in self._in
 
     def discard_bucket(self, bucket: int) -> int:
         """Take out every run of one bucket (a whole session); returns how many uids left."""

@@ -32,9 +32,13 @@ def test_run_queue_is_a_queue_of_uids(ops):
     q, ref = RunQueue(), OrderedDict()
     for op, bucket, a, b in ops:
         base = bucket << 24
-        if op <= 1:  # push a stretch of absent uids
+        if op <= 1:  # push a stretch of absent uids, at once or one at a time
             new = [u for u in range(base + a, base + a + b + 1) if u not in ref]
-            q.extend(new)
+            if op == 0:
+                q.extend(new)
+            else:
+                for u in new:
+                    q.append(u)
             ref.update((u, None) for u in new)
         elif op == 2:
             u = base + a
