@@ -33,6 +33,9 @@ Objects are units whose uid is the object id; policies read sizes and times thro
 Offline policies (a class attribute ``offline = True``, e.g. belady) read ``view.next_access_s(uid)``:
 the index of the object's next request (``inf`` if none), computed with numpy from the whole stream.
 Time (``now``) is the request index, or the trace's ``time`` column when it has one.
+
+LRU, where every object keeps one size, is not replayed request by request: its hits follow from
+the stream alone (``sim.stack_distance``), computed in numpy; the same hits (tested).
 """
 
 from __future__ import annotations
@@ -45,6 +48,8 @@ from typing import Any
 import numpy as np
 
 from sim.policies import EvictionPolicy, PolicyContext, policy_class
+from sim.policies.lru import LRU
+from sim.stack_distance import lru_hit_flags
 from sim.units import Tier
 
 REQUIRED_COLUMNS = ("obj_id", "size")
@@ -347,6 +352,10 @@ def simulate_cache(
     """Replay ``stream`` through a fresh ``policy`` of ``capacity`` (in the units of ``size``)."""
     view = ObjectView()
     name, cls, pol, capacity = _make_policy(policy, capacity, ctx, view)
+    if cls is LRU:  # exactly LRU: a subclass may decide otherwise
+        hit = lru_hit_flags(stream.obj_ids, stream.sizes, capacity)
+        if hit is not None:  # every object has one size: the whole stream at once in numpy
+            return _result(name, capacity, stream, hit)
     n = len(stream)
     ids = stream.obj_ids.tolist()
     sizes = stream.sizes.tolist()
@@ -376,7 +385,7 @@ def simulate_cache(
     ):
         uniform = n > 0 and int(stream.sizes.min()) == int(stream.sizes.max())
         _replay_direct(hooks, ids, sizes, capacity, flags, view.sizes, name, uniform)
-        return _result(name, capacity, stream, flags)
+        return _result(name, capacity, stream, _as_bools(flags))
     nows = (stream.times if stream.times is not None else np.arange(n, dtype=np.float64)).tolist()
 
     obj_size = view.sizes  # size of every object seen (kept while cached)
@@ -415,7 +424,7 @@ def simulate_cache(
         cached.add(oid)
         used += size
 
-    return _result(name, capacity, stream, flags)
+    return _result(name, capacity, stream, _as_bools(flags))
 
 
 def _replay_direct(
@@ -483,9 +492,12 @@ def _no_op(uid: int) -> None:
     return None
 
 
-def _result(name: str, capacity: int, stream: RequestStream, flags: bytearray) -> CacheSimResult:
+def _as_bools(flags: bytearray) -> np.ndarray:
+    return np.frombuffer(bytes(flags), dtype=np.uint8).astype(bool)
+
+
+def _result(name: str, capacity: int, stream: RequestStream, hit: np.ndarray) -> CacheSimResult:
     n = len(stream)
-    hit = np.frombuffer(bytes(flags), dtype=np.uint8).astype(bool)
     size_arr = stream.sizes
     hits = int(hit.sum())
     return CacheSimResult(

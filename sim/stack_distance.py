@@ -1,0 +1,172 @@
+"""LRU hits of a whole request stream at once, in numpy (Mattson's stack algorithm).
+
+Under LRU with a capacity in bytes, when every object has one size for the whole stream, the cache
+after each request is the longest prefix of the recency list (objects, most recently requested
+first; objects larger than the capacity never enter it) whose sizes fit: a hit moves the object to
+the front and keeps the cached set; a miss puts it in front and evicts from the back until it fits,
+which leaves the longest prefix that fits again. So request ``i`` to object ``x``, whose previous
+request was ``p``, hits iff
+
+    size(x) + (sizes of the distinct objects requested in (p, i)) <= capacity
+
+and a first request misses. Each distinct object of the window is counted at its first request in
+it, the ``j`` in ``(p, i)`` whose own previous request lies before ``p``; the window's sum less the
+requests whose previous request lies inside the window is that sum, and the latter is the sum over
+``j < i`` with ``prev(j) > prev(i)``: a weighted inversion count, taken by a merge sort with one
+numpy pass per level (``earlier_greater_sums``).
+
+Where an object's size changes from one request to another, the cached object keeps the size it was
+admitted with and an admitted object can be requested at a size larger than the capacity (a hit):
+the prefix rule no longer holds, and ``lru_hit_flags`` returns None for the caller's replay.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+# The weights, their running sums and the request indices share one int64 where they fit.
+_WORD_BITS = 63
+
+
+def stable_order_by_id(obj_ids: np.ndarray) -> np.ndarray:
+    """The request indices sorted by object id, requests of one object in request order."""
+    n = len(obj_ids)
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    ids = np.asarray(obj_ids, dtype=np.int64)
+    lo = int(ids.min())
+    span = int(ids.max()) - lo
+    # offsets from the least id, in uint64 arithmetic: the int64 range's span does not overflow
+    offsets = ids.view(np.uint64) - np.uint64(lo & 0xFFFF_FFFF_FFFF_FFFF)
+    order = np.argsort((offsets & np.uint64(0xFFFF)).astype(np.uint16), kind="stable")
+    shift = 16
+    while span >> shift:
+        digit = ((offsets[order] >> np.uint64(shift)) & np.uint64(0xFFFF)).astype(np.uint16)
+        order = order[np.argsort(digit, kind="stable")]
+        shift += 16
+    return order
+
+
+def earlier_greater_sums(values: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """``out[k]`` = the sum of ``weights[j]`` over ``j < k`` with ``values[j] > values[k]``.
+
+    ``values`` are distinct non-negative integers, ``weights`` positive. A merge sort on the
+    indices, top down: at each level the elements are in order of value within blocks of indices
+    (aligned blocks of a power of two, the last one short); an element of a block's right half
+    gains the weights of the left half's elements that come after it, then each block is split
+    into its halves, keeping the order. The running sums travel in the same int64 as the index
+    and the weight where they fit, else in a second array.
+    """
+    m = len(values)
+    out = np.zeros(m, dtype=np.int64)
+    if m < 2:
+        return out
+    t_bits = (m - 1).bit_length()
+    w_bits = int(weights.max()).bit_length()
+    sum_shift = t_bits + w_bits
+    if sum_shift > _WORD_BITS:
+        raise ValueError("weights too large to pack with their indices")
+    packed = sum_shift + int(weights.sum()).bit_length() <= _WORD_BITS
+
+    by_value = np.full(int(values.max()) + 1, -1, dtype=np.int64)
+    by_value[values] = np.arange(m)
+    index = np.compress(by_value >= 0, by_value)
+    key = (index << w_bits) | weights[index]  # [running sum |] index | weight
+    sums = np.zeros(0 if packed else m, dtype=np.int64)  # the running sums, if not in the key
+    w_mask = (1 << w_bits) - 1
+
+    spare = np.empty_like(key)
+    bit_set, left_w = np.empty_like(key), np.empty_like(key)
+    is_right, is_left = np.empty(m, dtype=bool), np.empty(m, dtype=bool)
+    for bit in range(t_bits - 1, -1, -1):
+        half = 1 << bit
+        np.bitwise_and(key, 1 << (w_bits + bit), out=bit_set)
+        np.not_equal(bit_set, 0, out=is_right)
+        np.logical_not(is_right, out=is_left)
+        np.bitwise_and(key, w_mask, out=left_w)
+        np.multiply(left_w, is_left, out=left_w)
+        np.cumsum(left_w, out=left_w)
+        # a right element gains the left weight between it and its block's end
+        rows = m // (2 * half)  # whole blocks; the rest is one short block
+        ends = left_w[2 * half - 1 : rows * 2 * half : 2 * half]
+        gained = np.compress(is_right, left_w)
+        tail = len(gained) - rows * half
+        np.subtract(np.repeat(ends, half), gained[: rows * half], out=gained[: rows * half])
+        np.subtract(left_w[-1], gained[rows * half :], out=gained[rows * half :])
+        if packed:
+            gained <<= sum_shift
+            _split_halves(key, spare, is_left, is_right, rows, half, tail, gained)
+        else:
+            _split_halves(key, spare, is_left, is_right, rows, half, tail, None)
+            _split_halves(sums, left_w, is_left, is_right, rows, half, tail, gained)
+            sums, left_w = left_w, sums
+        key, spare = spare, key
+    at = (key >> w_bits) & ((1 << t_bits) - 1)
+    out[at] = key >> sum_shift if packed else sums
+    return out
+
+
+def _split_halves(src, dst, is_left, is_right, rows, half, tail, add) -> None:
+    """Each block of ``src`` into ``dst``: its left-half elements, then its right-half ones (plus
+    ``add``). ``rows`` whole blocks of ``2 * half``, then a short one with ``tail`` on its right."""
+    lefts, rights = np.compress(is_left, src), np.compress(is_right, src)
+    if add is not None:
+        rights += add
+    whole = rows * 2 * half
+    blocks = dst[:whole].reshape(rows, 2 * half)
+    blocks[:, :half] = lefts[: rows * half].reshape(rows, half)
+    blocks[:, half:] = rights[: rows * half].reshape(rows, half)
+    dst[whole : len(dst) - tail] = lefts[rows * half :]
+    dst[len(dst) - tail :] = rights[rows * half :]
+
+
+def lru_hit_flags(obj_ids: np.ndarray, sizes: np.ndarray, capacity: int) -> np.ndarray | None:
+    """The hit (True) or miss of each request under LRU with ``capacity`` (in units of ``sizes``),
+    or None where some object's size changes between its requests (the prefix rule needs one
+    size per object)."""
+    obj_ids, sizes = np.asarray(obj_ids, dtype=np.int64), np.asarray(sizes, dtype=np.int64)
+    n = len(obj_ids)
+    hit = np.zeros(n, dtype=bool)
+    if n == 0:
+        return hit
+    if float(sizes.sum(dtype=np.float64)) >= 2.0 ** (_WORD_BITS - 1):
+        return None  # a window's weight plus a size could overflow
+    order = stable_order_by_id(obj_ids)
+    ids, by_id = obj_ids[order], sizes[order]
+    same = ids[1:] == ids[:-1]
+    if (same & (by_id[1:] != by_id[:-1])).any():
+        return None
+    prev = np.full(n, -1, dtype=np.int64)
+    prev[np.compress(same, order[1:])] = np.compress(same, order[:-1])
+
+    fits = sizes <= capacity  # an object larger than the capacity is never cached
+    weight = np.where(fits, sizes, 0)
+    before = np.zeros(n + 1, dtype=np.int64)  # before[k]: weight of requests 0..k-1
+    np.cumsum(weight, out=before[1:])
+    # Each repeat request i of an object that fits, with its previous request p: the interval
+    # (p, i). It hits if even every request inside it counted: the window's whole weight fits.
+    ends = np.flatnonzero((prev >= 0) & fits)
+    starts, size = prev[ends], sizes[ends]
+    window = before[ends] - before[starts + 1]
+    sure = window + size <= capacity
+    hit[ends] = sure
+    if sure.all():
+        return hit
+    # The others need the weight of the intervals nested in theirs (a request seen again inside
+    # the window). Those at least as long as the shortest undecided one go through the merge
+    # sort; a shorter one cannot contain a long one, so it is nested in it iff it ends before its
+    # end and does not start before its start: two prefix sums.
+    length = ends - starts
+    long = length >= length[~sure].min()
+    short_size = size * ~long
+    short_ended = np.cumsum(short_size) - short_size  # short ones ending before each end
+    short_started = np.zeros(n + 1, dtype=np.int64)  # [k]: short ones starting before k
+    short_started[starts + 1] = short_size
+    np.cumsum(short_started, out=short_started)
+    end, start, size = (np.compress(long, a) for a in (ends, starts, size))
+    if (len(end) - 1).bit_length() + int(size.max()).bit_length() > _WORD_BITS:
+        return None  # an index and a weight do not fit in one int64
+    nested = np.compress(long, short_ended) - short_started[start]
+    nested += earlier_greater_sums(start, size)
+    hit[end] = np.compress(long, window) - nested + size <= capacity
+    return hit
