@@ -131,23 +131,19 @@ def lru_hit_flags(obj_ids: np.ndarray, sizes: np.ndarray, capacity: int) -> np.n
         return hit
     if float(sizes.sum(dtype=np.float64)) >= 2.0 ** (_WORD_BITS - 1):
         return None  # a window's weight plus a size could overflow
-    order = stable_order_by_id(obj_ids)
-    ids, by_id = obj_ids[order], sizes[order]
-    same = ids[1:] == ids[:-1]
-    if (same & (by_id[1:] != by_id[:-1])).any():
+    prev = _previous_request(obj_ids, sizes)
+    if prev is None:
         return None
-    prev = np.full(n, -1, dtype=np.int64)
-    prev[np.compress(same, order[1:])] = np.compress(same, order[:-1])
-
     fits = sizes <= capacity  # an object larger than the capacity is never cached
-    weight = np.where(fits, sizes, 0)
     before = np.zeros(n + 1, dtype=np.int64)  # before[k]: weight of requests 0..k-1
-    np.cumsum(weight, out=before[1:])
+    np.cumsum(np.where(fits, sizes, 0), out=before[1:])
     # Each repeat request i of an object that fits, with its previous request p: the interval
     # (p, i). It hits if even every request inside it counted: the window's whole weight fits.
     ends = np.flatnonzero((prev >= 0) & fits)
     starts, size = prev[ends], sizes[ends]
+    del prev, fits
     window = before[ends] - before[starts + 1]
+    del before
     sure = window + size <= capacity
     hit[ends] = sure
     if sure.all():
@@ -158,15 +154,34 @@ def lru_hit_flags(obj_ids: np.ndarray, sizes: np.ndarray, capacity: int) -> np.n
     # end and does not start before its start: two prefix sums.
     length = ends - starts
     long = length >= length[~sure].min()
+    del length, sure
     short_size = size * ~long
-    short_ended = np.cumsum(short_size) - short_size  # short ones ending before each end
     short_started = np.zeros(n + 1, dtype=np.int64)  # [k]: short ones starting before k
     short_started[starts + 1] = short_size
     np.cumsum(short_started, out=short_started)
-    end, start, size = (np.compress(long, a) for a in (ends, starts, size))
+    short_ended = np.cumsum(short_size)
+    short_ended -= short_size  # short ones ending before each end
+    del short_size
+    end, start, size, window, nested = (
+        np.compress(long, a) for a in (ends, starts, size, window, short_ended)
+    )
+    del ends, starts, short_ended
     if (len(end) - 1).bit_length() + int(size.max()).bit_length() > _WORD_BITS:
         return None  # an index and a weight do not fit in one int64
-    nested = np.compress(long, short_ended) - short_started[start]
+    nested -= short_started[start]
+    del short_started
     nested += earlier_greater_sums(start, size)
-    hit[end] = np.compress(long, window) - nested + size <= capacity
+    hit[end] = window - nested + size <= capacity
     return hit
+
+
+def _previous_request(obj_ids: np.ndarray, sizes: np.ndarray) -> np.ndarray | None:
+    """For each request, the index of the previous request to its object (-1 for a first one);
+    None if an object's size differs between two of its requests."""
+    order = stable_order_by_id(obj_ids)
+    same = obj_ids[order[1:]] == obj_ids[order[:-1]]
+    if (same & (sizes[order[1:]] != sizes[order[:-1]])).any():
+        return None
+    prev = np.full(len(order), -1, dtype=np.int64)
+    prev[np.compress(same, order[1:])] = np.compress(same, order[:-1])
+    return prev
