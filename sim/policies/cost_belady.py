@@ -42,6 +42,9 @@ class CostBelady(KineticPolicy):
     def unit_cost(self, uid: int) -> float:
         return self._recovery(uid)
 
+    def unit_costs(self, uids: list[int]) -> list[float]:
+        return self._recovery.many(uids)
+
     session_time = True  # the session's next access
 
     def unit_time(self, uid: int, now: float) -> float:

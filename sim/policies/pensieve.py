@@ -107,6 +107,8 @@ def _need_cost(ctx, name: str):
 
 
 _MEMO_LIMIT = 1 << 20  # distinct recovery inputs remembered per instance
+_TABLE_LIMIT = 1 << 22  # entries of a tier's table of dropped full pages' prices
+_MANY_MIN = 4  # fewer units are priced one by one: numpy's call overhead loses
 
 
 # -- the policies --------------------------------------------------------------------------------
@@ -217,6 +219,14 @@ class RecoveryCosts:
     def __init__(self, ctx) -> None:
         self.ctx = ctx
         self._memo: dict[tuple, float] = {}
+        view = ctx.view
+        # Units of one page or page-layer each: a batch of them is priced by table (``many``).
+        self._paged = isinstance(view, UnitView) and not view.per_session and ctx.block_tokens > 0
+        self._per_page = view.layers if self._paged else 1
+        self._drops = self._paged and _dropped_from(ctx, view.page_bytes)
+        # A dropped full page's price by (page, unit offset in the page): its inputs are the page's
+        # tokens and the layer alone, whatever the session's length. NaN: not asked yet.
+        self._full = np.full((0, self._per_page), np.nan)
 
     def __call__(self, uid: int) -> float:
         args = _recovery_args(self.ctx, uid)
@@ -237,6 +247,51 @@ class RecoveryCosts:
             cost = self._memo[key] = recovery_s(self.ctx.cost, **args)
         return cost
 
+    def many(self, uids: list[int]) -> list[float]:
+        """``self(uid)`` for each of ``uids``. One session's page or page-layer units at once: a
+        demoted unit's price depends on its layer alone (one price per unit offset in a page), a
+        dropped full page's on its page and layer (a table that outlives the batch); the cost
+        model is asked once per distinct input, the answers are its floats."""
+        if not self._paged or len(uids) < _MANY_MIN:
+            return list(map(self, uids))
+        s = uids[0] >> UNIT_BITS
+        if min(uids) >> UNIT_BITS != s or max(uids) >> UNIT_BITS != s:
+            return list(map(self, uids))
+        idx = np.asarray(uids, dtype=np.int64) & UNIT_MASK
+        per_page = self._per_page
+        off = idx % per_page
+        if not self._drops:  # swap-in: the session's tokens and the layer
+            if per_page == 1:
+                return [self(uids[0])] * len(uids)
+            price = np.empty(per_page)
+            offs, first = np.unique(off, return_index=True)
+            for o, i in zip(offs.tolist(), first.tolist(), strict=True):
+                price[o] = self(uids[i])
+            return price[off].tolist()
+        page = idx // per_page
+        bt = self.ctx.block_tokens
+        full = (page + 1) * bt <= self.ctx.view.sessions[s].tokens
+        rows = int(page.max()) + 1
+        if rows * per_page > _TABLE_LIMIT:
+            return list(map(self, uids))
+        if rows > len(self._full):
+            grown = np.full((max(rows, 2 * len(self._full)), per_page), np.nan)
+            grown[: len(self._full)] = self._full
+            self._full = grown
+        table = self._full
+        price = table[page, off]
+        ask = np.flatnonzero(full & np.isnan(price)).tolist()
+        if ask:
+            ctx = self.ctx
+            for i in ask:
+                table[page[i], off[i]] = recovery_s(ctx.cost, **_recovery_args(ctx, uids[i]))
+            price = table[page, off]
+        out = price.tolist()
+        if not full.all():  # a partly filled page (or one past the tokens): its own inputs
+            for i in np.flatnonzero(~full).tolist():
+                out[i] = self(uids[i])
+        return out
+
 
 @register("pensieve-physics")
 class PensievePhysics(_Retention):
@@ -247,3 +302,6 @@ class PensievePhysics(_Retention):
 
     def unit_cost(self, uid: int) -> float:
         return self._recovery(uid)
+
+    def unit_costs(self, uids: list[int]) -> list[float]:
+        return self._recovery.many(uids)

@@ -1,0 +1,64 @@
+"""Costs of a batch of one session's units against each unit priced alone, bit for bit
+(hypothesis): ``RecoveryCosts.many`` (the ``unit_costs`` of pensieve-physics and cost-belady)
+against the cost model asked for each unit (``recovery_cost_s``), while sessions grow between
+batches (the table of dropped full pages outlives a batch) and batches reach partly filled pages
+and pages past the session's tokens."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from costmodels import cost_model
+from sim.policies import PolicyContext
+from sim.policies.cost_belady import CostBelady
+from sim.policies.pensieve import PensievePhysics, recovery_cost_s
+from sim.units import SessionKV, Tier, UnitView, uid_of
+
+COST = cost_model("llama-3-8b", "h100-sxm")
+BT = 16
+PAGE_LAYER = BT * COST.kv_bytes_per_token // COST.model.num_layers
+
+# (session, its tokens grow by, first unit, units, stride): one batch
+BATCH = st.tuples(
+    st.integers(0, 2),
+    st.integers(0, 3 * BT),
+    st.integers(0, 60),
+    st.integers(1, 40),
+    st.sampled_from([1, 1, 2, 5]),
+)
+
+
+def world(layers: int, tier: Tier, cpu_pages: int | None, policy):
+    sessions = [SessionKV(i, f"s{i}", 0) for i in range(3)]
+    page_bytes = PAGE_LAYER * (1 if layers > 1 else COST.model.num_layers)
+    view = UnitView(sessions, page_bytes, layers=layers)
+    cpu = None if cpu_pages is None else cpu_pages * page_bytes
+    ctx = PolicyContext(tier, BT, COST.model.num_layers, view, COST, cpu)
+    return sessions, policy(ctx)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.sampled_from([1, 3, 32]),
+    st.sampled_from([Tier.GPU, Tier.CPU]),
+    st.sampled_from([None, 0, 1, 100]),  # CPU tier in pages: none, too small, holds a unit
+    st.sampled_from([PensievePhysics, CostBelady]),
+    st.lists(BATCH, min_size=1, max_size=12),
+)
+def test_a_batch_is_priced_as_each_unit_alone(layers, tier, cpu_pages, policy, batches):
+    sessions, pol = world(layers, tier, cpu_pages, policy)
+    for s, grow, first, n, stride in batches:
+        sessions[s].tokens += grow
+        uids = [uid_of(s, first + k * stride) for k in range(n)]
+        want = [recovery_cost_s(pol.ctx, u) for u in uids]
+        got = pol.unit_costs(uids)
+        assert [x.hex() for x in got] == [x.hex() for x in want], (s, uids)
+        assert all(type(x) is float for x in got)
+
+
+def test_units_of_several_sessions_are_priced_one_by_one():
+    sessions, pol = world(3, Tier.CPU, None, PensievePhysics)
+    sessions[0].tokens, sessions[1].tokens = 5 * BT, 2 * BT + 3
+    uids = [uid_of(0, 4), uid_of(1, 7), uid_of(0, 0), uid_of(1, 1), uid_of(0, 14)]
+    assert pol.unit_costs(uids) == [recovery_cost_s(pol.ctx, u) for u in uids]
