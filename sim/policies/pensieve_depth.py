@@ -53,6 +53,8 @@ there is nothing to share: the policy is ``pensieve-physics``.
 
 from __future__ import annotations
 
+import numpy as np
+
 from sim.policies.kinetic import INF
 from sim.policies.pensieve import PensievePhysics, _dropped_from
 from sim.policies.registry import register
@@ -127,6 +129,32 @@ class PensieveDepth(PensievePhysics):
         if layer <= depth:
             return 0.0
         return (layer - depth) * self.layer_recompute_s(uid)
+
+    def unit_costs(self, uids: list[int]) -> list[float]:
+        """``unit_cost`` of each: one session's page-layer units at once, each page's depth and
+        r_p found once for its layers, the same float product per unit."""
+        if not self._drops:
+            return super().unit_costs(uids)  # the swap-in stall, as pensieve-physics
+        L = self._layers
+        if len(uids) < L:
+            return list(map(self.unit_cost, uids))
+        s = uids[0] >> UNIT_BITS
+        tier = self.view.sessions[s].tier
+        if min(uids) >> UNIT_BITS != s or max(uids) >> UNIT_BITS != s or len(tier) % L:
+            return list(map(self.unit_cost, uids))
+        idx = np.asarray(uids, dtype=np.int64) & UNIT_MASK
+        page = idx // L
+        pages, at = np.unique(page, return_inverse=True)
+        # the deepest dropped layer of each page: its first dropped unit (the last layer first)
+        dropped = np.frombuffer(tier, dtype=np.uint8).reshape(-1, L)[pages] == _DROPPED
+        depth = np.where(dropped.any(axis=1), L - 1 - dropped.argmax(axis=1), -1)
+        if self._pending:
+            for k, p in enumerate(pages.tolist()):
+                depth[k] = max(depth[k], self._pending.get((s << UNIT_BITS) + p * L, -1))
+        first = (s << UNIT_BITS) + pages * L
+        r = np.array(list(map(self.layer_recompute_s, first.tolist())))
+        above = (L - 1 - (idx - page * L)) - depth[at]  # layer - depth: > 0 adds that many layers
+        return np.where(above > 0, above * r[at], 0.0).tolist()
 
     def value(self, uid: int, now: float) -> float:
         """The retention value of a candidate at ``now``, from its cost at the page's depth now."""

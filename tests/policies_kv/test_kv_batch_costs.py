@@ -2,7 +2,8 @@
 (hypothesis): ``RecoveryCosts.many`` (the ``unit_costs`` of pensieve-physics and cost-belady)
 against the cost model asked for each unit (``recovery_cost_s``), while sessions grow between
 batches (the table of dropped full pages outlives a batch) and batches reach partly filled pages
-and pages past the session's tokens."""
+and pages past the session's tokens; pensieve-depth's ``unit_costs`` against its ``unit_cost``,
+over pages with dropped layers and drops of the call still pending."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from costmodels import cost_model
 from sim.policies import PolicyContext
 from sim.policies.cost_belady import CostBelady
 from sim.policies.pensieve import PensievePhysics, recovery_cost_s
+from sim.policies.pensieve_depth import PensieveDepth
 from sim.units import SessionKV, Tier, UnitView, uid_of
 
 COST = cost_model("llama-3-8b", "h100-sxm")
@@ -62,3 +64,38 @@ def test_units_of_several_sessions_are_priced_one_by_one():
     sessions[0].tokens, sessions[1].tokens = 5 * BT, 2 * BT + 3
     uids = [uid_of(0, 4), uid_of(1, 7), uid_of(0, 0), uid_of(1, 1), uid_of(0, 14)]
     assert pol.unit_costs(uids) == [recovery_cost_s(pol.ctx, u) for u in uids]
+
+
+# (session, its tokens grow by, first unit, units, stride, units dropped: (unit, ...),
+# drops pending in the call: (page, layer), ...): one batch
+DEPTH_BATCH = st.tuples(
+    st.integers(0, 2),
+    st.integers(0, 3 * BT),
+    st.integers(0, 40),
+    st.integers(1, 40),
+    st.sampled_from([1, 1, 3]),
+    st.lists(st.integers(0, 71), max_size=8),
+    st.lists(st.tuples(st.integers(0, 8), st.integers(0, 7)), max_size=3),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from([2, 8]), st.lists(DEPTH_BATCH, min_size=1, max_size=10))
+def test_depth_prices_a_batch_as_each_unit_alone(layers, batches):
+    sessions, pol = world(layers, Tier.CPU, None, PensieveDepth)
+    assert pol._drops
+    for s, grow, first, n, stride, drop, pending in batches:
+        sess = sessions[s]
+        sess.tokens += grow
+        uids = [uid_of(s, first + k * stride) for k in range(n)]
+        units = max(u & 0xFFFFFF for u in uids) + 1
+        units = -(-units // layers) * layers  # whole pages
+        sess.tier.extend(bytes(max(0, units - len(sess.tier))))
+        for u in drop:
+            if u < len(sess.tier):
+                sess.tier[u] = Tier.DROPPED
+        pol._pending = {uid_of(s, p * layers): min(ly, layers - 1) for p, ly in pending}
+        want = [pol.unit_cost(u) for u in uids]
+        got = pol.unit_costs(uids)
+        assert [x.hex() for x in got] == [x.hex() for x in want], (s, uids)
+        assert all(type(x) is float for x in got)
