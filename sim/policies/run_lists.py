@@ -1,6 +1,6 @@
 """``RunList``: an ordered list of uids kept as runs of consecutive uids, with range removal.
 
-ARC's four lists (T1, T2 and their ghosts B1, B2) and its pinned units, and 2Q's Am and A1out,
+ARC's four lists (T1, T2 and their ghosts B1, B2) and its pinned units, and 2Q's Am,
 where a session's pages move between lists together: a whole session leaving T1 for the pinned set, coming back to T2,
 or a batch of victims entering a ghost list, is O(runs), not O(pages).
 
@@ -115,6 +115,16 @@ class RunList:
             holes = run[2]
             n += hi - lo - (sum(1 for h in holes if lo <= h < hi) if holes else 0)
         return n
+
+    def meets(self, start: int, stop: int) -> bool:
+        """Might a member lie in ``[start, stop)`` (one bucket)? False only where none does (by
+        the runs' bounds: a hole counts as a member here); one dict lookup where the bucket has
+        no run."""
+        keys = self._in.get(start >> BUCKET_BITS)
+        if not keys:
+            return False
+        runs = self._runs
+        return any(runs[k][0] < stop and start < runs[k][1] for k in keys)
 
     def first_in(self, start: int, stop: int) -> int | None:
         """The smallest member in ``[start, stop)`` (one bucket), or None."""
@@ -323,11 +333,20 @@ class StretchTakeIn:
 # -- arithmetic on runs (first, stop) of uids, for the policies that keep them -------------------
 
 
+def runs_in_order(uids) -> list[tuple[int, int]]:
+    """``extents_of(uids)``; a list of consecutive uids (a session's pages) checked in C."""
+    if type(uids) is list and uids:
+        first, last = uids[0], uids[-1]
+        if last - first == len(uids) - 1 and uids == list(range(first, last + 1)):
+            return [(first, last + 1)]
+    return extents_of(uids)
+
+
 def distinct_runs(uids) -> list[tuple[int, int]] | None:
     """``uids`` as runs of consecutive uids in their order, or None when a uid repeats."""
     if isinstance(uids, range):
         return [(uids.start, uids.stop)] if uids.step == 1 else None
-    runs = extents_of(uids)
+    runs = runs_in_order(uids)
     ordered = sorted(runs)
     if any(s > a for (_, s), (a, _) in zip(ordered, ordered[1:], strict=False)):
         return None
@@ -338,7 +357,7 @@ def increasing_runs(uids) -> list[tuple[int, int]] | None:
     """``uids`` as increasing runs, or None when they do not increase strictly."""
     if isinstance(uids, range):
         return [(uids.start, uids.stop)] if uids.step == 1 and len(uids) else None
-    runs = extents_of(uids)
+    runs = runs_in_order(uids)
     if any(a >= b for (_, a), (b, _) in zip(runs, runs[1:], strict=False)):
         return None
     return runs

@@ -23,8 +23,8 @@ unit to Am's MRU end. Without ``set_capacity`` (the engine) c is the high-water 
 the tier has held.
 
 Where every unit has one size (``view.unit_bytes``: the engine), ``TwoQ`` builds a ``RunTwoQ``:
-A1in a ``RunOrder``, Am, its pinned units and A1out ``RunList``s, so a session's pages entering,
-pinned, released or evicted together cost O(runs), not O(pages); the decisions are the same, call
+A1in a ``RunOrder``, Am and its pinned units ``RunList``s, A1out a ``GhostRuns``, so a session's
+pages entering, pinned, released or evicted together cost O(runs), not O(pages); the decisions are the same, call
 for call. Elsewhere (``kvsim cachesim``, variable sizes) A1in is a ``SizedOrder``, Am an ordered
 dict and A1out a ``GhostFIFO``: O(1) per unit.
 """
@@ -35,6 +35,7 @@ from collections import OrderedDict
 from itertools import chain, compress, filterfalse, starmap
 
 from sim.policies.base import EvictionPolicy
+from sim.policies.ghost_runs import GhostRuns
 from sim.policies.registry import register
 from sim.policies.run_lists import (
     RunList,
@@ -259,7 +260,7 @@ class TwoQ(EvictionPolicy):
 class RunTwoQ(StretchTakeIn, TwoQ):
     """2Q where every unit has one size (``view.unit_bytes``): A1in is a ``RunOrder`` (entry
     order; a pinned unit keeps its place), Am a ``RunList`` (LRU first), its pinned units another
-    (order unused), and A1out a ``RunList`` of ghosts holding at most ``kout // unit`` keys, so a
+    (order unused), and A1out a ``GhostRuns`` holding at most ``kout // unit`` keys, so a
     session's pages moving together cost O(runs); the sizes are counts times the unit. ``TwoQ``
     builds one of these whenever its view has a unit size; the decisions are TwoQ's, unit for
     unit. A member is never a ghost (entering takes its key out of A1out), so a victim's key
@@ -267,7 +268,7 @@ class RunTwoQ(StretchTakeIn, TwoQ):
 
     _ain: RunOrder  # type: ignore[assignment]
     _am: RunList  # type: ignore[assignment]
-    _aout: RunList  # type: ignore[assignment]
+    _aout: GhostRuns  # type: ignore[assignment]
 
     def __init__(self, ctx) -> None:
         EvictionPolicy.__init__(self, ctx)
@@ -275,7 +276,7 @@ class RunTwoQ(StretchTakeIn, TwoQ):
         self._ain = RunOrder()  # candidates and pinned units, in entry order
         self._am = RunList()  # LRU first
         self._hm = RunList()  # pinned, returning to Am's MRU end (order unused)
-        self._aout = RunList()  # ghosts, oldest first
+        self._aout = GhostRuns()  # ghosts, oldest first
         self._budget = ByteBudget()
         self._incoming = None
 
@@ -307,23 +308,28 @@ class RunTwoQ(StretchTakeIn, TwoQ):
         is a member: ghosts leave A1out by run and join Am, the rest join A1in, each queue taking
         its units in the batch's order."""
         runs = distinct_runs(uids) if self._incoming is None else None
-        if runs is None or any(map(self._holds_any, split_at_sessions(runs))):
+        sessions = list(split_at_sessions(runs)) if runs is not None else None
+        if sessions is None or any(map(self._holds_any, sessions)):
             EvictionPolicy.insert_many(self, uids, now, pinned)
             return
         seen_before = self._hm if pinned else self._am
+        ain, aout, candidate = self._ain, self._aout, not pinned
         count = 0
-        for a, s in split_at_sessions(runs):
+        for a, s in sessions:
             count += s - a
-            ghosts = self._aout.take_range(a, s) if self._aout else []
-            seen_before.push_runs(ghosts)
-            for x, y in runs_less([(a, s)], ghosts):
-                self._ain.enter_many(range(x, y), candidate=not pinned)
+            if aout.meets(a, s):  # (rarely: a ghost list holds few of the sessions)
+                ghosts = aout.take_range(a, s)
+                seen_before.push_runs(ghosts)
+                for x, y in runs_less([(a, s)], ghosts):
+                    ain.enter_many(range(x, y), candidate)
+            else:
+                ain.enter_many(range(a, s), candidate)
         self._budget.grow(self._unit * count)
 
     def _holds_any(self, run: tuple[int, int]) -> bool:
         """Might a uid of ``run`` (one bucket) be a member?"""
         a, s = run
-        return bool(self._am.count_in(a, s) or self._hm.count_in(a, s) or self._ain.may_hold(a, s))
+        return self._am.meets(a, s) or self._hm.meets(a, s) or self._ain.may_hold(a, s)
 
     def access(self, uid: int, now: float) -> None:
         self._incoming = None
@@ -413,12 +419,8 @@ class RunTwoQ(StretchTakeIn, TwoQ):
         """A1in's victims enter A1out, which keeps its newest ``kout`` bytes (``GhostFIFO.put``:
         trimming after the last forgets the same oldest keys as before each)."""
         kout = self._sizes()[1]
-        if not runs or self._unit > kout:
-            return
-        self._aout.push_runs(runs)
-        over = len(self._aout) - kout // self._unit
-        if over > 0:
-            self._aout.pop_runs(over)
+        if runs and self._unit <= kout:
+            self._aout.push_runs(runs, kout // self._unit)
 
     def peek(self, now: float) -> int | None:
         if len(self._ain) * self._unit > self._sizes()[0] or not self._am:

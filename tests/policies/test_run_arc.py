@@ -229,6 +229,8 @@ def _run_list_against_a_list(ops) -> None:
                 ref.remove(lo)
         elif op == 4:  # the whole bucket's members, a range at a time
             assert rl.count_in(lo, hi) == sum(lo <= u < hi for u in ref)
+            if any(lo <= u < hi for u in ref):
+                assert rl.meets(lo, hi)
         else:
             assert rl.first() == (ref[0] if ref else None)
         assert list(rl) == ref and len(rl) == len(ref)

@@ -1,14 +1,17 @@
 """2Q on runs (``RunTwoQ``, built where every unit has one size) against 2Q on ordered dicts (built
 where sizes may vary), driven by the same engine-like calls with units of one size (hypothesis):
 the same victims and the same queues (A1in's candidates in order, Am, A1out, the pinned units and
-the queue each returns to) after every call."""
+the queue each returns to) after every call. And ``GhostRuns`` (A1out) against a plain list of
+uids."""
 
 from __future__ import annotations
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from sim.policies.base import PolicyContext
+from sim.policies.ghost_runs import GhostRuns
+from sim.policies.run_lists import split_at_sessions
 from sim.policies.twoq import A1IN, AM, RunTwoQ, TwoQ
 from sim.units import UNIT_BITS, Tier, extents_of
 
@@ -181,3 +184,58 @@ def test_a1in_over_kin_then_am_then_a1in_again_equals_one_victim_after_another()
     twins.step(0, 0, 1, 9)  # ghost hits: into Am
     twins.step(0, 1, 1, 15)  # 15 into A1in
     twins.step(3, 0, 0, 30)
+
+
+# -- GhostRuns against a plain list ------------------------------------------------------------
+GHOST_OPS = st.lists(
+    st.tuples(
+        st.integers(0, 4),
+        st.integers(1, 3),
+        st.integers(0, 99),
+        st.integers(1, 60),
+    ),
+    max_size=150,
+)
+
+
+def _ghost_uid(s: int, i: int) -> int:
+    """Uids ``i`` of 0 .. 99 around the start of bucket ``s``: ranges may cross two buckets."""
+    return (s << UNIT_BITS) + i - 50
+
+
+@settings(max_examples=500, deadline=None)
+@given(GHOST_OPS)
+# the oldest run emptied by ghost hits, then forgotten past it (a dead entry at the head)
+@example([(0, 1, 60, 5), (0, 1, 70, 5), (2, 1, 60, 5), (0, 2, 60, 5), (0, 2, 70, 8)])
+def test_ghost_runs_equal_a_plain_list(ops):
+    g, ref = GhostRuns(), []
+    for op, s, a, n in ops:
+        lo, hi = _ghost_uid(s, a), _ghost_uid(s, min(a + n, 100))
+        if op == 0:  # victims enter as runs; the oldest past a limit are forgotten
+            new = [u for u in range(lo, hi) if u not in ref]
+            limit = None if n % 3 == 0 else 2 * n
+            g.push_runs(extents_of(new), limit)
+            ref += new
+            if limit is not None:
+                ref = ref[max(0, len(ref) - limit) :]
+        elif op == 1:
+            g.forget(n)
+            ref = ref[n:]
+        elif op == 2:  # the ghosts of a range taken out (ghost hits)
+            want = sorted(u for u in ref if lo <= u < hi)
+            assert g.take_range(lo, hi) == extents_of(want)
+            ref = [u for u in ref if not lo <= u < hi]
+        elif op == 3:
+            assert g.discard(lo) == (lo in ref)
+            if lo in ref:
+                ref.remove(lo)
+        else:  # the one-bucket questions, a bucket's part of the range at a time
+            for x, y in split_at_sessions([(lo, hi)]):
+                want = [u for u in ref if x <= u < y]
+                assert g.first_in(x, y) == (min(want) if want else None)
+                if want:
+                    assert g.meets(x, y)
+        assert list(g) == ref and len(g) == len(ref) and bool(g) == bool(ref)
+        members = set(ref)
+        for u in range(lo - 1, hi + 1):
+            assert (u in g) == (u in members)
