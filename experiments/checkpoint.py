@@ -16,10 +16,13 @@ import pickle
 import shutil
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from experiments.executor import PointResult
-from experiments.schema import GridPoint
 from experiments.version import kvsim_version
+
+if TYPE_CHECKING:  # types only: the executor imports pandas, which `kvsim run` needs only later
+    from experiments.executor import PointResult
+    from experiments.schema import GridPoint
 
 
 def partial_dir(out: str | os.PathLike) -> Path:
@@ -40,6 +43,8 @@ class Checkpoints:
         path = self.dir / f"{self.key(point)}.pkl"
         if not path.is_file():
             return None
+        from experiments.executor import PointResult
+
         with path.open("rb") as f:
             got = pickle.load(f)
         return got if isinstance(got, PointResult) and got.point == point else None

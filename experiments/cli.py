@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
-import logging
 import os
 import pkgutil
 import signal
@@ -38,28 +37,38 @@ class Terminated(KeyboardInterrupt):
     clean-up path that handles Ctrl-C handles it too."""
 
 
-def _command_modules() -> list[tuple[str, ModuleType | ImportError]]:
+def _command_modules(only: str | None = None) -> list[tuple[str, ModuleType | ImportError]]:
+    """The command modules, or with ``only`` (a command as typed) just that one when it names one:
+    a command then imports no other command's module."""
     import experiments.commands as pkg
 
+    names = [
+        info.name
+        for info in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda m: m.name)
+        if not info.name.startswith("_")
+    ]
+    if only is not None and only.replace("-", "_") in names and "_" not in only:
+        names = [only.replace("-", "_")]
     found: list[tuple[str, ModuleType | ImportError]] = []
-    for info in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda m: m.name):
-        if info.name.startswith("_"):
-            continue
+    for name in names:
         try:
-            found.append((info.name, importlib.import_module(f"{pkg.__name__}.{info.name}")))
+            found.append((name, importlib.import_module(f"{pkg.__name__}.{name}")))
         except ImportError as exc:  # a missing extra must not take the other commands down
-            found.append((info.name, exc))
+            found.append((name, exc))
     return found
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The whole parser, or with ``command`` (the command line's first word) one that holds only
+    that command when it names one (what ``main`` parses with: start-up imports only the command
+    that runs). Anything else (an option, a typo) gets every command, for the help and the error."""
     parser = argparse.ArgumentParser(
         prog="kvsim",
         description="Trace-driven simulator of KV-cache management for multi-turn LLM serving.",
     )
     parser.add_argument("--version", action="version", version=f"kvsim {kvsim_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for name, mod in _command_modules():
+    for name, mod in _command_modules(command):
         if isinstance(mod, ImportError):
             p = sub.add_parser(name.replace("_", "-"), help=f"(unavailable: {mod})")
             p.set_defaults(_command_main=_unavailable(name, mod))
@@ -113,7 +122,8 @@ def sigterm_raises() -> Iterator[None]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser(argv[0] if argv else None).parse_args(argv)
     try:
         with sigterm_raises():
             return int(args._command_main(args) or 0)
@@ -138,6 +148,8 @@ def run() -> None:
     -11. Ray's own exit hook, ``ray.shutdown``, has run by then (the sweep leaves Ray itself)."""
     code = main()
     if "ray._raylet" in sys.modules:
+        import logging  # here: only a Ray run needs its handlers flushed
+
         logging.shutdown()
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(OSError, ValueError):  # closed or gone: nothing to flush

@@ -31,7 +31,6 @@ import numpy as np
 import pandas as pd
 
 from experiments.schema import ConfigError, ExecutorSpec, GridPoint, TraceSpec
-from experiments.worker_pool import WorkerDied, run_tasks
 
 
 class PointError(RuntimeError):
@@ -181,9 +180,11 @@ def run_point(
                 on_step=emit,
             )
         else:
-            from sim.step_log import KvsimStepLog
+            log = None
+            if emit is not None:  # the step log's module only where a point asks for one
+                from sim.step_log import KvsimStepLog
 
-            log = KvsimStepLog(emit) if emit is not None else None
+                log = KvsimStepLog(emit)
             hook = {"on_iteration": log} if log is not None else {}
             result = sim.simulate(
                 sessions,
@@ -461,6 +462,8 @@ def _run_pool(points, workers, debug, bar, expected, done_hook) -> list[PointRes
         done_hook(result)
         bar.update(max(0, expected[i] - reported[i]))  # rejected turns are never reported
         reported[i] = expected[i]
+
+    from experiments.worker_pool import WorkerDied, run_tasks  # here: one worker needs no pool
 
     tasks = [(i, p, debug) for i, p in enumerate(points)]
     try:

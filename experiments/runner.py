@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import gc
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,7 +15,6 @@ import pandas as pd
 
 from experiments.checkpoint import Checkpoints
 from experiments.executor import run_points, trace_info
-from experiments.figure_style import formats
 from experiments.results import (
     WrittenResults,
     check_out_dir,
@@ -57,7 +58,34 @@ def run_experiment(
     points not yet done, unless ``fresh``. The figures are written in ``plot_format`` (one format
     or several) when given, else in the experiment's ``figures.format``; config.resolved.yaml
     records the formats used."""
+    with start_up_frozen():
+        return _run_experiment(experiment, out, force, show_progress, fresh, plot_format)
+
+
+@contextmanager
+def start_up_frozen() -> Iterator[None]:
+    """The objects that exist now (the imported modules: pandas, pydantic's schemas ... some
+    80,000) are left out of the cyclic GC's scans while the experiment runs, then handed back.
+    They live to the end of the process anyway; rescanning them in every full collection cost 5 %
+    of a one-point run's CPU. What the run itself makes is collected as usual."""
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+
+
+def _run_experiment(
+    experiment: Experiment,
+    out: str | os.PathLike | None,
+    force: bool,
+    show_progress: bool,
+    fresh: bool,
+    plot_format: str | Sequence[str] | None,
+) -> RunOutcome:
     if plot_format is not None:
+        from experiments.figure_style import formats
+
         fmts = list(formats(plot_format))
         experiment = experiment.with_overrides(
             figures=FiguresSpec(format=fmts[0] if len(fmts) == 1 else fmts)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from functools import cache
-from importlib import metadata
 from pathlib import Path
 
 _PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
@@ -18,6 +17,8 @@ def kvsim_version() -> str:
             return str(tomllib.load(f)["project"]["version"])
     except (ImportError, OSError, KeyError, ValueError):
         pass
+    from importlib import metadata  # here: a checkout never needs it (it imports email, socket)
+
     try:
         return metadata.version("kvsim")
     except metadata.PackageNotFoundError:

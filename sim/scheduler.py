@@ -25,7 +25,7 @@ import math
 from array import array
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 from costmodels import BatchShape, CostModel
 from sim.admission import Admission
@@ -41,11 +41,7 @@ from sim.config import (
 from sim.lifetime import fit_lifetime
 from sim.memory import CPU, GPU, SHARED, TieredMemory
 from sim.parts.budget import TokenBudget
-from sim.parts.chunked import ChunkedPrefill
-from sim.parts.offload import OffloadDecode
-from sim.parts.prefetch import Prefetch
 from sim.parts.sharing import POOL_INDEX, PrefixSharing
-from sim.parts.stream import StreamIntake
 from sim.policies import PolicyContext, make_policy, policy_class
 from sim.pricing import Pricer
 from sim.recovery import LayerRecovery, PageRecovery
@@ -56,6 +52,10 @@ from sim.step_buckets import StepBuckets
 from sim.turns import Step, TurnRun
 from sim.units import SessionKV, SessionTable, UnitView
 from traces.records import Session, Turn
+
+if TYPE_CHECKING:  # parts imported where a run asks for them (sparse decode pulls in 560 lines)
+    from sim.parts.offload import OffloadDecode
+    from sim.parts.prefetch import Prefetch
 
 __all__ = ["POOL_INDEX", "DecodeSpan", "Scheduler", "SessionTable", "Step", "TurnRun"]
 
@@ -113,11 +113,21 @@ class Scheduler:
         self.cap = cap if cap is not None else 1 << 62  # tokens a session's KV may hold
         self.budget = TokenBudget(self, cap) if cap is not None else None
         # Which waiting turns join the batch: FCFS, or FCFS with prefills cut into chunks.
-        self.admission = ChunkedPrefill(self) if engine.chunked_prefill else Admission(self)
-        self.offload = (
-            OffloadDecode(self, sparse) if sparse is not None and sparse.enabled else None
-        )
-        self.prefetch = Prefetch(self, engine.prefetch) if engine.prefetch != "off" else None
+        self.admission = Admission(self)
+        if engine.chunked_prefill:
+            from sim.parts.chunked import ChunkedPrefill
+
+            self.admission = ChunkedPrefill(self)
+        self.offload: OffloadDecode | None = None
+        if sparse is not None and sparse.enabled:
+            from sim.parts.offload import OffloadDecode
+
+            self.offload = OffloadDecode(self, sparse)
+        self.prefetch: Prefetch | None = None
+        if engine.prefetch != "off":
+            from sim.parts.prefetch import Prefetch
+
+            self.prefetch = Prefetch(self, engine.prefetch)
         self.share: PrefixSharing | None = None  # started by the first session that shares
         # Decode spans allocate their pages in one batch when that cannot change a decision (every
         # page step of an offloading run moves a page: those go step by step).
@@ -162,7 +172,11 @@ class Scheduler:
         for i, s in enumerate(trace):
             self.share_if_hashed(s)
             self.arrivals.schedule(i, s.turns[0].arrival_s or 0.0)
-        self.stream = StreamIntake(self, sessions, POOL_INDEX) if streaming else None
+        self.stream = None
+        if streaming:
+            from sim.parts.stream import StreamIntake
+
+            self.stream = StreamIntake(self, sessions, POOL_INDEX)
 
     def _tiered_memory(
         self,

@@ -14,9 +14,10 @@ Every kind also takes ``time_scale`` (default 1.0): arrival and think times are 
 so ``time_scale: 20`` replays a cluster trace at 1/20 of its request rate on one simulated GPU; and
 ``until_s``: only the sessions that start before that time (after scaling), a trace's first part.
 
-This package imports nothing else of the project. The loaders that need pandas (azure, burstgpt)
-are imported when first used, so that reading a synthetic, ShareGPT, Mooncake or JSONL trace does
-not pay for pandas.
+This package imports nothing else of the project. The file loaders and the tokenizers are imported
+when first used: those that need pandas (azure, burstgpt), so that reading a synthetic, ShareGPT,
+Mooncake or JSONL trace does not pay for pandas, and the others, so that a synthetic trace (what
+most experiments replay) imports only its generator.
 """
 
 from __future__ import annotations
@@ -29,12 +30,8 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from traces.dists import LogNormalMix, ThinkTime
-from traces.jsonl import iter_jsonl, read_jsonl, write_jsonl
-from traces.mooncake import load_mooncake
 from traces.records import Session, TraceError, TraceLoad, Turn, scale_time, validate_session
-from traces.sharegpt import load_sharegpt
 from traces.synthetic import SyntheticConfig, generate_synthetic
-from traces.tokenize import CharEstimate, HFTokenizer, Tokenizer, make_tokenizer
 
 __all__ = [
     "Turn",
@@ -72,7 +69,19 @@ _FILE_LOADERS: dict[str, str] = {  # kind -> its loader's name in this package
     "jsonl": "read_jsonl",
 }
 TRACE_KINDS = ("synthetic", *_FILE_LOADERS)
-_ON_USE = {"load_azure": "traces.azure", "load_burstgpt": "traces.burstgpt"}
+_ON_USE = {
+    "load_azure": "traces.azure",
+    "load_burstgpt": "traces.burstgpt",
+    "load_mooncake": "traces.mooncake",
+    "load_sharegpt": "traces.sharegpt",
+    "iter_jsonl": "traces.jsonl",
+    "read_jsonl": "traces.jsonl",
+    "write_jsonl": "traces.jsonl",
+    "CharEstimate": "traces.tokenize",
+    "HFTokenizer": "traces.tokenize",
+    "Tokenizer": "traces.tokenize",
+    "make_tokenizer": "traces.tokenize",
+}
 
 
 def __getattr__(name: str) -> Any:
