@@ -143,19 +143,26 @@ def lru_hit_flags(obj_ids: np.ndarray, sizes: np.ndarray, capacity: int) -> np.n
     starts, size = prev[ends], sizes[ends]
     del prev, fits
     window = before[ends] - before[starts + 1]
-    del before
     sure = window + size <= capacity
     hit[ends] = sure
     if sure.all():
         return hit
+    undecided = ~sure
+    del sure
+    _rule_out_by_recent_requests(undecided, ends, starts, size, before, capacity)
+    del before
+    if not undecided.any():
+        return hit
     # The others need the weight of the intervals nested in theirs (a request seen again inside
-    # the window). Those at least as long as the shortest undecided one go through the merge
-    # sort; a shorter one cannot contain a long one, so it is nested in it iff it ends before its
-    # end and does not start before its start: two prefix sums.
+    # the window). Those as long as an undecided one go through the merge sort (its answer is
+    # exact for each of them: what is nested in one is shorter); a shorter one cannot contain any
+    # of them, so it is nested in one iff it ends before its end and does not start before its
+    # start: two prefix sums. A longer one is nested in none.
     length = ends - starts
-    long = length >= length[~sure].min()
-    del length, sure
-    short_size = size * ~long
+    shortest, longest = length[undecided].min(), length[undecided].max()
+    long = (length >= shortest) & (length <= longest)
+    short_size = size * (length < shortest)
+    del length, undecided
     short_started = np.zeros(n + 1, dtype=np.int64)  # [k]: short ones starting before k
     short_started[starts + 1] = short_size
     np.cumsum(short_started, out=short_started)
@@ -175,13 +182,42 @@ def lru_hit_flags(obj_ids: np.ndarray, sizes: np.ndarray, capacity: int) -> np.n
     return hit
 
 
+def _rule_out_by_recent_requests(undecided, ends, starts, size, before, capacity) -> None:
+    """Clears ``undecided`` where a request certainly misses: the distinct objects of the ``k``
+    requests just before it, inside its window when ``k`` is less than the window's length, are
+    some of the window's, so if their sizes alone overflow the capacity it misses. Those ``k``
+    requests' distinct sizes are their sum less the intervals nested in them (shorter than ``k``):
+    prefix sums. ``k`` from just under the shortest undecided window's length, four times larger
+    each round."""
+    n = len(before) - 1
+    length = ends - starts
+    at_end = before[ends]
+    k = int(length[undecided].min()) - 1
+    while k < n and (undecided & (length > k)).any():
+        inside = size * (length < k)
+        ended = np.cumsum(inside)
+        ended -= inside  # in order of ends: inside ones ending before each end
+        started = np.zeros(n + 1, dtype=np.int64)  # [x]: inside ones starting before x
+        started[starts + 1] = inside
+        np.cumsum(started, out=started)
+        back = np.maximum(ends - k, 0)  # where the k requests start (where they fit in the window)
+        recent = at_end - before[back] - ended + started[back]
+        recent += size
+        undecided &= ~((length > k) & (recent > capacity))
+        k *= 4
+
+
 def _previous_request(obj_ids: np.ndarray, sizes: np.ndarray) -> np.ndarray | None:
     """For each request, the index of the previous request to its object (-1 for a first one);
     None if an object's size differs between two of its requests."""
     order = stable_order_by_id(obj_ids)
-    same = obj_ids[order[1:]] == obj_ids[order[:-1]]
-    if (same & (sizes[order[1:]] != sizes[order[:-1]])).any():
-        return None
+    by_id = obj_ids[order]
+    same = by_id[1:] == by_id[:-1]
+    if sizes.min() != sizes.max():
+        by_id = sizes[order]
+        if (same & (by_id[1:] != by_id[:-1])).any():
+            return None
+    del by_id
     prev = np.full(len(order), -1, dtype=np.int64)
     prev[np.compress(same, order[1:])] = np.compress(same, order[:-1])
     return prev

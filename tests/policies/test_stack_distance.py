@@ -92,6 +92,18 @@ def test_a_too_large_request_to_a_cached_object_hits():
     assert got == _stepped(ids, sizes, 10) == [False, True, False]
 
 
+def test_the_recent_requests_stay_inside_the_window():
+    """The last k requests before x's second request are its whole window and x's first request
+    when the window is k - 1 long: x's own size must not count. Two objects between, capacity 3:
+    a hit. (The shortest undecided window is 4 long, so k is 3 and then 12; y's window, 17 long
+    and not ruled out by its last 3 requests, keeps the second round going.)"""
+    c, d, e, f, x, y, a, b = range(8)
+    ids = [c, d, e, f, c, y, x, a, b, a, b, a, b, a, b, a, b, a, x, a, b, a, y]
+    want = _stepped(ids, [1] * len(ids), 3)
+    assert want[18] and not want[22]
+    assert lru_hit_flags(np.array(ids), np.ones(len(ids), dtype=np.int64), 3).tolist() == want
+
+
 @settings(max_examples=300, deadline=None)
 @given(
     st.lists(st.integers(0, 10_000), unique=True, max_size=70).flatmap(
