@@ -68,13 +68,47 @@ _MERGE_GROUPS = 16  # pop_many merges the groups' heads when there are at most t
 _MERGE_REL = 1e-15  # float values further apart than this (relative) are in their exact order
 _SORT_MIN = 8  # pop_many sorts the groups' values in numpy from this many victims
 _SORT_MAX = 1 << 16  # ... and while groups * victims stays below this
+_ARRAY_MIN = 16  # a batch of this many entries onto an empty group is sorted in numpy
+_NO_ENTRIES = np.empty(0)
 _slot = attrgetter("slot")
 
 
 class _GroupQueue(SortedQueue):
-    """A group's static order, with its runs taken at once by ``pop_many``'s merge."""
+    """A group's static order, with its runs taken at once by ``pop_many``'s merge. Entries that
+    came in one batch onto nothing (a session's units: the usual group) are sorted in numpy, and
+    the arrays are kept (``_costs``, ``_uids``, entry for entry with ``_items``) so that
+    ``pop_many``'s sort reads a group's values as a slice; any other change to ``_items`` (a
+    push, a merge, a compaction: each grows or replaces the list) leaves them behind."""
 
-    __slots__ = ()
+    __slots__ = ("_costs", "_mirrored", "_uids")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._costs = self._uids = _NO_ENTRIES
+        self._mirrored: list | None = None  # the ``_items`` list the arrays copy
+
+    def push_batch(self, uids: list[int], costs: list[float]) -> None:
+        """``push_many`` of (uid, cost) pairs: onto nothing, with distinct uids and float costs,
+        one numpy sort by (cost, uid), the order ``sorted`` gives those tuples."""
+        if self._pos < len(self._items) or len(uids) < _ARRAY_MIN:
+            self.push_many(zip(uids, costs, strict=True))
+            return
+        fresh = dict(zip(uids, costs, strict=True))
+        cost, uid = np.array(costs), np.array(uids)
+        if (
+            len(fresh) < len(uids)
+            or cost.dtype != np.float64
+            or uid.dtype != np.int64
+            or not all(map(float.__instancecheck__, costs))  # no int converted by numpy
+        ):
+            self.push_many(fresh.items())
+            return
+        order = np.lexsort((uid, cost))
+        cost, uid = cost[order], uid[order]
+        self._live.update(fresh)
+        self._items = list(zip(cost.tolist(), uid.tolist(), strict=True))
+        self._pos = 0
+        self._costs, self._uids, self._mirrored = cost, uid, self._items
 
     def take_run(
         self, scale: tuple[float | None, float], bound: float | None, need: int, out: list[int]
@@ -102,6 +136,28 @@ class _GroupQueue(SortedQueue):
             pos += 1
         self._pos = pos
 
+    def live_run(
+        self, k: int, scale: tuple[float | None, float]
+    ) -> tuple[np.ndarray, np.ndarray] | None:
+        """The merge values (``take_run``'s ``scale``) and uids of the first ``k`` entries in
+        order (all there are if fewer), or None when a stale or repeated entry is among them."""
+        items, pos = self._items, self._pos
+        d, const = scale
+        if (
+            self._mirrored is items
+            and len(self._costs) == len(items)
+            and len(items) - pos == len(self._live)  # every entry from pos on is live
+        ):
+            costs = self._costs[pos : pos + k]
+            values = np.full(len(costs), const) if d is None else costs / d
+            return values, self._uids[pos : pos + k]
+        run = self.live_prefix(k)
+        if run is None:
+            return None
+        keys, members = zip(*run) if run else ((), ())
+        values = np.full(len(run), const) if d is None else np.array(keys) / d
+        return values, np.array(members, dtype=np.int64)
+
     def live_prefix(self, k: int) -> list[tuple[float, int]] | None:
         """The first ``k`` (cost, uid) entries in order (all there are if fewer), or None when a
         stale or repeated entry is among them."""
@@ -116,7 +172,7 @@ class _GroupQueue(SortedQueue):
         return run
 
     def drop_prefix(self, uids: list[int]) -> None:
-        """Take out the first entries, ``uids`` (from ``live_prefix``)."""
+        """Take out the first entries, ``uids`` (from ``live_run``)."""
         consume(map(self._live.__delitem__, uids))
         self._pos += len(uids)
 
@@ -397,7 +453,7 @@ class KineticMin:
             if not self._free:
                 self._grow()
             g = self._groups[tau] = _Group(tau, self._free.pop())
-        g.heap.push_many(zip(uids, costs, strict=True))
+        g.heap.push_batch(uids, costs)
         where.update(dict.fromkeys(uids, g))
         g.settle()
         self._set_leaf(g.slot, g)
@@ -441,13 +497,18 @@ class KineticMin:
         if not groups or n < _SORT_MIN or len(groups) * n > _SORT_MAX:
             return False
         k = min(n, 2 * (n // len(groups)) + _SORT_MIN)
+        scales = [self._scale(g, t) for g in groups]
         while True:
-            prefixes = [g.heap.live_prefix(k) for g in groups]
-            runs = [run for run in prefixes if run is not None]
-            if len(runs) < len(groups):
-                return False
-            value, uid, order = self._sorted_values(groups, runs, t)
-            owner = np.repeat(np.arange(len(groups)), [len(run) for run in runs])
+            runs = []
+            for g, scale in zip(groups, scales, strict=True):
+                run = g.heap.live_run(k, scale)
+                if run is None:
+                    return False
+                runs.append(run)
+            value = np.concatenate([v for v, _ in runs])
+            uid = np.concatenate([u for _, u in runs])
+            order = np.argsort(value, kind="stable")
+            owner = np.repeat(np.arange(len(groups)), [len(u) for _, u in runs])
             taken = np.bincount(owner[order[:n]], minlength=len(groups)).tolist()
             if k >= n or not any(
                 c == k and len(g.heap) > k for g, c in zip(groups, taken, strict=True)
@@ -458,28 +519,15 @@ class KineticMin:
             return False
         victims = uid[order[:n]].tolist()
         touched = []
-        for g, run, c in zip(groups, runs, taken, strict=True):
+        for g, (_, members), c in zip(groups, runs, taken, strict=True):
             if c:
-                g.heap.drop_prefix([u for _, u in run[:c]])
+                g.heap.drop_prefix(members[:c].tolist())
                 touched.append(g)
         consume(map(self._where.__delitem__, victims))
         out += victims
         for g in sorted(touched, key=_slot):  # a fixed order of leaf updates
             self._changed(g)
         return True
-
-    def _sorted_values(self, groups: list[_Group], runs: list, t: float):
-        """The runs' merge values and uids, concatenated, and their stable sort order."""
-        scale = self._scale
-        values: list[np.ndarray] = []
-        uids: list[int] = []
-        for g, run in zip(groups, runs, strict=True):
-            keys, members = zip(*run) if run else ((), ())
-            d, const = scale(g, t)
-            values.append(np.full(len(run), const) if d is None else np.array(keys) / d)
-            uids += members
-        value = np.concatenate(values)
-        return value, np.array(uids, dtype=np.int64), np.argsort(value, kind="stable")
 
     def _merge(self, n: int, t: float, out: list[int]) -> None:
         """The minima at one time ``t`` as a merge of the groups' static orders: a heap of each

@@ -1,0 +1,150 @@
+"""The kinetic tournament's groups against plain models: a group's queue (a batch sorted in numpy
+with its arrays kept, single pushes, lazy removals) as a sorted list of its live (cost, uid); and
+``KineticMin`` fed session-sized batches, single adds into existing groups and units that come
+back, its ``pop_many`` (the numpy sort of the groups' values and the heap merge) as the
+successive exact minima."""
+
+from __future__ import annotations
+
+import math
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_kv_pensieve import _exact_key
+
+from sim.policies.kinetic import _MERGE_REL, _TINY, SINCE, UNTIL, KineticMin, _GroupQueue
+
+COSTS = st.sampled_from([0.0, 0.25, 1.0, 1.0 / 3.0, 2.0, 3.0, 7.5])
+QUEUE_OPS = st.lists(
+    st.tuples(
+        st.integers(0, 6),  # the operation
+        st.integers(0, 60),  # a uid, or the first of a batch
+        st.integers(0, 40),  # a batch's size, a count
+        COSTS,
+        st.booleans(),  # a batch with a repeated uid, or with an int cost
+    ),
+    max_size=60,
+)
+SCALES = [(None, math.inf), (None, 0.0), (1.0, 0.0), (3.0, 0.0), (0.7, 0.0)]
+
+
+def _model_value(scale, key):
+    d, const = scale
+    return const if d is None else key / d
+
+
+@settings(max_examples=300, deadline=None)
+@given(ops=QUEUE_OPS)
+def test_group_queue_is_a_sorted_list_of_live_entries(ops):
+    q, live = _GroupQueue(), {}
+    for op, a, b, cost, odd in ops:
+        order = sorted((k, u) for u, k in live.items())
+        if op == 0:
+            q.push(a, cost)
+            live[a] = cost
+        elif op == 1:  # a batch, onto nothing or onto entries; maybe a repeat or an int cost
+            uids = [(a + 7 * i) % 61 for i in range(b)]
+            costs = [cost * ((i * 5) % 4) for i in range(b)]
+            if odd and b > 1:
+                if b % 2:
+                    uids[-1] = uids[0]
+                else:
+                    costs[0] = int(costs[0])
+            q.push_batch(uids, costs)
+            live.update(zip(uids, costs, strict=True))
+        elif op == 2:
+            assert q.discard(a) == (a in live)
+            live.pop(a, None)
+        elif op == 3:
+            gone = [(a + i) % 61 for i in range(b)]
+            q.discard_many(gone)
+            for u in gone:
+                live.pop(u, None)
+        elif op == 4 and order:  # a run: the minimum, then those certainly below a bound
+            scale = SCALES[b % len(SCALES)]
+            bound = None if odd else _model_value(scale, order[0][0]) + cost
+            out: list[int] = []
+            q.take_run(scale, bound, 1 + a % 8, out)
+            want = [order[0][1]]
+            for key, uid in order[1 : 1 + a % 8]:
+                lim = max(_model_value(scale, key) * (1.0 + _MERGE_REL), _TINY)
+                if bound is not None and bound <= lim:
+                    break
+                want.append(uid)
+            assert out == want
+            for u in out:
+                del live[u]
+        elif op == 5:  # the first k as arrays; then the first c of them leave
+            scale = SCALES[a % len(SCALES)]
+            got = q.live_run(b, scale)
+            if got is not None:
+                values, members = got
+                assert members.tolist() == [u for _, u in order[:b]]
+                assert values.tolist() == [_model_value(scale, k) for k, _ in order[:b]]
+                c = min(len(members), a % 5)
+                q.drop_prefix(members[:c].tolist())
+                for u in members[:c].tolist():
+                    del live[u]
+        elif op == 6:
+            assert q.min() == (order[0][1] if order else None)
+        assert len(q) == len(live)
+        assert all(q.key(u) == k for u, k in live.items())
+    order = sorted((k, u) for u, k in live.items())
+    out = []
+    if order:
+        q.take_run((1.0, 0.0), None, len(order), out)
+    assert out == [u for _, u in order]
+
+
+KIN_OPS = st.lists(
+    st.tuples(
+        st.integers(0, 5),  # the operation
+        st.integers(0, 12),  # a time step, a group's tau offset
+        st.integers(1, 60),  # a batch's size, a count of victims
+        st.integers(0, 3),  # the pattern of a batch's costs
+    ),
+    max_size=40,
+)
+
+
+# Costs are positive: a cost of 0 at an idle time of 0 is 0/0, a value no real unit has.
+@settings(max_examples=150, deadline=None)
+@given(ops=KIN_OPS, mode=st.sampled_from(["since", "until"]))
+def test_kinetic_min_pops_the_exact_minima(ops, mode):
+    kin = KineticMin(SINCE if mode == "since" else UNTIL)
+    live: dict[int, tuple[float, float]] = {}
+    now, key = 50.0, 0
+    for op, a, b, pattern in ops:
+        now += a / 4
+        tau = now - a if mode == "since" else (math.inf if a == 12 else now + a + 1)
+        if op <= 1:  # a session's units, released together (a few share a tau: one group)
+            uids = list(range(key + 1, key + b + 1))
+            key += b
+            costs = [
+                [1.0, 0.5 * (1 + i % 7), 1.0 / (1 + i % 3), float(1 + i // 4)][pattern]
+                for i in range(b)
+            ]
+            kin.add_many(uids, costs, tau, now)
+            live.update((u, (c, tau)) for u, c in zip(uids, costs, strict=True))
+        elif op == 2 and live:  # one unit into a group (new or existing): a hit, a move
+            uid = sorted(live)[b % len(live)] if pattern else key + 1
+            key = max(key, uid)
+            cost = live[uid][0] if uid in live else 0.5 * (1 + pattern)
+            kin.add(uid, cost, tau, now)
+            live[uid] = (cost, tau)
+        elif op == 3 and live:  # some leave from the middle of their groups
+            gone = sorted(live)[a :: 2 + pattern][:b]
+            kin.discard_many(gone)
+            for u in gone:
+                del live[u]
+        else:
+            got = kin.pop_many(b * (1 + pattern), now)
+            want = sorted(live, key=lambda uid: _exact_key(mode, uid, *live[uid], now))
+            want = want[: b * (1 + pattern)]
+            assert got == want
+            for u in got:
+                del live[u]
+        assert len(kin) == len(live)
+    if live:
+        want = min(live, key=lambda uid: _exact_key(mode, uid, *live[uid], now))
+        assert kin.peek(now) == want
