@@ -53,6 +53,8 @@ there is nothing to share: the policy is ``pensieve-physics``.
 
 from __future__ import annotations
 
+from bisect import bisect_left
+
 import numpy as np
 
 from sim.policies.kinetic import INF
@@ -69,6 +71,16 @@ def recompute_s(cost, n_tokens: int, n_before: int, layer: int = -1) -> float:
     from costmodels import recompute_s
 
     return recompute_s(cost, n_tokens, n_before, layer)
+
+
+class _Held:
+    """A candidate whose true cost is below the tournament's: what ``_since_before`` reads of a
+    group (``m``, ``tau``), and its uid."""
+
+    __slots__ = ("m", "tau", "uid")
+
+    def __init__(self, uid: int, m: float, tau: float) -> None:
+        self.uid, self.m, self.tau = uid, m, tau
 
 
 @register("pensieve-depth")
@@ -95,6 +107,11 @@ class PensieveDepth(PensievePhysics):
         self._busy = False  # inside evict / evict_bytes / take_in: one call, its pending drops
         self._r_memo: dict[tuple[int, int], float] = {}
         self._stale: set[int] = set()  # pages whose later candidates may hold old costs (evict)
+        # Victims taken in a row (evict_bytes): a page's new first candidate is held back from the
+        # tournament, and taken at once where it comes before the tournament's minimum (a page
+        # drops layer after layer); else it enters with its true cost before the next choice.
+        self._hold = False
+        self._held: _Held | None = None
 
     # -- the cost ----------------------------------------------------------------------------------
     def page_depth(self, page_uid: int) -> int:
@@ -189,27 +206,43 @@ class PensieveDepth(PensievePhysics):
         uid = kin.peek(now)
         if uid is None:
             return None
+        held, self._held = self._held, None
+        if held is not None:
+            if uid == held.uid or self._held_first(held, uid, now):
+                uid = held.uid
+            else:  # the minimum stays ``uid``: the held one takes its true cost, behind it
+                kin.add(held.uid, held.m, held.tau, now)
         kin.discard(uid)
         if self._drops:
             L = self._layers
             off = (uid & UNIT_MASK) % L
             page = uid - off
             layer = L - 1 - off
-            if layer > self.page_depth(page):
+            depth = self.page_depth(page)
+            if layer > depth:
                 self._pending[page] = layer
-                self._settle(page, now)
+                self._settle(page, now, layer)
             elif page in self._stale:
-                self._settle(page, now)
+                self._settle(page, now, depth)
         return uid
 
-    def _members(self, page: int) -> list[int]:
-        where = self._kin._where  # uid -> its group: membership at C speed
-        return [u for u in range(page, page + self._layers) if u in where]
+    def _held_first(self, held: _Held, w: int, now: float) -> bool:
+        """Is the held candidate, at its true cost, before ``w``, the tournament's minimum with
+        the held one at its old (higher) cost? Then it is the minimum: no other cost changed."""
+        kin = self._kin
+        g = kin._where[w]
+        if g is kin._where[held.uid]:  # one time: the group's static order, by (cost, uid)
+            return (held.m, held.uid) < (g.m, w)
+        return kin._before(held, g, now)
 
-    def _settle(self, page: int, now: float) -> None:
+    def _members(self, page: int) -> list[int]:
+        # uid -> its group: membership at C speed
+        return list(filter(self._kin._where.__contains__, range(page, page + self._layers)))
+
+    def _settle(self, page: int, now: float, depth: int | None = None) -> None:
         """The page deepened, or its first candidate left: give its (new) first candidate its true
         cost (all of them when their times differ); the page is stale while others may hold
-        higher costs."""
+        higher costs. ``depth``: the page's, when the caller knows it."""
         members = self._members(page)
         kin = self._kin
         if not members:
@@ -217,21 +250,28 @@ class PensieveDepth(PensievePhysics):
             return
         where = kin._where
         group = where[members[0]]  # a page's candidates share one time: one group
-        if any(where[u] is not group for u in members):
+        if list(map(where.__getitem__, members)).count(group) != len(members):
             self._refresh(page, now)
             return
         tau = group.tau
         # The first by (true cost, uid): the lowest uid of cost 0 (layers at or below the depth
         # D), else the shallowest layer above D (the highest uid), unless r = 0 (all cost 0).
         L = self._layers
-        depth = self.page_depth(page)
+        if depth is None:
+            depth = self.page_depth(page)
         r = self.layer_recompute_s(page)
-        free = page + L - 1 - depth  # uids from here on hold layers <= depth
-        uid = next((u for u in members if u >= free), members[0] if r == 0.0 else members[-1])
+        free = bisect_left(members, page + L - 1 - depth)  # from here on: layers <= depth
+        if free < len(members):
+            uid = members[free]
+        else:
+            uid = members[0] if r == 0.0 else members[-1]
         m = L - 1 - (uid - page)
         cost = (m - depth) * r if m > depth else 0.0
         if kin.cost_of(uid) != cost:
-            kin.add(uid, cost, tau, now)
+            if self._hold:  # the next choice compares it first (evict_bytes)
+                self._held = _Held(uid, cost, tau)
+            else:
+                kin.add(uid, cost, tau, now)
         if len(members) > 1:
             self._stale.add(page)
         else:
@@ -286,6 +326,7 @@ class PensieveDepth(PensievePhysics):
             return super().evict_bytes(nbytes, now)
         self._busy = True
         self._kin.begin_batch(now)
+        self._hold = True
         try:
             out: list[int] = []
             size = self.view.page_bytes
@@ -297,6 +338,10 @@ class PensieveDepth(PensievePhysics):
                 nbytes -= size
             return out
         finally:
+            self._hold = False
+            held, self._held = self._held, None
+            if held is not None:
+                self._kin.add(held.uid, held.m, held.tau, now)
             self._kin.end_batch()
             self._done()
 
