@@ -59,6 +59,14 @@ class LayerFetch:
         return int(self.swapped_per_layer.sum())
 
 
+def _uids_of(idx: np.ndarray, base: int) -> list[int] | range:
+    """The uids of increasing unit indices ``idx``: a range when they are consecutive (a page-layer
+    session's hundreds of thousands of units are then no list to build, nor for a policy to read)."""
+    if len(idx) and int(idx[-1]) - int(idx[0]) == len(idx) - 1:
+        return range(base + int(idx[0]), base + int(idx[-1]) + 1)
+    return (idx + base).tolist()
+
+
 def _pin_each(policy, uids) -> None:
     pin = policy.pin
     for uid in uids:
@@ -277,7 +285,7 @@ class TieredMemory:
         del codes
         tier[moved[0] :] = tier[moved[0] :].replace(b"\x01", b"\x00").replace(b"\x02", b"\x00")
         self.policy[CPU].remove_many(swapped, True)
-        self.policy[GPU].insert_many((moved + base).tolist(), now, True)
+        self.policy[GPU].insert_many(_uids_of(moved, base), now, True)
         n_swapped = len(swapped)
         pages = sess.tier_pages
         pages[CPU] -= n_swapped * ppu
@@ -316,7 +324,7 @@ class TieredMemory:
         tier[moved[0] :] = tier[moved[0] :].replace(b"\x01", b"\x00").replace(b"\x02", b"\x00")
         self.policy[CPU].remove_many(from_cpu, True)
         if self.policy[GPU].hears_pinned():
-            self.policy[GPU].insert_many((moved + base).tolist(), now, True)
+            self.policy[GPU].insert_many(_uids_of(moved, base), now, True)
         size = self.view.page_bytes
         counts = sess.tier_pages
         counts[CPU] -= n_cpu
