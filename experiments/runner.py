@@ -67,7 +67,11 @@ def start_up_frozen() -> Iterator[None]:
     """The objects that exist now (the imported modules: pandas, pydantic's schemas ... some
     80,000) are left out of the cyclic GC's scans while the experiment runs, then handed back.
     They live to the end of the process anyway; rescanning them in every full collection cost 5 %
-    of a one-point run's CPU. What the run itself makes is collected as usual."""
+    of a one-point run's CPU. What the run itself makes is collected as usual. A caller that has
+    frozen objects of its own keeps them frozen: nothing is done then."""
+    if gc.get_freeze_count():
+        yield
+        return
     gc.freeze()
     try:
         yield

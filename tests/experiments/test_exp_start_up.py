@@ -105,7 +105,8 @@ def test_every_command_module_is_found_by_its_command_name():
 
 def test_start_up_objects_are_frozen_only_while_an_experiment_runs(tmp_path, monkeypatch):
     """run_experiment keeps the objects that existed before it out of the GC's scans while it runs
-    (gc.freeze) and hands them back after, also when the run is interrupted."""
+    (gc.freeze) and hands them back after, also when the run is interrupted; objects its caller
+    froze stay frozen."""
     import gc
 
     import pytest
@@ -142,3 +143,10 @@ def test_start_up_objects_are_frozen_only_while_an_experiment_runs(tmp_path, mon
     with pytest.raises(KeyboardInterrupt):
         run_experiment(exp, tmp_path / "again", show_progress=False)
     assert gc.get_freeze_count() == 0
+    gc.freeze()  # a caller's own frozen objects stay frozen
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            run_experiment(exp, tmp_path / "third", show_progress=False)
+        assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
