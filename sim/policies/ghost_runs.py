@@ -45,7 +45,7 @@ class GhostRuns:
         for a, s in runs:
             while a < s:
                 b = a >> UNIT_BITS
-                end = min(s, (b + 1) << UNIT_BITS)  # an entry never spans two buckets
+                end = s if (s - 1) >> UNIT_BITS == b else (b + 1) << UNIT_BITS  # one bucket each
                 entry = [a, end, None, b]
                 q.append(entry)
                 entries = index.get(b)
@@ -105,6 +105,10 @@ class GhostRuns:
             if first <= uid < stop and (holes is None or uid not in holes):
                 return True
         return False
+
+    def buckets(self):
+        """The buckets (sessions) that may hold a ghost, as a live view (set operations in C)."""
+        return self._in.keys()
 
     def meets(self, start: int, stop: int) -> bool:
         """Might a ghost lie in ``[start, stop)`` (one bucket)? False only where none does; a

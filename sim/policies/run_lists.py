@@ -116,6 +116,10 @@ class RunList:
             n += hi - lo - (sum(1 for h in holes if lo <= h < hi) if holes else 0)
         return n
 
+    def buckets(self):
+        """The buckets (sessions) that hold a member, as a live view (set operations in C)."""
+        return self._in.keys()
+
     def meets(self, start: int, stop: int) -> bool:
         """Might a member lie in ``[start, stop)`` (one bucket)? False only where none does (by
         the runs' bounds: a hole counts as a member here); one dict lookup where the bucket has

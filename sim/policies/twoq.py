@@ -47,7 +47,7 @@ from sim.policies.run_lists import (
 )
 from sim.policies.run_order import RunOrder
 from sim.policies.structures import ByteBudget, GhostFIFO, SizedOrder, consume
-from sim.units import extents_of, join_extents
+from sim.units import UNIT_BITS, extents_of, join_extents
 
 A1IN, AM = 0, 1
 
@@ -308,16 +308,32 @@ class RunTwoQ(StretchTakeIn, TwoQ):
         is a member: ghosts leave A1out by run and join Am, the rest join A1in, each queue taking
         its units in the batch's order."""
         runs = distinct_runs(uids) if self._incoming is None else None
-        sessions = list(split_at_sessions(runs)) if runs is not None else None
-        if sessions is None or any(map(self._holds_any, sessions)):
+        if runs is None:
             EvictionPolicy.insert_many(self, uids, now, pinned)
             return
-        seen_before = self._hm if pinned else self._am
-        ain, aout, candidate = self._ain, self._aout, not pinned
+        sessions = list(split_at_sessions(runs))
+        ain, aout, am, hm = self._ain, self._aout, self._am, self._hm
+        buckets = {a >> UNIT_BITS for a, _ in sessions}
+        # (a dict view's isdisjoint walks the smaller side; a set's walks its argument)
+        seen = not (am.buckets().isdisjoint(buckets) and hm.buckets().isdisjoint(buckets))
+        for a, s in sessions:
+            if (seen and (am.meets(a, s) or hm.meets(a, s))) or ain.may_hold(a, s):
+                EvictionPolicy.insert_many(self, uids, now, pinned)  # a member enters again
+                return
+        candidate = not pinned
+        if aout.buckets().isdisjoint(buckets):  # the common case: no ghost among them
+            if type(uids) is list and len(sessions) > 1:
+                ain.enter_many(uids, candidate)  # (in the batch's order, a run at a time)
+            else:
+                for a, s in sessions:
+                    ain.enter_many(range(a, s), candidate)
+            self._budget.grow(self._unit * sum(s - a for a, s in sessions))
+            return
+        seen_before = hm if pinned else am
         count = 0
         for a, s in sessions:
             count += s - a
-            if aout.meets(a, s):  # (rarely: a ghost list holds few of the sessions)
+            if aout.meets(a, s):
                 ghosts = aout.take_range(a, s)
                 seen_before.push_runs(ghosts)
                 for x, y in runs_less([(a, s)], ghosts):
@@ -325,11 +341,6 @@ class RunTwoQ(StretchTakeIn, TwoQ):
             else:
                 ain.enter_many(range(a, s), candidate)
         self._budget.grow(self._unit * count)
-
-    def _holds_any(self, run: tuple[int, int]) -> bool:
-        """Might a uid of ``run`` (one bucket) be a member?"""
-        a, s = run
-        return self._am.meets(a, s) or self._hm.meets(a, s) or self._ain.may_hold(a, s)
 
     def access(self, uid: int, now: float) -> None:
         self._incoming = None
@@ -373,9 +384,11 @@ class RunTwoQ(StretchTakeIn, TwoQ):
             EvictionPolicy.release(self, uids, now)
             return
         to_am: list[tuple[int, int]] = []
-        for a, s in split_at_sessions(runs):
-            to_am += self._hm.take_range(a, s)
-        to_am = join_extents(sorted(to_am))
+        sessions = list(split_at_sessions(runs))
+        if not self._hm.buckets().isdisjoint({a >> UNIT_BITS for a, _ in sessions}):
+            for a, s in sessions:
+                to_am += self._hm.take_range(a, s)
+            to_am = join_extents(sorted(to_am))
         rest = _uids_of(runs_less(runs, to_am) if to_am else runs)
         if not self._all_pinned_in_ain(rest):
             self._hm.push_runs(to_am)  # back as they were (the pinned set's order is unused)
@@ -418,7 +431,7 @@ class RunTwoQ(StretchTakeIn, TwoQ):
     def _remember(self, runs: list[tuple[int, int]]) -> None:
         """A1in's victims enter A1out, which keeps its newest ``kout`` bytes (``GhostFIFO.put``:
         trimming after the last forgets the same oldest keys as before each)."""
-        kout = self._sizes()[1]
+        kout = int(self._budget.c * self.a_out_size_ratio)  # (``_sizes``)
         if runs and self._unit <= kout:
             self._aout.push_runs(runs, kout // self._unit)
 
@@ -449,8 +462,8 @@ class RunTwoQ(StretchTakeIn, TwoQ):
     def evict_extents(self, nbytes: int, now: float) -> list[tuple[int, int]]:
         if self._incoming is not None:
             return EvictionPolicy.evict_extents(self, nbytes, now)
-        runs = self._evict_runs(-(-nbytes // self._unit))
-        return join_extents(sorted(runs) if self.drops_victims else runs)
+        runs = self._evict_runs(-(-nbytes // self._unit))  # (joined)
+        return join_extents(sorted(runs)) if self.drops_victims else runs
 
     def _evict_runs(self, n: int) -> list[tuple[int, int]]:
         """``n`` victims as runs in eviction order, in three stretches (``TwoQ.evict_bytes``):
@@ -459,10 +472,15 @@ class RunTwoQ(StretchTakeIn, TwoQ):
         if n <= 0:
             return []
         u, ain, am = self._unit, self._ain, self._am
-        kin = self._sizes()[0]
+        kin = int(self._budget.c * self.a_in_size_ratio)
         held = len(ain) * u
         over = -(-(held - kin) // u) if held > kin else 0
-        out = ain.pop_runs(min(n, over))
+        if over >= n:  # the common case: A1in gives all (it holds over >= n candidates)
+            out = ain.pop_runs(n)
+            self._budget.shrink(u * n)
+            self._remember(out)
+            return out
+        out = ain.pop_runs(over)
         from_ain = out[:]
         got = sum(s - a for a, s in out)
         if got < n and am:
