@@ -1,31 +1,21 @@
-"""The event shell: turns the scheduler's iteration costs into simulated time.
+"""The event shell: SimPy turns the scheduler's iteration costs into simulated time.
 
-The engine loop is a generator that yields how long to wait: one wait per iteration (never one per
-token), or one per run of decode-only iterations between two events (``Scheduler.decode_span``:
-each iteration still priced and recorded); between iterations it sleeps until the next arrival.
-One engine is a single process with no other events, so ``Engine.run`` advances the clock itself,
-``now + delay`` as a SimPy timeout would, without an event queue (SimPy cost 5 % of a run). A
-cluster of engines runs on one SimPy clock of its own (``sim.cluster.shell``), which steps each
-replica's scheduler as this loop does.
+One SimPy process runs the engine loop: one timeout per iteration (never one per token), or one per
+run of decode-only iterations between two events (``Scheduler.decode_span``: each iteration still
+priced and recorded); between iterations it sleeps until the next arrival. A cluster of engines
+runs on one clock of its own (``sim.cluster.shell``), which steps each replica's scheduler as this
+loop does.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
+
+import simpy
 
 from sim.invariants import check_invariants
 from sim.scheduler import Scheduler
 from sim.turns import Step
-
-
-class Clock:
-    """The simulated time the engine loop reads (``now``), in seconds. It starts at the integer 0,
-    as SimPy's does, so every time the loop computes is the float SimPy's clock would give."""
-
-    __slots__ = ("now",)
-
-    def __init__(self) -> None:
-        self.now: float = 0
 
 
 class Engine:
@@ -51,21 +41,19 @@ class Engine:
         self.end_s = 0.0
 
     def run(self) -> None:
-        clock = Clock()
-        for delay in self._loop(clock):
-            if delay < 0:  # as SimPy refuses a timeout into the past
-                raise ValueError(f"Negative delay {delay}")
-            clock.now = clock.now + delay
+        env = simpy.Environment()
+        env.process(self._loop(env))
+        env.run()
 
-    def _loop(self, clock: Clock) -> Iterator[float]:
+    def _loop(self, env: simpy.Environment):
         sched = self.sched
         reported = 0
         idle_area = 0.0  # occupancy while idle, counted once a later iteration runs
         while True:
-            sched.release(clock.now)
-            step = sched.plan(clock.now)
+            sched.release(env.now)
+            step = sched.plan(env.now)
             if step is not None and self.on_iteration is not None:
-                self.on_iteration(sched, step, clock.now)
+                self.on_iteration(sched, step, env.now)
             used = sched.mem.used[0]
             if step is None:
                 nxt = sched.next_arrival_s()
@@ -73,36 +61,36 @@ class Engine:
                     if sched.waiting:
                         head = sched.waiting[0]
                         raise AssertionError(
-                            f"deadlock at t={clock.now:.3f}s: {head.sess.session_id} "
+                            f"deadlock at t={env.now:.3f}s: {head.sess.session_id} "
                             f"turn {head.k} waits with nothing running"
                         )
                     break
                 if self.start_s is not None:
-                    idle_area += used * (nxt - clock.now)
-                yield nxt - clock.now
+                    idle_area += used * (nxt - env.now)
+                yield env.timeout(nxt - env.now)
                 continue
             if self.start_s is None:
-                self.start_s = clock.now
+                self.start_s = env.now
             # Simulated time runs from the first iteration to the last completion: idle spans
             # after it (arrivals that are all rejected) are not part of it.
             if sched.gpu_bounded:
                 self.gpu_byte_seconds += idle_area + used * step.duration_s
             idle_area = 0.0
-            yield step.duration_s
-            sched.finish(step, clock.now)
+            yield env.timeout(step.duration_s)
+            sched.finish(step, env.now)
             if self.debug:
                 check_invariants(sched)
             if not self.decode_spans:
-                self.end_s = clock.now
+                self.end_s = env.now
                 continue
-            span = sched.decode_span(clock.now, sched.next_arrival_s())
+            span = sched.decode_span(env.now, sched.next_arrival_s())
             if span.steps:
                 if sched.gpu_bounded:
                     self.gpu_byte_seconds += span.gpu_byte_seconds
-                yield span.duration_s
+                yield env.timeout(span.duration_s)
                 if self.debug:
                     check_invariants(sched)
-            self.end_s = clock.now
+            self.end_s = env.now
             if self.progress is not None and sched.completed - reported >= 256:
                 self.progress(sched.completed - reported)
                 reported = sched.completed
