@@ -100,7 +100,8 @@ def bulk_span(core: Scheduler, span: DecodeSpan, now: float, horizon: float, sto
     """The whole span at once, when its page allocations can be made in one batch: the GPU
     policy's victims do not depend on pinned inserts and its demotions batch exactly
     (``grows_in_bulk``), every demotion's copy hides behind its step's compute, and the GPU can
-    give every page the span needs without a preemption. A policy whose order reads the clock
+    give every page the span needs without a preemption (a policy that ``plans_pinned`` is told
+    first where each new page enters among the victims). A policy whose order reads the clock
     (``grows_by_time``) takes the batch where its victims are dropped, each allocation's chosen
     at its step's start. Same ledger, memory and policy state as
     ``decode_span``'s loop (which runs instead, returning False here, when a condition fails).
@@ -119,6 +120,7 @@ def bulk_span(core: Scheduler, span: DecodeSpan, now: float, horizon: float, sto
     # The step of every allocation, in the loop's order of runs.
     bt = core.bt
     steps = [k for _, key, count in growing for k in range(key, key + count * bt, bt)]
+    uids = None  # the new units in the loop's order, where the policy was told them first
     if fits_free_room(core, total):
         grow_pages(core, growing, touched, steps, total, now)
         if core.gpu_bounded:  # (an unbounded GPU KV has no utilization to integrate for)
@@ -132,6 +134,11 @@ def bulk_span(core: Scheduler, span: DecodeSpan, now: float, horizon: float, sto
         if core.grows_in_bulk:
             if not demotions_hide(core, due, evicted, d):
                 return False
+            gpu_policy = mem.policy[GPU]
+            if gpu_policy.plans_pinned:  # allocation k's page enters after its victims
+                uids = pinned_in_order(core, growing, steps)
+                before = np.repeat(np.cumsum(evicted), core.upp).tolist()
+                gpu_policy.plan_pinned(uids, before)
             mem.make_room(total * core.page_bytes, now)  # every single-page make_room's victims
             core.d2h_mark = mem.swap_out_bytes  # their copies were priced in their own steps
         else:  # the order reads the clock: each allocation's victims at its step's start
@@ -146,7 +153,7 @@ def bulk_span(core: Scheduler, span: DecodeSpan, now: float, horizon: float, sto
                     if e
                 ]
             )
-        grow_pages(core, growing, touched, steps, total, now)
+        grow_pages(core, growing, touched, steps, total, now, uids)
         span.gpu_byte_seconds = evicting_byte_seconds(core, span.gpu_byte_seconds, due, evicted, d)
     core.step_s.extend(durations)
     span.steps = n
@@ -257,6 +264,32 @@ def demotions_hide(core: Scheduler, due: np.ndarray, evicted: np.ndarray, d: np.
     return True
 
 
+def pinned_in_order(
+    core: Scheduler, growing: list[tuple[TurnRun, int, int]], steps: list[int]
+) -> list[int]:
+    """The span's new units (not added yet) in the step-by-step loop's order: by step, then by
+    admission within a step, a page's units in order."""
+    if not steps:
+        return []
+    upp = core.upp
+    firsts: list[int] = []  # each run's first new uid
+    added: dict[int, int] = {}  # units an earlier run of the list gives the same session
+    for run, _key, count in growing:
+        sess = run.sess
+        firsts.append(uid_of(sess.index, len(sess.tier) + added.get(sess.index, 0)))
+        added[sess.index] = added.get(sess.index, 0) + count * upp
+    counts = np.fromiter((count for _, _, count in growing), np.int64, len(growing))
+    run_start = np.repeat(np.cumsum(counts) - counts, counts)
+    page_first = np.repeat(np.asarray(firsts, dtype=np.int64), counts) + upp * (
+        np.arange(len(steps), dtype=np.int64) - run_start
+    )
+    admitted = np.repeat(np.fromiter((run.admit_seq for run, _, _ in growing), np.int64), counts)
+    firsts_in_order = page_first[np.lexsort((admitted, np.asarray(steps, dtype=np.int64)))]
+    if upp == 1:
+        return firsts_in_order.tolist()
+    return (firsts_in_order[:, None] + np.arange(upp, dtype=np.int64)).ravel().tolist()
+
+
 def grow_pages(
     core: Scheduler,
     growing: list[tuple[TurnRun, int, int]],
@@ -264,31 +297,26 @@ def grow_pages(
     steps: list[int],
     total: int,
     now: float,
+    uids: list[int] | None = None,
 ) -> None:
     """Give each growing run its pages (room was made) and file its next page's step; the GPU
-    policy hears of the new units in the step-by-step loop's order when it tracks pinned ones."""
-    mem, bt, upp, page_due = core.mem, core.bt, core.upp, core.page_due
+    policy hears of the new units in the step-by-step loop's order when it tracks pinned ones
+    (``uids``: that order, taken before the pages were added)."""
+    mem, bt, page_due = core.mem, core.bt, core.page_due
     gpu_policy = mem.policy[GPU]
-    ordered = gpu_policy.hears_pinned()
+    if uids is None and gpu_policy.hears_pinned():
+        uids = pinned_in_order(core, growing, steps)
     for key in touched:
         del page_due.due[key]
-    order: list[int] = []
-    uids: list[int] = []
     for run, key, count in growing:
         sess = run.sess
-        if ordered:  # the policy hears of the units in the loop's order
-            order.extend([run.admit_seq] * (count * upp))
-            first = uid_of(sess.index, len(sess.tier))
-            uids.extend(range(first, first + count * upp))
         mem.add_units(sess, count, now, insert=False)
         last_step = key + (count - 1) * bt
         sess.tokens = run.tokens_at(last_step) + 1
         if run.tokens_at(last_step + bt) < run.cap:
             page_due.add(last_step + bt, run, run.epoch)
-    if ordered and uids:
-        unit_steps = np.repeat(np.asarray(steps, dtype=np.int64), upp)
-        rank = np.lexsort((np.asarray(order), unit_steps))
-        gpu_policy.insert_many(np.asarray(uids)[rank].tolist(), now, True)
+    if uids:
+        gpu_policy.insert_many(uids, now, True)
     core.live_pages += total
     core.peak_live_pages = max(core.peak_live_pages, core.live_pages)
 

@@ -71,6 +71,11 @@ class EvictionPolicy(ABC):
     # taking its units in one at a time (a queue): the engine may then give a decode span's new
     # pages, and demote their victims, in one batch.
     grows_in_bulk: ClassVar[bool] = False
+    # True for a ``grows_in_bulk`` policy whose victims do not depend on pinned inserts but whose
+    # later order does (CLOCK: a second chance goes behind the pages that entered before it): the
+    # engine then tells it, before the batch's eviction, where each new page enters among the
+    # victims (``plan_pinned``), so that the batch leaves the order of one step at a time.
+    plans_pinned: ClassVar[bool] = False
     # True when a pinned insert never changes the next victims though the order reads the clock,
     # and a call's victims change the next call's choice only through the policy's own state (not
     # through the tier arrays, which the engine updates after each call): the engine may then give
@@ -138,6 +143,12 @@ class EvictionPolicy(ABC):
         """Does the policy track units that enter pinned (``insert(pinned=True)``)? A plain
         ordering does not: the caller may then skip listing them."""
         return type(self).insert is not EvictionPolicy.insert
+
+    def plan_pinned(self, uids: list[int], before: list[int]) -> None:
+        """(``plans_pinned``) The next eviction and the pinned ``insert_many`` of ``uids`` that
+        follows it are one batch of steps: taken one step at a time, ``uids[i]`` would enter after
+        the batch's first ``before[i]`` victims (a non-decreasing count). The policy may enter
+        them during the eviction, each in its place; the ``insert_many`` then adds nothing."""
 
     def insert_many(self, uids, now: float, pinned: bool = False) -> None:
         """``insert`` each, in order (new pages of a running turn, a session swapped in)."""

@@ -19,10 +19,17 @@ set goes back to the newest end as one run. A session's history entering, its pi
 and its removal cost O(runs) plus C-level set updates of its bits. ``peek`` scans the candidates
 oldest first (only tests and users peek). Matches libCacheSim's Clock (``init_freq=0,
 n_bit_counter=1``) request by request.
+
+A decode span in one batch (``grows_in_bulk`` with ``plans_pinned``): a pinned page changes no
+victim, but a second chance taken after a step's page entered goes behind that page. The engine
+names the span's pages and how many victims precede each (``plan_pinned``); the batch's eviction
+then enters each page between the victims where its step would, and the pinned insert that
+follows adds nothing.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from itertools import chain, starmap
 
 from sim.policies.base import EvictionPolicy
@@ -41,11 +48,15 @@ def _sequence(uids):
 @register("clock")
 class Clock(EvictionPolicy):
     reads_last_access = False
+    grows_in_bulk = True
+    plans_pinned = True
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
         self._order = RunOrder()
         self._referenced: set[int] = set()  # members (pinned or not) whose bit is set
+        self._plan: tuple[list[int], list[int]] | None = None  # for the next eviction
+        self._planned: list[int] | None = None  # pinned uids the last eviction entered by plan
 
     # -- membership ------------------------------------------------------------------------------
     def insert(self, uid: int, now: float, pinned: bool = False) -> None:
@@ -53,10 +64,18 @@ class Clock(EvictionPolicy):
         self._order.enter(uid, candidate=not pinned)
 
     def insert_many(self, uids, now: float, pinned: bool = False) -> None:
+        planned = self._planned
+        self._plan = self._planned = None
+        if planned is not None and pinned and (uids is planned or list(uids) == planned):
+            return  # the planned eviction entered them, each in its place
         uids = _sequence(uids)
         if self._referenced:
             self._referenced.difference_update(uids)
         self._order.enter_many(uids, candidate=not pinned)
+
+    def plan_pinned(self, uids: list[int], before: list[int]) -> None:
+        self._plan = (uids, before)
+        self._planned = None
 
     def access(self, uid: int, now: float) -> None:
         if self._order.is_member(uid):
@@ -108,11 +127,19 @@ class Clock(EvictionPolicy):
                 return stop, sorted(hits)
             look *= 2
 
-    def _turn(self, k: int, out: list[tuple[int, int]], lone: bool = False) -> int | None:
+    def _turn(
+        self,
+        k: int,
+        out: list[tuple[int, int]],
+        lone: bool = False,
+        held: list[tuple[int, list[int]]] | None = None,
+    ) -> int | None:
         """Move the hand over the oldest stretch of consecutive candidates until ``k`` victims
         leave or the stretch ends: a unit with its bit set goes to the newest end with the bit
         cleared, one with a clear bit leaves. ``lone``: stop before the first second chance that
-        follows a victim (``take_in``'s new units enter between them). Appends the victims to
+        follows a victim (``take_in``'s new units enter between them). ``held``: the second
+        chances do not enter yet; (the stretch's first uid, those units) is appended to it, their
+        bits cleared. Appends the victims to
         ``out`` as extents in order and returns how many (0 when every unit had its bit set), or
         None when there is no candidate."""
         order = self._order
@@ -143,8 +170,13 @@ class Clock(EvictionPolicy):
             out.append((pos, end))
             k -= end - pos
         order.drop_head(end - a)
-        if again:
+        if not again:
+            pass
+        elif held is None:
             self._second_chance(again)
+        else:
+            self._referenced.difference_update(again)
+            held.append((a, again))
         return want - k
 
     def _second_chance(self, again: list[int]) -> None:
@@ -154,31 +186,98 @@ class Clock(EvictionPolicy):
         self._referenced.difference_update(back)
         self._order.enter_many(back)
 
-    def _hand(self, k: int) -> list[tuple[int, int]]:
-        """The next ``k`` victims (fewer if the candidates run out), as extents in order."""
-        out: list[tuple[int, int]] = []
+    def _hand_into(self, k: int, out: list[tuple[int, int]]) -> int:
+        """Append the next ``k`` victims (fewer if the candidates run out) to ``out`` as extents
+        in order; returns how many."""
+        want = k
         while k > 0:
             got = self._turn(k, out)
             if got is None:
                 break
             k -= got
+        return want - k
+
+    def _hand(self, k: int) -> list[tuple[int, int]]:
+        """The next ``k`` victims (fewer if the candidates run out), as extents in order."""
+        out: list[tuple[int, int]] = []
+        self._hand_into(k, out)
         return join_extents(out) if len(out) > 1 else out
 
+    def _victims(self, k: int) -> list[tuple[int, int]]:
+        """An eviction's ``k`` victims, as extents in order; a pending plan's pinned units enter
+        among them (``plan_pinned``). The hand goes on as one batch with its second chances held
+        back, tagged with the victims before each; they and the plan's units then enter in the
+        order of one step at a time (at the end, or where the hand finds no candidate: it would
+        meet the second chances next)."""
+        if self._plan is None:
+            return self._hand(k)
+        (uids, before), self._plan = self._plan, None
+        self._planned = uids
+        out: list[tuple[int, int]] = []
+        chances: list[tuple[int, int]] = []  # (victims before it, unit), in the hand's order
+        taken = entered = 0  # victims; plan units entered
+        while taken < k:
+            held: list[tuple[int, list[int]]] = []
+            got = self._turn(k - taken, out, held=held)
+            if got is None:
+                if not chances:
+                    break
+                entered = self._enter_planned(uids, before, entered, chances, taken)
+                chances = []
+                continue
+            for a, again in held:
+                chances += [(taken + h - a - i, h) for i, h in enumerate(again)]
+            taken += got
+        last = max(k, before[-1]) if before else k  # (every plan unit enters by the end)
+        self._enter_planned(uids, before, entered, chances, last)
+        return join_extents(out) if len(out) > 1 else out
+
+    def _enter_planned(
+        self,
+        uids: list[int],
+        before: list[int],
+        i: int,
+        chances: list[tuple[int, int]],
+        taken: int,
+    ) -> int:
+        """Enter the held second ``chances`` and the plan's units from ``i`` on that follow at most
+        ``taken`` victims, as one step at a time orders them: a unit sent round after ``v``
+        victims comes after the plan's units with ``before <= v`` and before the others. Returns
+        the index of the first plan unit not entered."""
+        order, referenced = self._order, self._referenced
+        n, j, m = len(uids), 0, len(chances)
+        while True:
+            v = chances[j][0] if j < m else taken
+            stop = bisect_right(before, v, i)
+            if stop > i:
+                group = uids[i:stop]
+                if referenced:
+                    referenced.difference_update(group)
+                order.enter_many(group, candidate=False)
+                i = stop
+            if j == m:
+                return i
+            nxt = before[i] if i < n else taken + 1
+            back = j
+            while j < m and chances[j][0] < nxt:
+                j += 1
+            order.enter_many([h for _, h in chances[back:j]])
+
     def evict(self, now: float) -> int | None:
-        got = self._hand(1)
+        got = self._victims(1)
         return got[0][0] if got else None
 
     def evict_bytes(self, nbytes: int, now: float) -> list[int]:
         n = self._units_in(nbytes)
         if n is None:
             return super().evict_bytes(nbytes, now)
-        return list(chain.from_iterable(starmap(range, self._hand(n))))
+        return list(chain.from_iterable(starmap(range, self._victims(n))))
 
     def evict_extents(self, nbytes: int, now: float) -> list[tuple[int, int]]:
         n = self._units_in(nbytes)
         if n is None:
             return super().evict_extents(nbytes, now)
-        extents = self._hand(n)
+        extents = self._victims(n)
         return join_extents(sorted(extents)) if self.drops_victims and len(extents) > 1 else extents
 
     # -- demotions into a full tier --------------------------------------------------------------

@@ -6,6 +6,8 @@ evict_bytes, evict_extents, take_in, take_in_extents). The ``RunOrder`` calls th
 
 from __future__ import annotations
 
+from itertools import accumulate
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -93,6 +95,9 @@ def _check(pol: Clock, ref: ClockRef) -> None:
     cands = ref.candidates()
     order = pol._order
     assert list(order.candidates()) == cands
+    # every member in order, pinned ones too (they come back to their places)
+    members = [u for e in range(len(order._first)) for u in order._members(e)]
+    assert members == sorted(ref.members, key=lambda u: ref.members[u][0])
     assert len(pol) == len(cands)
     assert pol._referenced == ref.bits
     head = order.head_run()
@@ -109,7 +114,7 @@ def _check(pol: Clock, ref: ClockRef) -> None:
 
 # (operation, session, a, b): sessions 0-3 with unit indices 0-40
 OPS = st.lists(
-    st.tuples(st.integers(0, 11), st.integers(0, 3), st.integers(0, 40), st.integers(0, 12)),
+    st.tuples(st.integers(0, 12), st.integers(0, 3), st.integers(0, 40), st.integers(0, 12)),
     min_size=10,
     max_size=120,
 )
@@ -155,6 +160,18 @@ def _apply(pol: Clock, ref: ClockRef, op: int, s: int, a: int, b: int) -> None:
         else:
             got = pol.evict_extents(b * UNIT, 0.0)
             assert _uids(got) == (sorted(expect) if pol.drops_victims else expect)
+    elif op == 12:  # decode steps in one batch: each takes k victims, then a page enters pinned
+        steps = _planned_steps(ref, s, a, b)
+        expect: list[int] = []
+        for k, uid in steps:
+            expect += [v for v in (ref.evict() for _ in range(k)) if v is not None]
+            ref.insert(uid, True)
+        uids = [uid for _, uid in steps]
+        before = list(accumulate(k for k, _ in steps))
+        pol.plan_pinned(uids, before)
+        got = pol.evict_extents(sum(k for k, _ in steps) * UNIT, 0.0)
+        assert _uids(got) == (sorted(expect) if pol.drops_victims else expect)
+        pol.insert_many(uids, 0.0, pinned=True)
     elif op in (8, 9, 10):  # new units come in with room for some of them (one stretch, or two)
         uids = [u for u in range(base + a, base + min(41, a + b + 1)) if u not in ref.members]
         if op == 10:
@@ -170,6 +187,20 @@ def _apply(pol: Clock, ref: ClockRef, op: int, s: int, a: int, b: int) -> None:
             if op == 9 and uids[-1] - uids[0] + 1 != len(uids):
                 extents = [(u, u + 1) for u in uids]
             assert _uids(pol.take_in_extents(extents, free, 0.0)) == expect
+
+
+def _planned_steps(ref: ClockRef, s: int, a: int, b: int) -> list[tuple[int, int]]:
+    """Up to ``b`` steps of (victims, new page): pages of two sessions in turn, from unit ``a``
+    on, each a non-member; 0 to 2 victims a step, as ``a`` and ``b`` pick."""
+    steps: list[tuple[int, int]] = []
+    taken: set[int] = set()
+    for i in range(b):
+        base = ((s + i % 2) % 4) << UNIT_BITS
+        free = [u for u in range(base + a, base + 41) if u not in ref.members and u not in taken]
+        if free:
+            taken.add(free[0])
+            steps.append(((a * (i + 1) + b) % 3, free[0]))
+    return steps
 
 
 def _clock(dropped: bool) -> Clock:
@@ -226,12 +257,13 @@ def test_take_in_lets_each_new_unit_in_after_its_victim():
 
 
 def test_a_pinned_insert_between_two_evictions_keeps_its_place_among_second_chances():
-    """Why CLOCK does not declare ``grows_in_bulk``: a decode step's page enters (pinned) between
-    one step's eviction and the next, behind the units the first eviction sent round and before
-    those the second sends. Evicting for both steps first, then taking both pages in, gives the
-    same victims but another order once the pages are released."""
+    """Why CLOCK's batch needs ``plan_pinned``: a decode step's page enters (pinned) between one
+    step's eviction and the next, behind the units the first eviction sent round and before those
+    the second sends. Evicting for both steps first, then taking both pages in, gives the same
+    victims but another order once the pages are released; told the plan first, the batch gives
+    the order of the steps."""
 
-    def order(step_by_step: bool) -> list[int]:
+    def order(step_by_step: bool, planned: bool = False) -> list[int]:
         pol = _clock(True)
         r1, x, r2, y = (s << UNIT_BITS for s in range(4))
         for u in (r1, x, r2, y):
@@ -245,15 +277,19 @@ def test_a_pinned_insert_between_two_evictions_keeps_its_place_among_second_chan
             assert pol.evict_extents(UNIT, 0.0) == [(y, y + 1)]
             pol.insert_many([p2], 0.0, pinned=True)
         else:
+            pages = [p1, p2]
+            if planned:
+                pol.plan_pinned(pages, [1, 2])
             assert pol.evict_extents(2 * UNIT, 0.0) == [(x, x + 1), (y, y + 1)]
-            pol.insert_many([p1, p2], 0.0, pinned=True)
+            pol.insert_many(pages, 0.0, pinned=True)
         pol.release([p1, p2], 0.0)
         return list(pol._order.candidates())
 
     r1, r2, p1, p2 = 0, 2 << UNIT_BITS, 9 << UNIT_BITS, (9 << UNIT_BITS) + 1
     assert order(True) == [r1, p1, r2, p2]
     assert order(False) == [r1, r2, p1, p2]
-    assert not Clock.grows_in_bulk
+    assert order(False, planned=True) == [r1, p1, r2, p2]
+    assert Clock.grows_in_bulk and Clock.plans_pinned
 
 
 def test_take_in_with_no_units_or_less_than_no_room():

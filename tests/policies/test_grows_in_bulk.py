@@ -2,10 +2,13 @@
 allocations taken one step at a time (free a step's pages, then its new page enters pinned) and in
 one batch (free the whole span's pages, then every new page enters pinned, in step order) give
 the same victims, and, once the running sessions release their units, the same order of every
-later victim. The engine's test of the same flag compares whole ledgers; this one reaches the
+later victim. A policy that ``plans_pinned`` is told before the batch's eviction how many victims
+precede each page. The engine's test of the same flag compares whole ledgers; this one reaches the
 order that a span leaves behind, which a short trace may never read."""
 
 from __future__ import annotations
+
+from itertools import accumulate
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -83,7 +86,12 @@ def drive(name: str, scenario, bulk: bool) -> tuple[list[int], list[int]]:
         t.pol.acquire(t.held(s), now)
     steps = [(live[s % len(live)], k) for s, k in steps] if live else []
     span: list[int] = []
-    if bulk:  # the engine's batch: every step's victims, then every new page
+    if bulk and t.pol.plans_pinned:  # the engine's batch, the pages and their places told first
+        pages = [u for s, _ in steps for u in t.new_pages(s, 1, now)]
+        t.pol.plan_pinned(pages, list(accumulate(k for _, k in steps)))
+        span += t.victims(sum(k for _, k in steps), now)
+        t.pol.insert_many(pages, now, True)
+    elif bulk:  # the engine's batch: every step's victims, then every new page
         span += t.victims(sum(k for _, k in steps), now)
         t.pol.insert_many([u for s, _ in steps for u in t.new_pages(s, 1, now)], now, True)
     else:
