@@ -67,7 +67,7 @@ _FEW_GROUPS = 4  # discard_many: up to this many groups, each is handed the whol
 _MERGE_GROUPS = 16  # pop_many merges the groups' heads when there are at most this many per victim
 _MERGE_REL = 1e-15  # float values further apart than this (relative) are in their exact order
 _SORT_MIN = 8  # pop_many sorts the groups' values in numpy from this many victims
-_SORT_MAX = 1 << 16  # ... and while groups * victims stays below this
+_SORT_MAX = 1 << 18  # ... while it reads at most this many entries (groups * prefix)
 _ARRAY_MIN = 16  # a batch of this many entries onto an empty group is sorted in numpy
 _NO_ENTRIES = np.empty(0)
 _slot = attrgetter("slot")
@@ -93,7 +93,7 @@ class _GroupQueue(SortedQueue):
         if self._pos < len(self._items) or len(uids) < _ARRAY_MIN:
             self.push_many(zip(uids, costs, strict=True))
             return
-        fresh = dict(zip(uids, costs, strict=True))
+        fresh: dict[int, object] = dict(zip(uids, costs, strict=True))
         cost, uid = np.array(costs), np.array(uids)
         if (
             len(fresh) < len(uids)
@@ -105,7 +105,7 @@ class _GroupQueue(SortedQueue):
             return
         order = np.lexsort((uid, cost))
         cost, uid = cost[order], uid[order]
-        self._live.update(fresh)
+        self._live = fresh  # nothing was live: every live uid has an entry from _pos on
         self._items = list(zip(cost.tolist(), uid.tolist(), strict=True))
         self._pos = 0
         self._costs, self._uids, self._mirrored = cost, uid, self._items
@@ -454,7 +454,7 @@ class KineticMin:
                 self._grow()
             g = self._groups[tau] = _Group(tau, self._free.pop())
         g.heap.push_batch(uids, costs)
-        where.update(dict.fromkeys(uids, g))
+        where.update(zip(uids, repeat(g)))
         g.settle()
         self._set_leaf(g.slot, g)
 
@@ -494,11 +494,13 @@ class KineticMin:
         static order, which a stable sort of its monotone values keeps); then it does nothing
         and returns False (``_merge`` decides those exactly)."""
         groups = list(self._groups.values())
-        if not groups or n < _SORT_MIN or len(groups) * n > _SORT_MAX:
+        if not groups or n < _SORT_MIN:
             return False
         k = min(n, 2 * (n // len(groups)) + _SORT_MIN)
         scales = [self._scale(g, t) for g in groups]
         while True:
+            if len(groups) * k > _SORT_MAX:  # the entries read: the heap merge costs less
+                return False
             runs = []
             for g, scale in zip(groups, scales, strict=True):
                 run = g.heap.live_run(k, scale)
