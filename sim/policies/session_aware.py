@@ -32,7 +32,7 @@ import numpy as np
 
 from sim.policies.base import Memoryless
 from sim.policies.registry import register
-from sim.policies.structures import LazyHeap
+from sim.policies.structures import LazyHeap, consume
 from sim.units import UNIT_BITS, UNIT_MASK, UnitView, extents_of
 
 
@@ -144,7 +144,7 @@ class SessionAware(Memoryless):
             uids = list(uids)
         if not uids:
             return
-        if not self._one_session(uids) or not self._where.keys().isdisjoint(uids):
+        if not self._one_session(uids) or not self._none_held(uids):
             for uid in uids:
                 self._add(uid, now)
             return
@@ -157,6 +157,12 @@ class SessionAware(Memoryless):
         if fresh or a > s.a:
             s.a = a
             self._order.push(s.index, (a, s.index))
+
+    def _none_held(self, uids) -> bool:
+        """Is none of one session's ``uids`` a candidate? A session with no candidates (the usual
+        release: its units were pinned) holds none, with no look-up per unit."""
+        sess = self.view.session(uids[0])
+        return sess.index not in self._sessions or self._where.keys().isdisjoint(uids)
 
     def _sorted(self, uids) -> list[int]:
         """The engine's ``uids`` in ``cand``'s order (the next victim last)."""
@@ -203,8 +209,12 @@ class SessionAware(Memoryless):
             k = min(n, len(s.cand))
             taken = s.cand[-k:]
             del s.cand[-k:]
-            entries = list(map(where.pop, taken))
-            ts = [entries[0][1]] * k if entries.count(entries[0]) == k else [e[1] for e in entries]
+            if len(s.times) == 1:  # one last-use time in the session: each unit's is s.a
+                consume(map(where.__delitem__, taken))
+                ts = [s.a] * k
+            else:
+                entries = list(map(where.pop, taken))
+                ts = [e[1] for e in entries]
             self._untime(s, ts)
             out.append(taken)
             n -= k
