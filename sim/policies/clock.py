@@ -189,8 +189,11 @@ class Clock(EvictionPolicy):
     def _hand_into(self, k: int, out: list[tuple[int, int]]) -> int:
         """Append the next ``k`` victims (fewer if the candidates run out) to ``out`` as extents
         in order; returns how many."""
-        want = k
+        want, order, referenced = k, self._order, self._referenced
         while k > 0:
+            k -= order.pop_unmarked(k, referenced, out)  # no bit to read: runs go at once
+            if not k:
+                break
             got = self._turn(k, out)
             if got is None:
                 break
@@ -217,6 +220,9 @@ class Clock(EvictionPolicy):
         chances: list[tuple[int, int]] = []  # (victims before it, unit), in the hand's order
         taken = entered = 0  # victims; plan units entered
         while taken < k:
+            taken += self._order.pop_unmarked(k - taken, self._referenced, out)
+            if taken == k:
+                break
             held: list[tuple[int, list[int]]] = []
             got = self._turn(k - taken, out, held=held)
             if got is None:

@@ -455,6 +455,47 @@ class RunOrder:
         else:
             self._forget(b)
 
+    def pop_unmarked(self, k: int, marked: set[int], out: list[tuple[int, int]]) -> int:
+        """Take out up to ``k`` of the oldest candidates while none of them is in ``marked``,
+        appending them to ``out`` as extents in order; returns how many. Stops before a plain
+        run whose first ``k`` candidates hold a marked uid, and at a run that holes or its
+        session's pins break up (``head_run`` names its stretch): ``pop_runs`` of those taken,
+        a run at a time without a call per run."""
+        first, stop, holes, flag, bucket = (
+            self._first,
+            self._stop,
+            self._holes,
+            self._flag,
+            self._bucket,
+        )
+        pins, count = self._pins, self._count
+        lo, want = self._lo, k
+        while k > 0:
+            e = flag.find(1, lo)
+            if e < 0:
+                break
+            lo = e
+            b = bucket[e]
+            if b in pins or holes[e]:
+                break
+            f = first[e]
+            n = min(k, stop[e] - f)
+            if marked and not marked.isdisjoint(range(f, f + n)):
+                break
+            out.append((f, f + n))
+            first[e] = f + n
+            if f + n >= stop[e]:
+                self._retire(e)
+            self._n -= n
+            k -= n
+            left = count[b] - n
+            if left:
+                count[b] = left
+            else:
+                self._forget(b)
+        self._lo = lo
+        return want - k
+
     def members_among(self, uids) -> list[int]:
         """Those of ``uids`` that are members, in order (all of them, at once, where they are all
         of a session's members)."""

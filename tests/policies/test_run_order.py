@@ -50,7 +50,7 @@ class EntryRef:
 
 # (operation, session, a, b): sessions 0-3 with unit indices 0-40
 OPS = st.lists(
-    st.tuples(st.integers(0, 11), st.integers(0, 3), st.integers(0, 40), st.integers(0, 12)),
+    st.tuples(st.integers(0, 12), st.integers(0, 3), st.integers(0, 40), st.integers(0, 12)),
     max_size=150,
 )
 
@@ -109,6 +109,20 @@ def _apply(order: RunOrder, ref: EntryRef, op: int, s: int, a: int, b: int) -> N
         order.leave_many(uids)
         for u in uids:
             ref.leave(u)
+    elif op == 12:  # up to b of the oldest leave while none is marked (every third of a session)
+        marked = {base + u for u in range(a % 3, 41, 3)}
+        got: list[tuple[int, int]] = []
+        n = order.pop_unmarked(b, marked, got)
+        taken = [u for x, y in got for u in range(x, y)]
+        cands = ref.candidates()
+        assert len(taken) == n <= b and taken == cands[:n] and not marked.intersection(taken)
+        for u in taken:
+            ref.leave(u)
+        head = order.head_run()
+        if n < b and head is not None:  # it stops only where the caller must read the stretch
+            e = order._lo
+            plain = order._bucket[e] not in order._pins and not order._holes[e]
+            assert not plain or marked.intersection(range(head[0], min(head[1], head[0] + b - n)))
     else:  # the oldest b candidates leave, as extents
         got = order.pop_runs(b)
         expect = ref.candidates()[:b]
