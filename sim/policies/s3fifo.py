@@ -45,6 +45,7 @@ from sim.policies.base import EvictionPolicy
 from sim.policies.ghost_queue import GhostQueue
 from sim.policies.registry import register
 from sim.policies.structures import ByteBudget, SizedOrder, consume
+from sim.units import Tier
 
 SMALL, MAIN = 0, 1
 FEW_VICTIMS = 8  # fewer wanted from S: its walk goes step by step
@@ -58,6 +59,23 @@ class S3FIFO(EvictionPolicy):
     move_to_main_threshold = 2
     max_freq = 3
     reads_last_access = False
+
+    def __new__(cls, ctx=None, *args, **kwargs):
+        # Where every unit is one page of all layers (the engine's block units), the queues are
+        # kept as runs (``RunS3FIFO``); not in a tier that takes demotions in (``take_in`` enters
+        # its units one at a time), nor at layer_block units, where a session's units are split
+        # between S and M and its batches are found one uid at a time.
+        view = getattr(ctx, "view", None)
+        if (
+            cls is S3FIFO
+            and getattr(view, "unit_bytes", None)
+            and getattr(view, "layers", 1) == 1
+            and getattr(ctx, "tier", None) != Tier.CPU
+        ):
+            from sim.policies.s3fifo_runs import RunS3FIFO
+
+            cls = RunS3FIFO
+        return super().__new__(cls)
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)

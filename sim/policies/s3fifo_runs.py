@@ -1,0 +1,349 @@
+"""``RunS3FIFO``: S3-FIFO where every unit has one size (``view.unit_bytes``: the engine), its
+queues kept as runs of a session's consecutive units.
+
+S and M are ``RunOrder``s (entry order, a pinned unit keeps its place, pins per session), the ghost
+G a ``RunList`` of at most ``int(0.9 c) // unit`` keys, and the counters a dict that holds only the
+members whose counter is not 0 (a unit enters with 0, and most units of a trace are never hit
+while they are in the tier). A session's history entering, its pin and release, and a stretch of
+victims leaving then cost O(runs), not O(units): the walks read the counters of a run's stretch
+with one set operation over its range and take the units between two counted ones at once. The
+decisions are ``S3FIFO``'s, unit for unit: ``S3FIFO`` builds one of these wherever its view has a
+unit size.
+"""
+
+from __future__ import annotations
+
+from itertools import chain, repeat, starmap
+from operator import add
+
+from sim.policies.base import EvictionPolicy
+from sim.policies.ghost_runs import GhostRuns
+from sim.policies.run_lists import distinct_runs, runs_less, split_at_sessions
+from sim.policies.run_order import RunOrder
+from sim.policies.s3fifo import S3FIFO
+from sim.policies.structures import ByteBudget, consume
+from sim.units import join_extents
+
+FIRST_LOOK = 64  # units of a run whose counters a walk reads first (it doubles while short)
+
+
+def _sequence(uids):
+    """``uids`` as a range or a list (the orders' batch paths index them)."""
+    return uids if isinstance(uids, (range, list)) else list(uids)
+
+
+class RunS3FIFO(S3FIFO):
+    """S3-FIFO on runs (see the module's note); ``S3FIFO``'s answers, call for call."""
+
+    _ghost: GhostRuns  # type: ignore[assignment]
+
+    def __init__(self, ctx) -> None:
+        EvictionPolicy.__init__(self, ctx)
+        self._unit: int = ctx.view.unit_bytes
+        self._s = RunOrder()  # S: candidates and pinned units, in entry order
+        self._m = RunOrder()  # M: likewise
+        self._ghost = GhostRuns()  # G's keys, oldest first
+        self._freq: dict[int, int] = {}  # member -> its counter, where it is not 0
+        self._budget = ByteBudget()
+        self._sized_for = -1
+        self._shares = (0, 0, 0)
+        self._has_evicted = False
+        self._incoming: tuple[int, bool] | None = None
+
+    # -- cachesim hooks --------------------------------------------------------------------------
+    def admitting(self, uid: int, now: float) -> None:
+        self._incoming = (uid, self._ghost.discard(uid))
+
+    def admit(self, uid: int) -> bool:
+        small = self._sizes()[0]
+        inc = self._incoming
+        hit = inc is not None and inc[0] == uid and inc[1]
+        return self._unit < small or (hit and self._unit <= small)
+
+    # -- membership ------------------------------------------------------------------------------
+    def _queue(self, uid: int) -> RunOrder | None:
+        """The queue ``uid`` is a member of (a candidate or pinned), or None."""
+        if self._s.is_member(uid):
+            return self._s
+        if self._m.is_member(uid):
+            return self._m
+        return None
+
+    def insert(self, uid: int, now: float, pinned: bool = False) -> None:
+        if self._may_hold((uid, uid + 1)) and self._queue(uid) is not None:
+            self.remove(uid)  # (a member inserted again enters anew)
+        inc = self._incoming
+        hit = inc[1] if inc is not None and inc[0] == uid else self._ghost.discard(uid)
+        self._incoming = None
+        self._budget.grow(self._unit)
+        # a ghost hit enters M; so does any miss while S is full before the first eviction
+        if hit or (not self._has_evicted and len(self._s) * self._unit >= self._sizes()[0]):
+            self._m.enter(uid, candidate=not pinned)
+        else:
+            self._s.enter(uid, candidate=not pinned)
+
+    def insert_many(self, uids, now: float, pinned: bool = False) -> None:
+        """``insert`` each, in order, as runs once something was evicted and none is a member:
+        each session's ghosts leave G and enter M, its other units S, each queue taking its units
+        in the batch's order."""
+        uids = _sequence(uids)
+        if len(uids) == 1:  # a decode step's new page: the plain hook costs less than a batch
+            self.insert(uids[0], now, pinned)
+            return
+        runs = distinct_runs(uids) if self._incoming is None and self._has_evicted else None
+        if runs is None or any(map(self._may_hold, split_at_sessions(runs))):
+            EvictionPolicy.insert_many(self, uids, now, pinned)
+            return
+        ghost, count = self._ghost, 0
+        for a, s in split_at_sessions(runs):
+            count += s - a
+            hits = ghost.take_range(a, s) if ghost.meets(a, s) else []
+            for x, y in hits:
+                self._m.enter_many(range(x, y), candidate=not pinned)
+            for x, y in runs_less([(a, s)], hits) if hits else [(a, s)]:
+                self._s.enter_many(range(x, y), candidate=not pinned)
+        self._budget.grow(self._unit * count)
+
+    def _may_hold(self, run: tuple[int, int]) -> bool:
+        """Might a uid of ``run`` (one session) be a member?"""
+        return self._s.may_hold(*run) or self._m.may_hold(*run)
+
+    def access(self, uid: int, now: float) -> None:
+        if self._queue(uid) is not None:
+            self._freq[uid] = self._freq.get(uid, 0) + 1
+        self._incoming = None
+
+    def pin(self, uid: int) -> None:
+        q = self._queue(uid)
+        if q is not None:
+            q.discard(uid)
+
+    def acquire(self, uids, now: float) -> None:
+        """``access`` then ``pin`` each: the members' counters go up, each stays in its place."""
+        self._incoming = None
+        uids = _sequence(uids)
+        in_s, in_m = self._members(uids)
+        freq = self._freq
+        members = in_s + in_m
+        if len(set(members)) < len(members):  # a uid twice counts twice
+            for uid in members:
+                freq[uid] = freq.get(uid, 0) + 1
+        else:  # in C
+            freq.update(zip(members, map(add, map(freq.get, members, repeat(0)), repeat(1))))
+        if in_s:
+            self._s.discard_all(in_s)
+        if in_m:
+            self._m.discard_all(in_m)
+
+    def _members(self, uids) -> tuple[list[int], list[int]]:
+        """Those of ``uids`` that are members of S, and of M, in order."""
+        if not len(uids):
+            return [], []
+        in_s = self._s.members_among(uids)
+        if len(in_s) == len(uids):
+            return in_s, []
+        if not len(in_s):
+            return [], self._m.members_among(uids)
+        return in_s, self._m.members_among(uids)
+
+    def release(self, uids, now: float) -> None:
+        """``unpin`` each, in page order: where each is a pinned member (once), it returns to its
+        place in its queue; else one at a time."""
+        uids = _sequence(uids)
+        in_s, in_m = self._members(uids)
+        if len(in_s) + len(in_m) != len(uids) or len(set(uids)) < len(uids):
+            EvictionPolicy.release(self, uids, now)
+            return
+        were_s = self._s.discard_many(in_s) if in_s else []
+        were_m = self._m.discard_many(in_m) if in_m else []
+        if were_s or were_m:  # a candidate among them enters anew: one at a time
+            self._s.back_many(were_s)
+            self._m.back_many(were_m)
+            EvictionPolicy.release(self, uids, now)
+            return
+        if in_s:
+            self._s.back_many(in_s)
+        if in_m:
+            self._m.back_many(in_m)
+
+    def unpin(self, uid: int, now: float) -> None:
+        q = self._queue(uid)
+        if q is None or uid in q:  # not pinned: it enters anew
+            self.insert(uid, now)
+        else:
+            q.back(uid)
+
+    def remove(self, uid: int, pinned: bool = False) -> None:
+        self._freq.pop(uid, None)
+        q = self._queue(uid)
+        if q is not None:
+            q.leave(uid)
+            self._budget.shrink(self._unit)
+
+    def remove_many(self, uids, pinned: bool = False) -> None:
+        uids = _sequence(uids)
+        if len(set(uids)) < len(uids):
+            EvictionPolicy.remove_many(self, uids, pinned)
+            return
+        in_s, in_m = self._members(uids)
+        if self._freq:
+            consume(map(self._freq.pop, uids, repeat(None)))
+        if in_s:
+            self._s.leave_many(in_s)
+        if in_m:
+            self._m.leave_many(in_m)
+        self._budget.shrink(self._unit * (len(in_s) + len(in_m)))
+
+    # -- eviction --------------------------------------------------------------------------------
+    def _counted(self, a: int, s: int, want: int, least: int) -> tuple[int, list[int]]:
+        """The members of ``[a, s)`` (the head run of a queue) with a counter of at least
+        ``least``, increasing, read far enough that ``want`` units below it lie before the end
+        of the reading: (that end, those uids)."""
+        freq = self._freq
+        look = max(FIRST_LOOK, 2 * want)
+        while True:
+            stop = min(s, a + look)
+            if not freq or freq.keys().isdisjoint(range(a, stop)):
+                hot: list[int] = []
+            else:
+                hot = sorted(u for u in freq.keys() & range(a, stop) if freq[u] >= least)
+            if stop == s or stop - a - len(hot) >= want:
+                return stop, hot
+            look *= 2
+
+    def _main_walk(self, k: int, main_size: int, out: list[tuple[int, int]]) -> int | None:
+        """Evict from M while it is over its share or S is empty, up to ``k`` victims (appended
+        to ``out`` as extents): the oldest unit with a counter goes to M's newest end with
+        ``min(counter, 3) - 1``, the oldest without one is the victim. How many victims; None
+        when M has no candidate."""
+        m, s_order, freq, max_freq = self._m, self._s, self._freq, self.max_freq
+        cap = main_size // self._unit  # M is over its share when it holds more candidates
+        taken = 0
+        while taken < k:
+            s_empty = not len(s_order)
+            if not (s_empty or len(m) > cap):
+                break
+            head = m.head_run()
+            if head is None:
+                return taken or None
+            a, s = head
+            want = k - taken if s_empty else min(k - taken, len(m) - cap)
+            end, hot = self._counted(a, s, want, 1)
+            pos, again, got = a, [], 0
+            for h in hot:
+                if h > pos:
+                    n = min(h - pos, want - got)
+                    out.append((pos, pos + n))
+                    got += n
+                    pos += n
+                    if got == want:
+                        break
+                again.append(h)
+                pos = h + 1
+            if got < want and end > pos:
+                n = min(end - pos, want - got)
+                out.append((pos, pos + n))
+                got += n
+                pos += n
+            m.drop_head(pos - a)
+            if again:  # reinserted at M's newest end, counter min(f, 3) - 1
+                lower = [min(freq[u], max_freq) - 1 for u in again]
+                freq.update(zip(again, lower))
+                consume(map(freq.__delitem__, [u for u, f in zip(again, lower) if not f]))
+                m.enter_many(again)
+            taken += got
+        return taken
+
+    def _small_walk(
+        self, k: int, main_size: int, out: list[tuple[int, int]], to_ghost: list[tuple[int, int]]
+    ) -> int:
+        """Evict from S: its oldest units with counter >= 2 move to M (counter 0), the oldest
+        below 2 is the victim (its key for G, in ``to_ghost``); again while M is within its share
+        and S is not empty, up to ``k`` victims (at least one step, as ``evict`` takes one). How
+        many victims."""
+        s_order, m, freq, threshold = self._s, self._m, self._freq, self.move_to_main_threshold
+        room = main_size // self._unit - len(m)  # moves M takes before it is over its share
+        taken = 0
+        while taken < k:
+            head = s_order.head_run()
+            if head is None:
+                break
+            a, s = head
+            want = k - taken
+            end, hot = self._counted(a, s, want, threshold)
+            pos, got = a, 0
+            for h in hot:
+                if h > pos:
+                    n = min(h - pos, want - got)
+                    out.append((pos, pos + n))
+                    to_ghost.append((pos, pos + n))
+                    got += n
+                    pos += n
+                    if got == want:
+                        break
+                pos = h + 1
+                room -= 1
+                if room < 0 and want > got + 1:  # M is over its share: the next victim ends
+                    want = got + 1
+                    k = taken + want
+            if got < want and end > pos:
+                n = min(end - pos, want - got)
+                out.append((pos, pos + n))
+                to_ghost.append((pos, pos + n))
+                got += n
+                pos += n
+            s_order.drop_head(pos - a)
+            if freq:  # the units that left S leave their counters (moved ones restart at 0)
+                consume(map(freq.pop, [u for u in freq.keys() & range(a, pos)], repeat(None)))
+            if hot and hot[0] < pos:
+                m.enter_many([u for u in hot if u < pos])
+            taken += got
+        return taken
+
+    def _evict_runs(self, n: int) -> list[tuple[int, int]]:
+        """``evict`` ``n`` times: the victims as extents in eviction order; S's victims' keys
+        enter G at the end, where it keeps its newest keys, as one by one (nothing reads G while
+        evicting)."""
+        self._has_evicted = True
+        _, main_size, ghost_size = self._sizes()
+        out: list[tuple[int, int]] = []
+        to_ghost: list[tuple[int, int]] = []
+        s_order, m, cap = self._s, self._m, main_size // self._unit
+        left = n
+        while left > 0:
+            if len(m) > cap or not len(s_order):
+                got = self._main_walk(left, main_size, out)
+                if got is not None:
+                    left -= got
+                    if left <= 0 or len(m) > cap or not len(s_order):
+                        continue
+                elif not len(s_order):
+                    break  # nothing to evict
+            left -= self._small_walk(left, main_size, out, to_ghost)
+        self._budget.shrink(self._unit * (n - left))
+        if to_ghost and self._unit <= ghost_size:
+            self._ghost.push_runs(join_extents(to_ghost), ghost_size // self._unit)
+        return join_extents(out)
+
+    def evict(self, now: float) -> int | None:
+        got = self._evict_runs(1)
+        return got[0][0] if got else None
+
+    def evict_bytes(self, nbytes: int, now: float) -> list[int]:
+        n = -(-nbytes // self._unit)
+        if n <= 0:
+            return []
+        return list(chain.from_iterable(starmap(range, self._evict_runs(n))))
+
+    def evict_extents(self, nbytes: int, now: float) -> list[tuple[int, int]]:
+        n = -(-nbytes // self._unit)
+        if n <= 0:
+            return []
+        runs = self._evict_runs(n)
+        return join_extents(sorted(runs)) if self.drops_victims and len(runs) > 1 else runs
+
+    def __len__(self) -> int:
+        return len(self._s) + len(self._m)
+
+    def __contains__(self, uid: int) -> bool:
+        return uid in self._s or uid in self._m
