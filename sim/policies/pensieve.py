@@ -288,8 +288,12 @@ class RecoveryCosts:
             price = table[page, off]
         out = price.tolist()
         if not full.all():  # a partly filled page (or one past the tokens): its own inputs
+            tokens, memo = self.ctx.view.sessions[s].tokens, self._memo
             for i in np.flatnonzero(~full).tolist():
-                out[i] = self(uids[i])
+                lo = int(page[i]) * bt
+                layer = per_page - 1 - int(off[i]) if per_page > 1 else -1
+                cost = memo.get((True, lo, min(tokens, lo + bt), layer))  # ``__call__``'s key
+                out[i] = self(uids[i]) if cost is None else cost
         return out
 
 
