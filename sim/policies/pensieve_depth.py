@@ -112,6 +112,7 @@ class PensieveDepth(PensievePhysics):
         # drops layer after layer); else it enters with its true cost before the next choice.
         self._hold = False
         self._held: _Held | None = None
+        self._listed: dict[int, list[int]] = {}  # while holding: page -> its candidates
 
     # -- the cost ----------------------------------------------------------------------------------
     def page_depth(self, page_uid: int) -> int:
@@ -217,6 +218,9 @@ class PensieveDepth(PensievePhysics):
             L = self._layers
             off = (uid & UNIT_MASK) % L
             page = uid - off
+            listed = self._listed.get(page)
+            if listed is not None:
+                listed.remove(uid)
             layer = L - 1 - off
             depth = self.page_depth(page)
             if layer > depth:
@@ -236,6 +240,14 @@ class PensieveDepth(PensievePhysics):
         return kin._before(held, g, now)
 
     def _members(self, page: int) -> list[int]:
+        if self._hold:  # in evict_bytes only its victims leave: a page's list, kept up to date
+            members = self._listed.get(page)
+            if members is None:
+                members = self._listed[page] = self._find_members(page)
+            return members
+        return self._find_members(page)
+
+    def _find_members(self, page: int) -> list[int]:
         # uid -> its group: membership at C speed
         return list(filter(self._kin._where.__contains__, range(page, page + self._layers)))
 
@@ -339,6 +351,7 @@ class PensieveDepth(PensievePhysics):
             return out
         finally:
             self._hold = False
+            self._listed.clear()
             held, self._held = self._held, None
             if held is not None:
                 self._kin.add(held.uid, held.m, held.tau, now)
