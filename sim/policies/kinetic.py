@@ -48,7 +48,6 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Callable
 from fractions import Fraction
 from itertools import repeat
 from operator import attrgetter
@@ -211,22 +210,24 @@ def _exact_cross(num: Fraction, den: Fraction, t: float) -> float:
     return max(f, math.nextafter(t, INF))
 
 
-def _cross_time(
-    p1: float, p2: float, den: float, t: float, exact: Callable[[], tuple[Fraction, Fraction]]
-) -> float:
-    """A time in (t, s*] with s* = (p1 - p2) / den the crossing (den > 0): conservative."""
+def _cross_time(m1: float, s1: float, m2: float, s2: float, t: float) -> float:
+    """A time in (t, s*] with s* = (m1 s1 - m2 s2) / (m1 - m2) the crossing (m1 > m2):
+    conservative. The terms come as such, not as a closure: this runs on every certificate."""
+    p1, p2, den = m1 * s1, m2 * s2, m1 - m2
     s = (p1 - p2) / den
     lb = s - _CROSS_REL * (abs(s) + (abs(p1) + abs(p2)) / den)
     if lb > t:  # NaN (overflow) compares False and takes the exact path
         return lb
-    num, d = exact()
-    return _exact_cross(num, d, t)
+    fm1, fm2 = Fraction(m1), Fraction(m2)
+    return _exact_cross(fm1 * Fraction(s1) - fm2 * Fraction(s2), fm1 - fm2, t)
 
 
-def certified_less(x: float, y: float, exact) -> bool | None:
-    """x < y for two non-negative products m * (time difference): decided in floats when their gap
-    exceeds the rounding bound, else from ``exact()`` (the same two values as Fractions).
-    None when they are exactly equal (the caller breaks the tie)."""
+def certified_less(m1: float, s1: float, e1: float, m2: float, s2: float, e2: float) -> bool | None:
+    """x < y for two non-negative products x = m1 (s1 - e1), y = m2 (s2 - e2) (a cost times a
+    time difference): decided in floats when their gap exceeds the rounding bound, else in exact
+    arithmetic (the same terms as Fractions). None when they are exactly equal (the caller
+    breaks the tie)."""
+    x, y = m1 * (s1 - e1), m2 * (s2 - e2)
     s = x + y
     if s > _TINY:
         d = x - y
@@ -235,21 +236,15 @@ def certified_less(x: float, y: float, exact) -> bool | None:
             return True
         if d > tol:
             return False
-    xe, ye = exact()
+    xe = Fraction(m1) * (Fraction(s1) - Fraction(e1))
+    ye = Fraction(m2) * (Fraction(s2) - Fraction(e2))
     return None if xe == ye else xe < ye
 
 
 # "since" mode (Pensieve): value = m / (t - tau), tau <= t; smaller value is evicted first.
 def _since_before(g: _Group, h: _Group, t: float) -> bool:
     gm, hm = g.m, h.m
-    less = certified_less(
-        gm * (t - h.tau),
-        hm * (t - g.tau),
-        lambda: (
-            Fraction(gm) * (Fraction(t) - Fraction(h.tau)),
-            Fraction(hm) * (Fraction(t) - Fraction(g.tau)),
-        ),
-    )
+    less = certified_less(gm, t, h.tau, hm, t, g.tau)
     if less is not None:
         return less
     return gm < hm or (gm == hm and g.tau < h.tau)
@@ -273,16 +268,7 @@ def _since_expiry(w: _Group, x: _Group, t: float) -> float:
     wm, xm = w.m, x.m
     if wm <= xm:
         return INF
-    return _cross_time(
-        wm * x.tau,
-        xm * w.tau,
-        wm - xm,
-        t,
-        lambda: (
-            Fraction(wm) * Fraction(x.tau) - Fraction(xm) * Fraction(w.tau),
-            Fraction(wm) - Fraction(xm),
-        ),
-    )
+    return _cross_time(wm, x.tau, xm, w.tau, t)
 
 
 # "until" mode (cost-belady): value = m / (tau - t); tau = inf: value 0 (never used again);
@@ -303,14 +289,7 @@ def _until_before(g: _Group, h: _Group, t: float) -> bool:
             return _until_tie(g, h)
         return g0
     gm, hm = g.m, h.m
-    less = certified_less(
-        gm * (ht - t),
-        hm * (gt - t),
-        lambda: (
-            Fraction(gm) * (Fraction(ht) - Fraction(t)),
-            Fraction(hm) * (Fraction(gt) - Fraction(t)),
-        ),
-    )
+    less = certified_less(gm, ht, t, hm, gt, t)
     if less is not None:
         return less
     return _until_tie(g, h)
@@ -337,18 +316,7 @@ def _until_expiry(w: _Group, x: _Group, t: float) -> float:
     if wt <= t or wt == INF:
         return INF
     if t < xt < INF and x.m > w.m:
-        wm, xm = w.m, x.m
-        cross = _cross_time(
-            xm * wt,
-            wm * xt,
-            xm - wm,
-            t,
-            lambda: (
-                Fraction(xm) * Fraction(wt) - Fraction(wm) * Fraction(xt),
-                Fraction(xm) - Fraction(wm),
-            ),
-        )
-        return min(wt, cross)
+        return min(wt, _cross_time(x.m, wt, w.m, xt, t))
     return wt
 
 
