@@ -306,6 +306,16 @@ class RunS3FIFO(S3FIFO):
         evicting)."""
         self._has_evicted = True
         _, main_size, ghost_size = self._sizes()
+        unit = self._unit
+        if n == 1 and len(self._m) * unit <= main_size:  # a decode step's victim, at S's head
+            head = self._s.head_run()
+            if head is not None and head[0] not in self._freq:  # counter 0: it leaves for G
+                victim = (head[0], head[0] + 1)
+                self._s.drop_head(1)
+                self._budget.shrink(unit)
+                if unit <= ghost_size:
+                    self._ghost.push_runs((victim,), ghost_size // unit)
+                return [victim]
         out: list[tuple[int, int]] = []
         to_ghost: list[tuple[int, int]] = []
         s_order, m, cap = self._s, self._m, main_size // self._unit
