@@ -8,26 +8,13 @@ from __future__ import annotations
 
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
+from twin_driver import OPS, PAGE, OneSizeView, TwinDriver
 
 from sim.policies.base import PolicyContext
 from sim.policies.ghost_runs import GhostRuns
 from sim.policies.run_lists import split_at_sessions
 from sim.policies.twoq import A1IN, AM, RunTwoQ, TwoQ
 from sim.units import UNIT_BITS, Tier, extents_of
-
-PAGE = 4096
-SESSIONS = 3
-PAGES = 40  # unit indices per session
-
-
-class OneSizeView:
-    """Every unit one page; ``unit_bytes`` says so or not (then 2Q keeps its dicts)."""
-
-    def __init__(self, says: bool) -> None:
-        self.unit_bytes = PAGE if says else None
-
-    def size(self, uid: int) -> int:
-        return PAGE
 
 
 def _twoq(says: bool, tier: Tier, capacity: int | None) -> TwoQ:
@@ -38,133 +25,37 @@ def _twoq(says: bool, tier: Tier, capacity: int | None) -> TwoQ:
     return pol
 
 
-def _uids(s: int, a: int, n: int) -> list[int]:
-    return [s << UNIT_BITS | i for i in range(a, min(PAGES, a + n))]
-
-
-class Twins:
-    """The run form and the dict form, and the engine's view of each unit (candidate, pinned or
-    out of the tier)."""
+class Twins(TwinDriver):
+    """The run form and the dict form: the same queues, the pinned units and the queue each
+    returns to."""
 
     def __init__(self, tier: Tier, capacity: int | None) -> None:
-        self.runs, self.dicts = _twoq(True, tier, capacity), _twoq(False, tier, capacity)
-        assert type(self.runs) is RunTwoQ and type(self.dicts) is TwoQ
-        self.state: dict[int, str] = {}  # uid -> "cand" | "pinned"
+        super().__init__(_twoq(True, tier, capacity), _twoq(False, tier, capacity))
+        assert type(self.runs) is RunTwoQ and type(self.plain) is TwoQ
 
-    def both(self, call: str, *args):
-        got = getattr(self.runs, call)(*args)
-        want = getattr(self.dicts, call)(*args)
-        assert got == want, f"{call}{args}: {got} != {want}"
-        return got
-
-    def check(self) -> None:
-        r, d = self.runs, self.dicts
+    def compare(self) -> None:
+        r, d = self.runs, self.plain
         assert list(r._ain.candidates()) == list(d._ain._order.candidates())
         assert list(r._am) == list(d._am) and list(r._aout) == list(d._aout)
         assert r._sizes() == d._sizes() and r._budget.resident == d._budget.resident
-        assert len(r) == len(d) == sum(v == "cand" for v in self.state.values())
         assert set(r._hm) == {u for u, q in d._pinned.items() if q == AM}
         for u, v in self.state.items():
             in_ain = r._ain.is_member(u) and u not in r._ain
             assert in_ain == (d._pinned.get(u) == A1IN), u
             assert (v == "pinned") == (u in d._pinned)
 
-    def _with(self, s: int, state: str) -> list[int]:
-        return [u for u in _uids(s, 0, PAGES) if self.state.get(u) == state]
+    def turn_end_units(self, s: int, n: int) -> list[int]:
+        uids = super().turn_end_units(s, n)
+        if n % 4 == 0:  # with a candidate among them: one at a time
+            uids = sorted(set(uids + self.with_state(s, "cand")[:1]))
+        return uids
 
-    def _gone(self, victims) -> None:
-        for u in victims:
-            assert self.state.pop(u) == "cand"
-
-    def step(self, op: int, s: int, a: int, n: int) -> None:
-        now = 0.0
-        if op == 0:  # new units (pinned or not), some of them ghosts
-            uids = [u for u in _uids(s, a, n) if u not in self.state]
-            if a % 3 == 0:  # a batch across sessions, in no uid order
-                uids = [u for u in _uids((s + 1) % SESSIONS, a, n) if u not in self.state] + uids
-            if a % 5 == 0:
-                uids.reverse()
-            pinned = n % 2 == 0
-            self.both("insert_many", uids, now, pinned)
-            self.state.update(dict.fromkeys(uids, "pinned" if pinned else "cand"))
-        elif op == 1:  # a turn starts
-            uids = self._with(s, "cand") + self._with(s, "pinned") * (n % 3 == 0)
-            uids = sorted(set(uids))
-            self.both("acquire", uids, now)
-            self.state.update(dict.fromkeys(uids, "pinned"))
-        elif op == 2:  # a turn ends
-            uids = self._with(s, "pinned")
-            if n % 4 == 0:  # with a candidate among them: one at a time
-                uids = sorted(set(uids + self._with(s, "cand")[:1]))
-            whole = bool(uids) and uids[-1] - uids[0] + 1 == len(uids)
-            self.both("release", range(uids[0], uids[-1] + 1) if whole else uids, now)
-            self.state.update(dict.fromkeys(uids, "cand"))
-        elif op == 3:
-            self._gone(self.both("evict_bytes", n * PAGE, now))
-        elif op == 4:
-            ext = self.both("evict_extents", n * PAGE, now)
-            self._gone([u for x, y in ext for u in range(x, y)])
-        elif op == 5:
-            v = self.both("peek", now)
-            if v is not None and n % 2:
-                assert self.both("evict", now) == v
-                self._gone([v])
-        elif op == 6:  # a demotion batch into this tier
-            uids = [u for u in _uids(s, a, n) if u not in self.state]
-            if a % 2:
-                uids.reverse()
-            free = (a % 5) * PAGE
-            cands = sum(v == "cand" for v in self.state.values())
-            if len(uids) > free // PAGE and cands + free // PAGE < 1:
-                return  # room cannot be made
-            if n % 2:
-                out = self.both("take_in", uids, free, now)
-            else:
-                ext = self.both("take_in_extents", extents_of(uids), free, now)
-                out = [u for x, y in ext for u in range(x, y)]
-            self.state.update(dict.fromkeys(uids, "cand"))
-            self._gone(out)
-        elif op == 7:  # the engine takes units away
-            uids = [u for u in _uids(s, a, n) if u in self.state]
-            if n % 2:
-                self.both("remove_many", uids, False)
-            else:
-                for u in uids:
-                    self.both("remove", u, self.state[u] == "pinned")
-            for u in uids:
-                del self.state[u]
-        elif op == 8:  # one unit at a time, some with a request incoming
-            uid = _uids(s, a, 1)[0]
-            st_ = self.state.get(uid)
-            if st_ is None:
-                if a % 2:
-                    self.both("admitting", uid, now)
-                    if not self.both("admit", uid):
-                        return
-                self.both("insert", uid, now, n % 2 == 0)
-                self.state[uid] = "pinned" if n % 2 == 0 else "cand"
-            elif st_ == "cand":
-                self.both("access", uid, now)
-                if n % 2:
-                    self.both("pin", uid)
-                    self.state[uid] = "pinned"
-            else:
-                if n % 3 == 0:
-                    self.both("access", uid, now)
-                self.both("unpin", uid, now)
-                self.state[uid] = "cand"
-        self.check()
-
-
-OPS = st.lists(
-    st.tuples(
-        st.integers(0, 8),
-        st.integers(0, SESSIONS - 1),
-        st.integers(0, PAGES - 1),
-        st.integers(1, 16),
-    ),
-    max_size=120,
-)
+    def admits(self, uid: int, a: int, now: float) -> bool:
+        """Some single inserts with a request incoming (a ghost lookup, then the admission)."""
+        if a % 2:
+            self.both("admitting", uid, now)
+            return self.both("admit", uid)
+        return True
 
 
 @settings(max_examples=600, deadline=None)
