@@ -7,39 +7,16 @@ from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from twin_driver import session_batches
 
 from sim.policies import PolicyContext
 from sim.policies.lfu import LFU, RunLFU
-from sim.units import SessionKV, Tier, UnitView, extents_of, uid_of
+from sim.units import SessionKV, Tier, UnitView, extents_of
 
 PAGE = 64
 SESSIONS, UNITS = 3, 40
 
-
-def _session_batch(s: int, a: int, n: int, form: int):
-    """Units of session ``s`` from ``a``: a range, a list, a list with holes, or reversed."""
-    uids = list(range(uid_of(s, a), uid_of(s, min(a + n, UNITS))))
-    if form == 0:
-        return range(uid_of(s, a), uid_of(s, min(a + n, UNITS)))
-    if form == 1:
-        return uids
-    if form == 2:
-        return uids[::2] + uids[1::4]
-    return uids[::-1]
-
-
-batch_st = st.one_of(
-    st.builds(
-        _session_batch,
-        st.integers(0, SESSIONS - 1),
-        st.integers(0, UNITS - 1),
-        st.integers(1, UNITS),
-        st.integers(0, 3),
-    ),
-    st.lists(
-        st.builds(uid_of, st.integers(0, SESSIONS - 1), st.integers(0, UNITS - 1)), max_size=12
-    ),
-)
+batch_st = session_batches(SESSIONS, UNITS)
 op_st = st.one_of(
     st.tuples(st.sampled_from(["acquire", "release", "remove_many", "session"]), batch_st),
     st.tuples(st.sampled_from(["insert_many", "insert_pinned"]), batch_st),

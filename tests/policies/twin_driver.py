@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from sim.units import UNIT_BITS, extents_of
+from sim.units import UNIT_BITS, extents_of, uid_of
 
 PAGE = 4096
 SESSIONS = 3
@@ -42,6 +42,34 @@ OPS = st.lists(
     ),
     max_size=120,
 )
+
+
+def session_batches(sessions: int, units: int):
+    """Batches as the engine gives them on its ``UnitView``: units of one session from a page (a
+    range, a list, a list with holes, or reversed), or any units of any sessions."""
+
+    def batch(s: int, a: int, n: int, form: int):
+        uids = list(range(uid_of(s, a), uid_of(s, min(a + n, units))))
+        if form == 0:
+            return range(uid_of(s, a), uid_of(s, min(a + n, units)))
+        if form == 1:
+            return uids
+        if form == 2:
+            return uids[::2] + uids[1::4]
+        return uids[::-1]
+
+    return st.one_of(
+        st.builds(
+            batch,
+            st.integers(0, sessions - 1),
+            st.integers(0, units - 1),
+            st.integers(1, units),
+            st.integers(0, 3),
+        ),
+        st.lists(
+            st.builds(uid_of, st.integers(0, sessions - 1), st.integers(0, units - 1)), max_size=12
+        ),
+    )
 
 
 class TwinDriver:
