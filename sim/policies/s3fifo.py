@@ -40,6 +40,7 @@ from __future__ import annotations
 from bisect import bisect_right
 from itertools import compress, repeat
 from operator import add, is_not, not_
+from typing import ClassVar
 
 from sim.policies.base import EvictionPolicy
 from sim.policies.ghost_queue import GhostQueue
@@ -59,6 +60,9 @@ class S3FIFO(EvictionPolicy):
     move_to_main_threshold = 2
     max_freq = 3
     reads_last_access = False
+    # The same policy on runs (``RunS3FIFO``): its module imports this one and names itself here,
+    # as the package imports every policy module before any policy is built.
+    run_form: ClassVar[type[S3FIFO] | None] = None
 
     def __new__(cls, ctx=None, *args, **kwargs):
         # Where every unit is one page of all layers (the engine's block units), the queues are
@@ -68,13 +72,12 @@ class S3FIFO(EvictionPolicy):
         view = getattr(ctx, "view", None)
         if (
             cls is S3FIFO
+            and S3FIFO.run_form is not None
             and getattr(view, "unit_bytes", None)
             and getattr(view, "layers", 1) == 1
             and getattr(ctx, "tier", None) != Tier.CPU
         ):
-            from sim.policies.s3fifo_runs import RunS3FIFO
-
-            cls = RunS3FIFO
+            cls = S3FIFO.run_form
         return super().__new__(cls)
 
     def __init__(self, ctx) -> None:
