@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections import deque
 
+from sim.policies.run_lists import trim_holes
 from sim.units import UNIT_BITS, join_extents
 
 DEAD_SLACK = 64  # dead entries kept, at least, before a sweep
@@ -208,18 +209,7 @@ class GhostRuns:
 def _settle(entry: list) -> None:
     """After an end moved: forget holes outside the bounds and move the ends off holes (an empty
     entry is dead)."""
-    holes = entry[2]
-    if holes:
-        first, stop = entry[0], entry[1]
-        holes.difference_update([h for h in holes if not first <= h < stop])
-        while holes and entry[0] in holes:
-            holes.discard(entry[0])
-            entry[0] += 1
-        while holes and entry[1] - 1 in holes:
-            holes.discard(entry[1] - 1)
-            entry[1] -= 1
-        if not holes:
-            entry[2] = None
+    trim_holes(entry)
     if entry[0] >= entry[1]:
         entry[0] = entry[1] = min(entry[0], entry[1])
         entry[2] = None

@@ -203,18 +203,7 @@ class RunList:
 
     def _tidy(self, key: int, run: list) -> None:
         """After an end moved: forget holes outside the run, and move ends off holes."""
-        holes = run[2]
-        if holes:
-            first, stop = run[0], run[1]
-            holes.difference_update([h for h in holes if not first <= h < stop])
-            while holes and run[0] in holes:
-                holes.discard(run[0])
-                run[0] += 1
-            while holes and run[1] - 1 in holes:
-                holes.discard(run[1] - 1)
-                run[1] -= 1
-            if not holes:
-                run[2] = None
+        trim_holes(run)
         if run[0] >= run[1]:
             self._drop(key)
 
@@ -394,3 +383,20 @@ def runs_less(runs: list[tuple[int, int]], taken: list[tuple[int, int]]) -> list
         if a < s:
             out.append((a, s))
     return out
+
+
+def trim_holes(run: list) -> None:
+    """A run ``[first, stop, holes, ...]`` after an end moved: forget the holes outside
+    ``[first, stop)`` and move each end off holes (``holes`` None once none is left)."""
+    holes = run[2]
+    if holes:
+        first, stop = run[0], run[1]
+        holes.difference_update([h for h in holes if not first <= h < stop])
+        while holes and run[0] in holes:
+            holes.discard(run[0])
+            run[0] += 1
+        while holes and run[1] - 1 in holes:
+            holes.discard(run[1] - 1)
+            run[1] -= 1
+        if not holes:
+            run[2] = None
