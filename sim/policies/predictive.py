@@ -76,6 +76,10 @@ def _run_extents(piece: list[int] | range) -> list[tuple[int, int]]:
 @register("predictive")
 class Predictive(Memoryless):
     needs_predictor = True
+    # A pinned unit is nothing to it and a choice reads only its runs and the clock (a unit's
+    # session and last use are read when it becomes a candidate): a decode span's pages may be
+    # given in one batch, each allocation's victims chosen at its step's start.
+    grows_by_time = True
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
