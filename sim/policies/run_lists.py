@@ -12,8 +12,12 @@ list; a run never spans two buckets.
 
 Costs: appending a run O(1); popping n uids from the oldest end O(runs popped); finding, counting
 or taking out the members of a range of one bucket O(runs of the bucket), plus the uids taken out
-of the middle of a run (they become holes). The functions at the end do the arithmetic on runs
-(first, stop) that the policies on these lists share.
+of the middle of a run (they become holes). Finding one uid scans its bucket's runs while they are
+few; a bucket found to hold many gets its short runs' uids indexed from then on (O(1) finds). The
+engine hands over a session's units in batches, so its buckets are seldom indexed and a run costs
+nothing per uid there; a cache asked one uid at a time is indexed as its buckets fill. The
+functions at the end do the arithmetic on runs (first, stop) that the policies on these lists
+share.
 """
 
 from __future__ import annotations
@@ -23,18 +27,20 @@ from collections import OrderedDict
 from sim.units import UNIT_BITS, extents_of, join_extents
 
 BUCKET_BITS = UNIT_BITS  # a bucket is a session
-SHORT_RUN = 64  # runs this long or shorter have their uids indexed: found in O(1)
+SHORT_RUN = 64  # in an indexed bucket, runs this long or shorter have their uids indexed
+INDEX_AT = 16  # a bucket with more runs than this gets indexed when one uid is looked up
 
 
 class RunList:
-    __slots__ = ("_runs", "_in", "_long", "_where", "_n", "_spare")
+    __slots__ = ("_runs", "_in", "_long", "_indexed", "_where", "_n", "_spare")
 
     def __init__(self) -> None:
         # key -> [first, stop, holes, bucket, short]
         self._runs: OrderedDict[int, list] = OrderedDict()
         self._in: dict[int, set[int]] = {}  # bucket -> keys of its runs
         self._long: dict[int, set[int]] = {}  # bucket -> keys of its long runs
-        self._where: dict[int, int] = {}  # uid -> key, for the members of short runs
+        self._indexed: set[int] = set()  # buckets whose short runs' members are in _where
+        self._where: dict[int, int] = {}  # uid -> key, for the members of those short runs
         self._n = 0  # uids in the list
         self._spare = 0  # last negative key handed out
 
@@ -56,7 +62,8 @@ class RunList:
             else:
                 keys.add(key)
             if short:
-                self._where.update(dict.fromkeys(range(start, end), key))
+                if b in self._indexed:
+                    self._where.update(dict.fromkeys(range(start, end), key))
             else:
                 longs = self._long.get(b)
                 if longs is None:
@@ -77,10 +84,17 @@ class RunList:
     # -- finding ---------------------------------------------------------------------------------
     def _key_of(self, uid: int) -> int | None:
         """The key of the run holding ``uid`` (not as a hole), or None."""
-        key = self._where.get(uid)
-        if key is not None:
-            return key
-        keys = self._long.get(uid >> BUCKET_BITS)
+        b = uid >> BUCKET_BITS
+        if b in self._indexed:
+            key = self._where.get(uid)
+            if key is not None:
+                return key
+            keys = self._long.get(b)
+        else:
+            keys = self._in.get(b)
+            if keys is not None and len(keys) > INDEX_AT:
+                self._index(b)
+                return self._key_of(uid)
         if not keys:
             return None
         runs = self._runs
@@ -89,6 +103,16 @@ class RunList:
             if first <= uid < stop and (holes is None or uid not in holes):
                 return key
         return None
+
+    def _index(self, b: int) -> None:
+        """Index the members of bucket ``b``'s short runs: finds in it are O(1) from now on."""
+        self._indexed.add(b)
+        where, runs = self._where, self._runs
+        for key in self._in[b]:
+            first, stop, holes, _, short = runs[key]
+            if short:
+                members = range(first, stop)
+                where.update(dict.fromkeys(members if holes is None else set(members) - holes, key))
 
     def __contains__(self, uid: int) -> bool:
         return self._key_of(uid) is not None
@@ -185,7 +209,7 @@ class RunList:
     def _cut(self, key: int, run: list, lo: int, hi: int) -> None:
         """Remove ``[lo, hi)`` (inside the run) from the run; the count is the caller's."""
         first, stop = run[0], run[1]
-        if run[4]:
+        if run[4] and run[3] in self._indexed:
             self._unindex(key, lo, hi)
         if lo == first and hi == stop:
             self._drop(key)
@@ -208,7 +232,8 @@ class RunList:
             self._drop(key)
 
     def _unindex(self, key: int, lo: int, hi: int) -> None:
-        """``[lo, hi)`` of short run ``key`` leave the index (a uid there may be another run's)."""
+        """``[lo, hi)`` of short run ``key`` of an indexed bucket leave the index (a uid there may
+        be another run's)."""
         where = self._where
         for uid in range(lo, hi):
             if where.get(uid) == key:
@@ -216,13 +241,14 @@ class RunList:
 
     def _drop(self, key: int) -> None:
         first, stop, _, b, short = self._runs.pop(key)
+        if short and b in self._indexed:
+            self._unindex(key, first, stop)
         keys = self._in[b]
         keys.discard(key)
         if not keys:
             del self._in[b]
-        if short:
-            self._unindex(key, first, stop)
-        else:
+            self._indexed.discard(b)
+        if not short:
             longs = self._long[b]
             longs.discard(key)
             if not longs:
@@ -264,7 +290,7 @@ class RunList:
             if end >= stop:
                 self._drop(key)
             else:
-                if short:
+                if short and run[3] in self._indexed:
                     self._unindex(key, first, end)
                 run[0] = end
                 self._tidy(key, run)

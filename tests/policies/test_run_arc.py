@@ -75,16 +75,35 @@ LIST_OPS = st.lists(
 
 
 @settings(max_examples=400, deadline=None)
-@given(LIST_OPS, st.sampled_from([3, run_lists.SHORT_RUN]))
+@given(
+    LIST_OPS,
+    st.sampled_from([3, run_lists.SHORT_RUN]),
+    st.sampled_from([0, 2, run_lists.INDEX_AT]),
+)
 # a hole of a short run taken again as a run of its own, then the old run popped past it
-@example([(0, 0, 0, 10), (3, 0, 5, 1), (0, 0, 0, 10), (2, 0, 0, 9)], run_lists.SHORT_RUN)
-def test_run_list_equals_a_plain_list(ops, short_run):
-    kept = run_lists.SHORT_RUN
-    run_lists.SHORT_RUN = short_run  # short runs are indexed by uid, long ones scanned
+@example([(0, 0, 0, 10), (3, 0, 5, 1), (0, 0, 0, 10), (2, 0, 0, 9)], run_lists.SHORT_RUN, 0)
+def test_run_list_equals_a_plain_list(ops, short_run, index_at):
+    kept = run_lists.SHORT_RUN, run_lists.INDEX_AT
+    # In an indexed bucket short runs are indexed by uid, long ones scanned; a bucket is indexed
+    # once a find meets more than INDEX_AT runs in it (0: at its first find).
+    run_lists.SHORT_RUN, run_lists.INDEX_AT = short_run, index_at
     try:
         _run_list_against_a_list(ops)
     finally:
-        run_lists.SHORT_RUN = kept
+        run_lists.SHORT_RUN, run_lists.INDEX_AT = kept
+
+
+def _check_index(rl: RunList) -> None:
+    """The index holds exactly the members of the indexed buckets' short runs, each to its run."""
+    want = {}
+    for b in rl._indexed:
+        for key in rl._in[b]:
+            first, stop, holes, bucket, short = rl._runs[key]
+            assert bucket == b
+            if short:
+                want.update((u, key) for u in range(first, stop) if not holes or u not in holes)
+    assert rl._where == want
+    assert rl._indexed <= rl._in.keys()
 
 
 def _run_list_against_a_list(ops) -> None:
@@ -117,7 +136,9 @@ def _run_list_against_a_list(ops) -> None:
         else:
             assert rl.first() == (ref[0] if ref else None)
         assert list(rl) == ref and len(rl) == len(ref)
+        _check_index(rl)
         assert all(u in rl for u in ref)
         members = set(ref)
         for u in range(lo - 1, hi + 1):
             assert (u in rl) == (u in members)
+        _check_index(rl)
