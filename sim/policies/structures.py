@@ -448,6 +448,7 @@ class EntryOrder:
 # SweepOrder's state bytes: MEMBER | CAND | MARK; 0 is an entry whose member left.
 _MEMBER, _CAND, _MARK = 4, 1, 2
 _UNMARKED, _MARKED = _MEMBER | _CAND, _MEMBER | _CAND | _MARK  # the candidates' two states
+_UNMARKED_BYTE = bytes((_UNMARKED,))
 
 
 def _table(pairs: dict[int, int]) -> bytes:
@@ -579,6 +580,19 @@ class SweepOrder:
         else:
             consume(map(one[0].__setitem__, map(and_, uids, repeat(UNIT_MASK)), entries))
 
+    def _runs(self, uids) -> list | None:
+        """``uids`` as batches that each look up their entry numbers at once: itself when it is
+        one session's, else its runs of consecutive uids (ranges, each within a session); None
+        when a uid is listed twice."""
+        if not self._distinct(uids):
+            return None
+        if type(uids) is range or not uids or min(uids) >> UNIT_BITS == max(uids) >> UNIT_BITS:
+            return [uids]
+        runs = [range(a, b) for a, b in extents_of(uids)]
+        if any((run[-1] ^ run[0]) >> UNIT_BITS for run in runs):  # a run across two sessions
+            return [uids]
+        return runs
+
     @staticmethod
     def _distinct(uids) -> bool:
         return type(uids) is range or len(set(uids)) == len(uids)
@@ -607,15 +621,21 @@ class SweepOrder:
 
     def enter_many(self, uids, candidate: bool = True) -> None:
         """``enter`` each of ``uids``, in order: when none is a member (and none is listed twice),
-        they take the next entry numbers in one step."""
+        they take the next entry numbers in one step. A batch across sessions (a decode step's
+        new pages, a page's layers each a unit) goes as its runs of consecutive uids, each a
+        slice of its session's page list."""
         uids = self._as_range(uids)
-        if not self._distinct(uids) or self._any_member(self._entries(uids)):
+        runs = self._runs(uids)
+        if runs is None or any(self._any_member(self._entries(run)) for run in runs):
             for uid in uids:
                 self.enter(uid, candidate)
             return
         k = len(uids)
         self._make_room_for(k)
-        self._set_entries(uids, len(self._uid_at))
+        first = len(self._uid_at)
+        for run in runs:
+            self._set_entries(run, first)
+            first += len(run)
         self._uid_at.extend(_arange(uids.start, k) if type(uids) is range else uids)
         self._state.extend(bytes((_UNMARKED if candidate else _MEMBER,)) * k)
         self._members += k
@@ -677,7 +697,7 @@ class SweepOrder:
         returns whether they were (else nothing changed)."""
         state, k = self._state, len(entries)
         first = entries[0] if k else 0
-        if type(entries) is array and entries == array("q", range(first, first + k)):
+        if type(entries) is array and entries[-1] - first == k - 1 and entries == _arange(first, k):
             before = state[first : first + k]  # consecutive entry numbers: a slice
             if before.translate(_IS_PINNED).count(1) < k:
                 return False
@@ -756,37 +776,44 @@ class SweepOrder:
     def _lap(self, k: int) -> list[int]:
         """Up to ``k`` victims from the hand on, before it wraps."""
         state, start = self._state, self.hand + 1
-        if state.count(_UNMARKED, start, start + k) == k:  # the next k entries: the common case
-            at: Sequence[int] = range(start, start + k)
-        else:
-            at = self._unmarked_from(start, min(k, self.ahead))
-        wraps = len(at) < k  # no k-th victim ahead: the hand passes all and wraps
-        stop = len(state) if wraps else at[-1] + 1
+        runs, got = self._unmarked_runs(start, min(k, self.ahead))
+        wraps = got < k  # no k-th victim ahead: the hand passes all and wraps
+        stop = len(state) if wraps else runs[-1][1]
         stretch = state[start:stop]
         passed = stretch.count(_MARKED)
         state[start:stop] = stretch.translate(_SWEPT)
-        self._members -= len(at)
-        self._n -= len(at)
-        self.ahead -= len(at) + passed
+        self._members -= got
+        self._n -= got
+        self.ahead -= got + passed
         if wraps or not self.ahead:
             self.hand, self.ahead = 0, self._n
         else:
-            self.hand = at[-1]
-        if type(at) is range:
-            return self._uid_at[start : start + k].tolist()
-        return list(map(self._uid_at.__getitem__, at))
+            self.hand = stop - 1
+        uid_at = self._uid_at
+        if len(runs) == 1:
+            return uid_at[runs[0][0] : runs[0][1]].tolist()
+        victims = array("q")
+        for a, b in runs:
+            victims += uid_at[a:b]
+        return victims.tolist()
 
-    def _unmarked_from(self, start: int, k: int) -> list[int]:
-        """The entry numbers of the first ``k`` unmarked candidates from ``start`` on (fewer if
-        there are fewer)."""
-        find, at = self._state.find, []
-        i = start - 1
-        for _ in range(k):
-            i = find(_UNMARKED, i + 1)
+    def _unmarked_runs(self, start: int, k: int) -> tuple[list[tuple[int, int]], int]:
+        """The first ``k`` unmarked candidates from entry ``start`` on (fewer if there are fewer),
+        as runs of consecutive entry numbers (first, stop), and their count: the victims lie in
+        runs (a session's units entered together), so each run is one ``find`` and one
+        ``lstrip`` of a copy no longer than the victims still wanted."""
+        state, runs, got = self._state, [], 0
+        find, i = state.find, start
+        while got < k:
+            i = find(_UNMARKED, i)
             if i < 0:
                 break
-            at.append(i)
-        return at
+            chunk = state[i : i + k - got]
+            run = len(chunk) - len(chunk.lstrip(_UNMARKED_BYTE))
+            runs.append((i, i + run))
+            got += run
+            i += run
+        return runs, got
 
     def _compact(self) -> None:
         """Drop the entry numbers of members that left (state 0) and renumber the rest in order;

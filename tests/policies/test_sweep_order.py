@@ -96,7 +96,7 @@ class PlainSweep:
 
 def batch(kind: int, session: int, page: int, count: int):
     """A batch of distinct uids: a range of one session's pages, the same as a list, a list of
-    one session's pages out of order, or a list across two sessions."""
+    one session's pages out of order, or a list across two sessions (unit by unit, or in runs)."""
     first = uid_of(session, page)
     if kind == 0:
         return range(first, first + count)
@@ -105,13 +105,16 @@ def batch(kind: int, session: int, page: int, count: int):
     if kind == 2:
         return [uid_of(session, page + i) for i in reversed(range(0, 2 * count, 2))]
     other = uid_of((session + 1) % 3, page)
-    return [u for i in range(count) for u in (first + i, other + i)]
+    if kind == 3:
+        return [u for i in range(count) for u in (first + i, other + i)]
+    # a decode step's new pages at layer units: each session's page, its layers (3) in a run
+    return [u + 3 * i + layer for i in range(count) for u in (first, other) for layer in range(3)]
 
 
 OPS = st.lists(
     st.tuples(
         st.integers(0, 8),  # the call
-        st.integers(0, 3),  # the batch's kind (or a flag)
+        st.integers(0, 4),  # the batch's kind (or a flag)
         st.integers(0, 2),  # session
         st.integers(0, 12),  # first page
         st.integers(1, 6),  # count
