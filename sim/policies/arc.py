@@ -25,10 +25,11 @@ it returns to the MRU end of T2 if it was in T2 or was accessed, else of T1 (the
 ``access`` before ``pin``, so a unit a turn used returns to T2). A unit inserted pinned (a miss,
 placed for a running turn) joins T1, or T2 if its key was in a ghost, when it is released.
 
-Where every unit has one size (``view.unit_bytes``: the engine), ``ARC`` builds a ``RunARC``: the
-four lists and the pinned units are ``RunList``s (``sim.policies.run_lists``), so a session's pages
-entering, moving between lists, leaving a ghost list or being evicted together cost O(runs), not
-O(pages). Its eviction takes victims a stretch at a time, a stretch being as many victims as keep
+Where every unit has one size (``view.unit_bytes``: the engine), ``ARC`` builds a ``RunARC``: T1,
+T2 and the pinned units are ``RunList``s (``sim.policies.run_lists``) and the ghosts B1 and B2
+``GhostRuns`` (``sim.policies.ghost_runs``: a FIFO that forgets its oldest runs without listing
+them), so a session's pages entering, moving between lists, leaving a ghost list or being evicted
+together cost O(runs), not O(pages). Its eviction takes victims a stretch at a time, a stretch being as many victims as keep
 the same trim (B1's LRU, B2's LRU or none) and the same list giving them, and a demotion batch
 (``take_in``) alternates evict/insert a stretch at a time where that leaves every list's size as it
 was. The cachesim's objects have sizes, so it keeps the dict form; the two are checked against each
@@ -46,6 +47,7 @@ from collections import OrderedDict
 from itertools import chain, compress, starmap
 
 from sim.policies.base import EvictionPolicy
+from sim.policies.ghost_runs import GhostRuns
 from sim.policies.registry import register
 from sim.policies.run_lists import (
     RunList,
@@ -403,24 +405,24 @@ def _steps_at_least(top: int, floor: int, unit: int) -> int:
 
 
 class RunARC(StretchTakeIn, ARC):
-    """ARC where every unit has one size (``view.unit_bytes``): T1, T2, B1 and B2 and the pinned
-    units (by the list they return to) are ``RunList``s, so a session's pages moving together cost
-    O(runs), and the sizes are counts times the unit. ``ARC`` builds one of these whenever its view
+    """ARC where every unit has one size (``view.unit_bytes``): T1, T2 and the pinned units (by
+    the list they return to) are ``RunList``s, B1 and B2 ``GhostRuns``, so a session's pages moving
+    together cost O(runs), and the sizes are counts times the unit. ``ARC`` builds one of these whenever its view
     has a unit size; the decisions are ARC's, unit for unit."""
 
     # The same names as ARC's lists (the hand tests read them), here as runs.
     _t1: RunList  # type: ignore[assignment]
     _t2: RunList  # type: ignore[assignment]
-    _b1: RunList  # type: ignore[assignment]
-    _b2: RunList  # type: ignore[assignment]
+    _b1: GhostRuns  # type: ignore[assignment]
+    _b2: GhostRuns  # type: ignore[assignment]
 
     def __init__(self, ctx) -> None:
         EvictionPolicy.__init__(self, ctx)
         self._unit: int = ctx.view.unit_bytes
         self._t1 = RunList()  # LRU first
         self._t2 = RunList()
-        self._b1 = RunList()  # ghosts: entries leave by a hit or
-        self._b2 = RunList()  # from the old end, so FIFO = LRU
+        self._b1 = GhostRuns()  # ghosts: entries leave by a hit or
+        self._b2 = GhostRuns()  # from the old end, so FIFO = LRU
         self._h1 = RunList()  # pinned, returning to T1 (order unused)
         self._h2 = RunList()  # pinned, returning to T2
         self.p = 0.0
@@ -493,7 +495,7 @@ class RunARC(StretchTakeIn, ARC):
         False, and nothing done, if one is a ghost."""
         ordered = join_extents(sorted(runs))
         for a, s in split_at_sessions(ordered):
-            if self._b1.count_in(a, s) or self._b2.count_in(a, s):
+            if self._b1.first_in(a, s) is not None or self._b2.first_in(a, s) is not None:
                 return False
         self._budget.grow(self._unit * sum(s - a for a, s in ordered))
         self._h1.push_runs(ordered)
@@ -618,13 +620,13 @@ class RunARC(StretchTakeIn, ARC):
             return None
         uid, lst, trim_b1, trim_b2, ghost = plan
         if trim_b1:
-            self._b1.pop_runs(1)
+            self._b1.forget(1)
         if trim_b2:
-            self._b2.pop_runs(1)
+            self._b2.forget(1)
         (self._t1 if lst == 1 else self._t2).pop_runs(1)
         self._budget.shrink(self._unit)
         if ghost:
-            (self._b1 if lst == 1 else self._b2).push(uid)
+            (self._b1 if lst == 1 else self._b2).push_runs([(uid, uid + 1)])
         return uid
 
     def evict_bytes(self, nbytes: int, now: float) -> list[int]:
@@ -694,11 +696,10 @@ class RunARC(StretchTakeIn, ARC):
             ghosts = b1 if lst == 1 else b2
             trimmed = b1 if trim == 1 else b2 if trim == 2 else None
             if trimmed is ghosts:  # a pop then a push, k times, keeps its length: FIFO
-                ghosts.push_runs(victims)
-                ghosts.pop_runs(k)
+                ghosts.push_runs(victims, len(ghosts))
             else:
                 if trimmed is not None:
-                    trimmed.pop_runs(k)
+                    trimmed.forget(k)
                 ghosts.push_runs(victims)
             self._budget.shrink(k * u)
             out += victims
@@ -750,8 +751,7 @@ class RunARC(StretchTakeIn, ARC):
         self._t1.push_run(a, s)
         victims = join_extents(self._t1.pop_runs(k))
         if self._b1:
-            self._b1.push_runs(victims)
-            self._b1.pop_runs(k)
+            self._b1.push_runs(victims, len(self._b1))
         self._budget.shrink(k * self._unit)  # each victim leaves before its unit comes
         self._budget.grow(k * self._unit)
         return victims

@@ -1,12 +1,12 @@
 """``GhostRuns``: a bounded FIFO of ghost keys (uids of evicted units) kept as runs of
-consecutive uids, for 2Q's A1out.
+consecutive uids, for 2Q's A1out and ARC's B1 and B2.
 
 A ghost list takes a batch of victims at its newest end and forgets as many of its oldest keys:
 with a session's pages evicted together, both are a few runs. ``RunList`` keeps runs too, but
-indexes each uid of a short run so that one uid is found in O(1), and builds the runs it pops;
-a ghost list is asked about one uid rarely (a single miss) and never says what it forgot, so
-here a uid is found by a scan of its session's runs, and forgetting drops runs without listing
-them: pushing and forgetting cost a few list and dict operations per run, none per uid.
+keys each run in an ordered dict, may index a bucket's uids, and builds the runs it pops; a ghost
+list is asked about one uid rarely (a single miss) and never says what it forgot, so here a uid
+is found by a scan of its session's runs, and forgetting drops runs without listing them:
+pushing and forgetting cost a few list and dict operations per run, none per uid.
 
 An entry is ``[first, stop, holes, bucket]``: uids ``[first, stop)`` of one bucket (``uid >>
 UNIT_BITS``, the session) less ``holes``, the uids taken out of its middle (ghost hits); an entry
