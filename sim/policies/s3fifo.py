@@ -33,11 +33,21 @@ G) cost O(units) in C. M's walk is a Python loop per step; S's walk, where many 
 wanted, reads a stretch of candidates at a time (their counters, and where the walk stops: at the
 k-th victim or at the first victim after the move that fills M's share, found by bisection), in
 C. A decode step's single new page takes the plain ``insert``.
+
+A decode span in one batch (``grows_in_bulk`` with ``plans_pinned``): a pinned page changes no
+victim (the walks read the candidates' bytes, and the shares come from the capacity the engine
+sets), but where it enters does: M before the first eviction once S holds its share, M as a ghost
+hit, else S's newest end, which nothing but an insert reaches. The engine names the span's pages
+and how many victims precede each (``plan_pinned``); the pages that precede every victim enter
+first, then the batch's eviction runs, then the others enter S in order. Where one of those
+others is a ghost (its uid was a unit once), G's trimming during the span decides whether it still
+is one at its step: the batch then goes step by step, each page after its victims.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_right
+from collections.abc import Callable
 from itertools import compress, repeat
 from operator import add, is_not, not_
 from typing import ClassVar
@@ -60,6 +70,8 @@ class S3FIFO(EvictionPolicy):
     move_to_main_threshold = 2
     max_freq = 3
     reads_last_access = False
+    grows_in_bulk = True
+    plans_pinned = True
     # The same policy on runs (``RunS3FIFO``): its module imports this one and names itself here,
     # as the package imports every policy module before any policy is built.
     run_form: ClassVar[type[S3FIFO] | None] = None
@@ -91,7 +103,8 @@ class S3FIFO(EvictionPolicy):
         self._shares = (0, 0, 0)
         self._has_evicted = False
         self._incoming: tuple[int, bool] | None = None  # (uid, ghost hit) from admitting
-        # Victims that are dropped (no tier below hears their order) may leave as increasing runs.
+        self._plan: tuple[list[int], list[int]] | None = None  # for the next eviction
+        self._planned: list[int] | None = None  # pinned uids the last eviction entered by plan
 
     # -- sizes -----------------------------------------------------------------------------------
     def set_capacity(self, capacity: int) -> None:
@@ -137,6 +150,8 @@ class S3FIFO(EvictionPolicy):
     def insert_many(self, uids, now: float, pinned: bool = False) -> None:
         """``insert`` each, in order; in C once something was evicted, when all have one size and
         none is a member (then each ghost enters M, each other unit S)."""
+        if self._entered_by_plan(uids, pinned):
+            return
         uids = list(uids)
         if len(uids) == 1:  # a decode step's new page: the plain hook costs less than a batch
             self.insert(uids[0], now, pinned)
@@ -163,6 +178,50 @@ class S3FIFO(EvictionPolicy):
         self._queue_of.update(dict.fromkeys(hits, MAIN))
         self._enter_fresh(SMALL, misses, unit, not pinned)
         self._enter_fresh(MAIN, hits, unit, not pinned)
+
+    def _entered_by_plan(self, uids, pinned: bool) -> bool:
+        """Did the last eviction enter these pinned units by plan (``plan_pinned``)? A pending
+        plan is dropped either way: it was for an eviction that came first."""
+        planned = self._planned
+        self._plan = self._planned = None
+        return planned is not None and pinned and (uids is planned or list(uids) == planned)
+
+    def plan_pinned(self, uids: list[int], before: list[int]) -> None:
+        self._plan = (uids, before)
+        self._planned = None
+
+    def _evict_by_plan(self, n: int, evict_n: Callable[[int], list], now: float) -> list:
+        """``evict_n(n)`` (a batch of ``n`` victims, as a list) with the pending plan's pinned units
+        entering where one step at a time enters them (see the module's note); the victims, the
+        lists ``evict_n`` gave joined in order."""
+        assert self._plan is not None
+        (uids, before), self._plan = self._plan, None
+        first = bisect_right(before, 0)  # these enter before any victim
+        if first:
+            self.insert_many(uids[:first], now, True)
+        rest = uids[first:]
+        if not rest or not self._ghosts_among(rest):  # each enters S after the batch
+            out = evict_n(n)
+            if rest:
+                self.insert_many(rest, now, True)
+        else:  # a ghost may still be one at its step: step by step
+            out, asked, i = [], 0, first
+            while i < len(uids):
+                b = min(before[i], n)
+                j = bisect_right(before, before[i], i)
+                if b > asked:
+                    out += evict_n(b - asked)
+                    asked = b
+                self.insert_many(uids[i:j], now, True)
+                i = j
+            if n > asked:
+                out += evict_n(n - asked)
+        self._planned = uids  # (set last: the inserts above are not the plan's insert_many)
+        return out
+
+    def _ghosts_among(self, uids: list[int]) -> bool:
+        """Is any of ``uids`` a ghost?"""
+        return self._ghost.holds_any(uids)
 
     def _enter_fresh(self, q: int, uids: list[int], unit: int, candidate: bool) -> None:
         """``SizedOrder.enter_many`` into queue ``q`` of distinct units of one size that are in no
@@ -265,6 +324,9 @@ class S3FIFO(EvictionPolicy):
         return self._peek_by_dry_run(now)
 
     def evict(self, now: float) -> int | None:
+        if self._plan is not None and self.view.unit_bytes:
+            got = self.evict_bytes(self.view.unit_bytes, now)
+            return got[0] if got else None
         self._has_evicted = True
         small_q, main_q = self._q
         freq, queue_of = self._freq, self._queue_of
@@ -305,11 +367,18 @@ class S3FIFO(EvictionPolicy):
         enter it at the end, where it keeps its newest G bytes, as one by one): stretches of M
         steps and of S steps, each a scan of its queue's entries."""
         unit = self.view.unit_bytes
-        if not unit:
+        if not unit:  # (the engine plans only where units have one size)
+            self._plan = None
             return super().evict_bytes(nbytes, now)
         n = -(-nbytes // unit)
         if n <= 0:
             return []
+        if self._plan is not None:
+            return self._evict_by_plan(n, lambda k: self._evict_units(k, unit), now)
+        return self._evict_units(n, unit)
+
+    def _evict_units(self, n: int, unit: int) -> list[int]:
+        """``evict_bytes`` of ``n`` units of ``unit`` bytes each (n > 0)."""
         self._has_evicted = True
         small_q, main_q = self._q
         small_order = small_q._order

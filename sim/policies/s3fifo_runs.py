@@ -14,7 +14,7 @@ unit size.
 from __future__ import annotations
 
 from itertools import chain, repeat, starmap
-from operator import add
+from operator import add, rshift
 
 from sim.policies.base import EvictionPolicy
 from sim.policies.ghost_runs import GhostRuns
@@ -22,7 +22,7 @@ from sim.policies.run_lists import distinct_runs, runs_less, split_at_sessions
 from sim.policies.run_order import RunOrder
 from sim.policies.s3fifo import S3FIFO
 from sim.policies.structures import ByteBudget, consume
-from sim.units import join_extents
+from sim.units import UNIT_BITS, join_extents
 
 FIRST_LOOK = 64  # units of a run whose counters a walk reads first (it doubles while short)
 
@@ -49,6 +49,8 @@ class RunS3FIFO(S3FIFO):
         self._shares = (0, 0, 0)
         self._has_evicted = False
         self._incoming: tuple[int, bool] | None = None
+        self._plan: tuple[list[int], list[int]] | None = None
+        self._planned: list[int] | None = None
 
     # -- cachesim hooks --------------------------------------------------------------------------
     def admitting(self, uid: int, now: float) -> None:
@@ -86,6 +88,8 @@ class RunS3FIFO(S3FIFO):
         """``insert`` each, in order, as runs once something was evicted and none is a member:
         each session's ghosts leave G and enter M, its other units S, each queue taking its units
         in the batch's order."""
+        if self._entered_by_plan(uids, pinned):
+            return
         uids = _sequence(uids)
         if len(uids) == 1:  # a decode step's new page: the plain hook costs less than a batch
             self.insert(uids[0], now, pinned)
@@ -300,7 +304,20 @@ class RunS3FIFO(S3FIFO):
             taken += got
         return taken
 
-    def _evict_runs(self, n: int) -> list[tuple[int, int]]:
+    def _ghosts_among(self, uids: list[int]) -> bool:
+        buckets = self._ghost.buckets()
+        if buckets.isdisjoint(map(rshift, uids, repeat(UNIT_BITS))):
+            return False
+        return any(map(self._ghost.__contains__, uids))
+
+    def _evict_runs(self, n: int, now: float) -> list[tuple[int, int]]:
+        """``evict`` ``n`` times: the victims as extents in eviction order (a pending plan's pinned
+        units entering among them)."""
+        if self._plan is not None:
+            return join_extents(self._evict_by_plan(n, self._evict_batch, now))
+        return self._evict_batch(n)
+
+    def _evict_batch(self, n: int) -> list[tuple[int, int]]:
         """``evict`` ``n`` times: the victims as extents in eviction order; S's victims' keys
         enter G at the end, where it keeps its newest keys, as one by one (nothing reads G while
         evicting)."""
@@ -336,20 +353,20 @@ class RunS3FIFO(S3FIFO):
         return join_extents(out)
 
     def evict(self, now: float) -> int | None:
-        got = self._evict_runs(1)
+        got = self._evict_runs(1, now)
         return got[0][0] if got else None
 
     def evict_bytes(self, nbytes: int, now: float) -> list[int]:
         n = -(-nbytes // self._unit)
         if n <= 0:
             return []
-        return list(chain.from_iterable(starmap(range, self._evict_runs(n))))
+        return list(chain.from_iterable(starmap(range, self._evict_runs(n, now))))
 
     def evict_extents(self, nbytes: int, now: float) -> list[tuple[int, int]]:
         n = -(-nbytes // self._unit)
         if n <= 0:
             return []
-        runs = self._evict_runs(n)
+        runs = self._evict_runs(n, now)
         return join_extents(sorted(runs)) if self.drops_victims and len(runs) > 1 else runs
 
     def __len__(self) -> int:

@@ -16,6 +16,7 @@ from test_batches import UniformView
 from test_contract import COST, PAGE
 
 from sim.policies import PolicyContext, available_policies, make_policy, policy_class
+from sim.policies.s3fifo_runs import RunS3FIFO
 from sim.units import Tier, uid_of
 
 BULK = [p for p in available_policies() if policy_class(p).grows_in_bulk]
@@ -33,8 +34,14 @@ scenarios = st.tuples(
 class Twin:
     """One policy driven the way the engine drives the GPU tier's."""
 
-    def __init__(self, name: str, dropped: bool) -> None:
-        self.view = UniformView()
+    def __init__(
+        self,
+        name: str,
+        dropped: bool,
+        view_class: type[UniformView] = UniformView,
+        capacity: int | None = None,
+    ) -> None:
+        self.view = view_class()
         ctx = PolicyContext(
             tier=Tier.GPU,
             block_tokens=16,
@@ -44,12 +51,15 @@ class Twin:
             cpu_kv_bytes=None if dropped else 1 << 40,
         )
         self.pol = make_policy(name, ctx)
+        if capacity is not None:
+            self.pol.set_capacity(capacity * PAGE)
         self.pages = [0] * SESSIONS
         self.gone: set[int] = set()
 
     def new_pages(self, s: int, k: int, now: float) -> list[int]:
         view = self.view
         uids = [uid_of(s, self.pages[s] + i) for i in range(k)]
+        self.gone.difference_update(uids)
         for i, uid in enumerate(uids):
             view.first[uid], view.npages[uid], view.sizes[uid] = self.pages[s] + i, 1, PAGE
             view.last[uid], view.next[uid] = now, now + 10.0 * (s + 1)
@@ -60,15 +70,24 @@ class Twin:
     def held(self, s: int) -> list[int]:
         return [u for u in map(lambda p: uid_of(s, p), range(self.pages[s])) if u not in self.gone]
 
+    def forget_tail(self, s: int) -> None:
+        """The session's last units that left the tier are forgotten: its next pages take their
+        uids again (which a ghost list may remember)."""
+        while self.pages[s] and uid_of(s, self.pages[s] - 1) in self.gone:
+            self.pages[s] -= 1
+
     def victims(self, n: int, now: float) -> list[int]:
         got = [u for a, b in self.pol.evict_extents(n * PAGE, now) for u in range(a, b)]
         self.gone.update(got)
         return got
 
 
-def drive(name: str, scenario, bulk: bool) -> tuple[list[int], list[int]]:
+def drive(name: str, scenario, bulk: bool, twin=None, early: int = 0, reuse: bool = False):
+    """The victims of the span and, after its turns end, every later victim in order. ``twin``
+    (a ``Twin``) to drive one built otherwise; ``early`` victims leave before the span, and
+    ``reuse``: the span's sessions take the uids of their last units that left again."""
     pages, hits, running, steps, dropped = scenario
-    t = Twin(name, dropped)
+    t = twin or Twin(name, dropped)
     now = 0.0
     for s in range(SESSIONS):  # a turn each: its pages enter, then it ends
         t.pol.insert_many(t.new_pages(s, pages[s], now), now, True)
@@ -81,7 +100,10 @@ def drive(name: str, scenario, bulk: bool) -> tuple[list[int], list[int]]:
         t.pol.acquire(t.held(s), now)
         t.pol.release(t.held(s), now + 0.5)
     now += 1.0
+    t.victims(early, now)
     live = [s for s in range(SESSIONS) if running[s]]
+    for s in live if reuse else ():
+        t.forget_tail(s)
     for s in live:  # the span's sessions are admitted: pinned
         t.pol.acquire(t.held(s), now)
     steps = [(live[s % len(live)], k) for s, k in steps] if live else []
@@ -114,3 +136,35 @@ def drive(name: str, scenario, bulk: bool) -> tuple[list[int], list[int]]:
 def test_a_span_in_one_batch_equals_its_steps_one_by_one(scenario):
     for name in BULK:
         assert drive(name, scenario, bulk=True) == drive(name, scenario, bulk=False), name
+
+
+class LayeredView(UniformView):
+    layers = 2  # units of one size, but S3-FIFO keeps one entry per unit (its per-unit form)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    scenarios,
+    st.integers(3, 30),  # capacity in pages (the engine sets one)
+    st.integers(0, 10),  # victims before the span (none: the first eviction is the span's)
+    st.booleans(),  # the span's pages take uids that left the tier again (ghosts, perhaps)
+    st.sampled_from([UniformView, LayeredView]),
+)
+def test_an_s3fifo_span_in_one_batch_equals_its_steps(scenario, capacity, early, reuse, view):
+    """S3-FIFO, in both forms: a page enters M before the first eviction (once S holds its share)
+    or as a ghost hit, else S; G trims its oldest keys as the span's victims enter. The victims,
+    every later victim, and G after the span are those of one step at a time."""
+    got = []
+    for bulk in (True, False):
+        t = Twin("s3fifo", scenario[-1], view, capacity)
+        assert isinstance(t.pol, RunS3FIFO) == (view is UniformView)
+        ghost: list[list[int]] = []
+        release = t.pol.release
+
+        def release_and_look(uids, now, release=release, t=t, ghost=ghost):
+            release(uids, now)
+            ghost.append(list(t.pol._ghost))
+
+        t.pol.release = release_and_look  # G as each turn ends (the span's last)
+        got.append((drive("s3fifo", scenario, bulk, t, early, reuse), ghost))
+    assert got[0] == got[1]
