@@ -12,7 +12,9 @@ iteration-by-iteration replay gives (docs/semantics.md, section 5).
 from __future__ import annotations
 
 import math
+from array import array
 from dataclasses import dataclass
+from itertools import accumulate
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -86,7 +88,7 @@ def decode_span(core: Scheduler, now: float, next_arrival_s: float | None) -> De
             core.step_s.extend(run.durations)
             n, t, span.gpu_byte_seconds = run.steps, run.end_s, run.gpu_byte_seconds
         span.steps += n
-        core.step_decode.extend([seqs] * n)
+        record_decodes(core, seqs, n)
         core.output_tokens += seqs * n
         core.dec_ctx += grow * n
         core.step += n
@@ -107,8 +109,9 @@ def bulk_span(core: Scheduler, span: DecodeSpan, now: float, horizon: float, sto
     ``decode_span``'s loop (which runs instead, returning False here, when a condition fails).
 
     When the GPU's free room holds every page of the span (an unbounded GPU KV, or room enough),
-    nothing is evicted and the span runs in plain Python (``fits_free_room``); otherwise numpy
-    works out each allocation's victims."""
+    nothing is evicted (``fits_free_room``). Otherwise each allocation evicts what the free room
+    lacks; the occupancy integral over a span of more than ``SCALAR_STEPS`` steps is taken in
+    numpy, over a shorter one in plain Python (numpy's calls cost more than its few steps)."""
     step0, mem = core.step, core.mem
     if stop <= step0 or now >= horizon:
         return False  # no step to run: the loop does nothing
@@ -117,48 +120,54 @@ def bulk_span(core: Scheduler, span: DecodeSpan, now: float, horizon: float, sto
     growing, touched, total = pages_due(core, step0 + n)
     if total * core.page_bytes > mem.reclaimable(GPU):
         return False  # some step would preempt: step by step
-    # The step of every allocation, in the loop's order of runs.
-    bt = core.bt
-    steps = [k for _, key, count in growing for k in range(key, key + count * bt, bt)]
     uids = None  # the new units in the loop's order, where the policy was told them first
     if fits_free_room(core, total):
-        grow_pages(core, growing, touched, steps, total, now)
+        grow_pages(core, growing, touched, None, total, now)
         if core.gpu_bounded:  # (an unbounded GPU KV has no utilization to integrate for)
-            span.gpu_byte_seconds = roomy_byte_seconds(
-                core, span.gpu_byte_seconds, steps, durations
+            due = sorted(allocation_steps(core, growing))
+            span.gpu_byte_seconds = span_byte_seconds(
+                core, span.gpu_byte_seconds, due, [0] * total, durations
             )
     else:
-        d = np.asarray(durations)
-        due = np.sort(np.asarray(steps, dtype=np.int64)) - step0  # relative, in step order
+        steps = allocation_steps(core, growing)
+        due = sorted(steps)  # absolute steps, in step order
         evicted = evicted_units(core, total)
         if core.grows_in_bulk:
-            if not demotions_hide(core, due, evicted, d):
+            if not demotions_hide(core, due, evicted, durations):
                 return False
             gpu_policy = mem.policy[GPU]
             if gpu_policy.plans_pinned:  # allocation k's page enters after its victims
                 uids = pinned_in_order(core, growing, steps)
-                before = np.repeat(np.cumsum(evicted), core.upp).tolist()
+                upp = core.upp
+                before = [c for c in accumulate(evicted) for _ in range(upp)]
                 gpu_policy.plan_pinned(uids, before)
             mem.make_room(total * core.page_bytes, now)  # every single-page make_room's victims
             core.d2h_mark = mem.swap_out_bytes  # their copies were priced in their own steps
         else:  # the order reads the clock: each allocation's victims at its step's start
             if not mem.drops_victims():
                 return False  # a demotion's place in the CPU tier has its own time: step by step
-            starts = running_sum(now, d)
+            starts = step_starts(now, durations)
             unit = core.unit_bytes
             mem.drop_at(
-                [
-                    (float(starts[j]), int(e) * unit)
-                    for j, e in zip(due.tolist(), evicted.tolist(), strict=True)
-                    if e
-                ]
+                [(starts[j - step0], e * unit) for j, e in zip(due, evicted, strict=True) if e]
             )
         grow_pages(core, growing, touched, steps, total, now, uids)
-        span.gpu_byte_seconds = evicting_byte_seconds(core, span.gpu_byte_seconds, due, evicted, d)
-    core.step_s.extend(durations)
+        if n <= SCALAR_STEPS:
+            span.gpu_byte_seconds = span_byte_seconds(
+                core, span.gpu_byte_seconds, due, evicted, durations
+            )
+        else:
+            span.gpu_byte_seconds = evicting_byte_seconds(
+                core,
+                span.gpu_byte_seconds,
+                np.asarray(due, dtype=np.int64) - step0,
+                np.asarray(evicted, dtype=np.int64),
+                np.asarray(durations),
+            )
+    core.step_s.fromlist(durations)
     span.steps = n
     seqs = core.dec_seqs
-    core.step_decode.extend([seqs] * n)
+    record_decodes(core, seqs, n)
     core.output_tokens += seqs * n
     core.dec_ctx += core.dec_grow * n
     core.step = step0 + n
@@ -166,8 +175,28 @@ def bulk_span(core: Scheduler, span: DecodeSpan, now: float, horizon: float, sto
     return True
 
 
-# Spans of at most this many steps are priced one by one: numpy's per-call overhead costs more
-# than a Python loop below about this many (most spans of a lightly loaded engine are shorter).
+def record_decodes(core: Scheduler, seqs: int, n: int) -> None:
+    """The TBT record's weights of ``n`` decode steps of ``seqs`` sequences each (an array
+    repeated: no list of n numbers built and converted)."""
+    core.step_decode.extend(array("q", (seqs,)) * n)
+
+
+def allocation_steps(core: Scheduler, growing: list[tuple[TurnRun, int, int]]) -> list[int]:
+    """The step of every allocation of ``pages_due``'s runs, in the loop's order of runs."""
+    bt = core.bt
+    return [k for _, key, count in growing for k in range(key, key + count * bt, bt)]
+
+
+def step_starts(now: float, durations: list[float]) -> list[float]:
+    """Each step's start: the sums ``running_sum`` takes, in order (numpy's for a long span)."""
+    if len(durations) > SCALAR_STEPS:
+        return running_sum(now, np.asarray(durations)).tolist()
+    return list(accumulate(durations, initial=now))
+
+
+# Spans of at most this many steps are priced, and their evictions' occupancy summed, one step at
+# a time: numpy's per-call overhead costs more than a Python loop below about this many (most
+# spans of a lightly loaded engine, and of a full GPU, are shorter).
 SCALAR_STEPS = 48
 
 
@@ -239,29 +268,35 @@ def fits_free_room(core: Scheduler, pages: int) -> bool:
     return math.isinf(free) or pages * core.upp <= int(free // core.unit_bytes)
 
 
-def evicted_units(core: Scheduler, total: int) -> np.ndarray:
+def evicted_units(core: Scheduler, total: int) -> list[int]:
     """Units each of the span's ``total`` allocations evicts, in step order. Allocation k
     (1-based) of ``upp`` units evicts what the free room lacks: max(0, k*upp - free) -
-    max(0, (k-1)*upp - free) units (victims are whole units)."""
+    max(0, (k-1)*upp - free) units (victims are whole units): none while the free room holds
+    whole allocations, then what it lacks of one, then all of each."""
     upp = core.upp
-    free_units = int(core.mem.free(GPU) // core.unit_bytes)
-    k = np.arange(1, total + 1, dtype=np.int64) * upp
-    return np.maximum(k - free_units, 0) - np.maximum(k - upp - free_units, 0)
+    whole, rest = divmod(int(core.mem.free(GPU) // core.unit_bytes), upp)
+    if whole >= total:
+        return [0] * total
+    return [0] * whole + [upp - rest] + [upp] * (total - whole - 1)
 
 
-def demotions_hide(core: Scheduler, due: np.ndarray, evicted: np.ndarray, d: np.ndarray) -> bool:
+def demotions_hide(
+    core: Scheduler, due: list[int], evicted: list[int], durations: list[float]
+) -> bool:
     """Does every demotion's copy hide behind its step's compute (each rides on its allocation's
-    step)? Trivially so without a CPU tier; never when saves are synchronous."""
+    step)? Trivially so without a CPU tier; never when saves are synchronous. ``due``: each
+    allocation's step, in order."""
     unit = core.unit_bytes
     if core.mem.capacity[CPU] < unit:
         return True  # victims are dropped: nothing is copied
     if not core.cfg.async_save:
         return False
-    per_step = np.bincount(due, weights=evicted, minlength=len(d)).astype(np.int64)
-    for j in np.flatnonzero(per_step).tolist():
-        if core.pricer.copy_s("d2h", int(per_step[j]) * unit) > d[j]:
-            return False
-    return True
+    per_step: dict[int, int] = {}  # units a step demotes
+    for j, e in zip(due, evicted, strict=True):
+        if e:
+            per_step[j] = per_step.get(j, 0) + e
+    step0, copy_s = core.step, core.pricer.copy_s
+    return all(copy_s("d2h", units * unit) <= durations[j - step0] for j, units in per_step.items())
 
 
 def pinned_in_order(
@@ -294,17 +329,20 @@ def grow_pages(
     core: Scheduler,
     growing: list[tuple[TurnRun, int, int]],
     touched: list[int],
-    steps: list[int],
+    steps: list[int] | None,
     total: int,
     now: float,
     uids: list[int] | None = None,
 ) -> None:
     """Give each growing run its pages (room was made) and file its next page's step; the GPU
     policy hears of the new units in the step-by-step loop's order when it tracks pinned ones
-    (``uids``: that order, taken before the pages were added)."""
+    (``uids``: that order, taken before the pages were added; ``steps``: ``allocation_steps``,
+    None where the caller has not listed them)."""
     mem, bt, page_due = core.mem, core.bt, core.page_due
     gpu_policy = mem.policy[GPU]
     if uids is None and gpu_policy.hears_pinned():
+        if steps is None:
+            steps = allocation_steps(core, growing)
         uids = pinned_in_order(core, growing, steps)
     for key in touched:
         del page_due.due[key]
@@ -321,19 +359,19 @@ def grow_pages(
     core.peak_live_pages = max(core.peak_live_pages, core.live_pages)
 
 
-def roomy_byte_seconds(
-    core: Scheduler, gbs: float, steps: list[int], durations: list[float]
+def span_byte_seconds(
+    core: Scheduler, gbs: float, due: list[int], evicted: list[int], durations: list[float]
 ) -> float:
-    """``gbs`` plus the GPU occupancy integral over a span that evicted nothing (its pages are
-    in): step j holds what the GPU held before the span and each page allocated at or before it.
-    The sums ``evicting_byte_seconds`` takes, in the same order, on Python numbers."""
-    unit, upp = core.unit_bytes, core.upp
-    before = core.mem.used[GPU] - unit * (len(steps) * upp)
-    due = sorted(steps)
-    i, grown, m = 0, 0, len(due)
+    """``gbs`` plus the GPU occupancy integral over the span (its pages are in): step j holds
+    what the GPU held before the span and each allocation at or before it, less what each
+    evicted (``due``: each allocation's step, in order). The sums ``evicting_byte_seconds``
+    takes, in the same order, on Python numbers."""
+    unit, upp, m = core.unit_bytes, core.upp, len(due)
+    before = core.mem.used[GPU] - unit * (upp * m - sum(evicted))
+    i, grown = 0, 0
     for j, d in enumerate(durations, start=core.step):
         while i < m and due[i] == j:
-            grown += upp
+            grown += upp - evicted[i]
             i += 1
         gbs += (before + unit * grown) * d
     return gbs

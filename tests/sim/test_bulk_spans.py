@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import sim.spans
 from costmodels import cost_model
@@ -183,3 +185,97 @@ def test_roomy_spans_equal_the_numpy_path_to_the_bit(gpu, monkeypatch):
     assert roomy.turns.equals(general.turns)
     assert np.array_equal(roomy.stats.step_s, general.stats.step_s)
     assert roomy.stats.gpu_util == general.stats.gpu_util and not np.isnan(roomy.stats.gpu_util)
+
+
+# A span that evicts works out its victims and occupancy in plain Python up to SCALAR_STEPS steps,
+# in numpy beyond: (gpu GiB, cpu GiB, unit, token budget), victims dropped or demoted.
+EVICTING = [
+    (0.3, 0.0, "block", None),
+    (0.4, 0.5, "block", None),
+    (0.4, 0.5, "layer_block", None),
+    (0.1, 0.0, "block", WINDOW),
+]
+
+
+@pytest.mark.parametrize("gpu,cpu,unit,budget", EVICTING, ids=["drop", "demote", "layer", "window"])
+def test_evicting_spans_python_and_numpy_agree_to_the_bit(gpu, cpu, unit, budget, monkeypatch):
+    spans = _spans_by_path(monkeypatch)
+    mem = MemoryConfig(gpu_kv_gb=gpu, cpu_kv_gb=cpu, block_tokens=16, evict_unit=unit)
+    runs = {}
+    for scalar_steps in (10**9, 1):  # every span in Python, then every one in numpy
+        monkeypatch.setattr(sim.spans, "SCALAR_STEPS", scalar_steps)
+        spans.clear()
+        runs[scalar_steps] = simulate(SESSIONS, COST, mem, policy="lru", seed=1, budget=budget)
+        assert any(evictions for took, evictions in spans if not took)  # some span evicted
+    python, numpy_ = runs[10**9], runs[1]
+    slow = simulate(SESSIONS, COST, mem, policy="lru", seed=1, decode_spans=False, budget=budget)
+    for fast in (python, numpy_):
+        assert fast.turns.equals(slow.turns)
+        assert np.array_equal(fast.stats.step_s, slow.stats.step_s)
+        assert np.array_equal(fast.stats.tbt.arrays()[1], slow.stats.tbt.arrays()[1])
+    # the occupancy integral, summed in the same order on both paths
+    assert python.stats.gpu_util == numpy_.stats.gpu_util and not np.isnan(python.stats.gpu_util)
+
+
+class _Mem:
+    def __init__(self, free: float) -> None:
+        self._free = free
+
+    def free(self, tier) -> float:
+        return self._free
+
+
+class _Core:
+    """What ``evicted_units`` reads of a scheduler."""
+
+    def __init__(self, upp: int, unit: int, free: float) -> None:
+        self.upp, self.unit_bytes, self.mem = upp, unit, _Mem(free)
+
+
+@given(
+    st.integers(1, 40),  # units a page
+    st.integers(1, 4096),  # bytes a unit
+    st.integers(0, 200),  # allocations
+    st.floats(0, 1e6, allow_nan=False),  # free GPU bytes
+)
+def test_evicted_units_is_what_each_allocation_lacks(upp, unit, total, free):
+    # the plain model: allocation k (1-based) of upp units takes free units first
+    free_units = int(free // unit)
+    model = [
+        max(0, k * upp - free_units) - max(0, (k - 1) * upp - free_units)
+        for k in range(1, total + 1)
+    ]
+    assert sim.spans.evicted_units(_Core(upp, unit, free), total) == model
+
+
+class _Copies:
+    """A copy of n bytes takes n microseconds."""
+
+    @staticmethod
+    def copy_s(direction: str, nbytes: int) -> float:
+        return nbytes * 1e-6
+
+
+class _DemotingCore:
+    """What ``demotions_hide`` reads of a scheduler with a CPU tier and asynchronous saves."""
+
+    def __init__(self, step: int) -> None:
+        self.step, self.unit_bytes, self.pricer = step, 100, _Copies()
+        self.mem = _Mem(0.0)
+        self.mem.capacity = [1e9, 1e9]
+        self.cfg = EngineConfig(async_save=True)
+
+
+@given(
+    st.integers(0, 1000),  # the span's first step
+    st.lists(st.floats(1e-5, 1e-3), min_size=1, max_size=20),  # its steps' durations
+    st.data(),
+)
+def test_demotions_hide_when_each_steps_copy_fits_in_it(step0, durations, data):
+    n = len(durations)
+    due = sorted(data.draw(st.lists(st.integers(step0, step0 + n - 1), max_size=12)))
+    evicted = data.draw(st.lists(st.integers(0, 4), min_size=len(due), max_size=len(due)))
+    # the plain model: each step's demoted units, copied within that step
+    units = [sum(e for j, e in zip(due, evicted) if j == step0 + i) for i in range(n)]
+    model = all(u * 100 * 1e-6 <= d for u, d in zip(units, durations))
+    assert sim.spans.demotions_hide(_DemotingCore(step0), due, evicted, durations) == model
