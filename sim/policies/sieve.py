@@ -80,6 +80,12 @@ class Sieve(EvictionPolicy):
             return super().evict_bytes(nbytes, now)
         return self._order.sweep_many(n)
 
+    def evict_extents(self, nbytes: int, now: float) -> list[tuple[int, int]]:
+        n = self._units_in(nbytes)
+        if n is None:
+            return super().evict_extents(nbytes, now)
+        return self._order.sweep_extents(n, increasing=self.drops_victims)
+
     def __len__(self) -> int:
         return len(self._order)
 

@@ -24,7 +24,7 @@ from operator import and_, countOf, is_not
 
 import numpy as np
 
-from sim.units import UNIT_BITS, UNIT_MASK, extents_of
+from sim.units import UNIT_BITS, UNIT_MASK, extents_of, join_extents
 
 
 def _run_within(uids: list[int], first: int, stop: int, holes: set[int] | None) -> bool:
@@ -491,7 +491,8 @@ class SweepOrder:
     stopped at (0 before a sweep: entry 0 holds no one), ``ahead`` the candidates after it. When
     none is left ahead the hand wraps to the start at once, so a unit that enters later is swept
     after the older ones. Entry numbers of members that left are compacted away once they are
-    three quarters of the array (the hand keeps its place among the members).
+    seven eighths of the array (the hand keeps its place among the members; a compaction also
+    renumbers every page list, which at layer units outnumber the members many times).
 
     Each session's units are found by page: a list per session, page -> the entry number the
     unit last had (0: none). An entry number is never given twice between compactions, so a uid is
@@ -626,16 +627,40 @@ class SweepOrder:
         slice of its session's page list."""
         uids = self._as_range(uids)
         runs = self._runs(uids)
-        if runs is None or any(self._any_member(self._entries(run)) for run in runs):
-            for uid in uids:
-                self.enter(uid, candidate)
-            return
         k = len(uids)
-        self._make_room_for(k)
-        first = len(self._uid_at)
+        if runs is not None and len(runs) > 1:
+            self._make_room_for(k)  # (a compaction changes no membership: checked after it)
+            spans = self._unheld_spans(runs)
+            if spans is not None:
+                first = len(self._uid_at)
+                for pages, lo, hi in spans:
+                    pages[lo:hi] = _arange(first, hi - lo)
+                    first += hi - lo
+                self._append(uids, candidate)
+                return
+        elif runs is not None and not self._any_member(self._entries(uids)):
+            self._make_room_for(k)
+            self._set_entries(uids, len(self._uid_at))
+            self._append(uids, candidate)
+            return
+        for uid in uids:
+            self.enter(uid, candidate)
+
+    def _unheld_spans(self, runs: list[range]) -> list[tuple[array, int, int]] | None:
+        """Each run's (page list, first page, stop), or None if a uid of a run is a member."""
+        spans, state = [], self._state
         for run in runs:
-            self._set_entries(run, first)
-            first += len(run)
+            one = self._pages_of(run)
+            assert one is not None  # (a run is non-empty and within one session)
+            entries = one[0][one[1] : one[2]]
+            if entries.count(0) != len(entries) and any(map(state.__getitem__, entries)):
+                return None
+            spans.append(one)
+        return spans
+
+    def _append(self, uids, candidate: bool) -> None:
+        """``uids`` (their entry numbers set) take the next entry numbers."""
+        k = len(uids)
         self._uid_at.extend(_arange(uids.start, k) if type(uids) is range else uids)
         self._state.extend(bytes((_UNMARKED if candidate else _MEMBER,)) * k)
         self._members += k
@@ -647,12 +672,15 @@ class SweepOrder:
         """Is any of these entry numbers a member's? (Never-entered pages are 0: one compare.)"""
         if type(entries) is array and entries.tobytes() == bytes(8 * len(entries)):
             return False
+        if type(entries) is array and len(entries) >= 64:  # units that left and come back
+            at = np.frombuffer(entries, dtype=np.int64)
+            return bool(np.frombuffer(self._state, dtype=np.uint8)[at].any())
         return any(map(self._state.__getitem__, entries))
 
     def _make_room_for(self, k: int) -> None:
-        """Compact before ``k`` members enter if the members that left would then hold three
-        quarters of the entry numbers (and more than a few thousand)."""
-        if len(self._uid_at) - 1 + k >= 4 * (self._members + k) + self.compact_slack:
+        """Compact before ``k`` members enter if the members that left would then hold seven
+        eighths of the entry numbers (and more than a few thousand)."""
+        if len(self._uid_at) - 1 + k >= 8 * (self._members + k) + self.compact_slack:
             self._compact()
 
     # -- marks and pins --------------------------------------------------------------------------
@@ -768,12 +796,33 @@ class SweepOrder:
         """``sweep`` up to ``k`` times: the victims in order (fewer only when the candidates run
         out). Each lap takes the unmarked candidates ahead of the hand, up to the k-th, and clears
         the marks it passes on the way; a lap that reaches the end wraps the hand."""
-        out: list[int] = []
+        return self._sweep(k).tolist()
+
+    def sweep_extents(self, k: int, increasing: bool) -> list[tuple[int, int]]:
+        """``sweep_many(k)``'s victims as extents (first, stop) of consecutive uids, in that order
+        or, when ``increasing``, sorted first; the victims are never listed one by one."""
+        victims = self._sweep(k)
+        if len(victims) <= 64:  # numpy's fixed cost pays only on long lists
+            listed = victims.tolist()
+            return extents_of(sorted(listed) if increasing else listed)
+        a = np.frombuffer(victims, dtype=np.int64)
+        breaks = np.flatnonzero(a[1:] - a[:-1] != 1) + 1
+        starts = a[np.concatenate(([0], breaks))]
+        stops = a[np.concatenate((breaks - 1, [len(a) - 1]))] + 1
+        if not increasing:
+            return list(zip(starts.tolist(), stops.tolist(), strict=True))
+        # the victims (distinct) lie in a few runs: sorting the runs, not the victims, and joining
+        # those that touch gives the extents of the sorted victims
+        order = np.argsort(starts, kind="stable")
+        return join_extents(zip(starts[order].tolist(), stops[order].tolist(), strict=True))
+
+    def _sweep(self, k: int) -> array:
+        out = array("q")
         while len(out) < k and self._n:
             out += self._lap(k - len(out))
         return out
 
-    def _lap(self, k: int) -> list[int]:
+    def _lap(self, k: int) -> array:
         """Up to ``k`` victims from the hand on, before it wraps."""
         state, start = self._state, self.hand + 1
         runs, got = self._unmarked_runs(start, min(k, self.ahead))
@@ -791,11 +840,11 @@ class SweepOrder:
             self.hand = stop - 1
         uid_at = self._uid_at
         if len(runs) == 1:
-            return uid_at[runs[0][0] : runs[0][1]].tolist()
+            return uid_at[runs[0][0] : runs[0][1]]
         victims = array("q")
         for a, b in runs:
             victims += uid_at[a:b]
-        return victims.tolist()
+        return victims
 
     def _unmarked_runs(self, start: int, k: int) -> tuple[list[tuple[int, int]], int]:
         """The first ``k`` unmarked candidates from entry ``start`` on (fewer if there are fewer),

@@ -11,7 +11,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from sim.policies.structures import SweepOrder
-from sim.units import uid_of
+from sim.units import extents_of, uid_of
 
 
 class EagerSweepOrder(SweepOrder):
@@ -156,6 +156,11 @@ def _run(ops, order: SweepOrder, scale: int = 1) -> None:
                 ref.members[uid][2] = True
         elif op == 6:
             assert order.sweep() == ref.sweep()
+        elif op == 7 and kind >= 3:  # the same victims as extents, in order or sorted
+            victims = [v for v in (ref.sweep() for _ in range(count * 2 * scale)) if v is not None]
+            increasing = kind == 4
+            expected = extents_of(sorted(victims) if increasing else victims)
+            assert order.sweep_extents(count * 2 * scale, increasing) == expected
         elif op == 7:
             assert order.sweep_many(count * 2) == [
                 v for v in (ref.sweep() for _ in range(count * 2)) if v is not None
