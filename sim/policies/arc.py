@@ -58,7 +58,7 @@ from sim.policies.run_lists import (
     split_at_sessions,
 )
 from sim.policies.structures import ByteBudget, GhostFIFO, consume
-from sim.units import extents_of, join_extents
+from sim.units import UNIT_BITS, extents_of, join_extents
 
 
 @register("arc")
@@ -482,23 +482,32 @@ class RunARC(StretchTakeIn, ARC):
                 continue
             hits += sorted([(x, y, 1) for x, y in in_b1] + [(x, y, 2) for x, y in in_b2])
             once += runs_less([(a, s)], join_extents(sorted(in_b1 + in_b2)))
-        seen_once, seen_before = (self._h1, self._h2) if pinned else (self._t1, self._t2)
+        # (the pinned sets' order is unused: a run there joins the one it continues)
+        h1, h2, t1, t2 = self._h1, self._h2, self._t1, self._t2
+        seen_once, seen_before = (
+            (h1.add_runs, h2.add_runs) if pinned else (t1.push_runs, t2.push_runs)
+        )
         if hits:
             self._adapt_p(hits)
-            seen_before.push_runs(join_extents((a, s) for a, s, _ in hits))
+            seen_before(join_extents((a, s) for a, s, _ in hits))
         self._budget.grow(self._unit * count)
-        seen_once.push_runs(join_extents(once))
+        seen_once(join_extents(once))
 
     def _pin_new(self, runs: list[tuple[int, int]]) -> bool:
         """Units inserted pinned, none of them a ghost (a decode span's new pages, listed step by
         step across sessions): they join the pinned set as joined runs (its order is unused).
         False, and nothing done, if one is a ghost."""
         ordered = join_extents(sorted(runs))
-        for a, s in split_at_sessions(ordered):
-            if self._b1.first_in(a, s) is not None or self._b2.first_in(a, s) is not None:
-                return False
+        b1, b2 = self._b1, self._b2
+        sessions = list(split_at_sessions(ordered))
+        buckets = {a >> UNIT_BITS for a, _ in sessions}
+        # (a dict view's isdisjoint walks the smaller side: the sessions here)
+        if not (b1.buckets().isdisjoint(buckets) and b2.buckets().isdisjoint(buckets)):
+            for a, s in sessions:
+                if b1.first_in(a, s) is not None or b2.first_in(a, s) is not None:
+                    return False
         self._budget.grow(self._unit * sum(s - a for a, s in ordered))
-        self._h1.push_runs(ordered)
+        self._h1.add_runs(ordered)
         return True
 
     def _adapt_p(self, hits: list[tuple[int, int, int]]) -> None:
@@ -549,7 +558,7 @@ class RunARC(StretchTakeIn, ARC):
         for a, s in split_at_sessions(runs):
             for lst in (self._t1, self._t2, self._h1):
                 held += lst.take_range(a, s)
-        self._h2.push_runs(join_extents(sorted(held)))
+        self._h2.add_runs(join_extents(sorted(held)))
 
     def release(self, uids, now: float) -> None:
         """``unpin`` each, in page order: each list takes its units as runs, in page order."""
@@ -564,8 +573,8 @@ class RunARC(StretchTakeIn, ARC):
             to_t1 += h1.take_range(a, s)
             to_t2 += h2.take_range(a, s)
         if sum(s - a for a, s in chain(to_t1, to_t2)) < sum(s - a for a, s in runs):
-            h1.push_runs(to_t1)  # some are not pinned here: back as they were (the pinned
-            h2.push_runs(to_t2)  # units' order is unused), and one unit at a time
+            h1.add_runs(to_t1)  # some are not pinned here: back as they were (the pinned
+            h2.add_runs(to_t2)  # units' order is unused), and one unit at a time
             EvictionPolicy.release(self, uids, now)
             return
         self._t1.push_runs(join_extents(to_t1))

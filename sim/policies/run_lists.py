@@ -81,6 +81,42 @@ class RunList:
     def push(self, uid: int) -> None:
         self.push_run(uid, uid + 1)
 
+    def add_runs(self, runs) -> None:
+        """``push_runs`` for a list whose order is unused (a pinned set): a run that starts where
+        one of its bucket's runs stops extends that run instead, so that a session's pages added
+        a few at a time stay one run (taking the session out is then O(1) runs)."""
+        for a, s in runs:
+            if a >= s:
+                continue
+            b = a >> BUCKET_BITS
+            key = self._key_of(a - 1) if (a - 1) >> BUCKET_BITS == b else None
+            if key is not None and (s - 1) >> BUCKET_BITS == b:
+                run = self._runs[key]
+                if run[1] == a:
+                    self._extend(key, run, s)
+                    continue
+            self.push_run(a, s)
+
+    def _extend(self, key: int, run: list, stop: int) -> None:
+        """Run ``key`` takes the uids from its stop to ``stop`` (none of them in the list)."""
+        first, old_stop, _, b, short = run
+        run[1] = stop
+        self._n += stop - old_stop
+        if not short:
+            return
+        indexed = b in self._indexed
+        if stop - first > SHORT_RUN:  # long now: scanned, not indexed
+            if indexed:
+                self._unindex(key, first, old_stop)
+            run[4] = False
+            longs = self._long.get(b)
+            if longs is None:
+                self._long[b] = {key}
+            else:
+                longs.add(key)
+        elif indexed:
+            self._where.update(dict.fromkeys(range(old_stop, stop), key))
+
     # -- finding ---------------------------------------------------------------------------------
     def _key_of(self, uid: int) -> int | None:
         """The key of the run holding ``uid`` (not as a hole), or None."""

@@ -1,19 +1,17 @@
 """ARC on runs (``RunARC``, built where every unit has one size) against ARC on one ordered dict
 per list (built where sizes may vary), driven by the same engine-like calls with units of one size
 (hypothesis): the same victims, the same four lists in the same order and the same p after every
-call. And ``RunList`` against a plain list of uids."""
+call."""
 
 from __future__ import annotations
 
-from hypothesis import example, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from twin_driver import OPS, PAGE, OneSizeView, TwinDriver
 
-from sim.policies import run_lists
 from sim.policies.arc import ARC, RunARC
 from sim.policies.base import PolicyContext
-from sim.policies.run_lists import RunList
-from sim.units import UNIT_BITS, Tier, extents_of
+from sim.units import Tier
 
 
 def _arc(says: bool, tier: Tier, capacity: int | None) -> ARC:
@@ -60,85 +58,3 @@ def test_a_stretch_that_trims_b2_equals_one_victim_after_another():
         twins.step(3, 0, 0, 30)
         twins.step(0, 1, 20, 11)  # back in T1, B1 trimmed
         twins.step(3, 0, 0, 12)
-
-
-# -- RunList against a plain list -------------------------------------------------------------
-LIST_OPS = st.lists(
-    st.tuples(
-        st.integers(0, 5),
-        st.integers(0, 2),
-        st.integers(0, 90),
-        st.integers(1, 90),
-    ),
-    max_size=150,
-)
-
-
-@settings(max_examples=400, deadline=None)
-@given(
-    LIST_OPS,
-    st.sampled_from([3, run_lists.SHORT_RUN]),
-    st.sampled_from([0, 2, run_lists.INDEX_AT]),
-)
-# a hole of a short run taken again as a run of its own, then the old run popped past it
-@example([(0, 0, 0, 10), (3, 0, 5, 1), (0, 0, 0, 10), (2, 0, 0, 9)], run_lists.SHORT_RUN, 0)
-def test_run_list_equals_a_plain_list(ops, short_run, index_at):
-    kept = run_lists.SHORT_RUN, run_lists.INDEX_AT
-    # In an indexed bucket short runs are indexed by uid, long ones scanned; a bucket is indexed
-    # once a find meets more than INDEX_AT runs in it (0: at its first find).
-    run_lists.SHORT_RUN, run_lists.INDEX_AT = short_run, index_at
-    try:
-        _run_list_against_a_list(ops)
-    finally:
-        run_lists.SHORT_RUN, run_lists.INDEX_AT = kept
-
-
-def _check_index(rl: RunList) -> None:
-    """The index holds exactly the members of the indexed buckets' short runs, each to its run."""
-    want = {}
-    for b in rl._indexed:
-        for key in rl._in[b]:
-            first, stop, holes, bucket, short = rl._runs[key]
-            assert bucket == b
-            if short:
-                want.update((u, key) for u in range(first, stop) if not holes or u not in holes)
-    assert rl._where == want
-    assert rl._indexed <= rl._in.keys()
-
-
-def _run_list_against_a_list(ops) -> None:
-    rl, ref = RunList(), []
-    for op, s, a, n in ops:
-        lo, hi = s << UNIT_BITS | a, s << UNIT_BITS | min(a + n, 100)
-        if op == 0:  # append the range's non-members, as runs
-            new = [u for u in range(lo, hi) if u not in ref]
-            rl.push_runs(extents_of(new))
-            ref += new
-        elif op == 1:
-            want = sorted(u for u in ref if lo <= u < hi)
-            assert rl.count_in(lo, hi) == len(want)
-            assert rl.first_in(lo, hi) == (want[0] if want else None)
-            got = rl.take_range(lo, hi)
-            assert got == extents_of(want)
-            ref = [u for u in ref if not lo <= u < hi]
-        elif op == 2:
-            got = [u for x, y in rl.pop_runs(n) for u in range(x, y)]
-            assert got == ref[:n]
-            ref = ref[n:]
-        elif op == 3:
-            assert rl.discard(lo) == (lo in ref)
-            if lo in ref:
-                ref.remove(lo)
-        elif op == 4:  # the whole bucket's members, a range at a time
-            assert rl.count_in(lo, hi) == sum(lo <= u < hi for u in ref)
-            if any(lo <= u < hi for u in ref):
-                assert rl.meets(lo, hi)
-        else:
-            assert rl.first() == (ref[0] if ref else None)
-        assert list(rl) == ref and len(rl) == len(ref)
-        _check_index(rl)
-        assert all(u in rl for u in ref)
-        members = set(ref)
-        for u in range(lo - 1, hi + 1):
-            assert (u in rl) == (u in members)
-        _check_index(rl)
