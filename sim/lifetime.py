@@ -36,13 +36,40 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Iterable, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
 if TYPE_CHECKING:  # for annotations only: importing the traces package costs a tenth of a second
     from traces.records import Session
 
 MIN_THINK_S = 1e-3
 _SQRT2 = math.sqrt(2.0)
+
+
+def _certain(idle_s: float) -> float:
+    return 1.0
+
+
+def _never(idle_s: float) -> float:
+    return 0.0
+
+
+def _return_score(p: float, mu: float, sigma: float) -> Callable[[float], float]:
+    """``p_return`` of one bucket (continuation p, lognormal think time mu, sigma) as a function
+    of the idle time: the bucket's constants bound once, as a policy scores one head after
+    another. 1 / (1 + (1-p) / (p S)) with S as ``LifetimePredictor.survival`` computes it."""
+    if p >= 1.0:
+        return _certain
+    if p <= 0.0:
+        return _never
+    q, scale = 1.0 - p, sigma * _SQRT2
+    log, erfc = math.log, math.erfc
+
+    def score(idle_s: float) -> float:
+        # p * S(idle_s), S = 1 at no idle time
+        ps = p if idle_s <= 0 else p * (0.5 * erfc((log(idle_s) - mu) / scale))
+        return 0.0 if ps <= 0.0 else 1.0 / (1.0 + q / ps)
+
+    return score
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,15 +142,14 @@ class LifetimePredictor:
         Evaluated as 1 / (1 + (1-p) / (p S)), each step a monotone float operation, so the computed
         value is non-increasing in idle_s exactly as the real one is.
         """
-        p = self.p_next(completed)
-        if p >= 1.0:
-            return 1.0
-        if p <= 0.0:
-            return 0.0
-        ps = p * self.survival(completed, idle_s)
-        if ps <= 0.0:
-            return 0.0
-        return 1.0 / (1.0 + (1.0 - p) / ps)
+        return self.return_score(completed)(idle_s)
+
+    def return_score(self, completed: int) -> Callable[[float], float]:
+        """``p_return(completed, idle_s)`` as a function of idle_s alone, the same floats."""
+        if completed <= 0:
+            return _certain
+        b = self.bucket(completed)
+        return _return_score(b.p_next, b.mu, b.sigma)
 
     def p_return_within(self, completed: int, idle_s: float, horizon_s: float) -> float:
         """P(the next turn arrives within ``horizon_s`` from now | completed, idle_s)."""

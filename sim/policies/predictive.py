@@ -43,7 +43,9 @@ from itertools import repeat
 from sim.lifetime import LifetimePredictor
 from sim.policies.base import EvictionPolicy, Memoryless
 from sim.policies.registry import register
-from sim.units import UNIT_BITS, UnitView, extents_of
+from sim.units import UNIT_BITS, UnitView, extents_of, join_extents
+
+_SLACK = 1.0 + 1e-12  # relative: far above the few ulps a float log or erfc may wobble by
 
 
 class _Run:
@@ -73,6 +75,21 @@ def _run_extents(piece: list[int] | range) -> list[tuple[int, int]]:
     return extents_of(piece)
 
 
+def _extents(pieces: list[list[int] | range]) -> list[tuple[int, int]]:
+    """``extents_of`` of the victims, given as slices of runs in order, a slice at a time."""
+    out: list[tuple[int, int]] = []
+    for taken in pieces:
+        if type(taken) is range and not out:
+            out.append((taken.start, taken.stop))
+            continue
+        for first, stop in _run_extents(taken):
+            if out and out[-1][1] == first:
+                out[-1] = (out[-1][0], stop)
+            else:
+                out.append((first, stop))
+    return out
+
+
 @register("predictive")
 class Predictive(Memoryless):
     needs_predictor = True
@@ -86,6 +103,9 @@ class Predictive(Memoryless):
         pred = getattr(ctx, "predictor", None)
         self.predictor: LifetimePredictor = pred if pred is not None else LifetimePredictor.prior()
         k = self.predictor.num_buckets
+        # bucket b's score of an idle time (b stands for completed = b: 0 -> mid-turn-0; K pools
+        # c >= K, same law)
+        self._score = [self.predictor.return_score(b) for b in range(k + 1)]
         # bucket -> heap of (last use a, seq0, run); seq0 is unique, so a run is never compared
         self._heaps: list[list[tuple[float, int, _Run]]] = [[] for _ in range(k + 1)]
         self._runs = [0] * (k + 1)  # bucket -> runs in its heap with a live unit
@@ -243,8 +263,7 @@ class Predictive(Memoryless):
                 while where.get(uids[i]) is not run:
                     i += 1
                 run.start = i
-            # bucket b stands for completed = b (0 -> mid-turn-0; K pools c >= K, same law)
-            return (self.predictor.p_return(b, now - a), a, seq0 + i), run
+            return (self._score[b](now - a), a, seq0 + i), run
         return None
 
     def _heads(self, now: float) -> dict[int, tuple[tuple[float, float, int], _Run]]:
@@ -272,36 +291,41 @@ class Predictive(Memoryless):
         run = min(heads.values())[1]  # keys are unique (seq)
         return run.uids[run.start]
 
+    def _slice(self, run: _Run, k: int) -> list[int] | range:
+        """Take out the first ``k`` live units of ``run`` (k <= its live count), in order."""
+        where = self._where
+        uids, s = run.uids, run.start
+        if run.live == len(uids) - s:  # no gaps: a slice
+            taken = uids[s : s + k]
+            run.start = s + k
+        else:
+            taken = []
+            i = s
+            while len(taken) < k:
+                uid = uids[i]
+                i += 1
+                if where.get(uid) is run:
+                    taken.append(uid)
+            run.start = i
+        if run.keyed:
+            deque(map(where.__delitem__, taken), maxlen=0)
+        self._lost(run, k)
+        return taken
+
     def _take(self, n: int, now: float) -> list[list[int] | range]:
         """The victims of ``n`` successive ``evict`` calls at one time (fewer when the candidates
         run out), as slices of runs in eviction order. Only the bucket a victim left has a new
         head; a run's units share its score and follow each other in its bucket, so once its head
         is the minimum of the heads, its units are the next victims until it is used up."""
-        heaps, where = self._heaps, self._where
+        heaps = self._heaps
         heads = self._heads(now)
         out: list[list[int] | range] = []
         while n > 0 and heads:
             b = min(heads, key=heads.__getitem__)
             run = heads[b][1]
             k = min(n, run.live)
-            uids, s = run.uids, run.start
-            if run.live == len(uids) - s:  # no gaps: a slice
-                taken = uids[s : s + k]
-                run.start = s + k
-            else:
-                taken = []
-                i = s
-                while len(taken) < k:
-                    uid = uids[i]
-                    i += 1
-                    if where.get(uid) is run:
-                        taken.append(uid)
-                run.start = i
-            if run.keyed:
-                deque(map(where.__delitem__, taken), maxlen=0)
-            out.append(taken)
+            out.append(self._slice(run, k))  # b is dirty: its head is rescored at the next call
             n -= k
-            self._lost(run, k)  # b is dirty: its head is rescored at the next call
             if n > 0:  # the run is used up
                 heappop(heaps[b])
                 head = self._head(b, now)
@@ -310,6 +334,50 @@ class Predictive(Memoryless):
                 else:
                     heads[b] = head
                 self._dirty.discard(b)  # scored after its last change
+        return out
+
+    def _take_at(self, plan: list[tuple[float, int]]) -> list[list[int] | range]:
+        """``_take(n, now)`` for each (now, n) of ``plan`` in turn (increasing times), all the
+        victims as slices of runs in eviction order. A head's score does not rise with time, so
+        while it heads its bucket its score lies between its score at the plan's last time
+        (``lower``) and its score at any earlier time (``upper``, kept with the rest of its key):
+        the bucket of the least upper key holds the minimum unless another bucket's lower score
+        reaches that key's score, and only then are those buckets scored at ``now``. (The slack
+        covers a wobble of a few ulps in the float log and erfc.) Within a span's milliseconds
+        the scores barely move, so most choices score nothing."""
+        heaps, score = self._heaps, self._score
+        last = plan[-1][0]
+        heads = self._heads(plan[0][0])
+        upper = {b: key for b, (key, _) in heads.items()}
+        lower = {b: score[b](last - key[1]) for b, key in upper.items()}
+        runs = {b: run for b, (_, run) in heads.items()}
+        self._now = -float("inf")  # the cached heads go stale here: the next call scores anew
+        out: list[list[int] | range] = []
+        for now, n in plan:
+            while n > 0 and upper:
+                b = min(upper, key=upper.__getitem__)
+                bound = upper[b][0] * _SLACK
+                rivals = [c for c, lo in lower.items() if lo <= bound]
+                if rivals != [b]:  # which is least depends on now: score them there
+                    if b not in rivals:
+                        rivals.append(b)
+                    for c in rivals:
+                        _, a, seq = upper[c]
+                        upper[c] = (score[c](now - a), a, seq)
+                    b = min(rivals, key=upper.__getitem__)
+                run = runs[b]
+                k = min(n, run.live)
+                out.append(self._slice(run, k))
+                n -= k
+                if not run.live:
+                    heappop(heaps[b])
+                    head = self._head(b, now)
+                    if head is None:
+                        del upper[b], lower[b], runs[b]
+                    else:
+                        key, runs[b] = head
+                        upper[b] = key
+                        lower[b] = score[b](last - key[1])
         return out
 
     def evict(self, now: float) -> int | None:
@@ -331,18 +399,22 @@ class Predictive(Memoryless):
         unit_bytes = self.view.unit_bytes
         if not unit_bytes or not self._batches:
             return super().evict_extents(nbytes, now)
-        out: list[tuple[int, int]] = []
-        for taken in self._take(-(-nbytes // unit_bytes), now):
-            # extents_of of the victims in order, a run at a time
-            if type(taken) is range and not out:
-                out.append((taken.start, taken.stop))
-                continue
-            for first, stop in _run_extents(taken):
-                if out and out[-1][1] == first:
-                    out[-1] = (out[-1][0], stop)
-                else:
-                    out.append((first, stop))
-        return out
+        return _extents(self._take(-(-nbytes // unit_bytes), now))
+
+    def evict_extents_at(self, schedule: list[tuple[float, int]]) -> list[tuple[int, int]]:
+        unit_bytes = self.view.unit_bytes
+        if not unit_bytes or not self._batches or not schedule:
+            return super().evict_extents_at(schedule)
+        plan: list[tuple[float, int]] = []  # units a time: calls at one time are one batch
+        for now, nbytes in schedule:
+            n = -(-nbytes // unit_bytes)
+            if plan and plan[-1][0] == now:
+                plan[-1] = (now, plan[-1][1] + n)
+            else:
+                plan.append((now, n))
+        taken = self._take(plan[0][1], plan[0][0]) if len(plan) == 1 else self._take_at(plan)
+        out = _extents(taken)
+        return join_extents(sorted(out)) if self.drops_victims else out
 
     def __len__(self) -> int:
         return self._count
