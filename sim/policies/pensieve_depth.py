@@ -83,6 +83,16 @@ class _Held:
         self.uid, self.m, self.tau = uid, m, tau
 
 
+class _First:
+    """A page's first candidate as ``_settle`` found it in ``evict_bytes``: its uid and true cost,
+    the page's time, depth and r_p."""
+
+    __slots__ = ("cost", "depth", "r", "tau", "uid")
+
+    def __init__(self, uid: int, cost: float, tau: float, depth: int, r: float) -> None:
+        self.uid, self.cost, self.tau, self.depth, self.r = uid, cost, tau, depth, r
+
+
 @register("pensieve-depth")
 class PensieveDepth(PensievePhysics):
     """evict the lowest recovery cost at the tier it goes to (drops share a page's depth) / idle time
@@ -113,6 +123,8 @@ class PensieveDepth(PensievePhysics):
         self._hold = False
         self._held: _Held | None = None
         self._listed: dict[int, list[int]] = {}  # while holding: page -> its candidates
+        self._first: _First | None = None  # while holding: the victim's page's first candidate
+        self._cost = 0.0  # while holding: the victim's cost
 
     # -- the cost ----------------------------------------------------------------------------------
     def page_depth(self, page_uid: int) -> int:
@@ -208,11 +220,14 @@ class PensieveDepth(PensievePhysics):
         if uid is None:
             return None
         held, self._held = self._held, None
+        self._first = None
         if held is not None:
             if uid == held.uid or self._held_first(held, uid, now):
                 uid = held.uid
             else:  # the minimum stays ``uid``: the held one takes its true cost, behind it
                 kin.add(held.uid, held.m, held.tau, now)
+        if self._hold:
+            self._cost = held.m if held is not None and uid == held.uid else kin.cost_of(uid)
         kin.discard(uid)
         if self._drops:
             L = self._layers
@@ -288,6 +303,8 @@ class PensieveDepth(PensievePhysics):
             self._stale.add(page)
         else:
             self._stale.discard(page)
+        if self._hold:
+            self._first = _First(uid, cost, tau, depth, r)
 
     def _refresh(self, page: int, now: float) -> None:
         """Every candidate of the page at its true cost."""
@@ -348,6 +365,11 @@ class PensieveDepth(PensievePhysics):
                     break
                 out.append(uid)
                 nbytes -= size
+                first = self._first
+                if nbytes > 0 and first is not None and (first.cost, first.uid) < (self._cost, uid):
+                    run = self._page_run(first, -(-nbytes // size))
+                    out += run
+                    nbytes -= len(run) * size
             return out
         finally:
             self._hold = False
@@ -357,6 +379,55 @@ class PensieveDepth(PensievePhysics):
                 self._kin.add(held.uid, held.m, held.tau, now)
             self._kin.end_batch()
             self._done()
+
+    def _page_run(self, first: _First, n: int) -> list[int]:
+        """Up to ``n`` victims of one page in a row, from ``first``, its first candidate, which
+        comes before the victim just taken (one group: by cost, then uid). That victim came
+        before every other candidate, so ``first`` is the minimum, with no comparison in the
+        tournament; and so on while each next first candidate comes before the one taken before
+        it (a page drops layer after layer at one cost, r_p). The page's depth, stale mark and
+        held candidate end as ``_choose`` one victim at a time would leave them; the victims
+        leave the tournament at once."""
+        L = self._layers
+        h, c, d, r = first.uid, first.cost, first.depth, first.r
+        page = h - (h & UNIT_MASK) % L
+        members = self._listed[page]
+        stale, pending = self._stale, self._pending
+        taken: list[int] = []
+        nxt: int | None = None
+        while True:
+            taken.append(h)
+            if members[-1] == h:
+                members.pop()
+            else:
+                members.remove(h)
+            layer = L - 1 - (h - page)
+            if layer > d:
+                d = pending[page] = layer
+            if not members:  # ``_settle`` of an empty page
+                stale.discard(page)
+                break
+            # ``_settle``: the page's next first candidate, at its true cost
+            free = bisect_left(members, page + L - 1 - d)
+            if free < len(members):
+                nxt = members[free]
+            else:
+                nxt = members[0] if r == 0.0 else members[-1]
+            m = L - 1 - (nxt - page)
+            cost = (m - d) * r if m > d else 0.0
+            if len(members) > 1:
+                stale.add(page)
+            else:
+                stale.discard(page)
+            if len(taken) == n or not (cost, nxt) < (c, h):
+                break
+            h, c, nxt = nxt, cost, None
+        kin = self._kin
+        kin.discard_many(taken)
+        self._first = self._held = None  # ``first`` was held, or in the tournament at its cost
+        if nxt is not None and kin.cost_of(nxt) != cost:  # the next choice compares it first
+            self._held = _Held(nxt, cost, first.tau)
+        return taken
 
     def take_in(self, uids, free_bytes: int, now: float) -> list[int]:
         self._busy = True

@@ -1,0 +1,149 @@
+"""pensieve-depth's runs of one page's victims in ``evict_bytes`` (hypothesis): each victim against
+a brute-force minimum of the value (every candidate priced from the session's tier array and the
+call's victims so far, compared exactly), and the run form against the same policy taking its
+victims one at a time (same victims, and after every call the same candidates, costs, times and
+stale pages), under random calls at the drop tier: batches and single inserts, removals, hits,
+turns and evictions of one unit to a few pages."""
+
+from __future__ import annotations
+
+import functools
+from fractions import Fraction
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from costmodels import cost_model, recompute_s
+from sim.policies import PolicyContext
+from sim.policies.pensieve_depth import PensieveDepth
+from sim.units import SessionKV, Tier, UnitView, uid_of
+
+COST = cost_model("llama-3-8b", "h100-sxm")
+BT = 16
+UNIT = 4096  # one page of one layer, in the view's bytes
+
+
+class OneByOne(PensieveDepth):
+    """The same policy with no runs: every victim through the tournament's minimum."""
+
+    def _page_run(self, first, n: int) -> list[int]:
+        return []
+
+
+def reference_cost(pol: PensieveDepth, u: int, mine: list[int]) -> float:
+    """The cost of dropping ``u`` now: the page's depth from the tier array and ``mine``."""
+    layers = pol.view.layers
+    idx = u & 0xFFFFFF
+    page, layer = idx // layers, layers - 1 - idx % layers
+    sess = pol.view.session(u)
+    row = sess.tier[page * layers : (page + 1) * layers]
+    first = u - idx % layers
+    depth = max(
+        [layers - 1 - j for j in range(layers) if row[j] == Tier.DROPPED]
+        + [layers - 1 - (v - first) for v in mine if first <= v < first + layers]
+        + [-1]
+    )
+    lo = page * BT
+    r = recompute_s(COST, max(0, min(sess.tokens, lo + BT) - lo), lo, 0)
+    return (layer - depth) * r if layer > depth else 0.0
+
+
+def brute_victims(pol: PensieveDepth, n: int, now: float) -> list[int]:
+    """The ``n`` successive minima of the value at ``now``, each priced anew after each victim."""
+    kin = pol._kin
+    cands = list(kin._where)
+    tau = {u: Fraction(kin.tau_of(u)) for u in cands}
+    t = Fraction(now)
+    mine: list[int] = []
+    while cands and len(mine) < n:
+        cost = {u: Fraction(reference_cost(pol, u, mine)) for u in cands}
+
+        def cmp(u: int, v: int) -> int:
+            x, y = cost[u] * (t - tau[v]), cost[v] * (t - tau[u])
+            if x != y:
+                return -1 if x < y else 1
+            return -1 if (cost[u], tau[u], u) < (cost[v], tau[v], v) else 1
+
+        best = min(cands, key=functools.cmp_to_key(cmp))
+        mine.append(best)
+        cands.remove(best)
+    return mine
+
+
+def state(pol: PensieveDepth) -> tuple:
+    kin = pol._kin
+    return (
+        {u: (kin.cost_of(u), kin.tau_of(u)) for u in kin._where},
+        sorted(pol._stale),
+    )
+
+
+OPS = st.lists(
+    st.tuples(
+        st.sampled_from(["release", "insert", "remove", "hit", "turn", "evict", "evict", "one"]),
+        st.integers(0, 2),  # session
+        st.sampled_from([0.0, 0.0, 0.5, 3.0]),  # time passing before it
+        st.integers(0, 1 << 30),  # which units / how many
+    ),
+    min_size=1,
+    max_size=60,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.sampled_from([2, 4, 8]), st.lists(st.integers(1, 4 * BT), min_size=3, max_size=3), OPS)
+def test_page_runs_are_the_minima_one_at_a_time(layers, tokens, ops):
+    worlds = []
+    for cls in (PensieveDepth, OneByOne):
+        kv = [SessionKV(i, f"s{i}", 0) for i in range(3)]
+        for s, n in zip(kv, tokens, strict=True):
+            s.tokens = n
+            s.tier = bytearray([Tier.CPU]) * (s.pages(BT) * layers)  # none a candidate yet
+        view = UnitView(kv, UNIT, layers=layers)
+        ctx = PolicyContext(Tier.CPU, BT, COST.model.num_layers, view, COST)
+        worlds.append((kv, cls(ctx)))
+    now = 0.0
+    for kind, si, dt, pick in ops:
+        now += dt
+        outs, states = [], []
+        for kv, pol in worlds:
+            s = kv[si]
+            units = [uid_of(si, i) for i in range(len(s.tier)) if s.tier[i] == Tier.CPU]
+            free = [u for u in units if u not in pol]
+            cands = [u for u in units if u in pol]
+            out: object = None
+            if kind in ("release", "insert") and free:
+                if pick & 1:
+                    s.last_access_s = now
+                chosen = free  # often whole pages (the engine's release), else some units
+                if pick & 6 == 6:
+                    chosen = [u for k, u in enumerate(free) if pick >> (3 + k % 27) & 1] or free
+                if kind == "release":
+                    pol.release(chosen, now)
+                else:
+                    for u in chosen:
+                        pol.insert(u, now)
+            elif kind == "remove" and cands:  # moved to the GPU, not as a victim
+                u = pol.peek(now) if pick & 1 else cands[pick % len(cands)]
+                if u is not None:
+                    pol.remove(u)
+                    kv[u >> 24].tier[u & 0xFFFFFF] = Tier.GPU
+            elif kind == "hit" and cands:
+                pol.access(cands[pick % len(cands)], now)
+            elif kind == "turn":  # the session's units come back, its tokens grow
+                pol.acquire(cands, now)
+                s.tokens += pick % (2 * BT)
+                s.tier = bytearray([Tier.CPU]) * (s.pages(BT) * layers)
+            elif kind in ("evict", "one"):
+                n = 1 if kind == "one" else 1 + pick % (2 * layers + 3)
+                want = brute_victims(pol, n, now)
+                out = pol.evict_bytes(n * UNIT, now) if kind == "evict" else [pol.evict(now)]
+                if out == [None]:
+                    out = []
+                assert out == want, (type(pol).__name__, now, n)
+                for v in out:
+                    kv[v >> 24].tier[v & 0xFFFFFF] = Tier.DROPPED
+            outs.append(out)
+            states.append(state(pol))
+        assert outs[0] == outs[1]
+        assert states[0] == states[1]
