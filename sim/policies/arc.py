@@ -46,6 +46,8 @@ import math
 from collections import OrderedDict
 from itertools import chain, compress, starmap
 
+import numpy as np
+
 from sim.policies.base import EvictionPolicy
 from sim.policies.ghost_runs import GhostRuns
 from sim.policies.registry import register
@@ -384,6 +386,53 @@ class ARC(EvictionPolicy):
         return uid in self._t1 or uid in self._t2
 
 
+VECTOR_HITS = 32  # a run of this many ghost hits or more adapts p in numpy, a shorter one in Python
+
+
+def adapted_p(p, c: int, u: int, b1b: int, b2b: int, hits: list[tuple[int, int, int]]):
+    """p after ``_ghost_hit``'s change for each hit of ``hits`` in turn (runs ``(first, stop, 1
+    or 2)`` of B1's or B2's keys of ``u`` bytes each), B1 and B2 holding ``b1b`` and ``b2b`` bytes
+    before the first (the hits included). A long run of one list's hits is one numpy pass
+    (``_p_after_run``) with the same float operations in the same order."""
+    for a, s, ghost in hits:
+        k = s - a
+        if k >= VECTOR_HITS:
+            if ghost == 1:
+                p = _p_after_run(p, b1b, b2b, k, u, c)  # up, to at most c
+                b1b -= k * u
+            else:
+                p = _p_after_run(p, b2b, b1b, k, u, None)  # down, to at least 0
+                b2b -= k * u
+            continue
+        for _ in range(k):
+            if ghost == 1:
+                p = min(p + (max(b2b / b1b, 1) if b1b > 0 else 1), c)
+                b1b -= u
+            else:
+                p = max(p - (max(b1b / b2b, 1) if b2b > 0 else 1), 0)
+                b2b -= u
+    return p
+
+
+def _p_after_run(p, own: int, other: int, k: int, u: int, c: int | None):
+    """p after ``k`` hits in one ghost list holding ``own`` bytes (the other ``other``): each moves
+    p by ``max(other / own, 1)`` (1 once ``own`` is 0), own losing ``u`` a hit; up, and at most
+    ``c``, for B1, down, and at least 0, for B2 (``c`` None). Each step moves p the same way, so
+    once p reaches its bound it stays: the last of the unbounded running sums (``add.accumulate``
+    adds in order, as the loop does), held to the bound, is p."""
+    owns = own - u * np.arange(k, dtype=np.int64)  # exact: bytes stay far below 2**53
+    steps = np.ones(k)
+    np.divide(float(other), owns, out=steps, where=owns > 0)  # (int / int rounds as this does)
+    np.maximum(steps, 1.0, out=steps)
+    path = np.empty(k + 1)
+    path[0] = p
+    path[1:] = -steps if c is None else steps
+    last = float(np.add.accumulate(path)[-1])
+    if c is None:
+        return 0 if last <= 0 else last
+    return c if last >= c else last
+
+
 def _steps_above(top: int, floor, unit: int) -> int:
     """How many of ``top``, ``top - unit``, ``top - 2 unit`` ... are > ``floor`` (an int or a
     float, compared exactly), i.e. how many steps of ``unit`` keep a value above a bound."""
@@ -513,18 +562,10 @@ class RunARC(StretchTakeIn, ARC):
     def _adapt_p(self, hits: list[tuple[int, int, int]]) -> None:
         """``_ghost_hit``'s changes to p for a batch's ghost hits, in the batch's order: runs
         ``(first, stop, 1 or 2)`` of B1's or B2's keys, already taken out of their lists."""
-        u, c, p = self._unit, self._c(), self.p
+        u = self._unit
         b1b = (len(self._b1) + sum(s - a for a, s, g in hits if g == 1)) * u
         b2b = (len(self._b2) + sum(s - a for a, s, g in hits if g == 2)) * u
-        for a, s, ghost in hits:
-            for _ in range(s - a):
-                if ghost == 1:
-                    p = min(p + (max(b2b / b1b, 1) if b1b > 0 else 1), c)
-                    b1b -= u
-                else:
-                    p = max(p - (max(b1b / b2b, 1) if b2b > 0 else 1), 0)
-                    b2b -= u
-        self.p = p
+        self.p = adapted_p(self.p, self._c(), u, b1b, b2b, hits)
 
     def access(self, uid: int, now: float) -> None:
         self._incoming = None
