@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from array import array
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -137,6 +137,20 @@ class TieredMemory:
         self._grew(GPU)
         if insert:
             self.policy[GPU].insert_many(range(base, base + count), now, True)
+
+    def add_pages(self, grown: Iterable[tuple[SessionKV, int]]) -> None:
+        """``add_units(sess, pages, now, insert=False)`` for each (session, pages) of a batch (a
+        decode span's allocations), with the byte count and its check taken once."""
+        layers, gpu = self.view.layers, _GPU_BYTE
+        count = 0
+        for sess, pages in grown:
+            if pages > 0:
+                units = pages * layers
+                sess.tier.extend(gpu * units)
+                sess.tier_pages[GPU] += units
+                count += units
+        self.used[GPU] += count * self.view.page_bytes
+        self._grew(GPU)
 
     def grow_session_unit(self, sess: SessionKV, pages: int, now: float) -> None:
         """Session granularity: the session's one pinned GPU unit now spans ``pages`` pages."""
@@ -260,7 +274,7 @@ class TieredMemory:
                 self.evictable[tier] += len(uids) * size
                 self.policy[tier].release(uids, now)
 
-    def bring_to_gpu(self, sess: SessionKV, now: float) -> tuple[int, int, list[int]]:
+    def bring_to_gpu(self, sess: SessionKV, now: float) -> tuple[int, int, np.ndarray | list[int]]:
         """Make every unit of the pinned session GPU-resident (the caller made room): CPU units are
         swapped in, dropped ones recomputed. The GPU policy hears of them in page order.
 
@@ -273,6 +287,17 @@ class TieredMemory:
         if not n_cpu and not n_dropped:
             return 0, 0, []
         size = self.unit_size(sess)
+        run = self._dropped_run(sess)
+        if run is not None:  # one run of dropped units: no scan for where they are
+            first, stop = run
+            tier[first:stop] = _GPU_BYTE * n_dropped
+            self.policy[CPU].remove_many([], True)
+            self.policy[GPU].insert_many(range(base + first, base + stop), now, True)
+            sess.tier_pages[DROPPED] = 0
+            sess.tier_pages[GPU] += n_dropped
+            self.used[GPU] += n_dropped * size
+            self._grew(GPU)
+            return 0, 0, np.arange(first, stop)
         ppu = sess.unit_pages if self.view.per_session else 1  # pages per unit
         codes = np.frombuffer(tier, dtype=np.uint8)
         if sess.tier_pages[SHARED]:  # the pool's pages stay put
@@ -295,6 +320,17 @@ class TieredMemory:
         self.used[GPU] += len(moved) * size
         self._grew(GPU)
         return n_swapped * size, n_swapped * ppu, recomputed
+
+    def _dropped_run(self, sess: SessionKV) -> tuple[int, int] | None:
+        """(first, stop) of the session's units off the GPU where they are all dropped and
+        consecutive, a unit a page (none on the CPU or in the shared pool): the common case, as a
+        policy takes a session's oldest pages first. None otherwise."""
+        pages = sess.tier_pages
+        if pages[CPU] or pages[SHARED] or self.view.per_session:
+            return None
+        tier = sess.tier
+        first, stop = tier.find(DROPPED), tier.rfind(DROPPED) + 1
+        return (first, stop) if stop - first == pages[DROPPED] else None
 
     def bring_layers_to_gpu(self, sess: SessionKV, now: float) -> LayerFetch | None:
         """``bring_to_gpu`` for per-layer units: a page with a dropped layer is recomputed through

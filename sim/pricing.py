@@ -8,6 +8,7 @@ order), and cut at a time horizon.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import cast
 
@@ -215,6 +216,15 @@ class Pricer:
         self._shape_free = (
             type(cost).iteration is CostModel.iteration and type(cost).layer_s is CostModel.layer_s
         )
+        self._decode_pricers: dict[int, Callable[[int], float]] = {}
+
+    def decode_pricer(self, seqs: int) -> Callable[[int], float]:
+        """The cost model's ``decode_pricer(seqs)``, built once a batch size: a run of decode
+        spans prices the same few batch sizes over and over."""
+        price = self._decode_pricers.get(seqs)
+        if price is None:
+            price = self._decode_pricers[seqs] = self.cost.decode_pricer(seqs)
+        return price
 
     def copy_calls(self, layer_pages: int) -> int:
         """Copy calls moving ``layer_pages`` pages of one layer each (spread over the layers)."""
@@ -413,9 +423,7 @@ class Pricer:
         growth = seqs if growth is None else growth
         if steps < _SCALAR_RUN:
             price = (
-                self.cost.decode_pricer(seqs)
-                if sparse is None
-                else (lambda c: sparse.step_s(seqs, c))
+                self.decode_pricer(seqs) if sparse is None else (lambda c: sparse.step_s(seqs, c))
             )
             t, gbs, n = start_s, gpu_byte_seconds, 0
             durations: list[float] = []

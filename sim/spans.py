@@ -208,7 +208,7 @@ def price_steps(
     whole run with ``decode_steps_s`` and cutting it gives: the scalar and vector prices are the
     same operations, and the start times are sums taken in order either way."""
     seqs, ctx, grow = core.dec_seqs, core.dec_ctx, core.dec_grow
-    price = core.cost.decode_pricer(seqs)
+    price = core.pricer.decode_pricer(seqs)
     first = price(ctx)
     # A step costs no less than the one before it (its context is no shorter): at the first
     # step's price the horizon bounds the span's length.
@@ -247,16 +247,17 @@ def pages_due(core: Scheduler, end: int) -> tuple[list[tuple[TurnRun, int, int]]
     """Every page the span allocates before step ``end``: each live run's due steps, one page
     each, as (run, first due step, pages); the page_due keys they were filed under; their total."""
     page_due, bt = core.page_due.due, core.bt
+    running, capped = core.running, core.budget is not None  # (no cap without a budget)
     growing: list[tuple[TurnRun, int, int]] = []
-    touched: list[int] = []
+    touched = sorted(k for k in page_due if k < end)
     total = 0
-    for key in sorted(k for k in page_due if k < end):
-        touched.append(key)
+    for key in touched:
+        most = (end - 1 - key) // bt + 1
         for run, epoch in page_due[key]:
-            if run.epoch == epoch and run.admit_seq in core.running:
-                count = (end - 1 - key) // bt + 1
-                # pages while below the cap: the one at step key + i*bt holds token T0 + i*bt
-                count = min(count, -(-(run.cap - run.tokens_at(key)) // bt))
+            if run.epoch == epoch and run.admit_seq in running:
+                count = most
+                if capped:  # pages while below the cap: step key + i*bt's holds token T0 + i*bt
+                    count = min(most, -(-(run.cap - run.tokens_at(key)) // bt))
                 growing.append((run, key, count))
                 total += count
     return growing, touched, total
@@ -346,12 +347,12 @@ def grow_pages(
         uids = pinned_in_order(core, growing, steps)
     for key in touched:
         del page_due.due[key]
+    mem.add_pages((run.sess, count) for run, _, count in growing)
+    capped = core.budget is not None  # (no cap without a budget)
     for run, key, count in growing:
-        sess = run.sess
-        mem.add_units(sess, count, now, insert=False)
         last_step = key + (count - 1) * bt
-        sess.tokens = run.tokens_at(last_step) + 1
-        if run.tokens_at(last_step + bt) < run.cap:
+        run.sess.tokens = run.tokens_at(last_step) + 1
+        if not capped or run.tokens_at(last_step + bt) < run.cap:
             page_due.add(last_step + bt, run, run.epoch)
     if uids:
         gpu_policy.insert_many(uids, now, True)

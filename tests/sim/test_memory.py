@@ -207,3 +207,73 @@ def test_extents_of_gives_the_runs_of_consecutive_uids(uids, shift):
     long = uids + list(range(100, 100 + shift))
     assert extents_of(long) == runs(long)
     assert extents_of(np.asarray(long, dtype=np.int64)) == runs(long)
+
+
+@given(
+    st.lists(st.tuples(st.integers(0, 3), st.integers(-1, 5)), max_size=8),  # (session, pages)
+    st.integers(1, 3),  # units a page (layers)
+)
+def test_add_pages_is_add_units_without_telling_the_policy(grown, layers):
+    def fresh():
+        kv = [SessionKV(i, f"s{i}", 0) for i in range(4)]
+        view = UnitView(kv, PAGE, layers=layers)
+        pols = [
+            make_policy("lru", PolicyContext(tier=t, block_tokens=16, num_layers=32, view=view))
+            for t in (GPU, CPU)
+        ]
+        mem = TieredMemory(100 * PAGE, 0, pols[0], pols[1], view)
+        for s in kv:
+            mem.acquire(s, 0.0)  # running turns: their new pages enter pinned
+        return mem, kv
+
+    batch, kv_batch = fresh()
+    batch.add_pages((kv_batch[i], pages) for i, pages in grown)
+    one_by_one, kv_model = fresh()
+    for i, pages in grown:
+        one_by_one.add_units(kv_model[i], pages, 0.0, insert=False)
+    for a, b in zip(kv_batch, kv_model, strict=True):
+        assert a.tier == b.tier and a.tier_pages == b.tier_pages
+    assert batch.used == one_by_one.used and batch.peak_gpu_bytes == one_by_one.peak_gpu_bytes
+    assert batch.evictable == one_by_one.evictable
+
+
+class ScanningMemory(TieredMemory):
+    """Brings a session back by scanning its units, never by its one run of dropped units."""
+
+    def _dropped_run(self, sess: SessionKV) -> tuple[int, int] | None:
+        return None
+
+
+def twin_memory(cls: type[TieredMemory], policy: str, gpu_pages: int, cpu_pages: int):
+    kv = [SessionKV(i, f"s{i}", 0) for i in range(4)]
+    view = UnitView(kv, PAGE)
+    pols = [
+        make_policy(policy, PolicyContext(tier=t, block_tokens=16, num_layers=32, view=view))
+        for t in (GPU, CPU)
+    ]
+    return cls(gpu_pages * PAGE, cpu_pages * PAGE, pols[0], pols[1], view), kv
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.sampled_from(["lru", "fifo", "lfu", "clock", "sieve"]),
+    st.sampled_from([0, 3]),  # CPU pages: victims dropped, or demoted first
+    st.lists(st.tuples(st.integers(0, 3), st.integers(0, 4)), min_size=1, max_size=12),
+)
+def test_bringing_back_one_dropped_run_equals_the_scan(policy, cpu_pages, turns):
+    # turns of (session, new pages) on a small GPU: sessions come back with dropped runs, runs
+    # with holes, and CPU pages; both ways of bringing them back leave the same state
+    fast, kv_fast = twin_memory(TieredMemory, policy, 10, cpu_pages)
+    scan, kv_scan = twin_memory(ScanningMemory, policy, 10, cpu_pages)
+    for t, (s, new) in enumerate(turns):
+        if len(kv_fast[s].tier) + new > 10:
+            continue
+        got = [run_turn(m, kv[s], new, float(t)) for m, kv in ((fast, kv_fast), (scan, kv_scan))]
+        (b1, p1, r1), (b2, p2, r2) = got
+        assert (b1, p1, list(r1)) == (b2, p2, list(r2))
+        for a, b in zip(kv_fast, kv_scan, strict=True):
+            assert a.tier == b.tier and a.tier_pages == b.tier_pages
+        assert fast.used == scan.used and fast.evictable == scan.evictable
+    # the policies' order: everything evicted, in the same order
+    assert fast.make_room(10 * PAGE, 99.0) and scan.make_room(10 * PAGE, 99.0)
+    assert [a.tier for a in kv_fast] == [b.tier for b in kv_scan]

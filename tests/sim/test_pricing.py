@@ -63,6 +63,17 @@ def test_vector_and_scalar_decode_prices_are_the_iteration_price(cost):
             assert price(c) == v == cost.iteration(BatchShape.decode(seqs, c)).total_s
 
 
+@given(
+    cost=st.sampled_from([COST, WAVES]),
+    asks=st.lists(st.tuples(st.integers(0, 300), st.integers(0, 2_000_000)), max_size=30),
+)
+def test_the_pricers_decode_pricers_price_each_batch_size(cost, asks):
+    # one pricer asked of batch sizes in any order, again and again: each price is its own size's
+    pricer = Pricer(cost, PAGE, pipelining=True)
+    for seqs, ctx in asks:
+        assert pricer.decode_pricer(seqs)(ctx) == cost.decode_step_s(seqs, ctx)
+
+
 def test_recompute_pairs_by_hand():
     # pages of 16 tokens; the session held 40 tokens; pages 0 and 2 are recomputed:
     # page 0: 16 tokens at 0 -> 16 * (0 + 8) = 128; page 2: 8 tokens at 32 -> 8 * (32 + 4) = 288
