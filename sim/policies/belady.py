@@ -25,19 +25,118 @@ a smaller bucket's; so the order is (-next use, -bucket) between groups and -uid
 heap of the groups (an emptied group's entry skipped when it surfaces) gives it. The engine releases, pins and evicts a session's units together,
 and they share a next use: one group, so each of those is a list operation, not a heap operation a
 unit. (cachesim's objects have distinct next uses: a group each.) Pins: a pinned unit is no
-candidate; it rejoins with its next_access_s as it is at unpin.
+candidate; it rejoins with its next_access_s as it is at unpin. Which group holds a candidate is
+kept per session for the engine's uids (a byte a unit and the session's groups: a release, a pin
+or a batch of victims is a slice) and per uid for any other view's.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from heapq import heapify, heappop, heappush
-from itertools import repeat
 
 from sim.policies.base import Memoryless
 from sim.policies.registry import register
-from sim.units import UNIT_BITS, extents_of
+from sim.policies.structures import UnitSet, consume
+from sim.units import UNIT_BITS, UnitView, extents_of
 
 Group = tuple[float, int]  # (-next use, -bucket): the group's place in the order, smallest first
+
+
+class _UidGroups:
+    """Each candidate's group, a uid at a time: for any uids (cachesim's objects, a group each)."""
+
+    __slots__ = ("_of",)
+
+    def __init__(self) -> None:
+        self._of: dict[int, Group] = {}
+
+    def group_of(self, uid: int) -> Group | None:
+        return self._of.get(uid)
+
+    def group_of_all(self, uids) -> Group | None:
+        """The group of all of ``uids`` if they are all candidates of one group, else None."""
+        groups = list(map(self._of.get, uids))
+        g = groups[0]
+        return g if g is not None and groups.count(g) == len(groups) else None
+
+    def none_held(self, uids) -> bool:
+        return self._of.keys().isdisjoint(uids)
+
+    def add(self, g: Group, uids) -> None:
+        self._of.update(dict.fromkeys(uids, g))
+
+    def remove(self, g: Group, uids) -> None:
+        consume(map(self._of.__delitem__, uids))
+
+    def gone(self, g: Group) -> None:
+        """Group ``g`` has no candidates left."""
+
+    def __len__(self) -> int:
+        return len(self._of)
+
+    def __contains__(self, uid: int) -> bool:
+        return uid in self._of
+
+
+class _SessionGroups:
+    """The engine's candidates as a ``UnitSet`` (a byte a unit, per session) and, per session,
+    the groups holding them (a group is one session's: its key holds the bucket), so a session's
+    units that join or leave together are slices, not a dict entry a unit. A session's
+    candidates are nearly always one group (one release, one next use); with several, a uid's
+    group is found by a binary search of each group's sorted uids."""
+
+    __slots__ = ("_held", "_in", "_groups")
+
+    def __init__(self, groups: dict[Group, list[int]]) -> None:
+        self._held = UnitSet()
+        self._in: dict[int, list[Group]] = {}  # bucket -> its groups with candidates
+        self._groups = groups  # the policy's: group -> its uids, ascending
+
+    def group_of(self, uid: int) -> Group | None:
+        if uid not in self._held:
+            return None
+        gs = self._in[uid >> UNIT_BITS]
+        if len(gs) == 1:
+            return gs[0]
+        for g in gs:
+            members = self._groups[g]
+            i = bisect_left(members, uid)
+            if i < len(members) and members[i] == uid:
+                return g
+        raise AssertionError(f"candidate {uid} is in none of its session's groups")
+
+    def group_of_all(self, uids) -> Group | None:
+        """The group of all of ``uids`` if they are all candidates of one group, else None."""
+        gs = self._in.get(uids[0] >> UNIT_BITS)
+        if gs is None or len(gs) != 1 or self._held.count_in(uids) != len(uids):
+            return None
+        return gs[0]  # (all in the bucket's one group, so all of one session)
+
+    def none_held(self, uids) -> bool:
+        return self._held.count_in(uids) == 0
+
+    def add(self, g: Group, uids) -> None:
+        self._held.add_many(uids)
+        gs = self._in.setdefault(-g[1], [])
+        if g not in gs:
+            gs.append(g)
+
+    def remove(self, g: Group, uids) -> None:
+        self._held.discard_many(uids)
+
+    def gone(self, g: Group) -> None:
+        """Group ``g`` has no candidates left."""
+        gs = self._in[-g[1]]
+        gs.remove(g)
+        if not gs:
+            del self._in[-g[1]]
+
+    def __len__(self) -> int:
+        return len(self._held)
+
+    def __contains__(self, uid: int) -> bool:
+        return uid in self._held
 
 
 @register("belady")
@@ -49,7 +148,10 @@ class Belady(Memoryless):
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
         self._groups: dict[Group, list[int]] = {}  # group -> its uids, ascending (victim last)
-        self._where: dict[int, Group] = {}  # candidate -> its group
+        # candidate -> its group: the engine's uids by session, other uids one by one
+        self._where: _UidGroups | _SessionGroups = (
+            _SessionGroups(self._groups) if isinstance(self.view, UnitView) else _UidGroups()
+        )
         self._heap: list[Group] = []  # the groups (and groups since emptied), a heap
 
     def _group(self, uid: int) -> Group:
@@ -62,7 +164,7 @@ class Belady(Memoryless):
         g = self._group(uid)
         members = self._groups.get(g)
         if members is None or members[-1] < uid:  # (cachesim's objects: a new group each)
-            self._where[uid] = g
+            self._where.add(g, (uid,))
             if members is None:
                 self._new_group(g, [uid])
             else:
@@ -70,12 +172,12 @@ class Belady(Memoryless):
         else:
             self._join(g, [uid])
 
-    def _join(self, g: Group, uids: list[int]) -> None:
+    def _join(self, g: Group, uids) -> None:
         """``uids`` (ascending, none a candidate) become candidates of group ``g``."""
-        self._where.update(dict.fromkeys(uids, g))
+        self._where.add(g, uids)
         members = self._groups.get(g)
         if members is None:
-            self._new_group(g, uids)
+            self._new_group(g, list(uids))
         elif members[-1] < uids[0]:
             members.extend(uids)
         else:  # two sorted runs: one merge pass of the sort
@@ -89,20 +191,24 @@ class Belady(Memoryless):
             self._heap = list(self._groups)
             heapify(self._heap)
 
+    def _drop_group(self, g: Group) -> None:
+        del self._groups[g]
+        self._where.gone(g)
+
     def access(self, uid: int, now: float) -> None:
         if uid in self._where:  # a hit on a candidate (cachesim): its next use moved
             self._add(uid, now)
 
     def release(self, uids, now: float) -> None:
-        uids = sorted(uids) if not isinstance(uids, range) else list(uids)
+        if not isinstance(uids, range):
+            uids = sorted(uids)
         if not uids:
             return
-        where = self._where
         g = self._group(uids[0])
         if (
             uids[0] >> UNIT_BITS != uids[-1] >> UNIT_BITS
             or self._group(uids[-1]) != g
-            or not where.keys().isdisjoint(uids)
+            or not self._where.none_held(uids)
         ):
             for uid in uids:
                 self._add(uid, now)
@@ -111,34 +217,36 @@ class Belady(Memoryless):
 
     # -- no longer a candidate -------------------------------------------------------------------
     def _forget(self, uids) -> None:
-        uids = list(uids)
-        groups = list(map(self._where.pop, uids, repeat(None)))
-        if not groups:
+        if not isinstance(uids, range):
+            uids = list(uids)
+        if not uids:
             return
-        g = groups[0]
-        if g is None or groups.count(g) != len(groups):  # not all of one group's
-            for uid, h in zip(uids, groups, strict=True):
-                if h is not None:
-                    self._leave(h, {uid})
+        where = self._where
+        g = where.group_of_all(uids)
+        if g is not None:
+            where.remove(g, uids)
+            self._leave(g, uids)
             return
-        self._leave(g, uids)
+        for uid in uids:  # not all of one group's
+            self._discard(uid)
 
     def _discard(self, uid: int) -> None:
-        g = self._where.pop(uid, None)
+        g = self._where.group_of(uid)
         if g is not None:
+            self._where.remove(g, (uid,))
             members = self._groups[g]
             if len(members) == 1:
-                del self._groups[g]
+                self._drop_group(g)
             else:
-                members.remove(uid)
+                del members[bisect_left(members, uid)]  # (ascending)
 
     def _leave(self, g: Group, uids) -> None:
         """``uids`` (members of group ``g``, already out of ``_where``) leave it."""
         members = self._groups[g]
         if len(uids) == len(members):
-            del self._groups[g]
+            self._drop_group(g)
             return
-        gone = uids if isinstance(uids, set) else set(uids)
+        gone = set(uids)
         members[:] = [u for u in members if u not in gone]
 
     # -- the choice ------------------------------------------------------------------------------
@@ -166,12 +274,11 @@ class Belady(Memoryless):
             k = min(n, len(members))
             if k == len(members):
                 taken = members
-                del groups[g]
+                self._drop_group(g)
             else:
                 taken = members[-k:]
                 del members[-k:]
-            for uid in taken:
-                del where[uid]
+            where.remove(g, taken)
             out.append(taken)
             n -= k
         return out
@@ -182,9 +289,9 @@ class Belady(Memoryless):
             return None
         members = self._groups[g]
         uid = members.pop()
+        self._where.remove(g, (uid,))
         if not members:
-            del self._groups[g]
-        del self._where[uid]
+            self._drop_group(g)
         return uid
 
     def evict_bytes(self, nbytes: int, now: float) -> list[int]:

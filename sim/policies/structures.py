@@ -1346,3 +1346,98 @@ class ByteBudget:
     @property
     def c(self) -> int:
         return self.capacity if self.capacity is not None else self.hwm
+
+
+class UnitSet:
+    """A set of the engine's uids kept as a byte per unit: per session (``uid >> UNIT_BITS``) a
+    byte array by unit number, 1 for a member. A session's units that join or leave together
+    (a turn's release, a pin, a batch of victims) are one slice when consecutive, a numpy
+    scatter when scattered: no Python step a unit. A session's array goes with its last member.
+
+    The batch calls state what holds: ``add_many`` adds only non-members, ``discard_many`` takes
+    only members; ``count_in`` says which case a batch is."""
+
+    __slots__ = ("_flags", "_count", "_n")
+
+    def __init__(self) -> None:
+        self._flags: dict[int, bytearray] = {}  # session -> unit number -> 1 for a member
+        self._count: dict[int, int] = {}  # session -> its members
+        self._n = 0
+
+    @staticmethod
+    def _span(uids) -> tuple[int, int, int, bool] | None:
+        """(session, first unit number, stop, consecutive) of a non-empty batch of one session's
+        uids, else None."""
+        if type(uids) is range and uids.step == 1:
+            lo, hi = uids.start, uids.stop - 1
+        else:
+            lo, hi = min(uids), max(uids)
+        if lo >> UNIT_BITS != hi >> UNIT_BITS:
+            return None
+        consecutive = hi - lo == len(uids) - 1  # (distinct uids: lo..hi, each once)
+        return lo >> UNIT_BITS, lo & UNIT_MASK, (hi & UNIT_MASK) + 1, consecutive
+
+    def count_in(self, uids) -> int:
+        """How many of ``uids`` (distinct) are members."""
+        if not uids:
+            return 0
+        span = self._span(uids)
+        if span is None:
+            return sum(map(self.__contains__, uids))
+        session, lo, stop, consecutive = span
+        flags = self._flags.get(session)
+        if flags is None:
+            return 0
+        if consecutive:
+            return flags.count(1, lo, stop)
+        if len(flags) < stop:
+            return sum(map(self.__contains__, uids))
+        at = np.asarray(uids, dtype=np.int64) & UNIT_MASK
+        return int(np.frombuffer(flags, dtype=np.uint8)[at].sum())
+
+    def add_many(self, uids) -> None:
+        """``uids`` (distinct, none a member) become members."""
+        self._set(uids, 1)
+
+    def discard_many(self, uids) -> None:
+        """``uids`` (distinct, all members) stop being members."""
+        self._set(uids, 0)
+
+    def _set(self, uids, value: int) -> None:
+        if not uids:
+            return
+        span = self._span(uids)
+        if span is None:
+            for uid in uids:
+                self._set((uid,), value)
+            return
+        session, lo, stop, consecutive = span
+        flags = self._flags.get(session)
+        if flags is None:
+            flags = self._flags[session] = bytearray(stop)
+        elif len(flags) < stop:
+            flags.extend(bytes(stop - len(flags)))
+        k = len(uids)
+        if consecutive:
+            flags[lo:stop] = bytes((value,)) * k
+        elif k >= 64:
+            view = np.frombuffer(flags, dtype=np.uint8)
+            view[np.asarray(uids, dtype=np.int64) & UNIT_MASK] = value
+            del view  # (the array may grow again only once no view holds it)
+        else:
+            consume(map(flags.__setitem__, map(and_, uids, repeat(UNIT_MASK)), repeat(value, k)))
+        change = k if value else -k
+        self._n += change
+        left = self._count.get(session, 0) + change
+        if left:
+            self._count[session] = left
+        else:
+            del self._count[session], self._flags[session]
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __contains__(self, uid: int) -> bool:
+        flags = self._flags.get(uid >> UNIT_BITS)
+        unit = uid & UNIT_MASK
+        return flags is not None and unit < len(flags) and flags[unit] == 1

@@ -11,6 +11,7 @@ from test_batches import UniformView
 from test_contract import PAGE
 
 from sim.policies import PolicyContext, make_policy
+from sim.policies.belady import _SessionGroups
 from sim.units import Tier, uid_of
 
 SESSIONS = 3
@@ -46,13 +47,19 @@ ops = st.lists(
 
 
 @settings(max_examples=300, deadline=None)
-@given(ops, st.booleans())
-@example([("insert", 0, 6, 2.0), ("pin_one", 0, 3, 2.0), ("release", 0, 6, 2.0)], False)  # a merge
-def test_victims_are_the_largest_next_use_then_uid(calls, dropped):
+@given(ops, st.booleans(), st.booleans())
+@example([("insert", 0, 6, 2.0), ("pin_one", 0, 3, 2.0), ("release", 0, 6, 2.0)], False, False)
+@example([("insert", 0, 6, 2.0), ("pin_one", 0, 3, 2.0), ("release", 0, 6, 2.0)], False, True)
+@example([("insert", 0, 6, 2.0), ("pin_one", 0, 3, 2.0), ("acquire", 0, 6, 2.0)], False, True)
+def test_victims_are_the_largest_next_use_then_uid(calls, dropped, by_session):
+    """Both forms of the candidates' groups: by uid (any view's) and by session (the engine's,
+    which this view's uids are)."""
     view = UniformView()
     pol = make_policy(
         "belady", PolicyContext(tier=Tier.GPU, block_tokens=16, num_layers=32, view=view)
     )
+    if by_session:
+        pol._where = _SessionGroups(pol._groups)
     pol.drops_victims = dropped
     model = Model()
     members: set[int] = set()  # in the tier, pinned or not
@@ -92,5 +99,6 @@ def test_victims_are_the_largest_next_use_then_uid(calls, dropped):
             assert (sorted(got) == sorted(want)) if dropped else got == want
             members.difference_update(got)
         assert len(pol) == len(model.key)
+        assert all((uid in pol) == (uid in model.key) for uid in members)
         want_peek = max(model.key, key=model.key.__getitem__) if model.key else None
         assert pol.peek(0.0) == want_peek
