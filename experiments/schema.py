@@ -625,8 +625,9 @@ class StoreSpec(_Strict):
         AfterValidator(_no_duplicates),
     ] = Field(
         default=[STORE_DEFAULTS["policy"]],
-        description="its eviction policy: an online policy of plain objects (lru, fifo, lfu, "
-        "arc, clock, sieve, s3fifo, slru, twoq) or module:Class, or a list of them (a grid axis)",
+        description="its eviction policy: any online policy (those that read a conversation "
+        "read the store's view of a chunk's; not belady or cost-belady) or module:Class, or a "
+        "list of them (a grid axis)",
     )
     bandwidth_gb_s: float = Field(
         default=STORE_DEFAULTS["bandwidth_gb_s"],

@@ -301,9 +301,16 @@ class CacheSim:
     """
 
     def __init__(
-        self, policy: str | type[EvictionPolicy], capacity: int, *, ctx: PolicyContext | None = None
+        self,
+        policy: str | type[EvictionPolicy],
+        capacity: int,
+        *,
+        ctx: PolicyContext | None = None,
+        view: ObjectView | None = None,
     ) -> None:
-        self.view = ObjectView()
+        """``view``: what the policy may read of the objects beyond their sizes and times (an
+        ``ObjectView`` subclass, e.g. a KV store's chunks' sessions); a plain one by default."""
+        self.view = ObjectView() if view is None else view
         self.name, self.cls, self.policy, self.capacity = _make_policy(
             policy, capacity, ctx, self.view
         )

@@ -20,14 +20,15 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from sim.cachesim import CacheSim
+from sim.cachesim import CacheSim, ObjectView
 from sim.memory import CPU, DROPPED, GPU, SHARED, Tier, TieredMemory
-from sim.policies import policy_class
+from sim.policies import PolicyContext, policy_class
 from sim.pricing import NetworkLink, Prefill
 from sim.recovery import PageRecovery
 from sim.units import UNIT_BITS, UNIT_MASK, extents_of
 
 if TYPE_CHECKING:
+    from costmodels import CostModel
     from sim.prefix import SharedPrefixes
     from sim.scheduler import Scheduler
     from sim.turns import TurnRun
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
 _DROPPED_BYTE = bytes([DROPPED])
 _SHARED_BYTE = bytes([SHARED])
 _CHUNK_BITS = 24  # an object's id: session index << _CHUNK_BITS | chunk index
+_CHUNK_MASK = (1 << _CHUNK_BITS) - 1
 # When a replica writes to the store: when a turn completes (the whole context), when its KV is
 # dropped from the replica's last tier (the chunks it still holds whole), or both.
 STORE_WRITES = ("completion", "eviction", "both")
@@ -53,16 +55,11 @@ def check_number(key: str, value, above: float | None = None, at_least: float | 
         raise ValueError(f"{key}: must be a finite number {bound}, got {value!r}")
 
 
-# The policies that order plain objects (the ones libCacheSim has); the others order a session's
-# pages by what only the engine knows of them.
+# The policies that order plain objects (the ones libCacheSim has): they read nothing of a chunk
+# but its requests, so the store need not tell them what it knows of conversations.
 STORE_POLICIES = ("lru", "fifo", "lfu", "arc", "clock", "sieve", "s3fifo", "slru", "twoq")
-_NEEDS_A_UNITS_PLACE = (
-    "pensieve",
-    "pensieve-depth",
-    "pensieve-flat",
-    "pensieve-physics",
-    "predictive",
-)
+# Those that price a chunk with the cost model: the store builds them once a replica lends it one.
+_PRICED = ("pensieve", "pensieve-depth", "pensieve-flat", "pensieve-physics")
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,11 +86,11 @@ class StoreConfig:
             cls = policy_class(self.policy)
         except (KeyError, ValueError) as e:
             raise ValueError(f"cluster.store.policy: {e}") from None
-        if cls.offline or cls.reads_session or self.policy in _NEEDS_A_UNITS_PLACE:
+        if cls.offline:
             raise ValueError(
-                f"cluster.store.policy: {self.policy!r} reads what a stored chunk does not carry "
-                f"(next accesses, its session, its layer and position, or a lifetime model); "
-                f"the store takes one of {', '.join(STORE_POLICIES)} or a module:Class"
+                f"cluster.store.policy: {self.policy!r} reads what a stored chunk does not carry: "
+                f"its next access, which depends on where the router sends its conversation; the "
+                f"store takes an online policy"
             )
 
     @property
@@ -124,6 +121,42 @@ class StoreStats:
     drop_written_chunks: int = 0
 
 
+class StoreSession:
+    """What the store knows of a conversation it holds chunks of, under ``SessionKV``'s names (the
+    ones policies read): its trace index, id and priority, ``tokens``: the longest context its
+    requests have covered (a completed turn's context, the chunks written or read), and
+    ``next_turn``: its turns completed, as the replicas serving it know them."""
+
+    __slots__ = ("index", "next_turn", "priority", "session_id", "tokens")
+
+    def __init__(self, kv: SessionKV) -> None:
+        self.index, self.session_id, self.priority = kv.index, kv.session_id, kv.priority
+        self.next_turn = self.tokens = 0
+
+    def pages(self, block_tokens: int) -> int:
+        return -(-self.tokens // block_tokens)
+
+
+class StoreView(ObjectView):
+    """The store's objects as its policy reads them: object ``session << 24 | c`` is chunk c of
+    that session, its pages ``c * chunk_pages`` on, every layer of them; its session is the
+    store's ``StoreSession`` (None before the store has met it)."""
+
+    def __init__(self, chunk_pages: int) -> None:
+        super().__init__()
+        self.chunk_pages = chunk_pages
+        self.known: dict[int, StoreSession] = {}  # session index -> what the store knows of it
+
+    def session(self, uid: int) -> StoreSession | None:  # type: ignore[override]
+        return self.known.get(uid >> _CHUNK_BITS)
+
+    def first_page(self, uid: int) -> int:
+        return (uid & _CHUNK_MASK) * self.chunk_pages
+
+    def pages(self, uid: int) -> int:
+        return self.chunk_pages
+
+
 class SharedStore:
     """The store's contents: chunk objects under a byte capacity and a kvsim policy."""
 
@@ -145,10 +178,65 @@ class SharedStore:
                 f"cluster.store.capacity_gb: {cfg.capacity_gb} GB holds no chunk of "
                 f"{cfg.chunk_tokens} tokens ({self.chunk_bytes} bytes)"
             )
-        self.cache = CacheSim(cfg.policy, capacity)
+        self.capacity = capacity
+        self.view = StoreView(self.chunk_pages)
+        # Policies that order plain objects read only their requests' order; the others read a
+        # chunk's conversation, which the store hears of from the replicas' sessions (``serve``),
+        # and the times of requests (a drop's write is dated when its page drops).
+        self.plain = cfg.policy in STORE_POLICIES
+        self.reads_sessions = not self.plain
+        self._tables: list[dict[int, SessionKV]] = []  # the replicas' sessions, by index
+        self.cache: CacheSim | None = None  # a priced policy waits for a replica's cost model
+        if cfg.policy not in _PRICED:
+            self.cache = self._policy(None, 1)
         self.stats = StoreStats()
         self.version = 0  # changes whenever the contents do (memo of ``prefix_pages``)
         self._prefix: dict[int, tuple[int, int]] = {}  # session -> (version, stored chunks)
+
+    def _policy(self, cost: CostModel | None, layers: int) -> CacheSim:
+        """The store's policy over its objects: a victim is lost, so its price is a recompute
+        (no CPU tier behind the store); its unlearned lifetime model is the prior."""
+        ctx = PolicyContext(tier=GPU, block_tokens=self.block_tokens, num_layers=layers, cost=cost)
+        return CacheSim(self.cfg.policy, self.capacity, ctx=ctx, view=self.view)
+
+    def serve(self, sessions: dict[int, SessionKV], cost: CostModel) -> None:
+        """A replica in front of the store: the store reads what it knows of a conversation from
+        its ``sessions`` (each replica's ``Scheduler.kv``), and a priced policy is built with its
+        cost model (every replica has the same one)."""
+        if self.cache is None:
+            self.cache = self._policy(cost, cost.model.num_layers)
+        if self.reads_sessions and not any(t is sessions for t in self._tables):
+            self._tables.append(sessions)
+
+    def turns_done(self, session: int) -> int:
+        """The session's turns completed, as the replicas serving it know them: the most any of
+        them has seen (the one running it now, or the last to); -1 where none has it (or the
+        policy reads no session)."""
+        turns = -1
+        if self.reads_sessions:
+            for table in self._tables:
+                kv = table.get(session)
+                if kv is not None and kv.next_turn > turns:
+                    turns = kv.next_turn
+        return turns
+
+    def _meet(self, session: int, tokens: int, turns: int | None = None) -> None:
+        """Before a request of ``session`` covering ``tokens`` of its context: what the store
+        knows of it, brought up to date (``turns``: its turns completed when the request was
+        made, if not now)."""
+        if not self.reads_sessions:
+            return
+        known = self.view.known.get(session)
+        if known is None:
+            kv = next((t[session] for t in self._tables if session in t), None)
+            if kv is None:  # no replica has it (a store driven by hand)
+                return
+            known = self.view.known[session] = StoreSession(kv)
+        turns = self.turns_done(session) if turns is None else turns
+        if turns > known.next_turn:
+            known.next_turn = turns
+        if tokens > known.tokens:
+            known.tokens = tokens
 
     def _uid(self, session: int, chunk: int) -> int:
         return session << _CHUNK_BITS | chunk
@@ -157,6 +245,8 @@ class SharedStore:
         """Pages of the session's unbroken run of stored chunks from its start."""
         got = self._prefix.get(session)
         if got is None or got[0] != self.version:
+            if self.cache is None:  # nothing written yet
+                return 0
             cached, n = self.cache.cached, 0
             while self._uid(session, n) in cached:
                 n += 1
@@ -171,7 +261,9 @@ class SharedStore:
         frees a request's blocks tail first: a run of chunks that starts with a gap is of no
         use); hits first, so that a write does not evict the conversation's own chunks."""
         cache = self.cache
+        assert cache is not None, "the store's priced policy has no cost model yet (serve)"
         chunks = range(tokens // self.block_tokens // self.chunk_pages - 1, -1, -1)
+        self._meet(session, tokens)
         missing = []
         for chunk in chunks:
             uid = self._uid(session, chunk)
@@ -185,6 +277,7 @@ class SharedStore:
     def _insert(self, uid: int, now: float) -> None:
         """Write a chunk the store lacks: the policy admits it, evicting until it fits."""
         cache = self.cache
+        assert cache is not None
         before = len(cache.cached)
         cache.get(uid, self.chunk_bytes, math.inf, now)
         self.stats.written_chunks += 1
@@ -192,12 +285,16 @@ class SharedStore:
         self.stats.evicted_chunks += before + 1 - len(cache.cached)
         self.version += 1
 
-    def write_dropped(self, session: int, chunks: list[int], now: float) -> None:
+    def write_dropped(
+        self, session: int, chunks: list[int], now: float, turns: int | None = None
+    ) -> None:
         """A replica drops pages of these whole chunks of the session (each held whole on the
         replica until now), in the order it drops them: each chunk the store lacks is written (an
         insert that may evict); one it holds is left alone, with no hit for its policy (the
         replica asks whether it is there, which is no use of it)."""
+        assert self.cache is not None, "the store's priced policy has no cost model yet (serve)"
         cached = self.cache.cached
+        self._meet(session, (max(chunks) + 1) * self.cfg.chunk_tokens if chunks else 0, turns)
         for chunk in chunks:
             uid = self._uid(session, chunk)
             if uid not in cached:
@@ -209,7 +306,10 @@ class SharedStore:
         """A replica loads these pages (indices under ``prefix_pages``): the lookup walked the
         chunks from the session's first to the last it loads from, each a hit (tail first, as
         ``write``)."""
-        for chunk in range(int(pages[-1]) // self.chunk_pages, -1, -1):
+        assert self.cache is not None
+        last = int(pages[-1]) // self.chunk_pages
+        self._meet(session, (last + 1) * self.cfg.chunk_tokens)
+        for chunk in range(last, -1, -1):
             hit = self.cache.get(self._uid(session, chunk), self.chunk_bytes, math.inf, now)
             assert hit, "a chunk of the stored run is missing"
         self.stats.loaded_bytes += len(pages) * self.page_bytes
@@ -225,6 +325,7 @@ class StoreRecovery(PageRecovery):
         super().__init__(core)
         self.store = store
         self.hits = hits
+        store.serve(core.kv, core.cost)
 
     def stored_dropped_pages(self, sess: SessionKV) -> int:
         """The session's dropped pages that the store would send now (all full pages)."""
@@ -291,13 +392,17 @@ class DropWriting(TieredMemory):
     store: SharedStore
     sched: Scheduler
     now: float
-    pending: list[tuple[int, list[int], float]]  # (session, chunks, when) dropped, not yet sent
+    # (session, chunks, when, its turns completed then) dropped, not yet sent
+    pending: list[tuple[int, list[int], float, int]]
 
     @classmethod
     def attach(cls, mem: TieredMemory, store: SharedStore, sched: Scheduler) -> None:
         mem.__class__ = cls
         assert isinstance(mem, cls)
         mem.store, mem.sched, mem.now, mem.pending = store, sched, 0.0, []
+        store.serve(sched.kv, sched.cost)
+        if not store.plain:  # a decode span's drops in one call would be dated at its start;
+            sched.grows_in_bulk = False  # the store's policy reads each drop's own time
 
     # every path that drops a page passes through one of these with the moment it happens
     def make_room(self, nbytes: int, now: float) -> bool:
@@ -351,7 +456,10 @@ class DropWriting(TieredMemory):
                     seen.add((sess.index, chunk))
                     chunks.append(chunk)
             if chunks:
-                self.pending.append((sess.index, chunks, self.now))
+                # with the session's turns completed at the drop, not at the flush (a completion
+                # may come between)
+                turns = self.store.turns_done(sess.index)
+                self.pending.append((sess.index, chunks, self.now, turns))
 
     def flush(self) -> None:
         """The writes of the drops since the last flush reach the store, in the order of the
@@ -359,8 +467,8 @@ class DropWriting(TieredMemory):
         of the turns it admits: a lookup keeps what it found until it is loaded, as LMCache's
         does), after a decode span, and after any other event of it."""
         if self.pending:
-            for session, chunks, now in self.pending:
-                self.store.write_dropped(session, chunks, now)
+            for session, chunks, now, turns in self.pending:
+                self.store.write_dropped(session, chunks, now, turns)
             self.pending.clear()
 
     @staticmethod
