@@ -83,6 +83,23 @@ class _Held:
         self.uid, self.m, self.tau = uid, m, tau
 
 
+def _consecutive_tail(uids: list[int], n: int) -> int:
+    """How many of the last entries of the increasing list ``uids`` (at most ``n``, at least 1)
+    are consecutive integers: in an increasing list of integers, uids[-k] == uids[-1] - k + 1
+    says the k last are."""
+    last = uids[-1]
+    lo, hi = 1, min(n, len(uids))
+    if uids[-hi] == last - hi + 1:
+        return hi
+    while hi - lo > 1:  # uids[-lo] is in the tail, uids[-hi] is not
+        mid = (lo + hi) // 2
+        if uids[-mid] == last - mid + 1:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
 class _First:
     """A page's first candidate as ``_settle`` found it in ``evict_bytes``: its uid and true cost,
     the page's time, depth and r_p."""
@@ -124,7 +141,7 @@ class PensieveDepth(PensievePhysics):
         self._held: _Held | None = None
         self._listed: dict[int, list[int]] = {}  # while holding: page -> its candidates
         self._first: _First | None = None  # while holding: the victim's page's first candidate
-        self._cost = 0.0  # while holding: the victim's cost
+        self._cost = self._tau = 0.0  # while holding: the victim's cost and time
 
     # -- the cost ----------------------------------------------------------------------------------
     def page_depth(self, page_uid: int) -> int:
@@ -226,8 +243,11 @@ class PensieveDepth(PensievePhysics):
                 uid = held.uid
             else:  # the minimum stays ``uid``: the held one takes its true cost, behind it
                 kin.add(held.uid, held.m, held.tau, now)
-        if self._hold:
-            self._cost = held.m if held is not None and uid == held.uid else kin.cost_of(uid)
+        if self._hold:  # the victim's place in its group's order
+            if held is not None and uid == held.uid:
+                self._cost, self._tau = held.m, held.tau
+            else:
+                self._cost, self._tau = kin.cost_of(uid), kin.tau_of(uid)
         kin.discard(uid)
         if self._drops:
             L = self._layers
@@ -366,7 +386,12 @@ class PensieveDepth(PensievePhysics):
                 out.append(uid)
                 nbytes -= size
                 first = self._first
-                if nbytes > 0 and first is not None and (first.cost, first.uid) < (self._cost, uid):
+                if (
+                    nbytes > 0
+                    and first is not None
+                    and first.tau == self._tau  # one group: its order is (cost, uid)
+                    and (first.cost, first.uid) < (self._cost, uid)
+                ):
                     run = self._page_run(first, -(-nbytes // size))
                     out += run
                     nbytes -= len(run) * size
@@ -382,7 +407,7 @@ class PensieveDepth(PensievePhysics):
 
     def _page_run(self, first: _First, n: int) -> list[int]:
         """Up to ``n`` victims of one page in a row, from ``first``, its first candidate, which
-        comes before the victim just taken (one group: by cost, then uid). That victim came
+        comes before the victim just taken (of its time, so of its group: by cost, then uid). That victim came
         before every other candidate, so ``first`` is the minimum, with no comparison in the
         tournament; and so on while each next first candidate comes before the one taken before
         it (a page drops layer after layer at one cost, r_p). The page's depth, stale mark and
@@ -395,7 +420,24 @@ class PensieveDepth(PensievePhysics):
         stale, pending = self._stale, self._pending
         taken: list[int] = []
         nxt: int | None = None
-        while True:
+        if r != 0.0 and h == members[-1] and L - 1 - (h - page) > d:
+            # The usual run: ``first`` is the page's shallowest candidate, above the depth; each
+            # next one is the shallowest left, and comes first while its layer is one deeper
+            # (cost r_p, a lower uid); one further off costs 2 r_p or more and ends the run.
+            k = _consecutive_tail(members, n)
+            taken = members[-1 : -k - 1 : -1]
+            del members[-k:]
+            d = pending[page] = L - 1 - (taken[-1] - page)
+            if members:
+                nxt = members[-1]
+                m = L - 1 - (nxt - page)
+                cost = (m - d) * r
+            if len(members) > 1:
+                stale.add(page)
+            else:
+                stale.discard(page)
+            n = len(taken)  # a settled page: the loop below stops at once
+        while n > len(taken):
             taken.append(h)
             if members[-1] == h:
                 members.pop()

@@ -10,12 +10,12 @@ from __future__ import annotations
 import functools
 from fractions import Fraction
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from costmodels import cost_model, recompute_s
 from sim.policies import PolicyContext
-from sim.policies.pensieve_depth import PensieveDepth
+from sim.policies.pensieve_depth import PensieveDepth, _consecutive_tail
 from sim.units import SessionKV, Tier, UnitView, uid_of
 
 COST = cost_model("llama-3-8b", "h100-sxm")
@@ -90,8 +90,13 @@ OPS = st.lists(
 )
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(st.sampled_from([2, 4, 8]), st.lists(st.integers(1, 4 * BT), min_size=3, max_size=3), OPS)
+@example(  # a page's last layer released alone, earlier: its victim is not of its page's time
+    8,
+    [1, 1, 17],
+    [("release", 2, 0.5, 6 | 1 << 10), ("release", 2, 0.0, 1), ("evict", 0, 0.0, 1)],
+)
 def test_page_runs_are_the_minima_one_at_a_time(layers, tokens, ops):
     worlds = []
     for cls in (PensieveDepth, OneByOne):
@@ -140,10 +145,19 @@ def test_page_runs_are_the_minima_one_at_a_time(layers, tokens, ops):
                 out = pol.evict_bytes(n * UNIT, now) if kind == "evict" else [pol.evict(now)]
                 if out == [None]:
                     out = []
-                assert out == want, (type(pol).__name__, now, n)
+                assert out == want, (type(pol).__name__, now, n, out, want)
                 for v in out:
                     kv[v >> 24].tier[v & 0xFFFFFF] = Tier.DROPPED
             outs.append(out)
             states.append(state(pol))
         assert outs[0] == outs[1]
         assert states[0] == states[1]
+
+
+@given(st.lists(st.integers(0, 40), min_size=1, unique=True), st.integers(1, 50))
+def test_consecutive_tail_is_the_plain_count(uids, n):
+    uids.sort()
+    k = 1
+    while k < min(n, len(uids)) and uids[-k - 1] == uids[-k] - 1:
+        k += 1
+    assert _consecutive_tail(uids, n) == k
