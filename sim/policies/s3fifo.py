@@ -77,16 +77,14 @@ class S3FIFO(EvictionPolicy):
     run_form: ClassVar[type[S3FIFO] | None] = None
 
     def __new__(cls, ctx=None, *args, **kwargs):
-        # Where every unit is one page of all layers (the engine's block units), the queues are
-        # kept as runs (``RunS3FIFO``); not in a tier that takes demotions in (``take_in`` enters
-        # its units one at a time), nor at layer_block units, where a session's units are split
-        # between S and M and its batches are found one uid at a time.
+        # Where every unit has one size (the engine's block and layer_block units), the queues
+        # are kept as runs (``RunS3FIFO``): a session's units, of every layer, are consecutive
+        # uids. Not in a tier that takes demotions in (``take_in`` enters its units one at a time).
         view = getattr(ctx, "view", None)
         if (
             cls is S3FIFO
             and S3FIFO.run_form is not None
             and getattr(view, "unit_bytes", None)
-            and getattr(view, "layers", 1) == 1
             and getattr(ctx, "tier", None) != Tier.CPU
         ):
             cls = S3FIFO.run_form

@@ -57,6 +57,17 @@ class Twins(TwinDriver):
                 self.state.update(dict.fromkeys(uids, "cand"))
 
 
+def test_s3fifo_keeps_runs_where_units_have_one_size_outside_the_cpu_tier():
+    """Block and layer_block units alike (a session's units of every layer are consecutive
+    uids); the run form reads no layer."""
+    for layers in (1, 32):
+        view = OneSizeView(True)
+        view.layers = layers  # type: ignore[attr-defined]
+        for tier, form in ((Tier.GPU, RunS3FIFO), (Tier.CPU, S3FIFO)):
+            ctx = PolicyContext(tier=tier, block_tokens=16, num_layers=32, view=view)
+            assert type(S3FIFO(ctx)) is form, (layers, tier)
+
+
 @settings(max_examples=600, deadline=None)
 @given(OPS, st.sampled_from([None, 6, 20, 45]), st.sampled_from([Tier.GPU, Tier.CPU]))
 def test_s3fifo_on_runs_equals_s3fifo_per_unit(ops, capacity, tier):
