@@ -546,7 +546,7 @@ class RunARC(StretchTakeIn, ARC):
         """Units inserted pinned, none of them a ghost (a decode span's new pages, listed step by
         step across sessions): they join the pinned set as joined runs (its order is unused).
         False, and nothing done, if one is a ghost."""
-        ordered = join_extents(sorted(runs))
+        ordered = join_extents(sorted(runs)) if len(runs) > 1 else runs
         b1, b2 = self._b1, self._b2
         sessions = list(split_at_sessions(ordered))
         buckets = {a >> UNIT_BITS for a, _ in sessions}
@@ -700,16 +700,17 @@ class RunARC(StretchTakeIn, ARC):
         out: list[tuple[int, int]] = []
         left = -(-nbytes // u)
         while left > 0:
-            t1b, t2b, b1b, b2b = self._bytes()
+            n1, n2, g1, g2 = len(t1), len(t2), len(b1), len(b2)
+            t1b, t2b, b1b, b2b = n1 * u, n2 * u, g1 * u, g2 * u
             total = t1b + t2b + b1b + b2b
             k = left
             trim = 0
             if t1b + b1b > c:  # case IV, incoming size 0
                 if b1b > 0:
                     trim = 1  # each victim leaves T1 + B1 one unit smaller
-                    k = min(k, _steps_above(t1b + b1b, c, u))
+                    k = min(k, (t1b + b1b - c + u - 1) // u)  # (_steps_above, c an int)
                 elif t1b:  # T1 >= c: T1's LRU goes, no ghost, while T1 > c
-                    k = min(k, _steps_above(t1b, c, u))
+                    k = min(k, (t1b - c + u - 1) // u)
                     out += join_extents(t1.pop_runs(k))
                     self._budget.shrink(k * u)
                     left -= k
@@ -731,22 +732,22 @@ class RunARC(StretchTakeIn, ARC):
             if lst == 0:
                 break
             if lst == 1:
-                k = min(k, len(t1))
+                k = min(k, n1)
                 if t2b:  # T1 stays above p
                     k = min(k, _steps_above(t1b, p, u))
                 if trim == 2:  # B2 runs out
-                    k = min(k, len(b2))
+                    k = min(k, g2)
             else:
-                k = min(k, len(t2))
+                k = min(k, n2)
                 if trim == 1:  # B1 runs out
-                    k = min(k, len(b1))
+                    k = min(k, g1)
                 elif trim == -1:  # the first ghost in B2 starts its trims
                     k = 1
             victims = join_extents((t1 if lst == 1 else t2).pop_runs(k))
             ghosts = b1 if lst == 1 else b2
             trimmed = b1 if trim == 1 else b2 if trim == 2 else None
             if trimmed is ghosts:  # a pop then a push, k times, keeps its length: FIFO
-                ghosts.push_runs(victims, len(ghosts))
+                ghosts.push_runs(victims, g1 if lst == 1 else g2)
             else:
                 if trimmed is not None:
                     trimmed.forget(k)

@@ -402,6 +402,8 @@ def distinct_runs(uids) -> list[tuple[int, int]] | None:
     if isinstance(uids, range):
         return [(uids.start, uids.stop)] if uids.step == 1 else None
     runs = runs_in_order(uids)
+    if len(runs) < 2:
+        return runs
     ordered = sorted(runs)
     if any(s > a for (_, s), (a, _) in zip(ordered, ordered[1:], strict=False)):
         return None
