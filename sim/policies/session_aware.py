@@ -26,24 +26,26 @@ from __future__ import annotations
 
 from bisect import bisect_left, insort
 from collections import Counter
-from itertools import repeat
 
 import numpy as np
 
 from sim.policies.base import Memoryless
 from sim.policies.registry import register
-from sim.policies.structures import LazyHeap, consume
+from sim.policies.structures import LazyHeap, UnitSet
 from sim.units import UNIT_BITS, UNIT_MASK, UnitView, extents_of
 
 
 class _Sess:
-    __slots__ = ("a", "cand", "index", "times")
+    __slots__ = ("a", "cand", "index", "times", "when")
 
     def __init__(self, index: int) -> None:
         self.index = index
         self.cand: list[int] = []  # candidate uids, sorted: the next victim last
         self.times: dict[float, int] = {}  # last-use time -> units with it
         self.a = -float("inf")
+        # the engine's uids: each candidate's time, kept only while they have more than one
+        # (with one, it is ``a``)
+        self.when: dict[int, float] | None = None
 
 
 @register("session-aware")
@@ -55,11 +57,14 @@ class SessionAware(Memoryless):
         super().__init__(ctx)
         self._sessions: dict[int, _Sess] = {}  # session index -> state
         self._order = LazyHeap()  # session index keyed (a_s, index)
-        self._where: dict[int, tuple[_Sess, float]] = {}  # uid -> (session, its time)
         view = self.view
         # The engine's uids carry their session and page, so the in-session order is the uid's
         # (one layer) or a number made of it; another view is asked for page and layer.
         self._engine_uids = isinstance(view, UnitView)
+        # The candidates: the engine's a byte a unit per session (a session's units come and go
+        # together: slices), with their times on the session; any other view's by uid.
+        self._held = UnitSet()
+        self._where: dict[int, tuple[_Sess, float]] = {}  # uid -> (session, its time)
         if self._engine_uids and view.layers == 1:
             self._key = None
         elif self._engine_uids:
@@ -73,7 +78,7 @@ class SessionAware(Memoryless):
         self._put(uid, min(now, self.view.last_access_s(uid)))
 
     def access(self, uid: int, now: float) -> None:
-        if uid in self._where:  # a hit on a candidate (cachesim): the session is used now
+        if uid in self:  # a hit on a candidate (cachesim): the session is used now
             self._discard(uid)
             self._put(uid, now)
 
@@ -85,23 +90,54 @@ class SessionAware(Memoryless):
             s = self._sessions[idx] = _Sess(idx)
         return s
 
+    # -- the candidates' sessions and times ------------------------------------------------------
+    def _entry(self, uid: int) -> tuple[_Sess, float] | None:
+        """(session, time) of a candidate, None for any other uid."""
+        if not self._engine_uids:
+            return self._where.get(uid)
+        if uid not in self._held:
+            return None
+        s = self._sessions[self.view.session(uid).index]
+        return s, (s.a if s.when is None else s.when[uid])
+
+    def _hold(self, s: _Sess, uids, a: float) -> None:
+        """``uids`` (none a candidate; not yet in ``s.cand`` nor ``s.times``) become candidates
+        of ``s`` with time ``a``."""
+        if not self._engine_uids:
+            self._where.update(dict.fromkeys(uids, (s, a)))
+            return
+        self._held.add_many(uids)
+        if s.when is None and s.times and a not in s.times:  # a second time: list them
+            s.when = dict.fromkeys(s.cand, s.a)
+        if s.when is not None:
+            s.when.update(dict.fromkeys(uids, a))
+
+    def _unhold(self, s: _Sess, uids) -> list[float]:
+        """``uids`` (candidates of ``s``) stop being candidates: their times."""
+        if not self._engine_uids:
+            return [e[1] for e in map(self._where.pop, uids)]
+        self._held.discard_many(uids)
+        if s.when is None:
+            return [s.a] * len(uids)
+        return list(map(s.when.pop, uids))
+
     def _put(self, uid: int, a: float) -> None:
-        if uid in self._where:
+        if uid in self:
             self._discard(uid)
         s = self._state(uid)
+        self._hold(s, (uid,), a)
         insort(s.cand, uid, key=self._key)
         s.times[a] = s.times.get(a, 0) + 1
-        self._where[uid] = (s, a)
         if len(s.cand) == 1 or a > s.a:
             s.a = a
             self._order.push(s.index, (a, s.index))
 
     def _discard(self, uid: int) -> None:
-        entry = self._where.pop(uid, None)
+        entry = self._entry(uid)
         if entry is not None:
             s = entry[0]
             self._unlist(s.cand, uid)
-            self._untime(s, [entry[1]])
+            self._untime(s, self._unhold(s, (uid,)))
 
     def _unlist(self, cand: list[int], uid: int) -> None:
         """Take ``uid`` out of ``cand`` (its first occurrence). The engine's keys are distinct per
@@ -130,9 +166,12 @@ class SessionAware(Memoryless):
         if not s.cand:
             del self._sessions[s.index]
             self._order.discard(s.index)
-        elif top_gone:
+            return
+        if top_gone:
             s.a = max(times)
             self._order.push(s.index, (s.a, s.index))
+        if s.when is not None and len(times) == 1:  # one time again: it is ``a``
+            s.when = None
 
     # -- batches: a session's units at once ------------------------------------------------------
     def _one_session(self, uids) -> bool:
@@ -150,7 +189,7 @@ class SessionAware(Memoryless):
             return
         a = min(now, self.view.last_access_s(uids[0]))  # the engine's: its session's last use
         s = self._state(uids[0])
-        self._where.update(dict.fromkeys(uids, (s, a)))
+        self._hold(s, uids, a)
         s.times[a] = s.times.get(a, 0) + len(uids)
         fresh = not s.cand
         s.cand = self._sorted(uids) if fresh else self._sorted(s.cand + list(uids))
@@ -162,7 +201,11 @@ class SessionAware(Memoryless):
         """Is none of one session's ``uids`` a candidate? A session with no candidates (the usual
         release: its units were pinned) holds none, with no look-up per unit."""
         sess = self.view.session(uids[0])
-        return sess.index not in self._sessions or self._where.keys().isdisjoint(uids)
+        if sess.index not in self._sessions:
+            return True
+        if self._engine_uids:
+            return self._held.count_in(uids) == 0
+        return self._where.keys().isdisjoint(uids)
 
     def _sorted(self, uids) -> list[int]:
         """The engine's ``uids`` in ``cand``'s order (the next victim last)."""
@@ -172,24 +215,30 @@ class SessionAware(Memoryless):
         return cand[np.argsort(self._key(cand), kind="stable")].tolist()
 
     def _forget(self, uids) -> None:
-        uids = list(uids)
-        where = self._where
-        entries = list(map(where.pop, uids, repeat(None)))
-        if not entries:
+        if not isinstance(uids, range):
+            uids = list(uids)
+        if not uids:
             return
-        first = entries[0]
-        if first is None or entries.count(first) != len(entries):  # not one session's units
-            where.update((u, e) for u, e in zip(uids, entries, strict=True) if e is not None)
+        entry = self._entry(uids[0])
+        if entry is None or not self._all_of(entry[0], uids):  # not one session's candidates
             for uid in uids:
                 self._discard(uid)
             return
-        s = first[0]
+        s = entry[0]
+        ts = self._unhold(s, uids)
         if len(uids) == len(s.cand):
             s.cand = []
         else:
             gone = set(uids)
             s.cand = [u for u in s.cand if u not in gone]
-        self._untime(s, [first[1]] * len(uids))
+        self._untime(s, ts)
+
+    def _all_of(self, s: _Sess, uids) -> bool:
+        """Are all of ``uids`` candidates of ``s``?"""
+        if self._engine_uids:
+            return self._one_session(uids) and self._held.count_in(uids) == len(uids)
+        where = self._where
+        return all(e is not None and e[0] is s for e in map(where.get, uids))
 
     # -- the choice ------------------------------------------------------------------------------
     def peek(self, now: float) -> int | None:
@@ -200,7 +249,7 @@ class SessionAware(Memoryless):
         """Evict ``n`` units (fewer when the candidates run out): each session's share, as the
         slice of its ``cand`` it lost (ascending; the victims went from its end)."""
         out = []
-        order, sessions, where = self._order, self._sessions, self._where
+        order, sessions = self._order, self._sessions
         while n > 0:
             idx = order.min()
             if idx is None:
@@ -209,13 +258,7 @@ class SessionAware(Memoryless):
             k = min(n, len(s.cand))
             taken = s.cand[-k:]
             del s.cand[-k:]
-            if len(s.times) == 1:  # one last-use time in the session: each unit's is s.a
-                consume(map(where.__delitem__, taken))
-                ts = [s.a] * k
-            else:
-                entries = list(map(where.pop, taken))
-                ts = [e[1] for e in entries]
-            self._untime(s, ts)
+            self._untime(s, self._unhold(s, taken))
             out.append(taken)
             n -= k
         return out
@@ -241,7 +284,7 @@ class SessionAware(Memoryless):
         return out
 
     def __len__(self) -> int:
-        return len(self._where)
+        return len(self._held) if self._engine_uids else len(self._where)
 
     def __contains__(self, uid: int) -> bool:
-        return uid in self._where
+        return uid in self._held if self._engine_uids else uid in self._where
