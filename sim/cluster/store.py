@@ -208,34 +208,24 @@ class SharedStore:
         if self.reads_sessions and not any(t is sessions for t in self._tables):
             self._tables.append(sessions)
 
-    def turns_done(self, session: int) -> int:
-        """The session's turns completed, as the replicas serving it know them: the most any of
-        them has seen (the one running it now, or the last to); -1 where none has it (or the
-        policy reads no session)."""
-        turns = -1
-        if self.reads_sessions:
-            for table in self._tables:
-                kv = table.get(session)
-                if kv is not None and kv.next_turn > turns:
-                    turns = kv.next_turn
-        return turns
-
-    def _meet(self, session: int, tokens: int, turns: int | None = None) -> None:
+    def _meet(self, session: int, tokens: int) -> None:
         """Before a request of ``session`` covering ``tokens`` of its context: what the store
-        knows of it, brought up to date (``turns``: its turns completed when the request was
-        made, if not now)."""
+        knows of it, brought up to date. Its turns completed are the most any replica serving it
+        has seen (the one running it now, or the last to). A drop's write reaches the store
+        before that count changes: a replica flushes its drops before a turn is delivered to it,
+        and a completion is an event of its own, after the flush of the iteration's drops."""
         if not self.reads_sessions:
             return
         known = self.view.known.get(session)
-        if known is None:
-            kv = next((t[session] for t in self._tables if session in t), None)
-            if kv is None:  # no replica has it (a store driven by hand)
-                return
-            known = self.view.known[session] = StoreSession(kv)
-        turns = self.turns_done(session) if turns is None else turns
-        if turns > known.next_turn:
-            known.next_turn = turns
-        if tokens > known.tokens:
+        for table in self._tables:
+            kv = table.get(session)
+            if kv is None:
+                continue
+            if known is None:
+                known = self.view.known[session] = StoreSession(kv)
+            if kv.next_turn > known.next_turn:
+                known.next_turn = kv.next_turn
+        if known is not None and tokens > known.tokens:  # (None: no replica has it)
             known.tokens = tokens
 
     def _uid(self, session: int, chunk: int) -> int:
@@ -285,16 +275,14 @@ class SharedStore:
         self.stats.evicted_chunks += before + 1 - len(cache.cached)
         self.version += 1
 
-    def write_dropped(
-        self, session: int, chunks: list[int], now: float, turns: int | None = None
-    ) -> None:
+    def write_dropped(self, session: int, chunks: list[int], now: float) -> None:
         """A replica drops pages of these whole chunks of the session (each held whole on the
         replica until now), in the order it drops them: each chunk the store lacks is written (an
         insert that may evict); one it holds is left alone, with no hit for its policy (the
         replica asks whether it is there, which is no use of it)."""
         assert self.cache is not None, "the store's priced policy has no cost model yet (serve)"
         cached = self.cache.cached
-        self._meet(session, (max(chunks) + 1) * self.cfg.chunk_tokens if chunks else 0, turns)
+        self._meet(session, (max(chunks) + 1) * self.cfg.chunk_tokens if chunks else 0)
         for chunk in chunks:
             uid = self._uid(session, chunk)
             if uid not in cached:
@@ -392,8 +380,7 @@ class DropWriting(TieredMemory):
     store: SharedStore
     sched: Scheduler
     now: float
-    # (session, chunks, when, its turns completed then) dropped, not yet sent
-    pending: list[tuple[int, list[int], float, int]]
+    pending: list[tuple[int, list[int], float]]  # (session, chunks, when) dropped, not yet sent
 
     @classmethod
     def attach(cls, mem: TieredMemory, store: SharedStore, sched: Scheduler) -> None:
@@ -456,10 +443,7 @@ class DropWriting(TieredMemory):
                     seen.add((sess.index, chunk))
                     chunks.append(chunk)
             if chunks:
-                # with the session's turns completed at the drop, not at the flush (a completion
-                # may come between)
-                turns = self.store.turns_done(sess.index)
-                self.pending.append((sess.index, chunks, self.now, turns))
+                self.pending.append((sess.index, chunks, self.now))
 
     def flush(self) -> None:
         """The writes of the drops since the last flush reach the store, in the order of the
@@ -467,8 +451,8 @@ class DropWriting(TieredMemory):
         of the turns it admits: a lookup keeps what it found until it is loaded, as LMCache's
         does), after a decode span, and after any other event of it."""
         if self.pending:
-            for session, chunks, now, turns in self.pending:
-                self.store.write_dropped(session, chunks, now, turns)
+            for session, chunks, now in self.pending:
+                self.store.write_dropped(session, chunks, now)
             self.pending.clear()
 
     @staticmethod
