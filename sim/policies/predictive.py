@@ -38,7 +38,7 @@ from __future__ import annotations
 
 from collections import deque
 from heapq import heapify, heappop, heappush
-from itertools import repeat
+from itertools import accumulate, repeat
 
 from sim.lifetime import LifetimePredictor
 from sim.policies.base import EvictionPolicy, Memoryless
@@ -341,43 +341,55 @@ class Predictive(Memoryless):
         victims as slices of runs in eviction order. A head's score does not rise with time, so
         while it heads its bucket its score lies between its score at the plan's last time
         (``lower``) and its score at any earlier time (``upper``, kept with the rest of its key):
-        the bucket of the least upper key holds the minimum unless another bucket's lower score
-        reaches that key's score, and only then are those buckets scored at ``now``. (The slack
-        covers a wobble of a few ulps in the float log and erfc.) Within a span's milliseconds
-        the scores barely move, so most choices score nothing."""
+        the bucket of the least upper key holds the minimum at every time of the plan unless
+        another bucket's lower score reaches that key's score (a slack covers a wobble of a few
+        ulps in the float log and erfc). Then its run's units are the next victims, whatever
+        their times, until it is used up; else those buckets are scored at the time of the next
+        victim, and its run gives that time's victims. Within a span's milliseconds the scores
+        barely move, so most runs are taken whole, scoring nothing."""
         heaps, score = self._heaps, self._score
-        last = plan[-1][0]
-        heads = self._heads(plan[0][0])
+        times = [now for now, _ in plan]
+        ends = list(accumulate(n for _, n in plan))  # victims taken by the end of each time
+        last, total = times[-1], ends[-1]
+        heads = self._heads(times[0])
         upper = {b: key for b, (key, _) in heads.items()}
         lower = {b: score[b](last - key[1]) for b, key in upper.items()}
         runs = {b: run for b, (_, run) in heads.items()}
         self._now = -float("inf")  # the cached heads go stale here: the next call scores anew
         out: list[list[int] | range] = []
-        for now, n in plan:
-            while n > 0 and upper:
-                b = min(upper, key=upper.__getitem__)
-                bound = upper[b][0] * _SLACK
-                rivals = [c for c, lo in lower.items() if lo <= bound]
-                if rivals != [b]:  # which is least depends on now: score them there
-                    if b not in rivals:
-                        rivals.append(b)
-                    for c in rivals:
-                        _, a, seq = upper[c]
-                        upper[c] = (score[c](now - a), a, seq)
-                    b = min(rivals, key=upper.__getitem__)
-                run = runs[b]
-                k = min(n, run.live)
-                out.append(self._slice(run, k))
-                n -= k
-                if not run.live:
-                    heappop(heaps[b])
-                    head = self._head(b, now)
-                    if head is None:
-                        del upper[b], lower[b], runs[b]
-                    else:
-                        key, runs[b] = head
-                        upper[b] = key
-                        lower[b] = score[b](last - key[1])
+        done = j = 0  # victims so far; the plan's time of the next one
+        while done < total and upper:
+            while ends[j] <= done:
+                j += 1
+            b = min(upper, key=upper.__getitem__)
+            bound = upper[b][0] * _SLACK
+            rivals = [c for c, lo in lower.items() if lo <= bound]
+            if rivals == [b]:  # least at every time left
+                stop = total
+            else:  # which is least depends on the time: score them at the next victim's
+                now = times[j]
+                if b not in rivals:
+                    rivals.append(b)
+                for c in rivals:
+                    _, a, seq = upper[c]
+                    upper[c] = (score[c](now - a), a, seq)
+                b = min(rivals, key=upper.__getitem__)
+                stop = ends[j]
+            run = runs[b]
+            k = min(stop - done, run.live)
+            out.append(self._slice(run, k))
+            done += k
+            if not run.live:
+                while j < len(ends) - 1 and ends[j] <= done:
+                    j += 1
+                heappop(heaps[b])
+                head = self._head(b, times[j])
+                if head is None:
+                    del upper[b], lower[b], runs[b]
+                else:
+                    key, runs[b] = head
+                    upper[b] = key
+                    lower[b] = score[b](last - key[1])
         return out
 
     def evict(self, now: float) -> int | None:

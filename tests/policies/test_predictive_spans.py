@@ -29,7 +29,7 @@ sessions = st.lists(
     st.tuples(
         st.integers(0, 4),  # next_turn: its bucket (0: mid-turn-0, scores 1)
         st.sampled_from([0.0, 0.0, 1.0, 2.5, 4.0, 7.0, 10.0]),  # last use
-        st.integers(1, 6),  # units
+        st.sampled_from([1, 1, 1, 2, 3, 6]),  # units (one: a bucket's next head soon)
         st.integers(0, 3),  # units pinned again (a hole: the session's run is keyed)
     ),
     min_size=1,
@@ -111,3 +111,13 @@ def test_the_heads_cross_within_a_span():
     assert twins.fast.peek(RELEASED_AT + 10.0) == uid_of(0, 0)
     got = twins.fast.evict_extents_at([(RELEASED_AT + 1.0, PAGE), (RELEASED_AT + 10.0, PAGE)])
     assert got == [(uid_of(1, 0), uid_of(1, 1)), (uid_of(0, 0), uid_of(0, 1))]
+
+
+def test_a_bucket_s_next_head_is_scored_at_its_first_victim_s_time():
+    """Bucket 1's oldest session goes first at 20 s; its next head (last use 7 s) scores above
+    bucket 2's head at 20 s and below it at 24 s, so bucket 2's goes next, then that head. Scored
+    at the span's last time, the next head would look least at 20 s already."""
+    scenario = [(1, 7.0, 1, 0), (2, 4.0, 1, 0), (1, 0.0, 1, 0), (1, 7.0, 1, 0)]
+    twins = Twins(scenario, dropped=False)
+    got = twins.fast.evict_extents_at([(20.0, PAGE), (20.0, PAGE), (24.0, PAGE)])
+    assert got == [(uid_of(s, 0), uid_of(s, 1)) for s in (2, 1, 0)]
