@@ -28,7 +28,12 @@ operation a unit. The engine's runs (a session's units, released at once) are no
 unit by unit: a session's latest run is kept whole while its units leave only from its front (as
 victims) or all together (pinned by the next turn), and is listed in a dict a unit only when a call
 takes a unit out of its middle. The heads' scores are kept for the time they were taken at, so
-evictions repeated at one time rescore only the buckets that changed since.
+evictions repeated at one time rescore only the buckets that changed since. A decode span's
+allocations, each one's victims chosen at its step's start (``grows_by_time``), score a bucket's
+head only where that choice depends on the time: a score does not rise with time, so over the
+span a head's score lies between its score when last scored and its score at the span's last time,
+and a head whose upper score is below every other head's lower one gives its whole run, whatever
+the allocations' times.
 
 The predictor comes from ``ctx.predictor`` (the engine fits it on the trace's training split, see
 ``sim.lifetime``); without one, ``LifetimePredictor.prior()``.
