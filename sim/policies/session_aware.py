@@ -211,6 +211,11 @@ class SessionAware(Memoryless):
         """The engine's ``uids`` in ``cand``'s order (the next victim last)."""
         if self._key is None:
             return list(uids) if isinstance(uids, range) and uids.step == 1 else sorted(uids)
+        layers = self.view.layers
+        if isinstance(uids, range) and uids.step == 1 and not (uids.start & UNIT_MASK) % layers:
+            if not len(uids) % layers:  # whole pages: each page's layers reversed, no sort
+                pages = np.arange(uids.start, uids.stop, dtype=np.int64).reshape(-1, layers)
+                return pages[:, ::-1].ravel().tolist()
         cand = np.asarray(uids, dtype=np.int64)  # page-layer units: the same key on an array, in C
         return cand[np.argsort(self._key(cand), kind="stable")].tolist()
 
@@ -245,9 +250,10 @@ class SessionAware(Memoryless):
         idx = self._order.min()
         return None if idx is None else self._sessions[idx].cand[-1]
 
-    def _take(self, n: int) -> list[list[int]]:
+    def _take(self, n: int) -> list[tuple[list[int], range | None]]:
         """Evict ``n`` units (fewer when the candidates run out): each session's share, as the
-        slice of its ``cand`` it lost (ascending; the victims went from its end)."""
+        slice of its ``cand`` it lost (ascending; the victims went from its end), with the same
+        units as a range when they are consecutive uids (the engine's: whole pages)."""
         out = []
         order, sessions = self._order, self._sessions
         while n > 0:
@@ -258,8 +264,12 @@ class SessionAware(Memoryless):
             k = min(n, len(s.cand))
             taken = s.cand[-k:]
             del s.cand[-k:]
-            self._untime(s, self._unhold(s, taken))
-            out.append(taken)
+            run = None
+            if self._engine_uids:
+                lo, hi = min(taken), max(taken)
+                run = range(lo, hi + 1) if hi - lo == k - 1 else None
+            self._untime(s, self._unhold(s, taken if run is None else run))
+            out.append((taken, run))
             n -= k
         return out
 
@@ -267,16 +277,16 @@ class SessionAware(Memoryless):
         n = self._units_in(nbytes)
         if n is None:
             return super().evict_bytes(nbytes, now)
-        return [uid for taken in self._take(n) for uid in reversed(taken)]
+        return [uid for taken, _ in self._take(n) for uid in reversed(taken)]
 
     def evict_extents(self, nbytes: int, now: float) -> list[tuple[int, int]]:
         n = self._units_in(nbytes)
         if n is None or not self.drops_victims or not self._engine_uids:
             return super().evict_extents(nbytes, now)
         out: list[tuple[int, int]] = []
-        for taken in self._take(n):  # dropped: their order is nobody's, so increasing runs
-            if self._key is None and taken[-1] - taken[0] == len(taken) - 1:
-                out.append((taken[0], taken[-1] + 1))
+        for taken, run in self._take(n):  # dropped: their order is nobody's, so increasing runs
+            if run is not None:
+                out.append((run.start, run.stop))
             elif len(taken) > 2048:  # (page-layer units come in pages, layers reversed)
                 out.extend(extents_of(np.sort(np.asarray(taken, dtype=np.int64))))
             else:

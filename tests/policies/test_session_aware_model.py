@@ -85,7 +85,8 @@ def test_victims_are_the_plain_definitions(calls, layers, dropped):
         sessions[s].last_access_s = last
         if op == "release":  # a turn ends: its pinned units rejoin
             held = [u for u in batch if u in members and u not in model.time]
-            pol.release(held, float(now))
+            whole = held and held[-1] - held[0] == len(held) - 1  # as the engine: a range
+            pol.release(range(held[0], held[-1] + 1) if whole else held, float(now))
             model.time.update(dict.fromkeys(held, min(float(now), last)))
         elif op == "acquire":  # a turn starts: its units in the tier are pinned
             held = [u for u in batch if u in members]
