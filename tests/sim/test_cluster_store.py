@@ -249,8 +249,7 @@ def test_random_traces_conserve_history_with_a_store(sessions):
         ({"capacity_gb": 1, "latency_us": -1}, "cluster.store.latency_us"),
         ({"capacity_gb": 1, "chunk_tokens": 0}, "cluster.store.chunk_tokens"),
         ({"capacity_gb": 1, "policy": "belady"}, "cluster.store.policy"),
-        ({"capacity_gb": 1, "policy": "pensieve"}, "cluster.store.policy"),
-        ({"capacity_gb": 1, "policy": "qos"}, "cluster.store.policy"),
+        ({"capacity_gb": 1, "policy": "cost-belady"}, "cluster.store.policy"),
         ({"capacity_gb": 1, "policy": "no-such"}, "cluster.store.policy"),
     ],
 )
