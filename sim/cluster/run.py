@@ -30,6 +30,7 @@ from sim.cluster.store import (
     check_number,
 )
 from sim.config import EngineConfig, MemoryConfig
+from sim.lifetime import fit_lifetime
 from sim.policies import policy_class
 from sim.results import EngineStats, SimResult, ledger_frame, run_labels
 from sim.run import engine_stats, gc_paused
@@ -220,7 +221,12 @@ def simulate_cluster(
         )
         sched = rep.sched
         if cluster.store is not None and store is None:
-            store = SharedStore(cluster.store, sched.page_bytes * cost.tp, sched.bt)
+            store = SharedStore(
+                cluster.store,
+                sched.page_bytes * cost.tp,
+                sched.bt,
+                store_predictor(cluster, sessions),
+            )
         if decodes:
             assert disagg is not None
             sched.recovery = DecodeRecovery(sched, transfers)
@@ -282,6 +288,15 @@ def simulate_cluster(
         discarded,
         decode_rejected,
     )
+
+
+def store_predictor(cluster: ClusterConfig, sessions: Sequence[Session]):
+    """The lifetime model of a store whose policy reads one: fitted on the trace's training
+    split, as each replica's is (None for any other policy)."""
+    assert cluster.store is not None
+    if not getattr(policy_class(cluster.store.policy), "needs_predictor", False):
+        return None
+    return fit_lifetime(sessions)
 
 
 def pages_from_outside_refusals(memory: MemoryConfig, engine: EngineConfig, key: str) -> None:

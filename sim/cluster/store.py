@@ -160,14 +160,18 @@ class StoreView(ObjectView):
 class SharedStore:
     """The store's contents: chunk objects under a byte capacity and a kvsim policy."""
 
-    def __init__(self, cfg: StoreConfig, page_bytes: int, block_tokens: int) -> None:
-        """``page_bytes``: a page of the whole model (every GPU's shard of it)."""
+    def __init__(
+        self, cfg: StoreConfig, page_bytes: int, block_tokens: int, predictor=None
+    ) -> None:
+        """``page_bytes``: a page of the whole model (every GPU's shard of it); ``predictor``: the
+        lifetime model a predictive policy reads (None: the unlearned prior)."""
         if cfg.chunk_tokens % block_tokens:
             raise ValueError(
                 f"cluster.store.chunk_tokens: {cfg.chunk_tokens} is not a whole number of pages "
                 f"of {block_tokens} tokens"
             )
         self.cfg = cfg
+        self.predictor = predictor
         self.block_tokens = block_tokens
         self.page_bytes = page_bytes
         self.chunk_pages = cfg.chunk_tokens // block_tokens
@@ -195,8 +199,14 @@ class SharedStore:
 
     def _policy(self, cost: CostModel | None, layers: int) -> CacheSim:
         """The store's policy over its objects: a victim is lost, so its price is a recompute
-        (no CPU tier behind the store); its unlearned lifetime model is the prior."""
-        ctx = PolicyContext(tier=GPU, block_tokens=self.block_tokens, num_layers=layers, cost=cost)
+        (no CPU tier behind the store)."""
+        ctx = PolicyContext(
+            tier=GPU,
+            block_tokens=self.block_tokens,
+            num_layers=layers,
+            cost=cost,
+            predictor=self.predictor,
+        )
         return CacheSim(self.cfg.policy, self.capacity, ctx=ctx, view=self.view)
 
     def serve(self, sessions: dict[int, SessionKV], cost: CostModel) -> None:

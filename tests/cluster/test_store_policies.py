@@ -385,3 +385,20 @@ def test_spans_give_the_iteration_by_iteration_run_under_a_conversation_policy(p
     pd.testing.assert_frame_equal(res.turns, strict.turns)
     assert res.store == strict.store and res.store.evicted_chunks > 0
     assert res.turns.store_tokens.sum() > 0
+
+
+def test_a_predictive_store_reads_the_lifetime_model_fitted_on_the_trace():
+    # As each replica's predictive policy does: the trace's training split, not the prior.
+    from sim.cluster.run import store_predictor
+    from sim.lifetime import fit_lifetime
+
+    sessions = load_trace({"kind": "synthetic", "sessions": 60, "seed": 3}).sessions
+    cfg = ClusterConfig(replicas=2, store=StoreConfig(capacity_gb=1, policy="predictive"))
+    fitted = store_predictor(cfg, sessions)
+    assert fitted is not None
+    assert fitted.return_score(1)(5.0) == fit_lifetime(sessions).return_score(1)(5.0)
+    assert fitted.return_score(1)(5.0) != LifetimePredictor.prior().return_score(1)(5.0)
+    store = SharedStore(cfg.store, PAGE, BT, fitted)
+    assert store.cache is not None and store.cache.policy.predictor is fitted
+    lru = ClusterConfig(replicas=2, store=StoreConfig(capacity_gb=1, policy="lru"))
+    assert store_predictor(lru, sessions) is None
