@@ -329,13 +329,14 @@ class RunTwoQ(StretchTakeIn, TwoQ):
                     ain.enter_many(range(a, s), candidate)
             self._budget.grow(self._unit * sum(s - a for a, s in sessions))
             return
-        seen_before = hm if pinned else am
+        # (the pinned set's order is unused: a run there joins the one it continues)
+        seen_before = hm.add_runs if pinned else am.push_runs
         count = 0
         for a, s in sessions:
             count += s - a
             if aout.meets(a, s):
                 ghosts = aout.take_range(a, s)
-                seen_before.push_runs(ghosts)
+                seen_before(ghosts)
                 for x, y in runs_less([(a, s)], ghosts):
                     ain.enter_many(range(x, y), candidate)
             else:
@@ -364,7 +365,7 @@ class RunTwoQ(StretchTakeIn, TwoQ):
         in_am: list[tuple[int, int]] = []
         for a, s in split_at_sessions(runs):
             in_am += self._am.take_range(a, s)
-        self._hm.push_runs(join_extents(sorted(in_am)))
+        self._hm.add_runs(join_extents(sorted(in_am)))
         rest = runs_less(runs, join_extents(sorted(in_am))) if in_am else runs
         self._ain.discard_all(_uids_of(rest))
 
@@ -391,7 +392,7 @@ class RunTwoQ(StretchTakeIn, TwoQ):
             to_am = join_extents(sorted(to_am))
         rest = _uids_of(runs_less(runs, to_am) if to_am else runs)
         if not self._all_pinned_in_ain(rest):
-            self._hm.push_runs(to_am)  # back as they were (the pinned set's order is unused)
+            self._hm.add_runs(to_am)  # back as they were (the pinned set's order is unused)
             EvictionPolicy.release(self, uids, now)
             return
         self._am.push_runs(to_am)
