@@ -17,8 +17,9 @@ down (conservative), so an early wake-up only costs a re-check.
 
 Complexity. The values are time-dependent, so no static heap works. Candidates sharing ``tau`` (all
 units of a session are released together; sessions completing in the same iteration too) form a
-group whose internal order is static (by cost, then uid: a ``SortedQueue``); the groups' minima are the
-leaves of a kinetic tournament (Basch-Guibas-Hershberger): each internal node holds the winner of
+group whose internal order is static (by cost, then uid: a sorted list read from the front, whose
+members leave by position, not by a per-member dict); the groups' minima are the leaves of a
+kinetic tournament (Basch-Guibas-Hershberger): each internal node holds the winner of
 its two children and the time at which that comparison can next flip (two values m_1/(t - a_1),
 m_2/(t - a_2) cross at most once, at t* = (m_1 a_2 - m_2 a_1)/(m_1 - m_2)), and the minimum of those
 times over its subtree. ``peek(now)`` re-evaluates exactly the nodes whose certificate expired by
@@ -48,6 +49,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from bisect import bisect_left, bisect_right
 from fractions import Fraction
 from itertools import repeat
 from operator import attrgetter
@@ -55,59 +57,162 @@ from operator import attrgetter
 import numpy as np
 
 from sim.policies.base import EvictionPolicy
-from sim.policies.structures import SortedQueue, consume
+from sim.policies.structures import consume
 from sim.units import UNIT_BITS, UnitView, extents_of
 
 INF = math.inf
 _REL = 4e-16  # > 2u(1 + u): relative error of fl(m * fl(t - tau)) (u = 2^-53), with slack
 _TINY = 1e-280  # below this the float filter is not trusted (subnormal products)
 _CROSS_REL = 1e-15  # margin on a float crossing time (true error < 4u of the same terms)
-_FEW_GROUPS = 4  # discard_many: up to this many groups, each is handed the whole list
 _MERGE_GROUPS = 16  # pop_many merges the groups' heads when there are at most this many per victim
 _MERGE_REL = 1e-15  # float values further apart than this (relative) are in their exact order
 _SORT_MIN = 8  # pop_many sorts the groups' values in numpy from this many victims
 _SORT_MAX = 1 << 18  # ... while it reads at most this many entries (groups * prefix)
 _ARRAY_MIN = 16  # a batch of this many entries onto an empty group is sorted in numpy
-_NO_ENTRIES = np.empty(0)
 _slot = attrgetter("slot")
 
 
-class _GroupQueue(SortedQueue):
-    """A group's static order, with its runs taken at once by ``pop_many``'s merge. Entries that
-    came in one batch onto nothing (a session's units: the usual group) are sorted in numpy, and
-    the arrays are kept (``_costs``, ``_uids``, entry for entry with ``_items``) so that
-    ``pop_many``'s sort reads a group's values as a slice; any other change to ``_items`` (a
-    push, a merge, a compaction: each grows or replaces the list) leaves them behind."""
+class _GroupQueue:
+    """A group's static order: its members' (cost, uid) entries, sorted by (cost, uid) from a read
+    position on, in two parallel lists. Liveness is by position: the entries before ``_pos`` are
+    gone (taken from the front, the usual way out), and a member that leaves from the middle
+    (``discard``) is named in ``_gone`` until the read position passes its entry; so taking the
+    minima touches no per-member dict. From ``_pos`` on a uid has at most one entry (one that
+    comes back while its old entry waits there has that entry taken out first). The tournament's
+    ``_where`` says which group holds a uid: a group is told only of its own live members.
 
-    __slots__ = ("_costs", "_mirrored", "_uids")
+    A batch onto nothing (a session's units: the usual group) is sorted in numpy, and the arrays
+    are kept (``_costs``, ``_uid_arr``, entry for entry with the lists) so that ``pop_many``'s
+    sort reads a group's values as a slice; any other change to the lists drops them."""
+
+    __slots__ = ("_costs", "_gone", "_index", "_keys", "_n", "_pos", "_uid_arr", "_uids")
 
     def __init__(self) -> None:
-        super().__init__()
-        self._costs = self._uids = _NO_ENTRIES
-        self._mirrored: list | None = None  # the ``_items`` list the arrays copy
+        self._keys: list = []  # costs, entry for entry with _uids; sorted from _pos on
+        self._uids: list[int] = []
+        self._pos = 0
+        self._n = 0  # live members: the entries from _pos on less those in _gone
+        self._gone: set[int] = set()
+        self._costs: np.ndarray | None = None
+        self._uid_arr: np.ndarray | None = None
+        self._index: dict[int, float] | None = None  # uid -> key from _pos on: built on demand
 
-    def push_batch(self, uids: list[int], costs: list[float]) -> None:
-        """``push_many`` of (uid, cost) pairs: onto nothing, with distinct uids and float costs,
-        one numpy sort by (cost, uid), the order ``sorted`` gives those tuples."""
-        if self._pos < len(self._items) or len(uids) < _ARRAY_MIN:
-            self.push_many(zip(uids, costs, strict=True))
-            return
-        fresh: dict[int, object] = dict(zip(uids, costs, strict=True))
-        cost, uid = np.array(costs), np.array(uids)
-        if (
-            len(fresh) < len(uids)
-            or cost.dtype != np.float64
-            or uid.dtype != np.int64
-            or not all(map(float.__instancecheck__, costs))  # no int converted by numpy
+    def __len__(self) -> int:
+        return self._n
+
+    def _set_sorted(self, entries: list[tuple]) -> None:
+        """The live entries are these (key, uid), sorted, one per uid."""
+        self._keys = [k for k, _ in entries]
+        self._uids = [u for _, u in entries]
+        self._pos, self._n, self._gone = 0, len(entries), set()
+        self._costs = self._uid_arr = self._index = None
+
+    def _live_entries(self) -> list[tuple]:
+        """The live (key, uid) entries, in order."""
+        pos, gone = self._pos, self._gone
+        entries = zip(self._keys[pos:], self._uids[pos:], strict=True)
+        return [e for e in entries if e[1] not in gone] if gone else list(entries)
+
+    def _left(self, count: int) -> None:
+        """``count`` live members left; nothing live: the lists start afresh."""
+        self._n -= count
+        if not self._n:
+            self._set_sorted([])
+
+    def push(self, uid: int, key) -> None:
+        """A uid that is not live here enters with its key."""
+        keys, uids = self._keys, self._uids
+        if uid in self._gone:  # its old entry waits ahead of the read position: take it out
+            i = self._find(uid)
+            del keys[i], uids[i]
+            self._gone.remove(uid)
+        i = self._place(key, uid)
+        keys.insert(i, key)
+        uids.insert(i, uid)
+        self._n += 1
+        self._costs = self._uid_arr = None
+        if self._index is not None:
+            self._index[uid] = key
+
+    def _place(self, key, uid: int) -> int:
+        """Where (key, uid) goes among the sorted entries from the read position on."""
+        keys = self._keys
+        lo = bisect_left(keys, key, self._pos)
+        return bisect_left(self._uids, uid, lo, bisect_right(keys, key, lo))  # equal keys: by uid
+
+    def _find(self, uid: int) -> int:
+        """The place of uid's entry from the read position on (it has one)."""
+        index, uids = self._index, self._uids
+        if index is not None:  # its key, where it entered: a search by (key, uid)
+            i = self._place(index[uid], uid)
+            if i < len(uids) and uids[i] == uid:
+                return i
+        return uids.index(uid, self._pos)
+
+    def push_batch(self, uids: list[int], costs: list | np.ndarray, distinct: bool = False) -> None:
+        """``push`` each (uid, cost) (a repeated uid enters with its last cost; ``distinct``: the
+        caller knows there is none). Onto nothing, with float costs, one numpy sort by
+        (cost, uid), the order ``sorted`` gives those tuples; costs given as a float64 array
+        are sorted as they are."""
+        given = isinstance(costs, np.ndarray) and costs.dtype == np.float64
+        if isinstance(costs, np.ndarray) and not (
+            given and distinct and not self._n and len(uids) >= _ARRAY_MIN
         ):
-            self.push_many(fresh.items())
+            costs, given = costs.tolist(), False
+        if not distinct:
+            fresh: dict[int, object] = dict(zip(uids, costs, strict=True))
+            if len(fresh) < len(uids):
+                uids, costs = list(fresh), list(fresh.values())
+        if self._n or len(uids) < _ARRAY_MIN:
+            self._set_sorted(sorted(self._live_entries() + list(zip(costs, uids, strict=True))))
+            return
+        cost, uid = np.asarray(costs), np.array(uids)
+        if uid.dtype != np.int64 or not (
+            given
+            or cost.dtype == np.float64
+            and all(map(float.__instancecheck__, costs))  # no int converted by numpy
+        ):
+            keys = cost.tolist() if given else costs
+            self._set_sorted(sorted(zip(keys, uids, strict=True)))
             return
         order = np.lexsort((uid, cost))
         cost, uid = cost[order], uid[order]
-        self._live = fresh  # nothing was live: every live uid has an entry from _pos on
-        self._items = list(zip(cost.tolist(), uid.tolist(), strict=True))
-        self._pos = 0
-        self._costs, self._uids, self._mirrored = cost, uid, self._items
+        self._set_sorted([])
+        self._keys, self._uids, self._n = cost.tolist(), uid.tolist(), len(uids)
+        self._costs, self._uid_arr = cost, uid
+
+    def head(self) -> tuple | None:
+        """The first live (key, uid), or None."""
+        if not self._n:
+            return None
+        uids, pos, gone = self._uids, self._pos, self._gone
+        while gone and uids[pos] in gone:
+            gone.remove(uids[pos])
+            pos += 1
+        self._pos = pos
+        return self._keys[pos], uids[pos]
+
+    def key(self, uid: int):
+        """The key of a live member."""
+        if self._index is None:  # the key of each entry from _pos on; ``push`` keeps it so
+            pos = self._pos
+            self._index = dict(zip(self._uids[pos:], self._keys[pos:], strict=True))
+        return self._index[uid]
+
+    def discard(self, uid: int) -> None:
+        """A live member leaves."""
+        self._gone.add(uid)
+        self._after_gone(1)
+
+    def discard_many(self, uids: list[int]) -> None:
+        """Live members, each once, leave."""
+        self._gone.update(uids)
+        self._after_gone(len(uids))
+
+    def _after_gone(self, count: int) -> None:
+        self._left(count)
+        if len(self._gone) > self._n + 64:  # mostly stale entries: memory follows the members
+            self._set_sorted(self._live_entries())
 
     def take_run(
         self, scale: tuple[float | None, float], bound: float | None, need: int, out: list[int]
@@ -116,64 +221,48 @@ class _GroupQueue(SortedQueue):
         value v (cost / d, or the constant where d is None: ``scale``) is certainly below
         ``bound``: max(v (1 + rel), tiny) < bound, the merge's test for taking a head without an
         exact comparison (``bound`` None: nothing else left, no test); append them to ``out``."""
-        items, live, pos = self._items, self._live, self._pos
+        keys, uids, gone, pos = self._keys, self._uids, self._gone, self._pos
         d, const = scale
-        end = len(items)
+        end = len(uids)
         taken = 0
         while pos < end and taken < need:
-            key, uid = items[pos]
-            if live.get(uid, items) != key:  # stale
+            uid = uids[pos]
+            if gone and uid in gone:
+                gone.remove(uid)
                 pos += 1
                 continue
             if taken and bound is not None:
-                lim = max((const if d is None else key / d) * (1.0 + _MERGE_REL), _TINY)
+                lim = max((const if d is None else keys[pos] / d) * (1.0 + _MERGE_REL), _TINY)
                 if bound <= lim:
                     break
-            del live[uid]
             out.append(uid)
             taken += 1
             pos += 1
         self._pos = pos
+        self._left(taken)
 
     def live_run(
         self, k: int, scale: tuple[float | None, float]
     ) -> tuple[np.ndarray, np.ndarray] | None:
         """The merge values (``take_run``'s ``scale``) and uids of the first ``k`` entries in
-        order (all there are if fewer), or None when a stale or repeated entry is among them."""
-        items, pos = self._items, self._pos
-        d, const = scale
-        if (
-            self._mirrored is items
-            and len(self._costs) == len(items)
-            and len(items) - pos == len(self._live)  # every entry from pos on is live
-        ):
-            costs = self._costs[pos : pos + k]
-            values = np.full(len(costs), const) if d is None else costs / d
-            return values, self._uids[pos : pos + k]
-        run = self.live_prefix(k)
-        if run is None:
-            return None
-        keys, members = zip(*run) if run else ((), ())
-        values = np.full(len(run), const) if d is None else np.array(keys) / d
-        return values, np.array(members, dtype=np.int64)
-
-    def live_prefix(self, k: int) -> list[tuple[float, int]] | None:
-        """The first ``k`` (cost, uid) entries in order (all there are if fewer), or None when a
-        stale or repeated entry is among them."""
+        order (all there are if fewer), or None when one that left is among them."""
         pos = self._pos
-        run = self._items[pos : pos + k]
-        if len(self._items) - pos == len(self._live):
-            # every live uid has an entry from pos on: as many entries as uids, all are live
-            return run
-        uids = [uid for _, uid in run]
-        if list(map(self._live.get, uids)) != [key for key, _ in run] or len(set(uids)) < len(run):
+        if self._gone and not self._gone.isdisjoint(self._uids[pos : pos + k]):
             return None
-        return run
+        d, const = scale
+        costs, members = self._costs, self._uid_arr
+        if costs is not None and members is not None:
+            costs, members = costs[pos : pos + k], members[pos : pos + k]
+        else:
+            costs = np.array(self._keys[pos : pos + k])
+            members = np.array(self._uids[pos : pos + k], dtype=np.int64)
+        values = np.full(len(members), const) if d is None else costs / d
+        return values, members
 
-    def drop_prefix(self, uids: list[int]) -> None:
-        """Take out the first entries, ``uids`` (from ``live_run``)."""
-        consume(map(self._live.__delitem__, uids))
-        self._pos += len(uids)
+    def drop_prefix(self, count: int) -> None:
+        """Take out the first ``count`` entries, all live (from ``live_run``)."""
+        self._pos += count
+        self._left(count)
 
 
 class _Group:
@@ -190,11 +279,11 @@ class _Group:
 
     def settle(self) -> None:
         """Set (m, mkey) to the minimum live entry."""
-        uid = self.heap.min()
-        if uid is None:
+        head = self.heap.head()
+        if head is None:
             self.m, self.mkey = INF, -1
         else:
-            self.m, self.mkey = self.heap.key(uid), uid
+            self.m, self.mkey = head
 
 
 # -- the certified comparisons ------------------------------------------------------------------
@@ -399,15 +488,22 @@ class KineticMin:
             g.m, g.mkey = cost, uid
             self._set_leaf(g.slot, g)
 
-    def add_many(self, uids: list[int], costs: list[float], tau: float, now: float) -> None:
+    def add_many(
+        self, uids: list[int], costs: list[float] | np.ndarray, tau: float, now: float
+    ) -> None:
         """``add`` each (uid, cost) with one time ``tau`` (a session's units released together):
         one group, one heap merge, one leaf-to-root update."""
         if not uids:
             return
         if len(uids) != len(costs):
             raise ValueError(f"{len(uids)} uids but {len(costs)} costs")
-        if not (0.0 <= min(costs) and sum(costs) < INF):  # in C; a NaN makes the sum NaN
-            for uid, cost in zip(uids, costs, strict=True):
+        low, total = (
+            (costs.min(), costs.sum())
+            if isinstance(costs, np.ndarray)
+            else (min(costs), sum(costs))
+        )
+        if not (0.0 <= low and total < INF):  # in C; a NaN makes the sum NaN
+            for uid, cost in zip(uids, list(costs), strict=True):
                 if not (0.0 <= cost < INF):
                     raise ValueError(f"unit {uid}: cost must be finite and >= 0, got {cost!r}")
         if math.isnan(tau):
@@ -421,8 +517,9 @@ class KineticMin:
             if not self._free:
                 self._grow()
             g = self._groups[tau] = _Group(tau, self._free.pop())
-        g.heap.push_batch(uids, costs)
-        where.update(zip(uids, repeat(g)))
+        before = len(where)
+        where.update(zip(uids, repeat(g)))  # none was here: it grows by one a distinct uid
+        g.heap.push_batch(uids, costs, distinct=len(where) - before == len(uids))
         g.settle()
         self._set_leaf(g.slot, g)
 
@@ -487,13 +584,16 @@ class KineticMin:
             k = min(n, 4 * k)  # a group's entries beyond k may belong among the first n
         if _near_across(value, owner, order, n):
             return False
-        victims = uid[order[:n]].tolist()
+        chosen = uid[order[:n]]
+        victims = chosen.tolist()
         touched = []
-        for g, (_, members), c in zip(groups, runs, taken, strict=True):
+        for g, c in zip(groups, taken, strict=True):
             if c:
-                g.heap.drop_prefix(members[:c].tolist())
+                g.heap.drop_prefix(c)
                 touched.append(g)
-        consume(map(self._where.__delitem__, victims))
+        # in uid order: consecutive uids sit side by side in the dict's table (cache misses
+        # dominate a large dict's deletions in eviction order)
+        consume(map(self._where.__delitem__, np.sort(chosen).tolist()))
         out += victims
         for g in sorted(touched, key=_slot):  # a fixed order of leaf updates
             self._changed(g)
@@ -567,16 +667,18 @@ class KineticMin:
     def discard_many(self, uids) -> None:
         """``discard`` each; every group touched is settled once."""
         uids = list(uids)
-        # In C: the groups they left (a uid not here gives None, which filter drops).
-        groups: set[_Group] = set(filter(None, map(self._where.pop, uids, repeat(None))))
-        if len(groups) <= _FEW_GROUPS:  # usually one: a session's units leave together
-            for g in groups:
-                g.heap.discard_many(uids)
+        # In C: the group each left (None: not here, or a repeat already taken out).
+        left = list(map(self._where.pop, uids, repeat(None)))
+        groups: set[_Group] = set(filter(None, left))
+        if len(groups) == 1 and None not in left:  # usual: a session's units leave together
+            next(iter(groups)).heap.discard_many(uids)
         else:
-            for uid in uids:
-                for g in groups:
-                    if g.heap.discard(uid):
-                        break
+            members: dict[_Group, list[int]] = {g: [] for g in groups}
+            for uid, g in zip(uids, left, strict=True):
+                if g is not None:
+                    members[g].append(uid)
+            for g, gone in members.items():
+                g.heap.discard_many(gone)
         for g in sorted(groups, key=_slot):  # a fixed order of leaf updates
             self._changed(g)
 
@@ -700,6 +802,14 @@ class KineticMin:
 
 
 # -- the policy shell ----------------------------------------------------------------------------
+def _in_uid_order(uids: list[int]) -> list[int] | np.ndarray:
+    """``sorted(uids)``; a long list of int64 uids in numpy."""
+    if len(uids) < _SORT_MIN * 8:
+        return sorted(uids)
+    a = np.array(uids)
+    return np.sort(a) if a.dtype == np.int64 else sorted(uids)
+
+
 class KineticPolicy(EvictionPolicy):
     """A policy whose order is a ``KineticMin``: subclasses give each candidate a cost and a time."""
 
@@ -725,8 +835,9 @@ class KineticPolicy(EvictionPolicy):
         """Its time after a hit at ``now`` (cachesim hits a candidate; the engine pins right after)."""
         raise NotImplementedError
 
-    def unit_costs(self, uids: list[int]) -> list[float]:
-        """``unit_cost`` of each (subclasses compute a session's units at once)."""
+    def unit_costs(self, uids: list[int]) -> list[float] | np.ndarray:
+        """``unit_cost`` of each (subclasses compute a session's units at once, maybe as a float64
+        array: the same floats)."""
         return [self.unit_cost(uid) for uid in uids]
 
     def _add(self, uid: int, now: float) -> None:
@@ -782,9 +893,12 @@ class KineticPolicy(EvictionPolicy):
                 units += -(-schedule[i][1] // unit_bytes)
                 i += 1
             victims += self._kin.pop_many(units, now)
-        if self.drops_victims:
-            victims.sort()
-        return extents_of(victims)
+        return extents_of(_in_uid_order(victims) if self.drops_victims else victims)
+
+    def evict_extents(self, nbytes: int, now: float) -> list[tuple[int, int]]:
+        victims = self.evict_bytes(nbytes, now)
+        # nobody hears the order of victims that are dropped: a session's pages as runs
+        return extents_of(_in_uid_order(victims) if self.drops_victims else victims)
 
     def remove_many(self, uids, pinned: bool = False) -> None:
         if not pinned:

@@ -173,9 +173,9 @@ class _PensieveFormula(_Retention):
             return base
         return self.layer_weight(uid) * self.position_weight(uid) * base
 
-    def unit_costs(self, uids: list[int]) -> list[float]:
+    def unit_costs(self, uids: list[int]) -> list[float] | np.ndarray:
         """``unit_cost`` of one session's page or page-layer units at once: the same float
-        operations, in the same order, on arrays."""
+        operations, in the same order, on arrays (kept as one: the tournament sorts it)."""
         view = self.view
         if (
             view.per_session
@@ -190,7 +190,7 @@ class _PensieveFormula(_Retention):
         page = idx // per_page
         base = self._alpha * np.minimum(sess.tokens, page * bt) + self._beta0
         if not self.weighted:
-            return base.tolist()
+            return base
         last = page + 1
         position = last / np.maximum(last, max(sess.pages(bt), 1))
         if per_page > 1:
@@ -198,7 +198,7 @@ class _PensieveFormula(_Retention):
             weight = (self._L - layer) / self._L * position
         else:
             weight = self._mean_layer_weight * position
-        return (weight * base).tolist()
+        return weight * base
 
 
 @register("pensieve")
