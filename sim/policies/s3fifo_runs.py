@@ -13,8 +13,8 @@ unit size.
 
 from __future__ import annotations
 
-from itertools import chain, repeat, starmap
-from operator import add, rshift
+from itertools import chain, islice, repeat, starmap
+from operator import add, lt, rshift
 
 from sim.policies.base import EvictionPolicy
 from sim.policies.ghost_runs import GhostRuns
@@ -30,6 +30,37 @@ FIRST_LOOK = 64  # units of a run whose counters a walk reads first (it doubles 
 def _sequence(uids):
     """``uids`` as a range or a list (the orders' batch paths index them)."""
     return uids if isinstance(uids, (range, list)) else list(uids)
+
+
+def _one_session_increasing(uids) -> bool:
+    """Are ``uids`` (a range or a list) increasing uids of one session?"""
+    if isinstance(uids, range):
+        return uids.step == 1 and uids[0] >> UNIT_BITS == uids[-1] >> UNIT_BITS
+    return uids[0] >> UNIT_BITS == uids[-1] >> UNIT_BITS and all(
+        map(lt, uids, islice(uids, 1, None))
+    )
+
+
+def _members_by_runs(order: RunOrder, uids) -> list[int]:
+    """``order.members_among(uids)`` for increasing uids of one session, from the session's runs
+    in C (O(its runs + members)), not one uid at a time: at layer_block a session's units lie in
+    both queues, and a batch that is not all of a queue's members of the session would otherwise
+    look each uid up."""
+    runs = order._runs.get(uids[0] >> UNIT_BITS)
+    if runs is None:
+        return []
+    first, stop, holes = order._first, order._stop, order._holes
+    a, s = uids[0], uids[-1] + 1
+    pieces = []
+    for e in runs:
+        lo, hi = max(first[e], a), min(stop[e], s)
+        if lo < hi:
+            h = holes[e]
+            pieces.append(range(lo, hi) if h is None else set(range(lo, hi)).difference(h))
+    members = sorted(chain.from_iterable(pieces))  # (a hole may lie in another run's range)
+    if isinstance(uids, range) or len(uids) == s - a:  # the batch is every uid of [a, s)
+        return members
+    return sorted(set(members).intersection(uids))
 
 
 class RunS3FIFO(S3FIFO):
@@ -143,6 +174,8 @@ class RunS3FIFO(S3FIFO):
         """Those of ``uids`` that are members of S, and of M, in order."""
         if not len(uids):
             return [], []
+        if _one_session_increasing(uids):  # the engine's batches: by each queue's runs
+            return _members_by_runs(self._s, uids), _members_by_runs(self._m, uids)
         in_s = self._s.members_among(uids)
         if len(in_s) == len(uids):
             return in_s, []
