@@ -250,10 +250,11 @@ class SessionAware(Memoryless):
         idx = self._order.min()
         return None if idx is None else self._sessions[idx].cand[-1]
 
-    def _take(self, n: int) -> list[tuple[list[int], range | None]]:
+    def _take(self, n: int) -> list[tuple[list[int], list[range] | None]]:
         """Evict ``n`` units (fewer when the candidates run out): each session's share, as the
         slice of its ``cand`` it lost (ascending; the victims went from its end), with the same
-        units as a range when they are consecutive uids (the engine's: whole pages)."""
+        units as increasing runs of uids when they are consecutive in ``cand``'s order (the
+        engine's: whole pages, and a part of one at either end)."""
         out = []
         order, sessions = self._order, self._sessions
         while n > 0:
@@ -264,14 +265,49 @@ class SessionAware(Memoryless):
             k = min(n, len(s.cand))
             taken = s.cand[-k:]
             del s.cand[-k:]
-            run = None
-            if self._engine_uids:
-                lo, hi = min(taken), max(taken)
-                run = range(lo, hi + 1) if hi - lo == k - 1 else None
-            self._untime(s, self._unhold(s, taken if run is None else run))
-            out.append((taken, run))
+            runs = self._runs_of(taken) if self._engine_uids else None
+            self._untime(s, self._unhold(s, taken) if runs is None else self._unhold_runs(s, runs))
+            out.append((taken, runs))
             n -= k
         return out
+
+    def _runs_of(self, taken: list[int]) -> list[range] | None:
+        """The engine's ``taken`` (a slice of ``cand``: keys ascending, distinct) as increasing
+        runs of uids, when their keys are consecutive (no candidate of the session between them
+        is missing); else None. A run of keys is whole pages plus a part of a page at either end,
+        and a part of a page, its layers reversed, is consecutive uids too: at most three runs."""
+        key = self._key
+        first, last = (taken[0], taken[-1]) if key is None else (key(taken[0]), key(taken[-1]))
+        if last - first != len(taken) - 1:
+            return None
+        if key is None:
+            return [range(first, last + 1)]
+        layers = self.view.layers
+        base, lo, hi = first & ~UNIT_MASK, first & UNIT_MASK, (last & UNIT_MASK) + 1
+        p, q = lo // layers * layers, (hi - 1) // layers * layers  # the first and last pages
+        if p == q:  # keys p + o (o in [lo - p, hi - p)) are layers layers - 1 - o
+            pieces = [(p + layers - (hi - p), p + layers - (lo - p))]
+        else:  # the first page's last keys: its first layers; the last page's first keys: last
+            pieces = [
+                (p, p + layers - (lo - p)),
+                (p + layers, q),
+                (q + layers - (hi - q), q + layers),
+            ]
+        runs: list[range] = []
+        for a, b in pieces:
+            if a == b:
+                continue
+            if runs and runs[-1].stop == base + a:
+                runs[-1] = range(runs[-1].start, base + b)
+            else:
+                runs.append(range(base + a, base + b))
+        return runs
+
+    def _unhold_runs(self, s: _Sess, runs: list[range]) -> list[float]:
+        """``_unhold`` of the units of ``runs``."""
+        if len(runs) == 1:
+            return self._unhold(s, runs[0])
+        return [t for run in runs for t in self._unhold(s, run)]
 
     def evict_bytes(self, nbytes: int, now: float) -> list[int]:
         n = self._units_in(nbytes)
@@ -284,9 +320,9 @@ class SessionAware(Memoryless):
         if n is None or not self.drops_victims or not self._engine_uids:
             return super().evict_extents(nbytes, now)
         out: list[tuple[int, int]] = []
-        for taken, run in self._take(n):  # dropped: their order is nobody's, so increasing runs
-            if run is not None:
-                out.append((run.start, run.stop))
+        for taken, runs in self._take(n):  # dropped: their order is nobody's, so increasing runs
+            if runs is not None:
+                out.extend((run.start, run.stop) for run in runs)
             elif len(taken) > 2048:  # (page-layer units come in pages, layers reversed)
                 out.extend(extents_of(np.sort(np.asarray(taken, dtype=np.int64))))
             else:

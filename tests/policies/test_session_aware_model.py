@@ -70,6 +70,15 @@ OPS = st.lists(
     3,
     True,
 )
+@example(  # victims across pages, a part of each end page: the last page's top layers only
+    [
+        ("insert", 0, 0, 3, False, 1.0),
+        ("insert", 0, 5, 1, False, 1.0),
+        ("extents", 0, 0, 3, False, 1.0),
+    ],
+    3,
+    True,
+)
 def test_victims_are_the_plain_definitions(calls, layers, dropped):
     sessions = [SessionKV(i, f"s{i}", 0) for i in range(SESSIONS)]
     view = UnitView(sessions, PAGE, layers)
