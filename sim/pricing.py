@@ -36,7 +36,7 @@ def recompute_pairs(units, pages_per_unit: int, block_tokens: int, old_tokens: i
     span = pages_per_unit * block_tokens
     if len(units) < 32:
         pairs = 0.0
-        for i in units:
+        for i in units.tolist() if isinstance(units, np.ndarray) else units:  # (Python ints)
             a = int(i) * span
             n = min(old_tokens, a + span) - a
             pairs += n * (a + n / 2.0)

@@ -74,6 +74,22 @@ def test_the_pricers_decode_pricers_price_each_batch_size(cost, asks):
         assert pricer.decode_pricer(seqs)(ctx) == cost.decode_step_s(seqs, ctx)
 
 
+@given(
+    st.lists(st.integers(0, 400), max_size=60, unique=True).map(sorted),
+    st.integers(1, 4),  # pages a unit
+    st.integers(0, 8000),  # tokens the session held
+)
+def test_recompute_pairs_of_an_array_or_a_list_is_the_sum_in_page_order(units, ppu, old):
+    span = ppu * 16
+    model = 0.0  # the plain sum, unit by unit in order
+    for i in units:
+        n = min(old, i * span + span) - i * span
+        model += n * (i * span + n / 2.0)
+    as_list = recompute_pairs(units, ppu, 16, old)
+    as_array = recompute_pairs(np.asarray(units, dtype=np.int64), ppu, 16, old)
+    assert as_list == as_array == model
+
+
 def test_recompute_pairs_by_hand():
     # pages of 16 tokens; the session held 40 tokens; pages 0 and 2 are recomputed:
     # page 0: 16 tokens at 0 -> 16 * (0 + 8) = 128; page 2: 8 tokens at 32 -> 8 * (32 + 4) = 288
