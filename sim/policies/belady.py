@@ -109,21 +109,22 @@ class _SessionGroups:
     def group_of_all(self, uids) -> Group | None:
         """The group of all of ``uids`` if they are all candidates of one group, else None."""
         gs = self._in.get(uids[0] >> UNIT_BITS)
-        if gs is None or len(gs) != 1 or self._held.count_in(uids) != len(uids):
+        if gs is None or len(gs) != 1 or self._held.count_in(uids, True) != len(uids):
             return None
         return gs[0]  # (all in the bucket's one group, so all of one session)
 
     def none_held(self, uids) -> bool:
-        return self._held.count_in(uids) == 0
+        """(``uids`` ascending, as every batch here but ``group_of_all``'s.)"""
+        return self._held.count_in(uids, ascending=True) == 0
 
     def add(self, g: Group, uids) -> None:
-        self._held.add_many(uids)
+        self._held.add_many(uids, ascending=True)
         gs = self._in.setdefault(-g[1], [])
         if g not in gs:
             gs.append(g)
 
     def remove(self, g: Group, uids) -> None:
-        self._held.discard_many(uids)
+        self._held.discard_many(uids, ascending=True)
 
     def gone(self, g: Group) -> None:
         """Group ``g`` has no candidates left."""
@@ -218,7 +219,7 @@ class Belady(Memoryless):
     # -- no longer a candidate -------------------------------------------------------------------
     def _forget(self, uids) -> None:
         if not isinstance(uids, range):
-            uids = list(uids)
+            uids = sorted(uids)  # (the engine's are: one pass)
         if not uids:
             return
         where = self._where

@@ -305,9 +305,11 @@ class SessionAware(Memoryless):
 
     def _unhold_runs(self, s: _Sess, runs: list[range]) -> list[float]:
         """``_unhold`` of the units of ``runs``."""
-        if len(runs) == 1:
-            return self._unhold(s, runs[0])
-        return [t for run in runs for t in self._unhold(s, run)]
+        if len(runs) == 1 or s.when is not None:
+            return [t for run in runs for t in self._unhold(s, run)]
+        for run in runs:  # one time in the session: each unit's is ``a``
+            self._held.discard_many(run)
+        return [s.a] * sum(map(len, runs))
 
     def evict_bytes(self, nbytes: int, now: float) -> list[int]:
         n = self._units_in(nbytes)

@@ -1355,7 +1355,8 @@ class UnitSet:
     scatter when scattered: no Python step a unit. A session's array goes with its last member.
 
     The batch calls state what holds: ``add_many`` adds only non-members, ``discard_many`` takes
-    only members; ``count_in`` says which case a batch is."""
+    only members; ``count_in`` says which case a batch is. A batch said to be ``ascending`` (a
+    sorted list) finds its ends at its ends, not by a scan."""
 
     __slots__ = ("_flags", "_count", "_n")
 
@@ -1365,11 +1366,13 @@ class UnitSet:
         self._n = 0
 
     @staticmethod
-    def _span(uids) -> tuple[int, int, int, bool] | None:
+    def _span(uids, ascending: bool = False) -> tuple[int, int, int, bool] | None:
         """(session, first unit number, stop, consecutive) of a non-empty batch of one session's
         uids, else None."""
         if type(uids) is range and uids.step == 1:
             lo, hi = uids.start, uids.stop - 1
+        elif ascending:
+            lo, hi = uids[0], uids[-1]
         else:
             lo, hi = min(uids), max(uids)
         if lo >> UNIT_BITS != hi >> UNIT_BITS:
@@ -1377,11 +1380,11 @@ class UnitSet:
         consecutive = hi - lo == len(uids) - 1  # (distinct uids: lo..hi, each once)
         return lo >> UNIT_BITS, lo & UNIT_MASK, (hi & UNIT_MASK) + 1, consecutive
 
-    def count_in(self, uids) -> int:
+    def count_in(self, uids, ascending: bool = False) -> int:
         """How many of ``uids`` (distinct) are members."""
         if not uids:
             return 0
-        span = self._span(uids)
+        span = self._span(uids, ascending)
         if span is None:
             return sum(map(self.__contains__, uids))
         session, lo, stop, consecutive = span
@@ -1395,18 +1398,18 @@ class UnitSet:
         at = np.asarray(uids, dtype=np.int64) & UNIT_MASK
         return int(np.frombuffer(flags, dtype=np.uint8)[at].sum())
 
-    def add_many(self, uids) -> None:
+    def add_many(self, uids, ascending: bool = False) -> None:
         """``uids`` (distinct, none a member) become members."""
-        self._set(uids, 1)
+        self._set(uids, 1, ascending)
 
-    def discard_many(self, uids) -> None:
+    def discard_many(self, uids, ascending: bool = False) -> None:
         """``uids`` (distinct, all members) stop being members."""
-        self._set(uids, 0)
+        self._set(uids, 0, ascending)
 
-    def _set(self, uids, value: int) -> None:
+    def _set(self, uids, value: int, ascending: bool = False) -> None:
         if not uids:
             return
-        span = self._span(uids)
+        span = self._span(uids, ascending)
         if span is None:
             for uid in uids:
                 self._set((uid,), value)

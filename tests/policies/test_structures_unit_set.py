@@ -31,6 +31,7 @@ OPS = st.lists(
         st.integers(0, 2),  # session
         st.integers(0, 40),  # first unit
         st.integers(0, 6),  # count
+        st.booleans(),  # a sorted batch said to be ascending
     ),
     max_size=80,
 )
@@ -40,16 +41,17 @@ OPS = st.lists(
 @given(OPS)
 def test_unit_set_is_a_set(ops):
     units, plain = UnitSet(), set()
-    for op, kind, session, first, count in ops:
+    for op, kind, session, first, count, said in ops:
         uids = batch(kind, session, first, count)
-        assert units.count_in(uids) == len(plain.intersection(uids))
+        asc = said and kind < 3  # (ranges and lists with holes are sorted)
+        assert units.count_in(uids, asc) == len(plain.intersection(uids))
         if op == 0:
             fresh = [u for u in uids if u not in plain]
-            units.add_many(range(fresh[0], fresh[0] + 1) if len(fresh) == 1 else fresh)
+            units.add_many(range(fresh[0], fresh[0] + 1) if len(fresh) == 1 else fresh, asc)
             plain.update(fresh)
         elif op == 1:
             held = uids if plain.issuperset(uids) else [u for u in uids if u in plain]
-            units.discard_many(held)
+            units.discard_many(held, asc)
             plain.difference_update(held)
         assert len(units) == len(plain)
         for u in uids:
