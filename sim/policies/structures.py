@@ -503,8 +503,9 @@ class SweepOrder:
 
     Costs: the batches (``enter_many``, ``pin_many``, ``back_many``, ``sweep_many``) run their
     per-unit work in C (list slices, ``map`` of a byte array's methods, ``translate``), with a
-    Python step per victim (one ``find``); a batch that is not the plain case (a uid listed twice,
-    or entering while a member) goes one unit at a time. ``mark``, ``leave`` and ``sweep`` are
+    Python step per run of victims (one ``find`` and one ``lstrip``) and per run of consecutive
+    uids of a batch across sessions; a batch that is not the plain case (a uid listed twice, or
+    entering while a member) goes one unit at a time. ``mark``, ``leave`` and ``sweep`` are
     O(1) plus a C-level scan; a compaction is C-level, O(entries + the pages of the sessions).
     """
 
