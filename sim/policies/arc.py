@@ -548,7 +548,7 @@ class RunARC(StretchTakeIn, ARC):
         False, and nothing done, if one is a ghost."""
         ordered = join_extents(sorted(runs)) if len(runs) > 1 else runs
         b1, b2 = self._b1, self._b2
-        sessions = list(split_at_sessions(ordered))
+        sessions = split_at_sessions(ordered)
         buckets = {a >> UNIT_BITS for a, _ in sessions}
         # (a dict view's isdisjoint walks the smaller side: the sessions here)
         if not (b1.buckets().isdisjoint(buckets) and b2.buckets().isdisjoint(buckets)):

@@ -420,13 +420,20 @@ def increasing_runs(uids) -> list[tuple[int, int]] | None:
     return runs
 
 
-def split_at_sessions(runs):
-    """``runs`` split where they cross a bucket (session) boundary."""
+def split_at_sessions(runs) -> list[tuple[int, int]]:
+    """``runs`` split where they cross a bucket (session) boundary, empty ones left out: the
+    list itself where none needs it (a run is a session's pages: the common case)."""
+    if type(runs) is not list:
+        runs = list(runs)
+    if all(a < s and a >> UNIT_BITS == (s - 1) >> UNIT_BITS for a, s in runs):
+        return runs
+    out: list[tuple[int, int]] = []
     for a, s in runs:
         while a < s:
             end = min(s, ((a >> UNIT_BITS) + 1) << UNIT_BITS)
-            yield a, end
+            out.append((a, end))
             a = end
+    return out
 
 
 def runs_less(runs: list[tuple[int, int]], taken: list[tuple[int, int]]) -> list[tuple[int, int]]:

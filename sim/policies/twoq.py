@@ -311,7 +311,7 @@ class RunTwoQ(StretchTakeIn, TwoQ):
         if runs is None:
             EvictionPolicy.insert_many(self, uids, now, pinned)
             return
-        sessions = list(split_at_sessions(runs))
+        sessions = split_at_sessions(runs)
         ain, aout, am, hm = self._ain, self._aout, self._am, self._hm
         buckets = {a >> UNIT_BITS for a, _ in sessions}
         # (a dict view's isdisjoint walks the smaller side; a set's walks its argument)
@@ -385,7 +385,7 @@ class RunTwoQ(StretchTakeIn, TwoQ):
             EvictionPolicy.release(self, uids, now)
             return
         to_am: list[tuple[int, int]] = []
-        sessions = list(split_at_sessions(runs))
+        sessions = split_at_sessions(runs)
         if not self._hm.buckets().isdisjoint({a >> UNIT_BITS for a, _ in sessions}):
             for a, s in sessions:
                 to_am += self._hm.take_range(a, s)

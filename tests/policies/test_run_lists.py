@@ -160,3 +160,16 @@ def test_pages_added_a_few_at_a_time_stay_one_run():
             _check_index(rl)
         finally:
             run_lists.INDEX_AT = kept
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(-5, 40), st.integers(-3, 60))))
+def test_runs_split_at_sessions_as_one_uid_at_a_time(spans):
+    """Each run's uids, in order, grouped by session; empty runs give nothing."""
+    edge = 1 << UNIT_BITS
+    runs = [(b * edge + a, b * edge + a + n) for b, a, n in spans]
+    got = run_lists.split_at_sessions(runs)
+    want = [(u, u + 1) for a, s in runs for u in range(a, s)]
+    assert [(u, u + 1) for a, s in got for u in range(a, s)] == want
+    assert all(a < s and a >> UNIT_BITS == (s - 1) >> UNIT_BITS for a, s in got)
+    assert run_lists.split_at_sessions(iter(runs)) == got
