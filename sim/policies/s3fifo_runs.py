@@ -13,6 +13,7 @@ unit size.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from itertools import chain, islice, repeat, starmap
 from operator import add, lt, rshift
 
@@ -41,11 +42,12 @@ def _one_session_increasing(uids) -> bool:
     )
 
 
-def _members_by_runs(order: RunOrder, uids) -> list[int]:
+def _members_by_runs(order: RunOrder, uids) -> Sequence[int]:
     """``order.members_among(uids)`` for increasing uids of one session, from the session's runs
     in C (O(its runs + members)), not one uid at a time: at layer_block a session's units lie in
     both queues, and a batch that is not all of a queue's members of the session would otherwise
-    look each uid up."""
+    look each uid up. A range where the batch is a stretch of uids all of them members (the
+    order's batch hooks then take it without listing it)."""
     runs = order._runs.get(uids[0] >> UNIT_BITS)
     if runs is None:
         return []
@@ -57,8 +59,11 @@ def _members_by_runs(order: RunOrder, uids) -> list[int]:
         if lo < hi:
             h = holes[e]
             pieces.append(range(lo, hi) if h is None else set(range(lo, hi)).difference(h))
+    whole = isinstance(uids, range) or len(uids) == s - a  # the batch is every uid of [a, s)
+    if whole and sum(map(len, pieces)) == s - a:
+        return range(a, s)
     members = sorted(chain.from_iterable(pieces))  # (a hole may lie in another run's range)
-    if isinstance(uids, range) or len(uids) == s - a:  # the batch is every uid of [a, s)
+    if whole:
         return members
     return sorted(set(members).intersection(uids))
 
@@ -157,10 +162,10 @@ class RunS3FIFO(S3FIFO):
         """``access`` then ``pin`` each: the members' counters go up, each stays in its place."""
         self._incoming = None
         uids = _sequence(uids)
-        in_s, in_m = self._members(uids)
+        in_s, in_m, distinct = self._members(uids)
         freq = self._freq
-        members = in_s + in_m
-        if len(set(members)) < len(members):  # a uid twice counts twice
+        members = [*in_s, *in_m]
+        if not distinct and len(set(members)) < len(members):  # a uid twice counts twice
             for uid in members:
                 freq[uid] = freq.get(uid, 0) + 1
         else:  # in C
@@ -170,25 +175,26 @@ class RunS3FIFO(S3FIFO):
         if in_m:
             self._m.discard_all(in_m)
 
-    def _members(self, uids) -> tuple[list[int], list[int]]:
-        """Those of ``uids`` that are members of S, and of M, in order."""
+    def _members(self, uids) -> tuple[Sequence[int], Sequence[int], bool]:
+        """Those of ``uids`` that are members of S, and of M, in order; and whether ``uids`` are
+        known to be distinct (else they may be or not)."""
         if not len(uids):
-            return [], []
+            return [], [], True
         if _one_session_increasing(uids):  # the engine's batches: by each queue's runs
-            return _members_by_runs(self._s, uids), _members_by_runs(self._m, uids)
+            return _members_by_runs(self._s, uids), _members_by_runs(self._m, uids), True
         in_s = self._s.members_among(uids)
         if len(in_s) == len(uids):
-            return in_s, []
+            return in_s, [], False
         if not len(in_s):
-            return [], self._m.members_among(uids)
-        return in_s, self._m.members_among(uids)
+            return [], self._m.members_among(uids), False
+        return in_s, self._m.members_among(uids), False
 
     def release(self, uids, now: float) -> None:
         """``unpin`` each, in page order: where each is a pinned member (once), it returns to its
         place in its queue; else one at a time."""
         uids = _sequence(uids)
-        in_s, in_m = self._members(uids)
-        if len(in_s) + len(in_m) != len(uids) or len(set(uids)) < len(uids):
+        in_s, in_m, distinct = self._members(uids)
+        if len(in_s) + len(in_m) != len(uids) or not distinct and len(set(uids)) < len(uids):
             EvictionPolicy.release(self, uids, now)
             return
         were_s = self._s.discard_many(in_s) if in_s else []
@@ -222,7 +228,7 @@ class RunS3FIFO(S3FIFO):
         if len(set(uids)) < len(uids):
             EvictionPolicy.remove_many(self, uids, pinned)
             return
-        in_s, in_m = self._members(uids)
+        in_s, in_m, _ = self._members(uids)
         if self._freq:
             consume(map(self._freq.pop, uids, repeat(None)))
         if in_s:

@@ -62,7 +62,9 @@ def test_members_by_runs_equal_one_uid_at_a_time(steps, s, a, n, keep):
     if keep is not None:
         batch = [u for u, k in zip(batch, keep, strict=False) if k] or [batch[0]]
     assert _one_session_increasing(batch)
-    assert _members_by_runs(order, batch) == [u for u in batch if order.is_member(u)]
+    got = _members_by_runs(order, batch)
+    assert list(got) == [u for u in batch if order.is_member(u)]
+    assert isinstance(got, range) == (len(got) == len(batch) == batch[-1] - batch[0] + 1)
 
 
 def test_batches_of_two_sessions_or_out_of_order_are_not_one_sessions():
