@@ -366,15 +366,20 @@ def span_byte_seconds(
     """``gbs`` plus the GPU occupancy integral over the span (its pages are in): step j holds
     what the GPU held before the span and each allocation at or before it, less what each
     evicted (``due``: each allocation's step, in order). The sums ``evicting_byte_seconds``
-    takes, in the same order, on Python numbers."""
-    unit, upp, m = core.unit_bytes, core.upp, len(due)
-    before = core.mem.used[GPU] - unit * (upp * m - sum(evicted))
-    i, grown = 0, 0
-    for j, d in enumerate(durations, start=core.step):
-        while i < m and due[i] == j:
-            grown += upp - evicted[i]
-            i += 1
-        gbs += (before + unit * grown) * d
+    takes, in the same order, on Python numbers: the occupancy changes only at an allocation,
+    so the steps between two are summed in a plain loop."""
+    unit, upp, step0 = core.unit_bytes, core.upp, core.step
+    held = core.mem.used[GPU] - unit * (upp * len(due) - sum(evicted))  # before the span's pages
+    done = 0  # steps summed
+    for j, e in zip(due, evicted, strict=True):
+        j -= step0
+        if j > done:
+            for d in durations[done:j]:
+                gbs += held * d
+            done = j
+        held += unit * (upp - e)
+    for d in durations[done:]:
+        gbs += held * d
     return gbs
 
 
