@@ -584,15 +584,18 @@ class SweepOrder:
 
     def _runs(self, uids) -> list | None:
         """``uids`` as batches that each look up their entry numbers at once: itself when it is
-        one session's, else its runs of consecutive uids (ranges, each within a session); None
-        when a uid is listed twice."""
+        one session's, else its runs of consecutive uids (ranges, each within a session) when
+        they are two units long or more on average (a page's layers; at a unit a page, itself,
+        unit by unit); None when a uid is listed twice."""
         if not self._distinct(uids):
             return None
         if type(uids) is range or not uids or min(uids) >> UNIT_BITS == max(uids) >> UNIT_BITS:
             return [uids]
-        runs = [range(a, b) for a, b in extents_of(uids)]
-        if any((run[-1] ^ run[0]) >> UNIT_BITS for run in runs):  # a run across two sessions
+        if uids[1] != uids[0] + 1:  # no run at the start: a page a unit, most likely
             return [uids]
+        runs = [range(a, b) for a, b in extents_of(uids)]
+        if 2 * len(runs) > len(uids) or any((run[-1] ^ run[0]) >> UNIT_BITS for run in runs):
+            return [uids]  # runs too short to pay, or a run across two sessions: unit by unit
         return runs
 
     @staticmethod
