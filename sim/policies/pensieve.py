@@ -227,6 +227,9 @@ class RecoveryCosts:
         # A dropped full page's price by (page, unit offset in the page): its inputs are the page's
         # tokens and the layer alone, whatever the session's length. NaN: not asked yet.
         self._full = np.full((0, self._per_page), np.nan)
+        # The same prices by unit index (page * units a page + offset), for a batch of
+        # consecutive units: a slice of it is the batch's prices. None: not asked yet.
+        self._full_run: list[float | None] = []
 
     def __call__(self, uid: int) -> float:
         args = _recovery_args(self.ctx, uid)
@@ -254,7 +257,16 @@ class RecoveryCosts:
         model is asked once per distinct input, the answers are its floats."""
         if not self._paged or len(uids) < _MANY_MIN:
             return list(map(self, uids))
-        s = uids[0] >> UNIT_BITS
+        head, n = uids[0], len(uids)
+        s = head >> UNIT_BITS
+        if (  # consecutive units (a released session or tier of it): the usual batch
+            uids[-1] - head == n - 1
+            and uids[-1] >> UNIT_BITS == s
+            and uids == list(range(head, head + n))
+        ):
+            out = self._run(s, head & UNIT_MASK, n)
+            if out is not None:
+                return out
         if min(uids) >> UNIT_BITS != s or max(uids) >> UNIT_BITS != s:
             return list(map(self, uids))
         idx = np.asarray(uids, dtype=np.int64) & UNIT_MASK
@@ -295,6 +307,41 @@ class RecoveryCosts:
                 cost = memo.get((True, lo, min(tokens, lo + bt), layer))  # ``__call__``'s key
                 out[i] = self(uids[i]) if cost is None else cost
         return out
+
+    def _run(self, s: int, lo: int, n: int) -> list[float] | None:
+        """``many`` of session ``s``'s units lo, ..., lo + n - 1, as lists: a demoted unit's
+        price repeats with its offset in the page; dropped full pages' prices are a slice of
+        the table by unit index, the rest (a partly filled page, pages past the tokens) is
+        priced as ``many`` prices it. None: beyond the table's limit."""
+        per_page, base = self._per_page, s << UNIT_BITS
+        if not self._drops:
+            if per_page == 1:
+                return [self(base + lo)] * n
+            prices = [self(base + i) for i in range(lo, lo + min(n, per_page))]
+            return (prices * -(-n // per_page))[:n]
+        bt = self.ctx.block_tokens
+        tokens = self.ctx.view.sessions[s].tokens
+        stop = lo + n
+        cut = min(stop, max(lo, tokens // bt * per_page))  # units of full pages: [lo, cut)
+        if cut > _TABLE_LIMIT:
+            return None
+        table = self._full_run
+        if cut > len(table):
+            table.extend([None] * (max(cut, 2 * len(table)) - len(table)))
+        out = table[lo:cut]
+        if None in out:
+            ctx = self.ctx
+            for k in [k for k, known in enumerate(out) if known is None]:
+                out[k] = table[lo + k] = recovery_s(ctx.cost, **_recovery_args(ctx, base + lo + k))
+        if cut < stop:  # ``many``'s own inputs for a partly filled page
+            memo = self._memo
+            for i in range(cut, stop):
+                page, off = divmod(i, per_page)
+                start = page * bt
+                layer = per_page - 1 - off if per_page > 1 else -1
+                cost = memo.get((True, start, min(tokens, start + bt), layer))  # ``__call__``'s key
+                out.append(self(base + i) if cost is None else cost)
+        return out  # type: ignore[return-value]  # every None was priced
 
 
 @register("pensieve-physics")
