@@ -248,12 +248,16 @@ class PensieveDepth(PensievePhysics):
                 self._cost, self._tau = held.m, held.tau
             else:
                 self._cost, self._tau = kin.cost_of(uid), kin.tau_of(uid)
-        kin.discard(uid)
+        hold = self._hold and self._drops
+        if not hold:  # evict_bytes takes it out of the tournament itself (with its page's run)
+            kin.discard(uid)
         if self._drops:
             L = self._layers
             off = (uid & UNIT_MASK) % L
             page = uid - off
             listed = self._listed.get(page)
+            if listed is None and hold:  # it is still a member: list the page without it
+                listed = self._listed[page] = self._find_members(page)
             if listed is not None:
                 listed.remove(uid)
             layer = L - 1 - off
@@ -392,9 +396,11 @@ class PensieveDepth(PensievePhysics):
                     and first.tau == self._tau  # one group: its order is (cost, uid)
                     and (first.cost, first.uid) < (self._cost, uid)
                 ):
-                    run = self._page_run(first, -(-nbytes // size))
+                    run = self._page_run(first, -(-nbytes // size), uid)
                     out += run
                     nbytes -= len(run) * size
+                else:
+                    self._kin.discard(uid)
             return out
         finally:
             self._hold = False
@@ -405,14 +411,14 @@ class PensieveDepth(PensievePhysics):
             self._kin.end_batch()
             self._done()
 
-    def _page_run(self, first: _First, n: int) -> list[int]:
+    def _page_run(self, first: _First, n: int, victim: int) -> list[int]:
         """Up to ``n`` victims of one page in a row, from ``first``, its first candidate, which
         comes before the victim just taken (of its time, so of its group: by cost, then uid). That victim came
         before every other candidate, so ``first`` is the minimum, with no comparison in the
         tournament; and so on while each next first candidate comes before the one taken before
         it (a page drops layer after layer at one cost, r_p). The page's depth, stale mark and
         held candidate end as ``_choose`` one victim at a time would leave them; the victims
-        leave the tournament at once."""
+        leave the tournament at once, with ``victim``."""
         L = self._layers
         h, c, d, r = first.uid, first.cost, first.depth, first.r
         page = h - (h & UNIT_MASK) % L
@@ -465,7 +471,7 @@ class PensieveDepth(PensievePhysics):
                 break
             h, c, nxt = nxt, cost, None
         kin = self._kin
-        kin.discard_many(taken)
+        kin.discard_many([victim, *taken])
         self._first = self._held = None  # ``first`` was held, or in the tournament at its cost
         if nxt is not None and kin.cost_of(nxt) != cost:  # the next choice compares it first
             self._held = _Held(nxt, cost, first.tau)

@@ -26,7 +26,8 @@ UNIT = 4096  # one page of one layer, in the view's bytes
 class OneByOne(PensieveDepth):
     """The same policy with no runs: every victim through the tournament's minimum."""
 
-    def _page_run(self, first, n: int) -> list[int]:
+    def _page_run(self, first, n: int, victim: int) -> list[int]:
+        self._kin.discard(victim)
         return []
 
 
