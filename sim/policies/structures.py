@@ -873,10 +873,11 @@ class SweepOrder:
         the hand keeps its place among the members (after those that were at or before it)."""
         state = self._state
         kept = state.translate(_IS_MEMBER)
-        below = np.cumsum(np.frombuffer(kept, dtype=np.uint8))  # members up to each entry
-        renumber = below * np.frombuffer(kept, dtype=np.uint8)  # its new number (0: it left)
-        self.hand = int(below[self.hand])
-        uids = np.frombuffer(self._uid_at, dtype=np.int64)[np.frombuffer(kept, dtype=np.bool_)]
+        at = np.flatnonzero(np.frombuffer(kept, dtype=np.bool_))  # the members' entries
+        renumber = np.zeros(len(state), dtype=np.int64)  # each entry's new number (0: it left)
+        renumber[at] = np.arange(1, len(at) + 1, dtype=np.int64)  # (a scatter of the members,
+        self.hand = int(np.searchsorted(at, self.hand, side="right"))  # not a sum over entries)
+        uids = np.frombuffer(self._uid_at, dtype=np.int64)[at]
         self._uid_at = array("q", (-1,))
         self._uid_at.frombytes(uids.tobytes())
         self._state = bytearray(1) + state.replace(b"\0", b"")

@@ -184,12 +184,17 @@ HAND_ON_A_PIN = [(0, 0, 0, 0, 6), (2, 0, 0, 0, 2), (6, 0, 0, 0, 1), (8, 0, 0, 0,
 HAND_ON_A_PIN += [(3, 0, 0, 0, 2), (6, 0, 0, 0, 1), (6, 0, 0, 0, 1), (6, 0, 0, 0, 1)]
 HAND_ON_A_PIN += [(0, 0, 0, 6, 1), (6, 0, 0, 0, 1)]
 
+# Two compactions with the hand on a member (the one it passed): it stays on that member.
+HAND_ON_A_MEMBER = [(0, 0, 0, 0, 6), (5, 0, 0, 0, 1), (6, 0, 0, 0, 1), (8, 0, 0, 0, 1)]
+HAND_ON_A_MEMBER += [(4, 0, 0, 3, 1), (8, 0, 0, 0, 1), (6, 0, 0, 0, 1)]
+
 
 @settings(max_examples=400, deadline=None)
 @given(ops=OPS)
 @example(ops=EXAMPLE)
 @example(ops=PIN_ALL_AHEAD)
 @example(ops=HAND_ON_A_PIN)
+@example(ops=HAND_ON_A_MEMBER)
 def test_sweep_order_batches_are_the_plain_sweep_one_unit_at_a_time(ops):
     _run(ops, SweepOrder())
 
