@@ -523,24 +523,33 @@ class KineticMin:
         g.settle()
         self._set_leaf(g.slot, g)
 
-    def pop_many(self, n: int, now: float) -> list[int]:
+    def pop_many(self, n: int, now: float, in_uid_order: bool = False) -> list[int]:
         """The ``n`` successive minima at ``now`` (fewer if it runs out), taken out: what ``n``
-        rounds of ``peek`` and ``discard`` give. A merge of the groups' heads where there are few
+        rounds of ``peek`` and ``discard`` give (``in_uid_order``: the same victims in uid order,
+        for a caller that hears no order). A merge of the groups' heads where there are few
         groups per victim (the tree is not read: the leaves it touched wait, ``_stale``); else
         one ``peek`` for one victim, and the tournament in one batch (``begin_batch``) for more."""
         out: list[int] = []
         if len(self._groups) <= _MERGE_GROUPS * n:
             self._check_time(now)
             self._t = now
-            if not self._merge_sorted(n, now, out):
-                self._merge(n, now, out)
-            return out
+            if self._merge_sorted(n, now, out, in_uid_order):
+                return out
+            self._merge(n, now, out)
+        else:
+            self._pop_tournament(n, now, out)
+        if in_uid_order:
+            out.sort()
+        return out
+
+    def _pop_tournament(self, n: int, now: float, out: list[int]) -> None:
+        """``pop_many`` by the tournament's minimum, victim after victim."""
         if n == 1:  # a decode step's page, often: the minimum, its path left to the next peek
             uid = self.peek(now)
             if uid is not None:
                 self.discard(uid)
                 out.append(uid)
-            return out
+            return
         self.begin_batch(now)
         try:
             win = self._win
@@ -549,9 +558,8 @@ class KineticMin:
                 self.discard(out[-1])
         finally:
             self.end_batch()
-        return out
 
-    def _merge_sorted(self, n: int, t: float, out: list[int]) -> bool:
+    def _merge_sorted(self, n: int, t: float, out: list[int], in_uid_order: bool = False) -> bool:
         """``_merge`` for many victims, in numpy: the float values of each group's first k
         entries, sorted (k grows while some group has all k among the first ``n`` and more
         behind). That order is the exact one unless values of different groups are within the
@@ -585,7 +593,8 @@ class KineticMin:
         if _near_across(value, owner, order, n):
             return False
         chosen = uid[order[:n]]
-        victims = chosen.tolist()
+        ordered = np.sort(chosen).tolist()
+        victims = ordered if in_uid_order else chosen.tolist()
         touched = []
         for g, c in zip(groups, taken, strict=True):
             if c:
@@ -593,7 +602,7 @@ class KineticMin:
                 touched.append(g)
         # in uid order: consecutive uids sit side by side in the dict's table (cache misses
         # dominate a large dict's deletions in eviction order)
-        consume(map(self._where.__delitem__, np.sort(chosen).tolist()))
+        consume(map(self._where.__delitem__, ordered))
         out += victims
         for g in sorted(touched, key=_slot):  # a fixed order of leaf updates
             self._changed(g)
@@ -896,6 +905,14 @@ class KineticPolicy(EvictionPolicy):
         return extents_of(_in_uid_order(victims) if self.drops_victims else victims)
 
     def evict_extents(self, nbytes: int, now: float) -> list[tuple[int, int]]:
+        n = self._units_in(nbytes)
+        if (
+            self.drops_victims
+            and n is not None
+            and type(self).evict_bytes is KineticPolicy.evict_bytes
+            and type(self)._evicted is EvictionPolicy._evicted
+        ):  # ``evict_bytes``'s victims, in the order they are dropped in
+            return extents_of(self._kin.pop_many(n, now, in_uid_order=True))
         victims = self.evict_bytes(nbytes, now)
         # nobody hears the order of victims that are dropped: a session's pages as runs
         return extents_of(_in_uid_order(victims) if self.drops_victims else victims)
