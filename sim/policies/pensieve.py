@@ -228,8 +228,9 @@ class RecoveryCosts:
         # tokens and the layer alone, whatever the session's length. NaN: not asked yet.
         self._full = np.full((0, self._per_page), np.nan)
         # The same prices by unit index (page * units a page + offset), for a batch of
-        # consecutive units: a slice of it is the batch's prices. None: not asked yet.
-        self._full_run: list[float | None] = []
+        # consecutive units: a slice of it is the batch's prices, where ``_run_asked`` is 1.
+        self._full_run: list[float] = []
+        self._run_asked = bytearray()
 
     def __call__(self, uid: int) -> float:
         args = _recovery_args(self.ctx, uid)
@@ -311,7 +312,7 @@ class RecoveryCosts:
     def _run(self, s: int, lo: int, n: int) -> list[float] | None:
         """``many`` of session ``s``'s units lo, ..., lo + n - 1, as lists: a demoted unit's
         price repeats with its offset in the page; dropped full pages' prices are a slice of
-        the table by unit index, the rest (a partly filled page, pages past the tokens) is
+        the table by unit index (its missing entries found by ``bytearray.find``), the rest (a partly filled page, pages past the tokens) is
         priced as ``many`` prices it. None: beyond the table's limit."""
         per_page, base = self._per_page, s << UNIT_BITS
         if not self._drops:
@@ -325,14 +326,17 @@ class RecoveryCosts:
         cut = min(stop, max(lo, tokens // bt * per_page))  # units of full pages: [lo, cut)
         if cut > _TABLE_LIMIT:
             return None
-        table = self._full_run
+        table, asked = self._full_run, self._run_asked
         if cut > len(table):
-            table.extend([None] * (max(cut, 2 * len(table)) - len(table)))
+            grow = max(cut, 2 * len(table)) - len(table)
+            table.extend([0.0] * grow)
+            asked.extend(bytes(grow))
+        i = asked.find(0, lo, cut)  # in C: the first not asked yet
+        while i >= 0:
+            table[i] = recovery_s(self.ctx.cost, **_recovery_args(self.ctx, base + i))
+            asked[i] = 1
+            i = asked.find(0, i + 1, cut)
         out = table[lo:cut]
-        if None in out:
-            ctx = self.ctx
-            for k in [k for k, known in enumerate(out) if known is None]:
-                out[k] = table[lo + k] = recovery_s(ctx.cost, **_recovery_args(ctx, base + lo + k))
         if cut < stop:  # ``many``'s own inputs for a partly filled page
             memo = self._memo
             for i in range(cut, stop):
@@ -341,7 +345,7 @@ class RecoveryCosts:
                 layer = per_page - 1 - off if per_page > 1 else -1
                 cost = memo.get((True, start, min(tokens, start + bt), layer))  # ``__call__``'s key
                 out.append(self(base + i) if cost is None else cost)
-        return out  # type: ignore[return-value]  # every None was priced
+        return out
 
 
 @register("pensieve-physics")
