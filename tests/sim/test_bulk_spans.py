@@ -29,9 +29,19 @@ CONFIGS = [  # (gpu GiB, cpu GiB, unit, async_save, token budget)
 
 def test_the_bulk_policies():
     # the list this file covers; a policy that starts declaring it is covered automatically
-    assert {"lru", "fifo", "lfu", "qos", "sieve", "belady", "session-aware", "arc", "twoq"} <= set(
-        BULK
-    )
+    assert {
+        "lru",
+        "fifo",
+        "lfu",
+        "qos",
+        "sieve",
+        "belady",
+        "session-aware",
+        "arc",
+        "twoq",
+        "clock",
+        "s3fifo",
+    } <= set(BULK)
 
 
 # The default run checks four of them (the two structures LRU and FIFO share with most, ARC's
@@ -77,7 +87,9 @@ BY_TIME_CONFIGS = [  # (gpu GiB, cpu GiB, unit, token budget): victims dropped, 
 
 
 def test_the_clock_reading_bulk_policies():
-    assert {"pensieve", "pensieve-flat", "pensieve-physics", "cost-belady"} <= set(BY_TIME)
+    assert {"pensieve", "pensieve-flat", "pensieve-physics", "cost-belady", "predictive"} <= set(
+        BY_TIME
+    )
     # its costs read the tier array, which the engine updates only after each call
     assert "pensieve-depth" not in BY_TIME
 
