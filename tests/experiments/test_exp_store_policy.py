@@ -82,7 +82,11 @@ def test_one_policy_written_as_a_list_or_a_scalar_is_the_same_grid(write_yaml):
         ("[lru, lruu]", "cluster.store.policy[1]", "did you mean 'lru'?"),
         ("[no-such-policy, lru]", "cluster.store.policy[0]", "no-such-policy"),
         # what a store cannot give: its future requests
-        ("[lru, cost-belady]", "cluster.store.policy[1]", "'cost-belady' reads what a stored chunk"),
+        (
+            "[lru, cost-belady]",
+            "cluster.store.policy[1]",
+            "'cost-belady' reads what a stored chunk",
+        ),
         ("[belady, lru]", "cluster.store.policy[0]", "'belady' reads what"),
         ("[lru, lru]", "cluster.store.policy", "duplicate value 'lru'"),
         ("[]", "cluster.store.policy", "must not be empty"),
