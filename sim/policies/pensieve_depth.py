@@ -83,6 +83,20 @@ class _Held:
         self.uid, self.m, self.tau = uid, m, tau
 
 
+def _first_candidate(members: list[int], page: int, layers: int, depth: int, r: float):
+    """A page's first candidate and its cost, ``members`` its candidates' uids in order (uid
+    ``page + i`` is layer ``layers - 1 - i``): the highest layer at or below ``depth``, which
+    costs 0; where there is none, the lowest layer above it, at (layer - depth) * r, or the
+    highest where r = 0 (every layer then costs 0 and the uid breaks the tie)."""
+    free = bisect_left(members, page + layers - 1 - depth)  # from here on: layers <= depth
+    if free < len(members):
+        uid = members[free]
+    else:
+        uid = members[0] if r == 0.0 else members[-1]
+    m = layers - 1 - (uid - page)
+    return uid, (m - depth) * r if m > depth else 0.0
+
+
 def _consecutive_tail(uids: list[int], n: int) -> int:
     """How many of the last entries of the increasing list ``uids`` (at most ``n``, at least 1)
     are consecutive integers: in an increasing list of integers, uids[-k] == uids[-1] - k + 1
@@ -311,13 +325,7 @@ class PensieveDepth(PensievePhysics):
         if depth is None:
             depth = self.page_depth(page)
         r = self.layer_recompute_s(page)
-        free = bisect_left(members, page + L - 1 - depth)  # from here on: layers <= depth
-        if free < len(members):
-            uid = members[free]
-        else:
-            uid = members[0] if r == 0.0 else members[-1]
-        m = L - 1 - (uid - page)
-        cost = (m - depth) * r if m > depth else 0.0
+        uid, cost = _first_candidate(members, page, L, depth, r)
         if kin.cost_of(uid) != cost:
             if self._hold:  # the next choice compares it first (evict_bytes)
                 self._held = _Held(uid, cost, tau)
@@ -456,13 +464,7 @@ class PensieveDepth(PensievePhysics):
                 stale.discard(page)
                 break
             # ``_settle``: the page's next first candidate, at its true cost
-            free = bisect_left(members, page + L - 1 - d)
-            if free < len(members):
-                nxt = members[free]
-            else:
-                nxt = members[0] if r == 0.0 else members[-1]
-            m = L - 1 - (nxt - page)
-            cost = (m - d) * r if m > d else 0.0
+            nxt, cost = _first_candidate(members, page, L, d, r)
             if len(members) > 1:
                 stale.add(page)
             else:
