@@ -66,6 +66,8 @@ def test_run_lfu_equals_lfu(ops, drops):
         if call == "release":  # a turn unpins what it held: never a unit that is a candidate
             kept = [u for u in dict.fromkeys(arg) if u not in plain]
             arg = arg if len(kept) == len(arg) else kept
+        if call == "unpin":  # a turn's end makes candidates of units it held, each once
+            arg = [u for u in dict.fromkeys(arg) if u not in plain]
         if call == "take_in":  # units that are not members, with room enough to take them
             uids = [u for u in dict.fromkeys(arg[0]) if not plain.count(u)]
             arg = (extents_of(uids), max(arg[1], len(uids) - len(plain)))
