@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
+from sim.policies.structures import strip_hole_ends
 from sim.units import UNIT_BITS, extents_of, join_extents
 
 BUCKET_BITS = UNIT_BITS  # a bucket is a session
@@ -463,11 +464,6 @@ def trim_holes(run: list) -> None:
     if holes:
         first, stop = run[0], run[1]
         holes.difference_update([h for h in holes if not first <= h < stop])
-        while holes and run[0] in holes:
-            holes.discard(run[0])
-            run[0] += 1
-        while holes and run[1] - 1 in holes:
-            holes.discard(run[1] - 1)
-            run[1] -= 1
+        strip_hole_ends(run)
         if not holes:
             run[2] = None

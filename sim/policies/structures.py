@@ -895,6 +895,18 @@ class SweepOrder:
         return self._state[self._entry(uid)] & _CAND == _CAND
 
 
+def strip_hole_ends(run: list) -> None:
+    """A run ``[first, stop, holes, ...]`` whose ``holes`` lie inside it, after an end moved: move
+    each end off holes, forgetting them."""
+    holes = run[2]
+    while holes and run[0] in holes:
+        holes.discard(run[0])
+        run[0] += 1
+    while holes and run[1] - 1 in holes:
+        holes.discard(run[1] - 1)
+        run[1] -= 1
+
+
 class RunQueue:
     """A queue of uids kept as runs (extents) of consecutive uids, oldest first: a session's pages
     that leave or return together are one entry, not one per page.
@@ -1022,13 +1034,8 @@ class RunQueue:
                 run[0] += 1
             else:
                 run[1] -= 1
-            holes = run[2]
-            while holes and run[0] in holes:
-                holes.discard(run[0])
-                run[0] += 1
-            while holes and run[1] - 1 in holes:
-                holes.discard(run[1] - 1)
-                run[1] -= 1
+            if run[2]:
+                strip_hole_ends(run)
             if run[0] >= run[1]:
                 self._drop(key)
             return True
