@@ -291,7 +291,7 @@ class TieredMemory:
         if run is not None:  # one run of dropped units: no scan for where they are
             first, stop = run
             tier[first:stop] = _GPU_BYTE * n_dropped
-            self.policy[CPU].remove_many([], True)
+            self.policy[CPU].remove_many([], True)  # the calls the scan below makes, as made
             self.policy[GPU].insert_many(range(base + first, base + stop), now, True)
             sess.tier_pages[DROPPED] = 0
             sess.tier_pages[GPU] += n_dropped

@@ -187,8 +187,7 @@ class SharedStore:
         # Policies that order plain objects read only their requests' order; the others read a
         # chunk's conversation, which the store hears of from the replicas' sessions (``serve``),
         # and the times of requests (a drop's write is dated when its page drops).
-        self.plain = cfg.policy in STORE_POLICIES
-        self.reads_sessions = not self.plain
+        self.reads_sessions = cfg.policy not in STORE_POLICIES
         self._tables: list[dict[int, SessionKV]] = []  # the replicas' sessions, by index
         self.cache: CacheSim | None = None  # a priced policy waits for a replica's cost model
         if cfg.policy not in _PRICED:
@@ -398,7 +397,7 @@ class DropWriting(TieredMemory):
         assert isinstance(mem, cls)
         mem.store, mem.sched, mem.now, mem.pending = store, sched, 0.0, []
         store.serve(sched.kv, sched.cost)
-        if not store.plain:  # a decode span's drops in one call would be dated at its start;
+        if store.reads_sessions:  # a decode span's drops in one call would be dated at its start;
             sched.grows_in_bulk = False  # the store's policy reads each drop's own time
 
     # every path that drops a page passes through one of these with the moment it happens
