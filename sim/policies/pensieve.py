@@ -301,12 +301,9 @@ class RecoveryCosts:
             price = table[page, off]
         out = price.tolist()
         if not full.all():  # a partly filled page (or one past the tokens): its own inputs
-            tokens, memo = self.ctx.view.sessions[s].tokens, self._memo
+            tokens = self.ctx.view.sessions[s].tokens
             for i in np.flatnonzero(~full).tolist():
-                lo = int(page[i]) * bt
-                layer = per_page - 1 - int(off[i]) if per_page > 1 else -1
-                cost = memo.get((True, lo, min(tokens, lo + bt), layer))  # ``__call__``'s key
-                out[i] = self(uids[i]) if cost is None else cost
+                out[i] = self._partly_filled(uids[i], tokens)
         return out
 
     def _run(self, s: int, lo: int, n: int) -> list[float] | None:
@@ -338,14 +335,18 @@ class RecoveryCosts:
             i = asked.find(0, i + 1, cut)
         out = table[lo:cut]
         if cut < stop:  # ``many``'s own inputs for a partly filled page
-            memo = self._memo
-            for i in range(cut, stop):
-                page, off = divmod(i, per_page)
-                start = page * bt
-                layer = per_page - 1 - off if per_page > 1 else -1
-                cost = memo.get((True, start, min(tokens, start + bt), layer))  # ``__call__``'s key
-                out.append(self(base + i) if cost is None else cost)
+            out.extend(self._partly_filled(base + i, tokens) for i in range(cut, stop))
         return out
+
+    def _partly_filled(self, uid: int, tokens: int) -> float:
+        """``self(uid)`` for a dropped unit of a partly filled page (or one past the session's
+        ``tokens``), its memo looked up first under the key ``__call__`` builds."""
+        per_page, bt = self._per_page, self.ctx.block_tokens
+        page, off = divmod(uid & UNIT_MASK, per_page)
+        lo = page * bt
+        layer = per_page - 1 - off if per_page > 1 else -1
+        cost = self._memo.get((True, lo, min(tokens, lo + bt), layer))
+        return self(uid) if cost is None else cost
 
 
 @register("pensieve-physics")
