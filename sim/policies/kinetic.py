@@ -51,8 +51,8 @@ import heapq
 import math
 from bisect import bisect_left, bisect_right
 from fractions import Fraction
-from itertools import repeat
-from operator import attrgetter
+from itertools import compress, repeat
+from operator import attrgetter, not_
 
 import numpy as np
 
@@ -69,6 +69,7 @@ _MERGE_REL = 1e-15  # float values further apart than this (relative) are in the
 _SORT_MIN = 8  # pop_many sorts the groups' values in numpy from this many victims
 _SORT_MAX = 1 << 18  # ... while it reads at most this many entries (groups * prefix)
 _ARRAY_MIN = 16  # a batch of this many entries onto an empty group is sorted in numpy
+_STALE_SLACK = 64  # a group keeps up to its size plus this many entries of members that left
 _slot = attrgetter("slot")
 
 
@@ -211,8 +212,26 @@ class _GroupQueue:
 
     def _after_gone(self, count: int) -> None:
         self._left(count)
-        if len(self._gone) > self._n + 64:  # mostly stale entries: memory follows the members
-            self._set_sorted(self._live_entries())
+        # mostly stale entries: memory follows the members
+        if len(self._gone) > self._n + _STALE_SLACK:
+            self._compact()
+
+    def _compact(self) -> None:
+        """Keep only the live entries, in order: a filter in C (members leave a page at a time
+        from the middle of a large group, so this runs often). The live keys stay as they were,
+        so the index and the arrays stay valid, filtered alike (the index may name members that
+        left, which ``key`` is never asked about, while it is not much larger than the group)."""
+        pos, gone = self._pos, self._gone
+        uids = self._uids[pos:]
+        live = list(map(not_, map(gone.__contains__, uids)))
+        self._uids = list(compress(uids, live))
+        self._keys = list(compress(self._keys[pos:], live))
+        self._pos, self._gone = 0, set()
+        if self._costs is not None and self._uid_arr is not None:
+            mask = np.array(live, dtype=bool)
+            self._costs, self._uid_arr = self._costs[pos:][mask], self._uid_arr[pos:][mask]
+        if self._index is not None and len(self._index) > 2 * self._n + _STALE_SLACK:
+            self._index = None
 
     def take_run(
         self, scale: tuple[float | None, float], bound: float | None, need: int, out: list[int]

@@ -8,13 +8,16 @@ minima, and each unit's cost and time."""
 from __future__ import annotations
 
 import math
+from unittest.mock import patch
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_kv_pensieve import _exact_key
 
+from sim.policies import kinetic
 from sim.policies.kinetic import (
     _MERGE_REL,
+    _STALE_SLACK,
     _TINY,
     SINCE,
     UNTIL,
@@ -43,10 +46,17 @@ def _model_value(scale, key):
 
 
 @settings(max_examples=300, deadline=None)
-@given(ops=QUEUE_OPS)
-def test_group_queue_is_a_sorted_list_of_live_entries(ops):
+@given(ops=QUEUE_OPS, slack=st.sampled_from([0, 3, _STALE_SLACK]))
+def test_group_queue_is_a_sorted_list_of_live_entries(ops, slack):
     # The queue is told only of its own live members (the tournament's ``_where`` knows them):
-    # a member that comes back leaves first, as ``KineticMin.add`` has it.
+    # a member that comes back leaves first, as ``KineticMin.add`` has it. A small slack makes
+    # the queue drop the entries of members that left often (``_compact``), with its arrays and
+    # index built or not.
+    with patch.object(kinetic, "_STALE_SLACK", slack):
+        _run_queue_ops(ops)
+
+
+def _run_queue_ops(ops):
     q, live = _GroupQueue(), {}
     for op, a, b, cost, odd in ops:
         order = sorted((k, u) for u, k in live.items())
@@ -113,6 +123,45 @@ def test_group_queue_is_a_sorted_list_of_live_entries(ops):
     if order:
         q.take_run((1.0, 0.0), None, len(order), out)
     assert out == [u for _, u in order]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    n=st.integers(16, 60),
+    costs=st.lists(COSTS, min_size=60, max_size=60),
+    ops=st.lists(st.tuples(st.integers(0, 2), st.integers(1, 9)), max_size=20),
+)
+def test_a_sorted_batch_keeps_its_arrays_while_stale_entries_go(n, costs, ops):
+    # A batch onto nothing keeps its numpy arrays; members taken from the front and from the
+    # middle, the stale entries dropped at once (slack 0): the arrays follow the lists.
+    with patch.object(kinetic, "_STALE_SLACK", 0):
+        q = _GroupQueue()
+        uids = [(7 * i) % 61 for i in range(n)]
+        q.push_batch(uids, costs[:n], distinct=True)
+        live = dict(zip(uids, costs[:n], strict=True))
+        for op, x in ops:
+            order = sorted((k, u) for u, k in live.items())
+            if op == 0 and order:
+                out: list[int] = []
+                q.take_run((1.0, 0.0), None, x, out)
+                assert out == [u for _, u in order[:x]]
+                for u in out:
+                    del live[u]
+            elif op == 1:
+                gone = sorted(live)[::x][: max(1, len(live) // x)] if live else []
+                q.discard_many(gone)
+                for u in gone:
+                    del live[u]
+            elif op == 2:
+                got = q.live_run(x, (2.0, 0.0))
+                if got is None:  # only where one that left waits among the first x entries
+                    assert q._gone
+                else:
+                    values, members = got
+                    assert members.tolist() == [u for _, u in order[:x]]
+                    assert values.tolist() == [k / 2.0 for k, _ in order[:x]]
+            assert len(q) == len(live)
+            assert q.head() == (min((k, u) for u, k in live.items()) if live else None)
 
 
 KIN_OPS = st.lists(
