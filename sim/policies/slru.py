@@ -34,9 +34,13 @@ the session's extents into its segment and cools the oldest runs over a share do
 acquire promotes an extent at once (only its first unit can overfill the segment above, whose one
 cooled unit may be a later unit of the same session).
 
-Not ``grows_in_bulk``: a pinned insert enters the lowest segment with room, which reads the bytes
-the victims before it freed, so a decode span's pages given after all its victims could land in
-S0 where one at a time they land higher.
+A decode span in one batch (``grows_in_bulk`` with ``plans_pinned``): a pinned page changes no
+victim, but it enters the lowest segment with room, which reads the bytes the victims before it
+freed, so pages given after all the span's victims could land in S0 where one at a time they land
+higher. The engine names the span's pages and how many victims precede each (``plan_pinned``)
+before the batch's eviction; the victims are the oldest units of the lowest segments, so each
+page's segment follows from the fill before it (``slru_plan``), and the pinned insert that follows
+enters each page there.
 """
 
 from __future__ import annotations
@@ -47,14 +51,17 @@ from itertools import chain, pairwise, starmap
 from sim.policies.base import EvictionPolicy
 from sim.policies.registry import register
 from sim.policies.segment_runs import HeldRuns, SegmentQueue
+from sim.policies.slru_plan import PinnedPlan, planned_segments, victim_runs
 from sim.policies.structures import ByteBudget
-from sim.units import UNIT_BITS, extents_of, join_extents
+from sim.units import UNIT_BITS, UNIT_MASK, extents_of, join_extents
 
 
 @register("slru")
 class SLRU(EvictionPolicy):
     n_seg = 4
     reads_last_access = False
+    grows_in_bulk = True
+    plans_pinned = True
 
     def __new__(cls, ctx=None):
         """Units of one size (``view.unit_bytes``, the engine's pages) get ``UniformSLRU``, the same
@@ -71,6 +78,7 @@ class SLRU(EvictionPolicy):
         self._size: dict[int, int] = {}  # every member -> bytes accounted
         self._pinned: set[int] = set()
         self._budget = ByteBudget()
+        self._plan: PinnedPlan | None = None  # a span's pages, for the insert after its victims
         # Victims that are dropped (no tier below hears their order) may leave as increasing runs.
 
     def set_capacity(self, capacity: int) -> None:
@@ -99,6 +107,53 @@ class SLRU(EvictionPolicy):
         else:
             self._segs[seg][uid] = None
             self._bytes[seg] += size
+
+    def insert_many(self, uids, now: float, pinned: bool = False) -> None:
+        plan = self._take_plan(uids, pinned)
+        if plan is None:
+            EvictionPolicy.insert_many(self, uids, now, pinned)
+            return
+        sizes = list(map(self.view.size, plan.uids))
+        segs, hwm = planned_segments(plan, sizes, self._budget.capacity, self.n_seg)
+        self._seg.update(zip(plan.uids, segs))
+        self._size.update(zip(plan.uids, sizes))
+        self._pinned.update(plan.uids)
+        self._grow_to(sum(sizes), hwm)
+
+    # -- a decode span's pinned pages, planned before its victims leave ---------------------------
+    def plan_pinned(self, uids: list[int], before: list[int]) -> None:
+        budget = self._budget
+        victims = self._victims(before[-1] if before else 0)
+        self._plan = PinnedPlan(uids, before, self._fill(), victims, budget.resident, budget.hwm)
+
+    def _fill(self) -> list[int]:
+        """Each segment's candidate bytes."""
+        return list(self._bytes)
+
+    def _victims(self, n: int) -> list[tuple[int, int, int]]:
+        """The next ``n`` victims (fewer if the candidates run out) as (segment, 1, bytes)."""
+        out: list[tuple[int, int, int]] = []
+        for i, seg in enumerate(self._segs):
+            for uid in seg:
+                if len(out) == n:
+                    return out
+                out.append((i, 1, self._size[uid]))
+        return out
+
+    def _take_plan(self, uids, pinned: bool) -> PinnedPlan | None:
+        """The pending plan, if these are its pages and the eviction since took its victims (the
+        plan is used once either way)."""
+        plan, self._plan = self._plan, None
+        if plan is None or not pinned or not (uids is plan.uids or list(uids) == plan.uids):
+            return None
+        freed = sum(k * each for _, k, each in plan.victims)
+        return plan if sum(self._fill()) == sum(plan.fill) - freed else None
+
+    def _grow_to(self, nbytes: int, hwm: int) -> None:
+        """The budget after the planned pages entered: ``nbytes`` more held, the mark of one
+        step at a time."""
+        self._budget.grow(nbytes)
+        self._budget.hwm = max(self._budget.hwm, hwm)
 
     def access(self, uid: int, now: float) -> None:
         seg = self._seg.get(uid)
@@ -253,6 +308,7 @@ class UniformSLRU(SLRU):
         self._q = [SegmentQueue() for _ in range(self.n_seg)]
         self._held = HeldRuns()
         self._budget = ByteBudget()
+        self._plan: PinnedPlan | None = None
 
     def _share(self) -> int:
         """Units a segment holds before it is over its share (``_seg_cap() // unit``)."""
@@ -267,6 +323,12 @@ class UniformSLRU(SLRU):
             if len(q) < m:
                 return i
         return 0
+
+    def _fill(self) -> list[int]:
+        return [len(q) * self._unit for q in self._q]
+
+    def _victims(self, n: int) -> list[tuple[int, int, int]]:
+        return victim_runs(list(map(len, self._q)), n, self._unit)
 
     def _seg_of(self, uid: int) -> int | None:
         """The segment holding ``uid`` as a candidate, or None."""
@@ -329,7 +391,12 @@ class UniformSLRU(SLRU):
     # -- a session at a time ---------------------------------------------------------------------
     def insert_many(self, uids, now: float, pinned: bool = False) -> None:
         """``insert`` each; pinned new members at once, by extents: a pinned insert adds no
-        candidate, so with c fixed over the batch all land in one segment."""
+        candidate, so with c fixed over the batch all land in one segment. A decode span's
+        pages planned before its victims left (``plan_pinned``) enter their planned segments."""
+        plan = self._take_plan(uids, pinned)
+        if plan is not None:
+            self._enter_planned(plan)
+            return
         budget = self._budget
         if pinned and type(uids) is range and budget.capacity is not None:  # a decode step's pages
             a, b = uids.start, uids.stop
@@ -353,6 +420,22 @@ class UniformSLRU(SLRU):
         seg = self._room_seg()
         for a, b in extents:
             self._held.add(a, b, seg)
+
+    def _enter_planned(self, plan: PinnedPlan) -> None:
+        """The plan's units enter pinned, each remembering its planned segment; a session's
+        consecutive units of one segment are one extent."""
+        unit, uids = self._unit, plan.uids
+        segs, hwm = planned_segments(plan, [unit] * len(uids), self._budget.capacity, self.n_seg)
+        runs: list[list[int]] = []
+        for uid, seg in sorted(zip(uids, segs)):
+            last = runs[-1] if runs else None
+            if last and last[1] == uid and last[2] == seg and uid & UNIT_MASK:
+                last[1] = uid + 1
+            else:
+                runs.append([uid, uid + 1, seg])
+        for a, b, seg in runs:
+            self._held.add(a, b, seg)
+        self._grow_to(len(uids) * unit, hwm)
 
     def _holds_any(self, a: int, b: int) -> bool:
         """Is any of ``a .. b-1`` (one bucket) a member, pinned or not?"""
