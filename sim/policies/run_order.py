@@ -15,15 +15,18 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections import OrderedDict
+from collections.abc import Set as AbstractSet
 from functools import partial
 from itertools import chain, islice, starmap
 from operator import lt
 from typing import Any
 
+from sim.policies.run_lists import runs_in_order
 from sim.units import UNIT_BITS, join_extents
 
 ALL = True  # a session's pin state: every member pinned (absent: none; a set: those pinned)
 COMPACT_SLACK = 4096  # entries of emptied runs kept before they may be compacted away
+_NOTHING: frozenset[int] = frozenset()  # no uid marked: ``pop_runs`` takes plain runs whole
 
 
 class RunOrder:
@@ -199,26 +202,88 @@ class RunOrder:
 
     def enter_many(self, uids, candidate: bool = True) -> None:
         """``uids`` enter in order, each at the newest end (a member moves there)."""
-        extents: list[list[int]] = []
         if isinstance(uids, range) and uids.step == 1:
-            if len(uids):
-                extents.append([uids.start, uids.stop])
+            extents = [(uids.start, uids.stop)] if len(uids) else []
         else:
-            for u in uids:
-                if extents and extents[-1][1] == u:
-                    extents[-1][1] = u + 1
-                else:
-                    extents.append([u, u + 1])
-        for a, s in extents:
+            extents = runs_in_order(uids if isinstance(uids, (list, tuple)) else list(uids))
+        self.enter_runs(extents, candidate)
+
+    def enter_runs(self, runs, candidate: bool = True) -> None:
+        """``enter_many`` of the uids of ``runs``, (first, stop) extents in order: a run that
+        holds no member (by the bounds of its session's runs) enters in one step, inlined here
+        (a decode span's pages are many short runs); one that does, a uid at a time."""
+        first, stop, holes, bucket, flag = (
+            self._first,
+            self._stop,
+            self._holes,
+            self._bucket,
+            self._flag,
+        )
+        runs_of, count, pins, top = self._runs, self._count, self._pins, self._top
+        for a, s in runs:
             while a < s:
                 b = a >> UNIT_BITS
                 end = min(s, (b + 1) << UNIT_BITS)  # a run never spans two sessions
-                if self._disjoint(a, end, b):
-                    self._new_run(a, end, b, candidate)
-                else:  # some enter again: one at a time
+                if top.get(b, 0) > a and not self._disjoint(a, end, b):  # some enter again
                     for u in range(a, end):
                         self.leave(u)
                         self._new_run(u, u + 1, b, candidate)
+                    first, stop, holes, bucket, flag = (  # (``_new_run`` may compact)
+                        self._first,
+                        self._stop,
+                        self._holes,
+                        self._bucket,
+                        self._flag,
+                    )
+                    a = end
+                    continue
+                had = count.get(b, 0)
+                st = pins.get(b)
+                if candidate:
+                    if st is ALL and had:
+                        st = self._pinned_set(b)
+                elif not had:
+                    st = pins[b] = ALL
+                elif st is not ALL:
+                    st = self._pinned_set(b)
+                    st.update(range(a, end))
+                e = len(first) - 1
+                if e >= 0 and bucket[e] == b and stop[e] == a and first[e] < a:
+                    stop[e] = end  # the newest run goes on
+                else:
+                    if len(first) >= 4 * self._live + COMPACT_SLACK:
+                        self._compact()
+                        first, stop, holes, bucket, flag = (
+                            self._first,
+                            self._stop,
+                            self._holes,
+                            self._bucket,
+                            self._flag,
+                        )
+                    e = len(first)
+                    first.append(a)
+                    stop.append(end)
+                    holes.append(None)
+                    bucket.append(b)
+                    flag.append(0)
+                    self._live += 1
+                    if had:
+                        runs_of[b].append(e)
+                    else:
+                        runs_of[b] = [e]
+                count[b] = had = had + end - a
+                if top.get(b, 0) < end:
+                    top[b] = end
+                if candidate:
+                    self._n += end - a
+                    flag[e] = 1
+                    if e < self._lo:
+                        self._lo = e
+                if isinstance(st, set):  # (``_settle``)
+                    if not st:
+                        del pins[b]
+                    elif len(st) == had:
+                        pins[b] = ALL
                 a = end
 
     def enter(self, uid: int, candidate: bool = True) -> None:
@@ -350,16 +415,23 @@ class RunOrder:
         if e < self._lo:
             self._lo = e
 
+    def back_whole(self, uids) -> bool:
+        """``back_many(uids)`` where they are every member of a session and all are pinned (a
+        turn's end); False, changing nothing, where not."""
+        b = self._whole(uids)
+        if b is None or self._pins.get(b) is not ALL:
+            return False
+        del self._pins[b]
+        self._n += self._count[b]
+        runs, flag = self._runs[b], self._flag
+        for e in runs:
+            flag[e] = 1
+        self._lo = min(self._lo, runs[0])
+        return True
+
     def back_many(self, uids) -> None:
         """``back`` each, in order (non-members enter after the others' return: the same order)."""
-        b = self._whole(uids)
-        if b is not None and self._pins.get(b) is ALL:
-            del self._pins[b]
-            self._n += self._count[b]
-            runs, flag = self._runs[b], self._flag
-            for e in runs:
-                flag[e] = 1
-            self._lo = min(self._lo, runs[0])
+        if self.back_whole(uids):
             return
         new = []
         for uid in uids:
@@ -373,34 +445,29 @@ class RunOrder:
     # -- taking the oldest -----------------------------------------------------------------------
     def pop_runs(self, k: int) -> list[tuple[int, int]]:
         """Take out the ``k`` oldest candidates (fewer if there are fewer), as (first, stop)
-        extents of consecutive uids, oldest first."""
+        extents of consecutive uids, oldest first: plain runs by ``pop_unmarked``, a run that
+        holes or pins break up one member at a time."""
         out: list[tuple[int, int]] = []
-        first, stop, holes, flag = self._first, self._stop, self._holes, self._flag
-        lo = self._lo
         while k > 0:
-            e = flag.find(1, lo)
-            if e < 0:
-                lo = len(flag)
+            k -= self.pop_unmarked(k, _NOTHING, out)
+            if k <= 0:
                 break
-            lo = e
+            flag = self._flag
+            e = flag.find(1, self._lo)
+            if e < 0:
+                self._lo = len(flag)
+                break
+            self._lo = e
             b = self._bucket[e]
             st = self._pins.get(b)
-            if st is None and holes[e] is None:
-                f = first[e]
-                taken = min(k, stop[e] - f)
-                out.append((f, f + taken))
-                first[e] = f + taken
-                if first[e] >= stop[e]:
-                    self._retire(e)
-            else:  # holes or pins inside: one member at a time
-                chosen = [u for u in self._members(e) if st is None or u not in st]
-                chosen = chosen[:k]
-                taken = len(chosen)
-                for u in chosen:
-                    self._take_out(e, u)
-                out.extend((u, u + 1) for u in chosen)
-                if first[e] < stop[e]:
-                    self._refresh(e)
+            chosen = [u for u in self._members(e) if st is None or u not in st]
+            chosen = chosen[:k]
+            taken = len(chosen)
+            for u in chosen:
+                self._take_out(e, u)
+            out.extend((u, u + 1) for u in chosen)
+            if self._first[e] < self._stop[e]:
+                self._refresh(e)
             self._n -= taken
             k -= taken
             self._count[b] -= taken
@@ -408,7 +475,6 @@ class RunOrder:
                 self._forget(b)
             else:
                 self._settle(b)
-        self._lo = lo
         return join_extents(out)
 
     def pop_many(self, k: int) -> list[int]:
@@ -455,7 +521,7 @@ class RunOrder:
         else:
             self._forget(b)
 
-    def pop_unmarked(self, k: int, marked: set[int], out: list[tuple[int, int]]) -> int:
+    def pop_unmarked(self, k: int, marked: AbstractSet[int], out: list[tuple[int, int]]) -> int:
         """Take out up to ``k`` of the oldest candidates while none of them is in ``marked``,
         appending them to ``out`` as extents in order; returns how many. Stops before a plain
         run whose first ``k`` candidates hold a marked uid, and at a run that holes or its
@@ -512,6 +578,15 @@ class RunOrder:
             if not self._disjoint(a, end, b):
                 return True
             a = end
+        return False
+
+    def may_hold_any(self, runs) -> bool:
+        """``may_hold`` of any of ``runs``, (first, stop) extents each inside one session."""
+        top = self._top
+        for a, s in runs:
+            b = a >> UNIT_BITS
+            if top.get(b, 0) > a and not self._disjoint(a, s, b):
+                return True
         return False
 
     def min(self) -> int | None:

@@ -131,17 +131,25 @@ class RunS3FIFO(S3FIFO):
             self.insert(uids[0], now, pinned)
             return
         runs = distinct_runs(uids) if self._incoming is None and self._has_evicted else None
-        if runs is None or any(map(self._may_hold, split_at_sessions(runs))):
+        sessions = split_at_sessions(runs) if runs is not None else []
+        if runs is None or self._s.may_hold_any(sessions) or self._m.may_hold_any(sessions):
             EvictionPolicy.insert_many(self, uids, now, pinned)
             return
-        ghost, count = self._ghost, 0
-        for a, s in split_at_sessions(runs):
+        ghost, count, candidate = self._ghost, 0, not pinned
+        if ghost.buckets().isdisjoint({a >> UNIT_BITS for a, _ in sessions}):  # no ghost: all S
+            self._s.enter_runs(sessions, candidate)
+            self._budget.grow(self._unit * sum(s - a for a, s in sessions))
+            return
+        to_s: list[tuple[int, int]] = []  # (S and M are apart: S's runs enter at once)
+        for a, s in sessions:
             count += s - a
             hits = ghost.take_range(a, s) if ghost.meets(a, s) else []
-            for x, y in hits:
-                self._m.enter_many(range(x, y), candidate=not pinned)
-            for x, y in runs_less([(a, s)], hits) if hits else [(a, s)]:
-                self._s.enter_many(range(x, y), candidate=not pinned)
+            if hits:
+                self._m.enter_runs(hits, candidate)
+                to_s += runs_less([(a, s)], hits)
+            else:
+                to_s.append((a, s))
+        self._s.enter_runs(to_s, candidate)
         self._budget.grow(self._unit * count)
 
     def _may_hold(self, run: tuple[int, int]) -> bool:
@@ -197,6 +205,8 @@ class RunS3FIFO(S3FIFO):
         if len(in_s) + len(in_m) != len(uids) or not distinct and len(set(uids)) < len(uids):
             EvictionPolicy.release(self, uids, now)
             return
+        if not in_m and self._s.back_whole(in_s) or not in_s and self._m.back_whole(in_m):
+            return  # the usual batch: a session's members, all in one queue and pinned
         were_s = self._s.discard_many(in_s) if in_s else []
         were_m = self._m.discard_many(in_m) if in_m else []
         if were_s or were_m:  # a candidate among them enters anew: one at a time
@@ -307,7 +317,18 @@ class RunS3FIFO(S3FIFO):
         s_order, m, freq, threshold = self._s, self._m, self._freq, self.move_to_main_threshold
         room = main_size // self._unit - len(m)  # moves M takes before it is over its share
         taken = 0
+        plain: list[tuple[int, int]] = []
         while taken < k:
+            # The oldest runs without a counter are victims and nothing moves: taken a run at a
+            # time (a run with a counter, a hole or a pin is read below).
+            got = s_order.pop_unmarked(k - taken, freq.keys(), plain)
+            if got:
+                out += plain
+                to_ghost += plain
+                plain.clear()
+                taken += got
+                if taken >= k:
+                    break
             head = s_order.head_run()
             if head is None:
                 break

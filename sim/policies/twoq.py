@@ -316,31 +316,29 @@ class RunTwoQ(StretchTakeIn, TwoQ):
         buckets = {a >> UNIT_BITS for a, _ in sessions}
         # (a dict view's isdisjoint walks the smaller side; a set's walks its argument)
         seen = not (am.buckets().isdisjoint(buckets) and hm.buckets().isdisjoint(buckets))
-        for a, s in sessions:
-            if (seen and (am.meets(a, s) or hm.meets(a, s))) or ain.may_hold(a, s):
-                EvictionPolicy.insert_many(self, uids, now, pinned)  # a member enters again
-                return
+        if ain.may_hold_any(sessions) or (
+            seen and any(am.meets(a, s) or hm.meets(a, s) for a, s in sessions)
+        ):
+            EvictionPolicy.insert_many(self, uids, now, pinned)  # a member enters again
+            return
         candidate = not pinned
         if aout.buckets().isdisjoint(buckets):  # the common case: no ghost among them
-            if type(uids) is list and len(sessions) > 1:
-                ain.enter_many(uids, candidate)  # (in the batch's order, a run at a time)
-            else:
-                for a, s in sessions:
-                    ain.enter_many(range(a, s), candidate)
+            ain.enter_runs(sessions, candidate)  # (in the batch's order)
             self._budget.grow(self._unit * sum(s - a for a, s in sessions))
             return
         # (the pinned set's order is unused: a run there joins the one it continues)
         seen_before = hm.add_runs if pinned else am.push_runs
         count = 0
+        to_ain: list[tuple[int, int]] = []  # (A1in and Am are apart: A1in's runs enter at once)
         for a, s in sessions:
             count += s - a
             if aout.meets(a, s):
                 ghosts = aout.take_range(a, s)
                 seen_before(ghosts)
-                for x, y in runs_less([(a, s)], ghosts):
-                    ain.enter_many(range(x, y), candidate)
+                to_ain += runs_less([(a, s)], ghosts)
             else:
-                ain.enter_many(range(a, s), candidate)
+                to_ain.append((a, s))
+        ain.enter_runs(to_ain, candidate)
         self._budget.grow(self._unit * count)
 
     def access(self, uid: int, now: float) -> None:
@@ -391,6 +389,9 @@ class RunTwoQ(StretchTakeIn, TwoQ):
                 to_am += self._hm.take_range(a, s)
             to_am = join_extents(sorted(to_am))
         rest = _uids_of(runs_less(runs, to_am) if to_am else runs)
+        if self._ain.back_whole(rest):  # the usual batch: A1in's members of a session, pinned
+            self._am.push_runs(to_am)
+            return
         if not self._all_pinned_in_ain(rest):
             self._hm.add_runs(to_am)  # back as they were (the pinned set's order is unused)
             EvictionPolicy.release(self, uids, now)

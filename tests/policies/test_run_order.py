@@ -50,7 +50,7 @@ class EntryRef:
 
 # (operation, session, a, b): sessions 0-3 with unit indices 0-40
 OPS = st.lists(
-    st.tuples(st.integers(0, 12), st.integers(0, 3), st.integers(0, 40), st.integers(0, 12)),
+    st.tuples(st.integers(0, 14), st.integers(0, 3), st.integers(0, 40), st.integers(0, 12)),
     max_size=150,
 )
 
@@ -123,6 +123,22 @@ def _apply(order: RunOrder, ref: EntryRef, op: int, s: int, a: int, b: int) -> N
             e = order._lo
             plain = order._bucket[e] not in order._pins and not order._holes[e]
             assert not plain or marked.intersection(range(head[0], min(head[1], head[0] + b - n)))
+    elif op == 13:  # a decode span's pages: two sessions' units interleaved, some members
+        other = ((s + 1) % 4) << UNIT_BITS
+        uids = [u for i in range(b) for u in (base + (a + i) % 41, other + (a + i) % 41)]
+        order.enter_many(uids, candidate=b % 2 == 0)
+        for u in uids:
+            ref.enter(u, candidate=b % 2 == 0)
+    elif op == 14:  # runs of two sessions enter, each run at once where it holds no member
+        other = ((s + 1) % 4) << UNIT_BITS
+        runs = [(base + a, base + a + b // 2 + 1), (other + b, other + b + a % 5 + 1)]
+        held = any(u in ref.members for x, y in runs for u in range(x, y))
+        assert order.may_hold_any(runs) == any(order.may_hold(x, y) for x, y in runs)
+        assert order.may_hold_any(runs) or not held
+        order.enter_runs(runs, candidate=a % 3 != 0)
+        for x, y in runs:
+            for u in range(x, y):
+                ref.enter(u, candidate=a % 3 != 0)
     else:  # the oldest b candidates leave, as extents
         got = order.pop_runs(b)
         expect = ref.candidates()[:b]
