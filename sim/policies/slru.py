@@ -51,9 +51,9 @@ from itertools import chain, pairwise, starmap
 from sim.policies.base import EvictionPolicy
 from sim.policies.registry import register
 from sim.policies.segment_runs import HeldRuns, SegmentQueue
-from sim.policies.slru_plan import PinnedPlan, planned_segments, victim_runs
+from sim.policies.slru_plan import PinnedPlan, planned_segments, planned_split, victim_runs
 from sim.policies.structures import ByteBudget
-from sim.units import UNIT_BITS, UNIT_MASK, extents_of, join_extents
+from sim.units import UNIT_BITS, extents_of, join_extents
 
 
 @register("slru")
@@ -423,18 +423,19 @@ class UniformSLRU(SLRU):
 
     def _enter_planned(self, plan: PinnedPlan) -> None:
         """The plan's units enter pinned, each remembering its planned segment; a session's
-        consecutive units of one segment are one extent."""
-        unit, uids = self._unit, plan.uids
-        segs, hwm = planned_segments(plan, [unit] * len(uids), self._budget.capacity, self.n_seg)
-        runs: list[list[int]] = []
-        for uid, seg in sorted(zip(uids, segs)):
-            last = runs[-1] if runs else None
-            if last and last[1] == uid and last[2] == seg and uid & UNIT_MASK:
-                last[1] = uid + 1
-            else:
-                runs.append([uid, uid + 1, seg])
-        for a, b, seg in runs:
-            self._held.add(a, b, seg)
+        consecutive units of one segment are one extent. With a capacity the units fall in two
+        parts, those before S0 has room and those after (``planned_split``)."""
+        unit, uids, capacity = self._unit, plan.uids, self._budget.capacity
+        if capacity is None:
+            segs, hwm = planned_segments(plan, [unit] * len(uids), None, self.n_seg)
+            parts = [([u for u, g in zip(uids, segs) if g == seg], seg) for seg in set(segs)]
+        else:
+            seg, k = planned_split(plan, unit, capacity, self.n_seg)
+            parts = [(uids[:k], seg), (uids[k:], 0)]
+            hwm = 0  # (the mark is read only where no capacity is set)
+        for part, seg in parts:
+            for a, b in _bucket_extents(sorted(part)):
+                self._held.add(a, b, seg)
         self._grow_to(len(uids) * unit, hwm)
 
     def _holds_any(self, a: int, b: int) -> bool:
@@ -652,6 +653,18 @@ def _increasing_extents(uids) -> list[tuple[int, int]]:
     if any(a >> UNIT_BITS != (b - 1) >> UNIT_BITS for a, b in extents):
         return []
     return extents
+
+
+def _bucket_extents(uids: list[int]) -> list[tuple[int, int]]:
+    """Sorted distinct ``uids`` as extents of consecutive uids, none across a bucket's end."""
+    out: list[tuple[int, int]] = []
+    for a, b in extents_of(uids):
+        while a >> UNIT_BITS != (b - 1) >> UNIT_BITS:
+            stop = ((a >> UNIT_BITS) + 1) << UNIT_BITS
+            out.append((a, stop))
+            a = stop
+        out.append((a, b))
+    return out
 
 
 def _covers_exactly(extents: list[list[int]], uids) -> bool:

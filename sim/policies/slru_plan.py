@@ -10,6 +10,7 @@ segment is found by walking the victims and the pages together, in step order.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -73,3 +74,16 @@ def planned_segments(
             last_size = size
         out.append(seg)
     return out, hwm
+
+
+def planned_split(plan: PinnedPlan, unit: int, capacity: int, n_seg: int) -> tuple[int, int]:
+    """``planned_segments`` where every unit has ``unit`` bytes and the capacity is fixed, as
+    (segment, k): the first ``k`` planned units enter that segment, the others S0. A victim
+    leaves S0 while S0 has any; until S0 falls below its share of ``m`` units no segment above
+    it changes, so a unit enters the lowest segment with room, and from then on S0."""
+    m = capacity // n_seg // unit
+    units = [f // unit for f in plan.fill]
+    first = next((i for i, n in enumerate(units) if n < m), 0)
+    if m < 1 or first == 0:
+        return 0, 0
+    return first, bisect_right(plan.before, units[0] - m)

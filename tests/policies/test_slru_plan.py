@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from test_grows_in_bulk import Twin, drive, scenarios
 
 from sim.policies.slru import SLRU, UniformSLRU
-from sim.policies.slru_plan import PinnedPlan, planned_segments
+from sim.policies.slru_plan import PinnedPlan, planned_segments, planned_split, victim_runs
 
 N_SEG = 4
 
@@ -64,6 +64,29 @@ def test_planned_segments_against_one_step_at_a_time(case):
     plan, pages, capacity = case
     want = _model(plan.fill, plan.victims, pages, plan.before, plan.resident, plan.hwm, capacity)
     assert planned_segments(plan, pages, capacity, N_SEG) == want
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    st.lists(st.integers(0, 8), min_size=N_SEG, max_size=N_SEG),  # candidates per segment
+    st.lists(st.integers(0, 3), max_size=12),  # victims before each page
+    st.integers(0, 40),  # capacity in units
+    st.integers(0, 10),  # pinned units beside the candidates
+)
+def test_planned_split_against_one_step_at_a_time(units, steps, capacity, pinned):
+    """Units of one size, a fixed capacity: the first k units enter one segment, the rest S0."""
+    unit = 3
+    before = list(accumulate(steps))
+    victims = victim_runs(units, before[-1] if before else 0, unit)
+    resident = (sum(units) + pinned) * unit
+    plan = PinnedPlan(
+        list(range(len(before))), before, [n * unit for n in units], victims, resident, resident
+    )
+    want, _ = _model(
+        plan.fill, victims, [unit] * len(before), before, resident, resident, capacity * unit
+    )
+    seg, k = planned_split(plan, unit, capacity * unit, N_SEG)
+    assert [seg] * k + [0] * (len(before) - k) == want
 
 
 class PerUnitSLRU(SLRU):
