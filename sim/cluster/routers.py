@@ -3,10 +3,10 @@
 A router is a small plug-in, as a policy is: a class with ``route(arrival, view) -> replica``,
 built from the replica count and its YAML parameters; a user names their own as ``module:Class``.
 It sees what a real router sees (``RouterView``): its own count of the turns it sent to each
-replica that have not ended yet (and their tokens), the fleet's configuration, and, for a
-KV-aware router, each replica's KV of the session as the replica's KV events report it (applied
-at once, or ``cluster.kv_events.delay_ms`` late: ``sim.cluster.kvevents``). It never sees queues,
-batches or policies inside a replica.
+replica that have not ended yet (and their tokens), the fleet's configuration (each replica's GPU
+KV), and, for a KV-aware router, each replica's KV of the session as the replica's KV events
+report it (applied at once, or ``cluster.kv_events.delay_ms`` late: ``sim.cluster.kvevents``). It
+never sees queues, batches or policies inside a replica.
 
 Ties go round robin: to the first tied replica at or after the one after the last pick, so an
 idle cluster spreads new conversations and a run stays deterministic.
@@ -45,7 +45,11 @@ class RouterView(Protocol):
 
     @property
     def kv_capacity_tokens(self) -> float:
-        """One replica's GPU KV, in tokens (the fleet is homogeneous)."""
+        """The pool's first replica's GPU KV, in tokens (every replica's in a fleet of one kind)."""
+        ...
+
+    def replica_kv_capacity_tokens(self, replica: int) -> float:
+        """``replica``'s own GPU KV, in tokens (groups of replicas may differ)."""
         ...
 
     def inflight_turns(self, replica: int) -> int:
@@ -106,6 +110,13 @@ class Router:
                 return r
         raise AssertionError("no replica has the lowest cost")  # pragma: no cover
 
+    @staticmethod
+    def capacity_tokens(view: RouterView, replica: int) -> float:
+        """``replica``'s own GPU KV in tokens; a view written before fleets of groups (it gives
+        one replica's size for all) answers with that."""
+        own = getattr(view, "replica_kv_capacity_tokens", None)
+        return view.kv_capacity_tokens if own is None else own(replica)
+
     def least_loaded(self, view: RouterView) -> int:
         """The replica with the fewest in-flight tokens (ties round robin)."""
         return self.lowest([view.inflight_tokens(r) for r in range(view.replica_count)])
@@ -137,8 +148,8 @@ class LeastLoaded(Router):
 
 class SessionAffinity(Router):
     """A conversation stays on the replica its first turn went to (the least loaded then). When
-    that replica is overloaded, its in-flight tokens with this turn above ``overload`` times one
-    replica's GPU KV, the turn goes to the least loaded replica, which becomes its home."""
+    that replica is overloaded, its in-flight tokens with this turn above ``overload`` times its
+    own GPU KV, the turn goes to the least loaded replica, which becomes its home."""
 
     name = "session-affinity"
     defaults: ClassVar[dict[str, float]] = {"overload": 1.0}
@@ -149,15 +160,18 @@ class SessionAffinity(Router):
 
     def route(self, arrival: Arrival, view: RouterView) -> int:
         home = self.home.get(arrival.session)
-        limit = self.params["overload"] * view.kv_capacity_tokens
         if home is None:
             home = self.home[arrival.session] = self.least_loaded(view)
-        elif view.inflight_tokens(home) + arrival.tokens > limit:
+        elif view.inflight_tokens(home) + arrival.tokens > self.overload_tokens(view, home):
             best = self.least_loaded(view)
             # it moves only to a replica less loaded than its home
             if view.inflight_tokens(best) < view.inflight_tokens(home):
                 home = self.home[arrival.session] = best
         return home
+
+    def overload_tokens(self, view: RouterView, home: int) -> float:
+        """In-flight tokens above which ``home`` is overloaded: ``overload`` times its GPU KV."""
+        return self.params["overload"] * self.capacity_tokens(view, home)
 
 
 class KVAware(Router):

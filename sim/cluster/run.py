@@ -18,6 +18,7 @@ import pandas as pd
 
 from costmodels import CostModel
 from sim.cluster.disagg import DecodeRecovery, DisaggConfig, decode_part, merge_parts, prefill_part
+from sim.cluster.groups import ReplicaGroup, check_groups, fleet_label, replica_setups
 from sim.cluster.replica import Replica
 from sim.cluster.routers import make_router
 from sim.cluster.shell import Cluster
@@ -48,6 +49,9 @@ class ClusterConfig:
     disaggregation: DisaggConfig | None = None  # prefill and decode pools (None: colocated)
     # how late the router applies the replicas' KV events, ms (``sim.cluster.kvevents``)
     kv_events_delay_ms: float = 0.0
+    # groups of replicas with their own hardware, KV and policy, in replica order (a
+    # ``ReplicaGroup`` or a mapping of its keys each; ``sim.cluster.groups``); (): all alike
+    groups: Any = ()
 
     def __post_init__(self) -> None:
         params = self.router_params
@@ -57,6 +61,8 @@ class ClusterConfig:
             raise ValueError(f"cluster.replicas: must be an integer, got {self.replicas!r}")
         if self.replicas < 1:
             raise ValueError(f"cluster.replicas: must be >= 1, got {self.replicas}")
+        object.__setattr__(self, "groups", tuple(as_group(g, i) for i, g in enumerate(self.groups)))
+        check_groups(self.groups, self.replicas)
         if self.disaggregation is not None:
             self.disaggregation.check(self.replicas)
         check_number("cluster.kv_events.delay_ms", self.kv_events_delay_ms, at_least=0)
@@ -65,6 +71,23 @@ class ClusterConfig:
                 "cluster.kv_events.delay_ms with cluster.disaggregation: a delayed view of the "
                 "replicas' KV is modelled for colocated replicas only"
             )
+
+
+def as_group(group: ReplicaGroup | Mapping[str, Any], index: int) -> ReplicaGroup:
+    """A group given as a mapping of its keys, as a ReplicaGroup; a key it does not have is an
+    error naming it."""
+    if isinstance(group, ReplicaGroup):
+        return group
+    if not isinstance(group, Mapping):
+        raise ValueError(f"cluster.groups[{index}]: must be a mapping of group keys, got {group!r}")
+    known = ReplicaGroup.__dataclass_fields__
+    for key in group:
+        if key not in known:
+            raise ValueError(
+                f"cluster.groups[{index}].{key}: not a group key (a group's keys: "
+                f"{', '.join(known)})"
+            )
+    return ReplicaGroup(**group)
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,6 +201,7 @@ def simulate_cluster(
             f"cluster: policy {policy!r} reads each session's next access, which depends on "
             f"where the router sends it: offline bounds run on one engine only"
         )
+    setups = replica_setups(cluster.groups, cluster.replicas, cost, memory, policy)
     if not isinstance(sessions, Sequence):
         raise ValueError("cluster: sessions must be a list (the whole trace), not a stream")
     if cluster.store is not None:
@@ -206,13 +230,14 @@ def simulate_cluster(
     def replica(r: int, shell: Cluster) -> Replica:
         nonlocal store
         decodes = r >= first_decode
+        setup = setups[r]
         rep = Replica(
             r,
             views[-1] if decodes else views[0],
-            cost,
-            memory,
+            setup.cost,
+            setup.memory,
             engine,
-            policy,
+            setup.policy,
             seed,
             to_front=shell.next_turn,
             turn_ended=shell.turn_ended,
@@ -258,11 +283,13 @@ def simulate_cluster(
         "replicas": cluster.replicas,
         "router": cluster.router,
     }
+    if cluster.groups:
+        labels["groups"] = fleet_label(cluster.groups, cost.profile.name)
     results = tuple(
         SimResult(
             turns=ledger_frame(r.sched.ledger, sort=True, release=True),
             stats=engine_stats(r.sched, r, wall),
-            labels=labels | {"replica": r.index},
+            labels=labels | replica_labels(setups[r.index], seed, r.index, cluster.groups),
         )
         for r in replicas
     )
@@ -288,6 +315,17 @@ def simulate_cluster(
         discarded,
         decode_rejected,
     )
+
+
+def replica_labels(setup, seed: int, index: int, groups: Sequence[ReplicaGroup]) -> dict:
+    """A replica's own labels: its index and, in a fleet of groups, its policy, memory and
+    hardware (None: the run's)."""
+    if not groups:
+        return {"replica": index}
+    return run_labels(setup.policy, setup.memory, seed) | {
+        "replica": index,
+        "hardware": setup.hardware,
+    }
 
 
 def store_predictor(cluster: ClusterConfig, sessions: Sequence[Session]):

@@ -81,8 +81,10 @@ class Cluster:
         self.elsewhere: dict[tuple[int, int], int] = {}
         self.store: SharedStore | None = None  # a shared KV store the replicas write to
         self.now = 0.0
-        first = self.replicas[0].sched
-        self.kv_capacity_tokens = first.mem.capacity[0] / first.page_bytes * first.bt
+        # each replica's GPU KV in tokens (a fleet of groups holds several sizes)
+        self.kv_capacity = [
+            r.sched.mem.capacity[0] / r.sched.page_bytes * r.sched.bt for r in self.replicas
+        ]
         for i, s in enumerate(sessions):
             self.front.schedule(i, s.turns[0].arrival_s or 0.0)
         # the router's view of the replicas' KV as of kv_delay_s ago (None: no delay)
@@ -278,7 +280,10 @@ class PoolView:
 
     @property
     def kv_capacity_tokens(self) -> float:
-        return self.shell.kv_capacity_tokens
+        return self.shell.kv_capacity[self.first]
+
+    def replica_kv_capacity_tokens(self, replica: int) -> float:
+        return self.shell.kv_capacity[self.first + replica]
 
     def inflight_turns(self, replica: int) -> int:
         return self.shell.turns_in[self.first + replica]
