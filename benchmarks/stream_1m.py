@@ -6,21 +6,24 @@
    follow the previous chunk's, its sessions renamed in order), and the last session is cut so the
    file holds exactly ``--turns`` turns. The writer runs in its own process: its peak RSS is the
    generator's, reported on its own line.
-2. In a fresh process: ``simulate(iter_jsonl(path), ...)`` (policy lru, block units, 16-token
-   pages, Llama-3-8B on an H100, a GPU KV of ``--gpu-kv-gb`` far below the trace's demand and no
-   CPU tier, so evictions drop KV all the time), then ``summarize`` (the summary row). Reports the
-   wall time of the simulate call, the turns simulated, the peak RSS when simulate returned and
-   after the summary (getrusage ru_maxrss; /proc VmHWM agrees).
+2. In a fresh process: ``simulate_to_file(turns.parquet, iter_jsonl(path), ...)`` (policy lru,
+   block units, 16-token pages, Llama-3-8B on an H100, a GPU KV of ``--gpu-kv-gb`` far below the
+   trace's demand and no CPU tier, so evictions drop KV all the time): the trace streamed from
+   disk and the ledger streamed to disk (``sim.ledger_spool``), then ``summarize`` (the summary
+   row, read from that file a column at a time). Reports the wall time of the run, the turns
+   simulated, the peak RSS when it returned and after the summary (getrusage ru_maxrss; /proc
+   VmHWM agrees).
 3. In another fresh process: ``read_jsonl(path)`` alone (the whole trace loaded, nothing simulated)
    and its peak RSS; with ``--list-run``, also read_jsonl + simulate, the way a list is run.
 
 Every process also reports its RSS right after its imports (the interpreter, numpy, pandas, simpy:
 the floor of any run). What a streamed run still holds per turn or per session is listed below the
-table, from the run's own counts: the ledger (one int64/float64 per column per turn, the result),
-the per-decode-step statistics (EngineStats.tbt: 16 bytes a decode step up to
-sim.samples.EXACT_LIMIT steps, then a histogram whose size follows the range of durations), the
-eviction timings (EngineStats.evict_ns, the same), and one SessionKV per session seen (its page
-array is freed once the session is done and its KV gone; the record stays).
+table, from the run's own counts: the ledger (on disk, at most
+``sim.ledger_spool.ROWS_PER_GROUP`` turns of it in memory), the per-decode-step statistics
+(EngineStats.tbt: 16 bytes a decode step up to sim.samples.EXACT_LIMIT steps, then a histogram
+whose size follows the range of durations), the eviction timings (EngineStats.evict_ns, the same),
+and one SessionKV per session seen (its page array is freed once the session is done and its KV
+gone; the record stays).
 
     python benchmarks/stream_1m.py                       # 1,000,000 turns (about 10-15 min here)
     python benchmarks/stream_1m.py --turns 100000        # a tenth
@@ -136,10 +139,13 @@ def _progress(total: int):
 
 
 def _run_figures(res, wall: float) -> dict:
+    """A SimResult's figures, or a SpooledResult's (its ledger on disk: no frame, ``ledger_mib``
+    NaN)."""
     st = res.stats
+    turns = len(res.turns) if hasattr(res, "turns") else len(res.ledger)
     return dict(
         wall_s=wall,
-        turns=len(res.turns),
+        turns=turns,
         rejected_turns=st.rejected_turns,
         sim_time_s=st.sim_time_s,
         steps=st.steps,
@@ -151,7 +157,9 @@ def _run_figures(res, wall: float) -> dict:
         dropped_gib=st.dropped_bytes / 2**30,
         preemptions=st.preemptions,
         gpu_util=st.gpu_util,
-        ledger_mib=res.turns.memory_usage(deep=False).sum() / MIB,
+        ledger_mib=(
+            res.turns.memory_usage(deep=False).sum() / MIB if hasattr(res, "turns") else math.nan
+        ),
     )
 
 
@@ -167,17 +175,23 @@ def _summary_figures(res) -> dict:
 
 def child_stream(path: str, gpu_kv_gb: float, total: int) -> dict:
     from costmodels import cost_model
-    from sim import simulate
+    from sim.ledger_spool import ROWS_PER_GROUP
+    from sim.run import simulate_to_file
     from traces.jsonl import iter_jsonl
 
     cost = cost_model("llama-3-8b", "h100-sxm")
     import_mib = _peak_mib()
     t0 = time.perf_counter()
     stream = iter_jsonl(path)
-    res = simulate(stream, cost, _memory(gpu_kv_gb), policy="lru", progress=_progress(total))
+    ledger = Path(path).with_name("turns.parquet")
+    res = simulate_to_file(
+        ledger, stream, cost, _memory(gpu_kv_gb), policy="lru", progress=_progress(total)
+    )
     wall = time.perf_counter() - t0
     return dict(
         _run_figures(res, wall),
+        ledger_file_mib=ledger.stat().st_size / MIB,
+        rows_per_group=ROWS_PER_GROUP,
         **_summary_figures(res),
         sessions=stream.sessions,
         import_mib=import_mib,
@@ -294,7 +308,7 @@ def main(argv=None) -> None:
             file=sys.stderr,
             flush=True,
         )
-        print("streamed run (simulate(iter_jsonl(path))) ...", file=sys.stderr, flush=True)
+        print("streamed run (simulate_to_file(iter_jsonl(path))) ...", file=sys.stderr, flush=True)
         load0 = os.getloadavg()[0]
         s = _spawn("stream", path, args.gpu_kv_gb, w["turns"])
         s["loadavg"] = (load0, os.getloadavg()[0])
@@ -323,13 +337,13 @@ def report(args, w: dict, s: dict, ld: dict | None, lst: dict | None) -> None:
         f"Run: lru, block units of 16 tokens, GPU KV {args.gpu_kv_gb} GiB, no CPU tier, "
         f"llama-3-8b on h100-sxm.\n"
     )
-    rows = [("streamed: simulate(iter_jsonl)", s)]
+    rows = [("streamed: simulate_to_file(iter_jsonl)", s)]
     if ld is not None:
         rows.append(("loaded whole: read_jsonl only", ld))
     if lst is not None:
         rows.append(("list: read_jsonl + simulate", lst))
     head = (
-        f"{'':34} {'wall s':>8} {'turns':>11} {'turns/s':>8} {'peak RSS MiB':>13} "
+        f"{'':40} {'wall s':>8} {'turns':>11} {'turns/s':>8} {'peak RSS MiB':>13} "
         f"{'after imports':>14}"
     )
     print(head)
@@ -339,13 +353,14 @@ def report(args, w: dict, s: dict, ld: dict | None, lst: dict | None) -> None:
         turns = f"{r['turns']:,}"
         rate = f"{r['turns'] / r['wall_s']:,.0f}" if simulated else "-"
         print(
-            f"{name:34} {r['wall_s']:8.0f} {turns:>11} {rate:>8} {r['peak_mib']:13,.0f} "
+            f"{name:40} {r['wall_s']:8.0f} {turns:>11} {rate:>8} {r['peak_mib']:13,.0f} "
             f"{r['import_mib']:14,.0f}"
         )
     n = s["turns"]
     print(
-        f"\nThe streamed run's own sizes: ledger {s['ledger_mib']:,.0f} MiB "
-        f"({s['ledger_mib'] * MIB / max(n, 1):.0f} B/turn, the result DataFrame); "
+        f"\nThe streamed run's own sizes: ledger on disk, {s['ledger_file_mib']:,.0f} MiB of "
+        f"parquet ({s['ledger_file_mib'] * MIB / max(n, 1):.0f} B/turn), at most "
+        f"{s['rows_per_group']:,} turns of it in memory (232 B/turn) while it is written; "
         f"{s['decode_steps']:,} decode steps ({s['decode_steps'] / max(n, 1):.0f}/turn) -> "
         f"TBT record {s['step_record_mib']:,.1f} MiB ("
         f"{'exact' if s['tbt_exact'] else 'folded into a histogram past sim.samples.EXACT_LIMIT'}"

@@ -38,9 +38,9 @@ Definitions as in docs/semantics.md (Metrics). Conventions worth stating:
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -48,6 +48,11 @@ import pandas as pd
 from sim.config import GIB
 from sim.results import SimResult
 from sim.samples import finite_percentile
+
+if TYPE_CHECKING:
+    from pandas.core.groupby import SeriesGroupBy
+
+    from sim.ledger_spool import LedgerFile, SpooledResult
 
 # Summary columns summarize() always produces, in order (per-class Jain columns follow them).
 SUMMARY_COLUMNS: tuple[str, ...] = (
@@ -131,11 +136,17 @@ DEFAULT_SLO = Slo()
 def slo_met(turns: pd.DataFrame, slo: Slo = DEFAULT_SLO) -> np.ndarray:
     """One bool per ledger row: the turn meets ``slo`` (a turn of one output token has no TPOT,
     so meets the TPOT bound, as vLLM's benchmark counts its TPOT as 0)."""
-    ok = np.ones(len(turns), dtype=bool)
+    return _slo_mask(
+        turns["ttft_s"].to_numpy(dtype=float), turns["tbt_mean_s"].to_numpy(dtype=float), slo
+    )
+
+
+def _slo_mask(ttft: np.ndarray, tpot: np.ndarray, slo: Slo) -> np.ndarray:
+    """``slo_met`` of the columns ttft_s and tbt_mean_s (float arrays)."""
+    ok = np.ones(len(ttft), dtype=bool)
     if slo.ttft_s is not None:
-        ok &= turns["ttft_s"].to_numpy(dtype=float) <= slo.ttft_s
+        ok &= ttft <= slo.ttft_s
     if slo.tpot_s is not None:
-        tpot = turns["tbt_mean_s"].to_numpy(dtype=float)
         ok &= np.isnan(tpot) | (tpot <= slo.tpot_s)
     return ok
 
@@ -183,14 +194,24 @@ _SESSION_INPUTS = (
 )
 
 
-def session_table(result: SimResult) -> pd.DataFrame:
+def _column_reader(result: SimResult | SpooledResult) -> Callable[[str], np.ndarray]:
+    """column(name): one ledger column as a numpy array (a SpooledResult's read from its file,
+    in its row order: the summary's figures do not depend on the order of the rows)."""
+    if isinstance(result, SimResult):
+        turns = result.turns
+        return lambda name: turns[name].to_numpy()
+    return result.ledger.column
+
+
+def session_table(result: SimResult | SpooledResult) -> pd.DataFrame:
     """One row per session (sorted by session_id): token split of its history over turns k >= 1,
-    hit fraction (g+c)/H, mean TTFT slowdown (ttft_s / ttft_ideal_s over all its turns), mean TTFT."""
+    hit fraction (g+c)/H, mean TTFT slowdown (ttft_s / ttft_ideal_s over all its turns), mean TTFT.
+    A SpooledResult's is the same table, read from its file a column at a time."""
+    if not isinstance(result, SimResult):
+        return _spooled_session_table(result.ledger)
     t = result.turns
     if t.empty:
-        return pd.DataFrame(
-            {c: pd.Series(dtype=object if c == "session_id" else float) for c in SESSION_COLUMNS}
-        )
+        return _empty_session_table()
     # the columns it reads only: a long run's ledger is not copied whole
     t = t[[*_SESSION_INPUTS]].sort_values(["session_id", "turn"], kind="stable")
     ideal = t["ttft_ideal_s"].astype(float)
@@ -214,6 +235,51 @@ def session_table(result: SimResult) -> pd.DataFrame:
     return out[list(SESSION_COLUMNS)]
 
 
+def _empty_session_table() -> pd.DataFrame:
+    return pd.DataFrame(
+        {c: pd.Series(dtype=object if c == "session_id" else float) for c in SESSION_COLUMNS}
+    )
+
+
+def _spooled_session_table(ledger: LedgerFile) -> pd.DataFrame:
+    """``session_table`` of a ledger on disk: the rows put in (session_id, turn) order by ranks of
+    the ids, then each column reduced over the same groups, in the same order, by the same pandas
+    reductions, so every value is the in-memory table's, without the whole ledger in memory."""
+    if len(ledger) == 0:
+        return _empty_session_table()
+    ids, ranks = ledger.session_ranks()
+    order = np.lexsort((ledger.column("turn"), ranks))
+    keys = ranks[order]  # sorted: the groups come out by session_id
+    del ranks
+
+    def grouped(name: str) -> SeriesGroupBy:
+        return pd.Series(ledger.column(name)[order], copy=False).groupby(keys, sort=True)
+
+    ideal = pd.Series(ledger.column("ttft_ideal_s")[order], copy=False)
+    ttft = pd.Series(ledger.column("ttft_s")[order], copy=False)
+    slowdown = (ttft / ideal).where(ideal > 0)
+    del ideal
+    out = pd.DataFrame(
+        {
+            "turns": grouped("turn").size(),
+            "priority": grouped("priority").first(),
+            "history_tokens": grouped("history_tokens").sum(),
+            "gpu_hit_tokens": grouped("gpu_hit_tokens").sum(),
+            "cpu_hit_tokens": grouped("cpu_hit_tokens").sum(),
+            "recomputed_tokens": grouped("recomputed_tokens").sum(),
+            "mean_slowdown": slowdown.groupby(keys, sort=True).mean(),
+            "ttft_mean_s": ttft.groupby(keys, sort=True).mean(),
+        }
+    )
+    del slowdown, ttft
+    hist = out["history_tokens"].astype(float)
+    out["hit_fraction"] = ((out["gpu_hit_tokens"] + out["cpu_hit_tokens"]) / hist).where(hist > 0)
+    # the index holds every rank, 0, 1, ...; the ids as groupby names them (its index dtype)
+    out.index = pd.Index(ids, name="session_id")
+    out = out.reset_index()
+    return out[list(SESSION_COLUMNS)]
+
+
 def _jain_columns(sessions: pd.DataFrame, suffix: str = "") -> dict[str, float]:
     multi = sessions[sessions["turns"] >= 2]
     service = 1.0 / multi["mean_slowdown"].astype(float)
@@ -224,55 +290,70 @@ def _jain_columns(sessions: pd.DataFrame, suffix: str = "") -> dict[str, float]:
 
 
 def summarize(
-    result: SimResult, sessions: pd.DataFrame | None = None, slo: Slo | None = None
+    result: SimResult | SpooledResult,
+    sessions: pd.DataFrame | None = None,
+    slo: Slo | None = None,
 ) -> dict[str, Any]:
     """The summary row of one run: every SUMMARY_COLUMNS entry, then per-class Jain columns.
-    ``sessions``: the run's ``session_table``, when the caller has it already. ``slo``: the
-    thresholds of the SLO columns (None: ``DEFAULT_SLO``)."""
-    t, s = result.turns, result.stats
-    # masks, not filtered frames: a long run's ledger is not copied
-    in_hist = t["history_tokens"].to_numpy() > 0
+    ``result``: a SimResult, or a SpooledResult (its ledger on disk, read a column at a time: the
+    same row). ``sessions``: the run's ``session_table``, when the caller has it already. ``slo``:
+    the thresholds of the SLO columns (None: ``DEFAULT_SLO``)."""
+    s = result.stats
+    column = _column_reader(result)
+    n_turns = len(result.turns) if isinstance(result, SimResult) else len(result.ledger)
+    # one column at a time, and masks, not filtered frames: a long run's ledger is not copied
+    history = column("history_tokens")
+    in_hist = history > 0
+    sum_h = float(history[in_hist].sum())
+    del history
 
-    def hist_sum(column: str):
-        return t[column].to_numpy()[in_hist].sum()
+    def hist_sum(name: str):
+        return column(name)[in_hist].sum()
 
-    sum_h = float(hist_sum("history_tokens"))
-    later = t["turn"].to_numpy() >= 1
+    later = column("turn") >= 1
+    with_reprefill = int((column("recomputed_tokens")[later] > 0).sum())
+    n_later = int(later.sum())
+    del later
     if sessions is None:
         sessions = session_table(result)
     tbt_p50, tbt_p90, tbt_p99 = s.tbt.percentiles((50, 90, 99))
-    tpot = t["tbt_mean_s"]
-    met = slo_met(t, DEFAULT_SLO if slo is None else slo)
-    asked = len(t) + int(getattr(s, "rejected_turns", 0))  # the turns that wanted serving
-    good_tokens = int(t["output_tokens"].to_numpy()[met].sum())
+    ttft = np.asarray(column("ttft_s"), dtype=float)
+    tpot = np.asarray(column("tbt_mean_s"), dtype=float)
+    met = _slo_mask(ttft, tpot, DEFAULT_SLO if slo is None else slo)
+    ttft_p = [finite_percentile(ttft, q) for q in (50, 90, 99)]
+    tpot_p = [finite_percentile(tpot, q) for q in (50, 90, 99)]
+    del ttft, tpot
+    e2e = column("e2e_s")
+    e2e_p = [finite_percentile(e2e, q) for q in (50, 90, 99)]
+    del e2e
+    asked = n_turns + int(getattr(s, "rejected_turns", 0))  # the turns that wanted serving
+    good_tokens = int(column("output_tokens")[met].sum())
     evict_ns_p50, evict_ns_p99 = s.evict_ns.percentiles((50, 99))
 
     row: dict[str, Any] = {
-        "turns": int(len(t)),
+        "turns": int(n_turns),
         "sessions": int(len(sessions)),
         "rejected_turns": int(getattr(s, "rejected_turns", 0)),
         "reprefill_rate": _ratio(hist_sum("recomputed_tokens"), sum_h),
-        "turns_with_reprefill": _ratio(
-            (t["recomputed_tokens"].to_numpy()[later] > 0).sum(), int(later.sum())
-        ),
+        "turns_with_reprefill": _ratio(with_reprefill, n_later),
         "gpu_hit_rate": _ratio(hist_sum("gpu_hit_tokens"), sum_h),
         "cpu_hit_rate": _ratio(hist_sum("cpu_hit_tokens"), sum_h),
         "pruned_share": _ratio(hist_sum("pruned_tokens"), sum_h),  # what a token budget saves
         # prompt tokens whose KV another turn left on the GPU (equal prefix hashes)
-        "shared_hit_rate": _ratio(t["shared_hit_tokens"].sum(), t["prompt_tokens"].sum()),
+        "shared_hit_rate": _ratio(column("shared_hit_tokens").sum(), column("prompt_tokens").sum()),
         **_jain_columns(sessions),
-        "ttft_p50_s": finite_percentile(t["ttft_s"], 50),
-        "ttft_p90_s": finite_percentile(t["ttft_s"], 90),
-        "ttft_p99_s": finite_percentile(t["ttft_s"], 99),
+        "ttft_p50_s": ttft_p[0],
+        "ttft_p90_s": ttft_p[1],
+        "ttft_p99_s": ttft_p[2],
         "tbt_p50_s": tbt_p50,
         "tbt_p90_s": tbt_p90,
         "tbt_p99_s": tbt_p99,
-        "tpot_p50_s": finite_percentile(tpot, 50),
-        "tpot_p90_s": finite_percentile(tpot, 90),
-        "tpot_p99_s": finite_percentile(tpot, 99),
-        "e2e_p50_s": finite_percentile(t["e2e_s"], 50),
-        "e2e_p90_s": finite_percentile(t["e2e_s"], 90),
-        "e2e_p99_s": finite_percentile(t["e2e_s"], 99),
+        "tpot_p50_s": tpot_p[0],
+        "tpot_p90_s": tpot_p[1],
+        "tpot_p99_s": tpot_p[2],
+        "e2e_p50_s": e2e_p[0],
+        "e2e_p90_s": e2e_p[1],
+        "e2e_p99_s": e2e_p[2],
         "throughput_tok_s": s.output_tokens / s.sim_time_s if s.sim_time_s > 0 else math.nan,
         "slo_attainment": int(met.sum()) / asked if asked else math.nan,
         "goodput_turns_s": int(met.sum()) / s.sim_time_s if s.sim_time_s > 0 else math.nan,
@@ -287,7 +368,7 @@ def summarize(
         "decode_h2d_gb": getattr(s, "decode_h2d_bytes", 0.0) / GIB,  # decode from CPU
         "gpu_reserved_peak_gb": getattr(s, "gpu_reserved_peak_bytes", 0)
         / GIB,  # its ring, metadata
-        "recompute_tokens": int(t["recomputed_tokens"].sum()),
+        "recompute_tokens": int(column("recomputed_tokens").sum()),
         "preemptions": int(s.preemptions),
         "preempt_recompute_tokens": int(s.preempt_recompute_tokens),
         "sim_time_s": float(s.sim_time_s),

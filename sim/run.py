@@ -4,16 +4,19 @@ The trace is a list of sessions, or a stream of them (``traces.jsonl.iter_jsonl`
 in order of first arrival): a stream is read as the simulation reaches each session's start and a
 finished session's records are let go, so a long trace runs in memory that follows the live
 sessions, plus the ledger and the per-step statistics (docs/semantics.md, section 1, "Streaming a
-trace"). Both give the same result.
+trace"). Both give the same result. ``simulate_to_file`` streams the ledger to disk as well
+(docs/semantics.md, section 6, "A ledger on disk").
 """
 
 from __future__ import annotations
 
 import gc
 import math
+import os
 import time
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 from costmodels import CostModel
 from sim.config import BudgetConfig, EngineConfig, MemoryConfig, SparseConfig
@@ -22,6 +25,9 @@ from sim.results import EngineStats, SimResult, ledger_frame, run_labels
 from sim.scheduler import Scheduler
 from sim.turns import Step
 from traces.records import Session
+
+if TYPE_CHECKING:
+    from sim.ledger_spool import SpooledResult
 
 
 def simulate(
@@ -65,6 +71,97 @@ def simulate(
         from sim.vllm_v1.run import simulate_vllm
 
         return simulate_vllm(list(sessions), cost, memory, engine, policy, seed, progress=progress)
+    sched, shell, wall0 = _start(
+        sessions,
+        cost,
+        memory,
+        engine,
+        policy,
+        seed,
+        debug,
+        progress,
+        decode_spans,
+        budget,
+        sparse,
+        on_iteration,
+    )
+    with gc_paused():
+        shell.run()
+    stats = engine_stats(sched, shell, time.perf_counter() - wall0)
+    turns = ledger_frame(sched.ledger, sort=True, release=True)  # by (session_id, turn)
+    return SimResult(turns=turns, stats=stats, labels=run_labels(policy, memory, seed))
+
+
+def simulate_to_file(
+    path: str | os.PathLike,
+    sessions: Sequence[Session] | Iterable[Session],
+    cost: CostModel,
+    memory: MemoryConfig,
+    engine: EngineConfig | None = None,
+    policy: str = "lru",
+    seed: int = 0,
+    debug: bool = False,
+    progress: Callable[[int], None] | None = None,
+    decode_spans: bool = True,
+    budget: BudgetConfig | None = None,
+    sparse: SparseConfig | None = None,
+    on_iteration: Callable[[Scheduler, Step, float], None] | None = None,
+    rows_per_group: int | None = None,
+) -> SpooledResult:
+    """``simulate``, with the ledger streamed to the parquet file ``path`` as the run goes
+    (``sim.ledger_spool``: at most ``rows_per_group`` turns in memory, None: its
+    ``ROWS_PER_GROUP``), so a long trace streamed from disk runs in memory that does not grow with
+    its turns. The file appears at ``path`` only once the run is complete, its rows in completion
+    order; ``sim.metrics`` summarizes the result a column at a time, to the row ``simulate``'s
+    result gives. The kvsim engine only. pyarrow is imported here, by a spooled run alone."""
+    from sim.ledger_spool import ROWS_PER_GROUP, LedgerSpool, SpooledResult
+
+    engine = engine or EngineConfig()
+    if engine.kind == "vllm-v1":
+        raise ValueError(
+            "simulate_to_file runs the kvsim engine (engine.kind vllm-v1 keeps its own)"
+        )
+    sched, shell, wall0 = _start(
+        sessions,
+        cost,
+        memory,
+        engine,
+        policy,
+        seed,
+        debug,
+        progress,
+        decode_spans,
+        budget,
+        sparse,
+        on_iteration,
+    )
+    spool = LedgerSpool(path, rows_per_group or ROWS_PER_GROUP)
+    sched.ledger = spool  # the scheduler appends to whatever ledger it holds
+    try:
+        with gc_paused():
+            shell.run()
+    except BaseException:
+        spool.abort()
+        raise
+    stats = engine_stats(sched, shell, time.perf_counter() - wall0)
+    return SpooledResult(spool.close(), stats, run_labels(policy, memory, seed))
+
+
+def _start(
+    sessions: Sequence[Session] | Iterable[Session],
+    cost: CostModel,
+    memory: MemoryConfig,
+    engine: EngineConfig,
+    policy: str,
+    seed: int,
+    debug: bool,
+    progress: Callable[[int], None] | None,
+    decode_spans: bool,
+    budget: BudgetConfig | None,
+    sparse: SparseConfig | None,
+    on_iteration: Callable[[Scheduler, Step, float], None] | None,
+) -> tuple[Scheduler, Engine, float]:
+    """A kvsim run ready to go: its scheduler, its engine loop, and the wall clock at its start."""
     budget = budget or BudgetConfig()
     wall0 = time.perf_counter()
     if budget.scores_tokens:  # the scorer runs on every new token at every layer
@@ -88,11 +185,7 @@ def simulate(
     shell = Engine(
         sched, debug=debug, progress=progress, decode_spans=decode_spans, on_iteration=on_iteration
     )
-    with gc_paused():
-        shell.run()
-    stats = engine_stats(sched, shell, time.perf_counter() - wall0)
-    turns = ledger_frame(sched.ledger, sort=True, release=True)  # by (session_id, turn)
-    return SimResult(turns=turns, stats=stats, labels=run_labels(policy, memory, seed))
+    return sched, shell, wall0
 
 
 def engine_stats(sched: Scheduler, shell, wall_s: float) -> EngineStats:

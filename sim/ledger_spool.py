@@ -1,0 +1,162 @@
+"""The ledger of a long run on disk: a parquet file written one row group at a time.
+
+``LedgerSpool`` is a ``Ledger`` that writes its columns as a row group every ``rows_per_group``
+turns and empties them, so a run holds at most one row group of its ledger, whatever its length.
+It writes beside its destination (``<name>.part``) and ``close`` moves the file into place: a
+reader never sees half a ledger. Rows are in completion order (the order the engine finished the
+turns), not the (session_id, turn) order of ``simulate``'s frame. Every column stays exact: int64
+and float64 as the in-memory ledger holds them, session ids as strings.
+
+``LedgerFile`` reads such a file back one column at a time (``sim.metrics`` summarizes it so);
+``SpooledResult`` is what ``sim.run.simulate_to_file`` returns.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa  # type: ignore[import-untyped]
+import pyarrow.compute as pc  # type: ignore[import-untyped]
+import pyarrow.parquet as pq  # type: ignore[import-untyped]
+
+from sim.results import TURN_COLUMNS, TURN_DTYPES, EngineStats, Ledger, SimResult
+
+# 2**16 turns: a row group of about 15 MiB in memory (232 bytes a turn), 16 per million turns.
+ROWS_PER_GROUP = 2**16
+
+LEDGER_SCHEMA = pa.schema(
+    [
+        (c, pa.string() if c == "session_id" else pa.from_numpy_dtype(np.dtype(TURN_DTYPES[c])))
+        for c in TURN_COLUMNS
+    ]
+)
+
+
+class LedgerSpool(Ledger):
+    """A Ledger that streams to the parquet file ``path``: ``close`` (the run is over) writes the
+    last rows and moves the file into place; ``abort`` (the run failed) removes what was written."""
+
+    __slots__ = ("path", "rows_per_group", "_part", "_writer", "_written")
+
+    def __init__(self, path: str | os.PathLike, rows_per_group: int = ROWS_PER_GROUP) -> None:
+        if rows_per_group < 1:
+            raise ValueError(f"rows_per_group must be >= 1, got {rows_per_group}")
+        super().__init__()
+        self.path = Path(path)
+        self.rows_per_group = rows_per_group
+        self._part = self.path.with_name(self.path.name + ".part")
+        self._writer: pq.ParquetWriter | None = pq.ParquetWriter(self._part, LEDGER_SCHEMA)
+        self._written = 0  # rows already in the file
+
+    def append(self, *values) -> None:
+        Ledger.append(self, *values)
+        if len(self.columns["session_id"]) >= self.rows_per_group:
+            self.flush()
+
+    def __len__(self) -> int:
+        return self._written + len(self.columns["session_id"])
+
+    def records(self):
+        raise TypeError("a spooled ledger's rows are on disk: read them with LedgerFile")
+
+    def flush(self) -> None:
+        """Write the rows held in memory as one row group and let their memory go."""
+        held = len(self.columns["session_id"])
+        if held == 0:
+            return
+        assert self._writer is not None, "the spool is closed"
+        arrays = [
+            pa.array(self.columns[c], type=pa.string()) if c == "session_id" else self._array(c)
+            for c in TURN_COLUMNS
+        ]
+        self._writer.write_table(pa.Table.from_arrays(arrays, schema=LEDGER_SCHEMA))
+        self._written += held
+        self.clear()
+
+    def close(self) -> LedgerFile:
+        """The run is over: the last rows written, the file moved into place."""
+        self.flush()
+        assert self._writer is not None, "the spool is closed"
+        self._writer.close()
+        self._writer = None
+        os.replace(self._part, self.path)
+        return LedgerFile(self.path)
+
+    def abort(self) -> None:
+        """The run failed: no file is left behind."""
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+        self._part.unlink(missing_ok=True)
+        self.clear()
+
+
+class LedgerFile:
+    """A ledger written by LedgerSpool (rows in completion order), read a column at a time."""
+
+    __slots__ = ("path", "_rows")
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        self.path = Path(path)
+        self._rows = pq.ParquetFile(self.path).metadata.num_rows
+
+    def __len__(self) -> int:
+        return self._rows
+
+    def column(self, name: str) -> np.ndarray:
+        """One column, in file order: int64 or float64 (session_id: an object array of str)."""
+        data = pq.read_table(self.path, columns=[name]).column(name)
+        if name == "session_id":
+            a = np.empty(len(data), dtype=object)
+            a[:] = data.to_pylist()
+            return a
+        return np.asarray(data.to_numpy(), dtype=TURN_DTYPES[name])
+
+    def session_ranks(self) -> tuple[np.ndarray, np.ndarray]:
+        """(ids, ranks): the distinct session ids sorted (an object array of str), and each row's
+        index into them, without a string object per row. Arrow orders strings by their UTF-8
+        bytes, which is the code point order Python's sort gives."""
+        table = pq.read_table(self.path, columns=["session_id"], read_dictionary=["session_id"])
+        chunks = table.unify_dictionaries().column("session_id").chunks
+        if not chunks:
+            return np.empty(0, dtype=object), np.empty(0, dtype=np.int64)
+        names = chunks[0].dictionary  # every chunk's, once unified
+        by_name = pc.array_sort_indices(names).to_numpy()
+        rank = np.empty(len(names), dtype=np.int64)
+        rank[by_name] = np.arange(len(names))
+        first_seen = np.concatenate([c.indices.to_numpy(zero_copy_only=False) for c in chunks])
+        ids = np.empty(len(names), dtype=object)
+        ids[:] = names.take(pa.array(by_name)).to_pylist()
+        return ids, rank[first_seen]
+
+    def frame(self) -> pd.DataFrame:
+        """The whole ledger in memory, rows by (session_id, turn): the frame ``simulate`` returns
+        for the same run (for small runs and tests)."""
+        ids, ranks = self.session_ranks()
+        order = np.lexsort((self.column("turn"), ranks))
+        cols: dict[str, pd.Series | np.ndarray] = {}
+        for c in TURN_COLUMNS:
+            if c == "session_id":
+                a = ids[ranks[order]]
+                cols[c] = pd.Series(a, dtype=object, copy=False)
+            else:
+                cols[c] = self.column(c)[order]
+        return pd.DataFrame(cols, columns=list(TURN_COLUMNS), copy=False).astype(TURN_DTYPES)
+
+
+@dataclass(frozen=True, slots=True)
+class SpooledResult:
+    """What ``sim.run.simulate_to_file`` returns: the ledger on disk, the engine statistics, the
+    run's labels. ``sim.metrics.summarize`` and ``session_table`` read it as a SimResult."""
+
+    ledger: LedgerFile
+    stats: EngineStats
+    labels: dict = field(default_factory=dict)
+
+    def loaded(self) -> SimResult:
+        """The SimResult ``simulate`` gives for the same run: the ledger read into memory."""
+        return SimResult(turns=self.ledger.frame(), stats=self.stats, labels=self.labels)
