@@ -8,7 +8,7 @@ request-rate sweep: each value multiplies the trace's arrival and think times; s
 
 Grid order (deterministic, lists in the order written): trace, time_scale, model, hardware, tp, engine.kind,
 evict_unit, pipelining, budgets, sparse, block_tokens, cpu_kv_gb, policy, gpu_kv_gb, cluster.router,
-cluster.replicas, cluster.store.capacity_gb, cluster.store.policy, cluster.disaggregation.prefill_replicas, seed -- the last one varies fastest. ``tp`` is the tensor-parallel degree: the run prices one GPU of a group of tp, and
+cluster.replicas (or cluster.groups), cluster.store.capacity_gb, cluster.store.policy, cluster.disaggregation.prefill_replicas, seed -- the last one varies fastest. ``tp`` is the tensor-parallel degree: the run prices one GPU of a group of tp, and
 ``memory.gpu_kv_gb`` / ``cpu_kv_gb`` are the whole group's (each GPU holds 1/tp of every page).
 ``tp`` may instead map each model to its own degree or list of degrees (``{llama-3-8b: 1,
 llama-3-70b: [2, 4]}``), so one grid runs a small model on one GPU and a large one on several.
@@ -33,7 +33,12 @@ optional ``disaggregation`` mapping splits the replicas into a prefill and a dec
 (``sim.cluster.disagg``): ``prefill_replicas`` is a grid axis (0: colocated at that point; a value
 that leaves a grid point no decode replica is an error) and summary.csv gains its
 ``prefill_replicas`` label column (only then); the link's keys are scalars, checked as
-``DisaggConfig`` checks them.
+``DisaggConfig`` checks them. Its optional ``groups`` list gives groups of replicas, in replica
+order, their own ``hardware`` (as the top-level key takes it), ``gpu_kv_gb``, ``cpu_kv_gb`` and
+``policy`` (each left out: the point's) and their count ``replicas`` (1); ``cluster.replicas`` is
+then their sum (given, it must be). A list of such lists is a grid axis of fleets, in the place of
+``cluster.replicas``. With disaggregation the prefill pool is the first replicas in group order.
+summary.csv gains a ``groups`` label column naming each point's fleet (only then).
 
 Relative paths (``trace.path``, a model or hardware given as a file) resolve against the YAML
 file's folder first, then the current directory; a path that starts with ``${KVSIM_SHARED_DATA}``
@@ -749,10 +754,61 @@ class KVEventsSpec(_Strict):
         return v
 
 
+def _check_group_policy(value: str, info: ValidationInfo) -> str:
+    """A group's policy: a name the policy axis takes, and online (a cluster runs no offline
+    bound)."""
+    from sim.policies import policy_class
+
+    check_policy_name(value, (info.context or {}).get("base_dir"))
+    if policy_class(value).offline:
+        raise ValueError(
+            f"{value!r} reads each session's next access, which depends on where the router "
+            "sends it: a group's policy must be an online one"
+        )
+    return value
+
+
+class GroupSpec(_Strict):
+    """A group of replicas of one kind (``sim.cluster.groups``): each key it leaves out is the
+    grid point's own."""
+
+    replicas: PosInt = Field(default=1, description="replicas of this kind (in order)")
+    hardware: Annotated[StrictStr, AfterValidator(_check_hardware)] | None = Field(
+        default=None,
+        description="their GPU (a GPU name, a committed profile or a profile file, as the "
+        "top-level hardware); none: the point's",
+    )
+    gpu_kv_gb: PosFloat | None = Field(
+        default=None, description="each one's GPU KV in GiB; none: memory.gpu_kv_gb"
+    )
+    cpu_kv_gb: NonNegFloat | None = Field(
+        default=None, description="each one's CPU KV in GiB; none: memory.cpu_kv_gb"
+    )
+    policy: Annotated[StrictStr, AfterValidator(_check_group_policy)] | None = Field(
+        default=None, description="their eviction policy (online); none: the point's"
+    )
+
+    def config(self) -> Any:
+        from sim.cluster.groups import ReplicaGroup  # here, as ClusterConfig is
+
+        return ReplicaGroup(**self.model_dump())
+
+
+# ``cluster.groups``: one fleet (a list of group mappings) or a grid axis of fleets (a list of such
+# lists), told apart by their first entry's type; the tags are left out of the key paths in
+# messages (``format_loc``).
+_FLEET, _FLEETS = "<one fleet>", "<fleets>"
+_Fleet = Annotated[list[GroupSpec], Field(min_length=1)]
+
+
+def _fleet_form(v: Any) -> str:
+    return _FLEETS if isinstance(v, list) and v and isinstance(v[0], list) else _FLEET
+
+
 class ClusterSpec(_Strict):
-    """Replicas behind a router (``sim.cluster``): ``replicas`` and ``router`` are grid axes, and
-    with a ``store``, its ``capacity_gb`` and ``policy``, with a ``disaggregation``, its
-    ``prefill_replicas``."""
+    """Replicas behind a router (``sim.cluster``): ``replicas`` (or a list of fleets of
+    ``groups``) and ``router`` are grid axes, and with a ``store``, its ``capacity_gb`` and
+    ``policy``, with a ``disaggregation``, its ``prefill_replicas``."""
 
     replicas: Annotated[list[PosInt], Field(min_length=1), AfterValidator(_no_duplicates)] = Field(
         default=[1],
@@ -788,8 +844,45 @@ class ClusterSpec(_Strict):
         description="how late the router applies the replicas' KV events: delay_ms (0: at once); "
         "none: at once",
     )
+    groups: (
+        Annotated[
+            Annotated[_Fleet, Tag(_FLEET)]
+            | Annotated[
+                Annotated[list[_Fleet], Field(min_length=1), AfterValidator(_no_duplicates)],
+                Tag(_FLEETS),
+            ],
+            Discriminator(_fleet_form),
+        ]
+        | None
+    ) = Field(
+        default=None,
+        description="groups of replicas with their own hardware, gpu_kv_gb, cpu_kv_gb and policy, "
+        "in replica order (replicas: their count, summing to cluster.replicas); a list of such "
+        "lists is a grid axis of fleets; none: every replica the point's",
+    )
 
     wrap_lists = field_validator("replicas", "router", mode="before")(_as_list)
+
+    @property
+    def groups_axis(self) -> bool:
+        """``groups`` is a grid axis of fleets (a list of lists of groups)."""
+        return bool(self.groups) and isinstance(self.groups[0], list)  # type: ignore[index]
+
+    def fleets(self) -> list[list[GroupSpec]]:
+        """The values of the groups axis (each a fleet: its groups in replica order); [] without
+        a groups section."""
+        groups: Any = self.groups
+        if groups is None:
+            return []
+        return groups if self.groups_axis else [groups]
+
+    def sizes(self) -> list[tuple[int, list[GroupSpec] | None]]:
+        """The replicas axis as (count, fleet) pairs: each fleet with its sum, or each
+        cluster.replicas value with no fleet (None)."""
+        fleets = self.fleets()
+        if fleets:
+            return [(sum(g.replicas for g in f), f) for f in fleets]
+        return [(r, None) for r in self.replicas]
 
     def store_points(self) -> list[tuple[float, str | None]] | list[tuple[None, None]]:
         """The values of the store's capacity and policy axes, as (capacity, policy) pairs
@@ -808,11 +901,13 @@ class ClusterSpec(_Strict):
         store_gb: float | None = None,
         prefill_replicas: int | None = None,
         store_policy: str | None = None,
+        fleet: list[GroupSpec] | None = None,
     ) -> ClusterConfig:
         """The ``sim.cluster`` configuration of one grid point (its parameters in name order, so a
         point's checkpoint key does not depend on the order they were written in); a store of
         ``store_gb`` GB (None or 0: none) under ``store_policy`` (None: the first of
-        cluster.store.policy); ``prefill_replicas`` of them prefill (None or 0: colocated)."""
+        cluster.store.policy); ``prefill_replicas`` of them prefill (None or 0: colocated);
+        ``fleet``: its groups (None: every replica the point's)."""
         from sim.cluster.run import ClusterConfig  # here: a run without a cluster never imports it
 
         params = dict(sorted(self.router_params.get(router, {}).items()))
@@ -830,6 +925,7 @@ class ClusterSpec(_Strict):
             store=store,
             disaggregation=disagg,
             kv_events_delay_ms=self.kv_events.delay_ms if self.kv_events is not None else 0.0,
+            groups=tuple(g.config() for g in fleet or ()),
         )
 
 
@@ -907,8 +1003,8 @@ class Experiment(_Strict):
     )
     cluster: ClusterSpec | None = Field(
         default=None,
-        description="replicas behind a router (router, replicas, store.capacity_gb and "
-        "disaggregation.prefill_replicas are grid axes); none: one engine",
+        description="replicas behind a router (router, replicas or groups, store.capacity_gb "
+        "and disaggregation.prefill_replicas are grid axes); none: one engine",
     )
     figures: FiguresSpec = Field(
         default=FiguresSpec(),
@@ -994,15 +1090,15 @@ class Experiment(_Strict):
         opts = self.engine.config_options()
         m = self.memory
         slo = self.slo.config()
-        # gpu_kv_gb, then the cluster's router, replicas, store capacity and policy (one point of
-        # capacity 0: no store, no policy) and prefill replicas (without a cluster section: one
-        # value, no cluster), as one axis of the product: the grid order stays documented
+        # gpu_kv_gb, then the cluster's router, replicas (or fleet of groups), store capacity and
+        # policy (one point of capacity 0: no store, no policy) and prefill replicas (without a
+        # cluster section: one value, no cluster), as one axis of the product (the documented order)
         clusters = (
             [
-                (router, replicas, gb, prefill, policy)
-                for router, replicas, (gb, policy), prefill in itertools.product(
+                (router, replicas, gb, prefill, policy, fleet)
+                for router, (replicas, fleet), (gb, policy), prefill in itertools.product(
                     self.cluster.router,
-                    self.cluster.replicas,
+                    self.cluster.sizes(),  # replicas, or each fleet of groups with its count
                     self.cluster.store_points(),
                     self.cluster.prefill_counts(),
                 )
@@ -1158,12 +1254,13 @@ LABEL_COLUMNS: tuple[str, ...] = (
     "sparse",
     "seed",
 )
-# The labels of a point with a cluster (an experiment with a cluster section; store_gb and
-# store_policy only with a cluster.store section, prefill_replicas only with a
-# cluster.disaggregation section), before seed.
+# The labels of a point with a cluster (an experiment with a cluster section; groups only with a
+# cluster.groups section, store_gb and store_policy only with a cluster.store section,
+# prefill_replicas only with a cluster.disaggregation section), before seed.
 CLUSTER_LABEL_COLUMNS: tuple[str, ...] = (
     "router",
     "replicas",
+    "groups",
     "store_gb",
     "store_policy",
     "prefill_replicas",
@@ -1238,6 +1335,10 @@ class GridPoint:
         }
         if self.cluster is not None:
             labels |= {"router": self.cluster.router, "replicas": self.cluster.replicas}
+            if self.cluster.groups:  # a fleet of groups (``sim.cluster.groups.fleet_label``)
+                from sim.cluster.groups import fleet_label
+
+                labels["groups"] = fleet_label(self.cluster.groups, self.hardware, _short)
             if self.store_gb is not None:
                 store = self.cluster.store
                 labels["store_gb"] = float(self.store_gb)
@@ -1472,6 +1573,7 @@ def _cluster_problems(exp: Experiment) -> list[tuple[tuple[str | int, ...], str]
     if exp.step_log:
         out.append((("step_log",), why + "writes no step log"))
     out += _router_param_problems(c)
+    out += _groups_problems(c)
     out += _store_problems(exp)
     out += _disagg_problems(exp)
     d = c.disaggregation
@@ -1482,6 +1584,24 @@ def _cluster_problems(exp: Experiment) -> list[tuple[tuple[str | int, ...], str]
             "colocated replicas only"
         )
         out.append((("cluster", "kv_events", "delay_ms"), msg))
+    return out
+
+
+def _groups_problems(c: ClusterSpec) -> list[tuple[tuple[str | int, ...], str]]:
+    """``cluster.replicas`` beside ``cluster.groups``: one value (left out: each fleet's sum),
+    which every fleet's groups must sum to."""
+    if c.groups is None or "replicas" not in c.model_fields_set:
+        return []
+    if len(c.replicas) > 1:
+        msg = "with cluster.groups give one value, or none (each fleet's replicas are its sum)"
+        return [(("cluster", "replicas"), msg)]
+    out: list[tuple[tuple[str | int, ...], str]] = []
+    for i, fleet in enumerate(c.fleets()):
+        total = sum(g.replicas for g in fleet)
+        if total != c.replicas[0]:
+            where: tuple[str | int, ...] = ("cluster", "groups", *((i,) if c.groups_axis else ()))
+            msg = f"the groups' replicas sum to {total}, but cluster.replicas is {c.replicas[0]}"
+            out.append((where, msg))
     return out
 
 
@@ -1561,13 +1681,17 @@ def _disagg_problems(exp: Experiment) -> list[tuple[tuple[str | int, ...], str]]
         for key in sorted({"bandwidth_gb_s", "latency_us"} & d.model_fields_set):
             msg = "a network link's: with link pcie-host the cost model prices the copies"
             out.append(((*where, key), msg))
+    sizes = c.sizes()
     for i, n in enumerate(d.prefill_replicas):
-        for j, r in enumerate(c.replicas):
+        for j, (r, fleet) in enumerate(sizes):
             if n and n >= r:
-                size = "cluster.replicas" + ("" if len(c.replicas) == 1 else f"[{j}]")
+                size = ("cluster.groups" if fleet else "cluster.replicas") + (
+                    "" if len(sizes) == 1 else f"[{j}]"
+                )
+                size += f" ({r} replicas)" if fleet else f" = {r}"
                 pool = f"{n} prefill replica" + (" leaves" if n == 1 else "s leave")
                 msg = (
-                    f"{pool} no decode replica with {size} = {r}: give every cluster size "
+                    f"{pool} no decode replica with {size}: give every cluster size "
                     "more replicas than the prefill pool (0: colocated)"
                 )
                 out.append(((*where, "prefill_replicas", i), msg))
@@ -1775,7 +1899,7 @@ def format_loc(loc: Sequence[str | int], data: Any) -> str:
     out = ""
     node = data
     for seg in loc:
-        if seg in (_TP_LIST, _TP_MAP):
+        if seg in (_TP_LIST, _TP_MAP, _FLEET, _FLEETS):
             continue
         if isinstance(seg, int):
             if isinstance(node, list):

@@ -39,7 +39,9 @@ CLUSTER_COLUMNS = ("elsewhere_rate", "replica_jain_turns", "replica_ttft_p90_max
 # The label columns of a cluster without a store or disaggregation section (store_gb and
 # store_policy: test_exp_store.py, prefill_replicas: test_exp_disagg.py).
 CLUSTER_LABELS = [
-    c for c in ALL_LABEL_COLUMNS if c not in ("store_gb", "store_policy", "prefill_replicas")
+    c
+    for c in ALL_LABEL_COLUMNS
+    if c not in ("groups", "store_gb", "store_policy", "prefill_replicas")
 ]
 
 

@@ -48,7 +48,7 @@ STORE_COLUMNS = (
 )
 # The labels of a point with a cluster and a store section, and with neither (no disaggregation
 # section: prefill_replicas is test_exp_disagg.py's).
-STORE_LABELS = [c for c in ALL_LABEL_COLUMNS if c != "prefill_replicas"]
+STORE_LABELS = [c for c in ALL_LABEL_COLUMNS if c not in ("groups", "prefill_replicas")]
 NO_STORE_LABELS = [c for c in STORE_LABELS if c not in ("store_gb", "store_policy")]
 
 
