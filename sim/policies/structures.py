@@ -487,10 +487,10 @@ class SweepOrder:
     keeps its place and its mark, and an entry whose member left is 0. So the first unmarked
     candidate at or after entry i is ``state.find(5, i)`` (memchr, in C), passing a stretch of
     marked candidates (clearing their marks) is one ``translate``, and dropping the entries of
-    members that left is ``state.replace(b"\\0", b"")``. ``hand`` is the entry number the hand last
-    stopped at (0 before a sweep: entry 0 holds no one), ``ahead`` the candidates after it. When
-    none is left ahead the hand wraps to the start at once, so a unit that enters later is swept
-    after the older ones. Entry numbers of members that left are compacted away once they are
+    members that left is one numpy gather of the members' bytes. ``hand`` is the entry number the
+    hand last stopped at (0 before a sweep: entry 0 holds no one), ``ahead`` the candidates after
+    it. When none is left ahead the hand wraps to the start at once, so a unit that enters later is
+    swept after the older ones. Entry numbers of members that left are compacted away once they are
     seven eighths of the array (the hand keeps its place among the members; a compaction also
     renumbers every page list, which at layer units outnumber the members many times).
 
@@ -708,11 +708,28 @@ class SweepOrder:
                 self.pin_many((uid,), mark)
             return
         state, hand, entries = self._state, self.hand, self._entries(uids)
-        before = bytes(map(state.__getitem__, entries))  # 0 where none is a member: kept 0
-        consume(map(state.__setitem__, entries, before.translate(_PIN_MARKED if mark else _PIN)))
-        pinned = list(compress(entries, before.translate(_IS_CAND)))  # those that were candidates
-        passed = countOf(map(hand.__lt__, pinned), True)  # ... after the hand
-        self._n -= len(pinned)
+        table, k = _PIN_MARKED if mark else _PIN, len(entries)
+        first = entries[0] if k else 0
+        if type(entries) is array and entries[-1] - first == k - 1 and entries == _arange(first, k):
+            before = state[first : first + k]  # consecutive entry numbers: a slice
+            state[first : first + k] = before.translate(table)
+            pinned = before.translate(_IS_CAND).count(1)
+            passed = before[max(0, hand + 1 - first) :].translate(_IS_CAND).count(1)
+        elif k >= 64:  # many, scattered: numpy's fixed cost pays
+            at = np.asarray(entries, dtype=np.int64)
+            states = np.frombuffer(state, dtype=np.uint8)
+            was = states[at]  # 0 where none is a member: kept 0
+            states[at] = np.frombuffer(table, dtype=np.uint8)[was]
+            cand = (was & _CAND).astype(np.bool_)
+            pinned = int(np.count_nonzero(cand))
+            passed = int(np.count_nonzero(cand & (at > hand)))
+            del states  # (the array may grow again only once no view holds it)
+        else:
+            before = bytes(map(state.__getitem__, entries))  # 0 where none is a member: kept 0
+            consume(map(state.__setitem__, entries, before.translate(table)))
+            cands = list(compress(entries, before.translate(_IS_CAND)))  # those that were ones
+            pinned, passed = len(cands), countOf(map(hand.__lt__, cands), True)  # after the hand
+        self._n -= pinned
         self.ahead -= passed
         if passed and not self.ahead:
             self.hand, self.ahead = 0, self._n
@@ -880,7 +897,8 @@ class SweepOrder:
         uids = np.frombuffer(self._uid_at, dtype=np.int64)[at]
         self._uid_at = array("q", (-1,))
         self._uid_at.frombytes(uids.tobytes())
-        self._state = bytearray(1) + state.replace(b"\0", b"")
+        # (a gather of the members' bytes: ``replace`` of the zeros copies byte by byte)
+        self._state = bytearray(1) + np.frombuffer(state, dtype=np.uint8)[at].tobytes()
         for session, pages in list(self._entry_of.items()):
             entries = np.frombuffer(pages, dtype=np.int64)
             entries[:] = renumber[entries]

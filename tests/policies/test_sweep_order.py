@@ -257,3 +257,40 @@ def test_a_long_release_of_scattered_entries_after_a_compaction():
     order.enter(b + 100)
     ref.enter(b + 100)
     assert order.sweep() == ref.sweep() == a
+
+
+def _pin_with_the_hand_on_a_candidate(units: list[int], pinned) -> None:
+    """``units`` enter after a unit ``c``; the hand passes c, units[0] and units[1] (marked) and
+    takes units[2]; a compaction leaves it on units[1], a candidate. ``pinned`` holds that unit:
+    it is not ahead of the hand, so the hand does not wrap before the last candidate ahead (else
+    it would take c next)."""
+    order, ref = SweepOrder(), PlainSweep()
+    c = uid_of(2, 0)
+    for batch_ in ([c], units):
+        order.enter_many(batch_)
+        for u in batch_:
+            ref.enter(u)
+    for u in (c, units[0], units[1]):
+        order.mark(u)
+        ref.members[u][2] = True
+    assert order.sweep() == ref.sweep() == units[2]
+    order._compact()
+    order.pin_many(pinned, mark=False)
+    for u in pinned:
+        ref.pin(u, mark=False)
+    _check(order, ref)
+    for _ in range(len(ref.members) + 1):  # one at a time: the first wrong victim fails
+        assert order.sweep() == ref.sweep()
+
+
+def test_a_pin_of_consecutive_entries_holding_the_hand():
+    """The slice form: the pinned units' entry numbers are consecutive, the hand's among them."""
+    a = uid_of(0, 0)
+    _pin_with_the_hand_on_a_candidate(list(range(a, a + 8)), range(a, a + 2))
+
+
+def test_a_long_pin_of_scattered_entries_holding_the_hand():
+    """numpy's form: one session's 80 units entered interleaved with another's."""
+    a, b = uid_of(0, 0), uid_of(1, 0)
+    both = [u for i in range(80) for u in (a + i, b + i)]
+    _pin_with_the_hand_on_a_candidate(both, range(b, b + 80))
