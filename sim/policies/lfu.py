@@ -31,7 +31,7 @@ import numpy as np
 from sim.policies.base import EvictionPolicy
 from sim.policies.registry import register
 from sim.policies.structures import RunQueue, consume, pop_oldest
-from sim.units import UNIT_BITS, UNIT_MASK, UnitView, join_extents
+from sim.units import UNIT_BITS, UNIT_MASK, UnitView, extents_of, join_extents
 
 
 @register("lfu")
@@ -415,10 +415,10 @@ class RunLFU(LFU):
         self._push_runs(s, idx, cs)
 
     def insert_many(self, uids, now: float, pinned: bool = False) -> None:
-        got = self._session_units(uids)
-        if got is None and pinned:  # (a decode span's pages of many sessions)
+        if pinned:  # (a decode step's page, a span's pages of many sessions, a swap-in)
             return self._insert_pinned(uids)
-        if got is None or (not pinned and got[0] in self._cands):
+        got = self._session_units(uids)
+        if got is None or got[0] in self._cands:
             return EvictionPolicy.insert_many(self, uids, now, pinned)
         s, idx = got
         arr = self._array(s, self._stop(idx))
@@ -426,23 +426,37 @@ class RunLFU(LFU):
         arr[idx] = 1
         n = len(arr[idx])
         self._member_change(s, n - was)
-        if not pinned:
-            self._push_runs(s, idx, np.ones(n, dtype=np.int32))
+        self._push_runs(s, idx, np.ones(n, dtype=np.int32))
 
     def _insert_pinned(self, uids) -> None:
-        """Units enter pinned: each count is 1 (in no bucket, so their order is nobody's)."""
-        a = np.unique(np.asarray(uids, dtype=np.int64))
-        if not len(a):
-            return
-        sessions = a >> UNIT_BITS
-        cuts = np.flatnonzero(sessions[1:] != sessions[:-1]) + 1
-        for lo, hi in zip(np.r_[0, cuts].tolist(), np.r_[cuts, len(a)].tolist(), strict=True):
-            s = int(sessions[lo])
-            idx = a[lo:hi] & UNIT_MASK
-            arr = self._array(s, int(idx[-1]) + 1)
-            was = int(np.count_nonzero(arr[idx]))
-            arr[idx] = 1
-            self._member_change(s, hi - lo - was)
+        """Units enter pinned: each count is 1 (in no bucket, so their order is nobody's). A
+        stretch of consecutive uids (a page's units) is one slice of its session's counts, a lone
+        uid (a page of one unit) one element: a span's few pages per session cost no numpy call
+        per session."""
+        arrays = self._arrays
+        if type(uids) is range and uids.step == 1:
+            extents = [(uids.start, uids.stop)] if uids else []
+        else:
+            extents = extents_of(uids if isinstance(uids, (list, np.ndarray)) else list(uids))
+        for a, b in extents:
+            s, i, n = a >> UNIT_BITS, a & UNIT_MASK, b - a
+            if (b - 1) >> UNIT_BITS != s:  # (a stretch across sessions' ends: a uid at a time)
+                for uid in range(a, b):
+                    self._insert_pinned([uid])
+                continue
+            arr = arrays.get(s)
+            if arr is None or len(arr) < i + n:
+                arr = self._array(s, i + n)
+            if n == 1:
+                was = arr[i]
+                arr[i] = 1
+                if not was:
+                    self._member_change(s, 1)
+            else:
+                part = arr[i : i + n]
+                was = np.count_nonzero(part)
+                part[:] = 1
+                self._member_change(s, n - int(was))
 
     def remove_many(self, uids, pinned: bool = False) -> None:
         got = self._session_units(uids)
@@ -463,18 +477,19 @@ class RunLFU(LFU):
         """The batch's units (``idx`` of session ``s``, in order, with counts ``cs``) join the
         ends of their counts' buckets: a stretch of consecutive units of one count is one run."""
         base = s << UNIT_BITS
-        if isinstance(idx, slice):
-            ends = np.flatnonzero(cs[1:] != cs[:-1]) + 1
-            starts = np.r_[0, ends] + idx.start
-            stops = np.r_[ends, len(cs)] + idx.start
-            counts = cs[np.r_[0, ends]]
+        if isinstance(idx, slice):  # (lists of positions: numpy's r_ costs more than the rest)
+            ends = (np.flatnonzero(cs[1:] != cs[:-1]) + 1).tolist()
+            firsts = [0, *ends]
+            starts = [idx.start + i for i in firsts]
+            stops = [idx.start + i for i in ends]
+            stops.append(idx.start + len(cs))
         else:
-            ends = np.flatnonzero((cs[1:] != cs[:-1]) | (idx[1:] != idx[:-1] + 1)) + 1
-            firsts = np.r_[0, ends]
-            starts = idx[firsts]
-            stops = idx[np.r_[ends - 1, len(idx) - 1]] + 1
-            counts = cs[firsts]
-        for a, b, c in zip(starts.tolist(), stops.tolist(), counts.tolist(), strict=True):
+            ends = (np.flatnonzero((cs[1:] != cs[:-1]) | (idx[1:] != idx[:-1] + 1)) + 1).tolist()
+            firsts = [0, *ends]
+            starts = idx[firsts].tolist()
+            stops = (idx[[i - 1 for i in ends] + [len(idx) - 1]] + 1).tolist()
+        counts = cs[firsts].tolist()
+        for a, b, c in zip(starts, stops, counts, strict=True):
             self._queue(c).push_run(base + a, base + b)
         self._n += len(cs)
         self._cands_change(s, len(cs))
