@@ -725,9 +725,9 @@ class SweepOrder:
             passed = int(np.count_nonzero(cand & (at > hand)))
             del states  # (the array may grow again only once no view holds it)
         else:
-            before = bytes(map(state.__getitem__, entries))  # 0 where none is a member: kept 0
-            consume(map(state.__setitem__, entries, before.translate(table)))
-            cands = list(compress(entries, before.translate(_IS_CAND)))  # those that were ones
+            old = bytes(map(state.__getitem__, entries))  # 0 where none is a member: kept 0
+            consume(map(state.__setitem__, entries, old.translate(table)))
+            cands = list(compress(entries, old.translate(_IS_CAND)))  # those that were ones
             pinned, passed = len(cands), countOf(map(hand.__lt__, cands), True)  # after the hand
         self._n -= pinned
         self.ahead -= passed
