@@ -587,6 +587,10 @@ class SweepOrder:
         one session's, else its runs of consecutive uids (ranges, each within a session) when
         they are two units long or more on average (a page's layers; at a unit a page, itself,
         unit by unit); None when a uid is listed twice."""
+        if type(uids) is not range and len(uids) >= 64:
+            runs = self._long_runs(uids)
+            if runs is not None:
+                return runs if runs else None
         if not self._distinct(uids):
             return None
         if type(uids) is range or not uids or min(uids) >> UNIT_BITS == max(uids) >> UNIT_BITS:
@@ -597,6 +601,26 @@ class SweepOrder:
         if 2 * len(runs) > len(uids) or any((run[-1] ^ run[0]) >> UNIT_BITS for run in runs):
             return [uids]  # runs too short to pay, or a run across two sessions: unit by unit
         return runs
+
+    @staticmethod
+    def _long_runs(uids) -> list | None:
+        """``_runs`` of a long list whose runs of consecutive uids are long, found with numpy (a
+        decode step's new pages at layer units: a page's layers a run): [] when a uid is listed
+        twice (runs overlap); None when the runs are too short to pay (``_runs`` decides)."""
+        a = np.asarray(uids, dtype=np.int64)
+        breaks = np.flatnonzero(a[1:] - a[:-1] != 1) + 1
+        if 2 * (len(breaks) + 1) > len(a):
+            return None
+        starts = a[np.concatenate(([0], breaks))].tolist()
+        stops = (a[np.concatenate((breaks - 1, [len(a) - 1]))] + 1).tolist()
+        spans = sorted(zip(starts, stops, strict=True))
+        if any(s0 > a1 for (_, s0), (a1, _) in zip(spans, spans[1:], strict=False)):
+            return []  # two runs share a uid
+        if spans[0][0] >> UNIT_BITS == (spans[-1][1] - 1) >> UNIT_BITS:
+            return [uids]  # one session's
+        if any((b - 1 ^ f) >> UNIT_BITS for f, b in spans):
+            return [uids]  # a run across two sessions: unit by unit
+        return list(map(range, starts, stops))
 
     @staticmethod
     def _distinct(uids) -> bool:
@@ -636,10 +660,10 @@ class SweepOrder:
             self._make_room_for(k)  # (a compaction changes no membership: checked after it)
             spans = self._unheld_spans(runs)
             if spans is not None:
-                first = len(self._uid_at)
+                entries, at = _arange(len(self._uid_at), k), 0  # each run's a slice of them
                 for pages, lo, hi in spans:
-                    pages[lo:hi] = _arange(first, hi - lo)
-                    first += hi - lo
+                    pages[lo:hi] = entries[at : at + hi - lo]
+                    at += hi - lo
                 self._append(uids, candidate)
                 return
         elif runs is not None and not self._any_member(self._entries(uids)):

@@ -294,3 +294,18 @@ def test_a_long_pin_of_scattered_entries_holding_the_hand():
     a, b = uid_of(0, 0), uid_of(1, 0)
     both = [u for i in range(80) for u in (a + i, b + i)]
     _pin_with_the_hand_on_a_candidate(both, range(b, b + 80))
+
+
+def test_a_long_batch_across_sessions_with_a_run_listed_twice():
+    """A decode step's new pages (layers in runs) with one page listed again: the batch goes
+    one unit at a time, the second listing moving that page's units to the newest end."""
+    a, b = uid_of(0, 0), uid_of(1, 0)
+    step = [u + 3 * i + layer for i in range(20) for u in (a, b) for layer in range(3)]
+    for uids in (step + step[:3], step[:3] + step):
+        order, ref = SweepOrder(), PlainSweep()
+        order.enter_many(uids)
+        for u in uids:
+            ref.enter(u)
+        _check(order, ref)
+        n = len(ref.members) + 1
+        assert order.sweep_many(n) == [v for v in (ref.sweep() for _ in range(n)) if v is not None]
