@@ -1574,6 +1574,7 @@ def _cluster_problems(exp: Experiment) -> list[tuple[tuple[str | int, ...], str]
         out.append((("step_log",), why + "writes no step log"))
     out += _router_param_problems(c)
     out += _groups_problems(c)
+    out += _group_fit_problems(exp)
     out += _store_problems(exp)
     out += _disagg_problems(exp)
     d = c.disaggregation
@@ -1603,6 +1604,44 @@ def _groups_problems(c: ClusterSpec) -> list[tuple[tuple[str | int, ...], str]]:
             msg = f"the groups' replicas sum to {total}, but cluster.replicas is {c.replicas[0]}"
             out.append((where, msg))
     return out
+
+
+def _group_fit_problems(exp: Experiment) -> list[tuple[tuple[str | int, ...], str]]:
+    """A group's per-GPU weights plus its GPU KV beyond its GPU's memory, at each model and tp,
+    as ``_tp_problems`` checks the point's (a group that sets neither hardware nor gpu_kv_gb is
+    the point's, checked there)."""
+    import costmodels
+    from costmodels.tensor_parallel import fit_problem
+
+    c = exp.cluster
+    if c is None or c.groups is None:
+        return []
+    finite = [gb for gb in exp.memory.gpu_kv_gb if not math.isinf(gb)]
+    out: list[tuple[tuple[str | int, ...], str]] = []
+    for i, fleet in enumerate(c.fleets()):
+        for k, g in enumerate(fleet):
+            if g.hardware is None and g.gpu_kv_gb is None:
+                continue
+            where: tuple[str | int, ...] = (
+                "cluster",
+                "groups",
+                *((i,) if c.groups_axis else ()),
+                k,
+            )
+            kv_gb = g.gpu_kv_gb if g.gpu_kv_gb is not None else max(finite, default=math.inf)
+            for hardware in [g.hardware] if g.hardware is not None else exp.hardware:
+                profile = costmodels.load_profile(hardware)
+                for model in exp.model:
+                    spec = costmodels.get_model(model)
+                    for tp in exp.tp_for(model):
+                        if not _splits(model, tp):
+                            continue  # _tp_problems names it
+                        problem = fit_problem(spec, tp, profile, kv_gb)
+                        if problem is not None:
+                            fix = "choose hardware with more memory, or lower its gpu_kv_gb"
+                            msg = f"{problem}, with hardware {_short(hardware)}; {fix}"
+                            out.append((where, msg))
+    return list(dict.fromkeys(out))
 
 
 def _store_problems(exp: Experiment) -> list[tuple[tuple[str | int, ...], str]]:

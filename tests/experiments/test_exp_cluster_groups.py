@@ -88,6 +88,8 @@ def test_replicas_beside_groups_must_be_their_sum(write_yaml):
         ("gpu_kv_gb: 0.5", "gpu_kb_gb: 0.5", "cluster.groups[1].gpu_kb_gb", "unknown key"),
         ("gpu_kv_gb: 0.5", "gpu_kv_gb: 0", "cluster.groups[1].gpu_kv_gb", "must be > 0, got 0"),
         ("policy: arc", "policy: arcc", "cluster.groups[1].policy", "unknown policy 'arcc'"),
+        ("gpu_kv_gb: 0.5", "gpu_kv_gb: 70", "cluster.groups[1]",
+         "+ 75.2 GB of KV (70 GiB / tp 1) = 91.2 GB, more than the 80.0 GB of HBM of one a100-sxm"),
         ("policy: arc", "policy: belady", "cluster.groups[1].policy", "must be an online one"),
         ("- {replicas: 1}", "- {replicas: 0}", "cluster.groups[0].replicas", "must be >= 1, got 0"),
     ],
