@@ -587,8 +587,8 @@ class SweepOrder:
         one session's, else its runs of consecutive uids (ranges, each within a session) when
         they are two units long or more on average (a page's layers; at a unit a page, itself,
         unit by unit); None when a uid is listed twice."""
-        if type(uids) is not range and len(uids) >= 64:
-            runs = self._long_runs(uids)
+        if type(uids) is not range and len(uids) >= 64 and uids[1] == uids[0] + 1:
+            runs = self._long_runs(uids)  # (a run at the start: most likely runs throughout)
             if runs is not None:
                 return runs if runs else None
         if not self._distinct(uids):
