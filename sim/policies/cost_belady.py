@@ -24,6 +24,8 @@ the E certificates expired since the previous one.
 
 from __future__ import annotations
 
+import numpy as np
+
 from sim.policies.kinetic import UNTIL, KineticPolicy
 from sim.policies.pensieve import RecoveryCosts, _need_cost
 from sim.policies.registry import register
@@ -42,7 +44,7 @@ class CostBelady(KineticPolicy):
     def unit_cost(self, uid: int) -> float:
         return self._recovery(uid)
 
-    def unit_costs(self, uids: list[int]) -> list[float]:
+    def unit_costs(self, uids: list[int]) -> list[float] | np.ndarray:
         return self._recovery.many(uids)
 
     session_time = True  # the session's next access

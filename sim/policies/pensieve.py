@@ -53,6 +53,8 @@ access, and its session (``tokens`` and ``pages``; None in ``kvsim cachesim``).
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from sim.policies.kinetic import (
@@ -67,9 +69,15 @@ from sim.units import UNIT_BITS, UNIT_MASK, Tier, UnitView
 def recovery_s(cost, **args) -> float:
     """``costmodels.recovery_s``, imported on first use: importing the policies (a cache replay
     imports them all) does not load the cost models."""
+    return _costmodels_recovery_s()(cost, **args)
+
+
+@functools.cache
+def _costmodels_recovery_s():
+    # once: an import statement per call runs the import system's from-list step each time
     from costmodels import recovery_s
 
-    return recovery_s(cost, **args)
+    return recovery_s
 
 
 def recovery_cost_s(ctx, uid: int) -> float:
@@ -109,6 +117,22 @@ def _need_cost(ctx, name: str):
 _MEMO_LIMIT = 1 << 20  # distinct recovery inputs remembered per instance
 _TABLE_LIMIT = 1 << 22  # entries of a tier's table of dropped full pages' prices
 _MANY_MIN = 4  # fewer units are priced one by one: numpy's call overhead loses
+_RUN_NUMPY_MIN = 512  # from this many uids ``is_run`` reads them in numpy
+
+
+def is_run(uids: list[int]) -> bool:
+    """``uids == list(range(uids[0], uids[0] + len(uids)))`` for a non-empty list of ints; a
+    long one is read into numpy, where the list of ints the comparison builds costs more."""
+    n, head = len(uids), uids[0]
+    if uids[-1] - head != n - 1:
+        return False
+    if n < _RUN_NUMPY_MIN:
+        return uids == list(range(head, head + n))
+    try:
+        a = np.fromiter(uids, np.int64, n)
+    except OverflowError:
+        return uids == list(range(head, head + n))
+    return bool((a[1:] - a[:-1] == 1).all())
 
 
 # -- the policies --------------------------------------------------------------------------------
@@ -186,7 +210,7 @@ class _PensieveFormula(_Retention):
             return super().unit_costs(uids)
         bt, per_page = self.ctx.block_tokens, view.layers
         sess = view.sessions[uids[0] >> UNIT_BITS]
-        idx = np.asarray(uids, dtype=np.int64) & UNIT_MASK
+        idx = np.fromiter(uids, np.int64, len(uids)) & UNIT_MASK  # asarray's ints, read faster
         page = idx // per_page
         base = self._alpha * np.minimum(sess.tokens, page * bt) + self._beta0
         if not self.weighted:
@@ -224,13 +248,10 @@ class RecoveryCosts:
         self._paged = isinstance(view, UnitView) and not view.per_session and ctx.block_tokens > 0
         self._per_page = view.layers if self._paged else 1
         self._drops = self._paged and _dropped_from(ctx, view.page_bytes)
-        # A dropped full page's price by (page, unit offset in the page): its inputs are the page's
-        # tokens and the layer alone, whatever the session's length. NaN: not asked yet.
-        self._full = np.full((0, self._per_page), np.nan)
-        # The same prices by unit index (page * units a page + offset), for a batch of
-        # consecutive units: a slice of it is the batch's prices, where ``_run_asked`` is 1.
-        self._full_run: list[float] = []
-        self._run_asked = bytearray()
+        # A dropped full page's unit's price by unit index (page * units a page + offset in the
+        # page): its inputs are the page's tokens and the layer alone, whatever the session's
+        # length. NaN: not asked yet. A batch of consecutive units is priced by a slice of it.
+        self._full = np.empty(0)
 
     def __call__(self, uid: int) -> float:
         args = _recovery_args(self.ctx, uid)
@@ -251,92 +272,96 @@ class RecoveryCosts:
             cost = self._memo[key] = recovery_s(self.ctx.cost, **args)
         return cost
 
-    def many(self, uids: list[int]) -> list[float]:
-        """``self(uid)`` for each of ``uids``. One session's page or page-layer units at once: a
-        demoted unit's price depends on its layer alone (one price per unit offset in a page), a
-        dropped full page's on its page and layer (a table that outlives the batch); the cost
-        model is asked once per distinct input, the answers are its floats."""
+    def many(self, uids: list[int]) -> list[float] | np.ndarray:
+        """``self(uid)`` for each of ``uids``: one session's page or page-layer units at once as a
+        float64 array (the tournament takes it as it is), else a list. A demoted unit's price
+        depends on its layer alone (one price per unit offset in a page), a dropped full page's
+        on its page and layer (a table that outlives the batch); the cost model is asked once
+        per distinct input, the answers are its floats."""
         if not self._paged or len(uids) < _MANY_MIN:
             return list(map(self, uids))
-        head, n = uids[0], len(uids)
+        head = uids[0]
         s = head >> UNIT_BITS
-        if (  # consecutive units (a released session or tier of it): the usual batch
-            uids[-1] - head == n - 1
-            and uids[-1] >> UNIT_BITS == s
-            and uids == list(range(head, head + n))
-        ):
-            out = self._run(s, head & UNIT_MASK, n)
+        if uids[-1] >> UNIT_BITS == s and is_run(uids):  # a released session or tier of it
+            out = self._run(s, head & UNIT_MASK, len(uids))
             if out is not None:
                 return out
         if min(uids) >> UNIT_BITS != s or max(uids) >> UNIT_BITS != s:
             return list(map(self, uids))
-        idx = np.asarray(uids, dtype=np.int64) & UNIT_MASK
+        idx = np.fromiter(uids, np.int64, len(uids)) & UNIT_MASK
         per_page = self._per_page
-        off = idx % per_page
         if not self._drops:  # swap-in: the session's tokens and the layer
             if per_page == 1:
-                return [self(uids[0])] * len(uids)
+                return np.full(len(uids), self(head))
+            off = idx % per_page
             price = np.empty(per_page)
             offs, first = np.unique(off, return_index=True)
             for o, i in zip(offs.tolist(), first.tolist(), strict=True):
                 price[o] = self(uids[i])
-            return price[off].tolist()
-        page = idx // per_page
-        bt = self.ctx.block_tokens
-        full = (page + 1) * bt <= self.ctx.view.sessions[s].tokens
-        rows = int(page.max()) + 1
-        if rows * per_page > _TABLE_LIMIT:
-            return list(map(self, uids))
-        if rows > len(self._full):
-            grown = np.full((max(rows, 2 * len(self._full)), per_page), np.nan)
-            grown[: len(self._full)] = self._full
-            self._full = grown
-        table = self._full
-        price = table[page, off]
-        ask = np.flatnonzero(full & np.isnan(price)).tolist()
-        if ask:
-            ctx = self.ctx
-            for i in ask:
-                table[page[i], off[i]] = recovery_s(ctx.cost, **_recovery_args(ctx, uids[i]))
-            price = table[page, off]
-        out = price.tolist()
+            return price[off]
+        tokens = self.ctx.view.sessions[s].tokens
+        full = idx < tokens // self.ctx.block_tokens * per_page
+        out = np.empty(len(uids))
+        if full.any():
+            at = idx[full]
+            table = self._table(int(at.max()) + 1)
+            if table is None:
+                return list(map(self, uids))
+            price = table[at]
+            ask = np.flatnonzero(np.isnan(price))
+            if len(ask):
+                base = s << UNIT_BITS
+                for i in at[ask].tolist():
+                    table[i] = self._ask(base + i)
+                price = table[at]
+            out[full] = price
         if not full.all():  # a partly filled page (or one past the tokens): its own inputs
-            tokens = self.ctx.view.sessions[s].tokens
             for i in np.flatnonzero(~full).tolist():
                 out[i] = self._partly_filled(uids[i], tokens)
         return out
 
-    def _run(self, s: int, lo: int, n: int) -> list[float] | None:
-        """``many`` of session ``s``'s units lo, ..., lo + n - 1, as lists: a demoted unit's
-        price repeats with its offset in the page; dropped full pages' prices are a slice of
-        the table by unit index (its missing entries found by ``bytearray.find``), the rest (a partly filled page, pages past the tokens) is
-        priced as ``many`` prices it. None: beyond the table's limit."""
+    def _run(self, s: int, lo: int, n: int) -> np.ndarray | None:
+        """``many`` of session ``s``'s units lo, ..., lo + n - 1: a demoted unit's price repeats
+        with its offset in the page; dropped full pages' prices are a slice of the table, the
+        rest (a partly filled page, pages past the tokens) is priced as ``many`` prices it.
+        None: beyond the table's limit."""
         per_page, base = self._per_page, s << UNIT_BITS
         if not self._drops:
-            if per_page == 1:
-                return [self(base + lo)] * n
-            prices = [self(base + i) for i in range(lo, lo + min(n, per_page))]
-            return (prices * -(-n // per_page))[:n]
-        bt = self.ctx.block_tokens
+            page = [self(base + i) for i in range(lo, lo + min(n, per_page))]
+            return np.resize(page, n)  # repeated page after page
         tokens = self.ctx.view.sessions[s].tokens
         stop = lo + n
-        cut = min(stop, max(lo, tokens // bt * per_page))  # units of full pages: [lo, cut)
-        if cut > _TABLE_LIMIT:
+        cut = min(stop, max(lo, tokens // self.ctx.block_tokens * per_page))  # full: [lo, cut)
+        if cut == lo:
+            return np.array([self._partly_filled(base + i, tokens) for i in range(lo, stop)])
+        table = self._table(cut)
+        if table is None:
             return None
-        table, asked = self._full_run, self._run_asked
-        if cut > len(table):
-            grow = max(cut, 2 * len(table)) - len(table)
-            table.extend([0.0] * grow)
-            asked.extend(bytes(grow))
-        i = asked.find(0, lo, cut)  # in C: the first not asked yet
-        while i >= 0:
-            table[i] = recovery_s(self.ctx.cost, **_recovery_args(self.ctx, base + i))
-            asked[i] = 1
-            i = asked.find(0, i + 1, cut)
-        out = table[lo:cut]
-        if cut < stop:  # ``many``'s own inputs for a partly filled page
-            out.extend(self._partly_filled(base + i, tokens) for i in range(cut, stop))
-        return out
+        prices = table[lo:cut]
+        ask = np.isnan(prices)
+        if ask.any():
+            for i in np.flatnonzero(ask).tolist():
+                prices[i] = self._ask(base + lo + i)
+        if cut == stop:
+            return prices.copy()  # the table's entries may be asked again, not changed
+        rest = [self._partly_filled(base + i, tokens) for i in range(cut, stop)]
+        return np.concatenate((prices, rest))
+
+    def _table(self, stop: int) -> np.ndarray | None:
+        """The table of dropped full pages' prices, holding unit indices below ``stop``; None
+        beyond its limit."""
+        if stop > _TABLE_LIMIT:
+            return None
+        table = self._full
+        if stop > len(table):
+            grown = np.full(max(stop, 2 * len(table)), np.nan)
+            grown[: len(table)] = table
+            self._full = table = grown
+        return table
+
+    def _ask(self, uid: int) -> float:
+        """The cost model's price of ``uid``, not remembered by ``__call__``'s memo."""
+        return recovery_s(self.ctx.cost, **_recovery_args(self.ctx, uid))
 
     def _partly_filled(self, uid: int, tokens: int) -> float:
         """``self(uid)`` for a dropped unit of a partly filled page (or one past the session's
@@ -359,5 +384,5 @@ class PensievePhysics(_Retention):
     def unit_cost(self, uid: int) -> float:
         return self._recovery(uid)
 
-    def unit_costs(self, uids: list[int]) -> list[float]:
+    def unit_costs(self, uids: list[int]) -> list[float] | np.ndarray:
         return self._recovery.many(uids)

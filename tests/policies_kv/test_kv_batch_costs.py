@@ -7,13 +7,14 @@ over pages with dropped layers and drops of the call still pending."""
 
 from __future__ import annotations
 
+import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from costmodels import cost_model
 from sim.policies import PolicyContext
 from sim.policies.cost_belady import CostBelady
-from sim.policies.pensieve import PensievePhysics, recovery_cost_s
+from sim.policies.pensieve import PensievePhysics, is_run, recovery_cost_s
 from sim.policies.pensieve_depth import PensieveDepth
 from sim.units import SessionKV, Tier, UnitView, uid_of
 
@@ -29,6 +30,15 @@ BATCH = st.tuples(
     st.integers(1, 40),
     st.sampled_from([1, 1, 2, 5]),
 )
+
+
+def as_floats(costs, n: int) -> list[float]:
+    """A batch's ``n`` costs as Python floats: a list of floats, or a float64 array's."""
+    if isinstance(costs, np.ndarray):
+        assert costs.dtype == np.float64 and costs.shape == (n,)
+        return costs.tolist()
+    assert len(costs) == n and all(type(x) is float for x in costs)
+    return costs
 
 
 def world(layers: int, tier: Tier, cpu_pages: int | None, policy):
@@ -54,9 +64,54 @@ def test_a_batch_is_priced_as_each_unit_alone(layers, tier, cpu_pages, policy, b
         sessions[s].tokens += grow
         uids = [uid_of(s, first + k * stride) for k in range(n)]
         want = [recovery_cost_s(pol.ctx, u) for u in uids]
-        got = pol.unit_costs(uids)
+        got = as_floats(pol.unit_costs(uids), len(uids))
         assert [x.hex() for x in got] == [x.hex() for x in want], (s, uids)
-        assert all(type(x) is float for x in got)
+
+
+# A batch long enough that ``is_run`` reads it in numpy: (session, its tokens grow by, first
+# unit, units, stride)
+LONG_BATCH = st.tuples(
+    st.integers(0, 2),
+    st.integers(0, 40 * BT),
+    st.integers(0, 60),
+    st.integers(500, 700),
+    st.sampled_from([1, 1, 2]),
+)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.sampled_from([1, 32]),
+    st.sampled_from([None, 100]),
+    st.sampled_from([PensievePhysics, CostBelady]),
+    st.lists(LONG_BATCH, min_size=1, max_size=4),
+)
+def test_a_long_batch_is_priced_as_each_unit_alone(layers, cpu_pages, policy, batches):
+    sessions, pol = world(layers, Tier.GPU, cpu_pages, policy)
+    for s, grow, first, n, stride in batches:
+        sessions[s].tokens += grow
+        uids = [uid_of(s, first + k * stride) for k in range(n)]
+        want = [recovery_cost_s(pol.ctx, u) for u in uids]
+        got = as_floats(pol.unit_costs(uids), len(uids))
+        assert [x.hex() for x in got] == [x.hex() for x in want], (s, uids)
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    st.sampled_from([0, uid_of(2, 5), (1 << 63) - 300]),  # the last: past int64 from 300 on
+    st.integers(1, 1200),
+    st.lists(st.tuples(st.integers(0, 1199), st.integers(-2, 2)), max_size=3),
+    st.booleans(),
+)
+def test_is_run_is_the_comparison_with_a_range(head, n, changes, swap):
+    # a run, then some units moved by a little (changes) or two swapped: is_run against the
+    # plain comparison, on both sides of the length read in numpy
+    uids = list(range(head, head + n))
+    for i, d in changes:
+        uids[i % n] += d
+    if swap and n > 2:
+        uids[1], uids[-2] = uids[-2], uids[1]
+    assert is_run(uids) == (uids == list(range(uids[0], uids[0] + n)))
 
 
 def test_units_of_several_sessions_are_priced_one_by_one():
@@ -96,6 +151,5 @@ def test_depth_prices_a_batch_as_each_unit_alone(layers, batches):
                 sess.tier[u] = Tier.DROPPED
         pol._pending = {uid_of(s, p * layers): min(ly, layers - 1) for p, ly in pending}
         want = [pol.unit_cost(u) for u in uids]
-        got = pol.unit_costs(uids)
+        got = as_floats(pol.unit_costs(uids), len(uids))
         assert [x.hex() for x in got] == [x.hex() for x in want], (s, uids)
-        assert all(type(x) is float for x in got)
