@@ -53,9 +53,14 @@ STORE_AXIS = "store_gb"  # the cluster.store.capacity_gb axis (0: no store)
 STORE_POLICY_AXIS = "store_policy"  # the cluster.store.policy axis ("none" where there is no store)
 DISAGG_FIGURE = "disagg_vs_colocated"  # with a prefill_replicas axis of two values or more
 PREFILL_AXIS = "prefill_replicas"  # the cluster.disaggregation.prefill_replicas axis (0: colocated)
+GROUPS_AXIS = "groups"  # the cluster.groups axis: each point's fleet, by name
 # The grid labels a line may be told apart by besides the router: seed is averaged over, and a
-# cluster runs full KV without sparse decode, so budget and sparse never vary.
-_LINE_LABELS = tuple(c for c in LABEL_COLUMNS if c not in ("name", "budget", "sparse", "seed"))
+# cluster runs full KV without sparse decode, so budget and sparse never vary. Fleets of groups
+# are lines of their own: a line joins points of one kind of replica only.
+_LINE_LABELS = (
+    *(c for c in LABEL_COLUMNS if c not in ("name", "budget", "sparse", "seed")),
+    GROUPS_AXIS,
+)
 PANELS: tuple[tuple[str, str, bool], ...] = (  # column, axis title, a share (0 to 1)
     ("ttft_p50_s", "TTFT p50 (s)", False),
     ("ttft_p90_s", "TTFT p90 (s)", False),
@@ -405,13 +410,16 @@ def _store_rows(rows: pd.DataFrame, store: StoreKey) -> pd.DataFrame:
 
 def _name(column: str, value: object) -> str:
     """A line's label value in its legend: ``policy=lru``; a store capacity as ``store 64 GB``,
-    0 as ``no store``; a prefill pool as ``1 prefill replica``, 0 as ``colocated``."""
+    0 as ``no store``; a prefill pool as ``1 prefill replica``, 0 as ``colocated``; a fleet of
+    groups by its name."""
     if column == STORE_AXIS:
         gb = float(str(value))
         return "no store" if gb == 0 else f"store {_plain(gb)} GB"
     if column == PREFILL_AXIS:
         n = int(float(str(value)))
         return "colocated" if n == 0 else f"{n} prefill replica" + ("" if n == 1 else "s")
+    if column == GROUPS_AXIS:  # the fleet's name says what it is
+        return str(value)
     return f"{column}={_plain(value)}"
 
 

@@ -165,3 +165,30 @@ def test_groups_equal_to_the_points_values_give_its_summary():
         other = b.summary[key]
         assert value == other or (math.isnan(value) and math.isnan(other)), key
     pd.testing.assert_frame_equal(a.turns, b.turns.drop(columns=["groups"]), check_like=False)
+
+
+def test_each_fleet_is_a_line_of_its_own_in_the_cluster_figures():
+    """Two fleets of three replicas each: one line each (one point), never their mean."""
+    from experiments.cluster_plots import disagg_lines, router_lines
+
+    summary = pd.DataFrame(
+        {
+            "router": ["kv-aware"] * 4,
+            "replicas": [3, 3, 3, 3],
+            "groups": ["3x h100-sxm"] * 2 + ["1x h100-sxm + 2x a100-sxm"] * 2,
+            "prefill_replicas": [0, 1, 0, 1],
+            "ttft_p90_s": [0.1, 0.2, 0.3, 0.4],
+        }
+    )
+    lines = router_lines(summary, "ttft_p90_s")
+    assert sorted(name for *_, name in lines) == [
+        "kv-aware, 1x h100-sxm + 2x a100-sxm, 1 prefill replica",
+        "kv-aware, 1x h100-sxm + 2x a100-sxm, colocated",
+        "kv-aware, 3x h100-sxm, 1 prefill replica",
+        "kv-aware, 3x h100-sxm, colocated",
+    ]
+    by_name = {name: s.to_dict() for (*_, name), s in lines.items()}
+    assert by_name["kv-aware, 1x h100-sxm + 2x a100-sxm, 1 prefill replica"] == {3: 0.4}
+    disagg = {name: s.to_dict() for (*_, name), s in disagg_lines(summary, "ttft_p90_s").items()}
+    assert disagg["kv-aware, colocated, 3x h100-sxm"] == {3: 0.1}
+    assert len(disagg) == 4
