@@ -92,17 +92,24 @@ class RunOrder:
         b = a >> UNIT_BITS
         if self._count.get(b) != n or last >> UNIT_BITS != b:
             return None
-        first, stop, holes = self._first, self._stop, self._holes
         if isinstance(uids, range):
             if uids.step != 1:
                 return None
-            # n members, all inside the n uids of the range: the same uids
-            return b if all(first[e] >= a and stop[e] <= last + 1 for e in self._runs[b]) else None
-        if not all(map(lt, uids, islice(uids, 1, None))):
+        elif not all(map(lt, uids, islice(uids, 1, None))):
             return None
-        for e in self._runs[b]:  # each run's members are a stretch of the list
-            if holes[e] is not None:
-                return None
+        first, stop, holes = self._first, self._stop, self._holes
+        if last - a + 1 == n:  # n members, all inside the n uids [a, last]: the same uids
+            if a == b << UNIT_BITS and self._top[b] <= last + 1:  # (every run lies above a)
+                return b
+            return b if all(first[e] >= a and stop[e] <= last + 1 for e in self._runs[b]) else None
+        listed = None
+        for e in self._runs[b]:  # each run's members are in the list
+            h = holes[e]
+            if h:  # (its members are no stretch of the list)
+                listed = set(uids) if listed is None else listed
+                if not listed.issuperset(set(range(first[e], stop[e])).difference(h)):
+                    return None
+                continue
             i = bisect_left(uids, first[e])
             j = i + stop[e] - first[e] - 1
             if j >= n or uids[i] != first[e] or uids[j] != stop[e] - 1:
@@ -223,7 +230,7 @@ class RunOrder:
         for a, s in runs:
             while a < s:
                 b = a >> UNIT_BITS
-                end = min(s, (b + 1) << UNIT_BITS)  # a run never spans two sessions
+                end = s if (s - 1) >> UNIT_BITS == b else (b + 1) << UNIT_BITS  # (one session)
                 if top.get(b, 0) > a and not self._disjoint(a, end, b):  # some enter again
                     for u in range(a, end):
                         self.leave(u)
@@ -534,7 +541,7 @@ class RunOrder:
             self._flag,
             self._bucket,
         )
-        pins, count = self._pins, self._count
+        pins, count, runs_of = self._pins, self._count, self._runs
         lo, want = self._lo, k
         while k > 0:
             e = flag.find(1, lo)
@@ -549,9 +556,14 @@ class RunOrder:
             if marked and not marked.isdisjoint(range(f, f + n)):
                 break
             out.append((f, f + n))
-            first[e] = f + n
-            if f + n >= stop[e]:
-                self._retire(e)
+            if f + n < stop[e]:
+                first[e] = f + n
+            else:  # (``_retire``)
+                flag[e] = 0
+                first[e] = stop[e] = 0
+                holes[e] = None
+                runs_of[b].remove(e)
+                self._live -= 1
             self._n -= n
             k -= n
             left = count[b] - n

@@ -138,7 +138,7 @@ class RunS3FIFO(S3FIFO):
         ghost, count, candidate = self._ghost, 0, not pinned
         if ghost.buckets().isdisjoint({a >> UNIT_BITS for a, _ in sessions}):  # no ghost: all S
             self._s.enter_runs(sessions, candidate)
-            self._budget.grow(self._unit * sum(s - a for a, s in sessions))
+            self._budget.grow(self._unit * len(uids))  # (distinct: runs were found)
             return
         to_s: list[tuple[int, int]] = []  # (S and M are apart: S's runs enter at once)
         for a, s in sessions:
@@ -201,12 +201,12 @@ class RunS3FIFO(S3FIFO):
         """``unpin`` each, in page order: where each is a pinned member (once), it returns to its
         place in its queue; else one at a time."""
         uids = _sequence(uids)
+        if self._s.back_whole(uids) or self._m.back_whole(uids):
+            return  # the usual batch: a session's members, all in one queue and pinned
         in_s, in_m, distinct = self._members(uids)
         if len(in_s) + len(in_m) != len(uids) or not distinct and len(set(uids)) < len(uids):
             EvictionPolicy.release(self, uids, now)
             return
-        if not in_m and self._s.back_whole(in_s) or not in_s and self._m.back_whole(in_m):
-            return  # the usual batch: a session's members, all in one queue and pinned
         were_s = self._s.discard_many(in_s) if in_s else []
         were_m = self._m.discard_many(in_m) if in_m else []
         if were_s or were_m:  # a candidate among them enters anew: one at a time
@@ -276,11 +276,17 @@ class RunS3FIFO(S3FIFO):
             s_empty = not len(s_order)
             if not (s_empty or len(m) > cap):
                 break
+            want = k - taken if s_empty else min(k - taken, len(m) - cap)
+            # The oldest runs without a counter are victims and nothing is reinserted: taken a
+            # run at a time (a run with a counter, a hole or a pin is read below).
+            got = m.pop_unmarked(want, freq.keys(), out)
+            if got:
+                taken += got
+                continue
             head = m.head_run()
             if head is None:
                 return taken or None
             a, s = head
-            want = k - taken if s_empty else min(k - taken, len(m) - cap)
             end, hot = self._counted(a, s, want, 1)
             pos, again, got = a, [], 0
             for h in hot:

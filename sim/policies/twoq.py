@@ -324,7 +324,7 @@ class RunTwoQ(StretchTakeIn, TwoQ):
         candidate = not pinned
         if aout.buckets().isdisjoint(buckets):  # the common case: no ghost among them
             ain.enter_runs(sessions, candidate)  # (in the batch's order)
-            self._budget.grow(self._unit * sum(s - a for a, s in sessions))
+            self._budget.grow(self._unit * len(uids))  # (distinct: runs were found)
             return
         # (the pinned set's order is unused: a run there joins the one it continues)
         seen_before = hm.add_runs if pinned else am.push_runs

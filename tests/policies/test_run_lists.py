@@ -173,3 +173,23 @@ def test_runs_split_at_sessions_as_one_uid_at_a_time(spans):
     assert [(u, u + 1) for a, s in got for u in range(a, s)] == want
     assert all(a < s and a >> UNIT_BITS == (s - 1) >> UNIT_BITS for a, s in got)
     assert run_lists.split_at_sessions(iter(runs)) == got
+
+
+@settings(max_examples=1000, deadline=None)
+@given(
+    steps=st.lists(st.one_of(st.none(), st.integers(0, 60)), min_size=1, max_size=80),
+    short=st.sampled_from([0, 4, 2048]),
+)
+def test_runs_in_order_are_the_extents_of_the_list(steps, short):
+    """A list's runs of consecutive uids, by the C-level maps or the loop, are its extents:
+    consecutive stretches (a None step) broken by jumps, repeats and drops."""
+    uids, u = [], 0
+    for s in steps:
+        u = u + 1 if s is None else s
+        uids.append(u)
+    old = run_lists.SHORT_LIST
+    run_lists.SHORT_LIST = short
+    try:
+        assert run_lists.runs_in_order(uids) == extents_of(uids)
+    finally:
+        run_lists.SHORT_LIST = old

@@ -50,7 +50,7 @@ class EntryRef:
 
 # (operation, session, a, b): sessions 0-3 with unit indices 0-40
 OPS = st.lists(
-    st.tuples(st.integers(0, 14), st.integers(0, 3), st.integers(0, 40), st.integers(0, 12)),
+    st.tuples(st.integers(0, 15), st.integers(0, 3), st.integers(0, 40), st.integers(0, 12)),
     max_size=150,
 )
 
@@ -139,6 +139,14 @@ def _apply(order: RunOrder, ref: EntryRef, op: int, s: int, a: int, b: int) -> N
         for x, y in runs:
             for u in range(x, y):
                 ref.enter(u, candidate=a % 3 != 0)
+    elif op == 15:  # as many uids as the session's members, one a non-member: not the session
+        outside = [base + u for u in range(41) if base + u not in ref.members]
+        if mine and outside:
+            uids = sorted(
+                mine[: a % len(mine)] + mine[a % len(mine) + 1 :] + [outside[b % 41 % len(outside)]]
+            )
+            assert order.members_among(uids) == [u for u in uids if u in ref.members]
+            assert order.discard_many(uids) == [u for u in uids if ref.discard(u)]
     else:  # the oldest b candidates leave, as extents
         got = order.pop_runs(b)
         expect = ref.candidates()[:b]
@@ -188,3 +196,20 @@ def test_a_session_pinned_and_released_keeps_its_runs_places():
     order.back_many(range(s0, s0 + 4))
     assert order.pop_runs(10) == [(s0, s0 + 3), (s1 + 1, s1 + 2), (s0 + 3, s0 + 4)]
     assert len(order) == 0 and order.min() is None
+
+
+def test_a_list_as_long_as_a_session_with_a_hole_is_not_the_session():
+    """A run with a hole: a list of as many uids as the session's members, one of them the hole
+    (a non-member) in place of a member, is not the session (a batch of it takes its members
+    only)."""
+    order = RunOrder()
+    s0 = 0
+    order.enter_many(range(s0, s0 + 10))
+    order.leave(s0 + 3)  # a hole inside the run
+    order.enter_many([s0 + 20, s0 + 21])  # a later run: the list is not consecutive
+    members = [u for u in range(s0, s0 + 10) if u != s0 + 3] + [s0 + 20, s0 + 21]
+    uids = sorted([u for u in members if u != s0 + 5] + [s0 + 3])
+    assert order.members_among(uids) == [u for u in uids if u in members]
+    assert order.members_among(members) == members  # the session itself, holes and all
+    order.back_many(uids)  # a non-member among them enters; the members stay candidates
+    assert list(order.candidates()) == members + [s0 + 3]
