@@ -32,6 +32,8 @@ from __future__ import annotations
 from bisect import bisect_right
 from itertools import chain, starmap
 
+import numpy as np
+
 from sim.policies.base import EvictionPolicy
 from sim.policies.registry import register
 from sim.policies.run_order import RunOrder
@@ -43,6 +45,28 @@ FIRST_LOOK = 64  # units of a stretch whose bits the hand reads first (it double
 def _sequence(uids):
     """``uids`` as a range or a list (the structure's batch paths index them)."""
     return uids if isinstance(uids, (range, list)) else list(uids)
+
+
+def _run_starts(uids: list[int]) -> list[int] | None:
+    """The indices where ``uids``' runs of consecutive uids start (0 first), when the runs are
+    long (a decode span's pages at layer units: a page's layers a run), else None. Found once with
+    numpy, they make each slice of ``uids`` a few extents with no pass over its uids."""
+    if len(uids) < 64 or uids[1] != uids[0] + 1:  # (a page a unit: runs of one)
+        return None
+    a = np.asarray(uids, dtype=np.int64)
+    starts = np.flatnonzero(a[1:] - a[:-1] != 1) + 1
+    return [0, *starts.tolist()] if 4 * (len(starts) + 1) <= len(a) else None
+
+
+def _slice_runs(uids: list[int], starts: list[int], i: int, stop: int) -> list[tuple[int, int]]:
+    """``uids[i:stop]`` as extents in order, ``starts`` being where ``uids``' runs start."""
+    out = []
+    j, n = bisect_right(starts, i), len(uids)
+    while i < stop:
+        end = min(starts[j] if j < len(starts) else n, stop)
+        out.append((uids[i], uids[i] + end - i))
+        i, j = end, j + 1
+    return out
 
 
 @register("clock")
@@ -71,7 +95,11 @@ class Clock(EvictionPolicy):
         uids = _sequence(uids)
         if self._referenced:
             self._referenced.difference_update(uids)
-        self._order.enter_many(uids, candidate=not pinned)
+        starts = _run_starts(uids) if type(uids) is list else None
+        if starts is None:
+            self._order.enter_many(uids, candidate=not pinned)
+        else:
+            self._order.enter_runs(_slice_runs(uids, starts, 0, len(uids)), candidate=not pinned)
 
     def plan_pinned(self, uids: list[int], before: list[int]) -> None:
         self._plan = (uids, before)
@@ -252,6 +280,7 @@ class Clock(EvictionPolicy):
         the index of the first plan unit not entered."""
         order, referenced = self._order, self._referenced
         n, j, m = len(uids), 0, len(chances)
+        starts = _run_starts(uids)
         while True:
             v = chances[j][0] if j < m else taken
             stop = bisect_right(before, v, i)
@@ -259,7 +288,10 @@ class Clock(EvictionPolicy):
                 group = uids[i:stop]
                 if referenced:
                     referenced.difference_update(group)
-                order.enter_many(group, candidate=False)
+                if starts is None:
+                    order.enter_many(group, candidate=False)
+                else:
+                    order.enter_runs(_slice_runs(uids, starts, i, stop), candidate=False)
                 i = stop
             if j == m:
                 return i

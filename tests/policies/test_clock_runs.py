@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sim.policies.base import PolicyContext
-from sim.policies.clock import Clock
-from sim.units import UNIT_BITS, Tier
+from sim.policies.clock import Clock, _run_starts, _slice_runs
+from sim.units import UNIT_BITS, Tier, extents_of
 
 UNIT = 4096
 
@@ -314,3 +314,50 @@ def test_take_in_with_no_units_or_less_than_no_room():
             room -= UNIT
         assert pol.take_in(new, free, 0.0) == expect
         assert list(pol._order.candidates()) == ref.candidates()
+
+
+@settings(max_examples=200, deadline=None)
+@given(ops=OPS, dropped=st.booleans(), ks=st.lists(st.integers(0, 9), min_size=8, max_size=12))
+def test_a_planned_span_of_pages_of_layers(ops, dropped, ks):
+    """A decode span at layer units: each step's page is a run of 8 units (its layers), of two
+    sessions in turn, after ``ks[i]`` victims: the plan is long, so its slices enter as runs."""
+    pol, ref = _clock(dropped), ClockRef()
+    for op, s, a, b in ops:
+        _apply(pol, ref, op, s, a, b)
+    steps = []
+    for i, k in enumerate(ks):
+        page = ((4 + i % 2) << UNIT_BITS) + 8 * (i // 2)
+        steps += [(k if layer == 0 else 0, page + layer) for layer in range(8)]
+    expect: list[int] = []
+    for k, uid in steps:
+        expect += [v for v in (ref.evict() for _ in range(k)) if v is not None]
+        ref.insert(uid, True)
+    uids = [uid for _, uid in steps]
+    pol.plan_pinned(uids, list(accumulate(k for k, _ in steps)))
+    got = pol.evict_extents(sum(ks) * UNIT, 0.0)
+    assert _uids(got) == (sorted(expect) if pol.drops_victims else expect)
+    pol.insert_many(uids, 0.0, pinned=True)
+    _check(pol, ref)
+    pol.release(uids, 0.0)
+    for u in uids:
+        ref.release(u)
+    _check(pol, ref)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    lens=st.lists(st.integers(1, 40), min_size=1, max_size=12),
+    cut=st.tuples(st.integers(0, 500), st.integers(0, 500)),
+)
+def test_slices_of_a_list_of_runs_are_its_extents(lens, cut):
+    """``_slice_runs`` of the run starts ``_run_starts`` found: ``extents_of`` of the slice."""
+    uids, at = [], 0
+    for i, n in enumerate(lens):
+        at += i % 3  # a gap between runs, or none (then they are one run)
+        uids += range(at, at + n)
+        at += n
+    starts = _run_starts(uids)
+    if starts is None:
+        return
+    i, stop = sorted(min(c, len(uids)) for c in cut)
+    assert _slice_runs(uids, starts, i, stop) == extents_of(uids[i:stop])
