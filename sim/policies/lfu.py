@@ -407,7 +407,7 @@ class RunLFU(LFU):
         s, idx = got
         arr = self._array(s, self._stop(idx))
         cs = arr[idx]
-        fresh = int(np.count_nonzero(cs == 0))
+        fresh = len(cs) - int(np.count_nonzero(cs))
         if fresh:  # a non-member enters at 1, as ``unpin`` inserts it
             cs = np.where(cs == 0, 1, cs)
             arr[idx] = cs
