@@ -23,8 +23,6 @@ share.
 from __future__ import annotations
 
 from collections import OrderedDict
-from itertools import compress, islice
-from operator import sub
 
 from sim.policies.structures import strip_hole_ends
 from sim.units import UNIT_BITS, extents_of, join_extents
@@ -32,8 +30,6 @@ from sim.units import UNIT_BITS, extents_of, join_extents
 BUCKET_BITS = UNIT_BITS  # a bucket is a session
 SHORT_RUN = 64  # in an indexed bucket, runs this long or shorter have their uids indexed
 INDEX_AT = 16  # a bucket with more runs than this gets indexed when one uid is looked up
-SHORT_LIST = 2048  # ``runs_in_order``'s C-level maps up to this many uids (``extents_of`` past it)
-_ONE = 1
 
 
 class RunList:
@@ -394,21 +390,11 @@ class StretchTakeIn:
 
 
 def runs_in_order(uids) -> list[tuple[int, int]]:
-    """``extents_of(uids)``; a list of consecutive uids (a session's pages) checked in C, and a
-    short list's breaks (a decode span's pages) found by C-level maps, not a loop per uid."""
+    """``extents_of(uids)``; a list of consecutive uids (a session's pages) checked in C."""
     if type(uids) is list and uids:
         first, last = uids[0], uids[-1]
-        n = len(uids)
-        if last - first == n - 1 and uids == list(range(first, last + 1)):
+        if last - first == len(uids) - 1 and uids == list(range(first, last + 1)):
             return [(first, last + 1)]
-        if n <= SHORT_LIST:
-            cut = list(
-                compress(range(1, n), map(_ONE.__ne__, map(sub, islice(uids, 1, None), uids)))
-            )
-            at = uids.__getitem__
-            starts = [first, *map(at, cut)]
-            stops = [*map(_ONE.__add__, map(at, map(_ONE.__rsub__, cut))), last + 1]
-            return list(zip(starts, stops))
     return extents_of(uids)
 
 

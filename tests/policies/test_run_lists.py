@@ -176,20 +176,12 @@ def test_runs_split_at_sessions_as_one_uid_at_a_time(spans):
 
 
 @settings(max_examples=1000, deadline=None)
-@given(
-    steps=st.lists(st.one_of(st.none(), st.integers(0, 60)), min_size=1, max_size=80),
-    short=st.sampled_from([0, 4, 2048]),
-)
-def test_runs_in_order_are_the_extents_of_the_list(steps, short):
-    """A list's runs of consecutive uids, by the C-level maps or the loop, are its extents:
+@given(steps=st.lists(st.one_of(st.none(), st.integers(0, 60)), min_size=1, max_size=80))
+def test_runs_in_order_are_the_extents_of_the_list(steps):
+    """A list's runs of consecutive uids (a consecutive list checked at once) are its extents:
     consecutive stretches (a None step) broken by jumps, repeats and drops."""
     uids, u = [], 0
     for s in steps:
         u = u + 1 if s is None else s
         uids.append(u)
-    old = run_lists.SHORT_LIST
-    run_lists.SHORT_LIST = short
-    try:
-        assert run_lists.runs_in_order(uids) == extents_of(uids)
-    finally:
-        run_lists.SHORT_LIST = old
+    assert run_lists.runs_in_order(uids) == extents_of(uids)
