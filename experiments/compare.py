@@ -62,6 +62,7 @@ CONFIG_KEYS: dict[str, str] = {
     "seed": "seeds",
     "router": "cluster.router",
     "replicas": "cluster.replicas",
+    "groups": "cluster.groups",
     "store_gb": "cluster.store.capacity_gb",
     "store_policy": "cluster.store.policy",
     "prefill_replicas": "cluster.disaggregation.prefill_replicas",
