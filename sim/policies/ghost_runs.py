@@ -43,11 +43,17 @@ class GhostRuns:
         forgets the same keys as after each)."""
         q, index = self._q, self._in
         n = self._n
+        newest = q[-1] if q else None
         for a, s in runs:
             while a < s:
                 b = a >> UNIT_BITS
                 end = s if (s - 1) >> UNIT_BITS == b else (b + 1) << UNIT_BITS  # one bucket each
-                entry = [a, end, None, b]
+                if newest is not None and newest[1] == a and newest[3] == b and newest[0] < a:
+                    newest[1] = end  # the newest entry goes on (a session's pages, in turn)
+                    n += end - a
+                    a = end
+                    continue
+                entry = newest = [a, end, None, b]
                 q.append(entry)
                 entries = index.get(b)
                 if entries is None:

@@ -295,7 +295,7 @@ class RunOrder:
 
     def enter(self, uid: int, candidate: bool = True) -> None:
         """``uid`` enters (again, if it was a member: then it moves to the newest end)."""
-        self.enter_many((uid,), candidate)
+        self.enter_runs(((uid, uid + 1),), candidate)
 
     # -- leaving ---------------------------------------------------------------------------------
     def _take_out(self, e: int, uid: int) -> None:
