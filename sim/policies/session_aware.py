@@ -18,8 +18,10 @@ conversation (``predictive`` is the model-based alternative). An object without 
 Structure: a ``LazyHeap`` of sessions keyed (a_s, index) and, per session, a list of its candidate
 units sorted so that the next victim is last. A session's units come and go together (released at
 a turn's end, pinned at its next admission, evicted from the tail), so those are list slices, not
-one heap operation a unit. A session's a_s can only change while it gains units (the max over a
-multiset of times, kept as counts).
+one heap operation a unit. A turn's release of whole pages is kept as the range of their keys
+until a call needs the list (victims from its top and a unit leaving its top keep it a range), so
+neither the release nor the victims list the units (at layer units, a page's 32). A session's a_s
+can only change while it gains units (the max over a multiset of times, kept as counts).
 """
 
 from __future__ import annotations
@@ -36,11 +38,14 @@ from sim.units import UNIT_BITS, UNIT_MASK, UnitView, extents_of
 
 
 class _Sess:
-    __slots__ = ("a", "cand", "index", "times", "when")
+    __slots__ = ("a", "cand", "index", "span", "times", "when")
 
     def __init__(self, index: int) -> None:
         self.index = index
         self.cand: list[int] = []  # candidate uids, sorted: the next victim last
+        # the engine's: the candidates as a range of keys when they are one (``cand`` is then
+        # empty): a turn's release of whole pages and what is left as victims go from its end
+        self.span: range | None = None
         self.times: dict[float, int] = {}  # last-use time -> units with it
         self.a = -float("inf")
         # the engine's uids: each candidate's time, kept only while they have more than one
@@ -108,7 +113,7 @@ class SessionAware(Memoryless):
             return
         self._held.add_many(uids)
         if s.when is None and s.times and a not in s.times:  # a second time: list them
-            s.when = dict.fromkeys(s.cand, s.a)
+            s.when = dict.fromkeys(self._listed(s), s.a)
         if s.when is not None:
             s.when.update(dict.fromkeys(uids, a))
 
@@ -126,7 +131,7 @@ class SessionAware(Memoryless):
             self._discard(uid)
         s = self._state(uid)
         self._hold(s, (uid,), a)
-        insort(s.cand, uid, key=self._key)
+        insort(self._listed(s), uid, key=self._key)
         s.times[a] = s.times.get(a, 0) + 1
         if len(s.cand) == 1 or a > s.a:
             s.a = a
@@ -136,7 +141,11 @@ class SessionAware(Memoryless):
         entry = self._entry(uid)
         if entry is not None:
             s = entry[0]
-            self._unlist(s.cand, uid)
+            span = s.span
+            if span is not None and uid == self._uid_of_key(span[-1]):  # (a preemption's tail)
+                s.span = range(span.start, span.stop - 1) if len(span) > 1 else None
+            else:
+                self._unlist(self._listed(s), uid)
             self._untime(s, self._unhold(s, (uid,)))
 
     def _unlist(self, cand: list[int], uid: int) -> None:
@@ -163,7 +172,7 @@ class SessionAware(Memoryless):
             else:
                 del times[a]
                 top_gone = top_gone or a == s.a
-        if not s.cand:
+        if not s.cand and s.span is None:
             del self._sessions[s.index]
             self._order.discard(s.index)
             return
@@ -191,8 +200,11 @@ class SessionAware(Memoryless):
         s = self._state(uids[0])
         self._hold(s, uids, a)
         s.times[a] = s.times.get(a, 0) + len(uids)
-        fresh = not s.cand
-        s.cand = self._sorted(uids) if fresh else self._sorted(s.cand + list(uids))
+        fresh = not s.cand and s.span is None
+        if fresh and self._whole_pages(uids):
+            s.span = uids  # (their keys are the same range)
+        else:
+            s.cand = self._sorted(uids) if fresh else self._sorted(self._listed(s) + list(uids))
         if fresh or a > s.a:
             s.a = a
             self._order.push(s.index, (a, s.index))
@@ -206,6 +218,33 @@ class SessionAware(Memoryless):
         if self._engine_uids:
             return self._held.count_in(uids) == 0
         return self._where.keys().isdisjoint(uids)
+
+    def _whole_pages(self, uids) -> bool:
+        """Are the engine's ``uids`` a range of whole pages (a range at one layer a page)?"""
+        if type(uids) is not range or uids.step != 1:
+            return False
+        layers = self.view.layers
+        return layers == 1 or not ((uids.start & UNIT_MASK) % layers or len(uids) % layers)
+
+    def _uid_of_key(self, key: int) -> int:
+        """The engine's uid with this key (the key maps a page's layers onto themselves,
+        reversed: it is its own inverse)."""
+        return key if self._key is None else self._key(key)
+
+    def _listed(self, s: _Sess) -> list[int]:
+        """``s.cand``, listed from ``s.span`` first if the candidates are a range of keys."""
+        span = s.span
+        if span is not None:
+            s.span = None
+            if self._key is None:
+                s.cand = list(span)
+            else:
+                keys = np.arange(span.start, span.stop, dtype=np.int64)
+                s.cand = self._key(keys).tolist()
+        return s.cand
+
+    def _size(self, s: _Sess) -> int:
+        return len(s.cand) if s.span is None else len(s.span)
 
     def _sorted(self, uids) -> list[int]:
         """The engine's ``uids`` in ``cand``'s order (the next victim last)."""
@@ -231,11 +270,11 @@ class SessionAware(Memoryless):
             return
         s = entry[0]
         ts = self._unhold(s, uids)
-        if len(uids) == len(s.cand):
-            s.cand = []
+        if len(uids) == self._size(s):
+            s.cand, s.span = [], None
         else:
             gone = set(uids)
-            s.cand = [u for u in s.cand if u not in gone]
+            s.cand = [u for u in self._listed(s) if u not in gone]
         self._untime(s, ts)
 
     def _all_of(self, s: _Sess, uids) -> bool:
@@ -248,20 +287,36 @@ class SessionAware(Memoryless):
     # -- the choice ------------------------------------------------------------------------------
     def peek(self, now: float) -> int | None:
         idx = self._order.min()
-        return None if idx is None else self._sessions[idx].cand[-1]
+        if idx is None:
+            return None
+        s = self._sessions[idx]
+        return s.cand[-1] if s.span is None else self._uid_of_key(s.span[-1])
 
-    def _take(self, n: int) -> list[tuple[list[int], list[range] | None]]:
+    def _take(
+        self, n: int, listed: bool = True
+    ) -> list[tuple[list[int] | None, list[range] | None]]:
         """Evict ``n`` units (fewer when the candidates run out): each session's share, as the
         slice of its ``cand`` it lost (ascending; the victims went from its end), with the same
         units as increasing runs of uids when they are consecutive in ``cand``'s order (the
-        engine's: whole pages, and a part of one at either end)."""
-        out = []
+        engine's: whole pages, and a part of one at either end). Not ``listed``: a share taken
+        from a range of keys (``span``) gives its runs alone (None for the slice)."""
+        out: list[tuple[list[int] | None, list[range] | None]] = []
         order, sessions = self._order, self._sessions
         while n > 0:
             idx = order.min()
             if idx is None:
                 break
             s = sessions[idx]
+            span = s.span
+            if span is not None:  # the top k keys: their runs, with no list of the units
+                k = min(n, len(span))
+                s.span = range(span.start, span.stop - k) if k < len(span) else None
+                keys = range(span.stop - k, span.stop)
+                whole = self._key_runs(keys.start, keys.stop - 1)
+                self._untime(s, self._unhold_runs(s, whole))
+                out.append(([self._uid_of_key(key) for key in keys] if listed else None, whole))
+                n -= k
+                continue
             k = min(n, len(s.cand))
             taken = s.cand[-k:]
             del s.cand[-k:]
@@ -280,7 +335,11 @@ class SessionAware(Memoryless):
         first, last = (taken[0], taken[-1]) if key is None else (key(taken[0]), key(taken[-1]))
         if last - first != len(taken) - 1:
             return None
-        if key is None:
+        return self._key_runs(first, last)
+
+    def _key_runs(self, first: int, last: int) -> list[range]:
+        """The engine's units with keys ``first .. last`` as increasing runs of uids."""
+        if self._key is None:
             return [range(first, last + 1)]
         layers = self.view.layers
         base, lo, hi = first & ~UNIT_MASK, first & UNIT_MASK, (last & UNIT_MASK) + 1
@@ -315,16 +374,18 @@ class SessionAware(Memoryless):
         n = self._units_in(nbytes)
         if n is None:
             return super().evict_bytes(nbytes, now)
-        return [uid for taken, _ in self._take(n) for uid in reversed(taken)]
+        return [uid for taken, _ in self._take(n) for uid in reversed(taken or ())]
 
     def evict_extents(self, nbytes: int, now: float) -> list[tuple[int, int]]:
         n = self._units_in(nbytes)
         if n is None or not self.drops_victims or not self._engine_uids:
             return super().evict_extents(nbytes, now)
         out: list[tuple[int, int]] = []
-        for taken, runs in self._take(n):  # dropped: their order is nobody's, so increasing runs
-            if runs is not None:
+        for taken, runs in self._take(n, listed=False):  # dropped: their order is nobody's, so
+            if runs is not None:  # increasing runs
                 out.extend((run.start, run.stop) for run in runs)
+            elif taken is None:
+                raise AssertionError("a share with neither its units nor their runs")
             elif len(taken) > 2048:  # (page-layer units come in pages, layers reversed)
                 out.extend(extents_of(np.sort(np.asarray(taken, dtype=np.int64))))
             else:

@@ -70,6 +70,29 @@ OPS = st.lists(
     3,
     True,
 )
+@example(  # a released range of whole pages (kept as a range of keys) loses units one at a time
+    [  # (a pinned unit of the session in the batch): from its low end, then its top
+        ("insert", 0, 0, 6, False, 1.0),
+        ("acquire", 0, 0, 6, False, 1.0),
+        ("release", 0, 0, 6, False, 2.0),
+        ("insert", 0, 6, 4, True, 2.0),
+        ("remove", 0, 0, 12, False, 2.0),
+    ],
+    3,
+    False,
+)
+@example(  # the same at a layer a page, and victims from the range's top while it is one
+    [
+        ("insert", 0, 0, 6, False, 1.0),
+        ("acquire", 0, 0, 6, False, 1.0),
+        ("release", 0, 0, 6, False, 2.0),
+        ("evict", 0, 0, 2, False, 1.0),
+        ("insert", 0, 6, 4, True, 2.0),
+        ("remove", 0, 0, 12, False, 2.0),
+    ],
+    1,
+    False,
+)
 @example(  # victims across pages, a part of each end page: the last page's top layers only
     [
         ("insert", 0, 0, 3, False, 1.0),
