@@ -44,7 +44,7 @@ class CostBelady(KineticPolicy):
     def unit_cost(self, uid: int) -> float:
         return self._recovery(uid)
 
-    def unit_costs(self, uids: list[int]) -> list[float] | np.ndarray:
+    def unit_costs(self, uids: list[int] | range) -> list[float] | np.ndarray:
         return self._recovery.many(uids)
 
     session_time = True  # the session's next access

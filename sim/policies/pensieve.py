@@ -120,9 +120,12 @@ _MANY_MIN = 4  # fewer units are priced one by one: numpy's call overhead loses
 _RUN_NUMPY_MIN = 512  # from this many uids ``is_run`` reads them in numpy
 
 
-def is_run(uids: list[int]) -> bool:
-    """``uids == list(range(uids[0], uids[0] + len(uids)))`` for a non-empty list of ints; a
-    long one is read into numpy, where the list of ints the comparison builds costs more."""
+def is_run(uids: list[int] | range) -> bool:
+    """``list(uids) == list(range(uids[0], uids[0] + len(uids)))`` for a non-empty list or range
+    of ints; a long list is read into numpy, where the list of ints the comparison builds costs
+    more."""
+    if type(uids) is range:
+        return uids.step == 1 or len(uids) == 1
     n, head = len(uids), uids[0]
     if uids[-1] - head != n - 1:
         return False
@@ -133,6 +136,13 @@ def is_run(uids: list[int]) -> bool:
     except OverflowError:
         return uids == list(range(head, head + n))
     return bool((a[1:] - a[:-1] == 1).all())
+
+
+def uid_array(uids: list[int] | range) -> np.ndarray:
+    """``np.asarray(uids, dtype=np.int64)``, a list read faster (``fromiter``), a range made."""
+    if type(uids) is range:
+        return np.arange(uids.start, uids.stop, uids.step, dtype=np.int64)
+    return np.fromiter(uids, np.int64, len(uids))
 
 
 # -- the policies --------------------------------------------------------------------------------
@@ -197,7 +207,7 @@ class _PensieveFormula(_Retention):
             return base
         return self.layer_weight(uid) * self.position_weight(uid) * base
 
-    def unit_costs(self, uids: list[int]) -> list[float] | np.ndarray:
+    def unit_costs(self, uids: list[int] | range) -> list[float] | np.ndarray:
         """``unit_cost`` of one session's page or page-layer units at once: the same float
         operations, in the same order, on arrays (kept as one: the tournament sorts it)."""
         view = self.view
@@ -207,10 +217,10 @@ class _PensieveFormula(_Retention):
             or not uids
             or uids[0] >> UNIT_BITS != uids[-1] >> UNIT_BITS
         ):
-            return super().unit_costs(uids)
+            return super().unit_costs(uids if isinstance(uids, list) else list(uids))
         bt, per_page = self.ctx.block_tokens, view.layers
         sess = view.sessions[uids[0] >> UNIT_BITS]
-        idx = np.fromiter(uids, np.int64, len(uids)) & UNIT_MASK  # asarray's ints, read faster
+        idx = uid_array(uids) & UNIT_MASK
         page = idx // per_page
         base = self._alpha * np.minimum(sess.tokens, page * bt) + self._beta0
         if not self.weighted:
@@ -272,7 +282,7 @@ class RecoveryCosts:
             cost = self._memo[key] = recovery_s(self.ctx.cost, **args)
         return cost
 
-    def many(self, uids: list[int]) -> list[float] | np.ndarray:
+    def many(self, uids: list[int] | range) -> list[float] | np.ndarray:
         """``self(uid)`` for each of ``uids``: one session's page or page-layer units at once as a
         float64 array (the tournament takes it as it is), else a list. A demoted unit's price
         depends on its layer alone (one price per unit offset in a page), a dropped full page's
@@ -288,7 +298,7 @@ class RecoveryCosts:
                 return out
         if min(uids) >> UNIT_BITS != s or max(uids) >> UNIT_BITS != s:
             return list(map(self, uids))
-        idx = np.fromiter(uids, np.int64, len(uids)) & UNIT_MASK
+        idx = uid_array(uids) & UNIT_MASK
         per_page = self._per_page
         if not self._drops:  # swap-in: the session's tokens and the layer
             if per_page == 1:
@@ -384,5 +394,5 @@ class PensievePhysics(_Retention):
     def unit_cost(self, uid: int) -> float:
         return self._recovery(uid)
 
-    def unit_costs(self, uids: list[int]) -> list[float] | np.ndarray:
+    def unit_costs(self, uids: list[int] | range) -> list[float] | np.ndarray:
         return self._recovery.many(uids)

@@ -14,7 +14,13 @@ from hypothesis import strategies as st
 from costmodels import cost_model
 from sim.policies import PolicyContext
 from sim.policies.cost_belady import CostBelady
-from sim.policies.pensieve import PensievePhysics, is_run, recovery_cost_s
+from sim.policies.pensieve import (
+    Pensieve,
+    PensieveFlat,
+    PensievePhysics,
+    is_run,
+    recovery_cost_s,
+)
 from sim.policies.pensieve_depth import PensieveDepth
 from sim.units import SessionKV, Tier, UnitView, uid_of
 
@@ -66,6 +72,9 @@ def test_a_batch_is_priced_as_each_unit_alone(layers, tier, cpu_pages, policy, b
         want = [recovery_cost_s(pol.ctx, u) for u in uids]
         got = as_floats(pol.unit_costs(uids), len(uids))
         assert [x.hex() for x in got] == [x.hex() for x in want], (s, uids)
+        run = range(uids[0], uids[-1] + 1, stride)  # the same units as a range
+        got = as_floats(pol.unit_costs(run), len(uids))
+        assert [x.hex() for x in got] == [x.hex() for x in want], (s, run)
 
 
 # A batch long enough that ``is_run`` reads it in numpy: (session, its tokens grow by, first
@@ -112,6 +121,31 @@ def test_is_run_is_the_comparison_with_a_range(head, n, changes, swap):
     if swap and n > 2:
         uids[1], uids[-2] = uids[-2], uids[1]
     assert is_run(uids) == (uids == list(range(uids[0], uids[0] + n)))
+
+
+@given(st.integers(0, 1 << 40), st.integers(1, 600), st.integers(1, 3))
+def test_is_run_of_a_range_is_that_of_its_list(head, n, step):
+    units = range(head, head + n * step, step)
+    assert is_run(units) == is_run(list(units)) == (step == 1 or n == 1)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.sampled_from([1, 32]),
+    st.sampled_from([Pensieve, PensieveFlat]),
+    st.lists(BATCH, min_size=1, max_size=12),
+)
+def test_the_formula_prices_a_batch_as_each_unit_alone(layers, policy, batches):
+    # pensieve's and pensieve-flat's costs of a session's units at once, as a list and as a
+    # range, against unit_cost
+    sessions, pol = world(layers, Tier.GPU, None, policy)
+    for s, grow, first, n, stride in batches:
+        sessions[s].tokens += grow
+        uids = [uid_of(s, first + k * stride) for k in range(n)]
+        want = [pol.unit_cost(u) for u in uids]
+        for batch in (uids, range(uids[0], uids[-1] + 1, stride)):
+            got = as_floats(pol.unit_costs(batch), len(uids))
+            assert [x.hex() for x in got] == [x.hex() for x in want], (s, batch)
 
 
 def test_units_of_several_sessions_are_priced_one_by_one():
