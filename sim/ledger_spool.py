@@ -108,30 +108,48 @@ class LedgerFile:
         return self._rows
 
     def column(self, name: str) -> np.ndarray:
-        """One column, in file order: int64 or float64 (session_id: an object array of str)."""
-        data = pq.read_table(self.path, columns=[name]).column(name)
-        if name == "session_id":
-            a = np.empty(len(data), dtype=object)
-            a[:] = data.to_pylist()
-            return a
-        return np.asarray(data.to_numpy(), dtype=TURN_DTYPES[name])
+        """One column, in file order: int64 or float64 (session_id: an object array of str).
+        Read a row group at a time into one array: arrow's whole-column read would hold the
+        column three times over."""
+        file = pq.ParquetFile(self.path)
+        out = np.empty(self._rows, dtype=TURN_DTYPES[name])
+        at = 0
+        for g in range(file.num_row_groups):
+            part = file.read_row_group(g, columns=[name]).column(0)
+            values = part.to_pylist() if name == "session_id" else part.to_numpy()
+            out[at : at + len(part)] = values
+            at += len(part)
+        return out
 
     def session_ranks(self) -> tuple[np.ndarray, np.ndarray]:
         """(ids, ranks): the distinct session ids sorted (an object array of str), and each row's
-        index into them, without a string object per row. Arrow orders strings by their UTF-8
-        bytes, which is the code point order Python's sort gives."""
-        table = pq.read_table(self.path, columns=["session_id"], read_dictionary=["session_id"])
-        chunks = table.unify_dictionaries().column("session_id").chunks
-        if not chunks:
-            return np.empty(0, dtype=object), np.empty(0, dtype=np.int64)
+        index into them (int32), without a string object per row: the ids are read as arrow
+        dictionaries, a row group at a time. Arrow orders strings by their UTF-8 bytes, which is
+        the code point order Python's sort gives."""
+        file = pq.ParquetFile(self.path, read_dictionary=["session_id"])
+        groups = [
+            file.read_row_group(g, columns=["session_id"]).column(0)
+            for g in range(file.num_row_groups)
+        ]
+        if not groups:
+            return np.empty(0, dtype=object), np.empty(0, dtype=np.int32)
+        column = pa.chunked_array([c for g in groups for c in g.chunks], groups[0].type)
+        del groups
+        chunks = pa.table({"id": column}).unify_dictionaries().column("id").chunks
+        del column
         names = chunks[0].dictionary  # every chunk's, once unified
         by_name = pc.array_sort_indices(names).to_numpy()
-        rank = np.empty(len(names), dtype=np.int64)
-        rank[by_name] = np.arange(len(names))
-        first_seen = np.concatenate([c.indices.to_numpy(zero_copy_only=False) for c in chunks])
+        rank = np.empty(len(names), dtype=np.int32)
+        rank[by_name] = np.arange(len(names), dtype=np.int32)
+        ranks = np.empty(self._rows, dtype=np.int32)
+        at = 0
+        while chunks:
+            chunk = chunks.pop(0)  # let each go once mapped
+            ranks[at : at + len(chunk)] = rank[chunk.indices.to_numpy(zero_copy_only=False)]
+            at += len(chunk)
         ids = np.empty(len(names), dtype=object)
         ids[:] = names.take(pa.array(by_name)).to_pylist()
-        return ids, rank[first_seen]
+        return ids, ranks
 
     def frame(self) -> pd.DataFrame:
         """The whole ledger in memory, rows by (session_id, turn): the frame ``simulate`` returns

@@ -50,8 +50,6 @@ from sim.results import SimResult
 from sim.samples import finite_percentile
 
 if TYPE_CHECKING:
-    from pandas.core.groupby import SeriesGroupBy
-
     from sim.ledger_spool import LedgerFile, SpooledResult
 
 # Summary columns summarize() always produces, in order (per-class Jain columns follow them).
@@ -248,30 +246,33 @@ def _spooled_session_table(ledger: LedgerFile) -> pd.DataFrame:
     if len(ledger) == 0:
         return _empty_session_table()
     ids, ranks = ledger.session_ranks()
-    order = np.lexsort((ledger.column("turn"), ranks))
+    # int32 (a ledger of under 2**31 turns): the order and the keys are the table's largest arrays
+    order = np.lexsort((ledger.column("turn"), ranks)).astype(np.int32)
     keys = ranks[order]  # sorted: the groups come out by session_id
     del ranks
 
-    def grouped(name: str) -> SeriesGroupBy:
-        return pd.Series(ledger.column(name)[order], copy=False).groupby(keys, sort=True)
-
+    reductions = {
+        "turns": ("turn", "size"),
+        "priority": ("priority", "first"),
+        "history_tokens": ("history_tokens", "sum"),
+        "gpu_hit_tokens": ("gpu_hit_tokens", "sum"),
+        "cpu_hit_tokens": ("cpu_hit_tokens", "sum"),
+        "recomputed_tokens": ("recomputed_tokens", "sum"),
+    }
+    columns = {
+        out_name: getattr(pd.Series(ledger.column(name)[order], copy=False).groupby(keys), how)()
+        for out_name, (name, how) in reductions.items()
+    }
     ideal = pd.Series(ledger.column("ttft_ideal_s")[order], copy=False)
     ttft = pd.Series(ledger.column("ttft_s")[order], copy=False)
+    del order
     slowdown = (ttft / ideal).where(ideal > 0)
     del ideal
-    out = pd.DataFrame(
-        {
-            "turns": grouped("turn").size(),
-            "priority": grouped("priority").first(),
-            "history_tokens": grouped("history_tokens").sum(),
-            "gpu_hit_tokens": grouped("gpu_hit_tokens").sum(),
-            "cpu_hit_tokens": grouped("cpu_hit_tokens").sum(),
-            "recomputed_tokens": grouped("recomputed_tokens").sum(),
-            "mean_slowdown": slowdown.groupby(keys, sort=True).mean(),
-            "ttft_mean_s": ttft.groupby(keys, sort=True).mean(),
-        }
-    )
-    del slowdown, ttft
+    columns["ttft_mean_s"] = ttft.groupby(keys).mean()
+    del ttft
+    columns["mean_slowdown"] = slowdown.groupby(keys).mean()
+    del slowdown, keys
+    out = pd.DataFrame(columns)
     hist = out["history_tokens"].astype(float)
     out["hit_fraction"] = ((out["gpu_hit_tokens"] + out["cpu_hit_tokens"]) / hist).where(hist > 0)
     # the index holds every rank, 0, 1, ...; the ids as groupby names them (its index dtype)
