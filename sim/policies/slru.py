@@ -408,6 +408,9 @@ class UniformSLRU(SLRU):
         if not isinstance(uids, range):
             uids = list(uids)
         extents = _increasing_extents(uids)
+        if not extents and pinned and len(uids) > 1 and len(set(uids)) == len(uids):
+            # a span's pages of many sessions, in step order: where they enter is one segment
+            extents = _bucket_extents(sorted(uids))
         n = len(uids)
         if (
             not (pinned and extents)

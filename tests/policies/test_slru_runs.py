@@ -157,7 +157,21 @@ def test_uniform_slru_against_one_unit_at_a_time(capacity_pages, ops):
     pages = dict.fromkeys(range(4), 0)
     for op, s, a, b in ops:
         base, mine = s << UNIT_BITS, members[s]
-        if op <= 1:  # new pages: pinned while the session runs, else as a miss
+        if op == 1 and a >= 4:  # a span: sessions s and s + 1 run and get pages, in step order
+            running = sorted({s, (s + 1 + a % 3) % 4})
+            for r in running:
+                if not pinned[r] and members[r]:  # (admitted: its units are used and pinned)
+                    for pol in (runs, units):
+                        pol.acquire(_as_engine_gives(members[r]), 0.0)
+                pinned[r] = True
+            steps = [[(r << UNIT_BITS) + pages[r] + k for r in running] for k in range(1 + b % 3)]
+            span = [u for step in steps for u in step]
+            for r in running:
+                pages[r] += 1 + b % 3
+                members[r] += [u for u in span if u >> UNIT_BITS == r]
+            for pol in (runs, units):
+                pol.insert_many(span, 0.0, True)
+        elif op <= 1:  # new pages: pinned while the session runs, else as a miss
             uids = range(base + pages[s], base + pages[s] + 1 + b % 3)
             pages[s] += len(uids)
             for pol in (runs, units):
