@@ -44,6 +44,9 @@ def rejection_note(summary: pd.DataFrame, experiment: Experiment) -> str | None:
     else:
         head = f"{n} of {of} grid points rejected turns (up to {most} at one){where}"
     fixes = [f"raise memory.gpu_kv_gb{_needed(points, hit) if aligned else ''}"]
+    if aligned and any(p.cluster is not None and p.cluster.groups for p in _at(points, hit)):
+        # a group's own gpu_kv_gb takes the place of memory.gpu_kv_gb on its replicas
+        fixes[0] += " (a group's own under cluster.groups[].gpu_kv_gb)"
     synthetic = _synthetic_caps(points, hit) if aligned else []
     if synthetic:
         fixes.append(

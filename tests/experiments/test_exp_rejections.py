@@ -115,3 +115,19 @@ def test_a_trace_file_is_not_told_to_set_a_synthetic_key(write_yaml, tmp_path):
     # 9,100 tokens of Llama-3-8B KV, in 16-token pages
     assert "9,100 tokens, needs 1.12 GiB of llama-3-8b KV" in note  # 1.1108 GiB, rounded up
     assert rejection_note(summary.assign(rejected_turns=[0, 0]), exp) is None
+
+
+def test_a_fleet_of_groups_is_told_of_the_groups_own_kv(write_yaml, tmp_path, capsys):
+    """A replica of a group with its own gpu_kv_gb rejects by that value: the note names the key."""
+    cfg = write_yaml(
+        small("8") + "cluster: {groups: [{replicas: 1}, {replicas: 1, gpu_kv_gb: 0.25}], "
+        "router: round-robin}\n"
+    )
+    assert main(["run", str(cfg), "--out", str(tmp_path / "r"), "--quiet"]) == 0
+    note = _note(capsys.readouterr().out)
+    assert note is not None and "1 of 1 grid points rejected" in note
+    assert "cluster.groups[].gpu_kv_gb" in note
+    cfg = write_yaml(small("[0.25]"), "plain.yaml")
+    assert main(["run", str(cfg), "--out", str(tmp_path / "p"), "--quiet"]) == 0
+    plain = _note(capsys.readouterr().out)
+    assert plain is not None and "cluster.groups" not in plain  # no groups, no such hint
