@@ -422,11 +422,28 @@ class RunOrder:
         if e < self._lo:
             self._lo = e
 
-    def back_whole(self, uids) -> bool:
-        """``back_many(uids)`` where they are every member of a session and all are pinned (a
-        turn's end); False, changing nothing, where not."""
-        b = self._whole(uids)
-        if b is None or self._pins.get(b) is not ALL:
+    def held_within(self, a: int, s: int) -> int | None:
+        """How many members the session of ``[a, s)`` (one session) holds where all of them lie
+        in ``[a, s)`` (0 where it holds none); None where some lie outside."""
+        b = a >> UNIT_BITS
+        held = self._count.get(b)
+        if held is None:
+            return 0
+        if self._top[b] > s:
+            return None
+        if a == b << UNIT_BITS:  # (every uid of the session lies at or above a)
+            return held
+        first = self._first
+        return held if all(first[e] >= a for e in self._runs[b]) else None
+
+    def pins_all(self, b: int) -> bool:
+        """Does session ``b`` hold members, every one of them pinned?"""
+        return self._pins.get(b) is ALL
+
+    def back_session(self, b: int) -> bool:
+        """Session ``b``'s members, all pinned, are candidates again, each in its place (``back``
+        of each); False, changing nothing, where some are not pinned."""
+        if self._pins.get(b) is not ALL:
             return False
         del self._pins[b]
         self._n += self._count[b]
@@ -435,6 +452,12 @@ class RunOrder:
             flag[e] = 1
         self._lo = min(self._lo, runs[0])
         return True
+
+    def back_whole(self, uids) -> bool:
+        """``back_many(uids)`` where they are every member of a session and all are pinned (a
+        turn's end); False, changing nothing, where not."""
+        b = self._whole(uids)
+        return b is not None and self.back_session(b)
 
     def back_many(self, uids) -> None:
         """``back`` each, in order (non-members enter after the others' return: the same order)."""

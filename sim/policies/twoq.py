@@ -417,6 +417,8 @@ class RunTwoQ(StretchTakeIn, TwoQ):
             self._budget.shrink(self._unit)
 
     def remove_many(self, uids, pinned: bool = False) -> None:
+        if not len(uids):  # (the memory tells the CPU tier's policy of empty batches too)
+            return
         runs = increasing_runs(uids)
         if runs is None:
             EvictionPolicy.remove_many(self, uids, pinned)

@@ -50,7 +50,7 @@ class EntryRef:
 
 # (operation, session, a, b): sessions 0-3 with unit indices 0-40
 OPS = st.lists(
-    st.tuples(st.integers(0, 15), st.integers(0, 3), st.integers(0, 40), st.integers(0, 12)),
+    st.tuples(st.integers(0, 17), st.integers(0, 3), st.integers(0, 40), st.integers(0, 12)),
     max_size=150,
 )
 
@@ -147,6 +147,20 @@ def _apply(order: RunOrder, ref: EntryRef, op: int, s: int, a: int, b: int) -> N
             )
             assert order.members_among(uids) == [u for u in uids if u in ref.members]
             assert order.discard_many(uids) == [u for u in uids if ref.discard(u)]
+    elif op == 16:  # how many members the session holds within a stretch (None: some outside)
+        lo, hi = base + a % 20, base + a % 20 + 2 * b + 10
+        held = order.held_within(lo, hi)
+        inside = all(lo <= u < hi for u in mine)
+        assert held is None or (inside and held == len(mine))
+        if not mine or (lo == base and hi >= max(order._top.get(s, 0), base)):
+            assert held == len(mine) and inside
+    elif op == 17:  # a session whose members are all pinned is released at once
+        every = bool(mine) and not any(ref.members[u][1] for u in mine)
+        assert order.pins_all(s) == every
+        assert order.back_session(s) == every
+        if every:
+            for u in mine:
+                ref.back(u)
     else:  # the oldest b candidates leave, as extents
         got = order.pop_runs(b)
         expect = ref.candidates()[:b]
