@@ -42,32 +42,6 @@ def _one_session_increasing(uids) -> bool:
     )
 
 
-def _members_by_runs(order: RunOrder, uids) -> Sequence[int]:
-    """``order.members_among(uids)`` for increasing uids of one session, from the session's runs
-    in C (O(its runs + members)), not one uid at a time: at layer_block a session's units lie in
-    both queues, and a batch that is not all of a queue's members of the session would otherwise
-    look each uid up. A range where the batch is a stretch of uids all of them members (the
-    order's batch hooks then take it without listing it)."""
-    runs = order._runs.get(uids[0] >> UNIT_BITS)
-    if runs is None:
-        return []
-    first, stop, holes = order._first, order._stop, order._holes
-    a, s = uids[0], uids[-1] + 1
-    pieces = []
-    for e in runs:
-        lo, hi = max(first[e], a), min(stop[e], s)
-        if lo < hi:
-            h = holes[e]
-            pieces.append(range(lo, hi) if h is None else set(range(lo, hi)).difference(h))
-    whole = isinstance(uids, range) or len(uids) == s - a  # the batch is every uid of [a, s)
-    if whole and sum(map(len, pieces)) == s - a:
-        return range(a, s)
-    members = sorted(chain.from_iterable(pieces))  # (a hole may lie in another run's range)
-    if whole:
-        return members
-    return sorted(set(members).intersection(uids))
-
-
 class RunS3FIFO(S3FIFO):
     """S3-FIFO on runs (see the module's note); ``S3FIFO``'s answers, call for call."""
 
@@ -189,7 +163,7 @@ class RunS3FIFO(S3FIFO):
         if not len(uids):
             return [], [], True
         if _one_session_increasing(uids):  # the engine's batches: by each queue's runs
-            return _members_by_runs(self._s, uids), _members_by_runs(self._m, uids), True
+            return self._s.session_members_among(uids), self._m.session_members_among(uids), True
         in_s = self._s.members_among(uids)
         if len(in_s) == len(uids):
             return in_s, [], False

@@ -1,6 +1,7 @@
-"""``RunS3FIFO``'s batch lookup of a session's members (``_members_by_runs``: from the session's
-runs in one queue) against asking the queue uid by uid, on queues whose runs have holes, runs that
-a re-entered uid overlaps, and pinned members, for ranges and increasing lists with gaps."""
+"""``RunS3FIFO``'s batch lookup of a session's members (``RunOrder.session_members_among``: from
+the session's runs in one queue) against asking the queue uid by uid, on queues whose runs have
+holes, runs that a re-entered uid overlaps, and pinned members, for ranges and increasing lists
+with gaps."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from sim.policies.run_order import RunOrder
-from sim.policies.s3fifo_runs import _members_by_runs, _one_session_increasing
+from sim.policies.s3fifo_runs import _one_session_increasing
 from sim.units import UNIT_BITS
 
 SPAN = 24  # uids per session that the ops touch
@@ -62,7 +63,7 @@ def test_members_by_runs_equal_one_uid_at_a_time(steps, s, a, n, keep):
     if keep is not None:
         batch = [u for u, k in zip(batch, keep, strict=False) if k] or [batch[0]]
     assert _one_session_increasing(batch)
-    got = _members_by_runs(order, batch)
+    got = order.session_members_among(batch)
     assert list(got) == [u for u in batch if order.is_member(u)]
     assert isinstance(got, range) == (len(got) == len(batch) == batch[-1] - batch[0] + 1)
 
