@@ -93,13 +93,20 @@ class Clock(EvictionPolicy):
         if planned is not None and pinned and (uids is planned or list(uids) == planned):
             return  # the planned eviction entered them, each in its place
         uids = _sequence(uids)
-        if self._referenced:
-            self._referenced.difference_update(uids)
         starts = _run_starts(uids) if type(uids) is list else None
-        if starts is None:
+        if starts is not None:
+            runs = _slice_runs(uids, starts, 0, len(uids))
+        elif type(uids) is range and uids.step == 1:
+            runs = [(uids.start, uids.stop)]
+        else:
+            runs = None
+        # only members have a bit set: new units (past their session's runs) need no look-up
+        if self._referenced and (runs is None or any(starmap(self._order.may_hold, runs))):
+            self._referenced.difference_update(uids)
+        if runs is None:
             self._order.enter_many(uids, candidate=not pinned)
         else:
-            self._order.enter_runs(_slice_runs(uids, starts, 0, len(uids)), candidate=not pinned)
+            self._order.enter_runs(runs, candidate=not pinned)
 
     def plan_pinned(self, uids: list[int], before: list[int]) -> None:
         self._plan = (uids, before)
