@@ -292,13 +292,16 @@ class Clock(EvictionPolicy):
             v = chances[j][0] if j < m else taken
             stop = bisect_right(before, v, i)
             if stop > i:
-                group = uids[i:stop]
-                if referenced:
-                    referenced.difference_update(group)
                 if starts is None:
+                    group = uids[i:stop]
+                    if referenced:
+                        referenced.difference_update(group)
                     order.enter_many(group, candidate=False)
-                else:
-                    order.enter_runs(_slice_runs(uids, starts, i, stop), candidate=False)
+                else:  # (only members have a bit set: new pages need no look-up)
+                    runs = _slice_runs(uids, starts, i, stop)
+                    if referenced and any(starmap(order.may_hold, runs)):
+                        referenced.difference_update(uids[i:stop])
+                    order.enter_runs(runs, candidate=False)
                 i = stop
             if j == m:
                 return i
