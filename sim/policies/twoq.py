@@ -307,12 +307,19 @@ class RunTwoQ(StretchTakeIn, TwoQ):
         """``insert`` each, in order, as runs (a batch may list sessions in any order) when none
         is a member: ghosts leave A1out by run and join Am, the rest join A1in, each queue taking
         its units in the batch's order."""
+        ain, aout, am, hm = self._ain, self._aout, self._am, self._hm
+        if len(uids) == 1 and self._incoming is None:  # a decode step's page: no runs to find
+            u = int(uids[0])
+            s = u + 1
+            if not (ain.may_hold(u, s) or am.meets(u, s) or hm.meets(u, s) or aout.meets(u, s)):
+                ain.enter_runs(((u, s),), not pinned)
+                self._budget.grow(self._unit)
+                return
         runs = distinct_runs(uids) if self._incoming is None else None
         if runs is None:
             EvictionPolicy.insert_many(self, uids, now, pinned)
             return
         sessions = split_at_sessions(runs)
-        ain, aout, am, hm = self._ain, self._aout, self._am, self._hm
         buckets = {a >> UNIT_BITS for a, _ in sessions}
         # (a dict view's isdisjoint walks the smaller side; a set's walks its argument)
         seen = not (am.buckets().isdisjoint(buckets) and hm.buckets().isdisjoint(buckets))
