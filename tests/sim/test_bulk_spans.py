@@ -41,6 +41,7 @@ def test_the_bulk_policies():
         "twoq",
         "clock",
         "s3fifo",
+        "slru",
     } <= set(BULK)
 
 
