@@ -394,5 +394,5 @@ class PensievePhysics(_Retention):
     def unit_cost(self, uid: int) -> float:
         return self._recovery(uid)
 
-    def unit_costs(self, uids: list[int] | range) -> list[float] | np.ndarray:
-        return self._recovery.many(uids)
+    def unit_costs(self, uids: list[int]) -> list[float] | np.ndarray:
+        return self._recovery.many(uids)  # (a range too: pensieve-depth declares a list)
