@@ -57,6 +57,7 @@ from operator import attrgetter, not_
 import numpy as np
 
 from sim.policies.base import EvictionPolicy
+from sim.policies.kinetic_where import GroupsBySession, GroupsByUid
 from sim.policies.structures import consume
 from sim.units import UNIT_BITS, UnitView, extents_of
 
@@ -71,6 +72,7 @@ _SORT_MAX = 1 << 18  # ... while it reads at most this many entries (groups * pr
 _ARRAY_MIN = 16  # a batch of this many entries onto an empty group is sorted in numpy
 _STALE_SLACK = 64  # a group keeps up to its size plus this many entries of members that left
 _slot = attrgetter("slot")
+_has_members = attrgetter("heap")  # a group's queue is true while it has members
 
 
 class _GroupQueue:
@@ -150,7 +152,9 @@ class _GroupQueue:
                 return i
         return uids.index(uid, self._pos)
 
-    def push_batch(self, uids: list[int], costs: list | np.ndarray, distinct: bool = False) -> None:
+    def push_batch(
+        self, uids: list[int] | range, costs: list | np.ndarray, distinct: bool = False
+    ) -> None:
         """``push`` each (uid, cost) (a repeated uid enters with its last cost; ``distinct``: the
         caller knows there is none). Onto nothing, with float costs, one numpy sort by
         (cost, uid), the order ``sorted`` gives those tuples; costs given as a float64 array
@@ -189,6 +193,8 @@ class _GroupQueue:
         uids, pos, gone = self._uids, self._pos, self._gone
         while gone and uids[pos] in gone:
             gone.remove(uids[pos])
+            if self._index is not None:  # (a member that left: the index forgets it)
+                self._index.pop(uids[pos], None)
             pos += 1
         self._pos = pos
         return self._keys[pos], uids[pos]
@@ -213,7 +219,7 @@ class _GroupQueue:
     def _after_gone(self, count: int) -> None:
         self._left(count)
         # mostly stale entries: memory follows the members
-        if len(self._gone) > self._n + _STALE_SLACK:
+        if len(self._gone) > 2 * self._n + _STALE_SLACK:
             self._compact()
 
     def _compact(self) -> None:
@@ -230,8 +236,11 @@ class _GroupQueue:
         if self._costs is not None and self._uid_arr is not None:
             mask = np.array(live, dtype=bool)
             self._costs, self._uid_arr = self._costs[pos:][mask], self._uid_arr[pos:][mask]
-        if self._index is not None and len(self._index) > 2 * self._n + _STALE_SLACK:
-            self._index = None
+        index = self._index
+        if index is not None:  # members that left are not live (one that came back left _gone)
+            consume(map(index.pop, gone, repeat(None)))
+            if len(index) > 2 * self._n + _STALE_SLACK:
+                self._index = None
 
     def take_run(
         self, scale: tuple[float | None, float], bound: float | None, need: int, out: list[int]
@@ -248,6 +257,8 @@ class _GroupQueue:
             uid = uids[pos]
             if gone and uid in gone:
                 gone.remove(uid)
+                if self._index is not None:  # (a member that left: the index forgets it)
+                    self._index.pop(uid, None)
                 pos += 1
                 continue
             if taken and bound is not None:
@@ -471,7 +482,9 @@ class KineticMin:
     ``_exp`` when that comparison may flip, ``_smin`` the minimum ``_exp`` in the subtree.
     """
 
-    def __init__(self, mode=SINCE, capacity: int = 64) -> None:
+    def __init__(self, mode=SINCE, capacity: int = 64, by_session: bool = False) -> None:
+        """``by_session``: the uids are the engine's (``session << UNIT_BITS | unit``), kept a
+        byte a unit per session (``GroupsBySession``), else in a dict."""
         self._before, self._expiry, self._head, self._scale = mode
         self._cap = 1 << max(1, (capacity - 1).bit_length())
         self._win: list[_Group | None] = [None] * (2 * self._cap)
@@ -479,7 +492,8 @@ class KineticMin:
         self._smin: list[float] = [INF] * (2 * self._cap)
         self._groups: dict[float, _Group] = {}
         self._free: list[int] = list(range(self._cap - 1, -1, -1))
-        self._where: dict[int, _Group] = {}  # uid -> its group
+        # uid -> its group
+        self._where = GroupsBySession(_has_members) if by_session else GroupsByUid()
         self._t = -INF  # the latest time seen: nodes are valid from here on
         self._batch: set[int] | None = None  # leaves changed in a batch at one time (see batch)
         # Leaves changed outside a batch whose paths wait: the tree is brought up to date only
@@ -502,13 +516,13 @@ class KineticMin:
                 self._grow()
             g = self._groups[tau] = _Group(tau, self._free.pop())
         g.heap.push(uid, cost)
-        self._where[uid] = g
+        self._where.set(uid, g)
         if cost < g.m or (cost == g.m and uid < g.mkey):
             g.m, g.mkey = cost, uid
             self._set_leaf(g.slot, g)
 
     def add_many(
-        self, uids: list[int], costs: list[float] | np.ndarray, tau: float, now: float
+        self, uids: list[int] | range, costs: list[float] | np.ndarray, tau: float, now: float
     ) -> None:
         """``add`` each (uid, cost) with one time ``tau`` (a session's units released together):
         one group, one heap merge, one leaf-to-root update."""
@@ -528,17 +542,18 @@ class KineticMin:
         if math.isnan(tau):
             raise ValueError(f"units {uids[0]}..: their time (last or next access) is NaN")
         self._t = max(self._t, now)
-        where = self._where
-        if not where.keys().isdisjoint(uids):
+        g = self._groups.get(tau) or _Group(tau, -1)  # a new group: its slot once it joins
+        distinct = self._where.join(uids, g)
+        if distinct is None:  # some come back: they leave first (maybe emptying ``g``)
             self.discard_many(uids)
-        g = self._groups.get(tau)
-        if g is None:
+            g = self._groups.get(tau) or _Group(tau, -1)
+            distinct = self._where.join(uids, g)
+        if g.slot < 0:
             if not self._free:
                 self._grow()
-            g = self._groups[tau] = _Group(tau, self._free.pop())
-        before = len(where)
-        where.update(zip(uids, repeat(g)))  # none was here: it grows by one a distinct uid
-        g.heap.push_batch(uids, costs, distinct=len(where) - before == len(uids))
+            g.slot = self._free.pop()
+            self._groups[tau] = g
+        g.heap.push_batch(uids, costs, distinct=bool(distinct))
         g.settle()
         self._set_leaf(g.slot, g)
 
@@ -612,7 +627,8 @@ class KineticMin:
         if _near_across(value, owner, order, n):
             return False
         chosen = uid[order[:n]]
-        ordered = np.sort(chosen).tolist()
+        in_order = np.sort(chosen)
+        ordered = in_order.tolist()
         victims = ordered if in_uid_order else chosen.tolist()
         touched = []
         for g, c in zip(groups, taken, strict=True):
@@ -620,8 +636,8 @@ class KineticMin:
                 g.heap.drop_prefix(c)
                 touched.append(g)
         # in uid order: consecutive uids sit side by side in the dict's table (cache misses
-        # dominate a large dict's deletions in eviction order)
-        consume(map(self._where.__delitem__, ordered))
+        # dominate a large dict's deletions in eviction order), a session's units in one scatter
+        self._where.take_out(ordered, in_order)
         out += victims
         for g in sorted(touched, key=_slot):  # a fixed order of leaf updates
             self._changed(g)
@@ -657,7 +673,7 @@ class KineticMin:
             # (the rest's least value beyond its rounding bound): a run taken from its order.
             start = len(out)
             g.heap.take_run(scale(g, t), heap[0][0] if heap else None, n - start, out)
-            consume(map(where.__delitem__, out[start:]))
+            where.take_out(out[start:])
             touched[g] = None
             if g.heap:
                 g.settle()
@@ -694,24 +710,14 @@ class KineticMin:
 
     def discard_many(self, uids) -> None:
         """``discard`` each; every group touched is settled once."""
-        uids = list(uids)
-        # In C: the group each left (None: not here, or a repeat already taken out).
-        left = list(map(self._where.pop, uids, repeat(None)))
-        groups: set[_Group] = set(filter(None, left))
-        if len(groups) == 1 and None not in left:  # usual: a session's units leave together
-            next(iter(groups)).heap.discard_many(uids)
-        else:
-            members: dict[_Group, list[int]] = {g: [] for g in groups}
-            for uid, g in zip(uids, left, strict=True):
-                if g is not None:
-                    members[g].append(uid)
-            for g, gone in members.items():
-                g.heap.discard_many(gone)
-        for g in sorted(groups, key=_slot):  # a fixed order of leaf updates
+        left: dict[_Group, list[int]] = self._where.pop_many(uids)
+        for g, gone in left.items():
+            g.heap.discard_many(gone)
+        for g in sorted(left, key=_slot):  # a fixed order of leaf updates
             self._changed(g)
 
     def discard(self, uid: int) -> bool:
-        g = self._where.pop(uid, None)
+        g = self._where.pop(uid)
         if g is None:
             return False
         g.heap.discard(uid)
@@ -761,10 +767,30 @@ class KineticMin:
         return uid in self._where
 
     def cost_of(self, uid: int) -> float:
-        return self._where[uid].heap.key(uid)
+        return self.group_of(uid).heap.key(uid)
 
     def tau_of(self, uid: int) -> float:
-        return self._where[uid].tau
+        return self.group_of(uid).tau
+
+    def group_of(self, uid: int) -> _Group:
+        """The group of a candidate (its ``m`` and ``tau`` are what the order reads of it)."""
+        g = self._where.get(uid)
+        if g is None:
+            raise KeyError(uid)
+        return g
+
+    def group_of_all(self, uids: list[int]) -> _Group | None:
+        """The group of all of ``uids`` (candidates, ascending) when they share one (one time),
+        else None."""
+        return self._where.group_of_all(uids)
+
+    def members_in(self, lo: int, hi: int) -> list[int]:
+        """The candidates in ``range(lo, hi)``, ascending (a page's units)."""
+        return self._where.members_in(lo, hi)
+
+    def uids(self) -> list[int]:
+        """Every candidate."""
+        return list(self._where)
 
     # -- the tree --------------------------------------------------------------------------------
     def _node(self, i: int, t: float) -> None:
@@ -847,10 +873,14 @@ class KineticPolicy(EvictionPolicy):
     # A pinned unit is no candidate and enters no group: a decode span's pages may be given in
     # one batch, each allocation's victims the minima at its step's start.
     grows_by_time = True
+    # The engine's uids kept a byte a unit per session (batches as slices and scatters), not in
+    # a dict (one lookup a unit, faster alone): for a policy whose work is mostly batches.
+    uids_by_session = True
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
-        self._kin = KineticMin(self.mode)
+        by_session = self.uids_by_session and isinstance(self.view, UnitView)
+        self._kin = KineticMin(self.mode, by_session=by_session)
 
     def unit_cost(self, uid: int) -> float:
         raise NotImplementedError
@@ -871,23 +901,29 @@ class KineticPolicy(EvictionPolicy):
     def _add(self, uid: int, now: float) -> None:
         self._kin.add(uid, self.unit_cost(uid), self.unit_time(uid, now), now)
 
-    def shared_time(self, uids: list[int], now: float) -> float | None:
+    def shared_time(self, uids: list[int] | range, now: float) -> float | None:
         """The ``unit_time`` all of ``uids`` share at ``now``, or None if they differ."""
         if self.session_time and uids and isinstance(self.view, UnitView):
-            if min(uids) >> UNIT_BITS == max(uids) >> UNIT_BITS:  # one session's units
+            if type(uids) is range:  # (ascending: its ends)
+                lo, hi = uids[0], uids[-1]
+            else:
+                lo, hi = min(uids), max(uids)
+            if lo >> UNIT_BITS == hi >> UNIT_BITS:  # one session's units
                 return self.unit_time(uids[0], now)
         times = {self.unit_time(uid, now) for uid in uids}
         return times.pop() if len(times) == 1 else None
 
     def release(self, uids, now: float) -> None:
-        # A session's units share their time: one batch into one group.
+        # A session's units share their time: one batch into one group. A whole session comes
+        # as a range: the tournament takes it as one (a slice of its membership bytes).
+        span = uids if type(uids) is range and uids.step == 1 else None
         uids = list(uids)
-        tau = self.shared_time(uids, now)
+        tau = self.shared_time(uids if span is None else span, now)
         if tau is None:
             for uid in uids:
                 self._add(uid, now)
             return
-        self._kin.add_many(uids, self.unit_costs(uids), tau, now)
+        self._kin.add_many(uids if span is None else span, self.unit_costs(uids), tau, now)
 
     def take_in(self, uids, free_bytes: int, now: float) -> list[int]:
         # one time: the inserts and evictions of a demotion batch as one tournament batch

@@ -133,6 +133,9 @@ class PensieveDepth(PensievePhysics):
     # A drop deepens its page, and the next call reads the depth from the tier array, which the
     # engine updates after each call: a span's calls cannot run before their victims move.
     grows_by_time = False
+    # Its drops read and change a page's members a unit at a time (costs, groups, a page run's
+    # few victims): the dict's single lookups cost less than the session bytes'.
+    uids_by_session = False
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
@@ -287,8 +290,8 @@ class PensieveDepth(PensievePhysics):
         """Is the held candidate, at its true cost, before ``w``, the tournament's minimum with
         the held one at its old (higher) cost? Then it is the minimum: no other cost changed."""
         kin = self._kin
-        g = kin._where[w]
-        if g is kin._where[held.uid]:  # one time: the group's static order, by (cost, uid)
+        g = kin.group_of(w)
+        if g is kin.group_of(held.uid):  # one time: the group's static order, by (cost, uid)
             return (held.m, held.uid) < (g.m, w)
         return kin._before(held, g, now)
 
@@ -301,8 +304,7 @@ class PensieveDepth(PensievePhysics):
         return self._find_members(page)
 
     def _find_members(self, page: int) -> list[int]:
-        # uid -> its group: membership at C speed
-        return list(filter(self._kin._where.__contains__, range(page, page + self._layers)))
+        return self._kin.members_in(page, page + self._layers)
 
     def _settle(self, page: int, now: float, depth: int | None = None) -> None:
         """The page deepened, or its first candidate left: give its (new) first candidate its true
@@ -313,9 +315,8 @@ class PensieveDepth(PensievePhysics):
         if not members:
             self._stale.discard(page)
             return
-        where = kin._where
-        group = where[members[0]]  # a page's candidates share one time: one group
-        if list(map(where.__getitem__, members)).count(group) != len(members):
+        group = kin.group_of_all(members)  # a page's candidates share one time: one group
+        if group is None:
             self._refresh(page, now)
             return
         tau = group.tau

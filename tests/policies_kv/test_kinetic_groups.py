@@ -25,6 +25,7 @@ from sim.policies.kinetic import (
     _GroupQueue,
     _in_uid_order,
 )
+from sim.units import UNIT_BITS
 
 COSTS = st.sampled_from([0.0, 0.25, 1.0, 1.0 / 3.0, 2.0, 3.0, 7.5])
 QUEUE_OPS = st.lists(
@@ -177,17 +178,24 @@ KIN_OPS = st.lists(
 
 # Costs are positive: a cost of 0 at an idle time of 0 is 0/0, a value no real unit has.
 @settings(max_examples=150, deadline=None)
-@given(ops=KIN_OPS, mode=st.sampled_from(["since", "until"]))
-def test_kinetic_min_pops_the_exact_minima(ops, mode):
-    kin = KineticMin(SINCE if mode == "since" else UNTIL)
+@given(ops=KIN_OPS, mode=st.sampled_from(["since", "until"]), by_session=st.booleans())
+def test_kinetic_min_pops_the_exact_minima(ops, mode, by_session):
+    # ``by_session``: the engine's uids (50 units a session, so batches cross sessions), kept a
+    # byte a unit per session; the order of uids is the order of their numbers.
+    def uid_of(n: int) -> int:
+        return ((n // 50) << UNIT_BITS) + n if by_session else n
+
+    kin = KineticMin(SINCE if mode == "since" else UNTIL, by_session=by_session)
     live: dict[int, tuple[float, float]] = {}
     now, key = 50.0, 0
     for op, a, b, pattern in ops:
         now += a / 4
         tau = now - a if mode == "since" else (math.inf if a == 12 else now + a + 1)
         if op <= 1:  # a session's units, released together (a few share a tau: one group)
-            uids = list(range(key + 1, key + b + 1))
+            uids = [uid_of(n) for n in range(key + 1, key + b + 1)]
             key += b
+            if op == 0 and pattern % 2 == 0 and uids == list(range(uids[0], uids[-1] + 1)):
+                uids = range(uids[0], uids[-1] + 1)  # a whole session, as the engine gives it
             if op == 1 and live:  # some come back from their groups, one of them twice
                 back = sorted(live)[pattern::3][:b]
                 uids = back + uids[: b - len(back)] + back[:1]
@@ -198,8 +206,11 @@ def test_kinetic_min_pops_the_exact_minima(ops, mode):
             kin.add_many(uids, costs, tau, now)
             live.update((u, (c, tau)) for u, c in zip(uids, costs, strict=True))
         elif op == 2 and live:  # one unit into a group (new or existing): a hit, a move
-            uid = sorted(live)[b % len(live)] if pattern else key + 1
-            key = max(key, uid)
+            if pattern:
+                uid = sorted(live)[b % len(live)]
+            else:
+                key += 1
+                uid = uid_of(key)
             cost = live[uid][0] if uid in live else 0.5 * (1 + pattern)
             kin.add(uid, cost, tau, now)
             live[uid] = (cost, tau)

@@ -52,7 +52,7 @@ def reference_cost(pol: PensieveDepth, u: int, mine: list[int]) -> float:
 def brute_victims(pol: PensieveDepth, n: int, now: float) -> list[int]:
     """The ``n`` successive minima of the value at ``now``, each priced anew after each victim."""
     kin = pol._kin
-    cands = list(kin._where)
+    cands = kin.uids()
     tau = {u: Fraction(kin.tau_of(u)) for u in cands}
     t = Fraction(now)
     mine: list[int] = []
@@ -74,7 +74,7 @@ def brute_victims(pol: PensieveDepth, n: int, now: float) -> list[int]:
 def state(pol: PensieveDepth) -> tuple:
     kin = pol._kin
     return (
-        {u: (kin.cost_of(u), kin.tau_of(u)) for u in kin._where},
+        {u: (kin.cost_of(u), kin.tau_of(u)) for u in kin.uids()},
         sorted(pol._stale),
     )
 

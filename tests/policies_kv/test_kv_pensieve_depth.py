@@ -247,7 +247,7 @@ class Checked(PensieveDepth):
 
     def _choose(self, now: float) -> int | None:
         kin = self._kin
-        cands = list(kin._where)
+        cands = kin.uids()
         want = None
         if cands:
             cost = {u: Fraction(self.reference_cost(u)) for u in cands}
