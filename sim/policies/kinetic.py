@@ -874,12 +874,14 @@ class KineticPolicy(EvictionPolicy):
     # one batch, each allocation's victims the minima at its step's start.
     grows_by_time = True
     # The engine's uids kept a byte a unit per session (batches as slices and scatters), not in
-    # a dict (one lookup a unit, faster alone): for a policy whose work is mostly batches.
+    # a dict (one lookup a unit, faster alone): for a policy whose work is mostly batches, at
+    # layer units (a session's units by the thousand; pages of all layers are few a session).
     uids_by_session = True
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
-        by_session = self.uids_by_session and isinstance(self.view, UnitView)
+        view = self.view
+        by_session = self.uids_by_session and isinstance(view, UnitView) and view.layers > 1
         self._kin = KineticMin(self.mode, by_session=by_session)
 
     def unit_cost(self, uid: int) -> float:
