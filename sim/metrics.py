@@ -169,10 +169,14 @@ def jain_index(values: Sequence[float] | np.ndarray) -> float:
     x = x[np.isfinite(x)]
     if x.size == 0:
         return math.nan
-    sq = float(np.sum(x * x))
-    if sq == 0.0:
+    if not np.any(x):
         return 1.0  # all zero: treated equally
-    return float(np.sum(x) ** 2 / (x.size * sq))
+    with np.errstate(over="ignore", invalid="ignore"):
+        index = np.sum(x) ** 2 / (x.size * np.sum(x * x))
+    if not np.isfinite(index):  # squares past the float range: the index is scale-free, so scale
+        x = x / np.max(np.abs(x))
+        index = np.sum(x) ** 2 / (x.size * np.sum(x * x))
+    return float(index)
 
 
 def _ratio(num: float, den: float) -> float:

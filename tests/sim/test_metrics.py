@@ -106,6 +106,16 @@ def test_jain_index_known_values():
     assert jain_index([1.0, np.nan, 1.0]) == pytest.approx(1.0)  # non-finite left out
 
 
+def test_jain_index_is_scale_free_past_the_float_range():
+    # squares of 1e200 overflow and of 1e-200 underflow; the index of x is the index of c * x
+    for c in (1e200, 1e-200):
+        assert jain_index([c, c, c, c]) == pytest.approx(1.0)
+        assert jain_index([c, 0, 0, 0]) == pytest.approx(0.25)
+        assert jain_index([c, 2 * c, 3 * c]) == pytest.approx(36 / 42)
+    x = [0.37, 1.5, 2.25, 9.0]
+    assert jain_index(x) == float(np.sum(x) ** 2 / (4 * np.sum(np.square(x))))  # same bits
+
+
 def test_weighted_percentile_hand_values():
     assert weighted_percentile([0.01, 0.02, 0.05], [3, 1, 0], 50) == 0.01
     assert weighted_percentile([0.01, 0.02, 0.05], [3, 1, 0], 75) == 0.01
