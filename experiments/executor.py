@@ -263,10 +263,13 @@ def _simulate_cluster(
         for column, value in NO_TRANSFER.items():
             result.turns[column] = value
     prefill = disagg.prefill_replicas if disagg is not None else 0
+    fleet = point.cluster is not None and bool(point.cluster.groups)
+    hardware = point.labels()["hardware"]
     replicas = tuple(
         {
             "replica": i,
             **({"role": replica_role(i, prefill)} if with_disagg else {}),
+            **(replica_setup(r.labels, hardware) if fleet else {}),
             **summarize(r, slo=point.slo),
             "elsewhere_rate": elsewhere_rate(result.turns[on == i]),
             **({"store_hit_rate": store_hit_rate(result.turns[on == i])} if with_store else {}),
@@ -289,6 +292,17 @@ NO_TRANSFER: dict[str, Any] = {
     "transfer_bytes": 0,
     "transfer_stall_s": 0.0,
 }
+
+
+def replica_setup(labels: dict, hardware: str) -> dict[str, Any]:
+    """replicas.csv's own setup of a replica in a fleet of groups (``cluster.groups``): its
+    hardware (``hardware``, the point's, where its group names none), policy and KV capacities."""
+    return {
+        "replica_hardware": labels["hardware"] or hardware,
+        "replica_policy": labels["policy"],
+        "replica_gpu_kv_gb": labels["gpu_kv_gb"],
+        "replica_cpu_kv_gb": labels["cpu_kv_gb"],
+    }
 
 
 def replica_role(replica: int, prefill_replicas: int) -> str:

@@ -192,3 +192,18 @@ def test_each_fleet_is_a_line_of_its_own_in_the_cluster_figures():
     disagg = {name: s.to_dict() for (*_, name), s in disagg_lines(summary, "ttft_p90_s").items()}
     assert disagg["kv-aware, colocated, 3x h100-sxm"] == {3: 0.1}
     assert len(disagg) == 4
+
+
+def test_replicas_csv_gives_each_replica_of_a_fleet_its_own_setup(write_yaml):
+    """A fleet's per-replica rows say what each replica ran on: its group's hardware, policy and
+    KV, the point's where the group names none; a run without groups has no such columns."""
+    exp = load_experiment(write_yaml(BASE))
+    rows = run_point(0, exp.grid()[0]).replicas
+    assert [r["replica_hardware"] for r in rows] == ["h100-sxm", "a100-sxm", "a100-sxm"]
+    assert [r["replica_policy"] for r in rows] == ["lru", "arc", "arc"]
+    assert [r["replica_gpu_kv_gb"] for r in rows] == [1, 0.5, 0.5]
+    assert [r["replica_cpu_kv_gb"] for r in rows] == [0, 2, 2]
+    plain = load_experiment(
+        write_yaml(BASE.split("  groups:")[0] + "  replicas: 2\n", "plain.yaml")
+    )
+    assert not any("replica_hardware" in r for r in run_point(0, plain.grid()[0]).replicas)
