@@ -50,7 +50,7 @@ from sim.results import SimResult
 from sim.samples import finite_percentile
 
 if TYPE_CHECKING:
-    from sim.ledger_spool import LedgerFile, SpooledResult
+    from sim.ledger_spool import SpooledResult
 
 # Summary columns summarize() always produces, in order (per-class Jain columns follow them).
 SUMMARY_COLUMNS: tuple[str, ...] = (
@@ -209,32 +209,16 @@ def session_table(result: SimResult | SpooledResult) -> pd.DataFrame:
     """One row per session (sorted by session_id): token split of its history over turns k >= 1,
     hit fraction (g+c)/H, mean TTFT slowdown (ttft_s / ttft_ideal_s over all its turns), mean TTFT.
     A SpooledResult's is the same table, read from its file a column at a time."""
-    if not isinstance(result, SimResult):
-        return _spooled_session_table(result.ledger)
-    t = result.turns
-    if t.empty:
-        return _empty_session_table()
-    # the columns it reads only: a long run's ledger is not copied whole
-    t = t[[*_SESSION_INPUTS]].sort_values(["session_id", "turn"], kind="stable")
-    ideal = t["ttft_ideal_s"].astype(float)
-    slowdown = (t["ttft_s"].astype(float) / ideal).where(ideal > 0)
-    g = t.assign(_slowdown=slowdown).groupby("session_id", sort=True)
-    out = pd.DataFrame(
-        {
-            "turns": g["turn"].size(),
-            "priority": g["priority"].first(),
-            "history_tokens": g["history_tokens"].sum(),
-            "gpu_hit_tokens": g["gpu_hit_tokens"].sum(),
-            "cpu_hit_tokens": g["cpu_hit_tokens"].sum(),
-            "recomputed_tokens": g["recomputed_tokens"].sum(),
-            "mean_slowdown": g["_slowdown"].mean(),
-            "ttft_mean_s": g["ttft_s"].mean(),
-        }
-    )
-    hist = out["history_tokens"].astype(float)
-    out["hit_fraction"] = ((out["gpu_hit_tokens"] + out["cpu_hit_tokens"]) / hist).where(hist > 0)
-    out = out.reset_index()
-    return out[list(SESSION_COLUMNS)]
+    if isinstance(result, SimResult):
+        if result.turns.empty:
+            return _empty_session_table()
+        codes, uniques = pd.factorize(result.turns["session_id"], sort=True)
+        ids, ranks = np.asarray(uniques, dtype=object), codes.astype(np.int32)
+    else:
+        if len(result.ledger) == 0:
+            return _empty_session_table()
+        ids, ranks = result.ledger.session_ranks()
+    return _session_table(_column_reader(result), ids, ranks)
 
 
 def _empty_session_table() -> pd.DataFrame:
@@ -243,15 +227,15 @@ def _empty_session_table() -> pd.DataFrame:
     )
 
 
-def _spooled_session_table(ledger: LedgerFile) -> pd.DataFrame:
-    """``session_table`` of a ledger on disk: the rows put in (session_id, turn) order by ranks of
-    the ids, then each column reduced over the same groups, in the same order, by the same pandas
-    reductions, so every value is the in-memory table's, without the whole ledger in memory."""
-    if len(ledger) == 0:
-        return _empty_session_table()
-    ids, ranks = ledger.session_ranks()
+def _session_table(
+    column: Callable[[str], np.ndarray], ids: np.ndarray, ranks: np.ndarray
+) -> pd.DataFrame:
+    """``session_table`` from the ledger's columns (``column(name)``), its distinct session ids
+    sorted (``ids``) and each row's index into them (``ranks``): the rows put in (session_id, turn)
+    order, then each column reduced over the sessions' groups, so a ledger on disk needs one
+    column in memory at a time."""
     # int32 (a ledger of under 2**31 turns): the order and the keys are the table's largest arrays
-    order = np.lexsort((ledger.column("turn"), ranks)).astype(np.int32)
+    order = np.lexsort((column("turn"), ranks)).astype(np.int32)
     keys = ranks[order]  # sorted: the groups come out by session_id
     del ranks
 
@@ -264,11 +248,11 @@ def _spooled_session_table(ledger: LedgerFile) -> pd.DataFrame:
         "recomputed_tokens": ("recomputed_tokens", "sum"),
     }
     columns = {
-        out_name: getattr(pd.Series(ledger.column(name)[order], copy=False).groupby(keys), how)()
+        out_name: getattr(pd.Series(column(name)[order], copy=False).groupby(keys), how)()
         for out_name, (name, how) in reductions.items()
     }
-    ideal = pd.Series(ledger.column("ttft_ideal_s")[order], copy=False)
-    ttft = pd.Series(ledger.column("ttft_s")[order], copy=False)
+    ideal = pd.Series(column("ttft_ideal_s")[order], copy=False)
+    ttft = pd.Series(column("ttft_s")[order], copy=False)
     del order
     slowdown = (ttft / ideal).where(ideal > 0)
     del ideal
