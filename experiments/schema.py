@@ -821,12 +821,13 @@ class ClusterSpec(_Strict):
     ] = Field(
         default=["round-robin"],
         description="which replica a turn goes to: round-robin, least-loaded, session-affinity, "
-        "kv-aware, or module:Class (a sim.cluster.Router)",
+        "kv-aware, least-time (kv-aware's cost at each replica's prefill speed), or module:Class "
+        "(a sim.cluster.Router)",
     )
     router_params: dict[StrictStr, dict[StrictStr, Any]] = Field(
         default_factory=dict,
         description="router name -> its parameters (kv-aware: prefill_weight, cpu_hit_value, "
-        "load_weight; session-affinity: overload)",
+        "load_weight; least-time: those and speed_tokens; session-affinity: overload)",
     )
 
     store: StoreSpec | None = Field(

@@ -4,7 +4,7 @@ A router is a small plug-in, as a policy is: a class with ``route(arrival, view)
 built from the replica count and its YAML parameters; a user names their own as ``module:Class``.
 It sees what a real router sees (``RouterView``): its own count of the turns it sent to each
 replica that have not ended yet (and their tokens), the fleet's configuration (each replica's GPU
-KV), and, for a KV-aware router, each replica's KV of the session as the replica's KV events
+KV and its cost model's prefill time, as profiling each kind of GPU gives it), and, for a KV-aware router, each replica's KV of the session as the replica's KV events
 report it (applied at once, or ``cluster.kv_events.delay_ms`` late: ``sim.cluster.kvevents``). It
 never sees queues, batches or policies inside a replica.
 
@@ -50,6 +50,11 @@ class RouterView(Protocol):
 
     def replica_kv_capacity_tokens(self, replica: int) -> float:
         """``replica``'s own GPU KV, in tokens (groups of replicas may differ)."""
+        ...
+
+    def replica_prefill_s(self, replica: int, tokens: int, context: int = 0) -> float:
+        """``replica``'s own cost model's time for a lone prefill of ``tokens`` new tokens after
+        ``context`` cached ones (groups of replicas may run on different GPUs)."""
         ...
 
     def inflight_turns(self, replica: int) -> int:
@@ -116,6 +121,13 @@ class Router:
         one replica's size for all) answers with that."""
         own = getattr(view, "replica_kv_capacity_tokens", None)
         return view.kv_capacity_tokens if own is None else own(replica)
+
+    @staticmethod
+    def seconds_per_token(view: RouterView, replica: int, tokens: int) -> float:
+        """``replica``'s prefill seconds per token at a prefill of ``tokens``: its speed; a view
+        written before the views told it (none has ``replica_prefill_s``) gives 1.0 for all."""
+        prefill_s = getattr(view, "replica_prefill_s", None)
+        return 1.0 if prefill_s is None else prefill_s(replica, tokens) / tokens
 
     def least_loaded(self, view: RouterView) -> int:
         """The replica with the fewest in-flight tokens (ties round robin)."""
@@ -200,8 +212,43 @@ class KVAware(Router):
         return self.lowest(costs)
 
 
+class LeastTime(KVAware):
+    """kv-aware's cost in tokens, in seconds at each replica's speed: the lowest
+
+        s_r * (prefill_weight * (H + p - g - cpu_hit_value * c) + load_weight * in-flight tokens)
+
+    where s_r is the replica's prefill seconds per token, its cost model's lone prefill of
+    ``speed_tokens`` tokens over that count. So the turn's own prefill and the work queued ahead
+    of it are both counted in time: a slower GPU with as many tokens in flight costs more. With
+    every replica alike, s_r is one number and the order of the costs is kv-aware's (with
+    ``prefill_weight`` 0, least-loaded's)."""
+
+    name = "least-time"
+    defaults: ClassVar[dict[str, float]] = {**KVAware.defaults, "speed_tokens": 2048}
+
+    def __init__(self, replicas: int, params: Mapping[str, Any] | None = None) -> None:
+        super().__init__(replicas, params)
+        tokens = self.params["speed_tokens"]
+        if tokens < 1 or tokens != int(tokens):
+            raise ValueError(
+                f"cluster.router_params.speed_tokens: must be an integer >= 1, got {tokens!r}"
+            )
+        self.speed_tokens = int(tokens)
+
+    def route(self, arrival: Arrival, view: RouterView) -> int:
+        p = self.params
+        costs = []
+        for r in range(view.replica_count):
+            g, c = view.cached_tokens(r, arrival) if arrival.history_tokens else (0, 0)
+            prefill = arrival.tokens - g - p["cpu_hit_value"] * c
+            tokens = p["prefill_weight"] * prefill + p["load_weight"] * view.inflight_tokens(r)
+            # one factor on kv-aware's cost: among replicas alike, the same order and ties
+            costs.append(self.seconds_per_token(view, r, self.speed_tokens) * tokens)
+        return self.lowest(costs)
+
+
 ROUTERS: dict[str, type[Router]] = {
-    cls.name: cls for cls in (RoundRobin, LeastLoaded, SessionAffinity, KVAware)
+    cls.name: cls for cls in (RoundRobin, LeastLoaded, SessionAffinity, KVAware, LeastTime)
 }
 
 

@@ -273,6 +273,7 @@ class PoolView:
         self.shell = shell
         self.router = router
         self.first = first
+        self.prefill_s: dict[tuple[int, int, int], float] = {}  # (replica, tokens, context)
 
     @property
     def replica_count(self) -> int:
@@ -284,6 +285,14 @@ class PoolView:
 
     def replica_kv_capacity_tokens(self, replica: int) -> float:
         return self.shell.kv_capacity[self.first + replica]
+
+    def replica_prefill_s(self, replica: int, tokens: int, context: int = 0) -> float:
+        key = (self.first + replica, tokens, context)
+        t = self.prefill_s.get(key)
+        if t is None:  # a replica's cost model does not change: each price once
+            cost = self.shell.replicas[key[0]].sched.cost
+            t = self.prefill_s[key] = cost.lone_prefill_s(tokens, context)
+        return t
 
     def inflight_turns(self, replica: int) -> int:
         return self.shell.turns_in[self.first + replica]
