@@ -53,12 +53,12 @@ there is nothing to share: the policy is ``pensieve-physics``.
 
 from __future__ import annotations
 
-from bisect import bisect_left
+from bisect import bisect_left, insort
 
 import numpy as np
 
 from sim.policies.kinetic import INF
-from sim.policies.pensieve import PensievePhysics, _dropped_from
+from sim.policies.pensieve import PensievePhysics, _dropped_from, is_run, uid_array
 from sim.policies.registry import register
 from sim.units import UNIT_BITS, UNIT_MASK, Tier, UnitView
 
@@ -73,17 +73,7 @@ def recompute_s(cost, n_tokens: int, n_before: int, layer: int = -1) -> float:
     return recompute_s(cost, n_tokens, n_before, layer)
 
 
-class _Held:
-    """A candidate whose true cost is below the tournament's: what ``_since_before`` reads of a
-    group (``m``, ``tau``), and its uid."""
-
-    __slots__ = ("m", "tau", "uid")
-
-    def __init__(self, uid: int, m: float, tau: float) -> None:
-        self.uid, self.m, self.tau = uid, m, tau
-
-
-def _first_candidate(members: list[int], page: int, layers: int, depth: int, r: float):
+def _first_candidate(members: list[int] | range, page: int, layers: int, depth: int, r: float):
     """A page's first candidate and its cost, ``members`` its candidates' uids in order (uid
     ``page + i`` is layer ``layers - 1 - i``): the highest layer at or below ``depth``, which
     costs 0; where there is none, the lowest layer above it, at (layer - depth) * r, or the
@@ -97,7 +87,7 @@ def _first_candidate(members: list[int], page: int, layers: int, depth: int, r: 
     return uid, (m - depth) * r if m > depth else 0.0
 
 
-def _consecutive_tail(uids: list[int], n: int) -> int:
+def _consecutive_tail(uids: list[int] | range, n: int) -> int:
     """How many of the last entries of the increasing list ``uids`` (at most ``n``, at least 1)
     are consecutive integers: in an increasing list of integers, uids[-k] == uids[-1] - k + 1
     says the k last are."""
@@ -114,14 +104,50 @@ def _consecutive_tail(uids: list[int], n: int) -> int:
     return lo
 
 
-class _First:
-    """A page's first candidate as ``_settle`` found it in ``evict_bytes``: its uid and true cost,
-    the page's time, depth and r_p."""
+class _Cohort:
+    """A page's candidates of one time: their uids ascending (a range while consecutive), and
+    the first of them by (true cost, uid), the one in the tournament, with its cost there."""
 
-    __slots__ = ("cost", "depth", "r", "tau", "uid")
+    __slots__ = ("cost", "front", "members", "tau")
 
-    def __init__(self, uid: int, cost: float, tau: float, depth: int, r: float) -> None:
-        self.uid, self.cost, self.tau, self.depth, self.r = uid, cost, tau, depth, r
+    def __init__(self, members: list[int] | range, tau: float) -> None:
+        self.members = members
+        self.tau = tau
+        self.front: int | None = None
+        self.cost = 0.0
+
+
+def _as_run(uids: list[int]) -> list[int] | range:
+    """Ascending distinct uids, as a range where they are consecutive."""
+    if uids and uids[-1] - uids[0] == len(uids) - 1:
+        return range(uids[0], uids[-1] + 1)
+    return uids
+
+
+def _without(members: list[int] | range, uid: int) -> list[int] | range:
+    """``members`` (ascending) less ``uid``, one of them."""
+    if type(members) is range:
+        if uid == members[-1]:
+            return members[:-1]
+        if uid == members[0]:
+            return members[1:]
+        members = list(members)
+    else:
+        members = list(members)  # (a cohort's list is its own: no caller keeps the old one)
+    members.remove(uid)
+    return members
+
+
+def _with(members: list[int] | range, uid: int) -> list[int] | range:
+    """``members`` (ascending) and ``uid``, not one of them."""
+    if type(members) is range and members:
+        if uid == members.stop:
+            return range(members.start, uid + 1)
+        if uid == members.start - 1:
+            return range(uid, members.stop)
+    out = list(members)
+    insort(out, uid)
+    return out
 
 
 @register("pensieve-depth")
@@ -133,9 +159,11 @@ class PensieveDepth(PensievePhysics):
     # A drop deepens its page, and the next call reads the depth from the tier array, which the
     # engine updates after each call: a span's calls cannot run before their victims move.
     grows_by_time = False
-    # Its drops read and change a page's members a unit at a time (costs, groups, a page run's
-    # few victims): the dict's single lookups cost less than the session bytes'.
+    # The tournament holds a page's first candidates only (a few a session): a dict is enough.
     uids_by_session = False
+    # evict_bytes takes a page's next victims in a row, past the tournament, while each comes
+    # first at once (tests turn it off to compare).
+    takes_runs = True
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
@@ -150,15 +178,9 @@ class PensieveDepth(PensievePhysics):
         self._pending: dict[int, int] = {}  # page's first uid -> deepest layer dropped this call
         self._busy = False  # inside evict / evict_bytes / take_in: one call, its pending drops
         self._r_memo: dict[tuple[int, int], float] = {}
-        self._stale: set[int] = set()  # pages whose later candidates may hold old costs (evict)
-        # Victims taken in a row (evict_bytes): a page's new first candidate is held back from the
-        # tournament, and taken at once where it comes before the tournament's minimum (a page
-        # drops layer after layer); else it enters with its true cost before the next choice.
-        self._hold = False
-        self._held: _Held | None = None
-        self._listed: dict[int, list[int]] = {}  # while holding: page -> its candidates
-        self._first: _First | None = None  # while holding: the victim's page's first candidate
-        self._cost = self._tau = 0.0  # while holding: the victim's cost and time
+        # At the drop tier: page's first uid -> its candidates, a cohort per time (usually one).
+        self._pages: dict[int, list[_Cohort]] = {}
+        self._count = 0  # candidates at the drop tier
 
     # -- the cost ----------------------------------------------------------------------------------
     def page_depth(self, page_uid: int) -> int:
@@ -222,18 +244,236 @@ class PensieveDepth(PensievePhysics):
 
     def value(self, uid: int, now: float) -> float:
         """The retention value of a candidate at ``now``, from its cost at the page's depth now."""
-        idle = now - self._kin.tau_of(uid)
+        idle = now - self.tau_of(uid)
         return self.unit_cost(uid) / idle if idle > 0 else INF
 
+    def tau_of(self, uid: int) -> float:
+        """A candidate's time."""
+        if not self._drops:
+            return self._kin.tau_of(uid)
+        found = self._cohort_of(uid)
+        if found is None:
+            raise KeyError(uid)
+        return found[1].tau
+
+    def candidates(self) -> list[int]:
+        """Every candidate."""
+        if not self._drops:
+            return self._kin.uids()
+        return [u for cohorts in self._pages.values() for c in cohorts for u in c.members]
+
+    # -- the drop tier: a page's first candidate stands for the page ------------------------------
+    # Candidates of one page and one time (a cohort) are ordered by (cost, uid) alone, so only the
+    # first of each cohort, at its true cost, can be the minimum: it alone is in the tournament.
+    # The others wait in the cohort; when the first leaves, or a drop deepens the page (costs
+    # only fall), each cohort of the page finds its first anew at the page's depth then. So the
+    # tournament's minimum is the minimum over every candidate at its true cost: exact.
+    def __len__(self) -> int:
+        return self._count if self._drops else len(self._kin)
+
+    def __contains__(self, uid: int) -> bool:
+        if not self._drops:
+            return uid in self._kin
+        return self._cohort_of(uid) is not None
+
+    def _page(self, uid: int) -> int:
+        return uid - (uid & UNIT_MASK) % self._layers
+
+    def _cohort_of(self, uid: int) -> tuple[int, _Cohort] | None:
+        page = self._page(uid)
+        for c in self._pages.get(page, ()):
+            if uid in c.members:
+                return page, c
+        return None
+
+    def _set_front(self, page: int, c: _Cohort, depth: int, r: float, now: float) -> None:
+        """The cohort's first candidate at the page's depth, in the tournament at its cost (an
+        empty cohort leaves)."""
+        kin = self._kin
+        if not c.members:
+            if c.front is not None:
+                kin.discard(c.front)
+            cohorts = self._pages[page]
+            cohorts.remove(c)
+            if not cohorts:
+                del self._pages[page]
+            return
+        uid, cost = _first_candidate(c.members, page, self._layers, depth, r)
+        if uid != c.front:
+            if c.front is not None:
+                kin.discard(c.front)
+            kin.add(uid, cost, c.tau, now)
+        elif cost != c.cost:
+            kin.add(uid, cost, c.tau, now)
+        c.front, c.cost = uid, cost
+
+    def _reprice(self, page: int, now: float, cohorts: list[_Cohort] | None = None) -> None:
+        """The first candidate of each of the page's cohorts (``cohorts``: these only)."""
+        depth, r = self.page_depth(page), self.layer_recompute_s(page)
+        for c in list(self._pages[page] if cohorts is None else cohorts):
+            self._set_front(page, c, depth, r, now)
+
+    def _join(self, uid: int, tau: float, now: float) -> None:
+        """A unit becomes a candidate of time ``tau`` (one that is leaves its cohort first)."""
+        if self._cohort_of(uid) is not None:
+            self._leave(uid, now)
+        page = self._page(uid)
+        cohorts = self._pages.setdefault(page, [])
+        for c in cohorts:
+            if c.tau == tau:
+                c.members = _with(c.members, uid)
+                break
+        else:
+            c = _Cohort(range(uid, uid + 1), tau)
+            cohorts.append(c)
+        self._count += 1
+        self._reprice(page, now, [c])
+
+    def _leave(self, uid: int, now: float) -> bool:
+        """A candidate leaves, not as a victim: its cohort's first follows (the page's depth is
+        as it was). False if it is no candidate."""
+        found = self._cohort_of(uid)
+        if found is None:
+            return False
+        page, c = found
+        c.members = _without(c.members, uid)
+        self._count -= 1
+        if uid == c.front:
+            self._kin.discard(uid)
+            c.front = None
+            self._reprice(page, now, [c])
+        elif not c.members:  # (a first is always a member: not reached)
+            self._set_front(page, c, -1, 0.0, now)
+        return True
+
+    def _add(self, uid: int, now: float) -> None:
+        if not self._drops:
+            super()._add(uid, now)
+            return
+        self._join(uid, self.unit_time(uid, now), now)
+
+    def _discard(self, uid: int) -> None:
+        if not self._drops:
+            super()._discard(uid)
+            return
+        self._leave(uid, self._kin._t)
+
+    def access(self, uid: int, now: float) -> None:
+        if not self._drops:
+            super().access(uid, now)
+        elif self._cohort_of(uid) is not None:  # its time changes: a cohort of that time
+            self._join(uid, self.hit_time(uid, now), now)
+
+    def release(self, uids, now: float) -> None:
+        if not self._drops:
+            super().release(uids, now)
+            return
+        span = uids if type(uids) is range and uids.step == 1 else None
+        if span is None:
+            uids = list(uids)
+            if not uids:
+                return
+        elif not span:
+            return
+        tau = self.shared_time(uids if span is None else span, now)
+        if tau is None:
+            for uid in uids:
+                self._add(uid, now)
+            return
+        new: list[tuple[int, _Cohort]] = []
+        for page, part in self._by_page(uids if span is None else span):
+            if page in self._pages:  # some may be candidates, or a cohort of this time: each
+                for uid in part:
+                    self._join(uid, tau, now)
+                continue
+            c = _Cohort(part, tau)
+            self._pages[page] = [c]
+            self._count += len(part)
+            new.append((page, c))
+        if not new:
+            return
+        L = self._layers
+        fronts, costs = [], []
+        for page, c in new:
+            uid, cost = _first_candidate(
+                c.members, page, L, self.page_depth(page), self.layer_recompute_s(page)
+            )
+            c.front, c.cost = uid, cost
+            fronts.append(uid)
+            costs.append(cost)
+        self._kin.add_many(fronts, costs, tau, now)
+
+    def _by_page(self, uids: list[int] | range) -> list[tuple[int, list[int] | range]]:
+        """``uids`` as (page, its uids ascending), each uid once, pages ascending."""
+        L = self._layers
+        if type(uids) is not range:
+            if len(uids) > 1 and not is_run(uids):
+                a = uid_array(uids)
+                if not (a[1:] > a[:-1]).all():
+                    uids = sorted(set(uids))
+                    a = uid_array(uids)
+                page = a - (a & UNIT_MASK) % L
+                cut = [0, *(np.flatnonzero(page[1:] != page[:-1]) + 1).tolist(), len(uids)]
+                firsts = page[cut[:-1]].tolist()
+                return [
+                    (p, _as_run(uids[lo:hi]))
+                    for p, lo, hi in zip(firsts, cut[:-1], cut[1:], strict=True)
+                ]
+            uids = range(uids[0], uids[-1] + 1)
+        lo, hi = uids.start, uids.stop
+        out: list[tuple[int, list[int] | range]] = []
+        page = self._page(lo)
+        while page < hi:
+            out.append((page, range(max(lo, page), min(hi, page + L))))
+            page += L
+        return out
+
+    def _forget(self, uids, now: float) -> None:
+        """These units stop being candidates (those that are not are ignored)."""
+        span = uids if type(uids) is range and uids.step == 1 else None
+        if span is None:
+            uids = list(uids)
+            if uids and is_run(uids):
+                span = range(uids[0], uids[-1] + 1)
+        if span is None:
+            for uid in uids:
+                self._leave(uid, now)
+            return
+        L, pages = self._layers, self._pages
+        lo, hi = span.start, span.stop
+        fronts: list[int] = []
+        page = self._page(lo) if span else hi
+        while page < hi:
+            cohorts = pages.get(page)
+            if cohorts is not None:
+                if lo <= page and page + L <= hi:  # the whole page leaves
+                    for c in cohorts:
+                        self._count -= len(c.members)
+                        if c.front is not None:
+                            fronts.append(c.front)
+                    del pages[page]
+                else:
+                    for uid in range(max(lo, page), min(hi, page + L)):
+                        self._leave(uid, now)
+            page += L
+        if fronts:
+            self._kin.discard_many(fronts)
+
+    def remove_many(self, uids, pinned: bool = False) -> None:
+        if pinned:
+            return
+        if not self._drops:
+            super().remove_many(uids)
+            return
+        self._forget(uids, self._kin._t)
+
+    def acquire(self, uids, now: float) -> None:
+        if not self._drops:
+            super().acquire(uids, now)
+            return
+        self._forget(uids, now)
+
     # -- choosing: a drop deepens its page -------------------------------------------------------
-    # A drop that deepens a page lowers the cost of every other candidate of the page, but not
-    # their order within it when they share their time (in the engine they do: a session's units
-    # all stop being candidates when a turn uses them, and return with its last use). So only
-    # the page's first candidate, the only one that can be chosen before the others, is given
-    # its new cost at once; the others keep costs at or above their true ones until one of them
-    # comes first (a "stale" page). The tournament's minimum is then always a first candidate at
-    # its true cost: exact. Where a page's candidates have different times (a hit on one), the
-    # page is priced anew whole.
     def evict(self, now: float) -> int | None:
         if self._busy:
             return self._choose(now)
@@ -249,236 +489,114 @@ class PensieveDepth(PensievePhysics):
         self._pending.clear()
 
     def _choose(self, now: float) -> int | None:
+        if not self._drops:
+            uid = self._kin.peek(now)
+            if uid is not None:
+                self._kin.discard(uid)
+            return uid
+        taken = self._take(now)
+        if taken is None:
+            return None
+        uid, page, c, _cost, deeper, depth, r = taken
+        self._refront(page, c, deeper, depth, r, now)
+        return uid
+
+    def _take(self, now: float) -> tuple[int, int, _Cohort, float, bool, int, float] | None:
+        """The minimum taken out: it, its page and cohort (whose first is left unset), its cost,
+        whether it deepened the page, the page's depth now and r_p."""
         kin = self._kin
         uid = kin.peek(now)
         if uid is None:
             return None
-        held, self._held = self._held, None
-        self._first = None
-        if held is not None:
-            if uid == held.uid or self._held_first(held, uid, now):
-                uid = held.uid
-            else:  # the minimum stays ``uid``: the held one takes its true cost, behind it
-                kin.add(held.uid, held.m, held.tau, now)
-        if self._hold:  # the victim's place in its group's order
-            if held is not None and uid == held.uid:
-                self._cost, self._tau = held.m, held.tau
-            else:
-                self._cost, self._tau = kin.cost_of(uid), kin.tau_of(uid)
-        hold = self._hold and self._drops
-        if not hold:  # evict_bytes takes it out of the tournament itself (with its page's run)
-            kin.discard(uid)
-        if self._drops:
-            L = self._layers
-            off = (uid & UNIT_MASK) % L
-            page = uid - off
-            listed = self._listed.get(page)
-            if listed is None and hold:  # it is still a member: list the page without it
-                listed = self._listed[page] = self._find_members(page)
-            if listed is not None:
-                listed.remove(uid)
-            layer = L - 1 - off
-            depth = self.page_depth(page)
-            if layer > depth:
-                self._pending[page] = layer
-                self._settle(page, now, layer)
-            elif page in self._stale:
-                self._settle(page, now, depth)
-        return uid
+        page = self._page(uid)
+        for c in self._pages[page]:
+            if c.front == uid:
+                break
+        kin.discard(uid)
+        c.front = None
+        c.members = _without(c.members, uid)
+        self._count -= 1
+        depth = self.page_depth(page)
+        layer = self._layers - 1 - (uid - page)
+        deeper = layer > depth
+        if deeper:
+            depth = self._pending[page] = layer
+        return uid, page, c, c.cost, deeper, depth, self.layer_recompute_s(page)
 
-    def _held_first(self, held: _Held, w: int, now: float) -> bool:
-        """Is the held candidate, at its true cost, before ``w``, the tournament's minimum with
-        the held one at its old (higher) cost? Then it is the minimum: no other cost changed."""
-        kin = self._kin
-        g = kin.group_of(w)
-        if g is kin.group_of(held.uid):  # one time: the group's static order, by (cost, uid)
-            return (held.m, held.uid) < (g.m, w)
-        return kin._before(held, g, now)
-
-    def _members(self, page: int) -> list[int]:
-        if self._hold:  # in evict_bytes only its victims leave: a page's list, kept up to date
-            members = self._listed.get(page)
-            if members is None:
-                members = self._listed[page] = self._find_members(page)
-            return members
-        return self._find_members(page)
-
-    def _find_members(self, page: int) -> list[int]:
-        return self._kin.members_in(page, page + self._layers)
-
-    def _settle(self, page: int, now: float, depth: int | None = None) -> None:
-        """The page deepened, or its first candidate left: give its (new) first candidate its true
-        cost (all of them when their times differ); the page is stale while others may hold
-        higher costs. ``depth``: the page's, when the caller knows it."""
-        members = self._members(page)
-        kin = self._kin
-        if not members:
-            self._stale.discard(page)
-            return
-        group = kin.group_of_all(members)  # a page's candidates share one time: one group
-        if group is None:
-            self._refresh(page, now)
-            return
-        tau = group.tau
-        # The first by (true cost, uid): the lowest uid of cost 0 (layers at or below the depth
-        # D), else the shallowest layer above D (the highest uid), unless r = 0 (all cost 0).
-        L = self._layers
-        if depth is None:
-            depth = self.page_depth(page)
-        r = self.layer_recompute_s(page)
-        uid, cost = _first_candidate(members, page, L, depth, r)
-        if kin.cost_of(uid) != cost:
-            if self._hold:  # the next choice compares it first (evict_bytes)
-                self._held = _Held(uid, cost, tau)
-            else:
-                kin.add(uid, cost, tau, now)
-        if len(members) > 1:
-            self._stale.add(page)
+    def _refront(
+        self, page: int, c: _Cohort, deeper: bool, depth: int, r: float, now: float
+    ) -> None:
+        """After victims of cohort ``c``: its first anew, and every cohort's where the page
+        deepened."""
+        cohorts = self._pages[page]
+        if deeper and len(cohorts) > 1:
+            for other in list(cohorts):
+                self._set_front(page, other, depth, r, now)
         else:
-            self._stale.discard(page)
-        if self._hold:
-            self._first = _First(uid, cost, tau, depth, r)
-
-    def _refresh(self, page: int, now: float) -> None:
-        """Every candidate of the page at its true cost."""
-        kin = self._kin
-        for u in self._members(page):
-            cost = self.unit_cost(u)
-            if kin.cost_of(u) != cost:
-                kin.add(u, cost, kin.tau_of(u), now)
-        self._stale.discard(page)
-
-    def _page(self, uid: int) -> int:
-        return uid - (uid & UNIT_MASK) % self._layers
-
-    # -- membership: keep stale pages' first candidates true ---------------------------------------
-    def access(self, uid: int, now: float) -> None:
-        if self._stale and self._page(uid) in self._stale:
-            self._refresh(self._page(uid), now)  # its time changes: its page's order may too
-        super().access(uid, now)
-
-    def _discard(self, uid: int) -> None:
-        super()._discard(uid)
-        if self._stale:
-            self._left([uid])
-
-    def remove_many(self, uids, pinned: bool = False) -> None:
-        if pinned:
-            return
-        uids = list(uids)
-        super().remove_many(uids)
-        if self._stale:
-            self._left(uids)
-
-    def acquire(self, uids, now: float) -> None:
-        uids = list(uids)
-        super().acquire(uids, now)
-        if self._stale:
-            self._left(uids, now)
-
-    def _left(self, uids: list[int], now: float | None = None) -> None:
-        """Candidates of stale pages left (not as victims): each page's new first one gets its
-        true cost."""
-        t = self._kin._t if now is None else now
-        for page in {self._page(u) for u in uids} & self._stale:
-            self._settle(page, t)
+            self._set_front(page, c, depth, r, now)
 
     def evict_bytes(self, nbytes: int, now: float) -> list[int]:
         if not self._drops:
             return super().evict_bytes(nbytes, now)
         self._busy = True
         self._kin.begin_batch(now)
-        self._hold = True
         try:
             out: list[int] = []
             size = self.view.page_bytes
             while nbytes > 0:
-                uid = self._choose(now)
-                if uid is None:
+                taken = self._take(now)
+                if taken is None:
                     break
+                uid, page, c, cost, deeper, depth, r = taken
                 out.append(uid)
                 nbytes -= size
-                first = self._first
-                if (
-                    nbytes > 0
-                    and first is not None
-                    and first.tau == self._tau  # one group: its order is (cost, uid)
-                    and (first.cost, first.uid) < (self._cost, uid)
-                ):
-                    run = self._page_run(first, -(-nbytes // size), uid)
-                    out += run
-                    nbytes -= len(run) * size
-                else:
-                    self._kin.discard(uid)
+                if nbytes > 0 and c.members and self.takes_runs and len(self._pages[page]) == 1:
+                    run, depth = self._run(page, c, uid, cost, depth, r, -(-nbytes // size))
+                    if run:
+                        out += run
+                        nbytes -= len(run) * size
+                        deeper = deeper or run[-1] != uid
+                self._refront(page, c, deeper, depth, r, now)
             return out
         finally:
-            self._hold = False
-            self._listed.clear()
-            held, self._held = self._held, None
-            if held is not None:
-                self._kin.add(held.uid, held.m, held.tau, now)
             self._kin.end_batch()
             self._done()
 
-    def _page_run(self, first: _First, n: int, victim: int) -> list[int]:
-        """Up to ``n`` victims of one page in a row, from ``first``, its first candidate, which
-        comes before the victim just taken (of its time, so of its group: by cost, then uid). That victim came
-        before every other candidate, so ``first`` is the minimum, with no comparison in the
-        tournament; and so on while each next first candidate comes before the one taken before
-        it (a page drops layer after layer at one cost, r_p). The page's depth, stale mark and
-        held candidate end as ``_choose`` one victim at a time would leave them; the victims
-        leave the tournament at once, with ``victim``."""
+    def _run(
+        self, page: int, c: _Cohort, uid: int, cost: float, depth: int, r: float, n: int
+    ) -> tuple[list[int], int]:
+        """Up to ``n`` further victims of ``c``, the only cohort of its page, in a row after
+        ``uid`` (of cost ``cost``) was taken, and the page's depth after them: the cohort's next
+        first comes before the one taken before it (same time: by cost, then uid), so before
+        every other candidate; and so on. The cohort's first is left unset."""
         L = self._layers
-        h, c, d, r = first.uid, first.cost, first.depth, first.r
-        page = h - (h & UNIT_MASK) % L
-        members = self._listed[page]
-        stale, pending = self._stale, self._pending
+        members = c.members
         taken: list[int] = []
-        nxt: int | None = None
-        if r != 0.0 and h == members[-1] and L - 1 - (h - page) > d:
-            # The usual run: ``first`` is the page's shallowest candidate, above the depth; each
-            # next one is the shallowest left, and comes first while its layer is one deeper
-            # (cost r_p, a lower uid); one further off costs 2 r_p or more and ends the run.
+        if r != 0.0 and depth == L - 1 - (uid - page) and members[-1] < uid:
+            # The usual run: ``uid`` was the page's shallowest candidate, above the depth; each
+            # next one is the shallowest left, one layer deeper: cost r_p <= ``cost`` and a lower
+            # uid. One further off costs 2 r_p or more and ends the run.
+            if members[-1] != uid - 1:
+                return taken, depth
             k = _consecutive_tail(members, n)
-            taken = members[-1 : -k - 1 : -1]
-            del members[-k:]
-            d = pending[page] = L - 1 - (taken[-1] - page)
-            if members:
-                nxt = members[-1]
-                m = L - 1 - (nxt - page)
-                cost = (m - d) * r
-            if len(members) > 1:
-                stale.add(page)
-            else:
-                stale.discard(page)
-            n = len(taken)  # a settled page: the loop below stops at once
-        while n > len(taken):
-            taken.append(h)
-            if members[-1] == h:
-                members.pop()
-            else:
-                members.remove(h)
-            layer = L - 1 - (h - page)
-            if layer > d:
-                d = pending[page] = layer
-            if not members:  # ``_settle`` of an empty page
-                stale.discard(page)
+            taken = list(members[-1 : -k - 1 : -1])
+            c.members = members[: len(members) - k]
+            self._count -= k
+            depth = self._pending[page] = L - 1 - (taken[-1] - page)
+            return taken, depth
+        while len(taken) < n and members:
+            nxt, nxt_cost = _first_candidate(members, page, L, depth, r)
+            if not (nxt_cost, nxt) < (cost, uid):
                 break
-            # ``_settle``: the page's next first candidate, at its true cost
-            nxt, cost = _first_candidate(members, page, L, d, r)
-            if len(members) > 1:
-                stale.add(page)
-            else:
-                stale.discard(page)
-            if len(taken) == n or not (cost, nxt) < (c, h):
-                break
-            h, c, nxt = nxt, cost, None
-        kin = self._kin
-        kin.discard_many([victim, *taken])
-        self._first = self._held = None  # ``first`` was held, or in the tournament at its cost
-        if nxt is not None and kin.cost_of(nxt) != cost:  # the next choice compares it first
-            self._held = _Held(nxt, cost, first.tau)
-        return taken
+            members = _without(members, nxt)
+            taken.append(nxt)
+            self._count -= 1
+            layer = L - 1 - (nxt - page)
+            if layer > depth:
+                depth = self._pending[page] = layer
+            uid, cost = nxt, nxt_cost
+        c.members = members
+        return taken, depth
 
     def take_in(self, uids, free_bytes: int, now: float) -> list[int]:
         self._busy = True

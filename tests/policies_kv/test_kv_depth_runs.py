@@ -26,9 +26,7 @@ UNIT = 4096  # one page of one layer, in the view's bytes
 class OneByOne(PensieveDepth):
     """The same policy with no runs: every victim through the tournament's minimum."""
 
-    def _page_run(self, first, n: int, victim: int) -> list[int]:
-        self._kin.discard(victim)
-        return []
+    takes_runs = False
 
 
 def reference_cost(pol: PensieveDepth, u: int, mine: list[int]) -> float:
@@ -51,9 +49,8 @@ def reference_cost(pol: PensieveDepth, u: int, mine: list[int]) -> float:
 
 def brute_victims(pol: PensieveDepth, n: int, now: float) -> list[int]:
     """The ``n`` successive minima of the value at ``now``, each priced anew after each victim."""
-    kin = pol._kin
-    cands = kin.uids()
-    tau = {u: Fraction(kin.tau_of(u)) for u in cands}
+    cands = pol.candidates()
+    tau = {u: Fraction(pol.tau_of(u)) for u in cands}
     t = Fraction(now)
     mine: list[int] = []
     while cands and len(mine) < n:
@@ -72,16 +69,43 @@ def brute_victims(pol: PensieveDepth, n: int, now: float) -> list[int]:
 
 
 def state(pol: PensieveDepth) -> tuple:
+    """The tournament's entries, and each page's cohorts."""
     kin = pol._kin
     return (
         {u: (kin.cost_of(u), kin.tau_of(u)) for u in kin.uids()},
-        sorted(pol._stale),
+        {
+            page: sorted((list(c.members), c.tau, c.front, c.cost) for c in cohorts)
+            for page, cohorts in pol._pages.items()
+        },
     )
+
+
+def check_cohorts(pol: PensieveDepth, cands: set[int]) -> None:
+    """The cohorts against a plain model: their members are the candidates, each once, by page
+    and time, ascending; each cohort's first is its minimum by (true cost, uid), and the
+    tournament holds the firsts alone, at those costs."""
+    assert len(pol) == len(cands)
+    assert sorted(pol.candidates()) == sorted(cands)
+    fronts = {}
+    for page, cohorts in pol._pages.items():
+        assert cohorts, page
+        assert len({c.tau for c in cohorts}) == len(cohorts)
+        for c in cohorts:
+            members = list(c.members)
+            assert members and members == sorted(set(members))
+            assert all(pol._page(u) == page for u in members)
+            best = min(members, key=lambda u: (pol.unit_cost(u), u))
+            assert (c.front, c.cost) == (best, pol.unit_cost(best))
+            fronts[best] = (c.cost, c.tau)
+    kin = pol._kin
+    assert {u: (kin.cost_of(u), kin.tau_of(u)) for u in kin.uids()} == fronts
 
 
 OPS = st.lists(
     st.tuples(
-        st.sampled_from(["release", "insert", "remove", "hit", "turn", "evict", "evict", "one"]),
+        st.sampled_from(
+            ["release", "insert", "remove", "leave", "hit", "turn", "evict", "evict", "one"]
+        ),
         st.integers(0, 2),  # session
         st.sampled_from([0.0, 0.0, 0.5, 3.0]),  # time passing before it
         st.integers(0, 1 << 30),  # which units / how many
@@ -107,12 +131,12 @@ def test_page_runs_are_the_minima_one_at_a_time(layers, tokens, ops):
             s.tier = bytearray([Tier.CPU]) * (s.pages(BT) * layers)  # none a candidate yet
         view = UnitView(kv, UNIT, layers=layers)
         ctx = PolicyContext(Tier.CPU, BT, COST.model.num_layers, view, COST)
-        worlds.append((kv, cls(ctx)))
+        worlds.append((kv, cls(ctx), set()))
     now = 0.0
     for kind, si, dt, pick in ops:
         now += dt
         outs, states = [], []
-        for kv, pol in worlds:
+        for kv, pol, model in worlds:
             s = kv[si]
             units = [uid_of(si, i) for i in range(len(s.tier)) if s.tier[i] == Tier.CPU]
             free = [u for u in units if u not in pol]
@@ -124,20 +148,35 @@ def test_page_runs_are_the_minima_one_at_a_time(layers, tokens, ops):
                 chosen = free  # often whole pages (the engine's release), else some units
                 if pick & 6 == 6:
                     chosen = [u for k, u in enumerate(free) if pick >> (3 + k % 27) & 1] or free
-                if kind == "release":
-                    pol.release(chosen, now)
+                if kind == "release":  # all of them as a range, as the engine gives them
+                    whole = len(chosen) == len(s.tier)
+                    pol.release(range(chosen[0], chosen[-1] + 1) if whole else chosen, now)
                 else:
                     for u in chosen:
                         pol.insert(u, now)
+                model.update(chosen)
             elif kind == "remove" and cands:  # moved to the GPU, not as a victim
                 u = pol.peek(now) if pick & 1 else cands[pick % len(cands)]
                 if u is not None:
                     pol.remove(u)
                     kv[u >> 24].tier[u & 0xFFFFFF] = Tier.GPU
+                    model.discard(u)
+            elif kind == "leave" and cands:  # a span of units moved, across pages
+                a = pick % len(s.tier)
+                b = a + 1 + (pick >> 8) % (len(s.tier) - a)
+                span = range(uid_of(si, a), uid_of(si, b))
+                pol.remove_many(span)
+                for u in span:
+                    if s.tier[u & 0xFFFFFF] == Tier.CPU:
+                        s.tier[u & 0xFFFFFF] = Tier.GPU
+                model.difference_update(span)
             elif kind == "hit" and cands:
                 pol.access(cands[pick % len(cands)], now)
             elif kind == "turn":  # the session's units come back, its tokens grow
-                pol.acquire(cands, now)
+                pol.acquire(
+                    range(uid_of(si, 0), uid_of(si, len(s.tier))) if pick & 1 else cands, now
+                )
+                model.difference_update(cands)
                 s.tokens += pick % (2 * BT)
                 s.tier = bytearray([Tier.CPU]) * (s.pages(BT) * layers)
             elif kind in ("evict", "one"):
@@ -149,6 +188,8 @@ def test_page_runs_are_the_minima_one_at_a_time(layers, tokens, ops):
                 assert out == want, (type(pol).__name__, now, n, out, want)
                 for v in out:
                     kv[v >> 24].tier[v & 0xFFFFFF] = Tier.DROPPED
+                model.difference_update(out)
+            check_cohorts(pol, model)
             outs.append(out)
             states.append(state(pol))
         assert outs[0] == outs[1]

@@ -245,30 +245,60 @@ class Checked(PensieveDepth):
         r = recompute_s(self.ctx.cost, min(sess.tokens, lo + bt) - lo, lo, 0)
         return (layer - depth) * r if layer > depth else 0.0
 
+    def minimum(self, cands: list[int], now: float, taus: dict | None = None) -> int | None:
+        """The brute-force minimum of ``cands`` at ``now``, priced after this call's victims
+        (``taus``: their times, where they are no longer candidates)."""
+        if not cands:
+            return None
+        cost = {u: Fraction(self.reference_cost(u)) for u in cands}
+        tau = {u: Fraction(self.tau_of(u) if taus is None else taus[u]) for u in cands}
+        t = Fraction(now)
+
+        def cmp(u: int, v: int) -> int:
+            x, y = cost[u] * (t - tau[v]), cost[v] * (t - tau[u])
+            if x != y:
+                return -1 if x < y else 1
+            return -1 if (cost[u], tau[u], u) < (cost[v], tau[v], v) else 1
+
+        return min(cands, key=functools.cmp_to_key(cmp))
+
     def _choose(self, now: float) -> int | None:
-        kin = self._kin
-        cands = kin.uids()
-        want = None
-        if cands:
-            cost = {u: Fraction(self.reference_cost(u)) for u in cands}
-            tau = {u: Fraction(kin.tau_of(u)) for u in cands}
-            t = Fraction(now)
-
-            def cmp(u: int, v: int) -> int:
-                x, y = cost[u] * (t - tau[v]), cost[v] * (t - tau[u])
-                if x != y:
-                    return -1 if x < y else 1
-                return -1 if (cost[u], tau[u], u) < (cost[v], tau[v], v) else 1
-
-            want = min(cands, key=functools.cmp_to_key(cmp))
-            if self._held is None:  # a held candidate is not at its true cost in the tournament
-                assert self.peek(now) == want
+        if self._drops:  # checked in ``_take``
+            return super()._choose(now)
+        want = self.minimum(self.candidates(), now)
+        assert self.peek(now) == want
         got = super()._choose(now)
+        assert got == want, f"t={now}: chose {got}, the minimum is {want}"
+        Checked.checked += 1
+        return got
+
+    def _take(self, now: float):
+        want = self.minimum(self.candidates(), now)
+        assert self.peek(now) == want
+        taken = super()._take(now)
+        got = None if taken is None else taken[0]
         assert got == want, f"t={now}: chose {got}, the minimum is {want}"
         if got is not None:
             self.mine.append(got)
         Checked.checked += 1
-        return got
+        return taken
+
+    def _run(self, page, c, uid, cost, depth, r, n):
+        # each victim of a run is the minimum of the candidates left, itself among them
+        cands = self.candidates()  # the run's victims among them
+        taus = {u: self.tau_of(u) for u in cands}
+        run, depth = super()._run(page, c, uid, cost, depth, r, n)
+        for v in run:
+            gone = set(self.mine)
+            want = self.minimum([u for u in cands if u not in gone], self.t, taus)
+            assert v == want, f"t={self.t}: a run took {v}, the minimum is {want}"
+            self.mine.append(v)
+            Checked.checked += 1
+        return run, depth
+
+    def evict_bytes(self, nbytes: int, now: float) -> list[int]:
+        self.t = now
+        return super().evict_bytes(nbytes, now)
 
     def _done(self) -> None:
         super()._done()
