@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 from collections.abc import Set as AbstractSet
 from functools import partial
 from itertools import chain, islice, starmap
@@ -552,12 +552,19 @@ class RunOrder:
         else:
             self._forget(b)
 
-    def pop_unmarked(self, k: int, marked: AbstractSet[int], out: list[tuple[int, int]]) -> int:
+    def pop_unmarked(
+        self,
+        k: int,
+        marked: AbstractSet[int],
+        out: list[tuple[int, int]],
+        marked_in: Container[int] | None = None,
+    ) -> int:
         """Take out up to ``k`` of the oldest candidates while none of them is in ``marked``,
         appending them to ``out`` as extents in order; returns how many. Stops before a plain
         run whose first ``k`` candidates hold a marked uid, and at a run that holes or its
         session's pins break up (``head_run`` names its stretch): ``pop_runs`` of those taken,
-        a run at a time without a call per run."""
+        a run at a time without a call per run. ``marked_in``, where given, holds every session
+        with a marked uid: a run of another session is taken without looking its uids up."""
         first, stop, holes, flag, bucket = (
             self._first,
             self._stop,
@@ -567,6 +574,7 @@ class RunOrder:
         )
         pins, count, runs_of = self._pins, self._count, self._runs
         lo, want = self._lo, k
+        every, sessions = marked_in is None, marked_in if marked_in is not None else ()
         while k > 0:
             e = flag.find(1, lo)
             if e < 0:
@@ -577,7 +585,7 @@ class RunOrder:
                 break
             f = first[e]
             n = min(k, stop[e] - f)
-            if marked and not marked.isdisjoint(range(f, f + n)):
+            if marked and (every or b in sessions) and not marked.isdisjoint(range(f, f + n)):
                 break
             out.append((f, f + n))
             if f + n < stop[e]:

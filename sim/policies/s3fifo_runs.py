@@ -13,9 +13,10 @@ unit size.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from itertools import chain, islice, repeat, starmap
-from operator import add, lt, rshift
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from itertools import chain, compress, islice, repeat, starmap
+from operator import add, lt, not_, rshift, sub
 
 from sim.policies.base import EvictionPolicy
 from sim.policies.ghost_runs import GhostRuns
@@ -54,6 +55,9 @@ class RunS3FIFO(S3FIFO):
         self._m = RunOrder()  # M: likewise
         self._ghost = GhostRuns()  # G's keys, oldest first
         self._freq: dict[int, int] = {}  # member -> its counter, where it is not 0
+        # session -> how many of its members ``_freq`` holds (where any): the walks take the
+        # runs of a session without one as a whole, looking up none of their counters
+        self._marks: dict[int, int] = {}
         self._budget = ByteBudget()
         self._sized_for = -1
         self._shares = (0, 0, 0)
@@ -132,8 +136,39 @@ class RunS3FIFO(S3FIFO):
 
     def access(self, uid: int, now: float) -> None:
         if self._queue(uid) is not None:
-            self._freq[uid] = self._freq.get(uid, 0) + 1
+            f = self._freq.get(uid)
+            if f is None:
+                self._marked((uid,))
+            self._freq[uid] = 1 if f is None else f + 1
         self._incoming = None
+
+    def _marked(self, uids) -> None:
+        """``uids`` (distinct) have just got a counter: their sessions' ``_marks`` count them."""
+        marks = self._marks
+        b = uids[0] >> UNIT_BITS
+        if len(uids) == 1 or uids[-1] >> UNIT_BITS == b and _one_session_increasing(uids):
+            marks[b] = marks.get(b, 0) + len(uids)
+            return
+        for b, n in Counter(map(rshift, uids, repeat(UNIT_BITS))).items():
+            marks[b] = marks.get(b, 0) + n
+
+    def _unmarked(self, uids) -> None:
+        """``uids`` (distinct) have just lost their counters (a session left with none leaves
+        ``_marks``)."""
+        if not uids:
+            return
+        marks = self._marks
+        b = uids[0] >> UNIT_BITS
+        if len(uids) == 1 or uids[-1] >> UNIT_BITS == b and _one_session_increasing(uids):
+            counts: Iterable[tuple[int, int]] = ((b, len(uids)),)
+        else:
+            counts = Counter(map(rshift, uids, repeat(UNIT_BITS))).items()
+        for b, n in counts:
+            left = marks[b] - n
+            if left:
+                marks[b] = left
+            else:
+                del marks[b]
 
     def pin(self, uid: int) -> None:
         q = self._queue(uid)
@@ -149,9 +184,20 @@ class RunS3FIFO(S3FIFO):
         members = [*in_s, *in_m]
         if not distinct and len(set(members)) < len(members):  # a uid twice counts twice
             for uid in members:
-                freq[uid] = freq.get(uid, 0) + 1
-        else:  # in C
+                f = freq.get(uid)
+                if f is None:
+                    self._marked((uid,))
+                freq[uid] = 1 if f is None else f + 1
+        elif members:  # in C
+            had = len(freq)
+            fresh = None if distinct else [u for u in members if u not in freq]
             freq.update(zip(members, map(add, map(freq.get, members, repeat(0)), repeat(1))))
+            if len(freq) > had:  # (one session's, where ``distinct``: ``_members``' batches)
+                if fresh is None:
+                    b = members[0] >> UNIT_BITS
+                    self._marks[b] = self._marks.get(b, 0) + len(freq) - had
+                else:
+                    self._marked(fresh)
         if in_s:
             self._s.discard_all(in_s)
         if in_m:
@@ -224,7 +270,8 @@ class RunS3FIFO(S3FIFO):
             q.back(uid)
 
     def remove(self, uid: int, pinned: bool = False) -> None:
-        self._freq.pop(uid, None)
+        if self._freq.pop(uid, None) is not None:
+            self._unmarked((uid,))
         q = self._queue(uid)
         if q is not None:
             q.leave(uid)
@@ -236,8 +283,11 @@ class RunS3FIFO(S3FIFO):
             EvictionPolicy.remove_many(self, uids, pinned)
             return
         in_s, in_m, _ = self._members(uids)
-        if self._freq:
-            consume(map(self._freq.pop, uids, repeat(None)))
+        freq = self._freq
+        gone = list(freq.keys() & uids) if freq else None
+        if gone:
+            consume(map(freq.__delitem__, gone))
+            self._unmarked(gone)
         if in_s:
             self._s.leave_many(in_s)
         if in_m:
@@ -251,12 +301,13 @@ class RunS3FIFO(S3FIFO):
         of the reading: (that end, those uids)."""
         freq = self._freq
         look = max(FIRST_LOOK, 2 * want)
+        if a >> UNIT_BITS not in self._marks:  # no counter in the session: none is read
+            return min(s, a + look), []
         while True:
             stop = min(s, a + look)
-            if not freq or freq.keys().isdisjoint(range(a, stop)):
-                hot: list[int] = []
-            else:
-                hot = sorted(u for u in freq.keys() & range(a, stop) if freq[u] >= least)
+            hot = sorted(freq.keys() & range(a, stop))
+            if least > 1 and hot:  # (every counter held is at least 1)
+                hot = list(compress(hot, map(least.__le__, map(freq.__getitem__, hot))))
             if stop == s or stop - a - len(hot) >= want:
                 return stop, hot
             look *= 2
@@ -276,7 +327,7 @@ class RunS3FIFO(S3FIFO):
             want = k - taken if s_empty else min(k - taken, len(m) - cap)
             # The oldest runs without a counter are victims and nothing is reinserted: taken a
             # run at a time (a run with a counter, a hole or a pin is read below).
-            got = m.pop_unmarked(want, freq.keys(), out)
+            got = m.pop_unmarked(want, freq.keys(), out, self._marks)
             if got:
                 taken += got
                 continue
@@ -303,9 +354,14 @@ class RunS3FIFO(S3FIFO):
                 pos += n
             m.drop_head(pos - a)
             if again:  # reinserted at M's newest end, counter min(f, 3) - 1
-                lower = [min(freq[u], max_freq) - 1 for u in again]
+                lower = list(
+                    map(sub, map(min, map(freq.__getitem__, again), repeat(max_freq)), repeat(1))
+                )
                 freq.update(zip(again, lower))
-                consume(map(freq.__delitem__, [u for u, f in zip(again, lower) if not f]))
+                if 0 in lower:
+                    gone = list(compress(again, map(not_, lower)))
+                    consume(map(freq.__delitem__, gone))
+                    self._unmarked(gone)
                 m.enter_many(again)
             taken += got
         return taken
@@ -324,7 +380,7 @@ class RunS3FIFO(S3FIFO):
         while taken < k:
             # The oldest runs without a counter are victims and nothing moves: taken a run at a
             # time (a run with a counter, a hole or a pin is read below).
-            got = s_order.pop_unmarked(k - taken, freq.keys(), plain)
+            got = s_order.pop_unmarked(k - taken, freq.keys(), plain, self._marks)
             if got:
                 out += plain
                 to_ghost += plain
@@ -360,8 +416,11 @@ class RunS3FIFO(S3FIFO):
                 got += n
                 pos += n
             s_order.drop_head(pos - a)
-            if freq:  # the units that left S leave their counters (moved ones restart at 0)
-                consume(map(freq.pop, [u for u in freq.keys() & range(a, pos)], repeat(None)))
+            if a >> UNIT_BITS in self._marks:  # those that left S leave their counters (moved
+                # ones restart at 0)
+                gone = list(freq.keys() & range(a, pos))
+                consume(map(freq.__delitem__, gone))
+                self._unmarked(gone)
             if hot and hot[0] < pos:
                 m.enter_many([u for u in hot if u < pos])
             taken += got

@@ -5,6 +5,8 @@ S and of M in the same order, the same members, the same counters and the same g
 
 from __future__ import annotations
 
+from collections import Counter
+
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from twin_driver import OPS, PAGE, OneSizeView, TwinDriver
@@ -13,7 +15,7 @@ from sim.policies import s3fifo_runs
 from sim.policies.base import PolicyContext
 from sim.policies.s3fifo import S3FIFO
 from sim.policies.s3fifo_runs import RunS3FIFO
-from sim.units import Tier
+from sim.units import UNIT_BITS, Tier
 
 
 def _s3fifo(says: bool, tier: Tier, capacity: int | None) -> S3FIFO:
@@ -40,6 +42,7 @@ class Twins(TwinDriver):
             q = u._queue_of[uid]
             assert (r._s.is_member(uid), r._m.is_member(uid)) == (q == 0, q == 1), uid
         assert r._freq == {uid: f for uid, f in u._freq.items() if f}
+        assert r._marks == Counter(uid >> UNIT_BITS for uid in r._freq)  # (a session's counters)
         assert list(r._ghost) == list(u._ghost)
         assert r._has_evicted == u._has_evicted and r._budget.c == u._budget.c
 
