@@ -54,12 +54,16 @@ STORE_POLICY_AXIS = "store_policy"  # the cluster.store.policy axis ("none" wher
 DISAGG_FIGURE = "disagg_vs_colocated"  # with a prefill_replicas axis of two values or more
 PREFILL_AXIS = "prefill_replicas"  # the cluster.disaggregation.prefill_replicas axis (0: colocated)
 GROUPS_AXIS = "groups"  # the cluster.groups axis: each point's fleet, by name
+STORE_WRITE_AXIS = "store_write"  # the cluster.store.write axis ("none" where there is no store)
+DELAY_AXIS = "kv_delay_ms"  # the cluster.kv_events.delay_ms axis
 # The grid labels a line may be told apart by besides the router: seed is averaged over, and a
 # cluster runs full KV without sparse decode, so budget and sparse never vary. Fleets of groups
 # are lines of their own: a line joins points of one kind of replica only.
 _LINE_LABELS = (
     *(c for c in LABEL_COLUMNS if c not in ("name", "budget", "sparse", "seed")),
     GROUPS_AXIS,
+    STORE_WRITE_AXIS,
+    DELAY_AXIS,
 )
 PANELS: tuple[tuple[str, str, bool], ...] = (  # column, axis title, a share (0 to 1)
     ("ttft_p50_s", "TTFT p50 (s)", False),
@@ -73,6 +77,7 @@ ROUTER_STYLES = {
     "least-loaded": ("#ff7f0e", "s", "--"),
     "session-affinity": ("#2ca02c", "^", "-."),
     "kv-aware": ("#d62728", "D", ":"),
+    "least-time": ("#9467bd", "v", "-"),
 }
 STORE_PANELS: tuple[tuple[str, str, bool], ...] = (
     ("reprefill_rate", "re-prefill rate (% of history tokens)", True),
@@ -85,6 +90,17 @@ DISAGG_PANELS: tuple[tuple[str, str, bool], ...] = (
     ("reprefill_rate", "re-prefill rate (% of history tokens)", True),
 )
 _DASHES = ("-", "--", ":", "-.")
+
+
+def _varies(summary: pd.DataFrame, column: str) -> bool:
+    """``column`` holds two values or more in ``summary``; a point without a store is no write
+    of its own (``none``: store_gb tells it apart already)."""
+    if column not in summary.columns:
+        return False
+    values = set(summary[column].dropna().map(str))
+    if column == STORE_WRITE_AXIS:
+        values.discard(NO_STORE_POLICY)
+    return len(values) > 1
 
 
 def has_cluster(summary: pd.DataFrame) -> bool:
@@ -140,11 +156,7 @@ def router_lines(
     in the legend: ``store 64 GB (lru)``)."""
     stores = _store_labels(summary)
     labels = [*_LINE_LABELS, *stores, PREFILL_AXIS]
-    others = [
-        c
-        for c in labels
-        if c in stores or (c in summary.columns and summary[c].map(str).nunique() > 1)
-    ]
+    others = [c for c in labels if c in stores or _varies(summary, c)]
     rows = summary[np.isfinite(summary[column].astype(float))]
     out: dict[tuple[str, StoreKey | None, str], pd.Series] = {}
     for key, group in rows.groupby(["router", *others], sort=False, dropna=False):
@@ -247,7 +259,7 @@ def disagg_lines(summary: pd.DataFrame, column: str) -> dict[tuple[str, int, str
     """Each line of one panel of ``DISAGG_FIGURE`` (the rows of one store capacity): (router,
     prefill pool, legend text) -> ``column`` by replicas (ascending), the mean over seeds,
     non-finite values left out; any other label that varies splits the lines and is named."""
-    others = [c for c in _LINE_LABELS if c in summary.columns and summary[c].map(str).nunique() > 1]
+    others = [c for c in _LINE_LABELS if _varies(summary, c)]
     rows = summary[np.isfinite(summary[column].astype(float))]
     out: dict[tuple[str, int, str], pd.Series] = {}
     for key, group in rows.groupby(["router", PREFILL_AXIS, *others], sort=True, dropna=False):
@@ -411,7 +423,8 @@ def _store_rows(rows: pd.DataFrame, store: StoreKey) -> pd.DataFrame:
 def _name(column: str, value: object) -> str:
     """A line's label value in its legend: ``policy=lru``; a store capacity as ``store 64 GB``,
     0 as ``no store``; a prefill pool as ``1 prefill replica``, 0 as ``colocated``; a fleet of
-    groups by its name."""
+    groups by its name; a delay as ``KV events 50 ms late``; a store's write as ``store writes at
+    eviction``."""
     if column == STORE_AXIS:
         gb = float(str(value))
         return "no store" if gb == 0 else f"store {_plain(gb)} GB"
@@ -420,6 +433,10 @@ def _name(column: str, value: object) -> str:
         return "colocated" if n == 0 else f"{n} prefill replica" + ("" if n == 1 else "s")
     if column == GROUPS_AXIS:  # the fleet's name says what it is
         return str(value)
+    if column == DELAY_AXIS:
+        return f"KV events {_plain(float(str(value)))} ms late"
+    if column == STORE_WRITE_AXIS:
+        return "no store writes" if str(value) == NO_STORE_POLICY else f"store writes at {value}"
     return f"{column}={_plain(value)}"
 
 

@@ -8,7 +8,8 @@ request-rate sweep: each value multiplies the trace's arrival and think times; s
 
 Grid order (deterministic, lists in the order written): trace, time_scale, model, hardware, tp, engine.kind,
 evict_unit, pipelining, budgets, sparse, block_tokens, cpu_kv_gb, policy, gpu_kv_gb, cluster.router,
-cluster.replicas (or cluster.groups), cluster.store.capacity_gb, cluster.store.policy, cluster.disaggregation.prefill_replicas, seed -- the last one varies fastest. ``tp`` is the tensor-parallel degree: the run prices one GPU of a group of tp, and
+cluster.replicas (or cluster.groups), cluster.store.capacity_gb, cluster.store.policy, cluster.store.write,
+cluster.disaggregation.prefill_replicas, cluster.kv_events.delay_ms, seed -- the last one varies fastest. ``tp`` is the tensor-parallel degree: the run prices one GPU of a group of tp, and
 ``memory.gpu_kv_gb`` / ``cpu_kv_gb`` are the whole group's (each GPU holds 1/tp of every page).
 ``tp`` may instead map each model to its own degree or list of degrees (``{llama-3-8b: 1,
 llama-3-70b: [2, 4]}``), so one grid runs a small model on one GPU and a large one on several.
@@ -25,10 +26,13 @@ label columns (only then: a run without the section keeps its columns). ``memory
 replica's. A cluster runs engine.kind kvsim only, with full KV (budgets kind full), no sparse
 decode and an online policy; anything else is refused naming its key. Its optional ``store``
 mapping puts a shared KV store behind the replicas (``sim.cluster.store``): ``capacity_gb`` is a
-grid axis (0: no store at that point) and so is ``policy`` (a capacity of 0 is one point, with
-no policy), and summary.csv gains their ``store_gb`` and ``store_policy`` label columns (again
-only then; ``store_policy`` is ``none`` where there is no store); the store's other keys are
-scalars, checked as ``StoreConfig`` checks them (each policy too). Its
+grid axis (0: no store at that point) and so are ``policy`` and ``write`` (a capacity of 0 is
+one point, with no policy and no writes), and summary.csv gains their ``store_gb``,
+``store_policy`` and ``store_write`` label columns (again only then; ``store_policy`` and
+``store_write`` are ``none`` where there is no store); the store's other keys are scalars,
+checked as ``StoreConfig`` checks them (each policy and write too). Its optional ``kv_events``
+mapping's ``delay_ms`` (``sim.cluster.kvevents``) is a grid axis, and summary.csv gains its
+``kv_delay_ms`` label column (only then). Its
 optional ``disaggregation`` mapping splits the replicas into a prefill and a decode pool
 (``sim.cluster.disagg``): ``prefill_replicas`` is a grid axis (0: colocated at that point; a value
 that leaves a grid point no decode replica is an error) and summary.csv gains its
@@ -646,13 +650,18 @@ class StoreSpec(_Strict):
         default=STORE_DEFAULTS["chunk_tokens"],
         description="tokens per stored object (a whole number of pages)",
     )
-    write: StrictStr = Field(
-        default=STORE_DEFAULTS["write"],
+    write: Annotated[
+        list[StrictStr],
+        Field(min_length=1),
+        AfterValidator(_no_duplicates),
+    ] = Field(
+        default=[STORE_DEFAULTS["write"]],
         description="when a replica writes to the store: completion (a completed turn's context), "
-        "eviction (the whole chunks it holds as their KV is dropped from its last tier) or both",
+        "eviction (the whole chunks it holds as their KV is dropped from its last tier) or both, "
+        "or a list of them (a grid axis)",
     )
 
-    wrap_lists = field_validator("capacity_gb", "policy", mode="before")(_as_list)
+    wrap_lists = field_validator("capacity_gb", "policy", "write", mode="before")(_as_list)
 
     @field_validator("policy")
     @classmethod
@@ -661,18 +670,22 @@ class StoreSpec(_Strict):
             add_user_import_dirs((info.context or {}).get("base_dir"))  # _store_problems)
         return v
 
-    def points(self) -> list[tuple[float, str | None]]:
-        """The store axes' values, capacity then policy (the policy varies faster): one point of
-        capacity 0 (no store, so no policy: None), and every policy at each other capacity."""
+    def points(self) -> list[tuple[float, str | None, str | None]]:
+        """The store axes' values, capacity, policy, then write (the last varies fastest): one
+        point of capacity 0 (no store, so no policy and no writes: None), and every policy and
+        write at each other capacity."""
         return [
-            (gb, policy)
+            (gb, policy, write)
             for gb in self.capacity_gb
             for policy in ([None] if gb == 0 else self.policy)
+            for write in ([None] if gb == 0 else self.write)
         ]
 
-    def config(self, capacity_gb: float, policy: str | None = None) -> StoreConfig | None:
-        """The store of one grid point: None at capacity 0 (no store); ``policy``: one of the
-        policy axis' values (None: the first)."""
+    def config(
+        self, capacity_gb: float, policy: str | None = None, write: str | None = None
+    ) -> StoreConfig | None:
+        """The store of one grid point: None at capacity 0 (no store); ``policy`` and ``write``:
+        one of their axes' values (None: the first)."""
         from sim.cluster.store import StoreConfig  # here, as ClusterConfig is
 
         if capacity_gb == 0:
@@ -680,7 +693,8 @@ class StoreSpec(_Strict):
         return StoreConfig(
             capacity_gb=capacity_gb,
             policy=self.policy[0] if policy is None else policy,
-            **self.model_dump(exclude={"capacity_gb", "policy"}),
+            write=self.write[0] if write is None else write,
+            **self.model_dump(exclude={"capacity_gb", "policy", "write"}),
         )
 
 
@@ -736,22 +750,29 @@ class DisaggSpec(_Strict):
         )
 
 
+def _finite_delays(v: list[float]) -> list[float]:
+    for i, x in enumerate(v):
+        if not math.isfinite(x):
+            raise ValueError(f"entry {i}: must be a finite number >= 0, got {x!r}")
+    return v
+
+
 class KVEventsSpec(_Strict):
     """How the router hears of the replicas' KV (``sim.cluster.kvevents``): ``delay_ms``, how long
-    after a replica's KV changes the router knows (0: at once)."""
+    after a replica's KV changes the router knows (0: at once); a list is a grid axis."""
 
-    delay_ms: NonNegFloat = Field(
-        default=0.0,
+    delay_ms: Annotated[
+        list[NonNegFloat],
+        Field(min_length=1),
+        AfterValidator(_no_duplicates),
+        AfterValidator(_finite_delays),
+    ] = Field(
+        default=[0.0],
         description="the router sees each replica's KV as it was this long ago (its in-flight "
-        "counts are its own, not delayed), ms; 0: at once",
+        "counts are its own, not delayed), ms; 0: at once; a list of them is a grid axis",
     )
 
-    @field_validator("delay_ms")
-    @classmethod
-    def _finite(cls, v: float) -> float:
-        if not math.isfinite(v):
-            raise ValueError(f"must be a finite number >= 0, got {v!r}")
-        return v
+    wrap_lists = field_validator("delay_ms", mode="before")(_as_list)
 
 
 def _check_group_policy(value: str, info: ValidationInfo) -> str:
@@ -885,10 +906,16 @@ class ClusterSpec(_Strict):
             return [(sum(g.replicas for g in f), f) for f in fleets]
         return [(r, None) for r in self.replicas]
 
-    def store_points(self) -> list[tuple[float, str | None]] | list[tuple[None, None]]:
-        """The values of the store's capacity and policy axes, as (capacity, policy) pairs
-        (``StoreSpec.points``); [(None, None)] without a store section."""
-        return self.store.points() if self.store is not None else [(None, None)]
+    def store_points(
+        self,
+    ) -> list[tuple[float, str | None, str | None]] | list[tuple[None, None, None]]:
+        """The values of the store's capacity, policy and write axes, as (capacity, policy,
+        write) triples (``StoreSpec.points``); [(None, None, None)] without a store section."""
+        return self.store.points() if self.store is not None else [(None, None, None)]
+
+    def delays(self) -> list[float] | list[None]:
+        """The values of the kv_events.delay_ms axis; [None] without a kv_events section."""
+        return list(self.kv_events.delay_ms) if self.kv_events is not None else [None]
 
     def prefill_counts(self) -> list[int] | list[None]:
         """The values of the prefill_replicas axis; [None] without a disaggregation section."""
@@ -903,20 +930,26 @@ class ClusterSpec(_Strict):
         prefill_replicas: int | None = None,
         store_policy: str | None = None,
         fleet: list[GroupSpec] | None = None,
+        store_write: str | None = None,
+        kv_delay_ms: float | None = None,
     ) -> ClusterConfig:
         """The ``sim.cluster`` configuration of one grid point (its parameters in name order, so a
         point's checkpoint key does not depend on the order they were written in); a store of
-        ``store_gb`` GB (None or 0: none) under ``store_policy`` (None: the first of
-        cluster.store.policy); ``prefill_replicas`` of them prefill (None or 0: colocated);
-        ``fleet``: its groups (None: every replica the point's)."""
+        ``store_gb`` GB (None or 0: none) under ``store_policy``, written at ``store_write``
+        (None: the first of cluster.store.policy, of cluster.store.write); ``prefill_replicas`` of
+        them prefill (None or 0: colocated); ``fleet``: its groups (None: every replica the
+        point's); ``kv_delay_ms``: the router's KV events' delay (None: the first of
+        cluster.kv_events.delay_ms, 0 without that section)."""
         from sim.cluster.run import ClusterConfig  # here: a run without a cluster never imports it
 
         params = dict(sorted(self.router_params.get(router, {}).items()))
         store = (
             None
             if self.store is None or not store_gb
-            else self.store.config(store_gb, store_policy)
+            else self.store.config(store_gb, store_policy, store_write)
         )
+        if kv_delay_ms is None:
+            kv_delay_ms = self.kv_events.delay_ms[0] if self.kv_events is not None else 0.0
         d = self.disaggregation
         disagg = None if d is None or not prefill_replicas else d.config(prefill_replicas)
         return ClusterConfig(
@@ -925,7 +958,7 @@ class ClusterSpec(_Strict):
             router_params=params,
             store=store,
             disaggregation=disagg,
-            kv_events_delay_ms=self.kv_events.delay_ms if self.kv_events is not None else 0.0,
+            kv_events_delay_ms=kv_delay_ms,
             groups=tuple(g.config() for g in fleet or ()),
         )
 
@@ -1091,17 +1124,21 @@ class Experiment(_Strict):
         opts = self.engine.config_options()
         m = self.memory
         slo = self.slo.config()
-        # gpu_kv_gb, then the cluster's router, replicas (or fleet of groups), store capacity and
-        # policy (one point of capacity 0: no store, no policy) and prefill replicas (without a
-        # cluster section: one value, no cluster), as one axis of the product (the documented order)
+        # gpu_kv_gb, then the cluster's router, replicas (or fleet of groups), store capacity,
+        # policy and write (one point of capacity 0: no store, no policy, no writes), prefill
+        # replicas and the KV events' delay (without a cluster section: one value, no cluster),
+        # as one axis of the product (the documented order)
         clusters = (
             [
-                (router, replicas, gb, prefill, policy, fleet)
-                for router, (replicas, fleet), (gb, policy), prefill in itertools.product(
-                    self.cluster.router,
-                    self.cluster.sizes(),  # replicas, or each fleet of groups with its count
-                    self.cluster.store_points(),
-                    self.cluster.prefill_counts(),
+                (router, replicas, gb, prefill, policy, fleet, write, delay)
+                for router, (replicas, fleet), (gb, policy, write), prefill, delay in (
+                    itertools.product(
+                        self.cluster.router,
+                        self.cluster.sizes(),  # replicas, or each fleet of groups with its count
+                        self.cluster.store_points(),
+                        self.cluster.prefill_counts(),
+                        self.cluster.delays(),
+                    )
                 )
             ]
             if self.cluster
@@ -1174,6 +1211,7 @@ class Experiment(_Strict):
                     cluster,
                     None if cluster_axes is None else cluster_axes[2],
                     None if cluster_axes is None else cluster_axes[3],
+                    None if cluster_axes is None else cluster_axes[7],
                 )
             )
         return points
@@ -1256,17 +1294,20 @@ LABEL_COLUMNS: tuple[str, ...] = (
     "seed",
 )
 # The labels of a point with a cluster (an experiment with a cluster section; groups only with a
-# cluster.groups section, store_gb and store_policy only with a cluster.store section,
-# prefill_replicas only with a cluster.disaggregation section), before seed.
+# cluster.groups section, store_gb, store_policy and store_write only with a cluster.store section,
+# prefill_replicas only with a cluster.disaggregation section, kv_delay_ms only with a
+# cluster.kv_events section), before seed.
 CLUSTER_LABEL_COLUMNS: tuple[str, ...] = (
     "router",
     "replicas",
     "groups",
     "store_gb",
     "store_policy",
+    "store_write",
     "prefill_replicas",
+    "kv_delay_ms",
 )
-# store_policy where a point has no store (capacity 0)
+# store_policy (and store_write) where a point has no store (capacity 0)
 NO_STORE_POLICY = "none"
 
 
@@ -1311,12 +1352,15 @@ class GridPoint:
     # the cluster.disaggregation.prefill_replicas axis' value (0: colocated at this point); None:
     # no such section
     prefill_replicas: int | None = None
+    # the cluster.kv_events.delay_ms axis' value (the cluster's own); None: no such section
+    kv_delay_ms: float | None = None
 
     def labels(self) -> dict[str, Any]:
         """The grid columns of this point (LABEL_COLUMNS order, with the cluster's router and
-        replicas, the store's capacity and policy when the experiment has a cluster.store section
-        and the prefill pool's size when it has a cluster.disaggregation section, before seed when
-        it has a cluster) for summary.csv and the ledgers."""
+        replicas, the store's capacity, policy and write when the experiment has a cluster.store
+        section, the prefill pool's size when it has a cluster.disaggregation section and the KV
+        events' delay when it has a cluster.kv_events section, before seed when it has a
+        cluster) for summary.csv and the ledgers."""
         labels = {
             "name": self.name,
             "policy": self.policy,
@@ -1344,8 +1388,11 @@ class GridPoint:
                 store = self.cluster.store
                 labels["store_gb"] = float(self.store_gb)
                 labels["store_policy"] = NO_STORE_POLICY if store is None else store.policy
+                labels["store_write"] = NO_STORE_POLICY if store is None else store.write
             if self.prefill_replicas is not None:
                 labels["prefill_replicas"] = int(self.prefill_replicas)
+            if self.kv_delay_ms is not None:
+                labels["kv_delay_ms"] = float(self.kv_delay_ms)
         return labels | {"seed": self.seed}
 
     def describe(self) -> str:
@@ -1579,7 +1626,7 @@ def _cluster_problems(exp: Experiment) -> list[tuple[tuple[str | int, ...], str]
     out += _store_problems(exp)
     out += _disagg_problems(exp)
     d = c.disaggregation
-    delayed = c.kv_events is not None and c.kv_events.delay_ms > 0
+    delayed = c.kv_events is not None and any(c.kv_events.delay_ms)
     if delayed and d is not None and any(d.prefill_replicas):
         msg = (
             "with cluster.disaggregation: a delayed view of the replicas' KV is modelled for "
@@ -1660,13 +1707,13 @@ def _store_problems(exp: Experiment) -> list[tuple[tuple[str | int, ...], str]]:
 
     out: list[tuple[tuple[str | int, ...], str]] = []
 
-    def add(message: str, index: int, policy: int) -> None:
+    def add(message: str, index: int, policy: int, write: int) -> None:
         m = re.match(r"cluster\.store\.([a-z_]+): (.*)", message, re.S)
         if m is None:
             out.append((("cluster", "store"), message))
             return
         where: tuple[str | int, ...] = ("cluster", "store", m[1])
-        at = {"capacity_gb": (index,), "policy": (policy,)}.get(m[1], ())
+        at = {"capacity_gb": (index,), "policy": (policy,), "write": (write,)}.get(m[1], ())
         out.append(((*where, *at), m[2]))
 
     pages = [
@@ -1675,22 +1722,22 @@ def _store_problems(exp: Experiment) -> list[tuple[tuple[str | int, ...], str]]:
         for tp in exp.tp_for(model)
         if _splits(model, tp)
     ]
-    for (i, gb), (j, policy) in itertools.product(
-        enumerate(store.capacity_gb), enumerate(store.policy)
+    for (i, gb), (j, policy), (k, write) in itertools.product(
+        enumerate(store.capacity_gb), enumerate(store.policy), enumerate(store.write)
     ):
         if gb == 0:
             continue
         try:
-            cfg = store.config(gb, policy)
+            cfg = store.config(gb, policy, write)
         except ValueError as exc:
-            add(str(exc), i, j)
+            add(str(exc), i, j, k)
             continue
         assert cfg is not None  # a capacity > 0 has a store
         for per_token, bt in itertools.product(pages, exp.memory.block_tokens):
             try:
                 SharedStore(cfg, per_token * bt, bt)
             except ValueError as exc:
-                add(str(exc), i, j)
+                add(str(exc), i, j, k)
     # what simulate_cluster refuses with a store (tests/experiments/test_exp_store.py holds the
     # two in step)
     out += _outside_kv_problems(exp, "cluster.store", "the store sends", "a store load")

@@ -36,12 +36,14 @@ cluster:
   router_params: {kv-aware: {load_weight: 0.5}}
 """
 CLUSTER_COLUMNS = ("elsewhere_rate", "replica_jain_turns", "replica_ttft_p90_max_s")
-# The label columns of a cluster without a store or disaggregation section (store_gb and
-# store_policy: test_exp_store.py, prefill_replicas: test_exp_disagg.py).
+# The label columns of a cluster without a store, disaggregation or kv_events section (store_gb,
+# store_policy and store_write: test_exp_store.py, prefill_replicas: test_exp_disagg.py,
+# kv_delay_ms: test_exp_kv_events.py).
 CLUSTER_LABELS = [
     c
     for c in ALL_LABEL_COLUMNS
-    if c not in ("groups", "store_gb", "store_policy", "prefill_replicas")
+    if c
+    not in ("groups", "store_gb", "store_policy", "store_write", "prefill_replicas", "kv_delay_ms")
 ]
 
 

@@ -49,9 +49,8 @@ def test_one_fleet_of_groups_gives_each_point_its_groups_and_a_label(write_yaml)
         ReplicaGroup(2, "a100-sxm", 0.5, 2.0, "arc"),
     )
     labels = p.labels()
-    assert list(labels) == [
-        c for c in ALL_LABEL_COLUMNS if c not in ("store_gb", "store_policy", "prefill_replicas")
-    ]
+    without = ("store_gb", "store_policy", "store_write", "prefill_replicas", "kv_delay_ms")
+    assert list(labels) == [c for c in ALL_LABEL_COLUMNS if c not in without]
     assert labels["groups"] == "1x h100-sxm + 2x a100-sxm gpu=0.5 cpu=2 policy=arc"
     assert labels["hardware"] == "h100-sxm" and labels["policy"] == "lru"  # the point's own
 

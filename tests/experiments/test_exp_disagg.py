@@ -50,7 +50,11 @@ cluster:
 DISAGG_COLUMNS = ("transfer_gb", "transfer_stall_p90_s", "decoded_share")
 LEDGER_COLUMNS = ("decode_replica", "transfer_tokens", "transfer_bytes", "transfer_stall_s")
 # The labels of a point with a cluster and a disaggregation section but no store section.
-DISAGG_LABELS = [c for c in ALL_LABEL_COLUMNS if c not in ("groups", "store_gb", "store_policy")]
+DISAGG_LABELS = [
+    c
+    for c in ALL_LABEL_COLUMNS
+    if c not in ("groups", "store_gb", "store_policy", "store_write", "kv_delay_ms")
+]
 
 
 def error_of(path) -> ConfigError:
@@ -243,7 +247,9 @@ def test_with_a_store_the_prefill_axis_comes_after_the_store_capacity(write_yaml
     assert len(grid) == 32
     order = [(p.cluster.replicas, p.store_gb, p.prefill_replicas, p.seed) for p in grid[:8]]
     assert order[::2] == [(2, 0.0, 0, 1), (2, 0.0, 1, 1), (2, 8.0, 0, 1), (2, 8.0, 1, 1)]
-    assert list(grid[0].labels()) == [c for c in ALL_LABEL_COLUMNS if c != "groups"]
+    assert list(grid[0].labels()) == [
+        c for c in ALL_LABEL_COLUMNS if c not in ("groups", "kv_delay_ms")
+    ]
     p = grid[6]
     assert p.cluster.store == StoreConfig(capacity_gb=8.0, chunk_tokens=32)
     assert p.cluster.disaggregation == DisaggConfig(1, 10.0, 5.0, True)

@@ -48,8 +48,10 @@ STORE_COLUMNS = (
 )
 # The labels of a point with a cluster and a store section, and with neither (no disaggregation
 # section: prefill_replicas is test_exp_disagg.py's).
-STORE_LABELS = [c for c in ALL_LABEL_COLUMNS if c not in ("groups", "prefill_replicas")]
-NO_STORE_LABELS = [c for c in STORE_LABELS if c not in ("store_gb", "store_policy")]
+STORE_LABELS = [
+    c for c in ALL_LABEL_COLUMNS if c not in ("groups", "prefill_replicas", "kv_delay_ms")
+]
+NO_STORE_LABELS = [c for c in STORE_LABELS if c not in ("store_gb", "store_policy", "store_write")]
 
 
 def error_of(path) -> ConfigError:
@@ -310,9 +312,9 @@ def test_capacity_0_equals_the_same_point_without_a_store_section():
     for k in shared:
         x, y = a.summary[k], b.summary[k]
         assert x == y or (math.isnan(x) and math.isnan(y)), k
-    # the ledgers too, but b's store_gb and store_policy labels and store_tokens column (0 at every
-    # turn)
-    labels = ["store_gb", "store_policy", "store_tokens"]
+    # the ledgers too, but b's store_gb, store_policy and store_write labels and store_tokens
+    # column (0 at every turn)
+    labels = ["store_gb", "store_policy", "store_write", "store_tokens"]
     pd.testing.assert_frame_equal(a.turns, b.turns.drop(columns=labels))
     assert (b.turns.store_policy == "none").all()
     assert (b.turns.store_tokens == 0).all()

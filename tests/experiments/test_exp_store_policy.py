@@ -31,7 +31,9 @@ cluster:
   router: [round-robin, kv-aware]
   store: {capacity_gb: [0, 8], policy: [lru, s3fifo], chunk_tokens: 32}
 """
-STORE_LABELS = [c for c in ALL_LABEL_COLUMNS if c not in ("groups", "prefill_replicas")]
+STORE_LABELS = [
+    c for c in ALL_LABEL_COLUMNS if c not in ("groups", "prefill_replicas", "kv_delay_ms")
+]
 
 
 def error_of(path) -> ConfigError:
