@@ -16,11 +16,11 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from itertools import chain, compress, islice, repeat, starmap
-from operator import add, lt, not_, rshift, sub
+from operator import add, gt, itemgetter, lt, ne, not_, rshift, sub
 
 from sim.policies.base import EvictionPolicy
 from sim.policies.ghost_runs import GhostRuns
-from sim.policies.run_lists import distinct_runs, runs_less, split_at_sessions
+from sim.policies.run_lists import runs_less, split_at_sessions
 from sim.policies.run_order import RunOrder
 from sim.policies.s3fifo import S3FIFO
 from sim.policies.structures import ByteBudget, consume
@@ -41,6 +41,32 @@ def _one_session_increasing(uids) -> bool:
     return uids[0] >> UNIT_BITS == uids[-1] >> UNIT_BITS and all(
         map(lt, uids, islice(uids, 1, None))
     )
+
+
+def _runs_of_list(uids) -> list[tuple[int, int]]:
+    """``extents_of(uids)`` (a list, or a range of step 1), the breaks between runs found in C."""
+    n = len(uids)
+    if isinstance(uids, range) or n < 2:
+        return [(uids[0], uids[-1] + 1)] if n else []
+    breaks = list(compress(range(1, n), map(ne, islice(uids, 1, None), map(add, uids, repeat(1)))))
+    if not breaks:
+        return [(uids[0], uids[-1] + 1)]
+    get = uids.__getitem__
+    starts = [uids[0], *map(get, breaks)]
+    stops = [*map(add, map(get, map(sub, breaks, repeat(1))), repeat(1)), uids[-1] + 1]
+    return list(zip(starts, stops))
+
+
+def _distinct_runs(uids) -> list[tuple[int, int]] | None:
+    """``distinct_runs(uids)``: ``uids`` as runs in their order, or None when a uid repeats."""
+    if isinstance(uids, range):
+        return [(uids.start, uids.stop)] if uids.step == 1 else None
+    runs = _runs_of_list(uids)
+    if len(runs) < 2:
+        return runs
+    ordered = sorted(runs)
+    stops, starts = map(itemgetter(1), ordered), map(itemgetter(0), islice(ordered, 1, None))
+    return None if any(map(gt, stops, starts)) else runs
 
 
 class RunS3FIFO(S3FIFO):
@@ -108,12 +134,20 @@ class RunS3FIFO(S3FIFO):
         if len(uids) == 1:  # a decode step's new page: the plain hook costs less than a batch
             self.insert(uids[0], now, pinned)
             return
-        runs = distinct_runs(uids) if self._incoming is None and self._has_evicted else None
+        runs = _distinct_runs(uids) if self._incoming is None else None
         sessions = split_at_sessions(runs) if runs is not None else []
-        if runs is None or self._s.may_hold_any(sessions) or self._m.may_hold_any(sessions):
+        if (
+            runs is None
+            or not (self._has_evicted or self._shares_fixed())
+            or self._s.may_hold_any(sessions)
+            or self._m.may_hold_any(sessions)
+        ):
             EvictionPolicy.insert_many(self, uids, now, pinned)
             return
         ghost, count, candidate = self._ghost, 0, not pinned
+        if not self._has_evicted:
+            self._enter_before_eviction(sessions, len(uids), candidate)
+            return
         if ghost.buckets().isdisjoint({a >> UNIT_BITS for a, _ in sessions}):  # no ghost: all S
             self._s.enter_runs(sessions, candidate)
             self._budget.grow(self._unit * len(uids))  # (distinct: runs were found)
@@ -129,6 +163,45 @@ class RunS3FIFO(S3FIFO):
                 to_s.append((a, s))
         self._s.enter_runs(to_s, candidate)
         self._budget.grow(self._unit * count)
+
+    def _shares_fixed(self) -> bool:
+        """Before the first eviction: do the queues' shares stay put while a batch enters (a
+        capacity was set), with no ghost to hit (G takes only victims)?"""
+        return self._budget.capacity is not None and not self._ghost
+
+    def _enter_before_eviction(
+        self, runs: list[tuple[int, int]], count: int, candidate: bool
+    ) -> None:
+        """``insert`` of the ``count`` uids of ``runs`` (none a member, G empty, the shares
+        fixed), in order, before the first eviction: each enters S while S's candidates are
+        below its share, else M; a pinned unit adds no candidate, so they all enter one queue."""
+        unit = self._unit
+        self._budget.grow(unit * count)
+        held, small = len(self._s) * unit, self._sizes()[0]
+        if held >= small:
+            to_s = 0
+        else:
+            to_s = min(count, -(-(small - held) // unit)) if candidate else count
+        if to_s == count:
+            self._s.enter_runs(runs, candidate)
+            return
+        if not to_s:
+            self._m.enter_runs(runs, candidate)
+            return
+        first: list[tuple[int, int]] = []  # the first ``to_s`` uids, for S; the others M's
+        rest: list[tuple[int, int]] = []
+        for a, s in runs:
+            if to_s >= s - a:
+                first.append((a, s))
+                to_s -= s - a
+            elif to_s:
+                first.append((a, a + to_s))
+                rest.append((a + to_s, s))
+                to_s = 0
+            else:
+                rest.append((a, s))
+        self._s.enter_runs(first, candidate)
+        self._m.enter_runs(rest, candidate)
 
     def _may_hold(self, run: tuple[int, int]) -> bool:
         """Might a uid of ``run`` (one session) be a member?"""
@@ -427,10 +500,13 @@ class RunS3FIFO(S3FIFO):
         return taken
 
     def _ghosts_among(self, uids: list[int]) -> bool:
-        buckets = self._ghost.buckets()
-        if buckets.isdisjoint(map(rshift, uids, repeat(UNIT_BITS))):
+        ghost = self._ghost
+        if not ghost:
             return False
-        return any(map(self._ghost.__contains__, uids))
+        sessions = split_at_sessions(_runs_of_list(uids))
+        if ghost.buckets().isdisjoint([a >> UNIT_BITS for a, _ in sessions]):
+            return False
+        return any(ghost.first_in(a, s) is not None for a, s in sessions if ghost.meets(a, s))
 
     def _evict_runs(self, n: int, now: float) -> list[tuple[int, int]]:
         """``evict`` ``n`` times: the victims as extents in eviction order (a pending plan's pinned

@@ -13,9 +13,10 @@ from twin_driver import OPS, PAGE, OneSizeView, TwinDriver
 
 from sim.policies import s3fifo_runs
 from sim.policies.base import PolicyContext
+from sim.policies.run_lists import distinct_runs
 from sim.policies.s3fifo import S3FIFO
 from sim.policies.s3fifo_runs import RunS3FIFO
-from sim.units import UNIT_BITS, Tier
+from sim.units import UNIT_BITS, Tier, extents_of
 
 
 def _s3fifo(says: bool, tier: Tier, capacity: int | None) -> S3FIFO:
@@ -93,3 +94,16 @@ def test_short_readings_of_the_counters_equal_s3fifo_per_unit(ops, capacity):
             twins.step(*op)
     finally:
         s3fifo_runs.FIRST_LOOK = kept
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.integers(0, 40), max_size=30), st.integers(0, 3))
+def test_runs_found_in_c_are_the_runs_of_the_list(uids, shift):
+    """``_runs_of_list`` and ``_distinct_runs`` (breaks found in C) against ``extents_of`` and
+    ``distinct_runs``: lists with repeats, runs, and uids of two sessions."""
+    uids = [u << (UNIT_BITS - 4) * (shift == 3) if u % 7 == 0 else u + shift for u in uids]
+    assert s3fifo_runs._runs_of_list(uids) == extents_of(uids)
+    assert s3fifo_runs._distinct_runs(uids) == distinct_runs(uids)
+    if uids:
+        r = range(min(uids), min(uids) + len(uids))
+        assert s3fifo_runs._distinct_runs(r) == distinct_runs(r) == [(r.start, r.stop)]
