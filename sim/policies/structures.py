@@ -448,7 +448,7 @@ class EntryOrder:
 # SweepOrder's state bytes: MEMBER | CAND | MARK; 0 is an entry whose member left.
 _MEMBER, _CAND, _MARK = 4, 1, 2
 _UNMARKED, _MARKED = _MEMBER | _CAND, _MEMBER | _CAND | _MARK  # the candidates' two states
-_UNMARKED_BYTE = bytes((_UNMARKED,))
+_UNMARKED_BYTE, _MEMBER_BYTE = bytes((_UNMARKED,)), bytes((_MEMBER,))
 
 
 def _table(pairs: dict[int, int]) -> bytes:
@@ -514,7 +514,10 @@ class SweepOrder:
 
     def __init__(self) -> None:
         self._entry_of: dict[int, array] = {}  # session -> page -> its last entry number
-        self._uid_at = array("q", (-1,))  # entry number -> uid (stale where the state is 0)
+        # entry number -> uid (stale where the state is 0); longer than the entry numbers (those
+        # of ``_state``): it grows by doubling, where an array's own growth (a sixteenth) would
+        # copy it again every few batches
+        self._uid_at = array("q", (-1,))
         self._state = bytearray(1)  # entry number -> MEMBER | CAND | MARK bits
         self._members = 0
         self._n = 0  # candidates
@@ -524,6 +527,13 @@ class SweepOrder:
     def _wrap_if_done(self) -> None:
         if not self.ahead:
             self.hand, self.ahead = 0, self._n
+
+    def _reserve(self, k: int) -> int:
+        """Make room in ``_uid_at`` for ``k`` more entry numbers; returns the first of them."""
+        first, uid_at = len(self._state), self._uid_at
+        if first + k > len(uid_at):
+            uid_at.frombytes(bytes(8 * max(first + k - len(uid_at), len(uid_at))))
+        return first
 
     # -- entry numbers by uid --------------------------------------------------------------------
     def _entry(self, uid: int) -> int:
@@ -569,6 +579,11 @@ class SweepOrder:
         pages, first, stop = one
         if type(uids) is range:
             return pages[first:stop]
+        if len(uids) >= 64:  # a long list (a session's pages, a unit each): one numpy gather
+            at = np.asarray(uids, dtype=np.int64) & UNIT_MASK
+            out = array("q")
+            out.frombytes(np.frombuffer(pages, dtype=np.int64)[at].view(np.uint8))
+            return out
         return list(map(pages.__getitem__, map(and_, uids, repeat(UNIT_MASK))))
 
     def _set_entries(self, uids, first_entry: int) -> None:
@@ -579,16 +594,21 @@ class SweepOrder:
             consume(map(self._set_entry, uids, entries))
         elif type(uids) is range:
             one[0][one[1] : one[2]] = _arange(first_entry, len(uids))
+        elif len(uids) >= 64:  # a long list: one numpy scatter
+            at = np.asarray(uids, dtype=np.int64) & UNIT_MASK
+            np.frombuffer(one[0], dtype=np.int64)[at] = np.arange(
+                first_entry, first_entry + len(uids), dtype=np.int64
+            )
         else:
             consume(map(one[0].__setitem__, map(and_, uids, repeat(UNIT_MASK)), entries))
 
-    def _runs(self, uids) -> list | None:
+    def _runs(self, uids, a: np.ndarray | None = None) -> list | None:
         """``uids`` as batches that each look up their entry numbers at once: itself when it is
         one session's, else its runs of consecutive uids (ranges, each within a session) when
         they are two units long or more on average (a page's layers; at a unit a page, itself,
-        unit by unit); None when a uid is listed twice."""
+        unit by unit); None when a uid is listed twice. ``a``: ``uids`` as numpy's, if made."""
         if type(uids) is not range and len(uids) >= 64 and uids[1] == uids[0] + 1:
-            runs = self._long_runs(uids)  # (a run at the start: most likely runs throughout)
+            runs = self._long_runs(uids, a)  # (a run at the start: most likely runs throughout)
             if runs is not None:
                 return runs if runs else None
         if not self._distinct(uids):
@@ -603,11 +623,12 @@ class SweepOrder:
         return runs
 
     @staticmethod
-    def _long_runs(uids) -> list | None:
+    def _long_runs(uids, a: np.ndarray | None = None) -> list | None:
         """``_runs`` of a long list whose runs of consecutive uids are long, found with numpy (a
         decode step's new pages at layer units: a page's layers a run): [] when a uid is listed
         twice (runs overlap); None when the runs are too short to pay (``_runs`` decides)."""
-        a = np.asarray(uids, dtype=np.int64)
+        if a is None:
+            a = np.asarray(uids, dtype=np.int64)
         breaks = np.flatnonzero(a[1:] - a[:-1] != 1) + 1
         if 2 * (len(breaks) + 1) > len(a):
             return None
@@ -641,8 +662,9 @@ class SweepOrder:
         """``uid`` enters at the newest end, unmarked (after the hand: this sweep reaches it)."""
         self.leave(uid)
         self._make_room_for(1)
-        self._set_entry(uid, len(self._uid_at))
-        self._uid_at.append(uid)
+        e = self._reserve(1)
+        self._set_entry(uid, e)
+        self._uid_at[e] = uid
         self._state.append(_UNMARKED if candidate else _MEMBER)
         self._members += 1
         self._n += candidate
@@ -654,25 +676,57 @@ class SweepOrder:
         new pages, a page's layers each a unit) goes as its runs of consecutive uids, each a
         slice of its session's page list."""
         uids = self._as_range(uids)
-        runs = self._runs(uids)
         k = len(uids)
+        if type(uids) is range and k >= 64 and self._enter_new_range(uids, candidate):
+            return
+        a = None  # a long list with runs: its numpy form, made once for the runs and the append
+        if type(uids) is list and k >= 64 and uids[1] == uids[0] + 1:
+            a = np.asarray(uids, dtype=np.int64)
+        runs = self._runs(uids, a)
         if runs is not None and len(runs) > 1:
             self._make_room_for(k)  # (a compaction changes no membership: checked after it)
             spans = self._unheld_spans(runs)
             if spans is not None:
-                entries, at = _arange(len(self._uid_at), k), 0  # each run's a slice of them
+                entries, at = _arange(len(self._state), k), 0  # each run's a slice of them
                 for pages, lo, hi in spans:
                     pages[lo:hi] = entries[at : at + hi - lo]
                     at += hi - lo
-                self._append(uids, candidate)
+                self._append(uids, candidate, a)
                 return
         elif runs is not None and not self._any_member(self._entries(uids)):
             self._make_room_for(k)
-            self._set_entries(uids, len(self._uid_at))
-            self._append(uids, candidate)
+            self._set_entries(uids, len(self._state))
+            self._append(uids, candidate, a)
             return
         for uid in uids:
             self.enter(uid, candidate)
+
+    def _enter_new_range(self, uids: range, candidate: bool) -> bool:
+        """``enter_many`` of a long range of one session's uids none of which is a member (a
+        session's history coming in): their entry numbers and uids are aranges written with
+        numpy, with no copy through bytes. False (nothing entered) when it is not that case."""
+        if uids.step != 1 or uids.start >> UNIT_BITS != (uids.stop - 1) >> UNIT_BITS:
+            return False
+        k = len(uids)
+        self._make_room_for(k)  # (first: a compaction may forget the session's page list)
+        one = self._pages_of(uids)
+        assert one is not None
+        pages, lo, stop = one
+        held = np.frombuffer(pages, dtype=np.int64)[lo:stop]  # (a view: no resize while held)
+        if held.any() and np.frombuffer(self._state, dtype=np.uint8)[held].any():
+            return False  # a member among them: ``enter_many``'s other forms
+        first = self._reserve(k)
+        entries = np.arange(first, first + k, dtype=np.int64)
+        held[:] = entries
+        del held
+        entries += uids.start - first  # (now the uids)
+        np.frombuffer(self._uid_at, dtype=np.int64)[first : first + k] = entries
+        self._state += (_UNMARKED_BYTE if candidate else _MEMBER_BYTE) * k
+        self._members += k
+        if candidate:
+            self._n += k
+            self.ahead += k
+        return True
 
     def _unheld_spans(self, runs: list[range]) -> list[tuple[array, int, int]] | None:
         """Each run's (page list, first page, stop), or None if a uid of a run is a member."""
@@ -686,10 +740,17 @@ class SweepOrder:
             spans.append(one)
         return spans
 
-    def _append(self, uids, candidate: bool) -> None:
-        """``uids`` (their entry numbers set) take the next entry numbers."""
+    def _append(self, uids, candidate: bool, a: np.ndarray | None = None) -> None:
+        """``uids`` (their entry numbers set) take the next entry numbers; ``a``: ``uids`` as
+        numpy's, if made (copied as bytes, not converted uid by uid)."""
         k = len(uids)
-        self._uid_at.extend(_arange(uids.start, k) if type(uids) is range else uids)
+        first = self._reserve(k)
+        if a is not None:
+            np.frombuffer(self._uid_at, dtype=np.int64)[first : first + k] = a
+        else:
+            self._uid_at[first : first + k] = (
+                _arange(uids.start, k) if type(uids) is range else array("q", uids)
+            )
         self._state.extend(bytes((_UNMARKED if candidate else _MEMBER,)) * k)
         self._members += k
         if candidate:
@@ -708,7 +769,7 @@ class SweepOrder:
     def _make_room_for(self, k: int) -> None:
         """Compact before ``k`` members enter if the members that left would then hold seven
         eighths of the entry numbers (and more than a few thousand)."""
-        if len(self._uid_at) - 1 + k >= 8 * (self._members + k) + self.compact_slack:
+        if len(self._state) - 1 + k >= 8 * (self._members + k) + self.compact_slack:
             self._compact()
 
     # -- marks and pins --------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from sim.units import extents_of, uid_of
 
 class EagerSweepOrder(SweepOrder):
     def _make_room_for(self, k: int) -> None:
-        if len(self._uid_at) - 1 > self._members:  # any member left: compact
+        if len(self._state) - 1 > self._members:  # any member left: compact
             self._compact()
 
 
@@ -232,7 +232,7 @@ def test_compaction_with_its_slack_keeps_the_hand_among_the_members():
     ]
     order = SweepOrder()
     _run(ops, order)
-    assert len(order._uid_at) < 8000
+    assert len(order._state) < 8000
 
 
 def test_a_long_release_of_scattered_entries_after_a_compaction():
