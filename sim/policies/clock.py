@@ -29,12 +29,14 @@ follows adds nothing.
 
 from __future__ import annotations
 
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from itertools import chain, starmap
+from operator import sub
 
 import numpy as np
 
 from sim.policies.base import EvictionPolicy
+from sim.policies.reference_bits import ReferenceBits
 from sim.policies.registry import register
 from sim.policies.run_order import RunOrder
 from sim.units import extents_of, join_extents
@@ -78,7 +80,7 @@ class Clock(EvictionPolicy):
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
         self._order = RunOrder()
-        self._referenced: set[int] = set()  # members (pinned or not) whose bit is set
+        self._referenced = ReferenceBits()  # members (pinned or not) whose bit is set
         self._plan: tuple[list[int], list[int]] | None = None  # for the next eviction
         self._planned: list[int] | None = None  # pinned uids the last eviction entered by plan
 
@@ -100,9 +102,12 @@ class Clock(EvictionPolicy):
             runs = [(uids.start, uids.stop)]
         else:
             runs = None
-        # only members have a bit set: new units (past their session's runs) need no look-up
-        if self._referenced and (runs is None or any(starmap(self._order.may_hold, runs))):
-            self._referenced.difference_update(uids)
+        if self._referenced:  # (a run's bits clear as a slice)
+            if runs is None:
+                self._referenced.difference_update(uids)
+            else:
+                for a, s in runs:
+                    self._referenced.clear_run(a, s)
         if runs is None:
             self._order.enter_many(uids, candidate=not pinned)
         else:
@@ -128,7 +133,11 @@ class Clock(EvictionPolicy):
 
     def acquire(self, uids, now: float) -> None:
         uids = _sequence(uids)
-        self._referenced.update(self._order.members_among(uids))
+        members = self._order.members_among(uids)
+        if type(uids) is range and len(members) == len(uids):  # a stretch of members: a slice
+            self._referenced.set_run(uids.start, uids.stop)
+        else:
+            self._referenced.update(members)
         self._order.discard_all(uids)
 
     def release(self, uids, now: float) -> None:
@@ -157,9 +166,8 @@ class Clock(EvictionPolicy):
         referenced, look = self._referenced, max(FIRST_LOOK, 2 * k)
         while True:
             stop = min(s, a + look)
-            hits = referenced.intersection(range(a, stop))
-            if stop == s or stop - a - len(hits) >= k:
-                return stop, sorted(hits)
+            if stop == s or stop - a - referenced.count_in(a, stop) >= k:
+                return stop, referenced.set_in(a, stop)
             look *= 2
 
     def _turn(
@@ -226,7 +234,8 @@ class Clock(EvictionPolicy):
         in order; returns how many."""
         want, order, referenced = k, self._order, self._referenced
         while k > 0:
-            k -= order.pop_unmarked(k, referenced, out)  # no bit to read: runs go at once
+            # no bit to read (no bit of the run's session set): runs go at once
+            k -= order.pop_unmarked(k, referenced, out, referenced.sessions)
             if not k:
                 break
             got = self._turn(k, out)
@@ -252,10 +261,15 @@ class Clock(EvictionPolicy):
         (uids, before), self._plan = self._plan, None
         self._planned = uids
         out: list[tuple[int, int]] = []
-        chances: list[tuple[int, int]] = []  # (victims before it, unit), in the hand's order
+        # the held second chances in the hand's order, and the victims before each (never fewer
+        # than before the one ahead: a bisection finds where the plan's units go among them)
+        chances: list[int] = []
+        before_chance: list[int] = []
         taken = entered = 0  # victims; plan units entered
         while taken < k:
-            taken += self._order.pop_unmarked(k - taken, self._referenced, out)
+            taken += self._order.pop_unmarked(
+                k - taken, self._referenced, out, self._referenced.sessions
+            )
             if taken == k:
                 break
             held: list[tuple[int, list[int]]] = []
@@ -263,14 +277,15 @@ class Clock(EvictionPolicy):
             if got is None:
                 if not chances:
                     break
-                entered = self._enter_planned(uids, before, entered, chances, taken)
-                chances = []
+                entered = self._enter_planned(uids, before, entered, chances, before_chance, taken)
+                chances, before_chance = [], []
                 continue
-            for a, again in held:
-                chances += [(taken + h - a - i, h) for i, h in enumerate(again)]
+            for a, again in held:  # (the i-th unit of ``again`` follows h - a - i victims)
+                before_chance += map(sub, again, range(a - taken, a - taken + len(again)))
+                chances += again
             taken += got
         last = max(k, before[-1]) if before else k  # (every plan unit enters by the end)
-        self._enter_planned(uids, before, entered, chances, last)
+        self._enter_planned(uids, before, entered, chances, before_chance, last)
         return join_extents(out) if len(out) > 1 else out
 
     def _enter_planned(
@@ -278,18 +293,20 @@ class Clock(EvictionPolicy):
         uids: list[int],
         before: list[int],
         i: int,
-        chances: list[tuple[int, int]],
+        chances: list[int],
+        before_chance: list[int],
         taken: int,
     ) -> int:
-        """Enter the held second ``chances`` and the plan's units from ``i`` on that follow at most
-        ``taken`` victims, as one step at a time orders them: a unit sent round after ``v``
-        victims comes after the plan's units with ``before <= v`` and before the others. Returns
-        the index of the first plan unit not entered."""
+        """Enter the held second ``chances`` (``before_chance`` victims before each) and the
+        plan's units from ``i`` on that follow at most ``taken`` victims, as one step at a time
+        orders them: a unit sent round after ``v`` victims comes after the plan's units with
+        ``before <= v`` and before the others. Returns the index of the first plan unit not
+        entered."""
         order, referenced = self._order, self._referenced
         n, j, m = len(uids), 0, len(chances)
         starts = _run_starts(uids)
         while True:
-            v = chances[j][0] if j < m else taken
+            v = before_chance[j] if j < m else taken
             stop = bisect_right(before, v, i)
             if stop > i:
                 if starts is None:
@@ -299,17 +316,16 @@ class Clock(EvictionPolicy):
                     order.enter_many(group, candidate=False)
                 else:  # (only members have a bit set: new pages need no look-up)
                     runs = _slice_runs(uids, starts, i, stop)
-                    if referenced and any(starmap(order.may_hold, runs)):
-                        referenced.difference_update(uids[i:stop])
+                    if referenced:
+                        for a, s in runs:
+                            referenced.clear_run(a, s)
                     order.enter_runs(runs, candidate=False)
                 i = stop
             if j == m:
                 return i
             nxt = before[i] if i < n else taken + 1
-            back = j
-            while j < m and chances[j][0] < nxt:
-                j += 1
-            order.enter_many([h for _, h in chances[back:j]])
+            back, j = j, bisect_left(before_chance, nxt, j)
+            order.enter_many(chances[back:j])
 
     def evict(self, now: float) -> int | None:
         got = self._victims(1)
