@@ -57,7 +57,8 @@ from bisect import bisect_left, insort
 
 import numpy as np
 
-from sim.policies.kinetic import INF
+from sim.policies.base import EvictionPolicy
+from sim.policies.kinetic import INF, KineticPolicy
 from sim.policies.pensieve import PensievePhysics, _dropped_from, is_run, uid_array
 from sim.policies.registry import register
 from sim.units import UNIT_BITS, UNIT_MASK, Tier, UnitView
@@ -150,6 +151,18 @@ def _with(members: list[int] | range, uid: int) -> list[int] | range:
     return out
 
 
+def _layers_of(view) -> int:
+    """The layers of a page's units, 0 where a unit holds all layers (or there are no pages)."""
+    if isinstance(view, UnitView) and not view.per_session and view.layers > 1:
+        return view.layers
+    return 0
+
+
+def _shares_depth(ctx) -> bool:
+    """Depth is shared only between the layer units of one page, in a tier whose victims drop."""
+    return bool(_layers_of(ctx.view)) and _dropped_from(ctx, ctx.view.page_bytes)
+
+
 @register("pensieve-depth")
 class PensieveDepth(PensievePhysics):
     """evict the lowest recovery cost at the tier it goes to (drops share a page's depth) / idle time
@@ -165,16 +178,15 @@ class PensieveDepth(PensievePhysics):
     # first at once (tests turn it off to compare).
     takes_runs = True
 
+    def __new__(cls, ctx):
+        if cls is PensieveDepth and not _shares_depth(ctx):
+            cls = _NoDrops
+        return super().__new__(cls)
+
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
-        view = self.view
-        # Depth is shared only between the layer units of one page, in a tier whose victims drop.
-        self._layers = (
-            view.layers
-            if isinstance(view, UnitView) and not view.per_session and view.layers > 1
-            else 0
-        )
-        self._drops = bool(self._layers) and _dropped_from(ctx, view.page_bytes)
+        self._layers = _layers_of(self.view)
+        self._drops = _shares_depth(ctx)
         self._pending: dict[int, int] = {}  # page's first uid -> deepest layer dropped this call
         self._busy = False  # inside evict / evict_bytes / take_in: one call, its pending drops
         self._r_memo: dict[tuple[int, int], float] = {}
@@ -604,3 +616,26 @@ class PensieveDepth(PensievePhysics):
             return super().take_in(uids, free_bytes, now)
         finally:
             self._done()
+
+
+class _NoDrops(PensieveDepth):
+    """pensieve-depth where no depth is shared (the copy tier, units of all layers, no pages):
+    ``pensieve-physics``, whose batches it takes too (a decode span's victims chosen at each
+    step's start, ``grows_by_time``; evictions as the tournament's ``pop_many``). Made in place of
+    ``PensieveDepth`` for such a tier."""
+
+    grows_by_time = True
+    uids_by_session = True
+    unit_cost = PensievePhysics.unit_cost
+    unit_costs = PensievePhysics.unit_costs
+    evict = EvictionPolicy.evict
+    evict_bytes = KineticPolicy.evict_bytes
+    take_in = KineticPolicy.take_in
+    release = KineticPolicy.release
+    acquire = KineticPolicy.acquire
+    remove_many = KineticPolicy.remove_many
+    access = KineticPolicy.access
+    _add = KineticPolicy._add
+    _discard = KineticPolicy._discard
+    __len__ = KineticPolicy.__len__
+    __contains__ = KineticPolicy.__contains__

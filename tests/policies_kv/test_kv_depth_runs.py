@@ -203,3 +203,59 @@ def test_consecutive_tail_is_the_plain_count(uids, n):
     while k < min(n, len(uids)) and uids[-k - 1] == uids[-k] - 1:
         k += 1
     assert _consecutive_tail(uids, n) == k
+
+
+NO_DROPS_OPS = st.lists(
+    st.tuples(
+        st.sampled_from(["release", "turn", "evict", "extents", "one"]),
+        st.integers(0, 2),  # session
+        st.sampled_from([0.0, 0.5, 3.0]),  # time passing before it
+        st.integers(0, 1 << 20),  # how many
+    ),
+    min_size=1,
+    max_size=40,
+)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.sampled_from([(1, False), (1, True), (4, True)]), NO_DROPS_OPS)
+def test_no_drop_tiers_are_pensieve_physics(tier, ops):
+    # Where no depth is shared (units of all layers; the copy tier, with a CPU tier that holds a
+    # unit) pensieve-depth is made as pensieve-physics with its batches: the same victims.
+    from sim.policies import make_policy
+    from sim.policies.pensieve import PensievePhysics
+
+    layers, copy_tier = tier
+    worlds = []
+    for name in ("pensieve-depth", "pensieve-physics"):
+        kv = [SessionKV(i, f"s{i}", 0) for i in range(3)]
+        for s in kv:
+            s.tokens = 3 * BT
+            s.tier = bytearray([Tier.GPU]) * (s.pages(BT) * layers)
+        view = UnitView(kv, UNIT, layers=layers)
+        cpu = 1 << 30 if copy_tier else None
+        ctx = PolicyContext(Tier.GPU, BT, COST.model.num_layers, view, COST, cpu)
+        worlds.append((kv, make_policy(name, ctx)))
+    pol = worlds[0][1]
+    assert isinstance(pol, PensieveDepth) and not pol._drops
+    assert type(pol).grows_by_time and type(pol).evict_bytes is PensievePhysics.evict_bytes
+    now = 0.0
+    for kind, si, dt, pick in ops:
+        now += dt
+        outs = []
+        for kv, pol in worlds:
+            units = range(uid_of(si, 0), uid_of(si, len(kv[si].tier)))
+            kv[si].last_access_s = now
+            out: object = None
+            if kind == "release":
+                pol.release(units, now)
+            elif kind == "turn":
+                pol.acquire(units, now)
+            elif kind == "evict":
+                out = pol.evict_bytes((1 + pick % 9) * UNIT, now)
+            elif kind == "extents":
+                out = pol.evict_extents((1 + pick % 9) * UNIT, now)
+            else:
+                out = pol.evict(now)
+            outs.append((out, len(pol)))
+        assert outs[0] == outs[1]
