@@ -23,8 +23,10 @@ import os
 import signal
 import sys
 import threading
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -45,11 +47,24 @@ class PointResult:
     point: GridPoint
     labels: dict[str, Any]  # GridPoint.labels(): the grid columns
     summary: dict[str, Any]  # sim.metrics.summarize() row (no labels)
-    turns: pd.DataFrame  # per-turn ledger, label columns first
+    turns: pd.DataFrame | None  # per-turn ledger, label columns first (None: in turns_file)
     sessions: pd.DataFrame  # sim.metrics.session_table(), label columns first
     steps: tuple[str, ...] = ()  # the step log as JSON lines, when the point asks for it
     # a cluster point: each replica's summary row, as a run of its own (``replica`` first)
     replicas: tuple[dict[str, Any], ...] = ()
+    # a point run with a ledger folder: its ledger on disk (rows by (session_id, turn), without
+    # the labels; ``sim.ledger_spool.LedgerFile``), in place of ``turns``
+    turns_file: str | None = None
+
+    def ledger(self) -> pd.DataFrame:
+        """The per-turn ledger with the labels, read from ``turns_file`` where it is on disk (for
+        small runs and tests: the whole ledger in memory)."""
+        if self.turns is not None:
+            return self.turns
+        assert self.turns_file is not None
+        from sim.ledger_spool import LedgerFile
+
+        return _with_labels(LedgerFile(self.turns_file).frame(), self.labels)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -147,9 +162,18 @@ def _count_turns(spec: TraceSpec, source: str) -> int:
 
 
 def run_point(
-    index: int, point: GridPoint, debug: bool = False, progress: Callable[[int], None] | None = None
+    index: int,
+    point: GridPoint,
+    debug: bool = False,
+    progress: Callable[[int], None] | None = None,
+    ledger_dir: str | os.PathLike | None = None,
 ) -> PointResult:
-    """Simulate one grid point in this process. Any failure becomes a PointError naming it."""
+    """Simulate one grid point in this process. Any failure becomes a PointError naming it.
+    With ``ledger_dir``, a kvsim-engine point without a cluster writes its ledger there as it runs
+    (``sim.simulate_to_file``) and the result names the file (``turns_file``) instead of holding
+    it; a cluster or vllm-v1 point keeps its ledger in memory."""
+    spooled = ledger_dir is not None and point.cluster is None and point.engine.kind != "vllm-v1"
+    files: list[Path] = []
     try:
         import costmodels
         import sim
@@ -186,11 +210,7 @@ def run_point(
 
                 log = KvsimStepLog(emit)
             hook = {"on_iteration": log} if log is not None else {}
-            result = sim.simulate(
-                sessions,
-                cost,
-                point.memory,
-                point.engine,
+            options: dict[str, Any] = dict(
                 policy=point.policy,
                 seed=point.seed,
                 debug=debug,
@@ -199,28 +219,73 @@ def run_point(
                 sparse=point.sparse,
                 **hook,
             )
+            if spooled:
+                assert ledger_dir is not None
+                files = _ledger_files(ledger_dir, index)
+                from sim.run import simulate_to_file
+
+                result = simulate_to_file(
+                    files[0], sessions, cost, point.memory, point.engine, **options
+                )
+            else:
+                result = sim.simulate(sessions, cost, point.memory, point.engine, **options)
             if log is not None:
                 log.close()
         labels = point.labels()
         sessions = session_table(result)
         summary = summarize(result, sessions, point.slo)
         layers = costmodels.get_model(point.model).num_layers
-        summary.update(budget_quality(result, point.budget, layers, point.seed))
+        summary.update(
+            budget_quality(_quality_view(result, point.budget), point.budget, layers, point.seed)
+        )
         summary.update(extra)
+        turns_file = None
+        if spooled:  # the ledger in simulate's row order, the spool's completion order gone
+            turns_file = str(result.ledger.write_sorted(files[1]).path)
+            files[0].unlink()
         return PointResult(
             index=index,
             point=point,
             labels=labels,
             summary=summary,
-            turns=_with_labels(result.turns, labels),
+            turns=None if spooled else _with_labels(result.turns, labels),
             sessions=_with_labels(sessions, labels),
             steps=tuple(steps),
             replicas=tuple({**labels, **row} for row in per_replica),
+            turns_file=turns_file,
         )
-    except Exception as exc:
+    except BaseException as exc:
+        for path in files:  # nothing half-done is left in the ledger folder
+            path.unlink(missing_ok=True)
+        if not isinstance(exc, Exception):
+            raise
         raise PointError(
             f"grid point {index} ({point.describe()}) failed: {type(exc).__name__}: {exc}"
         ) from exc
+
+
+def _ledger_files(ledger_dir: str | os.PathLike, index: int) -> list[Path]:
+    """A point's two ledger files in ``ledger_dir``, under a name of its own (a rerun after an
+    interruption never meets a file of the run before): the spool, in completion order, and the
+    ledger sorted as ``simulate``'s."""
+    folder = Path(ledger_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    stem = f"point-{index}-{uuid.uuid4().hex[:12]}"
+    return [folder / f"{stem}.spool.parquet", folder / f"{stem}.turns.parquet"]
+
+
+def _quality_view(result: Any, budget: Any) -> Any:
+    """What ``sim.quality.budget_quality`` reads of a run: a budgeted point's ``turns`` with its
+    session ids, turn indices and history lengths (a spooled run's read from its file: those
+    columns alone); full KV reads nothing."""
+    from sim.ledger_spool import SpooledResult
+    from sim.results import SimResult
+
+    if budget.capacity is None or not isinstance(result, SpooledResult):
+        return result
+    columns = ("session_id", "turn", "history_tokens")
+    turns = pd.DataFrame({c: result.ledger.column(c) for c in columns}, columns=list(columns))
+    return SimResult(turns=turns, stats=result.stats, labels=result.labels)
 
 
 def _simulate_cluster(
@@ -406,10 +471,16 @@ def run_points(
     show_progress: bool = True,
     source: str = "<experiment>",
     on_result: Callable[[PointResult], None] | None = None,
+    ledger_dir: str | os.PathLike | None = None,
 ) -> list[PointResult]:
     """Run every point and return results in the order of ``points``. A trace that fails to load
     raises ConfigError naming ``source`` and the trace's key before anything runs. ``on_result``
-    hears of each point as soon as it is done (a checkpoint), whatever the executor."""
+    hears of each point as soon as it is done (a checkpoint), whatever the executor.
+
+    ``ledger_dir``: a folder for the points' ledgers (``run_point``): each point's result then
+    names its file instead of holding its ledger, in this process and in local workers alike. A
+    Ray worker may run on another machine, whose disk this process cannot read: Ray points hand
+    their ledgers back in memory, as without ``ledger_dir``."""
     done = on_result or (lambda result: None)
     counts = {
         spec.key: _count_turns(spec, source) for spec in dict.fromkeys(p.trace for p in points)
@@ -420,8 +491,8 @@ def run_points(
         if executor.kind == "ray":
             return _run_ray(points, executor, debug, bar, expected, source, done)
         if executor.workers == 1 or len(points) == 1:
-            return _run_inline(points, debug, bar, expected, done)
-        return _run_pool(points, executor.workers, debug, bar, expected, done)
+            return _run_inline(points, debug, bar, expected, done, ledger_dir)
+        return _run_pool(points, executor.workers, debug, bar, expected, done, ledger_dir)
     finally:
         bar.close()
 
@@ -448,7 +519,7 @@ class _NoBar:
         pass
 
 
-def _run_inline(points, debug, bar, expected, done) -> list[PointResult]:
+def _run_inline(points, debug, bar, expected, done, ledger_dir=None) -> list[PointResult]:
     out = []
     for i, p in enumerate(points):
         reported = [0]
@@ -457,13 +528,15 @@ def _run_inline(points, debug, bar, expected, done) -> list[PointResult]:
             reported[0] += n
             bar.update(n)
 
-        out.append(run_point(i, p, debug, progress))
+        out.append(run_point(i, p, debug, progress, ledger_dir))
         done(out[-1])
         bar.update(max(0, expected[i] - reported[0]))  # rejected turns are never reported
     return out
 
 
-def _run_pool(points, workers, debug, bar, expected, done_hook) -> list[PointResult]:
+def _run_pool(
+    points, workers, debug, bar, expected, done_hook, ledger_dir=None
+) -> list[PointResult]:
     results: list[PointResult | None] = [None] * len(points)
     reported = [0] * len(points)
 
@@ -479,13 +552,25 @@ def _run_pool(points, workers, debug, bar, expected, done_hook) -> list[PointRes
 
     from experiments.worker_pool import WorkerDied, run_tasks  # here: one worker needs no pool
 
-    tasks = [(i, p, debug) for i, p in enumerate(points)]
+    tasks = [(i, p, debug, ledger_dir) for i, p in enumerate(points)]
     try:
-        run_tasks(run_point, tasks, workers, on_result, on_progress)
+        run_tasks(_pool_task, tasks, workers, on_result, on_progress)
     except WorkerDied as exc:
         i = exc.index
         raise PointError(f"grid point {i} ({points[i].describe()}) failed: {exc}") from exc
     return results  # type: ignore[return-value]
+
+
+def _pool_task(
+    index: int,
+    point: GridPoint,
+    debug: bool,
+    ledger_dir: str | os.PathLike | None,
+    progress: Callable[[int], None],
+) -> PointResult:
+    """A local worker's point (``worker_pool.run_tasks`` passes ``progress`` last): its ledger
+    written to ``ledger_dir``, on the disk the calling process reads."""
+    return run_point(index, point, debug, progress, ledger_dir)
 
 
 def _ray_task(index: int, point: GridPoint, debug: bool) -> PointResult:

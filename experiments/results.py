@@ -8,7 +8,8 @@ new one is in place).
 Files: summary.csv (one row per grid point: grid labels, every ``sim.metrics.summarize`` column,
 ``throughput_impact`` when an infinite-memory baseline ran, then one ``pass_*`` column per target of
 the experiment's ``targets``: True, False, or empty for an offline policy (``experiments.targets``)),
-turns.parquet and sessions.parquet (ledgers with the grid labels), replicas.csv (a cluster run: one
+turns.parquet and sessions.parquet (ledgers with the grid labels; turns.parquet is written a point
+and a row group at a time, ``experiments.turns_file``), replicas.csv (a cluster run: one
 row per grid point and replica, that replica's summary as a run of its own), config.resolved.yaml,
 plots/*.png (or .pdf, .svg).
 """
@@ -33,6 +34,7 @@ from experiments.executor import PointResult, TraceInfo
 from experiments.plot_points import NO_FIGURES, drawable_points
 from experiments.schema import ALL_LABEL_COLUMNS, LABEL_COLUMNS, Experiment
 from experiments.targets import DEFAULT_TARGETS, is_offline, judge
+from experiments.turns_file import combined_frame, figure_turns, write_turns
 from experiments.version import kvsim_version
 from sim.metrics import SUMMARY_COLUMNS
 
@@ -50,10 +52,16 @@ class ResultTables:
     """Everything a run produced, as tables."""
 
     summary: pd.DataFrame  # one row per grid point
-    turns: pd.DataFrame  # all per-turn ledgers, label columns first
+    points: tuple[PointResult, ...]  # each point's ledger, in memory or on disk, in grid order
     sessions: pd.DataFrame  # all session tables, label columns first
     steps: tuple[str, ...] = ()  # every point's step log (JSON lines), when asked for
     replicas: pd.DataFrame | None = None  # a cluster run: one row per (grid point, replica)
+
+    @property
+    def turns(self) -> pd.DataFrame:
+        """All per-turn ledgers, label columns first: turns.parquet's rows, the whole of them in
+        memory (small runs and tests; ``write_results`` writes them a row group at a time)."""
+        return combined_frame(self.points)
 
 
 @dataclass(frozen=True)
@@ -69,8 +77,9 @@ def collect(
     targets: Mapping[str, float | None] | None = DEFAULT_TARGETS,
 ) -> ResultTables:
     """Build the summary table (with throughput impact against gpu_kv_gb = inf rows, when there are
-    any, and a pass_* column per target of ``targets``, None: none) and concatenate the ledgers, in
-    the order of ``results``."""
+    any, and a pass_* column per target of ``targets``, None: none) and concatenate the session
+    tables, in the order of ``results``; the ledgers stay where the points left them (in memory or
+    on disk) until ``write_results`` writes them."""
     rows = [{**r.labels, **r.summary} for r in results]
     _add_throughput_impact(rows)
     offline: dict[str, bool] = {}
@@ -81,7 +90,6 @@ def collect(
         verdicts = judge(row, targets, offline=offline[policy])
         row.update({f"pass_{k}": v for k, v in verdicts.items()})
     summary = pd.DataFrame(rows, columns=_summary_columns(rows))
-    turns = pd.concat([r.turns for r in results], ignore_index=True) if results else pd.DataFrame()
     sessions = (
         pd.concat([r.sessions for r in results], ignore_index=True) if results else pd.DataFrame()
     )
@@ -90,7 +98,7 @@ def collect(
     replicas = (
         pd.DataFrame(per_replica, columns=_replica_columns(per_replica)) if per_replica else None
     )
-    return ResultTables(summary, turns, sessions, steps, replicas)
+    return ResultTables(summary, tuple(results), sessions, steps, replicas)
 
 
 def _replica_columns(rows: list[dict[str, Any]]) -> list[str]:
@@ -171,7 +179,7 @@ def write_results(
     try:
         _usual_permissions(tmp)  # mkdtemp's 0700 would become the results folder's
         tables.summary.to_csv(tmp / SUMMARY_FILE, index=False)
-        tables.turns.to_parquet(tmp / TURNS_FILE, index=False)
+        write_turns(tables.points, tmp / TURNS_FILE)
         tables.sessions.to_parquet(tmp / SESSIONS_FILE, index=False)
         if tables.replicas is not None:
             tables.replicas.to_csv(tmp / REPLICAS_FILE, index=False)
@@ -187,10 +195,11 @@ def write_results(
         notes: list[str] = []
         plots = []
         fmts = [plot_format] if isinstance(plot_format, str) else list(plot_format)
+        turns = _figure_turns(tables.summary, tmp / TURNS_FILE)
         for i, fmt in enumerate(fmts):
             drawn = _draw(
                 tables.summary,
-                tables.turns,
+                turns,
                 tmp / PLOTS_DIR,
                 notes if i == 0 else [],  # the same data: the same notes, once
                 experiment.thresholds(),
@@ -214,6 +223,17 @@ def _usual_permissions(folder: Path) -> None:
     mode = stat.S_IMODE(probe.stat().st_mode)
     probe.rmdir()
     os.chmod(folder, mode)
+
+
+def _figure_turns(summary: pd.DataFrame, path: Path) -> pd.DataFrame:
+    """The turns the figures read, from the turns.parquet just written: the TTFT figure's columns
+    alone (its facets' labels, the policy, the capacity and the TTFT), nothing when no figure can
+    be drawn."""
+    if drawable_points(summary).empty:
+        return pd.DataFrame()
+    from experiments.plots import FACET_DIMS
+
+    return figure_turns(path, [*FACET_DIMS, "policy", "gpu_kv_gb", "ttft_s"])
 
 
 def _draw(

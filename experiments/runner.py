@@ -115,6 +115,7 @@ def _run_experiment(
             show_progress=show_progress,
             source=experiment.source,
             on_result=ckpt.save,
+            ledger_dir=ckpt.dir,  # each point's ledger on disk beside its checkpoint
         )
         if todo
         else []

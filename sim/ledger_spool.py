@@ -14,6 +14,8 @@ and float64 as the in-memory ledger holds them, session ids as strings.
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -156,6 +158,54 @@ class LedgerFile:
         ids = np.empty(len(names), dtype=object)
         ids[:] = names.take(pa.array(by_name)).to_pylist()
         return ids, ranks
+
+    def write_sorted(
+        self, path: str | os.PathLike, rows_per_group: int = ROWS_PER_GROUP
+    ) -> LedgerFile:
+        """The ledger again at ``path``, its rows by (session_id, turn): ``simulate``'s order. A
+        column at a time is read whole, reordered and put in a raw file beside ``path``; the
+        row groups are then read back from those. So at most a few columns of 8 bytes a row are
+        in memory (under a tenth of the ledger), never the whole ledger. The file appears only
+        once complete, as the spool's does."""
+        path = Path(path)
+        part = path.with_name(path.name + ".part")
+        scratch = Path(tempfile.mkdtemp(prefix=f".{path.name}.cols-", dir=path.parent))
+        try:
+            ids, sorted_ranks = self._reordered_columns(scratch)
+            with pq.ParquetWriter(part, LEDGER_SCHEMA, use_dictionary=["session_id"]) as out:
+                for at in range(0, self._rows, rows_per_group):
+                    end = min(at + rows_per_group, self._rows)
+                    arrays = [
+                        pa.array(ids[sorted_ranks[at:end]], type=pa.string())
+                        if c == "session_id"
+                        else np.fromfile(
+                            scratch / c,
+                            dtype=TURN_DTYPES[c],
+                            count=end - at,
+                            offset=at * 8,  # every numeric column is 8 bytes a row
+                        )
+                        for c in TURN_COLUMNS
+                    ]
+                    out.write_table(pa.Table.from_arrays(arrays, schema=LEDGER_SCHEMA))
+            os.replace(part, path)
+        except BaseException:
+            part.unlink(missing_ok=True)
+            raise
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+        return LedgerFile(path)
+
+    def _reordered_columns(self, scratch: Path) -> tuple[np.ndarray, np.ndarray]:
+        """Each numeric column in (session_id, turn) order, as a raw file ``scratch/<column>``;
+        returns the sorted distinct ids and each sorted row's index into them."""
+        ids, ranks = self.session_ranks()
+        order = np.lexsort((self.column("turn"), ranks))
+        sorted_ranks = ranks[order]
+        del ranks
+        for c in TURN_COLUMNS:
+            if c != "session_id":
+                self.column(c)[order].tofile(scratch / c)
+        return ids, sorted_ranks
 
     def frame(self) -> pd.DataFrame:
         """The whole ledger in memory, rows by (session_id, turn): the frame ``simulate`` returns

@@ -28,12 +28,14 @@ def fake_backend(monkeypatch):
     """Replace the trace loader, cost model and simulator with exp_fakes (in this process only)."""
     import costmodels
     import sim
+    import sim.run
     import traces
     from experiments import executor
 
     monkeypatch.setattr(traces, "load_trace", exp_fakes.fake_load_trace, raising=False)
     monkeypatch.setattr(costmodels, "cost_model", exp_fakes.fake_cost_model, raising=False)
     monkeypatch.setattr(sim, "simulate", exp_fakes.fake_simulate)
+    monkeypatch.setattr(sim.run, "simulate_to_file", exp_fakes.fake_simulate_to_file)
     monkeypatch.setattr(executor, "_TRACES", {})
     monkeypatch.setattr(executor, "_TIMED", {})
     monkeypatch.setattr(executor, "_COSTS", {})

@@ -168,3 +168,18 @@ def fake_simulate(
         wall_s=0.01,
     )
     return SimResult(turns=pd.DataFrame(rows, columns=list(TURN_COLUMNS)), stats=stats)
+
+
+def fake_simulate_to_file(path, sessions, cost, memory, engine=None, **options):
+    """``fake_simulate``'s run with its ledger written to ``path`` as ``sim.simulate_to_file``
+    writes one (the columns it leaves out hold 0)."""
+    from sim.ledger_spool import LedgerSpool, SpooledResult
+    from sim.results import TURN_DTYPES, run_labels
+
+    result = fake_simulate(sessions, cost, memory, engine, **options)
+    turns = result.turns.fillna({c: 0 for c, t in TURN_DTYPES.items() if t == "int64"})
+    spool = LedgerSpool(path)
+    for row in turns.astype(TURN_DTYPES).itertuples(index=False):
+        spool.append(*row)
+    labels = run_labels(options.get("policy", "lru"), memory, options.get("seed", 0))
+    return SpooledResult(spool.close(), result.stats, labels)

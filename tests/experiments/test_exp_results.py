@@ -138,9 +138,13 @@ def test_failure_while_writing_leaves_no_out_folder(fake_backend, tiny_yaml, tmp
     with pytest.raises(RuntimeError, match="plotting failed"):
         run_experiment(load_experiment(tiny_yaml), out, show_progress=False)
     assert not out.exists()
-    # the temporary folder is gone; the finished points wait in out.partial for a rerun
+    # the temporary folder is gone; the finished points wait in out.partial for a rerun, each
+    # a checkpoint and its ledger, nothing half-written
     assert sorted(p.name for p in tmp_path.iterdir()) == ["exp.yaml", "out.partial"]
-    assert all(p.suffix == ".pkl" for p in (tmp_path / "out.partial").iterdir())
+    left = sorted(p.name for p in (tmp_path / "out.partial").iterdir())
+    checkpoints = [n for n in left if n.endswith(".pkl")]
+    ledgers = [n for n in left if n.endswith(".turns.parquet")]
+    assert len(checkpoints) == len(ledgers) > 0 and len(left) == 2 * len(ledgers)
 
 
 def test_failure_while_simulating_leaves_no_out_folder(fake_backend, write_yaml, tmp_path):

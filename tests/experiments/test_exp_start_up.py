@@ -127,16 +127,16 @@ def test_start_up_objects_are_frozen_only_while_an_experiment_runs(tmp_path, mon
     )
     real, seen = executor.run_point, []
 
-    def watched(index, point, debug=False, progress=None):
+    def watched(index, point, debug=False, progress=None, ledger_dir=None):
         seen.append(gc.get_freeze_count())
-        return real(index, point, debug, progress)
+        return real(index, point, debug, progress, ledger_dir)
 
     monkeypatch.setattr(executor, "run_point", watched)
     assert gc.get_freeze_count() == 0
     run_experiment(exp, tmp_path / "out", show_progress=False)
     assert seen[0] > 10_000 and gc.get_freeze_count() == 0
 
-    def interrupted(index, point, debug=False, progress=None):
+    def interrupted(index, point, debug=False, progress=None, ledger_dir=None):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(executor, "run_point", interrupted)

@@ -42,11 +42,11 @@ def test_an_interrupted_sweep_resumes_where_it_stopped(tmp_path, monkeypatch):
     out = tmp_path / "out"
     real, calls = executor.run_point, []
 
-    def interrupted(index, point, debug=False, progress=None):
+    def interrupted(index, point, debug=False, progress=None, ledger_dir=None):
         calls.append(point)
         if len(calls) == 3:
             raise KeyboardInterrupt  # Ctrl-C during the third point
-        return real(index, point, debug, progress)
+        return real(index, point, debug, progress, ledger_dir)
 
     monkeypatch.setattr(executor, "run_point", interrupted)
     with pytest.raises(KeyboardInterrupt):
@@ -66,9 +66,9 @@ def test_an_interrupted_sweep_resumes_where_it_stopped(tmp_path, monkeypatch):
         run_experiment(exp, tmp_path / "again" / "r", show_progress=False)
     calls.clear()
 
-    def counted(index, point, debug=False, progress=None):
+    def counted(index, point, debug=False, progress=None, ledger_dir=None):
         calls.append(point)
-        return real(index, point, debug, progress)
+        return real(index, point, debug, progress, ledger_dir)
 
     monkeypatch.setattr(executor, "run_point", counted)
     fresh = run_experiment(exp, tmp_path / "again" / "r", show_progress=False, fresh=True)
@@ -80,11 +80,11 @@ def test_a_changed_config_does_not_reuse_points(tmp_path, monkeypatch):
     out = tmp_path / "out"
     real, calls = executor.run_point, []
 
-    def stop_after_one(index, point, debug=False, progress=None):
+    def stop_after_one(index, point, debug=False, progress=None, ledger_dir=None):
         calls.append(point)
         if len(calls) == 2:
             raise KeyboardInterrupt
-        return real(index, point, debug, progress)
+        return real(index, point, debug, progress, ledger_dir)
 
     monkeypatch.setattr(executor, "run_point", stop_after_one)
     with pytest.raises(KeyboardInterrupt):
