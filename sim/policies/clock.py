@@ -12,11 +12,11 @@ place it had (as ``fifo`` does), so a use by a running turn counts as one refere
 ``access`` before ``pin``), not as a re-insertion.
 
 Order: ``RunOrder`` (the entry order as runs of a session's consecutive units, pins per session,
-as ``fifo``) and the set of members whose bit is set. The hand moves a run at a time: it takes the
-oldest stretch of consecutive candidates and reads their bits with set operations over the
-stretch's range, so a stretch with no bit set gives its victims at once and one with every bit
-set goes back to the newest end as one run. A session's history entering, its pin and release,
-and its removal cost O(runs) plus C-level set updates of its bits. ``peek`` scans the candidates
+as ``fifo``) and ``ReferenceBits`` (a byte per unit of each session with a bit set). The hand
+moves a run at a time: it takes the oldest stretch of consecutive candidates and reads their bits
+as runs of set bytes (``find``), so a stretch with no bit set gives its victims at once and one
+with every bit set goes back to the newest end as one run. A session's history entering, its pin
+and release, and its removal cost O(runs) plus C-level slices of its bits. ``peek`` scans the candidates
 oldest first (only tests and users peek). Matches libCacheSim's Clock (``init_freq=0,
 n_bit_counter=1``) request by request.
 
@@ -47,6 +47,16 @@ FIRST_LOOK = 64  # units of a stretch whose bits the hand reads first (it double
 def _sequence(uids):
     """``uids`` as a range or a list (the structure's batch paths index them)."""
     return uids if isinstance(uids, (range, list)) else list(uids)
+
+
+def _as_range(uids):
+    """``uids`` (a range or a list) as a range when they are one (a session's units, listed):
+    the order then reads them by their bounds, not uid by uid."""
+    if type(uids) is list and uids:
+        first, n = uids[0], len(uids)
+        if uids[-1] - first == n - 1 and uids == list(range(first, first + n)):
+            return range(first, first + n)
+    return uids
 
 
 def _run_starts(uids: list[int]) -> list[int] | None:
@@ -132,7 +142,7 @@ class Clock(EvictionPolicy):
         self._order.back(uid)  # a non-member enters, with a clear bit
 
     def acquire(self, uids, now: float) -> None:
-        uids = _sequence(uids)
+        uids = _as_range(_sequence(uids))
         members = self._order.members_among(uids)
         if type(uids) is range and len(members) == len(uids):  # a stretch of members: a slice
             self._referenced.set_run(uids.start, uids.stop)
@@ -160,14 +170,14 @@ class Clock(EvictionPolicy):
         self.remove(uid)
 
     # -- the hand --------------------------------------------------------------------------------
-    def _bits_ahead(self, a: int, s: int, k: int) -> tuple[int, list[int]]:
-        """The referenced uids of ``a .. s-1``, increasing, read far enough for ``k`` victims:
-        (how far they were read, those uids)."""
+    def _bits_ahead(self, a: int, s: int, k: int) -> tuple[int, list[tuple[int, int]]]:
+        """The referenced uids of ``a .. s-1``, read far enough for ``k`` victims: (how far they
+        were read, those uids as extents in order)."""
         referenced, look = self._referenced, max(FIRST_LOOK, 2 * k)
         while True:
             stop = min(s, a + look)
             if stop == s or stop - a - referenced.count_in(a, stop) >= k:
-                return stop, referenced.set_in(a, stop)
+                return stop, referenced.runs_in(a, stop)
             look *= 2
 
     def _turn(
@@ -175,14 +185,14 @@ class Clock(EvictionPolicy):
         k: int,
         out: list[tuple[int, int]],
         lone: bool = False,
-        held: list[tuple[int, list[int]]] | None = None,
+        held: list[tuple[int, list[tuple[int, int]]]] | None = None,
     ) -> int | None:
         """Move the hand over the oldest stretch of consecutive candidates until ``k`` victims
         leave or the stretch ends: a unit with its bit set goes to the newest end with the bit
         cleared, one with a clear bit leaves. ``lone``: stop before the first second chance that
         follows a victim (``take_in``'s new units enter between them). ``held``: the second
         chances do not enter yet; (the stretch's first uid, those units) is appended to it, their
-        bits cleared. Appends the victims to
+        bits cleared (as extents). Appends the victims to
         ``out`` as extents in order and returns how many (0 when every unit had its bit set), or
         None when there is no candidate."""
         order = self._order
@@ -197,17 +207,17 @@ class Clock(EvictionPolicy):
             out.append((a, a + n))
             return n
         limit, hits = self._bits_ahead(a, s, k)
-        again: list[int] = []
+        again: list[tuple[int, int]] = []  # the second chances, as extents
         pos, want = a, k
-        for h in hits:
+        for h, r in hits:  # (a run of units with the bit set: one second chance after another)
             if h > pos:
                 if lone or h - pos >= k:
                     limit = h
                     break
                 out.append((pos, h))
                 k -= h - pos
-            again.append(h)
-            pos = h + 1
+            again.append((h, r))
+            pos = r
         end = min(limit, pos + k)
         if end > pos:
             out.append((pos, end))
@@ -215,19 +225,14 @@ class Clock(EvictionPolicy):
         order.drop_head(end - a)
         if not again:
             pass
-        elif held is None:
-            self._second_chance(again)
         else:
-            self._referenced.difference_update(again)
-            held.append((a, again))
+            for h, r in again:
+                self._referenced.clear_run(h, r)
+            if held is None:
+                self._order.enter_runs(again)
+            else:
+                held.append((a, again))
         return want - k
-
-    def _second_chance(self, again: list[int]) -> None:
-        """These members (taken out, increasing) enter again at the newest end, bits cleared."""
-        a, last = again[0], again[-1]
-        back = range(a, last + 1) if last - a + 1 == len(again) else again
-        self._referenced.difference_update(back)
-        self._order.enter_many(back)
 
     def _hand_into(self, k: int, out: list[tuple[int, int]]) -> int:
         """Append the next ``k`` victims (fewer if the candidates run out) to ``out`` as extents
@@ -272,7 +277,7 @@ class Clock(EvictionPolicy):
             )
             if taken == k:
                 break
-            held: list[tuple[int, list[int]]] = []
+            held: list[tuple[int, list[tuple[int, int]]]] = []
             got = self._turn(k - taken, out, held=held)
             if got is None:
                 if not chances:
@@ -280,9 +285,10 @@ class Clock(EvictionPolicy):
                 entered = self._enter_planned(uids, before, entered, chances, before_chance, taken)
                 chances, before_chance = [], []
                 continue
-            for a, again in held:  # (the i-th unit of ``again`` follows h - a - i victims)
-                before_chance += map(sub, again, range(a - taken, a - taken + len(again)))
-                chances += again
+            for a, again in held:  # (the i-th unit sent round, h, follows h - a - i victims)
+                units = list(chain.from_iterable(starmap(range, again)))
+                before_chance += map(sub, units, range(a - taken, a - taken + len(units)))
+                chances += units
             taken += got
         last = max(k, before[-1]) if before else k  # (every plan unit enters by the end)
         self._enter_planned(uids, before, entered, chances, before_chance, last)

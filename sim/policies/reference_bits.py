@@ -139,6 +139,26 @@ class ReferenceBits(AbstractSet[int]):
                 n += bits.count(1, p, q)
         return n
 
+    def runs_in(self, a: int, s: int) -> list[tuple[int, int]]:
+        """The uids of ``a .. s-1`` whose bit is set, as extents (first, stop) in order, split at
+        session bounds: two ``find`` per run, where the bits set lie in runs (a session's units
+        pinned together)."""
+        out: list[tuple[int, int]] = []
+        for b, p, q in _pieces(a, s, self._shift):
+            bits = self._bits.get(b)
+            if bits is None:
+                continue
+            base, find, top = b << self._shift, bits.find, min(q, len(bits))
+            i = find(1, p, top)
+            while i >= 0:
+                j = find(0, i, top)
+                if j < 0:
+                    out.append((base + i, base + top))
+                    break
+                out.append((base + i, base + j))
+                i = find(1, j, top)
+        return out
+
     def set_in(self, a: int, s: int) -> list[int]:
         """The uids of ``a .. s-1`` whose bit is set, increasing."""
         out: list[int] = []

@@ -5,6 +5,8 @@ the numpy form, some with a uid listed twice."""
 
 from __future__ import annotations
 
+from itertools import chain, pairwise, starmap
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -78,6 +80,10 @@ def test_reference_bits_are_a_set_of_uids(ops):
             a, s = arg
             inside = sorted(u for u in ref if a <= u < s)
             assert bits.set_in(a, s) == inside
+            extents = bits.runs_in(a, s)
+            assert list(chain.from_iterable(starmap(range, extents))) == inside
+            assert all((f >> UNIT_BITS) == ((t - 1) >> UNIT_BITS) for f, t in extents)
+            assert all(t < f or f % (1 << UNIT_BITS) == 0 for (_, t), (f, _) in pairwise(extents))
             assert bits.count_in(a, s) == len(inside)
             assert bits.isdisjoint(range(a, s)) == (not inside)
             assert bits.isdisjoint(list(range(a, s))) == (not inside)
