@@ -13,6 +13,7 @@ unit size.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from itertools import chain, compress, islice, repeat, starmap
@@ -24,7 +25,7 @@ from sim.policies.run_lists import runs_less, split_at_sessions
 from sim.policies.run_order import RunOrder
 from sim.policies.s3fifo import S3FIFO
 from sim.policies.structures import ByteBudget, consume
-from sim.units import UNIT_BITS, join_extents
+from sim.units import UNIT_BITS, extents_of, join_extents
 
 FIRST_LOOK = 64  # units of a run whose counters a walk reads first (it doubles while short)
 
@@ -48,6 +49,11 @@ def _runs_of_list(uids) -> list[tuple[int, int]]:
     n = len(uids)
     if isinstance(uids, range) or n < 2:
         return [(uids[0], uids[-1] + 1)] if n else []
+    first, last = uids[0], uids[-1]
+    if last - first == n - 1 and uids == list(range(first, last + 1)):
+        return [(first, last + 1)]  # (a session's units: one comparison in C)
+    if n > 2048:
+        return extents_of(uids)  # (numpy's)
     breaks = list(compress(range(1, n), map(ne, islice(uids, 1, None), map(add, uids, repeat(1)))))
     if not breaks:
         return [(uids[0], uids[-1] + 1)]
@@ -67,6 +73,26 @@ def _distinct_runs(uids) -> list[tuple[int, int]] | None:
     ordered = sorted(runs)
     stops, starts = map(itemgetter(1), ordered), map(itemgetter(0), islice(ordered, 1, None))
     return None if any(map(gt, stops, starts)) else runs
+
+
+def _victims_before(a: int, hot: list[int]) -> list[int]:
+    """For increasing ``hot`` uids at or above ``a``: how many uids of ``[a, h)`` are not hot,
+    for each ``h`` of them (a walk from ``a`` takes those as victims before it reaches ``h``)."""
+    return list(map(sub, hot, range(a, a + len(hot))))
+
+
+def _walk_past(
+    a: int, end: int, hot: list[int], before: list[int], want: int, out: list[tuple[int, int]]
+) -> tuple[int, int]:
+    """A walk over ``[a, end)`` that passes the ``hot`` uids (increasing, ``before``:
+    ``_victims_before``) and takes the others as victims until it has ``want``: appends them
+    to ``out`` as extents, in order, and returns (where it stopped, how many hot it passed)."""
+    passed = bisect_left(before, want)  # a hot uid is passed where fewer victims precede it
+    stop = end if end - a - len(hot) < want else a + want + passed
+    starts = [a, *map(add, islice(hot, passed), repeat(1))]
+    stops = [*islice(hot, passed), stop]
+    out += compress(zip(starts, stops), map(lt, starts, stops))
+    return stop, passed
 
 
 class RunS3FIFO(S3FIFO):
@@ -261,6 +287,9 @@ class RunS3FIFO(S3FIFO):
                 if f is None:
                     self._marked((uid,))
                 freq[uid] = 1 if f is None else f + 1
+        elif distinct and members and members[0] >> UNIT_BITS not in self._marks:
+            freq.update(dict.fromkeys(members, 1))  # (the session has no counter yet)
+            self._marks[members[0] >> UNIT_BITS] = len(members)
         elif members:  # in C
             had = len(freq)
             fresh = None if distinct else [u for u in members if u not in freq]
@@ -409,22 +438,9 @@ class RunS3FIFO(S3FIFO):
                 return taken or None
             a, s = head
             end, hot = self._counted(a, s, want, 1)
-            pos, again, got = a, [], 0
-            for h in hot:
-                if h > pos:
-                    n = min(h - pos, want - got)
-                    out.append((pos, pos + n))
-                    got += n
-                    pos += n
-                    if got == want:
-                        break
-                again.append(h)
-                pos = h + 1
-            if got < want and end > pos:
-                n = min(end - pos, want - got)
-                out.append((pos, pos + n))
-                got += n
-                pos += n
+            pos, passed = _walk_past(a, end, hot, _victims_before(a, hot), want, out)
+            got = pos - a - passed
+            again = hot[:passed]
             m.drop_head(pos - a)
             if again:  # reinserted at M's newest end, counter min(f, 3) - 1
                 lower = list(
@@ -467,35 +483,25 @@ class RunS3FIFO(S3FIFO):
             a, s = head
             want = k - taken
             end, hot = self._counted(a, s, want, threshold)
-            pos, got = a, 0
-            for h in hot:
-                if h > pos:
-                    n = min(h - pos, want - got)
-                    out.append((pos, pos + n))
-                    to_ghost.append((pos, pos + n))
-                    got += n
-                    pos += n
-                    if got == want:
-                        break
-                pos = h + 1
-                room -= 1
-                if room < 0 and want > got + 1:  # M is over its share: the next victim ends
-                    want = got + 1
-                    k = taken + want
-            if got < want and end > pos:
-                n = min(end - pos, want - got)
-                out.append((pos, pos + n))
-                to_ghost.append((pos, pos + n))
-                got += n
-                pos += n
+            before = _victims_before(a, hot)
+            over = max(room, 0)  # the move that takes M over its share: the next victim ends
+            if over < len(hot) and before[over] + 1 < want:
+                want = before[over] + 1
+                k = taken + want
+            gone_to = len(out)
+            pos, passed = _walk_past(a, end, hot, before, want, out)
+            to_ghost += out[gone_to:]
+            got = pos - a - passed
+            room -= passed
+            del hot[passed:]
             s_order.drop_head(pos - a)
             if a >> UNIT_BITS in self._marks:  # those that left S leave their counters (moved
                 # ones restart at 0)
                 gone = list(freq.keys() & range(a, pos))
                 consume(map(freq.__delitem__, gone))
                 self._unmarked(gone)
-            if hot and hot[0] < pos:
-                m.enter_many([u for u in hot if u < pos])
+            if hot:
+                m.enter_many(hot)
             taken += got
         return taken
 
