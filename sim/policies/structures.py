@@ -14,13 +14,14 @@ next victim is a C-level scan.
 from __future__ import annotations
 
 import heapq
+import re
 from array import array
 from bisect import bisect_left, insort
 from collections import OrderedDict, deque
 from collections.abc import Sequence
 from functools import partial
 from itertools import compress, islice, repeat
-from operator import and_, countOf, is_not
+from operator import add, and_, countOf, is_not, ne
 
 import numpy as np
 
@@ -449,6 +450,7 @@ class EntryOrder:
 _MEMBER, _CAND, _MARK = 4, 1, 2
 _UNMARKED, _MARKED = _MEMBER | _CAND, _MEMBER | _CAND | _MARK  # the candidates' two states
 _UNMARKED_BYTE, _MEMBER_BYTE = bytes((_UNMARKED,)), bytes((_MEMBER,))
+_UNMARKED_RUN = re.compile(re.escape(_UNMARKED_BYTE) + b"+")  # a stretch of unmarked candidates
 
 
 def _table(pairs: dict[int, int]) -> bytes:
@@ -509,7 +511,7 @@ class SweepOrder:
     O(1) plus a C-level scan; a compaction is C-level, O(entries + the pages of the sessions).
     """
 
-    __slots__ = ("_entry_of", "_uid_at", "_state", "_members", "_n", "hand", "ahead")
+    __slots__ = ("_entry_of", "_uid_at", "_state", "_brk", "_members", "_n", "hand", "ahead")
     compact_slack = 4096  # entry numbers of members that left kept before a compaction may run
 
     def __init__(self) -> None:
@@ -519,6 +521,9 @@ class SweepOrder:
         # copy it again every few batches
         self._uid_at = array("q", (-1,))
         self._state = bytearray(1)  # entry number -> MEMBER | CAND | MARK bits
+        # entry number -> 1 where its uid does not follow the one before's by one: a sweep's
+        # victims (runs of entry numbers) give their extents by ``find`` over it, unlisted
+        self._brk = bytearray(b"\x01")
         self._members = 0
         self._n = 0  # candidates
         self.hand = 0
@@ -527,6 +532,16 @@ class SweepOrder:
     def _wrap_if_done(self) -> None:
         if not self.ahead:
             self.hand, self.ahead = 0, self._n
+
+    def _extend_breaks(self, first: int, k: int) -> None:
+        """``_brk`` over the ``k`` entry numbers from ``first`` (their uids written)."""
+        if k < 64:
+            u = self._uid_at[first - 1 : first + k]
+            self._brk += bytes(map(ne, islice(u, 1, None), map(add, u, repeat(1))))
+            return
+        at = np.frombuffer(self._uid_at, dtype=np.int64)[first - 1 : first + k]
+        self._brk += (at[1:] - at[:-1] != 1).tobytes()
+        del at  # (the array may grow again only once no view holds it)
 
     def _reserve(self, k: int) -> int:
         """Make room in ``_uid_at`` for ``k`` more entry numbers; returns the first of them."""
@@ -665,6 +680,7 @@ class SweepOrder:
         e = self._reserve(1)
         self._set_entry(uid, e)
         self._uid_at[e] = uid
+        self._brk.append(self._uid_at[e - 1] + 1 != uid)
         self._state.append(_UNMARKED if candidate else _MEMBER)
         self._members += 1
         self._n += candidate
@@ -721,6 +737,8 @@ class SweepOrder:
         del held
         entries += uids.start - first  # (now the uids)
         np.frombuffer(self._uid_at, dtype=np.int64)[first : first + k] = entries
+        self._brk.append(self._uid_at[first - 1] + 1 != uids.start)
+        self._brk += bytes(k - 1)  # (a range: each uid follows the one before)
         self._state += (_UNMARKED_BYTE if candidate else _MEMBER_BYTE) * k
         self._members += k
         if candidate:
@@ -751,6 +769,7 @@ class SweepOrder:
             self._uid_at[first : first + k] = (
                 _arange(uids.start, k) if type(uids) is range else array("q", uids)
             )
+        self._extend_breaks(first, k)
         self._state.extend(bytes((_UNMARKED if candidate else _MEMBER,)) * k)
         self._members += k
         if candidate:
@@ -906,30 +925,41 @@ class SweepOrder:
 
     def sweep_extents(self, k: int, increasing: bool) -> list[tuple[int, int]]:
         """``sweep_many(k)``'s victims as extents (first, stop) of consecutive uids, in that order
-        or, when ``increasing``, sorted first; the victims are never listed one by one."""
-        victims = self._sweep(k)
-        if len(victims) <= 64:  # numpy's fixed cost pays only on long lists
-            listed = victims.tolist()
-            return extents_of(sorted(listed) if increasing else listed)
-        a = np.frombuffer(victims, dtype=np.int64)
-        breaks = np.flatnonzero(a[1:] - a[:-1] != 1) + 1
-        starts = a[np.concatenate(([0], breaks))]
-        stops = a[np.concatenate((breaks - 1, [len(a) - 1]))] + 1
-        if not increasing:
-            return list(zip(starts.tolist(), stops.tolist(), strict=True))
-        # the victims (distinct) lie in a few runs: sorting the runs, not the victims, and joining
-        # those that touch gives the extents of the sorted victims
-        order = np.argsort(starts, kind="stable")
-        return join_extents(zip(starts[order].tolist(), stops[order].tolist(), strict=True))
+        or, when ``increasing``, sorted first; the victims are never listed one by one: each run
+        of their entry numbers splits where ``_brk`` says a uid does not follow the one before."""
+        uid_at, find = self._uid_at, self._brk.find
+        out = []
+        for a, b in self._sweep_runs(k):
+            j = find(1, a + 1, b)
+            while j >= 0:
+                out.append((uid_at[a], uid_at[j - 1] + 1))
+                a, j = j, find(1, j + 1, b)
+            out.append((uid_at[a], uid_at[b - 1] + 1))
+        if len(out) < 2:
+            return out
+        # the victims are distinct: sorting their extents, not them, and joining those that touch
+        # gives the extents of the sorted victims
+        return join_extents(sorted(out) if increasing else out)
 
     def _sweep(self, k: int) -> array:
-        out = array("q")
-        while len(out) < k and self._n:
-            out += self._lap(k - len(out))
+        uid_at, out = self._uid_at, array("q")
+        for a, b in self._sweep_runs(k):
+            out += uid_at[a:b]
         return out
 
-    def _lap(self, k: int) -> array:
-        """Up to ``k`` victims from the hand on, before it wraps."""
+    def _sweep_runs(self, k: int) -> list[tuple[int, int]]:
+        """Sweep up to ``k`` victims: their entry numbers as runs (first, stop), in order."""
+        runs: list[tuple[int, int]] = []
+        got = 0
+        while got < k and self._n:
+            lap, n = self._lap(k - got)
+            runs += lap
+            got += n
+        return runs
+
+    def _lap(self, k: int) -> tuple[list[tuple[int, int]], int]:
+        """Up to ``k`` victims from the hand on, before it wraps: their entry numbers as runs,
+        and how many (their uids stay in ``_uid_at`` until the next compaction)."""
         state, start = self._state, self.hand + 1
         runs, got = self._unmarked_runs(start, min(k, self.ahead))
         wraps = got < k  # no k-th victim ahead: the hand passes all and wraps
@@ -944,27 +974,22 @@ class SweepOrder:
             self.hand, self.ahead = 0, self._n
         else:
             self.hand = stop - 1
-        uid_at = self._uid_at
-        if len(runs) == 1:
-            return uid_at[runs[0][0] : runs[0][1]]
-        victims = array("q")
-        for a, b in runs:
-            victims += uid_at[a:b]
-        return victims
+        return runs, got
 
     def _unmarked_runs(self, start: int, k: int) -> tuple[list[tuple[int, int]], int]:
         """The first ``k`` unmarked candidates from entry ``start`` on (fewer if there are fewer),
         as runs of consecutive entry numbers (first, stop), and their count: the victims lie in
-        runs (a session's units entered together), so each run is one ``find`` and one
-        ``lstrip`` of a copy no longer than the victims still wanted."""
+        runs (a session's units entered together), so each run is one ``find`` and one match
+        of unmarked bytes, no longer than the victims still wanted."""
         state, runs, got = self._state, [], 0
-        find, i = state.find, start
+        find, match, i = state.find, _UNMARKED_RUN.match, start
         while got < k:
             i = find(_UNMARKED, i)
             if i < 0:
                 break
-            chunk = state[i : i + k - got]
-            run = len(chunk) - len(chunk.lstrip(_UNMARKED_BYTE))
+            m = match(state, i, i + k - got)
+            assert m is not None  # (state[i] is unmarked)
+            run = m.end() - i
             runs.append((i, i + run))
             got += run
             i += run
@@ -984,6 +1009,7 @@ class SweepOrder:
         self._uid_at.frombytes(uids.tobytes())
         # (a gather of the members' bytes: ``replace`` of the zeros copies byte by byte)
         self._state = bytearray(1) + np.frombuffer(state, dtype=np.uint8)[at].tobytes()
+        self._brk = bytearray(b"\x01") + (np.diff(uids, prepend=-1) != 1).tobytes()
         for session, pages in list(self._entry_of.items()):
             entries = np.frombuffer(pages, dtype=np.int64)
             entries[:] = renumber[entries]
