@@ -54,6 +54,7 @@ there is nothing to share: the policy is ``pensieve-physics``.
 from __future__ import annotations
 
 from bisect import bisect_left, insort
+from itertools import chain
 
 import numpy as np
 
@@ -61,7 +62,7 @@ from sim.policies.base import EvictionPolicy
 from sim.policies.kinetic import INF, KineticPolicy
 from sim.policies.pensieve import PensievePhysics, _dropped_from, is_run, uid_array
 from sim.policies.registry import register
-from sim.units import UNIT_BITS, UNIT_MASK, Tier, UnitView
+from sim.units import UNIT_BITS, UNIT_MASK, Tier, UnitView, join_extents
 
 _DROPPED = int(Tier.DROPPED)
 
@@ -550,24 +551,39 @@ class PensieveDepth(PensievePhysics):
     def evict_bytes(self, nbytes: int, now: float) -> list[int]:
         if not self._drops:
             return super().evict_bytes(nbytes, now)
+        return list(chain.from_iterable(self._evict_runs(nbytes, now)))
+
+    def evict_extents(self, nbytes: int, now: float) -> list[tuple[int, int]]:
+        if not (self._drops and self.drops_victims):
+            return super().evict_extents(nbytes, now)
+        # nobody hears the order of victims that are dropped: the runs as increasing extents
+        runs = sorted((run[-1], run[0] + 1) for run in self._evict_runs(nbytes, now))
+        return join_extents(runs)
+
+    def _evict_runs(self, nbytes: int, now: float) -> list[range]:
+        """``evict_bytes``'s victims, in order, as runs of uids counting down."""
         self._busy = True
         self._kin.begin_batch(now)
         try:
-            out: list[int] = []
+            out: list[range] = []
             size = self.view.page_bytes
             while nbytes > 0:
                 taken = self._take(now)
                 if taken is None:
                     break
                 uid, page, c, cost, deeper, depth, r = taken
-                out.append(uid)
                 nbytes -= size
                 if nbytes > 0 and c.members and self.takes_runs and len(self._pages[page]) == 1:
-                    run, depth = self._run(page, c, uid, cost, depth, r, -(-nbytes // size))
-                    if run:
-                        out += run
-                        nbytes -= len(run) * size
-                        deeper = deeper or run[-1] != uid
+                    n = -(-nbytes // size)
+                    run, depth = self._run(page, c, uid, cost, deeper, depth, r, n)
+                    if type(run) is range:  # uid and the run: one count down
+                        out.append(range(uid, run.stop, -1))
+                    else:
+                        out.append(range(uid, uid - 1, -1))
+                        out += [range(v, v - 1, -1) for v in run]
+                    nbytes -= len(run) * size
+                else:
+                    out.append(range(uid, uid - 1, -1))
                 self._refront(page, c, deeper, depth, r, now)
             return out
         finally:
@@ -575,27 +591,35 @@ class PensieveDepth(PensievePhysics):
             self._done()
 
     def _run(
-        self, page: int, c: _Cohort, uid: int, cost: float, depth: int, r: float, n: int
-    ) -> tuple[list[int], int]:
+        self,
+        page: int,
+        c: _Cohort,
+        uid: int,
+        cost: float,
+        deeper: bool,
+        depth: int,
+        r: float,
+        n: int,
+    ) -> tuple[list[int] | range, int]:
         """Up to ``n`` further victims of ``c``, the only cohort of its page, in a row after
-        ``uid`` (of cost ``cost``) was taken, and the page's depth after them: the cohort's next
-        first comes before the one taken before it (same time: by cost, then uid), so before
-        every other candidate; and so on. The cohort's first is left unset."""
+        ``uid`` (of cost ``cost``; ``deeper``: it deepened the page) was taken, and the page's
+        depth after them: the cohort's next first comes before the one taken before it (same
+        time: by cost, then uid), so before every other candidate; and so on. The cohort's first
+        is left unset."""
         L = self._layers
         members = c.members
-        taken: list[int] = []
-        if r != 0.0 and depth == L - 1 - (uid - page) and members[-1] < uid:
+        if r != 0.0 and deeper and members[-1] < uid:
             # The usual run: ``uid`` was the page's shallowest candidate, above the depth; each
             # next one is the shallowest left, one layer deeper: cost r_p <= ``cost`` and a lower
             # uid. One further off costs 2 r_p or more and ends the run.
             if members[-1] != uid - 1:
-                return taken, depth
+                return [], depth
             k = _consecutive_tail(members, n)
-            taken = list(members[-1 : -k - 1 : -1])
             c.members = members[: len(members) - k]
             self._count -= k
-            depth = self._pending[page] = L - 1 - (taken[-1] - page)
-            return taken, depth
+            depth = self._pending[page] = L - 1 - (uid - k - page)
+            return range(uid - 1, uid - 1 - k, -1), depth
+        taken: list[int] = []
         while len(taken) < n and members:
             nxt, nxt_cost = _first_candidate(members, page, L, depth, r)
             if not (nxt_cost, nxt) < (cost, uid):

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from costmodels import cost_model, recompute_s
 from sim.policies import PolicyContext
 from sim.policies.pensieve_depth import PensieveDepth, _consecutive_tail
-from sim.units import SessionKV, Tier, UnitView, uid_of
+from sim.units import SessionKV, Tier, UnitView, extents_of, uid_of
 
 COST = cost_model("llama-3-8b", "h100-sxm")
 BT = 16
@@ -104,7 +104,7 @@ def check_cohorts(pol: PensieveDepth, cands: set[int]) -> None:
 OPS = st.lists(
     st.tuples(
         st.sampled_from(
-            ["release", "insert", "remove", "leave", "hit", "turn", "evict", "evict", "one"]
+            ["release", "insert", "remove", "leave", "hit", "turn", "evict", "evict", "one", "ext"]
         ),
         st.integers(0, 2),  # session
         st.sampled_from([0.0, 0.0, 0.5, 3.0]),  # time passing before it
@@ -189,6 +189,15 @@ def test_page_runs_are_the_minima_one_at_a_time(layers, tokens, ops):
                 for v in out:
                     kv[v >> 24].tier[v & 0xFFFFFF] = Tier.DROPPED
                 model.difference_update(out)
+            elif kind == "ext":  # the same victims as increasing extents (they are dropped)
+                n = 1 + pick % (2 * layers + 3)
+                want = brute_victims(pol, n, now)
+                out = pol.evict_extents(n * UNIT, now)
+                assert out == extents_of(sorted(want)), (type(pol).__name__, now, n, out, want)
+                for a, b in out:
+                    for v in range(a, b):
+                        kv[v >> 24].tier[v & 0xFFFFFF] = Tier.DROPPED
+                model.difference_update(want)
             check_cohorts(pol, model)
             outs.append(out)
             states.append(state(pol))

@@ -283,11 +283,11 @@ class Checked(PensieveDepth):
         Checked.checked += 1
         return taken
 
-    def _run(self, page, c, uid, cost, depth, r, n):
+    def _run(self, page, c, uid, cost, deeper, depth, r, n):
         # each victim of a run is the minimum of the candidates left, itself among them
         cands = self.candidates()  # the run's victims among them
         taus = {u: self.tau_of(u) for u in cands}
-        run, depth = super()._run(page, c, uid, cost, depth, r, n)
+        run, depth = super()._run(page, c, uid, cost, deeper, depth, r, n)
         for v in run:
             gone = set(self.mine)
             want = self.minimum([u for u in cands if u not in gone], self.t, taus)
@@ -296,9 +296,9 @@ class Checked(PensieveDepth):
             Checked.checked += 1
         return run, depth
 
-    def evict_bytes(self, nbytes: int, now: float) -> list[int]:
+    def _evict_runs(self, nbytes: int, now: float):
         self.t = now
-        return super().evict_bytes(nbytes, now)
+        return super()._evict_runs(nbytes, now)
 
     def _done(self) -> None:
         super()._done()
