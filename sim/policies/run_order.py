@@ -573,7 +573,7 @@ class RunOrder:
             self._bucket,
         )
         pins, count, runs_of = self._pins, self._count, self._runs
-        lo, want = self._lo, k
+        lo, want, retired, top = self._lo, k, 0, self._top
         every, sessions = marked_in is None, marked_in if marked_in is not None else ()
         while k > 0:
             e = flag.find(1, lo)
@@ -583,27 +583,29 @@ class RunOrder:
             b = bucket[e]
             if b in pins or holes[e]:
                 break
-            f = first[e]
-            n = min(k, stop[e] - f)
+            f, s = first[e], stop[e]
+            n = s - f if s - f < k else k
             if marked and (every or b in sessions) and not marked.isdisjoint(range(f, f + n)):
                 break
             out.append((f, f + n))
-            if f + n < stop[e]:
+            k -= n
+            left = count[b] - n
+            if f + n < s:
                 first[e] = f + n
-            else:  # (``_retire``)
+            else:  # (``_retire``; the session's oldest run: it has no pin)
                 flag[e] = 0
                 first[e] = stop[e] = 0
                 holes[e] = None
-                runs_of[b].remove(e)
-                self._live -= 1
-            self._n -= n
-            k -= n
-            left = count[b] - n
+                retired += 1
+                if left:
+                    runs_of[b].remove(e)
             if left:
                 count[b] = left
-            else:
-                self._forget(b)
+            else:  # (``_forget``: no pin to drop)
+                del runs_of[b], count[b], top[b]
         self._lo = lo
+        self._n -= want - k
+        self._live -= retired
         return want - k
 
     def members_among(self, uids) -> list[int]:

@@ -68,11 +68,16 @@ def _distinct_runs(uids) -> list[tuple[int, int]] | None:
     if isinstance(uids, range):
         return [(uids.start, uids.stop)] if uids.step == 1 else None
     runs = _runs_of_list(uids)
+    return runs if _apart(runs) else None
+
+
+def _apart(runs: list[tuple[int, int]]) -> bool:
+    """Do no two of ``runs`` (non-empty extents) share a uid?"""
     if len(runs) < 2:
-        return runs
+        return True
     ordered = sorted(runs)
     stops, starts = map(itemgetter(1), ordered), map(itemgetter(0), islice(ordered, 1, None))
-    return None if any(map(gt, stops, starts)) else runs
+    return not any(map(gt, stops, starts))
 
 
 def _victims_before(a: int, hot: list[int]) -> list[int]:
@@ -117,6 +122,7 @@ class RunS3FIFO(S3FIFO):
         self._incoming: tuple[int, bool] | None = None
         self._plan: tuple[list[int], list[int]] | None = None
         self._planned: list[int] | None = None
+        self._split: tuple[list[int], list[tuple[int, int]]] | None = None  # uids, their runs
 
     # -- cachesim hooks --------------------------------------------------------------------------
     def admitting(self, uid: int, now: float) -> None:
@@ -160,10 +166,15 @@ class RunS3FIFO(S3FIFO):
         if len(uids) == 1:  # a decode step's new page: the plain hook costs less than a batch
             self.insert(uids[0], now, pinned)
             return
-        runs = _distinct_runs(uids) if self._incoming is None else None
+        split, self._split = self._split, None
+        if split is not None and split[0] is uids:  # the plan's ghost check found them
+            runs: list[tuple[int, int]] | None = split[1] if _apart(split[1]) else None
+        else:
+            runs = _distinct_runs(uids)
         sessions = split_at_sessions(runs) if runs is not None else []
         if (
             runs is None
+            or self._incoming is not None
             or not (self._has_evicted or self._shares_fixed())
             or self._s.may_hold_any(sessions)
             or self._m.may_hold_any(sessions)
@@ -510,6 +521,7 @@ class RunS3FIFO(S3FIFO):
         if not ghost:
             return False
         sessions = split_at_sessions(_runs_of_list(uids))
+        self._split = (uids, sessions)  # (for the batch's ``insert_many``, next)
         if ghost.buckets().isdisjoint([a >> UNIT_BITS for a, _ in sessions]):
             return False
         return any(ghost.first_in(a, s) is not None for a, s in sessions if ghost.meets(a, s))
