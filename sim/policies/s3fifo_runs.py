@@ -17,7 +17,7 @@ from bisect import bisect_left
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from itertools import chain, compress, islice, repeat, starmap
-from operator import add, gt, itemgetter, lt, ne, not_, rshift, sub
+from operator import add, eq, gt, itemgetter, lt, ne, not_, rshift, sub
 
 from sim.policies.base import EvictionPolicy
 from sim.policies.ghost_runs import GhostRuns
@@ -78,6 +78,13 @@ def _apart(runs: list[tuple[int, int]]) -> bool:
     ordered = sorted(runs)
     stops, starts = map(itemgetter(1), ordered), map(itemgetter(0), islice(ordered, 1, None))
     return not any(map(gt, stops, starts))
+
+
+def _joined(extents: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """``join_extents(extents)``, the list itself where no extent starts where the one before
+    stops (found in C)."""
+    stops, starts = map(itemgetter(1), extents), map(itemgetter(0), islice(extents, 1, None))
+    return join_extents(extents) if any(map(eq, stops, starts)) else extents
 
 
 def _victims_before(a: int, hot: list[int]) -> list[int]:
@@ -267,18 +274,21 @@ class RunS3FIFO(S3FIFO):
         ``_marks``)."""
         if not uids:
             return
-        marks = self._marks
         b = uids[0] >> UNIT_BITS
         if len(uids) == 1 or uids[-1] >> UNIT_BITS == b and _one_session_increasing(uids):
             counts: Iterable[tuple[int, int]] = ((b, len(uids)),)
         else:
             counts = Counter(map(rshift, uids, repeat(UNIT_BITS))).items()
         for b, n in counts:
-            left = marks[b] - n
-            if left:
-                marks[b] = left
-            else:
-                del marks[b]
+            self._uncount(b, n)
+
+    def _uncount(self, b: int, n: int) -> None:
+        """``n`` members of session ``b`` have just lost their counters."""
+        left = self._marks[b] - n
+        if left:
+            self._marks[b] = left
+        else:
+            del self._marks[b]
 
     def pin(self, uid: int) -> None:
         q = self._queue(uid)
@@ -458,10 +468,10 @@ class RunS3FIFO(S3FIFO):
                     map(sub, map(min, map(freq.__getitem__, again), repeat(max_freq)), repeat(1))
                 )
                 freq.update(zip(again, lower))
-                if 0 in lower:
+                if 0 in lower:  # (``again`` lies in one run: one session's)
                     gone = list(compress(again, map(not_, lower)))
                     consume(map(freq.__delitem__, gone))
-                    self._unmarked(gone)
+                    self._uncount(a >> UNIT_BITS, len(gone))
                 m.enter_many(again)
             taken += got
         return taken
@@ -510,7 +520,8 @@ class RunS3FIFO(S3FIFO):
                 # ones restart at 0)
                 gone = list(freq.keys() & range(a, pos))
                 consume(map(freq.__delitem__, gone))
-                self._unmarked(gone)
+                if gone:
+                    self._uncount(a >> UNIT_BITS, len(gone))
             if hot:
                 m.enter_many(hot)
             taken += got
@@ -530,7 +541,7 @@ class RunS3FIFO(S3FIFO):
         """``evict`` ``n`` times: the victims as extents in eviction order (a pending plan's pinned
         units entering among them)."""
         if self._plan is not None:
-            return join_extents(self._evict_by_plan(n, self._evict_batch, now))
+            return _joined(self._evict_by_plan(n, self._evict_batch, now))
         return self._evict_batch(n)
 
     def _evict_batch(self, n: int) -> list[tuple[int, int]]:
