@@ -325,6 +325,18 @@ class RunOrder:
         e = self._entry_of(uid)
         if e is None:
             return False
+        return self._leave_entry(e, uid)
+
+    def take(self, uid: int) -> bool:
+        """``leave(uid)`` where it is a member; whether it was one (one lookup of its entry)."""
+        e = self._entry_of(uid)
+        if e is None:
+            return False
+        self._leave_entry(e, uid)
+        return True
+
+    def _leave_entry(self, e: int, uid: int) -> bool:
+        """Member ``uid`` of entry ``e`` leaves; whether it was a candidate."""
         b = uid >> UNIT_BITS
         was = not self._pinned(b, uid)
         st = self._pins.get(b)

@@ -394,10 +394,8 @@ class RunS3FIFO(S3FIFO):
 
     def remove(self, uid: int, pinned: bool = False) -> None:
         if self._freq.pop(uid, None) is not None:
-            self._unmarked((uid,))
-        q = self._queue(uid)
-        if q is not None:
-            q.leave(uid)
+            self._uncount(uid >> UNIT_BITS, 1)
+        if self._s.take(uid) or self._m.take(uid):  # (a member of one queue at most)
             self._budget.shrink(self._unit)
 
     def remove_many(self, uids, pinned: bool = False) -> None:
