@@ -116,8 +116,7 @@ class Clock(EvictionPolicy):
             if runs is None:
                 self._referenced.difference_update(uids)
             else:
-                for a, s in runs:
-                    self._referenced.clear_run(a, s)
+                self._referenced.clear_runs(runs)
         if runs is None:
             self._order.enter_many(uids, candidate=not pinned)
         else:
@@ -323,8 +322,7 @@ class Clock(EvictionPolicy):
                 else:  # (only members have a bit set: new pages need no look-up)
                     runs = _slice_runs(uids, starts, i, stop)
                     if referenced:
-                        for a, s in runs:
-                            referenced.clear_run(a, s)
+                        referenced.clear_runs(runs)
                     order.enter_runs(runs, candidate=False)
                 i = stop
             if j == m:

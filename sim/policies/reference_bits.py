@@ -120,6 +120,26 @@ class ReferenceBits(AbstractSet[int]):
                 bits[p:q] = bytes(q - p)
                 self._counted(b, -was)
 
+    def clear_runs(self, runs: Iterable[tuple[int, int]]) -> None:
+        """``clear_run`` of each of ``runs`` (first, stop): a run of a session with no bit set
+        costs one look-up (a decode span's new pages, many short runs, most often)."""
+        bits_of, shift, mask = self._bits, self._shift, self._mask
+        for a, s in runs:
+            b = a >> shift
+            if (s - 1) >> shift != b:  # (across a session bound)
+                self.clear_run(a, s)
+                continue
+            bits = bits_of.get(b)
+            if bits is None:
+                continue
+            p = a & mask
+            q = min(p + s - a, len(bits))
+            if p < q:
+                was = bits.count(1, p, q)
+                if was:
+                    bits[p:q] = bytes(q - p)
+                    self._counted(b, -was)
+
     def isdisjoint(self, other: Iterable) -> bool:
         """No bit set among ``other`` (a range of step 1: a ``find`` per session it covers)."""
         if type(other) is range and other.step == 1:

@@ -33,6 +33,7 @@ ops = st.lists(
     st.one_of(
         st.tuples(st.sampled_from(["add", "discard"]), uids),
         st.tuples(st.sampled_from(["set_run", "clear_run", "update_range", "clear_range"]), runs),
+        st.tuples(st.just("clear_runs"), st.lists(runs, max_size=5)),
         st.tuples(st.sampled_from(["update", "difference_update"]), lists),
         st.tuples(st.just("look"), runs),
     ),
@@ -64,6 +65,10 @@ def test_reference_bits_are_a_set_of_uids(ops):
         elif op == "clear_run":
             bits.clear_run(*arg)
             ref.difference_update(range(*arg))
+        elif op == "clear_runs":
+            bits.clear_runs(arg)
+            for run in arg:
+                ref.difference_update(range(*run))
         elif op == "update_range":
             bits.update(range(*arg))
             ref.update(range(*arg))
