@@ -190,7 +190,8 @@ class PensieveDepth(PensievePhysics):
         self._drops = _shares_depth(ctx)
         self._pending: dict[int, int] = {}  # page's first uid -> deepest layer dropped this call
         self._busy = False  # inside evict / evict_bytes / take_in: one call, its pending drops
-        self._r_memo: dict[tuple[int, int], float] = {}
+        self._r_memo: dict[tuple[int, int], float] = {}  # a partly filled page's r_p
+        self._r_full: list[float] = []  # r_p of a full page, by its place in the session
         # At the drop tier: page's first uid -> its candidates, a cohort per time (usually one).
         self._pages: dict[int, list[_Cohort]] = {}
         self._count = 0  # candidates at the drop tier
@@ -209,14 +210,26 @@ class PensieveDepth(PensievePhysics):
     def layer_recompute_s(self, uid: int) -> float:
         """r_p: the recompute of the unit's page through one layer."""
         bt = self.ctx.block_tokens
-        lo = self.view.first_page(uid) * bt
-        hi = min(self.view.session(uid).tokens, lo + bt)
+        index = self.view.first_page(uid)
+        lo = index * bt
+        tokens = self.view.session(uid).tokens
+        if lo + bt <= tokens:  # a full page: its r_p by its place alone
+            return self._full_r(index + 1)[index]
+        hi = min(tokens, lo + bt)
         r = self._r_memo.get((lo, hi))
         if r is None:
             if len(self._r_memo) >= 1 << 20:
                 self._r_memo.clear()
             r = self._r_memo[lo, hi] = recompute_s(self.ctx.cost, max(0, hi - lo), lo, 0)
         return r
+
+    def _full_r(self, n: int) -> list[float]:
+        """r_p of the first ``n`` pages when full (at least those: a table that grows)."""
+        table = self._r_full
+        if len(table) < n:
+            bt, cost = self.ctx.block_tokens, self.ctx.cost
+            table += [recompute_s(cost, bt, i * bt, 0) for i in range(len(table), n)]
+        return table
 
     def unit_cost(self, uid: int) -> float:
         if not self._drops:
@@ -393,6 +406,8 @@ class PensieveDepth(PensievePhysics):
             for uid in uids:
                 self._add(uid, now)
             return
+        if span is not None and self._release_pages(span, tau, now):
+            return
         new: list[tuple[int, _Cohort]] = []
         for page, part in self._by_page(uids if span is None else span):
             if page in self._pages:  # some may be candidates, or a cohort of this time: each
@@ -415,6 +430,38 @@ class PensieveDepth(PensievePhysics):
             fronts.append(uid)
             costs.append(cost)
         self._kin.add_many(fronts, costs, tau, now)
+
+    def _release_pages(self, span: range, tau: float, now: float) -> bool:
+        """``release`` of a span of whole pages with no candidates and no dropped layer, each
+        page one cohort, full pages' r_p from the table. False (nothing done) where the span is
+        not such."""
+        L, pages = self._layers, self._pages
+        lo, hi = span.start, span.stop
+        sess = self.view.sessions[lo >> UNIT_BITS]
+        start = lo & UNIT_MASK
+        if start % L or (hi - lo) % L or self._pending or start + (hi - lo) > len(sess.tier):
+            return False
+        if sess.tier.find(_DROPPED, start, start + (hi - lo)) >= 0:
+            return False  # (a span of this tier's units has none dropped)
+        firsts = range(lo, hi, L)
+        if any(map(pages.__contains__, firsts)):
+            return False
+        n = len(firsts)
+        index = start // L
+        full = max(0, min(n, sess.tokens // self.ctx.block_tokens - index))
+        rs = self._full_r(index + full)[index : index + full] if full else []
+        rs += [self.layer_recompute_s(p) for p in firsts[full:]]
+        # no dropped layer: layer 0 first (the highest uid), at 1 * r_p (all 0: by uid)
+        fronts, costs = [], []
+        for p, r in zip(firsts, rs, strict=True):
+            c = _Cohort(range(p, p + L), tau)
+            c.front, c.cost = (p + L - 1, r) if r != 0.0 else (p, 0.0)
+            pages[p] = [c]
+            fronts.append(c.front)
+            costs.append(c.cost)
+        self._count += hi - lo
+        self._kin.add_many(fronts, costs, tau, now)
+        return True
 
     def _by_page(self, uids: list[int] | range) -> list[tuple[int, list[int] | range]]:
         """``uids`` as (page, its uids ascending), each uid once, pages ascending."""
@@ -449,8 +496,7 @@ class PensieveDepth(PensievePhysics):
             if uids and is_run(uids):
                 span = range(uids[0], uids[-1] + 1)
         if span is None:
-            for uid in uids:
-                self._leave(uid, now)
+            self._forget_each(uids, now)
             return
         L, pages = self._layers, self._pages
         lo, hi = span.start, span.stop
@@ -469,6 +515,30 @@ class PensieveDepth(PensievePhysics):
                     for uid in range(max(lo, page), min(hi, page + L)):
                         self._leave(uid, now)
             page += L
+        if fronts:
+            self._kin.discard_many(fronts)
+
+    def _forget_each(self, uids: list[int], now: float) -> None:
+        """``_forget`` of scattered uids: a cohort they all leave goes at once."""
+        fronts: list[int] = []
+        pages = self._pages
+        for page, part in self._by_page(uids) if uids else ():
+            cohorts = pages.get(page)
+            if cohorts is None:
+                continue
+            leaving = set(part)
+            for c in list(cohorts):
+                if leaving.issuperset(c.members):
+                    self._count -= len(c.members)
+                    if c.front is not None:
+                        fronts.append(c.front)
+                    cohorts.remove(c)
+                else:
+                    for uid in c.members:
+                        if uid in leaving:
+                            self._leave(uid, now)
+            if not cohorts:
+                del pages[page]
         if fronts:
             self._kin.discard_many(fronts)
 
