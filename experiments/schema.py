@@ -1625,14 +1625,6 @@ def _cluster_problems(exp: Experiment) -> list[tuple[tuple[str | int, ...], str]
     out += _group_fit_problems(exp)
     out += _store_problems(exp)
     out += _disagg_problems(exp)
-    d = c.disaggregation
-    delayed = c.kv_events is not None and any(c.kv_events.delay_ms)
-    if delayed and d is not None and any(d.prefill_replicas):
-        msg = (
-            "with cluster.disaggregation: a delayed view of the replicas' KV is modelled for "
-            "colocated replicas only"
-        )
-        out.append((("cluster", "kv_events", "delay_ms"), msg))
     return out
 
 

@@ -22,6 +22,13 @@ Two ways to know a session's KV at its view point, both exact:
   when it changed, and a replica holding one runs no decode span (its iterations are then the
   events), so the record is the iteration-by-iteration one. Records older than the delay are let
   go.
+
+With disaggregation each pool's router sees its own pool late: the prefill pool's router, which
+the front end's turns reach, as above; the decode pool's router (``for_decode``) routes a decode
+part the moment its prefill part completes, so its view point is always past and read from a
+record: every conversation with two decode parts or more is watched on the decode replicas (the
+first decode part finds nothing there; its record is let go at its last one), and a decode
+replica holding one runs no decode span.
 """
 
 from __future__ import annotations
@@ -37,7 +44,7 @@ from sim.cluster.replica import Residency, cached_of
 from traces.records import Session
 
 if TYPE_CHECKING:
-    from sim.cluster.shell import Cluster
+    from sim.cluster.shell import Cluster, PoolView
 
 # a think time within this of the delay is read from the record: its view point may be, after
 # rounding, just before the predecessor's completion
@@ -48,10 +55,17 @@ Key = tuple[float, int]  # (time, 0: its events and deliveries, 1: after the rep
 
 class DelayedKV:
     def __init__(
-        self, shell: Cluster, delay_s: float, sessions: Sequence[Session], replay: str
+        self,
+        shell: Cluster,
+        delay_s: float,
+        sessions: Sequence[Session],
+        replay: str,
+        pool: PoolView | None = None,
     ) -> None:
+        """The late view of ``pool``'s router (None: the front end's pool, ``shell.pool``)."""
         self.shell = shell
         self.delay_s = delay_s
+        self.pool = shell.pool if pool is None else pool
         n = len(sessions)
         self.watched = [False] * n
         self.gap_s = math.inf  # a view event not yet known comes at least this after a completion
@@ -67,6 +81,7 @@ class DelayedKV:
                     self.gap_s = min(self.gap_s, think - delay_s)
         # less a margin, so that no rounding puts a view point a hair before a span's horizon
         self.gap_s = max(0.0, self.gap_s - _MARGIN_S)
+        self.last_part: list[int] | None = None  # the decode pool's: each session's last part
         count = len(shell.replicas)
         self.held: list[set[int]] = [set() for _ in range(count)]  # watched sessions held there
         self.records: list[dict[int, list[tuple[Key, Residency | None]]]] = [
@@ -80,8 +95,23 @@ class DelayedKV:
         self.views: dict[int, list[tuple[int, int]]] = {}  # session -> each replica's (GPU, CPU)
         self.now = -math.inf  # the loop's current moment
         self.phase = 0  # 1 once the replicas have planned at it
-        for r, replica in enumerate(shell.replicas):
-            replica.may_span = self.span_check(r)
+        for r in self.pool_replicas():
+            shell.replicas[r].may_span = self.span_check(r)
+
+    @classmethod
+    def for_decode(
+        cls, shell: Cluster, delay_s: float, sessions: Sequence[Session], pool: PoolView
+    ) -> DelayedKV:
+        """The decode pool's late view: no view events (a decode part is routed as its prefill
+        part completes: its view point has passed), a record of every conversation with two
+        decode parts or more (a turn of more than one output token)."""
+        view = cls(shell, delay_s, [], "closed-loop", pool)
+        view.watched = [sum(t.output_tokens > 1 for t in s.turns) > 1 for s in sessions]
+        view.last_part = [
+            max((k for k, t in enumerate(s.turns) if t.output_tokens > 1), default=-1)
+            for s in sessions
+        ]
+        return view
 
     # -- the turns' view points ------------------------------------------------------------------
     def arriving(self, i: int, t: float, history: int, now: float) -> None:
@@ -102,6 +132,30 @@ class DelayedKV:
         self.views[i] = [
             cached_of(self.recorded(r, i, point), history) for r in self.pool_replicas()
         ]
+
+    def handing_off(self, i: int, history: int, now: float) -> None:
+        """Session i's decode part, with ``history`` tokens, is routed now (the decode pool's
+        view): each decode replica's KV of it as of ``now - delay``, from the record. A session
+        not watched has one decode part, this one: no decode replica holds any of it."""
+        if not self.watched[i]:
+            self.views[i] = [(0, 0)] * self.pool.replica_count
+            return
+        point = now - self.delay_s
+        self.views[i] = [
+            cached_of(self.recorded(r, i, point), history) for r in self.pool_replicas()
+        ]
+
+    def handed_off(self, r: int, i: int, k: int, now: float) -> None:
+        """Session i's decode part k went to replica r: recorded there, or, its last decode
+        part, its records let go (no view will read them)."""
+        self.routed(i)
+        assert self.last_part is not None
+        if k == self.last_part[i]:
+            for q in self.pool_replicas():
+                self.forget(q, i)
+            return
+        self.delivered(r, i)
+        self.record(r, now)
 
     def next_s(self) -> float:
         """The next view event (inf: none)."""
@@ -127,8 +181,8 @@ class DelayedKV:
         self.views.pop(session, None)
 
     def pool_replicas(self) -> range:
-        """The replicas the front end's router picks from, in its numbering's order."""
-        return range(self.shell.pool.first, self.shell.pool.first + self.shell.pool.replica_count)
+        """The replicas its pool's router picks from, in its numbering's order."""
+        return range(self.pool.first, self.pool.first + self.pool.replica_count)
 
     # -- the record of watched sessions ------------------------------------------------------------
     def begin(self, now: float) -> None:

@@ -66,11 +66,6 @@ class ClusterConfig:
         if self.disaggregation is not None:
             self.disaggregation.check(self.replicas)
         check_number("cluster.kv_events.delay_ms", self.kv_events_delay_ms, at_least=0)
-        if self.kv_events_delay_ms and self.disaggregation is not None:
-            raise ValueError(
-                "cluster.kv_events.delay_ms with cluster.disaggregation: a delayed view of the "
-                "replicas' KV is modelled for colocated replicas only"
-            )
 
 
 def as_group(group: ReplicaGroup | Mapping[str, Any], index: int) -> ReplicaGroup:

@@ -87,8 +87,19 @@ class Cluster:
         ]
         for i, s in enumerate(sessions):
             self.front.schedule(i, s.turns[0].arrival_s or 0.0)
-        # the router's view of the replicas' KV as of kv_delay_s ago (None: no delay)
+        # the router's view of the replicas' KV as of kv_delay_s ago (None: no delay), and the
+        # decode pool's router's (None: no delay, or colocated)
         self.delayed = DelayedKV(self, kv_delay_s, sessions, replay) if kv_delay_s > 0 else None
+        self.decode_delayed = (
+            DelayedKV.for_decode(self, kv_delay_s, sessions, self.decode_pool)
+            if kv_delay_s > 0 and self.decode_pool is not None
+            else None
+        )
+        self.pool.late = self.delayed
+        if self.decode_pool is not None:
+            self.decode_pool.late = self.decode_delayed
+        # both late views, each recording its pool's replicas
+        self.late = [d for d in (self.delayed, self.decode_delayed) if d is not None]
 
     def is_prefill(self, replica: int) -> bool:
         """Does ``replica`` run prefill parts only (a disaggregated cluster's prefill pool)?"""
@@ -149,12 +160,17 @@ class Cluster:
         the turns arriving at the front end now."""
         if self.handoffs:
             assert self.decode_pool is not None
+            late = self.decode_delayed
             for i, k, context in self.handoffs:
                 arrival = Arrival(i, k, context, 0, now)
+                if late is not None:
+                    late.handing_off(i, context, now)
                 r = self.send(self.decode_pool, arrival)
                 self.handoff_order += 1
                 self.replicas[r].deliver(i, k, context, now, self.handoff_order, now)
                 self.replicas[r].expect_transfer(i)
+                if late is not None:
+                    late.handed_off(r, i, k, now)
             self.handoffs.clear()
         for t, order, i in self.front.pop_due(now):
             k = self.next_k[i]
@@ -189,7 +205,7 @@ class Cluster:
         env.run()
 
     def _loop(self, env: simpy.Environment):
-        replicas, delayed = self.replicas, self.delayed
+        replicas, delayed, late = self.replicas, self.delayed, self.late
         while True:
             nxt = self.front.next_s()
             now = min(min(r.next_s for r in replicas), math.inf if nxt is None else nxt)
@@ -200,28 +216,29 @@ class Cluster:
             if now > env.now:
                 yield env.timeout(now - env.now)
             self.now = now
-            if delayed is not None:
-                delayed.begin(now)
+            for d in late:
+                d.begin(now)
             due = [r for r in replicas if r.next_s == now]
             for r in due:
                 r.event(now)
-                if delayed is not None:
-                    delayed.record(r.index, now)
+                for d in late:
+                    d.record(r.index, now)
             self.route_due(now)
             if delayed is not None:
                 delayed.view_due(now)  # the view points at now: after steps 1 and 2
-                delayed.planning()
+            for d in late:
+                d.planning()
             due = [r for r in replicas if r.next_s == now]  # with those woken by a delivery
             spans = [r for r in due if r.after_step]
             for r in due:
                 if not r.after_step:
                     r.loop_top(now)
-                    if delayed is not None:
-                        delayed.record(r.index, now)
+                    for d in late:
+                        d.record(r.index, now)
             for r in spans:
                 r.advance(now, self.horizon(r, now))
-                if delayed is not None:
-                    delayed.record(r.index, now)
+                for d in late:
+                    d.record(r.index, now)
         if self.progress is not None and self.ended:
             self.progress(self.ended)
         for r in replicas:
@@ -273,6 +290,7 @@ class PoolView:
         self.shell = shell
         self.router = router
         self.first = first
+        self.late: DelayedKV | None = None  # its router's view of the KV as of a delay ago
         self.prefill_s: dict[tuple[int, int, int], float] = {}  # (replica, tokens, context)
 
     @property
@@ -301,9 +319,8 @@ class PoolView:
         return self.shell.tokens_in[self.first + replica]
 
     def cached_tokens(self, replica: int, arrival: Arrival) -> tuple[int, int]:
-        delayed = self.shell.delayed
-        if delayed is not None and self.shell.decode_pool is None:  # as of the delay ago
-            return delayed.cached_tokens(replica, arrival.session, arrival.history_tokens)
+        if self.late is not None:  # as of the delay ago
+            return self.late.cached_tokens(replica, arrival.session, arrival.history_tokens)
         held = self.shell.replicas[self.first + replica]
         return held.cached_tokens(arrival.session, arrival.history_tokens)
 

@@ -48,10 +48,7 @@ def test_the_grid_is_the_plain_nested_loop(
     routers, capacities, policies, writes, prefill, delays, seeds
 ):
     """router, store capacity, store policy, store write, prefill replicas, delay, seed (the
-    last fastest); capacity 0 is one point (no policy, no write); a delay with a prefill pool is
-    refused, so a grid with both has one of them at 0 only."""
-    if any(delays) and any(prefill):
-        prefill = [0]
+    last fastest); capacity 0 is one point (no policy, no write)."""
     store = {"capacity_gb": capacities, "policy": policies, "write": writes, "chunk_tokens": 32}
     cluster = {
         "replicas": [2],
@@ -124,11 +121,6 @@ def test_the_labels_come_with_their_sections_only():
         ({"kv_events": {"delay_ms": [5, 5]}}, "cluster.kv_events.delay_ms", "duplicate"),
         ({"kv_events": {"delay_ms": [0, ".inf"]}}, "cluster.kv_events.delay_ms", "number"),
         ({"kv_events": {"delay_ms": [0, math.inf]}}, "cluster.kv_events.delay_ms", "finite"),
-        (
-            {"kv_events": {"delay_ms": [0, 5]}, "disaggregation": {"prefill_replicas": [1]}},
-            "cluster.kv_events.delay_ms",
-            "colocated replicas only",
-        ),
     ],
 )
 def test_a_bad_entry_names_its_key(cluster, key, words):

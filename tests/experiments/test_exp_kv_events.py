@@ -57,13 +57,11 @@ def test_a_bad_delay_names_the_key(write_yaml, new, key, words):
     assert err.key == key
 
 
-def test_a_delay_with_disaggregation_is_refused_at_its_key(write_yaml):
+def test_a_delay_with_disaggregation_reaches_each_pool(write_yaml):
     text = BASE.replace("replicas: [1, 2]", "replicas: [2]") + (
         "  disaggregation: {prefill_replicas: [0, 1]}\n"
     )
-    err = error_of(write_yaml(text))
-    assert err.key == "cluster.kv_events.delay_ms"
-    assert "colocated replicas only" in str(err)
-    # colocated only (prefill_replicas 0): no conflict
-    ok = text.replace("prefill_replicas: [0, 1]", "prefill_replicas: [0]")
-    assert len(load_experiment(write_yaml(ok, "ok.yaml")).grid()) == 2
+    grid = load_experiment(write_yaml(text)).grid()
+    assert len(grid) == 4
+    assert {p.cluster.kv_events_delay_ms for p in grid} == {50.0}
+    assert {p.prefill_replicas for p in grid} == {0, 1}

@@ -170,8 +170,9 @@ def test_a_bad_delay_names_the_key(value):
         ClusterConfig(2, "kv-aware", kv_events_delay_ms=value)
 
 
-def test_a_delay_with_disaggregation_is_refused():
+def test_a_delay_with_disaggregation_is_taken():
+    # each pool's router sees its own pool late: tests/cluster/test_late_kv_disagg.py
     from sim.cluster.disagg import DisaggConfig
 
-    with pytest.raises(ValueError, match=r"cluster\.kv_events\.delay_ms with cluster\.disagg"):
-        ClusterConfig(3, "kv-aware", disaggregation=DisaggConfig(1), kv_events_delay_ms=10)
+    cfg = ClusterConfig(3, "kv-aware", disaggregation=DisaggConfig(1), kv_events_delay_ms=10)
+    assert cfg.kv_events_delay_ms == 10
