@@ -13,20 +13,21 @@ unit size.
 
 from __future__ import annotations
 
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from itertools import chain, compress, islice, repeat, starmap
-from operator import add, eq, gt, itemgetter, lt, ne, not_, rshift, sub
+from operator import add, eq, itemgetter, lt, not_, rshift, sub
 
 from sim.policies.base import EvictionPolicy
 from sim.policies.ghost_runs import GhostRuns
-from sim.policies.run_lists import runs_less, split_at_sessions
+from sim.policies.run_lists import distinct_runs, runs_in_order, runs_less, split_at_sessions
 from sim.policies.run_order import RunOrder
 from sim.policies.s3fifo import S3FIFO
 from sim.policies.structures import ByteBudget, consume
-from sim.units import UNIT_BITS, extents_of, join_extents
+from sim.units import UNIT_BITS, join_extents
 
+LOOP_HOT = 64  # a walk passes fewer counted units in a plain loop, more by bisection
 FIRST_LOOK = 64  # units of a run whose counters a walk reads first (it doubles while short)
 
 
@@ -44,66 +45,64 @@ def _one_session_increasing(uids) -> bool:
     )
 
 
-def _runs_of_list(uids) -> list[tuple[int, int]]:
-    """``extents_of(uids)`` (a list, or a range of step 1), the breaks between runs found in C."""
-    n = len(uids)
-    if isinstance(uids, range) or n < 2:
-        return [(uids[0], uids[-1] + 1)] if n else []
-    first, last = uids[0], uids[-1]
-    if last - first == n - 1 and uids == list(range(first, last + 1)):
-        return [(first, last + 1)]  # (a session's units: one comparison in C)
-    if n > 2048:
-        return extents_of(uids)  # (numpy's)
-    breaks = list(compress(range(1, n), map(ne, islice(uids, 1, None), map(add, uids, repeat(1)))))
-    if not breaks:
-        return [(uids[0], uids[-1] + 1)]
-    get = uids.__getitem__
-    starts = [uids[0], *map(get, breaks)]
-    stops = [*map(add, map(get, map(sub, breaks, repeat(1))), repeat(1)), uids[-1] + 1]
-    return list(zip(starts, stops))
-
-
-def _distinct_runs(uids) -> list[tuple[int, int]] | None:
-    """``distinct_runs(uids)``: ``uids`` as runs in their order, or None when a uid repeats."""
-    if isinstance(uids, range):
-        return [(uids.start, uids.stop)] if uids.step == 1 else None
-    runs = _runs_of_list(uids)
-    return runs if _apart(runs) else None
-
-
 def _apart(runs: list[tuple[int, int]]) -> bool:
     """Do no two of ``runs`` (non-empty extents) share a uid?"""
     if len(runs) < 2:
         return True
     ordered = sorted(runs)
-    stops, starts = map(itemgetter(1), ordered), map(itemgetter(0), islice(ordered, 1, None))
-    return not any(map(gt, stops, starts))
+    return not any(s > a for (_, s), (a, _) in zip(ordered, ordered[1:], strict=False))
 
 
 def _joined(extents: list[tuple[int, int]]) -> list[tuple[int, int]]:
     """``join_extents(extents)``, the list itself where no extent starts where the one before
     stops (found in C)."""
+    if len(extents) <= 16:  # (a short list costs less in the plain loop)
+        return join_extents(extents)
     stops, starts = map(itemgetter(1), extents), map(itemgetter(0), islice(extents, 1, None))
     return join_extents(extents) if any(map(eq, stops, starts)) else extents
 
 
-def _victims_before(a: int, hot: list[int]) -> list[int]:
-    """For increasing ``hot`` uids at or above ``a``: how many uids of ``[a, h)`` are not hot,
-    for each ``h`` of them (a walk from ``a`` takes those as victims before it reaches ``h``)."""
-    return list(map(sub, hot, range(a, a + len(hot))))
-
-
 def _walk_past(
-    a: int, end: int, hot: list[int], before: list[int], want: int, out: list[tuple[int, int]]
+    a: int, end: int, hot: list[int], want: int, out: list[tuple[int, int]]
 ) -> tuple[int, int]:
-    """A walk over ``[a, end)`` that passes the ``hot`` uids (increasing, ``before``:
-    ``_victims_before``) and takes the others as victims until it has ``want``: appends them
-    to ``out`` as extents, in order, and returns (where it stopped, how many hot it passed)."""
-    passed = bisect_left(before, want)  # a hot uid is passed where fewer victims precede it
+    """A walk over ``[a, end)`` that passes the ``hot`` uids (increasing, in that range) and takes
+    the others as victims until it has ``want``: appends them to ``out`` as extents, in order,
+    and returns (where it stopped, how many hot it passed)."""
+    if len(hot) < LOOP_HOT:
+        pos, got, passed = a, 0, 0
+        for h in hot:
+            if h > pos:
+                n = min(h - pos, want - got)
+                out.append((pos, pos + n))
+                got += n
+                pos += n
+                if got == want:
+                    return pos, passed
+            passed += 1
+            pos = h + 1
+        if got < want and end > pos:
+            n = min(end - pos, want - got)
+            out.append((pos, pos + n))
+            pos += n
+        return pos, passed
+
+    # ``hot[i] - a - i`` victims precede ``hot[i]``, a count that never decreases along
+    # ``hot``: the walk passes the hot uids it reaches with fewer than ``want``, and the gaps
+    # between stretches of consecutive hot uids are found by bisection too, not a step each.
+    def before(i: int) -> int:
+        return hot[i] - a - i
+
+    every = range(len(hot))
+    passed = bisect_left(every, want, key=before)
     stop = end if end - a - len(hot) < want else a + want + passed
-    starts = [a, *map(add, islice(hot, passed), repeat(1))]
-    stops = [*islice(hot, passed), stop]
-    out += compress(zip(starts, stops), map(lt, starts, stops))
+    pos, i = a, 0
+    while i < passed:
+        if hot[i] > pos:
+            out.append((pos, hot[i]))
+        i = bisect_right(every, before(i), i, passed, key=before)  # past hot[i]'s stretch
+        pos = hot[i - 1] + 1
+    if stop > pos:
+        out.append((pos, stop))
     return stop, passed
 
 
@@ -177,7 +176,7 @@ class RunS3FIFO(S3FIFO):
         if split is not None and split[0] is uids:  # the plan's ghost check found them
             runs: list[tuple[int, int]] | None = split[1] if _apart(split[1]) else None
         else:
-            runs = _distinct_runs(uids)
+            runs = distinct_runs(uids)
         sessions = split_at_sessions(runs) if runs is not None else []
         if (
             runs is None
@@ -457,7 +456,7 @@ class RunS3FIFO(S3FIFO):
                 return taken or None
             a, s = head
             end, hot = self._counted(a, s, want, 1)
-            pos, passed = _walk_past(a, end, hot, _victims_before(a, hot), want, out)
+            pos, passed = _walk_past(a, end, hot, want, out)
             got = pos - a - passed
             again = hot[:passed]
             m.drop_head(pos - a)
@@ -502,13 +501,12 @@ class RunS3FIFO(S3FIFO):
             a, s = head
             want = k - taken
             end, hot = self._counted(a, s, want, threshold)
-            before = _victims_before(a, hot)
             over = max(room, 0)  # the move that takes M over its share: the next victim ends
-            if over < len(hot) and before[over] + 1 < want:
-                want = before[over] + 1
+            if over < len(hot) and hot[over] - a - over + 1 < want:  # (victims before it, + 1)
+                want = hot[over] - a - over + 1
                 k = taken + want
             gone_to = len(out)
-            pos, passed = _walk_past(a, end, hot, before, want, out)
+            pos, passed = _walk_past(a, end, hot, want, out)
             to_ghost += out[gone_to:]
             got = pos - a - passed
             room -= passed
@@ -529,7 +527,7 @@ class RunS3FIFO(S3FIFO):
         ghost = self._ghost
         if not ghost:
             return False
-        sessions = split_at_sessions(_runs_of_list(uids))
+        sessions = split_at_sessions(runs_in_order(uids))
         self._split = (uids, sessions)  # (for the batch's ``insert_many``, next)
         if ghost.buckets().isdisjoint([a >> UNIT_BITS for a, _ in sessions]):
             return False

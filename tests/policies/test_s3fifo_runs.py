@@ -13,7 +13,6 @@ from twin_driver import OPS, PAGE, OneSizeView, TwinDriver
 
 from sim.policies import s3fifo_runs
 from sim.policies.base import PolicyContext
-from sim.policies.run_lists import distinct_runs
 from sim.policies.s3fifo import S3FIFO
 from sim.policies.s3fifo_runs import RunS3FIFO
 from sim.units import UNIT_BITS, Tier, extents_of
@@ -96,14 +95,40 @@ def test_short_readings_of_the_counters_equal_s3fifo_per_unit(ops, capacity):
         s3fifo_runs.FIRST_LOOK = kept
 
 
-@settings(max_examples=400, deadline=None)
-@given(st.lists(st.integers(0, 40), max_size=30), st.integers(0, 3))
-def test_runs_found_in_c_are_the_runs_of_the_list(uids, shift):
-    """``_runs_of_list`` and ``_distinct_runs`` (breaks found in C) against ``extents_of`` and
-    ``distinct_runs``: lists with repeats, runs, and uids of two sessions."""
-    uids = [u << (UNIT_BITS - 4) * (shift == 3) if u % 7 == 0 else u + shift for u in uids]
-    assert s3fifo_runs._runs_of_list(uids) == extents_of(uids)
-    assert s3fifo_runs._distinct_runs(uids) == distinct_runs(uids)
-    if uids:
-        r = range(min(uids), min(uids) + len(uids))
-        assert s3fifo_runs._distinct_runs(r) == distinct_runs(r) == [(r.start, r.stop)]
+def _walk_one_by_one(a: int, end: int, hot: list[int], want: int):
+    """The walk of ``_walk_past``, a uid at a time: (where it stops, the hot uids passed, the
+    victims as extents)."""
+    pos, passed, victims = a, [], []
+    for u in range(a, end):
+        if len(victims) == want:
+            break
+        if u in hot:
+            passed.append(u)
+        else:
+            victims.append(u)
+        pos = u + 1
+    return pos, passed, extents_of(victims)
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    st.integers(0, 50),
+    st.integers(1, 200),
+    st.lists(st.integers(0, 199), max_size=200),
+    st.integers(1, 60),
+    st.sampled_from([0, 64]),
+)
+def test_walk_past_takes_the_victims_one_step_at_a_time_takes(a, length, picks, want, loop):
+    """``_walk_past`` (a plain loop below ``LOOP_HOT`` counted units, bisection above) against a
+    walk a uid at a time: where it stops, how many counted units it passes, the victims."""
+    end = a + length
+    hot = sorted({a + p % length for p in picks})
+    if picks and picks[0] % 2:  # a dense stretch: the counted units of a session's run
+        hot = sorted(set(hot) | set(range(a + picks[0] % length, end)))
+    old, s3fifo_runs.LOOP_HOT = s3fifo_runs.LOOP_HOT, loop
+    try:
+        out: list[tuple[int, int]] = []
+        pos, passed = s3fifo_runs._walk_past(a, end, hot, want, out)
+    finally:
+        s3fifo_runs.LOOP_HOT = old
+    assert (pos, hot[:passed], out) == _walk_one_by_one(a, end, hot, want)
