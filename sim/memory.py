@@ -100,6 +100,8 @@ class TieredMemory:
         # victim-selection time of each make-room call that evicted (kept as sim.samples.Samples)
         self.evict_samples = Samples(typecode="q")
         self.evict_ns = self.evict_samples.values
+        # Hears of each finished session whose last unit left the GPU and CPU (None: no one).
+        self.on_gone: Callable[[SessionKV], None] | None = None
 
     def free(self, tier: Tier) -> float:
         return self.capacity[tier] - self.used[tier]
@@ -591,12 +593,13 @@ class TieredMemory:
                 self.policy[CPU].insert(uid, now)
                 self.swap_out_bytes += size
                 sess.tier_pages[CPU] += ppu
+                sess.tier_pages[GPU] -= ppu
             else:
                 sess.tier[idx] = DROPPED
                 self.dropped_bytes += size
                 sess.tier_pages[DROPPED] += ppu
+                sess.tier_pages[GPU] -= ppu  # (before the check: its one unit left the GPU)
                 self._forget_if_gone(sess)
-            sess.tier_pages[GPU] -= ppu
         self.used[GPU] -= freed
         self.evictable[GPU] -= freed
         self.evict_ns.append(spent)
@@ -664,10 +667,12 @@ class TieredMemory:
         self.dropped_bytes += size
         self._forget_if_gone(sess)
 
-    @staticmethod
-    def _forget_if_gone(sess: SessionKV) -> None:
-        """A finished session with nothing left in any tier frees its array: memory follows the
-        live state (its uids stay valid names for ghost lists)."""
-        if sess.done and not sess.tier_pages[GPU] and not sess.tier_pages[CPU] and sess.tier:
-            sess.tier = bytearray()
-            sess.tier_pages[DROPPED] = sess.tier_pages[SHARED] = 0
+    def _forget_if_gone(self, sess: SessionKV) -> None:
+        """A finished session with nothing left in any tier frees its array, and ``on_gone``
+        hears of it: memory follows the live state (its uids stay valid names for ghost lists)."""
+        if sess.done and not sess.tier_pages[GPU] and not sess.tier_pages[CPU]:
+            if sess.tier:
+                sess.tier = bytearray()
+                sess.tier_pages[DROPPED] = sess.tier_pages[SHARED] = 0
+            if self.on_gone is not None:
+                self.on_gone(sess)

@@ -73,12 +73,16 @@ class Scheduler:
         budget: BudgetConfig | None = None,
         sparse: SparseConfig | None = None,
         fit_on: Sequence[Session] | None = None,
+        free_records: bool | None = None,
     ) -> None:
         """``sessions``: a list (any Sequence) of the whole trace, or a stream (any other iterable)
         of sessions in order of first arrival, each with turn 0's ``arrival_s`` (``sim.parts.
         stream``). Either way session i is the i-th of the trace. ``fit_on``: the trace a policy's
         lifetime predictor is fitted on, when it is not ``sessions`` (a cluster's replica starts
-        with no session of its own)."""
+        with no session of its own). ``free_records``: let go of a session's records once it is
+        finished and holds no KV in any tier, so that memory follows the live sessions rather
+        than the sessions seen (default: on a stream. A list's trace is in memory anyway, and a
+        cluster's router reads a replica's records of finished sessions)."""
         raise_first(combination_problems(memory, engine, budget, sparse))
         self.cost, self.cfg = cost, engine
         self.memory_cfg, self.budget_cfg, self.sparse_cfg = memory, budget, sparse
@@ -89,15 +93,24 @@ class Scheduler:
         self.layers = cost.model.num_layers
         self.upp = self.layers if memory.evict_unit == "layer_block" else 1  # units per page
         self.unit_bytes = self.page_bytes // self.upp  # one page of one unit's layers
-        # The sessions' records by index; a finished session's entry is set to None.
+        self.frees_records = streaming if free_records is None else free_records
+        # The sessions' records by index: a finished session's entry is set to None, or with
+        # ``frees_records`` leaves (its KV record ``kv[i]`` leaves once its KV is gone).
         trace = [] if streaming else list(sessions)
-        self.sessions: list[Session | None] = list(trace)
+        self.sessions: list[Session | None] | dict[int, Session | None] = (
+            dict(enumerate(trace)) if self.frees_records or streaming else list(trace)
+        )
         self.kv = SessionTable()
         for i, s in enumerate(trace):
             self.kv[i] = SessionKV(i, s.session_id, s.turns[0].priority)
         self.mem = self._tiered_memory(
             policy, sessions if fit_on is None else fit_on, streaming, clock
         )
+        # Finished sessions whose KV is gone: let go at the next ``release``, so that whoever
+        # follows the iteration (an ``on_iteration`` hook, a layout exporter) sees them go.
+        self._gone: list[int] = []
+        if self.frees_records:
+            self.mem.on_gone = self._let_go
         self.pricer = Pricer(
             cost,
             self.page_bytes,
@@ -247,6 +260,8 @@ class Scheduler:
 
     def release(self, now: float) -> None:
         """Move every turn that has arrived by ``now`` into the waiting queue."""
+        if self._gone:
+            self._drop_gone_records()
         for t, order, i in self.arrivals.pop_due(now):
             if self.stream is not None:
                 self.stream.arrived(i)  # the next session's first arrival (popped here if due)
@@ -264,6 +279,8 @@ class Scheduler:
                 self.rejected_turns += len(session.turns) - k
                 kv.done = True
                 self._finished(i)
+                if self.frees_records:
+                    self._let_go_if_gone(kv)
                 if self.on_turn_end is not None:
                     self.on_turn_end(i)
                 continue
@@ -293,9 +310,32 @@ class Scheduler:
 
     def _finished(self, i: int) -> None:
         """Session i has no turn left: let go of its records (its KV stays until evicted)."""
-        self.sessions[i] = None
+        if self.frees_records:
+            del self.sessions[i]
+        else:
+            self.sessions[i] = None
         if self.share is not None:
             self.share.forget(i)
+        if self.prefetch is not None:
+            self.prefetch.forget(i)
+
+    def _let_go_if_gone(self, sess: SessionKV) -> None:
+        """``_let_go`` a finished session that holds nothing on the GPU or the CPU (a session that
+        no eviction will visit: rejected with nothing cached, or all in the shared pool)."""
+        if not sess.pinned and not sess.tier_pages[GPU] and not sess.tier_pages[CPU]:
+            self._let_go(sess)
+
+    def _let_go(self, sess: SessionKV) -> None:
+        """A finished session's KV is gone from every tier (its uids from every policy's live
+        structures; ghost lists keep uids as names, never reading them here): its record goes,
+        at the next ``release``."""
+        self._gone.append(sess.index)
+
+    def _drop_gone_records(self) -> None:
+        kv = self.kv
+        for i in self._gone:
+            del kv[i]
+        self._gone.clear()
 
     # -- planning one iteration ------------------------------------------------------------------
     def plan(self, now: float) -> Step | None:
@@ -525,6 +565,8 @@ class Scheduler:
         if sess.done:
             self._finished(sess.index)
         self.mem.release(sess, now)
+        if sess.done and self.frees_records:
+            self._let_go_if_gone(sess)
         if self.prefetch is not None:
             self.prefetch.after_turn(sess, tokens, next_s, now)
         self.completed += 1

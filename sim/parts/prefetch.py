@@ -35,6 +35,10 @@ class Prefetch:
         self._order += 1
         heapq.heappush(self.due, (at, self._order, index))
 
+    def forget(self, index: int) -> None:
+        """Session ``index`` has no turn left: what it prefetched is never taken."""
+        self._got.pop(index, None)
+
     def next_s(self) -> float | None:
         return self.due[0][0] if self.due else None
 
@@ -54,7 +58,9 @@ class Prefetch:
         mem = core.mem
         while due and due[0][0] <= now:
             _, _, i = heapq.heappop(due)
-            sess = core.kv[i]
+            sess = core.kv.get(i)  # (None: finished, its record gone)
+            if sess is None:
+                continue
             need = sess.tier_pages[CPU] * core.unit_bytes
             if (
                 sess.pinned

@@ -26,6 +26,7 @@ class StreamIntake:
         self._stream: Iterator[Session] | None = iter(sessions)
         self._head = -1  # index of the pulled session whose first turn is due
         self._start = -math.inf  # its first arrival (a stream's order is checked)
+        self._head_id = ""  # its name (its record may be gone when the next is checked)
         self.pull()
 
     def arrived(self, i: int) -> None:
@@ -41,7 +42,7 @@ class StreamIntake:
             self._stream = None
             return
         core = self.core
-        i = len(core.sessions)
+        i = self._head + 1
         start = s.turns[0].arrival_s if s.turns else None
         if start is None:
             raise ValueError(
@@ -49,18 +50,16 @@ class StreamIntake:
                 f"turn with arrival_s: a stream needs every session's start"
             )
         if start < self._start:
-            prev = core.sessions[i - 1]
             raise ValueError(
                 f"session stream out of order: session {s.session_id!r} (#{i}) "
                 f"starts at {start}, before the previous session "
-                f"{prev.session_id if prev is not None else f'#{i - 1}'!r} "
-                f"({self._start}); a stream must come in order of first "
+                f"{self._head_id!r} ({self._start}); a stream must come in order of first "
                 f"arrival"
             )
         if i >= self.max_sessions:
             raise ValueError(f"session stream: more than {self.max_sessions} sessions")
         core.share_if_hashed(s)
-        core.sessions.append(s)
+        core.sessions[i] = s
         core.kv[i] = SessionKV(i, s.session_id, s.turns[0].priority)
         core.arrivals.schedule(i, start, order=FIRST_ORDER + i)
-        self._head, self._start = i, start
+        self._head, self._start, self._head_id = i, start, s.session_id

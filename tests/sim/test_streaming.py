@@ -131,7 +131,9 @@ def test_finished_sessions_release_their_records():
     sched = Scheduler(Counted(SYN[:10]), COST, TIGHT, EngineConfig(), "lru")
     Engine(sched).run()
     assert sched.completed == sum(len(s.turns) for s in SYN[:10])
-    assert sched.sessions == [None] * 10 and all(kv.done for kv in sched.kv)
+    # every record left is a finished session's that still holds KV on the GPU or the CPU
+    assert sched.sessions == {} and all(kv.done for kv in sched.kv)
+    assert all(kv.tier_pages[0] + kv.tier_pages[1] for kv in sched.kv)
 
 
 def test_a_stream_out_of_order_is_an_error():
