@@ -22,8 +22,10 @@ table, from the run's own counts: the ledger (on disk, at most
 ``sim.ledger_spool.ROWS_PER_GROUP`` turns of it in memory), the per-decode-step statistics
 (EngineStats.tbt: 16 bytes a decode step up to sim.samples.EXACT_LIMIT steps, then a histogram
 whose size follows the range of durations), the eviction timings (EngineStats.evict_ns, the same),
-and one SessionKV per session seen (its page array is freed once the session is done and its KV
-gone; the record stays).
+and the sessions' records: those of live sessions only (pulled from the stream and not finished,
+or finished with KV still cached: a finished session's record is let go with its last cached page,
+``Scheduler(free_records=...)``, a stream's default), so they follow the cache's contents, not the
+trace's length.
 
     python benchmarks/stream_1m.py                       # 1,000,000 turns (about 10-15 min here)
     python benchmarks/stream_1m.py --turns 100000        # a tenth
@@ -366,7 +368,8 @@ def report(args, w: dict, s: dict, ld: dict | None, lst: dict | None) -> None:
         f"{'exact' if s['tbt_exact'] else 'folded into a histogram past sim.samples.EXACT_LIMIT'}"
         f", p99 {s['tbt_p99_s'] * 1e3:.3f} ms); {s['evict_calls']:,} eviction timings (int64 "
         f"samples, compacted the same way); "
-        f"{s['sessions']:,} sessions in the trace."
+        f"{s['sessions']:,} sessions in the trace, each record let go once the session is "
+        f"finished and its KV gone."
     )
     print(
         f"Peak RSS when simulate returned {s['run_peak_mib']:,.0f} MiB; summarize (the summary "
