@@ -1005,8 +1005,9 @@ class SweepOrder:
         renumber[at] = np.arange(1, len(at) + 1, dtype=np.int64)  # (a scatter of the members,
         self.hand = int(np.searchsorted(at, self.hand, side="right"))  # not a sum over entries)
         uids = np.frombuffer(self._uid_at, dtype=np.int64)[at]
-        self._uid_at = array("q", (-1,))
-        self._uid_at.frombytes(uids.tobytes())
+        # the members' uids move down in place: the array keeps its length, room for the entries
+        # to come (built anew, it would grow by doublings again after each compaction)
+        np.frombuffer(self._uid_at, dtype=np.int64)[1 : 1 + len(at)] = uids
         # (a gather of the members' bytes: ``replace`` of the zeros copies byte by byte)
         self._state = bytearray(1) + np.frombuffer(state, dtype=np.uint8)[at].tobytes()
         self._brk = bytearray(b"\x01") + (np.diff(uids, prepend=-1) != 1).tobytes()

@@ -377,7 +377,7 @@ def test_sweep_order_compacts_and_keeps_the_hand_in_place():
         else:
             order.enter(uid)
             ref.enter(uid)
-    assert len(order._uid_at) <= 4 * len(ref.members) + 4096 < 12_000
+    assert len(order._state) <= 4 * len(ref.members) + 4096 < 12_000  # (its entry numbers)
     _check_sweep(order, ref)
     assert [order.sweep() for _ in range(len(ref.members) + 1)] == [
         ref.sweep() for _ in range(len(ref.members) + 1)
