@@ -65,7 +65,9 @@ CONFIG_KEYS: dict[str, str] = {
     "groups": "cluster.groups",
     "store_gb": "cluster.store.capacity_gb",
     "store_policy": "cluster.store.policy",
+    "store_write": "cluster.store.write",
     "prefill_replicas": "cluster.disaggregation.prefill_replicas",
+    "kv_delay_ms": "cluster.kv_events.delay_ms",
     "time_scale": "trace[].time_scale",  # [] stands for any index of the trace list
 }
 # Settings of config.resolved.yaml that cannot change a metric (or are recorded elsewhere).

@@ -16,29 +16,11 @@ from typing import Any
 
 import pandas as pd
 
-from experiments.schema import GridPoint, store_policies_vary
+from experiments.schema import ALL_LABEL_COLUMNS, GridPoint, store_policies_vary
 from experiments.targets import DEFAULT_TARGETS, RULES, short_header
 
-_VARYING_LABELS = (  # every grid label but policy and gpu_kv_gb, in summary.csv's order
-    "engine",
-    "model",
-    "hardware",
-    "tp",
-    "trace",
-    "time_scale",
-    "cpu_kv_gb",
-    "block_tokens",
-    "evict_unit",
-    "pipelining",
-    "budget",
-    "sparse",
-    "router",
-    "replicas",
-    "store_gb",
-    "store_policy",
-    "prefill_replicas",
-    "seed",
-)
+# every grid label but name, policy and gpu_kv_gb, in summary.csv's order
+_VARYING_LABELS = tuple(c for c in ALL_LABEL_COLUMNS if c not in ("name", "policy", "gpu_kv_gb"))
 _METRICS = {  # column -> (header, format)
     "reprefill_rate": ("reprefill", "{:.1%}"),
     "gpu_hit_rate": ("gpu_hit", "{:.1%}"),

@@ -285,3 +285,12 @@ def test_folders_written_by_kvsim_run_compare(fake_backend, write_yaml, tmp_path
     assert rc == 0, err
     assert "matched on: policy, gpu_kv_gb (4 points)" in out
     assert "hardware: h100-sxm (A), h200 (B)" in out
+
+
+def test_every_grid_label_names_the_setting_it_comes_from():
+    """A label compare cannot map to its YAML key is listed twice: as an axis and again as a
+    setting that differs."""
+    from experiments.compare import CONFIG_KEYS
+    from experiments.schema import ALL_LABEL_COLUMNS
+
+    assert set(ALL_LABEL_COLUMNS) - {"name"} == set(CONFIG_KEYS)
