@@ -48,7 +48,13 @@ nothing to demote, but the GPU policy is not told when the CPU tier drops a laye
 would leave stale values; it keeps the swap-in stall.
 
 At ``block`` and ``session`` units (a unit of all layers) and in ``kvsim cachesim`` (no pages)
-there is nothing to share: the policy is ``pensieve-physics``.
+there is nothing to share: the policy is ``pensieve-physics`` (made as ``_NoDrops``, with its
+batches), as at the copy tier.
+
+How, at the drop tier: a page's candidates of one time are ordered by (cost, uid) alone, so only
+the first of them can be the minimum; the tournament holds that one, at its true cost, and the
+rest wait in the page's cohort until it leaves or a drop deepens the page. A page dropped layer
+after layer is a run taken from its cohort, past the tournament.
 """
 
 from __future__ import annotations
