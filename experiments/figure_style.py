@@ -45,6 +45,7 @@ STAMP_PT = 5.5
 STAMP_GID = "stamp"
 STAMP_IN = (STAMP_PT + 4) / 72  # the stamp's line, under the axes
 STAMP_LINE_IN = STAMP_PT * 1.25 / 72  # each further line of a stamp
+MIN_PANEL_IN = 1.6  # the least height of a row of panels, where a long legend takes room
 
 RC: dict[str, Any] = {
     "font.size": FONT_PT,
@@ -299,26 +300,44 @@ def grid(n: int, *, max_cols: int = 4, panel_h: float | None = None, header_in: 
 
 def finish(fig, title: str, handles: list, labels: list, stamp: str | None = None) -> None:
     """The title and one legend above the panels, the stamp below them: the title and legend
-    are placed here, in inches from the top, and the panels (constrained layout) fill the rest."""
-    height = fig.get_figheight()
+    are placed here, in inches from the top, and the panels (constrained layout) fill the rest.
+    A legend too tall for the room the figure left makes the figure taller, so that each row of
+    panels keeps ``MIN_PANEL_IN`` (the layout cannot place panels in no room)."""
     width_in = fig.get_figwidth()
-    top_in = 0.04
+    title_lines: list[str] = []
     if title:
         chars = max(20, int(width_in * 72 / (SUPTITLE_PT * 0.56)))
-        lines = textwrap.wrap(title, chars)
+        title_lines = textwrap.wrap(title, chars)
+    title_in = len(title_lines) * SUPTITLE_PT * 1.25 / 72 + 0.03 if title_lines else 0.0
+    ncol = legend_rows = 0
+    if handles:
+        per_entry = max(len(str(lab)) for lab in labels) * LEGEND_PT * 0.55 / 72 + 0.5
+        ncol = max(1, min(len(handles), int(width_in * 0.96 / per_entry)))
+        legend_rows = math.ceil(len(handles) / ncol)
+    legend_in = legend_rows * LEGEND_PT * 1.95 / 72 + 0.08 if handles else 0.0
+    bottom_in = 0.0
+    if stamp:
+        stamp_lines = len(_stamp_lines(width_in, stamp))
+        bottom_in = stamp_lines * STAMP_LINE_IN + (STAMP_IN - STAMP_LINE_IN)
+    top_in = 0.04
+    panel_rows = max(
+        (ax.get_gridspec().nrows for ax in fig.axes if ax.get_subplotspec()), default=1
+    )
+    height = max(
+        fig.get_figheight(), top_in + title_in + legend_in + bottom_in + panel_rows * MIN_PANEL_IN
+    )
+    fig.set_figheight(height)
+    if title_lines:
         fig.suptitle(
-            "\n".join(lines),
+            "\n".join(title_lines),
             fontweight="bold",
             x=0.5,
             y=1 - top_in / height,
             va="top",
             in_layout=False,
         )
-        top_in += len(lines) * SUPTITLE_PT * 1.25 / 72 + 0.03
+        top_in += title_in
     if handles:
-        per_entry = max(len(str(lab)) for lab in labels) * LEGEND_PT * 0.55 / 72 + 0.5
-        ncol = max(1, min(len(handles), int(width_in * 0.96 / per_entry)))
-        rows = math.ceil(len(handles) / ncol)
         leg = fig.legend(
             handles,
             labels,
@@ -332,10 +351,9 @@ def finish(fig, title: str, handles: list, labels: list, stamp: str | None = Non
             handletextpad=0.5,
         )
         leg.set_in_layout(False)
-        top_in += rows * LEGEND_PT * 1.95 / 72 + 0.08
-    bottom_in = 0.0
+        top_in += legend_in
     if stamp:
-        bottom_in = add_stamp(fig, stamp) * STAMP_LINE_IN + (STAMP_IN - STAMP_LINE_IN)
+        add_stamp(fig, stamp)  # last: the figure's last text (``fig.texts[-1]``) is its stamp
     engine = fig.get_layout_engine()
     if engine is not None and hasattr(engine, "set"):
         engine.set(rect=(0, bottom_in / height, 1, 1 - top_in / height))
@@ -344,13 +362,7 @@ def finish(fig, title: str, handles: list, labels: list, stamp: str | None = Non
 def add_stamp(fig, text: str) -> int:
     """``text`` in small grey type at the figure's bottom left, under the axes (gid ``stamp``),
     broken at its " · " into lines as wide as the figure; the number of lines."""
-    chars = int(fig.get_figwidth() * 72 / (STAMP_PT * 0.55))
-    lines: list[str] = []
-    for part in text.split(" · "):
-        if lines and len(lines[-1]) + 3 + len(part) <= chars:
-            lines[-1] += " · " + part
-        else:
-            lines.append(part)
+    lines = _stamp_lines(fig.get_figwidth(), text)
     fig.text(
         0.005,
         0.004,
@@ -363,6 +375,17 @@ def add_stamp(fig, text: str) -> int:
         in_layout=False,
     )
     return len(lines)
+
+
+def _stamp_lines(width_in: float, text: str) -> list[str]:
+    chars = int(width_in * 72 / (STAMP_PT * 0.55))
+    lines: list[str] = []
+    for part in text.split(" · "):
+        if lines and len(lines[-1]) + 3 + len(part) <= chars:
+            lines[-1] += " · " + part
+        else:
+            lines.append(part)
+    return lines
 
 
 # --- the stamp --------------------------------------------------------------------------------
