@@ -65,7 +65,10 @@ INF = math.inf
 _REL = 4e-16  # > 2u(1 + u): relative error of fl(m * fl(t - tau)) (u = 2^-53), with slack
 _TINY = 1e-280  # below this the float filter is not trusted (subnormal products)
 _CROSS_REL = 1e-15  # margin on a float crossing time (true error < 4u of the same terms)
-_MERGE_GROUPS = 16  # pop_many merges the groups' heads when there are at most this many per victim
+# pop_many merges the groups' heads when there are at most this many per victim: always, in
+# practice (a replay of a Pensieve run's calls: the merges beat the tournament's catch-up of the
+# paths that merges and releases left waiting, at every group count seen); tests lower it
+_MERGE_GROUPS = 1 << 20
 _MERGE_REL = 1e-15  # float values further apart than this (relative) are in their exact order
 _SORT_MIN = 8  # pop_many sorts the groups' values in numpy from this many victims
 _SORT_MAX = 1 << 18  # ... while it reads at most this many entries (groups * prefix)
@@ -450,10 +453,28 @@ def _until_scale(g: _Group, t: float) -> tuple[float | None, float]:
     return tau - t, 0.0  # a cost of 0 gives 0 / d = 0, as the head's rule
 
 
+def _since_heads(groups, t: float) -> list[tuple[float, float, float, _Group]]:
+    """``_since_head`` of each group, in one comprehension (a merge reads every group's head)."""
+    return [(g.m / (t - g.tau) if t > g.tau else INF, g.m, g.tau, g) for g in groups]
+
+
+def _until_heads(groups, t: float) -> list[tuple[float, float, float, _Group]]:
+    """``_until_head`` of each group, in one comprehension."""
+    return [
+        (
+            INF if g.tau <= t else 0.0 if g.tau == INF or g.m == 0.0 else g.m / (g.tau - t),
+            g.m,
+            g.tau,
+            g,
+        )
+        for g in groups
+    ]
+
+
 # a mode: (the exact order at t, when a winner's certificate expires, a head's merge key, how
-# its entries' merge values follow from their costs)
-SINCE = (_since_before, _since_expiry, _since_head, _since_scale)
-UNTIL = (_until_before, _until_expiry, _until_head, _until_scale)
+# its entries' merge values follow from their costs, the merge keys of many heads)
+SINCE = (_since_before, _since_expiry, _since_head, _since_scale, _since_heads)
+UNTIL = (_until_before, _until_expiry, _until_head, _until_scale, _until_heads)
 
 
 def _near_across(value: np.ndarray, owner: np.ndarray, order: np.ndarray, n: int) -> bool:
@@ -485,7 +506,7 @@ class KineticMin:
     def __init__(self, mode=SINCE, capacity: int = 64, by_session: bool = False) -> None:
         """``by_session``: the uids are the engine's (``session << UNIT_BITS | unit``), kept a
         byte a unit per session (``GroupsBySession``), else in a dict."""
-        self._before, self._expiry, self._head, self._scale = mode
+        self._before, self._expiry, self._head, self._scale, self._heads = mode
         self._cap = 1 << max(1, (capacity - 1).bit_length())
         self._win: list[_Group | None] = [None] * (2 * self._cap)
         self._exp: list[float] = [INF] * (2 * self._cap)
@@ -561,15 +582,19 @@ class KineticMin:
         """The ``n`` successive minima at ``now`` (fewer if it runs out), taken out: what ``n``
         rounds of ``peek`` and ``discard`` give (``in_uid_order``: the same victims in uid order,
         for a caller that hears no order). A merge of the groups' heads where there are few
-        groups per victim (the tree is not read: the leaves it touched wait, ``_stale``); else
-        one ``peek`` for one victim, and the tournament in one batch (``begin_batch``) for more."""
+        groups per victim (the tree is not read: the leaves it touched wait, ``_stale``; one
+        victim: ``_merge_one``); else one ``peek`` for one victim, and the tournament in one
+        batch (``begin_batch``) for more."""
         out: list[int] = []
         if len(self._groups) <= _MERGE_GROUPS * n:
             self._check_time(now)
             self._t = now
-            if self._merge_sorted(n, now, out, in_uid_order):
+            if n >= _SORT_MIN and self._merge_sorted(n, now, out, in_uid_order):
                 return out
-            self._merge(n, now, out)
+            if n == 1:
+                self._merge_one(now, out)
+            else:
+                self._merge(n, now, out)
         else:
             self._pop_tournament(n, now, out)
         if in_uid_order:
@@ -643,6 +668,26 @@ class KineticMin:
             self._changed(g)
         return True
 
+    def _merge_one(self, t: float, out: list[int]) -> None:
+        """``_merge`` for one victim (a decode step's page, most often): the least head and the
+        next (``nsmallest``, no heap); heads within the rounding bound of the least (or tiny)
+        are settled by the exact comparison among them, as ``_merge`` does."""
+        heads = self._heads(self._groups.values(), t)
+        if not heads:
+            return
+        least = heapq.nsmallest(2, heads)
+        g = least[0][3]
+        lim = max(least[0][0] * (1.0 + _MERGE_REL), _TINY)
+        if len(least) > 1 and least[1][0] <= lim:  # near-equal values: decide exactly
+            before = self._before
+            for other in heads:
+                if other[0] <= lim and other[3] is not g and before(other[3], g, t):
+                    g = other[3]
+        start = len(out)
+        g.heap.take_run(self._scale(g, t), None, 1, out)
+        self._where.take_out(out[start:])
+        self._changed(g)
+
     def _merge(self, n: int, t: float, out: list[int]) -> None:
         """The minima at one time ``t`` as a merge of the groups' static orders: a heap of each
         group's head keyed by its float value (the mode's head: cost / (t - tau), or
@@ -651,7 +696,7 @@ class KineticMin:
         tournament's, in its order; the leaves of the groups touched follow once, at the end."""
         before, where, head = self._before, self._where, self._head
         scale = self._scale
-        heap = [head(g, t) for g in self._groups.values()]
+        heap = self._heads(self._groups.values(), t)
         heapq.heapify(heap)
         touched: dict[_Group, None] = {}
         while len(out) < n and heap:

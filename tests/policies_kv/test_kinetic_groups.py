@@ -178,10 +178,21 @@ KIN_OPS = st.lists(
 
 # Costs are positive: a cost of 0 at an idle time of 0 is 0/0, a value no real unit has.
 @settings(max_examples=150, deadline=None)
-@given(ops=KIN_OPS, mode=st.sampled_from(["since", "until"]), by_session=st.booleans())
-def test_kinetic_min_pops_the_exact_minima(ops, mode, by_session):
+@given(
+    ops=KIN_OPS,
+    mode=st.sampled_from(["since", "until"]),
+    by_session=st.booleans(),
+    merge_groups=st.sampled_from([0, 2, kinetic._MERGE_GROUPS]),
+)
+def test_kinetic_min_pops_the_exact_minima(ops, mode, by_session, merge_groups):
     # ``by_session``: the engine's uids (50 units a session, so batches cross sessions), kept a
-    # byte a unit per session; the order of uids is the order of their numbers.
+    # byte a unit per session; the order of uids is the order of their numbers. ``merge_groups``:
+    # the victims by the tournament (0), by the merges (the default), or by either.
+    with patch.object(kinetic, "_MERGE_GROUPS", merge_groups):
+        _pop_exact_minima(ops, mode, by_session)
+
+
+def _pop_exact_minima(ops, mode, by_session):
     def uid_of(n: int) -> int:
         return ((n // 50) << UNIT_BITS) + n if by_session else n
 
@@ -243,3 +254,53 @@ def test_kinetic_min_pops_the_exact_minima(ops, mode, by_session):
 def test_victims_in_uid_order_are_sorted(uids):
     # long lists of int64 uids are sorted in numpy; a uid past int64 keeps Python's sort
     assert list(_in_uid_order(uids)) == sorted(uids)
+
+
+TIMES = st.sampled_from([0.0, 1.0, 2.5, 7.0, 1e-300, math.inf])
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    heads=st.lists(st.tuples(COSTS, TIMES), max_size=12),
+    t=st.sampled_from([0.0, 1.0, 2.5, 3.0, 7.0]),
+)
+def test_many_heads_are_each_groups_head(heads, t):
+    # the merges read every group's head in one comprehension: the mode's head of each group
+    # (an idle time of 0 or a turn that has come: +inf; never used again or free: 0)
+    groups = []
+    for i, (m, tau) in enumerate(heads):
+        g = kinetic._Group(tau, i)
+        g.m, g.mkey = m, i
+        groups.append(g)
+    for many, one in (
+        (kinetic._since_heads, kinetic._since_head),
+        (kinetic._until_heads, kinetic._until_head),
+    ):
+        assert many(groups, t) == [one(g, t) for g in groups]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    ks=st.lists(st.integers(1, 9), min_size=2, max_size=8, unique=True),
+    c=st.sampled_from([0.25, 1.0 / 3.0, 0.1, 7.5]),
+    mode=st.sampled_from(["since", "until"]),
+    counts=st.lists(st.integers(1, 12), min_size=1, max_size=6),
+)
+def test_equal_values_across_groups_pop_in_the_exact_order(ks, c, mode, counts):
+    # every group's entries have values a rounding apart (cost c k j over a time difference k):
+    # each victim, one or many, is decided by the exact comparison, ties by the mode's rule
+    now = 20.0
+    kin = KineticMin(SINCE if mode == "since" else UNTIL)
+    live: dict[int, tuple[float, float]] = {}
+    for g, k in enumerate(ks):
+        tau = now - k if mode == "since" else now + k
+        uids = [10 * g + j for j in range(1, 4)]
+        costs = [c * k * j for j in range(1, 4)]
+        kin.add_many(uids, costs, tau, now)
+        live.update((u, (m, tau)) for u, m in zip(uids, costs, strict=True))
+    for n in counts:
+        got = kin.pop_many(n, now)
+        want = sorted(live, key=lambda uid: _exact_key(mode, uid, *live[uid], now))[:n]
+        assert got == want
+        for u in got:
+            del live[u]
