@@ -763,13 +763,16 @@ class SweepOrder:
         numpy's, if made (copied as bytes, not converted uid by uid)."""
         k = len(uids)
         first = self._reserve(k)
-        if a is not None:
-            np.frombuffer(self._uid_at, dtype=np.int64)[first : first + k] = a
+        if type(uids) is range and k:  # (each uid follows the one before: no break to find)
+            self._uid_at[first : first + k] = _arange(uids.start, k)
+            self._brk.append(self._uid_at[first - 1] + 1 != uids.start)
+            self._brk += bytes(k - 1)
         else:
-            self._uid_at[first : first + k] = (
-                _arange(uids.start, k) if type(uids) is range else array("q", uids)
-            )
-        self._extend_breaks(first, k)
+            if a is not None:
+                np.frombuffer(self._uid_at, dtype=np.int64)[first : first + k] = a
+            else:
+                self._uid_at[first : first + k] = array("q", uids)
+            self._extend_breaks(first, k)
         self._state.extend(bytes((_UNMARKED if candidate else _MEMBER,)) * k)
         self._members += k
         if candidate:
