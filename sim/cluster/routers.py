@@ -203,13 +203,17 @@ class KVAware(Router):
     }
 
     def route(self, arrival: Arrival, view: RouterView) -> int:
+        return self.lowest(self.token_costs(arrival, view))
+
+    def token_costs(self, arrival: Arrival, view: RouterView) -> list[float]:
+        """Each replica's cost in tokens: the turn's prefill there, weighed against its load."""
         p = self.params
         costs = []
         for r in range(view.replica_count):
             g, c = view.cached_tokens(r, arrival) if arrival.history_tokens else (0, 0)
             prefill = arrival.tokens - g - p["cpu_hit_value"] * c
             costs.append(p["prefill_weight"] * prefill + p["load_weight"] * view.inflight_tokens(r))
-        return self.lowest(costs)
+        return costs
 
 
 class LeastTime(KVAware):
@@ -236,15 +240,12 @@ class LeastTime(KVAware):
         self.speed_tokens = int(tokens)
 
     def route(self, arrival: Arrival, view: RouterView) -> int:
-        p = self.params
-        costs = []
-        for r in range(view.replica_count):
-            g, c = view.cached_tokens(r, arrival) if arrival.history_tokens else (0, 0)
-            prefill = arrival.tokens - g - p["cpu_hit_value"] * c
-            tokens = p["prefill_weight"] * prefill + p["load_weight"] * view.inflight_tokens(r)
-            # one factor on kv-aware's cost: among replicas alike, the same order and ties
-            costs.append(self.seconds_per_token(view, r, self.speed_tokens) * tokens)
-        return self.lowest(costs)
+        # one factor on kv-aware's cost: among replicas alike, the same order and ties
+        speed = self.speed_tokens
+        costs = self.token_costs(arrival, view)
+        return self.lowest(
+            [self.seconds_per_token(view, r, speed) * t for r, t in enumerate(costs)]
+        )
 
 
 ROUTERS: dict[str, type[Router]] = {
