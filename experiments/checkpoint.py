@@ -62,3 +62,28 @@ class Checkpoints:
 
     def clear(self) -> None:
         shutil.rmtree(self.dir, ignore_errors=True)
+
+    def prune(self) -> None:
+        """Keep only the finished points: their checkpoints and the ledger files they name. What
+        a stopped point left (its ledger half-written by a worker that was ended, a temporary
+        file) goes, and so does the folder when nothing is left in it."""
+        if not self.dir.is_dir():
+            return
+        from experiments.executor import PointResult
+
+        keep: set[str] = set()
+        for path in self.dir.glob("*.pkl"):
+            try:
+                with path.open("rb") as f:
+                    got = pickle.load(f)
+            except (pickle.UnpicklingError, EOFError):  # unreadable: not kept either
+                continue
+            if isinstance(got, PointResult):
+                keep.add(path.name)
+                if got.turns_file is not None:
+                    keep.add(Path(got.turns_file).name)
+        for path in self.dir.iterdir():
+            if path.name not in keep:
+                path.unlink(missing_ok=True)
+        if not any(self.dir.iterdir()):
+            self.dir.rmdir()

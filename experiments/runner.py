@@ -107,19 +107,23 @@ def _run_experiment(
             f"resuming: {len(have)} of {len(points)} grid points were done ({ckpt.dir})",
             file=sys.stderr,
         )
-    new = iter(
-        run_points(
-            todo,
-            experiment.executor,
-            debug=experiment.debug,
-            show_progress=show_progress,
-            source=experiment.source,
-            on_result=ckpt.save,
-            ledger_dir=ckpt.dir,  # each point's ledger on disk beside its checkpoint
+    try:
+        new = iter(
+            run_points(
+                todo,
+                experiment.executor,
+                debug=experiment.debug,
+                show_progress=show_progress,
+                source=experiment.source,
+                on_result=ckpt.save,
+                ledger_dir=ckpt.dir,  # each point's ledger on disk beside its checkpoint
+            )
+            if todo
+            else []
         )
-        if todo
-        else []
-    )
+    except BaseException:  # stopped or failed: keep the finished points for a rerun, only them
+        ckpt.prune()
+        raise
     results = [
         dataclasses.replace(have[i] if i in have else next(new), index=i)
         for i in range(len(points))

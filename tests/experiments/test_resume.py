@@ -44,15 +44,18 @@ def test_an_interrupted_sweep_resumes_where_it_stopped(tmp_path, monkeypatch):
 
     def interrupted(index, point, debug=False, progress=None, ledger_dir=None):
         calls.append(point)
-        if len(calls) == 3:
-            raise KeyboardInterrupt  # Ctrl-C during the third point
+        if len(calls) == 3:  # Ctrl-C during the third point, its ledger half-written
+            (Path(ledger_dir) / f"point-{index}-0.spool.parquet.part").write_bytes(b"half")
+            raise KeyboardInterrupt
         return real(index, point, debug, progress, ledger_dir)
 
     monkeypatch.setattr(executor, "run_point", interrupted)
     with pytest.raises(KeyboardInterrupt):
         run_experiment(exp, out, show_progress=False)
     assert not out.exists()  # no half-written results
-    assert len(list(partial_dir(out).glob("*.pkl"))) == 2  # the two finished points
+    kept = sorted(p.name for p in partial_dir(out).iterdir())
+    assert len(kept) == 4 and len([k for k in kept if k.endswith(".pkl")]) == 2, kept
+    assert len([k for k in kept if k.endswith(".turns.parquet")]) == 2, kept  # their ledgers
     calls.clear()
     outcome = run_experiment(exp, out, show_progress=False)
     assert outcome.resumed == 2 and len(calls) == 2  # only the rest ran
