@@ -67,6 +67,7 @@ def results_dir(tmp_path, monkeypatch):
 
     import costmodels
     import sim
+    import sim.run
     import traces
     from experiments import executor
     from experiments.cli import main
@@ -77,9 +78,17 @@ def results_dir(tmp_path, monkeypatch):
             memory = dataclasses.replace(memory, gpu_kv_gb=memory.gpu_kv_gb * (1 + 0.1 * seed))
         return exp_fakes.fake_simulate(sessions, cost, memory, *args, seed=seed, **kwargs)
 
+    def simulate_to_file(path, sessions, cost, memory, *args, seed: int = 0, **kwargs):
+        if math.isfinite(memory.gpu_kv_gb):
+            memory = dataclasses.replace(memory, gpu_kv_gb=memory.gpu_kv_gb * (1 + 0.1 * seed))
+        return exp_fakes.fake_simulate_to_file(
+            path, sessions, cost, memory, *args, seed=seed, **kwargs
+        )
+
     monkeypatch.setattr(traces, "load_trace", exp_fakes.fake_load_trace, raising=False)
     monkeypatch.setattr(costmodels, "cost_model", exp_fakes.fake_cost_model, raising=False)
     monkeypatch.setattr(sim, "simulate", simulate)
+    monkeypatch.setattr(sim.run, "simulate_to_file", simulate_to_file)  # a point's spooled run
     monkeypatch.setattr(executor, "_TRACES", {})
     monkeypatch.setattr(executor, "_COSTS", {})
     cfg = tmp_path / "nb.yaml"
