@@ -195,7 +195,7 @@ def write_results(
         notes: list[str] = []
         plots = []
         fmts = [plot_format] if isinstance(plot_format, str) else list(plot_format)
-        turns = _figure_turns(tables.summary, tmp / TURNS_FILE)
+        turns = turns_for_figures(tables.summary, tmp / TURNS_FILE)
         for i, fmt in enumerate(fmts):
             drawn = _draw(
                 tables.summary,
@@ -225,7 +225,7 @@ def _usual_permissions(folder: Path) -> None:
     os.chmod(folder, mode)
 
 
-def _figure_turns(summary: pd.DataFrame, path: Path) -> pd.DataFrame:
+def turns_for_figures(summary: pd.DataFrame, path: Path) -> pd.DataFrame:
     """The turns the figures read, from the turns.parquet just written: the TTFT figure's columns
     alone (its facets' labels, the policy, the capacity and the TTFT), nothing when no figure can
     be drawn."""

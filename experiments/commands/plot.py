@@ -38,7 +38,13 @@ def main(args: argparse.Namespace) -> int:
     from experiments.figure_style import formats
     from experiments.load_plots import load_figures
     from experiments.plots import make_plots
-    from experiments.results import PLOTS_DIR, SUMMARY_FILE, TURNS_FILE, read_resolved
+    from experiments.results import (
+        PLOTS_DIR,
+        SUMMARY_FILE,
+        TURNS_FILE,
+        read_resolved,
+        turns_for_figures,
+    )
     from experiments.targets import from_resolved
 
     out = Path(args.dir)
@@ -53,7 +59,7 @@ def main(args: argparse.Namespace) -> int:
     targets = from_resolved(resolved)
     fmts = args.format or list(formats(((resolved or {}).get("figures") or {}).get("format")))
     summary = pd.read_csv(out / SUMMARY_FILE)
-    turns = pd.read_parquet(out / TURNS_FILE)
+    turns = turns_for_figures(summary, out / TURNS_FILE)  # the columns the figures read, alone
     tmp = Path(tempfile.mkdtemp(prefix=f".{PLOTS_DIR}.tmp-", dir=out))
     try:
         notes: list[str] = []
