@@ -129,9 +129,7 @@ class DelayedKV:
             raise AssertionError(
                 f"session {i}: its view point {point} passed unrecorded (at {now})"
             )
-        self.views[i] = [
-            cached_of(self.recorded(r, i, point), history) for r in self.pool_replicas()
-        ]
+        self.view_from_record(i, point, history)
 
     def handing_off(self, i: int, history: int, now: float) -> None:
         """Session i's decode part, with ``history`` tokens, is routed now (the decode pool's
@@ -140,7 +138,10 @@ class DelayedKV:
         if not self.watched[i]:
             self.views[i] = [(0, 0)] * self.pool.replica_count
             return
-        point = now - self.delay_s
+        self.view_from_record(i, now - self.delay_s, history)
+
+    def view_from_record(self, i: int, point: float, history: int) -> None:
+        """Session i's view: each of its pool's replicas' KV of it at ``point``, as recorded."""
         self.views[i] = [
             cached_of(self.recorded(r, i, point), history) for r in self.pool_replicas()
         ]
