@@ -45,6 +45,15 @@ def _one_session_increasing(uids) -> bool:
     )
 
 
+def _per_session(uids) -> Iterable[tuple[int, int]]:
+    """(session, how many of ``uids`` are its), for non-empty ``uids``: one pair, without a
+    count per uid, where they are one session's increasing units."""
+    b = uids[0] >> UNIT_BITS
+    if len(uids) == 1 or uids[-1] >> UNIT_BITS == b and _one_session_increasing(uids):
+        return ((b, len(uids)),)
+    return Counter(map(rshift, uids, repeat(UNIT_BITS))).items()
+
+
 def _apart(runs: list[tuple[int, int]]) -> bool:
     """Do no two of ``runs`` (non-empty extents) share a uid?"""
     if len(runs) < 2:
@@ -261,25 +270,15 @@ class RunS3FIFO(S3FIFO):
     def _marked(self, uids) -> None:
         """``uids`` (distinct) have just got a counter: their sessions' ``_marks`` count them."""
         marks = self._marks
-        b = uids[0] >> UNIT_BITS
-        if len(uids) == 1 or uids[-1] >> UNIT_BITS == b and _one_session_increasing(uids):
-            marks[b] = marks.get(b, 0) + len(uids)
-            return
-        for b, n in Counter(map(rshift, uids, repeat(UNIT_BITS))).items():
+        for b, n in _per_session(uids):
             marks[b] = marks.get(b, 0) + n
 
     def _unmarked(self, uids) -> None:
         """``uids`` (distinct) have just lost their counters (a session left with none leaves
         ``_marks``)."""
-        if not uids:
-            return
-        b = uids[0] >> UNIT_BITS
-        if len(uids) == 1 or uids[-1] >> UNIT_BITS == b and _one_session_increasing(uids):
-            counts: Iterable[tuple[int, int]] = ((b, len(uids)),)
-        else:
-            counts = Counter(map(rshift, uids, repeat(UNIT_BITS))).items()
-        for b, n in counts:
-            self._uncount(b, n)
+        if uids:
+            for b, n in _per_session(uids):
+                self._uncount(b, n)
 
     def _uncount(self, b: int, n: int) -> None:
         """``n`` members of session ``b`` have just lost their counters."""
