@@ -449,7 +449,7 @@ class EntryOrder:
 # SweepOrder's state bytes: MEMBER | CAND | MARK; 0 is an entry whose member left.
 _MEMBER, _CAND, _MARK = 4, 1, 2
 _UNMARKED, _MARKED = _MEMBER | _CAND, _MEMBER | _CAND | _MARK  # the candidates' two states
-_UNMARKED_BYTE, _MEMBER_BYTE = bytes((_UNMARKED,)), bytes((_MEMBER,))
+_UNMARKED_BYTE = bytes((_UNMARKED,))
 _UNMARKED_RUN = re.compile(re.escape(_UNMARKED_BYTE) + b"+")  # a stretch of unmarked candidates
 
 
@@ -731,19 +731,10 @@ class SweepOrder:
         held = np.frombuffer(pages, dtype=np.int64)[lo:stop]  # (a view: no resize while held)
         if held.any() and np.frombuffer(self._state, dtype=np.uint8)[held].any():
             return False  # a member among them: ``enter_many``'s other forms
-        first = self._reserve(k)
-        entries = np.arange(first, first + k, dtype=np.int64)
-        held[:] = entries
+        first = len(self._state)  # (the next entry numbers)
+        held[:] = np.arange(first, first + k, dtype=np.int64)
         del held
-        entries += uids.start - first  # (now the uids)
-        np.frombuffer(self._uid_at, dtype=np.int64)[first : first + k] = entries
-        self._brk.append(self._uid_at[first - 1] + 1 != uids.start)
-        self._brk += bytes(k - 1)  # (a range: each uid follows the one before)
-        self._state += (_UNMARKED_BYTE if candidate else _MEMBER_BYTE) * k
-        self._members += k
-        if candidate:
-            self._n += k
-            self.ahead += k
+        self._append(uids, candidate)
         return True
 
     def _unheld_spans(self, runs: list[range]) -> list[tuple[array, int, int]] | None:
@@ -764,7 +755,12 @@ class SweepOrder:
         k = len(uids)
         first = self._reserve(k)
         if type(uids) is range and k:  # (each uid follows the one before: no break to find)
-            self._uid_at[first : first + k] = _arange(uids.start, k)
+            if k >= 64:  # written with numpy, with no copy through bytes
+                at = np.frombuffer(self._uid_at, dtype=np.int64)
+                at[first : first + k] = np.arange(uids.start, uids.start + k, dtype=np.int64)
+                del at  # (the array may grow again only once no view holds it)
+            else:
+                self._uid_at[first : first + k] = _arange(uids.start, k)
             self._brk.append(self._uid_at[first - 1] + 1 != uids.start)
             self._brk += bytes(k - 1)
         else:
