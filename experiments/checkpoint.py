@@ -83,7 +83,11 @@ class Checkpoints:
                 if got.turns_file is not None:
                     keep.add(Path(got.turns_file).name)
         for path in self.dir.iterdir():
-            if path.name not in keep:
+            if path.name in keep:
+                continue
+            if path.is_dir():  # a ledger's column scratch, left by a worker terminated mid-write
+                shutil.rmtree(path, ignore_errors=True)
+            else:
                 path.unlink(missing_ok=True)
         if not any(self.dir.iterdir()):
             self.dir.rmdir()

@@ -122,3 +122,19 @@ def test_sigterm_on_a_worker_pool_keeps_finished_points(tmp_path):
     assert rerun.returncode == 0, rerun.stderr
     assert f"12 grid points, {saved} resumed" in rerun.stdout
     assert len(pd.read_csv(out / "summary.csv")) == 12 and not partial_dir(out).exists()
+
+
+def test_prune_removes_what_a_terminated_worker_left_midway(tmp_path):
+    """A worker ended by SIGTERM runs no ``finally``: a ledger's half-written part file and its
+    column scratch folder stay in ``<out>.partial/``. Pruning removes both (the folder too), and
+    with nothing finished left, the partial folder itself."""
+    from experiments.checkpoint import Checkpoints
+
+    ckpt = Checkpoints(tmp_path / "out")
+    ckpt.dir.mkdir()
+    (ckpt.dir / ".point-0-abc.turns.parquet.part").write_bytes(b"half")
+    scratch = ckpt.dir / ".point-0-abc.turns.parquet.cols-x1y2"
+    scratch.mkdir()
+    (scratch / "turn").write_bytes(b"\0" * 8)
+    ckpt.prune()
+    assert not ckpt.dir.exists()
