@@ -65,10 +65,6 @@ INF = math.inf
 _REL = 4e-16  # > 2u(1 + u): relative error of fl(m * fl(t - tau)) (u = 2^-53), with slack
 _TINY = 1e-280  # below this the float filter is not trusted (subnormal products)
 _CROSS_REL = 1e-15  # margin on a float crossing time (true error < 4u of the same terms)
-# pop_many merges the groups' heads when there are at most this many per victim: always, in
-# practice (a replay of a Pensieve run's calls: the merges beat the tournament's catch-up of the
-# paths that merges and releases left waiting, at every group count seen); tests lower it
-_MERGE_GROUPS = 1 << 20
 _MERGE_REL = 1e-15  # float values further apart than this (relative) are in their exact order
 _SORT_MIN = 8  # pop_many sorts the groups' values in numpy from this many victims
 _SORT_MAX = 1 << 18  # ... while it reads at most this many entries (groups * prefix)
@@ -581,42 +577,21 @@ class KineticMin:
     def pop_many(self, n: int, now: float, in_uid_order: bool = False) -> list[int]:
         """The ``n`` successive minima at ``now`` (fewer if it runs out), taken out: what ``n``
         rounds of ``peek`` and ``discard`` give (``in_uid_order``: the same victims in uid order,
-        for a caller that hears no order). A merge of the groups' heads where there are few
-        groups per victim (the tree is not read: the leaves it touched wait, ``_stale``; one
-        victim: ``_merge_one``); else one ``peek`` for one victim, and the tournament in one
-        batch (``begin_batch``) for more."""
+        for a caller that hears no order). A merge of the groups' heads (one victim:
+        ``_merge_one``; many: the numpy sort, ``_merge_sorted``, where it decides); the tree is
+        not read: the leaves it touched wait (``_stale``)."""
         out: list[int] = []
-        if len(self._groups) <= _MERGE_GROUPS * n:
-            self._check_time(now)
-            self._t = now
-            if n >= _SORT_MIN and self._merge_sorted(n, now, out, in_uid_order):
-                return out
-            if n == 1:
-                self._merge_one(now, out)
-            else:
-                self._merge(n, now, out)
+        self._check_time(now)
+        self._t = now
+        if n >= _SORT_MIN and self._merge_sorted(n, now, out, in_uid_order):
+            return out
+        if n == 1:
+            self._merge_one(now, out)
         else:
-            self._pop_tournament(n, now, out)
+            self._merge(n, now, out)
         if in_uid_order:
             out.sort()
         return out
-
-    def _pop_tournament(self, n: int, now: float, out: list[int]) -> None:
-        """``pop_many`` by the tournament's minimum, victim after victim."""
-        if n == 1:  # a decode step's page, often: the minimum, its path left to the next peek
-            uid = self.peek(now)
-            if uid is not None:
-                self.discard(uid)
-                out.append(uid)
-            return
-        self.begin_batch(now)
-        try:
-            win = self._win
-            while len(out) < n and win[1] is not None:
-                out.append(win[1].mkey)
-                self.discard(out[-1])
-        finally:
-            self.end_batch()
 
     def _merge_sorted(self, n: int, t: float, out: list[int], in_uid_order: bool = False) -> bool:
         """``_merge`` for many victims, in numpy: the float values of each group's first k
@@ -626,7 +601,7 @@ class KineticMin:
         static order, which a stable sort of its monotone values keeps); then it does nothing
         and returns False (``_merge`` decides those exactly)."""
         groups = list(self._groups.values())
-        if not groups or n < _SORT_MIN:
+        if not groups:
             return False
         k = min(n, 2 * (n // len(groups)) + _SORT_MIN)
         scales = [self._scale(g, t) for g in groups]

@@ -182,17 +182,10 @@ KIN_OPS = st.lists(
     ops=KIN_OPS,
     mode=st.sampled_from(["since", "until"]),
     by_session=st.booleans(),
-    merge_groups=st.sampled_from([0, 2, kinetic._MERGE_GROUPS]),
 )
-def test_kinetic_min_pops_the_exact_minima(ops, mode, by_session, merge_groups):
+def test_kinetic_min_pops_the_exact_minima(ops, mode, by_session):
     # ``by_session``: the engine's uids (50 units a session, so batches cross sessions), kept a
-    # byte a unit per session; the order of uids is the order of their numbers. ``merge_groups``:
-    # the victims by the tournament (0), by the merges (the default), or by either.
-    with patch.object(kinetic, "_MERGE_GROUPS", merge_groups):
-        _pop_exact_minima(ops, mode, by_session)
-
-
-def _pop_exact_minima(ops, mode, by_session):
+    # byte a unit per session; the order of uids is the order of their numbers.
     def uid_of(n: int) -> int:
         return ((n // 50) << UNIT_BITS) + n if by_session else n
 
