@@ -1,14 +1,12 @@
 """The discrete-event core: tiered KV memory, eviction policies, the engine.
 
-The engine and its results (pandas) are imported on first use, so that a command that only replays
-a cache (``kvsim cachesim``) or reads a config does not pay for them.
+Every name here is imported on first use (PEP 562): the engine and its results need pandas, the
+policy registry imports every policy, and a command that only replays a cache (``kvsim cachesim``)
+or reads a config needs neither.
 """
 
 import importlib
 from typing import Any
-
-from sim.config import EngineConfig, MemoryConfig
-from sim.policies import available_policies
 
 __all__ = [
     "EngineConfig",
@@ -20,6 +18,9 @@ __all__ = [
     "simulate",
 ]
 _ON_USE = {
+    "EngineConfig": "sim.config",
+    "MemoryConfig": "sim.config",
+    "available_policies": "sim.policies",
     "SimResult": "sim.results",
     "EngineStats": "sim.results",
     "TURN_COLUMNS": "sim.results",
@@ -28,7 +29,11 @@ _ON_USE = {
 
 
 def __getattr__(name: str) -> Any:
-    """``simulate`` and the result types, imported on first use (PEP 562)."""
+    """The names of ``__all__``, imported on first use."""
     if name in _ON_USE:
         return getattr(importlib.import_module(_ON_USE[name]), name)
     raise AttributeError(f"module 'sim' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import warnings
 
 import numpy as np
 import pytest
@@ -17,6 +18,7 @@ from experiments.cli import main
 from sim.cachesim import (
     CacheSim,
     CacheTraceError,
+    _plain_pairs,
     _read_numeric,
     _read_with_pandas,
     next_access,
@@ -124,6 +126,52 @@ def test_numeric_files_read_without_pandas_as_pandas_reads_them(
 )
 def test_the_numeric_reader_leaves_other_files_to_the_general_one(tmp_path, text):
     assert _read_numeric(_csv(tmp_path, text)) is None
+
+
+def _loadtxt_pairs(body: bytes):
+    """What ``np.loadtxt`` makes of a two-column body; None where it refuses it or skips a line."""
+    try:
+        with warnings.catch_warnings():  # an empty body: "input contained no data"
+            warnings.simplefilter("ignore", UserWarning)
+            rows = np.loadtxt(
+                body.decode().splitlines(), delimiter=",", dtype=np.int64, comments=None, ndmin=2
+            )
+    except (ValueError, OverflowError):
+        return None
+    lines = body.count(b"\n") + (not body.endswith(b"\n"))
+    return rows if rows.shape == (lines, 2) else None
+
+
+_CELL = st.one_of(
+    st.integers(0, 2**63 - 2).map(str),
+    st.integers(0, 99).map(lambda v: f"00{v}"),  # leading zeros
+    st.sampled_from(["", " 5", "-3", "+4", "1.5", "9223372036854775807", "9" * 20, "7\r", "x"]),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    rows=st.lists(st.tuples(_CELL, _CELL), min_size=1, max_size=12),
+    odd=st.sets(st.sampled_from(["extra comma", "blank line", "no last newline", "one column"])),
+)
+def test_plain_pairs_reads_what_loadtxt_reads_or_declines(rows, odd):
+    """The fast separator parser returns loadtxt's rows exactly, or None (loadtxt then decides);
+    it declines nothing made only of plain digits, one comma a line."""
+    lines = [f"{a},{b}" for a, b in rows]
+    if "extra comma" in odd:
+        lines[0] += ",1"
+    if "blank line" in odd:
+        lines.insert(len(lines) // 2, "")
+    if "one column" in odd:
+        lines[-1] = lines[-1].split(",")[0]
+    body = ("\n".join(lines) + ("" if "no last newline" in odd else "\n")).encode()
+    got = _plain_pairs(body, body.count(b"\n") + (not body.endswith(b"\n")))
+    want = _loadtxt_pairs(body)
+    if got is not None:
+        assert want is not None and got.tolist() == want.tolist()
+    plain = all(a.isdigit() and b.isdigit() for a, b in rows) and odd <= {"no last newline"}
+    if plain and max(int(c) for row in rows for c in row) < 2**63 - 1:
+        assert got is not None
 
 
 # -- semantics ---------------------------------------------------------------------------------------
@@ -277,3 +325,20 @@ def test_cli_replay_of_a_registered_policy_imports_no_pandas(tmp_path):
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_cli_lru_replay_imports_no_policy(tmp_path):
+    """An LRU replay of one size per object is computed from the stream alone: importing every
+    policy (the registry) took longer than reading the file."""
+    p = _csv(tmp_path, "obj_id,size\n1,2\n2,1\n1,2\n")
+    code = (
+        "import sys, json\n"
+        "from experiments.cli import main\n"
+        f"assert main(['cachesim', '--trace', {str(p)!r}, '--policy', 'lru', '--capacity', '3',"
+        " '--json']) == 0\n"
+        "print(sorted(m for m in sys.modules if m.startswith(('sim.policies', 'sim.units'))))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    *_, result, imported = out.stdout.strip().splitlines()
+    assert imported == "[]"
+    assert json.loads(result)["hits"] == 1
