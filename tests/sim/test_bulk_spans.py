@@ -13,6 +13,7 @@ from costmodels import cost_model
 from sim import EngineConfig, MemoryConfig, simulate
 from sim.config import BudgetConfig
 from sim.policies import available_policies, policy_class
+from sim.units import uid_of
 from traces.synthetic import SyntheticConfig, generate_synthetic
 
 COST = cost_model("llama-3-8b", "h100-sxm")
@@ -292,3 +293,58 @@ def test_demotions_hide_when_each_steps_copy_fits_in_it(step0, durations, data):
     units = [sum(e for j, e in zip(due, evicted) if j == step0 + i) for i in range(n)]
     model = all(u * 100 * 1e-6 <= d for u, d in zip(units, durations))
     assert sim.spans.demotions_hide(_DemotingCore(step0), due, evicted, durations) == model
+
+
+class _Session:
+    def __init__(self, index: int, units: int) -> None:
+        self.index, self.tier = index, bytearray(units)
+
+
+class _Run:
+    def __init__(self, sess: _Session, admit_seq: int) -> None:
+        self.sess, self.admit_seq = sess, admit_seq
+
+
+class _PageCore:
+    """What ``pinned_in_order`` reads of a scheduler."""
+
+    def __init__(self, upp: int, bt: int) -> None:
+        self.upp, self.bt = upp, bt
+
+
+@given(
+    st.integers(1, 5),  # units a page
+    st.integers(1, 20),  # steps a page (block tokens)
+    st.booleans(),  # first due steps within bt of each other (the engine's case), or anywhere
+    st.lists(  # growing runs: (session, units it holds, first due step, pages, admission)
+        st.tuples(st.integers(0, 5), st.integers(0, 30), st.integers(0, 60), st.integers(0, 6)),
+        max_size=12,
+    ),
+    st.randoms(use_true_random=False),
+)
+def test_pinned_in_order_is_the_step_by_step_order(upp, bt, close, specs, rnd):
+    # the plain model: every new page as (step, admission, its place in the list), sorted; a
+    # session's pages follow on from what it holds and what earlier runs of the list give it
+    sessions: dict[int, _Session] = {}
+    growing = []
+    admits = rnd.sample(range(1000), len(specs))
+    for (index, units, key, count), admit in zip(specs, admits, strict=True):
+        sess = sessions.setdefault(index, _Session(index, units * upp))
+        key %= bt if close else 2 * bt + 1  # (ties between one run's page and another's)
+        growing.append((_Run(sess, admit), key, count))
+    pages = []
+    given_to: dict[int, int] = {}
+    for place, (run, key, count) in enumerate(growing):
+        first = len(run.sess.tier) + given_to.get(run.sess.index, 0)
+        for i in range(count):
+            pages.append((key + i * bt, run.admit_seq, place, first + i * upp))
+        given_to[run.sess.index] = given_to.get(run.sess.index, 0) + count * upp
+    model = [
+        uid_of(run_index, p + u)
+        for _, _, place, p in sorted(pages)
+        for run_index in [growing[place][0].sess.index]
+        for u in range(upp)
+    ]
+    core = _PageCore(upp, bt)
+    steps = sim.spans.allocation_steps(core, growing)
+    assert sim.spans.pinned_in_order(core, growing, steps) == model
