@@ -66,7 +66,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         prog="kvsim",
         description="Trace-driven simulator of KV-cache management for multi-turn LLM serving.",
     )
-    parser.add_argument("--version", action="version", version=f"kvsim {kvsim_version()}")
+    parser.add_argument("--version", action=_Version)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, mod in _command_modules(command):
         if isinstance(mod, ImportError):
@@ -76,6 +76,24 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         p = mod.add_parser(sub)
         p.set_defaults(_command_main=mod.main)
     return parser
+
+
+class _Version(argparse.Action):
+    """argparse's ``version`` action, with the version read only when asked for: reading it
+    (the checkout's pyproject, with tomllib) is start-up time that no other command needs."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: object) -> None:
+        super().__init__(
+            option_strings,
+            dest=argparse.SUPPRESS,
+            default=argparse.SUPPRESS,
+            nargs=0,
+            help="show program's version number and exit",
+        )
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        parser._print_message(f"kvsim {kvsim_version()}\n", sys.stdout)
+        parser.exit()
 
 
 def _unavailable(name: str, exc: ImportError):

@@ -22,6 +22,19 @@ def test_help_lists_the_commands(capsys):
     assert "run" in out and "list" in out
 
 
+@pytest.mark.parametrize("argv", [["--version"], ["run", "--version"], ["--version", "run"]])
+def test_version_prints_the_checkouts_version(argv, capsys):
+    from experiments.version import kvsim_version
+
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    if argv[0] == "run":  # a command's own options have no --version
+        assert info.value.code == 2
+        return
+    assert info.value.code == 0
+    assert capsys.readouterr().out == f"kvsim {kvsim_version()}\n"
+
+
 def test_commands_register_themselves():
     parser = build_parser()
     args = parser.parse_args(["run", "x.yaml", "--workers", "3", "--force", "--quiet"])
