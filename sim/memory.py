@@ -599,7 +599,7 @@ class TieredMemory:
                 self.dropped_bytes += size
                 sess.tier_pages[DROPPED] += ppu
                 sess.tier_pages[GPU] -= ppu  # (before the check: its one unit left the GPU)
-                self._forget_if_gone(sess)
+                self.forget_if_gone(sess)
         self.used[GPU] -= freed
         self.evictable[GPU] -= freed
         self.evict_ns.append(spent)
@@ -636,7 +636,7 @@ class TieredMemory:
             sess.tier_pages[f] -= j - i
             sess.tier_pages[t] += j - i
             if t == 2:
-                self._forget_if_gone(sess)
+                self.forget_if_gone(sess)
 
     def _bad_victim(self, tier: Tier, units: list[int], sess: SessionKV, frm: Tier):
         raise AssertionError(
@@ -665,12 +665,13 @@ class TieredMemory:
         self.used[CPU] -= size
         self.evictable[CPU] -= size
         self.dropped_bytes += size
-        self._forget_if_gone(sess)
+        self.forget_if_gone(sess)
 
-    def _forget_if_gone(self, sess: SessionKV) -> None:
-        """A finished session with nothing left in any tier frees its array, and ``on_gone``
-        hears of it: memory follows the live state (its uids stay valid names for ghost lists)."""
-        if sess.done and not sess.tier_pages[GPU] and not sess.tier_pages[CPU]:
+    def forget_if_gone(self, sess: SessionKV) -> None:
+        """A finished session with nothing left on the GPU or the CPU (its last unit dropped, or
+        none there when its last turn ended) frees its array, and ``on_gone`` hears of it: memory
+        follows the live state (its uids stay valid names for ghost lists)."""
+        if sess.done and not sess.pinned and not sess.tier_pages[GPU] and not sess.tier_pages[CPU]:
             if sess.tier:
                 sess.tier = bytearray()
                 sess.tier_pages[DROPPED] = sess.tier_pages[SHARED] = 0

@@ -279,8 +279,8 @@ class Scheduler:
                 self.rejected_turns += len(session.turns) - k
                 kv.done = True
                 self._finished(i)
-                if self.frees_records:
-                    self._let_go_if_gone(kv)
+                if self.frees_records:  # (no eviction visits one with nothing cached)
+                    self.mem.forget_if_gone(kv)
                 if self.on_turn_end is not None:
                     self.on_turn_end(i)
                 continue
@@ -319,16 +319,10 @@ class Scheduler:
         if self.prefetch is not None:
             self.prefetch.forget(i)
 
-    def _let_go_if_gone(self, sess: SessionKV) -> None:
-        """``_let_go`` a finished session that holds nothing on the GPU or the CPU (a session that
-        no eviction will visit: rejected with nothing cached, or all in the shared pool)."""
-        if not sess.pinned and not sess.tier_pages[GPU] and not sess.tier_pages[CPU]:
-            self._let_go(sess)
-
     def _let_go(self, sess: SessionKV) -> None:
-        """A finished session's KV is gone from every tier (its uids from every policy's live
-        structures; ghost lists keep uids as names, never reading them here): its record goes,
-        at the next ``release``."""
+        """(``TieredMemory.on_gone``) A finished session's KV is gone from every tier (its uids
+        from every policy's live structures; ghost lists keep uids as names, never reading them
+        here): its record goes, at the next ``release``."""
         self._gone.append(sess.index)
 
     def _drop_gone_records(self) -> None:
@@ -565,8 +559,8 @@ class Scheduler:
         if sess.done:
             self._finished(sess.index)
         self.mem.release(sess, now)
-        if sess.done and self.frees_records:
-            self._let_go_if_gone(sess)
+        if sess.done and self.frees_records:  # (no eviction visits one with nothing cached)
+            self.mem.forget_if_gone(sess)
         if self.prefetch is not None:
             self.prefetch.after_turn(sess, tokens, next_s, now)
         self.completed += 1
