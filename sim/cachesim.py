@@ -41,6 +41,7 @@ the stream alone (``sim.stack_distance``), computed in numpy; the same hits (tes
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -214,9 +215,13 @@ def _plain_pairs(body: bytes, lines: int) -> np.ndarray | None:
         b",\n" if body.endswith(b"\n") else b","
     ):
         return None  # separators other than one comma per line, or a byte that is not a digit
-    if body.startswith(b",") or body.endswith(b",") or b"\n," in body or b",\n" in body:
-        return None  # an empty field
-    flat = np.fromstring(body.replace(b"\n", b","), dtype=np.int64, sep=",")
+    with warnings.catch_warnings():
+        # An empty field stops the parser (a warning, later an error): too few numbers, declined.
+        warnings.simplefilter("ignore", DeprecationWarning)
+        try:
+            flat = np.fromstring(body.replace(b"\n", b","), dtype=np.int64, sep=",")
+        except ValueError:
+            return None
     if len(flat) != 2 * lines or (flat == _INT64_MAX).any():
         return None  # numpy clips a number beyond int64 to its maximum; loadtxt refuses it
     return flat.reshape(lines, 2)
