@@ -60,9 +60,11 @@ import numpy as np
 from sim.policies.kinetic import (
     INF,
     SINCE,
+    KineticMin,
     KineticPolicy,
 )
 from sim.policies.registry import register
+from sim.policies.tied_runs import TiedRuns, page_layers
 from sim.units import UNIT_BITS, UNIT_MASK, Tier, UnitView
 
 
@@ -243,6 +245,13 @@ class Pensieve(_PensieveFormula):
 @register("pensieve-flat")
 class PensieveFlat(_PensieveFormula):
     weighted = False
+
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        layers = page_layers(self.view)
+        if layers:  # a page's layers share its cost: the tournament holds pages (tied_runs)
+            # (KineticMin's interface as KineticPolicy uses it, the same answers)
+            self._kin = TiedRuns(KineticMin(self.mode), layers)  # type: ignore[assignment]
 
 
 class RecoveryCosts:
