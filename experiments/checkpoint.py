@@ -80,8 +80,9 @@ class Checkpoints:
                 continue
             if isinstance(got, PointResult):
                 keep.add(path.name)
-                if got.turns_file is not None:
-                    keep.add(Path(got.turns_file).name)
+                for named in (got.turns_file, got.sessions_file):
+                    if named is not None:
+                        keep.add(Path(named).name)
         for path in self.dir.iterdir():
             if path.name in keep:
                 continue

@@ -48,13 +48,17 @@ class PointResult:
     labels: dict[str, Any]  # GridPoint.labels(): the grid columns
     summary: dict[str, Any]  # sim.metrics.summarize() row (no labels)
     turns: pd.DataFrame | None  # per-turn ledger, label columns first (None: in turns_file)
-    sessions: pd.DataFrame  # sim.metrics.session_table(), label columns first
+    # sim.metrics.session_table(), label columns first (None: in sessions_file)
+    sessions: pd.DataFrame | None
     steps: tuple[str, ...] = ()  # the step log as JSON lines, when the point asks for it
     # a cluster point: each replica's summary row, as a run of its own (``replica`` first)
     replicas: tuple[dict[str, Any], ...] = ()
     # a point run with a ledger folder: its ledger on disk (rows by (session_id, turn), without
     # the labels; ``sim.ledger_spool.LedgerFile``), in place of ``turns``
     turns_file: str | None = None
+    # and its session table on disk (rows by session_id, without the labels), in place of
+    # ``sessions``
+    sessions_file: str | None = None
 
     def ledger(self) -> pd.DataFrame:
         """The per-turn ledger with the labels, read from ``turns_file`` where it is on disk (for
@@ -65,6 +69,15 @@ class PointResult:
         from sim.ledger_spool import LedgerFile
 
         return _with_labels(LedgerFile(self.turns_file).frame(), self.labels)
+
+    def session_table(self) -> pd.DataFrame:
+        """The session table with the labels, read from ``sessions_file`` where it is on disk
+        (for small runs and tests)."""
+        if self.sessions is not None:
+            return self.sessions
+        from experiments.point_rows import PointRows
+
+        return PointRows(self.labels, path=self.sessions_file).whole()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -170,8 +183,9 @@ def run_point(
 ) -> PointResult:
     """Simulate one grid point in this process. Any failure becomes a PointError naming it.
     With ``ledger_dir``, a kvsim-engine point without a cluster writes its ledger there as it runs
-    (``sim.simulate_to_file``) and the result names the file (``turns_file``) instead of holding
-    it; a cluster or vllm-v1 point keeps its ledger in memory."""
+    (``sim.simulate_to_file``), then its session table, and the result names the files
+    (``turns_file``, ``sessions_file``) instead of holding them; a cluster or vllm-v1 point keeps
+    both in memory."""
     spooled = ledger_dir is not None and point.cluster is None and point.engine.kind != "vllm-v1"
     files: list[Path] = []
     try:
@@ -239,24 +253,31 @@ def run_point(
             budget_quality(_quality_view(result, point.budget), point.budget, layers, point.seed)
         )
         summary.update(extra)
-        turns_file = None
+        turns_file = sessions_file = None
         if spooled:  # the ledger in simulate's row order, the spool's completion order gone
             turns_file = str(result.ledger.write_sorted(files[1]).path)
             files[0].unlink()
+            if len(sessions):  # an empty table stays in memory: its dtypes are its own
+                from experiments.point_rows import write_unlabelled
+
+                write_unlabelled(sessions, files[2])
+                sessions_file = str(files[2])
         return PointResult(
             index=index,
             point=point,
             labels=labels,
             summary=summary,
             turns=None if spooled else _with_labels(result.turns, labels),
-            sessions=_with_labels(sessions, labels),
+            sessions=None if sessions_file else _with_labels(sessions, labels),
             steps=tuple(steps),
             replicas=tuple({**labels, **row} for row in per_replica),
             turns_file=turns_file,
+            sessions_file=sessions_file,
         )
     except BaseException as exc:
         for path in files:  # nothing half-done is left in the ledger folder
             path.unlink(missing_ok=True)
+            path.with_name(path.name + ".part").unlink(missing_ok=True)
         if not isinstance(exc, Exception):
             raise
         raise PointError(
@@ -265,13 +286,13 @@ def run_point(
 
 
 def _ledger_files(ledger_dir: str | os.PathLike, index: int) -> list[Path]:
-    """A point's two ledger files in ``ledger_dir``, under a name of its own (a rerun after an
-    interruption never meets a file of the run before): the spool, in completion order, and the
-    ledger sorted as ``simulate``'s."""
+    """A point's files in ``ledger_dir``, under a name of its own (a rerun after an interruption
+    never meets a file of the run before): the spool, in completion order, the ledger sorted as
+    ``simulate``'s, and the session table."""
     folder = Path(ledger_dir)
     folder.mkdir(parents=True, exist_ok=True)
     stem = f"point-{index}-{uuid.uuid4().hex[:12]}"
-    return [folder / f"{stem}.spool.parquet", folder / f"{stem}.turns.parquet"]
+    return [folder / f"{stem}.{kind}.parquet" for kind in ("spool", "turns", "sessions")]
 
 
 def _quality_view(result: Any, budget: Any) -> Any:

@@ -8,8 +8,8 @@ new one is in place).
 Files: summary.csv (one row per grid point: grid labels, every ``sim.metrics.summarize`` column,
 ``throughput_impact`` when an infinite-memory baseline ran, then one ``pass_*`` column per target of
 the experiment's ``targets``: True, False, or empty for an offline policy (``experiments.targets``)),
-turns.parquet and sessions.parquet (ledgers with the grid labels; turns.parquet is written a point
-and a row group at a time, ``experiments.turns_file``), replicas.csv (a cluster run: one
+turns.parquet and sessions.parquet (ledgers and session tables with the grid labels, each written a
+point and a row group at a time, ``experiments.turns_file``), replicas.csv (a cluster run: one
 row per grid point and replica, that replica's summary as a run of its own), config.resolved.yaml,
 plots/*.png (or .pdf, .svg).
 """
@@ -34,7 +34,13 @@ from experiments.executor import PointResult, TraceInfo
 from experiments.plot_points import NO_FIGURES, drawable_points
 from experiments.schema import ALL_LABEL_COLUMNS, LABEL_COLUMNS, Experiment
 from experiments.targets import DEFAULT_TARGETS, is_offline, judge
-from experiments.turns_file import combined_frame, figure_turns, write_turns
+from experiments.turns_file import (
+    combined_frame,
+    combined_sessions,
+    figure_turns,
+    write_sessions,
+    write_turns,
+)
 from experiments.version import kvsim_version
 from sim.metrics import SUMMARY_COLUMNS
 
@@ -52,8 +58,8 @@ class ResultTables:
     """Everything a run produced, as tables."""
 
     summary: pd.DataFrame  # one row per grid point
-    points: tuple[PointResult, ...]  # each point's ledger, in memory or on disk, in grid order
-    sessions: pd.DataFrame  # all session tables, label columns first
+    # each point's ledger and session table, in memory or on disk, in grid order
+    points: tuple[PointResult, ...]
     steps: tuple[str, ...] = ()  # every point's step log (JSON lines), when asked for
     replicas: pd.DataFrame | None = None  # a cluster run: one row per (grid point, replica)
 
@@ -62,6 +68,12 @@ class ResultTables:
         """All per-turn ledgers, label columns first: turns.parquet's rows, the whole of them in
         memory (small runs and tests; ``write_results`` writes them a row group at a time)."""
         return combined_frame(self.points)
+
+    @property
+    def sessions(self) -> pd.DataFrame:
+        """All session tables, label columns first: sessions.parquet's rows, in memory (small
+        runs and tests; ``write_results`` writes them a row group at a time)."""
+        return combined_sessions(self.points)
 
 
 @dataclass(frozen=True)
@@ -77,9 +89,9 @@ def collect(
     targets: Mapping[str, float | None] | None = DEFAULT_TARGETS,
 ) -> ResultTables:
     """Build the summary table (with throughput impact against gpu_kv_gb = inf rows, when there are
-    any, and a pass_* column per target of ``targets``, None: none) and concatenate the session
-    tables, in the order of ``results``; the ledgers stay where the points left them (in memory or
-    on disk) until ``write_results`` writes them."""
+    any, and a pass_* column per target of ``targets``, None: none), in the order of ``results``;
+    the ledgers and session tables stay where the points left them (in memory or on disk) until
+    ``write_results`` writes them."""
     rows = [{**r.labels, **r.summary} for r in results]
     _add_throughput_impact(rows)
     offline: dict[str, bool] = {}
@@ -90,15 +102,12 @@ def collect(
         verdicts = judge(row, targets, offline=offline[policy])
         row.update({f"pass_{k}": v for k, v in verdicts.items()})
     summary = pd.DataFrame(rows, columns=_summary_columns(rows))
-    sessions = (
-        pd.concat([r.sessions for r in results], ignore_index=True) if results else pd.DataFrame()
-    )
     steps = tuple(line for r in results for line in r.steps)
     per_replica = [row for r in results for row in r.replicas]
     replicas = (
         pd.DataFrame(per_replica, columns=_replica_columns(per_replica)) if per_replica else None
     )
-    return ResultTables(summary, tuple(results), sessions, steps, replicas)
+    return ResultTables(summary, tuple(results), steps, replicas)
 
 
 def _replica_columns(rows: list[dict[str, Any]]) -> list[str]:
@@ -180,7 +189,7 @@ def write_results(
         _usual_permissions(tmp)  # mkdtemp's 0700 would become the results folder's
         tables.summary.to_csv(tmp / SUMMARY_FILE, index=False)
         write_turns(tables.points, tmp / TURNS_FILE)
-        tables.sessions.to_parquet(tmp / SESSIONS_FILE, index=False)
+        write_sessions(tables.points, tmp / SESSIONS_FILE)
         if tables.replicas is not None:
             tables.replicas.to_csv(tmp / REPLICAS_FILE, index=False)
         if tables.steps:

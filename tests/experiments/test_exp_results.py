@@ -139,12 +139,13 @@ def test_failure_while_writing_leaves_no_out_folder(fake_backend, tiny_yaml, tmp
         run_experiment(load_experiment(tiny_yaml), out, show_progress=False)
     assert not out.exists()
     # the temporary folder is gone; the finished points wait in out.partial for a rerun, each
-    # a checkpoint and its ledger, nothing half-written
+    # a checkpoint, its ledger and its session table, nothing half-written
     assert sorted(p.name for p in tmp_path.iterdir()) == ["exp.yaml", "out.partial"]
     left = sorted(p.name for p in (tmp_path / "out.partial").iterdir())
     checkpoints = [n for n in left if n.endswith(".pkl")]
     ledgers = [n for n in left if n.endswith(".turns.parquet")]
-    assert len(checkpoints) == len(ledgers) > 0 and len(left) == 2 * len(ledgers)
+    tables = [n for n in left if n.endswith(".sessions.parquet")]
+    assert len(checkpoints) == len(ledgers) == len(tables) > 0 and len(left) == 3 * len(ledgers)
 
 
 def test_failure_while_simulating_leaves_no_out_folder(fake_backend, write_yaml, tmp_path):
@@ -176,9 +177,7 @@ def test_forced_replacement_that_fails_keeps_the_old_results(
     out.mkdir()
     (out / "keep.txt").write_text("old")
     monkeypatch.setattr(
-        results.pd.DataFrame,
-        "to_parquet",
-        lambda *a, **k: (_ for _ in ()).throw(OSError("disk full")),
+        results, "write_sessions", lambda *a, **k: (_ for _ in ()).throw(OSError("disk full"))
     )
     with pytest.raises(OSError, match="disk full"):
         run_experiment(load_experiment(tiny_yaml), out, force=True, show_progress=False)

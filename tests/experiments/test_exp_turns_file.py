@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from experiments.executor import PointResult, run_point, run_points
 from experiments.results import collect
 from experiments.schema import ExecutorSpec, parse_experiment
-from experiments.turns_file import write_turns
+from experiments.turns_file import write_sessions, write_turns
 from sim.ledger_spool import LedgerSpool
 from sim.results import TURN_COLUMNS, TURN_DTYPES
 
@@ -47,10 +47,13 @@ def test_a_point_with_a_ledger_folder_names_its_file_and_holds_no_ledger(tmp_pat
     in_memory = run_point(0, point)
     on_disk = run_point(0, point, ledger_dir=tmp_path)
     assert on_disk.turns is None and on_disk.turns_file is not None
-    assert [p.name for p in tmp_path.iterdir()] == [on_disk.turns_file.rsplit("/", 1)[-1]]
+    assert on_disk.sessions is None and on_disk.sessions_file is not None
+    named = {on_disk.turns_file.rsplit("/", 1)[-1], on_disk.sessions_file.rsplit("/", 1)[-1]}
+    assert {p.name for p in tmp_path.iterdir()} == named
     assert in_memory.turns is not None and in_memory.turns_file is None
+    assert in_memory.sessions is not None and in_memory.sessions_file is None
     pd.testing.assert_frame_equal(on_disk.ledger(), in_memory.turns, check_exact=True)
-    pd.testing.assert_frame_equal(on_disk.sessions, in_memory.sessions, check_exact=True)
+    pd.testing.assert_frame_equal(on_disk.session_table(), in_memory.sessions, check_exact=True)
     assert on_disk.summary.keys() == in_memory.summary.keys()
     for k, v in in_memory.summary.items():
         if k not in ("wall_s", "evict_us_p50", "evict_us_p99"):
@@ -75,6 +78,17 @@ def test_a_grid_spooled_inline_and_in_workers_writes_the_in_memory_tables(tmp_pa
         pd.testing.assert_frame_equal(tables.sessions, plain.sessions, check_exact=True)
         assert pq.read_schema(tmp_path / f"turns-{workers}.parquet").equals(
             pq.read_schema(tmp_path / "whole.parquet"), check_metadata=True
+        )
+        assert all(r.sessions is None and r.sessions_file for r in results)
+        write_sessions(tables.points, tmp_path / f"sessions-{workers}.parquet", 5)
+        plain.sessions.to_parquet(tmp_path / "sessions-whole.parquet", index=False)
+        pd.testing.assert_frame_equal(
+            pd.read_parquet(tmp_path / f"sessions-{workers}.parquet"),
+            pd.read_parquet(tmp_path / "sessions-whole.parquet"),
+            check_exact=True,
+        )
+        assert pq.read_schema(tmp_path / f"sessions-{workers}.parquet").equals(
+            pq.read_schema(tmp_path / "sessions-whole.parquet"), check_metadata=True
         )
 
 

@@ -54,8 +54,9 @@ def test_an_interrupted_sweep_resumes_where_it_stopped(tmp_path, monkeypatch):
         run_experiment(exp, out, show_progress=False)
     assert not out.exists()  # no half-written results
     kept = sorted(p.name for p in partial_dir(out).iterdir())
-    assert len(kept) == 4 and len([k for k in kept if k.endswith(".pkl")]) == 2, kept
+    assert len(kept) == 6 and len([k for k in kept if k.endswith(".pkl")]) == 2, kept
     assert len([k for k in kept if k.endswith(".turns.parquet")]) == 2, kept  # their ledgers
+    assert len([k for k in kept if k.endswith(".sessions.parquet")]) == 2, kept  # and sessions
     calls.clear()
     outcome = run_experiment(exp, out, show_progress=False)
     assert outcome.resumed == 2 and len(calls) == 2  # only the rest ran
