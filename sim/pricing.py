@@ -28,15 +28,29 @@ def running_sum(first: float, values: np.ndarray) -> np.ndarray:
     return out.cumsum(out=out)
 
 
+# Below this many tokens of history every term and partial sum of ``recompute_pairs`` is a
+# multiple of 1/2 under 2^52 (the sum is at most old_tokens^2): exact in a double, so a run of
+# units summed in closed form, in integers, gives the loop's sum to the bit.
+_EXACT_TOKENS = 1 << 26
+
+
 def recompute_pairs(units, pages_per_unit: int, block_tokens: int, old_tokens: int) -> float:
     """Query-key pairs of recomputing these units (indices, in page order) of a session that held
     ``old_tokens``: each unit's n tokens starting at position a attend to the n*(a + n/2) keys
     before and among them (every earlier token is resident or recomputed first in the same pass).
-    Summed in page order, sequentially (numpy's cumsum adds in order, as the scalar loop does)."""
+    Summed in page order, sequentially (numpy's cumsum adds in order, as the scalar loop does);
+    consecutive units below ``old_tokens`` (a session's dropped run: the common case) in closed
+    form, which is that sum exactly."""
     span = pages_per_unit * block_tokens
-    if len(units) < 32:
+    idx = units.tolist() if isinstance(units, np.ndarray) else units
+    count = len(idx)
+    if count and old_tokens < _EXACT_TOKENS and idx[-1] * span < old_tokens:
+        first = int(idx[0])
+        if int(idx[-1]) - first == count - 1 and list(idx) == list(range(first, first + count)):
+            return _run_pairs(first, first + count, span, old_tokens)
+    if count < 32:
         pairs = 0.0
-        for i in units.tolist() if isinstance(units, np.ndarray) else units:  # (Python ints)
+        for i in idx:  # (Python ints)
             a = int(i) * span
             n = min(old_tokens, a + span) - a
             pairs += n * (a + n / 2.0)
@@ -44,6 +58,19 @@ def recompute_pairs(units, pages_per_unit: int, block_tokens: int, old_tokens: i
     a_all = np.asarray(units, dtype=np.int64) * span
     n_all = np.minimum(old_tokens, a_all + span) - a_all
     return float((n_all * (a_all + n_all / 2.0)).cumsum()[-1])
+
+
+def _run_pairs(first: int, stop: int, span: int, old_tokens: int) -> float:
+    """``recompute_pairs`` of units ``first..stop-1``, each starting below ``old_tokens``: twice
+    the sum in integers (a whole unit i adds span^2 (2i + 1), so whole units i0..i1-1 add
+    span^2 (i1^2 - i0^2)), then halved (exact below ``_EXACT_TOKENS``)."""
+    whole = min(stop, old_tokens // span)  # units before this one hold span tokens each
+    twice = span * span * (whole * whole - first * first) if whole > first else 0
+    for i in range(max(first, whole), stop):  # (one at most: the unit old_tokens ends in)
+        a = i * span
+        n = old_tokens - a
+        twice += n * (2 * a + n)
+    return twice / 2
 
 
 @dataclass(slots=True, eq=False)

@@ -222,3 +222,36 @@ def test_a_cost_model_that_overrides_iteration_sees_every_priced_shape():
     assert pricer.iteration_s(BatchShape(), 3, 300) == COST.decode_step_s(3, 300)
     assert pricer.ideal_ttft_s(100, 50) == COST.prefill_s(100, 50)
     assert cost.seen == [BatchShape.decode(3, 300), BatchShape.prefill(100, 50)]
+
+
+@given(
+    st.integers(0, 3000),  # the run's first unit
+    st.integers(1, 600),  # its units
+    st.integers(1, 4),  # pages a unit
+    st.integers(1, 64),  # tokens a page
+    st.one_of(st.integers(0, 200_000), st.integers(0, 1 << 27)),  # tokens the session held
+    st.integers(-1, 40),  # a unit left out of the run (none when out of range)
+)
+def test_recompute_pairs_of_a_run_is_the_sum_in_page_order(first, count, ppu, bt, old, gap):
+    # a session's dropped run (its units below what it held, or not), or one unit short of it
+    units = [i for i in range(first, first + count) if i != first + gap]
+    span = ppu * bt
+    model = 0.0  # the plain sum, unit by unit in order
+    for i in units:
+        n = min(old, i * span + span) - i * span
+        model += n * (i * span + n / 2.0)
+    got = recompute_pairs(np.asarray(units, dtype=np.int64), ppu, bt, old)
+    assert got == model and type(got) is float
+    assert recompute_pairs(units, ppu, bt, old) == model
+
+
+def test_recompute_pairs_past_the_exact_bound_is_the_loops_sum():
+    # a history of 476M tokens (pages of 313), its last 1.3M pages recomputed: the partial sums
+    # pass 2^52, where a double rounds, and the closed form (exact) and the loop differ: the
+    # loop's sum is the one
+    span, first, count = 313, 215_257, 1_305_461
+    units = np.arange(first, first + count)
+    a = units * span
+    loop = float((span * (a + span / 2.0)).cumsum()[-1])  # the numpy path: the loop's sums
+    assert loop != span * span * ((first + count) ** 2 - first**2) / 2  # (rounded)
+    assert recompute_pairs(units, 1, span, span * (first + count)) == loop
