@@ -44,11 +44,14 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def main(args: argparse.Namespace) -> int:
-    from sim.cachesim import read_trace, simulate_cache
+    from experiments.start_up import start_up_frozen
 
     if args.capacity < 1:
         raise ValueError(f"--capacity must be a positive integer, got {args.capacity}")
-    stream = read_trace(args.trace)
+    with start_up_frozen():  # numpy's import and the read: no garbage to collect
+        from sim.cachesim import read_trace, simulate_cache
+
+        stream = read_trace(args.trace)
     if args.policy != "all":
         if ":" in args.policy:  # a module:Class, importable from here
             from experiments.schema import check_policy_name

@@ -81,14 +81,17 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def main(args: argparse.Namespace) -> int:
-    from experiments.checkpoint import partial_dir
-    from experiments.report import axis_columns, summary_table
-    from experiments.runner import default_out_dir, finished_points, run_experiment
-    from experiments.schema import ConfigError, load_experiment
-    from experiments.shared_data import check_data_dir
+    from experiments.start_up import start_up_frozen
 
-    check_data_dir(args.data_dir)
-    exp = load_experiment(args.config, data_dir=args.data_dir)
+    with start_up_frozen():  # the libraries' imports and the config's validation
+        from experiments.checkpoint import partial_dir
+        from experiments.report import axis_columns, summary_table
+        from experiments.runner import default_out_dir, finished_points, run_experiment
+        from experiments.schema import ConfigError, load_experiment
+        from experiments.shared_data import check_data_dir
+
+        check_data_dir(args.data_dir)
+        exp = load_experiment(args.config, data_dir=args.data_dir)
     updates: dict[str, Any] = {}
     if args.workers is not None:
         updates["executor"] = exp.executor.model_copy(update={"workers": args.workers})
