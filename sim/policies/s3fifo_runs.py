@@ -24,6 +24,7 @@ from sim.policies.ghost_runs import GhostRuns
 from sim.policies.run_lists import distinct_runs, runs_in_order, runs_less, split_at_sessions
 from sim.policies.run_order import RunOrder
 from sim.policies.s3fifo import S3FIFO
+from sim.policies.short_runs import uids_apart
 from sim.policies.structures import ByteBudget, consume
 from sim.units import UNIT_BITS, join_extents
 
@@ -137,7 +138,8 @@ class RunS3FIFO(S3FIFO):
         self._incoming: tuple[int, bool] | None = None
         self._plan: tuple[list[int], list[int]] | None = None
         self._planned: list[int] | None = None
-        self._split: tuple[list[int], list[tuple[int, int]]] | None = None  # uids, their runs
+        # a plan's units, their runs, and whether they enter S as those runs (see _ghosts_among)
+        self._split: tuple[list[int], list[tuple[int, int]], bool] | None = None
 
     # -- cachesim hooks --------------------------------------------------------------------------
     def admitting(self, uid: int, now: float) -> None:
@@ -178,10 +180,20 @@ class RunS3FIFO(S3FIFO):
         if self._entered_by_plan(uids, pinned):
             return
         uids = _sequence(uids)
+        split, self._split = self._split, None
+        if (
+            split is not None
+            and split[2]
+            and split[0] is uids
+            and self._incoming is None
+            and self._has_evicted
+        ):  # the plan's check found them fresh, none a ghost: all enter S
+            self._s.enter_runs(split[1], not pinned)
+            self._budget.grow(self._unit * len(uids))
+            return
         if len(uids) == 1:  # a decode step's new page: the plain hook costs less than a batch
             self.insert(uids[0], now, pinned)
             return
-        split, self._split = self._split, None
         if split is not None and split[0] is uids:  # the plan's ghost check found them
             runs: list[tuple[int, int]] | None = split[1] if _apart(split[1]) else None
         else:
@@ -523,14 +535,27 @@ class RunS3FIFO(S3FIFO):
         return taken
 
     def _ghosts_among(self, uids: list[int]) -> bool:
+        """Is any of ``uids`` (the units a plan enters after the batch's eviction) a ghost? Where
+        none is, also whether they are distinct and none is a member: the eviction between this
+        and their ``insert_many`` makes none a member (it takes members out) nor a ghost (G
+        takes only victims), so that ``insert_many`` enters them into S as the runs found here,
+        checking nothing again."""
         ghost = self._ghost
-        if not ghost:
-            return False
         sessions = split_at_sessions(runs_in_order(uids))
-        self._split = (uids, sessions)  # (for the batch's ``insert_many``, next)
-        if ghost.buckets().isdisjoint([a >> UNIT_BITS for a, _ in sessions]):
-            return False
-        return any(ghost.first_in(a, s) is not None for a, s in sessions if ghost.meets(a, s))
+        if (
+            ghost
+            and not ghost.buckets().isdisjoint([a >> UNIT_BITS for a, _ in sessions])
+            and any(ghost.first_in(a, s) is not None for a, s in sessions if ghost.meets(a, s))
+        ):
+            self._split = (uids, sessions, False)
+            return True
+        fresh = (
+            uids_apart(uids, sessions)
+            and not self._s.may_hold_any(sessions)
+            and not self._m.may_hold_any(sessions)
+        )
+        self._split = (uids, sessions, fresh)  # (for the batch's ``insert_many``, next)
+        return False
 
     def _evict_runs(self, n: int, now: float) -> list[tuple[int, int]]:
         """``evict`` ``n`` times: the victims as extents in eviction order (a pending plan's pinned

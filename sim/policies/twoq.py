@@ -40,12 +40,12 @@ from sim.policies.registry import register
 from sim.policies.run_lists import (
     RunList,
     StretchTakeIn,
-    distinct_runs,
     increasing_runs,
     runs_less,
     split_at_sessions,
 )
 from sim.policies.run_order import RunOrder
+from sim.policies.short_runs import distinct_short_runs
 from sim.policies.structures import ByteBudget, GhostFIFO, SizedOrder, consume
 from sim.units import UNIT_BITS, extents_of, join_extents
 
@@ -315,7 +315,7 @@ class RunTwoQ(StretchTakeIn, TwoQ):
                 ain.enter_runs(((u, s),), not pinned)
                 self._budget.grow(self._unit)
                 return
-        runs = distinct_runs(uids) if self._incoming is None else None
+        runs = distinct_short_runs(uids) if self._incoming is None else None
         if runs is None:
             EvictionPolicy.insert_many(self, uids, now, pinned)
             return

@@ -50,7 +50,7 @@ class EntryRef:
 
 # (operation, session, a, b): sessions 0-3 with unit indices 0-40
 OPS = st.lists(
-    st.tuples(st.integers(0, 17), st.integers(0, 3), st.integers(0, 40), st.integers(0, 12)),
+    st.tuples(st.integers(0, 18), st.integers(0, 3), st.integers(0, 40), st.integers(0, 12)),
     max_size=150,
 )
 
@@ -161,6 +161,14 @@ def _apply(order: RunOrder, ref: EntryRef, op: int, s: int, a: int, b: int) -> N
         if every:
             for u in mine:
                 ref.back(u)
+    elif op == 18:  # a decode span's pages: three sessions' new pages, interleaved, by step
+        others = [((s + k) % 4) << UNIT_BITS for k in range(3)]
+        tops = [max(ref.session(x >> UNIT_BITS), default=x + a % 7 - 1) + 1 for x in others]
+        step = 1 + a % 2  # (pages of two units: each session's runs are apart)
+        uids = [t + step * i + step - 1 for i in range(b) for t in tops]
+        order.enter_many(uids, candidate=a % 3 != 0)
+        for u in uids:
+            ref.enter(u, candidate=a % 3 != 0)
     else:  # the oldest b candidates leave, as extents
         got = order.pop_runs(b)
         expect = ref.candidates()[:b]
