@@ -47,7 +47,6 @@ import pandas as pd
 
 from sim.config import GIB
 from sim.results import SimResult
-from sim.samples import finite_percentile
 
 if TYPE_CHECKING:
     from sim.ledger_spool import SpooledResult
@@ -141,12 +140,24 @@ def slo_met(turns: pd.DataFrame, slo: Slo = DEFAULT_SLO) -> np.ndarray:
 
 def _slo_mask(ttft: np.ndarray, tpot: np.ndarray, slo: Slo) -> np.ndarray:
     """``slo_met`` of the columns ttft_s and tbt_mean_s (float arrays)."""
+    ok = _ttft_met(ttft, slo)
+    _and_tpot_met(ok, tpot, slo)
+    return ok
+
+
+def _ttft_met(ttft: np.ndarray, slo: Slo) -> np.ndarray:
+    """The TTFT half of ``_slo_mask``: one bool per turn (a new array)."""
     ok = np.ones(len(ttft), dtype=bool)
     if slo.ttft_s is not None:
         ok &= ttft <= slo.ttft_s
+    return ok
+
+
+def _and_tpot_met(ok: np.ndarray, tpot: np.ndarray, slo: Slo) -> None:
+    """The TPOT half of ``_slo_mask``, and-ed into ``ok`` in place (so a long ledger's TTFT
+    column can go before its TPOT column is read)."""
     if slo.tpot_s is not None:
         ok &= np.isnan(tpot) | (tpot <= slo.tpot_s)
-    return ok
 
 
 SESSION_COLUMNS: tuple[str, ...] = (
@@ -177,6 +188,17 @@ def jain_index(values: Sequence[float] | np.ndarray) -> float:
         x = x / np.max(np.abs(x))
         index = np.sum(x) ** 2 / (x.size * np.sum(x * x))
     return float(index)
+
+
+def finite_percentiles(values: Sequence[float] | np.ndarray, qs: Sequence[float]) -> list[float]:
+    """``sim.samples.finite_percentile`` at each q of ``qs``, to the bit: the finite values are
+    copied once and partitioned in place for every q together, where a call per q copies them
+    twice (a long run's latency columns are 8 bytes a turn)."""
+    a = np.asarray(values, dtype=float)
+    a = a[np.isfinite(a)]  # a copy of its own, which the partition may reorder
+    if not a.size:
+        return [math.nan] * len(qs)
+    return [float(v) for v in np.percentile(a, list(qs), overwrite_input=True)]
 
 
 def _ratio(num: float, den: float) -> float:
@@ -306,15 +328,18 @@ def summarize(
     if sessions is None:
         sessions = session_table(result)
     tbt_p50, tbt_p90, tbt_p99 = s.tbt.percentiles((50, 90, 99))
+    # one latency column in memory at a time (and one copy of its finite values): a long ledger
+    # on disk is read column by column
+    bounds = DEFAULT_SLO if slo is None else slo
     ttft = np.asarray(column("ttft_s"), dtype=float)
+    met = _ttft_met(ttft, bounds)
+    ttft_p = finite_percentiles(ttft, (50, 90, 99))
+    del ttft
     tpot = np.asarray(column("tbt_mean_s"), dtype=float)
-    met = _slo_mask(ttft, tpot, DEFAULT_SLO if slo is None else slo)
-    ttft_p = [finite_percentile(ttft, q) for q in (50, 90, 99)]
-    tpot_p = [finite_percentile(tpot, q) for q in (50, 90, 99)]
-    del ttft, tpot
-    e2e = column("e2e_s")
-    e2e_p = [finite_percentile(e2e, q) for q in (50, 90, 99)]
-    del e2e
+    _and_tpot_met(met, tpot, bounds)
+    tpot_p = finite_percentiles(tpot, (50, 90, 99))
+    del tpot
+    e2e_p = finite_percentiles(column("e2e_s"), (50, 90, 99))
     asked = n_turns + int(getattr(s, "rejected_turns", 0))  # the turns that wanted serving
     good_tokens = int(column("output_tokens")[met].sum())
     evict_ns_p50, evict_ns_p99 = s.evict_ns.percentiles((50, 99))
