@@ -19,16 +19,15 @@ Two ways to know a session's KV at its view point, both exact:
   turn's predecessor completed) is read from a *record*: the sessions that have such a turn
   (*watched*; every conversation under open-loop replay, where a later turn may be due when its
   predecessor completes) have their KV on each replica recorded after every one of its events,
-  when it changed, and a replica holding one runs no decode span (its iterations are then the
-  events), so the record is the iteration-by-iteration one. Records older than the delay are let
-  go.
+  when it changed; a replica holding one runs its decode spans a page allocation at a time, each
+  noted at its step's start (``span_steps``), so the record is the iteration-by-iteration one.
+  Records older than the delay are let go.
 
 With disaggregation each pool's router sees its own pool late: the prefill pool's router, which
 the front end's turns reach, as above; the decode pool's router (``for_decode``) routes a decode
 part the moment its prefill part completes, so its view point is always past and read from a
 record: every conversation with two decode parts or more is watched on the decode replicas (the
-first decode part finds nothing there; its record is let go at its last one), and a decode
-replica holding one runs no decode span.
+first decode part finds nothing there; its record is let go at its last one).
 """
 
 from __future__ import annotations
@@ -96,7 +95,7 @@ class DelayedKV:
         self.now = -math.inf  # the loop's current moment
         self.phase = 0  # 1 once the replicas have planned at it
         for r in self.pool_replicas():
-            shell.replicas[r].may_span = self.span_check(r)
+            shell.replicas[r].before_span = self.span_steps(r)
 
     @classmethod
     def for_decode(
@@ -201,15 +200,15 @@ class DelayedKV:
         if self.watched[i]:
             self.held[r].add(i)
 
-    def record(self, r: int, now: float) -> None:
-        """Replica r's event at ``now`` is over: note the watched sessions' KV there that
-        changed."""
+    def record(self, r: int, now: float, phase: int | None = None) -> None:
+        """Replica r's event at ``now`` is over (``phase``: the loop's, unless given): note the
+        watched sessions' KV there that changed."""
         held = self.held[r]
         if not held:
             return
         replica, records, prints = self.shell.replicas[r], self.records[r], self.prints[r]
         kvs = replica.sched.kv
-        key: Key = (now, self.phase)
+        key: Key = (now, self.phase if phase is None else phase)
         old = now - self.delay_s
         done = []
         for i in held:
@@ -256,15 +255,33 @@ class DelayedKV:
         self.records[r].pop(i, None)
         self.prints[r].pop(i, None)
 
-    def span_check(self, r: int) -> Callable[[], bool]:
-        """Whether replica r may run a decode span: not while it holds a watched session."""
+    def span_steps(self, r: int) -> Callable[[], None]:
+        """What replica r does before a decode span: while it holds a watched session, the span
+        allocates its pages one step at a time, each step's allocations and evictions at that
+        step's start (``sim.spans``' loop, not one batch), and each is noted in the record then,
+        as the planning of that step would have noted it. An allocation is the only change a
+        span makes to any session's KV (no turn is admitted or completes inside one), so the
+        record is the iteration-by-iteration one. Without a watched session here, the span is
+        the replica's own (in one batch where its policy allows)."""
         held = self.held[r]
+        sched = self.shell.replicas[r].sched
+        bulk, by_time = sched.grows_in_bulk, sched.grows_by_time
+        grow = sched.grow_decodes
 
-        def may_span() -> bool:
+        def grow_noted(now: float, preempt: bool = True) -> bool:
+            grown = grow(now, preempt)
+            if held:  # a step's planning: its allocations count from its start
+                self.record(r, now, 1)
+            return grown
+
+        sched.grow_decodes = grow_noted  # type: ignore[method-assign]
+
+        def before_span() -> None:
             if held:
-                kv = self.shell.replicas[r].sched.kv
+                kv = sched.kv
                 for i in [i for i in held if kv[i].done]:
                     self.forget(r, i)
-            return not held
+            sched.grows_in_bulk = bulk and not held
+            sched.grows_by_time = by_time and not held
 
-        return may_span
+        return before_span

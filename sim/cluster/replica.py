@@ -91,9 +91,10 @@ class Replica:
         # it writes to a shared store what it drops (``sim.cluster.store.DropWriting``): every
         # event of it may change the store, and its decode spans allow for that
         self.writes_on_drop = False
-        # None, or whether a decode span may run now: not while the cluster keeps a step-by-step
-        # record of a session held here for a router that sees the past (``sim.cluster.kvevents``)
-        self.may_span: Callable[[], bool] | None = None
+        # None, or what a decode span needs first: while the cluster keeps a step-by-step record of
+        # a session held here for a router that sees the past, the span allocates its pages one
+        # step at a time, each noted (``sim.cluster.kvevents``)
+        self.before_span: Callable[[], None] | None = None
         self.debug = debug
         self.step: Step | None = None  # the iteration in flight
         self.after_step = False  # its last event applied an iteration (a span may follow)
@@ -266,11 +267,9 @@ class Replica:
             self.after_step = False
             # With a turn waiting, a span's drops could write to the store what makes the turn
             # admissible before the span ends: the replica steps one iteration at a time then.
-            if (
-                self.decode_spans
-                and not (self.writes_on_drop and self.sched.waiting)
-                and (self.may_span is None or self.may_span())
-            ):
+            if self.decode_spans and not (self.writes_on_drop and self.sched.waiting):
+                if self.before_span is not None:
+                    self.before_span()
                 span = self.sched.decode_span(now, horizon)
                 self.flush_drops()
                 if span.steps:

@@ -22,8 +22,8 @@ what that turn needs). No turn can arrive inside a span, so the
 spans change nothing: the run is the one that stepping every
 iteration of every replica in time order gives. With one replica it is the single engine's run.
 A router that sees the replicas' KV late (``sim.cluster.kvevents``) reads it at view points that
-are on the horizon too, or from a record kept of replicas that run no span meanwhile, so neither
-does it see anything a span would not have shown step by step.
+are on the horizon too, or from a record that a span keeps step by step, so neither does it see
+anything a span would not have shown step by step.
 """
 
 from __future__ import annotations

@@ -14,10 +14,12 @@ from typing import ClassVar
 import pandas as pd
 import pytest
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from sim import EngineConfig
 from sim.cluster import ClusterConfig, simulate_cluster
 from sim.cluster.disagg import DisaggConfig
+from sim.cluster.kvevents import DelayedKV
 from sim.cluster.replica import Replica, cached_of
 from sim.cluster.routers import KVAware
 from tests.sim.test_cluster import COST, mem, synthetic
@@ -33,8 +35,9 @@ def run(sessions, memory, delay_ms, replicas=3, prefill=1, **kw):
         kv_events_delay_ms=delay_ms,
     )
     engine = kw.pop("engine", EngineConfig())
+    policy = kw.pop("policy", "lru")
     return simulate_cluster(
-        sessions, COST, memory, engine, "lru", 0, cfg, debug=kw.pop("debug", False), **kw
+        sessions, COST, memory, engine, policy, 0, cfg, debug=kw.pop("debug", False), **kw
     )
 
 
@@ -151,6 +154,57 @@ def test_each_pool_routes_on_its_kv_a_delay_ago(kv_log, delay_ms, prefill):
     at_once = run(sessions, mem(300, 200), 0.0, replicas=4, prefill=prefill).turns
     if delay_ms > 1000:  # a view that old changes where decode parts go
         assert not (turns.decode_replica == at_once.decode_replica).all()
+
+
+@pytest.fixture
+def in_span_notes(monkeypatch):
+    """How many records a decode span noted at a step after its first (a time past the loop's
+    clock): the spans these tests compare do cross steps where a watched session's KV changed."""
+    notes = [0]
+    original = DelayedKV.record
+
+    def record(self, r, now, phase=None):
+        before = sum(len(log) for log in self.records[r].values())
+        original(self, r, now, phase)
+        if now > self.shell.now:
+            notes[0] += sum(len(log) for log in self.records[r].values()) > before
+
+    monkeypatch.setattr(DelayedKV, "record", record)
+    return notes
+
+
+@pytest.mark.parametrize(
+    ("gpu_pages", "cpu_pages", "policy"),
+    [
+        (40, 0, "lru"),
+        (60, 30, "lru"),
+        (60, 0, "predictive"),
+        (40, 20, "predictive"),
+        (50, 0, "s3fifo"),
+    ],
+)
+def test_decode_spans_note_each_step_while_a_watched_session_is_held(
+    kv_log, in_span_notes, gpu_pages, cpu_pages, policy
+):
+    # GPUs so small that a span's allocations evict the watched sessions' pages step by step
+    # (to the CPU tier, or dropped), and view points falling inside such spans: each must read
+    # the step the iteration-by-iteration run has (policies in one batch, by time, and in order)
+    spans_on_and_off(
+        synthetic(24), mem(gpu_pages, cpu_pages), 4000.0, kv_log, replicas=4, policy=policy
+    )
+    assert in_span_notes[0] > 0
+
+
+@settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(traces(), st.sampled_from([(14, 0), (24, 10)]), st.sampled_from([300.0, 2000.0]))
+def test_decode_spans_with_watched_sessions_on_small_gpus_on_random_traces(
+    kv_log, sessions, pages, delay_ms
+):
+    spans_on_and_off(sessions, mem(*pages), delay_ms, kv_log)
 
 
 def test_open_loop_replay_with_a_delay_and_disaggregation_is_exact_too(kv_log):
