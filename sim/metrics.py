@@ -273,14 +273,17 @@ def _session_table(
         out_name: getattr(pd.Series(column(name)[order], copy=False).groupby(keys), how)()
         for out_name, (name, how) in reductions.items()
     }
-    ideal = pd.Series(column("ttft_ideal_s")[order], copy=False)
-    ttft = pd.Series(column("ttft_s")[order], copy=False)
+    ttft = column("ttft_s")[order]  # a copy of its own
+    columns["ttft_mean_s"] = pd.Series(ttft, copy=False).groupby(keys).mean()
+    ideal = column("ttft_ideal_s")[order]
     del order
-    slowdown = (ttft / ideal).where(ideal > 0)
-    del ideal
-    columns["ttft_mean_s"] = ttft.groupby(keys).mean()
-    del ttft
-    columns["mean_slowdown"] = slowdown.groupby(keys).mean()
+    # the slowdown ttft / ideal (NaN where ideal <= 0 or NaN) in the TTFT's array, whose mean is
+    # taken: two columns in memory, not four
+    with np.errstate(divide="ignore", invalid="ignore"):
+        slowdown = np.divide(ttft, ideal, out=ttft)
+    slowdown[~(ideal > 0)] = np.nan
+    del ideal, ttft
+    columns["mean_slowdown"] = pd.Series(slowdown, copy=False).groupby(keys).mean()
     del slowdown, keys
     out = pd.DataFrame(columns)
     hist = out["history_tokens"].astype(float)
