@@ -123,6 +123,21 @@ def _memory(gpu_kv_gb: float):
     return MemoryConfig(gpu_kv_gb=gpu_kv_gb, cpu_kv_gb=0.0, block_tokens=16, evict_unit="block")
 
 
+def _rss_mib() -> float:
+    """This process's resident set now, in MiB (VmRSS)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return math.nan
+
+
+# (turns done, seconds, RSS MiB) at each tenth of a run: what grows with the run, and how fast
+RSS_MARKS: list[tuple[int, float, float]] = []
+
+
 def _progress(total: int):
     t0, done, mark = time.perf_counter(), [0], [0]
 
@@ -131,13 +146,29 @@ def _progress(total: int):
         if done[0] - mark[0] >= total // 10:
             mark[0] = done[0]
             el = time.perf_counter() - t0
+            rss = _rss_mib()
+            RSS_MARKS.append((done[0], el, rss))
             print(
-                f"    {done[0]:>10,} turns  {el:7.0f} s  {done[0] / el:7.0f} turns/s",
+                f"    {done[0]:>10,} turns  {el:7.0f} s  {done[0] / el:7.0f} turns/s"
+                f"  RSS {rss:,.0f} MiB",
                 file=sys.stderr,
                 flush=True,
             )
 
     return report
+
+
+def _growth(marks: list) -> float:
+    """RSS growth in MiB per million turns from the run's second tenth to its last (the first
+    holds the start's one-off allocations), by least squares; NaN with under three marks."""
+    pts = marks[1:]
+    if len(pts) < 3:
+        return math.nan
+    xs = [t / 1e6 for t, _, _ in pts]
+    ys = [r for _, _, r in pts]
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    den = sum((x - mx) ** 2 for x in xs)
+    return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / den if den else math.nan
 
 
 def _run_figures(res, wall: float) -> dict:
@@ -195,6 +226,8 @@ def child_stream(path: str, gpu_kv_gb: float, total: int) -> dict:
         ledger_file_mib=ledger.stat().st_size / MIB,
         rows_per_group=ROWS_PER_GROUP,
         **_summary_figures(res),
+        rss_marks=RSS_MARKS,
+        growth_mib_per_mturn=_growth(RSS_MARKS),
         sessions=stream.sessions,
         import_mib=import_mib,
         peak_mib=_peak_mib(),
@@ -381,6 +414,12 @@ def report(args, w: dict, s: dict, ld: dict | None, lst: dict | None) -> None:
         f"GPU KV utilisation {s['gpu_util']:.3f}. VmHWM: streamed {s['hwm_mib']:,.0f} MiB"
         + ("." if ld is None else f", loaded {ld['hwm_mib']:,.0f} MiB.")
     )
+    if s.get("rss_marks"):
+        marks = ", ".join(f"{t / 1e6:.2f}M {r:,.0f}" for t, _, r in s["rss_marks"])
+        print(
+            f"RSS during the streamed run (turns, MiB): {marks}; growth from the second tenth "
+            f"on {s['growth_mib_per_mturn']:,.1f} MiB per million turns."
+        )
     print(
         f"Machine: {os.cpu_count()} cores, 1-min load average {s['loadavg'][0]:.1f} before the "
         f"streamed run, {s['loadavg'][1]:.1f} after it (wall times move with it)."
