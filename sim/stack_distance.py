@@ -187,13 +187,17 @@ def _rule_out_by_recent_requests(undecided, ends, starts, size, before, capacity
     requests just before it, inside its window when ``k`` is less than the window's length, are
     some of the window's, so if their sizes alone overflow the capacity it misses. Those ``k``
     requests' distinct sizes are their sum less the intervals nested in them (shorter than ``k``):
-    prefix sums. ``k`` from just under the shortest undecided window's length, four times larger
-    each round."""
+    prefix sums. ``k`` from four times the shortest undecided window's length, four times larger
+    each round, while a round decides at least one request in 16: a round costs about what the
+    merge sort spends on that many, and a round with ``k`` just under the shortest length, the
+    start this had, decided almost none (the shortest windows barely overflow)."""
     n = len(before) - 1
     length = ends - starts
     at_end = before[ends]
-    k = int(length[undecided].min()) - 1
+    k = 4 * int(length[undecided].min())
+    worth = len(ends) // 16  # requests a round must decide to pay for itself
     while k < n and (undecided & (length > k)).any():
+        left = int(np.count_nonzero(undecided))
         inside = size * (length < k)
         ended = np.cumsum(inside)
         ended -= inside  # in order of ends: inside ones ending before each end
@@ -204,6 +208,8 @@ def _rule_out_by_recent_requests(undecided, ends, starts, size, before, capacity
         recent = at_end - before[back] - ended + started[back]
         recent += size
         undecided &= ~((length > k) & (recent > capacity))
+        if left - int(np.count_nonzero(undecided)) < worth:
+            break
         k *= 4
 
 

@@ -11,7 +11,13 @@ from hypothesis import strategies as st
 
 from sim.cachesim import CacheSim, simulate_cache, stream_from_arrays
 from sim.policies.lru import LRU
-from sim.stack_distance import earlier_greater_sums, lru_hit_flags, stable_order_by_id
+from sim.stack_distance import (
+    _previous_request,
+    _rule_out_by_recent_requests,
+    earlier_greater_sums,
+    lru_hit_flags,
+    stable_order_by_id,
+)
 
 
 class ReplayedLRU(LRU):
@@ -84,6 +90,36 @@ def test_a_size_that_changes_is_left_to_the_replay(case, data):
     assert got == _stepped(ids, changed, capacity)
 
 
+@settings(max_examples=400, deadline=None)
+@given(streams(max_objects=6, max_len=200), st.integers(1, 3))
+def test_what_the_recent_requests_rule_out_misses(case, spread):
+    """The rule-out rounds alone (what decides most misses of a long stream) against the replay:
+    every request they rule out misses. Short windows among long ones (few objects, one of them
+    ``spread`` times rarer), so that rounds run."""
+    ids, sizes, capacity = case
+    ids = [o if o % 3 else o + i % spread for i, o in enumerate(ids)]
+    size_of: dict[int, int] = {}  # one size per object still
+    sizes = [size_of.setdefault(o, z) for o, z in zip(ids, sizes)]
+    if len(ids) < 2:
+        return
+    ids_a, sizes_a = np.array(ids, dtype=np.int64), np.array(sizes, dtype=np.int64)
+    prev = _previous_request(ids_a, sizes_a)
+    fits = sizes_a <= capacity
+    before = np.zeros(len(ids) + 1, dtype=np.int64)
+    np.cumsum(np.where(fits, sizes_a, 0), out=before[1:])
+    ends = np.flatnonzero((prev >= 0) & fits)
+    if not len(ends):
+        return
+    starts, size = prev[ends], sizes_a[ends]
+    undecided = before[ends] - before[starts + 1] + size > capacity
+    if not undecided.any():
+        return
+    was = undecided.copy()
+    _rule_out_by_recent_requests(undecided, ends, starts, size, before, capacity)
+    hits = _stepped(ids, sizes, capacity)
+    assert not any(hits[e] for e in ends[was & ~undecided])
+
+
 def test_a_too_large_request_to_a_cached_object_hits():
     # object 1 is admitted at size 2, then asked for at size 50 > capacity: a hit in the replay
     ids, sizes = [1, 1, 2], [2, 50, 3]
@@ -92,11 +128,20 @@ def test_a_too_large_request_to_a_cached_object_hits():
     assert got == _stepped(ids, sizes, 10) == [False, True, False]
 
 
+def test_recent_requests_that_exactly_fill_the_capacity_rule_nothing_out():
+    """x's window is 19 requests of two objects; with x, exactly the capacity (3): a hit. The
+    shortest undecided window (p's, 4 long) makes the first round's k 16, so x's last 16 requests
+    are tested, and they fill the capacity exactly: not ruled out."""
+    p, q, r, s, x, a, b = range(7)
+    ids = [p, q, r, s, p, x] + [a, b] * 9 + [a, x]
+    want = _stepped(ids, [1] * len(ids), 3)
+    assert want[-1]
+    assert lru_hit_flags(np.array(ids), np.ones(len(ids), dtype=np.int64), 3).tolist() == want
+
+
 def test_the_recent_requests_stay_inside_the_window():
-    """The last k requests before x's second request are its whole window and x's first request
-    when the window is k - 1 long: x's own size must not count. Two objects between, capacity 3:
-    a hit. (The shortest undecided window is 4 long, so k is 3 and then 12; y's window, 17 long
-    and not ruled out by its last 3 requests, keeps the second round going.)"""
+    """The last k requests before x's second request must lie inside its window (x's first
+    request and its own size must not count): two objects between, capacity 3, a hit."""
     c, d, e, f, x, y, a, b = range(8)
     ids = [c, d, e, f, c, y, x, a, b, a, b, a, b, a, b, a, b, a, x, a, b, a, y]
     want = _stepped(ids, [1] * len(ids), 3)
