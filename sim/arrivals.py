@@ -26,6 +26,15 @@ class Arrivals:
             self._order += 1
         heapq.heappush(self._heap, (t, order, session_index))
 
+    def schedule_all(self, times: list[float]) -> None:
+        """``schedule(i, times[i])`` for every i in turn (a trace's first turns, at its start):
+        the heap built in one ``heapify`` rather than a push each. It pops in the same order (its
+        entries are distinct)."""
+        base, heap = self._order, self._heap
+        heap.extend((t, base + i, i) for i, t in enumerate(times))
+        heapq.heapify(heap)
+        self._order += len(times)
+
     def next_s(self) -> float | None:
         return self._heap[0][0] if self._heap else None
 

@@ -182,9 +182,10 @@ class Scheduler:
         assert self.tbt.weights is not None
         self.step_s = cast("array[float]", self.tbt.values)
         self.step_decode = self.tbt.weights
-        for i, s in enumerate(trace):
-            self.share_if_hashed(s)
-            self.arrivals.schedule(i, s.turns[0].arrival_s or 0.0)
+        if memory.prefix_sharing:
+            for s in trace:
+                self.share_if_hashed(s)
+        self.arrivals.schedule_all([s.turns[0].arrival_s or 0.0 for s in trace])
         self.stream = None
         if streaming:
             from sim.parts.stream import StreamIntake

@@ -15,13 +15,14 @@ import math
 from array import array
 from dataclasses import dataclass
 from itertools import accumulate
+from operator import itemgetter
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from sim.memory import CPU, GPU
 from sim.pricing import running_sum
-from sim.units import uid_of
+from sim.units import UNIT_BITS
 
 if TYPE_CHECKING:
     from sim.scheduler import Scheduler
@@ -126,7 +127,7 @@ def bulk_span(core: Scheduler, span: DecodeSpan, now: float, horizon: float, sto
         if core.gpu_bounded:  # (an unbounded GPU KV has no utilization to integrate for)
             due = sorted(allocation_steps(core, growing))
             span.gpu_byte_seconds = span_byte_seconds(
-                core, span.gpu_byte_seconds, due, [0] * total, durations
+                core, span.gpu_byte_seconds, due, [0] * total, as_list(durations)
             )
     else:
         steps = allocation_steps(core, growing)
@@ -156,7 +157,7 @@ def bulk_span(core: Scheduler, span: DecodeSpan, now: float, horizon: float, sto
         grow_pages(core, growing, touched, steps, total, now, uids)
         if n <= SCALAR_STEPS:
             span.gpu_byte_seconds = span_byte_seconds(
-                core, span.gpu_byte_seconds, due, evicted, durations
+                core, span.gpu_byte_seconds, due, evicted, as_list(durations)
             )
         else:
             span.gpu_byte_seconds = evicting_byte_seconds(
@@ -166,7 +167,10 @@ def bulk_span(core: Scheduler, span: DecodeSpan, now: float, horizon: float, sto
                 np.asarray(evicted, dtype=np.int64),
                 np.asarray(durations),
             )
-    core.step_s.fromlist(durations)
+    if isinstance(durations, list):
+        core.step_s.fromlist(durations)
+    else:  # (a numpy span's doubles, copied as they are)
+        core.step_s.frombytes(durations.astype(np.float64, copy=False).tobytes())
     span.steps = n
     seqs = core.dec_seqs
     record_decodes(core, seqs, n)
@@ -189,7 +193,12 @@ def allocation_steps(core: Scheduler, growing: list[tuple[TurnRun, int, int]]) -
     return [k for _, key, count in growing for k in range(key, key + count * bt, bt)]
 
 
-def step_starts(now: float, durations: list[float]) -> list[float]:
+def as_list(durations: list[float] | np.ndarray) -> list[float]:
+    """``price_steps``' durations as a list (a long span's come as an array)."""
+    return durations if isinstance(durations, list) else durations.tolist()
+
+
+def step_starts(now: float, durations: list[float] | np.ndarray) -> list[float]:
     """Each step's start: the sums ``running_sum`` takes, in order (numpy's for a long span)."""
     if len(durations) > SCALAR_STEPS:
         return running_sum(now, np.asarray(durations)).tolist()
@@ -204,11 +213,13 @@ SCALAR_STEPS = 48
 
 def price_steps(
     core: Scheduler, now: float, horizon: float, most: int
-) -> tuple[list[float], float]:
+) -> tuple[list[float] | np.ndarray, float]:
     """The durations of the span's steps and the end of the last: the first step always runs,
     each later one (up to ``most``) if it starts before ``horizon``. Bit for bit what pricing the
     whole run with ``decode_steps_s`` and cutting it gives: the scalar and vector prices are the
-    same operations, and the start times are sums taken in order either way."""
+    same operations, and the start times are sums taken in order either way. A list, or for a
+    span of more than ``SCALAR_STEPS`` steps priced in numpy an array (no list to build and
+    convert back: the TBT record takes its bytes)."""
     seqs, ctx, grow = core.dec_seqs, core.dec_ctx, core.dec_grow
     price = core.pricer.decode_pricer(seqs)
     first = price(ctx)
@@ -230,19 +241,23 @@ def price_steps(
 
 def price_steps_numpy(
     core: Scheduler, now: float, horizon: float, most: int, guess: int
-) -> tuple[list[float], float]:
+) -> tuple[list[float] | np.ndarray, float]:
     """``price_steps`` in numpy for a long span: ``guess`` steps first, doubled while they end
     before the horizon."""
     seqs, ctx, grow = core.dec_seqs, core.dec_ctx, core.dec_grow
     want = min(guess, most)
     while True:
-        d = core.cost.decode_steps_s(seqs, ctx + grow * np.arange(want))
+        if grow:  # each step's context: one arange, the same integers as ctx + grow * i
+            contexts = np.arange(ctx, ctx + grow * want, grow)
+        else:
+            contexts = np.full(want, ctx)
+        d = core.cost.decode_steps_s(seqs, contexts)
         starts = running_sum(now, d)
         if starts[-1] >= horizon or want == most:
             break
         want = min(2 * want, most)
-    n = max(1, int(np.searchsorted(starts[:-1], horizon, side="left")))
-    return d[:n].tolist(), float(starts[n])
+    n = max(1, int(starts[:-1].searchsorted(horizon, side="left")))
+    return (d[:n] if n > SCALAR_STEPS else d[:n].tolist()), float(starts[n])
 
 
 def pages_due(core: Scheduler, end: int) -> tuple[list[tuple[TurnRun, int, int]], list[int], int]:
@@ -284,7 +299,7 @@ def evicted_units(core: Scheduler, total: int) -> list[int]:
 
 
 def demotions_hide(
-    core: Scheduler, due: list[int], evicted: list[int], durations: list[float]
+    core: Scheduler, due: list[int], evicted: list[int], durations: list[float] | np.ndarray
 ) -> bool:
     """Does every demotion's copy hide behind its step's compute (each rides on its allocation's
     step)? Trivially so without a CPU tier; never when saves are synchronous. ``due``: each
@@ -306,14 +321,55 @@ def pinned_in_order(
     core: Scheduler, growing: list[tuple[TurnRun, int, int]], steps: list[int]
 ) -> list[int]:
     """The span's new units (not added yet) in the step-by-step loop's order: by step, then by
-    admission within a step, a page's units in order. ``steps``: ``allocation_steps``."""
+    admission within a step, a page's units in order. ``steps``: ``allocation_steps``.
+
+    Where every run's first page is due within ``bt`` steps of every other's (always, in the
+    engine: a run's next page is due within bt steps), the runs' i-th pages all come before any
+    (i+1)-th: the order is the runs' order by (first due step, admission), round after round, a
+    Python sort of the runs (a span's pages are few: a median of 6 in the bounded bench)."""
     if not steps:
         return []
     upp, bt = core.upp, core.bt
-    firsts = first_new_uids(growing, upp)
-    keys = [key for _, key, _ in growing]
-    if max(keys) - min(keys) < bt:  # (always: a run's next page is due within bt steps)
-        return _in_rounds(growing, keys, firsts, upp)
+    runs: list[tuple[int, int, int, int, int]] = []  # (first due step, admission, place in
+    # the list, first new uid, pages)
+    added: dict[int, int] = {}  # units an earlier run of the list gives the same session
+    one_each = upp == 1
+    for run, key, count in growing:
+        sess = run.sess
+        index = sess.index
+        before = added.get(index, 0)
+        runs.append(
+            (key, run.admit_seq, len(runs), (index << UNIT_BITS) | (len(sess.tier) + before), count)
+        )
+        added[index] = before + count * upp
+        if count != 1:
+            one_each = False
+    runs.sort()
+    if runs[-1][0] - runs[0][0] >= bt:
+        runs.sort(key=itemgetter(2))  # (back in the list's order)
+        return _in_step_order(growing, [r[3] for r in runs], steps, upp)
+    if one_each:
+        return [r[3] for r in runs]
+    out: list[int] = []
+    live, i = [r for r in runs if r[4] > 0], 0  # the runs with an i-th page
+    while live:
+        offset = i * upp
+        if upp == 1:
+            out += [r[3] + offset for r in live]
+        else:
+            for r in live:
+                first = r[3] + offset
+                out += range(first, first + upp)
+        i += 1
+        live = [r for r in live if r[4] > i]
+    return out
+
+
+def _in_step_order(
+    growing: list[tuple[TurnRun, int, int]], firsts: list[int], steps: list[int], upp: int
+) -> list[int]:
+    """``pinned_in_order`` of any runs (``firsts``: each one's first new uid), every page sorted
+    by (step, admission) in numpy."""
     counts = np.fromiter((count for _, _, count in growing), np.int64, len(growing))
     run_start = np.repeat(np.cumsum(counts) - counts, counts)
     page_first = np.repeat(np.asarray(firsts, dtype=np.int64), counts) + upp * (
@@ -324,48 +380,6 @@ def pinned_in_order(
     if upp == 1:
         return firsts_in_order.tolist()
     return (firsts_in_order[:, None] + np.arange(upp, dtype=np.int64)).ravel().tolist()
-
-
-def first_new_uids(growing: list[tuple[TurnRun, int, int]], upp: int) -> list[int]:
-    """Each growing run's first new uid (an earlier run of the list may give the same session
-    pages: they come first)."""
-    firsts: list[int] = []
-    added: dict[int, int] = {}  # units an earlier run of the list gives the same session
-    for run, _key, count in growing:
-        sess = run.sess
-        before = added.get(sess.index, 0)
-        firsts.append(uid_of(sess.index, len(sess.tier) + before))
-        added[sess.index] = before + count * upp
-    return firsts
-
-
-def _in_rounds(
-    growing: list[tuple[TurnRun, int, int]], keys: list[int], firsts: list[int], upp: int
-) -> list[int]:
-    """``pinned_in_order`` where every run's first page is due within ``bt`` steps of every
-    other's: the runs' i-th pages then all come before any (i+1)-th, each round in the order of
-    (first due step, admission). A Python sort of the runs, no numpy call (a span's pages are
-    few: a median of 6 in the bounded bench)."""
-    order = [
-        r
-        for _, _, r in sorted(
-            zip(keys, [run.admit_seq for run, _, _ in growing], range(len(growing)), strict=True)
-        )
-    ]
-    counts = [count for _, _, count in growing]
-    out: list[int] = []
-    live, i = [r for r in order if counts[r] > 0], 0  # the runs with an i-th page
-    while live:
-        offset = i * upp
-        if upp == 1:
-            out += [firsts[r] + offset for r in live]
-        else:
-            for r in live:
-                first = firsts[r] + offset
-                out += range(first, first + upp)
-        i += 1
-        live = [r for r in live if counts[r] > i]
-    return out
 
 
 def grow_pages(
