@@ -69,6 +69,7 @@ _MERGE_REL = 1e-15  # float values further apart than this (relative) are in the
 _SORT_MIN = 8  # pop_many sorts the groups' values in numpy from this many victims
 _SORT_MAX = 1 << 18  # ... while it reads at most this many entries (groups * prefix)
 _ARRAY_MIN = 16  # a batch of this many entries onto an empty group is sorted in numpy
+_WINDOW = 64  # a group's first entries read as arrays at least this many at once
 _STALE_SLACK = 64  # a group keeps up to its size plus this many entries of members that left
 _slot = attrgetter("slot")
 _has_members = attrgetter("heap")  # a group's queue is true while it has members
@@ -84,10 +85,12 @@ class _GroupQueue:
     ``_where`` says which group holds a uid: a group is told only of its own live members.
 
     A batch onto nothing (a session's units: the usual group) is sorted in numpy, and the arrays
-    are kept (``_costs``, ``_uid_arr``, entry for entry with the lists) so that ``pop_many``'s
-    sort reads a group's values as a slice; any other change to the lists drops them."""
+    are kept (``_costs``, ``_uid_arr``, entry for entry with the lists from ``_base`` on) so that
+    ``pop_many``'s sort reads a group's costs as a slice; a group without them gets them for its
+    first entries when the sort first reads it (a group is read by many sorts while it lasts);
+    any other change to the lists drops them."""
 
-    __slots__ = ("_costs", "_gone", "_index", "_keys", "_n", "_pos", "_uid_arr", "_uids")
+    __slots__ = ("_base", "_costs", "_gone", "_index", "_keys", "_n", "_pos", "_uid_arr", "_uids")
 
     def __init__(self) -> None:
         self._keys: list = []  # costs, entry for entry with _uids; sorted from _pos on
@@ -97,6 +100,7 @@ class _GroupQueue:
         self._gone: set[int] = set()
         self._costs: np.ndarray | None = None
         self._uid_arr: np.ndarray | None = None
+        self._base = 0  # the list index of the arrays' first entry
         self._index: dict[int, float] | None = None  # uid -> key from _pos on: built on demand
 
     def __len__(self) -> int:
@@ -183,7 +187,7 @@ class _GroupQueue:
         cost, uid = cost[order], uid[order]
         self._set_sorted([])
         self._keys, self._uids, self._n = cost.tolist(), uid.tolist(), len(uids)
-        self._costs, self._uid_arr = cost, uid
+        self._costs, self._uid_arr, self._base = cost, uid, 0
 
     def head(self) -> tuple | None:
         """The first live (key, uid), or None."""
@@ -232,9 +236,14 @@ class _GroupQueue:
         self._uids = list(compress(uids, live))
         self._keys = list(compress(self._keys[pos:], live))
         self._pos, self._gone = 0, set()
-        if self._costs is not None and self._uid_arr is not None:
+        costs, members, base = self._costs, self._uid_arr, self._base
+        if costs is not None and members is not None and base + len(members) == pos + len(uids):
+            # arrays to the lists' end: filtered alike (else dropped: a window is rebuilt)
             mask = np.array(live, dtype=bool)
-            self._costs, self._uid_arr = self._costs[pos:][mask], self._uid_arr[pos:][mask]
+            self._costs, self._uid_arr = costs[pos - base :][mask], members[pos - base :][mask]
+        else:
+            self._costs = self._uid_arr = None
+        self._base = 0
         index = self._index
         if index is not None:  # members that left are not live (one that came back left _gone)
             consume(map(index.pop, gone, repeat(None)))
@@ -270,26 +279,28 @@ class _GroupQueue:
         self._pos = pos
         self._left(taken)
 
-    def live_run(
-        self, k: int, scale: tuple[float | None, float]
-    ) -> tuple[np.ndarray, np.ndarray] | None:
-        """The merge values (``take_run``'s ``scale``) and uids of the first ``k`` entries in
-        order (all there are if fewer), or None when one that left is among them."""
+    def first_live(self, k: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """The costs and uids of the first ``k`` entries in order (all there are if fewer), as
+        arrays, or None when one that left is among them."""
         pos = self._pos
-        if self._gone and not self._gone.isdisjoint(self._uids[pos : pos + k]):
+        stop = pos + k
+        if self._gone and not self._gone.isdisjoint(self._uids[pos:stop]):
             return None
-        d, const = scale
-        costs, members = self._costs, self._uid_arr
-        if costs is not None and members is not None:
-            costs, members = costs[pos : pos + k], members[pos : pos + k]
-        else:
-            costs = np.array(self._keys[pos : pos + k])
-            members = np.array(self._uids[pos : pos + k], dtype=np.int64)
-        values = np.full(len(members), const) if d is None else costs / d
-        return values, members
+        costs, members, base = self._costs, self._uid_arr, self._base
+        if (
+            costs is None
+            or members is None
+            or stop > base + len(members)
+            and base + len(members) < len(self._uids)
+        ):  # the arrays of a window from the read position on, kept for the next sorts
+            end = max(stop, pos + _WINDOW)
+            costs = self._costs = np.array(self._keys[pos:end])
+            members = self._uid_arr = np.array(self._uids[pos:end], dtype=np.int64)
+            base = self._base = pos
+        return costs[pos - base : stop - base], members[pos - base : stop - base]
 
     def drop_prefix(self, count: int) -> None:
-        """Take out the first ``count`` entries, all live (from ``live_run``)."""
+        """Take out the first ``count`` entries, all live (from ``first_live``)."""
         self._pos += count
         self._left(count)
 
@@ -467,10 +478,23 @@ def _until_heads(groups, t: float) -> list[tuple[float, float, float, _Group]]:
     ]
 
 
+def _since_values(groups: list[_Group], t: float) -> list[float]:
+    """The float value of each group's head (``_since_heads``' first fields), floats only."""
+    return [g.m / (t - g.tau) if t > g.tau else INF for g in groups]
+
+
+def _until_values(groups: list[_Group], t: float) -> list[float]:
+    """The float value of each group's head (``_until_heads``' first fields), floats only."""
+    return [
+        INF if g.tau <= t else 0.0 if g.tau == INF or g.m == 0.0 else g.m / (g.tau - t)
+        for g in groups
+    ]
+
+
 # a mode: (the exact order at t, when a winner's certificate expires, a head's merge key, how
-# its entries' merge values follow from their costs, the merge keys of many heads)
-SINCE = (_since_before, _since_expiry, _since_head, _since_scale, _since_heads)
-UNTIL = (_until_before, _until_expiry, _until_head, _until_scale, _until_heads)
+# its entries' merge values follow from their costs, the merge keys of many heads, their values)
+SINCE = (_since_before, _since_expiry, _since_head, _since_scale, _since_heads, _since_values)
+UNTIL = (_until_before, _until_expiry, _until_head, _until_scale, _until_heads, _until_values)
 
 
 def _near_across(value: np.ndarray, owner: np.ndarray, order: np.ndarray, n: int) -> bool:
@@ -502,7 +526,7 @@ class KineticMin:
     def __init__(self, mode=SINCE, capacity: int = 64, by_session: bool = False) -> None:
         """``by_session``: the uids are the engine's (``session << UNIT_BITS | unit``), kept a
         byte a unit per session (``GroupsBySession``), else in a dict."""
-        self._before, self._expiry, self._head, self._scale, self._heads = mode
+        self._before, self._expiry, self._head, self._scale, self._heads, self._values = mode
         self._cap = 1 << max(1, (capacity - 1).bit_length())
         self._win: list[_Group | None] = [None] * (2 * self._cap)
         self._exp: list[float] = [INF] * (2 * self._cap)
@@ -600,24 +624,33 @@ class KineticMin:
         rounding bound where it matters (``_near_across``; a group's own entries are in its
         static order, which a stable sort of its monotone values keeps); then it does nothing
         and returns False (``_merge`` decides those exactly)."""
-        groups = list(self._groups.values())
+        groups = self._candidates(n, t)
         if not groups:
             return False
         k = min(n, 2 * (n // len(groups)) + _SORT_MIN)
+        # each entry's value is its cost / its group's d (one division for all), or its group's
+        # constant where d is None: ``_scale``
         scales = [self._scale(g, t) for g in groups]
+        divisor = np.array([1.0 if d is None else d for d, _ in scales])
+        fixed = (
+            np.array([d is None for d, _ in scales]) if any(d is None for d, _ in scales) else None
+        )
         while True:
             if len(groups) * k > _SORT_MAX:  # the entries read: the heap merge costs less
                 return False
             runs = []
-            for g, scale in zip(groups, scales, strict=True):
-                run = g.heap.live_run(k, scale)
+            for g in groups:
+                run = g.heap.first_live(k)
                 if run is None:
                     return False
                 runs.append(run)
-            value = np.concatenate([v for v, _ in runs])
             uid = np.concatenate([u for _, u in runs])
-            order = np.argsort(value, kind="stable")
             owner = np.repeat(np.arange(len(groups)), [len(u) for _, u in runs])
+            value = np.concatenate([c for c, _ in runs]) / divisor[owner]
+            if fixed is not None:
+                at = fixed[owner]
+                value[at] = np.array([c for _, c in scales])[owner[at]]
+            order = np.argsort(value, kind="stable")
             taken = np.bincount(owner[order[:n]], minlength=len(groups)).tolist()
             if k >= n or not any(
                 c == k and len(g.heap) > k for g, c in zip(groups, taken, strict=True)
@@ -644,24 +677,39 @@ class KineticMin:
         return True
 
     def _merge_one(self, t: float, out: list[int]) -> None:
-        """``_merge`` for one victim (a decode step's page, most often): the least head and the
-        next (``nsmallest``, no heap); heads within the rounding bound of the least (or tiny)
-        are settled by the exact comparison among them, as ``_merge`` does."""
-        heads = self._heads(self._groups.values(), t)
-        if not heads:
+        """``_merge`` for one victim (a decode step's page, most often): the least head's value
+        and the least of the others (``min`` over the values, in C); heads within the rounding
+        bound of the least (or tiny) are settled by the exact comparison among them, as
+        ``_merge`` does (equal least values among them: which one ``min`` finds is no matter)."""
+        groups = list(self._groups.values())
+        if not groups:
             return
-        least = heapq.nsmallest(2, heads)
-        g = least[0][3]
-        lim = max(least[0][0] * (1.0 + _MERGE_REL), _TINY)
-        if len(least) > 1 and least[1][0] <= lim:  # near-equal values: decide exactly
+        values = self._values(groups, t)
+        least = min(values)
+        i = values.index(least)
+        g = groups[i]
+        lim = max(least * (1.0 + _MERGE_REL), _TINY)
+        values[i] = INF  # the others' least
+        if len(values) > 1 and min(values) <= lim:  # near-equal values: decide exactly
             before = self._before
-            for other in heads:
-                if other[0] <= lim and other[3] is not g and before(other[3], g, t):
-                    g = other[3]
+            for v, other in zip(values, groups, strict=True):
+                if v <= lim and other is not g and before(other, g, t):
+                    g = other
         start = len(out)
         g.heap.take_run(self._scale(g, t), None, 1, out)
         self._where.take_out(out[start:])
         self._changed(g)
+
+    def _candidates(self, n: int, t: float) -> list[_Group]:
+        """The groups that may give one of ``n`` victims at ``t``: those whose head's value is
+        at most the (n+1)-th least. A group above it is exactly behind n other heads (rounding
+        is monotone): not among the n minima, nor near the last of them."""
+        groups = list(self._groups.values())
+        if len(groups) <= n + 1:
+            return groups
+        values = self._values(groups, t)
+        kth = sorted(values)[n]
+        return list(compress(groups, [v <= kth for v in values]))
 
     def _merge(self, n: int, t: float, out: list[int]) -> None:
         """The minima at one time ``t`` as a merge of the groups' static orders: a heap of each

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from unittest.mock import patch
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from test_kv_pensieve import _exact_key
 
@@ -19,6 +19,7 @@ from sim.policies.kinetic import (
     _MERGE_REL,
     _STALE_SLACK,
     _TINY,
+    _WINDOW,
     SINCE,
     UNTIL,
     KineticMin,
@@ -47,13 +48,18 @@ def _model_value(scale, key):
 
 
 @settings(max_examples=300, deadline=None)
-@given(ops=QUEUE_OPS, slack=st.sampled_from([0, 3, _STALE_SLACK]))
-def test_group_queue_is_a_sorted_list_of_live_entries(ops, slack):
+@given(
+    ops=QUEUE_OPS,
+    slack=st.sampled_from([0, 3, _STALE_SLACK]),
+    window=st.sampled_from([1, 5, _WINDOW]),
+)
+def test_group_queue_is_a_sorted_list_of_live_entries(ops, slack, window):
     # The queue is told only of its own live members (the tournament's ``_where`` knows them):
     # a member that comes back leaves first, as ``KineticMin.add`` has it. A small slack makes
     # the queue drop the entries of members that left often (``_compact``), with its arrays and
-    # index built or not.
-    with patch.object(kinetic, "_STALE_SLACK", slack):
+    # index built or not; a small window makes the arrays of its first entries cover part of
+    # the lists, rebuilt as the read position passes them.
+    with patch.object(kinetic, "_STALE_SLACK", slack), patch.object(kinetic, "_WINDOW", window):
         _run_queue_ops(ops)
 
 
@@ -104,11 +110,11 @@ def _run_queue_ops(ops):
                 del live[u]
         elif op == 5:  # the first k as arrays; then the first c of them leave
             scale = SCALES[a % len(SCALES)]
-            got = q.live_run(b, scale)
+            got = q.first_live(b)
             if got is not None:
-                values, members = got
+                costs, members = got
                 assert members.tolist() == [u for _, u in order[:b]]
-                assert values.tolist() == [_model_value(scale, k) for k, _ in order[:b]]
+                assert costs.tolist() == [k for k, _ in order[:b]]
                 c = min(len(members), a % 5)
                 q.drop_prefix(c)
                 for u in members[:c].tolist():
@@ -154,13 +160,13 @@ def test_a_sorted_batch_keeps_its_arrays_while_stale_entries_go(n, costs, ops):
                 for u in gone:
                     del live[u]
             elif op == 2:
-                got = q.live_run(x, (2.0, 0.0))
+                got = q.first_live(x)
                 if got is None:  # only where one that left waits among the first x entries
                     assert q._gone
                 else:
-                    values, members = got
+                    costs, members = got
                     assert members.tolist() == [u for _, u in order[:x]]
-                    assert values.tolist() == [k / 2.0 for k, _ in order[:x]]
+                    assert costs.tolist() == [k for k, _ in order[:x]]
             assert len(q) == len(live)
             assert q.head() == (min((k, u) for u, k in live.items()) if live else None)
 
@@ -259,17 +265,19 @@ TIMES = st.sampled_from([0.0, 1.0, 2.5, 7.0, 1e-300, math.inf])
 )
 def test_many_heads_are_each_groups_head(heads, t):
     # the merges read every group's head in one comprehension: the mode's head of each group
-    # (an idle time of 0 or a turn that has come: +inf; never used again or free: 0)
+    # (an idle time of 0 or a turn that has come: +inf; never used again or free: 0), and its
+    # value alone
     groups = []
     for i, (m, tau) in enumerate(heads):
         g = kinetic._Group(tau, i)
         g.m, g.mkey = m, i
         groups.append(g)
-    for many, one in (
-        (kinetic._since_heads, kinetic._since_head),
-        (kinetic._until_heads, kinetic._until_head),
+    for many, values, one in (
+        (kinetic._since_heads, kinetic._since_values, kinetic._since_head),
+        (kinetic._until_heads, kinetic._until_values, kinetic._until_head),
     ):
         assert many(groups, t) == [one(g, t) for g in groups]
+        assert values(groups, t) == [one(g, t)[0] for g in groups]
 
 
 @settings(max_examples=200, deadline=None)
@@ -289,6 +297,36 @@ def test_equal_values_across_groups_pop_in_the_exact_order(ks, c, mode, counts):
         tau = now - k if mode == "since" else now + k
         uids = [10 * g + j for j in range(1, 4)]
         costs = [c * k * j for j in range(1, 4)]
+        kin.add_many(uids, costs, tau, now)
+        live.update((u, (m, tau)) for u, m in zip(uids, costs, strict=True))
+    for n in counts:
+        got = kin.pop_many(n, now)
+        want = sorted(live, key=lambda uid: _exact_key(mode, uid, *live[uid], now))[:n]
+        assert got == want
+        for u in got:
+            del live[u]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    heads=st.lists(st.integers(1, 40), min_size=1, max_size=40),
+    size=st.integers(1, 3),
+    mode=st.sampled_from(["since", "until"]),
+    counts=st.lists(st.integers(1, 30), min_size=1, max_size=6),
+)
+@example(heads=[1, 2, 3, 4, 5, 6, 7, 8, 8, 8], size=1, mode="since", counts=[8])
+def test_many_small_groups_pop_in_the_exact_order(heads, size, mode, counts):
+    # more groups than victims (a decode step's pages among many sessions): the merges read
+    # only the groups whose heads may give a victim; heads of equal value at the cut (a group
+    # a time, its head's value a, the others' above 100) must not lose one
+    now = 100.0
+    kin = KineticMin(SINCE if mode == "since" else UNTIL)
+    live: dict[int, tuple[float, float]] = {}
+    for g, a in enumerate(heads):
+        k = 1 + g  # a time a group; a cost of k times a value
+        tau = now - k if mode == "since" else now + k
+        uids = [10 * g + j for j in range(size)]
+        costs = [float(a + 100 * j) * k for j in range(size)]
         kin.add_many(uids, costs, tau, now)
         live.update((u, (m, tau)) for u, m in zip(uids, costs, strict=True))
     for n in counts:
