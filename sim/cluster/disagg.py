@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from sim.cluster.store import check_number
+from sim.memory import DROPPED, GPU
 from sim.pricing import HostStagedLink, NetworkLink, Prefill
 from sim.recovery import PageRecovery
 from traces.records import Session
@@ -94,29 +95,69 @@ class DecodeRecovery(PageRecovery):
     """A decode replica's recovery: a decode part's pages that the replica lacks at its first
     admission come over the link (all of them: the prefill replica has just computed the whole
     context); ``transfers`` records (tokens, bytes) per (session, turn). A decode part preempted
-    and admitted again recomputes what it lost, as any turn does."""
+    and admitted again pulls again what its prefill replica still holds on its GPU of the
+    context it handed off (whole pages), over the same link at the same price; the rest of what
+    it lost (its own output tokens' pages, and what the prefill replica no longer holds) is
+    recomputed, as any turn's is. Those pulls' bytes join the turn's ``transfers`` bytes."""
 
     def __init__(self, core: Scheduler, transfers: dict) -> None:
         super().__init__(core)
         self.transfers = transfers
         self.pending: set[int] = set()  # sessions whose decode part awaits its first admission
+        # session -> (its prefill replica's KV of it, the context handed off), while its decode
+        # part is here: what a readmission may pull again
+        self.sources: dict[int, tuple[SessionKV, int]] = {}
         # hears that session i's pages were pulled at ``now`` (the sender frees them)
         self.pulled: Callable[[int, float], None] = lambda i, now: None
 
     def split(self, sess: SessionKV) -> tuple[int, int, int]:
         g, c, d = super().split(sess)
-        return (g, c, 0) if sess.index in self.pending else (g, c, d)
+        if sess.index in self.pending:
+            return g, c, 0
+        return g, c, d - self.core.bt * len(self.held_there(sess, self.dropped_pages(sess)))
 
     def dropped_tokens(self, sess: SessionKV) -> int:
-        return 0 if sess.index in self.pending else super().dropped_tokens(sess)
+        if sess.index in self.pending:
+            return 0
+        dropped = super().dropped_tokens(sess)
+        return dropped - self.core.bt * len(self.held_there(sess, self.dropped_pages(sess)))
+
+    def dropped_pages(self, sess: SessionKV) -> np.ndarray:
+        """The session's dropped pages here (none unless its prefill replica is known)."""
+        if sess.index not in self.sources or not sess.tier_pages[DROPPED]:
+            return _NO_PAGES
+        return np.flatnonzero(np.frombuffer(sess.tier, dtype=np.uint8) == DROPPED)
+
+    def held_there(self, sess: SessionKV, pages: np.ndarray) -> np.ndarray:
+        """Of the session's ``pages``, those its prefill replica holds on its GPU now: whole
+        pages of the context it handed off (not a shared prefix's pool pages)."""
+        source = self.sources.get(sess.index)
+        if source is None or not len(pages):
+            return _NO_PAGES
+        kv, context = source
+        n = min(context // self.core.bt, len(kv.tier))
+        pages = pages[pages < n]
+        if not len(pages):
+            return _NO_PAGES
+        there = np.frombuffer(kv.tier, dtype=np.uint8, count=n)
+        held = pages[there[pages] == GPU]
+        del there  # (a buffer exported from the tier array would block its growth)
+        return held
 
     def fetch_dropped(self, run: TurnRun, dropped_units, now: float, pf: Prefill):
         sess = run.sess
-        if sess.index not in self.pending:
-            return dropped_units
+        units, bt = np.asarray(dropped_units, dtype=np.int64), self.core.bt
+        if sess.index not in self.pending:  # a readmission: pull what the sender still holds
+            pulled = self.held_there(sess, units)
+            if not len(pulled):
+                return dropped_units
+            nbytes = len(pulled) * self.core.page_bytes
+            pf.remote_bytes += nbytes
+            tokens, sent = self.transfers.get((sess.index, run.k), (0, 0))
+            self.transfers[sess.index, run.k] = (tokens, sent + nbytes * self.core.cost.tp)
+            return units[~np.isin(units, pulled)]
         self.pending.discard(sess.index)
         self.pulled(sess.index, now)
-        units, bt = np.asarray(dropped_units, dtype=np.int64), self.core.bt
         tokens = len(units) * bt  # whole pages, less the unfilled tail of the session's last
         if len(units) and units[-1] == (sess.tokens - 1) // bt and sess.tokens % bt:
             tokens -= bt - sess.tokens % bt
@@ -124,6 +165,9 @@ class DecodeRecovery(PageRecovery):
         pf.remote_bytes += nbytes
         self.transfers[sess.index, run.k] = (tokens, nbytes * self.core.cost.tp)
         return np.empty(0, dtype=np.int64)
+
+
+_NO_PAGES = np.empty(0, dtype=np.int64)
 
 
 def merge_parts(

@@ -129,6 +129,8 @@ class Cluster:
         self.tokens_in[r] -= arrival.tokens
         pool = self.decode_pool if self.decode_pool and r >= self.decode_pool.first else self.pool
         pool.router.turn_ended(arrival, r - pool.first)
+        if pool is self.decode_pool:
+            self.replicas[r].decode_part_over(i)
         kv = self.replicas[r].sched.kv[i]
         completed = kv.next_turn > arrival.k  # (a rejected turn is not)
         store = self.store
@@ -168,7 +170,8 @@ class Cluster:
                 r = self.send(self.decode_pool, arrival)
                 self.handoff_order += 1
                 self.replicas[r].deliver(i, k, context, now, self.handoff_order, now)
-                self.replicas[r].expect_transfer(i)
+                source = self.replicas[self.sender[i]].sched.kv[i]
+                self.replicas[r].expect_transfer(i, source, context)
                 if late is not None:
                     late.handed_off(r, i, k, now)
             self.handoffs.clear()
