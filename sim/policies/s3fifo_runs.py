@@ -426,21 +426,23 @@ class RunS3FIFO(S3FIFO):
         self._budget.shrink(self._unit * (len(in_s) + len(in_m)))
 
     # -- eviction --------------------------------------------------------------------------------
-    def _counted(self, a: int, s: int, want: int, least: int) -> tuple[int, list[int]]:
+    def _counted(self, a: int, s: int, want: int, least: int) -> tuple[int, list[int], list[int]]:
         """The members of ``[a, s)`` (the head run of a queue) with a counter of at least
         ``least``, increasing, read far enough that ``want`` units below it lie before the end
-        of the reading: (that end, those uids)."""
+        of the reading: (that end, those uids, every uid read with a counter, increasing)."""
         freq = self._freq
         look = max(FIRST_LOOK, 2 * want)
         if a >> UNIT_BITS not in self._marks:  # no counter in the session: none is read
-            return min(s, a + look), []
+            return min(s, a + look), [], []
         while True:
             stop = min(s, a + look)
-            hot = sorted(freq.keys() & range(a, stop))
+            # (in the range's order: no set of them built, nor sorted)
+            marked = list(filter(freq.__contains__, range(a, stop)))
+            hot = marked
             if least > 1 and hot:  # (every counter held is at least 1)
                 hot = list(compress(hot, map(least.__le__, map(freq.__getitem__, hot))))
             if stop == s or stop - a - len(hot) >= want:
-                return stop, hot
+                return stop, hot, marked
             look *= 2
 
     def _main_walk(self, k: int, main_size: int, out: list[tuple[int, int]]) -> int | None:
@@ -466,7 +468,7 @@ class RunS3FIFO(S3FIFO):
             if head is None:
                 return taken or None
             a, s = head
-            end, hot = self._counted(a, s, want, 1)
+            end, hot, _ = self._counted(a, s, want, 1)
             pos, passed = _walk_past(a, end, hot, want, out)
             got = pos - a - passed
             again = hot[:passed]
@@ -511,7 +513,7 @@ class RunS3FIFO(S3FIFO):
                 break
             a, s = head
             want = k - taken
-            end, hot = self._counted(a, s, want, threshold)
+            end, hot, marked = self._counted(a, s, want, threshold)
             over = max(room, 0)  # the move that takes M over its share: the next victim ends
             if over < len(hot) and hot[over] - a - over + 1 < want:  # (victims before it, + 1)
                 want = hot[over] - a - over + 1
@@ -523,9 +525,8 @@ class RunS3FIFO(S3FIFO):
             room -= passed
             del hot[passed:]
             s_order.drop_head(pos - a)
-            if a >> UNIT_BITS in self._marks:  # those that left S leave their counters (moved
-                # ones restart at 0)
-                gone = list(freq.keys() & range(a, pos))
+            if marked:  # those that left S leave their counters (moved ones restart at 0)
+                gone = marked[: bisect_left(marked, pos)]
                 consume(map(freq.__delitem__, gone))
                 if gone:
                     self._uncount(a >> UNIT_BITS, len(gone))
