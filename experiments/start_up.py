@@ -3,25 +3,38 @@
 from __future__ import annotations
 
 import gc
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 
 @contextmanager
-def start_up_frozen() -> Iterator[None]:
-    """The cyclic garbage collector off while a command imports its libraries and reads its
-    input, then what exists is frozen (``gc.freeze``) before it is back on. Importing pandas,
-    pyarrow and pydantic makes a few hundred thousand objects that live to the end of the
-    process: with the collector on, the collections their allocation sets off scan them again
-    and again (about an eighth of the import time); turned back on without the freeze, its first
-    collection would scan them all at once. A caller that turned the collector off keeps it off
-    and decides itself."""
-    if not gc.isenabled():
-        yield
+def start_up_frozen() -> Iterator[Callable[[], None]]:
+    """For the length of a command: the cyclic garbage collector off while it imports its
+    libraries and reads its input, until it calls the function this yields (its start-up is
+    over), which freezes what exists (``gc.freeze``) and turns the collector back on; on the way
+    out the frozen objects are handed back (``gc.unfreeze``).
+
+    Importing pandas, pyarrow and pydantic makes a few hundred thousand objects that live to the
+    end of the process: with the collector on, every collection that their allocation sets off
+    scans them again, and so does every full one later; turned back on without the freeze, its
+    first collection would scan them all at once. A caller that turned the collector off or froze
+    objects of its own decides itself: nothing is done then."""
+    if not gc.isenabled() or gc.get_freeze_count():
+        yield lambda: None
         return
+    frozen = False
+
+    def started() -> None:
+        nonlocal frozen
+        if not frozen:
+            gc.freeze()
+            frozen = True
+            gc.enable()
+
     gc.disable()
     try:
-        yield
+        yield started
     finally:
-        gc.freeze()
+        if frozen:
+            gc.unfreeze()
         gc.enable()

@@ -46,12 +46,17 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 def main(args: argparse.Namespace) -> int:
     from experiments.start_up import start_up_frozen
 
+    with start_up_frozen() as started:
+        return _main(args, started)
+
+
+def _main(args: argparse.Namespace, started) -> int:
+    from sim.cachesim import read_trace, simulate_cache
+
     if args.capacity < 1:
         raise ValueError(f"--capacity must be a positive integer, got {args.capacity}")
-    with start_up_frozen():  # numpy's import and the read: no garbage to collect
-        from sim.cachesim import read_trace, simulate_cache
-
-        stream = read_trace(args.trace)
+    stream = read_trace(args.trace)
+    started()  # numpy is imported and the stream read
     if args.policy != "all":
         if ":" in args.policy:  # a module:Class, importable from here
             from experiments.schema import check_policy_name

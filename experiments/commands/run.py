@@ -83,15 +83,20 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 def main(args: argparse.Namespace) -> int:
     from experiments.start_up import start_up_frozen
 
-    with start_up_frozen():  # the libraries' imports and the config's validation
-        from experiments.checkpoint import partial_dir
-        from experiments.report import axis_columns, summary_table
-        from experiments.runner import default_out_dir, finished_points, run_experiment
-        from experiments.schema import ConfigError, load_experiment
-        from experiments.shared_data import check_data_dir
+    with start_up_frozen() as started:
+        return _main(args, started)
 
-        check_data_dir(args.data_dir)
-        exp = load_experiment(args.config, data_dir=args.data_dir)
+
+def _main(args: argparse.Namespace, started) -> int:
+    from experiments.checkpoint import partial_dir
+    from experiments.report import axis_columns, summary_table
+    from experiments.runner import default_out_dir, finished_points, run_experiment
+    from experiments.schema import ConfigError, load_experiment
+    from experiments.shared_data import check_data_dir
+
+    check_data_dir(args.data_dir)
+    exp = load_experiment(args.config, data_dir=args.data_dir)
+    started()  # the libraries are imported and the config read: their objects live on
     updates: dict[str, Any] = {}
     if args.workers is not None:
         updates["executor"] = exp.executor.model_copy(update={"workers": args.workers})
