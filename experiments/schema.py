@@ -848,7 +848,8 @@ class ClusterSpec(_Strict):
     router_params: dict[StrictStr, dict[StrictStr, Any]] = Field(
         default_factory=dict,
         description="router name -> its parameters (kv-aware: prefill_weight, cpu_hit_value, "
-        "load_weight; least-time: those and speed_tokens; session-affinity: overload)",
+        "load_weight; least-time: those, speed_tokens, decode_weight and decode_tokens; "
+        "session-affinity: overload)",
     )
 
     store: StoreSpec | None = Field(

@@ -57,6 +57,12 @@ class RouterView(Protocol):
         ``context`` cached ones (groups of replicas may run on different GPUs)."""
         ...
 
+    def replica_decode_s(self, replica: int, seqs: int, context: int) -> float:
+        """``replica``'s own cost model's time for one decode step of ``seqs`` sequences over
+        ``context`` tokens of context in all (a decode step is bound by HBM bandwidth, a prefill
+        by compute: GPUs rank differently in each)."""
+        ...
+
     def inflight_turns(self, replica: int) -> int:
         """Turns routed to ``replica`` that have not completed (queued or running)."""
         ...
@@ -217,18 +223,29 @@ class KVAware(Router):
 
 
 class LeastTime(KVAware):
-    """kv-aware's cost in tokens, in seconds at each replica's speed: the lowest
+    """kv-aware's cost in tokens, in seconds at each replica's speed, plus, weighted, the turn's
+    decode there: the lowest
 
         s_r * (prefill_weight * (H + p - g - cpu_hit_value * c) + load_weight * in-flight tokens)
+          + decode_weight * decode_tokens * step_r
 
     where s_r is the replica's prefill seconds per token, its cost model's lone prefill of
-    ``speed_tokens`` tokens over that count. So the turn's own prefill and the work queued ahead
-    of it are both counted in time: a slower GPU with as many tokens in flight costs more. With
-    every replica alike, s_r is one number and the order of the costs is kv-aware's (with
-    ``prefill_weight`` 0, least-loaded's)."""
+    ``speed_tokens`` tokens over that count, and step_r its cost model's decode step of the batch
+    the turn would join: its in-flight turns and this one, over their tokens and this turn's. So
+    the turn's own prefill and the work queued ahead of it are both counted in time: a slower GPU
+    with as many tokens in flight costs more; and with ``decode_weight`` > 0 an assumed output of
+    ``decode_tokens`` at the replica's decode speed, which ranks GPUs apart from their prefill
+    speed (decode is bound by HBM bandwidth). With ``decode_weight`` 0 (the default) no decode
+    term is added; with every replica alike, s_r is one number and the order of the costs is
+    kv-aware's (with ``prefill_weight`` 0, least-loaded's)."""
 
     name = "least-time"
-    defaults: ClassVar[dict[str, float]] = {**KVAware.defaults, "speed_tokens": 2048}
+    defaults: ClassVar[dict[str, float]] = {
+        **KVAware.defaults,
+        "speed_tokens": 2048,
+        "decode_weight": 0.0,
+        "decode_tokens": 256,
+    }
 
     def __init__(self, replicas: int, params: Mapping[str, Any] | None = None) -> None:
         super().__init__(replicas, params)
@@ -238,14 +255,19 @@ class LeastTime(KVAware):
                 f"cluster.router_params.speed_tokens: must be an integer >= 1, got {tokens!r}"
             )
         self.speed_tokens = int(tokens)
+        self.decode_s = self.params["decode_weight"] * self.params["decode_tokens"]
 
     def route(self, arrival: Arrival, view: RouterView) -> int:
         # one factor on kv-aware's cost: among replicas alike, the same order and ties
         speed = self.speed_tokens
         costs = self.token_costs(arrival, view)
-        return self.lowest(
-            [self.seconds_per_token(view, r, speed) * t for r, t in enumerate(costs)]
-        )
+        costs = [self.seconds_per_token(view, r, speed) * t for r, t in enumerate(costs)]
+        if self.decode_s:  # (none added at weight 0: the costs are the prefill's to the bit)
+            for r in range(len(costs)):
+                batch = view.inflight_turns(r) + 1
+                context = view.inflight_tokens(r) + arrival.tokens
+                costs[r] += self.decode_s * view.replica_decode_s(r, batch, context)
+        return self.lowest(costs)
 
 
 ROUTERS: dict[str, type[Router]] = {

@@ -315,6 +315,9 @@ class PoolView:
             t = self.prefill_s[key] = cost.lone_prefill_s(tokens, context)
         return t
 
+    def replica_decode_s(self, replica: int, seqs: int, context: int) -> float:
+        return self.shell.replicas[self.first + replica].sched.cost.decode_step_s(seqs, context)
+
     def inflight_turns(self, replica: int) -> int:
         return self.shell.turns_in[self.first + replica]
 

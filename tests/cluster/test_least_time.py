@@ -27,10 +27,12 @@ A100 = cost_model("llama-3-8b", "a100-sxm")
 
 
 class HandView:
-    """A router's view of replicas with hand-set loads, KV of the session and prefill speeds."""
+    """A router's view of replicas with hand-set loads, KV of the session, prefill speeds and
+    decode speeds (a function of the batch's sequences and context each; none: not asked)."""
 
-    def __init__(self, inflight, cached, prefill_s) -> None:
+    def __init__(self, inflight, cached, prefill_s, decode_s=None) -> None:
         self.inflight, self.cached, self.prefill_s = inflight, cached, prefill_s
+        self.decode_s = decode_s
 
     @property
     def replica_count(self) -> int:
@@ -46,6 +48,10 @@ class HandView:
     def replica_prefill_s(self, r: int, tokens: int, context: int = 0) -> float:
         return self.prefill_s[r](tokens)
 
+    def replica_decode_s(self, r: int, seqs: int, context: int) -> float:
+        assert self.decode_s is not None, "a decode speed asked of a view without one"
+        return self.decode_s[r](seqs, context)
+
     def inflight_turns(self, r: int) -> int:
         return 1 if self.inflight[r] else 0
 
@@ -58,10 +64,11 @@ class HandView:
 
 # -- the rule, against a plain model -----------------------------------------------------------
 def plain_least_time(views, arrivals, params) -> list[int]:
-    """Each pick: the replica of the lowest s_r x kv-aware cost, ties to the first at or after
-    the one after the last pick."""
+    """Each pick: the replica of the lowest s_r x kv-aware cost, plus decode_weight x
+    decode_tokens x its decode step of its in-flight turns and this one (when the weight is not
+    0), ties to the first at or after the one after the last pick."""
     p = {"prefill_weight": 1.0, "cpu_hit_value": 0.5, "load_weight": 1.0, "speed_tokens": 2048}
-    p |= params
+    p |= {"decode_weight": 0.0, "decode_tokens": 256} | params
     picks, start = [], 0
     for view, a in zip(views, arrivals, strict=True):
         costs = []
@@ -69,7 +76,12 @@ def plain_least_time(views, arrivals, params) -> list[int]:
             g, c = view.cached[r] if a.history_tokens else (0, 0)
             s = view.prefill_s[r](p["speed_tokens"]) / p["speed_tokens"]
             tokens = p["prefill_weight"] * (a.tokens - g - p["cpu_hit_value"] * c)
-            costs.append(s * (tokens + p["load_weight"] * view.inflight[r]))
+            cost = s * (tokens + p["load_weight"] * view.inflight[r])
+            if p["decode_weight"]:
+                turns = view.inflight_turns(r) + 1
+                step = view.decode_s[r](turns, view.inflight[r] + a.tokens)
+                cost += p["decode_weight"] * p["decode_tokens"] * step
+            costs.append(cost)
         best = min(costs)
         n = len(costs)
         r = next((start + j) % n for j in range(n) if costs[(start + j) % n] == best)
@@ -87,6 +99,16 @@ def views_and_arrivals(draw):
         for _ in range(n)
     ]
     prefill_s = [lambda t, a=a, b=b: a + b * t for a, b in speeds]
+    # a decode step: a fixed part, a part per sequence and one per token of context
+    steps = [
+        (
+            draw(st.sampled_from([5e-3, 8e-3])),
+            draw(st.sampled_from([0.0, 1e-5])),
+            draw(st.sampled_from([1e-7, 3e-7])),
+        )
+        for _ in range(n)
+    ]
+    decode_s = [lambda b, c, x=x, y=y, z=z: x + y * b + z * c for x, y, z in steps]
     views, arrivals = [], []
     for _ in range(draw(st.integers(1, 8))):
         history = draw(st.integers(0, 400))
@@ -95,7 +117,7 @@ def views_and_arrivals(draw):
             for g in [draw(st.integers(0, history)) for _ in range(n)]
         ]
         inflight = [draw(st.sampled_from([0, 100, 250, 1000])) for _ in range(n)]
-        views.append(HandView(inflight, cached, prefill_s))
+        views.append(HandView(inflight, cached, prefill_s, decode_s))
         arrivals.append(Arrival(0, 1, history, draw(st.integers(0, 300)), 0.0))
     return views, arrivals
 
@@ -107,6 +129,8 @@ PARAMS = st.fixed_dictionaries(
         "cpu_hit_value": st.sampled_from([0.0, 0.5, 1.0]),
         "load_weight": st.sampled_from([0.0, 1.0, 3.0]),
         "speed_tokens": st.sampled_from([1, 256, 2048]),
+        "decode_weight": st.sampled_from([0.0, 0.5, 1.0]),
+        "decode_tokens": st.sampled_from([1, 128, 256]),
     },
 )
 
@@ -251,3 +275,54 @@ def test_a_view_without_speeds_routes_as_kv_aware():
 def test_speed_tokens_must_be_a_whole_number_of_tokens(tokens):
     with pytest.raises(ValueError, match=r"router_params.speed_tokens: must be an integer >= 1"):
         make_router("least-time", 2, {"speed_tokens": tokens})
+
+
+# -- decode speed ---------------------------------------------------------------------------------
+# Two replicas, nothing in flight, nothing cached, a turn of 1000 tokens: replica 0 prefills at
+# 100 us a token and takes 20 ms a decode step, replica 1 prefills at 200 us and decodes in 10 ms.
+#   least-time without decode: 0.1 s against 0.2 s -> replica 0;
+#   decode_weight 1 and 100 decode tokens: 0.1 + 100 x 20 ms = 2.1 s against 0.2 + 1.0 = 1.2 s
+#   -> replica 1; each step priced for a batch of 1 sequence over the turn's 1000 tokens.
+def test_a_decode_weight_picks_the_faster_decoder_by_hand():
+    asked = []
+
+    def step(ms):
+        def decode_s(seqs, context):
+            asked.append((seqs, context))
+            return ms * 1e-3
+
+        return decode_s
+
+    view = HandView(
+        [0, 0], [(0, 0), (0, 0)], [lambda t: 1e-4 * t, lambda t: 2e-4 * t], [step(20), step(10)]
+    )
+    turn = Arrival(0, 0, 0, 1000, 0.0)
+    assert make_router("least-time", 2).route(turn, view) == 0
+    assert asked == []  # at weight 0 no decode speed is asked
+    params = {"decode_weight": 1.0, "decode_tokens": 100}
+    assert make_router("least-time", 2, params).route(turn, view) == 1
+    assert asked == [(1, 1000), (1, 1000)]
+
+
+class DecodeSpy(LeastTime):
+    """least-time, noting each replica's decode step of 4 sequences over 8192 tokens."""
+
+    seen: ClassVar[list[list[float]]] = []
+
+    def route(self, arrival: Arrival, view) -> int:
+        self.seen.append([view.replica_decode_s(r, 4, 8192) for r in range(view.replica_count)])
+        return super().route(arrival, view)
+
+
+def test_the_pool_view_prices_each_replica_s_decode_on_its_own_hardware():
+    sessions = load_trace({"kind": "synthetic", "sessions": 6, "seed": 2}).sessions
+    DecodeSpy.seen.clear()
+    groups = ({"replicas": 1}, {"hardware": "a100-sxm"}, {"replicas": 1})
+    cfg = ClusterConfig(
+        3, f"{__name__}:DecodeSpy", groups=groups, disaggregation=DisaggConfig(prefill_replicas=1)
+    )
+    run(sessions, mem(200), cfg, cost=H100)
+    h, a = H100.decode_step_s(4, 8192), A100.decode_step_s(4, 8192)
+    assert a > h  # (an A100's HBM is slower)
+    assert {len(s) for s in DecodeSpy.seen} == {1, 2}
+    assert all(s in ([h], [a, h]) for s in DecodeSpy.seen)
