@@ -37,6 +37,7 @@ Definitions as in docs/semantics.md (Metrics). Conventions worth stating:
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -269,22 +270,19 @@ def _session_table(
         "cpu_hit_tokens": ("cpu_hit_tokens", "sum"),
         "recomputed_tokens": ("recomputed_tokens", "sum"),
     }
+    # pandas' grouping costs about 20 bytes a row over the column it groups: it groups a chunk of
+    # whole sessions at a time (each session's reduction sees its rows in the same order, so the
+    # values are those of one grouping of the whole column)
+    chunks = _session_chunks(keys, SESSION_CHUNK_ROWS)
     columns = {
-        out_name: getattr(pd.Series(column(name)[order], copy=False).groupby(keys), how)()
+        out_name: _grouped(column(name).__getitem__, how, order, keys, chunks)
         for out_name, (name, how) in reductions.items()
     }
-    ttft = column("ttft_s")[order]  # a copy of its own
-    columns["ttft_mean_s"] = pd.Series(ttft, copy=False).groupby(keys).mean()
-    ideal = column("ttft_ideal_s")[order]
-    del order
-    # the slowdown ttft / ideal (NaN where ideal <= 0 or NaN) in the TTFT's array, whose mean is
-    # taken: two columns in memory, not four
-    with np.errstate(divide="ignore", invalid="ignore"):
-        slowdown = np.divide(ttft, ideal, out=ttft)
-    slowdown[~(ideal > 0)] = np.nan
-    del ideal, ttft
-    columns["mean_slowdown"] = pd.Series(slowdown, copy=False).groupby(keys).mean()
-    del slowdown, keys
+    ttft, ideal = column("ttft_s"), column("ttft_ideal_s")
+    columns["ttft_mean_s"] = _grouped(ttft.__getitem__, "mean", order, keys, chunks)
+    slowdown = functools.partial(_slowdown, ttft, ideal)
+    columns["mean_slowdown"] = _grouped(slowdown, "mean", order, keys, chunks)
+    del order, keys, ttft, ideal, slowdown
     out = pd.DataFrame(columns)
     hist = out["history_tokens"].astype(float)
     out["hit_fraction"] = ((out["gpu_hit_tokens"] + out["cpu_hit_tokens"]) / hist).where(hist > 0)
@@ -292,6 +290,49 @@ def _session_table(
     out.index = pd.Index(ids, name="session_id")
     out = out.reset_index()
     return out[list(SESSION_COLUMNS)]
+
+
+# rows of the ledger grouped at a time by session_table (whole sessions: a chunk ends where a
+# session does); read at run time, so tests may lower it
+SESSION_CHUNK_ROWS = 1 << 16
+
+
+def _slowdown(ttft: np.ndarray, ideal: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """ttft / ideal of ``rows`` (a new array), NaN where ideal <= 0 or NaN."""
+    out, below = ttft[rows], ideal[rows]
+    with np.errstate(all="ignore"):  # as pandas divides: inf and NaN, no warning
+        np.divide(out, below, out=out)
+    out[~(below > 0)] = np.nan
+    return out
+
+
+def _grouped(
+    rows_of: Callable[[np.ndarray], np.ndarray],
+    how: str,
+    order: np.ndarray,
+    keys: np.ndarray,
+    chunks: list[tuple[int, int]],
+) -> pd.Series:
+    """``rows_of(order[a:b])`` (a column's values of those rows, a new array) reduced by ``how``
+    over the sessions' groups (``keys``), a chunk [a, b) at a time."""
+    parts = [
+        getattr(pd.Series(rows_of(order[a:b]), copy=False).groupby(keys[a:b]), how)()
+        for a, b in chunks
+    ]
+    return parts[0] if len(parts) == 1 else pd.concat(parts)
+
+
+def _session_chunks(keys: np.ndarray, rows: int) -> list[tuple[int, int]]:
+    """[a, b) ranges of the sorted ``keys`` of about ``rows`` rows each (at least 1), covering
+    them, none cutting a run of equal keys."""
+    n, out, a = len(keys), [], 0
+    while a < n:
+        b = min(a + max(rows, 1), n)
+        if b < n:  # end with the session the chunk's last row belongs to
+            b = int(np.searchsorted(keys, keys[b - 1], side="right"))
+        out.append((a, b))
+        a = b
+    return out or [(0, 0)]
 
 
 def _jain_columns(sessions: pd.DataFrame, suffix: str = "") -> dict[str, float]:
