@@ -4,9 +4,10 @@ A router is a small plug-in, as a policy is: a class with ``route(arrival, view)
 built from the replica count and its YAML parameters; a user names their own as ``module:Class``.
 It sees what a real router sees (``RouterView``): its own count of the turns it sent to each
 replica that have not ended yet (and their tokens), the fleet's configuration (each replica's GPU
-KV and its cost model's prefill time, as profiling each kind of GPU gives it), and, for a KV-aware router, each replica's KV of the session as the replica's KV events
-report it (applied at once, or ``cluster.kv_events.delay_ms`` late: ``sim.cluster.kvevents``). It
-never sees queues, batches or policies inside a replica.
+KV and its cost model's prefill and decode step times, as profiling each kind of GPU gives them),
+and, for a KV-aware router, each replica's KV of the session as the replica's KV events report it
+(applied at once, or ``cluster.kv_events.delay_ms`` late: ``sim.cluster.kvevents``). It never
+sees queues, batches or policies inside a replica.
 
 Ties go round robin: to the first tied replica at or after the one after the last pick, so an
 idle cluster spreads new conversations and a run stays deterministic.
