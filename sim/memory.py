@@ -622,19 +622,31 @@ class TieredMemory:
         for a, b in extents:
             sess = sessions[a >> UNIT_BITS]
             i = a & UNIT_MASK
-            j = i + (b - a)
+            n = b - a
             tier = sess.tier
-            if (
-                (b - 1) >> UNIT_BITS != a >> UNIT_BITS
-                or j > len(tier)
-                or sess.pinned
-                or tier.count(f, i, j) != j - i
-                or (sess.refs is not None and any(sess.refs[i:j]))
-            ):
-                self._bad_victim(policy, list(range(a, b)), sess, frm)
-            tier[i:j] = to_bytes * (j - i)
-            sess.tier_pages[f] -= j - i
-            sess.tier_pages[t] += j - i
+            if n == 1:  # (a page of its own, the common victim: no slices)
+                if (
+                    i >= len(tier)
+                    or sess.pinned
+                    or tier[i] != f
+                    or (sess.refs is not None and sess.refs[i])
+                ):
+                    self._bad_victim(policy, [a], sess, frm)
+                tier[i] = t
+            else:
+                j = i + n
+                if (
+                    (b - 1) >> UNIT_BITS != a >> UNIT_BITS
+                    or j > len(tier)
+                    or sess.pinned
+                    or tier.count(f, i, j) != n
+                    or (sess.refs is not None and any(sess.refs[i:j]))
+                ):
+                    self._bad_victim(policy, list(range(a, b)), sess, frm)
+                tier[i:j] = to_bytes * n
+            pages = sess.tier_pages
+            pages[f] -= n
+            pages[t] += n
             if t == 2:
                 self.forget_if_gone(sess)
 

@@ -266,7 +266,8 @@ def pages_due(core: Scheduler, end: int) -> tuple[list[tuple[TurnRun, int, int]]
     page_due, bt = core.page_due.due, core.bt
     running, capped = core.running, core.budget is not None  # (no cap without a budget)
     growing: list[tuple[TurnRun, int, int]] = []
-    touched = sorted(k for k in page_due if k < end)
+    touched = [k for k in page_due if k < end]
+    touched.sort()
     total = 0
     for key in touched:
         most = (end - 1 - key) // bt + 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from array import array
 
 import numpy as np
 import pytest
@@ -277,3 +278,51 @@ def test_bringing_back_one_dropped_run_equals_the_scan(policy, cpu_pages, turns)
     # the policies' order: everything evicted, in the same order
     assert fast.make_room(10 * PAGE, 99.0) and scan.make_room(10 * PAGE, 99.0)
     assert [a.tier for a in kv_fast] == [b.tier for b in kv_scan]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    codes=st.lists(st.lists(st.sampled_from([0, 0, 0, 1, 2]), max_size=8), min_size=3, max_size=3),
+    pinned=st.sampled_from([-1, -1, -1, 0, 1, 2]),  # a pinned session (-1: none)
+    held=st.booleans(),  # session 2 is a pool with its even units held by running turns
+    frm=st.sampled_from([GPU, GPU, CPU]),
+    data=st.data(),
+)
+def test_move_extents_moves_each_unit_or_names_a_bad_victim(codes, pinned, held, frm, data):
+    picks = []  # extents: (session, first unit, units), mostly inside the session's array
+    for _ in range(data.draw(st.integers(0, 3))):
+        s = data.draw(st.integers(0, 2))
+        i = data.draw(st.integers(0, len(codes[s])))
+        picks.append((s, i, data.draw(st.sampled_from([1, 1, 1, 2, 3]))))
+    # the plain model: unit by unit, every unit of every extent must be in ``frm``, of a session
+    # not pinned and not held; then each moves to DROPPED and the page counts follow
+    mem, kv = memory(gpu_pages=100, cpu_pages=100, sessions=3)
+    for sess, c in zip(kv, codes, strict=True):
+        sess.tier.extend(bytes(c))
+        for t in c:
+            sess.tier_pages[t] += 1
+    if pinned >= 0:
+        kv[pinned].pinned = True
+    if held:
+        kv[2].refs = array("I", [1 - u % 2 for u in range(len(codes[2]) + 9)])
+    extents = [(uid_of(s, i), uid_of(s, i) + n) for s, i, n in picks]
+    good = all(
+        i + n <= len(kv[s].tier)
+        and not kv[s].pinned
+        and all(kv[s].tier[u] == frm for u in range(i, i + n))
+        and not (held and s == 2 and any(u % 2 == 0 for u in range(i, i + n)))
+        for s, i, n in picks
+    ) and len({u for s, i, n in picks for u in range(uid_of(s, i), uid_of(s, i) + n)}) == sum(
+        n for _, _, n in picks
+    )
+    model = [bytearray(sess.tier) for sess in kv]
+    for s, i, n in picks:
+        model[s][i : i + n] = bytes([DROPPED]) * n
+    if not good:
+        with pytest.raises(AssertionError):
+            mem._move_extents(extents, frm, DROPPED)
+        return
+    mem._move_extents(extents, frm, DROPPED)
+    for sess, m in zip(kv, model, strict=True):
+        assert sess.tier == m
+        assert sess.tier_pages[:3] == [m.count(t) for t in (GPU, CPU, DROPPED)]

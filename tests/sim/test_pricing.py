@@ -183,6 +183,21 @@ def test_an_ideal_ttft_is_the_lone_prefill_shape_price(cost, prompt, history):
     assert cost.lone_prefill_s(prompt, history) == cost.prefill_s(prompt, history)
 
 
+@settings(max_examples=100, deadline=None)
+@given(
+    cost=COSTS,
+    asks=st.lists(
+        st.tuples(st.integers(-3, 400), st.sampled_from([0, 0, 0, 16, 5000])), max_size=40
+    ),
+)
+def test_one_pricers_ideal_ttfts_are_each_asks_own(cost, asks):
+    # one pricer asked again and again (first turns' prices are kept by prompt length)
+    pricer = Pricer(cost, PAGE, True)
+    for prompt, history in asks + asks:
+        want = cost.iteration(BatchShape.prefill(max(prompt, 1), history)).total_s
+        assert pricer.ideal_ttft_s(prompt, history) == want
+
+
 @settings(max_examples=300, deadline=None)
 @given(
     news=st.lists(st.tuples(st.integers(1, 5000), st.integers(0, 100_000)), max_size=8),
