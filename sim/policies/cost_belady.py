@@ -26,13 +26,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from sim.policies.kinetic import UNTIL, KineticPolicy
-from sim.policies.pensieve import RecoveryCosts, _need_cost
+from sim.policies.kinetic import UNTIL
+from sim.policies.pensieve import PricesSpans, RecoveryCosts, _need_cost
 from sim.policies.registry import register
 
 
 @register("cost-belady")
-class CostBelady(KineticPolicy):
+class CostBelady(PricesSpans):
     offline = True  # reads view.next_access_s (the future)
     mode = UNTIL
 

@@ -118,6 +118,7 @@ def _need_cost(ctx, name: str):
 
 _MEMO_LIMIT = 1 << 20  # distinct recovery inputs remembered per instance
 _TABLE_LIMIT = 1 << 22  # entries of a tier's table of dropped full pages' prices
+_PARTLY_LIMIT = 1 << 16  # partly filled pages' price rows remembered per instance
 _MANY_MIN = 4  # fewer units are priced one by one: numpy's call overhead loses
 _RUN_NUMPY_MIN = 512  # from this many uids ``is_run`` reads them in numpy
 
@@ -148,7 +149,24 @@ def uid_array(uids: list[int] | range) -> np.ndarray:
 
 
 # -- the policies --------------------------------------------------------------------------------
-class _Retention(KineticPolicy):
+class PricesSpans(KineticPolicy):
+    """A ``KineticPolicy`` whose ``unit_costs`` takes a range as it takes a list: a released
+    whole-session span is priced as the range (its uids never listed, nor read back to learn
+    that they are consecutive), into the tournament as ``KineticPolicy.release`` puts it."""
+
+    def unit_costs(self, uids: list[int] | range) -> list[float] | np.ndarray:
+        return super().unit_costs(uids if isinstance(uids, list) else list(uids))
+
+    def release(self, uids, now: float) -> None:
+        if type(uids) is range and uids.step == 1 and uids:
+            tau = self.shared_time(uids, now)
+            if tau is not None:
+                self._kin.add_many(uids, self.unit_costs(uids), tau, now)
+                return
+        super().release(uids, now)
+
+
+class _Retention(PricesSpans):
     """Lowest cost / time-inactive first; subclasses define ``unit_cost``."""
 
     mode = SINCE
@@ -271,6 +289,9 @@ class RecoveryCosts:
         # page): its inputs are the page's tokens and the layer alone, whatever the session's
         # length. NaN: not asked yet. A batch of consecutive units is priced by a slice of it.
         self._full = np.empty(0)
+        # A partly filled page's prices (or a page's past the tokens) by offset in the page, by
+        # the page's token span: (first token, stop token).
+        self._partly: dict[tuple[int, int], np.ndarray] = {}
 
     def __call__(self, uid: int) -> float:
         args = _recovery_args(self.ctx, uid)
@@ -352,7 +373,7 @@ class RecoveryCosts:
         stop = lo + n
         cut = min(stop, max(lo, tokens // self.ctx.block_tokens * per_page))  # full: [lo, cut)
         if cut == lo:
-            return np.array([self._partly_filled(base + i, tokens) for i in range(lo, stop)])
+            return self._partly_filled_run(base, lo, stop, tokens)
         table = self._table(cut)
         if table is None:
             return None
@@ -363,8 +384,31 @@ class RecoveryCosts:
                 prices[i] = self._ask(base + lo + i)
         if cut == stop:
             return prices.copy()  # the table's entries may be asked again, not changed
-        rest = [self._partly_filled(base + i, tokens) for i in range(cut, stop)]
-        return np.concatenate((prices, rest))
+        return np.concatenate((prices, self._partly_filled_run(base, cut, stop, tokens)))
+
+    def _partly_filled_run(self, base: int, start: int, stop: int, tokens: int) -> np.ndarray:
+        """``_partly_filled`` of the session's units ``start``..``stop - 1`` (``base``: its first
+        uid), pages at or past its last full one: a page's prices by offset, remembered by the
+        page's token span (all that a dropped unit's price reads besides its layer)."""
+        per_page, bt = self._per_page, self.ctx.block_tokens
+        parts = []
+        i = start
+        while i < stop:
+            page, off = divmod(i, per_page)
+            end = min(stop, (page + 1) * per_page)
+            lo = page * bt
+            key = (lo, min(tokens, lo + bt))
+            prices = self._partly.get(key)
+            if prices is None:
+                if len(self._partly) >= _PARTLY_LIMIT:
+                    self._partly.clear()
+                first = base + page * per_page
+                prices = self._partly[key] = np.array(
+                    [self._partly_filled(first + o, tokens) for o in range(per_page)]
+                )
+            parts.append(prices[off : off + end - i])
+            i = end
+        return parts[0].copy() if len(parts) == 1 else np.concatenate(parts)
 
     def _table(self, stop: int) -> np.ndarray | None:
         """The table of dropped full pages' prices, holding unit indices below ``stop``; None
@@ -403,5 +447,5 @@ class PensievePhysics(_Retention):
     def unit_cost(self, uid: int) -> float:
         return self._recovery(uid)
 
-    def unit_costs(self, uids: list[int]) -> list[float] | np.ndarray:
-        return self._recovery.many(uids)  # (a range too: pensieve-depth declares a list)
+    def unit_costs(self, uids: list[int] | range) -> list[float] | np.ndarray:
+        return self._recovery.many(uids)

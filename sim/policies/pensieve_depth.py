@@ -248,7 +248,7 @@ class PensieveDepth(PensievePhysics):
             return 0.0
         return (layer - depth) * self.layer_recompute_s(uid)
 
-    def unit_costs(self, uids: list[int]) -> list[float] | np.ndarray:
+    def unit_costs(self, uids: list[int] | range) -> list[float] | np.ndarray:
         """``unit_cost`` of each: one session's page-layer units at once, each page's depth and
         r_p found once for its layers, the same float product per unit."""
         if not self._drops:

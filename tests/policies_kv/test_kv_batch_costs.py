@@ -187,3 +187,28 @@ def test_depth_prices_a_batch_as_each_unit_alone(layers, batches):
         want = [pol.unit_cost(u) for u in uids]
         got = as_floats(pol.unit_costs(uids), len(uids))
         assert [x.hex() for x in got] == [x.hex() for x in want], (s, uids)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.sampled_from([1, 3, 32]),
+    st.sampled_from([Pensieve, PensieveFlat, PensievePhysics, CostBelady]),
+    st.lists(BATCH, min_size=1, max_size=8),
+)
+def test_a_released_span_enters_as_its_list(layers, policy, batches):
+    """``release`` of a span (priced as a range) puts each unit in the tournament with the cost
+    and time that the release of its list gives, and the victims follow alike."""
+    sessions, spans = world(layers, Tier.GPU, None, policy)
+    _, lists = world(layers, Tier.GPU, None, policy)
+    lists.view.sessions[:] = sessions  # one world: the same sessions, the same tokens
+    now = 0.0
+    for s, grow, first, n, _ in batches:
+        sessions[s].tokens += grow
+        now += 1.0
+        span = range(uid_of(s, first), uid_of(s, first + n))
+        spans.release(span, now)
+        lists.release(list(span), now)
+        for u in span:
+            assert spans._kin.cost_of(u).hex() == lists._kin.cost_of(u).hex()
+            assert spans._kin.tau_of(u) == lists._kin.tau_of(u)
+    assert spans._kin.pop_many(len(spans), now + 1.0) == lists._kin.pop_many(len(lists), now + 1.0)
