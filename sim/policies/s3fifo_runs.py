@@ -24,7 +24,7 @@ from sim.policies.ghost_runs import GhostRuns
 from sim.policies.run_lists import distinct_runs, runs_in_order, runs_less, split_at_sessions
 from sim.policies.run_order import RunOrder
 from sim.policies.s3fifo import S3FIFO
-from sim.policies.short_runs import uids_apart
+from sim.policies.short_runs import split_short, uids_apart
 from sim.policies.structures import ByteBudget, consume
 from sim.units import UNIT_BITS, join_extents
 
@@ -542,7 +542,7 @@ class RunS3FIFO(S3FIFO):
         takes only victims), so that ``insert_many`` enters them into S as the runs found here,
         checking nothing again."""
         ghost = self._ghost
-        sessions = split_at_sessions(runs_in_order(uids))
+        sessions = split_short(uids, runs_in_order(uids))
         if (
             ghost
             and not ghost.buckets().isdisjoint([a >> UNIT_BITS for a, _ in sessions])

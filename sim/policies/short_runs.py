@@ -4,7 +4,7 @@ comparing neighbours costs a Python step each."""
 
 from __future__ import annotations
 
-from sim.policies.run_lists import distinct_runs, runs_in_order
+from sim.policies.run_lists import distinct_runs, runs_in_order, split_at_sessions
 
 SHORT = 8  # runs this long on average, or shorter, are checked by a set of their uids
 
@@ -27,3 +27,9 @@ def distinct_short_runs(uids) -> list[tuple[int, int]] | None:
         return distinct_runs(uids)
     runs = runs_in_order(uids)
     return runs if uids_apart(uids, runs) else None
+
+
+def split_short(uids, runs: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """``split_at_sessions(runs)`` for ``runs``, the runs of ``uids`` in order: the list itself,
+    unread, where there are as many runs as uids (each one uid, inside one session)."""
+    return runs if len(runs) == len(uids) else split_at_sessions(runs)

@@ -45,7 +45,7 @@ from sim.policies.run_lists import (
     split_at_sessions,
 )
 from sim.policies.run_order import RunOrder
-from sim.policies.short_runs import distinct_short_runs
+from sim.policies.short_runs import distinct_short_runs, split_short
 from sim.policies.structures import ByteBudget, GhostFIFO, SizedOrder, consume
 from sim.units import UNIT_BITS, extents_of, join_extents
 
@@ -319,7 +319,7 @@ class RunTwoQ(StretchTakeIn, TwoQ):
         if runs is None:
             EvictionPolicy.insert_many(self, uids, now, pinned)
             return
-        sessions = split_at_sessions(runs)
+        sessions = split_short(uids, runs)
         buckets = {a >> UNIT_BITS for a, _ in sessions}
         # (a dict view's isdisjoint walks the smaller side; a set's walks its argument)
         seen = not (am.buckets().isdisjoint(buckets) and hm.buckets().isdisjoint(buckets))
