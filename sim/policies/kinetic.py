@@ -88,7 +88,8 @@ class _GroupQueue:
     are kept (``_costs``, ``_uid_arr``, entry for entry with the lists from ``_base`` on) so that
     ``pop_many``'s sort reads a group's costs as a slice; a group without them gets them for its
     first entries when the sort first reads it (a group is read by many sorts while it lasts);
-    any other change to the lists drops them."""
+    a batch onto a group with arrays to its end is merged with them in numpy (at layer units a
+    group grows by thousands of units a batch); any other change to the lists drops them."""
 
     __slots__ = ("_base", "_costs", "_gone", "_index", "_keys", "_n", "_pos", "_uid_arr", "_uids")
 
@@ -112,6 +113,7 @@ class _GroupQueue:
         self._uids = [u for _, u in entries]
         self._pos, self._n, self._gone = 0, len(entries), set()
         self._costs = self._uid_arr = self._index = None
+        self._base = 0
 
     def _live_entries(self) -> list[tuple]:
         """The live (key, uid) entries, in order."""
@@ -161,8 +163,18 @@ class _GroupQueue:
         """``push`` each (uid, cost) (a repeated uid enters with its last cost; ``distinct``: the
         caller knows there is none). Onto nothing, with float costs, one numpy sort by
         (cost, uid), the order ``sorted`` gives those tuples; costs given as a float64 array
-        are sorted as they are."""
+        are sorted as they are (also with the live entries, where their arrays run to the end:
+        ``_merge_arrays``)."""
         given = isinstance(costs, np.ndarray) and costs.dtype == np.float64
+        if (
+            self._n
+            and isinstance(costs, np.ndarray)
+            and given
+            and distinct
+            and len(uids) >= _ARRAY_MIN
+            and self._merge_arrays(costs, uids)
+        ):
+            return
         if isinstance(costs, np.ndarray) and not (
             given and distinct and not self._n and len(uids) >= _ARRAY_MIN
         ):
@@ -188,6 +200,37 @@ class _GroupQueue:
         self._set_sorted([])
         self._keys, self._uids, self._n = cost.tolist(), uid.tolist(), len(uids)
         self._costs, self._uid_arr, self._base = cost, uid, 0
+
+    def _merge_arrays(self, costs: np.ndarray, uids: list[int] | range) -> bool:
+        """A batch (float64 costs, distinct uids, none a member) onto live entries whose arrays
+        run to the lists' end (a large group that grows by a session's units): one numpy sort
+        of both, the order ``sorted`` gives; else False."""
+        have_costs, have_uids, base, pos = self._costs, self._uid_arr, self._base, self._pos
+        if (
+            have_costs is None
+            or have_uids is None
+            or have_costs.dtype != np.float64
+            or base + len(have_uids) != len(self._uids)
+            or not all(map(float.__instancecheck__, self._keys[pos:]))  # (no int made a float)
+        ):
+            return False
+        uid = np.array(uids)
+        if uid.dtype != np.int64:
+            return False
+        have_costs, have_uids = have_costs[pos - base :], have_uids[pos - base :]
+        if self._gone:  # the entries of members that left go
+            gone = self._gone.__contains__
+            live = np.fromiter(map(not_, map(gone, self._uids[pos:])), bool, len(have_uids))
+            have_costs, have_uids = have_costs[live], have_uids[live]
+        cost = np.concatenate([have_costs, costs])
+        uid = np.concatenate([have_uids, uid])
+        order = np.lexsort((uid, cost))
+        cost, uid = cost[order], uid[order]
+        n = len(uid)
+        self._set_sorted([])
+        self._keys, self._uids, self._n = cost.tolist(), uid.tolist(), n
+        self._costs, self._uid_arr = cost, uid
+        return True
 
     def head(self) -> tuple | None:
         """The first live (key, uid), or None."""
@@ -279,13 +322,23 @@ class _GroupQueue:
         self._pos = pos
         self._left(taken)
 
-    def first_live(self, k: int) -> tuple[np.ndarray, np.ndarray] | None:
-        """The costs and uids of the first ``k`` entries in order (all there are if fewer), as
-        arrays, or None when one that left is among them."""
+    def first_live(self, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """The costs and uids of the first ``k`` live entries in order (all there are if
+        fewer), as arrays."""
         pos = self._pos
         stop = pos + k
-        if self._gone and not self._gone.isdisjoint(self._uids[pos:stop]):
-            return None
+        gone = self._gone
+        if gone and not gone.isdisjoint(self._uids[pos:stop]):  # members that left among them
+            keys, uids = self._keys, self._uids
+            at = pos
+            costs_: list = []
+            members_: list[int] = []
+            while at < len(uids) and len(members_) < k:
+                if uids[at] not in gone:
+                    costs_.append(keys[at])
+                    members_.append(uids[at])
+                at += 1
+            return np.array(costs_, dtype=np.float64), np.array(members_, dtype=np.int64)
         costs, members, base = self._costs, self._uid_arr, self._base
         if (
             costs is None
@@ -300,8 +353,24 @@ class _GroupQueue:
         return costs[pos - base : stop - base], members[pos - base : stop - base]
 
     def drop_prefix(self, count: int) -> None:
-        """Take out the first ``count`` entries, all live (from ``first_live``)."""
-        self._pos += count
+        """Take out the first ``count`` live entries (from ``first_live``), and the entries of
+        members that left before the last of them."""
+        gone = self._gone
+        if gone:
+            uids, index, pos = self._uids, self._index, self._pos
+            taken = 0
+            while taken < count:
+                uid = uids[pos]
+                if uid in gone:
+                    gone.remove(uid)
+                    if index is not None:  # (a member that left: the index forgets it)
+                        index.pop(uid, None)
+                else:
+                    taken += 1
+                pos += 1
+            self._pos = pos
+        else:
+            self._pos += count
         self._left(count)
 
 
@@ -638,12 +707,7 @@ class KineticMin:
         while True:
             if len(groups) * k > _SORT_MAX:  # the entries read: the heap merge costs less
                 return False
-            runs = []
-            for g in groups:
-                run = g.heap.first_live(k)
-                if run is None:
-                    return False
-                runs.append(run)
+            runs = [g.heap.first_live(k) for g in groups]
             uid = np.concatenate([u for _, u in runs])
             owner = np.repeat(np.arange(len(groups)), [len(u) for _, u in runs])
             value = np.concatenate([c for c, _ in runs]) / divisor[owner]

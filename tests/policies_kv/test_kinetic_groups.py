@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from unittest.mock import patch
 
+import numpy as np
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from test_kv_pensieve import _exact_key
@@ -84,7 +85,11 @@ def _run_queue_ops(ops):
             q.discard_many(back)
             for u in back:
                 del live[u]
-            q.push_batch(uids, costs, distinct=len(set(uids)) == len(uids) and a % 2 == 0)
+            distinct = len(set(uids)) == len(uids) and a % 2 == 0
+            if a % 3 == 0 and all(isinstance(c, float) for c in costs):
+                q.push_batch(uids, np.array(costs), distinct)  # as a policy's arrays come
+            else:
+                q.push_batch(uids, costs, distinct)
             live.update(zip(uids, costs, strict=True))
         elif op == 2 and a in live:
             q.discard(a)
@@ -108,19 +113,14 @@ def _run_queue_ops(ops):
             assert out == want
             for u in out:
                 del live[u]
-        elif op == 5:  # the first k as arrays; then the first c of them leave
-            scale = SCALES[a % len(SCALES)]
-            got = q.first_live(b)
-            if got is not None:
-                costs, members = got
-                assert members.tolist() == [u for _, u in order[:b]]
-                assert costs.tolist() == [k for k, _ in order[:b]]
-                c = min(len(members), a % 5)
-                q.drop_prefix(c)
-                for u in members[:c].tolist():
-                    del live[u]
-            else:  # only where one that left waits among the first k entries
-                assert q._gone
+        elif op == 5:  # the first k live as arrays; then the first c of them leave
+            costs, members = q.first_live(b)
+            assert members.tolist() == [u for _, u in order[:b]]
+            assert costs.tolist() == [k for k, _ in order[:b]]
+            c = min(len(members), a % 5)
+            q.drop_prefix(c)
+            for u in members[:c].tolist():
+                del live[u]
         elif op == 6:
             assert q.head() == (order[0] if order else None)
         assert len(q) == len(live)
@@ -160,13 +160,9 @@ def test_a_sorted_batch_keeps_its_arrays_while_stale_entries_go(n, costs, ops):
                 for u in gone:
                     del live[u]
             elif op == 2:
-                got = q.first_live(x)
-                if got is None:  # only where one that left waits among the first x entries
-                    assert q._gone
-                else:
-                    costs, members = got
-                    assert members.tolist() == [u for _, u in order[:x]]
-                    assert costs.tolist() == [k for k, _ in order[:x]]
+                costs, members = q.first_live(x)
+                assert members.tolist() == [u for _, u in order[:x]]
+                assert costs.tolist() == [k for k, _ in order[:x]]
             assert len(q) == len(live)
             assert q.head() == (min((k, u) for u, k in live.items()) if live else None)
 
@@ -335,3 +331,45 @@ def test_many_small_groups_pop_in_the_exact_order(heads, size, mode, counts):
         assert got == want
         for u in got:
             del live[u]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    first=st.lists(COSTS, min_size=16, max_size=40),
+    second=st.lists(COSTS, min_size=16, max_size=40),
+    front=st.integers(0, 10),
+    middle=st.integers(0, 10),
+    window=st.booleans(),
+)
+def test_a_batch_onto_a_group_with_arrays_is_merged_in_order(first, second, front, middle, window):
+    # a session's units (float64 costs) onto a group that kept its arrays (a batch onto nothing,
+    # some taken from the front, some gone from the middle; or a window of its first entries):
+    # one numpy sort of both, as the sorted (cost, uid) of the live entries and the batch
+    q = _GroupQueue()
+    uids = [3 * i for i in range(len(first))]
+    q.push_batch(uids, np.array(first), distinct=True)
+    live = dict(zip(uids, first, strict=True))
+    order = sorted((k, u) for u, k in live.items())
+    q.drop_prefix(front)
+    for _, u in order[:front]:
+        del live[u]
+    gone = sorted(live)[1 : 1 + middle]
+    q.discard_many(gone)
+    for u in gone:
+        del live[u]
+    if window:
+        q._costs = q._uid_arr = None
+        q.first_live(len(live) + 5)  # its arrays again, from the read position to the end
+    more = [3 * i + 1 for i in range(len(second))]
+    q.push_batch(more, np.array(second), distinct=True)
+    live.update(zip(more, second, strict=True))
+    want = sorted((k, u) for u, k in live.items())
+    assert len(q) == len(want)
+    assert q.head() == want[0]
+    assert all(q.key(u) == k and type(q.key(u)) is float for u, k in live.items())
+    costs, members = q.first_live(len(want))
+    assert members.tolist() == [u for _, u in want]
+    assert costs.tolist() == [k for k, _ in want]
+    out: list[int] = []
+    q.take_run((1.0, 0.0), None, len(want), out)
+    assert out == [u for _, u in want]
