@@ -180,6 +180,7 @@ def in_span_notes(monkeypatch):
         (60, 30, "lru"),
         (60, 0, "predictive"),
         (40, 20, "predictive"),
+        (40, 0, "s3fifo"),
         (50, 0, "s3fifo"),
     ],
 )
