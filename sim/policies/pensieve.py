@@ -64,7 +64,7 @@ from sim.policies.kinetic import (
     KineticPolicy,
 )
 from sim.policies.registry import register
-from sim.policies.tied_runs import TiedRuns, page_layers
+from sim.policies.tied_runs import TiedRuns, extents_of_runs, page_layers
 from sim.units import UNIT_BITS, UNIT_MASK, Tier, UnitView
 
 
@@ -270,6 +270,28 @@ class PensieveFlat(_PensieveFormula):
         if layers:  # a page's layers share its cost: the tournament holds pages (tied_runs)
             # (KineticMin's interface as KineticPolicy uses it, the same answers)
             self._kin = TiedRuns(KineticMin(self.mode), layers)  # type: ignore[assignment]
+
+    def evict_extents(self, nbytes: int, now: float) -> list[tuple[int, int]]:
+        n = self._units_in(nbytes)
+        if type(self._kin) is not TiedRuns or n is None:
+            return super().evict_extents(nbytes, now)
+        # ``evict_bytes``'s victims (``pop_many``) as extents, a page's run never listed
+        return extents_of_runs(self._kin.pop_runs(n, now), self.drops_victims)
+
+    def evict_extents_at(self, schedule: list[tuple[float, int]]) -> list[tuple[int, int]]:
+        unit_bytes = self.view.unit_bytes
+        if type(self._kin) is not TiedRuns or not unit_bytes:
+            return super().evict_extents_at(schedule)
+        # ``KineticPolicy.evict_extents_at``: the minima of each time's allocations together
+        runs: list[list[int] | range] = []
+        i = 0
+        while i < len(schedule):
+            now, units = schedule[i][0], 0
+            while i < len(schedule) and schedule[i][0] == now:
+                units += -(-schedule[i][1] // unit_bytes)
+                i += 1
+            runs += self._kin.pop_runs(units, now)
+        return extents_of_runs(runs, self.drops_victims)
 
 
 class RecoveryCosts:

@@ -25,7 +25,7 @@ from bisect import bisect_left, insort
 import numpy as np
 
 from sim.policies.kinetic import INF, KineticMin
-from sim.units import UNIT_MASK, UnitView
+from sim.units import UNIT_MASK, UnitView, extents_of, join_extents
 
 
 def page_layers(view) -> int:
@@ -269,29 +269,53 @@ class TiedRuns:
 
     # -- the minima ------------------------------------------------------------------------------
     def pop_many(self, n: int, now: float, in_uid_order: bool = False) -> list[int]:
-        """``KineticMin.pop_many``: the ``n`` successive minima at ``now``, taken out. A run
+        """``KineticMin.pop_many``: the ``n`` successive minima at ``now``, taken out."""
+        out: list[int] = []
+        for run in self.pop_runs(n, now):
+            out += run
+        if in_uid_order:
+            out.sort()
+        return out
+
+    def pop_runs(self, n: int, now: float) -> list[list[int] | range]:
+        """``pop_many``'s victims as the runs they leave in, in order (each ascending). A run
         follows its first at once, so the tournament's next ``k`` minima, ``k`` the pages that
         the victims still wanted fill at least, stand for whole runs but maybe the last."""
         self._t = max(self._t, now)
-        out: list[int] = []
+        out: list[list[int] | range] = []
         kin, L, front = self._kin, self._layers, self._front
-        while len(out) < n:
-            firsts = kin.pop_many(-(-(n - len(out)) // L), now)
+        while n > 0:
+            firsts = kin.pop_many(-(-n // L), now)
             if not firsts:
                 break
             for first in firsts:
                 run = front.pop(first)
-                members, want = run.members, n - len(out)
-                if len(members) <= want:
-                    out += members
+                members = run.members
+                if len(members) <= n:
+                    out.append(members)
+                    n -= len(members)
                     self._n -= len(members)
                     self._drop_run(run, first)
                 else:  # the last: its rest stays, its new first in the tournament
-                    out += members[:want]
-                    self._n -= want
-                    run.members = members[want:]
+                    out.append(members[:n])
+                    self._n -= n
+                    run.members = members[n:]
+                    n = 0
                     front[run.members[0]] = run
                     kin.add(run.members[0], run.cost, run.tau, now)
-        if in_uid_order:
-            out.sort()
         return out
+
+
+def extents_of_runs(runs: list[list[int] | range], in_uid_order: bool) -> list[tuple[int, int]]:
+    """``extents_of`` of the runs' uids in order (``in_uid_order``: sorted), each range one extent
+    where ``extents_of`` would list it: runs are disjoint, so sorting them by their first uid sorts
+    their uids."""
+    pieces: list[tuple[int, int]] = []
+    for run in runs:
+        if type(run) is range:
+            pieces.append((run.start, run.stop))
+        elif run:
+            pieces += extents_of(run)
+    if in_uid_order:
+        pieces.sort()
+    return join_extents(pieces)

@@ -1,7 +1,7 @@
 """``TiedRuns`` (hypothesis): the same calls on it and on a plain ``KineticMin`` give the same
 answers (victims in order, minima, membership, costs and times), under random batches of whole
 pages and of scattered units, single adds (also in a batch at one time, as ``take_in`` makes), removals one by one and in batches, and evictions of
-one unit to a few pages, in both orders (``SINCE``, ``UNTIL``). Costs come from a few values, so
+one unit to a few pages (also as runs made extents), in both orders (``SINCE``, ``UNTIL``). Costs come from a few values, so
 a page's units often tie (one run), sometimes not (runs of one unit)."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sim.policies.kinetic import SINCE, UNTIL, KineticMin
-from sim.policies.tied_runs import TiedRuns
-from sim.units import uid_of
+from sim.policies.tied_runs import TiedRuns, extents_of_runs
+from sim.units import extents_of, uid_of
 
 L = 3  # layers: units a page
 PAGES = 4  # pages a session
@@ -38,6 +38,7 @@ op = st.one_of(
     st.tuples(st.just("discard_list"), st.lists(unit, max_size=6, unique=True)),
     st.tuples(st.just("pop"), st.integers(1, 3 * L + 1), st.booleans()),
     st.tuples(st.just("peek")),
+    st.tuples(st.just("extents"), st.integers(1, 3 * L + 1), st.booleans()),
     st.tuples(st.just("hit"), unit),
     st.tuples(st.just("batch"), unit, st.sampled_from(COSTS), st.integers(1, 2)),
 )
@@ -93,6 +94,11 @@ def test_tied_runs_answer_as_the_plain_tournament(mode, ops) -> None:
         elif name == "pop":
             n, in_uid_order = args
             assert plain.pop_many(n, now, in_uid_order) == tied.pop_many(n, now, in_uid_order)
+        elif name == "extents":  # the victims as runs, then extents (in uid order: dropped)
+            n, in_uid_order = args
+            victims = plain.pop_many(n, now)
+            want = extents_of(sorted(victims) if in_uid_order else victims)
+            assert extents_of_runs(tied.pop_runs(n, now), in_uid_order) == want
         elif name == "peek":
             assert plain.peek(now) == tied.peek(now)
         elif name == "batch":  # take_in's form: inserts and minima at one time, in a batch
