@@ -37,7 +37,6 @@ Definitions as in docs/semantics.md (Metrics). Conventions worth stating:
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -235,13 +234,17 @@ def session_table(result: SimResult | SpooledResult) -> pd.DataFrame:
     if isinstance(result, SimResult):
         if result.turns.empty:
             return _empty_session_table()
-        codes, uniques = pd.factorize(result.turns["session_id"], sort=True)
-        ids, ranks = np.asarray(uniques, dtype=object), codes.astype(np.int32)
+        turns = result.turns
+
+        def ids_and_ranks() -> tuple[np.ndarray, np.ndarray]:
+            codes, uniques = pd.factorize(turns["session_id"], sort=True)
+            return np.asarray(uniques, dtype=object), codes.astype(np.int32)
+
     else:
         if len(result.ledger) == 0:
             return _empty_session_table()
-        ids, ranks = result.ledger.session_ranks()
-    return _session_table(_column_reader(result), ids, ranks)
+        ids_and_ranks = result.ledger.session_ranks
+    return _session_table(_column_reader(result), ids_and_ranks)
 
 
 def _empty_session_table() -> pd.DataFrame:
@@ -251,12 +254,14 @@ def _empty_session_table() -> pd.DataFrame:
 
 
 def _session_table(
-    column: Callable[[str], np.ndarray], ids: np.ndarray, ranks: np.ndarray
+    column: Callable[[str], np.ndarray],
+    ids_and_ranks: Callable[[], tuple[np.ndarray, np.ndarray]],
 ) -> pd.DataFrame:
     """``session_table`` from the ledger's columns (``column(name)``), its distinct session ids
-    sorted (``ids``) and each row's index into them (``ranks``): the rows put in (session_id, turn)
-    order, then each column reduced over the sessions' groups, so a ledger on disk needs one
-    column in memory at a time."""
+    sorted and each row's index into them (``ids_and_ranks()``; made here, so that the ranks go
+    once the keys replace them): the rows put in (session_id, turn) order, then each column
+    reduced over the sessions' groups, so a ledger on disk needs one column in memory at a time."""
+    ids, ranks = ids_and_ranks()
     # int32 (a ledger of under 2**31 turns): the order and the keys are the table's largest arrays
     order = np.lexsort((column("turn"), ranks)).astype(np.int32)
     keys = ranks[order]  # sorted: the groups come out by session_id
@@ -270,19 +275,27 @@ def _session_table(
         "cpu_hit_tokens": ("cpu_hit_tokens", "sum"),
         "recomputed_tokens": ("recomputed_tokens", "sum"),
     }
-    # pandas' grouping costs about 20 bytes a row over the column it groups: it groups a chunk of
-    # whole sessions at a time (each session's reduction sees its rows in the same order, so the
-    # values are those of one grouping of the whole column)
+    # pandas' grouping costs about 20 bytes a row over the column it groups: the integer columns
+    # are grouped a chunk of whole sessions at a time (their sizes, first values and sums are
+    # exact, however grouped). The float means are grouped whole: pandas' mean of a group can
+    # differ in its last bit with the other values grouped beside it (NaN among them or not)
     chunks = _session_chunks(keys, SESSION_CHUNK_ROWS)
     columns = {
         out_name: _grouped(column(name).__getitem__, how, order, keys, chunks)
         for out_name, (name, how) in reductions.items()
     }
-    ttft, ideal = column("ttft_s"), column("ttft_ideal_s")
-    columns["ttft_mean_s"] = _grouped(ttft.__getitem__, "mean", order, keys, chunks)
-    slowdown = functools.partial(_slowdown, ttft, ideal)
-    columns["mean_slowdown"] = _grouped(slowdown, "mean", order, keys, chunks)
-    del order, keys, ttft, ideal, slowdown
+    ttft = column("ttft_s")[order]  # a copy of its own
+    columns["ttft_mean_s"] = pd.Series(ttft, copy=False).groupby(keys).mean()
+    ideal = column("ttft_ideal_s")[order]
+    del order
+    # the slowdown ttft / ideal (NaN where ideal <= 0 or NaN) in the TTFT's array once its mean is
+    # taken: two columns in memory, not four
+    with np.errstate(all="ignore"):  # as pandas divides: inf and NaN, no warning
+        slowdown = np.divide(ttft, ideal, out=ttft)
+    slowdown[~(ideal > 0)] = np.nan
+    del ideal, ttft
+    columns["mean_slowdown"] = pd.Series(slowdown, copy=False).groupby(keys).mean()
+    del slowdown, keys
     out = pd.DataFrame(columns)
     hist = out["history_tokens"].astype(float)
     out["hit_fraction"] = ((out["gpu_hit_tokens"] + out["cpu_hit_tokens"]) / hist).where(hist > 0)
@@ -297,15 +310,6 @@ def _session_table(
 SESSION_CHUNK_ROWS = 1 << 16
 
 
-def _slowdown(ttft: np.ndarray, ideal: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """ttft / ideal of ``rows`` (a new array), NaN where ideal <= 0 or NaN."""
-    out, below = ttft[rows], ideal[rows]
-    with np.errstate(all="ignore"):  # as pandas divides: inf and NaN, no warning
-        np.divide(out, below, out=out)
-    out[~(below > 0)] = np.nan
-    return out
-
-
 def _grouped(
     rows_of: Callable[[np.ndarray], np.ndarray],
     how: str,
@@ -314,7 +318,8 @@ def _grouped(
     chunks: list[tuple[int, int]],
 ) -> pd.Series:
     """``rows_of(order[a:b])`` (a column's values of those rows, a new array) reduced by ``how``
-    over the sessions' groups (``keys``), a chunk [a, b) at a time."""
+    (size, first or sum of integers: exact however grouped) over the sessions' groups (``keys``),
+    a chunk [a, b) at a time."""
     parts = [
         getattr(pd.Series(rows_of(order[a:b]), copy=False).groupby(keys[a:b]), how)()
         for a, b in chunks

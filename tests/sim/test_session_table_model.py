@@ -16,6 +16,8 @@ from sim import metrics
 from sim.metrics import SESSION_COLUMNS, session_table
 from sim.results import TURN_COLUMNS, TURN_DTYPES, SimResult
 
+# NaN and infinities among them: pandas' mean of a group may differ in its last bit with NaN
+# grouped beside it, which a grouping in chunks must not change
 TIMES = st.sampled_from([0.0, -1.0, 0.25, 1.5, 3.0, math.nan, math.inf, 1e-300])
 
 
@@ -56,7 +58,7 @@ def model(turns: pd.DataFrame) -> pd.DataFrame:
     return out.reset_index()[list(SESSION_COLUMNS)]
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=600, deadline=None)
 @given(turns=ledgers(), chunk=st.sampled_from([1, 2, 3, 5, 1 << 16]))
 def test_session_table_is_the_groupby_model(turns, chunk):
     """Grouped a chunk of whole sessions at a time (``chunk`` rows or so) or all at once."""
