@@ -267,7 +267,9 @@ class PensieveFlat(_PensieveFormula):
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
         layers = page_layers(self.view)
-        if layers:  # a page's layers share its cost: the tournament holds pages (tied_runs)
+        # A page's layers share its cost: the tournament holds pages (tied_runs). Not at the CPU
+        # tier, which takes its units in one at a time (``take_in``), each a run's new first.
+        if layers and ctx.tier != Tier.CPU:
             # (KineticMin's interface as KineticPolicy uses it, the same answers)
             self._kin = TiedRuns(KineticMin(self.mode), layers)  # type: ignore[assignment]
 
