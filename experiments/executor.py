@@ -66,9 +66,10 @@ class PointResult:
         if self.turns is not None:
             return self.turns
         assert self.turns_file is not None
+        from experiments.point_rows import with_labels
         from sim.ledger_spool import LedgerFile
 
-        return _with_labels(LedgerFile(self.turns_file).frame(), self.labels)
+        return with_labels(LedgerFile(self.turns_file).frame(), self.labels)
 
     def session_table(self) -> pd.DataFrame:
         """The session table with the labels, read from ``sessions_file`` where it is on disk
@@ -253,13 +254,13 @@ def run_point(
             budget_quality(_quality_view(result, point.budget), point.budget, layers, point.seed)
         )
         summary.update(extra)
+        from experiments.point_rows import with_labels, write_unlabelled
+
         turns_file = sessions_file = None
         if spooled:  # the ledger in simulate's row order, the spool's completion order gone
             turns_file = str(result.ledger.write_sorted(files[1]).path)
             files[0].unlink()
             if len(sessions):  # an empty table stays in memory: its dtypes are its own
-                from experiments.point_rows import write_unlabelled
-
                 write_unlabelled(sessions, files[2])
                 sessions_file = str(files[2])
         return PointResult(
@@ -267,8 +268,8 @@ def run_point(
             point=point,
             labels=labels,
             summary=summary,
-            turns=None if spooled else _with_labels(result.turns, labels),
-            sessions=None if sessions_file else _with_labels(sessions, labels),
+            turns=None if spooled else with_labels(result.turns, labels),
+            sessions=None if sessions_file else with_labels(sessions, labels),
             steps=tuple(steps),
             replicas=tuple({**labels, **row} for row in per_replica),
             turns_file=turns_file,
@@ -473,11 +474,6 @@ def store_columns(result: Any) -> dict[str, float]:
         "store_written_gb": stats.written_bytes / 1e9 if stats is not None else 0.0,
         "store_drop_written_gb": stats.drop_written_bytes / 1e9 if stats is not None else 0.0,
     }
-
-
-def _with_labels(df: pd.DataFrame, labels: dict[str, Any]) -> pd.DataFrame:
-    lab = pd.DataFrame({k: [v] * len(df) for k, v in labels.items()}, index=df.index)
-    return pd.concat([lab, df], axis=1)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -22,8 +22,13 @@ import pandas as pd
 import pyarrow as pa  # type: ignore[import-untyped]
 import pyarrow.parquet as pq  # type: ignore[import-untyped]
 
-from experiments.executor import _with_labels
 from sim.ledger_spool import ROWS_PER_GROUP
+
+
+def with_labels(df: pd.DataFrame, labels: Mapping[str, Any]) -> pd.DataFrame:
+    """``df`` with a column per grid label in front, the point's value on every row."""
+    lab = pd.DataFrame({k: [v] * len(df) for k, v in labels.items()}, index=df.index)
+    return pd.concat([lab, df], axis=1)
 
 
 @dataclass(frozen=True)
@@ -45,7 +50,7 @@ class PointRows:
         dtypes = self._dtypes()
         typical = {c: pd.Series([_typical(t)], dtype=t) for c, t in dtypes.items()}
         frame = pd.DataFrame(typical, columns=list(dtypes)).iloc[: min(rows, 1)]
-        return _with_labels(frame.reset_index(drop=True), self.labels)
+        return with_labels(frame.reset_index(drop=True), self.labels)
 
     def chunks(self, rows: int) -> Iterator[pd.DataFrame]:
         """The labelled rows, ``rows`` at a time (a file's row groups are read one at a time, and
@@ -60,7 +65,7 @@ class PointRows:
         for g in range(file.num_row_groups):
             group = file.read_row_group(g).to_pandas().astype(dtypes)
             for at in range(0, len(group), rows):
-                yield _with_labels(group.iloc[at : at + rows].reset_index(drop=True), self.labels)
+                yield with_labels(group.iloc[at : at + rows].reset_index(drop=True), self.labels)
 
     def whole(self) -> pd.DataFrame:
         """Every labelled row in one frame (small runs and tests)."""

@@ -12,8 +12,13 @@ import pyarrow.parquet as pq
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from experiments.executor import _with_labels
-from experiments.point_rows import PointRows, combined_schema, write_points, write_unlabelled
+from experiments.point_rows import (
+    PointRows,
+    combined_schema,
+    with_labels,
+    write_points,
+    write_unlabelled,
+)
 
 LABEL = st.one_of(
     st.none(), st.integers(0, 3), st.sampled_from([0.5, math.inf, math.nan]), st.sampled_from("ab")
@@ -61,7 +66,7 @@ def test_write_points_is_concat_then_write(tmp_path_factory, points, rows, file_
         labels = {"policy": "lru", "x": x, "y": y}
         if extra and not on_disk:  # a column only some points have
             table = table.assign(replica=range(len(table)))
-        frames.append(_with_labels(table, labels))
+        frames.append(with_labels(table, labels))
         if on_disk:
             path = folder / f"point-{i}.parquet"
             write_unlabelled(table, path, file_rows)
