@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
-import gc
 import os
 import sys
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +20,7 @@ from experiments.results import (
     write_results,
 )
 from experiments.schema import Experiment, FiguresSpec
+from experiments.start_up import start_up_frozen
 
 
 @dataclass(frozen=True)
@@ -58,25 +57,9 @@ def run_experiment(
     points not yet done, unless ``fresh``. The figures are written in ``plot_format`` (one format
     or several) when given, else in the experiment's ``figures.format``; config.resolved.yaml
     records the formats used."""
-    with start_up_frozen():
+    with start_up_frozen() as started:
+        started()  # the imported modules (some 80,000 objects) live on: out of the GC's scans
         return _run_experiment(experiment, out, force, show_progress, fresh, plot_format)
-
-
-@contextmanager
-def start_up_frozen() -> Iterator[None]:
-    """The objects that exist now (the imported modules: pandas, pydantic's schemas ... some
-    80,000) are left out of the cyclic GC's scans while the experiment runs, then handed back.
-    They live to the end of the process anyway; rescanning them in every full collection cost 5 %
-    of a one-point run's CPU. What the run itself makes is collected as usual. A caller that has
-    frozen objects of its own keeps them frozen: nothing is done then."""
-    if gc.get_freeze_count():
-        yield
-        return
-    gc.freeze()
-    try:
-        yield
-    finally:
-        gc.unfreeze()
 
 
 def _run_experiment(
