@@ -50,6 +50,7 @@ from __future__ import annotations
 import heapq
 import math
 from bisect import bisect_left, bisect_right
+from collections.abc import Iterator
 from fractions import Fraction
 from itertools import compress, repeat
 from operator import attrgetter, not_
@@ -988,6 +989,20 @@ class KineticMin:
 
 
 # -- the policy shell ----------------------------------------------------------------------------
+def units_by_time(
+    schedule: list[tuple[float, int]], unit_bytes: int
+) -> Iterator[tuple[float, int]]:
+    """An eviction schedule's (time, bytes) allocations as (time, units) for each time, the
+    allocations of one time together: minima taken in two calls at one time are those of one."""
+    i = 0
+    while i < len(schedule):
+        now, units = schedule[i][0], 0
+        while i < len(schedule) and schedule[i][0] == now:
+            units += -(-schedule[i][1] // unit_bytes)
+            i += 1
+        yield now, units
+
+
 def _in_uid_order(uids: list[int]) -> list[int] | np.ndarray:
     """``sorted(uids)``; a long list of int64 uids in numpy."""
     if len(uids) < _SORT_MIN * 8:
@@ -1084,12 +1099,7 @@ class KineticPolicy(EvictionPolicy):
         ):
             return super().evict_extents_at(schedule)
         victims: list[int] = []
-        i = 0
-        while i < len(schedule):
-            now, units = schedule[i][0], 0
-            while i < len(schedule) and schedule[i][0] == now:
-                units += -(-schedule[i][1] // unit_bytes)
-                i += 1
+        for now, units in units_by_time(schedule, unit_bytes):
             victims += self._kin.pop_many(units, now)
         return extents_of(_in_uid_order(victims) if self.drops_victims else victims)
 

@@ -62,6 +62,7 @@ from sim.policies.kinetic import (
     SINCE,
     KineticMin,
     KineticPolicy,
+    units_by_time,
 )
 from sim.policies.registry import register
 from sim.policies.tied_runs import TiedRuns, extents_of_runs, page_layers
@@ -286,12 +287,7 @@ class PensieveFlat(_PensieveFormula):
             return super().evict_extents_at(schedule)
         # ``KineticPolicy.evict_extents_at``: the minima of each time's allocations together
         runs: list[list[int] | range] = []
-        i = 0
-        while i < len(schedule):
-            now, units = schedule[i][0], 0
-            while i < len(schedule) and schedule[i][0] == now:
-                units += -(-schedule[i][1] // unit_bytes)
-                i += 1
+        for now, units in units_by_time(schedule, unit_bytes):
             runs += self._kin.pop_runs(units, now)
         return extents_of_runs(runs, self.drops_victims)
 

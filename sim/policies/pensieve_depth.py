@@ -59,7 +59,7 @@ after layer is a run taken from its cohort, past the tournament.
 
 from __future__ import annotations
 
-from bisect import bisect_left, insort
+from bisect import bisect_left
 from itertools import chain
 
 import numpy as np
@@ -68,6 +68,7 @@ from sim.policies.base import EvictionPolicy
 from sim.policies.kinetic import INF, KineticPolicy
 from sim.policies.pensieve import PensievePhysics, _dropped_from, is_run, uid_array
 from sim.policies.registry import register
+from sim.policies.tied_runs import members_with, members_without
 from sim.units import UNIT_BITS, UNIT_MASK, Tier, UnitView, join_extents
 
 _DROPPED = int(Tier.DROPPED)
@@ -130,32 +131,6 @@ def _as_run(uids: list[int]) -> list[int] | range:
     if uids and uids[-1] - uids[0] == len(uids) - 1:
         return range(uids[0], uids[-1] + 1)
     return uids
-
-
-def _without(members: list[int] | range, uid: int) -> list[int] | range:
-    """``members`` (ascending) less ``uid``, one of them."""
-    if type(members) is range:
-        if uid == members[-1]:
-            return members[:-1]
-        if uid == members[0]:
-            return members[1:]
-        members = list(members)
-    else:
-        members = list(members)  # (a cohort's list is its own: no caller keeps the old one)
-    members.remove(uid)
-    return members
-
-
-def _with(members: list[int] | range, uid: int) -> list[int] | range:
-    """``members`` (ascending) and ``uid``, not one of them."""
-    if type(members) is range and members:
-        if uid == members.stop:
-            return range(members.start, uid + 1)
-        if uid == members.start - 1:
-            return range(uid, members.stop)
-    out = list(members)
-    insort(out, uid)
-    return out
 
 
 def _layers_of(view) -> int:
@@ -353,7 +328,7 @@ class PensieveDepth(PensievePhysics):
         cohorts = self._pages.setdefault(page, [])
         for c in cohorts:
             if c.tau == tau:
-                c.members = _with(c.members, uid)
+                c.members = members_with(c.members, uid)
                 break
         else:
             c = _Cohort(range(uid, uid + 1), tau)
@@ -368,7 +343,7 @@ class PensieveDepth(PensievePhysics):
         if found is None:
             return False
         page, c = found
-        c.members = _without(c.members, uid)
+        c.members = members_without(c.members, uid)
         self._count -= 1
         if uid == c.front:
             self._kin.discard(uid)
@@ -603,7 +578,7 @@ class PensieveDepth(PensievePhysics):
                 break
         kin.discard(uid)
         c.front = None
-        c.members = _without(c.members, uid)
+        c.members = members_without(c.members, uid)
         self._count -= 1
         depth = self.page_depth(page)
         layer = self._layers - 1 - (uid - page)
@@ -700,7 +675,7 @@ class PensieveDepth(PensievePhysics):
             nxt, nxt_cost = _first_candidate(members, page, L, depth, r)
             if not (nxt_cost, nxt) < (cost, uid):
                 break
-            members = _without(members, nxt)
+            members = members_without(members, nxt)
             taken.append(nxt)
             self._count -= 1
             layer = L - 1 - (nxt - page)

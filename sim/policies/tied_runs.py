@@ -48,7 +48,7 @@ class _Run:
         self.tau = tau
 
 
-def _without(members: list[int] | range, uid: int) -> list[int] | range:
+def members_without(members: list[int] | range, uid: int) -> list[int] | range:
     """``members`` (ascending) less ``uid``, one of them."""
     if type(members) is range:
         if uid == members[0]:
@@ -60,7 +60,7 @@ def _without(members: list[int] | range, uid: int) -> list[int] | range:
     return out
 
 
-def _with(members: list[int] | range, uid: int) -> list[int] | range:
+def members_with(members: list[int] | range, uid: int) -> list[int] | range:
     """``members`` (ascending) and ``uid``, not one of them."""
     if type(members) is range and members:
         if uid == members.stop:
@@ -145,7 +145,7 @@ class TiedRuns:
         for run in runs:
             if run.tau == tau and run.cost == cost:
                 first = run.members[0]
-                run.members = _with(run.members, uid)
+                run.members = members_with(run.members, uid)
                 if uid < first:  # the run's new first stands for it
                     self._set_front(run, first)
                 return
@@ -216,7 +216,7 @@ class TiedRuns:
         if run is None:
             return False
         first = run.members[0]
-        run.members = _without(run.members, uid)
+        run.members = members_without(run.members, uid)
         self._n -= 1
         if not run.members:
             self._drop_run(run, uid)
