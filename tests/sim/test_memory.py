@@ -222,7 +222,8 @@ def test_add_pages_is_add_units_without_telling_the_policy(grown, layers):
             make_policy("lru", PolicyContext(tier=t, block_tokens=16, num_layers=32, view=view))
             for t in (GPU, CPU)
         ]
-        mem = TieredMemory(100 * PAGE, 0, pols[0], pols[1], view)
+        # room for the most the draws add (8 x 5 pages x 3 layers): the batch makes no room
+        mem = TieredMemory(120 * PAGE, 0, pols[0], pols[1], view)
         for s in kv:
             mem.acquire(s, 0.0)  # running turns: their new pages enter pinned
         return mem, kv
