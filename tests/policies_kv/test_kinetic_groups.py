@@ -276,6 +276,16 @@ def test_many_heads_are_each_groups_head(heads, t):
         assert values(groups, t) == [one(g, t)[0] for g in groups]
 
 
+def _pops_are_exact(kin, live, mode, counts, now) -> None:
+    """Each ``pop_many(n)`` of ``counts`` takes the n least of ``live`` by the exact rule."""
+    for n in counts:
+        got = kin.pop_many(n, now)
+        want = sorted(live, key=lambda uid: _exact_key(mode, uid, *live[uid], now))[:n]
+        assert got == want
+        for u in got:
+            del live[u]
+
+
 @settings(max_examples=200, deadline=None)
 @given(
     ks=st.lists(st.integers(1, 9), min_size=2, max_size=8, unique=True),
@@ -295,12 +305,7 @@ def test_equal_values_across_groups_pop_in_the_exact_order(ks, c, mode, counts):
         costs = [c * k * j for j in range(1, 4)]
         kin.add_many(uids, costs, tau, now)
         live.update((u, (m, tau)) for u, m in zip(uids, costs, strict=True))
-    for n in counts:
-        got = kin.pop_many(n, now)
-        want = sorted(live, key=lambda uid: _exact_key(mode, uid, *live[uid], now))[:n]
-        assert got == want
-        for u in got:
-            del live[u]
+    _pops_are_exact(kin, live, mode, counts, now)
 
 
 @settings(max_examples=300, deadline=None)
@@ -325,12 +330,7 @@ def test_many_small_groups_pop_in_the_exact_order(heads, size, mode, counts):
         costs = [float(a + 100 * j) * k for j in range(size)]
         kin.add_many(uids, costs, tau, now)
         live.update((u, (m, tau)) for u, m in zip(uids, costs, strict=True))
-    for n in counts:
-        got = kin.pop_many(n, now)
-        want = sorted(live, key=lambda uid: _exact_key(mode, uid, *live[uid], now))[:n]
-        assert got == want
-        for u in got:
-            del live[u]
+    _pops_are_exact(kin, live, mode, counts, now)
 
 
 @settings(max_examples=300, deadline=None)
