@@ -11,6 +11,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_exp_turns_file import LABEL  # the labels a point may carry
 
 from experiments.point_rows import (
     PointRows,
@@ -18,10 +19,6 @@ from experiments.point_rows import (
     with_labels,
     write_points,
     write_unlabelled,
-)
-
-LABEL = st.one_of(
-    st.none(), st.integers(0, 3), st.sampled_from([0.5, math.inf, math.nan]), st.sampled_from("ab")
 )
 
 
