@@ -4,15 +4,18 @@ a long run's TBT and eviction records folded without changing anything else."""
 from __future__ import annotations
 
 import math
+import struct
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import sim.samples
 from costmodels import cost_model
 from sim import MemoryConfig, simulate
 from sim.metrics import summarize
-from sim.samples import REL_ACCURACY, Samples, weighted_percentile
+from sim.samples import REL_ACCURACY, Samples, weighted_percentile, weighted_percentiles
 from traces.synthetic import SyntheticConfig, generate_synthetic
 
 QS = (0, 1, 10, 25, 50, 75, 90, 99, 99.9, 100)
@@ -142,3 +145,52 @@ def test_percentiles_at_once_are_each_percentile(weighted, limit):
     assert samples.percentiles(QS) == one_by_one  # the same numbers, to the bit
     assert not any(math.isnan(p) for p in one_by_one)
     assert all(math.isnan(p) for p in Samples(weighted=weighted).percentiles((50, 99)))
+
+
+def _stable_weighted_percentiles(values, weights, qs):
+    """The plain model: a stable sort of the positive-weight values (NaN last, as numpy sorts),
+    then the first place whose cumulative weight reaches q % of the total."""
+    pairs = sorted(
+        ((float(v), float(w)) for v, w in zip(values, weights) if w > 0),
+        key=lambda p: (math.isnan(p[0]), p[0]),
+    )
+    if not pairs:
+        return [math.nan] * len(qs)
+    cum, total = [], 0.0
+    for _, w in pairs:
+        total += w
+        cum.append(total)
+    out = []
+    for q in qs:
+        target = q / 100.0 * total
+        i = next((k for k, c in enumerate(cum) if c >= target), len(cum) - 1)
+        out.append(pairs[i][0])
+    return out
+
+
+_TIE_VALUES = (0.0, -0.0, 1e-3, 2.5e-3, 2.5e-3 + 2**-60, 7.0, math.inf, math.nan)
+_ODD_WEIGHTS = (0.1, 1 / 3, 0.7, 2.0**53, 3.0)
+
+
+@given(
+    st.integers(0, 400),  # numpy sorts 16 or fewer by insertion, stably: longer ones reorder ties
+    st.integers(0, 2**32 - 1),
+    st.lists(st.integers(0, len(_TIE_VALUES) - 1), min_size=1, max_size=4, unique=True),
+    st.sampled_from(["small", "odd"]),
+    st.lists(st.sampled_from([0.0, 1.0, 33.3, 50.0, 90.0, 99.0, 99.9, 100.0]), min_size=1),
+)
+@settings(max_examples=300, deadline=None)
+def test_weighted_percentiles_equal_the_stable_sorts(n, seed, pool, weights_kind, qs):
+    """Many equal values (a few of ``_TIE_VALUES``, indices ``pool``: 0.0 and -0.0 are equal to
+    hypothesis), integer weights (0-200) or some fractional
+    and some 2^53 (sums no longer exact), signed zeros, inf and NaN: the same value, bit for bit
+    (the sign of a zero too), as a stable sort."""
+    rng = np.random.default_rng(seed)
+    values = [_TIE_VALUES[pool[k]] for k in rng.integers(0, len(pool), n)]
+    weights = rng.integers(0, 201, n).astype(float)
+    if weights_kind == "odd":
+        odd = rng.random(n) < 0.2
+        weights[odd] = rng.choice(_ODD_WEIGHTS, int(odd.sum()))
+    got = weighted_percentiles(values, weights, qs)
+    want = _stable_weighted_percentiles(values, weights, qs)
+    assert [struct.pack("<d", g) for g in got] == [struct.pack("<d", x) for x in want]
