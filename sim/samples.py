@@ -22,6 +22,7 @@ EXACT_LIMIT = 1 << 22  # values kept exactly: 4,194,304 (32 MiB of float64, as m
 REL_ACCURACY = 1e-4
 _FOLD_CHUNK = 1 << 16  # values folded at a time
 _EXACT_SUM = float(1 << 53)  # integers up to this sum add exactly in a double, in any order
+_EXPAND_LIMIT = 8  # weighted percentiles repeat each value by its weight up to this mean weight
 
 
 def finite_percentile(values: Sequence[float] | np.ndarray, q: float) -> float:
@@ -52,7 +53,9 @@ def weighted_percentiles(
     time): an answer is the value of the first place whose cumulative weight reaches the target,
     and reordering equal values changes neither the value there nor, the sums being exact, the
     cumulative weight at the end of their run, so the first place to reach the target lies in
-    the same run of equal values. A zero is excluded: -0.0 and 0.0 are equal but print apart."""
+    the same run of equal values. A zero is excluded: -0.0 and 0.0 are equal but print apart.
+    Where the mean weight is small (a run's is 1-4 sequences a step) there is no sort at all:
+    ``_expanded_percentiles`` selects from the values repeated by their weights."""
     v = np.asarray(values, dtype=float)
     w = np.asarray(weights, dtype=float)
     if v.shape != w.shape:
@@ -63,8 +66,11 @@ def weighted_percentiles(
     v, w = v[keep], w[keep]
     if v.size == 0:
         return [math.nan] * len(qs)
-    exact_sums = float(w.sum()) <= _EXACT_SUM and bool((w == np.floor(w)).all())
+    total = float(w.sum())
+    exact_sums = total <= _EXACT_SUM and bool((w == np.floor(w)).all())
     if exact_sums and not (v == 0).any():
+        if total <= _EXPAND_LIMIT * v.size and all(0.0 <= q <= 100.0 for q in qs):
+            return _expanded_percentiles(v, w, total, qs)
         order = np.argsort(v)
     else:
         order = np.argsort(v, kind="stable")
@@ -75,6 +81,22 @@ def weighted_percentiles(
         i = int(np.searchsorted(cum, target, side="left"))
         out.append(float(v[min(max(i, 0), v.size - 1)]))
     return out
+
+
+def _expanded_percentiles(
+    v: np.ndarray, w: np.ndarray, total: float, qs: Sequence[float]
+) -> list[float]:
+    """``weighted_percentiles`` of values with integer weights whose total is exact and at most
+    ``_EXPAND_LIMIT`` per value, none of them zero: each value repeated as often as its weight,
+    then a partition (a selection, no sort) at each target's place. The first place whose
+    cumulative weight reaches ``target`` holds the copy at 0-based rank ``ceil(target) - 1`` of
+    the repeated values in order: the weights before that place sum to an integer below
+    ``target``, those up to it to one at least ``target``."""
+    expanded = np.repeat(v, w.astype(np.int64))
+    last = expanded.size - 1
+    places = [min(max(math.ceil(q / 100.0 * total) - 1, 0), last) for q in qs]
+    expanded.partition(sorted(set(places)))
+    return [float(expanded[k]) for k in places]
 
 
 class Samples:

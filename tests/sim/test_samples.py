@@ -8,7 +8,7 @@ import struct
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import sim.samples
@@ -176,18 +176,27 @@ _ODD_WEIGHTS = (0.1, 1 / 3, 0.7, 2.0**53, 3.0)
     st.integers(0, 400),  # numpy sorts 16 or fewer by insertion, stably: longer ones reorder ties
     st.integers(0, 2**32 - 1),
     st.lists(st.integers(0, len(_TIE_VALUES) - 1), min_size=1, max_size=4, unique=True),
-    st.sampled_from(["small", "odd"]),
+    st.sampled_from(["few", "small", "odd"]),
+    st.booleans(),
     st.lists(st.sampled_from([0.0, 1.0, 33.3, 50.0, 90.0, 99.0, 99.9, 100.0]), min_size=1),
 )
+@example(400, 0, [0, 1, 5], "few", False, [10.0, 50.0, 90.0])  # signed zeros, repeated
+@example(400, 0, [0, 1, 5], "small", False, [10.0, 50.0, 90.0])  # signed zeros, sorted
 @settings(max_examples=300, deadline=None)
-def test_weighted_percentiles_equal_the_stable_sorts(n, seed, pool, weights_kind, qs):
+def test_weighted_percentiles_equal_the_stable_sorts(n, seed, pool, weights_kind, spread, qs):
     """Many equal values (a few of ``_TIE_VALUES``, indices ``pool``: 0.0 and -0.0 are equal to
-    hypothesis), integer weights (0-200) or some fractional
+    hypothesis), with ``spread`` half of them eighths, integer weights (0-3: the values repeated by their weights; 0-200: a sort) or
+    some fractional
     and some 2^53 (sums no longer exact), signed zeros, inf and NaN: the same value, bit for bit
     (the sign of a zero too), as a stable sort."""
     rng = np.random.default_rng(seed)
     values = [_TIE_VALUES[pool[k]] for k in rng.integers(0, len(pool), n)]
-    weights = rng.integers(0, 201, n).astype(float)
+    if spread:  # also many distinct values (eighths), where a place one off reads another
+        values = [
+            v if k else x / 8
+            for v, k, x in zip(values, rng.integers(0, 2, n), rng.integers(1, 80, n))
+        ]
+    weights = rng.integers(0, 4 if weights_kind == "few" else 201, n).astype(float)
     if weights_kind == "odd":
         odd = rng.random(n) < 0.2
         weights[odd] = rng.choice(_ODD_WEIGHTS, int(odd.sum()))
