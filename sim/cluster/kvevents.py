@@ -88,6 +88,11 @@ class DelayedKV:
         ]
         # each watched session's last fingerprint there (``record``)
         self.prints: list[dict[int, tuple[int, ...]]] = [{} for _ in range(count)]
+        # what ``record`` must look at there besides: the watched sessions with a turn on the
+        # replica at its last record or delivered since, and its (swap-out, dropped) byte counts
+        # then (any victim moved since raises one of them)
+        self.active: list[set[int]] = [set() for _ in range(count)]
+        self.moved: list[tuple[int, int]] = [(-1, -1)] * count
         self.events: list[tuple[float, int, int]] = []  # (view point, order, session)
         self.order = 0
         self.pending: dict[int, int] = {}  # session -> the history of its turn's view event
@@ -199,19 +204,38 @@ class DelayedKV:
         """Session i's turn went to replica r: a watched session's KV there is recorded."""
         if self.watched[i]:
             self.held[r].add(i)
+            self.active[r].add(i)
 
     def record(self, r: int, now: float, phase: int | None = None) -> None:
         """Replica r's event at ``now`` is over (``phase``: the loop's, unless given): note the
-        watched sessions' KV there that changed."""
+        watched sessions' KV there that changed.
+
+        Only some can have changed since its last record: a session with no turn on the replica
+        (none running or waiting there) changes only when a turn of it is delivered there or when
+        the replica's memory moves one of its pages as a victim (demoted to the CPU, dropped from
+        either tier), and every such move raises the replica's swapped-out or dropped bytes. So
+        while those counts stay as they were, the sessions looked at are the watched ones with a
+        turn there now or at the last record, or delivered since; otherwise all of them."""
         held = self.held[r]
         if not held:
             return
         replica, records, prints = self.shell.replicas[r], self.records[r], self.prints[r]
-        kvs = replica.sched.kv
+        sched = replica.sched
+        kvs, mem = sched.kv, sched.mem
+        active = {run.sess.index for run in sched.running.values()}
+        active.update(run.sess.index for run in sched.waiting)
+        active &= held
+        moved = (mem.swap_out_bytes, mem.dropped_bytes)
+        if moved != self.moved[r]:
+            self.moved[r] = moved
+            look: set[int] = held
+        else:
+            look = active | self.active[r]
+        self.active[r] = active
         key: Key = (now, self.phase if phase is None else phase)
         old = now - self.delay_s
         done = []
-        for i in held:
+        for i in look:
             kv = kvs[i]
             if kv.done:  # no turn of it is left to route
                 done.append(i)
@@ -252,6 +276,7 @@ class DelayedKV:
     def forget(self, r: int, i: int) -> None:
         """Session i has no turn left: replica r keeps no record of it."""
         self.held[r].discard(i)
+        self.active[r].discard(i)
         self.records[r].pop(i, None)
         self.prints[r].pop(i, None)
 
