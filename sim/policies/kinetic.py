@@ -789,6 +789,12 @@ class KineticMin:
         touched: dict[_Group, None] = {}
         while len(out) < n and heap:
             item = heapq.heappop(heap)
+            if item[0] == INF and before is _until_before:  # every head left is +inf
+                due = [g for *_, g in heap]
+                due.append(item[3])
+                if all(g.tau <= t for g in due):  # turns that have come: a static order
+                    self._merge_due(due, n, t, out, touched)
+                    break
             lim = max(item[0] * (1.0 + _MERGE_REL), _TINY)
             if heap and heap[0][0] <= lim:  # near-equal values: decide exactly
                 near = [item]
@@ -813,6 +819,29 @@ class KineticMin:
                 heapq.heappush(heap, head(g, t))
         for g in sorted(touched, key=_slot):  # a fixed order of leaf updates
             self._changed(g)
+
+    def _merge_due(
+        self, groups: list[_Group], n: int, t: float, out: list[int], touched: dict
+    ) -> None:
+        """``_merge``'s minima at ``t`` among groups whose turns have all come (``UNTIL``, tau <= t:
+        every value +inf, each pair within the rounding bound, so ``_merge`` would compare each
+        head with all the others): their order is ``_until_tie``'s, static (lower cost, then the
+        later time; no two groups share a time), so a heap keyed by (cost, -tau) gives the
+        successive minima one victim at a time (a due group's value follows no cost)."""
+        where = self._where
+        heap = [(g.m, -g.tau, g) for g in groups]
+        heapq.heapify(heap)
+        while len(out) < n and heap:
+            g = heap[0][2]
+            start = len(out)
+            g.heap.take_run((None, INF), None, 1, out)
+            where.take_out(out[start:])
+            touched[g] = None
+            if g.heap:
+                g.settle()
+                heapq.heapreplace(heap, (g.m, -g.tau, g))
+            else:
+                heapq.heappop(heap)
 
     def begin_batch(self, now: float) -> None:
         """Changes at one time ``now``, many of them: until ``end_batch`` a changed leaf updates

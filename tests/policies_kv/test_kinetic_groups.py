@@ -335,6 +335,38 @@ def test_many_small_groups_pop_in_the_exact_order(heads, size, mode, counts):
 
 @settings(max_examples=300, deadline=None)
 @given(
+    heads=st.lists(st.tuples(st.integers(0, 3), st.integers(-8, 3)), min_size=1, max_size=30),
+    size=st.integers(1, 4),
+    counts=st.lists(st.integers(1, 40), min_size=1, max_size=6),
+    huge=st.booleans(),
+)
+@example(heads=[(1, -1), (1, -2), (0, -3), (1, 0)], size=2, counts=[3, 3], huge=False)
+@example(heads=[(1, -1), (1, -2)], size=1, counts=[3], huge=True)
+def test_groups_whose_turns_came_pop_in_the_exact_order(heads, size, counts, huge):
+    # cost-belady: sessions whose next turn has come (tau <= now: every value +inf, so each is
+    # within the rounding bound of all the others) go after those of finite value and those never
+    # used again, by lower cost, then the later time (the merge's heap of (cost, -tau)); costs
+    # from a few values, so heads tie on cost across groups and a group's next entry overtakes.
+    # ``huge``: a turn a float step away with a huge cost, a value that overflows to +inf in
+    # floats but is finite: it goes before every group whose turn has come
+    now = 100.0
+    kin = KineticMin(UNTIL)
+    live: dict[int, tuple[float, float]] = {}
+    if huge:
+        kin.add_many([-1], [1e300], math.nextafter(now, math.inf), now)
+        live[-1] = (1e300, math.nextafter(now, math.inf))
+    for g, (a, k) in enumerate(heads):
+        # k < 0: due (k == 0: now itself), k > 0 a future turn, k == 3 never used again
+        tau = math.inf if k == 3 else now + k + 0.5 * g / len(heads)
+        uids = [10 * g + j for j in range(size)]
+        costs = [0.25 * (a + j % 3) + (j // 3) for j in range(size)]
+        kin.add_many(uids, costs, tau, now)
+        live.update((u, (m, tau)) for u, m in zip(uids, costs, strict=True))
+    _pops_are_exact(kin, live, "until", counts, now)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
     first=st.lists(COSTS, min_size=16, max_size=40),
     second=st.lists(COSTS, min_size=16, max_size=40),
     front=st.integers(0, 10),
