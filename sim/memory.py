@@ -30,6 +30,7 @@ from sim.units import (
     SessionKV,
     Tier,
     UnitView,
+    dropped_layer_run,
     extents_of,
     layer_codes,
     uid_of,
@@ -53,6 +54,9 @@ class LayerFetch:
     recomputed_pages: np.ndarray  # page indices, in order
     depth: np.ndarray  # deepest dropped layer of each recomputed page
     regenerated: int  # CPU units at or above a recomputed page's depth
+    # (first page, stop page, the first page's depth) when the recomputed pages are one run whose
+    # pages after the first are all recomputed through the last layer (one run of dropped units)
+    run: tuple[int, int, int] | None = None
 
     @property
     def swapped_units(self) -> int:
@@ -257,8 +261,9 @@ class TieredMemory:
         if sess.pinned:
             raise AssertionError(f"session {sess.session_id} pinned twice")
         size = self.unit_size(sess)
+        counts = None if self.view.per_session else sess.tier_pages  # units, a unit a page
         for tier in (GPU, CPU):
-            uids = sess.uids(tier)
+            uids = sess.uids(tier, None if counts is None else counts[tier])
             if uids:
                 take(self.policy[tier], uids)
                 self.evictable[tier] -= len(uids) * size
@@ -270,8 +275,9 @@ class TieredMemory:
             raise AssertionError(f"session {sess.session_id} released but not pinned")
         sess.pinned = False
         size = self.unit_size(sess)
+        counts = None if self.view.per_session else sess.tier_pages  # units, a unit a page
         for tier in (GPU, CPU):
-            uids = sess.uids(tier)
+            uids = sess.uids(tier, None if counts is None else counts[tier])
             if uids:
                 self.evictable[tier] += len(uids) * size
                 self.policy[tier].release(uids, now)
@@ -334,6 +340,11 @@ class TieredMemory:
         first, stop = tier.find(DROPPED), tier.rfind(DROPPED) + 1
         return (first, stop) if stop - first == pages[DROPPED] else None
 
+    def _dropped_layer_run(self, sess: SessionKV) -> tuple[int, int] | None:
+        """``dropped_layer_run``: (first, stop) of the per-layer units off the GPU where they are
+        all dropped and consecutive, else None."""
+        return dropped_layer_run(sess)
+
     def bring_layers_to_gpu(self, sess: SessionKV, now: float) -> LayerFetch | None:
         """``bring_to_gpu`` for per-layer units: a page with a dropped layer is recomputed through
         its deepest dropped layer, which also regenerates its CPU units of the layers up to that
@@ -344,6 +355,25 @@ class TieredMemory:
         if not n_cpu and not n_dropped:
             return None
         layers, base, tier = self.view.layers, sess.index << UNIT_BITS, sess.tier
+        run = self._dropped_layer_run(sess)
+        if run is not None:  # one run of dropped units: its pages and depths from its ends
+            first, stop = run
+            tier[first:stop] = _GPU_BYTE * n_dropped
+            self.policy[CPU].remove_many([], True)  # the calls the scan below makes, as made
+            if self.policy[GPU].hears_pinned():
+                self.policy[GPU].insert_many(range(base + first, base + stop), now, True)
+            sess.tier_pages[DROPPED] = 0
+            sess.tier_pages[GPU] += n_dropped
+            self.used[GPU] += n_dropped * self.view.page_bytes
+            self._grew(GPU)
+            p0, p1 = first // layers, (stop - 1) // layers + 1
+            # a page's first unit is its deepest layer: every page after the first has it
+            # dropped; the first page's run starts at its unit first % layers
+            depth = np.full(p1 - p0, layers - 1, dtype=np.intp)
+            depth[0] = d0 = layers - 1 - first % layers
+            return LayerFetch(
+                np.zeros(layers, dtype=np.int64), np.arange(p0, p1), depth, 0, (p0, p1, d0)
+            )
         codes = layer_codes(sess, layers)  # (pages, layer)
         dropped = codes == 2
         pages = np.flatnonzero(dropped.any(axis=1))  # pages to recompute, in order

@@ -363,11 +363,12 @@ class Pricer:
         assert pf.deep_pairs is not None  # set with deep_tokens
         out = [0.0] * L
         tokens, pairs, t = 0, 0.0, None
+        deep_tokens, deep_pairs = pf.deep_tokens.tolist(), pf.deep_pairs.tolist()
         for layer in range(L - 1, -1, -1):  # suffix sums: pages recomputed through >= l
-            dt = int(pf.deep_tokens[layer])
+            dt = deep_tokens[layer]
             if dt or t is None:
                 tokens += dt
-                pairs += float(pf.deep_pairs[layer])
+                pairs += deep_pairs[layer]
                 t = layer_s(
                     BatchShape(
                         base.prefill_tokens + tokens,
@@ -395,7 +396,7 @@ class Pricer:
             return [per] * self.layers
         unit = self.layer_page_bytes
         calls = (lambda n: 1) if self.per_layer_copies else int  # noqa: E731
-        return [copy_s("h2d", int(n) * unit, calls(n)) if n else 0.0 for n in pf.h2d_units]
+        return [copy_s("h2d", n * unit, calls(n)) if n else 0.0 for n in pf.h2d_units.tolist()]
 
     def _recompute_pass_s(self, pf: Prefill) -> float:
         """A forward pass of the recomputed history alone (its KV only: no LM head)."""

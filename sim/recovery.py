@@ -17,7 +17,7 @@ import numpy as np
 from costmodels import attention_pairs
 from sim.memory import CPU, DROPPED, GPU
 from sim.pricing import Prefill, recompute_pairs
-from sim.units import SessionKV, layer_codes, layer_split
+from sim.units import SessionKV, session_layer_split
 
 if TYPE_CHECKING:
     from sim.parts.sharing import PrefixSharing
@@ -121,7 +121,7 @@ class LayerRecovery:
     def split(self, sess: SessionKV) -> tuple[int, int, int]:
         """The session's tokens by where their page's layers are: (all on the GPU, to swap in,
         to recompute: any layer dropped)."""
-        return layer_split(layer_codes(sess, self.layers), sess.tokens, self.core.bt)
+        return session_layer_split(sess, self.layers, self.core.bt)
 
     def dropped_tokens(self, sess: SessionKV) -> int:
         """Tokens of pages with a dropped layer. The head of the queue is asked every iteration;
@@ -156,7 +156,17 @@ class LayerRecovery:
             assert pf.deep_pairs is not None
             swapped = got.swapped_units * self.core.unit_bytes
             pf.h2d_units += got.swapped_per_layer
-            if len(got.recomputed_pages):
+            if got.run is not None:  # one run of pages: its first page, then the rest at once
+                p0, p1, d0 = got.run
+                bt, last = self.core.bt, self.layers - 1
+                n, twice = run_work(p0, p0 + 1, old_tokens, bt)
+                pf.deep_tokens[d0] += n
+                pf.deep_pairs[d0] += twice / 2  # (exact: a sum of halves, far below 2**53)
+                n, twice = run_work(p0 + 1, p1, old_tokens, bt)
+                pf.deep_tokens[last] += n
+                pf.deep_pairs[last] += twice / 2
+                pf.recompute_seqs += 1
+            elif len(got.recomputed_pages):
                 bt = self.core.bt
                 a = got.recomputed_pages * bt
                 n = np.minimum(old_tokens, a + bt) - a
@@ -171,3 +181,22 @@ class LayerRecovery:
 
     def shared_from_outside(self, sess: SessionKV) -> int:
         return 0  # no shared prefixes at this unit
+
+
+def run_work(first: int, stop: int, tokens: int, bt: int) -> tuple[int, int]:
+    """(tokens, twice the attention pairs) of recomputing pages ``first..stop-1`` of a history of
+    ``tokens``: page p holds n = min(tokens, (p + 1) * bt) - p * bt tokens and costs
+    n * (p * bt + n / 2) pairs, as ``bring_in`` prices a page. Integers, so exact: the pages
+    before ``tokens // bt`` are full (a closed form), the rest one by one."""
+    if stop <= first:
+        return 0, 0
+    full = min(max(tokens // bt, first), stop)  # pages first..full-1 hold bt tokens each
+    count = full - first
+    n = count * bt
+    twice = bt * bt * ((first + full - 1) * count + count)  # 2 bt^2 sum(p) + count bt^2
+    for p in range(full, stop):
+        a = p * bt
+        k = tokens - a
+        n += k
+        twice += 2 * k * a + k * k
+    return n, twice

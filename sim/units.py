@@ -80,14 +80,16 @@ class SessionKV:
             n -= sum(self.tier_pages) * block_tokens - self.tokens
         return n
 
-    def uids(self, tier: Tier | None = None) -> list[int] | range:
+    def uids(self, tier: Tier | None = None, count: int | None = None) -> list[int] | range:
         """The uids of the units in ``tier`` (all units when None), in page order: a range when
-        they are all of the session's units."""
+        they are all of the session's units. ``count``: how many units are in ``tier``, where the
+        caller knows it (``tier_pages[tier]`` when a unit is one page), else counted here."""
         base = self.index << UNIT_BITS
         n = len(self.tier)
         if tier is None:
             return range(base, base + n)
-        count = self.tier.count(int(tier))  # C speed; a whole session is the common case
+        if count is None:
+            count = self.tier.count(int(tier))  # C speed; a whole session is the common case
         if count == n:
             return range(base, base + n)
         if count == 0:
@@ -143,6 +145,24 @@ def layer_split(codes: np.ndarray, tokens: int, block_tokens: int) -> tuple[int,
     pages = len(codes)
     if pages == 0:
         return 0, 0, 0
+    # Each page's highest tier code names its class (DROPPED over CPU over GPU): one reduction
+    # and two byte counts, where a SHARED code (3, above all) does not hide one.
+    worst = codes.max(axis=1).astype(np.uint8, copy=False).tobytes()
+    if 3 in worst:
+        return _layer_split_masks(codes, tokens, block_tokens)
+    tail = pages * block_tokens - tokens  # the tokens the last page does not hold
+    d = worst.count(2) * block_tokens
+    c = worst.count(1) * block_tokens
+    if worst[-1] == 2:
+        d -= tail
+    elif worst[-1] == 1:
+        c -= tail
+    return tokens - c - d, c, d
+
+
+def _layer_split_masks(codes: np.ndarray, tokens: int, block_tokens: int) -> tuple[int, int, int]:
+    """``layer_split`` by a mask per tier (any codes: a SHARED one counts as on the GPU)."""
+    pages = len(codes)
     dropped = (codes == 2).any(axis=1)
     on_cpu = (codes == 1).any(axis=1) & ~dropped
     per_page = np.full(pages, block_tokens, dtype=np.int64)
@@ -150,6 +170,36 @@ def layer_split(codes: np.ndarray, tokens: int, block_tokens: int) -> tuple[int,
     d = int(per_page[dropped].sum())
     c = int(per_page[on_cpu].sum())
     return tokens - c - d, c, d
+
+
+def dropped_layer_run(sess: SessionKV) -> tuple[int, int] | None:
+    """(first, stop) of a ``layer_block`` session's units off the GPU where they are all dropped
+    and consecutive (none on the CPU or shared): the common case, as a policy takes a session's
+    oldest units first. None otherwise (or when none is off the GPU)."""
+    pages = sess.tier_pages
+    if pages[1] or pages[3] or not pages[2]:
+        return None
+    tier = sess.tier
+    first, stop = tier.find(2), tier.rfind(2) + 1
+    return (first, stop) if stop - first == pages[2] else None
+
+
+def session_layer_split(sess: SessionKV, layers: int, block_tokens: int) -> tuple[int, int, int]:
+    """``layer_split`` of the session's units, read from its byte array: with no unit off the
+    GPU, or its dropped units one run (``dropped_layer_run``), from counts alone."""
+    tokens = sess.tokens
+    pages = sess.tier_pages
+    if not (pages[1] or pages[2] or pages[3]):
+        return tokens, 0, 0
+    run = dropped_layer_run(sess)
+    if run is None:
+        return layer_split(layer_codes(sess, layers), tokens, block_tokens)
+    n_pages = len(sess.tier) // layers
+    p0, p1 = run[0] // layers, (run[1] - 1) // layers + 1  # the pages with a dropped layer
+    d = (p1 - p0) * block_tokens
+    if p1 == n_pages:
+        d -= n_pages * block_tokens - tokens
+    return tokens - d, 0, d
 
 
 class UnitView:
