@@ -808,6 +808,11 @@ class GroupSpec(_Strict):
     policy: Annotated[StrictStr, AfterValidator(_check_group_policy)] | None = Field(
         default=None, description="their eviction policy (online); none: the point's"
     )
+    tp: PosInt | None = Field(
+        default=None,
+        description="their tensor-parallel degree (gpu_kv_gb is the whole group's, as the "
+        "top-level tp takes it); none: the point's",
+    )
 
     def config(self) -> Any:
         from sim.cluster.groups import ReplicaGroup  # here, as ClusterConfig is
@@ -879,7 +884,7 @@ class ClusterSpec(_Strict):
         | None
     ) = Field(
         default=None,
-        description="groups of replicas with their own hardware, gpu_kv_gb, cpu_kv_gb and policy, "
+        description="groups of replicas with their own hardware, gpu_kv_gb, cpu_kv_gb, policy and tp, "
         "in replica order (replicas: their count, summing to cluster.replicas); a list of such "
         "lists is a grid axis of fleets; none: every replica the point's",
     )
@@ -1661,7 +1666,7 @@ def _group_fit_problems(exp: Experiment) -> list[tuple[tuple[str | int, ...], st
     out: list[tuple[tuple[str | int, ...], str]] = []
     for i, fleet in enumerate(c.fleets()):
         for k, g in enumerate(fleet):
-            if g.hardware is None and g.gpu_kv_gb is None:
+            if g.hardware is None and g.gpu_kv_gb is None and g.tp is None:
                 continue
             where: tuple[str | int, ...] = (
                 "cluster",
@@ -1674,8 +1679,14 @@ def _group_fit_problems(exp: Experiment) -> list[tuple[tuple[str | int, ...], st
                 profile = costmodels.load_profile(hardware)
                 for model in exp.model:
                     spec = costmodels.get_model(model)
-                    for tp in exp.tp_for(model):
-                        if not _splits(model, tp):
+                    for tp in [g.tp] if g.tp is not None else exp.tp_for(model):
+                        if g.tp is not None:
+                            try:
+                                spec.shard(tp)
+                            except ValueError as exc:
+                                out.append(((*where, "tp"), str(exc)))
+                                continue
+                        elif not _splits(model, tp):
                             continue  # _tp_problems names it
                         problem = fit_problem(spec, tp, profile, kv_gb)
                         if problem is not None:

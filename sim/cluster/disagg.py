@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from sim.cluster.store import check_number
-from sim.memory import DROPPED, GPU
+from sim.memory import CPU, DROPPED, GPU
 from sim.pricing import HostStagedLink, NetworkLink, Prefill
 from sim.recovery import PageRecovery
 from traces.records import Session
@@ -107,6 +107,8 @@ class DecodeRecovery(PageRecovery):
         # session -> (its prefill replica's KV of it, the context handed off), while its decode
         # part is here: what a readmission may pull again
         self.sources: dict[int, tuple[SessionKV, int]] = {}
+        # session -> its prefill replica's tp, where it differs from this replica's
+        self.sender_tp: dict[int, int] = {}
         # hears that session i's pages were pulled at ``now`` (the sender frees them)
         self.pulled: Callable[[int, float], None] = lambda i, now: None
 
@@ -129,30 +131,51 @@ class DecodeRecovery(PageRecovery):
         return np.flatnonzero(np.frombuffer(sess.tier, dtype=np.uint8) == DROPPED)
 
     def held_there(self, sess: SessionKV, pages: np.ndarray) -> np.ndarray:
-        """Of the session's ``pages``, those its prefill replica holds on its GPU now: whole
-        pages of the context it handed off (not a shared prefix's pool pages)."""
+        """Of the session's ``pages``, those its prefill replica holds now, on its GPU or its
+        CPU: whole pages of the context it handed off (not a shared prefix's pool pages)."""
+        return self.there(sess, pages)[0]
+
+    def there(self, sess: SessionKV, pages: np.ndarray) -> tuple[np.ndarray, int]:
+        """``held_there``'s pages, and how many of them are on the prefill replica's CPU."""
         source = self.sources.get(sess.index)
         if source is None or not len(pages):
-            return _NO_PAGES
+            return _NO_PAGES, 0
         kv, context = source
         n = min(context // self.core.bt, len(kv.tier))
         pages = pages[pages < n]
         if not len(pages):
-            return _NO_PAGES
+            return _NO_PAGES, 0
         there = np.frombuffer(kv.tier, dtype=np.uint8, count=n)
-        held = pages[there[pages] == GPU]
+        tiers = there[pages]
         del there  # (a buffer exported from the tier array would block its growth)
-        return held
+        on_cpu = tiers == CPU
+        return pages[(tiers == GPU) | on_cpu], int(on_cpu.sum())
+
+    def link_page_bytes(self, i: int) -> int:
+        """A page's bytes as the link prices them: each GPU has its own link, so a transfer takes
+        as long as its busiest GPU's shard, sent or received. This replica's shard, unless
+        session i's prefill replica splits the page over fewer GPUs (its shards are bigger)."""
+        page, tp = self.core.page_bytes, self.core.cost.tp
+        sender = self.sender_tp.get(i, tp)
+        return page if sender >= tp else page * tp // sender
 
     def fetch_dropped(self, run: TurnRun, dropped_units, now: float, pf: Prefill):
         sess = run.sess
         units, bt = np.asarray(dropped_units, dtype=np.int64), self.core.bt
         if sess.index not in self.pending:  # a readmission: pull what the sender still holds
-            pulled = self.held_there(sess, units)
+            pulled, on_cpu = self.there(sess, units)
             if not len(pulled):
                 return dropped_units
-            nbytes = len(pulled) * self.core.page_bytes
-            pf.remote_bytes += nbytes
+            page, link = self.core.page_bytes, self.link_page_bytes(sess.index)
+            nbytes = len(pulled) * page
+            if on_cpu and isinstance(self.core.pricer.remote_link, HostStagedLink):
+                # pages in the sender's host memory: the staged link's second copy alone (each
+                # GPU here copies its own shard in)
+                pf.remote_bytes += (len(pulled) - on_cpu) * link
+                pf.h2d_bytes += on_cpu * page
+                pf.h2d_pages += on_cpu
+            else:
+                pf.remote_bytes += len(pulled) * link
             tokens, sent = self.transfers.get((sess.index, run.k), (0, 0))
             self.transfers[sess.index, run.k] = (tokens, sent + nbytes * self.core.cost.tp)
             return units[~np.isin(units, pulled)]
@@ -162,7 +185,7 @@ class DecodeRecovery(PageRecovery):
         if len(units) and units[-1] == (sess.tokens - 1) // bt and sess.tokens % bt:
             tokens -= bt - sess.tokens % bt
         nbytes = len(units) * self.core.page_bytes  # one GPU's shard, over its own link
-        pf.remote_bytes += nbytes
+        pf.remote_bytes += len(units) * self.link_page_bytes(sess.index)
         self.transfers[sess.index, run.k] = (tokens, nbytes * self.core.cost.tp)
         return np.empty(0, dtype=np.int64)
 

@@ -145,22 +145,28 @@ class Replica:
             if self.idle and self.sched.waiting:  # the room may admit a waiting turn now
                 self.next_s = min(self.next_s, now)
 
-    def expect_transfer(self, i: int, source: SessionKV, context: int) -> None:
+    def expect_transfer(self, i: int, source: SessionKV, context: int, sender_tp: int) -> None:
         """Session i's turn just delivered is a decode part of ``context`` tokens: what this
         replica lacks of it comes over the link at its first admission, and a readmission pulls
-        again what the prefill replica's KV of it (``source``) then holds (``sim.cluster.disagg``)."""
+        again what the prefill replica's KV of it (``source``) then holds (``sim.cluster.disagg``).
+        ``sender_tp``: the prefill replica's tensor-parallel degree."""
         recovery = self.sched.recovery
         assert isinstance(recovery, DecodeRecovery), (
             "a decode part on a replica that does not decode"
         )
         recovery.pending.add(i)
         recovery.sources[i] = (source, context)
+        if sender_tp != self.sched.cost.tp:
+            recovery.sender_tp[i] = sender_tp
+        else:
+            recovery.sender_tp.pop(i, None)
 
     def decode_part_over(self, i: int) -> None:
         """Session i's decode part here completed or was rejected: nothing more is pulled."""
         recovery = self.sched.recovery
         if isinstance(recovery, DecodeRecovery):
             recovery.sources.pop(i, None)
+            recovery.sender_tp.pop(i, None)
 
     def catch_up(self, kv: SessionKV, history: int, now: float) -> None:
         """Extend the session's KV here to ``history`` tokens: the tokens added on other replicas

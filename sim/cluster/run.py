@@ -18,7 +18,14 @@ import pandas as pd
 
 from costmodels import CostModel
 from sim.cluster.disagg import DecodeRecovery, DisaggConfig, decode_part, merge_parts, prefill_part
-from sim.cluster.groups import ReplicaGroup, check_groups, fleet_label, replica_setups
+from sim.cluster.groups import (
+    ReplicaGroup,
+    check_groups,
+    check_pages_cross,
+    fleet_label,
+    page_bytes_of,
+    replica_setups,
+)
 from sim.cluster.replica import Replica
 from sim.cluster.routers import make_router
 from sim.cluster.shell import Cluster
@@ -201,8 +208,10 @@ def simulate_cluster(
         raise ValueError("cluster: sessions must be a list (the whole trace), not a stream")
     if cluster.store is not None:
         pages_from_outside_refusals(memory, engine, "cluster.store")
+        check_pages_cross([s.cost for s in setups], memory.block_tokens, "cluster.store")
     if cluster.disaggregation is not None:
         pages_from_outside_refusals(memory, engine, "cluster.disaggregation")
+        check_pages_cross([s.cost for s in setups], memory.block_tokens, "cluster.disaggregation")
     wall0 = time.perf_counter()
     params = dict(cluster.router_params)
     disagg = cluster.disaggregation
@@ -243,7 +252,7 @@ def simulate_cluster(
         if cluster.store is not None and store is None:
             store = SharedStore(
                 cluster.store,
-                sched.page_bytes * cost.tp,
+                page_bytes_of(sched.cost, sched.bt),  # a page of the whole model
                 sched.bt,
                 store_predictor(cluster, sessions),
             )

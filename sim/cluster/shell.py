@@ -170,8 +170,8 @@ class Cluster:
                 r = self.send(self.decode_pool, arrival)
                 self.handoff_order += 1
                 self.replicas[r].deliver(i, k, context, now, self.handoff_order, now)
-                source = self.replicas[self.sender[i]].sched.kv[i]
-                self.replicas[r].expect_transfer(i, source, context)
+                sender = self.replicas[self.sender[i]].sched
+                self.replicas[r].expect_transfer(i, sender.kv[i], context, sender.cost.tp)
                 if late is not None:
                     late.handed_off(r, i, k, now)
             self.handoffs.clear()

@@ -1,5 +1,7 @@
 """A decode part preempted on its decode replica and admitted again pulls, over the link, what its
-prefill replica still holds on its GPU of the context it handed off; the rest is recomputed.
+prefill replica still holds on its GPU or its CPU of the context it handed off; the rest is
+recomputed. Over a `network` link both come over the network; over `pcie-host` a page on the
+prefill replica's CPU is already in its host's memory: only the host-to-device copy is priced.
 By hand, and on random traces against a plain model of each readmission's pull (spans on and
 off giving the same run)."""
 
@@ -14,20 +16,26 @@ from sim import EngineConfig
 from sim.cluster import ClusterConfig, simulate_cluster
 from sim.cluster.disagg import DecodeRecovery, DisaggConfig
 from sim.config import GIB
-from sim.memory import GPU
+from sim.memory import CPU, GPU
+from sim.pricing import HostStagedLink
 from tests.sim.test_cluster import BT, COST, PAGE, mem
 from tests.sim.trace_strategies import traces
 from traces.records import Session, Turn
 
 
-def run(sessions, prefill_pages, decode_pages, decodes=1, **kw):
-    """One prefill replica of ``prefill_pages`` pages of GPU KV, ``decodes`` decode replicas of
-    ``decode_pages`` each, no CPU tier."""
+def run(sessions, prefill_pages, decode_pages, decodes=1, prefill_cpu=0, link="network", **kw):
+    """One prefill replica of ``prefill_pages`` pages of GPU KV and ``prefill_cpu`` of CPU KV,
+    ``decodes`` decode replicas of ``decode_pages`` each and no CPU tier, over ``link``."""
     groups = [
-        {"replicas": 1, "gpu_kv_gb": prefill_pages * PAGE / GIB},
+        {
+            "replicas": 1,
+            "gpu_kv_gb": prefill_pages * PAGE / GIB,
+            "cpu_kv_gb": prefill_cpu * PAGE / GIB,
+        },
         {"replicas": decodes, "gpu_kv_gb": decode_pages * PAGE / GIB},
     ]
-    cfg = ClusterConfig(1 + decodes, "round-robin", disaggregation=DisaggConfig(1), groups=groups)
+    disagg = DisaggConfig(1, link=link)
+    cfg = ClusterConfig(1 + decodes, "round-robin", disaggregation=disagg, groups=groups)
     return simulate_cluster(
         sessions, COST, mem(decode_pages), EngineConfig(), "lru", 0, cfg, debug=True, **kw
     )
@@ -77,29 +85,61 @@ def test_a_page_its_prefill_replica_lost_is_recomputed(prompt, pulled):
     assert t.loc["B", "preempt_recompute_tokens"] == 110 - 16 * pulled
 
 
+@pytest.mark.parametrize("link", ["network", "pcie-host"])
+def test_a_page_its_prefill_replica_moved_to_its_cpu_is_pulled(monkeypatch, link):
+    # As above with 96 prompt tokens, but the prefill replica has 10 pages of CPU KV: C's pages
+    # demote A's 5 and B's first 2 there, so B's readmission pulls page 0 from the prefill
+    # replica's CPU (94 tokens recomputed, as when it was on its GPU). Over the network it is
+    # priced as a GPU page is; over pcie-host it is in the host's memory already, so it is the
+    # staged link's host-to-device copy alone: a swap-in's copy into the decode replica's GPU.
+    sessions = [*HAND, Session("C", (Turn(96, 1, arrival_s=0.5),))]
+    seen = watch_pulls(monkeypatch)
+    res = run(sessions, 10, 20, prefill_cpu=10, link=link)
+    t = res.turns.set_index("session_id")
+    assert res.replicas[0].stats.swap_out_bytes == 7 * PAGE
+    assert t.loc["B", "preemptions"] == 1
+    assert t.loc["B", "transfer_bytes"] == (4 + 1) * PAGE
+    assert t.loc["B", "preempt_recompute_tokens"] == 94
+    if link == "network":
+        assert seen[1:] == [(PAGE, 0)]
+    else:
+        assert seen[1:] == [(0, PAGE)]
+
+
 # -- against a plain model --------------------------------------------------------------------------
-def watch_pulls(monkeypatch) -> list[int]:
+def watch_pulls(monkeypatch) -> list:
     """Each readmission's pull, checked against a plain model as it happens: of the dropped pages
     it recovers, those below the handed-off context's whole pages that the prefill replica holds
-    on its GPU right then are pulled, the rest recomputed. Returns the count of pulled pages."""
-    seen = [0]
+    on its GPU or its CPU right then are pulled, the rest recomputed; a page from its GPU comes
+    over the link (``remote_bytes``), one from its CPU too over a network link, and as a
+    host-to-device copy (``h2d_bytes``, ``h2d_pages``) over pcie-host. Returns the count of pulled
+    pages, then each pull's (link bytes, host-to-device bytes)."""
+    seen: list = [0]
     original = DecodeRecovery.fetch_dropped
 
     def fetch_dropped(self, run, dropped_units, now, pf):
         pending = run.sess.index in self.pending
         source = self.sources.get(run.sess.index)
         units = [int(u) for u in dropped_units]
-        before = pf.remote_bytes
+        before = pf.remote_bytes, pf.h2d_bytes, pf.h2d_pages
         rest = [int(u) for u in original(self, run, dropped_units, now, pf)]
         if pending:
             return rest
-        want_pulled = []
+        on_gpu, on_cpu = [], []
         if source is not None:
             kv, context = source
-            want_pulled = [u for u in units if u < context // BT and kv.tier[u] == GPU]
-        assert rest == [u for u in units if u not in want_pulled]
-        assert pf.remote_bytes - before == len(want_pulled) * self.core.page_bytes
-        seen[0] += len(want_pulled)
+            on_gpu = [u for u in units if u < context // BT and kv.tier[u] == GPU]
+            on_cpu = [u for u in units if u < context // BT and kv.tier[u] == CPU]
+        assert rest == [u for u in units if u not in on_gpu and u not in on_cpu]
+        page = self.core.page_bytes
+        staged = isinstance(self.core.pricer.remote_link, HostStagedLink)
+        link = len(on_gpu) + (0 if staged else len(on_cpu))
+        h2d = len(on_cpu) if staged else 0
+        got = (pf.remote_bytes - before[0], pf.h2d_bytes - before[1], pf.h2d_pages - before[2])
+        assert got == (link * page, h2d * page, h2d)
+        seen[0] += len(on_gpu) + len(on_cpu)
+        if on_gpu or on_cpu:
+            seen.append(got[:2])
         return rest
 
     monkeypatch.setattr(DecodeRecovery, "fetch_dropped", fetch_dropped)
@@ -116,10 +156,15 @@ def pulls(monkeypatch):
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
-@given(traces(), st.sampled_from([(12, 24), (40, 20), (200, 30)]))
-def test_readmissions_pull_as_the_plain_model_on_random_traces(pulls, sessions, pages):
-    res = run(sessions, *pages, decodes=2)
-    strict = run(sessions, *pages, decodes=2, decode_spans=False)
+@given(
+    traces(),
+    st.sampled_from([(12, 24), (40, 20), (200, 30)]),
+    st.sampled_from([0, 8, 40]),
+    st.sampled_from(["network", "pcie-host"]),
+)
+def test_readmissions_pull_as_the_plain_model_on_random_traces(pulls, sessions, pages, cpu, link):
+    res = run(sessions, *pages, decodes=2, prefill_cpu=cpu, link=link)
+    strict = run(sessions, *pages, decodes=2, prefill_cpu=cpu, link=link, decode_spans=False)
     pd.testing.assert_frame_equal(res.turns, strict.turns)
     # every decode replica's history is H + p of its parts: hits plus what crossed at first
     for r in res.replicas[1:]:
