@@ -10,6 +10,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from cal_helpers import (
+    COPIES,
+    assert_link_fit_is_an_optimum,
+    committed_lead_s,
+    issue_branch_copies,
+)
 
 from costmodels import CostModel, get_model, load_profile
 from costmodels.cost import attention_pairs
@@ -32,6 +38,10 @@ def _run_record() -> dict:
 
 def _full_profile():
     return load_profile(str(MEASURED / f"{FULL}.yaml"))
+
+
+def _pinned(samples, term: str) -> list:
+    return [s for s in samples if s.term == term and s.shape.pinned]
 
 
 def _key(s) -> tuple:
@@ -93,22 +103,44 @@ def test_h100_full_profile_is_the_fit_of_its_samples() -> None:
     )
     result = calibrate(m, FULL)
     refit = result.profile
-    for term in ("linear", "prefill_attn", "decode_attn", "h2d", "d2h"):
+    links = {f.term: f for f in result.fits if f.term in COPIES}
+    assert set(links) == set(COPIES)
+    for term in ("linear", "prefill_attn", "decode_attn", *COPIES):
         got, want = getattr(refit, term), getattr(p, term)
         for field in type(want).__dataclass_fields__:
+            if term in COPIES and field == "issue_s":
+                continue  # below: where the samples do not fix it, through the fit's cost
             want_v = getattr(want, field)
             assert getattr(got, field) == pytest.approx(want_v, rel=1e-4), (term, field)
+    # The pinned copies' issue branch: H2D reaches it on the three 256-copy trains alone, so the
+    # samples fix 256 * issue - lead (1106.3 us), not issue_s: any issue_s from 4.41 to 8.23 us
+    # (lead 23 us to the fit's 1 ms bound) costs the same, and the refit stops where the CPU's
+    # BLAS kernels take it. D2H reaches it on 16- and 256-copy trains, which fix issue_s too.
+    branch = {
+        t: issue_branch_copies(t, getattr(p, t), _pinned(samples, t), committed_lead_s(p, t))
+        for t in COPIES
+    }
+    assert branch == {"h2d": {256}, "d2h": {16, 256}}
+    assert refit.d2h.issue_s == pytest.approx(p.d2h.issue_s, rel=1e-4)
+    for fit in links.values():
+        assert_link_fit_is_an_optimum(fit, p, samples)
     assert refit.overlap.duplex_Bps == pytest.approx(p.overlap.duplex_Bps, rel=1e-4)
     table = pd.read_csv(MEASURED / f"{FULL}-validation.csv")
     gpu = {(r.term, r.split): r.mape for r in table.itertuples()}
     mine = {(r.term, r.split.name): r.test.mape for r in result.reports}
-    # The random split of the pinned D2H copies (5 held out) is the one figure the refit does
-    # not repeat (the GPU's fit: 3.0 %, the refit 1.9 %); every other one is the same.
+    # The held-out H2D figures do not move along the ridge (each fold's fit prices its test
+    # shapes the same anywhere on its own ridge). The random split of the pinned D2H copies (5 held out)
+    # is not a figure of the samples: its 19 training copies reach the issue branch on 256-copy
+    # trains and (with a lead near 57 us) on 16-copy ones too, and the fit's three starts
+    # stop either there (cost 0.0036, test MAPE 1.9 %: OPENBLAS_CORETYPE=Sandybridge and the
+    # machines this test first passed on) or on a worse local optimum that leaves the 16-copy
+    # trains to the engine (cost 0.0184, 3.0 %: the GPU's fit, and Haswell kernels). Every
+    # other figure is the GPU's.
     for key, mape in mine.items():
         if key != ("d2h", "random"):
             assert mape == pytest.approx(gpu[key], abs=5e-4), key
     assert round(gpu["prefill_attn", "extrapolation"], 3) == 0.236
-    assert round(gpu["d2h", "random"], 3) == 0.030 and round(mine["d2h", "random"], 3) == 0.019
+    assert round(gpu["d2h", "random"], 3) == 0.030
 
 
 def test_h100_full_repeats_the_committed_h100_sweep_on_its_shapes() -> None:

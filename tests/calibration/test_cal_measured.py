@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from cal_helpers import COPIES, LEAD_NOTE, assert_link_fit_is_an_optimum, committed_lead_s
 
 from costmodels import BatchShape, CostModel, get_model, load_profile
 
@@ -431,20 +432,8 @@ def _assert_refit_is_the_profile(result, p, samples) -> None:
         assert p.validation[term] == v, term
 
 
-COPIES = ("h2d", "d2h")
-_LEAD = r"link form: the host issued copies ([0-9.]+) us"
-
-
 def _without_lead(line: str) -> str:
-    return re.sub(_LEAD, "link form: the host issued copies (lead) us", line)
-
-
-def _committed_lead_s(p, term: str) -> float:
-    """The host lead the committed profile's fit of ``term`` stopped at, as its notes write it
-    (to 0.1 us): the samples were scored with it, the profile prices copies without it."""
-    found = re.findall(rf"note \[{term}\]: {_LEAD}", p.meta.notes or "")
-    assert len(found) == 1, (p.name, term, found)
-    return float(found[0]) * 1e-6
+    return re.sub(LEAD_NOTE, "link form: the host issued copies (lead) us", line)
 
 
 def _assert_copies_are_the_fit(result, p, samples) -> None:
@@ -459,7 +448,8 @@ def _assert_copies_are_the_fit(result, p, samples) -> None:
     2e-6 relative and their priced times on every pinned copy to 0.036 us (4e-5 relative on the
     0.8-2 ms trains of small copies; the notes write the lead to 0.1 us). So start, latency and bandwidth, which agree to 1e-6, are
     compared as constants (rel 1e-5), and issue_s with its lead through the priced times, to
-    0.1 us: issue_s 0.1 % off alone moves a 256-copy train by 1.0-1.9 us."""
+    0.1 us: issue_s 0.1 % off alone moves a 256-copy train by 1.0-1.9 us; and through the fit's
+    cost, the refit's to 1e-8 (``assert_link_fit_is_an_optimum``)."""
     from calibration.fit import predict
 
     fits = {f.term: f for f in result.fits if f.term in COPIES}
@@ -473,7 +463,8 @@ def _assert_copies_are_the_fit(result, p, samples) -> None:
             )
         rows = [s for s in samples if s.term == term and s.shape.pinned]
         assert len(rows) == fit.n and max(s.shape.copies for s in rows) == 256
-        priced = predict(term, want, rows, _committed_lead_s(p, term))
+        priced = predict(term, want, rows, committed_lead_s(p, term))
         assert priced == pytest.approx(predict(term, got, rows, fit.lead_s), rel=1e-5, abs=1e-7), (
             term
         )
+        assert_link_fit_is_an_optimum(fit, p, samples)
