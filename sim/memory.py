@@ -30,7 +30,7 @@ from sim.units import (
     SessionKV,
     Tier,
     UnitView,
-    dropped_layer_run,
+    dropped_run,
     extents_of,
     layer_codes,
     uid_of,
@@ -333,17 +333,12 @@ class TieredMemory:
         """(first, stop) of the session's units off the GPU where they are all dropped and
         consecutive, a unit a page (none on the CPU or in the shared pool): the common case, as a
         policy takes a session's oldest pages first. None otherwise."""
-        pages = sess.tier_pages
-        if pages[CPU] or pages[SHARED] or self.view.per_session:
-            return None
-        tier = sess.tier
-        first, stop = tier.find(DROPPED), tier.rfind(DROPPED) + 1
-        return (first, stop) if stop - first == pages[DROPPED] else None
+        return None if self.view.per_session else dropped_run(sess)
 
     def _dropped_layer_run(self, sess: SessionKV) -> tuple[int, int] | None:
-        """``dropped_layer_run``: (first, stop) of the per-layer units off the GPU where they are
-        all dropped and consecutive, else None."""
-        return dropped_layer_run(sess)
+        """``_dropped_run`` for per-layer units: (first, stop) of the units off the GPU where
+        they are all dropped and consecutive, else None."""
+        return dropped_run(sess)
 
     def bring_layers_to_gpu(self, sess: SessionKV, now: float) -> LayerFetch | None:
         """``bring_to_gpu`` for per-layer units: a page with a dropped layer is recomputed through

@@ -172,26 +172,27 @@ def _layer_split_masks(codes: np.ndarray, tokens: int, block_tokens: int) -> tup
     return tokens - c - d, c, d
 
 
-def dropped_layer_run(sess: SessionKV) -> tuple[int, int] | None:
-    """(first, stop) of a ``layer_block`` session's units off the GPU where they are all dropped
-    and consecutive (none on the CPU or shared): the common case, as a policy takes a session's
-    oldest units first. None otherwise (or when none is off the GPU)."""
-    pages = sess.tier_pages
-    if pages[1] or pages[3] or not pages[2]:
+def dropped_run(sess: SessionKV) -> tuple[int, int] | None:
+    """(first, stop) of the session's units off the GPU where they are all dropped and
+    consecutive (none on the CPU or shared), for units that ``tier_pages`` counts one by one (a
+    page, or a page's layer): the common case, as a policy takes a session's oldest units first.
+    None otherwise (or when none is off the GPU)."""
+    counts = sess.tier_pages
+    if counts[Tier.CPU] or counts[Tier.SHARED] or not counts[Tier.DROPPED]:
         return None
     tier = sess.tier
-    first, stop = tier.find(2), tier.rfind(2) + 1
-    return (first, stop) if stop - first == pages[2] else None
+    first, stop = tier.find(Tier.DROPPED), tier.rfind(Tier.DROPPED) + 1
+    return (first, stop) if stop - first == counts[Tier.DROPPED] else None
 
 
 def session_layer_split(sess: SessionKV, layers: int, block_tokens: int) -> tuple[int, int, int]:
     """``layer_split`` of the session's units, read from its byte array: with no unit off the
-    GPU, or its dropped units one run (``dropped_layer_run``), from counts alone."""
+    GPU, or its dropped units one run (``dropped_run``), from counts alone."""
     tokens = sess.tokens
     pages = sess.tier_pages
     if not (pages[1] or pages[2] or pages[3]):
         return tokens, 0, 0
-    run = dropped_layer_run(sess)
+    run = dropped_run(sess)
     if run is None:
         return layer_split(layer_codes(sess, layers), tokens, block_tokens)
     n_pages = len(sess.tier) // layers

@@ -18,7 +18,7 @@ from sim.units import (
     Tier,
     UnitView,
     _layer_split_masks,
-    dropped_layer_run,
+    dropped_run,
     layer_codes,
     layer_split,
     session_layer_split,
@@ -89,7 +89,7 @@ def test_session_split_reads_a_dropped_run_from_its_ends(layers, pages, bt, shor
     sess = session(codes, tokens)
     want = plain_split(np.array(codes, dtype=np.uint8).reshape(-1, layers)[:, ::-1], tokens, bt)
     assert session_layer_split(sess, layers, bt) == want
-    run = dropped_layer_run(sess)
+    run = dropped_run(sess)
     if 1 in codes or 2 not in codes:
         assert run is None
     else:
@@ -224,7 +224,7 @@ def test_the_engine_reads_dropped_runs_as_the_scan_would(policy, monkeypatch):
         assert any(runs), (policy, gpu, cpu)
         with monkeypatch.context() as m:
             m.setattr(TieredMemory, "_dropped_layer_run", lambda mem, sess: None)
-            m.setattr(sim.units, "dropped_layer_run", lambda sess: None)
+            m.setattr(sim.units, "dropped_run", lambda sess: None)
             slow = simulate(SESSIONS, COST, mem, policy=policy, seed=1)
         assert fast.turns.equals(slow.turns), (policy, gpu, cpu)
         assert fast.stats.steps == slow.stats.steps
