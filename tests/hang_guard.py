@@ -25,8 +25,10 @@ from __future__ import annotations
 
 import faulthandler
 import os
+import shutil
 import signal
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -38,6 +40,7 @@ GRACE_S = float(os.environ.get("KVSIM_LEAK_GRACE_S", 10.0))  # for leftovers to 
 _first_seen: dict[str, str] = {}  # a leftover's description -> the test after which it appeared
 _leaked: list[str] = []
 _keep: list = []
+STACKS_DIR_ENV = "KVSIM_STACKS_DIR"  # where xdist workers write their stacks on SIGUSR1
 
 
 def _children() -> list[tuple[int, str]]:
@@ -79,11 +82,36 @@ def leftovers() -> dict[str, int | threading.Thread]:
 def pytest_configure(config: pytest.Config) -> None:
     if not hasattr(signal, "SIGUSR1"):
         return
-    # The dump must reach the real stderr, not the running test's captured output (lost when the
-    # run is killed): a copy of descriptor 2 taken now, while pytest's capture is suspended.
-    stderr = os.fdopen(os.dup(2), "w")
-    faulthandler.register(signal.SIGUSR1, file=stderr, all_threads=True)
-    _keep.append(stderr)  # faulthandler holds only its descriptor
+    # An xdist worker has workerinput (not the environment's PYTEST_XDIST_WORKER, which a pytest
+    # started by a test in a worker inherits).
+    worker = getattr(config, "workerinput", {}).get("workerid")
+    chain = False  # to a Python handler of our own; the default action of SIGUSR1 ends the process
+    stacks_dir = os.environ.get(STACKS_DIR_ENV)
+    if worker and stacks_dir:
+        # An xdist worker: the signal reaches every process of the group at once, and dumps
+        # written to one stderr together interleave word by word; each worker writes its own file
+        # and the controller prints them one after another.
+        out = open(Path(stacks_dir) / f"{worker}.txt", "w")
+    else:
+        # The dump must reach the real stderr, not the running test's captured output (lost when
+        # the run is killed): a copy of descriptor 2 taken now, while pytest's capture is suspended.
+        out = os.fdopen(os.dup(2), "w")
+        if config.pluginmanager.hasplugin("xdist") and config.getoption("numprocesses", None):
+            stacks_dir = tempfile.mkdtemp(prefix="kvsim-stacks-")
+            os.environ[STACKS_DIR_ENV] = stacks_dir  # the workers, spawned later, inherit it
+            _keep.append(stacks_dir)  # removed at the end of the session
+            signal.signal(signal.SIGUSR1, lambda *_: _print_worker_stacks(out, Path(stacks_dir)))
+            chain = True
+    faulthandler.register(signal.SIGUSR1, file=out, all_threads=True, chain=chain)
+    _keep.append(out)  # faulthandler holds only its descriptor
+
+
+def _print_worker_stacks(out, stacks_dir: Path, wait_s: float = 2.0) -> None:
+    """After this process's own dump: each xdist worker's, read from the file it wrote."""
+    time.sleep(wait_s)  # the workers got the signal when this process did
+    for path in sorted(stacks_dir.glob("*.txt")):
+        out.write(f"\n--- stacks of xdist worker {path.stem} ---\n{path.read_text()}")
+    out.flush()
 
 
 @pytest.hookimpl(trylast=True)
@@ -124,6 +152,10 @@ def pytest_terminal_summary(terminalreporter) -> None:
 
 @pytest.hookimpl(trylast=True)
 def pytest_unconfigure(config: pytest.Config) -> None:
+    if not hasattr(config, "workerinput"):
+        for kept in _keep:
+            if isinstance(kept, str):
+                shutil.rmtree(kept, ignore_errors=True)
     if _leaked:  # do not let a blocked thread hold the exit
         sys.stdout.flush()
         sys.stderr.flush()

@@ -92,21 +92,28 @@ def _pytest(tmp_path: Path, body: str, *, bounded: int | None = None, timeout: f
 
 @pytest.fixture(scope="module", autouse=True)
 def past_bound(tmp_path_factory):
-    """The bounded run of SLOW, started before this module's other tests: it sleeps out its bound
-    and KILL_AFTER while they run (it waits for its test to be sleeping before they start, so
-    they do not slow its start-up). Yields (process, start time, folder of its output)."""
-    tmp_path = tmp_path_factory.mktemp("past_bound")
-    cmd, env = _command(tmp_path, SLOW, bounded=4)
-    t0 = time.monotonic()
-    with (tmp_path / "stdout").open("w") as out, (tmp_path / "stderr").open("w") as err:
-        proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=out, stderr=err, text=True)
-    while not (tmp_path / "sleeping").exists() and proc.poll() is None:
-        if time.monotonic() - t0 > 60:
-            break
-        time.sleep(0.05)
-    yield proc, t0, tmp_path
-    if proc.poll() is None:
-        proc.wait(timeout=120)
+    """Bounded runs of SLOW, in one process and on two xdist workers, started before this module's
+    other tests: they sleep out their bound and KILL_AFTER while those run (each waits for its test
+    to be sleeping before they start, so they do not slow its start-up). Yields, for each number of
+    workers, (process, start time, folder of its output)."""
+    runs = {}
+    for workers in ("0", "2"):
+        tmp_path = tmp_path_factory.mktemp(f"past_bound_n{workers}")
+        cmd, env = _command(tmp_path, SLOW, bounded=4)
+        cmd += ["-n", workers]
+        t0 = time.monotonic()
+        with (tmp_path / "stdout").open("w") as out, (tmp_path / "stderr").open("w") as err:
+            proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=out, stderr=err, text=True)
+        runs[workers] = (proc, t0, tmp_path)
+    for proc, t0, tmp_path in runs.values():
+        while not (tmp_path / "sleeping").exists() and proc.poll() is None:
+            if time.monotonic() - t0 > 60:
+                break
+            time.sleep(0.05)
+    yield runs
+    for proc, _, _ in runs.values():
+        if proc.poll() is None:
+            proc.wait(timeout=120)
 
 
 def test_a_clean_session_passes(tmp_path):
@@ -152,12 +159,15 @@ def test_a_leftover_child_process_fails_the_session_and_is_killed(tmp_path):
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc")
-def test_a_run_past_its_bound_is_stopped_with_the_stacks_and_a_message(past_bound):
-    proc, t0, folder = past_bound
+@pytest.mark.parametrize("workers", ["0", "2"])
+def test_a_run_past_its_bound_is_stopped_with_the_stacks_and_a_message(past_bound, workers):
+    proc, t0, folder = past_bound[workers]
     returncode = proc.wait(timeout=120)
     took = time.monotonic() - t0  # when it was seen to end: no earlier than it ended
     stderr = (folder / "stderr").read_text()
     assert returncode == 1
     assert "ran past its bound of 4 s and was stopped: a hang" in stderr
-    assert "test_takes_for_ever" in stderr  # faulthandler's dump names where it stood
+    if workers != "0":  # the worker's dump, printed whole after the controller's own
+        stderr = stderr.split("--- stacks of xdist worker gw", 1)[1]
+    assert 'test_inner.py", line 8 in test_takes_for_ever' in stderr  # where it stood
     assert took < 30  # the bound, then KILL_AFTER

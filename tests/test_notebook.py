@@ -147,6 +147,7 @@ def test_notebook_is_stored_without_outputs():
     assert "kvsim run experiments/quickstart.yaml" in intro and "KVSIM_RESULTS" in intro
 
 
+@pytest.mark.slow
 def test_notebook_reproduces_the_policy_comparison(results_dir, kernel_env, monkeypatch):
     monkeypatch.setenv("KVSIM_RESULTS", str(results_dir))
     nb = nbformat.read(NOTEBOOK, as_version=4)

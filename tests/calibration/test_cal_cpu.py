@@ -12,6 +12,7 @@ from costmodels import CostModel, get_model, load_profile, save_profile
 pytest.importorskip("torch")
 
 
+@pytest.mark.slow
 def test_quick_cpu_calibration_writes_a_valid_profile(cpu_calibration, tiny_model_path) -> None:
     rc, path, raw, out = cpu_calibration
     assert rc == 0, out
@@ -39,6 +40,7 @@ def test_quick_cpu_calibration_writes_a_valid_profile(cpu_calibration, tiny_mode
     assert "random" in out and "extrapolation" in out and "profile:" in out
 
 
+@pytest.mark.slow
 def test_raw_samples_round_trip(cpu_calibration) -> None:
     from calibration.samples_io import read_samples_csv
 
@@ -64,6 +66,7 @@ def test_raw_samples_round_trip(cpu_calibration) -> None:
     assert {s.model.num_heads for s in samples if s.term == "gemm"} == {4, 2, 1}
 
 
+@pytest.mark.slow
 def test_refuses_to_overwrite_without_force(cpu_calibration, tiny_model_path, capsys) -> None:
     from experiments.cli import main
 
@@ -115,6 +118,7 @@ def _ttfts(cost) -> list[float]:
     return list(res.turns["ttft_s"])
 
 
+@pytest.mark.slow
 def test_cpu_profile_changes_simulated_ttfts(cpu_calibration, tiny_model_path, tmp_path) -> None:
     _, path, _, _ = cpu_calibration
     model = get_model(str(tiny_model_path))

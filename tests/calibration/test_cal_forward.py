@@ -60,6 +60,7 @@ def test_recording_cost_model_sees_simulated_iterations(tiny_model_path) -> None
     assert 50 <= len(chosen) <= 60 and skipped == len(shapes) - len(chosen)
 
 
+@pytest.mark.slow
 def test_forward_replay_on_cpu(cpu_calibration, tiny_model_path, tmp_path) -> None:
     pytest.importorskip("torch")
     import dataclasses

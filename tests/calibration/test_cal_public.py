@@ -86,6 +86,7 @@ def _report(res, key):
     raise KeyError(key)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("key", list(DOCUMENTED), ids=lambda k: "/".join(k))
 def test_held_out_mape_is_the_documented_figure(public, key) -> None:
     r = _report(public, key)
@@ -96,11 +97,13 @@ def test_held_out_mape_is_the_documented_figure(public, key) -> None:
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("key", MET, ids=lambda k: "/".join(k))
 def test_targets_that_are_met(public, key) -> None:
     assert _report(public, key).test.mape < TARGET[key[1]]
 
 
+@pytest.mark.slow
 def test_the_wave_term_is_fitted_where_the_kernel_does_not_split_keys(public) -> None:
     # Without split-KV, one CTA per (query tile or sequence, head) streams the keys, and the fit
     # keeps a wave term; kernels that split keys get none.
@@ -113,6 +116,7 @@ def test_the_wave_term_is_fitted_where_the_kernel_does_not_split_keys(public) ->
         assert pf[0].wave_sm_count == waves, src.source.name
 
 
+@pytest.mark.slow
 def test_the_decode_wave_term_and_its_key_tile(public) -> None:
     # The decode kernels without split-KV step over their keys in tiles: the fit picks the tile
     # by training error, 64 keys on the H100 table and 32 on the A6000's (their time is flat
@@ -133,6 +137,7 @@ def test_the_decode_wave_term_and_its_key_tile(public) -> None:
     assert tiles == {"h100-lss-70b-tp4": 64, "a6000-lss-8b": 32}
 
 
+@pytest.mark.slow
 def test_gemms_use_the_tile_wave_form_over_the_gpus_sms(public) -> None:
     # c_tile is fitted or fixed at 0 as the source says (PublicSource.gemm_tile_overhead_fitted).
     from costmodels import get_hardware
@@ -148,6 +153,7 @@ def test_gemms_use_the_tile_wave_form_over_the_gpus_sms(public) -> None:
         assert 1 <= g.gemm_knee_p and 0 <= g.gemm_wave_tail <= 1
 
 
+@pytest.mark.slow
 def test_fitted_constants_are_physical(public) -> None:
     from costmodels import get_hardware
 
@@ -161,6 +167,7 @@ def test_fitted_constants_are_physical(public) -> None:
         assert 0 < p.linear.tau_s < 100e-6 and 0 < p.decode_attn.tau_s < 30e-6
 
 
+@pytest.mark.slow
 def test_committed_profiles_equal_the_fit(public) -> None:
     from costmodels import load_profile
 
@@ -244,6 +251,7 @@ def _assert_ops_are_the_fit(committed, fitted) -> None:
         assert priced == pytest.approx(op_s(want, *shape), rel=1e-5), where
 
 
+@pytest.mark.slow
 def test_elementwise_uses_the_per_op_form_where_the_source_says(public) -> None:
     # Each kind fitted on its own ops' times, its streaming bandwidth under the HBM peak (the
     # elementwise bytes at HBM peak stay a bound on the priced time).
@@ -262,6 +270,7 @@ def test_elementwise_uses_the_per_op_form_where_the_source_says(public) -> None:
             assert ew[0].elementwise_l2_bytes == hw.l2_bytes and ew[0].tau_s == 0.0
 
 
+@pytest.mark.slow
 def test_h100_decode_is_transferred_not_fitted(public) -> None:
     a100 = next(p for p in public.profiles if p.name == "a100-vidur")
     h100 = next(p for p in public.profiles if p.name == "h100-public")

@@ -147,6 +147,7 @@ def test_each_pool_routes_on_its_kv_a_delay_ago_on_random_traces(kv_log, session
     spans_on_and_off(sessions, mem(30, 20), 1000.0, kv_log)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("delay_ms", "prefill"), [(50.0, 1), (10_000.0, 2), (60_000.0, 1)])
 def test_each_pool_routes_on_its_kv_a_delay_ago(kv_log, delay_ms, prefill):
     sessions = synthetic(30)

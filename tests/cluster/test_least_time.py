@@ -155,6 +155,7 @@ def clusters_alike(draw):
     return replicas, groups, extra
 
 
+@pytest.mark.slow
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(traces(), clusters_alike())
 def test_least_time_among_replicas_alike_is_kv_aware_and_least_loaded(sessions, case):

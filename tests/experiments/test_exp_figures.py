@@ -149,6 +149,7 @@ def test_panel_titles_are_words_not_config_keys(tmp_path, drawn):
     ]
 
 
+@pytest.mark.slow
 def test_every_figure_is_stamped_with_model_hardware_trace_and_version(tmp_path, drawn):
     written = _draw(tmp_path, resolved=RESOLVED)
     for path, fig in zip(written, drawn, strict=True):

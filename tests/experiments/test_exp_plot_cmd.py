@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from experiments.cli import main
 
 TINY = """name: tiny
@@ -37,6 +39,7 @@ def test_plot_of_a_folder_without_results_exits_2(tmp_path, capsys):
     assert not any(tmp_path.iterdir())  # nothing half-written left behind
 
 
+@pytest.mark.slow
 def test_plot_draws_the_formats_the_folder_was_written_in(tmp_path, capsys):
     """Without --format, the figures come back in the folder's figures.format; --format (one or
     a comma-separated list) replaces them."""

@@ -63,6 +63,7 @@ def test_a_run_that_rejects_turns_names_the_count_the_cause_and_the_keys(
     assert "trace file" not in note  # a synthetic trace only
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("engine", ["kvsim", "vllm-v1"])
 def test_the_kv_the_note_names_is_what_serves_every_turn(engine, write_yaml, tmp_path, capsys):
     """The GiB the note gives for the longest conversation: a GPU KV just below it rejects that

@@ -32,6 +32,7 @@ def _session_members(sid: int) -> list[tuple[int, str]]:
     return [(p.pid, p.state) for p in proc_table.session_members(sid)]
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc")
 @pytest.mark.parametrize(
     "signum,status,words",

@@ -146,6 +146,7 @@ def _rows_equal(a: pd.DataFrame, b: pd.DataFrame) -> None:
     )
 
 
+@pytest.mark.slow
 def test_each_point_of_a_policy_list_is_its_single_policy_run(runs):
     (summary, turns, _), single = runs
     assert list(zip(summary.store_gb, summary.store_policy)) == [
@@ -169,6 +170,7 @@ def test_each_point_of_a_policy_list_is_its_single_policy_run(runs):
     assert (lru != s3).any()
 
 
+@pytest.mark.slow
 def test_the_store_figure_draws_a_line_per_store_policy(runs):
     (summary, _, out), single = runs
     assert (out / "plots" / "store_vs_replicas.png").stat().st_size > 10_000

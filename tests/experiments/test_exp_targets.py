@@ -66,6 +66,7 @@ def test_resolved_config_names_every_target(write_yaml):
     assert targets["jain"] == JAIN_TARGET  # not written: the default, written out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("off", ["none", "None", "null", "~"])
 def test_targets_none_turns_judging_off(fake_backend, write_yaml, tmp_path, capsys, off):
     rc, out = _run(write_yaml, tmp_path, f"targets: {off}\n")
@@ -111,6 +112,7 @@ def test_bad_targets_are_errors_naming_the_key(write_yaml, targets, key, words):
 # Offline bounds
 
 
+@pytest.mark.slow
 def test_an_offline_policy_is_not_judged(fake_backend, write_yaml, tmp_path, capsys):
     rc, out = _run(write_yaml, tmp_path, policies="[lru, belady, cost-belady]")
     assert rc == 0
@@ -154,6 +156,7 @@ def test_the_report_shows_the_experiments_thresholds(fake_backend, write_yaml, t
     assert "jain_service \u2265 0.99" in rules and "gpu_util \u2265 0.9" in rules
 
 
+@pytest.mark.slow
 def test_plots_draw_the_experiments_thresholds(fake_backend, write_yaml, tmp_path, monkeypatch):
     drawn: dict[str, object] = {}
     real = plots._line_plot

@@ -8,6 +8,7 @@ import math
 
 import pandas as pd
 import pyarrow.parquet as pq
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -142,6 +143,7 @@ def _point(index, rows, labels, on_disk, extra, folder) -> PointResult:
     )
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     points=st.lists(

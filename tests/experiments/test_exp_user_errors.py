@@ -61,6 +61,7 @@ def umask_022():
     os.umask(old)
 
 
+@pytest.mark.slow
 def test_results_folder_has_the_users_usual_permissions(
     fake_backend, tiny_yaml, tmp_path, umask_022
 ):

@@ -9,6 +9,7 @@ import math
 
 import pandas as pd
 import pyarrow.parquet as pq
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_exp_turns_file import LABEL  # the labels a point may carry
@@ -46,6 +47,7 @@ def whole(frames, path) -> pd.DataFrame:
     return pd.read_parquet(path)
 
 
+@pytest.mark.slow
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     points=st.lists(

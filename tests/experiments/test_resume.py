@@ -98,6 +98,7 @@ def test_a_changed_config_does_not_reuse_points(tmp_path, monkeypatch):
     assert run_experiment(changed, out, show_progress=False).resumed == 0
 
 
+@pytest.mark.slow
 def test_sigterm_on_a_worker_pool_keeps_finished_points(tmp_path):
     cfg = tmp_path / "big.yaml"
     cfg.write_text(

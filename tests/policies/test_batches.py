@@ -54,6 +54,7 @@ def test_the_policies_with_batches_are_checked():
     assert {"arc", "twoq", "s3fifo", "lru", "fifo", "pensieve"} <= set(BATCHED)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", BATCHED)
 def test_batch_calls_equal_one_call_per_unit(name):
     rng = random.Random(name)
@@ -71,6 +72,7 @@ EVICTING = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", EVICTING)
 def test_a_batch_eviction_of_units_of_one_size_equals_one_evict_after_another(name):
     """A policy's own ``evict_bytes`` where every unit has one size (ARC's loop over local list

@@ -42,6 +42,7 @@ def test_unit_sizes_equal_request_by_request(policy, kind, cap):
     _assert_same(policy, stream(kind, N, sized=False, seed=3), cap)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cap", SIZED_CAPS)
 @pytest.mark.parametrize("kind", ("zipf", "scan", "loop"))
 @pytest.mark.parametrize("policy", SIZED_EXACT)

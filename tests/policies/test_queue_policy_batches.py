@@ -60,6 +60,7 @@ class ExtentDriver(UniformDriver):
             self._gone(u)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", NAMES)
 @pytest.mark.parametrize("drops", [True, False])
 def test_extents_and_removals_equal_the_base_forms(name, drops):

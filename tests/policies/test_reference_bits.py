@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from itertools import chain, pairwise, starmap
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -48,6 +49,7 @@ def _check(bits: ReferenceBits, ref: set[int]) -> None:
     assert set(bits.sessions) == {u >> UNIT_BITS for u in ref}
 
 
+@pytest.mark.slow
 @settings(max_examples=400, deadline=None)
 @given(ops=ops)
 def test_reference_bits_are_a_set_of_uids(ops):

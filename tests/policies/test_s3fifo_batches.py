@@ -46,6 +46,7 @@ def stretches(request, monkeypatch):
     monkeypatch.setattr(s3fifo, "STRETCH_SLACK", slack)
 
 
+@pytest.mark.slow
 def test_evict_bytes_of_many_units_equals_evict_one_by_one(stretches):
     @settings(
         max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow], database=None

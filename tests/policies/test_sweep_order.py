@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import random
 
+import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -208,6 +209,7 @@ def test_compacting_at_every_step_changes_nothing(ops):
     _run(ops, EagerSweepOrder())
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None)
 @given(ops=OPS)
 @example(ops=EXAMPLE)

@@ -11,6 +11,7 @@ import math
 from unittest.mock import patch
 
 import numpy as np
+import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from test_kv_pensieve import _exact_key
@@ -179,6 +180,7 @@ KIN_OPS = st.lists(
 
 
 # Costs are positive: a cost of 0 at an idle time of 0 is 0/0, a value no real unit has.
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None)
 @given(
     ops=KIN_OPS,

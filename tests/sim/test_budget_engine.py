@@ -121,6 +121,7 @@ BUDGET_CASES = given(
 
 
 # The default run draws 20 cases, the slow suite 60.
+@pytest.mark.slow
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @BUDGET_CASES
 def test_budgets_keep_the_invariants_and_the_ledger_of_strict_replay(**case):

@@ -133,6 +133,7 @@ def test_a_store_gives_the_prefill_pool_what_decode_wrote():
 
 
 # -- random traces ---------------------------------------------------------------------------------
+@pytest.mark.slow
 @pytest.mark.parametrize("router", ["round-robin", "kv-aware", "session-affinity"])
 def test_pools_conserve_and_spans_give_the_iteration_by_iteration_run(router):
     sessions = synthetic(30, seed=2)

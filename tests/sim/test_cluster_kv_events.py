@@ -141,6 +141,7 @@ def spans_on_and_off(sessions, memory, replicas, delay_ms, **kw) -> pd.DataFrame
 
 # 50 ms: every view point is a view event (the trace's think times are longer); 10 s and 60 s:
 # many are read from the record (a think time shorter than the delay)
+@pytest.mark.slow
 @pytest.mark.parametrize("delay_ms", [50.0, 10_000.0, 60_000.0])
 def test_decode_spans_give_the_iteration_by_iteration_run_with_a_delay(delay_ms):
     sessions = synthetic(40)

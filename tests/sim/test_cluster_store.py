@@ -206,6 +206,7 @@ def test_a_store_instead_of_a_cpu_tier_recovers_what_one_replica_dropped():
     assert stored.recomputed_tokens.sum() < alone.recomputed_tokens.sum()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("router", ["round-robin", "kv-aware"])
 @pytest.mark.parametrize("chunked", [False, True])
 def test_spans_give_the_iteration_by_iteration_run_with_a_store(router, chunked):

@@ -98,6 +98,7 @@ def test_a_dropped_chunk_the_store_holds_is_no_hit():
 
 
 # -- conservation, exact spans --------------------------------------------------------------------
+@pytest.mark.slow
 @pytest.mark.parametrize("write", ["eviction", "both"])
 @pytest.mark.parametrize(("replicas", "cpu"), [(1, 0), (3, 0), (3, 100)])
 def test_spans_stay_exact_and_history_is_conserved_with_writes_at_drops(write, replicas, cpu):
@@ -115,6 +116,7 @@ def test_spans_stay_exact_and_history_is_conserved_with_writes_at_drops(write, r
         assert res.store.written_chunks > res.store.drop_written_chunks
 
 
+@pytest.mark.slow
 def test_a_clock_reading_replica_policy_writes_its_span_drops_at_their_times():
     """Pensieve's decode spans drop their victims in one batch, each chosen at its step's start
     (one replica: nothing cuts its spans short): written one call at a time, at that time and in

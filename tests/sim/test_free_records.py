@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from trace_strategies import traces
@@ -68,6 +69,7 @@ def assert_same(trace, memory, engine, policy, each=True) -> Scheduler:
     return freed
 
 
+@pytest.mark.slow
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     traces(),

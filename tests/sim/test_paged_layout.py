@@ -119,6 +119,7 @@ SYNTHETIC = traces.load_trace(
 ).sessions
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "unit, prefetch",
     [("block", "off"), ("session", "off"), ("layer_block", "off"), ("block", "think")],

@@ -9,6 +9,7 @@ import math
 from unittest import mock
 
 import pandas as pd
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -58,6 +59,7 @@ def model(turns: pd.DataFrame) -> pd.DataFrame:
     return out.reset_index()[list(SESSION_COLUMNS)]
 
 
+@pytest.mark.slow
 @settings(max_examples=600, deadline=None)
 @given(turns=ledgers(), chunk=st.sampled_from([1, 2, 3, 5, 1 << 16]))
 def test_session_table_is_the_groupby_model(turns, chunk):

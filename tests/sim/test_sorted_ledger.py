@@ -39,6 +39,7 @@ def file_rows(path) -> pd.DataFrame:
     return pq.read_table(path).to_pandas().astype(TURN_DTYPES)
 
 
+@pytest.mark.slow
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(drawn=rows(), spool_rows=st.integers(1, 7), sorted_rows=st.integers(1, 9))
 def test_the_sorted_file_holds_simulates_frame(tmp_path_factory, drawn, spool_rows, sorted_rows):

@@ -45,6 +45,7 @@ def assert_same_run(listed: SimResult, spooled: SpooledResult) -> None:
         assert_same_summary(summarize(listed, slo=slo), summarize(spooled, slo=slo))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "policy,unit,rows",
     [("lru", "block", 3), ("lru", "layer_block", 37), ("fifo", "session", 2**18)],
@@ -149,6 +150,7 @@ def _stats() -> EngineStats:
     return EngineStats(1.0, 1, 10, math.inf, 0.0, 0.5, 0, 0, 0, 0, 0, 0, 0, rejected_turns=2)
 
 
+@pytest.mark.slow
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(rows=ledgers(), per_group=st.integers(1, 9))
 def test_the_spooled_ledger_is_the_in_memory_ledger(tmp_path_factory, rows, per_group):

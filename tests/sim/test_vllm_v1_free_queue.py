@@ -200,6 +200,7 @@ def _log(sched: VllmScheduler, decode_spans: bool = True) -> list[dict]:
     ).steps
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("async_scheduling", [False, True])
 def test_decode_spans_taking_blocks_at_once_log_what_step_by_step_does(async_scheduling):
     cfg = VllmConfig(num_blocks=400, block_size=16, async_scheduling=async_scheduling)

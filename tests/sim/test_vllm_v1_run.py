@@ -67,6 +67,7 @@ def free_queue_run(sessions):
     return queue, _log(sessions, queue)
 
 
+@pytest.mark.slow
 def test_lru_through_the_policy_interface_is_vllms_free_queue(sessions, free_queue_run):
     cfg = PRESSED
     queue, a = free_queue_run
@@ -79,6 +80,7 @@ def test_lru_through_the_policy_interface_is_vllms_free_queue(sessions, free_que
         assert pool.num_free_cached == sum(1 for b in pool.cached_blocks() if pool.holders(b) == 0)
 
 
+@pytest.mark.slow
 def test_another_policy_changes_the_hits(sessions, free_queue_run):
     cfg = PRESSED
     _, a = free_queue_run  # LRU, vLLM's free queue

@@ -33,6 +33,7 @@ def trace_bound(path) -> tuple[int, int]:
     return repeated, total
 
 
+@pytest.mark.slow
 @pytest.mark.data
 def test_unbounded_reuse_is_the_traces_bound_plus_replies_and_partial_blocks(data_file):
     path = data_file("mooncake/conversation_trace.jsonl")
