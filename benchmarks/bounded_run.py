@@ -5,7 +5,7 @@ The bench's synthetic trace and GPU KV (10 % of the peak demand of an unbounded 
 one run in this process: prints turns/s, wall and CPU seconds and the re-prefill rate. Unlike
 ``kvsim bench`` it runs no repeats in fresh processes, so ``py-spy record -- python
 benchmarks/bounded_run.py ...`` sees the whole simulation, and an old tree can be timed against a
-new one run by run (``PYTHONPATH=OLD_TREE python benchmarks/bounded_run.py ...``). The peak demand
+new one run by run (``python OLD_TREE/benchmarks/bounded_run.py ...`` times the old tree). The peak demand
 run costs time: ``--gpu-kv-gb`` skips it with the value a first run printed.
 
     python benchmarks/bounded_run.py pensieve --sessions 2000
@@ -18,8 +18,6 @@ import argparse
 import dataclasses
 import time
 
-from experiments.bench import BenchConfig, _one_run, peak_demand_gb
-
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -28,6 +26,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--evict-unit", default="block", choices=["session", "block", "layer_block"])
     ap.add_argument("--gpu-kv-gb", type=float, help="default: 10 %% of the unbounded run's peak")
     args = ap.parse_args(argv)
+    from experiments.bench import BenchConfig, _one_run, peak_demand_gb
     from sim.policies import available_policies
 
     if args.policy not in available_policies():
@@ -51,4 +50,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
+    import own_tree  # this tree's packages, not the installed checkout's
+
+    own_tree.use()
     main()

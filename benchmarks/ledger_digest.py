@@ -235,4 +235,7 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
+    import own_tree  # this tree's packages, not the installed checkout's
+
+    own_tree.use()
     sys.exit(main())

@@ -132,4 +132,7 @@ def layer_block_table(names: list[str], args) -> None:
 
 
 if __name__ == "__main__":
+    import own_tree  # this tree's packages, not the installed checkout's
+
+    own_tree.use()
     main()

@@ -427,4 +427,7 @@ def report(args, w: dict, s: dict, ld: dict | None, lst: dict | None) -> None:
 
 
 if __name__ == "__main__":
+    import own_tree  # this tree's packages, not the installed checkout's
+
+    own_tree.use()
     main()

@@ -219,4 +219,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":  # spawned local workers re-import this module
+    import own_tree  # this tree's packages, not the installed checkout's
+
+    own_tree.use()
     main()

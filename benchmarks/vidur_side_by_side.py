@@ -445,4 +445,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
+    import own_tree  # this tree's packages, not the installed checkout's
+
+    own_tree.use()
     main()
