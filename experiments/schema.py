@@ -1629,6 +1629,7 @@ def _cluster_problems(exp: Experiment) -> list[tuple[tuple[str | int, ...], str]
     out += _router_param_problems(c)
     out += _groups_problems(c)
     out += _group_fit_problems(exp)
+    out += _groups_cross_problems(exp)
     out += _store_problems(exp)
     out += _disagg_problems(exp)
     return out
@@ -1693,6 +1694,46 @@ def _group_fit_problems(exp: Experiment) -> list[tuple[tuple[str | int, ...], st
                             fix = "choose hardware with more memory, or lower its gpu_kv_gb"
                             msg = f"{problem}, with hardware {_short(hardware)}; {fix}"
                             out.append((where, msg))
+    return list(dict.fromkeys(out))
+
+
+def _groups_cross_problems(exp: Experiment) -> list[tuple[tuple[str | int, ...], str]]:
+    """Groups at tps whose pages differ in bytes (a tp above the model's KV heads replicates them)
+    where KV crosses between replicas (a shared store or disaggregation): the run would refuse
+    them (``sim.cluster.groups.check_pages_cross``); named here, at the fleet, before any run."""
+    import costmodels
+
+    c = exp.cluster
+    if c is None or c.groups is None:
+        return []
+    crossing = []
+    if c.store is not None and any(gb for gb, _, _ in c.store_points()):
+        crossing.append("cluster.store")
+    if c.disaggregation is not None and any(c.prefill_counts()):
+        crossing.append("cluster.disaggregation")
+    if not crossing:
+        return []
+    out: list[tuple[tuple[str | int, ...], str]] = []
+    for i, fleet in enumerate(c.fleets()):
+        where: tuple[str | int, ...] = ("cluster", "groups", *((i,) if c.groups_axis else ()))
+        for model in exp.model:
+            spec = costmodels.get_model(model)
+            for point_tp in exp.tp_for(model):
+                tps = sorted({g.tp if g.tp is not None else point_tp for g in fleet})
+                if not all(_splits(model, tp) for tp in tps):
+                    continue  # _tp_problems and _group_fit_problems name it
+                per_token = {tp: spec.shard(tp).kv_bytes_per_token * tp for tp in tps}
+                if len(set(per_token.values())) > 1:
+                    out.append(
+                        (
+                            where,
+                            f"tp {tps} with {' and '.join(crossing)}: a token of "
+                            f"{_short(model)} takes {sorted(set(per_token.values()))} bytes over "
+                            "the groups' GPUs (a tp above the model's KV heads replicates them), "
+                            "so KV could not cross between them; choose tps that split the KV "
+                            "heads",
+                        )
+                    )
     return list(dict.fromkeys(out))
 
 

@@ -230,3 +230,32 @@ def test_a_group_tp_in_the_yaml_is_the_groups_and_its_memory_is_checked_at_it(tm
             load_experiment(path)
         first = str(info.value).splitlines()[0]
         assert first.startswith(f"{path}: {key}: ") and words in first, str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("crossing", "key"),
+    [
+        ("  store: {capacity_gb: [0, 4]}\n", "cluster.store"),
+        ("  disaggregation: {prefill_replicas: [0, 1]}\n", "cluster.disaggregation"),
+    ],
+)
+def test_a_tp_that_replicates_kv_heads_where_kv_crosses_is_refused_in_the_yaml(
+    tmp_path, crossing, key
+):
+    """The refusal the run makes (above), at the fleet's key before any run; a fleet whose KV
+    stays on its replicas (a store of 0 GB, no prefill pool) runs."""
+    from experiments.schema import ConfigError, load_experiment
+
+    fleet = YAML.replace("gpu_kv_gb: 70, tp: 2", "gpu_kv_gb: 1, tp: 16")
+    path = tmp_path / "g.yaml"
+    path.write_text(fleet + crossing)
+    with pytest.raises(ConfigError) as info:
+        load_experiment(path)
+    first = str(info.value).splitlines()[0]
+    assert first.startswith(f"{path}: cluster.groups: tp [1, 16] with {key}: a token of "), first
+    # no crossing at any point: accepted (tp 16 replicates llama-3-8b's 8 KV heads, colocated)
+    path.write_text(fleet + crossing.replace("[0, 4]", "[0]").replace("[0, 1]", "[0]"))
+    assert len(load_experiment(path).grid()) == 1
+    # tps that split the KV heads cross: accepted
+    path.write_text(fleet.replace("tp: 16", "tp: 8") + crossing)
+    assert len(load_experiment(path).grid()) == 2
