@@ -1,11 +1,9 @@
 """Eviction policies, one file each, registered by name.
 
-Every module in this folder (except base, registry and those starting with ``_``) is imported here,
-so a new policy file registers itself without editing this one.
+A policy's module is imported when its name is first asked for (``policy_class``, ``make_policy``):
+``sim.policies.registry`` maps each built-in name to its module, so a run imports only the policies
+it uses. A new policy file adds its names to that map (a test fails, naming the file, until it does).
 """
-
-import importlib
-import pkgutil
 
 from sim.policies.base import EvictionPolicy, PolicyContext
 from sim.policies.registry import (
@@ -14,10 +12,6 @@ from sim.policies.registry import (
     policy_class,
     register,
 )
-
-for _info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
-    if _info.name not in ("base", "registry") and not _info.name.startswith("_"):
-        importlib.import_module(f"{__name__}.{_info.name}")
 
 __all__ = [
     "EvictionPolicy",
