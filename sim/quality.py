@@ -8,7 +8,6 @@ import math
 
 from sim.config import BudgetConfig
 from sim.results import SimResult
-from sim.token_budget import LifespanDistribution, TokenBudget, quality_report
 
 
 def budget_quality(result: SimResult, budget: BudgetConfig, layers: int, seed: int) -> dict:
@@ -17,6 +16,9 @@ def budget_quality(result: SimResult, budget: BudgetConfig, layers: int, seed: i
     over the sampled sessions, and how many sessions were sampled. Full KV prunes nothing: 0."""
     if budget.capacity is None:
         return {"relevant_pruned_share": 0.0, "relevant_pruned_stderr": 0.0, "quality_sessions": 0}
+    # here: a run without a token budget (most) need not import the relevance model
+    from sim.token_budget import LifespanDistribution, TokenBudget, quality_report
+
     t = result.turns.sort_values(["session_id", "turn"], kind="stable")
     later = t[t["history_tokens"] > 0]
     ends = [g.to_list() for _, g in later.groupby("session_id", sort=True)["history_tokens"]]
