@@ -34,6 +34,7 @@ and said so in ``TermFit.notes``.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
@@ -735,9 +736,14 @@ def _fit_per_op(samples: Sequence[Sample], limits: RateLimits, form: PerOpForm) 
 
 def _fit_link(term: str, samples: Sequence[Sample], limits: RateLimits) -> TermFit:
     """The link form of one copy direction, max(start + n*latency + bytes/bw, n*issue - lead), in
-    relative error from three starts; ``lead`` (how long the host issued copies before the
-    timer's start event ran) is fitted with it and kept apart from the profile's constants.
-    Units inside: us, us per MB."""
+    relative error from four starts (the usual three, and the first with no lead: a sweep whose
+    best fit prices its short trains on the issue branch with a lead near 0 has a worse local
+    optimum that leaves them to the engine, and where the three starts stop depends on the CPU's
+    BLAS kernels); ``lead`` (how long the host issued copies before the timer's start event ran)
+    is fitted with it and kept apart from the profile's constants. Where the samples do not fix
+    issue and lead apart, the fit is moved to the one point ``_ridge_lead`` chooses, at the same
+    cost, so the constants do not depend on where the optimiser stopped. Units inside: us, us per
+    MB."""
     from scipy.optimize import least_squares
 
     n = np.array([s.shape.copies for s in samples], dtype=float)
@@ -746,23 +752,26 @@ def _fit_link(term: str, samples: Sequence[Sample], limits: RateLimits) -> TermF
     notes: list[str] = []
     link = limits.host_link_Bps
     # Ceilings: fixed costs and the lead under 100 us / 1 ms, the rate under the link's.
-    x0 = np.array([5.0, 2.0, 1e6 / (0.85 * link) if link else 18.0, 6.0, 80.0])
+    x0 = np.array([5.0, 2.0, 1e6 / (0.85 * link) if link else 18.0, 6.0, PRIOR_LEAD_US])
     lo = np.array([0.0, 0.0, 1e6 / link if link else 0.0, 0.0, 0.0])
     hi = np.array([100.0, 100.0, 1e6, 100.0, 1000.0])
 
     def model(x: np.ndarray) -> np.ndarray:
         return np.maximum(x[0] + n * x[1] + mb * x[2], n * x[3] - x[4])
 
+    no_lead = x0.copy()
+    no_lead[4] = 0.0
     best = None
-    for scale in (1.0, 0.5, 2.0):
-        start = np.clip(x0 * scale, lo + 1e-9, hi - 1e-9)
+    for start in (x0, 0.5 * x0, 2.0 * x0, no_lead):
+        start = np.clip(start, lo + 1e-9, hi - 1e-9)
         res = least_squares(
             lambda x: (model(x) - y) / y, start, bounds=(lo, hi), x_scale=np.abs(start)
         )
         if best is None or res.cost < best.cost:
             best = res
     assert best is not None  # one start at least
-    x = best.x
+    x = best.x.copy()
+    x[3], x[4] = _ridge_lead(n, x[0] + n * x[1] + mb * x[2], float(x[3]), float(x[4]))
     params = CopyTerm(
         latency_s=float(x[1]) * 1e-6,
         bw_Bps=_rate(float(x[2]) * 1e-6 / 1e6, f"{term} bw", notes),
@@ -775,6 +784,45 @@ def _fit_link(term: str, samples: Sequence[Sample], limits: RateLimits) -> TermF
         "(the cold-L2 flush queued ahead of it); scored with it, not in the profile"
     )
     return TermFit(term, params, len(samples), tuple(notes), lead_s=float(x[4]) * 1e-6)
+
+
+# The host lead a link fit takes where the samples leave it free (``_ridge_lead``): the lead its
+# first start has, about the cold-L2 flush the timer's start event waits behind (256 MB at the
+# HBM rate: 89 us on an H100, 53 us on an H200).
+PRIOR_LEAD_US = 80.0
+
+
+def _ridge_lead(
+    n: np.ndarray, engine: np.ndarray, issue: float, lead: float, issue_max: float = 100.0
+) -> tuple[float, float]:
+    """(issue, lead) of a link fit (us) where the samples fix them; else the point of equal cost
+    whose lead is nearest ``PRIOR_LEAD_US``. On the issue branch (n * issue - lead above the
+    engine's time ``engine``) the samples of one train length m fix only m * issue - lead = k: a
+    line of equal cost, issue = (k + lead) / m for any lead that keeps every other train off the
+    branch (and both within the fit's bounds), and least_squares stops on it where the BLAS
+    kernels' rounding takes it (4.85 or 6.26 us for the H100 full grid's H2D). The lead is
+    taken at the prior, or at the line's nearer end, rounded inwards to 0.1 us as the notes
+    write it. Where no sample reaches the branch neither is fitted, and both are 0; trains of
+    two or more lengths on the branch fix both, and they are kept."""
+    branch = n * issue - lead > engine
+    if not branch.any():
+        return 0.0, 0.0
+    lengths = np.unique(n[branch])
+    if len(lengths) > 1:
+        return issue, lead
+    m = float(lengths[0])
+    k = m * issue - lead
+    # Another train i stays off the branch while n_i * (k + lead) / m - lead <= engine_i: a floor
+    # on the lead for shorter trains, a ceiling for longer ones.
+    off = ~branch & (n != m)
+    at = (n[off] * k / m - engine[off]) / (1.0 - n[off] / m)
+    shorter = n[off] < m
+    least = max(0.0, float(at[shorter].max())) if shorter.any() else 0.0
+    most = min(1000.0, issue_max * m - k, float(at[~shorter].min()) if (~shorter).any() else 1e300)
+    chosen = min(max(PRIOR_LEAD_US, math.ceil(least * 10.0) / 10.0), math.floor(most * 10.0) / 10.0)
+    if not ((n * (k + chosen) / m - chosen > engine) == branch).all():
+        chosen = lead  # the line is narrower than the rounding: keep the fitted point
+    return (k + chosen) / m, chosen
 
 
 def _fit_prefill_floor(

@@ -59,14 +59,14 @@ def assert_link_fit_is_an_optimum(fit, p, samples) -> None:
 
     The link form max(start + n * latency + bytes / bw, n * issue - lead) reaches its issue branch
     on few samples. Where they are all of one train length (the 256-copy trains), the samples fix
-    256 * issue - lead, not issue: a line of equal cost, and where scipy's least_squares stops on
-    it depends on the CPU's BLAS kernels (the H100 full grid's H2D: issue 4.85 us, lead 136 us
-    with OPENBLAS_CORETYPE=Haswell, 6.26 us / 496 us with Sandybridge, the same cost to 1e-15).
-    The notes write the lead to 0.1 us, so the committed cost is taken at the best lead within
-    that rounding (the lead as written costs up to 2e-7 relative more). 1e-8 holds the committed
-    constants, rounded to 6 digits (5e-11 to 5.4e-9 over the five GPU profiles' copies, the same
-    under both core types), and fails issue_s moved by 1e-4 alone in every one of them (1.3e-8
-    to 3e-6) or a lead 0.1 us off the ridge."""
+    256 * issue - lead, not issue: a line of equal cost, on which scipy's least_squares stops
+    where the CPU's BLAS kernels take it (the H100 full grid's H2D: issue 4.85 us, lead 136 us
+    with OPENBLAS_CORETYPE=Haswell, 6.26 us / 496 us with Sandybridge, the same cost to 1e-15);
+    the fit then takes the line's point nearest an 80 us lead (``calibration.fit._ridge_lead``),
+    the same under both. The notes write the lead to 0.1 us (the ridge's point is on that grid;
+    a lead the samples fix is not), so the committed cost is taken at the best lead within that
+    rounding. 1e-8 holds the committed constants, rounded to 6 digits, and fails issue_s moved
+    by 1e-4 alone or a lead 0.1 us off the ridge."""
     from scipy.optimize import minimize_scalar
 
     term = fit.term

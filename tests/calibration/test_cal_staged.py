@@ -240,19 +240,19 @@ def test_h200_layer_by_layer_one_call_per_layer(h200_points) -> None:
 
 
 def test_h200_per_page_copies_are_host_bound(h200_points) -> None:
-    """One call per page: the host's issue rate decides. Whole, the price is 2 % low to 33 % high;
+    """One call per page: the host's issue rate decides. Whole, the price is 24 % low to 3 % high;
     layer by layer from one host thread (which issues both directions, where the price assumes a
-    sender's and a receiver's host) it is 20-41 % optimistic, and 30-42 % with a thread per
-    direction in one process; the first layer's price is 1 % low to 28 % high on one thread (the
-    profile's issue costs, 4.1 us a D2H and 5.8 us an H2D call, against 3.7-5.0 us a call here)."""
+    sender's and a receiver's host) it is 43-58 % optimistic, and 50-59 % with a thread per
+    direction in one process; the first layer's price is 1-24 % low on one thread (the profile's
+    issue costs, 3.5 us a D2H and 4.1 us an H2D call, against 3.7-5.0 us a call here)."""
     for t in (256, 1024, 4096, 16384, 32768):
         whole = h200_points[("whole-page", t)]
         one = h200_points[("layerwise-page", t)]
         two = h200_points[("layerwise-page-2threads", t)]
-        assert -0.03 <= whole.total_error <= 0.34, (t, whole.total_error)
-        assert -0.42 <= one.total_error <= -0.19, (t, one.total_error)
-        assert -0.02 <= one.first_error <= 0.29, (t, one.first_error)
-        assert -0.43 <= two.total_error <= -0.29, (t, two.total_error)
+        assert -0.25 <= whole.total_error <= 0.03, (t, whole.total_error)
+        assert -0.59 <= one.total_error <= -0.42, (t, one.total_error)
+        assert -0.25 <= one.first_error <= -0.005, (t, one.first_error)
+        assert -0.60 <= two.total_error <= -0.50, (t, two.total_error)
         # The measured time of the single-thread run is its host's issue time (within 2 %).
         assert abs(one.case.total_median_s / one.case.host_issue_median_s - 1) <= 0.02
 
@@ -280,10 +280,10 @@ def test_h100_copy_engine_bound_cases_agree_with_the_h200s(h100_points) -> None:
 
 def test_h100_profile_prices_per_page_issue_about_twice_the_measured(h100_points) -> None:
     """Whole per-page copies: the host issued a call in 3.6-3.9 us from 4096 tokens up, the profile
-    prices about 7 us, so the price is 82-96 % high from 4096 tokens up (what a refit of the H100
+    prices about 7 us, so the price is 80-94 % high from 4096 tokens up (what a refit of the H100
     profile's copy issue terms on these samples would fix)."""
     for t in (4096, 16384, 32768):
         p = h100_points[("whole-page", t)]
-        assert 0.8 <= p.total_error <= 0.97, (t, p.total_error)
+        assert 0.8 <= p.total_error <= 0.95, (t, p.total_error)
         calls = 2 * p.case.layers * p.case.calls_per_layer
         assert 3.5e-6 <= p.case.host_issue_median_s / calls <= 4.0e-6
