@@ -183,14 +183,14 @@ class SparseConfig:
     phases: tuple[str, ...] = ("decode",)  # where the selector runs; prefill is always dense
 
     def __post_init__(self) -> None:
-        from sim.sparse import check_phase, make_selector, validate_sparse
-
         if self.kind not in SPARSE_KINDS:
             raise ValueError(f"sparse.kind must be one of {SPARSE_KINDS}, got {self.kind!r}")
         if self.ring_slots < 1:
             raise ValueError(f"sparse.ring_slots must be >= 1, got {self.ring_slots}")
         if self.kind == "off":
-            return
+            return  # no selector: sim.sparse is not imported
+        from sim.sparse import check_phase, make_selector, validate_sparse
+
         if self.kind == "full" and self.k is not None:
             raise ValueError("sparse.k is for kind 'quest'; kind 'full' reads every page")
         selector = make_selector(self.kind, k=self.k, scorer=self.scorer)
@@ -199,10 +199,10 @@ class SparseConfig:
             check_phase(selector, phase)
 
     def selector(self):
-        from sim.sparse import make_selector
-
         if self.kind == "off":
             return None
+        from sim.sparse import make_selector
+
         return make_selector(self.kind, k=self.k, scorer=self.scorer)
 
     @property

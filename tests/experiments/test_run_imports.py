@@ -1,6 +1,7 @@
 """A single-turn run of one policy (benchmarks/single_turn_10k.yaml's kind, small) imports that
-policy's module and no other policy's, and, without a token budget, not the relevance model
-(``sim.token_budget``): checked in a fresh interpreter, where nothing else has imported them."""
+policy's module and no other policy's, without a token budget not the relevance model
+(``sim.token_budget``), and without sparse decode not its selectors (``sim.sparse``): checked in a
+fresh interpreter, where nothing else has imported them. The twins ask for each and import it."""
 
 from __future__ import annotations
 
@@ -53,6 +54,7 @@ def test_a_run_imports_its_policy_alone(tmp_path, policy):
     assert registry._MODULES[policy] in mods
     assert mods & mapped == {registry._MODULES[policy]}
     assert "sim.token_budget" not in mods  # no token budget: no relevance model
+    assert "sim.sparse" not in mods  # sparse decode off: no selector
 
 
 def test_a_budgeted_run_reads_the_relevance_model(tmp_path):
@@ -62,3 +64,18 @@ def test_a_budgeted_run_reads_the_relevance_model(tmp_path):
     )
     assert rc == 0
     assert "sim.token_budget" in mods
+
+
+def test_sparse_decode_alone_imports_its_selectors():
+    """The twin of sparse decode off: a config that asks for it imports ``sim.sparse`` (to check
+    its selector), one without it does not."""
+    code = (
+        "import sys; from sim.config import SparseConfig; "
+        "off = SparseConfig(); a = 'sim.sparse' in sys.modules; off.selector(); "
+        "b = 'sim.sparse' in sys.modules; SparseConfig(kind='quest', k=4); "
+        "print(a, b, 'sim.sparse' in sys.modules)"
+    )
+    got = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, check=True
+    )
+    assert got.stdout.split() == ["False", "False", "True"]
