@@ -1,8 +1,8 @@
 """The discrete-event core: tiered KV memory, eviction policies, the engine.
 
 Every name here is imported on first use (PEP 562): the engine and its results need pandas, the
-policy registry imports every policy, and a command that only replays a cache (``kvsim cachesim``)
-or reads a config needs neither.
+policy registry imports a policy's module when its name is first asked for, and a command that
+only replays a cache (``kvsim cachesim``) or reads a config needs neither.
 """
 
 import importlib

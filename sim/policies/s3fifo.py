@@ -73,7 +73,7 @@ class S3FIFO(EvictionPolicy):
     grows_in_bulk = True
     plans_pinned = True
     # The same policy on runs (``RunS3FIFO``): its module imports this one and names itself here,
-    # as the package imports every policy module before any policy is built.
+    # as the registry imports it with this one (``registry._COMPANIONS``) before any is built.
     run_form: ClassVar[type[S3FIFO] | None] = None
 
     def __new__(cls, ctx=None, *args, **kwargs):
