@@ -14,6 +14,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.slow
+@pytest.mark.alone
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc")
 def test_sweeps_stopped_at_random_moments_always_end_cleanly():
     results = stress(REPO, list(WAYS), tries=2, seed=7, echo=lambda line: None)
@@ -23,6 +24,7 @@ def test_sweeps_stopped_at_random_moments_always_end_cleanly():
 
 
 @pytest.mark.slow
+@pytest.mark.alone
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc")
 def test_ray_sweeps_stopped_at_random_moments_end_cleanly():
     pytest.importorskip("ray")
