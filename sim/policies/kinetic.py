@@ -76,6 +76,16 @@ _slot = attrgetter("slot")
 _has_members = attrgetter("heap")  # a group's queue is true while it has members
 
 
+_INT64 = range(-(1 << 63), 1 << 63)
+
+
+def _int_array(uids: list[int] | range) -> np.ndarray:
+    """``np.array(uids)``; a range of int64 values made by ``arange`` (not read int by int)."""
+    if type(uids) is range and uids and uids.start in _INT64 and uids.stop in _INT64:
+        return np.arange(uids.start, uids.stop, uids.step, dtype=np.int64)
+    return np.array(uids)
+
+
 class _GroupQueue:
     """A group's static order: its members' (cost, uid) entries, sorted by (cost, uid) from a read
     position on, in two parallel lists. Liveness is by position: the entries before ``_pos`` are
@@ -187,7 +197,7 @@ class _GroupQueue:
         if self._n or len(uids) < _ARRAY_MIN:
             self._set_sorted(sorted(self._live_entries() + list(zip(costs, uids, strict=True))))
             return
-        cost, uid = np.asarray(costs), np.array(uids)
+        cost, uid = np.asarray(costs), _int_array(uids)
         if uid.dtype != np.int64 or not (
             given
             or cost.dtype == np.float64
@@ -195,6 +205,13 @@ class _GroupQueue:
         ):
             keys = cost.tolist() if given else costs
             self._set_sorted(sorted(zip(keys, uids, strict=True)))
+            return
+        if type(uids) is range and uids.step == 1 and (cost[1:] >= cost[:-1]).all():
+            # ascending uids, costs not falling (a session's pages, mostly): in order already
+            self._set_sorted([])
+            self._keys, self._uids, self._n = cost.tolist(), list(uids), len(uids)
+            # (the caller's array is not kept: it may change it)
+            self._costs, self._uid_arr, self._base = cost.copy() if given else cost, uid, 0
             return
         order = np.lexsort((uid, cost))
         cost, uid = cost[order], uid[order]
@@ -215,7 +232,7 @@ class _GroupQueue:
             or not all(map(float.__instancecheck__, self._keys[pos:]))  # (no int made a float)
         ):
             return False
-        uid = np.array(uids)
+        uid = _int_array(uids)
         if uid.dtype != np.int64:
             return False
         have_costs, have_uids = have_costs[pos - base :], have_uids[pos - base :]
@@ -322,6 +339,18 @@ class _GroupQueue:
             pos += 1
         self._pos = pos
         self._left(taken)
+
+    def take_head(self) -> int:
+        """Take out the minimum (there is one): ``take_run`` of one entry."""
+        uids, gone, pos = self._uids, self._gone, self._pos
+        while gone and uids[pos] in gone:
+            gone.remove(uids[pos])
+            if self._index is not None:  # (a member that left: the index forgets it)
+                self._index.pop(uids[pos], None)
+            pos += 1
+        self._pos = pos + 1
+        self._left(1)
+        return uids[pos]
 
     def first_live(self, k: int) -> tuple[np.ndarray, np.ndarray]:
         """The costs and uids of the first ``k`` live entries in order (all there are if
@@ -567,16 +596,23 @@ SINCE = (_since_before, _since_expiry, _since_head, _since_scale, _since_heads, 
 UNTIL = (_until_before, _until_expiry, _until_head, _until_scale, _until_heads, _until_values)
 
 
-def _near_across(value: np.ndarray, owner: np.ndarray, order: np.ndarray, n: int) -> bool:
+def _near_across(
+    value: np.ndarray, owner: np.ndarray, order: np.ndarray, n: int, o: np.ndarray | None = None
+) -> bool:
     """May the float order ``order`` (a stable sort of ``value``) put the first ``n`` wrongly?
     Only where values of different owners are within the rounding bound: two neighbours among
     the first n, or the last of them and the least value after it of another owner (a value
-    near an earlier one is near the last too, the neighbours between being of one owner)."""
+    near an earlier one is near the last too, the neighbours between being of one owner).
+    ``o``: the owners of the first n, if the caller has them."""
     head = order[:n]
-    v, o = value[head], owner[head]
+    v = value[head]
+    if o is None:
+        o = owner[head]
     lim = np.maximum(v * (1.0 + _MERGE_REL), _TINY)
     if ((o[1:] != o[:-1]) & (v[1:] <= lim[:-1])).any():
         return True
+    if len(order) <= n or value[order[n]] > lim[-1]:  # (ascending: nothing after it is near)
+        return False
     rest = order[n:]
     other = owner[rest] != o[-1]
     if not other.any():
@@ -716,13 +752,14 @@ class KineticMin:
                 at = fixed[owner]
                 value[at] = np.array([c for _, c in scales])[owner[at]]
             order = np.argsort(value, kind="stable")
-            taken = np.bincount(owner[order[:n]], minlength=len(groups)).tolist()
+            head_owner = owner[order[:n]]
+            taken = np.bincount(head_owner, minlength=len(groups)).tolist()
             if k >= n or not any(
                 c == k and len(g.heap) > k for g, c in zip(groups, taken, strict=True)
             ):
                 break
             k = min(n, 4 * k)  # a group's entries beyond k may belong among the first n
-        if _near_across(value, owner, order, n):
+        if _near_across(value, owner, order, n, head_owner):
             return False
         chosen = uid[order[:n]]
         in_order = np.sort(chosen)
@@ -760,9 +797,9 @@ class KineticMin:
             for v, other in zip(values, groups, strict=True):
                 if v <= lim and other is not g and before(other, g, t):
                     g = other
-        start = len(out)
-        g.heap.take_run(self._scale(g, t), None, 1, out)
-        self._where.take_out(out[start:])
+        uid = g.heap.take_head()
+        self._where.pop(uid)
+        out.append(uid)
         self._changed(g)
 
     def _candidates(self, n: int, t: float) -> list[_Group]:
