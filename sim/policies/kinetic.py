@@ -254,6 +254,12 @@ class _GroupQueue:
         """The first live (key, uid), or None."""
         if not self._n:
             return None
+        pos = self._skip_gone()
+        return self._keys[pos], self._uids[pos]
+
+    def _skip_gone(self) -> int:
+        """Step the head past members that left; the position of the first live entry (there is
+        one)."""
         uids, pos, gone = self._uids, self._pos, self._gone
         while gone and uids[pos] in gone:
             gone.remove(uids[pos])
@@ -261,7 +267,7 @@ class _GroupQueue:
                 self._index.pop(uids[pos], None)
             pos += 1
         self._pos = pos
-        return self._keys[pos], uids[pos]
+        return pos
 
     def key(self, uid: int):
         """The key of a live member."""
@@ -342,15 +348,11 @@ class _GroupQueue:
 
     def take_head(self) -> int:
         """Take out the minimum (there is one): ``take_run`` of one entry."""
-        uids, gone, pos = self._uids, self._gone, self._pos
-        while gone and uids[pos] in gone:
-            gone.remove(uids[pos])
-            if self._index is not None:  # (a member that left: the index forgets it)
-                self._index.pop(uids[pos], None)
-            pos += 1
+        pos = self._skip_gone()
+        uid = self._uids[pos]  # before _left, which may clear the arrays
         self._pos = pos + 1
         self._left(1)
-        return uids[pos]
+        return uid
 
     def first_live(self, k: int) -> tuple[np.ndarray, np.ndarray]:
         """The costs and uids of the first ``k`` live entries in order (all there are if
