@@ -206,15 +206,11 @@ class _GroupQueue:
             keys = cost.tolist() if given else costs
             self._set_sorted(sorted(zip(keys, uids, strict=True)))
             return
-        if type(uids) is range and uids.step == 1 and (cost[1:] >= cost[:-1]).all():
-            # ascending uids, costs not falling (a session's pages, mostly): in order already
-            self._set_sorted([])
-            self._keys, self._uids, self._n = cost.tolist(), list(uids), len(uids)
-            # (the caller's array is not kept: it may change it)
-            self._costs, self._uid_arr, self._base = cost.copy() if given else cost, uid, 0
-            return
-        order = np.lexsort((uid, cost))
-        cost, uid = cost[order], uid[order]
+        if not (type(uids) is range and uids.step == 1 and (cost[1:] >= cost[:-1]).all()):
+            order = np.lexsort((uid, cost))
+            cost, uid = cost[order], uid[order]
+        elif given:  # ascending uids, costs not falling (a session's pages, mostly): in order
+            cost = cost.copy()  # (the caller's array is not kept: it may change it)
         self._set_sorted([])
         self._keys, self._uids, self._n = cost.tolist(), uid.tolist(), len(uids)
         self._costs, self._uid_arr, self._base = cost, uid, 0
@@ -599,17 +595,14 @@ UNTIL = (_until_before, _until_expiry, _until_head, _until_scale, _until_heads, 
 
 
 def _near_across(
-    value: np.ndarray, owner: np.ndarray, order: np.ndarray, n: int, o: np.ndarray | None = None
+    value: np.ndarray, owner: np.ndarray, order: np.ndarray, n: int, o: np.ndarray
 ) -> bool:
     """May the float order ``order`` (a stable sort of ``value``) put the first ``n`` wrongly?
     Only where values of different owners are within the rounding bound: two neighbours among
     the first n, or the last of them and the least value after it of another owner (a value
     near an earlier one is near the last too, the neighbours between being of one owner).
-    ``o``: the owners of the first n, if the caller has them."""
-    head = order[:n]
-    v = value[head]
-    if o is None:
-        o = owner[head]
+    ``o``: the owners of the first n (``owner[order[:n]]``, which the caller has)."""
+    v = value[order[:n]]
     lim = np.maximum(v * (1.0 + _MERGE_REL), _TINY)
     if ((o[1:] != o[:-1]) & (v[1:] <= lim[:-1])).any():
         return True
