@@ -754,7 +754,7 @@ def _fit_link(term: str, samples: Sequence[Sample], limits: RateLimits) -> TermF
     # Ceilings: fixed costs and the lead under 100 us / 1 ms, the rate under the link's.
     x0 = np.array([5.0, 2.0, 1e6 / (0.85 * link) if link else 18.0, 6.0, PRIOR_LEAD_US])
     lo = np.array([0.0, 0.0, 1e6 / link if link else 0.0, 0.0, 0.0])
-    hi = np.array([100.0, 100.0, 1e6, 100.0, 1000.0])
+    hi = np.array([100.0, 100.0, 1e6, ISSUE_MAX_US, LEAD_MAX_US])
 
     def model(x: np.ndarray) -> np.ndarray:
         return np.maximum(x[0] + n * x[1] + mb * x[2], n * x[3] - x[4])
@@ -790,10 +790,11 @@ def _fit_link(term: str, samples: Sequence[Sample], limits: RateLimits) -> TermF
 # first start has, about the cold-L2 flush the timer's start event waits behind (256 MB at the
 # HBM rate: 89 us on an H100, 53 us on an H200).
 PRIOR_LEAD_US = 80.0
+ISSUE_MAX_US, LEAD_MAX_US = 100.0, 1000.0  # the link fit's bounds on issue and lead
 
 
 def _ridge_lead(
-    n: np.ndarray, engine: np.ndarray, issue: float, lead: float, issue_max: float = 100.0
+    n: np.ndarray, engine: np.ndarray, issue: float, lead: float
 ) -> tuple[float, float]:
     """(issue, lead) of a link fit (us) where the samples fix them; else the point of equal cost
     whose lead is nearest ``PRIOR_LEAD_US``. On the issue branch (n * issue - lead above the
@@ -818,7 +819,9 @@ def _ridge_lead(
     at = (n[off] * k / m - engine[off]) / (1.0 - n[off] / m)
     shorter = n[off] < m
     least = max(0.0, float(at[shorter].max())) if shorter.any() else 0.0
-    most = min(1000.0, issue_max * m - k, float(at[~shorter].min()) if (~shorter).any() else 1e300)
+    most = min(
+        LEAD_MAX_US, ISSUE_MAX_US * m - k, float(at[~shorter].min()) if (~shorter).any() else 1e300
+    )
     chosen = min(max(PRIOR_LEAD_US, math.ceil(least * 10.0) / 10.0), math.floor(most * 10.0) / 10.0)
     if not ((n * (k + chosen) / m - chosen > engine) == branch).all():
         chosen = lead  # the line is narrower than the rounding: keep the fitted point
