@@ -98,6 +98,11 @@ class ModelSpec:
         """All layers: 2 * L * K * d * b (docs/semantics.md section 2)."""
         return self.num_layers * self.kv_bytes_per_token_layer
 
+    def kv_bytes_per_token_over(self, tp: int) -> int:
+        """A token's KV over a ``tp`` group's GPUs: every GPU's shard, so a replicated KV head
+        counts on each GPU that holds it (``kv_bytes_per_token`` unless tp exceeds the KV heads)."""
+        return self.shard(tp).kv_bytes_per_token * tp
+
     @property
     def gqa_group(self) -> int:
         """Query heads per KV head (1 = MHA)."""

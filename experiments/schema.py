@@ -1559,7 +1559,7 @@ def _impossible_combinations(exp: Experiment) -> list[tuple[tuple[str | int, ...
     m = exp.memory
     page_bytes = [
         # A page of the group's pool: tp shards (a replicated KV head counts on every GPU).
-        (costmodels.get_model(model).shard(tp).kv_bytes_per_token * tp * bt, bt, model, tp)
+        (costmodels.get_model(model).kv_bytes_per_token_over(tp) * bt, bt, model, tp)
         for model in exp.model
         for tp in exp.tp_for(model)
         if _splits(model, tp)
@@ -1722,7 +1722,7 @@ def _groups_cross_problems(exp: Experiment) -> list[tuple[tuple[str | int, ...],
                 tps = sorted({g.tp if g.tp is not None else point_tp for g in fleet})
                 if not all(_splits(model, tp) for tp in tps):
                     continue  # _tp_problems and _group_fit_problems name it
-                per_token = {tp: spec.shard(tp).kv_bytes_per_token * tp for tp in tps}
+                per_token = {tp: spec.kv_bytes_per_token_over(tp) for tp in tps}
                 if len(set(per_token.values())) > 1:
                     out.append(
                         (

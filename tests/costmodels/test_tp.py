@@ -229,3 +229,14 @@ def test_each_gpu_holds_its_share_of_the_groups_kv_pool() -> None:
         tp: 16 * cost_model("llama-3-8b", "h100-sxm", tp=tp).kv_bytes_per_token for tp in (1, 4)
     }
     assert stats[1].gpu_capacity_bytes // page[1] == stats[4].gpu_capacity_bytes // page[4]
+
+
+def test_a_tokens_kv_over_the_group_counts_replicated_heads_on_each_gpu():
+    # Llama-3-8B: 2 x 32 layers x 8 KV heads x 128 x 2 bytes = 131,072 B a token, split by tp up
+    # to its 8 KV heads; at tp 16 each head is held on two GPUs: twice the bytes over the group
+    from costmodels import get_model
+
+    m = get_model("llama-3-8b")
+    assert [m.kv_bytes_per_token_over(tp) for tp in (1, 2, 8, 16, 32)] == [
+        131_072, 131_072, 131_072, 262_144, 524_288,
+    ]  # fmt: skip
