@@ -36,7 +36,14 @@ _MODULES: dict[str, str] = {
     "twoq": "sim.policies.twoq",
 }
 
+# modules that change a mapped module's classes when imported, imported with it: s3fifo_runs
+# names RunS3FIFO as S3FIFO.run_form (the form S3FIFO builds where every unit has one size)
+_COMPANIONS: dict[str, tuple[str, ...]] = {
+    "sim.policies.s3fifo": ("sim.policies.s3fifo_runs",),
+}
+
 _POLICIES: dict[str, type[EvictionPolicy]] = {}  # the names registered so far (imported)
+_READY: dict[str, type[EvictionPolicy]] = {}  # those policy_class gave: companions imported too
 
 
 def register(name: str):
@@ -63,6 +70,9 @@ def available_policies() -> list[str]:
 def policy_class(name: str) -> type[EvictionPolicy]:
     """A registered name, or ``package.module:Class`` for a user's EvictionPolicy subclass or a
     sequence-level policy class (wrapped by ``sim.adapters``)."""
+    cls = _READY.get(name)
+    if cls is not None:
+        return cls
     if ":" in name:
         module_name, _, attr = name.partition(":")
         try:
@@ -76,10 +86,14 @@ def policy_class(name: str) -> type[EvictionPolicy]:
         )
 
         return resolve_policy_class(cls, name)
-    if name not in _POLICIES and name in _MODULES:
-        importlib.import_module(_MODULES[name])  # its @register fills _POLICIES[name]
+    module = _MODULES.get(name)
+    if module is not None:
+        importlib.import_module(module)  # its @register fills _POLICIES[name]
+        for companion in _COMPANIONS.get(module, ()):
+            importlib.import_module(companion)
     cls = _POLICIES.get(name)
     if cls is not None:
+        _READY[name] = cls
         return cls
     close = difflib.get_close_matches(name, available_policies(), n=1)
     hint = f" (did you mean {close[0]!r}?)" if close else ""

@@ -50,6 +50,7 @@ from bisect import bisect_right
 from collections.abc import Callable
 from itertools import compress, repeat
 from operator import add, is_not, not_
+from typing import ClassVar
 
 from sim.policies.base import EvictionPolicy
 from sim.policies.ghost_queue import GhostQueue
@@ -71,6 +72,9 @@ class S3FIFO(EvictionPolicy):
     reads_last_access = False
     grows_in_bulk = True
     plans_pinned = True
+    # The same policy on runs (``RunS3FIFO``): its module imports this one and names itself here,
+    # as the registry imports it with this one (``registry._COMPANIONS``) before any is built.
+    run_form: ClassVar[type[S3FIFO] | None] = None
 
     def __new__(cls, ctx=None, *args, **kwargs):
         # Where every unit has one size (the engine's block and layer_block units), the queues
@@ -79,12 +83,11 @@ class S3FIFO(EvictionPolicy):
         view = getattr(ctx, "view", None)
         if (
             cls is S3FIFO
+            and S3FIFO.run_form is not None
             and getattr(view, "unit_bytes", None)
             and getattr(ctx, "tier", None) != Tier.CPU
         ):
-            from sim.policies.s3fifo_runs import RunS3FIFO  # a subclass: its module imports this
-
-            cls = RunS3FIFO
+            cls = S3FIFO.run_form
         return super().__new__(cls)
 
     def __init__(self, ctx) -> None:

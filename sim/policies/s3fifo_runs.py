@@ -622,3 +622,6 @@ class RunS3FIFO(S3FIFO):
 
     def __contains__(self, uid: int) -> bool:
         return uid in self._s or uid in self._m
+
+
+S3FIFO.run_form = RunS3FIFO
