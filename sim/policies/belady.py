@@ -32,15 +32,117 @@ or a batch of victims is a slice) and per uid for any other view's.
 
 from __future__ import annotations
 
-from bisect import bisect_left
+from bisect import bisect_right
 from heapq import heapify, heappop, heappush
+from itertools import chain
 
 from sim.policies.base import Memoryless
 from sim.policies.registry import register
+from sim.policies.run_lists import runs_less
 from sim.policies.structures import UnitSet, consume
-from sim.units import UNIT_BITS, UnitView, extents_of
+from sim.units import UNIT_BITS, UnitView, extents_of, join_extents
 
 Group = tuple[float, int]  # (-next use, -bucket): the group's place in the order, smallest first
+
+
+def _extents(uids) -> list[tuple[int, int]]:
+    """The extents of ``uids`` (ascending): one for a range, without listing it."""
+    if type(uids) is range and uids.step == 1:
+        return [(uids.start, uids.stop)] if len(uids) else []
+    return extents_of(uids)
+
+
+class _Runs:
+    """A group's uids, ascending, as maximal extents ``[first, stop)`` (no two adjacent): a
+    session's release is one extent, its victims a slice of the last ones, whatever the units
+    per page (at layer_block a page is 32 units)."""
+
+    __slots__ = ("_a", "_s", "n")
+
+    def __init__(self, extents: list[tuple[int, int]]) -> None:
+        self._a = [a for a, _ in extents]
+        self._s = [s for _, s in extents]
+        self.n = sum(s - a for a, s in extents)
+
+    def extents(self) -> list[tuple[int, int]]:
+        return list(zip(self._a, self._s, strict=True))
+
+    def last(self) -> int:
+        return self._s[-1] - 1
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __contains__(self, uid: int) -> bool:
+        i = bisect_right(self._a, uid) - 1
+        return i >= 0 and uid < self._s[i]
+
+    def add(self, extents: list[tuple[int, int]]) -> None:
+        """The uids of ``extents`` (maximal, ascending, none a member) join."""
+        if not extents:
+            return
+        self.n += sum(s - a for a, s in extents)
+        if extents[0][0] >= self._s[-1]:  # all above: appended (the first may go on the last)
+            it = iter(extents)
+            if extents[0][0] == self._s[-1]:
+                self._s[-1] = next(it)[1]
+            for a, s in it:
+                self._a.append(a)
+                self._s.append(s)
+            return
+        joined = join_extents(sorted(chain(zip(self._a, self._s), extents)))
+        self._a = [a for a, _ in joined]
+        self._s = [s for _, s in joined]
+
+    def pop(self) -> int:
+        """Take out the last uid."""
+        uid = self._s[-1] - 1
+        self._s[-1] = uid
+        if self._a[-1] == uid:
+            del self._a[-1], self._s[-1]
+        self.n -= 1
+        return uid
+
+    def take_last(self, k: int) -> list[tuple[int, int]]:
+        """Take out the ``k`` largest uids (fewer than all): their extents, ascending."""
+        a, s = self._a, self._s
+        out: list[tuple[int, int]] = []
+        left = k
+        while left:
+            x, y = a[-1], s[-1]
+            if y - x > left:
+                s[-1] = y - left
+                out.append((y - left, y))
+                break
+            out.append((x, y))
+            del a[-1], s[-1]
+            left -= y - x
+        self.n -= k
+        out.reverse()
+        return out
+
+    def remove(self, extents: list[tuple[int, int]]) -> None:
+        """The uids of ``extents`` (ascending, all members, fewer than all) leave."""
+        if len(extents) == 1:
+            x, y = extents[0]
+            i = bisect_right(self._a, x) - 1
+            a, s = self._a[i], self._s[i]
+            if y < s and x > a:  # a hole inside one extent
+                self._s[i] = x
+                self._a.insert(i + 1, y)
+                self._s.insert(i + 1, s)
+            elif y < s:
+                self._a[i] = y
+            elif x > a:
+                self._s[i] = x
+            else:
+                del self._a[i], self._s[i]
+            self.n -= y - x
+            return
+        left = runs_less(self.extents(), extents)
+        self._a = [a for a, _ in left]
+        self._s = [s for _, s in left]
+        self.n -= sum(s - a for a, s in extents)
 
 
 class _UidGroups:
@@ -88,7 +190,7 @@ class _SessionGroups:
 
     __slots__ = ("_held", "_in", "_groups")
 
-    def __init__(self, groups: dict[Group, list[int]]) -> None:
+    def __init__(self, groups: dict[Group, _Runs]) -> None:
         self._held = UnitSet()
         self._in: dict[int, list[Group]] = {}  # bucket -> its groups with candidates
         self._groups = groups  # the policy's: group -> its uids, ascending
@@ -100,9 +202,7 @@ class _SessionGroups:
         if len(gs) == 1:
             return gs[0]
         for g in gs:
-            members = self._groups[g]
-            i = bisect_left(members, uid)
-            if i < len(members) and members[i] == uid:
+            if uid in self._groups[g]:
                 return g
         raise AssertionError(f"candidate {uid} is in none of its session's groups")
 
@@ -148,7 +248,7 @@ class Belady(Memoryless):
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
-        self._groups: dict[Group, list[int]] = {}  # group -> its uids, ascending (victim last)
+        self._groups: dict[Group, _Runs] = {}  # group -> its uids, ascending (victim last)
         # candidate -> its group: the engine's uids by session, other uids one by one
         self._where: _UidGroups | _SessionGroups = (
             _SessionGroups(self._groups) if isinstance(self.view, UnitView) else _UidGroups()
@@ -163,30 +263,24 @@ class Belady(Memoryless):
         if uid in self._where:
             self._discard(uid)
         g = self._group(uid)
+        self._where.add(g, (uid,))
         members = self._groups.get(g)
-        if members is None or members[-1] < uid:  # (cachesim's objects: a new group each)
-            self._where.add(g, (uid,))
-            if members is None:
-                self._new_group(g, [uid])
-            else:
-                members.append(uid)
+        if members is None:  # (cachesim's objects: a new group each)
+            self._new_group(g, [(uid, uid + 1)])
         else:
-            self._join(g, [uid])
+            members.add([(uid, uid + 1)])
 
     def _join(self, g: Group, uids) -> None:
         """``uids`` (ascending, none a candidate) become candidates of group ``g``."""
         self._where.add(g, uids)
         members = self._groups.get(g)
         if members is None:
-            self._new_group(g, list(uids))
-        elif members[-1] < uids[0]:
-            members.extend(uids)
-        else:  # two sorted runs: one merge pass of the sort
-            members.extend(uids)
-            members.sort()
+            self._new_group(g, _extents(uids))
+        else:
+            members.add(_extents(uids))
 
-    def _new_group(self, g: Group, uids: list[int]) -> None:
-        self._groups[g] = uids
+    def _new_group(self, g: Group, extents: list[tuple[int, int]]) -> None:
+        self._groups[g] = _Runs(extents)
         heappush(self._heap, g)  # (a twin left by an emptied group of this key is harmless)
         if len(self._heap) > 2 * len(self._groups) + 64:  # emptied groups' entries: drop them
             self._heap = list(self._groups)
@@ -239,16 +333,15 @@ class Belady(Memoryless):
             if len(members) == 1:
                 self._drop_group(g)
             else:
-                del members[bisect_left(members, uid)]  # (ascending)
+                members.remove([(uid, uid + 1)])
 
     def _leave(self, g: Group, uids) -> None:
-        """``uids`` (members of group ``g``, already out of ``_where``) leave it."""
+        """``uids`` (ascending members of group ``g``, already out of ``_where``) leave it."""
         members = self._groups[g]
         if len(uids) == len(members):
             self._drop_group(g)
             return
-        gone = set(uids)
-        members[:] = [u for u in members if u not in gone]
+        members.remove(_extents(uids))
 
     # -- the choice ------------------------------------------------------------------------------
     def _top(self) -> Group | None:
@@ -260,11 +353,12 @@ class Belady(Memoryless):
 
     def peek(self, now: float) -> int | None:
         g = self._top()
-        return None if g is None else self._groups[g][-1]
+        return None if g is None else self._groups[g].last()
 
-    def _take(self, n: int) -> list[list[int]]:
-        """Evict ``n`` units (fewer when the candidates run out): each group's share, ascending
-        (the victims went from its end, so in eviction order each share is reversed)."""
+    def _take(self, n: int) -> list[list[tuple[int, int]]]:
+        """Evict ``n`` units (fewer when the candidates run out): each group's share as its
+        extents, ascending (the victims went from its end, so in eviction order each share is
+        reversed)."""
         out = []
         groups, where = self._groups, self._where
         while n > 0:
@@ -274,12 +368,12 @@ class Belady(Memoryless):
             members = groups[g]
             k = min(n, len(members))
             if k == len(members):
-                taken = members
+                taken = members.extents()
                 self._drop_group(g)
             else:
-                taken = members[-k:]
-                del members[-k:]
-            where.remove(g, taken)
+                taken = members.take_last(k)
+            for a, s in taken:
+                where.remove(g, range(a, s))
             out.append(taken)
             n -= k
         return out
@@ -299,7 +393,12 @@ class Belady(Memoryless):
         n = self._units_in(nbytes)
         if n is None:
             return super().evict_bytes(nbytes, now)
-        return [uid for taken in self._take(n) for uid in reversed(taken)]
+        return [
+            uid
+            for taken in self._take(n)
+            for a, s in reversed(taken)
+            for uid in range(s - 1, a - 1, -1)
+        ]
 
     def evict_extents(self, nbytes: int, now: float) -> list[tuple[int, int]]:
         n = self._units_in(nbytes)
@@ -307,10 +406,7 @@ class Belady(Memoryless):
             return super().evict_extents(nbytes, now)
         out: list[tuple[int, int]] = []
         for taken in self._take(n):  # dropped: their order is nobody's, so increasing runs
-            if taken[-1] - taken[0] == len(taken) - 1:
-                out.append((taken[0], taken[-1] + 1))
-            else:
-                out.extend(extents_of(taken))
+            out += taken
         return out
 
     def __len__(self) -> int:
