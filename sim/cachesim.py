@@ -165,7 +165,10 @@ def _read_numeric(path: Path) -> RequestStream | None:
     in a whole-process replay): a header of only these columns, integer ids and sizes, numeric
     times, no blank line, every size positive. None for anything else: pandas then reads the file
     and names the offending line."""
-    data = path.read_bytes()  # a scan for the header and the line count (milliseconds)
+    data = path.read_bytes()
+    if (fast := _read_digit_pairs(data, path)) is not None:
+        return fast
+    # a scan for the header and the line count (milliseconds)
     header, _, body = data.partition(b"\n")
     lines = body.count(b"\n") + (not body.endswith(b"\n"))
     if not body or body.isspace():  # no rows: pandas explains (isspace: no copy, as strip made)
@@ -201,6 +204,82 @@ def _read_numeric(path: Path) -> RequestStream | None:
     )
 
 
+def _read_digit_pairs(data: bytes, path: Path) -> RequestStream | None:
+    """The usual generated stream, a header ``obj_id,size`` (either order) over lines of two
+    fields of 1-9 digits (the last newline optional), read by ``_digit_pairs``; None for any other
+    file (``_read_numeric`` then reads it as before)."""
+    nl = data.find(b"\n")
+    if nl < 0:
+        return None
+    names = [c.strip() for c in data[:nl].decode("utf-8", "replace").split(",")]
+    if len(names) != 2 or sorted(names) != ["obj_id", "size"]:
+        return None
+    pairs = _digit_pairs(data, nl + 1)
+    if pairs is None:
+        return None
+    ids, sizes = pairs if names[0] == "obj_id" else pairs[::-1]
+    if sizes.min() < 1:
+        return None
+    return RequestStream(ids, sizes, None, str(path))
+
+
+def _digit_pairs(data: bytes, start: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """The two columns (int64) of ``data[start:]`` when it is one or more ``digits,digits`` lines
+    with 1-9 digits a field, each line ending in a newline but the last, whose is optional; None
+    otherwise. What ``_plain_pairs`` reads of such a body (its numbers fit int64: the same values),
+    without its copies of the body or numpy's separator parser, which takes one number at a time:
+    the separators are found in one pass (every byte below ``0`` is one, and they must alternate
+    comma, newline), then each field's value is built from its last digit back, one gather of a
+    digit per field and place, until the byte before every field (a separator, or the header's
+    newline) is reached."""
+    if start < 10:  # room before the first field for the nine places looked back
+        return _digit_pairs(b"\n" * 10 + data[start:], 10) if start > 0 else None
+    a = np.frombuffer(data, dtype=np.uint8)
+    if start >= len(a) or a[start - 1] != _NEWLINE:
+        return None
+    body = a[start:]
+    if body.max() > _NINE:  # a byte above the digits
+        return None
+    seps = (body < _ZERO).nonzero()[0]
+    seps += start
+    if a[-1] != _NEWLINE:  # the last line's newline is optional: one past the end stands for it
+        seps = np.append(seps, len(a))
+        kinds = np.append(a[seps[:-1]], np.uint8(_NEWLINE))
+    else:
+        kinds = a[seps]
+    if len(kinds) % 2 or (kinds.view(np.uint16) != _COMMA_NEWLINE).any():
+        return None  # not comma, newline, comma, newline, ... (a blank line, a sign, a space)
+    # Every field at once (an id, a size, an id, ...), in buffers reused from place to place.
+    at = seps
+    at -= 1
+    digit = kinds
+    np.take(a, at, out=digit)
+    digit -= _ZERO  # a separator wraps above 9
+    if (digit > 9).any():
+        return None  # an empty field
+    value = digit.astype(np.int32)
+    alive = np.ones(len(at), dtype=bool)
+    is_digit, term = np.empty_like(alive), np.empty_like(value)
+    place = 1
+    while True:
+        at -= 1
+        np.take(a, at, out=digit)
+        digit -= _ZERO
+        np.less_equal(digit, 9, out=is_digit)
+        alive &= is_digit
+        if not alive.any():
+            break
+        place *= 10
+        if place >= 10**9:
+            return None  # a tenth digit: left to the general reader (int32 would overflow)
+        digit *= alive
+        np.multiply(digit, np.int32(place), out=term)
+        value += term
+    return value[0::2].astype(np.int64), value[1::2].astype(np.int64)
+
+
+_ZERO, _NINE, _NEWLINE = ord("0"), ord("9"), ord("\n")
+_COMMA_NEWLINE = np.frombuffer(b",\n", dtype=np.uint16)[0]  # the two as one native uint16
 _DIGITS = b"0123456789"
 _INT64_MAX = np.iinfo(np.int64).max
 

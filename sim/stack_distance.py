@@ -30,21 +30,29 @@ _WORD_BITS = 63
 
 def stable_order_by_id(obj_ids: np.ndarray) -> np.ndarray:
     """The request indices sorted by object id, requests of one object in request order."""
-    n = len(obj_ids)
-    if n == 0:
-        return np.zeros(0, dtype=np.int64)
-    ids = np.asarray(obj_ids, dtype=np.int64)
+    return _order_by_id(np.asarray(obj_ids, dtype=np.int64))[0]
+
+
+def _order_by_id(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+    """``stable_order_by_id``'s order of the int64 ``ids``, with what it sorted: each id's offset
+    from the least one (uint32 where the span fits, else uint64) and that span (the largest)."""
+    if len(ids) == 0:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.uint32), 0
     lo = int(ids.min())
     span = int(ids.max()) - lo
     # offsets from the least id, in uint64 arithmetic: the int64 range's span does not overflow
     offsets = ids.view(np.uint64) - np.uint64(lo & 0xFFFF_FFFF_FFFF_FFFF)
-    order = np.argsort((offsets & np.uint64(0xFFFF)).astype(np.uint16), kind="stable")
-    shift = 16
+    if not span >> 32:
+        offsets = offsets.astype(np.uint32)
+    order = np.argsort(offsets.astype(np.uint16), kind="stable")  # the low 16 bits (a cast
+    shift = 16  # keeps the low bits), then each next 16
     while span >> shift:
-        digit = ((offsets[order] >> np.uint64(shift)) & np.uint64(0xFFFF)).astype(np.uint16)
-        order = order[np.argsort(digit, kind="stable")]
+        # the next digit of every request, then taken in the order so far: a gather from 2 bytes
+        # a request rather than from the 4 or 8 of the offsets (random reads: cache misses)
+        digit = (offsets >> offsets.dtype.type(shift)).astype(np.uint16)
+        order = order[np.argsort(digit[order], kind="stable")]
         shift += 16
-    return order
+    return order, offsets, span
 
 
 def earlier_greater_sums(values: np.ndarray, weights: np.ndarray) -> np.ndarray:
@@ -134,14 +142,19 @@ def lru_hit_flags(obj_ids: np.ndarray, sizes: np.ndarray, capacity: int) -> np.n
     prev = _previous_request(obj_ids, sizes)
     if prev is None:
         return None
-    fits = sizes <= capacity  # an object larger than the capacity is never cached
     before = np.zeros(n + 1, dtype=np.int64)  # before[k]: weight of requests 0..k-1
-    np.cumsum(np.where(fits, sizes, 0), out=before[1:])
     # Each repeat request i of an object that fits, with its previous request p: the interval
     # (p, i). It hits if even every request inside it counted: the window's whole weight fits.
-    ends = np.flatnonzero((prev >= 0) & fits)
+    if sizes.max() <= capacity:  # every object fits (the usual case: no mask to apply)
+        np.cumsum(sizes, out=before[1:])
+        ends = np.flatnonzero(prev >= 0)
+    else:
+        fits = sizes <= capacity  # an object larger than the capacity is never cached
+        np.cumsum(np.where(fits, sizes, 0), out=before[1:])
+        ends = np.flatnonzero((prev >= 0) & fits)
+        del fits
     starts, size = prev[ends], sizes[ends]
-    del prev, fits
+    del prev
     window = before[ends] - before[starts + 1]
     sure = window + size <= capacity
     hit[ends] = sure
@@ -159,10 +172,11 @@ def lru_hit_flags(obj_ids: np.ndarray, sizes: np.ndarray, capacity: int) -> np.n
     # of them, so it is nested in one iff it ends before its end and does not start before its
     # start: two prefix sums. A longer one is nested in none.
     length = ends - starts
-    shortest, longest = length[undecided].min(), length[undecided].max()
+    undecided_length = length[undecided]
+    shortest, longest = undecided_length.min(), undecided_length.max()
     long = (length >= shortest) & (length <= longest)
     short_size = size * (length < shortest)
-    del length, undecided
+    del length, undecided, undecided_length
     short_started = np.zeros(n + 1, dtype=np.int64)  # [k]: short ones starting before k
     short_started[starts + 1] = short_size
     np.cumsum(short_started, out=short_started)
@@ -193,22 +207,24 @@ def _rule_out_by_recent_requests(undecided, ends, starts, size, before, capacity
     start this had, decided almost none (the shortest windows barely overflow)."""
     n = len(before) - 1
     length = ends - starts
-    at_end = before[ends]
     k = 4 * int(length[undecided].min())
     worth = len(ends) // 16  # requests a round must decide to pay for itself
-    while k < n and (undecided & (length > k)).any():
-        left = int(np.count_nonzero(undecided))
+    while k < n and len(rows := np.flatnonzero(undecided & (length > k))):
         inside = size * (length < k)
         ended = np.cumsum(inside)
         ended -= inside  # in order of ends: inside ones ending before each end
         started = np.zeros(n + 1, dtype=np.int64)  # [x]: inside ones starting before x
         started[starts + 1] = inside
         np.cumsum(started, out=started)
-        back = np.maximum(ends - k, 0)  # where the k requests start (where they fit in the window)
-        recent = at_end - before[back] - ended + started[back]
-        recent += size
-        undecided &= ~((length > k) & (recent > capacity))
-        if left - int(np.count_nonzero(undecided)) < worth:
+        # The undecided ones longer than k (the only ones a round can decide): where their k
+        # requests start, inside their windows
+        end = ends[rows]
+        back = end - k
+        recent = before[end] - before[back] - ended[rows] + started[back]
+        recent += size[rows]
+        out = rows[recent > capacity]
+        undecided[out] = False
+        if len(out) < worth:
             break
         k *= 4
 
@@ -216,14 +232,26 @@ def _rule_out_by_recent_requests(undecided, ends, starts, size, before, capacity
 def _previous_request(obj_ids: np.ndarray, sizes: np.ndarray) -> np.ndarray | None:
     """For each request, the index of the previous request to its object (-1 for a first one);
     None if an object's size differs between two of its requests."""
-    order = stable_order_by_id(obj_ids)
-    by_id = obj_ids[order]
-    same = by_id[1:] == by_id[:-1]
-    if sizes.min() != sizes.max():
-        by_id = sizes[order]
-        if (same & (by_id[1:] != by_id[:-1])).any():
-            return None
-    del by_id
-    prev = np.full(len(order), -1, dtype=np.int64)
+    order, offsets, span = _order_by_id(np.asarray(obj_ids, dtype=np.int64))
+    n = len(order)
+    if n and span < 4 * n and offsets.dtype == np.uint32:
+        # Ids dense enough for a table by id: where each id's requests end in the order (a count
+        # per id) and one size per id, instead of the ids and sizes gathered in the order
+        same = np.ones(n - 1, dtype=bool)  # [k]: the k-th and the next in order share an id
+        same[np.cumsum(np.bincount(offsets, minlength=span + 1))[:-1] - 1] = False
+        if sizes.min() != sizes.max():
+            size_of = np.empty(span + 1, dtype=sizes.dtype)
+            size_of[offsets] = sizes  # one of each id's sizes
+            if (size_of[offsets] != sizes).any():
+                return None
+    else:
+        by_id = obj_ids[order]
+        same = by_id[1:] == by_id[:-1]
+        if sizes.min() != sizes.max():
+            by_id = sizes[order]
+            if (same & (by_id[1:] != by_id[:-1])).any():
+                return None
+        del by_id
+    prev = np.full(n, -1, dtype=np.int64)
     prev[np.compress(same, order[1:])] = np.compress(same, order[:-1])
     return prev

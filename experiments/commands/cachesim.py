@@ -44,9 +44,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def main(args: argparse.Namespace) -> int:
-    from experiments.start_up import start_up_frozen
+    from experiments.start_up import freed_memory_kept, start_up_frozen
 
-    with start_up_frozen() as started:
+    with freed_memory_kept(), start_up_frozen() as started:
         return _main(args, started)
 
 
