@@ -49,6 +49,10 @@ def test_digit_pairs_read_what_the_separator_parser_reads_or_decline(rows, odd, 
     answers every body of 1-9 digit fields, one comma a line (the last newline optional)."""
     body = _body(rows, odd)
     got = _digit_pairs(header + body, len(header))
+    as_array = _digit_pairs(np.frombuffer(header + body, dtype=np.uint8), len(header))
+    assert (got is None) == (as_array is None)
+    if got is not None and as_array is not None:
+        assert got[0].tolist() == as_array[0].tolist() and got[1].tolist() == as_array[1].tolist()
     want = _plain_pairs(body, body.count(b"\n") + (not body.endswith(b"\n")))
     if got is not None:
         assert want is not None
@@ -80,6 +84,7 @@ def test_digit_pairs_of_any_bytes_are_the_separator_parsers_or_none(chars):
         "size,obj_id\n7,123456789\n1,000000001\n",
         "obj_id,size\n0,1\n",
         "obj_id, size\n5,5\n6,6\n",  # spaces in the header only
+        "obj_id" + " " * 5000 + ",size\n1,2\n",  # a header past 4 KiB: the general reader's
     ],
 )
 def test_read_trace_of_digit_pairs_equals_the_reader_before(tmp_path, monkeypatch, text):
