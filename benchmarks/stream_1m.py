@@ -25,7 +25,9 @@ whose size follows the range of durations), the eviction timings (EngineStats.ev
 and the sessions' records: those of live sessions only (pulled from the stream and not finished,
 or finished with KV still cached: a finished session's record is let go with its last cached page,
 ``Scheduler(free_records=...)``, a stream's default), so they follow the cache's contents, not the
-trace's length.
+trace's length. The reader itself keeps one thing per session of the trace: a 64-bit hash of each
+session id it has met (``traces.jsonl.SeenIds``, 8 bytes a session, to tell a session that comes
+back; a set of the ids held about 100 bytes each, 15 MiB a million turns, until 2026-11-28).
 
     python benchmarks/stream_1m.py                       # 1,000,000 turns (about 10-15 min here)
     python benchmarks/stream_1m.py --turns 100000        # a tenth
@@ -402,7 +404,8 @@ def report(args, w: dict, s: dict, ld: dict | None, lst: dict | None) -> None:
         f", p99 {s['tbt_p99_s'] * 1e3:.3f} ms); {s['evict_calls']:,} eviction timings (int64 "
         f"samples, compacted the same way); "
         f"{s['sessions']:,} sessions in the trace, each record let go once the session is "
-        f"finished and its KV gone."
+        f"finished and its KV gone; the reader keeps a hash of each id (8 B/session, "
+        f"{s['sessions'] * 8 / MIB:,.1f} MiB)."
     )
     print(
         f"Peak RSS when simulate returned {s['run_peak_mib']:,.0f} MiB; summarize (the summary "
