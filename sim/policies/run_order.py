@@ -16,11 +16,10 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections import OrderedDict
 from collections.abc import Container, Sequence
-from collections.abc import Set as AbstractSet
 from functools import partial
 from itertools import chain, islice, starmap
 from operator import lt
-from typing import Any
+from typing import Any, Protocol
 
 from sim.policies.run_lists import runs_in_order
 from sim.units import UNIT_BITS, join_extents
@@ -28,6 +27,14 @@ from sim.units import UNIT_BITS, join_extents
 ALL = True  # a session's pin state: every member pinned (absent: none; a set: those pinned)
 COMPACT_SLACK = 4096  # entries of emptied runs kept before they may be compacted away
 _NOTHING: frozenset[int] = frozenset()  # no uid marked: ``pop_runs`` takes plain runs whole
+
+
+class Marked(Protocol):
+    """What ``pop_unmarked`` reads of the marked uids: a set, or a policy's view of them."""
+
+    def __len__(self) -> int: ...
+
+    def isdisjoint(self, run: range, /) -> bool: ...
 
 
 class RunOrder:
@@ -449,6 +456,10 @@ class RunOrder:
         first = self._first
         return held if all(first[e] >= a for e in self._runs[b]) else None
 
+    def members_of(self, b: int) -> int:
+        """How many members session ``b`` holds."""
+        return self._count.get(b, 0)
+
     def pins_all(self, b: int) -> bool:
         """Does session ``b`` hold members, every one of them pinned?"""
         return self._pins.get(b) is ALL
@@ -567,7 +578,7 @@ class RunOrder:
     def pop_unmarked(
         self,
         k: int,
-        marked: AbstractSet[int],
+        marked: Marked,
         out: list[tuple[int, int]],
         marked_in: Container[int] | None = None,
     ) -> int:
@@ -576,7 +587,9 @@ class RunOrder:
         run whose first ``k`` candidates hold a marked uid, and at a run that holes or its
         session's pins break up (``head_run`` names its stretch): ``pop_runs`` of those taken,
         a run at a time without a call per run. ``marked_in``, where given, holds every session
-        with a marked uid: a run of another session is taken without looking its uids up."""
+        with a marked uid: a run of another session is taken without looking its uids up.
+        ``marked`` is asked only whether it is empty and, for a run of one session, whether it
+        holds none of its uids (``isdisjoint``)."""
         first, stop, holes, flag, bucket = (
             self._first,
             self._stop,

@@ -14,10 +14,9 @@ unit size.
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from collections import Counter
-from collections.abc import Iterable, Sequence
-from itertools import chain, compress, islice, repeat, starmap
-from operator import add, eq, itemgetter, lt, not_, rshift, sub
+from collections.abc import Sequence
+from itertools import chain, compress, islice, starmap
+from operator import eq, itemgetter, lt
 
 from sim.policies.base import EvictionPolicy
 from sim.policies.ghost_runs import GhostRuns
@@ -26,10 +25,33 @@ from sim.policies.run_order import RunOrder
 from sim.policies.s3fifo import S3FIFO
 from sim.policies.short_runs import split_short, uids_apart
 from sim.policies.structures import ByteBudget, consume
-from sim.units import UNIT_BITS, join_extents
+from sim.units import UNIT_BITS, UNIT_MASK, join_extents
 
 LOOP_HOT = 64  # a walk passes fewer counted units in a plain loop, more by bisection
 FIRST_LOOK = 64  # units of a run whose counters a walk reads first (it doubles while short)
+MAX_COUNT = 255  # a counter saturates here (a byte); only min(counter, 3) is ever read
+_INC = bytes(min(v + 1, MAX_COUNT) for v in range(256))  # a hit, on a byte string of counters
+
+
+class _Marked:
+    """The members with a counter, for ``RunOrder.pop_unmarked``: ``isdisjoint`` of a run of one
+    session reads its counters' bytes in C."""
+
+    __slots__ = ("_of",)
+
+    def __init__(self, of: dict[int, bytearray]) -> None:
+        self._of = of
+
+    def __len__(self) -> int:
+        return len(self._of)
+
+    def isdisjoint(self, run: range) -> bool:
+        counts = self._of.get(run.start >> UNIT_BITS)
+        if counts is None:
+            return True
+        x = run.start & UNIT_MASK
+        y = min(x + len(run), len(counts))
+        return x >= y or counts.count(0, x, y) == y - x
 
 
 def _sequence(uids):
@@ -44,15 +66,6 @@ def _one_session_increasing(uids) -> bool:
     return uids[0] >> UNIT_BITS == uids[-1] >> UNIT_BITS and all(
         map(lt, uids, islice(uids, 1, None))
     )
-
-
-def _per_session(uids) -> Iterable[tuple[int, int]]:
-    """(session, how many of ``uids`` are its), for non-empty ``uids``: one pair, without a
-    count per uid, where they are one session's increasing units."""
-    b = uids[0] >> UNIT_BITS
-    if len(uids) == 1 or uids[-1] >> UNIT_BITS == b and _one_session_increasing(uids):
-        return ((b, len(uids)),)
-    return Counter(map(rshift, uids, repeat(UNIT_BITS))).items()
 
 
 def _apart(runs: list[tuple[int, int]]) -> bool:
@@ -73,7 +86,7 @@ def _joined(extents: list[tuple[int, int]]) -> list[tuple[int, int]]:
 
 
 def _walk_past(
-    a: int, end: int, hot: list[int], want: int, out: list[tuple[int, int]]
+    a: int, end: int, hot: Sequence[int], want: int, out: list[tuple[int, int]]
 ) -> tuple[int, int]:
     """A walk over ``[a, end)`` that passes the ``hot`` uids (increasing, in that range) and takes
     the others as victims until it has ``want``: appends them to ``out`` as extents, in order,
@@ -127,10 +140,16 @@ class RunS3FIFO(S3FIFO):
         self._s = RunOrder()  # S: candidates and pinned units, in entry order
         self._m = RunOrder()  # M: likewise
         self._ghost = GhostRuns()  # G's keys, oldest first
-        self._freq: dict[int, int] = {}  # member -> its counter, where it is not 0
-        # session -> how many of its members ``_freq`` holds (where any): the walks take the
-        # runs of a session without one as a whole, looking up none of their counters
+        # session -> its members' counters, a byte by unit number (0 for every uid that is no
+        # member), for the sessions with a member whose counter is not 0: a turn's hit on a
+        # session's units, a walk's reinsertions and its victims leaving are slices in C
+        self._counts: dict[int, bytearray] = {}
+        # session -> how many of its members have a counter that is not 0 (the sessions of
+        # ``_counts``): the walks take the runs of a session without one as a whole
         self._marks: dict[int, int] = {}
+        self._marked_view = _Marked(self._counts)
+        self._lower = bytes(max(min(v, self.max_freq) - 1, 0) for v in range(256))
+        self._at_least = bytes(v >= self.move_to_main_threshold for v in range(256))
         self._budget = ByteBudget()
         self._sized_for = -1
         self._shares = (0, 0, 0)
@@ -273,32 +292,76 @@ class RunS3FIFO(S3FIFO):
 
     def access(self, uid: int, now: float) -> None:
         if self._queue(uid) is not None:
-            f = self._freq.get(uid)
-            if f is None:
-                self._marked((uid,))
-            self._freq[uid] = 1 if f is None else f + 1
+            self._bump(uid)
         self._incoming = None
 
-    def _marked(self, uids) -> None:
-        """``uids`` (distinct) have just got a counter: their sessions' ``_marks`` count them."""
-        marks = self._marks
-        for b, n in _per_session(uids):
-            marks[b] = marks.get(b, 0) + n
+    def count_of(self, uid: int) -> int:
+        """``uid``'s counter (0 where it has none), saturated at ``MAX_COUNT``."""
+        counts = self._counts.get(uid >> UNIT_BITS)
+        i = uid & UNIT_MASK
+        return counts[i] if counts is not None and i < len(counts) else 0
 
-    def _unmarked(self, uids) -> None:
-        """``uids`` (distinct) have just lost their counters (a session left with none leaves
-        ``_marks``)."""
-        if uids:
-            for b, n in _per_session(uids):
-                self._uncount(b, n)
+    def counters(self) -> dict[int, int]:
+        """Every counter that is not 0, by uid (for tests)."""
+        return {
+            b << UNIT_BITS | i: v
+            for b, counts in self._counts.items()
+            for i, v in enumerate(counts)
+            if v
+        }
 
-    def _uncount(self, b: int, n: int) -> None:
-        """``n`` members of session ``b`` have just lost their counters."""
-        left = self._marks[b] - n
-        if left:
-            self._marks[b] = left
-        else:
-            del self._marks[b]
+    def _array(self, b: int, stop: int) -> bytearray:
+        """Session ``b``'s counters, long enough for unit numbers below ``stop``."""
+        counts = self._counts.get(b)
+        if counts is None:
+            counts = self._counts[b] = bytearray(stop)
+        elif len(counts) < stop:
+            counts.extend(bytes(stop - len(counts)))
+        return counts
+
+    def _settle(self, b: int, more: int) -> None:
+        """Session ``b`` has ``more`` members with a counter than before (may be negative); one
+        left with none leaves ``_counts`` and ``_marks``."""
+        if more:
+            left = self._marks.get(b, 0) + more
+            if left:
+                self._marks[b] = left
+            else:
+                del self._marks[b], self._counts[b]
+
+    def _bump(self, uid: int) -> None:
+        """A hit on member ``uid``: its counter goes up by one."""
+        b, i = uid >> UNIT_BITS, uid & UNIT_MASK
+        counts = self._array(b, i + 1)
+        v = counts[i]
+        if v < MAX_COUNT:
+            counts[i] = v + 1
+        if not v:
+            self._settle(b, 1)
+
+    def _map_runs(self, runs, table: bytes | None) -> None:
+        """Each counter of the uids of ``runs`` (extents, each inside one session) goes through
+        ``table`` (a byte translation), or to 0 where ``table`` is None."""
+        for a, s in runs:
+            b = a >> UNIT_BITS
+            x, y = a & UNIT_MASK, ((s - 1) & UNIT_MASK) + 1
+            if table is None:
+                counts = self._counts.get(b)
+                if counts is None:
+                    continue
+                y = min(y, len(counts))
+                if x >= y:
+                    continue
+                zeros = counts.count(0, x, y)
+                counts[x:y] = bytes(y - x)
+                self._settle(b, zeros - (y - x))
+            else:
+                if b not in self._counts and not table[0]:
+                    continue  # (no counter in the session, and 0 stays 0)
+                counts = self._array(b, y)
+                zeros = counts.count(0, x, y)
+                counts[x:y] = counts[x:y].translate(table)
+                self._settle(b, zeros - counts.count(0, x, y))
 
     def pin(self, uid: int) -> None:
         q = self._queue(uid)
@@ -310,27 +373,18 @@ class RunS3FIFO(S3FIFO):
         self._incoming = None
         uids = _sequence(uids)
         in_s, in_m, distinct = self._members(uids)
-        freq = self._freq
-        members = [*in_s, *in_m]
+        members = in_s if not in_m else in_m if not in_s else [*in_s, *in_m]
         if not distinct and len(set(members)) < len(members):  # a uid twice counts twice
-            for uid in members:
-                f = freq.get(uid)
-                if f is None:
-                    self._marked((uid,))
-                freq[uid] = 1 if f is None else f + 1
-        elif distinct and members and members[0] >> UNIT_BITS not in self._marks:
-            freq.update(dict.fromkeys(members, 1))  # (the session has no counter yet)
-            self._marks[members[0] >> UNIT_BITS] = len(members)
-        elif members:  # in C
-            had = len(freq)
-            fresh = None if distinct else [u for u in members if u not in freq]
-            freq.update(zip(members, map(add, map(freq.get, members, repeat(0)), repeat(1))))
-            if len(freq) > had:  # (one session's, where ``distinct``: ``_members``' batches)
-                if fresh is None:
-                    b = members[0] >> UNIT_BITS
-                    self._marks[b] = self._marks.get(b, 0) + len(freq) - had
-                else:
-                    self._marked(fresh)
+            consume(map(self._bump, members))
+        elif members:  # each queue's members as runs: their counters' bytes in C
+            for part in (in_s, in_m):
+                if part:
+                    runs = (
+                        [(part[0], part[-1] + 1)]
+                        if isinstance(part, range)
+                        else split_at_sessions(runs_in_order(list(part)))
+                    )
+                    self._map_runs(runs, _INC)
         if in_s:
             self._s.discard_all(in_s)
         if in_m:
@@ -403,8 +457,12 @@ class RunS3FIFO(S3FIFO):
             q.back(uid)
 
     def remove(self, uid: int, pinned: bool = False) -> None:
-        if self._freq.pop(uid, None) is not None:
-            self._uncount(uid >> UNIT_BITS, 1)
+        b = uid >> UNIT_BITS
+        if b in self._counts:
+            counts, i = self._counts[b], uid & UNIT_MASK
+            if i < len(counts) and counts[i]:
+                counts[i] = 0
+                self._settle(b, -1)
         if self._s.take(uid) or self._m.take(uid):  # (a member of one queue at most)
             self._budget.shrink(self._unit)
 
@@ -414,11 +472,13 @@ class RunS3FIFO(S3FIFO):
             EvictionPolicy.remove_many(self, uids, pinned)
             return
         in_s, in_m, _ = self._members(uids)
-        freq = self._freq
-        gone = list(freq.keys() & uids) if freq else None
-        if gone:
-            consume(map(freq.__delitem__, gone))
-            self._unmarked(gone)
+        if self._counts and len(uids):  # (a uid that is no member has no counter)
+            runs = (
+                [(uids[0], uids[-1] + 1)]
+                if isinstance(uids, range)
+                else split_at_sessions(runs_in_order(list(uids)))
+            )
+            self._map_runs(runs, None)
         if in_s:
             self._s.leave_many(in_s)
         if in_m:
@@ -426,31 +486,45 @@ class RunS3FIFO(S3FIFO):
         self._budget.shrink(self._unit * (len(in_s) + len(in_m)))
 
     # -- eviction --------------------------------------------------------------------------------
-    def _counted(self, a: int, s: int, want: int, least: int) -> tuple[int, list[int], list[int]]:
+    def _counted(
+        self, a: int, s: int, want: int, least: int
+    ) -> tuple[int, Sequence[int], Sequence[int]]:
         """The members of ``[a, s)`` (the head run of a queue) with a counter of at least
         ``least``, increasing, read far enough that ``want`` units below it lie before the end
-        of the reading: (that end, those uids, every uid read with a counter, increasing)."""
-        freq = self._freq
+        of the reading: (that end, those uids, every uid read with a counter, increasing; a
+        range where every uid read has one, a list otherwise)."""
         look = max(FIRST_LOOK, 2 * want)
-        if a >> UNIT_BITS not in self._marks:  # no counter in the session: none is read
+        counts = self._counts.get(a >> UNIT_BITS)
+        if counts is None:  # no counter in the session: none is read
             return min(s, a + look), [], []
+        at_least = None if least <= 1 else self._at_least_table(least)
+        x = a & UNIT_MASK
         while True:
             stop = min(s, a + look)
-            # (in the range's order: no set of them built, nor sorted)
-            marked = list(filter(freq.__contains__, range(a, stop)))
+            window = counts[x : x + stop - a]  # (shorter where the counters end: 0 beyond)
+            if len(window) == stop - a and not window.count(0):  # every uid read has one
+                marked: Sequence[int] = range(a, stop)
+            else:
+                marked = list(compress(range(a, stop), window))
             hot = marked
-            if least > 1 and hot:  # (every counter held is at least 1)
-                hot = list(compress(hot, map(least.__le__, map(freq.__getitem__, hot))))
+            if at_least is not None:
+                hot = list(compress(range(a, stop), window.translate(at_least)))
             if stop == s or stop - a - len(hot) >= want:
                 return stop, hot, marked
             look *= 2
+
+    def _at_least_table(self, least: int) -> bytes:
+        """A byte translation: 1 for a counter of at least ``least``, else 0."""
+        if least == self.move_to_main_threshold:
+            return self._at_least
+        return bytes(v >= least for v in range(256))
 
     def _main_walk(self, k: int, main_size: int, out: list[tuple[int, int]]) -> int | None:
         """Evict from M while it is over its share or S is empty, up to ``k`` victims (appended
         to ``out`` as extents): the oldest unit with a counter goes to M's newest end with
         ``min(counter, 3) - 1``, the oldest without one is the victim. How many victims; None
         when M has no candidate."""
-        m, s_order, freq, max_freq = self._m, self._s, self._freq, self.max_freq
+        m, s_order = self._m, self._s
         cap = main_size // self._unit  # M is over its share when it holds more candidates
         taken = 0
         while taken < k:
@@ -460,7 +534,7 @@ class RunS3FIFO(S3FIFO):
             want = k - taken if s_empty else min(k - taken, len(m) - cap)
             # The oldest runs without a counter are victims and nothing is reinserted: taken a
             # run at a time (a run with a counter, a hole or a pin is read below).
-            got = m.pop_unmarked(want, freq.keys(), out, self._marks)
+            got = m.pop_unmarked(want, self._marked_view, out, self._counts)
             if got:
                 taken += got
                 continue
@@ -474,14 +548,8 @@ class RunS3FIFO(S3FIFO):
             again = hot[:passed]
             m.drop_head(pos - a)
             if again:  # reinserted at M's newest end, counter min(f, 3) - 1
-                lower = list(
-                    map(sub, map(min, map(freq.__getitem__, again), repeat(max_freq)), repeat(1))
-                )
-                freq.update(zip(again, lower))
-                if 0 in lower:  # (``again`` lies in one run: one session's)
-                    gone = list(compress(again, map(not_, lower)))
-                    consume(map(freq.__delitem__, gone))
-                    self._uncount(a >> UNIT_BITS, len(gone))
+                # (the victims of [a, pos) have none: the table keeps 0 at 0)
+                self._map_runs(((a, pos),), self._lower)
                 m.enter_many(again)
             taken += got
         return taken
@@ -493,14 +561,14 @@ class RunS3FIFO(S3FIFO):
         below 2 is the victim (its key for G, in ``to_ghost``); again while M is within its share
         and S is not empty, up to ``k`` victims (at least one step, as ``evict`` takes one). How
         many victims."""
-        s_order, m, freq, threshold = self._s, self._m, self._freq, self.move_to_main_threshold
+        s_order, m, threshold = self._s, self._m, self.move_to_main_threshold
         room = main_size // self._unit - len(m)  # moves M takes before it is over its share
         taken = 0
         plain: list[tuple[int, int]] = []
         while taken < k:
             # The oldest runs without a counter are victims and nothing moves: taken a run at a
             # time (a run with a counter, a hole or a pin is read below).
-            got = s_order.pop_unmarked(k - taken, freq.keys(), plain, self._marks)
+            got = s_order.pop_unmarked(k - taken, self._marked_view, plain, self._counts)
             if got:
                 out += plain
                 to_ghost += plain
@@ -523,13 +591,10 @@ class RunS3FIFO(S3FIFO):
             to_ghost += out[gone_to:]
             got = pos - a - passed
             room -= passed
-            del hot[passed:]
+            hot = hot[:passed]
             s_order.drop_head(pos - a)
             if marked:  # those that left S leave their counters (moved ones restart at 0)
-                gone = marked[: bisect_left(marked, pos)]
-                consume(map(freq.__delitem__, gone))
-                if gone:
-                    self._uncount(a >> UNIT_BITS, len(gone))
+                self._map_runs(((a, pos),), None)
             if hot:
                 m.enter_many(hot)
             taken += got
@@ -574,7 +639,7 @@ class RunS3FIFO(S3FIFO):
         unit = self._unit
         if n == 1 and len(self._m) * unit <= main_size:  # a decode step's victim, at S's head
             head = self._s.head_run()
-            if head is not None and head[0] not in self._freq:  # counter 0: it leaves for G
+            if head is not None and not self.count_of(head[0]):  # counter 0: it leaves for G
                 victim = (head[0], head[0] + 1)
                 self._s.drop_head(1)
                 self._budget.shrink(unit)

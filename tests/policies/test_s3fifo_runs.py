@@ -41,8 +41,10 @@ class Twins(TwinDriver):
         for uid in self.state:
             q = u._queue_of[uid]
             assert (r._s.is_member(uid), r._m.is_member(uid)) == (q == 0, q == 1), uid
-        assert r._freq == {uid: f for uid, f in u._freq.items() if f}
-        assert r._marks == Counter(uid >> UNIT_BITS for uid in r._freq)  # (a session's counters)
+        counters = r.counters()  # (saturated: only min(counter, 3) is read)
+        assert counters == {uid: min(f, s3fifo_runs.MAX_COUNT) for uid, f in u._freq.items() if f}
+        assert r._marks == Counter(uid >> UNIT_BITS for uid in counters)  # (a session's counters)
+        assert r._counts.keys() == r._marks.keys()
         assert list(r._ghost) == list(u._ghost)
         assert r._has_evicted == u._has_evicted and r._budget.c == u._budget.c
 
