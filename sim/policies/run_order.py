@@ -456,10 +456,6 @@ class RunOrder:
         first = self._first
         return held if all(first[e] >= a for e in self._runs[b]) else None
 
-    def members_of(self, b: int) -> int:
-        """How many members session ``b`` holds."""
-        return self._count.get(b, 0)
-
     def pins_all(self, b: int) -> bool:
         """Does session ``b`` hold members, every one of them pinned?"""
         return self._pins.get(b) is ALL
