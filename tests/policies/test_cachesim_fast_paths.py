@@ -24,6 +24,7 @@ _CELL = st.one_of(
     st.integers(10**9, 2**63 - 2).map(str),  # ten digits and more: declined, left to the others
     st.integers(0, 999).map(lambda v: f"000{v}"),  # leading zeros
     st.sampled_from(["", " 5", "-3", "+4", "1.5", "9" * 20, "7\r", "x", "0", "999999999"]),
+    st.sampled_from(["9999999999", "2147483648", "4294967296"]),  # ten digits, past int32
 )
 
 
