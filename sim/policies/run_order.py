@@ -596,6 +596,7 @@ class RunOrder:
         pins, count, runs_of = self._pins, self._count, self._runs
         lo, want, retired, top = self._lo, k, 0, self._top
         every, sessions = marked_in is None, marked_in if marked_in is not None else ()
+        check = bool(marked)  # (asked once: nothing here marks or unmarks a uid)
         while k > 0:
             e = flag.find(1, lo)
             if e < 0:
@@ -606,7 +607,7 @@ class RunOrder:
                 break
             f, s = first[e], stop[e]
             n = s - f if s - f < k else k
-            if marked and (every or b in sessions) and not marked.isdisjoint(range(f, f + n)):
+            if check and (every or b in sessions) and not marked.isdisjoint(range(f, f + n)):
                 break
             out.append((f, f + n))
             k -= n

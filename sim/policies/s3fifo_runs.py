@@ -639,7 +639,12 @@ class RunS3FIFO(S3FIFO):
         unit = self._unit
         if n == 1 and len(self._m) * unit <= main_size:  # a decode step's victim, at S's head
             head = self._s.head_run()
-            if head is not None and not self.count_of(head[0]):  # counter 0: it leaves for G
+            counts = None if head is None else self._counts.get(head[0] >> UNIT_BITS)
+            if head is not None and (  # counter 0: it leaves for G
+                counts is None
+                or (head[0] & UNIT_MASK) >= len(counts)
+                or not counts[head[0] & UNIT_MASK]
+            ):
                 victim = (head[0], head[0] + 1)
                 self._s.drop_head(1)
                 self._budget.shrink(unit)
