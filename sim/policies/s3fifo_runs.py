@@ -2,13 +2,16 @@
 queues kept as runs of a session's consecutive units.
 
 S and M are ``RunOrder``s (entry order, a pinned unit keeps its place, pins per session), the ghost
-G a ``RunList`` of at most ``int(0.9 c) // unit`` keys, and the counters a dict that holds only the
-members whose counter is not 0 (a unit enters with 0, and most units of a trace are never hit
-while they are in the tier). A session's history entering, its pin and release, and a stretch of
-victims leaving then cost O(runs), not O(units): the walks read the counters of a run's stretch
-with one set operation over its range and take the units between two counted ones at once. The
-decisions are ``S3FIFO``'s, unit for unit: ``S3FIFO`` builds one of these wherever its view has a
-unit size.
+G a ``RunList`` of at most ``int(0.9 c) // unit`` keys, and the counters a byte per unit number
+for each session with a member whose counter is not 0 (a unit enters with 0, and most units of a
+trace are never hit while they are in the tier; a non-member's byte is 0). A counter saturates at
+``MAX_COUNT``: the walks read only ``min(counter, 3)``, which saturation keeps. A session's history
+entering, its pin and release, and a stretch of victims leaving then cost O(runs), not O(units):
+a turn's hit on a session's units, a walk's reinsertions (``min(f, 3) - 1``, a byte translation)
+and S's leavers are byte slices in C (at layer_block, 32 units a page, the per-unit dict work this
+replaced was most of the policy's time); the walks read the counters of a run's stretch as one
+slice and take the units between two counted ones at once. The decisions are ``S3FIFO``'s, unit
+for unit: ``S3FIFO`` builds one of these wherever its view has a unit size.
 """
 
 from __future__ import annotations
