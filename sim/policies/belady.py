@@ -19,7 +19,8 @@ the bytes left for live objects are the same), so the hit sequence equals libCac
 request, unit and variable sizes (tested).
 
 Structure: the order is (-next use, -uid). Candidates that share a next use and a session bucket
-(``uid >> UNIT_BITS``) form a *group*: a list of their uids, ascending, the next victim last. Two
+(``uid >> UNIT_BITS``) form a *group*: their uids, ascending, the next victim last, kept as maximal
+extents (``_Runs``: a session's release is one extent, whatever the units a page). Two
 groups with one next use are ordered by bucket, larger first, because a bucket's uids all lie above
 a smaller bucket's; so the order is (-next use, -bucket) between groups and -uid inside one, and a
 heap of the groups (an emptied group's entry skipped when it surfaces) gives it. The engine releases, pins and evicts a session's units together,
