@@ -234,7 +234,7 @@ def _digit_pairs(data: bytes | np.ndarray, start: int) -> tuple[np.ndarray, np.n
     digit per field and place, until the byte before every field (a separator, or the header's
     newline) is reached."""
     if start < 10:  # room before the first field for the nine places looked back
-        return _digit_pairs(b"\n" * 10 + bytes(memoryview(data)[start:]), 10) if start else None
+        return _digit_pairs(b"\n" * 10 + bytes(data[start:]), 10) if start else None
     a = np.frombuffer(data, dtype=np.uint8)
     if start >= len(a) or a[start - 1] != _NEWLINE:
         return None
