@@ -615,6 +615,17 @@ def _near_across(
     return bool(value[rest[np.argmax(other)]] <= lim[-1])
 
 
+def _read_short(groups: list[_Group], reads: list[int], taken: list[int], n: int) -> list[int]:
+    """The groups whose every read entry is among the first ``n`` while they have more (and
+    fewer than ``n`` read): an unread entry may belong there too. Another group's unread
+    entries follow one of its read ones that is not among the first n, so they are not."""
+    return [
+        i
+        for i, (g, c, r) in enumerate(zip(groups, taken, reads, strict=True))
+        if c == r < n and len(g.heap) > r
+    ]
+
+
 # -- the tournament ------------------------------------------------------------------------------
 class KineticMin:
     """Uids with a cost, grouped by a time ``tau``; ``peek(now)`` gives the minimum under a
@@ -720,8 +731,8 @@ class KineticMin:
 
     def _merge_sorted(self, n: int, t: float, out: list[int], in_uid_order: bool = False) -> bool:
         """``_merge`` for many victims, in numpy: the float values of each group's first k
-        entries, sorted (k grows while some group has all k among the first ``n`` and more
-        behind). That order is the exact one unless values of different groups are within the
+        entries, sorted (a group's k grows while it has all k among the first ``n`` and more
+        behind: the others are not read again). That order is the exact one unless values of different groups are within the
         rounding bound where it matters (``_near_across``; a group's own entries are in its
         static order, which a stable sort of its monotone values keeps); then it does nothing
         and returns False (``_merge`` decides those exactly)."""
@@ -736,10 +747,11 @@ class KineticMin:
         fixed = (
             np.array([d is None for d, _ in scales]) if any(d is None for d, _ in scales) else None
         )
+        if len(groups) * k > _SORT_MAX:  # the entries read: the heap merge costs less
+            return False
+        reads = [k] * len(groups)  # how many first entries of each group are read
+        runs = [g.heap.first_live(k) for g in groups]
         while True:
-            if len(groups) * k > _SORT_MAX:  # the entries read: the heap merge costs less
-                return False
-            runs = [g.heap.first_live(k) for g in groups]
             uid = np.concatenate([u for _, u in runs])
             owner = np.repeat(np.arange(len(groups)), [len(u) for _, u in runs])
             value = np.concatenate([c for c, _ in runs]) / divisor[owner]
@@ -749,11 +761,16 @@ class KineticMin:
             order = np.argsort(value, kind="stable")
             head_owner = owner[order[:n]]
             taken = np.bincount(head_owner, minlength=len(groups)).tolist()
-            if k >= n or not any(
-                c == k and len(g.heap) > k for g, c in zip(groups, taken, strict=True)
-            ):
+            short = _read_short(groups, reads, taken, n)
+            if not short:
                 break
-            k = min(n, 4 * k)  # a group's entries beyond k may belong among the first n
+            # only the groups read too short read more (one group gives most victims, often):
+            # a group with an unread entry among the first n has all its read ones there
+            for i in short:
+                reads[i] = min(n, 4 * reads[i])
+                runs[i] = groups[i].heap.first_live(reads[i])
+            if sum(reads) > _SORT_MAX:
+                return False
         if _near_across(value, owner, order, n, head_owner):
             return False
         chosen = uid[order[:n]]
