@@ -1,8 +1,8 @@
 """Write the 1M-request sized Zipf stream that `kvsim cachesim` is timed on (docs/benchmarks.md).
 
 Zipf(0.9) over 100,000 objects (popularity unrelated to the id), one size of 1-100 per object,
-1,000,000 requests, header ``obj_id,size``; the generators of tests/policies/pol_helpers.py
-(``zipf_ids``, ``var_sizes``), seed 0::
+1,000,000 requests, header ``obj_id,size``; the same draws as the test helpers ``zipf_ids`` and
+``var_sizes`` (tests/policies/pol_helpers.py), seed 0::
 
     python benchmarks/cachesim_zipf.py /tmp/zipf_sized.csv
     python -m experiments.cli cachesim --trace /tmp/zipf_sized.csv --policy lru \
@@ -42,4 +42,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    import own_tree  # this tree's packages, not the installed checkout's
+
+    own_tree.use()
     main()
