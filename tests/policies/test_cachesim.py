@@ -149,6 +149,19 @@ _CELL = st.one_of(
 )
 
 
+def odd_body(rows, odd) -> bytes:
+    """``a,b`` lines of ``rows``, with the odd forms named in ``odd`` (an extra comma, a blank
+    line, a line of one column, no last newline)."""
+    lines = [f"{a},{b}" for a, b in rows]
+    if "extra comma" in odd:
+        lines[0] += ",1"
+    if "blank line" in odd:
+        lines.insert(len(lines) // 2, "")
+    if "one column" in odd:
+        lines[-1] = lines[-1].split(",")[0]
+    return ("\n".join(lines) + ("" if "no last newline" in odd else "\n")).encode()
+
+
 @settings(max_examples=300, deadline=None)
 @given(
     rows=st.lists(st.tuples(_CELL, _CELL), min_size=1, max_size=12),
@@ -157,14 +170,7 @@ _CELL = st.one_of(
 def test_plain_pairs_reads_what_loadtxt_reads_or_declines(rows, odd):
     """The fast separator parser returns loadtxt's rows exactly, or None (loadtxt then decides);
     it declines nothing made only of plain digits, one comma a line."""
-    lines = [f"{a},{b}" for a, b in rows]
-    if "extra comma" in odd:
-        lines[0] += ",1"
-    if "blank line" in odd:
-        lines.insert(len(lines) // 2, "")
-    if "one column" in odd:
-        lines[-1] = lines[-1].split(",")[0]
-    body = ("\n".join(lines) + ("" if "no last newline" in odd else "\n")).encode()
+    body = odd_body(rows, odd)
     got = _plain_pairs(body, body.count(b"\n") + (not body.endswith(b"\n")))
     want = _loadtxt_pairs(body)
     if got is not None:

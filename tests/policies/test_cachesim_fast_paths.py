@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_cachesim import odd_body
 
 from sim.cachesim import CacheSim, _digit_pairs, _plain_pairs, _read_numeric, read_trace
 from sim.stack_distance import (
@@ -28,17 +29,6 @@ _CELL = st.one_of(
 )
 
 
-def _body(rows, odd) -> bytes:
-    lines = [f"{a},{b}" for a, b in rows]
-    if "extra comma" in odd:
-        lines[0] += ",1"
-    if "blank line" in odd:
-        lines.insert(len(lines) // 2, "")
-    if "one column" in odd:
-        lines[-1] = lines[-1].split(",")[0]
-    return ("\n".join(lines) + ("" if "no last newline" in odd else "\n")).encode()
-
-
 @settings(max_examples=400, deadline=None)
 @given(
     rows=st.lists(st.tuples(_CELL, _CELL), min_size=1, max_size=12),
@@ -48,7 +38,7 @@ def _body(rows, odd) -> bytes:
 def test_digit_pairs_read_what_the_separator_parser_reads_or_decline(rows, odd, header):
     """Where the digit-pair reader answers, numpy's separator parser gives the same columns; it
     answers every body of 1-9 digit fields, one comma a line (the last newline optional)."""
-    body = _body(rows, odd)
+    body = odd_body(rows, odd)
     got = _digit_pairs(header + body, len(header))
     as_array = _digit_pairs(np.frombuffer(header + body, dtype=np.uint8), len(header))
     assert (got is None) == (as_array is None)

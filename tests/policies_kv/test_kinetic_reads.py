@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
+from test_kinetic_groups import _pops_are_exact
 from test_kv_pensieve import _exact_key
 
 from sim.policies import kinetic
@@ -50,12 +51,7 @@ def test_groups_read_deeper_pop_the_exact_minima(sizes, cheap, mode, counts):
         return decided[-1]
 
     kin._merge_sorted = spy  # type: ignore[method-assign]
-    for n in counts:
-        got = kin.pop_many(n, now)
-        want = sorted(live, key=lambda uid: _exact_key(mode, uid, *live[uid], now))[:n]
-        assert got == want
-        for u in got:
-            del live[u]
+    _pops_are_exact(kin, live, mode, counts, now)
     assert len(decided) == len(counts)
 
 
