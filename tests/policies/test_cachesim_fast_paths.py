@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_cachesim import odd_body
+from test_stack_distance import reuse_windows
 
 from sim.cachesim import CacheSim, _digit_pairs, _plain_pairs, _read_numeric, read_trace
 from sim.stack_distance import (
@@ -157,14 +158,7 @@ def test_the_rule_out_round_on_undecided_rows_equals_the_round_on_every_row(
     rng = np.random.default_rng(seed)
     ids = (rng.zipf(hot, 3_000) % objects).astype(np.int64)
     sizes = rng.integers(1, 40, objects)[ids]
-    prev = _previous_request(ids, sizes)
-    assert prev is not None
-    fits = sizes <= capacity
-    before = np.zeros(len(ids) + 1, dtype=np.int64)
-    np.cumsum(np.where(fits, sizes, 0), out=before[1:])
-    ends = np.flatnonzero((prev >= 0) & fits)
-    starts, size = prev[ends], sizes[ends]
-    undecided = before[ends] - before[starts + 1] + size > capacity
+    ends, starts, size, before, undecided = reuse_windows(ids, sizes, capacity)
     if not undecided.any():
         return
     want = undecided.copy()

@@ -20,6 +20,22 @@ from sim.stack_distance import (
 )
 
 
+def reuse_windows(ids: np.ndarray, sizes: np.ndarray, capacity: int):
+    """The rule-out rounds' inputs, built as ``lru_hit_flags`` builds them: the requests whose
+    object was requested before and fits (``ends``), that previous request (``starts``), their
+    sizes, the prefix sums of the fitting sizes (``before``), and whether a window's sizes and its
+    own pass the capacity (``undecided``)."""
+    prev = _previous_request(ids, sizes)
+    assert prev is not None
+    fits = sizes <= capacity
+    before = np.zeros(len(ids) + 1, dtype=np.int64)
+    np.cumsum(np.where(fits, sizes, 0), out=before[1:])
+    ends = np.flatnonzero((prev >= 0) & fits)
+    starts, size = prev[ends], sizes[ends]
+    undecided = before[ends] - before[starts + 1] + size > capacity
+    return ends, starts, size, before, undecided
+
+
 class ReplayedLRU(LRU):
     """LRU as any other policy: ``simulate_cache`` replays it request by request."""
 
@@ -103,15 +119,7 @@ def test_what_the_recent_requests_rule_out_misses(case, spread):
     if len(ids) < 2:
         return
     ids_a, sizes_a = np.array(ids, dtype=np.int64), np.array(sizes, dtype=np.int64)
-    prev = _previous_request(ids_a, sizes_a)
-    fits = sizes_a <= capacity
-    before = np.zeros(len(ids) + 1, dtype=np.int64)
-    np.cumsum(np.where(fits, sizes_a, 0), out=before[1:])
-    ends = np.flatnonzero((prev >= 0) & fits)
-    if not len(ends):
-        return
-    starts, size = prev[ends], sizes_a[ends]
-    undecided = before[ends] - before[starts + 1] + size > capacity
+    ends, starts, size, before, undecided = reuse_windows(ids_a, sizes_a, capacity)
     if not undecided.any():
         return
     was = undecided.copy()
