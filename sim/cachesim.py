@@ -227,8 +227,8 @@ def _read_digit_pairs(raw: np.ndarray, path: Path) -> RequestStream | None:
 def _digit_pairs(data: bytes | np.ndarray, start: int) -> tuple[np.ndarray, np.ndarray] | None:
     """The two columns (int64) of ``data[start:]`` when it is one or more ``digits,digits`` lines
     with 1-9 digits a field, each line ending in a newline but the last, whose is optional; None
-    otherwise (``data``: bytes, or their uint8 array). What ``_plain_pairs`` reads of such a body (its numbers fit int64: the same values),
-    without its copies of the body or numpy's separator parser, which takes one number at a time:
+    otherwise (``data``: bytes, or their uint8 array). What ``_plain_pairs`` reads of such a body
+    (its numbers fit int64: the same values), without its copies of the body or numpy's separator parser, which takes one number at a time:
     the separators are found in one pass (every byte below ``0`` is one, and they must alternate
     comma, newline), then each field's value is built from its last digit back, one gather of a
     digit per field and place, until the byte before every field (a separator, or the header's

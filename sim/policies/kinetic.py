@@ -732,10 +732,10 @@ class KineticMin:
     def _merge_sorted(self, n: int, t: float, out: list[int], in_uid_order: bool = False) -> bool:
         """``_merge`` for many victims, in numpy: the float values of each group's first k
         entries, sorted (a group's k grows while it has all k among the first ``n`` and more
-        behind: the others are not read again). That order is the exact one unless values of different groups are within the
-        rounding bound where it matters (``_near_across``; a group's own entries are in its
-        static order, which a stable sort of its monotone values keeps); then it does nothing
-        and returns False (``_merge`` decides those exactly)."""
+        behind: the others are not read again). That order is the exact one unless values of
+        different groups are within the rounding bound where it matters (``_near_across``; a
+        group's own entries are in its static order, which a stable sort of its monotone values
+        keeps); then it does nothing and returns False (``_merge`` decides those exactly)."""
         groups = self._candidates(n, t)
         if not groups:
             return False
