@@ -1741,8 +1741,8 @@ def _store_problems(exp: Experiment) -> list[tuple[tuple[str | int, ...], str]]:
     """A ``cluster.store`` as ``sim.cluster`` checks it, each problem once at the key it names:
     the store's own keys (``StoreConfig``, at each capacity under each policy), its chunk against
     each page size and its capacity against a chunk of each model (``SharedStore``), and what
-    ``simulate_cluster`` refuses with a store (memory.evict_unit other than block,
-    engine.prefetch other than off). Capacity 0 (no store) is never checked against anything."""
+    ``simulate_cluster`` refuses with a store (engine.prefetch other than off; a write at drops
+    with session units). Capacity 0 (no store) is never checked against anything."""
     import costmodels
 
     store = exp.cluster.store if exp.cluster is not None else None
@@ -1785,7 +1785,16 @@ def _store_problems(exp: Experiment) -> list[tuple[tuple[str | int, ...], str]]:
                 add(str(exc), i, j, k)
     # what simulate_cluster refuses with a store (tests/experiments/test_exp_store.py holds the
     # two in step)
-    out += _outside_kv_problems(exp, "cluster.store", "the store sends", "a store load")
+    out += _outside_kv_problems(exp, "cluster.store", "a store load")
+    if "session" in exp.memory.evict_unit:
+        for k, write in enumerate(store.write):
+            if write != "completion":
+                msg = (
+                    f"{write!r} with memory.evict_unit 'session': writes at drops are not "
+                    "modelled at session units (use write: completion, or block or layer_block "
+                    "units)"
+                )
+                out.append((("cluster", "store", "write", k), msg))
     return list(dict.fromkeys(out))
 
 
@@ -1794,8 +1803,8 @@ def _disagg_problems(exp: Experiment) -> list[tuple[tuple[str | int, ...], str]]
     names: the link's keys (``DisaggConfig``, whatever the axis holds), each prefill pool against
     each cluster size (``ClusterConfig``: a grid point needs a decode replica; the user fixes the
     grid, nothing is skipped), and what ``simulate_cluster`` refuses with disaggregation
-    (memory.evict_unit other than block, engine.prefetch other than off) where a point
-    disaggregates. 0 prefill replicas (colocated) conflict with nothing."""
+    (engine.prefetch other than off) where a point disaggregates. 0 prefill replicas (colocated)
+    conflict with nothing."""
     c = exp.cluster
     d = c.disaggregation if c is not None else None
     if c is None or d is None:
@@ -1831,21 +1840,17 @@ def _disagg_problems(exp: Experiment) -> list[tuple[tuple[str | int, ...], str]]
         return out
     # what simulate_cluster refuses with disaggregation (sim.cluster.run.pages_from_outside_refusals;
     # tests/experiments/test_exp_disagg.py holds the two in step)
-    out += _outside_kv_problems(exp, "cluster.disaggregation", "a transfer sends", "a transfer")
+    out += _outside_kv_problems(exp, "cluster.disaggregation", "a transfer")
     return list(dict.fromkeys(out))
 
 
 def _outside_kv_problems(
-    exp: Experiment, key: str, sends: str, load: str
+    exp: Experiment, key: str, load: str
 ) -> list[tuple[tuple[str | int, ...], str]]:
     """What KV from outside a replica (``key``: a store's, a prefill replica's) does not work
-    with, at the keys ``sim.cluster.run.pages_from_outside_refusals`` names: memory.evict_unit
-    other than block, engine.prefetch other than off."""
+    with, at the keys ``sim.cluster.run.pages_from_outside_refusals`` names: engine.prefetch
+    other than off. (Pages from outside arrive at every eviction unit.)"""
     out: list[tuple[tuple[str | int, ...], str]] = []
-    for j, unit in enumerate(exp.memory.evict_unit):
-        if unit != "block":
-            msg = f"{unit!r} with {key}: {sends} whole pages of every layer: use block"
-            out.append((("memory", "evict_unit", j), msg))
     if exp.engine.prefetch != "off":
         msg = (
             f"{exp.engine.prefetch!r} with {key}: a prefetch and {load} in one admission are not "

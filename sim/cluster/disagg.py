@@ -20,13 +20,15 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+from sim.cluster.outside import OutsideRecovery, dropped_pages, layer_bring_in, page_tiers
 from sim.cluster.store import check_number
-from sim.memory import CPU, DROPPED, GPU
+from sim.memory import CPU, GPU
 from sim.pricing import HostStagedLink, NetworkLink, Prefill
-from sim.recovery import PageRecovery
+from sim.recovery import LayerRecovery
 from traces.records import Session
 
 if TYPE_CHECKING:
+    from sim.parts.sharing import PrefixSharing
     from sim.scheduler import Scheduler
     from sim.turns import TurnRun
     from sim.units import SessionKV
@@ -91,17 +93,19 @@ def decode_part(session: Session) -> Session:
     return replace(session, turns=turns, block_tokens=None)
 
 
-class DecodeRecovery(PageRecovery):
-    """A decode replica's recovery: a decode part's pages that the replica lacks at its first
-    admission come over the link (all of them: the prefill replica has just computed the whole
-    context); ``transfers`` records (tokens, bytes) per (session, turn). A decode part preempted
-    and admitted again pulls again what its prefill replica still holds on its GPU of the
-    context it handed off (whole pages), over the same link at the same price; the rest of what
-    it lost (its own output tokens' pages, and what the prefill replica no longer holds) is
-    recomputed, as any turn's is. Those pulls' bytes join the turn's ``transfers`` bytes."""
+class Pulls:
+    """What a decode replica's recovery knows of the transfers into it, at any eviction unit: a
+    decode part's pages that the replica lacks at its first admission come over the link (all of
+    them: the prefill replica has just computed the whole context); ``transfers`` records (tokens,
+    bytes) per (session, turn). A decode part preempted and admitted again pulls again what its
+    prefill replica still holds (on its GPU or its CPU, every layer) of the context it handed off
+    (whole pages), over the same link at the same price; the rest of what it lost (its own output
+    tokens' pages, and what the prefill replica no longer holds) is recomputed, as any turn's is.
+    Those pulls' bytes join the turn's ``transfers`` bytes."""
 
-    def __init__(self, core: Scheduler, transfers: dict) -> None:
-        super().__init__(core)
+    core: Scheduler
+
+    def init_pulls(self, transfers: dict) -> None:
         self.transfers = transfers
         self.pending: set[int] = set()  # sessions whose decode part awaits its first admission
         # session -> (its prefill replica's KV of it, the context handed off), while its decode
@@ -111,6 +115,84 @@ class DecodeRecovery(PageRecovery):
         self.sender_tp: dict[int, int] = {}
         # hears that session i's pages were pulled at ``now`` (the sender frees them)
         self.pulled: Callable[[int, float], None] = lambda i, now: None
+
+    def dropped_pages(self, sess: SessionKV) -> np.ndarray:
+        """The session's dropped pages here (none unless its prefill replica is known)."""
+        if sess.index not in self.sources:
+            return _NO_PAGES
+        return dropped_pages(self.core, sess)
+
+    def held_there(self, sess: SessionKV, pages: np.ndarray) -> np.ndarray:
+        """Of the session's ``pages``, those its prefill replica holds now, on its GPU or its
+        CPU: whole pages of the context it handed off (not a shared prefix's pool pages)."""
+        return self.there(sess, pages)[0]
+
+    def there(self, sess: SessionKV, pages: np.ndarray) -> tuple[np.ndarray, int]:
+        """``held_there``'s pages, and how many of them are on the prefill replica's CPU (at
+        ``layer_block``: every layer of them)."""
+        source = self.sources.get(sess.index)
+        if source is None or not len(pages):
+            return _NO_PAGES, 0
+        kv, context = source
+        there = page_tiers(self.core, kv, context // self.core.bt)
+        pages = pages[pages < len(there)]
+        if not len(pages):
+            return _NO_PAGES, 0
+        tiers = there[pages]
+        on_cpu = tiers == CPU
+        return pages[(tiers == GPU) | on_cpu], int(on_cpu.sum())
+
+    def link_page_bytes(self, i: int) -> int:
+        """A page's bytes as the link prices them: each GPU has its own link, so a transfer takes
+        as long as its busiest GPU's shard, sent or received. This replica's shard, unless
+        session i's prefill replica splits the page over fewer GPUs (its shards are bigger)."""
+        page, tp = self.core.page_bytes, self.core.cost.tp
+        sender = self.sender_tp.get(i, tp)
+        return page if sender >= tp else page * tp // sender
+
+    def pull(self, run: TurnRun, pages: np.ndarray, now: float, pf: Prefill) -> np.ndarray:
+        """The session's dropped ``pages`` (session page indices, in order) as its admission finds
+        them: at a decode part's first admission all of them cross (recorded in ``transfers``);
+        at a readmission those its prefill replica still holds. Returns the pages that came."""
+        sess = run.sess
+        if sess.index not in self.pending:  # a readmission: pull what the sender still holds
+            pulled, on_cpu = self.there(sess, pages)
+            if not len(pulled):
+                return _NO_PAGES
+            page, link = self.core.page_bytes, self.link_page_bytes(sess.index)
+            nbytes = len(pulled) * page
+            if on_cpu and isinstance(self.core.pricer.remote_link, HostStagedLink):
+                # pages in the sender's host memory: the staged link's second copy alone (each
+                # GPU here copies its own shard in)
+                pf.remote_bytes += (len(pulled) - on_cpu) * link
+                pf.h2d_bytes += on_cpu * page
+                pf.h2d_pages += on_cpu
+                if pf.h2d_units is not None:  # layer_block: every layer of each page
+                    pf.h2d_units += on_cpu
+            else:
+                pf.remote_bytes += len(pulled) * link
+            tokens, sent = self.transfers.get((sess.index, run.k), (0, 0))
+            self.transfers[sess.index, run.k] = (tokens, sent + nbytes * self.core.cost.tp)
+            return pulled
+        self.pending.discard(sess.index)
+        self.pulled(sess.index, now)
+        bt = self.core.bt
+        tokens = len(pages) * bt  # whole pages, less the unfilled tail of the session's last
+        if len(pages) and pages[-1] == (sess.tokens - 1) // bt and sess.tokens % bt:
+            tokens -= bt - sess.tokens % bt
+        nbytes = len(pages) * self.core.page_bytes  # one GPU's shard, over its own link
+        pf.remote_bytes += len(pages) * self.link_page_bytes(sess.index)
+        self.transfers[sess.index, run.k] = (tokens, nbytes * self.core.cost.tp)
+        return pages
+
+
+class DecodeRecovery(Pulls, OutsideRecovery):
+    """A decode replica's recovery at ``block`` and ``session`` units (``Pulls``): the pages that
+    cross are not recomputed (at ``session`` units the dropped unit's pages: ``OutsideRecovery``)."""
+
+    def __init__(self, core: Scheduler, transfers: dict) -> None:
+        super().__init__(core)
+        self.init_pulls(transfers)
 
     def split(self, sess: SessionKV) -> tuple[int, int, int]:
         g, c, d = super().split(sess)
@@ -124,70 +206,48 @@ class DecodeRecovery(PageRecovery):
         dropped = super().dropped_tokens(sess)
         return dropped - self.core.bt * len(self.held_there(sess, self.dropped_pages(sess)))
 
-    def dropped_pages(self, sess: SessionKV) -> np.ndarray:
-        """The session's dropped pages here (none unless its prefill replica is known)."""
-        if sess.index not in self.sources or not sess.tier_pages[DROPPED]:
-            return _NO_PAGES
-        return np.flatnonzero(np.frombuffer(sess.tier, dtype=np.uint8) == DROPPED)
-
-    def held_there(self, sess: SessionKV, pages: np.ndarray) -> np.ndarray:
-        """Of the session's ``pages``, those its prefill replica holds now, on its GPU or its
-        CPU: whole pages of the context it handed off (not a shared prefix's pool pages)."""
-        return self.there(sess, pages)[0]
-
-    def there(self, sess: SessionKV, pages: np.ndarray) -> tuple[np.ndarray, int]:
-        """``held_there``'s pages, and how many of them are on the prefill replica's CPU."""
-        source = self.sources.get(sess.index)
-        if source is None or not len(pages):
-            return _NO_PAGES, 0
-        kv, context = source
-        n = min(context // self.core.bt, len(kv.tier))
-        pages = pages[pages < n]
-        if not len(pages):
-            return _NO_PAGES, 0
-        there = np.frombuffer(kv.tier, dtype=np.uint8, count=n)
-        tiers = there[pages]
-        del there  # (a buffer exported from the tier array would block its growth)
-        on_cpu = tiers == CPU
-        return pages[(tiers == GPU) | on_cpu], int(on_cpu.sum())
-
-    def link_page_bytes(self, i: int) -> int:
-        """A page's bytes as the link prices them: each GPU has its own link, so a transfer takes
-        as long as its busiest GPU's shard, sent or received. This replica's shard, unless
-        session i's prefill replica splits the page over fewer GPUs (its shards are bigger)."""
-        page, tp = self.core.page_bytes, self.core.cost.tp
-        sender = self.sender_tp.get(i, tp)
-        return page if sender >= tp else page * tp // sender
-
     def fetch_dropped(self, run: TurnRun, dropped_units, now: float, pf: Prefill):
-        sess = run.sess
-        units, bt = np.asarray(dropped_units, dtype=np.int64), self.core.bt
-        if sess.index not in self.pending:  # a readmission: pull what the sender still holds
-            pulled, on_cpu = self.there(sess, units)
-            if not len(pulled):
-                return dropped_units
-            page, link = self.core.page_bytes, self.link_page_bytes(sess.index)
-            nbytes = len(pulled) * page
-            if on_cpu and isinstance(self.core.pricer.remote_link, HostStagedLink):
-                # pages in the sender's host memory: the staged link's second copy alone (each
-                # GPU here copies its own shard in)
-                pf.remote_bytes += (len(pulled) - on_cpu) * link
-                pf.h2d_bytes += on_cpu * page
-                pf.h2d_pages += on_cpu
-            else:
-                pf.remote_bytes += len(pulled) * link
-            tokens, sent = self.transfers.get((sess.index, run.k), (0, 0))
-            self.transfers[sess.index, run.k] = (tokens, sent + nbytes * self.core.cost.tp)
-            return units[~np.isin(units, pulled)]
-        self.pending.discard(sess.index)
-        self.pulled(sess.index, now)
-        tokens = len(units) * bt  # whole pages, less the unfilled tail of the session's last
-        if len(units) and units[-1] == (sess.tokens - 1) // bt and sess.tokens % bt:
-            tokens -= bt - sess.tokens % bt
-        nbytes = len(units) * self.core.page_bytes  # one GPU's shard, over its own link
-        pf.remote_bytes += len(units) * self.link_page_bytes(sess.index)
-        self.transfers[sess.index, run.k] = (tokens, nbytes * self.core.cost.tp)
+        units = np.asarray(dropped_units, dtype=np.int64)
+        if run.sess.index not in self.pending:
+            came = self.pull(run, units, now, pf)
+            return units[~np.isin(units, came)] if len(came) else dropped_units
+        self.pull(run, units, now, pf)
         return np.empty(0, dtype=np.int64)
+
+
+class DecodeLayerRecovery(Pulls, LayerRecovery):
+    """A decode replica's recovery at ``layer_block`` units (``Pulls``): a page with a dropped
+    layer that crosses comes whole, every layer of it at once (none recomputed, none of its CPU
+    layers swapped in); the rest are recomputed through their deepest dropped layer."""
+
+    def __init__(self, core: Scheduler, transfers: dict) -> None:
+        super().__init__(core)
+        self.init_pulls(transfers)
+
+    def split(self, sess: SessionKV) -> tuple[int, int, int]:
+        g, c, d = super().split(sess)
+        if sess.index in self.pending:
+            return g, c, 0
+        return g, c, d - self.core.bt * len(self.held_there(sess, self.dropped_pages(sess)))
+
+    def dropped_tokens(self, sess: SessionKV) -> int:
+        if sess.index in self.pending:
+            return 0
+        dropped = super().dropped_tokens(sess)
+        return dropped - self.core.bt * len(self.held_there(sess, self.dropped_pages(sess)))
+
+    def bring_in(
+        self,
+        run: TurnRun,
+        share: PrefixSharing | None,
+        dropped: int,
+        new: int,
+        old_tokens: int,
+        now: float,
+        pf: Prefill,
+    ) -> tuple[int, int]:
+        came = self.pull(run, dropped_pages(self.core, run.sess), now, pf)
+        return layer_bring_in(self, run, new, old_tokens, now, pf, came), 0
 
 
 _NO_PAGES = np.empty(0, dtype=np.int64)

@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 
 from costmodels import CostModel
 from sim.arrivals import Arrivals
-from sim.cluster.disagg import DecodeRecovery
+from sim.cluster.disagg import Pulls
 from sim.config import EngineConfig, MemoryConfig
 from sim.invariants import check_invariants
 from sim.memory import CPU, DROPPED, GPU
@@ -151,9 +151,7 @@ class Replica:
         again what the prefill replica's KV of it (``source``) then holds (``sim.cluster.disagg``).
         ``sender_tp``: the prefill replica's tensor-parallel degree."""
         recovery = self.sched.recovery
-        assert isinstance(recovery, DecodeRecovery), (
-            "a decode part on a replica that does not decode"
-        )
+        assert isinstance(recovery, Pulls), "a decode part on a replica that does not decode"
         recovery.pending.add(i)
         recovery.sources[i] = (source, context)
         if sender_tp != self.sched.cost.tp:
@@ -164,7 +162,7 @@ class Replica:
     def decode_part_over(self, i: int) -> None:
         """Session i's decode part here completed or was rejected: nothing more is pulled."""
         recovery = self.sched.recovery
-        if isinstance(recovery, DecodeRecovery):
+        if isinstance(recovery, Pulls):
             recovery.sources.pop(i, None)
             recovery.sender_tp.pop(i, None)
 

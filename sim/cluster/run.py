@@ -17,7 +17,14 @@ import numpy as np
 import pandas as pd
 
 from costmodels import CostModel
-from sim.cluster.disagg import DecodeRecovery, DisaggConfig, decode_part, merge_parts, prefill_part
+from sim.cluster.disagg import (
+    DecodeLayerRecovery,
+    DecodeRecovery,
+    DisaggConfig,
+    decode_part,
+    merge_parts,
+    prefill_part,
+)
 from sim.cluster.groups import (
     ReplicaGroup,
     check_groups,
@@ -33,6 +40,7 @@ from sim.cluster.store import (
     DropWriting,
     SharedStore,
     StoreConfig,
+    StoreLayerRecovery,
     StoreRecovery,
     StoreStats,
     check_number,
@@ -207,7 +215,7 @@ def simulate_cluster(
     if not isinstance(sessions, Sequence):
         raise ValueError("cluster: sessions must be a list (the whole trace), not a stream")
     if cluster.store is not None:
-        pages_from_outside_refusals(memory, engine, "cluster.store")
+        pages_from_outside_refusals(memory, engine, "cluster.store", cluster.store)
         check_pages_cross([s.cost for s in setups], memory.block_tokens, "cluster.store")
     if cluster.disaggregation is not None:
         pages_from_outside_refusals(memory, engine, "cluster.disaggregation")
@@ -258,11 +266,13 @@ def simulate_cluster(
             )
         if decodes:
             assert disagg is not None
-            sched.recovery = DecodeRecovery(sched, transfers)
-            sched.recovery.pulled = shell.pulled
+            pulls = (DecodeLayerRecovery if sched.upp > 1 else DecodeRecovery)(sched, transfers)
+            pulls.pulled = shell.pulled
+            sched.recovery = pulls
             sched.pricer.remote_link = disagg.remote_link
         elif store is not None and cluster.store is not None:
-            sched.recovery = StoreRecovery(sched, store, store_hits)
+            loads = StoreLayerRecovery if sched.upp > 1 else StoreRecovery
+            sched.recovery = loads(sched, store, store_hits)
             sched.pricer.remote_link = cluster.store.link
         if store is not None and store.cfg.on_drop:  # what it drops goes to the store
             DropWriting.attach(sched.mem, store, sched)
@@ -341,16 +351,21 @@ def store_predictor(cluster: ClusterConfig, sessions: Sequence[Session]):
     return fit_lifetime(sessions)
 
 
-def pages_from_outside_refusals(memory: MemoryConfig, engine: EngineConfig, key: str) -> None:
+def pages_from_outside_refusals(
+    memory: MemoryConfig, engine: EngineConfig, key: str, store: StoreConfig | None = None
+) -> None:
     """What KV from outside a replica (a store's, a prefill replica's) does not work with yet,
-    each named by its key."""
-    if memory.evict_unit != "block":
-        raise ValueError(
-            f"memory.evict_unit: {memory.evict_unit!r} with {key}: pages arrive whole, all "
-            f"layers at once (block units only)"
-        )
+    each named by its key; an experiment's YAML is refused the same when it is loaded
+    (``experiments.schema._outside_kv_problems``, and ``_store_problems`` for the writes). Every
+    eviction unit takes pages from outside (``sim.cluster.outside``)."""
     if engine.prefetch != "off":
         raise ValueError(
             f"engine.prefetch with {key}: a prefetch and a load from outside the replica in one "
             f"admission are not modelled together"
+        )
+    if store is not None and store.on_drop and memory.evict_unit == "session":
+        raise ValueError(
+            f"cluster.store.write: {store.write!r} with memory.evict_unit 'session': writes at "
+            f"drops are not modelled at session units (use write: completion, or block or "
+            f"layer_block units)"
         )

@@ -21,14 +21,21 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from sim.cachesim import CacheSim, ObjectView
+from sim.cluster.outside import (
+    OutsideRecovery,
+    dropped_pages,
+    dropped_pages_below,
+    layer_bring_in,
+)
 from sim.memory import CPU, DROPPED, GPU, SHARED, Tier, TieredMemory
 from sim.policies import PolicyContext, policy_class
 from sim.pricing import NetworkLink, Prefill
-from sim.recovery import PageRecovery
+from sim.recovery import LayerRecovery
 from sim.units import UNIT_BITS, UNIT_MASK, extents_of
 
 if TYPE_CHECKING:
     from costmodels import CostModel
+    from sim.parts.sharing import PrefixSharing
     from sim.prefix import SharedPrefixes
     from sim.scheduler import Scheduler
     from sim.turns import TurnRun
@@ -312,11 +319,30 @@ class SharedStore:
         self.stats.loaded_bytes += len(pages) * self.page_bytes
 
 
-class StoreRecovery(PageRecovery):
+class StoreReads:
+    """What a replica's recovery reads of the store behind it, at any eviction unit: the
+    session's unbroken run of stored chunks, and its dropped pages in it (``dropped_pages``)."""
+
+    core: Scheduler
+    store: SharedStore
+
+    def stored_dropped_pages(self, sess: SessionKV) -> int:
+        """The session's dropped pages that the store would send now (all full pages)."""
+        if not sess.tier_pages[DROPPED]:
+            return 0
+        return dropped_pages_below(self.core, sess, self.stored_run(sess))
+
+    def stored_run(self, sess: SessionKV) -> int:
+        """Pages of the session's history the store's unbroken run covers (whole pages)."""
+        return min(self.store.prefix_pages(sess.index), sess.tokens // self.core.bt)
+
+
+class StoreRecovery(StoreReads, OutsideRecovery):
     """A replica's recovery with the store behind it: of a session's dropped pages, those the
     store holds are loaded over the replica's link, not recomputed. The history split's third
     part (recompute) leaves them out; ``hits`` records them per (session, turn) at a turn's first
-    admission."""
+    admission. At ``session`` units the session's dropped unit is loaded where the run covers it
+    and recomputed past it (``OutsideRecovery``)."""
 
     def __init__(self, core: Scheduler, store: SharedStore, hits: dict) -> None:
         super().__init__(core)
@@ -324,23 +350,12 @@ class StoreRecovery(PageRecovery):
         self.hits = hits
         store.serve(core.kv, core.cost)
 
-    def stored_dropped_pages(self, sess: SessionKV) -> int:
-        """The session's dropped pages that the store would send now (all full pages)."""
-        if not sess.tier_pages[DROPPED]:
-            return 0
-        n = self.stored_run(sess)
-        return sess.tier.count(_DROPPED_BYTE, 0, n) if n else 0
-
     def split(self, sess: SessionKV) -> tuple[int, int, int]:
         g, c, d = super().split(sess)
         return g, c, d - self.stored_dropped_pages(sess) * self.core.bt
 
     def dropped_tokens(self, sess: SessionKV) -> int:
         return super().dropped_tokens(sess) - self.stored_dropped_pages(sess) * self.core.bt
-
-    def stored_run(self, sess: SessionKV) -> int:
-        """Pages of the session's history the store's unbroken run covers (whole pages)."""
-        return min(self.store.prefix_pages(sess.index), sess.tokens // self.core.bt)
 
     def shared_from_outside(self, sess: SessionKV) -> int:
         share = self.core.share
@@ -372,6 +387,45 @@ class StoreRecovery(PageRecovery):
             self.store.read(run.sess.index, loaded, now)
             pf.remote_bytes += len(loaded) * self.core.page_bytes
         return pages[pages >= n], len(loaded) * self.core.bt
+
+
+class StoreLayerRecovery(StoreReads, LayerRecovery):
+    """``StoreRecovery`` at ``layer_block`` units: of the session's pages with a dropped layer,
+    those in the store's run are loaded whole (every layer of them at once: no layer of them
+    recomputed, none swapped in), the rest recomputed through their deepest dropped layer."""
+
+    def __init__(self, core: Scheduler, store: SharedStore, hits: dict) -> None:
+        super().__init__(core)
+        self.store = store
+        self.hits = hits
+        store.serve(core.kv, core.cost)
+
+    def split(self, sess: SessionKV) -> tuple[int, int, int]:
+        g, c, d = super().split(sess)
+        return g, c, d - self.stored_dropped_pages(sess) * self.core.bt
+
+    def dropped_tokens(self, sess: SessionKV) -> int:
+        return super().dropped_tokens(sess) - self.stored_dropped_pages(sess) * self.core.bt
+
+    def bring_in(
+        self,
+        run: TurnRun,
+        share: PrefixSharing | None,
+        dropped: int,
+        new: int,
+        old_tokens: int,
+        now: float,
+        pf: Prefill,
+    ) -> tuple[int, int]:
+        sess = run.sess
+        pages = dropped_pages(self.core, sess)
+        loaded = pages[pages < self.stored_run(sess)]
+        if len(loaded):
+            self.store.read(sess.index, loaded, now)
+            pf.remote_bytes += len(loaded) * self.core.page_bytes
+        if not run.admitted_once:
+            self.hits[sess.index, run.k] = len(loaded) * self.core.bt
+        return layer_bring_in(self, run, new, old_tokens, now, pf, loaded), 0
 
 
 class DropWriting(TieredMemory):
@@ -421,7 +475,7 @@ class DropWriting(TieredMemory):
         leaving = np.flatnonzero((codes == GPU) | (codes == CPU)) + first_unit
         del codes
         if len(leaving):
-            self._write(((sess, a, b) for a, b in extents_of(leaving)), set())
+            self._write(((sess, *self._pages(sess, a, b)) for a, b in extents_of(leaving)), set())
         super().drop_from(sess, first_unit, now)
 
     def _move_extents(
@@ -431,12 +485,26 @@ class DropWriting(TieredMemory):
             sessions = self.view.sessions
             self._write(
                 (
-                    (sessions[a >> UNIT_BITS], a & UNIT_MASK, (a & UNIT_MASK) + b - a)
+                    (
+                        sess := sessions[a >> UNIT_BITS],
+                        *self._pages(sess, a & UNIT_MASK, (a & UNIT_MASK) + b - a),
+                    )
                     for a, b in extents
                 ),
                 set(),
             )
         super()._move_extents(extents, frm, to, policy)
+
+    def _pages(self, sess: SessionKV, first: int, stop: int) -> tuple[int, int]:
+        """The pages (first, stop) that the session's units ``first .. stop-1`` lie on: a session
+        unit spans all the session's pages, a ``layer_block`` unit one layer of one page."""
+        view = self.view
+        if view.per_session:
+            return 0, sess.unit_pages
+        layers = view.layers
+        if layers == 1:
+            return first, stop
+        return first // layers, (stop - 1) // layers + 1
 
     def _write(self, runs, seen: set[tuple[int, int]]) -> None:
         """Write the chunks that these runs of dropped pages (session, first, stop) touch."""
@@ -464,10 +532,14 @@ class DropWriting(TieredMemory):
                 self.store.write_dropped(session, chunks, now)
             self.pending.clear()
 
-    @staticmethod
-    def _holds(sess: SessionKV, first: int, count: int, share: SharedPrefixes | None) -> bool:
-        """Does the replica hold every page ``first .. first + count - 1`` of the session?"""
-        tier = sess.tier
+    def _holds(self, sess: SessionKV, first: int, count: int, share: SharedPrefixes | None) -> bool:
+        """Does the replica hold every page ``first .. first + count - 1`` of the session (every
+        layer of it; a session unit holds all its pages or none)?"""
+        tier, view = sess.tier, self.view
+        if view.per_session:
+            return tier[0] != DROPPED
+        if view.layers > 1:
+            return not tier.count(_DROPPED_BYTE, first * view.layers, (first + count) * view.layers)
         if tier.count(_DROPPED_BYTE, first, first + count):
             return False
         if share is None or not tier.count(_SHARED_BYTE, first, first + count):

@@ -84,11 +84,14 @@ def error_of(path) -> ConfigError:
         ("policy: lru", "latency_us: -1", "cluster.store.latency_us", ">= 0, got -1"),
         ("policy: lru", "latency: 1", "cluster.store.latency", "did you mean 'latency_us'?"),
         # what simulate_cluster refuses with a store is refused at load time, at its own key
-        (
-            "cpu_kv_gb: 0}",
-            "cpu_kv_gb: 0, evict_unit: [block, session]}",
-            "memory.evict_unit[1]",
-            "'session' with cluster.store",
+        (  # writes at drops at session units: the write axis's value, by its index
+            BASE[BASE.index("cpu_kv_gb: 0}") :].strip(),
+            BASE[BASE.index("cpu_kv_gb: 0}") :]
+            .strip()
+            .replace("cpu_kv_gb: 0}", "cpu_kv_gb: 0, evict_unit: [block, session]}")
+            .replace("chunk_tokens: 32}", "chunk_tokens: 32, write: [completion, eviction]}"),
+            "cluster.store.write[1]",
+            "'eviction' with memory.evict_unit 'session'",
         ),
         (
             "seeds: [1, 2]",
@@ -111,8 +114,10 @@ def test_store_errors_name_file_and_key(write_yaml, old, new, key, words):
 
 def test_a_capacity_of_0_alone_is_no_store_and_refuses_nothing(write_yaml):
     # the combinations a store cannot run with are refused only where a point has one
-    text = BASE.replace("[0, 8]", "0").replace(
-        "cpu_kv_gb: 0}", "cpu_kv_gb: 0, evict_unit: session}"
+    text = (
+        BASE.replace("[0, 8]", "0")
+        .replace("cpu_kv_gb: 0}", "cpu_kv_gb: 0, evict_unit: session}")
+        .replace("chunk_tokens: 32}", "chunk_tokens: 32, write: eviction}")
     )
     grid = load_experiment(write_yaml(text)).grid()
     assert len(grid) == 8
@@ -321,14 +326,14 @@ def test_capacity_0_equals_the_same_point_without_a_store_section():
 
 
 @pytest.mark.parametrize(
-    ("memory", "engine", "key"),
+    ("memory", "engine", "write", "key"),
     [
-        ({"evict_unit": "session"}, {}, "memory.evict_unit"),
-        ({"evict_unit": "layer_block"}, {}, "memory.evict_unit"),
-        ({}, {"prefetch": "queue"}, "engine.prefetch"),
+        ({"evict_unit": "session"}, {}, "eviction", "cluster.store.write"),
+        ({"evict_unit": "session"}, {}, "both", "cluster.store.write"),
+        ({}, {"prefetch": "queue"}, "completion", "engine.prefetch"),
     ],
 )
-def test_what_the_yaml_refuses_with_a_store_the_simulator_refuses(memory, engine, key):
+def test_what_the_yaml_refuses_with_a_store_the_simulator_refuses(memory, engine, write, key):
     """The load-time refusals (``schema._store_problems``) stay in step with simulate_cluster's:
     each is refused there too, by the same key, and the YAML names it."""
     from sim.config import EngineConfig, MemoryConfig
@@ -342,17 +347,38 @@ def test_what_the_yaml_refuses_with_a_store_the_simulator_refuses(memory, engine
             EngineConfig(**engine),
             "lru",
             0,
-            ClusterConfig(replicas=2, store=StoreConfig(capacity_gb=2.0)),
+            ClusterConfig(replicas=2, store=StoreConfig(capacity_gb=2.0, write=write)),
         )
     data = _tiny(2)
     data["memory"] |= memory
     data["engine"] = engine
+    data["cluster"]["store"]["write"] = write
     with pytest.raises(ConfigError) as info:
         parse_experiment(data, source="x.yaml")
     assert str(info.value).startswith(f"x.yaml: {key}: "), str(info.value)
     # without a store (capacity 0) both run
     data["cluster"]["store"]["capacity_gb"] = 0
     parse_experiment(data)
+
+
+@pytest.mark.parametrize("unit", ["session", "layer_block"])
+@pytest.mark.parametrize("write", ["completion", "eviction", "both"])
+def test_what_the_yaml_accepts_with_a_store_the_simulator_runs(unit, write):
+    """Every eviction unit takes a store (session units write at completions only): the YAML
+    loads, and simulate_cluster runs its point, the store loading at that unit."""
+    data = _tiny(2)
+    data["memory"] |= {"evict_unit": unit, "gpu_kv_gb": 0.05}
+    data["cluster"]["store"] |= {"write": write, "chunk_tokens": 32}
+    if unit == "session" and write != "completion":
+        with pytest.raises(ConfigError, match="cluster.store.write"):
+            parse_experiment(data)
+        return
+    (point,) = parse_experiment(data).grid()
+    res = run_point(0, point)
+    assert res.turns.store_tokens.sum() > 0
+    t = res.turns
+    split = t.gpu_hit_tokens + t.cpu_hit_tokens + t.store_tokens + t.recomputed_tokens
+    assert (split + t.pruned_tokens == t.history_tokens).all()
 
 
 def _tiny(capacity: float) -> dict:
