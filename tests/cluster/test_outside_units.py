@@ -605,3 +605,55 @@ def test_the_senders_pages_are_where_every_layer_of_them_is(unit, codes, asked):
     pages = len(codes) if name == "session" else len(codes) // upp
     want = [plain_sender_page(core, kv, p) for p in range(min(asked, pages))]
     assert got == want
+
+
+# -- late KV events with a prefill pool, at both units --------------------------------------------
+@SETTINGS
+@given(traces(), st.sampled_from(UNITS))
+def test_each_pool_routes_on_its_kv_a_delay_ago_at_both_units(late_kv_log, sessions, unit):
+    # tests/cluster/test_late_kv_disagg.py's plain model of the views (every replica's KV noted
+    # after each change in a run that steps every iteration), at session and layer_block units
+    from tests.cluster.test_late_kv_disagg import spans_on_and_off
+
+    spans_on_and_off(sessions, mem(30, 20, unit=unit), 1000.0, late_kv_log)
+
+
+@pytest.fixture
+def late_kv_log(monkeypatch):
+    """test_late_kv_disagg.py's ``kv_log``: every replica's KV noted after each change."""
+    from sim.cluster.replica import Replica
+    from tests.cluster.test_late_kv_disagg import KVLog
+
+    record = KVLog()
+
+    def wrap(name, planning):
+        original = getattr(Replica, name)
+
+        def wrapped(self, *args):
+            out = original(self, *args)
+            record.note(self, args[-1] if name == "deliver" else args[0], planning)
+            return out
+
+        monkeypatch.setattr(Replica, name, wrapped)
+
+    wrap("event", False)
+    wrap("deliver", False)
+    wrap("loop_top", True)
+    return record
+
+
+def test_chunked_prefills_load_from_the_store_at_session_units(monkeypatch):
+    # a session unit's loaded and recomputed pages go through chunked prefill's cut of the work
+    # (chunked prefill is not combined with layer_block)
+    loads = watch_loads(monkeypatch)
+    engine = EngineConfig(max_batch_tokens=512, chunked_prefill=True)
+    memory = mem(150, 50, unit="session")
+    sessions = synthetic(20, seed=4)
+    cfg = store(200, chunk_tokens=32, policy="arc")
+    res = run(sessions, memory, 3, "kv-aware", store=cfg, engine=engine)
+    assert loads[0] > 0 and res.turns.store_tokens.sum() > 0
+    assert_conserved_with_store(res.turns)
+    strict = run(
+        sessions, memory, 3, "kv-aware", store=cfg, engine=engine, decode_spans=False, debug=False
+    )
+    pd.testing.assert_frame_equal(res.turns, strict.turns)
