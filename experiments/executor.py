@@ -27,12 +27,14 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from experiments.schema import ConfigError, ExecutorSpec, GridPoint, TraceSpec
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 class PointError(RuntimeError):
@@ -192,7 +194,7 @@ def run_point(
     try:
         import costmodels
         import sim
-        from sim.metrics import session_table, summarize
+        from sim.metrics import session_columns, session_frame, summarize
         from sim.quality import budget_quality
 
         sessions = load_sessions(point.trace)
@@ -247,21 +249,22 @@ def run_point(
             if log is not None:
                 log.close()
         labels = point.labels()
-        sessions = session_table(result)
-        summary = summarize(result, sessions, point.slo)
+        table = session_columns(result)  # numpy arrays: a spooled point needs no frame
+        summary = summarize(result, table, point.slo)
         layers = costmodels.get_model(point.model).num_layers
         summary.update(
             budget_quality(_quality_view(result, point.budget), point.budget, layers, point.seed)
         )
         summary.update(extra)
-        from experiments.point_rows import with_labels, write_unlabelled
+        from experiments.point_rows import with_labels, write_columns
 
         turns_file = sessions_file = None
         if spooled:  # the ledger in simulate's row order, the spool's completion order gone
             turns_file = str(result.ledger.write_sorted(files[1]).path)
             files[0].unlink()
-            if len(sessions):  # an empty table stays in memory: its dtypes are its own
-                write_unlabelled(sessions, files[2])
+            if len(table["turns"]):  # an empty table stays in memory: its dtypes are its own
+                # the file write_unlabelled makes of session_table's frame, without the frame
+                write_columns(table, session_kinds(table), files[2])
                 sessions_file = str(files[2])
         return PointResult(
             index=index,
@@ -269,7 +272,7 @@ def run_point(
             labels=labels,
             summary=summary,
             turns=None if spooled else with_labels(result.turns, labels),
-            sessions=None if sessions_file else with_labels(sessions, labels),
+            sessions=None if sessions_file else with_labels(session_frame(table), labels),
             steps=tuple(steps),
             replicas=tuple({**labels, **row} for row in per_replica),
             turns_file=turns_file,
@@ -284,6 +287,18 @@ def run_point(
         raise PointError(
             f"grid point {index} ({point.describe()}) failed: {type(exc).__name__}: {exc}"
         ) from exc
+
+
+def session_kinds(columns: dict[str, np.ndarray]) -> dict[str, str]:
+    """The kinds (``experiments.point_rows``) of ``sim.metrics.session_columns``' arrays in the
+    frame ``session_frame`` makes of them: the ids a text column (pandas' str dtype), the rest as
+    their numpy dtypes."""
+    kinds = {}
+    for name, values in columns.items():
+        kinds[name] = "str" if name == "session_id" else values.dtype.name
+        if kinds[name] not in ("str", "int64", "float64"):
+            raise TypeError(f"session table column {name}: unexpected dtype {values.dtype}")
+    return kinds
 
 
 def _ledger_files(ledger_dir: str | os.PathLike, index: int) -> list[Path]:
@@ -306,6 +321,8 @@ def _quality_view(result: Any, budget: Any) -> Any:
     if budget.capacity is None or not isinstance(result, SpooledResult):
         return result
     columns = ("session_id", "turn", "history_tokens")
+    import pandas as pd
+
     turns = pd.DataFrame({c: result.ledger.column(c) for c in columns}, columns=list(columns))
     return SimResult(turns=turns, stats=result.stats, labels=result.labels)
 

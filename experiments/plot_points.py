@@ -3,8 +3,12 @@ finite GPU capacity draws nothing and never imports it (a third of a small run's
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 NO_FIGURES = "plots: no grid point with a finite GPU capacity; no figures drawn"
 

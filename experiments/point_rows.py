@@ -9,24 +9,42 @@ point's labels as columns and converted as ``pd.concat`` of every point's frame 
 first-seen order, dtypes as concat unifies them). That schema is found from one row of each point
 without reading a file's data: a frame's dtypes do not depend on its values, so a row of zeros
 with the file's dtypes (from the schema in its footer, or given) stands for a file's rows.
+
+Where every point's rows are in a file, each of them, labels included, of a kind this module
+knows (64-bit integers, floats, booleans, text, a label of None), and every point has the same
+columns of the same kinds, the file is written by pyarrow alone, without pandas (``_ArrowPlan``):
+the same schema, metadata and values (NaN written as null, as pandas' conversion writes it), the
+same row groups, so the same bytes. Anything else takes pandas' way.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import os
+import re
+import sys
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from functools import cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
+import numpy as np
 import pyarrow as pa  # type: ignore[import-untyped]
 import pyarrow.parquet as pq  # type: ignore[import-untyped]
 
+from sim import arrow_arrays
 from sim.ledger_spool import ROWS_PER_GROUP
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 def with_labels(df: pd.DataFrame, labels: Mapping[str, Any]) -> pd.DataFrame:
     """``df`` with a column per grid label in front, the point's value on every row."""
+    import pandas as pd
+
     lab = pd.DataFrame({k: [v] * len(df) for k, v in labels.items()}, index=df.index)
     return pd.concat([lab, df], axis=1)
 
@@ -43,6 +61,8 @@ class PointRows:
 
     def head(self) -> pd.DataFrame:
         """A frame with this point's columns and dtypes: one row (none where it has none)."""
+        import pandas as pd
+
         if self.frame is not None:
             return self.frame.iloc[:1].reset_index(drop=True)
         assert self.path is not None
@@ -71,6 +91,8 @@ class PointRows:
         """Every labelled row in one frame (small runs and tests)."""
         if self.frame is not None:
             return self.frame
+        import pandas as pd
+
         parts = list(self.chunks(2**62))
         return pd.concat(parts, ignore_index=True) if parts else self.head()
 
@@ -84,12 +106,16 @@ class PointRows:
 def _typical(dtype: Any) -> Any:
     """A value of ``dtype``: a text column's (strings: the files hold no other objects) or a
     number."""
+    import pandas as pd
+
     return "" if pd.api.types.is_object_dtype(dtype) or pd.api.types.is_string_dtype(dtype) else 0
 
 
 def combined_schema(parts: Sequence[PointRows]) -> pa.Schema:
     """The schema ``pd.concat`` of every point's labelled rows would be written with, from a row
     of each point (none of an empty one)."""
+    import pandas as pd
+
     heads = [p.head() for p in parts]
     return pa.Schema.from_pandas(
         pd.concat(heads, ignore_index=True) if heads else pd.DataFrame(), preserve_index=False
@@ -100,6 +126,12 @@ def write_points(
     parts: Sequence[PointRows], path: str | os.PathLike, rows_per_group: int = ROWS_PER_GROUP
 ) -> None:
     """The file at ``path``: the points' rows in the order of ``parts``."""
+    plan = _ArrowPlan.of(parts)
+    if plan is not None:
+        plan.write(path, rows_per_group)
+        return
+    import pandas as pd
+
     schema = combined_schema(parts)
     with pq.ParquetWriter(path, schema) as out:
         for part in parts:
@@ -123,6 +155,238 @@ def write_unlabelled(
     try:
         table = pa.Table.from_pandas(frame, preserve_index=False)
         pq.write_table(table, part, row_group_size=rows_per_group)
+        os.replace(part, path)
+    except BaseException:
+        if os.path.exists(part):
+            os.unlink(part)
+        raise
+
+
+# ---------------------------------------------------------------------------------------------
+# Without pandas
+
+# kind -> (arrow type, pandas_type, numpy_type): what ``pa.Table.from_pandas`` writes for a column
+# of that pandas dtype ("object": text in an object column; "str": pandas' str dtype, a text
+# column it infers; "empty": an object column of None alone)
+_KINDS: dict[str, tuple[Any, str, str]] = {
+    "int64": (pa.int64(), "int64", "int64"),
+    "float64": (pa.float64(), "float64", "float64"),
+    "bool": (pa.bool_(), "bool", "bool"),
+    "object": (pa.string(), "unicode", "object"),
+    "str": (pa.large_string(), "object", "str"),
+    "empty": (pa.null(), "empty", "object"),
+}
+_INT64 = (-(2**63), 2**63 - 1)
+
+
+def label_kind(value: Any) -> str | None:
+    """The kind of the column ``with_labels`` makes of ``value`` (None: one this module does not
+    write itself)."""
+    if value is None:
+        return "empty"
+    if type(value) is bool:
+        return "bool"
+    if type(value) is int:
+        return "int64" if _INT64[0] <= value <= _INT64[1] else None
+    if type(value) is float:
+        return "float64"
+    if type(value) is str:
+        return "str"
+    return None
+
+
+def _dtype_kind(dtype: Any) -> str | None:
+    """The kind of a numpy dtype given for a file's column (``PointRows.dtypes``)."""
+    try:
+        d = np.dtype(dtype)
+    except TypeError:
+        return None  # pandas' own dtypes
+    return {"i8": "int64", "f8": "float64", "b1": "bool", "O": "object"}.get(
+        d.kind + (str(d.itemsize) if d.kind != "O" else ""), None
+    )
+
+
+def _file_kinds(part: PointRows) -> dict[str, str] | None:
+    """The kind of each column of a point's file as ``PointRows.chunks`` reads it: its dtypes
+    given, else its footer's pandas metadata (None: a column of another kind, or no metadata)."""
+    assert part.path is not None
+    schema = pq.read_schema(part.path)
+    kinds: dict[str, str] = {}
+    if part.dtypes is not None:
+        if list(part.dtypes) != schema.names:
+            return None
+        for f in schema:
+            kind = _dtype_kind(part.dtypes[f.name])
+            if kind is None or not _readable(f.type, kind):
+                return None
+            kinds[f.name] = kind
+        return kinds
+    meta = (schema.metadata or {}).get(b"pandas")
+    if meta is None:
+        return None
+    described = {c["field_name"]: c for c in json.loads(meta)["columns"]}
+    for f in schema:
+        c = described.get(f.name)
+        if c is None:
+            return None
+        kind = next(
+            (
+                k
+                for k, (t, pt, nt) in _KINDS.items()
+                if k != "empty" and (pt, nt) == (c["pandas_type"], c["numpy_type"])
+            ),
+            None,
+        )
+        if kind is None or not f.type.equals(_KINDS[kind][0]):
+            return None
+        kinds[f.name] = kind
+    return kinds
+
+
+def _readable(arrow_type: Any, kind: str) -> bool:
+    """Whether a file's column of ``arrow_type``, read as ``kind``, keeps its values."""
+    if kind in ("object", "str"):
+        return pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type)
+    return bool(arrow_type.equals(_KINDS[kind][0]))
+
+
+@cache
+def _pandas_version() -> str:
+    """pandas' version (what ``from_pandas`` records), read from its version file without
+    importing it where it has one."""
+    if "pandas" not in sys.modules:
+        spec = importlib.util.find_spec("pandas")
+        for folder in (spec.submodule_search_locations or []) if spec is not None else []:
+            try:
+                text = (Path(folder) / "_version_meson.py").read_text(encoding="utf-8")
+            except OSError:
+                continue
+            found = re.search(r'^__version__\s*=\s*"([^"]+)"\s*$', text, re.M)
+            if found:
+                return found.group(1)
+    import pandas as pd
+
+    return str(pd.__version__)
+
+
+def pandas_schema(kinds: Mapping[str, str], version: str) -> pa.Schema:
+    """The schema ``pa.Table.from_pandas(frame, preserve_index=False)`` gives a frame whose
+    columns are of ``kinds``, its metadata included (pandas ``version``)."""
+    columns = [
+        {
+            "name": name,
+            "field_name": name,
+            "pandas_type": _KINDS[kind][1],
+            "numpy_type": _KINDS[kind][2],
+            "metadata": None,
+        }
+        for name, kind in kinds.items()
+    ]
+    meta = {
+        "index_columns": [],
+        "column_indexes": [],
+        "columns": columns,
+        "attributes": {},
+        "creator": {"library": "pyarrow", "version": pa.__version__},
+        "pandas_version": version,
+    }
+    return pa.schema(
+        [(name, _KINDS[kind][0]) for name, kind in kinds.items()],
+        metadata={b"pandas": json.dumps(meta).encode("utf8")},
+    )
+
+
+def arrow_column(values: Any, kind: str) -> Any:
+    """``values`` (a numpy array, or an arrow array or chunked array read from a file) as
+    ``pa.Table.from_pandas`` writes a column of ``kind``: NaN as null, text as its type. Built by
+    ``sim.arrow_arrays`` (pyarrow's own conversions import pandas)."""
+    arrow_type = _KINDS[kind][0]
+    if isinstance(values, (pa.Array, pa.ChunkedArray)):
+        if isinstance(values, pa.ChunkedArray):
+            values = values.combine_chunks()
+        if kind == "float64":
+            return arrow_arrays.from_numpy(arrow_arrays.to_numpy(values), nan_is_null=True)
+        if kind in ("int64", "bool") and values.null_count:
+            raise ValueError(f"a {kind} column holds nulls")
+        return values.cast(arrow_type)
+    if kind in ("object", "str"):
+        return arrow_arrays.text(values, arrow_type)
+    return arrow_arrays.from_numpy(np.asarray(values, dtype=kind), nan_is_null=True)
+
+
+def _label_array(value: Any, kind: str, rows: int) -> Any:
+    if kind == "empty":
+        return pa.nulls(rows)
+    if kind == "str":
+        return arrow_arrays.text([value] * rows, pa.large_string())
+    return arrow_arrays.from_numpy(np.full(rows, value, dtype=kind), nan_is_null=True)
+
+
+@dataclass(frozen=True)
+class _ArrowPlan:
+    """A file written by pyarrow alone: every point's rows in its file, the points' labels and
+    columns of one set of kinds (``of``: None where pandas must write it)."""
+
+    parts: tuple[PointRows, ...]
+    kinds: dict[str, str]  # every column's, the labels' first
+
+    @classmethod
+    def of(cls, parts: Sequence[PointRows]) -> _ArrowPlan | None:
+        if not parts or any(p.path is None or p.frame is not None for p in parts):
+            return None
+        first: dict[str, str] | None = None
+        for part in parts:
+            labels = {k: label_kind(v) for k, v in part.labels.items()}
+            files = _file_kinds(part)
+            kinds = {k: v for k, v in labels.items() if v is not None}
+            if files is None or len(kinds) < len(labels) or set(kinds) & set(files):
+                return None
+            if pq.ParquetFile(part.path).metadata.num_rows == 0:
+                return None  # an empty point's label columns take pandas' dtypes of nothing
+            every = {**kinds, **files}
+            if first is None:
+                first = every
+            elif list(every.items()) != list(first.items()):
+                return None
+        assert first is not None
+        return cls(tuple(parts), first)
+
+    def write(self, path: str | os.PathLike, rows_per_group: int) -> None:
+        kinds = self.kinds
+        schema = pandas_schema(kinds, _pandas_version())
+        with pq.ParquetWriter(path, schema) as out:
+            for part in self.parts:
+                file = pq.ParquetFile(part.path)
+                for g in range(file.num_row_groups):
+                    group = file.read_row_group(g)
+                    for at in range(0, group.num_rows, rows_per_group):
+                        chunk = group.slice(at, rows_per_group)
+                        n = chunk.num_rows
+                        arrays = [
+                            _label_array(part.labels[name], kind, n)
+                            if name in part.labels
+                            else arrow_column(chunk.column(name), kind)
+                            for name, kind in kinds.items()
+                        ]
+                        out.write_table(pa.Table.from_arrays(arrays, schema=schema))
+
+
+def write_columns(
+    columns: Mapping[str, Any],
+    kinds: Mapping[str, str],
+    path: str | os.PathLike,
+    rows_per_group: int = ROWS_PER_GROUP,
+) -> None:
+    """``columns`` (numpy arrays, each of its ``kinds``) as ``write_unlabelled`` writes the frame
+    of them, without pandas: the same schema, metadata, values and row groups. The file appears
+    only once complete."""
+    schema = pandas_schema(kinds, _pandas_version())
+    part = f"{os.fspath(path)}.part"
+    try:
+        arrays = [arrow_column(columns[c], kind) for c, kind in kinds.items()]
+        pq.write_table(
+            pa.Table.from_arrays(arrays, schema=schema), part, row_group_size=rows_per_group
+        )
         os.replace(part, path)
     except BaseException:
         if os.path.exists(part):

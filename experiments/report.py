@@ -12,12 +12,13 @@ import dataclasses
 import math
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from experiments.schema import ALL_LABEL_COLUMNS, GridPoint, store_policies_vary
 from experiments.targets import DEFAULT_TARGETS, RULES, short_header
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 # every grid label but name, policy and gpu_kv_gb, in summary.csv's order
 _VARYING_LABELS = tuple(c for c in ALL_LABEL_COLUMNS if c not in ("name", "policy", "gpu_kv_gb"))
@@ -41,6 +42,8 @@ def summary_table(
     ``axes`` (``axis_columns``, one row per summary row; a column ``trace.seed`` follows
     ``trace``), the headline metrics, and one pass / FAIL / n/a (an offline policy) column per
     pass_* column, headed by the rule of ``targets`` (the experiment's thresholds)."""
+    import pandas as pd
+
     if summary.empty:
         return "(no grid points)"
     if axes is not None and len(axes) != len(summary):
@@ -69,6 +72,8 @@ def axis_columns(points: Sequence[GridPoint]) -> pd.DataFrame:
     """One row per point: a column ``<axis>.<key>`` for each key of the trace, budget and sparse
     mappings that differs between points of the same label (the trace's label without its
     ``[i]``), so the label alone cannot tell them apart. Empty (no columns) when the labels do."""
+    import pandas as pd
+
     cols: dict[str, list[Any]] = {}
     for axis, specs, labels in (
         (

@@ -16,7 +16,9 @@ plots/*.png (or .pdf, .svg).
 
 from __future__ import annotations
 
+import csv
 import dataclasses
+import functools
 import math
 import os
 import shutil
@@ -25,13 +27,12 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
+import numpy as np
 import yaml
 
 from experiments.executor import PointResult, TraceInfo
-from experiments.plot_points import NO_FIGURES, drawable_points
 from experiments.schema import ALL_LABEL_COLUMNS, LABEL_COLUMNS, Experiment
 from experiments.targets import DEFAULT_TARGETS, is_offline, judge
 from experiments.turns_file import (
@@ -44,6 +45,9 @@ from experiments.turns_file import (
 from experiments.version import kvsim_version
 from sim.metrics import SUMMARY_COLUMNS
 
+if TYPE_CHECKING:
+    import pandas as pd
+
 SUMMARY_FILE = "summary.csv"
 TURNS_FILE = "turns.parquet"
 SESSIONS_FILE = "sessions.parquet"
@@ -54,14 +58,42 @@ PLOTS_DIR = "plots"
 
 
 @dataclass(frozen=True)
-class ResultTables:
-    """Everything a run produced, as tables."""
+class SummaryRows:
+    """summary.csv's rows (dicts) and columns, before any frame is made of them."""
 
-    summary: pd.DataFrame  # one row per grid point
+    rows: tuple[dict[str, Any], ...]
+    columns: tuple[str, ...]
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def frame(self) -> pd.DataFrame:
+        """The summary as a DataFrame (pandas imported here)."""
+        import pandas as pd
+
+        return pd.DataFrame(list(self.rows), columns=list(self.columns))
+
+
+@dataclass(frozen=True)
+class ResultTables:
+    """Everything a run produced, as tables (the summary as rows; ``summary``, its frame, and
+    ``replicas`` are made on first use, so a run that needs no frame imports no pandas)."""
+
+    summary_rows: SummaryRows  # one row per grid point
     # each point's ledger and session table, in memory or on disk, in grid order
     points: tuple[PointResult, ...]
     steps: tuple[str, ...] = ()  # every point's step log (JSON lines), when asked for
-    replicas: pd.DataFrame | None = None  # a cluster run: one row per (grid point, replica)
+    replica_rows: SummaryRows | None = None  # a cluster run: one row per (grid point, replica)
+
+    @functools.cached_property
+    def summary(self) -> pd.DataFrame:
+        """summary.csv as a table: one row per grid point."""
+        return self.summary_rows.frame()
+
+    @functools.cached_property
+    def replicas(self) -> pd.DataFrame | None:
+        """replicas.csv as a table (a cluster run), else None."""
+        return self.replica_rows.frame() if self.replica_rows is not None else None
 
     @property
     def turns(self) -> pd.DataFrame:
@@ -101,11 +133,13 @@ def collect(
             offline[policy] = is_offline(policy)
         verdicts = judge(row, targets, offline=offline[policy])
         row.update({f"pass_{k}": v for k, v in verdicts.items()})
-    summary = pd.DataFrame(rows, columns=_summary_columns(rows))
+    summary = SummaryRows(tuple(rows), tuple(_summary_columns(rows)))
     steps = tuple(line for r in results for line in r.steps)
     per_replica = [row for r in results for row in r.replicas]
     replicas = (
-        pd.DataFrame(per_replica, columns=_replica_columns(per_replica)) if per_replica else None
+        SummaryRows(tuple(per_replica), tuple(_replica_columns(per_replica)))
+        if per_replica
+        else None
     )
     return ResultTables(summary, tuple(results), steps, replicas)
 
@@ -155,6 +189,76 @@ def _summary_columns(rows: list[dict[str, Any]]) -> list[str]:
 # ---------------------------------------------------------------------------------------------
 # Writing
 
+_MISSING = object()  # a row without the column: NaN in the frame
+_NUMBERS = {"int", "float", "missing", "none"}
+
+
+def write_csv(table: SummaryRows, path: str | os.PathLike) -> None:
+    """``table`` as ``table.frame().to_csv(path, index=False)`` writes it, without pandas where
+    every column's values are of kinds whose text this knows (``_csv_cells``); else by pandas."""
+    cells = [_csv_cells([r.get(c, _MISSING) for r in table.rows]) for c in table.columns]
+    if not table.columns or any(c is None for c in cells):
+        table.frame().to_csv(path, index=False)
+        return
+    with open(path, "w", encoding="utf-8", newline="") as f:
+        out = csv.writer(f, lineterminator="\n")  # pandas' own writer and its settings
+        out.writerow(table.columns)
+        out.writerows(zip(*cells))  # type: ignore[arg-type]
+
+
+def _csv_cells(values: list[Any]) -> list[str] | None:
+    """One column's cells as pandas writes them: the dtype the frame's constructor infers from
+    the values (integers alone: int64; numbers with None or a missing value: float64, an integer
+    written as a float; booleans alone: bool; anything else mixed: object), NaN and None empty, a
+    float64 column's text numpy's (``astype(str)``). None where unsure (numpy scalars of other
+    kinds, integers past int64, a numpy scalar in an object column): pandas writes it."""
+    kinds: list[str] = []
+    for v in values:
+        t = type(v)
+        if v is _MISSING:
+            kinds.append("missing")
+        elif v is None:
+            kinds.append("none")
+        elif t is bool or t is np.bool_:
+            kinds.append("bool")
+        elif t is int or t is np.int64:
+            if not -(2**63) <= v < 2**63:
+                return None
+            kinds.append("int")
+        elif t is float or t is np.float64:
+            kinds.append("float")
+        elif t is str:
+            kinds.append("str")
+        else:
+            return None
+    seen = set(kinds)
+    if seen <= {"missing", "none"}:
+        return [""] * len(values)
+    if seen == {"int"}:
+        return [str(int(v)) for v in values]
+    if seen == {"bool"}:
+        return [str(bool(v)) for v in values]
+    if seen <= _NUMBERS and seen & {"float", "missing", "none"}:
+        numbers = np.array(
+            [math.nan if k in ("missing", "none") else float(v) for k, v in zip(kinds, values)],
+            dtype=float,
+        )
+        text = numbers.astype(str).astype(object)
+        text[np.isnan(numbers)] = ""
+        return list(text)
+    # object: each value's own text (the csv module's: repr of a float); numpy scalars: pandas
+    cells = []
+    for k, v in zip(kinds, values):
+        if k in ("missing", "none"):
+            cells.append("")
+        elif type(v) not in (bool, int, float, str):
+            return None
+        elif k == "float":
+            cells.append("" if math.isnan(v) else repr(v))
+        else:
+            cells.append(str(v))
+    return cells
+
 
 def read_resolved(folder: str | os.PathLike) -> dict[str, Any] | None:
     """The config.resolved.yaml of a results folder, or None where it has none."""
@@ -187,11 +291,11 @@ def write_results(
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
     try:
         _usual_permissions(tmp)  # mkdtemp's 0700 would become the results folder's
-        tables.summary.to_csv(tmp / SUMMARY_FILE, index=False)
+        write_csv(tables.summary_rows, tmp / SUMMARY_FILE)
         write_turns(tables.points, tmp / TURNS_FILE)
         write_sessions(tables.points, tmp / SESSIONS_FILE)
-        if tables.replicas is not None:
-            tables.replicas.to_csv(tmp / REPLICAS_FILE, index=False)
+        if tables.replica_rows is not None:
+            write_csv(tables.replica_rows, tmp / REPLICAS_FILE)
         if tables.steps:
             with (tmp / STEPS_FILE).open("w", encoding="utf-8") as f:
                 for line in tables.steps:
@@ -204,7 +308,14 @@ def write_results(
         notes: list[str] = []
         plots = []
         fmts = [plot_format] if isinstance(plot_format, str) else list(plot_format)
-        turns = turns_for_figures(tables.summary, tmp / TURNS_FILE)
+        if not _any_drawable(tables.summary_rows):  # no figure: no frame, no pandas
+            from experiments.plot_points import NO_FIGURES
+
+            if fmts:
+                notes.append(NO_FIGURES)
+            fmts = []
+        else:
+            turns = turns_for_figures(tables.summary, tmp / TURNS_FILE)
         for i, fmt in enumerate(fmts):
             drawn = _draw(
                 tables.summary,
@@ -234,10 +345,26 @@ def _usual_permissions(folder: Path) -> None:
     os.chmod(folder, mode)
 
 
+def _any_drawable(summary: SummaryRows) -> bool:
+    """Whether some row has a finite ``gpu_kv_gb`` (``plot_points.drawable_points`` is not
+    empty): the figures' capacity axis."""
+    if "gpu_kv_gb" not in summary.columns:
+        return bool(len(summary))  # drawable_points would fail as before: let it
+    try:
+        caps = np.array([r.get("gpu_kv_gb", math.nan) for r in summary.rows], dtype=float)
+    except (TypeError, ValueError):
+        return True  # let drawable_points judge (and fail) as before
+    return bool(np.isfinite(caps).any())
+
+
 def turns_for_figures(summary: pd.DataFrame, path: Path) -> pd.DataFrame:
     """The turns the figures read, from the turns.parquet just written: the TTFT figure's columns
     alone (its facets' labels, the policy, the capacity and the TTFT), nothing when no figure can
     be drawn."""
+    import pandas as pd
+
+    from experiments.plot_points import drawable_points
+
     if drawable_points(summary).empty:
         return pd.DataFrame()
     from experiments.plots import FACET_DIMS
@@ -258,6 +385,8 @@ def _draw(
     """The figures (``plots.make_plots``, ``load_plots.load_figures`` for a request-rate sweep,
     ``cluster_plots.cluster_figures`` for a cluster's routers); matplotlib is imported only when
     one can be drawn."""
+    from experiments.plot_points import NO_FIGURES, drawable_points
+
     if drawable_points(summary).empty:
         notes.append(NO_FIGURES)
         return []

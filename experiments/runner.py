@@ -8,12 +8,12 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from experiments.checkpoint import Checkpoints
 from experiments.executor import run_points, trace_info
 from experiments.results import (
+    ResultTables,
     WrittenResults,
     check_out_dir,
     collect,
@@ -22,12 +22,20 @@ from experiments.results import (
 from experiments.schema import Experiment, FiguresSpec
 from experiments.start_up import start_up_frozen
 
+if TYPE_CHECKING:
+    import pandas as pd
+
 
 @dataclass(frozen=True)
 class RunOutcome:
-    summary: pd.DataFrame  # summary.csv as a table
+    tables: ResultTables  # what the run produced (the summary's rows among them)
     written: WrittenResults  # where it all went
     resumed: int = 0  # grid points an interrupted run of the same config had finished
+
+    @property
+    def summary(self) -> pd.DataFrame:
+        """summary.csv as a table (made on first use: pandas is imported then)."""
+        return self.tables.summary
 
 
 def default_out_dir(experiment: Experiment) -> Path:
@@ -115,4 +123,4 @@ def _run_experiment(
     infos = [trace_info(spec) for spec in experiment.trace_specs()]
     written = write_results(out, experiment, tables, force=force, traces=infos, plot_format=fmts)
     ckpt.clear()
-    return RunOutcome(summary=tables.summary, written=written, resumed=len(have))
+    return RunOutcome(tables=tables, written=written, resumed=len(have))

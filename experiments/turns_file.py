@@ -14,8 +14,8 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import pandas as pd
 import pyarrow as pa  # type: ignore[import-untyped]
 import pyarrow.parquet as pq  # type: ignore[import-untyped]
 
@@ -23,6 +23,9 @@ from experiments.executor import PointResult
 from experiments.point_rows import PointRows, write_points
 from sim.ledger_spool import ROWS_PER_GROUP
 from sim.results import TURN_DTYPES
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 def write_turns(
@@ -57,6 +60,8 @@ def session_rows(result: PointResult) -> PointRows:
 
 def combined_frame(results: Sequence[PointResult]) -> pd.DataFrame:
     """Every point's labelled ledger in one frame (the whole of it in memory: small runs, tests)."""
+    import pandas as pd
+
     if not results:
         return pd.DataFrame()
     return pd.concat([r.ledger() for r in results], ignore_index=True)
@@ -64,6 +69,8 @@ def combined_frame(results: Sequence[PointResult]) -> pd.DataFrame:
 
 def combined_sessions(results: Sequence[PointResult]) -> pd.DataFrame:
     """Every point's labelled session table in one frame (small runs, tests)."""
+    import pandas as pd
+
     if not results:
         return pd.DataFrame()
     return pd.concat([r.session_table() for r in results], ignore_index=True)

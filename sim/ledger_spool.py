@@ -7,8 +7,9 @@ reader never sees half a ledger. Rows are in completion order (the order the eng
 turns), not the (session_id, turn) order of ``simulate``'s frame. Every column stays exact: int64
 and float64 as the in-memory ledger holds them, session ids as strings.
 
-``LedgerFile`` reads such a file back one column at a time (``sim.metrics`` summarizes it so);
-``SpooledResult`` is what ``sim.run.simulate_to_file`` returns.
+Arrays are made and read by ``sim.arrow_arrays`` (by their buffers: pyarrow's own conversions
+import pandas). ``LedgerFile`` reads such a file back one column at a time (``sim.metrics``
+summarizes it so); ``SpooledResult`` is what ``sim.run.simulate_to_file`` returns.
 """
 
 from __future__ import annotations
@@ -18,14 +19,18 @@ import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa  # type: ignore[import-untyped]
 import pyarrow.compute as pc  # type: ignore[import-untyped]
 import pyarrow.parquet as pq  # type: ignore[import-untyped]
 
+from sim import arrow_arrays
 from sim.results import TURN_COLUMNS, TURN_DTYPES, EngineStats, Ledger, SimResult
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 # 2**14 turns: a row group of under 4 MiB in memory (232 bytes a turn), 61 per million turns.
 # Writing one takes several times its size in arrow's buffers (kept by its allocator): at 2**16,
@@ -78,7 +83,9 @@ class LedgerSpool(Ledger):
             return
         assert self._writer is not None, "the spool is closed"
         arrays = [
-            pa.array(self.columns[c], type=pa.string()) if c == "session_id" else self._array(c)
+            arrow_arrays.text(self.columns[c])
+            if c == "session_id"
+            else arrow_arrays.from_numpy(self._array(c))
             for c in TURN_COLUMNS
         ]
         self._writer.write_table(pa.Table.from_arrays(arrays, schema=LEDGER_SCHEMA))
@@ -124,7 +131,7 @@ class LedgerFile:
         at = 0
         for g in range(file.num_row_groups):
             part = file.read_row_group(g, columns=[name]).column(0)
-            values = part.to_pylist() if name == "session_id" else part.to_numpy()
+            values = part.to_pylist() if name == "session_id" else arrow_arrays.to_numpy(part)
             out[at : at + len(part)] = values
             at += len(part)
         return out
@@ -146,17 +153,17 @@ class LedgerFile:
         chunks = pa.table({"id": column}).unify_dictionaries().column("id").chunks
         del column
         names = chunks[0].dictionary  # every chunk's, once unified
-        by_name = pc.array_sort_indices(names).to_numpy()
+        by_name = arrow_arrays.to_numpy(pc.array_sort_indices(names))
         rank = np.empty(len(names), dtype=np.int32)
         rank[by_name] = np.arange(len(names), dtype=np.int32)
         ranks = np.empty(self._rows, dtype=np.int32)
         at = 0
         while chunks:
             chunk = chunks.pop(0)  # let each go once mapped
-            ranks[at : at + len(chunk)] = rank[chunk.indices.to_numpy(zero_copy_only=False)]
+            ranks[at : at + len(chunk)] = rank[arrow_arrays.to_numpy(chunk.indices)]
             at += len(chunk)
         ids = np.empty(len(names), dtype=object)
-        ids[:] = names.take(pa.array(by_name)).to_pylist()
+        ids[:] = names.take(arrow_arrays.from_numpy(by_name)).to_pylist()
         return ids, ranks
 
     def write_sorted(
@@ -176,13 +183,15 @@ class LedgerFile:
                 for at in range(0, self._rows, rows_per_group):
                     end = min(at + rows_per_group, self._rows)
                     arrays = [
-                        pa.array(ids[sorted_ranks[at:end]], type=pa.string())
+                        arrow_arrays.text(ids[sorted_ranks[at:end]])
                         if c == "session_id"
-                        else np.fromfile(
-                            scratch / c,
-                            dtype=TURN_DTYPES[c],
-                            count=end - at,
-                            offset=at * 8,  # every numeric column is 8 bytes a row
+                        else arrow_arrays.from_numpy(
+                            np.fromfile(
+                                scratch / c,
+                                dtype=TURN_DTYPES[c],
+                                count=end - at,
+                                offset=at * 8,  # every numeric column is 8 bytes a row
+                            )
                         )
                         for c in TURN_COLUMNS
                     ]
@@ -210,6 +219,8 @@ class LedgerFile:
     def frame(self) -> pd.DataFrame:
         """The whole ledger in memory, rows by (session_id, turn): the frame ``simulate`` returns
         for the same run (for small runs and tests)."""
+        import pandas as pd  # here: a run that reads its ledger by columns builds no frame
+
         ids, ranks = self.session_ranks()
         order = np.lexsort((self.column("turn"), ranks))
         cols: dict[str, pd.Series | np.ndarray] = {}

@@ -38,17 +38,18 @@ Definitions as in docs/semantics.md (Metrics). Conventions worth stating:
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from sim.config import GIB
 from sim.results import SimResult
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from sim.ledger_spool import SpooledResult
 
 # Summary columns summarize() always produces, in order (per-class Jain columns follow them).
@@ -230,62 +231,86 @@ def _column_reader(result: SimResult | SpooledResult) -> Callable[[str], np.ndar
 def session_table(result: SimResult | SpooledResult) -> pd.DataFrame:
     """One row per session (sorted by session_id): token split of its history over turns k >= 1,
     hit fraction (g+c)/H, mean TTFT slowdown (ttft_s / ttft_ideal_s over all its turns), mean TTFT.
-    A SpooledResult's is the same table, read from its file a column at a time."""
+    A SpooledResult's is the same table, read from its file a column at a time. The frame of
+    ``session_columns``."""
+    return session_frame(session_columns(result))
+
+
+def session_frame(columns: Mapping[str, np.ndarray]) -> pd.DataFrame:
+    """``session_columns``' arrays as ``session_table``'s frame (session_id a text column)."""
+    import pandas as pd
+
+    if not len(columns["session_id"]):
+        return pd.DataFrame(
+            {c: pd.Series(dtype=object if c == "session_id" else float) for c in SESSION_COLUMNS}
+        )
+    out = pd.DataFrame({c: columns[c] for c in SESSION_COLUMNS if c != "session_id"}, copy=False)
+    out.index = pd.Index(columns["session_id"], name="session_id")
+    out = out.reset_index()
+    return out[list(SESSION_COLUMNS)]
+
+
+def session_columns(result: SimResult | SpooledResult) -> dict[str, np.ndarray]:
+    """``session_table``'s columns as numpy arrays (session_id: an object array of the ids), in
+    SESSION_COLUMNS order; built without pandas for a SpooledResult. Each value is the one pandas'
+    groupby gives: sizes, first priorities and integer sums exact, the means summed as pandas
+    sums a group (Kahan's compensated sum, NaN left out)."""
     if isinstance(result, SimResult):
         if result.turns.empty:
-            return _empty_session_table()
+            return _empty_session_columns()
         turns = result.turns
 
         def ids_and_ranks() -> tuple[np.ndarray, np.ndarray]:
+            import pandas as pd
+
             codes, uniques = pd.factorize(turns["session_id"], sort=True)
             return np.asarray(uniques, dtype=object), codes.astype(np.int32)
 
     else:
         if len(result.ledger) == 0:
-            return _empty_session_table()
+            return _empty_session_columns()
         ids_and_ranks = result.ledger.session_ranks
-    return _session_table(_column_reader(result), ids_and_ranks)
+    return _session_columns(_column_reader(result), ids_and_ranks)
 
 
-def _empty_session_table() -> pd.DataFrame:
-    return pd.DataFrame(
-        {c: pd.Series(dtype=object if c == "session_id" else float) for c in SESSION_COLUMNS}
-    )
+def _empty_session_columns() -> dict[str, np.ndarray]:
+    return {c: np.empty(0, dtype=object if c == "session_id" else float) for c in SESSION_COLUMNS}
 
 
-def _session_table(
+def _session_columns(
     column: Callable[[str], np.ndarray],
     ids_and_ranks: Callable[[], tuple[np.ndarray, np.ndarray]],
-) -> pd.DataFrame:
-    """``session_table`` from the ledger's columns (``column(name)``), its distinct session ids
+) -> dict[str, np.ndarray]:
+    """``session_columns`` from the ledger's columns (``column(name)``), its distinct session ids
     sorted and each row's index into them (``ids_and_ranks()``; made here, so that the ranks go
     once the keys replace them): the rows put in (session_id, turn) order, then each column
-    reduced over the sessions' groups, so a ledger on disk needs one column in memory at a time."""
+    reduced over the sessions' runs of rows, so a ledger on disk needs one column in memory (and
+    a reordered copy) at a time."""
     ids, ranks = ids_and_ranks()
     # int32 (a ledger of under 2**31 turns): the order and the keys are the table's largest arrays
     order = np.lexsort((column("turn"), ranks)).astype(np.int32)
     keys = ranks[order]  # sorted: the groups come out by session_id
     del ranks
-
-    reductions = {
-        "turns": ("turn", "size"),
-        "priority": ("priority", "first"),
-        "history_tokens": ("history_tokens", "sum"),
-        "gpu_hit_tokens": ("gpu_hit_tokens", "sum"),
-        "cpu_hit_tokens": ("cpu_hit_tokens", "sum"),
-        "recomputed_tokens": ("recomputed_tokens", "sum"),
-    }
-    # pandas' grouping costs about 20 bytes a row over the column it groups: the integer columns
-    # are grouped a chunk of whole sessions at a time (their sizes, first values and sums are
-    # exact, however grouped). The float means are grouped whole: pandas' mean of a group can
-    # differ in its last bit with the other values grouped beside it (NaN among them or not)
-    chunks = _session_chunks(keys, SESSION_CHUNK_ROWS)
-    columns = {
-        out_name: _grouped(column(name).__getitem__, how, order, keys, chunks)
-        for out_name, (name, how) in reductions.items()
-    }
+    starts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])
+    del keys
+    sizes = np.diff(np.r_[starts, len(order)]).astype(np.int64)
+    out: dict[str, np.ndarray] = {"session_id": ids, "turns": sizes}
+    # the integer columns a chunk of whole sessions at a time: a reordered copy of a chunk's rows
+    chunks = _session_chunks(starts, len(order), SESSION_CHUNK_ROWS)
+    out["priority"] = np.concatenate([column("priority")[order[starts[i:j]]] for i, j in chunks])
+    for name in ("history_tokens", "gpu_hit_tokens", "cpu_hit_tokens", "recomputed_tokens"):
+        values = column(name)
+        out[name] = np.concatenate(
+            [
+                np.add.reduceat(
+                    values[order[starts[i] : _end(starts, j, len(order))]], starts[i:j] - starts[i]
+                )
+                for i, j in chunks
+            ]
+        )
+        del values
     ttft = column("ttft_s")[order]  # a copy of its own
-    columns["ttft_mean_s"] = pd.Series(ttft, copy=False).groupby(keys).mean()
+    ttft_mean = _group_means(ttft, starts, sizes)
     ideal = column("ttft_ideal_s")[order]
     del order
     # the slowdown ttft / ideal (NaN where ideal <= 0 or NaN) in the TTFT's array once its mean is
@@ -294,69 +319,137 @@ def _session_table(
         slowdown = np.divide(ttft, ideal, out=ttft)
     slowdown[~(ideal > 0)] = np.nan
     del ideal, ttft
-    columns["mean_slowdown"] = pd.Series(slowdown, copy=False).groupby(keys).mean()
-    del slowdown, keys
-    out = pd.DataFrame(columns)
+    mean_slowdown = _group_means(slowdown, starts, sizes)
+    del slowdown
     hist = out["history_tokens"].astype(float)
-    out["hit_fraction"] = ((out["gpu_hit_tokens"] + out["cpu_hit_tokens"]) / hist).where(hist > 0)
-    # the index holds every rank, 0, 1, ...; the ids as groupby names them (its index dtype)
-    out.index = pd.Index(ids, name="session_id")
-    out = out.reset_index()
-    return out[list(SESSION_COLUMNS)]
+    with np.errstate(all="ignore"):
+        hit = (out["gpu_hit_tokens"] + out["cpu_hit_tokens"]) / hist
+    hit[~(hist > 0)] = np.nan
+    out["hit_fraction"] = hit
+    out["mean_slowdown"] = mean_slowdown
+    out["ttft_mean_s"] = ttft_mean
+    return {c: out[c] for c in SESSION_COLUMNS}
 
 
-# rows of the ledger grouped at a time by session_table (whole sessions: a chunk ends where a
+def _end(starts: np.ndarray, j: int, n: int) -> int:
+    return int(starts[j]) if j < len(starts) else n
+
+
+def _group_means(values: np.ndarray, starts: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """The mean of each run of ``values`` (``starts``, ``sizes``; float64) as pandas' groupby mean
+    of sorted keys gives it: where no value is NaN, each run's ``np.add.reduceat`` sum over its
+    size; else (pandas' Cython kernel) each run summed in order, Kahan-compensated (a
+    compensation that turns NaN, past an infinity, is reset to 0), NaN values left out, NaN
+    where a run has none. For that sum all the runs' k-th values are added together, for k = 0,
+    1, ...: numpy operations per turn of the longest session, not per row."""
+    if not len(starts):
+        return np.empty(0)
+    if not np.isnan(values).any():
+        with np.errstate(all="ignore"):  # inf - inf: NaN, no warning
+            return np.add.reduceat(values, starts) / sizes.astype(np.float64)
+    n = len(starts)
+    total = np.zeros(n)
+    comp = np.zeros(n)
+    count = np.zeros(n, dtype=np.int64)
+    live = np.arange(n)
+    with np.errstate(invalid="ignore"):  # inf - inf: NaN, as in pandas
+        for k in range(int(sizes.max()) if n else 0):
+            if k:
+                live = live[sizes[live] > k]
+            if len(live) <= _FEW_GROUPS:  # a few long sessions: the rest of each in Python
+                for g in live.tolist():
+                    total[g], comp[g], count[g] = _kahan_tail(
+                        values[starts[g] + k : starts[g] + sizes[g]].tolist(),
+                        float(total[g]),
+                        float(comp[g]),
+                        int(count[g]),
+                    )
+                break
+            val = values[starts[live] + k]
+            seen = val == val
+            at = live[seen] if not seen.all() else live
+            if not seen.all():
+                val = val[seen]
+            count[at] += 1
+            y = val - comp[at]
+            s = total[at]
+            t = s + y
+            c = t - s - y
+            c[c != c] = 0.0
+            comp[at] = c
+            total[at] = t
+    with np.errstate(all="ignore"):
+        means = total / count
+    means[count == 0] = np.nan
+    return means
+
+
+# fewer sessions than this left to sum: finished one at a time in Python (numpy operations on a
+# handful of values cost more than the Python sum of them)
+_FEW_GROUPS = 8
+
+
+def _kahan_tail(
+    values: list[float], total: float, comp: float, count: int
+) -> tuple[float, float, int]:
+    """``_group_means``' sum of one group carried on over ``values``."""
+    for v in values:
+        if v != v:
+            continue
+        count += 1
+        y = v - comp
+        t = total + y
+        comp = t - total - y
+        if comp != comp:
+            comp = 0.0
+        total = t
+    return total, comp, count
+
+
+# rows of the ledger reduced at a time by session_table (whole sessions: a chunk ends where a
 # session does); read at run time, so tests may lower it
 SESSION_CHUNK_ROWS = 1 << 16
 
 
-def _grouped(
-    rows_of: Callable[[np.ndarray], np.ndarray],
-    how: str,
-    order: np.ndarray,
-    keys: np.ndarray,
-    chunks: list[tuple[int, int]],
-) -> pd.Series:
-    """``rows_of(order[a:b])`` (a column's values of those rows, a new array) reduced by ``how``
-    (size, first or sum of integers: exact however grouped) over the sessions' groups (``keys``),
-    a chunk [a, b) at a time."""
-    parts = [
-        getattr(pd.Series(rows_of(order[a:b]), copy=False).groupby(keys[a:b]), how)()
-        for a, b in chunks
-    ]
-    return parts[0] if len(parts) == 1 else pd.concat(parts)
+def _session_chunks(starts: np.ndarray, n: int, rows: int) -> list[tuple[int, int]]:
+    """[i, j) ranges of the sessions (``starts``: their first rows of ``n``) of about ``rows``
+    rows each (at least one session), covering them."""
+    out, i, g = [], 0, len(starts)
+    while i < g:
+        limit = starts[i] + max(rows, 1)
+        j = int(np.searchsorted(starts, limit, side="left"))
+        j = max(j, i + 1)
+        out.append((i, j))
+        i = j
+    return out
 
 
-def _session_chunks(keys: np.ndarray, rows: int) -> list[tuple[int, int]]:
-    """[a, b) ranges of the sorted ``keys`` of about ``rows`` rows each (at least 1), covering
-    them, none cutting a run of equal keys."""
-    n, out, a = len(keys), [], 0
-    while a < n:
-        b = min(a + max(rows, 1), n)
-        if b < n:  # end with the session the chunk's last row belongs to
-            b = int(np.searchsorted(keys, keys[b - 1], side="right"))
-        out.append((a, b))
-        a = b
-    return out or [(0, 0)]
-
-
-def _jain_columns(sessions: pd.DataFrame, suffix: str = "") -> dict[str, float]:
-    multi = sessions[sessions["turns"] >= 2]
-    service = 1.0 / multi["mean_slowdown"].astype(float)
+def _jain_columns(sessions: Mapping[str, np.ndarray], suffix: str = "") -> dict[str, float]:
+    multi = np.asarray(sessions["turns"]) >= 2
+    with np.errstate(divide="ignore", over="ignore"):  # as pandas divides: inf, no warning
+        service = 1.0 / np.asarray(sessions["mean_slowdown"], dtype=float)[multi]
     return {
-        f"jain_service{suffix}": jain_index(service.to_numpy()),
-        f"jain_hit{suffix}": jain_index(multi["hit_fraction"].astype(float).to_numpy()),
+        f"jain_service{suffix}": jain_index(service),
+        f"jain_hit{suffix}": jain_index(np.asarray(sessions["hit_fraction"], dtype=float)[multi]),
+    }
+
+
+def _session_arrays(sessions: pd.DataFrame | Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The session table's columns that the summary reads, as numpy arrays (a frame's, or
+    ``session_columns``')."""
+    return {
+        c: np.asarray(sessions[c]) for c in ("turns", "priority", "mean_slowdown", "hit_fraction")
     }
 
 
 def summarize(
     result: SimResult | SpooledResult,
-    sessions: pd.DataFrame | None = None,
+    sessions: pd.DataFrame | Mapping[str, np.ndarray] | None = None,
     slo: Slo | None = None,
 ) -> dict[str, Any]:
     """The summary row of one run: every SUMMARY_COLUMNS entry, then per-class Jain columns.
     ``result``: a SimResult, or a SpooledResult (its ledger on disk, read a column at a time: the
-    same row). ``sessions``: the run's ``session_table``, when the caller has it already. ``slo``:
+    same row). ``sessions``: the run's ``session_table`` (or ``session_columns``), when the caller has it already. ``slo``:
     the thresholds of the SLO columns (None: ``DEFAULT_SLO``)."""
     s = result.stats
     column = _column_reader(result)
@@ -374,8 +467,7 @@ def summarize(
     with_reprefill = int((column("recomputed_tokens")[later] > 0).sum())
     n_later = int(later.sum())
     del later
-    if sessions is None:
-        sessions = session_table(result)
+    table = _session_arrays(session_columns(result) if sessions is None else sessions)
     tbt_p50, tbt_p90, tbt_p99 = s.tbt.percentiles((50, 90, 99))
     # one latency column in memory at a time (and one copy of its finite values): a long ledger
     # on disk is read column by column
@@ -395,7 +487,7 @@ def summarize(
 
     row: dict[str, Any] = {
         "turns": int(n_turns),
-        "sessions": int(len(sessions)),
+        "sessions": int(len(table["turns"])),
         "rejected_turns": int(getattr(s, "rejected_turns", 0)),
         "reprefill_rate": _ratio(hist_sum("recomputed_tokens"), sum_h),
         "turns_with_reprefill": _ratio(with_reprefill, n_later),
@@ -404,7 +496,7 @@ def summarize(
         "pruned_share": _ratio(hist_sum("pruned_tokens"), sum_h),  # what a token budget saves
         # prompt tokens whose KV another turn left on the GPU (equal prefix hashes)
         "shared_hit_rate": _ratio(column("shared_hit_tokens").sum(), column("prompt_tokens").sum()),
-        **_jain_columns(sessions),
+        **_jain_columns(table),
         "ttft_p50_s": ttft_p[0],
         "ttft_p90_s": ttft_p[1],
         "ttft_p99_s": ttft_p[2],
@@ -442,8 +534,12 @@ def summarize(
         # QoS: turns admitted with a swap-in or recompute while lower-class KV held the GPU
         row["priority_inversions"] = int(gpu_policy.admission_inversions)
         row["priority_inversion_tokens"] = int(gpu_policy.inversion_tokens)
-    classes = sorted(sessions["priority"].dropna().unique().tolist())
+    priority = table["priority"]
+    if priority.dtype.kind == "f":
+        priority = priority[~np.isnan(priority)]
+    classes = sorted(set(priority.tolist()))
     if len(classes) > 1:
         for cls in classes:
-            row.update(_jain_columns(sessions[sessions["priority"] == cls], f"_p{int(cls)}"))
+            of = table["priority"] == cls
+            row.update(_jain_columns({c: v[of] for c, v in table.items()}, f"_p{int(cls)}"))
     return row

@@ -9,11 +9,14 @@ from __future__ import annotations
 from array import array
 from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from sim.samples import Samples
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,6 +144,8 @@ def ledger_frame(
     ``release`` (a Ledger): the ledger is emptied, its columns handed to the frame, or with
     ``sort`` freed one by one once reordered, so two copies of the ledger never coexist
     (``simulate``: the run is over). Without it the frame copies, and the ledger can grow on."""
+    import pandas as pd  # here: a run that writes its ledger to a file builds no frame
+
     if isinstance(records, Ledger):
         ledger = records
         get = ledger._array

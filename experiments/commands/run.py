@@ -89,7 +89,6 @@ def main(args: argparse.Namespace) -> int:
 
 def _main(args: argparse.Namespace, started) -> int:
     from experiments.checkpoint import partial_dir
-    from experiments.report import axis_columns, summary_table
     from experiments.runner import default_out_dir, finished_points, run_experiment
     from experiments.schema import ConfigError, load_experiment
     from experiments.shared_data import check_data_dir
@@ -133,18 +132,32 @@ def _main(args: argparse.Namespace, started) -> int:
         raise
     w = outcome.written
     resumed = f", {outcome.resumed} resumed" if outcome.resumed else ""
+    rows = outcome.tables.summary_rows
     print(
-        f"results: {w.out_dir}/ ({len(outcome.summary)} grid points{resumed}; "
+        f"results: {w.out_dir}/ ({len(rows)} grid points{resumed}; "
         f"{', '.join(str(f) for f in w.files if f.parent.name != 'plots')}, "
         f"{len(w.plots)} plots in plots/)"
     )
     for note in w.notes:
         print(f"note: {note}")
     if not args.quiet:
+        from experiments.report import axis_columns, summary_table
+
         axes = axis_columns(exp.grid() + exp.baseline_points())
         print(summary_table(outcome.summary, exp.thresholds(), axes))
-    from experiments.rejections import rejection_note
+    if _may_have_rejected(rows.rows):  # the note's module (and pandas) only then
+        from experiments.rejections import rejection_note
 
-    if (rejected := rejection_note(outcome.summary, exp)) is not None:
-        print(rejected)
+        if (rejected := rejection_note(outcome.summary, exp)) is not None:
+            print(rejected)
     return 0
+
+
+def _may_have_rejected(rows) -> bool:
+    """False only where ``rejection_note`` is sure to give None: every row's ``rejected_turns``
+    a number, none above 0 (or no row has the column)."""
+    for row in rows:
+        v = row.get("rejected_turns", 0)
+        if type(v) not in (int, float) or not v <= 0:
+            return True
+    return False
