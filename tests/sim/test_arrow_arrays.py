@@ -5,6 +5,7 @@ interpreter)."""
 
 from __future__ import annotations
 
+import math
 import subprocess
 import sys
 
@@ -19,7 +20,10 @@ NUMBERS = {
     "int64": st.integers(-(2**63), 2**63 - 1),
     "uint64": st.integers(0, 2**64 - 1),
     "int32": st.integers(-(2**31), 2**31 - 1),
-    "float64": st.floats(allow_nan=True, allow_infinity=True),
+    "float64": st.one_of(
+        st.floats(allow_nan=True, allow_infinity=True),
+        st.sampled_from([math.nan, -0.0, math.inf]),
+    ),
     "bool": st.booleans(),
 }
 
