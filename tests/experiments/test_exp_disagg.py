@@ -135,18 +135,6 @@ def error_of(path) -> ConfigError:
         ),
         # what simulate_cluster refuses with disaggregation is refused at load time, at its key
         (
-            "cpu_kv_gb: 0}",
-            "cpu_kv_gb: 0, evict_unit: [block, session]}",
-            "memory.evict_unit[1]",
-            "'session' with cluster.disaggregation",
-        ),
-        (
-            "cpu_kv_gb: 0}",
-            "cpu_kv_gb: 0, evict_unit: session}",
-            "memory.evict_unit",
-            "'session' with cluster.disaggregation",
-        ),
-        (
             "seeds: [1, 2]",
             "seeds: [1]\nengine: {prefetch: queue}",
             "engine.prefetch",
@@ -512,8 +500,6 @@ def test_a_colocated_point_equals_the_same_point_without_the_section():
 @pytest.mark.parametrize(
     ("memory", "engine", "key"),
     [
-        ({"evict_unit": "session"}, {}, "memory.evict_unit"),
-        ({"evict_unit": "layer_block"}, {}, "memory.evict_unit"),
         ({}, {"prefetch": "queue"}, "engine.prefetch"),
     ],
 )

@@ -184,8 +184,6 @@ def test_zero_decode_replicas_is_an_error():
 @pytest.mark.parametrize(
     ("memory", "engine", "message"),
     [
-        (mem(100, unit="session"), EngineConfig(), "memory.evict_unit.*cluster.disaggregation"),
-        (mem(100, unit="layer_block"), EngineConfig(), "memory.evict_unit"),
         (mem(100, 100), EngineConfig(prefetch="think"), "engine.prefetch"),
     ],
 )

@@ -269,8 +269,6 @@ def test_a_store_smaller_than_a_chunk_or_chunks_of_part_pages_are_errors():
 @pytest.mark.parametrize(
     ("memory", "engine", "message"),
     [
-        (mem(100, unit="session"), EngineConfig(), "memory.evict_unit"),
-        (mem(100, unit="layer_block"), EngineConfig(), "memory.evict_unit"),
         (mem(100, 100), EngineConfig(prefetch="queue"), "engine.prefetch"),
     ],
 )
