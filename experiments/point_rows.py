@@ -318,7 +318,7 @@ def _label_array(value: Any, kind: str, rows: int) -> Any:
     if kind == "empty":
         return pa.nulls(rows)
     if kind == "str":
-        return arrow_arrays.text([value] * rows, pa.large_string())
+        return arrow_arrays.repeated_text(value, rows, pa.large_string())
     return arrow_arrays.from_numpy(np.full(rows, value, dtype=kind), nan_is_null=True)
 
 

@@ -80,6 +80,18 @@ def text(values: Sequence[str | None] | np.ndarray, arrow_type: Any = None) -> p
     return pa.Array.from_buffers(arrow_type, n, buffers, null_count=nulls)
 
 
+def repeated_text(value: str, rows: int, arrow_type: Any = None) -> pa.Array:
+    """``text([value] * rows, arrow_type)``, the value encoded once (a label's column)."""
+    arrow_type = pa.string() if arrow_type is None else arrow_type
+    encoded = value.encode("utf-8")
+    width = np.int64 if pa.types.is_large_string(arrow_type) else np.int32
+    if not pa.types.is_large_string(arrow_type) and len(encoded) * rows >= 2**31:
+        return text([value] * rows, arrow_type)
+    offsets = np.arange(rows + 1, dtype=width) * width(len(encoded))
+    buffers = [None, pa.py_buffer(offsets), pa.py_buffer(encoded * rows)]
+    return pa.Array.from_buffers(arrow_type, rows, buffers, null_count=0)
+
+
 def to_numpy(values: pa.Array | pa.ChunkedArray) -> np.ndarray:
     """``values.to_numpy(zero_copy_only=False)`` of numeric arrays (a chunked array's chunks
     joined): nulls NaN (integers with nulls as floats, as pyarrow gives them). Other types:

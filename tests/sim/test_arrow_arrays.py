@@ -73,6 +73,19 @@ def test_text_is_pa_array(values, wide, as_array):
     assert got.equals(want) and got.to_pylist() == values
 
 
+@settings(max_examples=200, deadline=None)
+@given(value=st.text(max_size=5), rows=st.integers(0, 9), wide=st.booleans())
+def test_repeated_text_is_text(value, rows, wide):
+    arrow_type = pa.large_string() if wide else pa.string()
+    try:
+        want = pa.array([value] * rows, type=arrow_type)
+    except (pa.ArrowInvalid, UnicodeEncodeError):  # lone surrogates: refused by both
+        return
+    got = arrow_arrays.repeated_text(value, rows, arrow_type)
+    got.validate(full=True)
+    assert got.type == want.type and got.equals(want) and got.to_pylist() == [value] * rows
+
+
 @settings(max_examples=300, deadline=None)
 @given(
     values=numeric(),
