@@ -662,6 +662,54 @@ class RunOrder:
             return members
         return sorted(set(members).intersection(uids))
 
+    def session_member_runs(
+        self, b: int, runs: list[tuple[int, int]]
+    ) -> list[tuple[int, int]] | None:
+        """The members of session ``b`` among the uids of ``runs`` (increasing extents inside
+        session ``b``), as extents in uid order, read from the session's runs (O(its runs x
+        ``runs``), nothing a uid); None where a run of the session with holes meets their span
+        (then ``session_members_among`` answers)."""
+        entries = self._runs.get(b)
+        if not entries:
+            return []
+        first, stop, holes = self._first, self._stop, self._holes
+        lo_all, hi_all = runs[0][0], runs[-1][1]
+        out: list[tuple[int, int]] = []
+        for e in entries:
+            f, t = first[e], stop[e]
+            if t <= lo_all or f >= hi_all:
+                continue
+            if holes[e]:
+                return None
+            for a, s in runs:
+                lo, hi = max(f, a), min(t, s)
+                if lo < hi:
+                    out.append((lo, hi))
+        out.sort()
+        return out
+
+    def session_count(self, b: int) -> int:
+        """How many members session ``b`` holds."""
+        return self._count.get(b, 0)
+
+    def pins_all_or_none(self, b: int) -> bool:
+        """Are all of session ``b``'s members pinned, or none?"""
+        st = self._pins.get(b)
+        return st is ALL or not st
+
+    def pin_session(self, b: int) -> None:
+        """``discard_many`` of every member of session ``b``, where all or none are pinned."""
+        st = self._pins.get(b)
+        if st is ALL:
+            return
+        if st:
+            raise ValueError(f"session {b} is pinned in part")
+        self._pins[b] = ALL
+        self._n -= self._count[b]
+        flag = self._flag
+        for e in self._runs[b]:
+            flag[e] = 0
+
     def may_hold(self, a: int, s: int) -> bool:
         """Might a uid of ``a .. s-1`` be a member? False only where none is (by the runs'
         bounds: a hole inside a run's bounds counts as a member here)."""

@@ -375,6 +375,8 @@ class RunS3FIFO(S3FIFO):
         """``access`` then ``pin`` each: the members' counters go up, each stays in its place."""
         self._incoming = None
         uids = _sequence(uids)
+        if self._acquire_runs(uids):
+            return
         in_s, in_m, distinct = self._members(uids)
         members = in_s if not in_m else in_m if not in_s else [*in_s, *in_m]
         if not distinct and len(set(members)) < len(members):  # a uid twice counts twice
@@ -392,6 +394,42 @@ class RunS3FIFO(S3FIFO):
             self._s.discard_all(in_s)
         if in_m:
             self._m.discard_all(in_m)
+
+    def _acquire_runs(self, uids) -> bool:
+        """``acquire`` of increasing uids of one session (the engine's batch: a session's units
+        in a tier), each queue's members among them found as runs of its entries, where in each
+        queue they are none or every member of the session, and the session's pins in it are none
+        or all: their counters go up as slices, each queue pins the session whole. False, changing
+        nothing, otherwise (a run with holes, a part of a session's members, a partial pin)."""
+        if isinstance(uids, range):
+            if uids.step != 1 or not len(uids):
+                return False
+            runs = [(uids.start, uids.stop)]
+        else:
+            if not uids:
+                return False
+            runs = runs_in_order(uids)
+            if len(runs) > 1 and any(
+                s >= a for (_, s), (a, _) in zip(runs, runs[1:], strict=False)
+            ):
+                return False  # (not increasing)
+        b = runs[0][0] >> UNIT_BITS
+        if (runs[-1][1] - 1) >> UNIT_BITS != b:
+            return False
+        found = []
+        for q in (self._s, self._m):
+            got = q.session_member_runs(b, runs)
+            if got is None:
+                return False
+            if got:
+                if sum(s - a for a, s in got) != q.session_count(b) or not q.pins_all_or_none(b):
+                    return False
+                found.append((q, got))
+        for _, got in found:
+            self._map_runs(got, _INC)
+        for q, _ in found:
+            q.pin_session(b)
+        return True
 
     def _members(self, uids) -> tuple[Sequence[int], Sequence[int], bool]:
         """Those of ``uids`` that are members of S, and of M, in order; and whether ``uids`` are

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, insort
 from collections import Counter
+from itertools import chain
 
 import numpy as np
 
@@ -121,7 +122,10 @@ class SessionAware(Memoryless):
         """``uids`` (candidates of ``s``) stop being candidates: their times."""
         if not self._engine_uids:
             return [e[1] for e in map(self._where.pop, uids)]
-        self._held.discard_many(uids)
+        if len(uids) == 1:  # (a preemption drops a session's units one at a time)
+            self._held.discard_one(uids[0])
+        else:
+            self._held.discard_many(uids)
         if s.when is None:
             return [s.a] * len(uids)
         return list(map(s.when.pop, uids))
@@ -263,6 +267,8 @@ class SessionAware(Memoryless):
             uids = list(uids)
         if not uids:
             return
+        if self._forget_session(uids):
+            return
         entry = self._entry(uids[0])
         if entry is None or not self._all_of(entry[0], uids):  # not one session's candidates
             for uid in uids:
@@ -276,6 +282,39 @@ class SessionAware(Memoryless):
             gone = set(uids)
             s.cand = [u for u in self._listed(s) if u not in gone]
         self._untime(s, ts)
+
+    def _forget_session(self, uids) -> bool:
+        """``_forget`` of exactly every candidate of one session (the engine's acquire of a
+        session whose candidates are its units in this tier): its members' flags go at once and
+        the session with them, the list of uids read once (one numpy array), not once for its
+        session, again to count and again to clear. False, changing nothing, otherwise."""
+        if not self._engine_uids or (type(uids) is not range and len(uids) < 64):
+            return False
+        if type(uids) is range:
+            if uids.step != 1:
+                return False
+            lo, hi, at = uids.start, uids.stop - 1, None
+        else:
+            at = np.asarray(uids, dtype=np.int64)
+            lo, hi = int(at.min()), int(at.max())
+        b = lo >> UNIT_BITS
+        if hi >> UNIT_BITS != b:
+            return False
+        s = self._sessions.get(self.view.session(lo).index)
+        n = len(uids)
+        if s is None or self._size(s) != n or self._held.session_count(b) != n:
+            return False
+        if at is None:
+            held = self._held.count_in(uids)
+        else:
+            held = self._held.count_at(b, at & UNIT_MASK)
+        if held != n:  # (uids distinct: they are the session's n members)
+            return False
+        self._held.drop_session(b)
+        s.cand, s.span, s.when = [], None, None
+        del self._sessions[s.index]
+        self._order.discard(s.index)
+        return True
 
     def _all_of(self, s: _Sess, uids) -> bool:
         """Are all of ``uids`` candidates of ``s``?"""
@@ -364,8 +403,10 @@ class SessionAware(Memoryless):
 
     def _unhold_runs(self, s: _Sess, runs: list[range]) -> list[float]:
         """``_unhold`` of the units of ``runs``."""
-        if len(runs) == 1 or s.when is not None:
-            return [t for run in runs for t in self._unhold(s, run)]
+        if len(runs) == 1:
+            return self._unhold(s, runs[0])
+        if s.when is not None:
+            return list(chain.from_iterable(self._unhold(s, run) for run in runs))
         for run in runs:  # one time in the session: each unit's is ``a``
             self._held.discard_many(run)
         return [s.a] * sum(map(len, runs))

@@ -1539,6 +1539,34 @@ class UnitSet:
         at = np.asarray(uids, dtype=np.int64) & UNIT_MASK
         return int(np.frombuffer(flags, dtype=np.uint8)[at].sum())
 
+    def discard_one(self, uid: int) -> None:
+        """``discard_many((uid,))`` of a member: its byte, with no batch's span to find."""
+        session = uid >> UNIT_BITS
+        self._flags[session][uid & UNIT_MASK] = 0
+        self._n -= 1
+        left = self._count[session] - 1
+        if left:
+            self._count[session] = left
+        else:
+            del self._count[session], self._flags[session]
+
+    def count_at(self, session: int, units: np.ndarray) -> int:
+        """How many of session ``session``'s unit numbers ``units`` (distinct) are members."""
+        flags = self._flags.get(session)
+        if flags is None:
+            return 0
+        units = units[units < len(flags)]
+        return int(np.frombuffer(flags, dtype=np.uint8)[units].sum())
+
+    def session_count(self, session: int) -> int:
+        """How many members session ``session`` holds."""
+        return self._count.get(session, 0)
+
+    def drop_session(self, session: int) -> None:
+        """Every member of session ``session`` stops being one (``discard_many`` of them all)."""
+        self._n -= self._count.pop(session, 0)
+        self._flags.pop(session, None)
+
     def add_many(self, uids, ascending: bool = False) -> None:
         """``uids`` (distinct, none a member) become members."""
         self._set(uids, 1, ascending)
