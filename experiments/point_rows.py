@@ -166,88 +166,53 @@ def write_unlabelled(
 # Without pandas
 
 # kind -> (arrow type, pandas_type, numpy_type): what ``pa.Table.from_pandas`` writes for a column
-# of that pandas dtype ("object": text in an object column; "str": pandas' str dtype, a text
-# column it infers; "empty": an object column of None alone)
+# of that pandas dtype ("object": text in an object column; "str": pandas' str dtype, the one it
+# infers for text)
 _KINDS: dict[str, tuple[Any, str, str]] = {
     "int64": (pa.int64(), "int64", "int64"),
     "float64": (pa.float64(), "float64", "float64"),
     "bool": (pa.bool_(), "bool", "bool"),
     "object": (pa.string(), "unicode", "object"),
     "str": (pa.large_string(), "object", "str"),
-    "empty": (pa.null(), "empty", "object"),
 }
-_INT64 = (-(2**63), 2**63 - 1)
+_BY_PANDAS = {(pt, nt): kind for kind, (_, pt, nt) in _KINDS.items()}
+_LABELS = {bool: "bool", int: "int64", float: "float64", str: "str"}
+_DTYPES = {np.dtype(t): k for t, k in ((np.int64, "int64"), (float, "float64"), (bool, "bool"))}
 
 
 def label_kind(value: Any) -> str | None:
     """The kind of the column ``with_labels`` makes of ``value`` (None: one this module does not
     write itself)."""
-    if value is None:
-        return "empty"
-    if type(value) is bool:
-        return "bool"
-    if type(value) is int:
-        return "int64" if _INT64[0] <= value <= _INT64[1] else None
-    if type(value) is float:
-        return "float64"
-    if type(value) is str:
-        return "str"
-    return None
-
-
-def _dtype_kind(dtype: Any) -> str | None:
-    """The kind of a numpy dtype given for a file's column (``PointRows.dtypes``)."""
-    try:
-        d = np.dtype(dtype)
-    except TypeError:
-        return None  # pandas' own dtypes
-    return {"i8": "int64", "f8": "float64", "b1": "bool", "O": "object"}.get(
-        d.kind + (str(d.itemsize) if d.kind != "O" else ""), None
-    )
+    if type(value) is int and not -(2**63) <= value < 2**63:
+        return None
+    return _LABELS.get(type(value))
 
 
 def _file_kinds(part: PointRows) -> dict[str, str] | None:
     """The kind of each column of a point's file as ``PointRows.chunks`` reads it: its dtypes
-    given, else its footer's pandas metadata (None: a column of another kind, or no metadata)."""
+    given (text: object), else its footer's pandas metadata (None: a column of another kind)."""
     assert part.path is not None
     schema = pq.read_schema(part.path)
-    kinds: dict[str, str] = {}
     if part.dtypes is not None:
         if list(part.dtypes) != schema.names:
             return None
+        kinds = {}
         for f in schema:
-            kind = _dtype_kind(part.dtypes[f.name])
-            if kind is None or not _readable(f.type, kind):
+            text = pa.types.is_string(f.type) or pa.types.is_large_string(f.type)
+            try:
+                dtype = np.dtype(part.dtypes[f.name])
+            except TypeError:  # one of pandas' own
+                return None
+            kind = "object" if text and dtype.kind == "O" else _DTYPES.get(dtype)
+            if kind is None or not (text or f.type.equals(_KINDS[kind][0])):
                 return None
             kinds[f.name] = kind
         return kinds
-    meta = (schema.metadata or {}).get(b"pandas")
-    if meta is None:
-        return None
-    described = {c["field_name"]: c for c in json.loads(meta)["columns"]}
-    for f in schema:
-        c = described.get(f.name)
-        if c is None:
-            return None
-        kind = next(
-            (
-                k
-                for k, (t, pt, nt) in _KINDS.items()
-                if k != "empty" and (pt, nt) == (c["pandas_type"], c["numpy_type"])
-            ),
-            None,
-        )
-        if kind is None or not f.type.equals(_KINDS[kind][0]):
-            return None
-        kinds[f.name] = kind
-    return kinds
-
-
-def _readable(arrow_type: Any, kind: str) -> bool:
-    """Whether a file's column of ``arrow_type``, read as ``kind``, keeps its values."""
-    if kind in ("object", "str"):
-        return pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type)
-    return bool(arrow_type.equals(_KINDS[kind][0]))
+    meta = json.loads((schema.metadata or {}).get(b"pandas", b"{}")).get("columns", [])
+    found = {c["field_name"]: _BY_PANDAS.get((c["pandas_type"], c["numpy_type"])) for c in meta}
+    got = {f.name: found.get(f.name) for f in schema}
+    ok = all(k is not None and f.type.equals(_KINDS[k][0]) for f, k in zip(schema, got.values()))
+    return got if ok else None  # type: ignore[return-value]
 
 
 @cache
@@ -315,8 +280,6 @@ def arrow_column(values: Any, kind: str) -> Any:
 
 
 def _label_array(value: Any, kind: str, rows: int) -> Any:
-    if kind == "empty":
-        return pa.nulls(rows)
     if kind == "str":
         return arrow_arrays.repeated_text(value, rows, pa.large_string())
     return arrow_arrays.from_numpy(np.full(rows, value, dtype=kind), nan_is_null=True)

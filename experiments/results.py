@@ -190,74 +190,39 @@ def _summary_columns(rows: list[dict[str, Any]]) -> list[str]:
 # Writing
 
 _MISSING = object()  # a row without the column: NaN in the frame
-_NUMBERS = {"int", "float", "missing", "none"}
 
 
 def write_csv(table: SummaryRows, path: str | os.PathLike) -> None:
-    """``table`` as ``table.frame().to_csv(path, index=False)`` writes it, without pandas where
-    every column's values are of kinds whose text this knows (``_csv_cells``); else by pandas."""
+    """``table`` as ``table.frame().to_csv(path, index=False)`` writes it, by the csv module (as
+    pandas does) where each column's values are of the kinds ``_csv_cells`` knows; else by
+    pandas."""
     cells = [_csv_cells([r.get(c, _MISSING) for r in table.rows]) for c in table.columns]
     if not table.columns or any(c is None for c in cells):
         table.frame().to_csv(path, index=False)
         return
     with open(path, "w", encoding="utf-8", newline="") as f:
-        out = csv.writer(f, lineterminator="\n")  # pandas' own writer and its settings
+        out = csv.writer(f, lineterminator="\n")  # pandas' writer and settings
         out.writerow(table.columns)
         out.writerows(zip(*cells))  # type: ignore[arg-type]
 
 
 def _csv_cells(values: list[Any]) -> list[str] | None:
-    """One column's cells as pandas writes them: the dtype the frame's constructor infers from
-    the values (integers alone: int64; numbers with None or a missing value: float64, an integer
-    written as a float; booleans alone: bool; anything else mixed: object), NaN and None empty, a
-    float64 column's text numpy's (``astype(str)``). None where unsure (numpy scalars of other
-    kinds, integers past int64, a numpy scalar in an object column): pandas writes it."""
-    kinds: list[str] = []
-    for v in values:
-        t = type(v)
-        if v is _MISSING:
-            kinds.append("missing")
-        elif v is None:
-            kinds.append("none")
-        elif t is bool or t is np.bool_:
-            kinds.append("bool")
-        elif t is int or t is np.int64:
-            if not -(2**63) <= v < 2**63:
-                return None
-            kinds.append("int")
-        elif t is float or t is np.float64:
-            kinds.append("float")
-        elif t is str:
-            kinds.append("str")
-        else:
-            return None
-    seen = set(kinds)
-    if seen <= {"missing", "none"}:
-        return [""] * len(values)
-    if seen == {"int"}:
-        return [str(int(v)) for v in values]
-    if seen == {"bool"}:
-        return [str(bool(v)) for v in values]
-    if seen <= _NUMBERS and seen & {"float", "missing", "none"}:
-        numbers = np.array(
-            [math.nan if k in ("missing", "none") else float(v) for k, v in zip(kinds, values)],
-            dtype=float,
-        )
+    """One column's cells as pandas writes them, for Python values of one kind with gaps (None
+    or no value; an empty cell): text, booleans, integers, or numbers of a float column
+    (integers with gaps are one), written as numpy's ``astype(str)``. None for anything else."""
+    present = [v for v in values if v is not _MISSING and v is not None]
+    kinds = {type(v) for v in present}
+    if int in kinds and any(not -(2**63) <= v < 2**63 for v in present if type(v) is int):
+        return None
+    if kinds <= {str} or kinds == {bool} or (kinds == {int} and len(present) == len(values)):
+        return ["" if v is _MISSING or v is None else str(v) for v in values]
+    if kinds <= {int, float}:
+        gaps = [v is _MISSING or v is None for v in values]
+        numbers = np.array([math.nan if g else v for g, v in zip(gaps, values)], dtype=float)
         text = numbers.astype(str).astype(object)
         text[np.isnan(numbers)] = ""
         return list(text)
-    # object: each value's own text (the csv module's: repr of a float); numpy scalars: pandas
-    cells = []
-    for k, v in zip(kinds, values):
-        if k in ("missing", "none"):
-            cells.append("")
-        elif type(v) not in (bool, int, float, str):
-            return None
-        elif k == "float":
-            cells.append("" if math.isnan(v) else repr(v))
-        else:
-            cells.append(str(v))
-    return cells
+    return None
 
 
 def read_resolved(folder: str | os.PathLike) -> dict[str, Any] | None:

@@ -295,20 +295,9 @@ def _session_columns(
     del keys
     sizes = np.diff(np.r_[starts, len(order)]).astype(np.int64)
     out: dict[str, np.ndarray] = {"session_id": ids, "turns": sizes}
-    # the integer columns a chunk of whole sessions at a time: a reordered copy of a chunk's rows
-    chunks = _session_chunks(starts, len(order), SESSION_CHUNK_ROWS)
-    out["priority"] = np.concatenate([column("priority")[order[starts[i:j]]] for i, j in chunks])
+    out["priority"] = column("priority")[order[starts]]
     for name in ("history_tokens", "gpu_hit_tokens", "cpu_hit_tokens", "recomputed_tokens"):
-        values = column(name)
-        out[name] = np.concatenate(
-            [
-                np.add.reduceat(
-                    values[order[starts[i] : _end(starts, j, len(order))]], starts[i:j] - starts[i]
-                )
-                for i, j in chunks
-            ]
-        )
-        del values
+        out[name] = np.add.reduceat(column(name)[order], starts)  # exact: integers
     ttft = column("ttft_s")[order]  # a copy of its own
     ttft_mean = _group_means(ttft, starts, sizes)
     ideal = column("ttft_ideal_s")[order]
@@ -329,10 +318,6 @@ def _session_columns(
     out["mean_slowdown"] = mean_slowdown
     out["ttft_mean_s"] = ttft_mean
     return {c: out[c] for c in SESSION_COLUMNS}
-
-
-def _end(starts: np.ndarray, j: int, n: int) -> int:
-    return int(starts[j]) if j < len(starts) else n
 
 
 def _group_means(values: np.ndarray, starts: np.ndarray, sizes: np.ndarray) -> np.ndarray:
@@ -356,15 +341,6 @@ def _group_means(values: np.ndarray, starts: np.ndarray, sizes: np.ndarray) -> n
         for k in range(int(sizes.max()) if n else 0):
             if k:
                 live = live[sizes[live] > k]
-            if len(live) <= _FEW_GROUPS:  # a few long sessions: the rest of each in Python
-                for g in live.tolist():
-                    total[g], comp[g], count[g] = _kahan_tail(
-                        values[starts[g] + k : starts[g] + sizes[g]].tolist(),
-                        float(total[g]),
-                        float(comp[g]),
-                        int(count[g]),
-                    )
-                break
             val = values[starts[live] + k]
             seen = val == val
             at = live[seen] if not seen.all() else live
@@ -382,46 +358,6 @@ def _group_means(values: np.ndarray, starts: np.ndarray, sizes: np.ndarray) -> n
         means = total / count
     means[count == 0] = np.nan
     return means
-
-
-# fewer sessions than this left to sum: finished one at a time in Python (numpy operations on a
-# handful of values cost more than the Python sum of them)
-_FEW_GROUPS = 8
-
-
-def _kahan_tail(
-    values: list[float], total: float, comp: float, count: int
-) -> tuple[float, float, int]:
-    """``_group_means``' sum of one group carried on over ``values``."""
-    for v in values:
-        if v != v:
-            continue
-        count += 1
-        y = v - comp
-        t = total + y
-        comp = t - total - y
-        if comp != comp:
-            comp = 0.0
-        total = t
-    return total, comp, count
-
-
-# rows of the ledger reduced at a time by session_table (whole sessions: a chunk ends where a
-# session does); read at run time, so tests may lower it
-SESSION_CHUNK_ROWS = 1 << 16
-
-
-def _session_chunks(starts: np.ndarray, n: int, rows: int) -> list[tuple[int, int]]:
-    """[i, j) ranges of the sessions (``starts``: their first rows of ``n``) of about ``rows``
-    rows each (at least one session), covering them."""
-    out, i, g = [], 0, len(starts)
-    while i < g:
-        limit = starts[i] + max(rows, 1)
-        j = int(np.searchsorted(starts, limit, side="left"))
-        j = max(j, i + 1)
-        out.append((i, j))
-        i = j
-    return out
 
 
 def _jain_columns(sessions: Mapping[str, np.ndarray], suffix: str = "") -> dict[str, float]:

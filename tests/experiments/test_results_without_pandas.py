@@ -27,7 +27,6 @@ from hypothesis import strategies as st
 from experiments import point_rows
 from experiments.point_rows import PointRows, write_columns, write_points, write_unlabelled
 from experiments.results import SummaryRows, write_csv
-from sim import metrics
 from sim.metrics import SESSION_COLUMNS, session_columns, session_frame, session_table, summarize
 from sim.results import TURN_COLUMNS, TURN_DTYPES, EngineStats, SimResult
 from sim.samples import Samples
@@ -192,14 +191,11 @@ def pandas_session_table(turns: pd.DataFrame) -> pd.DataFrame:
 
 @pytest.mark.slow
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(turns=st.one_of(ledgers(), ledgers(nan=False)), few=st.sampled_from([0, 2, 10**9]))
-def test_session_columns_are_pandas_groupby(turns, few):
+@given(turns=st.one_of(ledgers(), ledgers(nan=False)))
+def test_session_columns_are_pandas_groupby(turns):
     """To the bit: the means summed by numpy's reduceat where the column has no NaN, by Kahan's
-    sum with NaN left out where it has (pandas' two ways), the sessions a few at a time in
-    Python (``few``) or all together in numpy."""
-    result = SimResult(turns=turns, stats=None)  # type: ignore[arg-type]
-    with mock.patch.object(metrics, "_FEW_GROUPS", few):
-        got = session_table(result)
+    sum with NaN left out where it has (pandas' two ways)."""
+    got = session_table(SimResult(turns=turns, stats=None))  # type: ignore[arg-type]
     pd.testing.assert_frame_equal(got, pandas_session_table(turns), check_exact=True)
 
 
@@ -233,7 +229,6 @@ LABEL_VALUES = {
     "int64": st.integers(-3, 3),
     "float64": st.sampled_from([0.5, math.inf, math.nan, -0.0]),
     "bool": st.booleans(),
-    "empty": st.none(),
 }
 
 
@@ -303,13 +298,14 @@ def test_pyarrow_writes_pandas_bytes(tmp_path_factory, pts, rows, file_rows):
 
 def test_points_of_different_kinds_take_pandas(tmp_path):
     """The twin: a label that is text on one point and a number on another has a column pandas
-    unifies (object): no plan; a point in memory neither."""
+    unifies (object): no plan; nor a label of None, nor a point in memory."""
     parts = []
     for i, label in enumerate(["a", 1]):
         part = _write_point(tmp_path / f"p{i}.parquet", True, ["a"], [1], [0.5], 4)
         parts.append(dataclasses.replace(part, labels={"x": label}))
     assert point_rows._ArrowPlan.of(parts) is None
     assert point_rows._ArrowPlan.of(parts[:1]) is not None
+    assert point_rows._ArrowPlan.of([dataclasses.replace(parts[0], labels={"x": None})]) is None
     frame = PointRows({"x": "a"}, frame=parts[0].whole())
     assert point_rows._ArrowPlan.of([parts[0], frame]) is None
 

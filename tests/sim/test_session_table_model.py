@@ -1,19 +1,17 @@
 """sim.metrics.session_table against a plain pandas model (a groupby of the whole ledger by
 session): each session's sums, first priority, mean TTFT and mean slowdown (ttft / ideal, left out
 where ideal <= 0 or NaN), to the bit, on ledgers hypothesis draws with zero, negative, NaN and
-infinite latencies, grouped a few rows at a time or all at once."""
+infinite latencies."""
 
 from __future__ import annotations
 
 import math
-from unittest import mock
 
 import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim import metrics
 from sim.metrics import SESSION_COLUMNS, session_table
 from sim.results import TURN_COLUMNS, TURN_DTYPES, SimResult
 
@@ -61,9 +59,7 @@ def model(turns: pd.DataFrame) -> pd.DataFrame:
 
 @pytest.mark.slow
 @settings(max_examples=600, deadline=None)
-@given(turns=ledgers(), chunk=st.sampled_from([1, 2, 3, 5, 1 << 16]))
-def test_session_table_is_the_groupby_model(turns, chunk):
-    """Grouped a chunk of whole sessions at a time (``chunk`` rows or so) or all at once."""
-    with mock.patch.object(metrics, "SESSION_CHUNK_ROWS", chunk):
-        got = session_table(SimResult(turns=turns, stats=None))  # type: ignore[arg-type]
+@given(turns=ledgers())
+def test_session_table_is_the_groupby_model(turns):
+    got = session_table(SimResult(turns=turns, stats=None))  # type: ignore[arg-type]
     pd.testing.assert_frame_equal(got, model(turns), check_exact=True, check_index_type=False)
