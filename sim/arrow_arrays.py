@@ -87,7 +87,7 @@ def repeated_text(value: str, rows: int, arrow_type: Any = None) -> pa.Array:
     width = np.int64 if pa.types.is_large_string(arrow_type) else np.int32
     if not pa.types.is_large_string(arrow_type) and len(encoded) * rows >= 2**31:
         return text([value] * rows, arrow_type)
-    offsets = np.arange(rows + 1, dtype=width) * width(len(encoded))
+    offsets = np.arange(rows + 1, dtype=width) * len(encoded)  # of its own width (NEP 50)
     buffers = [None, pa.py_buffer(offsets), pa.py_buffer(encoded * rows)]
     return pa.Array.from_buffers(arrow_type, rows, buffers, null_count=0)
 
