@@ -1740,9 +1740,9 @@ def _groups_cross_problems(exp: Experiment) -> list[tuple[tuple[str | int, ...],
 def _store_problems(exp: Experiment) -> list[tuple[tuple[str | int, ...], str]]:
     """A ``cluster.store`` as ``sim.cluster`` checks it, each problem once at the key it names:
     the store's own keys (``StoreConfig``, at each capacity under each policy), its chunk against
-    each page size and its capacity against a chunk of each model (``SharedStore``), and what
-    ``simulate_cluster`` refuses with a store (engine.prefetch other than off; a write at drops
-    with session units). Capacity 0 (no store) is never checked against anything."""
+    each page size and its capacity against a chunk of each model (``SharedStore``). A store
+    works with every eviction unit, write and prefetch mode. Capacity 0 (no store) is never
+    checked against anything."""
     import costmodels
 
     store = exp.cluster.store if exp.cluster is not None else None
@@ -1783,18 +1783,6 @@ def _store_problems(exp: Experiment) -> list[tuple[tuple[str | int, ...], str]]:
                 SharedStore(cfg, per_token * bt, bt)
             except ValueError as exc:
                 add(str(exc), i, j, k)
-    # what simulate_cluster refuses with a store (tests/experiments/test_exp_store.py holds the
-    # two in step)
-    out += _outside_kv_problems(exp, "cluster.store", "a store load")
-    if "session" in exp.memory.evict_unit:
-        for k, write in enumerate(store.write):
-            if write != "completion":
-                msg = (
-                    f"{write!r} with memory.evict_unit 'session': writes at drops are not "
-                    "modelled at session units (use write: completion, or block or layer_block "
-                    "units)"
-                )
-                out.append((("cluster", "store", "write", k), msg))
     return list(dict.fromkeys(out))
 
 
@@ -1802,9 +1790,8 @@ def _disagg_problems(exp: Experiment) -> list[tuple[tuple[str | int, ...], str]]
     """A ``cluster.disaggregation`` as ``sim.cluster`` checks it, each problem once at the key it
     names: the link's keys (``DisaggConfig``, whatever the axis holds), each prefill pool against
     each cluster size (``ClusterConfig``: a grid point needs a decode replica; the user fixes the
-    grid, nothing is skipped), and what ``simulate_cluster`` refuses with disaggregation
-    (engine.prefetch other than off) where a point disaggregates. 0 prefill replicas (colocated)
-    conflict with nothing."""
+    grid, nothing is skipped). Disaggregation works with every eviction unit and prefetch mode.
+    0 prefill replicas (colocated) conflict with nothing."""
     c = exp.cluster
     d = c.disaggregation if c is not None else None
     if c is None or d is None:
@@ -1836,27 +1823,6 @@ def _disagg_problems(exp: Experiment) -> list[tuple[tuple[str | int, ...], str]]
                     "more replicas than the prefill pool (0: colocated)"
                 )
                 out.append(((*where, "prefill_replicas", i), msg))
-    if not any(d.prefill_replicas):
-        return out
-    # what simulate_cluster refuses with disaggregation (sim.cluster.run.pages_from_outside_refusals;
-    # tests/experiments/test_exp_disagg.py holds the two in step)
-    out += _outside_kv_problems(exp, "cluster.disaggregation", "a transfer")
-    return list(dict.fromkeys(out))
-
-
-def _outside_kv_problems(
-    exp: Experiment, key: str, load: str
-) -> list[tuple[tuple[str | int, ...], str]]:
-    """What KV from outside a replica (``key``: a store's, a prefill replica's) does not work
-    with, at the keys ``sim.cluster.run.pages_from_outside_refusals`` names: engine.prefetch
-    other than off. (Pages from outside arrive at every eviction unit.)"""
-    out: list[tuple[tuple[str | int, ...], str]] = []
-    if exp.engine.prefetch != "off":
-        msg = (
-            f"{exp.engine.prefetch!r} with {key}: a prefetch and {load} in one admission are not "
-            "modelled together: use off"
-        )
-        out.append((("engine", "prefetch"), msg))
     return out
 
 

@@ -161,6 +161,8 @@ class Admission:
         if ahead is not None and len(ahead):
             assert core.prefetch is not None
             split = core.prefetch.split_before(sess, ahead)
+            g, c, d = split  # (the dropped pages a source outside sends are not recomputed)
+            split = g, c, d - core.recovery.outside_tokens(sess)
         else:
             split = core.split(sess)
         tiers = sess.tier_pages[:3]

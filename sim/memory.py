@@ -620,11 +620,7 @@ class TieredMemory:
                 sess.tier_pages[CPU] += ppu
                 sess.tier_pages[GPU] -= ppu
             else:
-                sess.tier[idx] = DROPPED
-                self.dropped_bytes += size
-                sess.tier_pages[DROPPED] += ppu
-                sess.tier_pages[GPU] -= ppu  # (before the check: its one unit left the GPU)
-                self.forget_if_gone(sess)
+                self._drop_gpu_victim(sess, idx, size, ppu)
         self.used[GPU] -= freed
         self.evictable[GPU] -= freed
         self.evict_ns.append(spent)
@@ -680,6 +676,14 @@ class TieredMemory:
             f"{type(self.policy[tier]).__name__} returned units {units} of session "
             f"{sess.session_id} as victims, but one is pinned or not on {Tier(frm).name}"
         )
+
+    def _drop_gpu_victim(self, sess: SessionKV, idx: int, size: int, ppu: int) -> None:
+        """A variable-size GPU victim (a session unit) that no CPU tier can take: dropped."""
+        sess.tier[idx] = DROPPED
+        self.dropped_bytes += size
+        sess.tier_pages[DROPPED] += ppu
+        sess.tier_pages[GPU] -= ppu  # (before the check: its one unit left the GPU)
+        self.forget_if_gone(sess)
 
     def _drop_cpu_victim(self, uid: int | None) -> None:
         if uid is None:

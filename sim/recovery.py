@@ -98,6 +98,13 @@ class PageRecovery:
         send now (none: the pool's dropped pages are computed)."""
         return 0
 
+    def outside_tokens(self, sess: SessionKV) -> int:
+        """Tokens of the session's dropped history (its own pages) that a source outside the
+        replica would send now (none: every dropped page is recomputed). ``split`` leaves them
+        out of its third part; a prefetched session's split (``Prefetch.split_before``) does not
+        ask the recovery, so its admission takes them off (``Admission._history_where``)."""
+        return 0
+
     def fetch_shared(self, run: TurnRun, computed, now: float, pf: Prefill):
         """``fetch_dropped`` for the shared prefix's dropped pages (session page indices)."""
         return computed
@@ -181,6 +188,11 @@ class LayerRecovery:
 
     def shared_from_outside(self, sess: SessionKV) -> int:
         return 0  # no shared prefixes at this unit
+
+    def outside_tokens(self, sess: SessionKV) -> int:
+        """``PageRecovery.outside_tokens``: tokens of pages with a dropped layer that a source
+        outside the replica would send now (none)."""
+        return 0
 
 
 def run_work(first: int, stop: int, tokens: int, bt: int) -> tuple[int, int]:

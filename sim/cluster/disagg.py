@@ -206,6 +206,11 @@ class DecodeRecovery(Pulls, OutsideRecovery):
         dropped = super().dropped_tokens(sess)
         return dropped - self.core.bt * len(self.held_there(sess, self.dropped_pages(sess)))
 
+    def outside_tokens(self, sess: SessionKV) -> int:
+        if sess.index in self.pending:  # every dropped page crosses
+            return super().split(sess)[2]
+        return self.core.bt * len(self.held_there(sess, self.dropped_pages(sess)))
+
     def fetch_dropped(self, run: TurnRun, dropped_units, now: float, pf: Prefill):
         units = np.asarray(dropped_units, dtype=np.int64)
         if run.sess.index not in self.pending:
@@ -231,10 +236,15 @@ class DecodeLayerRecovery(Pulls, LayerRecovery):
         return g, c, d - self.core.bt * len(self.held_there(sess, self.dropped_pages(sess)))
 
     def dropped_tokens(self, sess: SessionKV) -> int:
-        if sess.index in self.pending:
-            return 0
-        dropped = super().dropped_tokens(sess)
-        return dropped - self.core.bt * len(self.held_there(sess, self.dropped_pages(sess)))
+        # not LayerRecovery's memo: what the prefill replica holds changes with the session's
+        # dropped units here unchanged, and its memo is of ``split``, which already leaves the
+        # pages that cross out
+        return self.split(sess)[2]
+
+    def outside_tokens(self, sess: SessionKV) -> int:
+        if sess.index in self.pending:  # every dropped page crosses
+            return super().split(sess)[2]
+        return self.core.bt * len(self.held_there(sess, self.dropped_pages(sess)))
 
     def bring_in(
         self,

@@ -215,10 +215,8 @@ def simulate_cluster(
     if not isinstance(sessions, Sequence):
         raise ValueError("cluster: sessions must be a list (the whole trace), not a stream")
     if cluster.store is not None:
-        pages_from_outside_refusals(memory, engine, "cluster.store", cluster.store)
         check_pages_cross([s.cost for s in setups], memory.block_tokens, "cluster.store")
     if cluster.disaggregation is not None:
-        pages_from_outside_refusals(memory, engine, "cluster.disaggregation")
         check_pages_cross([s.cost for s in setups], memory.block_tokens, "cluster.disaggregation")
     wall0 = time.perf_counter()
     params = dict(cluster.router_params)
@@ -349,23 +347,3 @@ def store_predictor(cluster: ClusterConfig, sessions: Sequence[Session]):
     if not getattr(policy_class(cluster.store.policy), "needs_predictor", False):
         return None
     return fit_lifetime(sessions)
-
-
-def pages_from_outside_refusals(
-    memory: MemoryConfig, engine: EngineConfig, key: str, store: StoreConfig | None = None
-) -> None:
-    """What KV from outside a replica (a store's, a prefill replica's) does not work with yet,
-    each named by its key; an experiment's YAML is refused the same when it is loaded
-    (``experiments.schema._outside_kv_problems``, and ``_store_problems`` for the writes). Every
-    eviction unit takes pages from outside (``sim.cluster.outside``)."""
-    if engine.prefetch != "off":
-        raise ValueError(
-            f"engine.prefetch with {key}: a prefetch and a load from outside the replica in one "
-            f"admission are not modelled together"
-        )
-    if store is not None and store.on_drop and memory.evict_unit == "session":
-        raise ValueError(
-            f"cluster.store.write: {store.write!r} with memory.evict_unit 'session': writes at "
-            f"drops are not modelled at session units (use write: completion, or block or "
-            f"layer_block units)"
-        )

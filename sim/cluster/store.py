@@ -357,6 +357,9 @@ class StoreRecovery(StoreReads, OutsideRecovery):
     def dropped_tokens(self, sess: SessionKV) -> int:
         return super().dropped_tokens(sess) - self.stored_dropped_pages(sess) * self.core.bt
 
+    def outside_tokens(self, sess: SessionKV) -> int:
+        return self.stored_dropped_pages(sess) * self.core.bt
+
     def shared_from_outside(self, sess: SessionKV) -> int:
         share = self.core.share
         units = None if share is None else share.units.get(sess.index)
@@ -405,7 +408,13 @@ class StoreLayerRecovery(StoreReads, LayerRecovery):
         return g, c, d - self.stored_dropped_pages(sess) * self.core.bt
 
     def dropped_tokens(self, sess: SessionKV) -> int:
-        return super().dropped_tokens(sess) - self.stored_dropped_pages(sess) * self.core.bt
+        # not LayerRecovery's memo: what the store holds changes with the session's dropped
+        # units unchanged (a write, an eviction), and its memo is of ``split``, which already
+        # leaves the stored pages out
+        return self.split(sess)[DROPPED]
+
+    def outside_tokens(self, sess: SessionKV) -> int:
+        return self.stored_dropped_pages(sess) * self.core.bt
 
     def bring_in(
         self,
@@ -477,6 +486,20 @@ class DropWriting(TieredMemory):
         if len(leaving):
             self._write(((sess, *self._pages(sess, a, b)) for a, b in extents_of(leaving)), set())
         super().drop_from(sess, first_unit, now)
+
+    def _drop_gpu_victim(self, sess: SessionKV, idx: int, size: int, ppu: int) -> None:
+        # a session unit that no CPU tier can take (``make_room``): before it leaves, the replica
+        # still holds every page of it
+        self._write(((sess, *self._pages(sess, idx, idx + 1)),), set())
+        super()._drop_gpu_victim(sess, idx, size, ppu)
+
+    def _drop_cpu_victim(self, uid: int | None) -> None:
+        # a session unit the CPU gives up to take a GPU victim (``make_room``)
+        if uid is not None:
+            sess, idx = self.view.sessions[uid >> UNIT_BITS], uid & UNIT_MASK
+            if idx < len(sess.tier) and sess.tier[idx] == CPU:  # (else: super's error)
+                self._write(((sess, *self._pages(sess, idx, idx + 1)),), set())
+        super()._drop_cpu_victim(uid)
 
     def _move_extents(
         self, extents: list[tuple[int, int]], frm: Tier, to: Tier, policy: Tier = GPU

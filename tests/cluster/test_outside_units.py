@@ -321,10 +321,13 @@ def watch_pulls(monkeypatch) -> list[int]:
 
 def watch_drop_writes(monkeypatch) -> list[int]:
     """Every drop on a replica that writes what it drops, checked against the plain model at
-    layer_block: of the chunks whose pages a call's dropped units lie on (full chunks only),
-    those the replica holds whole (no unit of their pages dropped before the call) are queued
-    for the store, once each, in the order the units drop. Returns [chunks queued]."""
-    seen = [0]
+    layer_block and session units: of the chunks whose pages a call's dropped units lie on (full
+    chunks only), those the replica holds whole (no unit of their pages dropped before the call;
+    a session unit on the GPU or the CPU holds all its pages) are queued for the store, once
+    each, in the order the units drop. Returns [chunks queued at layer_block, chunks queued as a
+    session unit drops from the GPU (make_room, no CPU room), from the CPU (make_room's CPU
+    victim), by a discard (drop_from)]."""
+    seen = [0, 0, 0, 0]
 
     def expect(self, runs):
         layers, cp = self.view.layers, self.store.chunk_pages
@@ -343,7 +346,22 @@ def watch_drop_writes(monkeypatch) -> list[int]:
                 out.append((sess.index, chunks, self.now))
         return out
 
+    def expect_session(self, sess):
+        """A session unit about to drop: its full chunks, in order, if the unit is held."""
+        if not sess.tier or sess.tier[0] not in (GPU, CPU):
+            return []
+        ct, cp = self.store.cfg.chunk_tokens, self.store.chunk_pages
+        chunks = [c for c in range(sess.unit_pages // cp) if (c + 1) * ct <= sess.tokens]
+        return [(sess.index, chunks, self.now)] if chunks else []
+
+    def check(self, slot, want, call):
+        n = len(self.pending)
+        call()
+        assert self.pending[n:] == want
+        seen[slot] += sum(len(c) for _, c, _ in want)
+
     original_move, original_drop = DropWriting._move_extents, DropWriting.drop_from
+    original_gpu, original_cpu = DropWriting._drop_gpu_victim, DropWriting._drop_cpu_victim
 
     def move(self, extents, frm, to, policy=GPU):
         want = []
@@ -351,14 +369,17 @@ def watch_drop_writes(monkeypatch) -> list[int]:
             sessions = self.view.sessions
             runs = [(sessions[a >> 24], a & 0xFFFFFF, (a & 0xFFFFFF) + b - a) for a, b in extents]
             want = expect(self, runs)
-        n = len(self.pending)
-        original_move(self, extents, frm, to, policy)
         if self.view.layers > 1:
-            assert self.pending[n:] == want
-            seen[0] += sum(len(c) for _, c, _ in want)
+            check(self, 0, want, lambda: original_move(self, extents, frm, to, policy))
+        else:
+            original_move(self, extents, frm, to, policy)
 
     def drop_from(self, sess, first_unit, now):
         self.now = now
+        if self.view.per_session:
+            want = expect_session(self, sess) if first_unit == 0 else []
+            check(self, 3, want, lambda: original_drop(self, sess, first_unit, now))
+            return
         tier = bytes(sess.tier)
         leaving = [i for i in range(first_unit, len(tier)) if tier[i] in (GPU, CPU)]
         runs, want = [], []
@@ -369,14 +390,26 @@ def watch_drop_writes(monkeypatch) -> list[int]:
                 runs.append((sess, i, i + 1))
         if self.view.layers > 1:
             want = expect(self, runs)
-        n = len(self.pending)
-        original_drop(self, sess, first_unit, now)
-        if self.view.layers > 1:
-            assert self.pending[n:] == want
-            seen[0] += sum(len(c) for _, c, _ in want)
+            check(self, 0, want, lambda: original_drop(self, sess, first_unit, now))
+        else:
+            original_drop(self, sess, first_unit, now)
+
+    def gpu_victim(self, sess, idx, size, ppu):
+        assert self.view.per_session and idx == 0 and sess.tier[0] == GPU
+        want = expect_session(self, sess)
+        check(self, 1, want, lambda: original_gpu(self, sess, idx, size, ppu))
+        assert not sess.tier or sess.tier[0] == DROPPED  # (a finished session's: let go)
+
+    def cpu_victim(self, uid):
+        sess = self.view.sessions[uid >> 24]
+        assert self.view.per_session and sess.tier[0] == CPU
+        want = expect_session(self, sess)
+        check(self, 2, want, lambda: original_cpu(self, uid))
 
     monkeypatch.setattr(DropWriting, "_move_extents", move)
     monkeypatch.setattr(DropWriting, "drop_from", drop_from)
+    monkeypatch.setattr(DropWriting, "_drop_gpu_victim", gpu_victim)
+    monkeypatch.setattr(DropWriting, "_drop_cpu_victim", cpu_victim)
     return seen
 
 
@@ -448,12 +481,10 @@ def test_store_loads_as_the_plain_model_on_random_traces(loads, sessions, unit, 
 
 
 @SETTINGS
-@given(traces(), st.sampled_from([(120, 40), (60, 0)]), POLICIES)
-def test_writes_at_drops_at_layer_block_on_random_traces(
-    loads, drop_writes, sessions, pages, policy
-):
+@given(traces(), st.sampled_from(UNITS), st.sampled_from([(120, 40), (60, 0)]), POLICIES)
+def test_writes_at_drops_on_random_traces(loads, drop_writes, sessions, unit, pages, policy):
     st_ = store(80, chunk_tokens=32, policy="lru", write="both")
-    memory = mem(*pages, unit="layer_block")
+    memory = mem(*pages, unit=unit)
     res = run(sessions, memory, 3, store=st_, policy=policy)
     assert_conserved_with_store(res.turns)
     strict = run(sessions, memory, 3, store=st_, policy=policy, decode_spans=False, debug=False)
@@ -532,24 +563,19 @@ def test_a_store_that_sends_nothing_is_the_run_without_one(sessions, unit):
     assert plain.active == never.active
 
 
-# -- what stays refused, by key -------------------------------------------------------------------
+# -- every combination runs ----------------------------------------------------------------------
 @pytest.mark.parametrize("unit", ["session", "layer_block", "block"])
-def test_every_unit_runs_with_a_store_and_a_prefill_pool(unit):
-    res = run(ONE, mem(math.inf, unit=unit), disaggregation=DisaggConfig(1), store=store())
+@pytest.mark.parametrize("prefetch", ["off", "queue", "think"])
+def test_every_unit_runs_with_a_store_and_a_prefill_pool(unit, prefetch):
+    res = run(
+        ONE,
+        mem(math.inf, unit=unit),
+        disaggregation=DisaggConfig(1),
+        store=store(write="both"),
+        engine=EngineConfig(prefetch=prefetch),
+    )
     assert len(res.turns) == 2
-
-
-@pytest.mark.parametrize("write", ["eviction", "both"])
-def test_writes_at_drops_with_session_units_are_refused_naming_the_key(write):
-    with pytest.raises(ValueError, match=r"^cluster\.store\.write: .*session"):
-        run(ONE, mem(100, unit="session"), store=store(write=write))
-
-
-@pytest.mark.parametrize("key", ["store", "disaggregation"])
-def test_a_prefetch_is_still_refused_naming_the_key(key):
-    kw = {"store": store()} if key == "store" else {"disaggregation": DisaggConfig(1)}
-    with pytest.raises(ValueError, match=rf"^engine\.prefetch with cluster\.{key}"):
-        run(ONE, mem(100, 100, unit="session"), engine=EngineConfig(prefetch="queue"), **kw)
+    assert_conserved(res, 1)
 
 
 # -- by hand: writes at drops at layer_block --------------------------------------------------------
@@ -657,3 +683,183 @@ def test_chunked_prefills_load_from_the_store_at_session_units(monkeypatch):
         sessions, memory, 3, "kv-aware", store=cfg, engine=engine, decode_spans=False, debug=False
     )
     pd.testing.assert_frame_equal(res.turns, strict.turns)
+
+
+# -- by hand: writes at drops at session units -----------------------------------------------------
+# tests/sim/test_cluster_store_write.py's hand-worked case (one replica of 12 pages, no CPU tier,
+# LRU; a store of 4 chunks of 2 pages, LRU; A and B of two turns each: 128 tokens after turn 0,
+# 192 after turn 1) at session units, where a session's one unit drops whole (make_room's GPU
+# victim) and every full chunk of it is written if the store lacks it:
+# B0 (7 pages at admission, 4 free) drops A's unit: A's chunks 0..3 are written. A1 (11 pages)
+#   drops B's unit (B's 0..3 queued); its lookup finds A's four chunks first (128 tokens load),
+#   then the flush writes B's four, evicting A's. B1 (11 pages) drops A's unit of 12 pages (A's
+#   six chunks queued), loads B's four (128 tokens), then A's six are written, evicting B's four
+#   and A's own 0 and 1. Written 4 + 4 + 6 = 14, all at drops, evicted 14 - 4 = 10.
+# With completion writes alone, A0's chunks are evicted by B0's and B0's by A1's: each second
+# turn recomputes its 128 tokens (test_cluster_store_write's completion case, at block units).
+@pytest.mark.parametrize("write", ["eviction", "completion"])
+def test_writes_at_drops_at_session_units_by_hand(drop_writes, write):
+    from tests.sim.test_cluster_store_write import TWO
+
+    res = run(TWO, mem(12, unit="session"), 1, store=store(8, chunk_tokens=32, write=write))
+    t = by_turn(res)
+    cols = ["gpu_hit_tokens", "store_tokens", "recomputed_tokens"]
+    st_ = res.store
+    if write == "eviction":
+        for s in "AB":
+            assert t.loc[(s, 1), cols].tolist() == [0, 128, 0]
+        assert (st_.written_chunks, st_.drop_written_chunks, st_.evicted_chunks) == (14, 14, 10)
+        assert st_.loaded_bytes == 2 * 8 * PAGE
+        assert drop_writes[1] == 14 and drop_writes[2] == drop_writes[3] == 0  # the plain model's
+    else:
+        for s in "AB":
+            assert t.loc[(s, 1), cols].tolist() == [0, 0, 128]
+        assert (st_.written_chunks, st_.drop_written_chunks, st_.evicted_chunks) == (20, 0, 16)
+    assert_conserved_with_store(res.turns)
+
+
+def test_the_plain_model_sees_every_kind_of_drop_at_session_units(drop_writes):
+    # a CPU tier and a tight GPU at session units: units drop from the GPU, from the CPU, and by
+    # the catch-up's discard of a unit that ran elsewhere; each path's writes are checked
+    cfg = store(200, chunk_tokens=32, write="eviction")
+    res = run(synthetic(20, seed=4), mem(100, 40, unit="session"), 3, store=cfg)
+    assert drop_writes[1] > 0 and drop_writes[2] > 0 and drop_writes[3] > 0
+    # (a queued chunk that the store holds is not written again)
+    assert 0 < res.store.drop_written_chunks <= sum(drop_writes[1:])
+    assert_conserved_with_store(res.turns)
+
+
+# -- by hand: a prefetched turn with a store hit --------------------------------------------------
+# TWO again at block units: one replica of 12 pages of GPU KV and 2 of CPU KV, LRU; a store of
+# chunks of 2 pages that holds everything; completions write. A0 writes A's chunks 0..3 (128
+# tokens). B0 (7 pages at admission) demotes A's pages 0, 1, 2 to the CPU, which keeps 2 (page 0
+# dropped), and as B decodes to 8 pages page 3 goes too (page 1 dropped). A's history at A1:
+# pages 4..7 on the GPU (64 tokens), 2 and 3 on the CPU (32), 0 and 1 dropped (32), which the
+# store's chunk 0 holds. Before A1 is admitted its CPU pages are prefetched to the GPU (``think``:
+# before it arrives; ``queue``: while it waits); they count on the CPU, where they came from, and
+# the dropped ones are loaded, not recomputed: 64 / 32 / store 32 / 0. Without the recovery's
+# ``outside_tokens`` the prefetched split would count pages 0 and 1 as recomputed too (160 of a
+# history of 128).
+@pytest.mark.parametrize("prefetch", ["off", "queue", "think"])
+def test_a_prefetched_turn_loads_its_dropped_pages_from_the_store_by_hand(loads, prefetch):
+    from tests.sim.test_cluster_store_write import TWO
+
+    engine = EngineConfig(prefetch=prefetch)
+    res = run(TWO, mem(12, 2), 1, store=store(100, chunk_tokens=32), engine=engine)
+    t = by_turn(res)
+    cols = ["gpu_hit_tokens", "cpu_hit_tokens", "store_tokens", "recomputed_tokens"]
+    assert t.loc[("A", 1), cols].tolist() == [64, 32, 32, 0]
+    prefetched = 0 if prefetch == "off" else 2 * PAGE
+    assert t.loc[("A", 1), "prefetched_bytes"] == prefetched
+    assert_conserved_with_store(res.turns)
+    if prefetch != "off":  # B1 too: 2 pages prefetched, 6 loaded
+        assert t.loc[("B", 1), cols].tolist() == [0, 32, 96, 0]
+        assert t.loc[("B", 1), "prefetched_bytes"] == 2 * PAGE
+        assert res.store.loaded_bytes == (2 + 6) * PAGE
+        assert loads[0] == 2 + 6
+
+
+# -- random traces with a prefetch ------------------------------------------------------------------
+ALL_UNITS = st.sampled_from(["block", "session", "layer_block"])
+PREFETCH = st.sampled_from(["queue", "think"])
+
+
+@SETTINGS
+@given(traces(), ALL_UNITS, PREFETCH, st.sampled_from(["completion", "both"]), POLICIES)
+def test_a_prefetch_with_a_store_on_random_traces(
+    loads, drop_writes, sessions, unit, prefetch, write, policy
+):
+    st_ = store(80, chunk_tokens=32, policy="s3fifo", write=write)
+    memory, engine = mem(120, 40, unit=unit), EngineConfig(prefetch=prefetch)
+    res = run(sessions, memory, 3, store=st_, policy=policy, engine=engine)
+    assert_conserved_with_store(res.turns)
+    strict = run(
+        sessions,
+        memory,
+        3,
+        store=st_,
+        policy=policy,
+        engine=engine,
+        decode_spans=False,
+        debug=False,
+    )
+    pd.testing.assert_frame_equal(res.turns, strict.turns)
+    assert res.store == strict.store
+
+
+@SETTINGS
+@given(
+    traces(),
+    ALL_UNITS,
+    PREFETCH,
+    st.sampled_from([(12, 24), (40, 20), (200, 30)]),
+    st.sampled_from([8, 40]),
+    st.sampled_from(["network", "pcie-host"]),
+)
+def test_a_prefetch_with_a_prefill_pool_on_random_traces(
+    pulls, sessions, unit, prefetch, pages, cpu, link
+):
+    engine = EngineConfig(prefetch=prefetch)
+    res = disagg_run(sessions, unit, *pages, cpu, link, engine=engine)
+    assert_conserved(res, 1)
+    strict = disagg_run(
+        sessions, unit, *pages, cpu, link, engine=engine, decode_spans=False, debug=False
+    )
+    pd.testing.assert_frame_equal(res.turns, strict.turns)
+
+
+@SETTINGS
+@given(traces(), ALL_UNITS, PREFETCH)
+def test_a_prefetch_with_a_store_and_a_prefill_pool_on_random_traces(
+    loads, pulls, sessions, unit, prefetch
+):
+    kw = {"store": store(60, chunk_tokens=32), "disaggregation": DisaggConfig(1)}
+    engine = EngineConfig(prefetch=prefetch)
+    res = run(sessions, mem(120, 40, unit=unit), 3, engine=engine, **kw)
+    assert_conserved(res, 1)
+    strict = run(
+        sessions, mem(120, 40, unit=unit), 3, engine=engine, decode_spans=False, debug=False, **kw
+    )
+    pd.testing.assert_frame_equal(res.turns, strict.turns)
+
+
+@pytest.mark.parametrize(("unit", "pool"), [("block", 1), ("layer_block", 1), ("session", 0)])
+def test_prefetched_sessions_load_and_pull_through_the_plain_models(monkeypatch, unit, pool):
+    # the random traces' checks are not vacuous: on a fixed trace turns are prefetched, and
+    # pages are loaded from the store and pulled from the prefill pool. (At session units a
+    # prefill pool leaves nothing to prefetch: a decode replica's catch-up drops the unit whole,
+    # and the prefill replica lets go of what was pulled; with a store alone there is.)
+    loads, pulls = watch_loads(monkeypatch), watch_pulls(monkeypatch)
+    kw = {"store": store(150, chunk_tokens=32)}
+    if pool:
+        kw["disaggregation"] = DisaggConfig(pool)
+    engine = EngineConfig(prefetch="queue")
+    res = run(synthetic(25, seed=7), mem(100, 60, unit=unit), 3, engine=engine, **kw)
+    prefetched = sum(r.turns.prefetched_bytes.sum() for r in res.replicas)
+    assert prefetched > 0 and loads[0] > 0 and (pulls[1] > 0) == bool(pool)
+    if pool:
+        assert_conserved(res, pool)
+    else:
+        assert_conserved_with_store(res.turns)
+
+
+# -- twins: a store that sends nothing, with writes at drops and a prefetch --------------------------
+@SETTINGS
+@given(traces(), ALL_UNITS, st.sampled_from(["off", "queue", "think"]))
+def test_a_store_that_sends_nothing_writing_at_drops_is_the_run_without_one(
+    sessions, unit, prefetch
+):
+    # no chunk is ever full: nothing is written at completions or at drops, nothing loaded; the
+    # drops' hooks and the prefetched split's outside tokens change nothing, to the bit
+    memory, engine = mem(60, 20, unit=unit), EngineConfig(prefetch=prefetch)
+    plain = run(sessions, memory, 3, engine=engine)
+    never = run(
+        sessions, memory, 3, engine=engine, store=store(chunk_tokens=BT * 1024, write="both")
+    )
+    assert never.store.written_chunks == 0 and never.store.loaded_bytes == 0
+    pd.testing.assert_frame_equal(plain.turns, never.turns.drop(columns="store_tokens"))
+    for a, b in zip(plain.replicas, never.replicas, strict=True):
+        pd.testing.assert_frame_equal(a.turns, b.turns)
+        for name in STATS:
+            x, y = getattr(a.stats, name), getattr(b.stats, name)
+            assert x == y or (math.isnan(x) and math.isnan(y)), name

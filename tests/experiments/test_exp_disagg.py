@@ -28,7 +28,7 @@ from experiments.schema import (
     load_experiment,
     parse_experiment,
 )
-from sim.cluster import ClusterConfig, simulate_cluster
+from sim.cluster import simulate_cluster
 from sim.cluster.disagg import DisaggConfig
 from sim.cluster.store import StoreConfig
 from sim.metrics import WALL_CLOCK_COLUMNS
@@ -132,13 +132,6 @@ def error_of(path) -> ConfigError:
             "layerwize: true",
             "cluster.disaggregation.layerwize",
             "did you mean 'layerwise'?",
-        ),
-        # what simulate_cluster refuses with disaggregation is refused at load time, at its key
-        (
-            "seeds: [1, 2]",
-            "seeds: [1]\nengine: {prefetch: queue}",
-            "engine.prefetch",
-            "'queue' with cluster.disaggregation",
         ),
         ("disaggregation: {", "disaggregation: 3 #{", "cluster.disaggregation", "a mapping"),
         (
@@ -497,38 +490,19 @@ def test_a_colocated_point_equals_the_same_point_without_the_section():
                 assert x[k] == rest[k] or (math.isnan(x[k]) and math.isnan(rest[k])), k
 
 
-@pytest.mark.parametrize(
-    ("memory", "engine", "key"),
-    [
-        ({}, {"prefetch": "queue"}, "engine.prefetch"),
-    ],
-)
-def test_what_the_yaml_refuses_with_disaggregation_the_simulator_refuses(memory, engine, key):
-    """The load-time refusals (``schema._disagg_problems``) stay in step with simulate_cluster's
-    (``pages_from_outside_refusals``): each is refused there too, by the same key, and the YAML names
-    it."""
-    from sim.config import EngineConfig, MemoryConfig
-
-    sessions = list(load_sessions(parse_experiment(_tiny(0)).grid()[0].trace))
-    with pytest.raises(ValueError, match=rf"^{key}\b.*cluster\.disaggregation"):
-        simulate_cluster(
-            sessions,
-            costmodels.cost_model("llama-3-8b", "h100-sxm"),
-            MemoryConfig(gpu_kv_gb=0.25, **memory),
-            EngineConfig(**engine),
-            "lru",
-            0,
-            ClusterConfig(replicas=2, disaggregation=DisaggConfig(1)),
-        )
+@pytest.mark.parametrize("prefetch", ["queue", "think"])
+def test_what_the_yaml_refused_with_disaggregation_loads_and_runs(prefetch):
+    """A prefetch with disaggregation (refused at load time and by simulate_cluster until the
+    recovery told a prefetched split what a transfer sends): the YAML loads, its point runs and
+    conserves the history on both pools."""
     data = _tiny(1)
-    data["memory"] |= memory
-    data["engine"] = engine
-    with pytest.raises(ConfigError) as info:
-        parse_experiment(data, source="x.yaml")
-    assert str(info.value).startswith(f"x.yaml: {key}: "), str(info.value)
-    # colocated (0 prefill replicas) both run
-    data["cluster"]["disaggregation"]["prefill_replicas"] = 0
-    parse_experiment(data)
+    data["engine"] = {"prefetch": prefetch}
+    (point,) = parse_experiment(data, source="x.yaml").grid()
+    res = run_point(0, point)
+    t = res.turns
+    split = t.gpu_hit_tokens + t.cpu_hit_tokens + t.recomputed_tokens + t.pruned_tokens
+    assert (split == t.history_tokens).all()
+    assert (t.transfer_tokens > 0).any()
 
 
 def _tiny(prefill: int) -> dict:

@@ -23,7 +23,7 @@ from experiments.schema import (
     load_experiment,
     parse_experiment,
 )
-from sim.cluster import ClusterConfig, simulate_cluster
+from sim.cluster import simulate_cluster
 from sim.cluster.store import StoreConfig
 from sim.metrics import WALL_CLOCK_COLUMNS
 
@@ -83,22 +83,6 @@ def error_of(path) -> ConfigError:
         ("policy: lru", "bandwidth_gb_s: 0", "cluster.store.bandwidth_gb_s", "> 0, got 0"),
         ("policy: lru", "latency_us: -1", "cluster.store.latency_us", ">= 0, got -1"),
         ("policy: lru", "latency: 1", "cluster.store.latency", "did you mean 'latency_us'?"),
-        # what simulate_cluster refuses with a store is refused at load time, at its own key
-        (  # writes at drops at session units: the write axis's value, by its index
-            BASE[BASE.index("cpu_kv_gb: 0}") :].strip(),
-            BASE[BASE.index("cpu_kv_gb: 0}") :]
-            .strip()
-            .replace("cpu_kv_gb: 0}", "cpu_kv_gb: 0, evict_unit: [block, session]}")
-            .replace("chunk_tokens: 32}", "chunk_tokens: 32, write: [completion, eviction]}"),
-            "cluster.store.write[1]",
-            "'eviction' with memory.evict_unit 'session'",
-        ),
-        (
-            "seeds: [1, 2]",
-            "seeds: [1]\nengine: {prefetch: queue}",
-            "engine.prefetch",
-            "'queue' with cluster.store",
-        ),
         ("store: {", "store: 3 #{", "cluster.store", "expected a mapping"),
     ],
 )
@@ -326,53 +310,38 @@ def test_capacity_0_equals_the_same_point_without_a_store_section():
 
 
 @pytest.mark.parametrize(
-    ("memory", "engine", "write", "key"),
+    ("memory", "engine", "write"),
     [
-        ({"evict_unit": "session"}, {}, "eviction", "cluster.store.write"),
-        ({"evict_unit": "session"}, {}, "both", "cluster.store.write"),
-        ({}, {"prefetch": "queue"}, "completion", "engine.prefetch"),
+        ({"evict_unit": "session"}, {}, "eviction"),
+        ({"evict_unit": "session"}, {}, "both"),
+        ({}, {"prefetch": "queue"}, "completion"),
+        ({"evict_unit": "session"}, {"prefetch": "think"}, "both"),
     ],
 )
-def test_what_the_yaml_refuses_with_a_store_the_simulator_refuses(memory, engine, write, key):
-    """The load-time refusals (``schema._store_problems``) stay in step with simulate_cluster's:
-    each is refused there too, by the same key, and the YAML names it."""
-    from sim.config import EngineConfig, MemoryConfig
-
-    sessions = list(load_sessions(parse_experiment(_tiny(1)).grid()[0].trace))
-    with pytest.raises(ValueError, match=rf"^{key}\b"):
-        simulate_cluster(
-            sessions,
-            costmodels.cost_model("llama-3-8b", "h100-sxm"),
-            MemoryConfig(gpu_kv_gb=0.25, **memory),
-            EngineConfig(**engine),
-            "lru",
-            0,
-            ClusterConfig(replicas=2, store=StoreConfig(capacity_gb=2.0, write=write)),
-        )
+def test_what_the_yaml_refused_with_a_store_loads_and_runs(memory, engine, write):
+    """Writes at drops at session units and a prefetch with a store (refused at load time and by
+    simulate_cluster until each was modelled): the YAML loads, its point runs, the store loads
+    and the history is conserved."""
     data = _tiny(2)
-    data["memory"] |= memory
+    data["memory"] |= memory | {"gpu_kv_gb": 0.05}
     data["engine"] = engine
-    data["cluster"]["store"]["write"] = write
-    with pytest.raises(ConfigError) as info:
-        parse_experiment(data, source="x.yaml")
-    assert str(info.value).startswith(f"x.yaml: {key}: "), str(info.value)
-    # without a store (capacity 0) both run
-    data["cluster"]["store"]["capacity_gb"] = 0
-    parse_experiment(data)
+    data["cluster"]["store"] |= {"write": write, "chunk_tokens": 32}
+    (point,) = parse_experiment(data, source="x.yaml").grid()
+    res = run_point(0, point)
+    t = res.turns
+    assert t.store_tokens.sum() > 0
+    split = t.gpu_hit_tokens + t.cpu_hit_tokens + t.store_tokens + t.recomputed_tokens
+    assert (split + t.pruned_tokens == t.history_tokens).all()
 
 
 @pytest.mark.parametrize("unit", ["session", "layer_block"])
 @pytest.mark.parametrize("write", ["completion", "eviction", "both"])
 def test_what_the_yaml_accepts_with_a_store_the_simulator_runs(unit, write):
-    """Every eviction unit takes a store (session units write at completions only): the YAML
-    loads, and simulate_cluster runs its point, the store loading at that unit."""
+    """Every eviction unit takes a store, with every write: the YAML loads, and simulate_cluster
+    runs its point, the store loading at that unit."""
     data = _tiny(2)
     data["memory"] |= {"evict_unit": unit, "gpu_kv_gb": 0.05}
     data["cluster"]["store"] |= {"write": write, "chunk_tokens": 32}
-    if unit == "session" and write != "completion":
-        with pytest.raises(ConfigError, match="cluster.store.write"):
-            parse_experiment(data)
-        return
     (point,) = parse_experiment(data).grid()
     res = run_point(0, point)
     assert res.turns.store_tokens.sum() > 0
