@@ -58,7 +58,7 @@ from operator import attrgetter, not_
 import numpy as np
 
 from sim.policies.base import EvictionPolicy
-from sim.policies.kinetic_where import GroupsBySession, GroupsByUid
+from sim.policies.kinetic_where import GroupsByRuns, GroupsBySession, GroupsByUid
 from sim.policies.structures import consume
 from sim.units import UNIT_BITS, UnitView, extents_of
 
@@ -635,9 +635,12 @@ class KineticMin:
     ``_exp`` when that comparison may flip, ``_smin`` the minimum ``_exp`` in the subtree.
     """
 
-    def __init__(self, mode=SINCE, capacity: int = 64, by_session: bool = False) -> None:
+    def __init__(
+        self, mode=SINCE, capacity: int = 64, by_session: bool = False, by_runs: bool = False
+    ) -> None:
         """``by_session``: the uids are the engine's (``session << UNIT_BITS | unit``), kept a
-        byte a unit per session (``GroupsBySession``), else in a dict."""
+        byte a unit per session (``GroupsBySession``); ``by_runs``: the engine's, kept as runs a
+        session (``GroupsByRuns``); else in a dict."""
         self._before, self._expiry, self._head, self._scale, self._heads, self._values = mode
         self._cap = 1 << max(1, (capacity - 1).bit_length())
         self._win: list[_Group | None] = [None] * (2 * self._cap)
@@ -646,7 +649,13 @@ class KineticMin:
         self._groups: dict[float, _Group] = {}
         self._free: list[int] = list(range(self._cap - 1, -1, -1))
         # uid -> its group
-        self._where = GroupsBySession(_has_members) if by_session else GroupsByUid()
+        self._where: GroupsBySession | GroupsByRuns | GroupsByUid = (
+            GroupsBySession(_has_members)
+            if by_session
+            else GroupsByRuns()
+            if by_runs
+            else GroupsByUid()
+        )
         self._t = -INF  # the latest time seen: nodes are valid from here on
         self._batch: set[int] | None = None  # leaves changed in a batch at one time (see batch)
         # Leaves changed outside a batch whose paths wait: the tree is brought up to date only
@@ -1098,16 +1107,18 @@ class KineticPolicy(EvictionPolicy):
     # A pinned unit is no candidate and enters no group: a decode span's pages may be given in
     # one batch, each allocation's victims the minima at its step's start.
     grows_by_time = True
-    # The engine's uids kept a byte a unit per session (batches as slices and scatters), not in
-    # a dict (one lookup a unit, faster alone): for a policy whose work is mostly batches, at
-    # layer units (a session's units by the thousand; pages of all layers are few a session).
+    # The engine's uids kept a byte a unit per session (batches as slices and scatters) at layer
+    # units (a session's units by the thousand), as runs a session at block units (a session's
+    # pages enter and leave a group as runs), not in a dict (one entry a unit): for a policy
+    # whose work is mostly batches.
     uids_by_session = True
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
         view = self.view
-        by_session = self.uids_by_session and isinstance(view, UnitView) and view.layers > 1
-        self._kin = KineticMin(self.mode, by_session=by_session)
+        engine = self.uids_by_session and isinstance(view, UnitView)
+        by_runs = engine and view.layers == 1 and not view.per_session  # (a session a unit: a dict)
+        self._kin = KineticMin(self.mode, by_session=engine and view.layers > 1, by_runs=by_runs)
 
     def unit_cost(self, uid: int) -> float:
         raise NotImplementedError

@@ -1,5 +1,6 @@
-"""Which group of a ``KineticMin`` holds a candidate uid: a dict for any uids, and for the engine's
-uids (``session << UNIT_BITS | unit``) a byte a unit per session.
+"""Which group of a ``KineticMin`` holds a candidate uid: a dict for any uids; for the engine's
+uids (``session << UNIT_BITS | unit``) a byte a unit per session (layer units), or a session's
+members as runs (block units).
 
 The engine moves a session's units in batches (a turn's release is thousands of consecutive
 units, a layer_block eviction hundreds of units of a few sessions), and a dict entry a unit made
@@ -7,13 +8,19 @@ those batches cost a hash, often a cache miss, a unit. ``GroupsBySession`` keeps
 byte array by unit number (0: not a candidate, k: the session's k-th group) and the session's
 short table of groups, so a consecutive batch is a slice and a scattered one a numpy scatter.
 
-Both classes have one interface. The batch calls state what holds: ``join`` adds uids where none
+At block units a session's pages enter one group together (a turn's release, a range) and leave
+as runs (a merge takes a group's cheapest entries: a session's leading pages; a pin takes the
+session's pages), so ``GroupsByRuns`` keeps, per session, its members as sorted [lo, hi) runs,
+each of one group: a release, a pin and a merge's victims cost per run, not per page.
+
+The classes have one interface. The batch calls state what holds: ``join`` adds uids where none
 is a member (and says whether they were distinct), ``take_out`` takes members, each once;
 ``pop_many`` any uids.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable, Iterator
 from itertools import compress, repeat
 from operator import and_
@@ -380,3 +387,225 @@ class GroupsBySession:
         for s, ss in self._sess.items():
             base = s << UNIT_BITS
             yield from (base + p for p, c in enumerate(ss.codes) if c)
+
+
+class _Runs:
+    """One session's members: disjoint runs [starts[i], stops[i]) of uids, ascending, run i of
+    group groups[i] (adjacent runs of one group are one)."""
+
+    __slots__ = ("groups", "starts", "stops")
+
+    def __init__(self) -> None:
+        self.starts: list[int] = []
+        self.stops: list[int] = []
+        self.groups: list = []
+
+
+class GroupsByRuns:
+    """uid -> group for the engine's uids as runs a session (see the module's doc)."""
+
+    __slots__ = ("_n", "_sess")
+
+    def __init__(self) -> None:
+        self._sess: dict[int, _Runs] = {}
+        self._n = 0
+
+    # -- runs ------------------------------------------------------------------------------------
+    def _put(self, lo: int, hi: int, g) -> None:
+        """[lo, hi) (one session's, no member) joins ``g``: a run, joined to a neighbour of ``g``
+        that touches it."""
+        s = lo >> UNIT_BITS
+        rs = self._sess.get(s)
+        if rs is None:
+            rs = self._sess[s] = _Runs()
+        starts, stops, groups = rs.starts, rs.stops, rs.groups
+        i = bisect_left(starts, lo)
+        if i and stops[i - 1] == lo and groups[i - 1] is g:  # extends the run before
+            if i < len(starts) and starts[i] == hi and groups[i] is g:  # and meets the next
+                stops[i - 1] = stops[i]
+                del starts[i], stops[i], groups[i]
+            else:
+                stops[i - 1] = hi
+        elif i < len(starts) and starts[i] == hi and groups[i] is g:
+            starts[i] = lo
+        else:
+            starts.insert(i, lo)
+            stops.insert(i, hi)
+            groups.insert(i, g)
+        self._n += hi - lo
+
+    def _cut(self, lo: int, hi: int) -> list[tuple]:
+        """The members in [lo, hi) (one session's) leave: (group, first, stop) of each run cut."""
+        s = lo >> UNIT_BITS
+        rs = self._sess.get(s)
+        if rs is None:
+            return []
+        starts, stops, groups = rs.starts, rs.stops, rs.groups
+        i = bisect_right(stops, lo)  # the first run that ends past lo
+        if i < len(starts) and starts[i] <= lo and hi <= stops[i]:  # within one run (usual)
+            a, b, g = starts[i], stops[i], groups[i]
+            if a == lo and b == hi:
+                del starts[i], stops[i], groups[i]
+            elif a == lo:
+                starts[i] = hi
+            elif b == hi:
+                stops[i] = lo
+            else:  # from its middle: two runs
+                stops[i] = lo
+                starts.insert(i + 1, hi)
+                stops.insert(i + 1, b)
+                groups.insert(i + 1, g)
+            cut = [(g, lo, hi)]
+        else:
+            j = bisect_left(starts, hi, i)  # runs i..j-1 meet [lo, hi)
+            cut, kept = [], []
+            for a, b, g in zip(starts[i:j], stops[i:j], groups[i:j], strict=True):
+                cut.append((g, max(a, lo), min(b, hi)))
+                if a < lo:
+                    kept.append((a, lo, g))
+                if hi < b:
+                    kept.append((hi, b, g))
+            starts[i:j] = [a for a, _, _ in kept]
+            stops[i:j] = [b for _, b, _ in kept]
+            groups[i:j] = [g for _, _, g in kept]
+        self._n -= sum(b - a for _, a, b in cut)
+        if not starts:
+            del self._sess[s]
+        return cut
+
+    @staticmethod
+    def _spans(uids) -> list[tuple[int, int]]:
+        """Distinct uids as ascending [lo, hi) runs, each within one session."""
+        if type(uids) is range and uids.step == 1:
+            lo, hi = uids.start, uids.stop
+            if not uids or lo >> UNIT_BITS == (hi - 1) >> UNIT_BITS:
+                return [(lo, hi)] if uids else []
+        return GroupsByRuns._runs_of(sorted(set(uids)))
+
+    @staticmethod
+    def _runs_of(ascending: list[int]) -> list[tuple[int, int]]:
+        """Ascending distinct uids as [lo, hi) runs, each within one session."""
+        spans: list[tuple[int, int]] = []
+        if not ascending:
+            return spans
+        it = iter(ascending)
+        lo = prev = next(it)
+        for uid in it:
+            if uid != prev + 1 or not uid & UNIT_MASK:  # (a session's first unit: a new run)
+                spans.append((lo, prev + 1))
+                lo = uid
+            prev = uid
+        spans.append((lo, prev + 1))
+        return spans
+
+    @staticmethod
+    def _array_runs(a: np.ndarray) -> list[tuple[int, int]]:
+        """``_runs_of`` a sorted int64 array of distinct uids, in numpy (masks, not ``np.r_``:
+        a merge's few hundred victims make the fixed costs count)."""
+        first = np.empty(len(a), dtype=bool)  # a run starts here
+        first[0] = True
+        np.not_equal(a[1:] - a[:-1], 1, out=first[1:])
+        first[1:] |= (a[1:] & UNIT_MASK) == 0
+        last = np.empty(len(a), dtype=bool)  # a run ends here
+        last[-1] = True
+        last[:-1] = first[1:]
+        return list(zip(a[first].tolist(), (a[last] + 1).tolist(), strict=True))
+
+    def _run_of(self, uid: int) -> tuple[_Runs, int] | None:
+        """The session's runs and the index of the run holding ``uid``, or None."""
+        rs = self._sess.get(uid >> UNIT_BITS)
+        if rs is None:
+            return None
+        i = bisect_right(rs.starts, uid) - 1
+        return (rs, i) if i >= 0 and uid < rs.stops[i] else None
+
+    # -- the interface ---------------------------------------------------------------------------
+    def get(self, uid: int):
+        found = self._run_of(uid)
+        return None if found is None else found[0].groups[found[1]]
+
+    def pop(self, uid: int):
+        rs = self._sess.get(uid >> UNIT_BITS)
+        if rs is not None and rs.starts[0] == uid and uid + 1 < rs.stops[0]:
+            rs.starts[0] = uid + 1  # usual: a session's leading member (a single victim)
+            self._n -= 1
+            return rs.groups[0]
+        cut = self._cut(uid, uid + 1)
+        return cut[0][0] if cut else None
+
+    def set(self, uid: int, g) -> None:
+        """``uid`` (not a member) joins ``g``."""
+        self._put(uid, uid + 1, g)
+
+    def join(self, uids, g) -> bool | None:
+        """``uids`` join ``g`` where none is a member (then: whether they were distinct), else
+        None and nothing changes."""
+        spans = self._spans(uids)
+        for lo, hi in spans:
+            rs = self._sess.get(lo >> UNIT_BITS)
+            if rs is not None:
+                i = bisect_right(rs.stops, lo)
+                if i < len(rs.starts) and rs.starts[i] < hi:
+                    return None
+        for lo, hi in spans:
+            self._put(lo, hi, g)
+        return sum(hi - lo for lo, hi in spans) == len(uids)
+
+    def pop_many(self, uids) -> dict:
+        """The members among ``uids`` leave: {group: its uids that left}, each uid once."""
+        out: dict = {}
+        for lo, hi in self._spans(uids):
+            for g, a, b in self._cut(lo, hi):
+                out.setdefault(g, []).extend(range(a, b))
+        return out
+
+    def take_out(self, uids, in_order: np.ndarray | None = None) -> None:
+        """Members, each once, leave (``in_order``: the same, a sorted int64 array)."""
+        if in_order is not None and len(in_order) > _SCALAR_MAX:
+            spans = self._array_runs(in_order)
+        else:
+            spans = self._runs_of(sorted(uids))
+        sess, taken = self._sess, 0
+        for lo, hi in spans:
+            # usual: a session's leading members (a group's cheapest entries), short of its end
+            rs = sess[lo >> UNIT_BITS]
+            starts = rs.starts
+            if starts[0] == lo and hi < rs.stops[0]:
+                starts[0] = hi
+                taken += hi - lo
+            else:
+                self._cut(lo, hi)
+        self._n -= taken
+
+    def group_of_all(self, uids: list[int]):
+        """The group of all of ``uids`` (members, ascending) when they share one, else None."""
+        found = self._run_of(uids[0])
+        if found is not None and uids[-1] < found[0].stops[found[1]]:  # one run holds them
+            return found[0].groups[found[1]]
+        groups = list(map(self.get, uids))
+        g = groups[0]
+        return g if groups.count(g) == len(groups) else None
+
+    def members_in(self, lo: int, hi: int) -> list[int]:
+        """The members in ``range(lo, hi)``, ascending."""
+        if lo >> UNIT_BITS != (hi - 1) >> UNIT_BITS:
+            return list(filter(self.__contains__, range(lo, hi)))
+        rs = self._sess.get(lo >> UNIT_BITS)
+        if rs is None:
+            return []
+        i, j = bisect_right(rs.stops, lo), bisect_left(rs.starts, hi)
+        out: list[int] = []
+        for a, b in zip(rs.starts[i:j], rs.stops[i:j], strict=True):
+            out.extend(range(max(a, lo), min(b, hi)))
+        return out
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __contains__(self, uid: int) -> bool:
+        return self._run_of(uid) is not None
+
+    def __iter__(self) -> Iterator[int]:
+        for rs in self._sess.values():
+            for a, b in zip(rs.starts, rs.stops, strict=True):
+                yield from range(a, b)
