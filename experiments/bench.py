@@ -70,10 +70,14 @@ def _trace(n: int, seed: int):
 
 
 def _import_engine(cfg: BenchConfig) -> None:
-    """The modules ``_simulate`` uses, the policies' registry included (``sim`` imports its
-    names on first use)."""
-    import sim.policies  # noqa: F401  (every registered policy)
+    """The modules ``_simulate`` uses (``sim`` imports its names on first use): the policy's own
+    module (the registry imports it when first named) and pandas, for the ledger's frame that
+    ``simulate`` returns (imported on first use since runs that write files build none)."""
+    import pandas  # noqa: F401
 
+    from sim.policies import policy_class
+
+    policy_class(cfg.policy)
     if cfg.engine == "vllm-v1":
         import sim.vllm_v1.run  # noqa: F401
     else:
