@@ -10,7 +10,9 @@ decode span ends, a turn arrives):
 3. each replica due now goes on: one that was idle, or ended a span, plans its next iteration;
    one that ended an iteration may first run a decode span, up to the *horizon*: the next
    arrival at the front end, or the earliest moment another replica's completion could add one
-   (its next event, plus the trace's shortest think time).
+   (its next event, plus the trace's shortest think time; a prefill replica's hands a decode
+   replica its part with none, and an idle prefill replica with a turn waiting for the room its
+   held pages take wakes at another decode replica's next event, where a pull may free them).
 
 A replica's decisions depend on the others only through the turns routed to it and, with a shared
 store, through what the store holds of a waiting turn's session; while that turn waits its session
@@ -253,7 +255,9 @@ class Cluster:
                 )
 
     def horizon(self, replica: Replica, now: float) -> float:
-        """How far ``replica`` may run a decode span from ``now``: no turn can arrive before."""
+        """How far ``replica`` may run a decode span from ``now``: no turn can arrive before
+        (nor, with disaggregation, a decode part: a prefill replica's next event, or for an idle
+        one waiting on the pages it holds for a transfer, the next pull that may free them)."""
         t = replica.sched.next_arrival_s()
         nxt = self.front.next_s()
         h = min(math.inf if t is None else t, math.inf if nxt is None else nxt)
@@ -266,6 +270,11 @@ class Cluster:
             if q is not replica:
                 # a replica still to go on now has no next event yet: its completions come later
                 busy_until = now if q.after_step else q.next_s
+                if to_decode and q.idle and q.sched.waiting and q.sched.held_for_transfer:
+                    # an idle prefill replica whose waiting turn needs the room its held pages
+                    # take wakes when another decode replica pulls them, at that one's event
+                    # (``Replica.transfer_done``): its prefill may then hand this replica a part
+                    busy_until = min(busy_until, self.pull_s(replica, now))
                 # a replica that writes what it drops changes the store at any of its events
                 instant = (to_decode and self.is_prefill(q.index)) or q.writes_on_drop
                 gap = 0.0 if instant else self.min_think_s
@@ -273,6 +282,20 @@ class Cluster:
                     gap = min(gap, delayed.gap_s)
                 h = min(h, busy_until + gap)
         return h
+
+    def pull_s(self, replica: Replica, now: float) -> float:
+        """The earliest moment a decode replica other than ``replica`` may pull a prefill
+        replica's held pages: its next event (a pull comes with an admission, at the planning
+        of an iteration; a replica still to go on now plans now)."""
+        assert self.decode_pool is not None
+        return min(
+            (
+                now if q.after_step else q.next_s
+                for q in self.replicas[self.decode_pool.first :]
+                if q is not replica
+            ),
+            default=math.inf,
+        )
 
     def turn_column(self, turns, values: dict[tuple[int, int], int]) -> np.ndarray:
         """A ledger column from ``values`` by (session index, turn), 0 where it has none."""

@@ -282,3 +282,63 @@ def test_a_late_decode_router_by_hand(delay_ms, held):
     # what crossed: all but what replica 1 kept of A (320 tokens: 20 whole pages of 16)
     a1 = t.loc[("A", 1)]
     assert a1.transfer_tokens == 352 - 320
+
+
+# -- a span past a pull's hand-off (regression) ------------------------------------------------------
+# One prefill replica (0) with a GPU of 30 pages, two decode replicas (1, 2), round-robin: decode
+# parts go C -> 1, D -> 2, A -> 1, B -> 2. C and D (16 prompt, 100 output) decode on 1 and 2 a
+# step (~6.8 ms) out of phase (D arrives after C's prefill). A's prefill (300 prompt) ends at
+# 0.108765 and its 19 pages are held on replica 0 until replica 1 pulls them; replica 1 is inside
+# a step then and admits A's decode part, pulling, at that step's end, 0.114750. B (200 prompt, 13
+# pages) arrives at 0.110 and waits on replica 0 (30 - 19 = 11 pages free): replica 0 is idle,
+# with no next event, until the pull wakes it. Replica 2 ends a step at 0.111259, between B's
+# arrival and the pull, and would run a decode span to the end of D's decode had its horizon
+# ignored that idle prefill replica: B's prefill (0.114750 to 0.122269) hands B's decode part to
+# replica 2 inside that span, and stepping admits it at replica 2's next step end, 0.124750,
+# where the span admitted it at 0.684839. The horizon counts an idle prefill replica with a turn
+# waiting on held pages as due at the other decode replicas' next events (``Cluster.pull_s``).
+PULL_WAKES = [
+    Session("C", (Turn(16, 100, arrival_s=0.0),)),
+    Session("D", (Turn(16, 100, arrival_s=0.01),)),
+    Session("A", (Turn(300, 2, arrival_s=0.1),)),
+    Session("B", (Turn(200, 4, arrival_s=0.11),)),
+]
+
+
+@pytest.mark.parametrize("delay_ms", [0.0, 1000.0])
+def test_a_decode_span_stops_where_a_pull_may_wake_a_prefill_replica(delay_ms):
+    def run_it(spans):
+        cfg = ClusterConfig(
+            3, "round-robin", disaggregation=DisaggConfig(1), kv_events_delay_ms=delay_ms
+        )
+        return simulate_cluster(
+            PULL_WAKES, COST, mem(30), EngineConfig(), "lru", 0, cfg, debug=True, decode_spans=spans
+        )
+
+    steps, spans = run_it(False), run_it(True)
+    pd.testing.assert_frame_equal(spans.turns, steps.turns)
+    for stepped, spanned in zip(steps.replicas, spans.replicas, strict=True):
+        pd.testing.assert_frame_equal(spanned.turns, stepped.turns)
+    t = spans.turns.set_index("session_id")
+    assert list(t.decode_replica) == [1, 2, 1, 2]  # A, B, C, D
+    a_part = spans.replicas[1].turns.set_index("session_id").loc["A"]
+    b_part = spans.replicas[2].turns.set_index("session_id").loc["B"]
+    # B waited on replica 0 for A's pull, then its decode part waited for one step of D
+    assert t.loc["B", "admit_s"] == a_part.admit_s == pytest.approx(0.114750, abs=1e-6)
+    assert b_part.arrival_s == pytest.approx(0.122269, abs=1e-6)
+    assert b_part.admit_s == pytest.approx(0.124750, abs=1e-6)
+
+
+# The example hypothesis found (shrunk): the same wake, with a kv-aware router that sees the KV a
+# second late; the span moved s0's decode part, hence its completion and its next turns' views.
+FOUND = [
+    Session("s0", (Turn(0, 65, arrival_s=4.349191067002199), Turn(0, 12, think_s=0.2177925715773))),
+    Session("s1", (Turn(176, 120, arrival_s=1.4375), Turn(104, 2, think_s=2.75))),
+    Session("s3", (Turn(0, 8, arrival_s=5.0),)),
+    Session("s4", (Turn(0, 79, arrival_s=4.5),)),
+]
+
+
+@pytest.mark.parametrize("unit", ["block", "session", "layer_block"])
+def test_a_pull_waking_a_prefill_replica_on_the_found_trace(kv_log, unit):
+    spans_on_and_off(FOUND, mem(30, 20, unit=unit), 1000.0, kv_log)
