@@ -862,4 +862,8 @@ def test_a_store_that_sends_nothing_writing_at_drops_is_the_run_without_one(
         pd.testing.assert_frame_equal(a.turns, b.turns)
         for name in STATS:
             x, y = getattr(a.stats, name), getattr(b.stats, name)
+            if name == "gpu_util":  # an integral over the replica's spans: a store cuts them at
+                # other moments, so its sum may differ in the last bit (as spans on and off do)
+                assert x == pytest.approx(y, rel=1e-12, abs=0, nan_ok=True), name
+                continue
             assert x == y or (math.isnan(x) and math.isnan(y)), name

@@ -106,7 +106,7 @@ def summaries(draw):
     return SummaryRows(tuple(rows), tuple(columns))
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(table=summaries())
 def test_write_csv_is_pandas_to_csv(tmp_path_factory, table):
     folder = tmp_path_factory.mktemp("csv")
@@ -190,7 +190,7 @@ def pandas_session_table(turns: pd.DataFrame) -> pd.DataFrame:
 
 
 @pytest.mark.slow
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(turns=st.one_of(ledgers(), ledgers(nan=False)))
 def test_session_columns_are_pandas_groupby(turns):
     """To the bit: the means summed by numpy's reduceat where the column has no NaN, by Kahan's
@@ -206,7 +206,7 @@ def _stats() -> EngineStats:
     return EngineStats(**base)
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(turns=ledgers())
 def test_summarize_reads_columns_as_the_frame(turns):
     """summarize given session_columns' arrays, the frame of them, or nothing: the same row
@@ -277,7 +277,7 @@ def _write_point(path: Path, sessions: bool, ids, ints, floats, file_rows: int) 
 
 
 @pytest.mark.slow
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(pts=points(), rows=st.integers(1, 4), file_rows=st.integers(1, 3))
 def test_pyarrow_writes_pandas_bytes(tmp_path_factory, pts, rows, file_rows):
     """write_points by pyarrow alone (every point on disk, one kind per column) against the
@@ -310,7 +310,7 @@ def test_points_of_different_kinds_take_pandas(tmp_path):
     assert point_rows._ArrowPlan.of([parts[0], frame]) is None
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(turns=ledgers(), file_rows=st.integers(1, 5))
 def test_write_columns_is_write_unlabelled(tmp_path_factory, turns, file_rows):
     """A point's session file from session_columns' arrays: the bytes write_unlabelled writes

@@ -56,7 +56,7 @@ def _check_runs(where: GroupsByRuns, model: dict) -> None:
     )
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(ops=OPS)
 def test_groups_by_runs_are_a_dict(ops):
     model: dict[int, _G] = {}
@@ -170,7 +170,7 @@ KIN_OPS = st.lists(
 )
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=50, deadline=None)
 @given(ops=KIN_OPS, mode=st.sampled_from([SINCE, UNTIL]))
 def test_kinetic_min_by_runs_is_by_dict(ops, mode):
     # The same changes to a tournament keeping its uids as runs and to one keeping them in a

@@ -47,14 +47,14 @@ def _same(got: pa.Array, want: pa.Array) -> None:
     np.testing.assert_array_equal(a[valid], b[valid], strict=True)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(values=numeric(), nan_is_null=st.booleans())
 def test_from_numpy_is_pa_array(values, nan_is_null):
     got = arrow_arrays.from_numpy(values, nan_is_null=nan_is_null)
     _same(got, pa.array(values, from_pandas=nan_is_null))
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(
     values=st.lists(st.one_of(st.none(), st.text(max_size=5)), max_size=20),
     wide=st.booleans(),
@@ -73,7 +73,7 @@ def test_text_is_pa_array(values, wide, as_array):
     assert got.equals(want) and got.to_pylist() == values
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(value=st.text(max_size=5), rows=st.integers(0, 9), wide=st.booleans())
 def test_repeated_text_is_text(value, rows, wide):
     arrow_type = pa.large_string() if wide else pa.string()
@@ -86,7 +86,7 @@ def test_repeated_text_is_text(value, rows, wide):
     assert got.type == want.type and got.equals(want) and got.to_pylist() == [value] * rows
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(
     values=numeric(),
     nulls=st.lists(st.booleans(), max_size=20),
