@@ -85,6 +85,11 @@ class KVLog:
 
 @pytest.fixture
 def kv_log(monkeypatch):
+    return record_kv(monkeypatch)
+
+
+def record_kv(monkeypatch) -> KVLog:
+    """A KVLog noting every replica's KV after each event, delivery and planning."""
     record = KVLog()
 
     def wrap(name, planning):

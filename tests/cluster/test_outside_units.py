@@ -27,6 +27,7 @@ from sim.config import GIB
 from sim.memory import CPU, DROPPED, GPU
 from sim.pricing import HostStagedLink
 from tests.cluster.test_hetero import STATS
+from tests.cluster.test_late_kv_disagg import record_kv
 from tests.sim.test_cluster import COST, PAGE, THREE, by_turn, conversation, mem, synthetic
 from tests.sim.test_cluster_disagg import assert_conserved
 from tests.sim.test_cluster_store import assert_conserved_with_store
@@ -647,25 +648,7 @@ def test_each_pool_routes_on_its_kv_a_delay_ago_at_both_units(late_kv_log, sessi
 @pytest.fixture
 def late_kv_log(monkeypatch):
     """test_late_kv_disagg.py's ``kv_log``: every replica's KV noted after each change."""
-    from sim.cluster.replica import Replica
-    from tests.cluster.test_late_kv_disagg import KVLog
-
-    record = KVLog()
-
-    def wrap(name, planning):
-        original = getattr(Replica, name)
-
-        def wrapped(self, *args):
-            out = original(self, *args)
-            record.note(self, args[-1] if name == "deliver" else args[0], planning)
-            return out
-
-        monkeypatch.setattr(Replica, name, wrapped)
-
-    wrap("event", False)
-    wrap("deliver", False)
-    wrap("loop_top", True)
-    return record
+    return record_kv(monkeypatch)
 
 
 def test_chunked_prefills_load_from_the_store_at_session_units(monkeypatch):
