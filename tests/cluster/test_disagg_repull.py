@@ -128,8 +128,10 @@ def watch_pulls(monkeypatch) -> list:
         on_gpu, on_cpu = [], []
         if source is not None:
             kv, context = source
-            on_gpu = [u for u in units if u < context // BT and kv.tier[u] == GPU]
-            on_cpu = [u for u in units if u < context // BT and kv.tier[u] == CPU]
+            # a page past the prefill replica's units (it no longer has them) is not held there
+            held = min(context // BT, len(kv.tier))
+            on_gpu = [u for u in units if u < held and kv.tier[u] == GPU]
+            on_cpu = [u for u in units if u < held and kv.tier[u] == CPU]
         assert rest == [u for u in units if u not in on_gpu and u not in on_cpu]
         page = self.core.page_bytes
         staged = isinstance(self.core.pricer.remote_link, HostStagedLink)
