@@ -203,17 +203,25 @@ class RunSweepOrder:
             and (k == 1 or uids == list(range(first, first + k)))
         ):
             return [(first, first + k)]  # one run (a session's pages, listed)
-        runs = []
+        runs: list[tuple[int, int]] = []
+        append, top_uid = runs.append, UNIT_MASK + 1
         i, g = 0, self.run_hint  # g: the guess of a run's length (the last one's)
         while i < k:
             a = uids[i]
-            top = min(k - i, (UNIT_MASK + 1) - (a & UNIT_MASK))  # (a run stays in its session)
-            n = g if g < top else top
-            if n > 1 and uids[i + n - 1] - a == n - 1 and uids[i : i + n] == list(range(a, a + n)):
-                step = n  # the guess holds (one look at its last uid, one C compare)
-            else:
-                n = step = 1
-            while n < top and uids[i + n] == a + n:  # longer: by galloping steps, each a compare
+            j, b = i + g, a + g
+            if (  # the guess holds: the run's last uid, the one after it, one C compare
+                j <= k
+                and uids[j - 1] == b - 1
+                and (j == k or uids[j] != b)
+                and (a & UNIT_MASK) + g <= top_uid
+                and uids[i:j] == list(range(a, b))
+            ):
+                append((a, b))
+                i = j
+                continue
+            top = min(k - i, top_uid - (a & UNIT_MASK))  # (a run stays in its session)
+            n = step = 1
+            while n < top and uids[i + n] == a + n:  # by galloping steps, each one C compare
                 m = n + step if n + step < top else top
                 if uids[i + m - 1] - a == m - 1 and uids[i + n : i + m] == list(
                     range(a + n, a + m)
@@ -222,7 +230,7 @@ class RunSweepOrder:
                     step += step
                 else:
                     step = (step >> 1) or 1
-            runs.append((a, a + n))
+            append((a, a + n))
             i += n
             g = n
         return runs

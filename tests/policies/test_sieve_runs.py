@@ -221,6 +221,7 @@ def test_long_random_twin_with_the_real_slack():
     hint=st.sampled_from([1, 2, 4, 32]),
 )
 @example(uids=[0, 1, 2, 3, 4, 6, 5, 7], sessions=[0] * 60, hint=1)  # (a gallop's step past 6, 5)
+@example(uids=[0, 2, 1, 3, 9, 10], sessions=[0] * 60, hint=4)  # (a guess's ends hold, not 2, 1)
 def test_runs_of_a_list_are_its_consecutive_stretches_within_a_session(uids, sessions, hint):
     listed = [uid_of(s, u) for s, u in zip(sessions, uids, strict=False)]
     got = RunSweepOrder(run_hint=hint)._runs_of(listed)
@@ -260,8 +261,8 @@ def test_a_range_across_a_session_bound_is_split_there():
     top = uid_of(1, 0)
     got = RunSweepOrder()._runs_of(range(top - 3, top + 2))
     assert got == [(top - 3, top), (top, top + 2)]
-    listed = RunSweepOrder(run_hint=8)._runs_of(list(range(top - 3, top + 2)))
-    assert listed == got
+    for hint in (1, 2, 5, 8):  # (5: the guess spans the whole list)
+        assert RunSweepOrder(run_hint=hint)._runs_of(list(range(top - 3, top + 2))) == got
 
 
 # -- SIEVE at layer units ------------------------------------------------------------------------
