@@ -212,6 +212,24 @@ class Replica:
         if sched.share is not None:
             sched.share.forget(i)
 
+    def may_raise_peak(self) -> bool:
+        """Could a decode span from now raise this replica's peak demand? Not when every running
+        turn's whole context (its history, prompt and output: at most what it holds at its end)
+        would still leave the live pages at or under the peak."""
+        sched = self.sched
+        room = sched.peak_live_pages - sched.live_pages
+        pages = sched.pages
+        for run in sched.running.values():
+            turn = run.turn
+            room -= max(
+                0,
+                pages(run.history + turn.prompt_tokens + turn.output_tokens)
+                - pages(run.sess.tokens),
+            )
+            if room < 0:
+                return True
+        return False
+
     def cached_tokens(self, i: int, history: int) -> tuple[int, int]:
         """(GPU, CPU) tokens of session i's ``history`` that this replica holds and could reuse,
         as its KV events tell a router: its own pages in each tier (a shared prefix's pages are

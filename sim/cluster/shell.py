@@ -74,6 +74,9 @@ class Cluster:
         self.next_k = [0] * len(sessions)  # each session's next turn
         self.history = [0] * len(sessions)  # ... and the context it brings
         self.routed: dict[int, tuple[int, Arrival]] = {}  # session -> (replica, its turn there)
+        # each replica's sessions whose last turn runs there: its completion ends the session on
+        # every replica (``Replica.session_over``)
+        self.last_turns_on: list[set[int]] = [set() for _ in range(count)]
         self.turns_in = [0] * count  # the routers' in-flight count per replica
         self.tokens_in = [0] * count
         self.min_think_s = shortest_think_s(sessions, replay)
@@ -127,6 +130,7 @@ class Cluster:
         """Session i's turn on ``replica`` completed or was rejected."""
         r, arrival = self.routed.pop(i)
         assert r == replica
+        self.last_turns_on[r].discard(i)
         self.turns_in[r] -= 1
         self.tokens_in[r] -= arrival.tokens
         pool = self.decode_pool if self.decode_pool and r >= self.decode_pool.first else self.pool
@@ -199,6 +203,8 @@ class Cluster:
             )
         r += pool.first
         self.routed[arrival.session] = (r, arrival)
+        if arrival.k == len(self.sessions[arrival.session].turns) - 1:
+            self.last_turns_on[r].add(arrival.session)
         self.turns_in[r] += 1
         self.tokens_in[r] += arrival.tokens
         return r
@@ -266,6 +272,7 @@ class Cluster:
         delayed = self.delayed
         if delayed is not None:  # nor a view point of a delayed router (``sim.cluster.kvevents``)
             h = min(h, delayed.next_s())
+        may_peak = replica.may_raise_peak()
         for q in self.replicas:
             if q is not replica:
                 # a replica still to go on now has no next event yet: its completions come later
@@ -275,13 +282,31 @@ class Cluster:
                     # take wakes when another decode replica pulls them, at that one's event
                     # (``Replica.transfer_done``): its prefill may then hand this replica a part
                     busy_until = min(busy_until, self.pull_s(replica, now))
-                # a replica that writes what it drops changes the store at any of its events
-                instant = (to_decode and self.is_prefill(q.index)) or q.writes_on_drop
+                # a replica that writes what it drops changes the store at any of its events; one
+                # that completes the last turn of a session this replica holds ends it here too
+                instant = (
+                    (to_decode and self.is_prefill(q.index))
+                    or q.writes_on_drop
+                    or (may_peak and self.ends_a_session_of(q, replica))
+                )
                 gap = 0.0 if instant else self.min_think_s
                 if delayed is not None:
                     gap = min(gap, delayed.gap_s)
                 h = min(h, busy_until + gap)
         return h
+
+    def ends_a_session_of(self, q: Replica, replica: Replica) -> bool:
+        """Does ``q`` run the last turn of a session ``replica`` holds? Its completion, at one of
+        ``q``'s events, takes the session's KV out of ``replica``'s live demand at that moment
+        (``Replica.session_over``): a span that ran past it would count the pages it adds after
+        as if the session were still live, and may raise the peak demand with them (the ledger
+        is the same either way)."""
+        kv = replica.sched.kv
+        for i in self.last_turns_on[q.index]:
+            held = kv.get(i)
+            if held is not None and not held.done:
+                return True
+        return False
 
     def pull_s(self, replica: Replica, now: float) -> float:
         """The earliest moment a decode replica other than ``replica`` may pull a prefill

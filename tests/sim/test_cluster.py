@@ -154,13 +154,46 @@ def test_one_replica_matches_the_single_engine_on_random_traces(sessions):
 
 
 # -- several replicas: spans, invariants, conservation --------------------------------------------
-def spans_are_the_iteration_by_iteration_run(sessions) -> None:
+# every replica's statistics but the wall clock's; its simulated time and GPU utilisation are sums
+# over steps that a span adds up in another order (their last bits may differ)
+SPAN_STATS = ("steps", "output_tokens", "gpu_peak_bytes", "peak_demand_bytes", "swap_in_bytes",
+              "swap_out_bytes", "dropped_bytes", "preemptions", "rejected_turns")  # fmt: skip
+
+
+def assert_same_replica_stats(a, b) -> None:
+    for r, (ra, rb) in enumerate(zip(a.replicas, b.replicas, strict=True)):
+        for name in SPAN_STATS:
+            x, y = getattr(ra.stats, name), getattr(rb.stats, name)
+            assert x == y or (math.isnan(x) and math.isnan(y)), (r, name, x, y)
+        for name in ("sim_time_s", "gpu_util"):
+            x, y = getattr(ra.stats, name), getattr(rb.stats, name)
+            assert x == pytest.approx(y, rel=1e-12, nan_ok=True), (r, name)
+
+
+def spans_are_the_iteration_by_iteration_run(sessions, router: str = "least-loaded") -> None:
     # debug=True checks every replica's invariants after each iteration and span
     memory = mem(30, 20)
-    spans = cluster(sessions, memory, 3, "least-loaded")
-    steps = cluster(sessions, memory, 3, "least-loaded", decode_spans=False)
+    spans = cluster(sessions, memory, 3, router)
+    steps = cluster(sessions, memory, 3, router, decode_spans=False)
     pd.testing.assert_frame_equal(spans.turns, steps.turns)
+    assert_same_replica_stats(spans, steps)
     assert_conserved(spans.turns)
+
+
+def test_a_span_stops_where_a_session_it_holds_ends_on_another_replica():
+    # s0's three turns go round robin to replicas 0, 1, 2; s1 arrives on replica 0 at 4.5 s, while
+    # s0's last turn still runs on replica 2 (it ends at 4.509 s). Replica 0 holds s0's one page:
+    # live until 4.509 s, beside s1's first page; s1's second page comes at its 17th token, ~4.6 s,
+    # after s0 has ended: the peak is 2 pages, not 3. A span that ran past 4.509 s (the shortest
+    # think time, 1.25 s, was its only bound) counted s0's page live with both of s1's.
+    s0 = (Turn(0, 1, arrival_s=0.0), Turn(0, 84, think_s=1.25), Turn(0, 120, think_s=1.875))
+    sessions = [Session("s0", s0), Session("s1", (Turn(0, 18, arrival_s=4.5),))]
+    memory = mem(60, 20)
+    spans = cluster(sessions, memory, 3, "round-robin")
+    steps = cluster(sessions, memory, 3, "round-robin", decode_spans=False)
+    assert spans.turns.replica.tolist() == [0, 1, 2, 0]
+    assert spans.replicas[0].stats.peak_demand_bytes == 2 * PAGE
+    assert_same_replica_stats(spans, steps)
 
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
