@@ -10,8 +10,10 @@ Implementation: ``SweepOrder``, one state byte per entry (member, candidate, vis
 as an entry number, so finding the next unvisited candidate and clearing the bits the hand passes
 are C-level scans of a byte array; a session's units are found by page in a per-session list, so
 a session's pins, returns and entries are slices, and a lap's victims leave with one
-translation. ``peek`` is the
-sweep on a copy (pure, O(n): only tests and users peek).
+translation. At ``layer_block`` units, ``RunSweepOrder``: the same state bytes and hand, the
+uids of the entries and the entries of each session's uids kept by run (a page's layers enter
+together), where ``SweepOrder`` keeps them per unit. ``peek`` is the sweep on a copy (pure,
+O(n): only tests and users peek).
 
 Pins: a pinned unit leaves the sweep but keeps its place and its bit; on unpin it returns to its
 place: ahead of the hand if the hand has not passed that place in this sweep, behind it otherwise.
@@ -142,10 +144,11 @@ class RunSweepOrder:
 
     A batch (a range, or a list split into its runs of consecutive uids) reads or writes each of
     its runs' entry numbers a segment at a time: a Python step per segment, a C step per unit.
-    With runs of one unit (``block`` units across sessions) that is slower than ``SweepOrder``:
-    SIEVE builds this one only where a page has several units. The victims, marks, candidates
-    and hand are ``SweepOrder``'s at every step (twin tests); compaction (the entry numbers of
-    members that left dropped) is internal, with more slack (it rebuilds the runs).
+    Where a page is one unit the runs are short and a session's pages many segments: on the
+    bench's 1,000-session block run this form was no faster than ``SweepOrder``, at session
+    units slower, so SIEVE builds it only where a page has several units. The victims, marks,
+    candidates and hand are ``SweepOrder``'s at every step, the entry numbers too (twin tests);
+    a compaction (by ``SweepOrder``'s rule) rebuilds the records and segments from the members.
     """
 
     __slots__ = (
