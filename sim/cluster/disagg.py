@@ -105,7 +105,8 @@ class Pulls:
 
     core: Scheduler
 
-    def init_pulls(self, transfers: dict) -> None:
+    def __init__(self, core: Scheduler, transfers: dict) -> None:
+        super().__init__(core)  # type: ignore[call-arg]  # the recovery beside it in the MRO
         self.transfers = transfers
         self.pending: set[int] = set()  # sessions whose decode part awaits its first admission
         # session -> (its prefill replica's KV of it, the context handed off), while its decode
@@ -115,6 +116,18 @@ class Pulls:
         self.sender_tp: dict[int, int] = {}
         # hears that session i's pages were pulled at ``now`` (the sender frees them)
         self.pulled: Callable[[int, float], None] = lambda i, now: None
+
+    def split(self, sess: SessionKV) -> tuple[int, int, int]:
+        """The recovery's split, less the dropped pages that cross (all, at a first admission)."""
+        g, c, d = super().split(sess)  # type: ignore[misc]
+        if sess.index in self.pending:
+            return g, c, 0
+        return g, c, d - self.core.bt * len(self.held_there(sess, self.dropped_pages(sess)))
+
+    def outside_tokens(self, sess: SessionKV) -> int:
+        if sess.index in self.pending:  # every dropped page crosses
+            return super().split(sess)[2]  # type: ignore[misc]
+        return self.core.bt * len(self.held_there(sess, self.dropped_pages(sess)))
 
     def dropped_pages(self, sess: SessionKV) -> np.ndarray:
         """The session's dropped pages here (none unless its prefill replica is known)."""
@@ -190,26 +203,11 @@ class DecodeRecovery(Pulls, OutsideRecovery):
     """A decode replica's recovery at ``block`` and ``session`` units (``Pulls``): the pages that
     cross are not recomputed (at ``session`` units the dropped unit's pages: ``OutsideRecovery``)."""
 
-    def __init__(self, core: Scheduler, transfers: dict) -> None:
-        super().__init__(core)
-        self.init_pulls(transfers)
-
-    def split(self, sess: SessionKV) -> tuple[int, int, int]:
-        g, c, d = super().split(sess)
-        if sess.index in self.pending:
-            return g, c, 0
-        return g, c, d - self.core.bt * len(self.held_there(sess, self.dropped_pages(sess)))
-
     def dropped_tokens(self, sess: SessionKV) -> int:
         if sess.index in self.pending:
             return 0
         dropped = super().dropped_tokens(sess)
         return dropped - self.core.bt * len(self.held_there(sess, self.dropped_pages(sess)))
-
-    def outside_tokens(self, sess: SessionKV) -> int:
-        if sess.index in self.pending:  # every dropped page crosses
-            return super().split(sess)[2]
-        return self.core.bt * len(self.held_there(sess, self.dropped_pages(sess)))
 
     def fetch_dropped(self, run: TurnRun, dropped_units, now: float, pf: Prefill):
         units = np.asarray(dropped_units, dtype=np.int64)
@@ -225,26 +223,11 @@ class DecodeLayerRecovery(Pulls, LayerRecovery):
     layer that crosses comes whole, every layer of it at once (none recomputed, none of its CPU
     layers swapped in); the rest are recomputed through their deepest dropped layer."""
 
-    def __init__(self, core: Scheduler, transfers: dict) -> None:
-        super().__init__(core)
-        self.init_pulls(transfers)
-
-    def split(self, sess: SessionKV) -> tuple[int, int, int]:
-        g, c, d = super().split(sess)
-        if sess.index in self.pending:
-            return g, c, 0
-        return g, c, d - self.core.bt * len(self.held_there(sess, self.dropped_pages(sess)))
-
     def dropped_tokens(self, sess: SessionKV) -> int:
         # not LayerRecovery's memo: what the prefill replica holds changes with the session's
         # dropped units here unchanged, and its memo is of ``split``, which already leaves the
         # pages that cross out
         return self.split(sess)[2]
-
-    def outside_tokens(self, sess: SessionKV) -> int:
-        if sess.index in self.pending:  # every dropped page crosses
-            return super().split(sess)[2]
-        return self.core.bt * len(self.held_there(sess, self.dropped_pages(sess)))
 
     def bring_in(
         self,

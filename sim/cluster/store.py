@@ -326,6 +326,20 @@ class StoreReads:
     core: Scheduler
     store: SharedStore
 
+    def __init__(self, core: Scheduler, store: SharedStore, hits: dict) -> None:
+        super().__init__(core)  # type: ignore[call-arg]  # the recovery beside it in the MRO
+        self.store = store
+        self.hits = hits
+        store.serve(core.kv, core.cost)
+
+    def split(self, sess: SessionKV) -> tuple[int, int, int]:
+        """The recovery's split, less the dropped pages the store sends."""
+        g, c, d = super().split(sess)  # type: ignore[misc]
+        return g, c, d - self.stored_dropped_pages(sess) * self.core.bt
+
+    def outside_tokens(self, sess: SessionKV) -> int:
+        return self.stored_dropped_pages(sess) * self.core.bt
+
     def stored_dropped_pages(self, sess: SessionKV) -> int:
         """The session's dropped pages that the store would send now (all full pages)."""
         if not sess.tier_pages[DROPPED]:
@@ -344,21 +358,8 @@ class StoreRecovery(StoreReads, OutsideRecovery):
     admission. At ``session`` units the session's dropped unit is loaded where the run covers it
     and recomputed past it (``OutsideRecovery``)."""
 
-    def __init__(self, core: Scheduler, store: SharedStore, hits: dict) -> None:
-        super().__init__(core)
-        self.store = store
-        self.hits = hits
-        store.serve(core.kv, core.cost)
-
-    def split(self, sess: SessionKV) -> tuple[int, int, int]:
-        g, c, d = super().split(sess)
-        return g, c, d - self.stored_dropped_pages(sess) * self.core.bt
-
     def dropped_tokens(self, sess: SessionKV) -> int:
         return super().dropped_tokens(sess) - self.stored_dropped_pages(sess) * self.core.bt
-
-    def outside_tokens(self, sess: SessionKV) -> int:
-        return self.stored_dropped_pages(sess) * self.core.bt
 
     def shared_from_outside(self, sess: SessionKV) -> int:
         share = self.core.share
@@ -397,24 +398,11 @@ class StoreLayerRecovery(StoreReads, LayerRecovery):
     those in the store's run are loaded whole (every layer of them at once: no layer of them
     recomputed, none swapped in), the rest recomputed through their deepest dropped layer."""
 
-    def __init__(self, core: Scheduler, store: SharedStore, hits: dict) -> None:
-        super().__init__(core)
-        self.store = store
-        self.hits = hits
-        store.serve(core.kv, core.cost)
-
-    def split(self, sess: SessionKV) -> tuple[int, int, int]:
-        g, c, d = super().split(sess)
-        return g, c, d - self.stored_dropped_pages(sess) * self.core.bt
-
     def dropped_tokens(self, sess: SessionKV) -> int:
         # not LayerRecovery's memo: what the store holds changes with the session's dropped
         # units unchanged (a write, an eviction), and its memo is of ``split``, which already
         # leaves the stored pages out
         return self.split(sess)[DROPPED]
-
-    def outside_tokens(self, sess: SessionKV) -> int:
-        return self.stored_dropped_pages(sess) * self.core.bt
 
     def bring_in(
         self,
