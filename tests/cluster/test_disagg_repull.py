@@ -153,18 +153,38 @@ def pulls(monkeypatch):
     return watch_pulls(monkeypatch)
 
 
-@settings(
-    max_examples=30,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
-)
-@given(
+def examples(n: int):
+    return settings(
+        max_examples=n,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+    )
+
+
+RANDOM_READMISSIONS = given(
     traces(),
     st.sampled_from([(12, 24), (40, 20), (200, 30)]),
     st.sampled_from([0, 8, 40]),
     st.sampled_from(["network", "pcie-host"]),
 )
+
+
+@examples(10)
+@RANDOM_READMISSIONS
 def test_readmissions_pull_as_the_plain_model_on_random_traces(pulls, sessions, pages, cpu, link):
+    readmissions_pull_as_the_plain_model(sessions, pages, cpu, link)
+
+
+@pytest.mark.slow
+@examples(40)
+@RANDOM_READMISSIONS
+def test_readmissions_pull_as_the_plain_model_on_more_random_traces(
+    pulls, sessions, pages, cpu, link
+):
+    readmissions_pull_as_the_plain_model(sessions, pages, cpu, link)
+
+
+def readmissions_pull_as_the_plain_model(sessions, pages, cpu, link) -> None:
     res = run(sessions, *pages, decodes=2, prefill_cpu=cpu, link=link)
     strict = run(sessions, *pages, decodes=2, prefill_cpu=cpu, link=link, decode_spans=False)
     pd.testing.assert_frame_equal(res.turns, strict.turns)

@@ -140,15 +140,26 @@ def spans_on_and_off(sessions, memory, delay_ms, kv_log, prefill=1, **kw) -> pd.
     return spans.turns
 
 
-@settings(
-    max_examples=20,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
-)
+def examples(n: int):
+    return settings(
+        max_examples=n,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+    )
+
+
+# think times of 0 to 3 s against a delay of 1 s: view events and records both (the log is cleared
+# at each run)
+@examples(8)
 @given(traces())
 def test_each_pool_routes_on_its_kv_a_delay_ago_on_random_traces(kv_log, sessions):
-    # think times of 0 to 3 s against a delay of 1 s: view events and records both (the log is
-    # cleared at each run)
+    spans_on_and_off(sessions, mem(30, 20), 1000.0, kv_log)
+
+
+@pytest.mark.slow
+@examples(30)
+@given(traces())
+def test_each_pool_routes_on_its_kv_a_delay_ago_on_more_random_traces(kv_log, sessions):
     spans_on_and_off(sessions, mem(30, 20), 1000.0, kv_log)
 
 
@@ -202,13 +213,21 @@ def test_decode_spans_note_each_step_while_a_watched_session_is_held(
     assert in_span_notes[0] > 0
 
 
-@settings(
-    max_examples=25,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
-)
-@given(traces(), st.sampled_from([(14, 0), (24, 10)]), st.sampled_from([300.0, 2000.0]))
+SMALL_GPUS = given(traces(), st.sampled_from([(14, 0), (24, 10)]), st.sampled_from([300.0, 2000.0]))
+
+
+@examples(8)
+@SMALL_GPUS
 def test_decode_spans_with_watched_sessions_on_small_gpus_on_random_traces(
+    kv_log, sessions, pages, delay_ms
+):
+    spans_on_and_off(sessions, mem(*pages), delay_ms, kv_log)
+
+
+@pytest.mark.slow
+@examples(40)
+@SMALL_GPUS
+def test_decode_spans_with_watched_sessions_on_small_gpus_on_more_random_traces(
     kv_log, sessions, pages, delay_ms
 ):
     spans_on_and_off(sessions, mem(*pages), delay_ms, kv_log)
