@@ -232,7 +232,50 @@ def _rule_out_by_recent_requests(undecided, ends, starts, size, before, capacity
 def _previous_request(obj_ids: np.ndarray, sizes: np.ndarray) -> np.ndarray | None:
     """For each request, the index of the previous request to its object (-1 for a first one);
     None if an object's size differs between two of its requests."""
-    order, offsets, span = _order_by_id(np.asarray(obj_ids, dtype=np.int64))
+    ids = np.asarray(obj_ids, dtype=np.int64)
+    n = len(ids)
+    if (sorted_keys := _sorted_keys(ids)) is not None:
+        # the ids and the order from one sort of id-and-index keys
+        key, index_bits = sorted_keys
+        order = key & ((1 << index_bits) - 1)
+        key >>= index_bits  # each request's id offset, in order
+        same = key[1:] == key[:-1]  # [k]: the k-th and the next in order share an id
+        del key
+        if sizes.min() != sizes.max():
+            by_id = sizes[order]
+            if (same & (by_id[1:] != by_id[:-1])).any():
+                return None
+            del by_id
+        prev = np.full(n, -1, dtype=np.int64)
+        prev[np.compress(same, order[1:])] = np.compress(same, order[:-1])
+        return prev
+    return _previous_request_by_radix(ids, sizes)
+
+
+def _sorted_keys(ids: np.ndarray) -> tuple[np.ndarray, int] | None:
+    """Each request's key, its id's offset from the least id above its index (``index_bits``
+    low bits), sorted: the requests in order of id, then of index (the keys are distinct, so
+    numpy's unstable sort, vectorised, gives that order; one sort of 8-byte keys took 0.6x
+    ``_order_by_id``'s 16-bit passes where ids span more than 16 bits). None where an offset and
+    an index do not fit in 63 bits together, or no request."""
+    n = len(ids)
+    if n == 0:
+        return None
+    lo = int(ids.min())
+    span = int(ids.max()) - lo
+    index_bits = max((n - 1).bit_length(), 1)
+    if span.bit_length() + index_bits > _WORD_BITS:
+        return None
+    key = ids - lo  # no overflow: the span fits
+    key <<= index_bits
+    key |= np.arange(n, dtype=np.int64)
+    key.sort()
+    return key, index_bits
+
+
+def _previous_request_by_radix(ids: np.ndarray, sizes: np.ndarray) -> np.ndarray | None:
+    """``_previous_request`` where its keys do not fit: the order by ``_order_by_id``."""
+    order, offsets, span = _order_by_id(ids)
     n = len(order)
     if n and span < 4 * n and offsets.dtype == np.uint32:
         # Ids dense enough for a table by id: where each id's requests end in the order (a count
@@ -245,7 +288,7 @@ def _previous_request(obj_ids: np.ndarray, sizes: np.ndarray) -> np.ndarray | No
             if (size_of[offsets] != sizes).any():
                 return None
     else:
-        by_id = obj_ids[order]
+        by_id = ids[order]
         same = by_id[1:] == by_id[:-1]
         if sizes.min() != sizes.max():
             by_id = sizes[order]
