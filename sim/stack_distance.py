@@ -97,16 +97,18 @@ def earlier_greater_sums(values: np.ndarray, weights: np.ndarray) -> np.ndarray:
         # a right element gains the left weight between it and its block's end
         rows = m // (2 * half)  # whole blocks; the rest is one short block
         ends = left_w[2 * half - 1 : rows * 2 * half : 2 * half]
-        gained = np.compress(is_right, left_w)
+        # each half's elements found once, for the key, the sums and the gains
+        left_at, right_at = np.flatnonzero(is_left), np.flatnonzero(is_right)
+        gained = left_w.take(right_at)
         tail = len(gained) - rows * half
         np.subtract(np.repeat(ends, half), gained[: rows * half], out=gained[: rows * half])
         np.subtract(left_w[-1], gained[rows * half :], out=gained[rows * half :])
         if packed:
             gained <<= sum_shift
-            _split_halves(key, spare, is_left, is_right, rows, half, tail, gained)
+            _split_halves(key, spare, left_at, right_at, rows, half, tail, gained)
         else:
-            _split_halves(key, spare, is_left, is_right, rows, half, tail, None)
-            _split_halves(sums, left_w, is_left, is_right, rows, half, tail, gained)
+            _split_halves(key, spare, left_at, right_at, rows, half, tail, None)
+            _split_halves(sums, left_w, left_at, right_at, rows, half, tail, gained)
             sums, left_w = left_w, sums
         key, spare = spare, key
     at = (key >> w_bits) & ((1 << t_bits) - 1)
@@ -114,10 +116,11 @@ def earlier_greater_sums(values: np.ndarray, weights: np.ndarray) -> np.ndarray:
     return out
 
 
-def _split_halves(src, dst, is_left, is_right, rows, half, tail, add) -> None:
-    """Each block of ``src`` into ``dst``: its left-half elements, then its right-half ones (plus
-    ``add``). ``rows`` whole blocks of ``2 * half``, then a short one with ``tail`` on its right."""
-    lefts, rights = np.compress(is_left, src), np.compress(is_right, src)
+def _split_halves(src, dst, left_at, right_at, rows, half, tail, add) -> None:
+    """Each block of ``src`` into ``dst``: its left-half elements (at ``left_at``, in order), then
+    its right-half ones (at ``right_at``; plus ``add``). ``rows`` whole blocks of ``2 * half``,
+    then a short one with ``tail`` on its right."""
+    lefts, rights = src.take(left_at), src.take(right_at)
     if add is not None:
         rights += add
     whole = rows * 2 * half
@@ -183,9 +186,11 @@ def lru_hit_flags(obj_ids: np.ndarray, sizes: np.ndarray, capacity: int) -> np.n
     short_ended = np.cumsum(short_size)
     short_ended -= short_size  # short ones ending before each end
     del short_size
+    rows = np.flatnonzero(long)  # once for the five (np.compress finds them again each time)
     end, start, size, window, nested = (
-        np.compress(long, a) for a in (ends, starts, size, window, short_ended)
+        a.take(rows) for a in (ends, starts, size, window, short_ended)
     )
+    del rows
     del ends, starts, short_ended
     if (len(end) - 1).bit_length() + int(size.max()).bit_length() > _WORD_BITS:
         return None  # an index and a weight do not fit in one int64
@@ -247,7 +252,8 @@ def _previous_request(obj_ids: np.ndarray, sizes: np.ndarray) -> np.ndarray | No
                 return None
             del by_id
         prev = np.full(n, -1, dtype=np.int64)
-        prev[np.compress(same, order[1:])] = np.compress(same, order[:-1])
+        at = np.flatnonzero(same)  # the earlier of each pair, once for both sides
+        prev[order.take(at + 1)] = order.take(at)
         return prev
     return _previous_request_by_radix(ids, sizes)
 
