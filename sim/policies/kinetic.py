@@ -52,7 +52,7 @@ import math
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterator
 from fractions import Fraction
-from itertools import compress, repeat
+from itertools import chain, compress, repeat, starmap
 from operator import attrgetter, not_
 
 import numpy as np
@@ -60,7 +60,7 @@ import numpy as np
 from sim.policies.base import EvictionPolicy
 from sim.policies.kinetic_where import GroupsByRuns, GroupsBySession, GroupsByUid
 from sim.policies.structures import consume
-from sim.units import UNIT_BITS, UnitView, extents_of
+from sim.units import UNIT_BITS, UnitView, extents_of, join_extents
 
 INF = math.inf
 _REL = 4e-16  # > 2u(1 + u): relative error of fl(m * fl(t - tau)) (u = 2^-53), with slack
@@ -73,7 +73,17 @@ _ARRAY_MIN = 16  # a batch of this many entries onto an empty group is sorted in
 _WINDOW = 64  # a group's first entries read as arrays at least this many at once
 _STALE_SLACK = 64  # a group keeps up to its size plus this many entries of members that left
 _slot = attrgetter("slot")
-_has_members = attrgetter("heap")  # a group's queue is true while it has members
+_queue = attrgetter("heap")
+_has_members = _queue  # a group's queue is true while it has members
+# victims in uid order: disjoint [lo, hi) spans sorted, or uids as a sorted int64 array
+_Ascending = list[tuple[int, int]] | np.ndarray
+
+
+def _uids_of(ascending: _Ascending) -> list[int]:
+    """The uids of victims in uid order, as a list."""
+    if isinstance(ascending, np.ndarray):
+        return ascending.tolist()
+    return list(chain.from_iterable(starmap(range, ascending)))
 
 
 _INT64 = range(-(1 << 63), 1 << 63)
@@ -100,9 +110,25 @@ class _GroupQueue:
     ``pop_many``'s sort reads a group's costs as a slice; a group without them gets them for its
     first entries when the sort first reads it (a group is read by many sorts while it lasts);
     a batch onto a group with arrays to its end is merged with them in numpy (at layer units a
-    group grows by thousands of units a batch); any other change to the lists drops them."""
+    group grows by thousands of units a batch); any other change to the lists drops them.
 
-    __slots__ = ("_base", "_costs", "_gone", "_index", "_keys", "_n", "_pos", "_uid_arr", "_uids")
+    A queue whose live entries are consecutive uids in order, none gone (``consecutive``: a
+    whole session's pages released as a range, their costs rising with the page, the usual group
+    at block units) gives up a prefix as a span [lo, hi) (``take_span``): a merge takes a run
+    from it and tells the uid map one run, without listing the uids."""
+
+    __slots__ = (
+        "_base",
+        "consecutive",
+        "_costs",
+        "_gone",
+        "_index",
+        "_keys",
+        "_n",
+        "_pos",
+        "_uid_arr",
+        "_uids",
+    )
 
     def __init__(self) -> None:
         self._keys: list = []  # costs, entry for entry with _uids; sorted from _pos on
@@ -114,6 +140,9 @@ class _GroupQueue:
         self._uid_arr: np.ndarray | None = None
         self._base = 0  # the list index of the arrays' first entry
         self._index: dict[int, float] | None = None  # uid -> key from _pos on: built on demand
+        # the live entries are uids[pos], uids[pos] + 1, ... in order, none gone: set where a
+        # range enters in order onto nothing, kept by taking prefixes, dropped by any other change
+        self.consecutive = False
 
     def __len__(self) -> int:
         return self._n
@@ -125,6 +154,7 @@ class _GroupQueue:
         self._pos, self._n, self._gone = 0, len(entries), set()
         self._costs = self._uid_arr = self._index = None
         self._base = 0
+        self.consecutive = False
 
     def _live_entries(self) -> list[tuple]:
         """The live (key, uid) entries, in order."""
@@ -150,6 +180,7 @@ class _GroupQueue:
         uids.insert(i, uid)
         self._n += 1
         self._costs = self._uid_arr = None
+        self.consecutive = False
         if self._index is not None:
             self._index[uid] = key
 
@@ -206,7 +237,8 @@ class _GroupQueue:
             keys = cost.tolist() if given else costs
             self._set_sorted(sorted(zip(keys, uids, strict=True)))
             return
-        if not (type(uids) is range and uids.step == 1 and (cost[1:] >= cost[:-1]).all()):
+        in_order = type(uids) is range and uids.step == 1 and (cost[1:] >= cost[:-1]).all()
+        if not in_order:
             order = np.lexsort((uid, cost))
             cost, uid = cost[order], uid[order]
         elif given:  # ascending uids, costs not falling (a session's pages, mostly): in order
@@ -214,6 +246,7 @@ class _GroupQueue:
         self._set_sorted([])
         self._keys, self._uids, self._n = cost.tolist(), uid.tolist(), len(uids)
         self._costs, self._uid_arr, self._base = cost, uid, 0
+        self.consecutive = bool(in_order)
 
     def _merge_arrays(self, costs: np.ndarray, uids: list[int] | range) -> bool:
         """A batch (float64 costs, distinct uids, none a member) onto live entries whose arrays
@@ -275,11 +308,13 @@ class _GroupQueue:
     def discard(self, uid: int) -> None:
         """A live member leaves."""
         self._gone.add(uid)
+        self.consecutive = False
         self._after_gone(1)
 
     def discard_many(self, uids: list[int]) -> None:
         """Live members, each once, leave."""
         self._gone.update(uids)
+        self.consecutive = False
         self._after_gone(len(uids))
 
     def _after_gone(self, count: int) -> None:
@@ -379,6 +414,15 @@ class _GroupQueue:
             members = self._uid_arr = np.array(self._uids[pos:end], dtype=np.int64)
             base = self._base = pos
         return costs[pos - base : stop - base], members[pos - base : stop - base]
+
+    def take_span(self, count: int) -> tuple[int, int]:
+        """Take out the first ``count`` live entries of a ``consecutive`` queue (``count`` at
+        most its size): the uids [lo, lo + count)."""
+        pos = self._pos
+        lo = self._uids[pos]
+        self._pos = pos + count
+        self._left(count)
+        return lo, lo + count
 
     def drop_prefix(self, count: int) -> None:
         """Take out the first ``count`` live entries (from ``first_live``), and the entries of
@@ -730,24 +774,105 @@ class KineticMin:
         self._t = now
         if n >= _SORT_MIN and self._merge_sorted(n, now, out, in_uid_order):
             return out
-        if n == 1:
-            self._merge_one(now, out)
-        else:
-            self._merge(n, now, out)
+        out = self._merge_heads(n, now)
         if in_uid_order:
             out.sort()
         return out
 
-    def _merge_sorted(self, n: int, t: float, out: list[int], in_uid_order: bool = False) -> bool:
+    def pop_extents(self, n: int, now: float) -> list[tuple[int, int]]:
+        """``extents_of(pop_many(n, now, in_uid_order=True))``: where the merge takes each
+        group's victims as a span (``_take_prefixes``), the spans joined, the uids never listed."""
+        self._check_time(now)
+        self._t = now
+        taken = self._sorted_take(n, now) if n >= _SORT_MIN else None
+        if taken is None:
+            return extents_of(sorted(self._merge_heads(n, now)))
+        ascending = taken[1]
+        if isinstance(ascending, np.ndarray):
+            return extents_of(ascending.tolist())
+        return join_extents(ascending)
+
+    def pop_schedule(self, schedule: list[tuple[float, int]]) -> list[int]:
+        """``pop_many(n, t)``'s victims for each (t, n) in turn (times ascending), in order: the
+        groups that may give one found once (``_schedule_groups``), each time's merge reading
+        only those (a decode span's allocations: a page each step, at successive times)."""
+        out: list[int] = []
+        if not schedule:
+            return out
+        self._check_time(schedule[0][0])
+        groups = self._schedule_groups(schedule[0][0], schedule[-1][0], sum(n for _, n in schedule))
+        alive = len(self._groups)
+        for t, n in schedule:
+            self._check_time(t)
+            self._t = t
+            if len(self._groups) < alive:  # a group emptied (it left the tree): no group joins
+                groups = list(filter(_has_members, groups))
+                alive = len(self._groups)
+            if n >= _SORT_MIN and self._merge_sorted(n, t, out, groups=groups):
+                continue
+            out += self._merge_heads(n, t, groups)
+        return out
+
+    def _schedule_groups(self, first: float, last: float, total: int) -> list[_Group]:
+        """The groups that may give one of ``total`` successive minima taken at times from
+        ``first`` to ``last``. A head's value moves one way with time (both modes), and a
+        group's later heads cost no less, so over the schedule a group's values are at least
+        ``low`` (its head's least value at the two ends) and an untouched head's at most
+        ``high`` (its greatest). Before each of the ``total`` victims at least one of the
+        ``total`` groups of least ``high`` is untouched: every minimum, and every value near it
+        (``_merge``'s rounding bound), is at most that ``total``-th least ``high`` with its
+        bound, and a group whose ``low`` is above that is never read (rounding is monotone)."""
+        groups = list(self._groups.values())
+        if len(groups) <= total:
+            return groups
+        if self._values is _since_values:  # values fall with time
+            high, low = self._values(groups, first), self._values(groups, last)
+        else:  # (``UNTIL``: they rise)
+            low, high = self._values(groups, first), self._values(groups, last)
+        bound = max(sorted(high)[total - 1] * (1.0 + _MERGE_REL), _TINY)
+        return list(compress(groups, [v <= bound for v in low]))
+
+    def _merge_heads(self, n: int, t: float, groups: list[_Group] | None = None) -> list[int]:
+        """The ``n`` minima at ``t`` by the merge of the groups' heads (``_merge_one``,
+        ``_merge``), in order; ``groups``: those that may give one, else all."""
+        out: list[int] = []
+        if n == 1:
+            self._merge_one(t, out, groups)
+        else:
+            self._merge(n, t, out, groups)
+        return out
+
+    def _merge_sorted(
+        self,
+        n: int,
+        t: float,
+        out: list[int],
+        in_uid_order: bool = False,
+        groups: list[_Group] | None = None,
+    ) -> bool:
+        """``_sorted_take``'s victims onto ``out``, in order (``in_uid_order``: in uid order);
+        False where it does not decide."""
+        taken = self._sorted_take(n, t, groups)
+        if taken is None:
+            return False
+        chosen, ascending = taken
+        out += _uids_of(ascending) if in_uid_order else chosen.tolist()
+        return True
+
+    def _sorted_take(
+        self, n: int, t: float, groups: list[_Group] | None = None
+    ) -> tuple[np.ndarray, _Ascending] | None:
         """``_merge`` for many victims, in numpy: the float values of each group's first k
         entries, sorted (a group's k grows while it has all k among the first ``n`` and more
         behind: the others are not read again). That order is the exact one unless values of
         different groups are within the rounding bound where it matters (``_near_across``; a
         group's own entries are in its static order, which a stable sort of its monotone values
-        keeps); then it does nothing and returns False (``_merge`` decides those exactly)."""
-        groups = self._candidates(n, t)
+        keeps); then it does nothing and returns None (``_merge`` decides those exactly). Else
+        the victims are taken out: their uids in order (an int64 array) and in uid order
+        (``_take_prefixes``). ``groups``: those that may give one, else all."""
+        groups = self._candidates(n, t, groups)
         if not groups:
-            return False
+            return None
         k = min(n, 2 * (n // len(groups)) + _SORT_MIN)
         # each entry's value is its cost / its group's d (one division for all), or its group's
         # constant where d is None: ``_scale``
@@ -757,7 +882,7 @@ class KineticMin:
             np.array([d is None for d, _ in scales]) if any(d is None for d, _ in scales) else None
         )
         if len(groups) * k > _SORT_MAX:  # the entries read: the heap merge costs less
-            return False
+            return None
         reads = [k] * len(groups)  # how many first entries of each group are read
         runs = [g.heap.first_live(k) for g in groups]
         while True:
@@ -779,32 +904,57 @@ class KineticMin:
                 reads[i] = min(n, 4 * reads[i])
                 runs[i] = groups[i].heap.first_live(reads[i])
             if sum(reads) > _SORT_MAX:
-                return False
+                return None
         if _near_across(value, owner, order, n, head_owner):
-            return False
+            return None
         chosen = uid[order[:n]]
-        in_order = np.sort(chosen)
-        ordered = in_order.tolist()
-        victims = ordered if in_uid_order else chosen.tolist()
-        touched = []
-        for g, c in zip(groups, taken, strict=True):
-            if c:
+        return chosen, self._take_prefixes(groups, taken, chosen)
+
+    def _take_prefixes(
+        self, groups: list[_Group], taken: list[int], chosen: np.ndarray
+    ) -> _Ascending:
+        """Take each group's first ``taken`` entries out (``chosen``: their uids). Where a group
+        touched is ``consecutive`` (the usual group at block units: a session's leading pages)
+        its victims are one span [lo, hi), the others' victims their runs: all told to the uid
+        map as spans, returned sorted. Else (no such group: layer units, a dict) the uids, in
+        a sorted int64 array."""
+        touched = list(compress(groups, taken))
+        counts = [c for c in taken if c]
+        runs = [g.heap.consecutive for g in touched]
+        if any(runs):
+            spans = []
+            loose = []  # the victims of the other groups
+            for g, c, run in zip(touched, counts, runs, strict=True):
+                if run:
+                    spans.append(g.heap.take_span(c))
+                else:
+                    loose.append(g.heap.first_live(c)[1])
+                    g.heap.drop_prefix(c)
+            if loose:
+                spans += extents_of(np.sort(np.concatenate(loose)).tolist())
+            spans.sort()
+            self._where.take_spans(spans)
+            ascending: _Ascending = spans
+        else:
+            for g, c in zip(touched, counts, strict=True):
                 g.heap.drop_prefix(c)
-                touched.append(g)
-        # in uid order: consecutive uids sit side by side in the dict's table (cache misses
-        # dominate a large dict's deletions in eviction order), a session's units in one scatter
-        self._where.take_out(ordered, in_order)
-        out += victims
+            ascending = np.sort(chosen)
+            # in uid order: consecutive uids sit side by side in the dict's table (cache misses
+            # dominate a large dict's deletions in eviction order), a session's units in one
+            # scatter
+            self._where.take_out(ascending.tolist(), ascending)
         for g in sorted(touched, key=_slot):  # a fixed order of leaf updates
             self._changed(g)
-        return True
+        return ascending
 
-    def _merge_one(self, t: float, out: list[int]) -> None:
+    def _merge_one(self, t: float, out: list[int], groups: list[_Group] | None = None) -> None:
         """``_merge`` for one victim (a decode step's page, most often): the least head's value
         and the least of the others (``min`` over the values, in C); heads within the rounding
         bound of the least (or tiny) are settled by the exact comparison among them, as
-        ``_merge`` does (equal least values among them: which one ``min`` finds is no matter)."""
-        groups = list(self._groups.values())
+        ``_merge`` does (equal least values among them: which one ``min`` finds is no matter).
+        ``groups``: the groups that may give it (``_schedule_groups``), else all."""
+        if groups is None:
+            groups = list(self._groups.values())
         if not groups:
             return
         values = self._values(groups, t)
@@ -823,26 +973,29 @@ class KineticMin:
         out.append(uid)
         self._changed(g)
 
-    def _candidates(self, n: int, t: float) -> list[_Group]:
+    def _candidates(self, n: int, t: float, groups: list[_Group] | None = None) -> list[_Group]:
         """The groups that may give one of ``n`` victims at ``t``: those whose head's value is
         at most the (n+1)-th least. A group above it is exactly behind n other heads (rounding
-        is monotone): not among the n minima, nor near the last of them."""
-        groups = list(self._groups.values())
+        is monotone): not among the n minima, nor near the last of them. ``groups``: those
+        that may give one (``_schedule_groups``), else all."""
+        if groups is None:
+            groups = list(self._groups.values())
         if len(groups) <= n + 1:
             return groups
         values = self._values(groups, t)
         kth = sorted(values)[n]
         return list(compress(groups, [v <= kth for v in values]))
 
-    def _merge(self, n: int, t: float, out: list[int]) -> None:
+    def _merge(self, n: int, t: float, out: list[int], groups: list[_Group] | None = None) -> None:
         """The minima at one time ``t`` as a merge of the groups' static orders: a heap of each
         group's head keyed by its float value (the mode's head: cost / (t - tau), or
         cost / (tau - t)), in C. A head whose float value is within the rounding bound of another's (or tiny) is
         settled by the exact comparison among all such heads, so the victims are the
-        tournament's, in its order; the leaves of the groups touched follow once, at the end."""
+        tournament's, in its order; the leaves of the groups touched follow once, at the end.
+        ``groups``: the groups that may give one (``_schedule_groups``), else all."""
         before, where, head = self._before, self._where, self._head
         scale = self._scale
-        heap = self._heads(self._groups.values(), t)
+        heap = self._heads(self._groups.values() if groups is None else groups, t)
         heapq.heapify(heap)
         touched: dict[_Group, None] = {}
         while len(out) < n and heap:
@@ -1187,9 +1340,7 @@ class KineticPolicy(EvictionPolicy):
             or type(self)._evicted is not EvictionPolicy._evicted
         ):
             return super().evict_extents_at(schedule)
-        victims: list[int] = []
-        for now, units in units_by_time(schedule, unit_bytes):
-            victims += self._kin.pop_many(units, now)
+        victims = self._kin.pop_schedule(list(units_by_time(schedule, unit_bytes)))
         return extents_of(_in_uid_order(victims) if self.drops_victims else victims)
 
     def evict_extents(self, nbytes: int, now: float) -> list[tuple[int, int]]:
@@ -1200,7 +1351,7 @@ class KineticPolicy(EvictionPolicy):
             and type(self).evict_bytes is KineticPolicy.evict_bytes
             and type(self)._evicted is EvictionPolicy._evicted
         ):  # ``evict_bytes``'s victims, in the order they are dropped in
-            return extents_of(self._kin.pop_many(n, now, in_uid_order=True))
+            return self._kin.pop_extents(n, now)
         victims = self.evict_bytes(nbytes, now)
         # nobody hears the order of victims that are dropped: a session's pages as runs
         return extents_of(_in_uid_order(victims) if self.drops_victims else victims)

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable, Iterator
-from itertools import compress, repeat
+from itertools import chain, compress, repeat, starmap
 from operator import and_
 
 import numpy as np
@@ -77,6 +77,10 @@ class GroupsByUid:
     def take_out(self, uids, in_order: np.ndarray | None = None) -> None:
         """Members, each once, leave (``in_order``: the same, a sorted int64 array)."""
         consume(map(self._of.__delitem__, uids))
+
+    def take_spans(self, spans: list[tuple[int, int]]) -> None:
+        """The members in these disjoint [lo, hi) spans, all members, leave."""
+        consume(map(self._of.__delitem__, chain.from_iterable(starmap(range, spans))))
 
     def group_of_all(self, uids: list[int]):
         """The group of all of ``uids`` (members, ascending) when they share one, else None."""
@@ -344,6 +348,11 @@ class GroupsBySession:
             del view
             self._left(s, ss, j - i)
 
+    def take_spans(self, spans: list[tuple[int, int]]) -> None:
+        """The members in these disjoint [lo, hi) spans, all members, leave."""
+        uids = sorted(chain.from_iterable(starmap(range, spans)))
+        self.take_out(uids, np.array(uids, dtype=np.int64))
+
     def group_of_all(self, uids: list[int]):
         """The group of all of ``uids`` (members, ascending) when they share one, else None."""
         s = uids[0] >> UNIT_BITS
@@ -562,11 +571,18 @@ class GroupsByRuns:
     def take_out(self, uids, in_order: np.ndarray | None = None) -> None:
         """Members, each once, leave (``in_order``: the same, a sorted int64 array)."""
         if in_order is not None and len(in_order) > _SCALAR_MAX:
-            spans = self._array_runs(in_order)
+            self.take_spans(self._array_runs(in_order))
         else:
-            spans = self._runs_of(sorted(uids))
+            self.take_spans(self._runs_of(sorted(uids)))
+
+    def take_spans(self, spans: list[tuple[int, int]]) -> None:
+        """The members in these disjoint [lo, hi) spans, all members, leave."""
         sess, taken = self._sess, 0
         for lo, hi in spans:
+            if lo >> UNIT_BITS != (hi - 1) >> UNIT_BITS:  # (across sessions: a run each)
+                for a, b in self._spans(range(lo, hi)):
+                    self._cut(a, b)
+                continue
             # usual: a session's leading members (a group's cheapest entries), short of its end
             rs = sess[lo >> UNIT_BITS]
             starts = rs.starts
