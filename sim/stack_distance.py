@@ -238,7 +238,6 @@ def _previous_request(obj_ids: np.ndarray, sizes: np.ndarray) -> np.ndarray | No
     """For each request, the index of the previous request to its object (-1 for a first one);
     None if an object's size differs between two of its requests."""
     ids = np.asarray(obj_ids, dtype=np.int64)
-    n = len(ids)
     if (sorted_keys := _sorted_keys(ids)) is not None:
         # the ids and the order from one sort of id-and-index keys
         key, index_bits = sorted_keys
@@ -246,16 +245,25 @@ def _previous_request(obj_ids: np.ndarray, sizes: np.ndarray) -> np.ndarray | No
         key >>= index_bits  # each request's id offset, in order
         same = key[1:] == key[:-1]  # [k]: the k-th and the next in order share an id
         del key
-        if sizes.min() != sizes.max():
-            by_id = sizes[order]
-            if (same & (by_id[1:] != by_id[:-1])).any():
-                return None
-            del by_id
-        prev = np.full(n, -1, dtype=np.int64)
-        at = np.flatnonzero(same)  # the earlier of each pair, once for both sides
-        prev[order.take(at + 1)] = order.take(at)
-        return prev
+        if sizes.min() != sizes.max() and _sizes_change(sizes, order, same):
+            return None
+        return _previous_in_order(order, same)
     return _previous_request_by_radix(ids, sizes)
+
+
+def _sizes_change(sizes: np.ndarray, order: np.ndarray, same: np.ndarray) -> bool:
+    """Does an object's size change between two of its requests (in id ``order``; ``same[k]``:
+    the k-th and the next share an id)?"""
+    by_id = sizes[order]
+    return bool((same & (by_id[1:] != by_id[:-1])).any())
+
+
+def _previous_in_order(order: np.ndarray, same: np.ndarray) -> np.ndarray:
+    """Each request's previous request of its object (-1: none), from the requests in id order."""
+    prev = np.full(len(order), -1, dtype=np.int64)
+    at = np.flatnonzero(same)  # the earlier of each pair, once for both sides
+    prev[order.take(at + 1)] = order.take(at)
+    return prev
 
 
 def _sorted_keys(ids: np.ndarray) -> tuple[np.ndarray, int] | None:
@@ -296,11 +304,7 @@ def _previous_request_by_radix(ids: np.ndarray, sizes: np.ndarray) -> np.ndarray
     else:
         by_id = ids[order]
         same = by_id[1:] == by_id[:-1]
-        if sizes.min() != sizes.max():
-            by_id = sizes[order]
-            if (same & (by_id[1:] != by_id[:-1])).any():
-                return None
         del by_id
-    prev = np.full(n, -1, dtype=np.int64)
-    prev[np.compress(same, order[1:])] = np.compress(same, order[:-1])
-    return prev
+        if sizes.min() != sizes.max() and _sizes_change(sizes, order, same):
+            return None
+    return _previous_in_order(order, same)
