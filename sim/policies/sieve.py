@@ -30,7 +30,6 @@ from sim.policies.base import EvictionPolicy
 from sim.policies.registry import register
 from sim.policies.structures import (
     _BACK,
-    _CAND,
     _MARK,
     _MARKED,
     _MEMBER,
@@ -40,6 +39,7 @@ from sim.policies.structures import (
     _UNMARKED,
     _UNMARKED_RUN,
     SweepOrder,
+    SweepStates,
 )
 from sim.units import UNIT_BITS, UNIT_MASK, join_extents
 
@@ -123,7 +123,7 @@ _PINNED_MARKED = _MEMBER | _MARK
 _UNMARKED_BYTES = {True: bytes((_UNMARKED,)), False: bytes((_MEMBER,))}
 
 
-class RunSweepOrder:
+class RunSweepOrder(SweepStates):
     """``SweepOrder``'s queue, hand and state bytes, with its uids kept by run, not by unit.
 
     At ``layer_block`` a page's units are consecutive uids that enter together (a session's
@@ -385,14 +385,6 @@ class RunSweepOrder:
             self._compact()
 
     # -- marks and pins --------------------------------------------------------------------------
-    def mark(self, uid: int) -> None:
-        s = self._entry(uid)
-        if self._state[s]:
-            self._state[s] |= _MARK
-
-    def marked(self, uid: int) -> bool:
-        return bool(self._state[self._entry(uid)] & _MARK)
-
     def pin_many(self, uids, mark: bool) -> None:
         """Each member of ``uids`` (marked first, if ``mark``) is no longer a candidate (as
         ``SweepOrder.pin_many``: the outcome does not depend on the members' order)."""
@@ -441,45 +433,7 @@ class RunSweepOrder:
                 return
         self._back_each(list(uids))
 
-    def _back_each(self, uids) -> None:
-        state, entry = self._state, self._entry
-        n, ahead, hand = self._n, self.ahead, self.hand
-        new = []
-        for uid in uids:
-            s = entry(uid)
-            if state[s] & (_MEMBER | _CAND) != _MEMBER:  # not a pinned member
-                new.append(uid)
-                continue
-            state[s] |= _CAND
-            n += 1
-            ahead += s > hand
-        self._n, self.ahead = n, ahead
-        for uid in new:  # after the others' return: entering is the only order-giving act
-            self.enter(uid)
-
     # -- leaving ---------------------------------------------------------------------------------
-    def leave(self, uid: int) -> bool:
-        """``uid`` leaves the tier; returns whether it was a candidate. When it was the candidate
-        the hand points at (the first after it), the hand stays where it was."""
-        state = self._state
-        s = self._entry(uid)
-        v = state[s]
-        if not v:
-            return False
-        state[s] = 0
-        self._members -= 1
-        if not v & _CAND:
-            return False
-        self._n -= 1
-        if s > self.hand:
-            start = self.hand + 1
-            if state.find(_UNMARKED, start, s) < 0 and state.find(_MARKED, start, s) < 0:
-                self.hand = s
-            self.ahead -= 1
-            if not self.ahead:
-                self.hand, self.ahead = 0, self._n
-        return True
-
     def sweep(self) -> int | None:
         got = self.sweep_many(1)
         return got[0] if got else None
@@ -570,10 +524,3 @@ class RunSweepOrder:
         lo_l, hi_l, at_l = los_s.tolist(), his_s.tolist(), ats_s.tolist()
         for p, q in zip(bounds, bounds[1:], strict=False):
             self._maps[lo_l[p] >> UNIT_BITS] = (lo_l[p:q], hi_l[p:q], at_l[p:q])
-
-    def __len__(self) -> int:
-        return self._n
-
-    def __contains__(self, uid: int) -> bool:
-        """Is ``uid`` a candidate?"""
-        return self._state[self._entry(uid)] & _CAND == _CAND

@@ -18,7 +18,7 @@ import re
 from array import array
 from bisect import bisect_left, insort
 from collections import OrderedDict, deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import partial
 from itertools import compress, islice, repeat
 from operator import add, and_, countOf, is_not, ne
@@ -480,7 +480,77 @@ def _arange(start: int, k: int) -> array:
     return out
 
 
-class SweepOrder:
+class SweepStates:
+    """The state-byte work of SIEVE's queue that does not depend on how a uid finds its entry
+    number (``_entry``): ``SweepOrder`` keeps that per unit, ``sim.policies.sieve.RunSweepOrder``
+    per run."""
+
+    _state: bytearray
+    _members: int
+    _n: int  # candidates
+    hand: int
+    ahead: int
+    _entry: Callable[[int], int]
+    enter: Callable[[int], None]
+
+    def mark(self, uid: int) -> None:
+        s = self._entry(uid)
+        if self._state[s]:
+            self._state[s] |= _MARK
+
+    def marked(self, uid: int) -> bool:
+        return bool(self._state[self._entry(uid)] & _MARK)
+
+    def _back_each(self, uids) -> None:
+        state, entry = self._state, self._entry
+        n, ahead, hand = self._n, self.ahead, self.hand
+        new = []
+        for uid in uids:
+            s = entry(uid)
+            if state[s] & (_MEMBER | _CAND) != _MEMBER:  # not a pinned member
+                new.append(uid)
+                continue
+            state[s] |= _CAND
+            n += 1
+            ahead += s > hand
+        self._n, self.ahead = n, ahead
+        for uid in new:  # after the others' return: entering is the only order-giving act
+            self.enter(uid)
+
+    def leave(self, uid: int) -> bool:
+        """``uid`` leaves the tier; returns whether it was a candidate. When it was the candidate
+        the hand points at (the first after it), the hand stays where it was."""
+        state = self._state
+        s = self._entry(uid)
+        v = state[s]
+        if not v:
+            return False
+        state[s] = 0
+        self._members -= 1
+        if not v & _CAND:
+            return False
+        self._n -= 1
+        if s > self.hand:
+            start = self.hand + 1
+            if state.find(_UNMARKED, start, s) < 0 and state.find(_MARKED, start, s) < 0:
+                self.hand = s
+            self.ahead -= 1
+            self._wrap_if_done()
+        return True
+
+    def _wrap_if_done(self) -> None:
+        if not self.ahead:
+            self.hand, self.ahead = 0, self._n
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __contains__(self, uid: int) -> bool:
+        """Is ``uid`` a candidate?"""
+        return self._state[self._entry(uid)] & _CAND == _CAND
+
+
+class SweepOrder(SweepStates):
     """Members of a tier in the order they entered, each with a mark (a hit's visited bit), and a
     hand that sweeps them from the oldest to the newest: SIEVE's queue, which never reorders.
 
@@ -528,10 +598,6 @@ class SweepOrder:
         self._n = 0  # candidates
         self.hand = 0
         self.ahead = 0
-
-    def _wrap_if_done(self) -> None:
-        if not self.ahead:
-            self.hand, self.ahead = 0, self._n
 
     def _extend_breaks(self, first: int, k: int) -> None:
         """``_brk`` over the ``k`` entry numbers from ``first`` (their uids written)."""
@@ -791,14 +857,6 @@ class SweepOrder:
             self._compact()
 
     # -- marks and pins --------------------------------------------------------------------------
-    def mark(self, uid: int) -> None:
-        s = self._entry(uid)
-        if self._state[s]:
-            self._state[s] |= _MARK
-
-    def marked(self, uid: int) -> bool:
-        return bool(self._state[self._entry(uid)] & _MARK)
-
     def pin_many(self, uids, mark: bool) -> None:
         """Each member of ``uids`` (marked first, if ``mark``) is no longer a candidate.
 
@@ -872,44 +930,7 @@ class SweepOrder:
         self._n += k
         return True
 
-    def _back_each(self, uids) -> None:
-        state, entry = self._state, self._entry
-        n, ahead, hand = self._n, self.ahead, self.hand
-        new = []
-        for uid in uids:
-            s = entry(uid)
-            if state[s] & (_MEMBER | _CAND) != _MEMBER:  # not a pinned member
-                new.append(uid)
-                continue
-            state[s] |= _CAND
-            n += 1
-            ahead += s > hand
-        self._n, self.ahead = n, ahead
-        for uid in new:  # after the others' return: entering is the only order-giving act
-            self.enter(uid)
-
     # -- leaving ---------------------------------------------------------------------------------
-    def leave(self, uid: int) -> bool:
-        """``uid`` leaves the tier; returns whether it was a candidate. When it was the candidate
-        the hand points at (the first after it), the hand stays where it was."""
-        state = self._state
-        s = self._entry(uid)
-        v = state[s]
-        if not v:
-            return False
-        state[s] = 0
-        self._members -= 1
-        if not v & _CAND:
-            return False
-        self._n -= 1
-        if s > self.hand:
-            start = self.hand + 1
-            if state.find(_UNMARKED, start, s) < 0 and state.find(_MARKED, start, s) < 0:
-                self.hand = s
-            self.ahead -= 1
-            self._wrap_if_done()
-        return True
-
     def sweep(self) -> int | None:
         """Move the hand to the first unmarked candidate, clearing the marks it passes, and take
         that candidate out (it leaves the tier); None when there is no candidate."""
@@ -1015,13 +1036,6 @@ class SweepOrder:
             entries[:] = renumber[entries]
             if not entries.any():  # none of its units is a member: forget the session
                 del self._entry_of[session]
-
-    def __len__(self) -> int:
-        return self._n
-
-    def __contains__(self, uid: int) -> bool:
-        """Is ``uid`` a candidate?"""
-        return self._state[self._entry(uid)] & _CAND == _CAND
 
 
 def strip_hole_ends(run: list) -> None:
