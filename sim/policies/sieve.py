@@ -35,9 +35,7 @@ from sim.policies.structures import (
     _MEMBER,
     _PIN,
     _PIN_MARKED,
-    _SWEPT,
     _UNMARKED,
-    _UNMARKED_RUN,
     SweepOrder,
     SweepStates,
 )
@@ -460,40 +458,6 @@ class RunSweepOrder(SweepStates):
                 self._uid_extents(a, b, out)
             got += n
         return out
-
-    def _lap(self, k: int) -> tuple[list[tuple[int, int]], int]:
-        """``SweepOrder._lap``: up to ``k`` victims from the hand on, before it wraps, as runs of
-        entry numbers, and how many."""
-        state, start = self._state, self.hand + 1
-        runs, got = self._unmarked_runs(start, min(k, self.ahead))
-        wraps = got < k
-        stop = len(state) if wraps else runs[-1][1]
-        stretch = state[start:stop]
-        passed = stretch.count(_MARKED)
-        state[start:stop] = stretch.translate(_SWEPT)
-        self._members -= got
-        self._n -= got
-        self.ahead -= got + passed
-        if wraps or not self.ahead:
-            self.hand, self.ahead = 0, self._n
-        else:
-            self.hand = stop - 1
-        return runs, got
-
-    def _unmarked_runs(self, start: int, k: int) -> tuple[list[tuple[int, int]], int]:
-        state, runs, got = self._state, [], 0
-        find, match, i = state.find, _UNMARKED_RUN.match, start
-        while got < k:
-            i = find(_UNMARKED, i)
-            if i < 0:
-                break
-            m = match(state, i, i + k - got)
-            assert m is not None  # (state[i] is unmarked)
-            run = m.end() - i
-            runs.append((i, i + run))
-            got += run
-            i += run
-        return runs, got
 
     def _compact(self) -> None:
         """Drop the entry numbers of members that left (state 0) and renumber the rest in order

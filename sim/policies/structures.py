@@ -538,6 +538,44 @@ class SweepStates:
             self._wrap_if_done()
         return True
 
+    def _lap(self, k: int) -> tuple[list[tuple[int, int]], int]:
+        """Up to ``k`` victims from the hand on, before it wraps: their entry numbers as runs,
+        and how many (they keep their uids until the next compaction)."""
+        state, start = self._state, self.hand + 1
+        runs, got = self._unmarked_runs(start, min(k, self.ahead))
+        wraps = got < k  # no k-th victim ahead: the hand passes all and wraps
+        stop = len(state) if wraps else runs[-1][1]
+        stretch = state[start:stop]
+        passed = stretch.count(_MARKED)
+        state[start:stop] = stretch.translate(_SWEPT)
+        self._members -= got
+        self._n -= got
+        self.ahead -= got + passed
+        if wraps or not self.ahead:
+            self.hand, self.ahead = 0, self._n
+        else:
+            self.hand = stop - 1
+        return runs, got
+
+    def _unmarked_runs(self, start: int, k: int) -> tuple[list[tuple[int, int]], int]:
+        """The first ``k`` unmarked candidates from entry ``start`` on (fewer if there are fewer),
+        as runs of consecutive entry numbers (first, stop), and their count: the victims lie in
+        runs (a session's units entered together), so each run is one ``find`` and one match
+        of unmarked bytes, no longer than the victims still wanted."""
+        state, runs, got = self._state, [], 0
+        find, match, i = state.find, _UNMARKED_RUN.match, start
+        while got < k:
+            i = find(_UNMARKED, i)
+            if i < 0:
+                break
+            m = match(state, i, i + k - got)
+            assert m is not None  # (state[i] is unmarked)
+            run = m.end() - i
+            runs.append((i, i + run))
+            got += run
+            i += run
+        return runs, got
+
     def _wrap_if_done(self) -> None:
         if not self.ahead:
             self.hand, self.ahead = 0, self._n
@@ -976,44 +1014,6 @@ class SweepOrder(SweepStates):
             runs += lap
             got += n
         return runs
-
-    def _lap(self, k: int) -> tuple[list[tuple[int, int]], int]:
-        """Up to ``k`` victims from the hand on, before it wraps: their entry numbers as runs,
-        and how many (their uids stay in ``_uid_at`` until the next compaction)."""
-        state, start = self._state, self.hand + 1
-        runs, got = self._unmarked_runs(start, min(k, self.ahead))
-        wraps = got < k  # no k-th victim ahead: the hand passes all and wraps
-        stop = len(state) if wraps else runs[-1][1]
-        stretch = state[start:stop]
-        passed = stretch.count(_MARKED)
-        state[start:stop] = stretch.translate(_SWEPT)
-        self._members -= got
-        self._n -= got
-        self.ahead -= got + passed
-        if wraps or not self.ahead:
-            self.hand, self.ahead = 0, self._n
-        else:
-            self.hand = stop - 1
-        return runs, got
-
-    def _unmarked_runs(self, start: int, k: int) -> tuple[list[tuple[int, int]], int]:
-        """The first ``k`` unmarked candidates from entry ``start`` on (fewer if there are fewer),
-        as runs of consecutive entry numbers (first, stop), and their count: the victims lie in
-        runs (a session's units entered together), so each run is one ``find`` and one match
-        of unmarked bytes, no longer than the victims still wanted."""
-        state, runs, got = self._state, [], 0
-        find, match, i = state.find, _UNMARKED_RUN.match, start
-        while got < k:
-            i = find(_UNMARKED, i)
-            if i < 0:
-                break
-            m = match(state, i, i + k - got)
-            assert m is not None  # (state[i] is unmarked)
-            run = m.end() - i
-            runs.append((i, i + run))
-            got += run
-            i += run
-        return runs, got
 
     def _compact(self) -> None:
         """Drop the entry numbers of members that left (state 0) and renumber the rest in order;
